@@ -1,0 +1,56 @@
+/*
+ * manifest.h — the snapshot MANIFEST: a FlatBuffers table (schema in
+ * manifest.fbs) followed by an 8-byte little-endian xxh3-64 of the table.
+ * flatc emits C++, so manifest.cc is the thin shim that gives C this API.
+ * Internal to store/.
+ */
+#ifndef TL_STORE_MANIFEST_H
+#define TL_STORE_MANIFEST_H
+
+#include "store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MANIFEST_FORMAT_VERSION 1
+#define MANIFEST_FILE_NAME "MANIFEST"
+#define MANIFEST_MAX_BYTES (1u << 20) /* a manifest larger than this is refused */
+#define SHARD_HEADER_BYTES 64u
+
+typedef struct manifest_shard {
+    uint32_t index;    /* 0..shard_count-1, equal to its position */
+    char file[64];     /* plain file name in the snapshot dir: "shard-00003.tls" */
+    uint64_t entries;  /* records in the file */
+    uint64_t bytes;    /* file size: SHARD_HEADER_BYTES + entries * (8 + value bytes) */
+    uint64_t xxh3;     /* XXH3_64bits of the whole file */
+} manifest_shard_t;
+
+typedef struct manifest {
+    uint32_t format_version;   /* MANIFEST_FORMAT_VERSION */
+    store_meta_t meta;         /* model name, kind, version, parent, created */
+    uint32_t value_floats;     /* K: 1..STORE_MAX_VALUE_FLOATS */
+    store_dtype_t dtype;       /* F32 or F16 */
+    uint32_t shard_count;      /* power of two, 1..STORE_MAX_SHARDS */
+    manifest_shard_t *shards;  /* shard_count entries; owned (manifest_free) */
+} manifest_t;
+
+/* Serialises m.  On success returns 0 and sets *buf (malloc'd; caller frees)
+ * and *len.  Returns -EINVAL when m itself fails the checks manifest_decode
+ * applies (why says which), -ENOMEM on allocation failure. */
+int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why, size_t why_len);
+
+/* Parses and verifies untrusted bytes: size limit, trailer checksum,
+ * FlatBuffers verifier, file identifier, then every field (version, name
+ * characters, kind, K, dtype, shard count a power of two equal to the shard
+ * list's length, index == position, safe file names, bytes consistent with
+ * entries, no overflow).  Returns 0 and fills *out (out->shards malloc'd;
+ * free with manifest_free), or -EBADMSG with a sentence in why. */
+int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why, size_t why_len);
+
+void manifest_free(manifest_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TL_STORE_MANIFEST_H */

@@ -1,0 +1,189 @@
+/*
+ * store.h — tlserve's parameter store: tl_hash_map and model snapshots.
+ *
+ * A store maps 64-bit feature ids to fixed-width values (K floats, kept as
+ * fp32 or fp16).  It is split into 2^b shards chosen from the key's hash; each
+ * shard has its own sub-tables, its own single writer and any number of
+ * lock-free readers.  A snapshot is a directory (a FlatBuffers manifest plus
+ * one file per shard) that store_snapshot_write() produces and
+ * store_snapshot_load() turns back into a store, one thread per core.
+ *
+ * THREAD SAFETY
+ *   - Lookups (store_lookup*, store_count*, store_stats) may run on any number
+ *     of threads at once, alongside writers.  They take no lock.
+ *   - Writers (store_upsert, store_delete, store_reserve_shard, ...) must be
+ *     serialised per shard by the caller: at most one writer per shard at a
+ *     time.  Writers of different shards may run in parallel.
+ *   - store_destroy() and iteration need no concurrent writer of the shard(s)
+ *     they touch; store_destroy() needs no concurrent reader at all.
+ *
+ * ERRORS
+ *   Functions return 0 (or a count) on success and -errno on failure; the
+ *   snapshot functions also fill a store_error_t that names the file, the
+ *   byte offset and what was wrong.
+ */
+#ifndef TL_STORE_H
+#define TL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct store store_t; /* opaque */
+
+#define STORE_MAX_VALUE_FLOATS 64
+#define STORE_MAX_SHARDS 256
+
+typedef enum store_dtype {
+    STORE_DTYPE_F32 = 0, /* 4 bytes per float */
+    STORE_DTYPE_F16 = 1, /* IEEE half, 2 bytes per float; lookups return fp32 */
+} store_dtype_t;
+
+typedef struct store_options {
+    uint32_t value_floats;  /* K: 1..STORE_MAX_VALUE_FLOATS */
+    store_dtype_t dtype;    /* storage type of the values */
+    uint32_t shards;        /* power of two, 1..STORE_MAX_SHARDS; 0 = 16 */
+    uint64_t expected_keys; /* sizing hint for the whole store; 0 = small */
+    double max_load;        /* slot fill that triggers growth; 0 = 0.95 */
+} store_options_t;
+
+typedef struct store_stats {
+    uint64_t entries;      /* exact number of keys */
+    uint64_t slots;        /* bucket slots in all sub-tables */
+    uint64_t table_bytes;  /* bytes mapped for buckets, values and stashes */
+    uint64_t subtables;    /* sub-tables in all shards */
+    uint64_t stashed;      /* entries that live in overflow stashes */
+    uint64_t rebuilds;     /* sub-table rebuilds (growth) so far */
+} store_stats_t;
+
+/* Creates an empty store.  Returns 0 and sets *out, or -EINVAL (bad options,
+ * named on stderr-free terms by store_options_check) or -ENOMEM.  The caller
+ * owns *out and frees it with store_destroy().  May block (mmap). */
+int store_create(const store_options_t *opt, store_t **out);
+
+/* Checks options without creating anything; returns 0 or -EINVAL and, when
+ * why != NULL, a sentence naming the bad field. */
+int store_options_check(const store_options_t *opt, char *why, size_t why_len);
+
+/* Frees the store and every sub-table.  No reader or writer may be active. */
+void store_destroy(store_t *s);
+
+uint32_t store_value_floats(const store_t *s);
+store_dtype_t store_dtype(const store_t *s);
+uint32_t store_shards(const store_t *s);
+/* Which shard owns key: route writes for one shard to one writer thread. */
+uint32_t store_shard_of(const store_t *s, uint64_t key);
+
+/* Exact number of keys in the store / in one shard (relaxed: exact once the
+ * writers are quiet). */
+uint64_t store_count(const store_t *s);
+uint64_t store_shard_count(const store_t *s, uint32_t shard);
+void store_stats(const store_t *s, store_stats_t *st);
+
+/* ---- reads (lock-free; any thread) ------------------------------------ */
+
+/* Looks up n keys.  For key i, copies its K floats to out[i*K .. i*K+K-1]
+ * (converted to fp32) or writes K zeros when the key is absent; found[i] is
+ * set to 1 or 0 when found != NULL.  Returns the number of keys found.
+ * Prefetches across the batch, so large batches (>= 64) run much faster than
+ * n single lookups.  Never blocks, never allocates. */
+size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n,
+                          float *out, uint8_t *found);
+
+/* One key: returns 1 and fills out[0..K-1] when present, 0 when absent. */
+int store_lookup(const store_t *s, uint64_t key, float *out);
+
+/* ---- writes (one writer per shard) ------------------------------------ */
+
+/* Inserts key or overwrites its value (K floats, converted to the storage
+ * dtype).  Returns 1 when the key is new, 0 when it existed, -ENOMEM when a
+ * sub-table could not grow (the store is unchanged).  A K=1 fp32 overwrite is
+ * a single atomic 4-byte store that readers never see torn. */
+int store_upsert(store_t *s, uint64_t key, const float *value);
+
+/* Removes key.  Returns 1 when it was present, 0 when absent. */
+int store_delete(store_t *s, uint64_t key);
+
+/* Sizes one shard's sub-tables for `keys` entries in all so that inserting
+ * them causes no growth.  Returns 0 or -ENOMEM. */
+int store_reserve_shard(store_t *s, uint32_t shard, uint64_t keys);
+
+/* ---- iteration (no concurrent writer on the shard) -------------------- */
+
+/* Calls fn(ctx, key, value) for every entry of shard, value as K fp32
+ * floats (valid during the call only).  Stops and returns fn's value when fn
+ * returns non-zero; returns 0 after the last entry. */
+typedef int (*store_visit_fn)(void *ctx, uint64_t key, const float *value);
+int store_foreach(const store_t *s, uint32_t shard, store_visit_fn fn, void *ctx);
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+typedef enum store_model_kind {
+    STORE_MODEL_LR = 0,
+    STORE_MODEL_FM = 1,
+    STORE_MODEL_FFM = 2,
+    STORE_MODEL_DNN = 3,
+} store_model_kind_t;
+
+typedef struct store_meta {
+    char model_name[64];         /* [A-Za-z0-9_.-]+, NUL-terminated */
+    store_model_kind_t model_kind;
+    uint64_t version;            /* > 0 */
+    uint64_t parent_version;     /* 0 for a full snapshot */
+    uint64_t created_unix;       /* seconds; 0 = now on write */
+} store_meta_t;
+
+typedef enum store_errc {
+    STORE_OK = 0,
+    STORE_E_IO,            /* open/read/write/fsync/rename failed (msg has errno text) */
+    STORE_E_NOMEM,         /* allocation or mmap failed */
+    STORE_E_EXISTS,        /* write: the directory already holds a snapshot */
+    STORE_E_NO_MANIFEST,   /* load: the directory has no MANIFEST */
+    STORE_E_MANIFEST,      /* load: manifest fails verification or has bad fields */
+    STORE_E_TRUNCATED,     /* a file is shorter than its header/manifest says */
+    STORE_E_SIZE,          /* a file's size differs from the manifest (longer) */
+    STORE_E_CHECKSUM,      /* xxh3 of a file differs from the manifest */
+    STORE_E_HEADER,        /* bad magic/version/fields in a shard file header */
+    STORE_E_MISMATCH,      /* header fields disagree with the manifest */
+    STORE_E_DUPLICATE,     /* a key appears twice */
+    STORE_E_WRONG_SHARD,   /* a key in the file of a shard that does not own it */
+    STORE_E_VALUE,         /* a value is NaN or infinite */
+    STORE_E_INVALID,       /* bad arguments (meta, dir name, thread count) */
+} store_errc_t;
+
+typedef struct store_error {
+    store_errc_t code;
+    char file[256];  /* file name inside the snapshot dir ("" when none) */
+    int64_t offset;  /* byte offset in that file, -1 when not applicable */
+    char msg[512];   /* one sentence: file, offset and what was wrong */
+} store_error_t;
+
+/* Writes s as a full snapshot into directory dir (created if missing; it
+ * must not already contain a MANIFEST).  Each shard file is written to a
+ * temporary name, fsynced and renamed; the MANIFEST is written last, the same
+ * way, and the directory is fsynced.  Needs no concurrent writer.  Blocks.
+ * Returns 0, or -1 with *err filled (err may be NULL). */
+int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
+                         store_error_t *err);
+
+/* Loads the snapshot in dir with `threads` loader threads (0 = one per
+ * core), verifying every checksum, count and key.  On success returns 0,
+ * sets *out (caller owns it) and fills *meta when non-NULL.  On any failure
+ * returns -1 with *err filled and leaves nothing allocated. */
+int store_snapshot_load(const char *dir, int threads, store_t **out, store_meta_t *meta,
+                        store_error_t *err);
+
+/* Reads and verifies only the manifest of dir (cheap: for listings). */
+int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entries,
+                             store_error_t *err);
+
+const char *store_errc_name(store_errc_t code);
+const char *store_model_kind_name(store_model_kind_t kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TL_STORE_H */
