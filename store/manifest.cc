@@ -1,0 +1,495 @@
+/*
+ * manifest.cc — the snapshot MANIFEST codec: manifest.h's C API over the
+ * flatc-generated C++ of manifest.fbs.  This is the only C++ in store/; it
+ * is C++ only because flatc emits C++, and it keeps C++ from leaking out:
+ * every exception is caught at the API boundary and turned into -ENOMEM or
+ * -EBADMSG/-EINVAL, and all memory handed to C comes from malloc.
+ *
+ * FILE LAYOUT (all integers little-endian)
+ *
+ *   0        4        8                                    n        n+8
+ *   +--------+--------+------------------------------------+--------+
+ *   | root   | "TLMF" | vtables, Manifest table, shards,   | xxh3   |
+ *   | uoffset| file id| strings (FlatBuffers, manifest.fbs) | 64 LE  |
+ *   +--------+--------+------------------------------------+--------+
+ *   \______________ FlatBuffer: n bytes ________________/
+ *
+ *   The trailer is XXH3_64bits of bytes [0, n).  A file is refused when it is
+ *   shorter than 16 bytes or longer than MANIFEST_MAX_BYTES.
+ *
+ * DECODING trusts nothing, cheapest check first: length; file identifier
+ * (so that "this is not a manifest" reads as such, not as a bad checksum);
+ * trailer checksum; the FlatBuffers verifier (every offset, length and
+ * alignment in bounds); then every field, with the same check_fields() that
+ * manifest_encode() runs, so that whatever encode writes, decode accepts, and
+ * whatever decode accepts, encode reproduces.  The verifier and the reads
+ * after it assume an 8-byte aligned buffer; a misaligned input is copied.
+ * Fields the C API does not know (params, dense_files, later additions) are
+ * verified structurally and otherwise ignored.
+ *
+ * Every refusal writes one sentence into why naming the field and the bad
+ * value: "manifest: shards[3].bytes is 100 but 64 + 5 entries x 12 bytes =
+ * 124".  Strings from the input are quoted with non-printable bytes escaped.
+ *
+ * THREAD SAFETY: no global state.  Any number of threads may encode and
+ * decode at once; each call reads only its arguments and writes only its
+ * outputs.  Neither call blocks beyond malloc.
+ */
+#include "manifest.h"
+
+#include "manifest_generated.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <new>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <type_traits>
+
+#include <xxhash.h>
+
+namespace fbm = tl::manifest;
+
+namespace {
+
+constexpr size_t TRAILER_BYTES = 8;
+constexpr size_t MIN_BYTES = 4 + 4 + TRAILER_BYTES; /* root offset, identifier, trailer */
+constexpr size_t NAME_MAX_LEN = 63;                 /* char[64] with its NUL */
+constexpr uint32_t MAX_TABLES = 100000; /* verifier budget, far above any real manifest */
+
+static_assert(sizeof(((manifest_t *)nullptr)->meta.model_name) == NAME_MAX_LEN + 1, "name size");
+static_assert(sizeof(((manifest_shard_t *)nullptr)->file) == NAME_MAX_LEN + 1, "file size");
+static_assert((int)STORE_MODEL_LR == (int)fbm::ModelKind_LR &&
+                  (int)STORE_MODEL_FM == (int)fbm::ModelKind_FM &&
+                  (int)STORE_MODEL_FFM == (int)fbm::ModelKind_FFM &&
+                  (int)STORE_MODEL_DNN == (int)fbm::ModelKind_DNN &&
+                  fbm::ModelKind_MAX == fbm::ModelKind_DNN,
+              "ModelKind values must equal store_model_kind_t");
+static_assert((int)STORE_DTYPE_F32 == (int)fbm::ValueType_F32 &&
+                  (int)STORE_DTYPE_F16 == (int)fbm::ValueType_F16 &&
+                  fbm::ValueType_MAX == fbm::ValueType_F16,
+              "ValueType values must equal store_dtype_t");
+
+/* Where a refusal's sentence goes; why may be NULL. */
+struct Why {
+    char *buf;
+    size_t len;
+};
+
+__attribute__((cold)) void vsay(Why &w, const char *fmt, va_list ap)
+{
+    if (w.buf && w.len > 0)
+        vsnprintf(w.buf, w.len, fmt, ap);
+}
+
+/* Writes the sentence and returns false: for checks that return bool. */
+__attribute__((cold, format(printf, 2, 3))) bool say(Why &w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(w, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* Writes the sentence and returns code: for refusals that end a call. */
+__attribute__((cold, format(printf, 3, 4))) int fail(Why &w, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(w, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* A string from either side: a FlatBuffers string (may be absent, may hold
+ * any bytes) or a fixed char[64] from the C struct (may lack its NUL). */
+struct Str {
+    const char *p;
+    size_t n;
+    bool present;
+    bool unterminated; /* C side: no NUL within the 64-byte field */
+};
+
+Str str_of(const flatbuffers::String *s)
+{
+    if (!s)
+        return Str{"", 0, false, false};
+    return Str{s->c_str(), s->size(), true, false};
+}
+
+Str str_of(const char (&a)[NAME_MAX_LEN + 1])
+{
+    size_t n = strnlen(a, sizeof a);
+    return Str{a, n, true, n == sizeof a};
+}
+
+/* Writes s as a C string literal, at most 40 bytes of it, into out. */
+struct Quoted {
+    char s[2 + 40 * 4 + 3 + 1];
+};
+
+Quoted quote(const Str &s)
+{
+    Quoted q;
+    size_t o = 0;
+    q.s[o++] = '"';
+    size_t shown = s.n < 40 ? s.n : 40;
+    for (size_t i = 0; i < shown; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            q.s[o++] = (char)c;
+        } else {
+            snprintf(q.s + o, 5, "\\x%02x", c);
+            o += 4;
+        }
+    }
+    q.s[o++] = '"';
+    if (shown < s.n) {
+        memcpy(q.s + o, "...", 3);
+        o += 3;
+    }
+    q.s[o] = '\0';
+    return q;
+}
+
+bool name_char_ok(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+}
+
+/* Checks a model or file name: present, 1..63 bytes, [A-Za-z0-9_.-] only. */
+bool check_name(const char *field, const Str &s, Why &w)
+{
+    if (!s.present)
+        return say(w, "manifest: %s is missing", field);
+    if (s.unterminated)
+        return say(w, "manifest: %s %s has no NUL within its %zu bytes", field, quote(s).s,
+                   NAME_MAX_LEN + 1);
+    if (s.n == 0)
+        return say(w, "manifest: %s is empty", field);
+    if (s.n > NAME_MAX_LEN)
+        return say(w, "manifest: %s %s is %zu bytes long, over the %zu-byte limit", field,
+                   quote(s).s, s.n, NAME_MAX_LEN);
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        if (!name_char_ok(c))
+            return say(w,
+                       "manifest: %s %s has byte 0x%02x at offset %zu; only [A-Za-z0-9_.-] "
+                       "are allowed",
+                       field, quote(s).s, c, i);
+    }
+    return true;
+}
+
+bool str_eq(const Str &a, const char *b)
+{
+    size_t n = strlen(b);
+    return a.n == n && memcmp(a.p, b, n) == 0;
+}
+
+/* The manifest's fields, read from a FlatBuffer or from a manifest_t.  Enums
+ * are raw integers: on either side they may hold any value. */
+struct Head {
+    uint32_t format_version;
+    Str model_name;
+    uint64_t model_kind;
+    uint64_t version;
+    uint32_t value_floats;
+    uint64_t value_type;
+    uint32_t shard_count;
+    bool shards_present; /* the shards list exists */
+    size_t shards_len;   /* its length */
+};
+
+struct Shard {
+    uint32_t index;
+    Str file;
+    uint64_t entries;
+    uint64_t bytes;
+};
+
+/* Every rule of manifest.h, in field order.  shard_at(i) returns shard i;
+ * it is called only after the list's length equals a valid shard_count.
+ * Returns true, or false with why filled. */
+template <class ShardAt>
+bool check_fields(const Head &h, ShardAt shard_at, Why &w)
+{
+    if (h.format_version != MANIFEST_FORMAT_VERSION)
+        return say(w, "manifest: format_version is %" PRIu32 ", expected %d", h.format_version,
+                   MANIFEST_FORMAT_VERSION);
+    if (!check_name("model_name", h.model_name, w))
+        return false;
+    if (str_eq(h.model_name, ".") || str_eq(h.model_name, ".."))
+        return say(w, "manifest: model_name %s is not allowed (a path component)",
+                   quote(h.model_name).s);
+    if (h.model_kind > fbm::ModelKind_MAX)
+        return say(w, "manifest: model_kind is %" PRIu64 ", expected 0..%d (LR, FM, FFM, DNN)",
+                   h.model_kind, (int)fbm::ModelKind_MAX);
+    if (h.version == 0)
+        return say(w, "manifest: version is 0, expected > 0");
+    if (h.value_floats < 1 || h.value_floats > STORE_MAX_VALUE_FLOATS)
+        return say(w, "manifest: value_floats is %" PRIu32 ", expected 1..%d", h.value_floats,
+                   STORE_MAX_VALUE_FLOATS);
+    if (h.value_type > fbm::ValueType_MAX)
+        return say(w, "manifest: value_type is %" PRIu64 ", expected 0..%d (F32, F16)",
+                   h.value_type, (int)fbm::ValueType_MAX);
+    if (h.shard_count < 1 || h.shard_count > STORE_MAX_SHARDS ||
+        (h.shard_count & (h.shard_count - 1)) != 0)
+        return say(w, "manifest: shard_count is %" PRIu32 ", expected a power of two in 1..%d",
+                   h.shard_count, STORE_MAX_SHARDS);
+    if (!h.shards_present)
+        return say(w, "manifest: shard_count is %" PRIu32 " but the shards list is missing",
+                   h.shard_count);
+    if (h.shards_len != h.shard_count)
+        return say(w, "manifest: shard_count is %" PRIu32 " but the shards list has %zu entries",
+                   h.shard_count, h.shards_len);
+
+    const uint64_t rec =
+        8 + (uint64_t)h.value_floats * (h.value_type == fbm::ValueType_F16 ? 2 : 4);
+    for (uint32_t i = 0; i < h.shard_count; i++) {
+        const Shard s = shard_at(i);
+        char field[32];
+        if (s.index != i)
+            return say(w, "manifest: shards[%" PRIu32 "].index is %" PRIu32 ", expected %" PRIu32,
+                       i, s.index, i);
+        snprintf(field, sizeof field, "shards[%" PRIu32 "].file", i);
+        if (!check_name(field, s.file, w))
+            return false;
+        if (s.file.p[0] == '.')
+            return say(w, "manifest: %s %s starts with '.'", field, quote(s.file).s);
+        if (str_eq(s.file, MANIFEST_FILE_NAME))
+            return say(w, "manifest: %s is \"%s\", the manifest's own name", field,
+                       MANIFEST_FILE_NAME);
+        for (uint32_t j = 0; j < i; j++) {
+            const Shard t = shard_at(j);
+            if (t.file.n == s.file.n && memcmp(t.file.p, s.file.p, s.file.n) == 0)
+                return say(w, "manifest: %s %s is also shards[%" PRIu32 "].file", field,
+                           quote(s.file).s, j);
+        }
+        if (s.entries > (UINT64_MAX - SHARD_HEADER_BYTES) / rec)
+            return say(w,
+                       "manifest: shards[%" PRIu32 "].entries is %" PRIu64
+                       ": %u + that many x %" PRIu64 " bytes overflows 64 bits",
+                       i, s.entries, SHARD_HEADER_BYTES, rec);
+        const uint64_t want = SHARD_HEADER_BYTES + s.entries * rec;
+        if (s.bytes != want)
+            return say(w,
+                       "manifest: shards[%" PRIu32 "].bytes is %" PRIu64 " but %u + %" PRIu64
+                       " entries x %" PRIu64 " bytes = %" PRIu64,
+                       i, s.bytes, SHARD_HEADER_BYTES, s.entries, rec, want);
+    }
+    return true;
+}
+
+/* Reads a C enum that may hold any bit pattern without loading it as the
+ * enum type (an out-of-range enum load is undefined in C++). */
+template <class E>
+uint64_t raw_enum(const E *e)
+{
+    std::underlying_type_t<E> v;
+    memcpy(&v, e, sizeof v);
+    return (uint64_t)v;
+}
+
+uint64_t load_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+void store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
+{
+    const Head h = {
+        m->format_version,
+        str_of(m->meta.model_name),
+        raw_enum(&m->meta.model_kind),
+        m->meta.version,
+        m->value_floats,
+        raw_enum(&m->dtype),
+        m->shard_count,
+        m->shards != nullptr,
+        m->shards ? m->shard_count : 0,
+    };
+    auto shard_at = [m](uint32_t i) {
+        const manifest_shard_t &s = m->shards[i];
+        return Shard{s.index, str_of(s.file), s.entries, s.bytes};
+    };
+    if (!check_fields(h, shard_at, w))
+        return -EINVAL;
+
+    flatbuffers::FlatBufferBuilder fbb(1024);
+    std::vector<flatbuffers::Offset<fbm::ShardFile>> shards;
+    shards.reserve(m->shard_count);
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        const manifest_shard_t &s = m->shards[i];
+        auto file = fbb.CreateString(s.file, strlen(s.file));
+        shards.push_back(fbm::CreateShardFile(fbb, s.index, file, s.entries, s.bytes, s.xxh3));
+    }
+    auto shard_vec = fbb.CreateVector(shards);
+    auto name = fbb.CreateString(m->meta.model_name, h.model_name.n);
+    auto root = fbm::CreateManifest(fbb, m->format_version, name, (fbm::ModelKind)h.model_kind,
+                                    m->meta.version, m->meta.parent_version, m->meta.created_unix,
+                                    m->value_floats, (fbm::ValueType)h.value_type, m->shard_count,
+                                    shard_vec);
+    fbm::FinishManifestBuffer(fbb, root);
+
+    const size_t n = fbb.GetSize();
+    if (n + TRAILER_BYTES > MANIFEST_MAX_BYTES) /* cannot happen with <= 256 shards */
+        return fail(w, -EINVAL, "manifest: encoded size %zu exceeds MANIFEST_MAX_BYTES", n);
+    uint8_t *out = (uint8_t *)malloc(n + TRAILER_BYTES);
+    if (!out)
+        return fail(w, -ENOMEM, "manifest: out of memory for %zu bytes", n + TRAILER_BYTES);
+    memcpy(out, fbb.GetBufferPointer(), n);
+    store_le64(out + n, XXH3_64bits(out, n));
+    *buf = out;
+    *len = n + TRAILER_BYTES;
+    return 0;
+}
+
+int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
+{
+    if (len < MIN_BYTES)
+        return fail(w, -EBADMSG, "manifest: %zu bytes is too short, the minimum is %zu", len,
+                    MIN_BYTES);
+    if (len > MANIFEST_MAX_BYTES)
+        return fail(w, -EBADMSG, "manifest: %zu bytes is over the %u-byte limit", len,
+                    MANIFEST_MAX_BYTES);
+    const size_t n = len - TRAILER_BYTES;
+    const char *id = fbm::ManifestIdentifier();
+    if (!flatbuffers::BufferHasIdentifier(buf, id)) {
+        Str got{(const char *)buf + 4, 4, true, false};
+        return fail(w, -EBADMSG,
+                    "manifest: file identifier is %s, expected \"%s\" (not a manifest)",
+                    quote(got).s, id);
+    }
+    const uint64_t stored = load_le64(buf + n);
+    const uint64_t actual = XXH3_64bits(buf, n);
+    if (stored != actual)
+        return fail(w, -EBADMSG,
+                    "manifest: checksum is 0x%016" PRIx64 " but the %zu bytes before it hash "
+                    "to 0x%016" PRIx64 " (corrupt or truncated)",
+                    stored, n, actual);
+
+    /* FlatBuffers reads scalars in place: give it an 8-byte aligned copy. */
+    uint8_t *copy = nullptr;
+    const uint8_t *fb = buf;
+    if ((uintptr_t)buf % 8 != 0) {
+        copy = (uint8_t *)malloc(n);
+        if (!copy)
+            return fail(w, -ENOMEM, "manifest: out of memory for %zu bytes", n);
+        memcpy(copy, buf, n);
+        fb = copy;
+    }
+    struct FreeCopy {
+        uint8_t *p;
+        ~FreeCopy() { free(p); }
+    } free_copy{copy};
+
+    flatbuffers::Verifier::Options opts;
+    opts.max_tables = MAX_TABLES;
+    flatbuffers::Verifier v(fb, n, opts);
+    if (!fbm::VerifyManifestBuffer(v))
+        return fail(w, -EBADMSG,
+                    "manifest: the %zu-byte FlatBuffer fails verification (an offset, length "
+                    "or alignment is out of bounds)",
+                    n);
+
+    const fbm::Manifest *mf = fbm::GetManifest(fb);
+    const auto *list = mf->shards();
+    const Head h = {
+        mf->format_version(), str_of(mf->model_name()), (uint64_t)mf->model_kind(),
+        mf->version(),        mf->value_floats(),       (uint64_t)mf->value_type(),
+        mf->shard_count(),    list != nullptr,          list ? (size_t)list->size() : 0,
+    };
+    auto shard_at = [list](uint32_t i) {
+        const fbm::ShardFile *s = list->Get(i);
+        return Shard{s->index(), str_of(s->file()), s->entries(), s->bytes()};
+    };
+    if (!check_fields(h, shard_at, w))
+        return -EBADMSG;
+
+    manifest_shard_t *shards = (manifest_shard_t *)calloc(h.shard_count, sizeof *shards);
+    if (!shards)
+        return fail(w, -ENOMEM, "manifest: out of memory for %" PRIu32 " shards", h.shard_count);
+    for (uint32_t i = 0; i < h.shard_count; i++) {
+        const fbm::ShardFile *s = list->Get(i);
+        shards[i].index = s->index();
+        memcpy(shards[i].file, s->file()->data(), s->file()->size()); /* < 64: checked */
+        shards[i].entries = s->entries();
+        shards[i].bytes = s->bytes();
+        shards[i].xxh3 = s->xxh3();
+    }
+    out->format_version = h.format_version;
+    memcpy(out->meta.model_name, h.model_name.p, h.model_name.n);
+    out->meta.model_kind = (store_model_kind_t)h.model_kind;
+    out->meta.version = h.version;
+    out->meta.parent_version = mf->parent_version();
+    out->meta.created_unix = mf->created_unix();
+    out->value_floats = h.value_floats;
+    out->dtype = (store_dtype_t)h.value_type;
+    out->shard_count = h.shard_count;
+    out->shards = shards;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why,
+                               size_t why_len)
+{
+    Why w{why, why_len};
+    if (why && why_len > 0)
+        why[0] = '\0';
+    if (!m || !buf || !len)
+        return fail(w, -EINVAL, "manifest: encode needs a manifest and output pointers");
+    *buf = nullptr;
+    *len = 0;
+    try {
+        return encode(m, buf, len, w);
+    } catch (const std::bad_alloc &) {
+        return fail(w, -ENOMEM, "manifest: out of memory while encoding");
+    } catch (...) {
+        return fail(w, -ENOMEM, "manifest: unexpected C++ exception while encoding");
+    }
+}
+
+extern "C" int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why,
+                               size_t why_len)
+{
+    Why w{why, why_len};
+    if (why && why_len > 0)
+        why[0] = '\0';
+    if (!out)
+        return fail(w, -EINVAL, "manifest: decode needs an output manifest");
+    memset(out, 0, sizeof *out);
+    if (!buf)
+        len = 0;
+    try {
+        return decode(buf, len, out, w);
+    } catch (const std::bad_alloc &) {
+        return fail(w, -ENOMEM, "manifest: out of memory while decoding");
+    } catch (...) {
+        return fail(w, -EBADMSG, "manifest: unexpected C++ exception while decoding");
+    }
+}
+
+extern "C" void manifest_free(manifest_t *m)
+{
+    if (!m)
+        return;
+    free(m->shards);
+    m->shards = nullptr;
+    m->shard_count = 0;
+}

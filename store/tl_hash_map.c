@@ -1,0 +1,1153 @@
+/*
+ * tl_hash_map.c — the parameter store: a sharded, bucketised cuckoo hash map
+ * from 64-bit feature ids to K floats, built to hold 10^8..10^9 keys in less
+ * memory than the raw 8-byte key + value.
+ *
+ * KEY DECOMPOSITION
+ *   Every key is first scrambled with a reversible 64-bit mixer (murmur3's
+ *   fmix64, whose inverse is below), so x = mix(key) is uniform even for
+ *   sequential ids.  Its top bits choose the shard and the sub-table; the
+ *   remaining m bits, y, choose the bucket and the fingerprint:
+ *
+ *     x = [ shard | sub |            y  (m bits)            ]
+ *     p = y * B  (128-bit product, B = buckets in the sub-table)
+ *     i1 = p >> m                primary bucket, uniform in [0, B)
+ *     t  = (p mod 2^m) >> c      "remainder", c = floor(log2 B)
+ *
+ *   (i1, t) determine y exactly (consecutive y move p mod 2^m by B >= 2^c),
+ *   so a slot stores only t: the key bits the bucket index does not already
+ *   imply.  The alternate bucket is i2 = (f(t) - i1) mod B, an involution,
+ *   and a slot's keypart is (t << 1 | in_alternate), stored inverted so that
+ *   zeroed memory means "empty".
+ *
+ * BUCKET LAYOUT (one 64-byte cache line)
+ *   inline values (value is 4 bytes: K=1 fp32, or K=2 fp16), S slots:
+ *     bytes 0..4S-1   S values, 4 bytes each, slot j at byte 4j
+ *     bits 32S..      S keyparts of W bits, W = min(64, (512-32S)/S)
+ *   wider values, S slots:
+ *     bits 0..        S keyparts of W = min(64, 512/S) bits
+ *     value of slot j of bucket b at values + (b*S + j) * stride
+ *   S is chosen per sub-table to minimise memory subject to load <= max_load
+ *   and W >= bits(t) + 1.  At 100M LR keys: S = 7, W = 41, 10.7 B/entry.
+ *
+ *   A lookup reads both candidate buckets (two cache lines, prefetched across
+ *   the batch) and, on a miss in both, a small per-sub-table stash that holds
+ *   the rare keys cuckoo insertion could not place.
+ *
+ * SUB-TABLES AND GROWTH
+ *   Each shard has 2^u sub-tables, each its own mmap (2 MiB aligned,
+ *   MADV_HUGEPAGE).  When a sub-table passes max_load its writer builds a
+ *   larger copy, publishes the new pointer and frees the old one after an
+ *   epoch grace period (epoch.c).  Only one sub-table is ever duplicated, so
+ *   growth adds 1/(shards*2^u) of the table at the peak, never 2x.
+ *
+ * THREAD SAFETY AND MEMORY ORDERING
+ *   One writer per shard (the caller serialises), any number of readers.
+ *   - Sub-table pointers: writer publishes with a seq_cst store; readers load
+ *     them inside epoch_enter/epoch_exit, so a retired sub-table is freed
+ *     only after every reader that could see it has left.
+ *   - Bucket contents: each sub-table has a version counter (a seqlock) on
+ *     its own cache line.  A writer that changes keyparts or a multi-word
+ *     value makes it odd (relaxed store + release fence), writes with relaxed
+ *     atomic stores, then makes it even (release store).  A reader loads it
+ *     (acquire), reads the buckets with relaxed atomic 64-bit loads, issues an
+ *     acquire fence and reloads it; odd or changed means retry the key.
+ *     Cuckoo moves copy an entry to its new slot before clearing the old one,
+ *     and a whole path is one write section, so a reader either sees the
+ *     state before or after, never a false miss.
+ *   - A K=1 fp32 overwrite of an existing key is a single relaxed 64-bit
+ *     store of the word that holds the value (the writer owns that word), so
+ *     readers see the old or the new float, never a torn one, without a
+ *     version bump.
+ *   - Counts are relaxed atomics written only by the shard's writer.
+ */
+#include "epoch.h"
+#include "store_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define BUCKET_BYTES 64
+#define BUCKET_WORDS 8
+#define STASH_MAX 8
+#define BFS_MAX_NODES 512
+#define PREFETCH_DISTANCE 16 /* keys in flight in store_lookup_batch */
+#define HUGE_PAGE (2u << 20)
+#define KEYS_PER_SUBTABLE (1u << 20) /* sizing target at create time */
+#define MAX_SUBTABLES 4096
+#define GROWTH_FACTOR 1.3
+
+typedef unsigned __int128 u128;
+
+/* ---- key scrambling ---------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static uint64_t unmix64(uint64_t k)
+{
+    k ^= k >> 33; /* x ^= x >> 33 is its own inverse (33 >= 64/2) */
+    k *= 0x9cb4b2f8129337dbULL; /* inverse of 0xc4ceb9fe1a85ec53 mod 2^64 */
+    k ^= k >> 33;
+    k *= 0x4f74430c22a54005ULL; /* inverse of 0xff51afd7ed558ccd mod 2^64 */
+    k ^= k >> 33;
+    return k;
+}
+
+/* ---- data structures ---------------------------------------------------- */
+
+struct subtable {
+    /* read-mostly geometry: fixed for the sub-table's life */
+    uint8_t *buckets;        /* nbuckets * 64 bytes */
+    uint8_t *values;         /* out-of-line values, NULL when inline */
+    uint64_t nbuckets;       /* B */
+    uint64_t capacity;       /* entries allowed before growth */
+    uint32_t slots;          /* S per bucket */
+    uint32_t kp_bits;        /* W */
+    uint32_t kp_off;         /* bit offset of keypart 0 in the bucket */
+    uint32_t c_shift;        /* floor(log2 B) */
+    uint64_t kp_mask;        /* (1 << W) - 1 */
+    size_t bucket_map_bytes; /* for munmap */
+    size_t value_map_bytes;
+    uint8_t *bucket_map;     /* mapping bases (buckets/values are aligned inside) */
+    uint8_t *value_map;
+    /* writer-owned, read relaxed by stats */
+    _Atomic uint64_t count;  /* entries in buckets + stash */
+    _Atomic uint32_t stash_n;
+    /* seqlock: own cache line, written by the shard's writer only */
+    _Alignas(64) _Atomic uint32_t version;
+    /* stash: keys and values of entries that no bucket could take */
+    _Alignas(64) _Atomic uint64_t stash_keys[STASH_MAX];
+    _Alignas(8) uint8_t stash_values[]; /* STASH_MAX * value stride */
+};
+
+struct shard_state {
+    _Atomic uint64_t rebuilds; /* written by the shard's writer */
+    char pad[56];
+};
+
+struct store {
+    uint32_t K;            /* floats per value */
+    store_dtype_t dtype;
+    uint32_t vbytes;       /* K * 4 or K * 2 */
+    uint32_t vstride;      /* vbytes rounded up to 4 */
+    bool inline_values;    /* vbytes == 4 */
+    uint32_t shard_bits, sub_bits, m; /* m = 64 - shard_bits - sub_bits */
+    uint64_t y_mask;       /* low m bits */
+    uint32_t nshards, nsubs;
+    double max_load;
+    _Atomic(struct subtable *) *subs; /* [shard * nsubs + sub] */
+    struct shard_state *shards;
+};
+
+/* Where a key lives, computed once per key. */
+struct loc {
+    uint32_t shard, sub;
+    uint64_t t;            /* remainder */
+    uint64_t b1, b2;       /* candidate buckets */
+    uint64_t want1, want2; /* stored (inverted) keypart in b1 / b2; 0 = impossible */
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static inline uint32_t floor_log2(uint64_t v)
+{
+    return 63u - (uint32_t)__builtin_clzll(v);
+}
+
+static inline uint64_t load_word(const uint8_t *bucket, unsigned w)
+{
+    return __atomic_load_n((const uint64_t *)(const void *)bucket + w, __ATOMIC_RELAXED);
+}
+
+static inline void store_word(uint8_t *bucket, unsigned w, uint64_t v)
+{
+    __atomic_store_n((uint64_t *)(void *)bucket + w, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t get_bits(const uint64_t *words, uint32_t off, uint32_t width, uint64_t mask)
+{
+    uint32_t lo = off >> 6, sh = off & 63;
+    uint64_t v = words[lo] >> sh;
+    if (sh + width > 64)
+        v |= words[lo + 1] << (64 - sh);
+    return v & mask;
+}
+
+static inline void put_bits(uint64_t *words, uint32_t off, uint32_t width, uint64_t mask,
+                            uint64_t v)
+{
+    uint32_t lo = off >> 6, sh = off & 63;
+    words[lo] = (words[lo] & ~(mask << sh)) | (v << sh);
+    if (sh + width > 64) {
+        uint32_t hi_bits = 64 - sh;
+        words[lo + 1] = (words[lo + 1] & ~(mask >> hi_bits)) | (v >> hi_bits);
+    }
+}
+
+static inline uint64_t alt_bucket(uint64_t b, uint64_t t, uint64_t B)
+{
+    uint64_t f = (uint64_t)(((u128)(t * 0x9e3779b97f4a7c15ULL) * B) >> 64);
+    return f >= b ? f - b : f + B - b;
+}
+
+static inline struct subtable *sub_ptr(const store_t *s, uint32_t shard, uint32_t sub)
+{
+    return atomic_load_explicit(&s->subs[(size_t)shard * s->nsubs + sub], memory_order_seq_cst);
+}
+
+static inline void split_key(const store_t *s, uint64_t key, uint32_t *shard, uint32_t *sub,
+                             uint64_t *y)
+{
+    uint64_t x = mix64(key);
+    uint64_t top = s->m == 64 ? 0 : x >> s->m;
+    *shard = (uint32_t)(top >> s->sub_bits);
+    *sub = (uint32_t)(top & (s->nsubs - 1));
+    *y = x & s->y_mask;
+}
+
+/* Fills the bucket part of loc for sub-table st. */
+static inline void locate_in(const store_t *s, const struct subtable *st, uint64_t y, struct loc *l)
+{
+    u128 p = (u128)y * st->nbuckets;
+    l->b1 = (uint64_t)(p >> s->m);
+    l->t = ((uint64_t)p & s->y_mask) >> st->c_shift;
+    l->b2 = alt_bucket(l->b1, l->t, st->nbuckets);
+    l->want1 = ~(l->t << 1) & st->kp_mask;
+    l->want2 = ~((l->t << 1) | 1) & st->kp_mask; /* 0 when t is all ones: never stored */
+}
+
+static inline uint64_t key_of(const store_t *s, const struct subtable *st, uint32_t shard,
+                              uint32_t sub, uint64_t bucket, uint64_t kp)
+{
+    uint64_t t = kp >> 1;
+    uint64_t b1 = (kp & 1) ? alt_bucket(bucket, t, st->nbuckets) : bucket;
+    u128 num = ((u128)b1 << s->m) + ((u128)t << st->c_shift);
+    uint64_t y = (uint64_t)((num + st->nbuckets - 1) / st->nbuckets);
+    uint64_t top = ((uint64_t)shard << s->sub_bits) | sub;
+    uint64_t x = s->m == 64 ? y : (top << s->m) | y;
+    return unmix64(x);
+}
+
+static inline uint8_t *bucket_at(const struct subtable *st, uint64_t b)
+{
+    return st->buckets + b * BUCKET_BYTES;
+}
+
+static inline uint8_t *value_at(const store_t *s, const struct subtable *st, uint64_t b, uint32_t j)
+{
+    return st->values + (b * st->slots + j) * s->vstride;
+}
+
+static inline uint8_t *stash_value_at(const store_t *s, struct subtable *st, uint32_t i)
+{
+    return st->stash_values + (size_t)i * s->vstride;
+}
+
+/* Copies a raw value with relaxed 4-byte atomic loads (seqlock readers). */
+static inline void copy_raw_in(uint8_t *dst, const uint8_t *src, uint32_t vstride)
+{
+    for (uint32_t i = 0; i < vstride; i += 4) {
+        uint32_t w = __atomic_load_n((const uint32_t *)(const void *)(src + i), __ATOMIC_RELAXED);
+        memcpy(dst + i, &w, 4);
+    }
+}
+
+/* Writer side of copy_raw_in. */
+static inline void copy_raw_out(uint8_t *dst, const uint8_t *src, uint32_t vbytes)
+{
+    for (uint32_t i = 0; i < vbytes; i += 4) {
+        uint32_t w = 0;
+        memcpy(&w, src + i, vbytes - i < 4 ? vbytes - i : 4);
+        __atomic_store_n((uint32_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+    }
+}
+
+static inline void raw_to_f32(const store_t *s, const uint8_t *raw, float *out)
+{
+    if (s->dtype == STORE_DTYPE_F32) {
+        memcpy(out, raw, (size_t)s->K * 4);
+    } else {
+        for (uint32_t i = 0; i < s->K; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            out[i] = store_f16_to_f32(h);
+        }
+    }
+}
+
+static inline void f32_to_raw(const store_t *s, const float *in, uint8_t *raw)
+{
+    if (s->dtype == STORE_DTYPE_F32) {
+        memcpy(raw, in, (size_t)s->K * 4);
+    } else {
+        for (uint32_t i = 0; i < s->K; i++) {
+            uint16_t h = store_f32_to_f16(in[i]);
+            memcpy(raw + 2 * i, &h, 2);
+        }
+    }
+}
+
+static inline void write_begin(struct subtable *st)
+{
+    uint32_t v = atomic_load_explicit(&st->version, memory_order_relaxed);
+    atomic_store_explicit(&st->version, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static inline void write_end(struct subtable *st)
+{
+    uint32_t v = atomic_load_explicit(&st->version, memory_order_relaxed);
+    atomic_store_explicit(&st->version, v + 1, memory_order_release);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+/* Maps zeroed memory; regions of 2 MiB or more start on a huge page boundary
+ * and ask for transparent huge pages.  *base and *mapped are what to unmap. */
+__attribute__((cold)) static void *map_table(size_t bytes, uint8_t **base, size_t *mapped)
+{
+    size_t page = 4096;
+    bytes = (bytes + page - 1) & ~(page - 1);
+    bool huge = bytes >= HUGE_PAGE;
+    size_t len = huge ? bytes + HUGE_PAGE : bytes;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *start = p;
+    if (huge) {
+        uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+        start = (uint8_t *)a;
+        if (start > p)
+            munmap(p, (size_t)(start - p));
+        size_t tail = (size_t)((p + len) - (start + bytes));
+        if (tail)
+            munmap(start + bytes, tail);
+        madvise(start, bytes, MADV_HUGEPAGE);
+        *base = start;
+        *mapped = bytes;
+    } else {
+        *base = p;
+        *mapped = len;
+    }
+    return start;
+}
+
+static void subtable_free(struct subtable *st)
+{
+    if (!st)
+        return;
+    if (st->bucket_map)
+        munmap(st->bucket_map, st->bucket_map_bytes);
+    if (st->value_map)
+        munmap(st->value_map, st->value_map_bytes);
+    free(st);
+}
+
+/* Chooses S, W and B for a sub-table that must hold `target` entries with the
+ * least memory.  See the layout comment at the top. */
+static void choose_geometry(const store_t *s, uint64_t target, uint32_t *S_out, uint32_t *W_out,
+                            uint64_t *B_out)
+{
+    double best_mem = 0;
+    uint32_t lo = s->inline_values ? 4 : 8, hi = s->inline_values ? 7 : 14;
+    for (uint32_t S = hi; S >= lo; S--) {
+        uint32_t bits = s->inline_values ? 512 - 32 * S : 512;
+        uint32_t W = bits / S > 64 ? 64 : bits / S;
+        /* t has m - c bits; need m - c <= W - 1 */
+        int32_t c_min = (int32_t)s->m - (int32_t)(W - 1);
+        uint64_t B_bits = c_min > 0 ? (uint64_t)1 << c_min : 1;
+        double need = (double)target / ((double)S * s->max_load);
+        uint64_t B_load = need < 1 ? 1 : (uint64_t)ceil(need);
+        uint64_t B = B_bits > B_load ? B_bits : B_load;
+        double mem = (double)B * (BUCKET_BYTES + (s->inline_values ? 0 : (double)S * s->vstride));
+        if (best_mem == 0 || mem < best_mem) {
+            best_mem = mem;
+            *S_out = S;
+            *W_out = W;
+            *B_out = B;
+        }
+    }
+}
+
+static int subtable_new(const store_t *s, uint64_t target, struct subtable **out)
+{
+    uint32_t S = 0, W = 0;
+    uint64_t B = 0;
+    choose_geometry(s, target, &S, &W, &B);
+
+    struct subtable *st = aligned_alloc(64, (sizeof *st + (size_t)STASH_MAX * s->vstride + 63) & ~(size_t)63);
+    if (!st)
+        return -ENOMEM;
+    memset(st, 0, sizeof *st);
+    st->nbuckets = B;
+    st->slots = S;
+    st->kp_bits = W;
+    st->kp_off = s->inline_values ? 32 * S : 0;
+    st->c_shift = floor_log2(B);
+    st->kp_mask = W == 64 ? ~0ULL : ((1ULL << W) - 1);
+    st->capacity = (uint64_t)((double)B * S * s->max_load);
+    if (st->capacity == 0)
+        st->capacity = 1;
+    st->buckets = map_table(B * BUCKET_BYTES, &st->bucket_map, &st->bucket_map_bytes);
+    if (!st->buckets)
+        goto fail;
+    if (!s->inline_values) {
+        st->values = map_table(B * S * s->vstride, &st->value_map, &st->value_map_bytes);
+        if (!st->values)
+            goto fail;
+    }
+    *out = st;
+    return 0;
+fail:
+    subtable_free(st);
+    return -ENOMEM;
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+/* Finds want in bucket b's keyparts (words already loaded); returns the slot
+ * or -1. */
+static inline int find_in_words(const struct subtable *st, const uint64_t *words, uint64_t want)
+{
+    uint32_t off = st->kp_off;
+    for (uint32_t j = 0; j < st->slots; j++, off += st->kp_bits)
+        if (get_bits(words, off, st->kp_bits, st->kp_mask) == want)
+            return (int)j;
+    return -1;
+}
+
+static inline void load_bucket(const struct subtable *st, uint64_t b, uint64_t *words)
+{
+    const uint8_t *p = bucket_at(st, b);
+    for (unsigned w = 0; w < BUCKET_WORDS; w++)
+        words[w] = load_word(p, w);
+}
+
+/* Seqlock-validated lookup of one located key.  Copies the raw value to raw
+ * (vstride bytes) and returns true when found. */
+static bool probe(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l,
+                  uint8_t *raw)
+{
+    uint64_t w1[BUCKET_WORDS], w2[BUCKET_WORDS];
+    for (;;) {
+        uint32_t v1 = atomic_load_explicit(&st->version, memory_order_acquire);
+        if (unlikely(v1 & 1)) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        bool found = true;
+        load_bucket(st, l->b1, w1);
+        int j = find_in_words(st, w1, l->want1);
+        const uint64_t *w = w1;
+        uint64_t b = l->b1;
+        if (j < 0 && l->want2) {
+            load_bucket(st, l->b2, w2);
+            j = find_in_words(st, w2, l->want2);
+            w = w2;
+            b = l->b2;
+        }
+        if (j >= 0) {
+            if (s->inline_values) {
+                uint32_t v = (uint32_t)(w[j >> 1] >> (32 * (j & 1)));
+                memcpy(raw, &v, 4);
+            } else {
+                copy_raw_in(raw, value_at(s, st, b, (uint32_t)j), s->vstride);
+            }
+        } else {
+            found = false;
+            uint32_t n = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
+            for (uint32_t i = 0; i < n && i < STASH_MAX; i++) {
+                if (atomic_load_explicit(&st->stash_keys[i], memory_order_relaxed) == key) {
+                    copy_raw_in(raw, st->stash_values + (size_t)i * s->vstride, s->vstride);
+                    found = true;
+                    break;
+                }
+            }
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (likely(atomic_load_explicit(&st->version, memory_order_relaxed) == v1))
+            return found;
+    }
+}
+
+size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, float *out,
+                          uint8_t *found)
+{
+    struct loc ring[PREFETCH_DISTANCE];
+    struct subtable *ring_st[PREFETCH_DISTANCE];
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    size_t hits = 0;
+    const uint32_t K = s->K;
+
+    epoch_enter();
+    for (size_t i = 0; i < n + PREFETCH_DISTANCE; i++) {
+        if (i < n) {
+            unsigned r = i % PREFETCH_DISTANCE;
+            uint64_t y;
+            split_key(s, keys[i], &ring[r].shard, &ring[r].sub, &y);
+            struct subtable *st = sub_ptr(s, ring[r].shard, ring[r].sub);
+            locate_in(s, st, y, &ring[r]);
+            ring_st[r] = st;
+            __builtin_prefetch(bucket_at(st, ring[r].b1));
+            __builtin_prefetch(bucket_at(st, ring[r].b2));
+        }
+        if (i >= PREFETCH_DISTANCE) {
+            size_t k = i - PREFETCH_DISTANCE;
+            unsigned r = k % PREFETCH_DISTANCE;
+            bool hit = probe(s, ring_st[r], keys[k], &ring[r], raw);
+            if (hit) {
+                raw_to_f32(s, raw, out + k * K);
+                hits++;
+            } else {
+                memset(out + k * K, 0, (size_t)K * sizeof(float));
+            }
+            if (found)
+                found[k] = hit;
+        }
+    }
+    epoch_exit();
+    return hits;
+}
+
+int store_lookup(const store_t *s, uint64_t key, float *out)
+{
+    uint8_t f;
+    store_lookup_batch(s, &key, 1, out, &f);
+    return f;
+}
+
+/* ---- writes ------------------------------------------------------------- */
+
+/* Writer's view (no seqlock needed: only the writer mutates).  Returns the
+ * slot and sets *bucket, or -1; -2 - i for stash entry i. */
+static int find_slot(const struct subtable *st, uint64_t key, const struct loc *l, uint64_t *bucket)
+{
+    uint64_t w[BUCKET_WORDS];
+    load_bucket(st, l->b1, w);
+    int j = find_in_words(st, w, l->want1);
+    if (j >= 0) {
+        *bucket = l->b1;
+        return j;
+    }
+    if (l->want2) {
+        load_bucket(st, l->b2, w);
+        j = find_in_words(st, w, l->want2);
+        if (j >= 0) {
+            *bucket = l->b2;
+            return j;
+        }
+    }
+    uint32_t n = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&st->stash_keys[i], memory_order_relaxed) == key)
+            return -2 - (int)i;
+    return -1;
+}
+
+static inline uint64_t slot_kp(const struct subtable *st, const uint64_t *words, uint32_t j)
+{
+    return get_bits(words, st->kp_off + j * st->kp_bits, st->kp_bits, st->kp_mask);
+}
+
+/* Writes keypart kp (stored form) and value raw into slot j of bucket b.
+ * Caller is inside write_begin/write_end. */
+static void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
+                       const uint8_t *raw)
+{
+    uint8_t *p = bucket_at(st, b);
+    uint64_t w[BUCKET_WORDS];
+    load_bucket(st, b, w);
+    uint64_t old[BUCKET_WORDS];
+    memcpy(old, w, sizeof w);
+    put_bits(w, st->kp_off + j * st->kp_bits, st->kp_bits, st->kp_mask, kp);
+    if (s->inline_values && raw) {
+        uint32_t v;
+        memcpy(&v, raw, 4);
+        unsigned wi = j >> 1, sh = 32 * (j & 1);
+        w[wi] = (w[wi] & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh);
+    } else if (raw) {
+        copy_raw_out(value_at(s, st, b, j), raw, s->vbytes);
+    }
+    for (unsigned i = 0; i < BUCKET_WORDS; i++)
+        if (w[i] != old[i])
+            store_word(p, i, w[i]);
+}
+
+/* Reads the raw value of slot j of bucket b (writer side). */
+static void slot_value(const store_t *s, const struct subtable *st, uint64_t b, uint32_t j,
+                       uint8_t *raw)
+{
+    if (s->inline_values) {
+        uint64_t w = load_word(bucket_at(st, b), j >> 1);
+        uint32_t v = (uint32_t)(w >> (32 * (j & 1)));
+        memcpy(raw, &v, 4);
+    } else {
+        memcpy(raw, value_at(s, st, b, j), s->vstride);
+    }
+}
+
+static int empty_slot(const struct subtable *st, uint64_t b)
+{
+    uint64_t w[BUCKET_WORDS];
+    load_bucket(st, b, w);
+    for (uint32_t j = 0; j < st->slots; j++)
+        if (slot_kp(st, w, j) == 0)
+            return (int)j;
+    return -1;
+}
+
+struct bfs_node {
+    uint64_t bucket;
+    int32_t parent;   /* index of parent node, -1 for a root */
+    uint32_t slot;    /* slot in the parent's bucket whose entry moves here */
+};
+
+static bool on_path(const struct bfs_node *nodes, int32_t i, uint64_t bucket)
+{
+    for (; i >= 0; i = nodes[i].parent)
+        if (nodes[i].bucket == bucket)
+            return true;
+    return false;
+}
+
+/* Moves the entry in slot j of bucket `from` to slot `to_slot` of its other
+ * bucket `to`.  Copy first, clear second. */
+static void move_entry(const store_t *s, struct subtable *st, uint64_t from, uint32_t j, uint64_t to,
+                       uint32_t to_slot)
+{
+    uint64_t w[BUCKET_WORDS];
+    load_bucket(st, from, w);
+    uint64_t kp = ~slot_kp(st, w, j) & st->kp_mask; /* logical keypart */
+    uint64_t nkp = ~(kp ^ 1) & st->kp_mask;         /* flip "in alternate" */
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    slot_value(s, st, from, j, raw);
+    slot_write(s, st, to, to_slot, nkp, raw);
+    slot_write(s, st, from, j, 0, NULL);
+}
+
+/* Inserts a key known to be absent.  Returns 0, or -ENOSPC when neither a
+ * cuckoo path nor the stash has room (the caller grows the sub-table). */
+static int place_new(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l,
+                     const uint8_t *raw)
+{
+    int j = empty_slot(st, l->b1);
+    if (j >= 0) {
+        write_begin(st);
+        slot_write(s, st, l->b1, (uint32_t)j, l->want1, raw);
+        write_end(st);
+        return 0;
+    }
+    if (l->want2) {
+        j = empty_slot(st, l->b2);
+        if (j >= 0) {
+            write_begin(st);
+            slot_write(s, st, l->b2, (uint32_t)j, l->want2, raw);
+            write_end(st);
+            return 0;
+        }
+    }
+
+    /* Breadth-first search for a short chain of moves that frees a slot. */
+    static _Thread_local struct bfs_node nodes[BFS_MAX_NODES];
+    int32_t n = 0, head = 0;
+    nodes[n++] = (struct bfs_node){l->b1, -1, 0};
+    if (l->want2 && l->b2 != l->b1)
+        nodes[n++] = (struct bfs_node){l->b2, -1, 0};
+    while (head < n) {
+        int32_t cur = head++;
+        uint64_t b = nodes[cur].bucket;
+        int e = cur < 2 && nodes[cur].parent < 0 ? -1 : empty_slot(st, b);
+        if (e >= 0) {
+            /* Execute the path from the free end back to the root. */
+            write_begin(st);
+            int32_t i = cur;
+            uint32_t free_slot = (uint32_t)e;
+            while (nodes[i].parent >= 0) {
+                int32_t p = nodes[i].parent;
+                move_entry(s, st, nodes[p].bucket, nodes[i].slot, nodes[i].bucket, free_slot);
+                free_slot = nodes[i].slot;
+                i = p;
+            }
+            uint64_t want = nodes[i].bucket == l->b1 ? l->want1 : l->want2;
+            slot_write(s, st, nodes[i].bucket, free_slot, want, raw);
+            write_end(st);
+            return 0;
+        }
+        uint64_t w[BUCKET_WORDS];
+        load_bucket(st, b, w);
+        for (uint32_t k = 0; k < st->slots && n < BFS_MAX_NODES; k++) {
+            uint64_t kp = ~slot_kp(st, w, k) & st->kp_mask;
+            if ((kp ^ 1) == st->kp_mask)
+                continue; /* would become all ones (empty) in its other bucket */
+            uint64_t other = alt_bucket(b, kp >> 1, st->nbuckets);
+            if (other == b || on_path(nodes, cur, other))
+                continue;
+            nodes[n++] = (struct bfs_node){other, cur, k};
+        }
+    }
+
+    uint32_t sn = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
+    if (sn >= STASH_MAX)
+        return -ENOSPC;
+    write_begin(st);
+    copy_raw_out(stash_value_at(s, st, sn), raw, s->vbytes);
+    atomic_store_explicit(&st->stash_keys[sn], key, memory_order_relaxed);
+    atomic_store_explicit(&st->stash_n, sn + 1, memory_order_relaxed);
+    write_end(st);
+    return 0;
+}
+
+struct rebuild_ctx {
+    const store_t *s;
+    struct subtable *dst;
+    uint32_t shard, sub;
+    int err;
+};
+
+static int sub_foreach_raw(const store_t *s, const struct subtable *st, uint32_t shard, uint32_t sub,
+                           store_visit_raw_fn fn, void *ctx);
+
+static int copy_into(void *vctx, uint64_t key, const void *raw)
+{
+    struct rebuild_ctx *c = vctx;
+    uint32_t shard, sub;
+    uint64_t y;
+    struct loc l;
+    split_key(c->s, key, &shard, &sub, &y);
+    locate_in(c->s, c->dst, y, &l);
+    if (place_new(c->s, c->dst, key, &l, raw) != 0)
+        return -ENOSPC;
+    atomic_fetch_add_explicit(&c->dst->count, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* Replaces sub-table (shard, sub) by a copy sized for at least `target`
+ * entries.  Readers keep using the old one until they leave their epoch. */
+__attribute__((cold)) static int rebuild(store_t *s, uint32_t shard, uint32_t sub, uint64_t target)
+{
+    struct subtable *old = sub_ptr(s, shard, sub);
+    uint64_t count = atomic_load_explicit(&old->count, memory_order_relaxed);
+    if (target < count)
+        target = count;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        struct subtable *nt;
+        int rc = subtable_new(s, target, &nt);
+        if (rc)
+            return rc;
+        struct rebuild_ctx c = {s, nt, shard, sub, 0};
+        if (sub_foreach_raw(s, old, shard, sub, copy_into, &c) == 0) {
+            atomic_store_explicit(&s->subs[(size_t)shard * s->nsubs + sub], nt, memory_order_seq_cst);
+            atomic_fetch_add_explicit(&s->shards[shard].rebuilds, 1, memory_order_relaxed);
+            epoch_synchronize();
+            subtable_free(old);
+            return 0;
+        }
+        subtable_free(nt); /* unlucky cuckoo cycle: try a little larger */
+        target = target + target / 8 + 64;
+    }
+    return -ENOMEM;
+}
+
+static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw, uint32_t only_shard)
+{
+    uint32_t shard, sub;
+    uint64_t y;
+    split_key(s, key, &shard, &sub, &y);
+    if (only_shard != UINT32_MAX && shard != only_shard)
+        return -EXDEV;
+    struct subtable *st = sub_ptr(s, shard, sub);
+    struct loc l;
+    locate_in(s, st, y, &l);
+
+    uint64_t b = 0;
+    int j = find_slot(st, key, &l, &b);
+    if (j >= 0) {
+        if (s->inline_values) { /* one 64-bit store: never torn */
+            uint8_t *p = bucket_at(st, b);
+            unsigned wi = (unsigned)j >> 1, sh = 32 * ((unsigned)j & 1);
+            uint32_t v;
+            memcpy(&v, raw, 4);
+            uint64_t w = load_word(p, wi);
+            store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
+        } else {
+            write_begin(st);
+            copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
+            write_end(st);
+        }
+        return 0;
+    }
+    if (j <= -2) {
+        write_begin(st);
+        copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
+        write_end(st);
+        return 0;
+    }
+
+    for (;;) {
+        uint64_t count = atomic_load_explicit(&st->count, memory_order_relaxed);
+        int rc = -ENOSPC;
+        if (count < st->capacity)
+            rc = place_new(s, st, key, &l, raw);
+        if (rc == 0) {
+            atomic_store_explicit(&st->count, count + 1, memory_order_relaxed);
+            return 1;
+        }
+        uint64_t target = (uint64_t)((double)(count + 1) * GROWTH_FACTOR) + 16;
+        rc = rebuild(s, shard, sub, target);
+        if (rc)
+            return rc;
+        st = sub_ptr(s, shard, sub);
+        locate_in(s, st, y, &l);
+    }
+}
+
+int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
+{
+    uint8_t buf[STORE_MAX_VALUE_FLOATS * 4] = {0};
+    memcpy(buf, raw, s->vbytes);
+    return upsert_raw(s, key, buf, UINT32_MAX);
+}
+
+int store_upsert(store_t *s, uint64_t key, const float *value)
+{
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
+    f32_to_raw(s, value, raw);
+    return upsert_raw(s, key, raw, UINT32_MAX);
+}
+
+int store_delete(store_t *s, uint64_t key)
+{
+    uint32_t shard, sub;
+    uint64_t y;
+    split_key(s, key, &shard, &sub, &y);
+    struct subtable *st = sub_ptr(s, shard, sub);
+    struct loc l;
+    locate_in(s, st, y, &l);
+    uint64_t b = 0;
+    int j = find_slot(st, key, &l, &b);
+    if (j == -1)
+        return 0;
+    write_begin(st);
+    if (j >= 0) {
+        slot_write(s, st, b, (uint32_t)j, 0, NULL);
+    } else {
+        uint32_t i = (uint32_t)(-2 - j);
+        uint32_t last = atomic_load_explicit(&st->stash_n, memory_order_relaxed) - 1;
+        if (i != last) {
+            uint64_t k = atomic_load_explicit(&st->stash_keys[last], memory_order_relaxed);
+            uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+            memcpy(raw, stash_value_at(s, st, last), s->vstride);
+            copy_raw_out(stash_value_at(s, st, i), raw, s->vbytes);
+            atomic_store_explicit(&st->stash_keys[i], k, memory_order_relaxed);
+        }
+        atomic_store_explicit(&st->stash_n, last, memory_order_relaxed);
+    }
+    write_end(st);
+    atomic_fetch_sub_explicit(&st->count, 1, memory_order_relaxed);
+    return 1;
+}
+
+int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n, size_t *bad)
+{
+    const size_t rec = 8 + s->vbytes;
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
+    if (shard >= s->nshards)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (i + PREFETCH_DISTANCE < n) {
+            uint64_t pk, py;
+            uint32_t psh, psub;
+            memcpy(&pk, entries + (i + PREFETCH_DISTANCE) * rec, 8);
+            split_key(s, pk, &psh, &psub, &py);
+            if (psh == shard) {
+                struct subtable *st = sub_ptr(s, psh, psub);
+                struct loc l;
+                locate_in(s, st, py, &l);
+                __builtin_prefetch(bucket_at(st, l.b1), 1);
+                __builtin_prefetch(bucket_at(st, l.b2), 1);
+            }
+        }
+        uint64_t key;
+        memcpy(&key, entries + i * rec, 8);
+        memcpy(raw, entries + i * rec + 8, s->vbytes);
+        int rc = upsert_raw(s, key, raw, shard);
+        if (rc == 1)
+            continue;
+        if (bad)
+            *bad = i;
+        if (rc == 0) { /* a duplicate: undo nothing (value equal or not, it is an error) */
+            return -EEXIST;
+        }
+        return rc;
+    }
+    return 0;
+}
+
+/* ---- sizing ------------------------------------------------------------- */
+
+int store_reserve_sub(store_t *s, uint32_t shard, uint32_t sub, uint64_t keys)
+{
+    if (shard >= s->nshards || sub >= s->nsubs)
+        return -EINVAL;
+    struct subtable *st = sub_ptr(s, shard, sub);
+    if (st->capacity >= keys)
+        return 0;
+    return rebuild(s, shard, sub, keys);
+}
+
+int store_reserve_shard(store_t *s, uint32_t shard, uint64_t keys)
+{
+    if (shard >= s->nshards)
+        return -EINVAL;
+    double per = (double)keys / s->nsubs;
+    /* binomial spread of keys over sub-tables: mean + 4 sigma + slack */
+    uint64_t want = (uint64_t)(per + 4.0 * sqrt(per) + 16.0);
+    for (uint32_t u = 0; u < s->nsubs; u++) {
+        int rc = store_reserve_sub(s, shard, u, want);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- iteration ---------------------------------------------------------- */
+
+static int sub_foreach_raw(const store_t *s, const struct subtable *st, uint32_t shard, uint32_t sub,
+                           store_visit_raw_fn fn, void *ctx)
+{
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    uint64_t w[BUCKET_WORDS];
+    for (uint64_t b = 0; b < st->nbuckets; b++) {
+        load_bucket(st, b, w);
+        for (uint32_t j = 0; j < st->slots; j++) {
+            uint64_t kp = slot_kp(st, w, j);
+            if (kp == 0)
+                continue;
+            uint64_t key = key_of(s, st, shard, sub, b, ~kp & st->kp_mask);
+            slot_value(s, st, b, j, raw);
+            int rc = fn(ctx, key, raw);
+            if (rc)
+                return rc;
+        }
+    }
+    uint32_t n = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++) {
+        memcpy(raw, st->stash_values + (size_t)i * s->vstride, s->vstride);
+        int rc = fn(ctx, atomic_load_explicit(&st->stash_keys[i], memory_order_relaxed), raw);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int store_foreach_raw(const store_t *s, uint32_t shard, store_visit_raw_fn fn, void *ctx)
+{
+    if (shard >= s->nshards)
+        return -EINVAL;
+    int rc = 0;
+    epoch_enter();
+    for (uint32_t u = 0; u < s->nsubs && rc == 0; u++)
+        rc = sub_foreach_raw(s, sub_ptr(s, shard, u), shard, u, fn, ctx);
+    epoch_exit();
+    return rc;
+}
+
+struct f32_visit {
+    const store_t *s;
+    store_visit_fn fn;
+    void *ctx;
+};
+
+static int visit_as_f32(void *vctx, uint64_t key, const void *raw)
+{
+    struct f32_visit *v = vctx;
+    float out[STORE_MAX_VALUE_FLOATS];
+    raw_to_f32(v->s, raw, out);
+    return v->fn(v->ctx, key, out);
+}
+
+int store_foreach(const store_t *s, uint32_t shard, store_visit_fn fn, void *ctx)
+{
+    struct f32_visit v = {s, fn, ctx};
+    return store_foreach_raw(s, shard, visit_as_f32, &v);
+}
+
+/* ---- lifecycle and accessors -------------------------------------------- */
+
+int store_options_check(const store_options_t *opt, char *why, size_t why_len)
+{
+    char dummy[1];
+    if (!why) {
+        why = dummy;
+        why_len = sizeof dummy;
+    }
+    if (!opt) {
+        snprintf(why, why_len, "store options: NULL");
+        return -EINVAL;
+    }
+    if (opt->value_floats < 1 || opt->value_floats > STORE_MAX_VALUE_FLOATS) {
+        snprintf(why, why_len, "store options: value_floats is %u, must be 1..%d",
+                 opt->value_floats, STORE_MAX_VALUE_FLOATS);
+        return -EINVAL;
+    }
+    if (opt->dtype != STORE_DTYPE_F32 && opt->dtype != STORE_DTYPE_F16) {
+        snprintf(why, why_len, "store options: dtype is %d, must be f32 (0) or f16 (1)",
+                 (int)opt->dtype);
+        return -EINVAL;
+    }
+    if (opt->shards != 0 &&
+        (opt->shards > STORE_MAX_SHARDS || (opt->shards & (opt->shards - 1)) != 0)) {
+        snprintf(why, why_len, "store options: shards is %u, must be a power of two 1..%d",
+                 opt->shards, STORE_MAX_SHARDS);
+        return -EINVAL;
+    }
+    if (opt->max_load != 0 && !(opt->max_load >= 0.3 && opt->max_load <= 0.98)) {
+        snprintf(why, why_len, "store options: max_load is %g, must be 0.3..0.98", opt->max_load);
+        return -EINVAL;
+    }
+    if (opt->expected_keys > (1ULL << 40)) {
+        snprintf(why, why_len, "store options: expected_keys is %llu, more than 2^40",
+                 (unsigned long long)opt->expected_keys);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int store_create(const store_options_t *opt, store_t **out)
+{
+    int rc = store_options_check(opt, NULL, 0);
+    if (rc)
+        return rc;
+    store_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->K = opt->value_floats;
+    s->dtype = opt->dtype;
+    s->vbytes = s->K * (s->dtype == STORE_DTYPE_F32 ? 4 : 2);
+    s->vstride = (s->vbytes + 3) & ~3u;
+    s->inline_values = s->vbytes == 4;
+    s->nshards = opt->shards ? opt->shards : 16;
+    s->max_load = opt->max_load ? opt->max_load : 0.95;
+    s->shard_bits = floor_log2(s->nshards);
+    uint64_t per_shard = opt->expected_keys / s->nshards;
+    uint32_t nsubs = 1;
+    while ((uint64_t)nsubs * KEYS_PER_SUBTABLE < per_shard && nsubs * s->nshards < MAX_SUBTABLES)
+        nsubs <<= 1;
+    s->nsubs = nsubs;
+    s->sub_bits = floor_log2(nsubs);
+    s->m = 64 - s->shard_bits - s->sub_bits;
+    s->y_mask = s->m == 64 ? ~0ULL : (1ULL << s->m) - 1;
+
+    size_t nsub_total = (size_t)s->nshards * s->nsubs;
+    s->subs = calloc(nsub_total, sizeof *s->subs);
+    s->shards = aligned_alloc(64, s->nshards * sizeof *s->shards);
+    if (!s->subs || !s->shards) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    memset(s->shards, 0, s->nshards * sizeof *s->shards);
+    double per_sub = (double)opt->expected_keys / (double)nsub_total;
+    uint64_t target = opt->expected_keys ? (uint64_t)(per_sub + 4.0 * sqrt(per_sub) + 16.0) : 0;
+    for (size_t i = 0; i < nsub_total; i++) {
+        struct subtable *st;
+        rc = subtable_new(s, target, &st);
+        if (rc)
+            goto fail;
+        atomic_store_explicit(&s->subs[i], st, memory_order_relaxed);
+    }
+    *out = s;
+    return 0;
+fail:
+    store_destroy(s);
+    return rc;
+}
+
+void store_destroy(store_t *s)
+{
+    if (!s)
+        return;
+    if (s->subs) {
+        for (size_t i = 0; i < (size_t)s->nshards * s->nsubs; i++)
+            subtable_free(atomic_load_explicit(&s->subs[i], memory_order_relaxed));
+        free(s->subs);
+    }
+    free(s->shards);
+    free(s);
+}
+
+uint32_t store_value_floats(const store_t *s) { return s->K; }
+store_dtype_t store_dtype(const store_t *s) { return s->dtype; }
+uint32_t store_shards(const store_t *s) { return s->nshards; }
+size_t store_value_bytes(const store_t *s) { return s->vbytes; }
+uint32_t store_subs_per_shard(const store_t *s) { return s->nsubs; }
+
+uint32_t store_shard_of(const store_t *s, uint64_t key)
+{
+    uint32_t shard, sub;
+    uint64_t y;
+    split_key(s, key, &shard, &sub, &y);
+    return shard;
+}
+
+uint32_t store_sub_of(const store_t *s, uint64_t key)
+{
+    uint32_t shard, sub;
+    uint64_t y;
+    split_key(s, key, &shard, &sub, &y);
+    return sub;
+}
+
+uint64_t store_shard_count(const store_t *s, uint32_t shard)
+{
+    if (shard >= s->nshards)
+        return 0;
+    uint64_t n = 0;
+    epoch_enter();
+    for (uint32_t u = 0; u < s->nsubs; u++)
+        n += atomic_load_explicit(&sub_ptr(s, shard, u)->count, memory_order_relaxed);
+    epoch_exit();
+    return n;
+}
+
+uint64_t store_count(const store_t *s)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->nshards; i++)
+        n += store_shard_count(s, i);
+    return n;
+}
+
+void store_stats(const store_t *s, store_stats_t *st)
+{
+    memset(st, 0, sizeof *st);
+    epoch_enter();
+    for (uint32_t i = 0; i < s->nshards; i++) {
+        st->rebuilds += atomic_load_explicit(&s->shards[i].rebuilds, memory_order_relaxed);
+        for (uint32_t u = 0; u < s->nsubs; u++) {
+            const struct subtable *t = sub_ptr(s, i, u);
+            st->entries += atomic_load_explicit(&t->count, memory_order_relaxed);
+            st->slots += t->nbuckets * t->slots;
+            st->table_bytes += t->bucket_map_bytes + t->value_map_bytes;
+            st->stashed += atomic_load_explicit(&t->stash_n, memory_order_relaxed);
+            st->subtables++;
+        }
+    }
+    epoch_exit();
+}

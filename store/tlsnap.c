@@ -1,0 +1,856 @@
+/*
+ * tlsnap.c — the snapshot tool: make, inspect and check store snapshots.
+ *
+ *   tlsnap gen    --keys N --out DIR [...]   synthetic model -> full snapshot
+ *   tlsnap info   DIR                        print the manifest
+ *   tlsnap verify DIR [--threads T]          full load (checksums, keys) + lookups
+ *
+ * gen makes a model that is the same for any thread count:
+ *
+ *   key(i)   = mix64(i + seed * PHI)        i = 0..N-1; mix64 is bijective
+ *   value(k) = K draws ~N(0, 0.1) from a PRNG seeded by (k, seed)
+ *
+ * mix64 (the splitmix64 finaliser: xor-shifts and odd multiplies) is a
+ * bijection of 64-bit integers, so N distinct indices give N distinct keys
+ * without a "seen" set.  A value is the sum of four 16-bit uniforms from one
+ * splitmix64 draw (Irwin-Hall), centred and scaled: close enough to a normal
+ * for a synthetic model, and one multiply-xorshift per float.
+ *
+ * Filling the store follows its write rule (one writer per shard): thread t
+ * owns the shards s with s % T == t.  Every thread walks all N indices and
+ * keeps the keys of its own shards — regenerating a key is a few ns, far
+ * cheaper than handing keys between threads.  A first walk counts keys per
+ * shard so that store_reserve_shard() sizes each shard once and the fill
+ * never grows a table.
+ *
+ * verify loads with store_snapshot_load() (which checks every checksum,
+ * count and key), then re-reads every entry: it iterates each shard and looks
+ * the keys up again in batches, comparing values bit for bit, so that the
+ * read path and the iteration path of the table agree.
+ *
+ * THREAD SAFETY: a command-line program.  gen's threads write disjoint shard
+ * sets; verify's threads only read.  Exit status: 0 ok, 1 failure, 2 usage.
+ */
+#include "store/manifest.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef __cold
+#define __cold __attribute__((cold))
+#endif
+#ifndef __noreturn
+#define __noreturn __attribute__((noreturn))
+#endif
+
+#define PHI 0x9e3779b97f4a7c15ull /* 2^64 / golden ratio, odd */
+#define MAX_THREADS 1024
+#define LOOKUP_BATCH 256
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    *state += PHI;
+    return mix64(*state);
+}
+
+static uint64_t gen_key(uint64_t i, uint64_t seed)
+{
+    return mix64(i + seed * PHI);
+}
+
+/* K values for key, ~N(0, 0.1): a pure function of (key, seed). */
+static void gen_value(uint64_t key, uint64_t seed, uint32_t k, float *out)
+{
+    /* one 16-bit uniform: mean 32767.5, sd 65536/sqrt(12); the sum of four
+     * has mean 131070 and sd 65536/sqrt(3) = 37837.23 */
+    uint64_t st = key ^ mix64(seed ^ 0x5eedull);
+    for (uint32_t j = 0; j < k; j++) {
+        uint64_t r = splitmix64(&st);
+        double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) +
+                   (double)((r >> 32) & 0xffff) + (double)(r >> 48);
+        out[j] = (float)(0.1 * (s - 131070.0) / 37837.23);
+    }
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint32_t cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
+}
+
+static const char *dtype_name(store_dtype_t d)
+{
+    return d == STORE_DTYPE_F16 ? "f16" : "f32";
+}
+
+/* "12.3 MB" style, decimal units; buf must hold 32 bytes. */
+static const char *human_bytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1000.0 && u < 4) {
+        v /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
+ * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
+ * -EINVAL (not a number, unknown suffix, overflow). */
+static int parse_count(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -EINVAL;
+    uint64_t mul = 1;
+    if (*end != '\0') {
+        const char *sfx = "kMGT";
+        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
+        if (p == NULL)
+            return -EINVAL;
+        int power = (int)(p - sfx) + 1;
+        uint64_t base = 1000;
+        end++;
+        if (*end == 'i') {
+            base = 1024;
+            end++;
+        }
+        if (*end != '\0')
+            return -EINVAL;
+        for (int i = 0; i < power; i++)
+            mul *= base;
+    }
+    if (v != 0 && mul > UINT64_MAX / v)
+        return -EINVAL;
+    *out = (uint64_t)v * mul;
+    return 0;
+}
+
+/* Sum of the sizes of the regular files directly inside dir (0 when dir
+ * cannot be read). */
+static uint64_t dir_bytes(const char *dir, unsigned *files)
+{
+    uint64_t total = 0;
+    unsigned n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        goto out;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+            total += (uint64_t)st.st_size;
+            n++;
+        }
+    }
+    closedir(d);
+out:
+    if (files)
+        *files = n;
+    return total;
+}
+
+static __cold void print_store_error(const char *cmd, const store_error_t *err)
+{
+    fprintf(stderr, "tlsnap %s: %s: %s\n", cmd, store_errc_name(err->code),
+            err->msg[0] ? err->msg : "(no message)");
+}
+
+/* ---- usage and flags ------------------------------------------------------ */
+
+static const char usage_main[] =
+    "usage: tlsnap <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  gen     generate a synthetic model and write it as a snapshot\n"
+    "  info    print a snapshot's manifest\n"
+    "  verify  load a snapshot fully (checksums, keys) and re-read every entry\n"
+    "\n"
+    "'tlsnap <command> --help' describes a command's options.\n";
+
+static const char usage_gen[] =
+    "usage: tlsnap gen --keys N --out DIR [options]\n"
+    "\n"
+    "Generates N distinct pseudo-random keys with values ~N(0, 0.1), fills a\n"
+    "store with them (one writer thread per shard group) and writes it as a\n"
+    "full snapshot into DIR (created; it must not hold a snapshot yet).\n"
+    "The model depends only on the options, not on the thread count.\n"
+    "\n"
+    "  --keys N          number of keys (suffixes: k M G T, or Ki Mi Gi Ti)\n"
+    "  --out DIR         snapshot directory\n"
+    "  --value-floats K  floats per key, 1..64 (default 1 for lr, 8 otherwise)\n"
+    "  --dtype f32|f16   storage type of the values (default f32)\n"
+    "  --shards S        shard count, a power of two 1..256 (default 16)\n"
+    "  --name NAME       model name, [A-Za-z0-9_.-], < 64 chars (default synthetic)\n"
+    "  --kind KIND       lr|fm|ffm|dnn (default lr)\n"
+    "  --version V       model version, > 0 (default 1)\n"
+    "  --seed X          generator seed (default 42)\n"
+    "  --threads T       writer threads (default: min(cores, shards))\n";
+
+static const char usage_info[] =
+    "usage: tlsnap info DIR [--brief]\n"
+    "\n"
+    "Reads and verifies only the MANIFEST of the snapshot in DIR and prints it:\n"
+    "model, kind, version, parent, creation time, entries, value layout and\n"
+    "one line per shard file.\n"
+    "\n"
+    "  --brief           omit the per-shard lines\n";
+
+static const char usage_verify[] =
+    "usage: tlsnap verify DIR [--threads T] [--no-lookup]\n"
+    "\n"
+    "Loads the snapshot in DIR fully with store_snapshot_load (every checksum,\n"
+    "count and key is checked), prints entries, load time and rate, then\n"
+    "iterates every shard and looks each key up again, comparing values.\n"
+    "Exit status 0 when everything checks out, 1 with the reason otherwise.\n"
+    "\n"
+    "  --threads T       loader and lookup threads (default 0 = one per core)\n"
+    "  --no-lookup       skip the re-read after the load\n";
+
+static __cold __noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "tlsnap%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n%s", usage);
+    exit(2);
+}
+
+static int is_help(const char *a)
+{
+    return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
+}
+
+/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
+ * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
+ * A matching flag without a value is a usage error. */
+static int flag(int argc, char **argv, int *i, const char *name, const char **val, const char *cmd,
+                const char *usage)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        usage_error(cmd, usage, "option %s needs a value", name);
+    *val = argv[++*i];
+    return 1;
+}
+
+static uint64_t count_arg(const char *cmd, const char *usage, const char *name, const char *v,
+                          uint64_t min, uint64_t max)
+{
+    uint64_t x;
+    if (parse_count(v, &x) != 0)
+        usage_error(cmd, usage, "%s: '%s' is not a count (digits with an optional k/M/G/T suffix)",
+                    name, v);
+    if (x < min || x > max)
+        usage_error(cmd, usage, "%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x,
+                    min, max);
+    return x;
+}
+
+static int valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(((store_meta_t *)0)->model_name))
+        return 0;
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- gen ------------------------------------------------------------------ */
+
+struct gen_job {
+    store_t *s;    /* shared; this job writes only its own shards */
+    uint64_t keys; /* N */
+    uint64_t seed;
+    uint32_t tid; /* this thread owns shards with shard % nthreads == tid */
+    uint32_t nthreads;
+    uint64_t inserted; /* out: keys this thread inserted */
+    int rc;            /* out: 0, -ENOMEM, or -EEXIST (a duplicate key: a bug) */
+    uint64_t bad_key;  /* out: the key that failed */
+};
+
+static void *gen_thread(void *arg)
+{
+    struct gen_job *j = arg;
+    uint32_t shards = store_shards(j->s), k = store_value_floats(j->s);
+    uint64_t counts[STORE_MAX_SHARDS] = {0};
+    float value[STORE_MAX_VALUE_FLOATS];
+
+    /* walk 1: how many keys each of my shards gets, to size them once */
+    for (uint64_t i = 0; i < j->keys; i++) {
+        uint32_t sh = store_shard_of(j->s, gen_key(i, j->seed));
+        if (sh % j->nthreads == j->tid)
+            counts[sh]++;
+    }
+    for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads) {
+        int rc = store_reserve_shard(j->s, sh, counts[sh]);
+        if (rc < 0) {
+            j->rc = rc;
+            goto out;
+        }
+    }
+
+    /* walk 2: insert */
+    for (uint64_t i = 0; i < j->keys; i++) {
+        uint64_t key = gen_key(i, j->seed);
+        if (store_shard_of(j->s, key) % j->nthreads != j->tid)
+            continue;
+        gen_value(key, j->seed, k, value);
+        int rc = store_upsert(j->s, key, value);
+        if (rc != 1) {
+            j->rc = rc < 0 ? rc : -EEXIST;
+            j->bad_key = key;
+            goto out;
+        }
+        j->inserted++;
+    }
+out:
+    return NULL;
+}
+
+static int cmd_gen(int argc, char **argv)
+{
+    static const char *C = "gen";
+    const char *U = usage_gen;
+    uint64_t keys = 0, seed = 42, version = 1, k = 0, shards = 16, threads = 0;
+    const char *out_dir = NULL, *name = "synthetic";
+    store_dtype_t dtype = STORE_DTYPE_F32;
+    store_model_kind_t kind = STORE_MODEL_LR;
+    int have_keys = 0;
+
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (is_help(argv[i])) {
+            fputs(U, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, "--keys", &v, C, U)) {
+            keys = count_arg(C, U, "--keys", v, 0, UINT64_MAX / 2);
+            have_keys = 1;
+        } else if (flag(argc, argv, &i, "--out", &v, C, U)) {
+            out_dir = v;
+        } else if (flag(argc, argv, &i, "--value-floats", &v, C, U)) {
+            k = count_arg(C, U, "--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
+        } else if (flag(argc, argv, &i, "--dtype", &v, C, U)) {
+            if (strcmp(v, "f32") == 0)
+                dtype = STORE_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                dtype = STORE_DTYPE_F16;
+            else
+                usage_error(C, U, "--dtype: '%s' is neither f32 nor f16", v);
+        } else if (flag(argc, argv, &i, "--shards", &v, C, U)) {
+            shards = count_arg(C, U, "--shards", v, 1, STORE_MAX_SHARDS);
+            if (shards & (shards - 1))
+                usage_error(C, U, "--shards: %" PRIu64 " is not a power of two", shards);
+        } else if (flag(argc, argv, &i, "--name", &v, C, U)) {
+            if (!valid_name(v))
+                usage_error(C, U, "--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
+            name = v;
+        } else if (flag(argc, argv, &i, "--kind", &v, C, U)) {
+            if (strcmp(v, "lr") == 0)
+                kind = STORE_MODEL_LR;
+            else if (strcmp(v, "fm") == 0)
+                kind = STORE_MODEL_FM;
+            else if (strcmp(v, "ffm") == 0)
+                kind = STORE_MODEL_FFM;
+            else if (strcmp(v, "dnn") == 0)
+                kind = STORE_MODEL_DNN;
+            else
+                usage_error(C, U, "--kind: '%s' is not one of lr, fm, ffm, dnn", v);
+        } else if (flag(argc, argv, &i, "--version", &v, C, U)) {
+            version = count_arg(C, U, "--version", v, 1, UINT64_MAX);
+        } else if (flag(argc, argv, &i, "--seed", &v, C, U)) {
+            seed = count_arg(C, U, "--seed", v, 0, UINT64_MAX);
+        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
+            threads = count_arg(C, U, "--threads", v, 1, MAX_THREADS);
+        } else if (argv[i][0] == '-') {
+            usage_error(C, U, "unknown option '%s'", argv[i]);
+        } else {
+            usage_error(C, U, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!have_keys)
+        usage_error(C, U, "--keys N is required");
+    if (out_dir == NULL || out_dir[0] == '\0')
+        usage_error(C, U, "--out DIR is required");
+    if (k == 0)
+        k = kind == STORE_MODEL_LR ? 1 : 8;
+    if (threads == 0)
+        threads = cpu_count();
+    if (threads > shards)
+        threads = shards; /* a thread without a shard would only burn CPU */
+
+    store_options_t opt = {
+        .value_floats = (uint32_t)k,
+        .dtype = dtype,
+        .shards = (uint32_t)shards,
+        .expected_keys = keys,
+    };
+    char why[256] = "";
+    if (store_options_check(&opt, why, sizeof why) != 0)
+        usage_error(C, U, "bad store options: %s", why[0] ? why : "(no reason given)");
+
+    int ret = 1;
+    store_t *s = NULL;
+    struct gen_job *jobs = NULL;
+    pthread_t *tids = NULL;
+    char hb[32], hb2[32];
+
+    printf("tlsnap gen: model %s v%" PRIu64 " (%s), %" PRIu64 " keys x %" PRIu64 " %s, %" PRIu64
+           " shards, %" PRIu64 " threads, seed %" PRIu64 "\n",
+           name, version, store_model_kind_name(kind), keys, k, dtype_name(dtype), shards, threads,
+           seed);
+    fflush(stdout);
+
+    int rc = store_create(&opt, &s);
+    if (rc != 0) {
+        fprintf(stderr, "tlsnap gen: store_create: %s\n", strerror(-rc));
+        goto out;
+    }
+    jobs = calloc(threads, sizeof *jobs);
+    tids = calloc(threads, sizeof *tids);
+    if (jobs == NULL || tids == NULL) {
+        fprintf(stderr, "tlsnap gen: out of memory\n");
+        goto out;
+    }
+
+    double t0 = now_sec();
+    uint32_t started = 0;
+    for (uint32_t t = 0; t < threads; t++) {
+        jobs[t] = (struct gen_job){
+            .s = s, .keys = keys, .seed = seed, .tid = t, .nthreads = (uint32_t)threads};
+        rc = pthread_create(&tids[t], NULL, gen_thread, &jobs[t]);
+        if (rc != 0) {
+            fprintf(stderr, "tlsnap gen: pthread_create: %s\n", strerror(rc));
+            break;
+        }
+        started++;
+    }
+    uint64_t inserted = 0;
+    int failed = started < threads;
+    for (uint32_t t = 0; t < started; t++) {
+        pthread_join(tids[t], NULL);
+        inserted += jobs[t].inserted;
+        if (jobs[t].rc == -EEXIST) {
+            fprintf(stderr,
+                    "tlsnap gen: key %#" PRIx64 " inserted twice (generator or store bug)\n",
+                    jobs[t].bad_key);
+            failed = 1;
+        } else if (jobs[t].rc != 0) {
+            fprintf(stderr, "tlsnap gen: thread %u: %s\n", t, strerror(-jobs[t].rc));
+            failed = 1;
+        }
+    }
+    if (failed)
+        goto out;
+    double fill = now_sec() - t0;
+    if (inserted != keys || store_count(s) != keys) {
+        fprintf(stderr,
+                "tlsnap gen: inserted %" PRIu64 " keys, store counts %" PRIu64 ", expected %" PRIu64
+                "\n",
+                inserted, store_count(s), keys);
+        goto out;
+    }
+    store_stats_t st;
+    store_stats(s, &st);
+    printf("  fill   %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, fill,
+           fill > 0 ? (double)keys / fill / 1e6 : 0.0);
+    printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
+           human_bytes(st.table_bytes, hb, sizeof hb),
+           keys ? (double)st.table_bytes / (double)keys : 0.0, st.subtables, st.stashed);
+    fflush(stdout);
+
+    store_meta_t meta = {.model_kind = kind, .version = version};
+    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
+    store_error_t err = {0};
+    t0 = now_sec();
+    if (store_snapshot_write(s, out_dir, &meta, &err) != 0) {
+        print_store_error(C, &err);
+        goto out;
+    }
+    double wr = now_sec() - t0;
+    unsigned files;
+    uint64_t bytes = dir_bytes(out_dir, &files);
+    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", human_bytes(bytes, hb, sizeof hb),
+           files, wr, human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
+           out_dir);
+    printf("  total  %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, fill + wr,
+           fill + wr > 0 ? (double)keys / (fill + wr) / 1e6 : 0.0);
+    ret = 0;
+out:
+    free(jobs);
+    free(tids);
+    if (s)
+        store_destroy(s);
+    return ret;
+}
+
+/* ---- info ----------------------------------------------------------------- */
+
+/* Reads dir/MANIFEST (at most MANIFEST_MAX_BYTES) and decodes it.  Returns 0
+ * or -1 with a message printed.  On success m->shards is owned by the caller
+ * (manifest_free). */
+static int read_manifest(const char *dir, manifest_t *m)
+{
+    char path[4096];
+    int ret = -1, fd = -1;
+    uint8_t *buf = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_FILE_NAME);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "tlsnap info: %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    if (st.st_size <= 0 || (uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
+        fprintf(stderr, "tlsnap info: %s: size %lld is outside 1..%u\n", path,
+                (long long)st.st_size, MANIFEST_MAX_BYTES);
+        goto out;
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    buf = malloc(len);
+    if (buf == NULL) {
+        fprintf(stderr, "tlsnap info: out of memory\n");
+        goto out;
+    }
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            fprintf(stderr, "tlsnap info: %s: read: %s\n", path, r < 0 ? strerror(errno) : "short");
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    char why[512] = "";
+    if (manifest_decode(buf, len, m, why, sizeof why) != 0) {
+        fprintf(stderr, "tlsnap info: %s: %s\n", path, why);
+        goto out;
+    }
+    ret = 0;
+out:
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return ret;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    static const char *C = "info";
+    const char *U = usage_info, *dir = NULL;
+    int brief = 0;
+    for (int i = 0; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(U, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--brief") == 0) {
+            brief = 1;
+        } else if (argv[i][0] == '-') {
+            usage_error(C, U, "unknown option '%s'", argv[i]);
+        } else if (dir != NULL) {
+            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (dir == NULL)
+        usage_error(C, U, "DIR is required");
+
+    store_meta_t meta;
+    uint64_t entries = 0;
+    store_error_t err = {0};
+    if (store_snapshot_read_meta(dir, &meta, &entries, &err) != 0) {
+        print_store_error(C, &err);
+        return 1;
+    }
+    manifest_t m = {0};
+    if (read_manifest(dir, &m) != 0)
+        return 1;
+
+    char created[64] = "?", hb[32];
+    time_t ct = (time_t)meta.created_unix;
+    struct tm tm;
+    if (gmtime_r(&ct, &tm) != NULL)
+        strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < m.shard_count; i++)
+        bytes += m.shards[i].bytes;
+
+    printf("%s\n", dir);
+    printf("  model      %s\n", meta.model_name);
+    printf("  kind       %s\n", store_model_kind_name(meta.model_kind));
+    if (meta.parent_version)
+        printf("  version    %" PRIu64 " (delta of %" PRIu64 ")\n", meta.version,
+               meta.parent_version);
+    else
+        printf("  version    %" PRIu64 " (full)\n", meta.version);
+    printf("  created    %s (%" PRIu64 ")\n", created, meta.created_unix);
+    printf("  entries    %" PRIu64 "\n", entries);
+    printf("  values     %u x %s (%u B/entry with key)\n", m.value_floats, dtype_name(m.dtype),
+           8 + m.value_floats * (m.dtype == STORE_DTYPE_F16 ? 2u : 4u));
+    printf("  shards     %u\n", m.shard_count);
+    printf("  format     %u\n", m.format_version);
+    printf("  data       %s in shard files\n", human_bytes(bytes, hb, sizeof hb));
+    if (!brief && m.shard_count > 0) {
+        printf("\n  %5s  %12s  %14s  %-16s  %s\n", "shard", "entries", "bytes", "xxh3", "file");
+        for (uint32_t i = 0; i < m.shard_count; i++) {
+            const manifest_shard_t *sh = &m.shards[i];
+            printf("  %5u  %12" PRIu64 "  %14" PRIu64 "  %016" PRIx64 "  %s\n", sh->index,
+                   sh->entries, sh->bytes, sh->xxh3, sh->file);
+        }
+    }
+    manifest_free(&m);
+    return 0;
+}
+
+/* ---- verify --------------------------------------------------------------- */
+
+struct check_job {
+    const store_t *s;
+    uint32_t tid, nthreads;
+    uint32_t k;
+    size_t n; /* keys buffered in this batch */
+    uint64_t keys[LOOKUP_BATCH];
+    float want[LOOKUP_BATCH * STORE_MAX_VALUE_FLOATS]; /* values from iteration */
+    float got[LOOKUP_BATCH * STORE_MAX_VALUE_FLOATS];  /* values from lookup */
+    uint8_t found[LOOKUP_BATCH];
+    uint64_t visited;       /* out: entries iterated */
+    uint64_t bad;           /* out: missing or different */
+    uint64_t first_bad_key; /* out: for the message */
+};
+
+static void check_flush(struct check_job *j)
+{
+    store_lookup_batch(j->s, j->keys, j->n, j->got, j->found);
+    for (size_t i = 0; i < j->n; i++) {
+        const float *w = &j->want[i * j->k], *g = &j->got[i * j->k];
+        if (!j->found[i] || memcmp(w, g, j->k * sizeof(float)) != 0) {
+            if (j->bad++ == 0)
+                j->first_bad_key = j->keys[i];
+        }
+    }
+    j->n = 0;
+}
+
+static int check_visit(void *ctx, uint64_t key, const float *value)
+{
+    struct check_job *j = ctx;
+    j->keys[j->n] = key;
+    memcpy(&j->want[j->n * j->k], value, j->k * sizeof(float));
+    j->visited++;
+    if (++j->n == LOOKUP_BATCH)
+        check_flush(j);
+    return 0;
+}
+
+static void *check_thread(void *arg)
+{
+    struct check_job *j = arg;
+    uint32_t shards = store_shards(j->s);
+    for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads)
+        store_foreach(j->s, sh, check_visit, j);
+    if (j->n)
+        check_flush(j);
+    return NULL;
+}
+
+/* Iterates every shard and looks each key up again.  Returns 0 when every
+ * key is found with the same value and the count matches, -1 otherwise. */
+static int lookup_check(const store_t *s, uint32_t threads, uint64_t entries)
+{
+    int ret = -1;
+    uint32_t shards = store_shards(s);
+    if (threads > shards)
+        threads = shards;
+    struct check_job *jobs = calloc(threads, sizeof *jobs);
+    pthread_t *tids = calloc(threads, sizeof *tids);
+    if (jobs == NULL || tids == NULL) {
+        fprintf(stderr, "tlsnap verify: out of memory\n");
+        goto out;
+    }
+    double t0 = now_sec();
+    uint32_t started = 0;
+    for (uint32_t t = 0; t < threads; t++) {
+        jobs[t].s = s;
+        jobs[t].tid = t;
+        jobs[t].nthreads = threads;
+        jobs[t].k = store_value_floats(s);
+        int rc = pthread_create(&tids[t], NULL, check_thread, &jobs[t]);
+        if (rc != 0) {
+            fprintf(stderr, "tlsnap verify: pthread_create: %s\n", strerror(rc));
+            break;
+        }
+        started++;
+    }
+    uint64_t visited = 0, bad = 0, bad_key = 0;
+    for (uint32_t t = 0; t < started; t++) {
+        pthread_join(tids[t], NULL);
+        visited += jobs[t].visited;
+        if (jobs[t].bad && bad == 0)
+            bad_key = jobs[t].first_bad_key;
+        bad += jobs[t].bad;
+    }
+    if (started < threads)
+        goto out;
+    double dt = now_sec() - t0;
+    if (bad) {
+        fprintf(stderr,
+                "tlsnap verify: lookup: %" PRIu64 " of %" PRIu64
+                " iterated keys are missing or differ (first: %#" PRIx64 ")\n",
+                bad, visited, bad_key);
+        goto out;
+    }
+    if (visited != entries) {
+        fprintf(stderr,
+                "tlsnap verify: lookup: iteration visited %" PRIu64
+                " entries, the store counts %" PRIu64 "\n",
+                visited, entries);
+        goto out;
+    }
+    printf("  lookup %" PRIu64 " keys re-read, all found and equal, in %.3f s  (%.2f M keys/s)\n",
+           visited, dt, dt > 0 ? (double)visited / dt / 1e6 : 0.0);
+    ret = 0;
+out:
+    free(jobs);
+    free(tids);
+    return ret;
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+    static const char *C = "verify";
+    const char *U = usage_verify, *dir = NULL;
+    uint64_t threads = 0;
+    int lookup = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (is_help(argv[i])) {
+            fputs(U, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
+            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (strcmp(argv[i], "--no-lookup") == 0) {
+            lookup = 0;
+        } else if (argv[i][0] == '-') {
+            usage_error(C, U, "unknown option '%s'", argv[i]);
+        } else if (dir != NULL) {
+            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (dir == NULL)
+        usage_error(C, U, "DIR is required");
+
+    uint32_t nthreads = threads ? (uint32_t)threads : cpu_count();
+    store_t *s = NULL;
+    store_meta_t meta;
+    store_error_t err = {0};
+    char hb[32];
+    int ret = 1;
+
+    double t0 = now_sec();
+    if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
+        print_store_error(C, &err);
+        goto out;
+    }
+    double dt = now_sec() - t0;
+    uint64_t n = store_count(s);
+    store_stats_t st;
+    store_stats(s, &st);
+    printf("tlsnap verify: %s: model %s v%" PRIu64 " (%s), %u x %s, %u shards\n", dir,
+           meta.model_name, meta.version, store_model_kind_name(meta.model_kind),
+           store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s));
+    printf("  load   %" PRIu64 " entries in %.3f s  (%.2f M entries/s, %u threads), "
+           "checksums ok\n",
+           n, dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, nthreads);
+    printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
+           human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
+           st.subtables, st.stashed);
+    fflush(stdout);
+    if (lookup && lookup_check(s, nthreads, n) != 0)
+        goto out;
+    printf("OK\n");
+    ret = 0;
+out:
+    if (s)
+        store_destroy(s);
+    return ret;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        usage_error(NULL, usage_main, "a command is required");
+    const char *cmd = argv[1];
+    if (is_help(cmd) || strcmp(cmd, "help") == 0) {
+        const char *topic = argc > 2 ? argv[2] : "";
+        fputs(strcmp(topic, "gen") == 0      ? usage_gen
+              : strcmp(topic, "info") == 0   ? usage_info
+              : strcmp(topic, "verify") == 0 ? usage_verify
+                                             : usage_main,
+              stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "gen") == 0)
+        return cmd_gen(argc - 2, argv + 2);
+    if (strcmp(cmd, "info") == 0)
+        return cmd_info(argc - 2, argv + 2);
+    if (strcmp(cmd, "verify") == 0)
+        return cmd_verify(argc - 2, argv + 2);
+    usage_error(NULL, usage_main, "unknown command '%s'", cmd);
+}
