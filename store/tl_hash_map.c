@@ -30,9 +30,13 @@
  *   S is chosen per sub-table to minimise memory subject to load <= max_load
  *   and W >= bits(t) + 1.  At 100M LR keys: S = 7, W = 41, 10.7 B/entry.
  *
- *   A lookup reads both candidate buckets (two cache lines, prefetched across
- *   the batch) and, on a miss in both, a small per-sub-table stash that holds
- *   the rare keys cuckoo insertion could not place.
+ *   Bit 511 of a bucket is its overflow flag: set when a key whose primary
+ *   bucket this is gets placed in (or moved to) its alternate bucket, cleared
+ *   only by a rebuild.  A lookup reads the primary bucket; only when the key
+ *   is not there and the flag is set does it read the alternate (prefetched
+ *   in a second pipeline stage).  So most misses cost one cache line, not two.
+ *   Keys that cuckoo insertion could not place at all go to a small
+ *   per-sub-table stash, read only when it is non-empty.
  *
  * SUB-TABLES AND GROWTH
  *   Each shard has 2^u sub-tables, each its own mmap (2 MiB aligned,
@@ -80,6 +84,9 @@
 #define BUCKET_WORDS 8
 #define STASH_MAX 8
 #define BFS_MAX_NODES 512
+#define OVERFLOW_WORD 7
+#define OVERFLOW_BIT (1ULL << 63) /* bit 511: a key whose primary is this bucket lives in its alternate */
+#define PENDING_MAX 8 /* keys waiting for their alternate bucket in store_lookup_batch */
 #define PREFETCH_DISTANCE 16 /* keys in flight in store_lookup_batch */
 #define HUGE_PAGE (2u << 20)
 #define KEYS_PER_SUBTABLE (1u << 20) /* sizing target at create time */
@@ -317,6 +324,15 @@ static inline void write_end(struct subtable *st)
     atomic_store_explicit(&st->version, v + 1, memory_order_release);
 }
 
+/* Marks bucket b as overflowed (writer, inside a write section). */
+static inline void set_overflow(struct subtable *st, uint64_t b)
+{
+    uint8_t *p = st->buckets + b * BUCKET_BYTES;
+    uint64_t w = load_word(p, OVERFLOW_WORD);
+    if (!(w & OVERFLOW_BIT))
+        store_word(p, OVERFLOW_WORD, w | OVERFLOW_BIT);
+}
+
 /* ---- memory ------------------------------------------------------------- */
 
 /* Maps zeroed memory; regions of 2 MiB or more start on a huge page boundary
@@ -368,8 +384,9 @@ static void choose_geometry(const store_t *s, uint64_t target, uint32_t *S_out, 
     double best_mem = 0;
     uint32_t lo = s->inline_values ? 4 : 8, hi = s->inline_values ? 7 : 14;
     for (uint32_t S = hi; S >= lo; S--) {
-        uint32_t bits = s->inline_values ? 512 - 32 * S : 512;
-        uint32_t W = bits / S > 64 ? 64 : bits / S;
+        /* bit 511 is the bucket's overflow flag */
+        uint32_t bits = s->inline_values ? 511 - 32 * S : 511;
+        uint32_t W = bits / S > 63 ? 63 : bits / S;
         /* t has m - c bits; need m - c <= W - 1 */
         int32_t c_min = (int32_t)s->m - (int32_t)(W - 1);
         uint64_t B_bits = c_min > 0 ? (uint64_t)1 << c_min : 1;
@@ -442,6 +459,10 @@ static inline void load_bucket(const struct subtable *st, uint64_t b, uint64_t *
 
 /* Seqlock-validated lookup of one located key.  Copies the raw value to raw
  * (vstride bytes) and returns true when found. */
+static inline void read_value(const store_t *s, const struct subtable *st, const uint64_t *w,
+                              uint64_t b, int j, uint8_t *raw);
+static inline bool stash_find(const store_t *s, struct subtable *st, uint64_t key, uint8_t *raw);
+
 static bool probe(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l,
                   uint8_t *raw)
 {
@@ -455,31 +476,12 @@ static bool probe(const store_t *s, struct subtable *st, uint64_t key, const str
         bool found = true;
         load_bucket(st, l->b1, w1);
         int j = find_in_words(st, w1, l->want1);
-        const uint64_t *w = w1;
-        uint64_t b = l->b1;
-        if (j < 0 && l->want2) {
-            load_bucket(st, l->b2, w2);
-            j = find_in_words(st, w2, l->want2);
-            w = w2;
-            b = l->b2;
-        }
         if (j >= 0) {
-            if (s->inline_values) {
-                uint32_t v = (uint32_t)(w[j >> 1] >> (32 * (j & 1)));
-                memcpy(raw, &v, 4);
-            } else {
-                copy_raw_in(raw, value_at(s, st, b, (uint32_t)j), s->vstride);
-            }
+            read_value(s, st, w1, l->b1, j, raw);
+        } else if (l->want2 && (load_bucket(st, l->b2, w2), j = find_in_words(st, w2, l->want2)) >= 0) {
+            read_value(s, st, w2, l->b2, j, raw);
         } else {
-            found = false;
-            uint32_t n = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
-            for (uint32_t i = 0; i < n && i < STASH_MAX; i++) {
-                if (atomic_load_explicit(&st->stash_keys[i], memory_order_relaxed) == key) {
-                    copy_raw_in(raw, st->stash_values + (size_t)i * s->vstride, s->vstride);
-                    found = true;
-                    break;
-                }
-            }
+            found = stash_find(s, st, key, raw);
         }
         atomic_thread_fence(memory_order_acquire);
         if (likely(atomic_load_explicit(&st->version, memory_order_relaxed) == v1))
@@ -487,18 +489,138 @@ static bool probe(const store_t *s, struct subtable *st, uint64_t key, const str
     }
 }
 
+/* One key waiting for its alternate bucket. */
+struct pending {
+    struct loc l;
+    struct subtable *st;
+    size_t k;    /* index in the batch */
+    uint32_t v;  /* sub-table version seen when its primary bucket was read */
+};
+
+struct batch {
+    const store_t *s;
+    const uint64_t *keys;
+    float *out;
+    uint8_t *found;
+    size_t hits;
+};
+
+static inline void emit(struct batch *bt, size_t k, bool hit, const uint8_t *raw)
+{
+    const uint32_t K = bt->s->K;
+    if (hit) {
+        raw_to_f32(bt->s, raw, bt->out + k * K);
+        bt->hits++;
+    } else {
+        memset(bt->out + k * K, 0, (size_t)K * sizeof(float));
+    }
+    if (bt->found)
+        bt->found[k] = hit;
+}
+
+/* Copies the value of slot j of bucket b whose words are w. */
+static inline void read_value(const store_t *s, const struct subtable *st, const uint64_t *w,
+                              uint64_t b, int j, uint8_t *raw)
+{
+    if (s->inline_values) {
+        uint32_t v = (uint32_t)(w[j >> 1] >> (32 * (j & 1)));
+        memcpy(raw, &v, 4);
+    } else {
+        copy_raw_in(raw, value_at(s, st, b, (uint32_t)j), s->vstride);
+    }
+}
+
+static inline bool stash_find(const store_t *s, struct subtable *st, uint64_t key, uint8_t *raw)
+{
+    uint32_t n = atomic_load_explicit(&st->stash_n, memory_order_relaxed);
+    for (uint32_t i = 0; i < n && i < STASH_MAX; i++) {
+        if (atomic_load_explicit(&st->stash_keys[i], memory_order_relaxed) == key) {
+            copy_raw_in(raw, st->stash_values + (size_t)i * s->vstride, s->vstride);
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline bool version_unchanged(struct subtable *st, uint32_t v)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&st->version, memory_order_relaxed) == v;
+}
+
+/* Stage 3: the alternate bucket of a key missing from its primary. */
+static void resolve_alternate(struct batch *bt, const struct pending *p)
+{
+    const store_t *s = bt->s;
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    uint64_t w[BUCKET_WORDS];
+    load_bucket(p->st, p->l.b2, w);
+    int j = find_in_words(p->st, w, p->l.want2);
+    bool hit;
+    if (j >= 0) {
+        read_value(s, p->st, w, p->l.b2, j, raw);
+        hit = true;
+    } else {
+        hit = stash_find(s, p->st, bt->keys[p->k], raw);
+    }
+    if (unlikely(!version_unchanged(p->st, p->v)))
+        hit = probe(s, p->st, bt->keys[p->k], &p->l, raw);
+    emit(bt, p->k, hit, raw);
+}
+
+/*
+ * Three stages, so that every cache line is prefetched well before use:
+ *   1. key i: locate it, prefetch its primary bucket;
+ *   2. key i - D: read the primary bucket; a hit or a sure miss (overflow
+ *      flag clear) is done; otherwise prefetch the alternate bucket and queue;
+ *   3. the oldest queued key, once PENDING_MAX are queued: read the alternate.
+ * A key whose sub-table version moved between stages 2 and 3 is redone by
+ * the synchronous probe().
+ */
 size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, float *out,
                           uint8_t *found)
 {
     struct loc ring[PREFETCH_DISTANCE];
     struct subtable *ring_st[PREFETCH_DISTANCE];
+    struct pending queue[PENDING_MAX];
+    unsigned q_head = 0, q_len = 0;
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
-    size_t hits = 0;
-    const uint32_t K = s->K;
+    struct batch bt = {s, keys, out, found, 0};
 
     epoch_enter();
     for (size_t i = 0; i < n + PREFETCH_DISTANCE; i++) {
-        if (i < n) {
+        if (i >= PREFETCH_DISTANCE) {
+            size_t k = i - PREFETCH_DISTANCE;
+            unsigned r = k % PREFETCH_DISTANCE;
+            struct subtable *st = ring_st[r];
+            const struct loc *l = &ring[r];
+            uint32_t v = atomic_load_explicit(&st->version, memory_order_acquire);
+            uint64_t w[BUCKET_WORDS];
+            load_bucket(st, l->b1, w);
+            int j = find_in_words(st, w, l->want1);
+            if (j >= 0) {
+                read_value(s, st, w, l->b1, j, raw);
+                bool hit = true;
+                if (unlikely((v & 1) || !version_unchanged(st, v)))
+                    hit = probe(s, st, keys[k], l, raw);
+                emit(&bt, k, hit, raw);
+            } else if ((w[OVERFLOW_WORD] & OVERFLOW_BIT) && l->want2 && !(v & 1)) {
+                __builtin_prefetch(bucket_at(st, l->b2));
+                if (q_len == PENDING_MAX) {
+                    resolve_alternate(&bt, &queue[q_head]);
+                    q_head = (q_head + 1) % PENDING_MAX;
+                    q_len--;
+                }
+                queue[(q_head + q_len) % PENDING_MAX] = (struct pending){*l, st, k, v};
+                q_len++;
+            } else {
+                bool hit = stash_find(s, st, keys[k], raw);
+                if (unlikely((v & 1) || !version_unchanged(st, v)))
+                    hit = probe(s, st, keys[k], l, raw);
+                emit(&bt, k, hit, raw);
+            }
+        }
+        if (i < n) { /* the ring slot just resolved takes key i */
             unsigned r = i % PREFETCH_DISTANCE;
             uint64_t y;
             split_key(s, keys[i], &ring[r].shard, &ring[r].sub, &y);
@@ -506,24 +628,12 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
             locate_in(s, st, y, &ring[r]);
             ring_st[r] = st;
             __builtin_prefetch(bucket_at(st, ring[r].b1));
-            __builtin_prefetch(bucket_at(st, ring[r].b2));
-        }
-        if (i >= PREFETCH_DISTANCE) {
-            size_t k = i - PREFETCH_DISTANCE;
-            unsigned r = k % PREFETCH_DISTANCE;
-            bool hit = probe(s, ring_st[r], keys[k], &ring[r], raw);
-            if (hit) {
-                raw_to_f32(s, raw, out + k * K);
-                hits++;
-            } else {
-                memset(out + k * K, 0, (size_t)K * sizeof(float));
-            }
-            if (found)
-                found[k] = hit;
         }
     }
+    for (; q_len > 0; q_len--, q_head = (q_head + 1) % PENDING_MAX)
+        resolve_alternate(&bt, &queue[q_head]);
     epoch_exit();
-    return hits;
+    return bt.hits;
 }
 
 int store_lookup(const store_t *s, uint64_t key, float *out)
@@ -546,7 +656,8 @@ static int find_slot(const struct subtable *st, uint64_t key, const struct loc *
         *bucket = l->b1;
         return j;
     }
-    if (l->want2) {
+    /* a key sits in its alternate bucket only if its primary overflowed */
+    if (l->want2 && (w[OVERFLOW_WORD] & OVERFLOW_BIT)) {
         load_bucket(st, l->b2, w);
         j = find_in_words(st, w, l->want2);
         if (j >= 0) {
@@ -640,6 +751,8 @@ static void move_entry(const store_t *s, struct subtable *st, uint64_t from, uin
     slot_value(s, st, from, j, raw);
     slot_write(s, st, to, to_slot, nkp, raw);
     slot_write(s, st, from, j, 0, NULL);
+    if (!(kp & 1)) /* left its primary bucket */
+        set_overflow(st, from);
 }
 
 /* Inserts a key known to be absent.  Returns 0, or -ENOSPC when neither a
@@ -659,6 +772,7 @@ static int place_new(const store_t *s, struct subtable *st, uint64_t key, const 
         if (j >= 0) {
             write_begin(st);
             slot_write(s, st, l->b2, (uint32_t)j, l->want2, raw);
+            set_overflow(st, l->b1);
             write_end(st);
             return 0;
         }
@@ -685,8 +799,10 @@ static int place_new(const store_t *s, struct subtable *st, uint64_t key, const 
                 free_slot = nodes[i].slot;
                 i = p;
             }
-            uint64_t want = nodes[i].bucket == l->b1 ? l->want1 : l->want2;
-            slot_write(s, st, nodes[i].bucket, free_slot, want, raw);
+            bool in_alt = nodes[i].bucket != l->b1;
+            slot_write(s, st, nodes[i].bucket, free_slot, in_alt ? l->want2 : l->want1, raw);
+            if (in_alt)
+                set_overflow(st, l->b1);
             write_end(st);
             return 0;
         }
