@@ -21,12 +21,20 @@
  *   zeroed memory means "empty".
  *
  * BUCKET LAYOUT (one 64-byte cache line)
- *   inline values (value is 4 bytes: K=1 fp32, or K=2 fp16), S slots:
- *     bytes 0..4S-1   S values, 4 bytes each, slot j at byte 4j
- *     bits 32S..      S keyparts of W bits, W = min(64, (512-32S)/S)
- *   wider values, S slots:
- *     bits 0..        S keyparts of W = min(64, 512/S) bits
- *     value of slot j of bucket b at values + (b*S + j) * stride
+ *   A W-bit keypart is split into an 8-bit tag and a (W-8)-bit rest; a
+ *   lookup compares all S tags at once (SSE2) and checks the rest of the
+ *   (usually single) candidate.
+ *
+ *   inline values (value is 4 bytes: K=1 fp32, or K=2 fp16), S slots,
+ *   W = min(63, (511 - 32S) / S); at S=7, W=41:
+ *     +----------------+-----------+----------------------+---+
+ *     | S values x 4 B | S tags x1B| S rests x (W-8) bits | O |
+ *     +----------------+-----------+----------------------+---+
+ *     byte 0            byte 4S     bit 32S+8S              bit 511
+ *   wider values, S slots, W = min(63, 511 / S); at S=12, W=42:
+ *     | S tags | S rests | O |     value of slot j of bucket b at
+ *                                  values + (b*S + j) * stride
+ *   O = the bucket's overflow flag (below).
  *   S is chosen per sub-table to minimise memory subject to load <= max_load
  *   and W >= bits(t) + 1.  At 100M LR keys: S = 7, W = 41, 10.7 B/entry.
  *
@@ -76,6 +84,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -126,8 +137,12 @@ struct subtable {
     uint64_t nbuckets;       /* B */
     uint64_t capacity;       /* entries allowed before growth */
     uint32_t slots;          /* S per bucket */
-    uint32_t kp_bits;        /* W */
-    uint32_t kp_off;         /* bit offset of keypart 0 in the bucket */
+    uint32_t kp_bits;        /* W = 8 tag bits + rest_bits */
+    uint32_t tag_byte;       /* byte offset of the S tag bytes in the bucket */
+    uint32_t rest_off;       /* bit offset of rest 0 (S fields of rest_bits) */
+    uint32_t rest_bits;      /* W - 8 */
+    uint32_t slot_mask;      /* (1 << S) - 1 */
+    uint64_t rest_mask;      /* (1 << rest_bits) - 1 */
     uint32_t c_shift;        /* floor(log2 B) */
     uint64_t kp_mask;        /* (1 << W) - 1 */
     size_t bucket_map_bytes; /* for munmap */
@@ -416,7 +431,11 @@ static int subtable_new(const store_t *s, uint64_t target, struct subtable **out
     st->nbuckets = B;
     st->slots = S;
     st->kp_bits = W;
-    st->kp_off = s->inline_values ? 32 * S : 0;
+    st->tag_byte = s->inline_values ? 4 * S : 0;
+    st->rest_off = 8 * (st->tag_byte + S);
+    st->rest_bits = W - 8;
+    st->rest_mask = (1ULL << st->rest_bits) - 1;
+    st->slot_mask = (1u << S) - 1;
     st->c_shift = floor_log2(B);
     st->kp_mask = W == 64 ? ~0ULL : ((1ULL << W) - 1);
     st->capacity = (uint64_t)((double)B * S * s->max_load);
@@ -439,14 +458,32 @@ fail:
 
 /* ---- reads -------------------------------------------------------------- */
 
+/* Bitmask of the slots whose tag byte equals tag (SSE2: one compare). */
+static inline uint32_t tag_matches(const struct subtable *st, const uint64_t *words, uint8_t tag)
+{
+#ifdef __SSE2__
+    __m128i tags = _mm_loadu_si128((const __m128i *)(const void *)((const uint8_t *)words + st->tag_byte));
+    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(tags, _mm_set1_epi8((char)tag))) & st->slot_mask;
+#else
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < st->slots; j++)
+        m |= (uint32_t)(((const uint8_t *)words)[st->tag_byte + j] == tag) << j;
+    return m;
+#endif
+}
+
 /* Finds want in bucket b's keyparts (words already loaded); returns the slot
  * or -1. */
 static inline int find_in_words(const struct subtable *st, const uint64_t *words, uint64_t want)
 {
-    uint32_t off = st->kp_off;
-    for (uint32_t j = 0; j < st->slots; j++, off += st->kp_bits)
-        if (get_bits(words, off, st->kp_bits, st->kp_mask) == want)
+    uint32_t cand = tag_matches(st, words, (uint8_t)want);
+    uint64_t rest = want >> 8;
+    while (cand) {
+        uint32_t j = (uint32_t)__builtin_ctz(cand);
+        if (get_bits(words, st->rest_off + j * st->rest_bits, st->rest_bits, st->rest_mask) == rest)
             return (int)j;
+        cand &= cand - 1;
+    }
     return -1;
 }
 
@@ -674,7 +711,9 @@ static int find_slot(const struct subtable *st, uint64_t key, const struct loc *
 
 static inline uint64_t slot_kp(const struct subtable *st, const uint64_t *words, uint32_t j)
 {
-    return get_bits(words, st->kp_off + j * st->kp_bits, st->kp_bits, st->kp_mask);
+    uint64_t tag = ((const uint8_t *)words)[st->tag_byte + j];
+    uint64_t rest = get_bits(words, st->rest_off + j * st->rest_bits, st->rest_bits, st->rest_mask);
+    return tag | rest << 8;
 }
 
 /* Writes keypart kp (stored form) and value raw into slot j of bucket b.
@@ -687,7 +726,8 @@ static void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32
     load_bucket(st, b, w);
     uint64_t old[BUCKET_WORDS];
     memcpy(old, w, sizeof w);
-    put_bits(w, st->kp_off + j * st->kp_bits, st->kp_bits, st->kp_mask, kp);
+    ((uint8_t *)w)[st->tag_byte + j] = (uint8_t)kp;
+    put_bits(w, st->rest_off + j * st->rest_bits, st->rest_bits, st->rest_mask, kp >> 8);
     if (s->inline_values && raw) {
         uint32_t v;
         memcpy(&v, raw, 4);
@@ -718,10 +758,7 @@ static int empty_slot(const struct subtable *st, uint64_t b)
 {
     uint64_t w[BUCKET_WORDS];
     load_bucket(st, b, w);
-    for (uint32_t j = 0; j < st->slots; j++)
-        if (slot_kp(st, w, j) == 0)
-            return (int)j;
-    return -1;
+    return find_in_words(st, w, 0); /* stored keypart 0 = empty */
 }
 
 struct bfs_node {
