@@ -918,19 +918,13 @@ __attribute__((cold)) static int rebuild(store_t *s, uint32_t shard, uint32_t su
     return -ENOMEM;
 }
 
-static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw, uint32_t only_shard)
+/* Upsert of a key already located in st (l filled by locate_in). */
+static int upsert_located(store_t *s, struct subtable *st, struct loc *l, uint64_t y, uint64_t key,
+                          const uint8_t *raw)
 {
-    uint32_t shard, sub;
-    uint64_t y;
-    split_key(s, key, &shard, &sub, &y);
-    if (only_shard != UINT32_MAX && shard != only_shard)
-        return -EXDEV;
-    struct subtable *st = sub_ptr(s, shard, sub);
-    struct loc l;
-    locate_in(s, st, y, &l);
-
+    const uint32_t shard = l->shard, sub = l->sub;
     uint64_t b = 0;
-    int j = find_slot(st, key, &l, &b);
+    int j = find_slot(st, key, l, &b);
     if (j >= 0) {
         if (s->inline_values) { /* one 64-bit store: never torn */
             uint8_t *p = bucket_at(st, b);
@@ -957,7 +951,7 @@ static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw, uint32_t onl
         uint64_t count = atomic_load_explicit(&st->count, memory_order_relaxed);
         int rc = -ENOSPC;
         if (count < st->capacity)
-            rc = place_new(s, st, key, &l, raw);
+            rc = place_new(s, st, key, l, raw);
         if (rc == 0) {
             atomic_store_explicit(&st->count, count + 1, memory_order_relaxed);
             return 1;
@@ -967,22 +961,32 @@ static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw, uint32_t onl
         if (rc)
             return rc;
         st = sub_ptr(s, shard, sub);
-        locate_in(s, st, y, &l);
+        locate_in(s, st, y, l);
     }
+}
+
+static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw)
+{
+    struct loc l;
+    uint64_t y;
+    split_key(s, key, &l.shard, &l.sub, &y);
+    struct subtable *st = sub_ptr(s, l.shard, l.sub);
+    locate_in(s, st, y, &l);
+    return upsert_located(s, st, &l, y, key, raw);
 }
 
 int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
 {
     uint8_t buf[STORE_MAX_VALUE_FLOATS * 4] = {0};
     memcpy(buf, raw, s->vbytes);
-    return upsert_raw(s, key, buf, UINT32_MAX);
+    return upsert_raw(s, key, buf);
 }
 
 int store_upsert(store_t *s, uint64_t key, const float *value)
 {
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
     f32_to_raw(s, value, raw);
-    return upsert_raw(s, key, raw, UINT32_MAX);
+    return upsert_raw(s, key, raw);
 }
 
 int store_delete(store_t *s, uint64_t key)
@@ -1020,35 +1024,49 @@ int store_delete(store_t *s, uint64_t key)
 int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n, size_t *bad)
 {
     const size_t rec = 8 + s->vbytes;
+    struct loc ring[PREFETCH_DISTANCE];
+    uint64_t ring_y[PREFETCH_DISTANCE];
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
     if (shard >= s->nshards)
         return -EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        if (i + PREFETCH_DISTANCE < n) {
-            uint64_t pk, py;
-            uint32_t psh, psub;
-            memcpy(&pk, entries + (i + PREFETCH_DISTANCE) * rec, 8);
-            split_key(s, pk, &psh, &psub, &py);
-            if (psh == shard) {
-                struct subtable *st = sub_ptr(s, psh, psub);
-                struct loc l;
-                locate_in(s, st, py, &l);
-                __builtin_prefetch(bucket_at(st, l.b1), 1);
-                __builtin_prefetch(bucket_at(st, l.b2), 1);
+    /* A ring of located records: record i + D is located and its buckets
+     * prefetched (for writing) while record i is inserted. */
+    for (size_t i = 0; i < n + PREFETCH_DISTANCE; i++) {
+        if (i >= PREFETCH_DISTANCE) {
+            size_t k = i - PREFETCH_DISTANCE;
+            unsigned r = k % PREFETCH_DISTANCE;
+            int rc = -EXDEV;
+            if (ring[r].shard == shard) {
+                uint64_t key;
+                memcpy(&key, entries + k * rec, 8);
+                memcpy(raw, entries + k * rec + 8, s->vbytes);
+                /* locate again: the sub-table may have been rebuilt since */
+                struct subtable *st = sub_ptr(s, shard, ring[r].sub);
+                locate_in(s, st, ring_y[r], &ring[r]);
+                rc = upsert_located(s, st, &ring[r], ring_y[r], key, raw);
+                if (rc == 1)
+                    rc = 0;
+                else if (rc == 0)
+                    rc = -EEXIST;
+            }
+            if (rc) {
+                if (bad)
+                    *bad = k;
+                return rc;
             }
         }
-        uint64_t key;
-        memcpy(&key, entries + i * rec, 8);
-        memcpy(raw, entries + i * rec + 8, s->vbytes);
-        int rc = upsert_raw(s, key, raw, shard);
-        if (rc == 1)
-            continue;
-        if (bad)
-            *bad = i;
-        if (rc == 0) { /* a duplicate: undo nothing (value equal or not, it is an error) */
-            return -EEXIST;
+        if (i < n) {
+            unsigned r = i % PREFETCH_DISTANCE;
+            uint64_t key;
+            memcpy(&key, entries + i * rec, 8);
+            split_key(s, key, &ring[r].shard, &ring[r].sub, &ring_y[r]);
+            if (ring[r].shard == shard) {
+                struct subtable *st = sub_ptr(s, shard, ring[r].sub);
+                locate_in(s, st, ring_y[r], &ring[r]);
+                __builtin_prefetch(bucket_at(st, ring[r].b1), 1);
+                __builtin_prefetch(bucket_at(st, ring[r].b2), 1);
+            }
         }
-        return rc;
     }
     return 0;
 }
