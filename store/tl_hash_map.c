@@ -1133,10 +1133,13 @@ int store_foreach_raw(const store_t *s, uint32_t shard, store_visit_raw_fn fn, v
     if (shard >= s->nshards)
         return -EINVAL;
     int rc = 0;
-    epoch_enter();
-    for (uint32_t u = 0; u < s->nsubs && rc == 0; u++)
+    /* one read section per sub-table: fn may block (the snapshot writer
+     * writes files), and a long section would stall other shards' growth */
+    for (uint32_t u = 0; u < s->nsubs && rc == 0; u++) {
+        epoch_enter();
         rc = sub_foreach_raw(s, sub_ptr(s, shard, u), shard, u, fn, ctx);
-    epoch_exit();
+        epoch_exit();
+    }
     return rc;
 }
 
