@@ -84,6 +84,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -172,6 +174,8 @@ struct store {
     bool inline_values;    /* vbytes == 4 */
     uint32_t shard_bits, sub_bits, m; /* m = 64 - shard_bits - sub_bits */
     uint64_t y_mask;       /* low m bits */
+    uint64_t seed_xor, seed_mul, seed_mul_inv; /* per-store bijection of y (seed_mix) */
+    uint32_t seed_shift;   /* ceil(m / 2) */
     uint32_t nshards, nsubs;
     double max_load;
     _Atomic(struct subtable *) *subs; /* [shard * nsubs + sub] */
@@ -234,6 +238,22 @@ static inline struct subtable *sub_ptr(const store_t *s, uint32_t shard, uint32_
     return atomic_load_explicit(&s->subs[(size_t)shard * s->nsubs + sub], memory_order_seq_cst);
 }
 
+/* A per-store bijection on the m low bits, applied before they choose the
+ * bucket.  Without it the primary bucket is monotonic in the key's hash, so a
+ * stream in another store's iteration order (sorted by bucket) would pile
+ * into a few buckets of a table still growing. */
+static inline uint64_t seed_mix(const store_t *s, uint64_t y)
+{
+    y = ((y ^ s->seed_xor) * s->seed_mul) & s->y_mask;
+    return y ^ (y >> s->seed_shift);
+}
+
+static uint64_t seed_unmix(const store_t *s, uint64_t y)
+{
+    y ^= y >> s->seed_shift; /* self-inverse: 2 * shift >= m */
+    return ((y * s->seed_mul_inv) & s->y_mask) ^ s->seed_xor;
+}
+
 static inline void split_key(const store_t *s, uint64_t key, uint32_t *shard, uint32_t *sub,
                              uint64_t *y)
 {
@@ -241,7 +261,7 @@ static inline void split_key(const store_t *s, uint64_t key, uint32_t *shard, ui
     uint64_t top = s->m == 64 ? 0 : x >> s->m;
     *shard = (uint32_t)(top >> s->sub_bits);
     *sub = (uint32_t)(top & (s->nsubs - 1));
-    *y = x & s->y_mask;
+    *y = seed_mix(s, x & s->y_mask);
 }
 
 /* Fills the bucket part of loc for sub-table st. */
@@ -261,7 +281,7 @@ static inline uint64_t key_of(const store_t *s, const struct subtable *st, uint3
     uint64_t t = kp >> 1;
     uint64_t b1 = (kp & 1) ? alt_bucket(bucket, t, st->nbuckets) : bucket;
     u128 num = ((u128)b1 << s->m) + ((u128)t << st->c_shift);
-    uint64_t y = (uint64_t)((num + st->nbuckets - 1) / st->nbuckets);
+    uint64_t y = seed_unmix(s, (uint64_t)((num + st->nbuckets - 1) / st->nbuckets));
     uint64_t top = ((uint64_t)shard << s->sub_bits) | sub;
     uint64_t x = s->m == 64 ? y : (top << s->m) | y;
     return unmix64(x);
@@ -956,7 +976,10 @@ static int upsert_located(store_t *s, struct subtable *st, struct loc *l, uint64
             atomic_store_explicit(&st->count, count + 1, memory_order_relaxed);
             return 1;
         }
-        uint64_t target = (uint64_t)((double)(count + 1) * GROWTH_FACTOR) + 16;
+        /* grow from the larger of count and capacity, so that a table that
+         * failed below its capacity still ends up strictly larger */
+        uint64_t base = count + 1 > st->capacity ? count + 1 : st->capacity;
+        uint64_t target = (uint64_t)((double)base * GROWTH_FACTOR) + 16;
         rc = rebuild(s, shard, sub, target);
         if (rc)
             return rc;
@@ -1204,6 +1227,25 @@ int store_options_check(const store_options_t *opt, char *why, size_t why_len)
     return 0;
 }
 
+__attribute__((cold)) static void seed_init(store_t *s)
+{
+    static _Atomic uint64_t stores_created;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+    }
+    r = mix64(r + atomic_fetch_add(&stores_created, 1) * 0x9e3779b97f4a7c15ULL);
+    s->seed_xor = r & s->y_mask;
+    s->seed_mul = mix64(r ^ 0x5851f42d4c957f2dULL) | 1; /* odd: invertible mod 2^m */
+    uint64_t inv = s->seed_mul; /* Newton: each step doubles the correct low bits */
+    for (int i = 0; i < 6; i++)
+        inv *= 2 - s->seed_mul * inv;
+    s->seed_mul_inv = inv;
+    s->seed_shift = (s->m + 1) / 2;
+}
+
 int store_create(const store_options_t *opt, store_t **out)
 {
     int rc = store_options_check(opt, NULL, 0);
@@ -1228,6 +1270,7 @@ int store_create(const store_options_t *opt, store_t **out)
     s->sub_bits = floor_log2(nsubs);
     s->m = 64 - s->shard_bits - s->sub_bits;
     s->y_mask = s->m == 64 ? ~0ULL : (1ULL << s->m) - 1;
+    seed_init(s);
 
     size_t nsub_total = (size_t)s->nshards * s->nsubs;
     s->subs = calloc(nsub_total, sizeof *s->subs);
