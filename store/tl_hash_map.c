@@ -99,8 +99,8 @@
 #define BFS_MAX_NODES 512
 #define OVERFLOW_WORD 7
 #define OVERFLOW_BIT (1ULL << 63) /* bit 511: a key whose primary is this bucket lives in its alternate */
-#define PENDING_MAX 8 /* keys waiting for their alternate bucket in store_lookup_batch */
-#define PREFETCH_DISTANCE 16 /* keys in flight in store_lookup_batch */
+#define PENDING_MAX 16 /* keys waiting for their alternate bucket in store_lookup_batch */
+#define PREFETCH_DISTANCE 32 /* keys in flight in store_lookup_batch */
 #define HUGE_PAGE (2u << 20)
 #define KEYS_PER_SUBTABLE (1u << 20) /* sizing target at create time */
 #define MAX_SUBTABLES 4096
@@ -210,9 +210,9 @@ static inline void store_word(uint8_t *bucket, unsigned w, uint64_t v)
 static inline uint64_t get_bits(const uint64_t *words, uint32_t off, uint32_t width, uint64_t mask)
 {
     uint32_t lo = off >> 6, sh = off & 63;
-    uint64_t v = words[lo] >> sh;
+    uint64_t v = __atomic_load_n(&words[lo], __ATOMIC_RELAXED) >> sh;
     if (sh + width > 64)
-        v |= words[lo + 1] << (64 - sh);
+        v |= __atomic_load_n(&words[lo + 1], __ATOMIC_RELAXED) << (64 - sh);
     return v & mask;
 }
 
@@ -270,9 +270,14 @@ static inline void locate_in(const store_t *s, const struct subtable *st, uint64
     u128 p = (u128)y * st->nbuckets;
     l->b1 = (uint64_t)(p >> s->m);
     l->t = ((uint64_t)p & s->y_mask) >> st->c_shift;
-    l->b2 = alt_bucket(l->b1, l->t, st->nbuckets);
     l->want1 = ~(l->t << 1) & st->kp_mask;
     l->want2 = ~((l->t << 1) | 1) & st->kp_mask; /* 0 when t is all ones: never stored */
+}
+
+/* The alternate bucket costs two multiplies; most lookups never need it. */
+static inline void locate_alt(const struct subtable *st, struct loc *l)
+{
+    l->b2 = alt_bucket(l->b1, l->t, st->nbuckets);
 }
 
 static inline uint64_t key_of(const store_t *s, const struct subtable *st, uint32_t shard,
@@ -492,8 +497,10 @@ static inline uint32_t tag_matches(const struct subtable *st, const uint64_t *wo
 #endif
 }
 
-/* Finds want in bucket b's keyparts (words already loaded); returns the slot
- * or -1. */
+/* Finds want among the keyparts of a bucket; returns the slot or -1.  words
+ * is the bucket itself (readers: under the seqlock; the SSE2 tag load is a
+ * plain load, and a torn result is discarded by the version check as in any
+ * seqlock reader) or a private copy (writers). */
 static inline int find_in_words(const struct subtable *st, const uint64_t *words, uint64_t want)
 {
     uint32_t cand = tag_matches(st, words, (uint8_t)want);
@@ -505,6 +512,16 @@ static inline int find_in_words(const struct subtable *st, const uint64_t *words
         cand &= cand - 1;
     }
     return -1;
+}
+
+static inline const uint64_t *bucket_words(const struct subtable *st, uint64_t b)
+{
+    return (const uint64_t *)(const void *)bucket_at(st, b);
+}
+
+static inline bool overflowed(const uint64_t *words)
+{
+    return __atomic_load_n(&words[OVERFLOW_WORD], __ATOMIC_RELAXED) & OVERFLOW_BIT;
 }
 
 static inline void load_bucket(const struct subtable *st, uint64_t b, uint64_t *words)
@@ -520,10 +537,11 @@ static inline void read_value(const store_t *s, const struct subtable *st, const
                               uint64_t b, int j, uint8_t *raw);
 static inline bool stash_find(const store_t *s, struct subtable *st, uint64_t key, uint8_t *raw);
 
-static bool probe(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l,
+static bool probe(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l_in,
                   uint8_t *raw)
 {
-    uint64_t w1[BUCKET_WORDS], w2[BUCKET_WORDS];
+    struct loc lc = *l_in, *l = &lc;
+    locate_alt(st, l);
     for (;;) {
         uint32_t v1 = atomic_load_explicit(&st->version, memory_order_acquire);
         if (unlikely(v1 & 1)) {
@@ -531,11 +549,11 @@ static bool probe(const store_t *s, struct subtable *st, uint64_t key, const str
             continue;
         }
         bool found = true;
-        load_bucket(st, l->b1, w1);
+        const uint64_t *w1 = bucket_words(st, l->b1), *w2 = bucket_words(st, l->b2);
         int j = find_in_words(st, w1, l->want1);
         if (j >= 0) {
             read_value(s, st, w1, l->b1, j, raw);
-        } else if (l->want2 && (load_bucket(st, l->b2, w2), j = find_in_words(st, w2, l->want2)) >= 0) {
+        } else if (l->want2 && (j = find_in_words(st, w2, l->want2)) >= 0) {
             read_value(s, st, w2, l->b2, j, raw);
         } else {
             found = stash_find(s, st, key, raw);
@@ -552,6 +570,8 @@ struct pending {
     struct subtable *st;
     size_t k;    /* index in the batch */
     uint32_t v;  /* sub-table version seen when its primary bucket was read */
+    int32_t slot; /* >= 0: found in slot of bucket l.b1, value (out of line)
+                     prefetched; -1: look in the alternate bucket */
 };
 
 struct batch {
@@ -565,7 +585,13 @@ struct batch {
 static inline void emit(struct batch *bt, size_t k, bool hit, const uint8_t *raw)
 {
     const uint32_t K = bt->s->K;
-    if (hit) {
+    if (K == 1 && bt->s->dtype == STORE_DTYPE_F32) { /* LR: no memcpy/memset calls */
+        float f = 0;
+        if (hit)
+            memcpy(&f, raw, 4);
+        bt->out[k] = f;
+        bt->hits += hit;
+    } else if (hit) {
         raw_to_f32(bt->s, raw, bt->out + k * K);
         bt->hits++;
     } else {
@@ -580,7 +606,8 @@ static inline void read_value(const store_t *s, const struct subtable *st, const
                               uint64_t b, int j, uint8_t *raw)
 {
     if (s->inline_values) {
-        uint32_t v = (uint32_t)(w[j >> 1] >> (32 * (j & 1)));
+        uint64_t word = __atomic_load_n(&w[j >> 1], __ATOMIC_RELAXED);
+        uint32_t v = (uint32_t)(word >> (32 * (j & 1)));
         memcpy(raw, &v, 4);
     } else {
         copy_raw_in(raw, value_at(s, st, b, (uint32_t)j), s->vstride);
@@ -606,14 +633,22 @@ static inline bool version_unchanged(struct subtable *st, uint32_t v)
 }
 
 /* Stage 3: the alternate bucket of a key missing from its primary. */
-static void resolve_alternate(struct batch *bt, const struct pending *p)
+static void resolve_pending(struct batch *bt, const struct pending *p)
 {
     const store_t *s = bt->s;
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
-    uint64_t w[BUCKET_WORDS];
-    load_bucket(p->st, p->l.b2, w);
-    int j = find_in_words(p->st, w, p->l.want2);
+    int j = p->slot;
     bool hit;
+    if (j >= 0) { /* an out-of-line value whose line was prefetched */
+        copy_raw_in(raw, value_at(s, p->st, p->l.b1, (uint32_t)j), s->vstride);
+        hit = true;
+        if (unlikely(!version_unchanged(p->st, p->v)))
+            hit = probe(s, p->st, bt->keys[p->k], &p->l, raw);
+        emit(bt, p->k, hit, raw);
+        return;
+    }
+    const uint64_t *w = bucket_words(p->st, p->l.b2);
+    j = find_in_words(p->st, w, p->l.want2);
     if (j >= 0) {
         read_value(s, p->st, w, p->l.b2, j, raw);
         hit = true;
@@ -628,9 +663,12 @@ static void resolve_alternate(struct batch *bt, const struct pending *p)
 /*
  * Three stages, so that every cache line is prefetched well before use:
  *   1. key i: locate it, prefetch its primary bucket;
- *   2. key i - D: read the primary bucket; a hit or a sure miss (overflow
- *      flag clear) is done; otherwise prefetch the alternate bucket and queue;
- *   3. the oldest queued key, once PENDING_MAX are queued: read the alternate.
+ *   2. key i - D: read the primary bucket; a hit with an inline value or a
+ *      sure miss (overflow flag clear) is done; a hit with an out-of-line
+ *      value prefetches the value, a possible alternate prefetches that
+ *      bucket, and both queue;
+ *   3. the oldest queued key, once PENDING_MAX are queued: copy the value or
+ *      read the alternate.
  * A key whose sub-table version moved between stages 2 and 3 is redone by
  * the synchronous probe().
  */
@@ -650,31 +688,40 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
             size_t k = i - PREFETCH_DISTANCE;
             unsigned r = k % PREFETCH_DISTANCE;
             struct subtable *st = ring_st[r];
-            const struct loc *l = &ring[r];
+            struct loc *l = &ring[r];
             uint32_t v = atomic_load_explicit(&st->version, memory_order_acquire);
-            uint64_t w[BUCKET_WORDS];
-            load_bucket(st, l->b1, w);
+            const uint64_t *w = bucket_words(st, l->b1);
             int j = find_in_words(st, w, l->want1);
-            if (j >= 0) {
+            int32_t defer = -2; /* -1: alternate bucket, >= 0: value of slot */
+            if (j >= 0 && !s->inline_values && !(v & 1)) {
+                uintptr_t val = (uintptr_t)value_at(s, st, l->b1, (uint32_t)j);
+                for (uintptr_t line = val & ~(uintptr_t)63; line < val + s->vstride; line += 64)
+                    __builtin_prefetch((const void *)line);
+                defer = j;
+            } else if (j >= 0) {
                 read_value(s, st, w, l->b1, j, raw);
                 bool hit = true;
                 if (unlikely((v & 1) || !version_unchanged(st, v)))
                     hit = probe(s, st, keys[k], l, raw);
                 emit(&bt, k, hit, raw);
-            } else if ((w[OVERFLOW_WORD] & OVERFLOW_BIT) && l->want2 && !(v & 1)) {
+            } else if (overflowed(w) && l->want2 && !(v & 1)) {
+                locate_alt(st, l);
                 __builtin_prefetch(bucket_at(st, l->b2));
-                if (q_len == PENDING_MAX) {
-                    resolve_alternate(&bt, &queue[q_head]);
-                    q_head = (q_head + 1) % PENDING_MAX;
-                    q_len--;
-                }
-                queue[(q_head + q_len) % PENDING_MAX] = (struct pending){*l, st, k, v};
-                q_len++;
+                defer = -1;
             } else {
                 bool hit = stash_find(s, st, keys[k], raw);
                 if (unlikely((v & 1) || !version_unchanged(st, v)))
                     hit = probe(s, st, keys[k], l, raw);
                 emit(&bt, k, hit, raw);
+            }
+            if (defer >= -1) {
+                if (q_len == PENDING_MAX) {
+                    resolve_pending(&bt, &queue[q_head]);
+                    q_head = (q_head + 1) % PENDING_MAX;
+                    q_len--;
+                }
+                queue[(q_head + q_len) % PENDING_MAX] = (struct pending){*l, st, k, v, defer};
+                q_len++;
             }
         }
         if (i < n) { /* the ring slot just resolved takes key i */
@@ -688,7 +735,7 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
         }
     }
     for (; q_len > 0; q_len--, q_head = (q_head + 1) % PENDING_MAX)
-        resolve_alternate(&bt, &queue[q_head]);
+        resolve_pending(&bt, &queue[q_head]);
     epoch_exit();
     return bt.hits;
 }
@@ -704,19 +751,18 @@ int store_lookup(const store_t *s, uint64_t key, float *out)
 
 /* Writer's view (no seqlock needed: only the writer mutates).  Returns the
  * slot and sets *bucket, or -1; -2 - i for stash entry i. */
-static int find_slot(const struct subtable *st, uint64_t key, const struct loc *l, uint64_t *bucket)
+static int find_slot(const struct subtable *st, uint64_t key, struct loc *l, uint64_t *bucket)
 {
-    uint64_t w[BUCKET_WORDS];
-    load_bucket(st, l->b1, w);
+    const uint64_t *w = bucket_words(st, l->b1);
     int j = find_in_words(st, w, l->want1);
     if (j >= 0) {
         *bucket = l->b1;
         return j;
     }
     /* a key sits in its alternate bucket only if its primary overflowed */
-    if (l->want2 && (w[OVERFLOW_WORD] & OVERFLOW_BIT)) {
-        load_bucket(st, l->b2, w);
-        j = find_in_words(st, w, l->want2);
+    if (l->want2 && overflowed(w)) {
+        locate_alt(st, l);
+        j = find_in_words(st, bucket_words(st, l->b2), l->want2);
         if (j >= 0) {
             *bucket = l->b2;
             return j;
@@ -776,9 +822,7 @@ static void slot_value(const store_t *s, const struct subtable *st, uint64_t b, 
 
 static int empty_slot(const struct subtable *st, uint64_t b)
 {
-    uint64_t w[BUCKET_WORDS];
-    load_bucket(st, b, w);
-    return find_in_words(st, w, 0); /* stored keypart 0 = empty */
+    return find_in_words(st, bucket_words(st, b), 0); /* stored keypart 0 = empty */
 }
 
 struct bfs_node {
@@ -814,9 +858,10 @@ static void move_entry(const store_t *s, struct subtable *st, uint64_t from, uin
 
 /* Inserts a key known to be absent.  Returns 0, or -ENOSPC when neither a
  * cuckoo path nor the stash has room (the caller grows the sub-table). */
-static int place_new(const store_t *s, struct subtable *st, uint64_t key, const struct loc *l,
+static int place_new(const store_t *s, struct subtable *st, uint64_t key, struct loc *l,
                      const uint8_t *raw)
 {
+    locate_alt(st, l);
     int j = empty_slot(st, l->b1);
     if (j >= 0) {
         write_begin(st);
@@ -1086,6 +1131,7 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
             if (ring[r].shard == shard) {
                 struct subtable *st = sub_ptr(s, shard, ring[r].sub);
                 locate_in(s, st, ring_y[r], &ring[r]);
+                locate_alt(st, &ring[r]);
                 __builtin_prefetch(bucket_at(st, ring[r].b1), 1);
                 __builtin_prefetch(bucket_at(st, ring[r].b2), 1);
             }
