@@ -784,27 +784,31 @@ static inline uint64_t slot_kp(const struct subtable *st, const uint64_t *words,
 
 /* Writes keypart kp (stored form) and value raw into slot j of bucket b.
  * Caller is inside write_begin/write_end. */
+static inline void word_update(uint8_t *p, unsigned wi, uint64_t clear, uint64_t set)
+{
+    store_word(p, wi, (load_word(p, wi) & ~clear) | set);
+}
+
 static void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
                        const uint8_t *raw)
 {
+    /* word by word, in place: each word is one relaxed atomic store */
     uint8_t *p = bucket_at(st, b);
-    uint64_t w[BUCKET_WORDS];
-    load_bucket(st, b, w);
-    uint64_t old[BUCKET_WORDS];
-    memcpy(old, w, sizeof w);
-    ((uint8_t *)w)[st->tag_byte + j] = (uint8_t)kp;
-    put_bits(w, st->rest_off + j * st->rest_bits, st->rest_bits, st->rest_mask, kp >> 8);
+    uint32_t tb = st->tag_byte + j, tsh = 8 * (tb & 7);
+    word_update(p, tb >> 3, 0xffULL << tsh, (kp & 0xff) << tsh);
+    uint32_t off = st->rest_off + j * st->rest_bits, lo = off >> 6, sh = off & 63;
+    uint64_t rest = kp >> 8;
+    word_update(p, lo, st->rest_mask << sh, rest << sh);
+    if (sh + st->rest_bits > 64)
+        word_update(p, lo + 1, st->rest_mask >> (64 - sh), rest >> (64 - sh));
     if (s->inline_values && raw) {
         uint32_t v;
         memcpy(&v, raw, 4);
-        unsigned wi = j >> 1, sh = 32 * (j & 1);
-        w[wi] = (w[wi] & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh);
+        unsigned vsh = 32 * (j & 1);
+        word_update(p, j >> 1, 0xffffffffULL << vsh, (uint64_t)v << vsh);
     } else if (raw) {
         copy_raw_out(value_at(s, st, b, j), raw, s->vbytes);
     }
-    for (unsigned i = 0; i < BUCKET_WORDS; i++)
-        if (w[i] != old[i])
-            store_word(p, i, w[i]);
 }
 
 /* Reads the raw value of slot j of bucket b (writer side). */
@@ -917,6 +921,7 @@ static int place_new(const store_t *s, struct subtable *st, uint64_t key, struct
             uint64_t other = alt_bucket(b, kp >> 1, st->nbuckets);
             if (other == b || on_path(nodes, cur, other))
                 continue;
+            __builtin_prefetch(bucket_at(st, other)); /* checked a level later */
             nodes[n++] = (struct bfs_node){other, cur, k};
         }
     }
