@@ -52,7 +52,8 @@
 
 namespace fbm = tl::manifest;
 
-namespace {
+namespace
+{
 
 constexpr size_t TRAILER_BYTES = 8;
 constexpr size_t MIN_BYTES = 4 + 4 + TRAILER_BYTES; /* root offset, identifier, trailer */
@@ -215,8 +216,7 @@ struct Shard {
 /* Every rule of manifest.h, in field order.  shard_at(i) returns shard i;
  * it is called only after the list's length equals a valid shard_count.
  * Returns true, or false with why filled. */
-template <class ShardAt>
-bool check_fields(const Head &h, ShardAt shard_at, Why &w)
+template <class ShardAt> bool check_fields(const Head &h, ShardAt shard_at, Why &w)
 {
     if (h.format_version != MANIFEST_FORMAT_VERSION)
         return say(w, "manifest: format_version is %" PRIu32 ", expected %d", h.format_version,
@@ -287,8 +287,7 @@ bool check_fields(const Head &h, ShardAt shard_at, Why &w)
 
 /* Reads a C enum that may hold any bit pattern without loading it as the
  * enum type (an out-of-range enum load is undefined in C++). */
-template <class E>
-uint64_t raw_enum(const E *e)
+template <class E> uint64_t raw_enum(const E *e)
 {
     std::underlying_type_t<E> v;
     memcpy(&v, e, sizeof v);
@@ -394,7 +393,10 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
     }
     struct FreeCopy {
         uint8_t *p;
-        ~FreeCopy() { free(p); }
+        ~FreeCopy()
+        {
+            free(p);
+        }
     } free_copy{copy};
 
     flatbuffers::Verifier::Options opts;

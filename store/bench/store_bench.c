@@ -1,0 +1,1140 @@
+/*
+ * store_bench.c — the store benchmark: what an entry costs in resident
+ * memory, how fast batched lookups run next to this machine's own limit for
+ * random memory reads, and how fast a snapshot loads — all in one run, with
+ * std::unordered_map (umap_baseline.cc) as the yardstick.
+ *
+ * PHASES (in this order, so that no phase's memory or caches disturb the
+ * next; single-core phases are pinned to one CPU)
+ *   1. baseline  std::unordered_map<uint64_t, float> on M keys: RSS delta,
+ *                then L find()s in the random pattern below; freed and
+ *                malloc_trim()ed before anything else runs.
+ *   2. build     N keys upserted (one writer thread per group of shards);
+ *                bytes_per_entry = RSS delta / N.
+ *   3. lookups   L present keys, then L absent keys: store_lookup_batch in
+ *                batches of 1024 drawn uniformly at random, one core.
+ *   4. snapshot  store_snapshot_write into a fresh dir under --tmp; then the
+ *                store is destroyed.
+ *   5. limit     a plain uint64_t array of table_bytes (2 MiB aligned,
+ *                MADV_HUGEPAGE, filled): L random 8-byte reads in the same
+ *                batches, __builtin_prefetch D ahead (D = 16, 32, 64, 128;
+ *                the best counts: on some machines, VMs especially, deeper
+ *                prefetch keeps more misses in flight); unmapped.
+ *   6. load      store_snapshot_load from a warm page cache on all cores;
+ *                peak RSS via clear_refs + VmHWM; the loaded store checked.
+ *
+ * KEYS AND VALUES
+ *   key(i) = mix(seed + i) with mix = splitmix64's output function, a
+ *   bijection of the 64-bit integers: keys 0..N-1 are distinct, absent keys
+ *   are key(N + j), and no array of N keys is ever held, so phase 2's RSS
+ *   delta sees the table and nothing else.  Float j of a key's value is made
+ *   from the key's bits and is exact in the storage dtype (11 significant
+ *   bits for f16, 24 for f32), so every answer is checked bit for bit
+ *   without storing anything.
+ *
+ * WHY THE FIGURES ARE HONEST
+ *   - Memory is what the kernel says is resident (Rss of
+ *     /proc/self/smaps_rollup before and after), not what the store claims;
+ *     the store's own accounting (table_bytes) is printed next to it.
+ *   - Every timed lookup is checked (found or not, value bit-exact); a wrong
+ *     answer exits 1.  Checks run outside the timed spans; key generation
+ *     runs inside them, as it would in a server.
+ *   - The limit loop makes its indices with the same operations the lookup
+ *     loop uses to make keys (one PRNG step, one mix, one range reduction),
+ *     in the same batches, so lookups/limit compares memory work with memory
+ *     work.  It has huge pages and prefetch and is the best of four
+ *     distances: it is the best this core does, not a strawman.
+ *
+ * THREAD SAFETY: a program.  In phase 2 each writer thread owns whole
+ * shards (the store's one-writer-per-shard rule); the loader has its own.
+ */
+#define _GNU_SOURCE
+#include "store/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+/* umap_baseline.cc: std::unordered_map<uint64_t, float> behind a C face. */
+typedef struct umap umap_t;
+int umap_create(uint64_t reserve, umap_t **out);
+int umap_insert_batch(umap_t *m, const uint64_t *keys, const float *values, size_t n);
+size_t umap_find_batch(const umap_t *m, const uint64_t *keys, size_t n, float *out);
+uint64_t umap_size(const umap_t *m);
+void umap_destroy(umap_t *m);
+
+#define BATCH 1024                     /* keys per store_lookup_batch call */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define DEFAULT_LOOKUPS 20000000ull
+#define DEFAULT_BASELINE_CAP 20000000ull
+#define VERIFY_SAMPLE (1u << 20)       /* lookups that check the loaded store */
+
+struct config {
+    uint64_t keys;          /* N */
+    uint32_t value_floats;  /* K */
+    store_dtype_t dtype;    /* storage dtype of the store */
+    uint64_t baseline_keys; /* M; 0 = skip the unordered_map phase */
+    uint32_t shards;        /* 0 = the store's default */
+    uint32_t threads;       /* builder and loader threads */
+    uint64_t lookups;       /* L: per lookup phase and per limit run */
+    uint64_t seed;          /* key(i) = mix(seed + i) */
+    const char *tmp;        /* parent of the snapshot temp dir */
+    bool json;              /* last line: the JSON object */
+};
+
+struct mem {
+    uint64_t rss;       /* bytes resident */
+    uint64_t anon_huge; /* bytes of that in transparent huge pages */
+};
+
+/* Scratch for one batch; allocated once, never on a timed path. */
+struct bufs {
+    uint64_t *keys;  /* BATCH keys (or limit-array indices) */
+    float *out;      /* BATCH * K floats */
+    uint8_t *found;  /* BATCH flags, for diagnosing a failed check */
+};
+
+static volatile uint64_t g_sink; /* keeps the limit loop's reads alive */
+
+/* ---- temp dir: removed on exit, on error and on a fatal signal ---------- */
+
+static char g_root[4096];         /* <tmp>/store_bench.XXXXXX */
+static char g_snap[4096 + 16];    /* <root>/snapshot */
+static volatile sig_atomic_t g_root_made;
+
+/* Removes the files of one directory level and then the directory.  Uses
+ * system calls only (no malloc, no stdio), so a signal handler may call it. */
+static void remove_flat_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[8192] __attribute__((aligned(8)));
+    for (;;) {
+        ssize_t n = getdents64(fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(buf + off);
+            off += d->d_reclen;
+            if (d->d_name[0] == '.' &&
+                (d->d_name[1] == 0 || (d->d_name[1] == '.' && d->d_name[2] == 0)))
+                continue;
+            if (unlinkat(fd, d->d_name, 0) != 0 && errno == EISDIR)
+                unlinkat(fd, d->d_name, AT_REMOVEDIR);
+        }
+    }
+    close(fd);
+    rmdir(path);
+}
+
+static void remove_tmp(void)
+{
+    if (!g_root_made)
+        return;
+    remove_flat_dir(g_snap);
+    remove_flat_dir(g_root);
+    g_root_made = 0;
+}
+
+static void on_fatal_signal(int sig)
+{
+    remove_tmp();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+static void fatal(const char *fmt, ...) __attribute__((noreturn, cold, format(printf, 1, 2)));
+static void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fputs("store_bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    remove_tmp();
+    exit(1);
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: store_bench --keys N [--value-floats K] [--dtype f32|f16]\n"
+          "                   [--baseline-keys M] [--shards S] [--threads T]\n"
+          "                   [--lookups L] [--seed X] [--tmp DIR] [--json] [--help]\n"
+          "\n"
+          "  --keys N           keys in the store (required); counts take a\n"
+          "                     suffix: 10K, 10M, 1G, 1T (powers of ten)\n"
+          "  --value-floats K   floats per value, 1..64 (default 1: an LR weight)\n"
+          "  --dtype f32|f16    value storage type (default f32)\n"
+          "  --baseline-keys M  keys in the std::unordered_map baseline\n"
+          "                     (default min(N, 20M); 0 skips it)\n"
+          "  --shards S         store shards, a power of two 1..256 (default: the\n"
+          "                     store's)\n"
+          "  --threads T        builder and snapshot-loader threads (default: all\n"
+          "                     cores this process may use)\n"
+          "  --lookups L        lookups per timed phase (default 20M)\n"
+          "  --seed X           key seed, decimal or 0x-hex (default 42)\n"
+          "  --tmp DIR          where the snapshot temp dir goes (default /tmp)\n"
+          "  --json             make the last line one JSON object of the headline\n"
+          "                     figures\n"
+          "\n"
+          "Prints `name: value` lines as it goes; exits 1 when a lookup returns a\n"
+          "wrong answer or a step fails, 2 on a bad flag.\n",
+          f);
+}
+
+static void usage_error(const char *fmt, ...) __attribute__((noreturn, cold, format(printf, 1, 2)));
+static void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("store_bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n\n", stderr);
+    usage(stderr);
+    exit(2);
+}
+
+/* ---- keys, values, random numbers (inlined into the timed loops) -------- */
+
+/* splitmix64's output function: xorshifts and odd multiplies, a bijection. */
+static inline uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t key_of(uint64_t seed, uint64_t i)
+{
+    return mix(seed + i);
+}
+
+/* wyrand: one add and one 64x64->128 multiply per number. */
+static inline uint64_t wyrand(uint64_t *state)
+{
+    *state += 0xa0761d6478bd642full;
+    unsigned __int128 t = (unsigned __int128)*state * (*state ^ 0xe7037ed1a0b428dbull);
+    return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+
+/* Uniform in [0, n) from a uniform 64-bit r (Lemire's multiply-shift). */
+static inline uint64_t below(uint64_t r, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)r * n) >> 64);
+}
+
+/* Float j of key's value: an integer from 11 (f16) or 24 (f32) of the key's
+ * bits, scaled by a power of two, so it is exact in the storage dtype. */
+static inline float value_of(uint64_t key, uint32_t j, store_dtype_t dt)
+{
+    unsigned rot = (j * 13u) & 63u; /* 13 is odd: K <= 64 floats, 64 rotations */
+    uint64_t b = rot ? (key >> rot) | (key << (64 - rot)) : key;
+    if (dt == STORE_DTYPE_F16)
+        return (float)((int32_t)(b & 0x7ffu) - 1024) * 0.0625f;
+    return (float)((int32_t)(b & 0xffffffu) - 0x800000) * (1.0f / 65536.0f);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- /proc readings -------------------------------------------------------- */
+
+/* Reads a small /proc file into buf (NUL-terminated); returns 0 or -errno. */
+static int read_small_file(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t got = 0;
+    while (got + 1 < len) {
+        ssize_t n = read(fd, buf + got, len - 1 - got);
+        if (n < 0) {
+            int e = errno;
+            if (e == EINTR)
+                continue;
+            close(fd);
+            return -e;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = 0;
+    close(fd);
+    return 0;
+}
+
+/* Value in kB of the line starting with `name` (e.g. "Rss:"), or -1. */
+static int64_t kb_field(const char *text, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = text; *p;) {
+        if (strncmp(p, name, nl) == 0)
+            return strtoll(p + nl, NULL, 10);
+        const char *nlp = strchr(p, '\n');
+        if (!nlp)
+            break;
+        p = nlp + 1;
+    }
+    return -1;
+}
+
+/* Resident bytes now: exact from smaps_rollup (it walks the page tables),
+ * else statm's counters. */
+static struct mem mem_now(void)
+{
+    static char buf[8192];
+    struct mem m = {0, 0};
+    if (read_small_file("/proc/self/smaps_rollup", buf, sizeof buf) == 0) {
+        int64_t rss = kb_field(buf, "Rss:");
+        int64_t huge = kb_field(buf, "AnonHugePages:");
+        if (rss >= 0) {
+            m.rss = (uint64_t)rss << 10;
+            m.anon_huge = huge > 0 ? (uint64_t)huge << 10 : 0;
+            return m;
+        }
+    }
+    if (read_small_file("/proc/self/statm", buf, sizeof buf) != 0)
+        fatal("cannot read /proc/self/statm or /proc/self/smaps_rollup: no RSS to measure");
+    unsigned long long size, resident;
+    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
+        fatal("cannot parse /proc/self/statm: '%.40s'", buf);
+    m.rss = (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+    return m;
+}
+
+/* A "VmRSS:"/"VmHWM:" figure of /proc/self/status in bytes. */
+static uint64_t status_bytes(const char *name)
+{
+    static char buf[8192];
+    if (read_small_file("/proc/self/status", buf, sizeof buf) != 0)
+        fatal("cannot read /proc/self/status");
+    int64_t kb = kb_field(buf, name);
+    if (kb < 0)
+        fatal("/proc/self/status has no %s line", name);
+    return (uint64_t)kb << 10;
+}
+
+/* Resets VmHWM to the current RSS (Linux >= 4.0).  Returns false when the
+ * kernel refuses. */
+static bool reset_hwm(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok;
+}
+
+static uint64_t mem_available(void)
+{
+    static char buf[8192];
+    if (read_small_file("/proc/meminfo", buf, sizeof buf) != 0)
+        return 0;
+    int64_t kb = kb_field(buf, "MemAvailable:");
+    return kb > 0 ? (uint64_t)kb << 10 : 0;
+}
+
+/* ---- CPU pinning ----------------------------------------------------------- */
+
+static cpu_set_t g_all_cpus; /* the mask we started with */
+static int g_cpu = -1;       /* the CPU of the single-core phases */
+static bool g_pinnable;
+
+static void pin_init(void)
+{
+    if (sched_getaffinity(0, sizeof g_all_cpus, &g_all_cpus) != 0) {
+        fprintf(stderr, "store_bench: sched_getaffinity: %s; not pinning\n", strerror(errno));
+        return;
+    }
+    g_cpu = sched_getcpu();
+    g_pinnable = g_cpu >= 0 && g_cpu < CPU_SETSIZE && CPU_ISSET(g_cpu, &g_all_cpus);
+}
+
+static void pin_one(void)
+{
+    if (!g_pinnable)
+        return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(g_cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) {
+        fprintf(stderr, "store_bench: sched_setaffinity(cpu %d): %s; not pinning\n", g_cpu,
+                strerror(errno));
+        g_pinnable = false;
+    }
+}
+
+static void pin_all(void)
+{
+    if (g_pinnable)
+        sched_setaffinity(0, sizeof g_all_cpus, &g_all_cpus);
+}
+
+static uint32_t usable_cpus(void)
+{
+    int n = CPU_COUNT(&g_all_cpus);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    return (uint32_t)n;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void line(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    printf("%s: ", name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("store_bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static const char *dtype_name(store_dtype_t dt)
+{
+    return dt == STORE_DTYPE_F16 ? "f16" : "f32";
+}
+
+/* ---- flags ----------------------------------------------------------------- */
+
+/* A count: digits with an optional K/M/G/T suffix (powers of ten). */
+static uint64_t parse_count(const char *flag, const char *s, uint64_t min)
+{
+    char *end;
+    if (!s || !*s || *s == '-' || *s == '+')
+        usage_error("%s: expected a count such as 1000, 10M or 1G, got '%s'", flag, s ? s : "");
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        usage_error("%s: expected a count such as 1000, 10M or 1G, got '%s'", flag, s);
+    uint64_t mul = 1;
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': mul = 1000ull; end++; break;
+    case 'm': case 'M': mul = 1000000ull; end++; break;
+    case 'g': case 'G': mul = 1000000000ull; end++; break;
+    case 't': case 'T': mul = 1000000000000ull; end++; break;
+    default: break;
+    }
+    if (*end)
+        usage_error("%s: expected a count such as 1000, 10M or 1G, got '%s'", flag, s);
+    if (v > UINT64_MAX / mul)
+        usage_error("%s: count '%s' is too large", flag, s);
+    v *= mul;
+    if (v < min)
+        usage_error("%s: must be at least %" PRIu64 ", got '%s'", flag, min, s);
+    return v;
+}
+
+static void parse_flags(int argc, char **argv, struct config *c)
+{
+    bool have_keys = false, have_baseline = false, have_threads = false;
+    *c = (struct config){
+        .value_floats = 1,
+        .dtype = STORE_DTYPE_F32,
+        .lookups = DEFAULT_LOOKUPS,
+        .seed = 42,
+        .tmp = "/tmp",
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = NULL;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strcmp(f, "--json") == 0) {
+            c->json = true;
+            continue;
+        }
+        /* every other flag takes a value: "--flag V" or "--flag=V" */
+        char name[64];
+        const char *eq = strchr(f, '=');
+        if (eq && (size_t)(eq - f) < sizeof name) {
+            memcpy(name, f, (size_t)(eq - f));
+            name[eq - f] = 0;
+            v = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", f);
+        }
+        static const char *const valued[] = {"--keys", "--value-floats", "--dtype",
+                                             "--baseline-keys", "--shards", "--threads",
+                                             "--lookups", "--seed", "--tmp"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            known |= strcmp(name, valued[k]) == 0;
+        if (!known)
+            usage_error("unknown flag '%s'", f);
+        if (!v) {
+            if (i + 1 >= argc)
+                usage_error("%s needs a value", name);
+            v = argv[++i];
+        }
+
+        if (strcmp(name, "--keys") == 0) {
+            c->keys = parse_count(name, v, 1);
+            have_keys = true;
+        } else if (strcmp(name, "--value-floats") == 0) {
+            uint64_t k = parse_count(name, v, 1);
+            if (k > STORE_MAX_VALUE_FLOATS)
+                usage_error("--value-floats: must be 1..%d, got '%s'", STORE_MAX_VALUE_FLOATS, v);
+            c->value_floats = (uint32_t)k;
+        } else if (strcmp(name, "--dtype") == 0) {
+            if (strcmp(v, "f32") == 0)
+                c->dtype = STORE_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                c->dtype = STORE_DTYPE_F16;
+            else
+                usage_error("--dtype: must be f32 or f16, got '%s'", v);
+        } else if (strcmp(name, "--baseline-keys") == 0) {
+            c->baseline_keys = parse_count(name, v, 0);
+            have_baseline = true;
+        } else if (strcmp(name, "--shards") == 0) {
+            uint64_t s = parse_count(name, v, 1);
+            if (s > STORE_MAX_SHARDS || (s & (s - 1)))
+                usage_error("--shards: must be a power of two 1..%d, got '%s'", STORE_MAX_SHARDS,
+                            v);
+            c->shards = (uint32_t)s;
+        } else if (strcmp(name, "--threads") == 0) {
+            uint64_t t = parse_count(name, v, 1);
+            if (t > 4096)
+                usage_error("--threads: must be 1..4096, got '%s'", v);
+            c->threads = (uint32_t)t;
+            have_threads = true;
+        } else if (strcmp(name, "--lookups") == 0) {
+            c->lookups = parse_count(name, v, 1);
+        } else if (strcmp(name, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            if (!*v || *v == '-')
+                usage_error("--seed: expected a number, got '%s'", v);
+            c->seed = strtoull(v, &end, 0);
+            if (errno || *end)
+                usage_error("--seed: expected a decimal or 0x-hex number, got '%s'", v);
+        } else if (strcmp(name, "--tmp") == 0) {
+            if (!*v)
+                usage_error("--tmp: empty directory name");
+            c->tmp = v;
+        }
+    }
+    if (!have_keys)
+        usage_error("--keys is required");
+    if (c->keys > (UINT64_MAX >> 2))
+        usage_error("--keys: %" PRIu64 " is too large", c->keys);
+    if (!have_baseline)
+        c->baseline_keys = c->keys < DEFAULT_BASELINE_CAP ? c->keys : DEFAULT_BASELINE_CAP;
+    if (!have_threads)
+        c->threads = usable_cpus();
+
+    store_options_t opt = {
+        .value_floats = c->value_floats,
+        .dtype = c->dtype,
+        .shards = c->shards,
+        .expected_keys = c->keys,
+    };
+    char why[256];
+    if (store_options_check(&opt, why, sizeof why) != 0)
+        usage_error("the store refuses these options: %s", why);
+}
+
+/* ---- checks (outside the timed spans) -------------------------------------- */
+
+static void check_values(const char *phase, const uint64_t *keys, size_t n, const float *out,
+                         uint32_t k, store_dtype_t dt)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (uint32_t j = 0; j < k; j++) {
+            float want = value_of(keys[i], j, dt);
+            float got = out[i * k + j];
+            if (memcmp(&want, &got, sizeof want) != 0)
+                fatal("%s: key %#018" PRIx64 " float %u: got %.9g, inserted %.9g", phase, keys[i],
+                      j, (double)got, (double)want);
+        }
+    }
+}
+
+/* Present keys: all found, values exact.  On a short count, asks again with
+ * found[] to name the key. */
+static void check_hits(const char *phase, const store_t *s, const uint64_t *keys, size_t n,
+                       size_t found, struct bufs *b, uint32_t k, store_dtype_t dt)
+{
+    if (found != n) {
+        store_lookup_batch(s, keys, n, b->out, b->found);
+        for (size_t i = 0; i < n; i++)
+            if (!b->found[i])
+                fatal("%s: key %#018" PRIx64 " was inserted but is not found", phase, keys[i]);
+        fatal("%s: store_lookup_batch returned %zu found for %zu present keys", phase, found, n);
+    }
+    check_values(phase, keys, n, b->out, k, dt);
+}
+
+/* Absent keys: none found, zeros written. */
+static void check_misses(const char *phase, const store_t *s, const uint64_t *keys, size_t n,
+                         size_t found, struct bufs *b, uint32_t k)
+{
+    if (found != 0) {
+        store_lookup_batch(s, keys, n, b->out, b->found);
+        for (size_t i = 0; i < n; i++)
+            if (b->found[i])
+                fatal("%s: key %#018" PRIx64 " was never inserted but is found", phase, keys[i]);
+        fatal("%s: store_lookup_batch returned %zu found for %zu absent keys", phase, found, n);
+    }
+    for (size_t i = 0; i < n * k; i++)
+        if (b->out[i] != 0.0f)
+            fatal("%s: absent key %#018" PRIx64 " got value %.9g, not 0", phase, keys[i / k],
+                  (double)b->out[i]);
+}
+
+/* ---- phase 1: std::unordered_map ------------------------------------------- */
+
+struct baseline {
+    double bytes_per_entry;
+    double lookups_per_s;
+};
+
+static struct baseline run_baseline(const struct config *c, struct bufs *b)
+{
+    const uint64_t m_keys = c->baseline_keys;
+    float vals[BATCH];
+    umap_t *m;
+
+    note("baseline: std::unordered_map with %" PRIu64 " keys", m_keys);
+    malloc_trim(0);
+    struct mem before = mem_now();
+    int rc = umap_create(m_keys, &m);
+    if (rc != 0)
+        fatal("baseline: cannot reserve an unordered_map of %" PRIu64 " keys: %s", m_keys,
+              strerror(-rc));
+    for (uint64_t i = 0; i < m_keys;) {
+        size_t n = m_keys - i < BATCH ? (size_t)(m_keys - i) : BATCH;
+        for (size_t j = 0; j < n; j++) {
+            b->keys[j] = key_of(c->seed, i + j);
+            vals[j] = value_of(b->keys[j], 0, STORE_DTYPE_F32);
+        }
+        rc = umap_insert_batch(m, b->keys, vals, n);
+        if (rc == -EEXIST)
+            fatal("baseline: a generated key repeats (the mixer is not a bijection?)");
+        if (rc != 0)
+            fatal("baseline: out of memory after %" PRIu64 " of %" PRIu64 " keys", i, m_keys);
+        i += n;
+    }
+    malloc_trim(0);
+    struct mem after = mem_now();
+    if (umap_size(m) != m_keys)
+        fatal("baseline: map holds %" PRIu64 " keys, expected %" PRIu64, umap_size(m), m_keys);
+
+    /* the same draw as the store's lookups: uniform index, then key_of */
+    uint64_t rng = c->seed ^ 0x5eed0001u;
+    double spent = 0;
+    for (uint64_t done = 0; done < c->lookups;) {
+        size_t n = c->lookups - done < BATCH ? (size_t)(c->lookups - done) : BATCH;
+        double t0 = now_s();
+        for (size_t j = 0; j < n; j++)
+            b->keys[j] = key_of(c->seed, below(wyrand(&rng), m_keys));
+        size_t found = umap_find_batch(m, b->keys, n, b->out);
+        spent += now_s() - t0;
+        if (found != n)
+            fatal("baseline: unordered_map found %zu of %zu present keys", found, n);
+        check_values("baseline", b->keys, n, b->out, 1, STORE_DTYPE_F32);
+        done += n;
+    }
+    umap_destroy(m);
+
+    struct baseline r = {
+        .bytes_per_entry = ((double)after.rss - (double)before.rss) / (double)m_keys,
+        .lookups_per_s = (double)c->lookups / spent,
+    };
+    return r;
+}
+
+/* ---- phase 2: build ---------------------------------------------------------- */
+
+struct builder {
+    store_t *s;
+    const struct config *c;
+    uint32_t id, count; /* owns the shards with shard % count == id */
+    uint64_t inserted;
+    int rc;             /* 0, -EEXIST (a key was not new) or store_upsert's error */
+    uint64_t bad_key;
+    pthread_t th;
+};
+
+static void *build_main(void *arg)
+{
+    struct builder *w = arg;
+    const struct config *c = w->c;
+    float v[STORE_MAX_VALUE_FLOATS];
+
+    for (uint64_t i = 0; i < c->keys; i++) {
+        uint64_t key = key_of(c->seed, i);
+        if (store_shard_of(w->s, key) % w->count != w->id)
+            continue;
+        for (uint32_t j = 0; j < c->value_floats; j++)
+            v[j] = value_of(key, j, c->dtype);
+        int r = store_upsert(w->s, key, v);
+        if (r != 1) {
+            w->rc = r == 0 ? -EEXIST : r;
+            w->bad_key = key;
+            return NULL;
+        }
+        w->inserted++;
+    }
+    return NULL;
+}
+
+static store_t *build_store(const struct config *c, double *seconds)
+{
+    store_options_t opt = {
+        .value_floats = c->value_floats,
+        .dtype = c->dtype,
+        .shards = c->shards,
+        .expected_keys = c->keys,
+    };
+    store_t *s;
+    int rc = store_create(&opt, &s);
+    if (rc != 0)
+        fatal("build: store_create: %s", strerror(-rc));
+
+    uint32_t count = c->threads < store_shards(s) ? c->threads : store_shards(s);
+    struct builder *w = calloc(count, sizeof *w);
+    if (!w)
+        fatal("build: out of memory for %u builder threads", count);
+    note("build: %" PRIu64 " keys, %u writer thread(s)", c->keys, count);
+    double t0 = now_s();
+    for (uint32_t t = 0; t < count; t++) {
+        w[t] = (struct builder){.s = s, .c = c, .id = t, .count = count};
+        if (count == 1)
+            break;
+        rc = pthread_create(&w[t].th, NULL, build_main, &w[t]);
+        if (rc != 0)
+            fatal("build: pthread_create: %s", strerror(rc));
+    }
+    if (count == 1)
+        build_main(&w[0]);
+    else
+        for (uint32_t t = 0; t < count; t++)
+            pthread_join(w[t].th, NULL);
+    *seconds = now_s() - t0;
+
+    uint64_t inserted = 0;
+    for (uint32_t t = 0; t < count; t++) {
+        if (w[t].rc == -EEXIST)
+            fatal("build: key %#018" PRIx64 " was already present (generated keys repeat?)",
+                  w[t].bad_key);
+        if (w[t].rc != 0)
+            fatal("build: store_upsert of key %#018" PRIx64 ": %s", w[t].bad_key,
+                  strerror(-w[t].rc));
+        inserted += w[t].inserted;
+    }
+    free(w);
+    if (inserted != c->keys || store_count(s) != c->keys)
+        fatal("build: inserted %" PRIu64 ", store_count %" PRIu64 ", expected %" PRIu64, inserted,
+              store_count(s), c->keys);
+    return s;
+}
+
+/* ---- phase 3: lookups -------------------------------------------------------- */
+
+/* L lookups of present (hits) or absent keys in batches of BATCH, each key
+ * index uniform in [0, N) (+N for absent keys).  Returns lookups per second
+ * of the timed spans (key generation + store_lookup_batch). */
+static double run_lookups(const store_t *s, const struct config *c, struct bufs *b, bool hits,
+                          uint64_t lookups, const char *phase)
+{
+    uint64_t rng = c->seed ^ (hits ? 0x5eed0001u : 0x5eed0002u);
+    const uint64_t n_keys = c->keys;
+    const uint64_t base = hits ? 0 : n_keys;
+    double spent = 0;
+
+    for (uint64_t done = 0; done < lookups;) {
+        size_t n = lookups - done < BATCH ? (size_t)(lookups - done) : BATCH;
+        double t0 = now_s();
+        for (size_t i = 0; i < n; i++)
+            b->keys[i] = key_of(c->seed, base + below(wyrand(&rng), n_keys));
+        size_t found = store_lookup_batch(s, b->keys, n, b->out, NULL);
+        spent += now_s() - t0;
+        if (hits)
+            check_hits(phase, s, b->keys, n, found, b, c->value_floats, c->dtype);
+        else
+            check_misses(phase, s, b->keys, n, found, b, c->value_floats);
+        done += n;
+    }
+    return (double)lookups / spent;
+}
+
+/* ---- phase 5: the machine's limit -------------------------------------------- */
+
+/* An anonymous mapping of at least `bytes`, 2 MiB aligned, MADV_HUGEPAGE,
+ * every word written.  Sets *len to the mapped length (for munmap). */
+static uint64_t *map_limit_array(uint64_t bytes, size_t *len)
+{
+    size_t want = (size_t)((bytes + HUGE_PAGE - 1) & ~(uint64_t)(HUGE_PAGE - 1));
+    size_t span = want + HUGE_PAGE;
+    uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        fatal("limit: mmap of %zu bytes failed: %s", span, strerror(errno));
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    if (p + span > a + want)
+        munmap(a + want, (size_t)(p + span - (a + want)));
+    if (madvise(a, want, MADV_HUGEPAGE) != 0)
+        note("limit: madvise(MADV_HUGEPAGE): %s; reading through 4 KiB pages", strerror(errno));
+    uint64_t *w = (uint64_t *)a;
+    for (size_t i = 0; i < want / 8; i++)
+        w[i] = i * 0x9e3779b97f4a7c15ull;
+    *len = want;
+    return w;
+}
+
+/* L independent random 8-byte reads of arr[0..words), prefetched `dist`
+ * ahead within batches of BATCH; the indices cost what lookup keys cost. */
+static double limit_reads(const uint64_t *arr, uint64_t words, const struct config *c,
+                          struct bufs *b, size_t dist)
+{
+    uint64_t rng = c->seed ^ 0x5eed0003u;
+    uint64_t *idx = b->keys;
+    uint64_t sum = 0;
+    double spent = 0;
+
+    for (uint64_t done = 0; done < c->lookups;) {
+        size_t n = c->lookups - done < BATCH ? (size_t)(c->lookups - done) : BATCH;
+        double t0 = now_s();
+        for (size_t i = 0; i < n; i++)
+            idx[i] = below(mix(c->seed + wyrand(&rng)), words);
+        for (size_t i = 0; i < n && i < dist; i++)
+            __builtin_prefetch(&arr[idx[i]]);
+        for (size_t i = 0; i < n; i++) {
+            if (i + dist < n)
+                __builtin_prefetch(&arr[idx[i + dist]]);
+            sum += arr[idx[i]];
+        }
+        spent += now_s() - t0;
+        done += n;
+    }
+    g_sink += sum;
+    return (double)c->lookups / spent;
+}
+
+/* ---- phase 6: snapshot load ---------------------------------------------------- */
+
+/* Reads every file of dir once, so the load starts from a warm page cache.
+ * Returns the bytes read. */
+static uint64_t warm_dir(const char *dir)
+{
+    static char buf[1 << 20];
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        fatal("load: opendir %s: %s", dir, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            fatal("load: open %s/%s: %s", dir, e->d_name, strerror(errno));
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                fatal("load: read %s/%s: %s", dir, e->d_name, strerror(errno));
+            if (n == 0)
+                break;
+            total += (uint64_t)n;
+        }
+        close(fd);
+    }
+    closedir(d);
+    return total;
+}
+
+/* Checks a loaded store: the count, the meta, and a random sample of present
+ * and absent keys.  Returns the number of lookups checked. */
+static uint64_t verify_loaded(const store_t *s, const store_meta_t *meta, const struct config *c,
+                          struct bufs *b)
+{
+    if (store_count(s) != c->keys)
+        fatal("load: the loaded store has %" PRIu64 " keys, expected %" PRIu64, store_count(s),
+              c->keys);
+    if (store_value_floats(s) != c->value_floats || store_dtype(s) != c->dtype)
+        fatal("load: the loaded store has K=%u %s, expected K=%u %s", store_value_floats(s),
+              dtype_name(store_dtype(s)), c->value_floats, dtype_name(c->dtype));
+    if (meta->version != 1 || strcmp(meta->model_name, "store_bench") != 0)
+        fatal("load: meta came back as '%s' version %" PRIu64, meta->model_name, meta->version);
+    uint64_t sample = c->keys < VERIFY_SAMPLE ? c->keys : VERIFY_SAMPLE;
+    run_lookups(s, c, b, true, sample, "load check (present keys)");
+    run_lookups(s, c, b, false, sample / 16 + 1, "load check (absent keys)");
+    return sample + sample / 16 + 1;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static void make_tmp(const struct config *c)
+{
+    struct stat st;
+    if (stat(c->tmp, &st) != 0 || !S_ISDIR(st.st_mode))
+        usage_error("--tmp: '%s' is not a directory", c->tmp);
+    if ((size_t)snprintf(g_root, sizeof g_root, "%s/store_bench.XXXXXX", c->tmp) >= sizeof g_root)
+        usage_error("--tmp: path too long");
+    if (!mkdtemp(g_root))
+        fatal("cannot create a temp dir under %s: %s", c->tmp, strerror(errno));
+    snprintf(g_snap, sizeof g_snap, "%s/snapshot", g_root);
+    g_root_made = 1;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    /* fail now, not after the build, when the snapshot cannot fit */
+    uint64_t value_bytes = (uint64_t)c->value_floats * (c->dtype == STORE_DTYPE_F16 ? 2 : 4);
+    uint64_t need = c->keys * (8 + value_bytes) + ((uint64_t)1 << 20);
+    struct statvfs vfs;
+    if (statvfs(g_root, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need)
+        fatal("--tmp %s: the snapshot needs %.2f GiB, only %.2f GiB free", c->tmp,
+              (double)need / (1 << 30), (double)vfs.f_bavail * vfs.f_frsize / (1 << 30));
+}
+
+static void print_json_number(const char *name, double v, bool valid, const char *fmt, bool last)
+{
+    printf("\"%s\":", name);
+    if (valid)
+        printf(fmt, v);
+    else
+        fputs("null", stdout);
+    fputs(last ? "}\n" : ",", stdout);
+}
+
+int main(int argc, char **argv)
+{
+    struct config c;
+    pin_init();
+    parse_flags(argc, argv, &c);
+
+    const uint32_t k = c.value_floats;
+    const double raw = 8.0 + (double)k * (c.dtype == STORE_DTYPE_F16 ? 2 : 4);
+    struct bufs b = {
+        .keys = aligned_alloc(64, BATCH * sizeof(uint64_t)),
+        .out = aligned_alloc(64, (size_t)BATCH * k * sizeof(float)),
+        .found = malloc(BATCH),
+    };
+    if (!b.keys || !b.out || !b.found)
+        fatal("out of memory for batch buffers");
+    make_tmp(&c);
+    atexit(remove_tmp);
+
+    uint64_t avail = mem_available();
+    double guess = (double)c.keys * raw * 1.6 + (double)c.baseline_keys * 48.0;
+    if (avail && guess > (double)avail)
+        note("warning: this run may need ~%.1f GiB; MemAvailable is %.1f GiB", guess / (1 << 30),
+             (double)avail / (1 << 30));
+
+    line("keys", "%" PRIu64, c.keys);
+    line("value_floats", "%u", k);
+    line("dtype", "%s", dtype_name(c.dtype));
+    line("lookups", "%" PRIu64 " per phase, batches of %d, uniform random", c.lookups, BATCH);
+    line("seed", "%" PRIu64, c.seed);
+    line("method", "rss (Rss of /proc/self/smaps_rollup before and after; glibc malloc)");
+    if (g_pinnable)
+        line("single_core_phases", "pinned to cpu %d", g_cpu);
+    else
+        line("single_core_phases", "not pinned (affinity unavailable)");
+
+    /* 1: the unordered_map, alone in the process and freed before the rest */
+    struct baseline base = {0, 0};
+    line("baseline_keys", "%" PRIu64, c.baseline_keys);
+    if (c.baseline_keys > 0) {
+        line("baseline_map", "std::unordered_map<uint64_t, float>, reserve(M), one float per key");
+        pin_one();
+        base = run_baseline(&c, &b);
+        line("unordered_map_bytes_per_entry", "%.2f", base.bytes_per_entry);
+        line("unordered_map_lookups_per_s", "%.0f", base.lookups_per_s);
+    } else {
+        line("unordered_map_bytes_per_entry", "skipped (--baseline-keys 0)");
+        line("unordered_map_lookups_per_s", "skipped (--baseline-keys 0)");
+    }
+
+    /* 2: build; the RSS delta is the table (no key array exists) */
+    pin_all();
+    malloc_trim(0);
+    struct mem before = mem_now();
+    double build_s;
+    store_t *s = build_store(&c, &build_s);
+    struct mem after = mem_now();
+    store_stats_t st;
+    store_stats(s, &st);
+    line("shards", "%u", store_shards(s));
+    line("build_threads", "%u", c.threads < store_shards(s) ? c.threads : store_shards(s));
+    line("build_entries_per_s", "%.0f", (double)c.keys / build_s);
+    const double bytes_per_entry = ((double)after.rss - (double)before.rss) / (double)c.keys;
+    line("bytes_per_entry", "%.2f", bytes_per_entry);
+    line("raw_bytes_per_entry", "%.0f", raw);
+    line("bytes_over_raw", "%.3f", bytes_per_entry / raw);
+    line("store_table_bytes_per_entry", "%.2f (store_stats table_bytes / N)",
+         (double)st.table_bytes / (double)c.keys);
+    line("table_bytes", "%" PRIu64, st.table_bytes);
+    line("table_hugepage_fraction", "%.3f",
+         after.rss > before.rss
+             ? ((double)after.anon_huge - (double)before.anon_huge) / (double)(after.rss - before.rss)
+             : 0.0);
+    line("slot_load", "%.4f (entries / slots)", st.slots ? (double)st.entries / st.slots : 0.0);
+    line("subtables", "%" PRIu64, st.subtables);
+    line("stashed", "%" PRIu64, st.stashed);
+    line("rebuilds", "%" PRIu64, st.rebuilds);
+
+    /* 3: lookups on one core */
+    pin_one();
+    note("lookups: %" PRIu64 " present, %" PRIu64 " absent", c.lookups, c.lookups);
+    const double lookups_per_s = run_lookups(s, &c, &b, true, c.lookups, "lookups");
+    line("lookups_per_s", "%.0f", lookups_per_s);
+    const double miss_per_s = run_lookups(s, &c, &b, false, c.lookups, "miss lookups");
+    line("miss_lookups_per_s", "%.0f", miss_per_s);
+    if (base.lookups_per_s > 0)
+        line("lookups_over_unordered_map", "%.2f", lookups_per_s / base.lookups_per_s);
+
+    /* 4: snapshot, then the store goes */
+    pin_all();
+    store_meta_t meta = {
+        .model_kind = k == 1 ? STORE_MODEL_LR : STORE_MODEL_FM,
+        .version = 1,
+    };
+    snprintf(meta.model_name, sizeof meta.model_name, "store_bench");
+    store_error_t err;
+    note("snapshot: writing %s", g_snap);
+    double t0 = now_s();
+    if (store_snapshot_write(s, g_snap, &meta, &err) != 0)
+        fatal("snapshot write into %s failed (%s): %s", g_snap, store_errc_name(err.code), err.msg);
+    line("snapshot_write_s", "%.3f (fsync included)", now_s() - t0);
+    const uint64_t table_bytes = st.table_bytes;
+    store_destroy(s);
+    s = NULL;
+    malloc_trim(0);
+
+    /* 5: the limit, on an array as large as the table, freed before the load */
+    pin_one();
+    size_t lim_len;
+    struct mem lim_before = mem_now();
+    uint64_t *arr = map_limit_array(table_bytes, &lim_len);
+    struct mem lim_after = mem_now();
+    const uint64_t words = table_bytes / 8 ? table_bytes / 8 : 1;
+    line("limit_array_bytes", "%" PRIu64, words * 8);
+    line("limit_hugepage_fraction", "%.3f",
+         lim_after.rss > lim_before.rss
+             ? ((double)lim_after.anon_huge - (double)lim_before.anon_huge) /
+                   (double)(lim_after.rss - lim_before.rss)
+             : 0.0);
+    double limit = 0;
+    static const size_t dists[] = {16, 32, 64, 128};
+    for (size_t i = 0; i < sizeof dists / sizeof dists[0]; i++) {
+        double r = limit_reads(arr, words, &c, &b, dists[i]);
+        char name[48];
+        snprintf(name, sizeof name, "limit_reads_per_s_prefetch%zu", dists[i]);
+        line(name, "%.0f", r);
+        if (r > limit)
+            limit = r;
+    }
+    munmap(arr, lim_len);
+    line("limit_reads_per_s", "%.0f", limit);
+    line("lookup_over_limit", "%.3f", lookups_per_s / limit);
+    line("miss_over_limit", "%.3f", miss_per_s / limit);
+
+    /* 6: load from a warm page cache on all cores */
+    pin_all();
+    line("snapshot_bytes", "%" PRIu64, warm_dir(g_snap));
+    malloc_trim(0);
+    struct mem load_before = mem_now();
+    uint64_t vm_before = status_bytes("VmRSS:");
+    bool hwm_ok = reset_hwm();
+    store_meta_t got_meta;
+    note("load: %u thread(s)", c.threads);
+    t0 = now_s();
+    if (store_snapshot_load(g_snap, (int)c.threads, &s, &got_meta, &err) != 0)
+        fatal("snapshot load of %s failed (%s): %s", g_snap, store_errc_name(err.code), err.msg);
+    const double load_s = now_s() - t0;
+    uint64_t vm_hwm = status_bytes("VmHWM:");
+    uint64_t vm_after = status_bytes("VmRSS:");
+    struct mem load_after = mem_now();
+    const double load_per_s = (double)c.keys / load_s;
+    line("load_threads", "%u", c.threads);
+    line("load_s", "%.3f", load_s);
+    line("load_entries_per_s", "%.0f", load_per_s);
+    line("loaded_bytes_per_entry", "%.2f",
+         ((double)load_after.rss - (double)load_before.rss) / (double)c.keys);
+    if (hwm_ok && vm_after > vm_before)
+        line("load_peak_over_steady", "%.3f",
+             ((double)vm_hwm - (double)vm_before) / (double)(vm_after - vm_before));
+    else
+        line("load_peak_over_steady", "unavailable (%s)",
+             hwm_ok ? "RSS did not grow" : "/proc/self/clear_refs refused");
+    pin_one();
+    uint64_t checked = verify_loaded(s, &got_meta, &c, &b);
+    line("load_verified", "count %" PRIu64 ", %" PRIu64 " sampled lookups exact", c.keys, checked);
+    store_destroy(s);
+    remove_tmp();
+
+    if (c.json) {
+        bool have_base = c.baseline_keys > 0;
+        putchar('{');
+        print_json_number("bytes_per_entry", bytes_per_entry, true, "%.3f", false);
+        print_json_number("raw_bytes_per_entry", raw, true, "%.0f", false);
+        print_json_number("lookups_per_s", lookups_per_s, true, "%.0f", false);
+        print_json_number("limit_reads_per_s", limit, true, "%.0f", false);
+        print_json_number("unordered_map_bytes_per_entry", base.bytes_per_entry, have_base, "%.3f",
+                          false);
+        print_json_number("unordered_map_lookups_per_s", base.lookups_per_s, have_base, "%.0f",
+                          false);
+        print_json_number("miss_lookups_per_s", miss_per_s, true, "%.0f", false);
+        print_json_number("load_entries_per_s", load_per_s, true, "%.0f", true);
+        fflush(stdout);
+    }
+    free(b.keys);
+    free(b.out);
+    free(b.found);
+    return 0;
+}

@@ -1,0 +1,1365 @@
+/*
+ * snapshot.c — model snapshots on disk: store_snapshot_write() turns a store
+ * into a directory of files, store_snapshot_load() turns such a directory
+ * back into a store, trusting none of its bytes.
+ *
+ * A SNAPSHOT DIRECTORY holds
+ *   MANIFEST          model meta, K, dtype, and per shard: file name,
+ *                     entries, size and XXH3_64bits of the whole file
+ *                     (FlatBuffers + trailer checksum: manifest.h)
+ *   shard-00000.tls   one file per shard, named "shard-%05u.tls"
+ *   ...
+ *
+ * A SHARD FILE is a 64-byte header and then `entries` packed records, all
+ * little-endian:
+ *
+ *   0               8        12       16       20       24       28       32
+ *   +---------------+--------+--------+--------+--------+--------+--------+
+ *   | magic         | format | shard  | shard  | value  | dtype  | value  |
+ *   | "TLSHARD1"    | version| index  | count  | floats | 0 f32  | bytes  |
+ *   | (no NUL)      | = 1    |        |        | = K    | 1 f16  |        |
+ *   +---------------+--------+--------+--------+--------+--------+--------+
+ *   32              40                               56               64
+ *   +---------------+--------------------------------+----------------+
+ *   | entries (u64) | zero padding                   | XXH3_64bits of |
+ *   |               |                                | bytes 0..55    |
+ *   +---------------+--------------------------------+----------------+
+ *   64      record 0 = { u64 key | value: K x f32 or K x f16 (value_bytes) }
+ *   64 + R  record 1, R = 8 + value_bytes; packed, no alignment
+ *   ...
+ *   file size = 64 + entries * R, exactly
+ *
+ * WRITING goes shard by shard through one large buffer (store_foreach_raw ->
+ * buffer -> write(2)), hashing with streaming XXH3 as the buffer drains, so
+ * each byte is produced once and hashed once.  A NaN or infinite value is
+ * refused (STORE_E_VALUE) rather than written: the loader would refuse it.
+ * Each shard goes to "<file>.tmp", is fsynced and renamed; the directory is
+ * fsynced; then MANIFEST.tmp is written, fsynced and renamed to MANIFEST
+ * without replacing one (renameat2 RENAME_NOREPLACE where the filesystem
+ * has it), and the directory is fsynced again.  So a MANIFEST exists only
+ * once every file it names is complete and durable.  A failed write
+ * removes what it created.
+ *
+ * LOADING reads and decodes the MANIFEST, creates the store sized for the
+ * sum of the entries, and loads the shards on `threads` threads that take
+ * the next shard number from an atomic counter.  Each shard:
+ *   1. size: the file must be exactly the manifest's bytes (TRUNCATED when
+ *      shorter, offset = its size; SIZE when longer, offset = where the
+ *      extra bytes begin);
+ *   2. header: magic (HEADER at 0), header checksum (HEADER at 56), format
+ *      version (HEADER at 8), zero padding, fields valid on their own
+ *      (HEADER at the field), then fields equal to the manifest's (MISMATCH
+ *      at the field, with both values).  The header is checked before the
+ *      whole-file checksum on purpose: a flipped byte in bytes 0..63 is
+ *      always a HEADER error, anywhere after it always a CHECKSUM error;
+ *   3. pass 1, mmap windows of 1..8 MiB (MAP_POPULATE, unmapped after use):
+ *      streaming XXH3 of the whole file, and keys counted per sub-table.  A
+ *      wrong checksum is STORE_E_CHECKSUM with offset -1 (the whole file is
+ *      wrong; the message names the byte range).  No record is validated or
+ *      inserted before the checksum holds;
+ *   4. each sub-table reserved for its exact count (no growth while loading);
+ *   5. pass 2, windows again: values must be finite (VALUE), then records go
+ *      to store_insert_entries in chunks (DUPLICATE, WRONG_SHARD), every
+ *      error at the exact byte offset of its record.  Within a chunk the
+ *      lowest offset wins, so errors come out in file order.
+ * Resident memory while loading is the table plus one window per thread:
+ * file pages count towards RSS only while mapped.  Windows are 8 MiB, or
+ * less (down to 1 MiB) so that all threads' windows together stay under
+ * 1/64 of the snapshot's bytes: 8 MiB per thread would be 5% of a 330 MB
+ * table with 2 threads, and more with more cores (measured: 30M K=1 keys,
+ * 338 MB of table, 2 threads: peak RSS 1.016x the RSS after loading).
+ *
+ * The first error wins; other threads notice it between windows and stop;
+ * the store is destroyed and *out stays untouched.  Finally every shard's
+ * count must equal the manifest's entries.  A manifest with parent_version
+ * != 0 is a delta, not a model, and is refused (STORE_E_MANIFEST);
+ * store_snapshot_read_meta lists it all the same.
+ *
+ * The per-shard code (build_shard) reads through a `struct shard_src` that
+ * is either mmap windows of a file or a plain memory buffer, so that
+ * snapshot_load_mem() (snapshot_internal.h: tests, fuzz_snapshot) runs
+ * exactly the checks the file loader runs.
+ *
+ * ERRORS: every failure fills store_error_t: code, the file inside the
+ * snapshot dir ("" for the dir itself), the byte offset (-1 when no single
+ * offset applies) and one sentence "file: offset N: what was wrong".
+ *
+ * THREAD SAFETY
+ *   - store_snapshot_write needs no concurrent writer of s (readers are
+ *     fine); two writes into the same directory at once are not supported
+ *     (they share the .tmp names), though RENAME_NOREPLACE keeps the second
+ *     MANIFEST from replacing the first.
+ *   - store_snapshot_load: each shard has exactly one loader thread, which is
+ *     its only writer; the first error is recorded under load_ctl.lock.  The
+ *     files must not change while loading: a change between the passes is
+ *     still caught by pass 2's checks where it breaks an invariant, but a
+ *     file truncated under a live mapping raises SIGBUS (mmap's contract).
+ *   - Everything else here is reentrant; no global state.
+ */
+#define _GNU_SOURCE
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+
+#include "snapshot_internal.h"
+
+#include "manifest.h"
+#include "store_internal.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define cold __attribute__((cold))
+
+#define WINDOW_MAX (8u << 20)      /* mmap window while loading ... */
+#define WINDOW_MIN (1u << 20)      /* ... shrunk towards this for small loads */
+#define WINDOW_SHARE 64            /* all windows together <= file bytes / this */
+#define WRITE_BUF_BYTES (4u << 20) /* writer's buffer */
+#define CHUNK_RECORDS 4096u        /* records per value check + insert */
+#define SHARD_NAME_FMT "shard-%05u.tls"
+#define TMP_SUFFIX ".tmp"
+#define MANIFEST_TMP MANIFEST_FILE_NAME TMP_SUFFIX
+
+/* Header field offsets (the picture above). */
+enum {
+    H_MAGIC = 0,
+    H_FORMAT = 8,
+    H_INDEX = 12,
+    H_COUNT = 16,
+    H_FLOATS = 20,
+    H_DTYPE = 24,
+    H_VBYTES = 28,
+    H_ENTRIES = 32,
+    H_PAD = 40,
+    H_XXH3 = SNAPSHOT_HEADER_XXH3_AT,
+};
+_Static_assert(H_XXH3 + 8 == SHARD_HEADER_BYTES, "header layout");
+_Static_assert(sizeof SNAPSHOT_SHARD_MAGIC == 9, "magic is 8 bytes");
+_Static_assert(WINDOW_MIN >= 2 * (65536 + 8 + 4 * STORE_MAX_VALUE_FLOATS),
+               "a window must hold a record after page alignment");
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return le32toh(v);
+}
+
+static inline uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return le64toh(v);
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, sizeof v);
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, sizeof v);
+}
+
+static size_t dtype_bytes(store_dtype_t dt)
+{
+    return dt == STORE_DTYPE_F16 ? 2 : 4;
+}
+
+/* strerror_r in its GNU form (returns the text, maybe not in buf). */
+static const char *errtext(int e, char *buf, size_t len)
+{
+    return strerror_r(e, buf, len);
+}
+#define ERRTEXT(e) errtext((e), (char[128]){0}, 128)
+
+static void err_clear(store_error_t *err)
+{
+    err->code = STORE_OK;
+    err->file[0] = '\0';
+    err->offset = -1;
+    err->msg[0] = '\0';
+}
+
+/* Fills *err: code, file, offset and "file: offset N: <fmt>". */
+static cold __attribute__((format(printf, 5, 6))) void
+fail(store_error_t *err, store_errc_t code, const char *file, int64_t offset, const char *fmt, ...)
+{
+    err->code = code;
+    snprintf(err->file, sizeof err->file, "%s", file ? file : "");
+    err->offset = offset;
+    size_t n = 0;
+    if (file && file[0])
+        n += (size_t)snprintf(err->msg, sizeof err->msg, "%s: ", file);
+    if (offset >= 0 && n < sizeof err->msg)
+        n += (size_t)snprintf(err->msg + n, sizeof err->msg - n, "offset %" PRId64 ": ", offset);
+    if (n < sizeof err->msg) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg + n, sizeof err->msg - n, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* Copies a manifest file name (64 bytes, maybe not NUL-terminated when m did
+ * not come from manifest_decode) into a C string. */
+static void shard_name(const manifest_shard_t *ms, char out[sizeof ms->file])
+{
+    size_t n = strnlen(ms->file, sizeof ms->file - 1);
+    memcpy(out, ms->file, n);
+    out[n] = '\0';
+}
+
+/* manifest.cc's sentences start with "manifest: "; ours name the file
+ * already. */
+static const char *unprefixed(const char *why)
+{
+    return strncmp(why, "manifest: ", 10) == 0 ? why + 10 : why;
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+const char *store_errc_name(store_errc_t code)
+{
+    switch (code) {
+    case STORE_OK:
+        return "ok";
+    case STORE_E_IO:
+        return "io";
+    case STORE_E_NOMEM:
+        return "nomem";
+    case STORE_E_EXISTS:
+        return "exists";
+    case STORE_E_NO_MANIFEST:
+        return "no_manifest";
+    case STORE_E_MANIFEST:
+        return "manifest";
+    case STORE_E_TRUNCATED:
+        return "truncated";
+    case STORE_E_SIZE:
+        return "size";
+    case STORE_E_CHECKSUM:
+        return "checksum";
+    case STORE_E_HEADER:
+        return "header";
+    case STORE_E_MISMATCH:
+        return "mismatch";
+    case STORE_E_DUPLICATE:
+        return "duplicate";
+    case STORE_E_WRONG_SHARD:
+        return "wrong_shard";
+    case STORE_E_VALUE:
+        return "value";
+    case STORE_E_INVALID:
+        return "invalid";
+    }
+    return "unknown";
+}
+
+const char *store_model_kind_name(store_model_kind_t kind)
+{
+    switch (kind) {
+    case STORE_MODEL_LR:
+        return "lr";
+    case STORE_MODEL_FM:
+        return "fm";
+    case STORE_MODEL_FFM:
+        return "ffm";
+    case STORE_MODEL_DNN:
+        return "dnn";
+    }
+    return "unknown";
+}
+
+/* ---- shard header ------------------------------------------------------- */
+
+void snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD_HEADER_BYTES])
+{
+    memset(out, 0, SHARD_HEADER_BYTES);
+    memcpy(out + H_MAGIC, SNAPSHOT_SHARD_MAGIC, 8);
+    put_le32(out + H_FORMAT, h->format_version);
+    put_le32(out + H_INDEX, h->shard_index);
+    put_le32(out + H_COUNT, h->shard_count);
+    put_le32(out + H_FLOATS, h->value_floats);
+    put_le32(out + H_DTYPE, h->dtype);
+    put_le32(out + H_VBYTES, h->value_bytes);
+    put_le64(out + H_ENTRIES, h->entries);
+    put_le64(out + H_XXH3, XXH3_64bits(out, H_XXH3));
+}
+
+/* Checks header bytes h of shard i (file name `file`) against themselves and
+ * against m.  Returns 0 or -1 with *err filled. */
+static int check_header(const uint8_t *h, const manifest_t *m, uint32_t i, const char *file,
+                        store_error_t *err)
+{
+    if (memcmp(h + H_MAGIC, SNAPSHOT_SHARD_MAGIC, 8) != 0) {
+        char shown[8 * 4 + 1]; /* printable bytes as they are, others as \xNN */
+        size_t n = 0;
+        for (int j = 0; j < 8; j++) {
+            if (h[j] >= 0x20 && h[j] < 0x7f && h[j] != '"' && h[j] != '\\')
+                shown[n++] = (char)h[j];
+            else
+                n += (size_t)snprintf(shown + n, sizeof shown - n, "\\x%02x", h[j]);
+        }
+        shown[n] = '\0';
+        fail(err, STORE_E_HEADER, file, H_MAGIC,
+             "magic is \"%s\", not \"" SNAPSHOT_SHARD_MAGIC "\": not a tlserve shard file", shown);
+        return -1;
+    }
+    uint64_t stored = get_le64(h + H_XXH3), actual = XXH3_64bits(h, H_XXH3);
+    if (stored != actual) {
+        fail(err, STORE_E_HEADER, file, H_XXH3,
+             "header checksum is 0x%016" PRIx64 " but header bytes 0..55 hash to 0x%016" PRIx64
+             ": the header is corrupt",
+             stored, actual);
+        return -1;
+    }
+    snapshot_header_t f = {
+        .format_version = get_le32(h + H_FORMAT),
+        .shard_index = get_le32(h + H_INDEX),
+        .shard_count = get_le32(h + H_COUNT),
+        .value_floats = get_le32(h + H_FLOATS),
+        .dtype = get_le32(h + H_DTYPE),
+        .value_bytes = get_le32(h + H_VBYTES),
+        .entries = get_le64(h + H_ENTRIES),
+    };
+    if (f.format_version != SNAPSHOT_FORMAT_VERSION) {
+        fail(err, STORE_E_HEADER, file, H_FORMAT,
+             "format_version is %" PRIu32 ", this build reads %u", f.format_version,
+             SNAPSHOT_FORMAT_VERSION);
+        return -1;
+    }
+    for (unsigned j = H_PAD; j < H_XXH3; j++) {
+        if (h[j] != 0) {
+            fail(err, STORE_E_HEADER, file, j, "header padding byte is 0x%02x, must be 0", h[j]);
+            return -1;
+        }
+    }
+    /* fields that are wrong on their own */
+    if (f.shard_count < 1 || f.shard_count > STORE_MAX_SHARDS ||
+        (f.shard_count & (f.shard_count - 1)) != 0) {
+        fail(err, STORE_E_HEADER, file, H_COUNT,
+             "shard_count is %" PRIu32 ", must be a power of two in 1..%d", f.shard_count,
+             STORE_MAX_SHARDS);
+        return -1;
+    }
+    if (f.shard_index >= f.shard_count) {
+        fail(err, STORE_E_HEADER, file, H_INDEX,
+             "shard_index is %" PRIu32 ", shard_count is %" PRIu32, f.shard_index, f.shard_count);
+        return -1;
+    }
+    if (f.value_floats < 1 || f.value_floats > STORE_MAX_VALUE_FLOATS) {
+        fail(err, STORE_E_HEADER, file, H_FLOATS, "value_floats is %" PRIu32 ", must be 1..%d",
+             f.value_floats, STORE_MAX_VALUE_FLOATS);
+        return -1;
+    }
+    if (f.dtype != STORE_DTYPE_F32 && f.dtype != STORE_DTYPE_F16) {
+        fail(err, STORE_E_HEADER, file, H_DTYPE, "dtype is %" PRIu32 ", must be 0 (f32) or 1 (f16)",
+             f.dtype);
+        return -1;
+    }
+    uint32_t vb = f.value_floats * (uint32_t)dtype_bytes((store_dtype_t)f.dtype);
+    if (f.value_bytes != vb) {
+        fail(err, STORE_E_HEADER, file, H_VBYTES,
+             "value_bytes is %" PRIu32 ", but %" PRIu32 " %s floats take %" PRIu32, f.value_bytes,
+             f.value_floats, f.dtype == STORE_DTYPE_F16 ? "f16" : "f32", vb);
+        return -1;
+    }
+    /* fields that disagree with the manifest */
+    const manifest_shard_t *ms = &m->shards[i];
+#define MISMATCH(field, off, hv, mv)                                                \
+    do {                                                                            \
+        if ((uint64_t)(hv) != (uint64_t)(mv)) {                                     \
+            fail(err, STORE_E_MISMATCH, file, (off),                                \
+                 "header says " field " = %" PRIu64 ", the manifest says %" PRIu64, \
+                 (uint64_t)(hv), (uint64_t)(mv));                                   \
+            return -1;                                                              \
+        }                                                                           \
+    } while (0)
+    MISMATCH("shard_index", H_INDEX, f.shard_index, i);
+    MISMATCH("shard_count", H_COUNT, f.shard_count, m->shard_count);
+    MISMATCH("value_floats", H_FLOATS, f.value_floats, m->value_floats);
+    MISMATCH("dtype", H_DTYPE, f.dtype, m->dtype);
+    MISMATCH("entries", H_ENTRIES, f.entries, ms->entries);
+#undef MISMATCH
+    return 0;
+}
+
+/* ---- where a shard's bytes come from ------------------------------------ */
+
+/* Either a memory buffer (mem != NULL) or a file read through mmap windows.
+ * At most one window is mapped at a time. */
+struct shard_src {
+    const uint8_t *mem; /* whole file in memory, or NULL */
+    int fd;             /* file, when mem == NULL */
+    uint64_t size;      /* file size */
+    size_t window;      /* bytes per window, WINDOW_MIN..WINDOW_MAX */
+    void *map;          /* current window mapping, or NULL */
+    size_t map_len;     /* its length */
+};
+
+static void src_release(struct shard_src *src)
+{
+    if (src->map) {
+        munmap(src->map, src->map_len);
+        src->map = NULL;
+    }
+}
+
+/* Reads len bytes at off (small reads: the header).  Returns 0 or -errno. */
+static int src_read(struct shard_src *src, uint64_t off, void *buf, size_t len)
+{
+    if (src->mem) {
+        memcpy(buf, src->mem + off, len);
+        return 0;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(src->fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -ENODATA; /* the file shrank after fstat */
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Makes whole records from pos on addressable: *p points at pos, *n >= 1 is
+ * how many (at most ~src->window bytes of them).  The caller ensures that pos <
+ * size and (size - pos) is a multiple of rec.  Unmaps the previous window.
+ * Returns 0 or -errno (mmap). */
+static int src_window(struct shard_src *src, uint64_t pos, size_t rec, const uint8_t **p, size_t *n)
+{
+    uint64_t left = (src->size - pos) / rec;
+    if (src->mem) {
+        uint64_t room = src->window / rec;
+        *n = (size_t)(left < room ? left : room);
+        *p = src->mem + pos;
+        return 0;
+    }
+    src_release(src);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t map_off = pos & ~(page - 1);
+    uint64_t room = (src->window - (pos - map_off)) / rec;
+    *n = (size_t)(left < room ? left : room);
+    size_t len = (size_t)(pos - map_off) + *n * rec;
+    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, src->fd, (off_t)map_off);
+    if (m == MAP_FAILED)
+        return -errno;
+    src->map = m;
+    src->map_len = len;
+    *p = (const uint8_t *)m + (pos - map_off);
+    return 0;
+}
+
+/* ---- one shard: verify and build ---------------------------------------- */
+
+/* Index of the first of n records (at p, rec bytes apart) whose value holds
+ * a NaN or an infinity, or n.  *which is the float's index in the value. */
+static size_t first_bad_value(const uint8_t *p, size_t n, size_t rec, uint32_t K, store_dtype_t dt,
+                              uint32_t *which)
+{
+    for (size_t r = 0; r < n; r++, p += rec) {
+        const uint8_t *v = p + 8;
+        if (dt == STORE_DTYPE_F32) {
+            for (uint32_t j = 0; j < K; j++) {
+                if (unlikely((get_le32(v + 4 * j) & 0x7f800000u) == 0x7f800000u)) {
+                    *which = j;
+                    return r;
+                }
+            }
+        } else {
+            for (uint32_t j = 0; j < K; j++) {
+                uint16_t h;
+                memcpy(&h, v + 2 * j, 2);
+                if (unlikely((le16toh(h) & 0x7c00u) == 0x7c00u)) {
+                    *which = j;
+                    return r;
+                }
+            }
+        }
+    }
+    return n;
+}
+
+static cold void fail_value(store_error_t *err, const char *file, uint64_t off, const uint8_t *rec,
+                            uint32_t j, store_dtype_t dt)
+{
+    uint64_t key = get_le64(rec);
+    bool nan, neg;
+    if (dt == STORE_DTYPE_F32) {
+        uint32_t b = get_le32(rec + 8 + 4 * j);
+        nan = (b & 0x7fffffu) != 0;
+        neg = b >> 31;
+    } else {
+        uint16_t h;
+        memcpy(&h, rec + 8 + 2 * j, 2);
+        h = le16toh(h);
+        nan = (h & 0x3ffu) != 0;
+        neg = h >> 15;
+    }
+    const char *what = nan ? "NaN" : neg ? "-inf" : "+inf";
+    fail(err, STORE_E_VALUE, file, (int64_t)off, "value %" PRIu32 " of key 0x%" PRIx64 " is %s", j,
+         key, what);
+}
+
+static cold void fail_insert(store_error_t *err, const store_t *s, uint32_t shard, int rc,
+                             const char *file, uint64_t off, const uint8_t *rec)
+{
+    uint64_t key = get_le64(rec);
+    switch (rc) {
+    case -EEXIST:
+        fail(err, STORE_E_DUPLICATE, file, (int64_t)off, "key 0x%" PRIx64 " appears twice", key);
+        break;
+    case -EXDEV:
+        fail(err, STORE_E_WRONG_SHARD, file, (int64_t)off,
+             "key 0x%" PRIx64 " belongs to shard %" PRIu32 ", not to shard %" PRIu32, key,
+             store_shard_of(s, key), shard);
+        break;
+    case -ENOMEM:
+        fail(err, STORE_E_NOMEM, file, (int64_t)off, "out of memory inserting key 0x%" PRIx64, key);
+        break;
+    default:
+        fail(err, STORE_E_INVALID, file, (int64_t)off, "key 0x%" PRIx64 " was refused: %s", key,
+             ERRTEXT(-rc));
+        break;
+    }
+}
+
+/* Verifies shard i of m, read through src, and inserts its records into s.
+ * The caller is shard i's only writer.  Returns 0; -1 with *err filled; or
+ * 1 when *stop was raised (another shard failed; *err untouched). */
+static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard_src *src,
+                       atomic_bool *stop, store_error_t *err)
+{
+    const manifest_shard_t *ms = &m->shards[i];
+    char file[sizeof ms->file];
+    shard_name(ms, file);
+    const store_dtype_t dt = store_dtype(s);
+    const uint32_t K = store_value_floats(s);
+    const size_t rec = 8 + store_value_bytes(s);
+    const uint32_t subs = store_subs_per_shard(s);
+    uint64_t *counts = NULL;
+    int rc = -1;
+
+    if (ms->entries > (UINT64_MAX - SHARD_HEADER_BYTES) / rec ||
+        ms->bytes != SHARD_HEADER_BYTES + ms->entries * rec) {
+        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+             "shards[%" PRIu32 "] (%s): bytes %" PRIu64 " is not the 64-byte header plus %" PRIu64
+             " records of %zu bytes",
+             i, file, ms->bytes, ms->entries, rec);
+        goto out;
+    }
+    if (src->size < ms->bytes) {
+        fail(err, STORE_E_TRUNCATED, file, (int64_t)src->size,
+             "the file ends after %" PRIu64 " bytes, the manifest says %" PRIu64, src->size,
+             ms->bytes);
+        goto out;
+    }
+    if (src->size > ms->bytes) {
+        fail(err, STORE_E_SIZE, file, (int64_t)ms->bytes,
+             "the file has %" PRIu64 " bytes, %" PRIu64 " more than the manifest's %" PRIu64,
+             src->size, src->size - ms->bytes, ms->bytes);
+        goto out;
+    }
+
+    uint8_t hdr[SHARD_HEADER_BYTES];
+    int e = src_read(src, 0, hdr, sizeof hdr);
+    if (e) {
+        fail(err, STORE_E_IO, file, 0, "cannot read the header: %s", ERRTEXT(-e));
+        goto out;
+    }
+    if (check_header(hdr, m, i, file, err) != 0)
+        goto out;
+
+    /* pass 1: checksum, and keys per sub-table */
+    counts = calloc(subs, sizeof *counts);
+    if (!counts) {
+        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %" PRIu32 " sub-table counters",
+             subs);
+        goto out;
+    }
+    XXH3_state_t xs;
+    XXH3_INITSTATE(&xs);
+    XXH3_64bits_reset(&xs);
+    XXH3_64bits_update(&xs, hdr, sizeof hdr);
+    for (uint64_t pos = SHARD_HEADER_BYTES; pos < src->size;) {
+        if (atomic_load_explicit(stop, memory_order_relaxed)) {
+            rc = 1;
+            goto out;
+        }
+        const uint8_t *p;
+        size_t n;
+        e = src_window(src, pos, rec, &p, &n);
+        if (e) {
+            fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s", ERRTEXT(-e));
+            goto out;
+        }
+        XXH3_64bits_update(&xs, p, n * rec);
+        for (size_t r = 0; r < n; r++) {
+            uint32_t sub = store_sub_of(s, get_le64(p + r * rec));
+            if (likely(sub < subs)) /* always; a guard against a store bug */
+                counts[sub]++;
+        }
+        pos += (uint64_t)n * rec;
+    }
+    src_release(src);
+    uint64_t sum = XXH3_64bits_digest(&xs);
+    if (sum != ms->xxh3) {
+        fail(err, STORE_E_CHECKSUM, file, -1,
+             "bytes 0..%" PRIu64 " hash to xxh3 0x%016" PRIx64 ", the manifest says 0x%016" PRIx64
+             ": the file is corrupt or belongs to another snapshot",
+             src->size - 1, sum, ms->xxh3);
+        goto out;
+    }
+
+    for (uint32_t u = 0; u < subs; u++) {
+        if (counts[u] == 0)
+            continue;
+        e = store_reserve_sub(s, i, u, counts[u]);
+        if (e) {
+            fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
+                 "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", u, counts[u],
+                 ERRTEXT(-e));
+            goto out;
+        }
+    }
+
+    /* pass 2: values, then insert; the lowest offset's error wins */
+    for (uint64_t pos = SHARD_HEADER_BYTES; pos < src->size;) {
+        if (atomic_load_explicit(stop, memory_order_relaxed)) {
+            rc = 1;
+            goto out;
+        }
+        const uint8_t *p;
+        size_t n;
+        e = src_window(src, pos, rec, &p, &n);
+        if (e) {
+            fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s", ERRTEXT(-e));
+            goto out;
+        }
+        for (size_t done = 0; done < n;) {
+            size_t c = n - done < CHUNK_RECORDS ? n - done : CHUNK_RECORDS;
+            const uint8_t *q = p + done * rec;
+            uint64_t qoff = pos + (uint64_t)done * rec;
+            uint32_t which = 0;
+            size_t v = first_bad_value(q, c, rec, K, dt, &which);
+            size_t bad = 0;
+            e = v ? store_insert_entries(s, i, q, v, &bad) : 0;
+            if (unlikely(e)) {
+                if (bad >= v) /* store bug: blame the chunk's first record */
+                    bad = 0;
+                fail_insert(err, s, i, e, file, qoff + (uint64_t)bad * rec, q + bad * rec);
+                goto out;
+            }
+            if (unlikely(v < c)) {
+                fail_value(err, file, qoff + (uint64_t)v * rec, q + v * rec, which, dt);
+                goto out;
+            }
+            done += c;
+        }
+        pos += (uint64_t)n * rec;
+    }
+    rc = 0;
+out:
+    src_release(src);
+    free(counts);
+    return rc;
+}
+
+/* ---- all shards, in parallel -------------------------------------------- */
+
+struct load_ctl {
+    store_t *s;                  /* being built; each shard by one thread */
+    const manifest_t *m;         /* decoded MANIFEST (read-only) */
+    int dirfd;                   /* snapshot dir, or -1 for the memory path */
+    const uint8_t *const *files; /* memory path: bytes of each shard file */
+    const size_t *sizes;         /* memory path: their sizes */
+    size_t window;               /* mmap window bytes per thread */
+    _Atomic uint32_t next;       /* next shard to take */
+    atomic_bool failed;          /* an error was recorded: stop */
+    pthread_mutex_t lock;        /* protects err */
+    store_error_t err;           /* the first error; protected by lock */
+};
+
+/* Opens shard i's file and builds it; same returns as build_shard. */
+static int load_shard(struct load_ctl *c, uint32_t i, store_error_t *err)
+{
+    static const uint8_t no_bytes[1];
+    struct shard_src src = {.fd = -1, .window = c->window};
+    if (c->files) {
+        src.mem = c->files[i] ? c->files[i] : no_bytes;
+        src.size = c->files[i] ? c->sizes[i] : 0; /* no file: reported as truncated */
+        return build_shard(c->s, c->m, i, &src, &c->failed, err);
+    }
+    char file[sizeof c->m->shards[i].file];
+    shard_name(&c->m->shards[i], file);
+    /* O_NONBLOCK: a FIFO planted as a shard file must not hang the load */
+    int fd = openat(c->dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        return -1;
+    }
+    int rc = -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fail(err, STORE_E_IO, file, -1, "not a regular file");
+        goto out;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    src.fd = fd;
+    src.size = (uint64_t)st.st_size;
+    rc = build_shard(c->s, c->m, i, &src, &c->failed, err);
+out:
+    close(fd);
+    return rc;
+}
+
+static void *load_worker(void *arg)
+{
+    struct load_ctl *c = arg;
+    store_error_t e;
+    err_clear(&e);
+    while (!atomic_load_explicit(&c->failed, memory_order_relaxed)) {
+        uint32_t i = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (i >= c->m->shard_count)
+            break;
+        if (load_shard(c, i, &e) < 0) {
+            pthread_mutex_lock(&c->lock);
+            if (!atomic_load_explicit(&c->failed, memory_order_relaxed)) {
+                c->err = e;
+                atomic_store_explicit(&c->failed, true, memory_order_relaxed);
+            }
+            pthread_mutex_unlock(&c->lock);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Sum of the manifest's entries; -1 with *err filled on overflow. */
+static int total_entries(const manifest_t *m, uint64_t *total, store_error_t *err)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        if (m->shards[i].entries > UINT64_MAX - sum) {
+            fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+                 "the shards' entries add up to more than 2^64");
+            return -1;
+        }
+        sum += m->shards[i].entries;
+    }
+    *total = sum;
+    return 0;
+}
+
+/* Creates the store m describes, builds every shard with `threads` threads
+ * (the caller's among them) and checks the counts.  Returns 0 and sets *out,
+ * or -1 with *err filled and nothing allocated. */
+static int load_all(struct load_ctl *c, int threads, store_t **out, store_error_t *err)
+{
+    const manifest_t *m = c->m;
+    if (m->shard_count < 1 || m->shard_count > STORE_MAX_SHARDS || !m->shards) {
+        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+             "shard_count is %" PRIu32 ", expected 1..%d shards", m->shard_count, STORE_MAX_SHARDS);
+        return -1;
+    }
+    uint64_t total;
+    if (total_entries(m, &total, err) != 0)
+        return -1;
+    store_options_t opt = {
+        .value_floats = m->value_floats,
+        .dtype = m->dtype,
+        .shards = m->shard_count,
+        .expected_keys = total,
+    };
+    char why[256];
+    int e = store_options_check(&opt, why, sizeof why);
+    if (e == 0)
+        e = store_create(&opt, &c->s);
+    if (e) {
+        if (e == -ENOMEM)
+            fail(err, STORE_E_NOMEM, "", -1, "out of memory creating a store for %" PRIu64 " keys",
+                 total);
+        else
+            fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1, "%s", why);
+        return -1;
+    }
+
+    if (threads > (int)m->shard_count)
+        threads = (int)m->shard_count;
+    /* All threads' windows together stay under 1/WINDOW_SHARE of the data,
+     * so that they add at most ~1.5% to peak RSS whatever the thread count. */
+    uint64_t file_bytes = 0;
+    for (uint32_t i = 0; i < m->shard_count; i++)
+        file_bytes = m->shards[i].bytes > UINT64_MAX - file_bytes ? UINT64_MAX
+                                                                  : file_bytes + m->shards[i].bytes;
+    uint64_t w = file_bytes / WINDOW_SHARE / (uint64_t)threads;
+    c->window = w > WINDOW_MAX ? WINDOW_MAX : w < WINDOW_MIN ? WINDOW_MIN : (size_t)w;
+    pthread_t tid[STORE_MAX_SHARDS];
+    int started = 0;
+    for (int t = 1; t < threads; t++) {
+        if (pthread_create(&tid[started], NULL, load_worker, c) != 0)
+            break; /* fewer threads: slower, not wrong */
+        started++;
+    }
+    load_worker(c);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+
+    if (!atomic_load(&c->failed)) {
+        for (uint32_t i = 0; i < m->shard_count; i++) {
+            uint64_t have = store_shard_count(c->s, i);
+            if (have != m->shards[i].entries) {
+                char file[sizeof m->shards[i].file];
+                shard_name(&m->shards[i], file);
+                fail(&c->err, STORE_E_MISMATCH, file, -1,
+                     "shard %" PRIu32 " holds %" PRIu64
+                     " keys after loading, the manifest says %" PRIu64,
+                     i, have, m->shards[i].entries);
+                atomic_store(&c->failed, true);
+                break;
+            }
+        }
+    }
+    if (atomic_load(&c->failed)) {
+        *err = c->err;
+        store_destroy(c->s);
+        c->s = NULL;
+        return -1;
+    }
+    *out = c->s;
+    return 0;
+}
+
+/* ---- MANIFEST ------------------------------------------------------------ */
+
+/* Reads and decodes dir's MANIFEST.  Returns 0 with *m filled (manifest_free
+ * it) or -1 with *err filled. */
+static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_t *err)
+{
+    const char *file = MANIFEST_FILE_NAME;
+    uint8_t *buf = NULL;
+    int rc = -1;
+    int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* FIFO: no hang */
+    if (fd < 0) {
+        if (errno == ENOENT)
+            fail(err, STORE_E_NO_MANIFEST, file, -1,
+                 "missing in %s: not a snapshot, or its write did not finish", dir);
+        else
+            fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fail(err, STORE_E_MANIFEST, file, -1, "not a regular file");
+        goto out;
+    }
+    if ((uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
+        fail(err, STORE_E_MANIFEST, file, -1, "%" PRIu64 " bytes, over the %u-byte limit",
+             (uint64_t)st.st_size, MANIFEST_MAX_BYTES);
+        goto out;
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    buf = malloc(len ? len : 1);
+    if (!buf) {
+        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %zu bytes", len);
+        goto out;
+    }
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            fail(err, STORE_E_IO, file, (int64_t)got, "cannot read: %s", ERRTEXT(errno));
+            goto out;
+        }
+        if (r == 0)
+            break; /* shrank: decode what is there, which will fail */
+        got += (size_t)r;
+    }
+    char why[400];
+    if (manifest_decode(buf, got, m, why, sizeof why) != 0) {
+        fail(err, STORE_E_MANIFEST, file, -1, "%s", unprefixed(why));
+        goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int open_dir(const char *dir, store_error_t *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        fail(err, STORE_E_IO, "", -1, "%s: cannot open the directory: %s", dir, ERRTEXT(errno));
+    return fd;
+}
+
+/* ---- public: load --------------------------------------------------------- */
+
+int store_snapshot_load(const char *dir, int threads, store_t **out, store_meta_t *meta,
+                        store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    err_clear(err);
+    if (!dir || !dir[0] || !out) {
+        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: %s is NULL or empty",
+             !out ? "out" : "dir");
+        return -1;
+    }
+    if (threads < 0) {
+        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: threads is %d, must be >= 0",
+             threads);
+        return -1;
+    }
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)(n < STORE_MAX_SHARDS ? n : STORE_MAX_SHARDS) : 1;
+    }
+    int dirfd = open_dir(dir, err);
+    if (dirfd < 0)
+        return -1;
+    manifest_t m;
+    int rc = read_manifest(dirfd, dir, &m, err);
+    if (rc == 0 && m.meta.parent_version != 0) {
+        /* a delta's records are changes against its parent, not a model */
+        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+             "parent_version is %" PRIu64 ": a delta, not a full snapshot", m.meta.parent_version);
+        manifest_free(&m);
+        rc = -1;
+    }
+    if (rc == 0) {
+        struct load_ctl c = {.m = &m, .dirfd = dirfd, .lock = PTHREAD_MUTEX_INITIALIZER};
+        err_clear(&c.err);
+        rc = load_all(&c, threads, out, err);
+        pthread_mutex_destroy(&c.lock);
+        if (rc == 0 && meta)
+            *meta = m.meta;
+        manifest_free(&m);
+    }
+    close(dirfd);
+    return rc;
+}
+
+int snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,
+                      store_t **out, store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    err_clear(err);
+    if (!m || !files || !sizes || !out) {
+        fail(err, STORE_E_INVALID, "", -1, "snapshot_load_mem: a NULL argument");
+        return -1;
+    }
+    struct load_ctl c = {
+        .m = m, .dirfd = -1, .files = files, .sizes = sizes, .lock = PTHREAD_MUTEX_INITIALIZER};
+    err_clear(&c.err);
+    int rc = load_all(&c, 1, out, err);
+    pthread_mutex_destroy(&c.lock);
+    return rc;
+}
+
+int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entries,
+                             store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    err_clear(err);
+    if (!dir || !dir[0]) {
+        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_read_meta: dir is NULL or empty");
+        return -1;
+    }
+    int dirfd = open_dir(dir, err);
+    if (dirfd < 0)
+        return -1;
+    manifest_t m;
+    int rc = read_manifest(dirfd, dir, &m, err);
+    if (rc == 0) {
+        uint64_t total = 0;
+        rc = total_entries(&m, &total, err);
+        if (rc == 0 && meta)
+            *meta = m.meta;
+        if (rc == 0 && entries)
+            *entries = total;
+        manifest_free(&m);
+    }
+    close(dirfd);
+    return rc;
+}
+
+/* ---- public: write --------------------------------------------------------- */
+
+/* Checks meta for a full snapshot; returns 0 or -1 with why filled. */
+static int check_meta(const store_meta_t *meta, char *why, size_t len)
+{
+    const char *name = meta->model_name;
+    size_t n = strnlen(name, sizeof meta->model_name);
+    if (n == sizeof meta->model_name) {
+        snprintf(why, len, "model_name has no NUL within its %zu bytes", sizeof meta->model_name);
+        return -1;
+    }
+    if (n == 0) {
+        snprintf(why, len, "model_name is empty");
+        return -1;
+    }
+    for (size_t j = 0; j < n; j++) {
+        unsigned char ch = (unsigned char)name[j];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+        if (!ok) {
+            snprintf(why, len, "model_name has byte 0x%02x at %zu, allowed: [A-Za-z0-9_.-]", ch, j);
+            return -1;
+        }
+    }
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        snprintf(why, len, "model_name \"%s\" is a path component", name);
+        return -1;
+    }
+    if ((unsigned)meta->model_kind > STORE_MODEL_DNN) {
+        snprintf(why, len, "model_kind is %d, expected 0..3 (LR, FM, FFM, DNN)",
+                 (int)meta->model_kind);
+        return -1;
+    }
+    if (meta->version == 0) {
+        snprintf(why, len, "version is 0, expected > 0");
+        return -1;
+    }
+    if (meta->parent_version != 0) {
+        snprintf(why, len, "parent_version is %" PRIu64 ", a full snapshot has 0",
+                 meta->parent_version);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The buffered writer of one shard file.  Bytes are hashed as they leave
+ * the buffer, so the hash covers exactly what write(2) was given. */
+struct writer {
+    int fd;
+    uint8_t *buf;                                    /* WRITE_BUF_BYTES */
+    size_t used;                                     /* bytes waiting in buf */
+    size_t vbytes;                                   /* value bytes per record */
+    uint32_t K;                                      /* floats per value */
+    store_dtype_t dt;                                /* their storage type */
+    uint64_t records;                                /* records appended */
+    int error;                                       /* -errno of the first failed write, or 0 */
+    bool bad_value;                                  /* record `records` holds a NaN or infinity */
+    uint32_t bad_float;                              /* which float of it */
+    uint8_t bad_rec[8 + 4 * STORE_MAX_VALUE_FLOATS]; /* copy of that record */
+    XXH3_state_t xxh;                                /* of every byte flushed so far */
+};
+
+static int writer_flush(struct writer *w)
+{
+    XXH3_64bits_update(&w->xxh, w->buf, w->used);
+    int e = write_all(w->fd, w->buf, w->used);
+    w->used = 0;
+    if (e)
+        w->error = e;
+    return e;
+}
+
+static int put_record(void *ctx, uint64_t key, const void *raw)
+{
+    struct writer *w = ctx;
+    size_t rec = 8 + w->vbytes;
+    if (unlikely(WRITE_BUF_BYTES - w->used < rec) && writer_flush(w) != 0)
+        return 1;
+    uint8_t *p = w->buf + w->used;
+    put_le64(p, key);
+    memcpy(p + 8, raw, w->vbytes);
+    if (unlikely(first_bad_value(p, 1, rec, w->K, w->dt, &w->bad_float) == 0)) {
+        /* the loader would refuse the snapshot: refuse to write it */
+        w->bad_value = true;
+        memcpy(w->bad_rec, p, rec);
+        return 1;
+    }
+    w->used += rec;
+    w->records++;
+    return 0;
+}
+
+/* Writes shard i to "<name>.tmp", fsyncs it and renames it to its name;
+ * fills *ms.  Returns 0 or -1 with *err filled (the .tmp removed). */
+static int write_shard(const store_t *s, int dirfd, uint32_t i, uint8_t *buf, manifest_shard_t *ms,
+                       store_error_t *err)
+{
+    char name[sizeof ms->file], tmp[sizeof ms->file + sizeof TMP_SUFFIX];
+    snprintf(name, sizeof name, SHARD_NAME_FMT, i);
+    snprintf(tmp, sizeof tmp, "%s" TMP_SUFFIX, name);
+    const size_t vb = store_value_bytes(s);
+    const uint64_t entries = store_shard_count(s, i);
+    int rc = -1;
+
+    struct writer w = {
+        .fd = -1, .buf = buf, .vbytes = vb, .K = store_value_floats(s), .dt = store_dtype(s)};
+    w.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.fd < 0) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot create: %s", ERRTEXT(errno));
+        return -1;
+    }
+    XXH3_INITSTATE(&w.xxh);
+    XXH3_64bits_reset(&w.xxh);
+    snapshot_header_t h = {
+        .format_version = SNAPSHOT_FORMAT_VERSION,
+        .shard_index = i,
+        .shard_count = store_shards(s),
+        .value_floats = store_value_floats(s),
+        .dtype = (uint32_t)store_dtype(s),
+        .value_bytes = (uint32_t)vb,
+        .entries = entries,
+    };
+    snapshot_header_encode(&h, w.buf);
+    w.used = SHARD_HEADER_BYTES;
+    store_foreach_raw(s, i, put_record, &w);
+    if (w.bad_value) {
+        fail_value(err, name, SHARD_HEADER_BYTES + w.records * (8 + vb), w.bad_rec, w.bad_float,
+                   w.dt);
+        snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
+                 ": such a snapshot could not be loaded");
+        goto out;
+    }
+    if (w.error == 0)
+        writer_flush(&w);
+    if (w.error) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot write: %s", ERRTEXT(-w.error));
+        goto out;
+    }
+    if (w.records != entries) {
+        fail(err, STORE_E_INVALID, tmp, -1,
+             "shard %" PRIu32 " had %" PRIu64 " keys at the start and %" PRIu64
+             " at the end: written while being changed?",
+             i, entries, w.records);
+        goto out;
+    }
+    if (fsync(w.fd) != 0) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot fsync: %s", ERRTEXT(errno));
+        goto out;
+    }
+    int fd = w.fd;
+    w.fd = -1;
+    if (close(fd) != 0) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot close: %s", ERRTEXT(errno));
+        goto out;
+    }
+    if (renameat(dirfd, tmp, dirfd, name) != 0) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot rename to %s: %s", name, ERRTEXT(errno));
+        goto out;
+    }
+    ms->index = i;
+    snprintf(ms->file, sizeof ms->file, "%s", name);
+    ms->entries = entries;
+    ms->bytes = SHARD_HEADER_BYTES + entries * (8 + vb);
+    ms->xxh3 = XXH3_64bits_digest(&w.xxh);
+    rc = 0;
+out:
+    if (w.fd >= 0)
+        close(w.fd);
+    if (rc != 0)
+        unlinkat(dirfd, tmp, 0);
+    return rc;
+}
+
+/* Renames MANIFEST.tmp to MANIFEST unless a MANIFEST exists.  Returns 0 or
+ * -errno (-EEXIST when one exists). */
+static int publish_manifest(int dirfd)
+{
+    if (renameat2(dirfd, MANIFEST_TMP, dirfd, MANIFEST_FILE_NAME, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -errno;
+    /* filesystem without RENAME_NOREPLACE: check, then rename (racy, but
+     * concurrent writers into one dir are unsupported anyway) */
+    struct stat st;
+    if (fstatat(dirfd, MANIFEST_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        return -EEXIST;
+    if (renameat(dirfd, MANIFEST_TMP, dirfd, MANIFEST_FILE_NAME) != 0)
+        return -errno;
+    return 0;
+}
+
+int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
+                         store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    err_clear(err);
+    if (!s || !dir || !dir[0] || !meta) {
+        const char *what = !s ? "store" : !meta ? "meta" : "dir";
+        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_write: %s is NULL or empty", what);
+        return -1;
+    }
+    char why[256];
+    if (check_meta(meta, why, sizeof why) != 0) {
+        fail(err, STORE_E_INVALID, "", -1, "meta: %s", why);
+        return -1;
+    }
+
+    const uint32_t nshards = store_shards(s);
+    int dirfd = -1, rc = -1;
+    uint32_t written = 0;      /* shard files renamed into place */
+    bool manifest_tmp = false; /* MANIFEST.tmp may exist */
+    bool published = false;    /* MANIFEST renamed into place */
+    uint8_t *buf = NULL, *mbuf = NULL;
+    manifest_shard_t *shards = NULL;
+
+    bool created = mkdir(dir, 0755) == 0;
+    if (!created && errno != EEXIST) {
+        fail(err, STORE_E_IO, "", -1, "%s: cannot create the directory: %s", dir, ERRTEXT(errno));
+        return -1;
+    }
+    dirfd = open_dir(dir, err);
+    if (dirfd < 0)
+        return -1;
+    struct stat st;
+    if (fstatat(dirfd, MANIFEST_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        fail(err, STORE_E_EXISTS, MANIFEST_FILE_NAME, -1, "%s already holds a snapshot", dir);
+        goto out;
+    }
+    if (errno != ENOENT) {
+        fail(err, STORE_E_IO, MANIFEST_FILE_NAME, -1, "cannot stat: %s", ERRTEXT(errno));
+        goto out;
+    }
+    if (created) { /* make the new directory's own entry durable */
+        int pfd = openat(dirfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (pfd >= 0) {
+            fsync(pfd);
+            close(pfd);
+        }
+    }
+
+    buf = malloc(WRITE_BUF_BYTES);
+    shards = calloc(nshards, sizeof *shards);
+    if (!buf || !shards) {
+        fail(err, STORE_E_NOMEM, "", -1, "out of memory for the write buffer");
+        goto out;
+    }
+    for (; written < nshards; written++) {
+        if (write_shard(s, dirfd, written, buf, &shards[written], err) != 0)
+            goto out;
+    }
+    if (fsync(dirfd) != 0) { /* the shards' renames before the MANIFEST's */
+        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
+        goto out;
+    }
+
+    manifest_t m = {
+        .format_version = MANIFEST_FORMAT_VERSION,
+        .meta = *meta,
+        .value_floats = store_value_floats(s),
+        .dtype = store_dtype(s),
+        .shard_count = nshards,
+        .shards = shards,
+    };
+    if (m.meta.created_unix == 0)
+        m.meta.created_unix = (uint64_t)time(NULL);
+    size_t mlen;
+    int e = manifest_encode(&m, &mbuf, &mlen, why, sizeof why);
+    if (e) {
+        fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, MANIFEST_FILE_NAME, -1,
+             "cannot encode: %s", unprefixed(why));
+        goto out;
+    }
+    manifest_tmp = true;
+    int fd = openat(dirfd, MANIFEST_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot create: %s", ERRTEXT(errno));
+        goto out;
+    }
+    e = write_all(fd, mbuf, mlen);
+    if (e == 0 && fsync(fd) != 0)
+        e = -errno;
+    if (close(fd) != 0 && e == 0)
+        e = -errno;
+    if (e) {
+        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot write: %s", ERRTEXT(-e));
+        goto out;
+    }
+    e = publish_manifest(dirfd);
+    if (e == -EEXIST) {
+        fail(err, STORE_E_EXISTS, MANIFEST_FILE_NAME, -1,
+             "another writer published a snapshot in %s first", dir);
+        goto out;
+    }
+    if (e) {
+        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot rename to " MANIFEST_FILE_NAME ": %s",
+             ERRTEXT(-e));
+        goto out;
+    }
+    manifest_tmp = false;
+    published = true;
+    if (fsync(dirfd) != 0) {
+        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc != 0 && dirfd >= 0) { /* leave no snapshot, whole or partial */
+        if (published)
+            unlinkat(dirfd, MANIFEST_FILE_NAME, 0);
+        if (manifest_tmp)
+            unlinkat(dirfd, MANIFEST_TMP, 0);
+        for (uint32_t i = 0; i < written; i++)
+            unlinkat(dirfd, shards[i].file, 0);
+        if (created)
+            rmdir(dir); /* only succeeds when nothing else is in it */
+    }
+    free(mbuf);
+    free(shards);
+    free(buf);
+    if (dirfd >= 0)
+        close(dirfd);
+    return rc;
+}
