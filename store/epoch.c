@@ -89,7 +89,8 @@ void epoch_enter(void)
         return;
     if (__builtin_expect(my_slot == NULL, 0))
         my_slot = claim_slot();
-    uint64_t e = atomic_load_explicit(&global_epoch, memory_order_relaxed);
+    /* acquire: seeing epoch g implies seeing the pointer stores made before g */
+    uint64_t e = atomic_load_explicit(&global_epoch, memory_order_acquire);
     atomic_store_explicit(&my_slot->epoch, e, memory_order_seq_cst);
 }
 

@@ -18,7 +18,8 @@
  * ids with one multiplication.
  *
  * The other tests cover batch/single lookup agreement, adversarial key sets
- * (sequential, high-bit-only, multiples of 2^32, 0 and UINT64_MAX), exact
+ * (sequential, high-bit-only, multiples of 2^32, 0 and UINT64_MAX) and
+ * adversarial insertion orders (another store's iteration order), exact
  * reservation (no growth up to the reserved count, growth after), fp16
  * conversion (known values, an exhaustive round trip of all 65536 halves and
  * random floats against an independent reference rounding), option checking
@@ -43,7 +44,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "store/store_internal.h"
@@ -849,6 +852,121 @@ static void test_adversarial_keys(void **state)
     free(keys);
 }
 
+/* Insertion orders that defeat a hash whose bucket is monotonic in the
+ * key's hash: another store's iteration order (keys sorted by bucket, as
+ * when a store or a snapshot is copied into a new, growing store), that order
+ * reversed, and keys whose murmur3-fmix64 images (the store's pre-mixer) are
+ * consecutive.  Before commit 602bc75 the first one made store_upsert loop
+ * forever (growth rebuilt a table no larger than the one that had failed);
+ * a hang here fails through SIGALRM. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_hash_map: an insert did not finish in 120 s "
+                              "(growth is not making progress)\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        _exit(3);
+    _exit(2);
+}
+
+struct collect {
+    uint64_t *keys;
+    size_t n, cap;
+};
+
+static int collect_key(void *vctx, uint64_t key, const float *value)
+{
+    (void)value;
+    struct collect *c = vctx;
+    if (c->n == c->cap)
+        return 1;
+    c->keys[c->n++] = key;
+    return 0;
+}
+
+/* The inverse of murmur3's fmix64. */
+static uint64_t unfmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0x9cb4b2f8129337dbULL; /* 0xc4ceb9fe1a85ec53^-1 */
+    k ^= k >> 33;
+    k *= 0x4f74430c22a54005ULL; /* 0xff51afd7ed558ccd^-1 */
+    k ^= k >> 33;
+    return k;
+}
+
+static void copy_in_order(const char *name, const uint64_t *keys, size_t n, uint32_t k,
+                          store_dtype_t dtype, uint32_t shards)
+{
+    store_t *b = make_store(k, dtype, shards, 0, 0);
+    float v[STORE_MAX_VALUE_FLOATS], out[STORE_MAX_VALUE_FLOATS];
+    for (size_t i = 0; i < n; i++) {
+        value_for_key(keys[i], k, v);
+        int rc = store_upsert(b, keys[i], v);
+        if (rc != 1)
+            fail_msg("%s: upsert #%zu of a new key returned %d", name, i, rc);
+    }
+    if (store_count(b) != n)
+        fail_msg("%s: count %llu after %zu inserts", name, (unsigned long long)store_count(b), n);
+    for (size_t i = 0; i < n; i++) {
+        value_for_key(keys[i], k, v);
+        if (store_lookup(b, keys[i], out) != 1 || !same_floats(out, v, k))
+            fail_msg("%s: key #%zu lost or wrong after the copy", name, i);
+    }
+    store_stats_t st;
+    stats_of(b, &st);
+    print_message("    %s (K=%u %s, %u shards): %zu keys, %llu rebuilds, %llu slots\n", name, k,
+                  dtype_name(dtype), shards, n, (unsigned long long)st.rebuilds,
+                  (unsigned long long)st.slots);
+    store_destroy(b);
+}
+
+static void test_insertion_orders(void **state)
+{
+    (void)state;
+    void (*old)(int) = signal(SIGALRM, on_alarm);
+    alarm(120);
+    size_t n = scaled(200000) < 50000 ? 50000 : scaled(200000);
+    static const struct { uint32_t k; store_dtype_t dtype; uint32_t shards; } kinds[] = {
+        {1, STORE_DTYPE_F32, 4}, {8, STORE_DTYPE_F32, 1}, {2, STORE_DTYPE_F16, 16},
+    };
+    struct collect c = {.keys = xcalloc(n, sizeof(uint64_t)), .cap = n};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        uint32_t k = kinds[i].k, shards = kinds[i].shards;
+        store_t *a = make_store(k, kinds[i].dtype, shards, 0, 0);
+        float v[STORE_MAX_VALUE_FLOATS];
+        for (size_t j = 0; j < n; j++) {
+            value_for_key(key_of(j), k, v);
+            if (store_upsert(a, key_of(j), v) != 1)
+                fail_msg("source store: upsert of new key %zu failed", j);
+        }
+        c.n = 0;
+        for (uint32_t sh = 0; sh < shards; sh++)
+            if (store_foreach(a, sh, collect_key, &c) != 0)
+                fail_msg("foreach of the source store failed");
+        store_destroy(a);
+        if (c.n != n)
+            fail_msg("foreach of the source store gave %zu of %zu keys", c.n, n);
+        copy_in_order("another store's iteration order", c.keys, n, k, kinds[i].dtype, shards);
+        for (size_t j = 0; j < n / 2; j++) {
+            uint64_t t = c.keys[j];
+            c.keys[j] = c.keys[n - 1 - j];
+            c.keys[n - 1 - j] = t;
+        }
+        copy_in_order("reversed iteration order", c.keys, n, k, kinds[i].dtype, shards);
+        for (size_t j = 0; j < n; j++)
+            c.keys[j] = unfmix64(0x123456789ABCDEF0ull + j);
+        copy_in_order("consecutive fmix64 images", c.keys, n, k, kinds[i].dtype, shards);
+        for (size_t j = 0; j < n; j++) /* the same, spread over the shard bits */
+            c.keys[j] = unfmix64(0x123456789ABCDEF0ull + (uint64_t)j * 0x0100000000000001ull);
+        copy_in_order("fmix64 images differing in shard bits", c.keys, n, k, kinds[i].dtype,
+                      shards);
+    }
+    free(c.keys);
+    alarm(0);
+    signal(SIGALRM, old);
+}
+
 /* ---- (d) exact reservation ----------------------------------------------- */
 
 static void run_reserved(uint32_t shards, uint64_t n, uint32_t k, store_dtype_t dtype, bool by_sub,
@@ -1520,6 +1638,7 @@ int main(void)
         cmocka_unit_test(test_f16_exhaustive),
         cmocka_unit_test(test_f16_store_values),
         cmocka_unit_test(test_adversarial_keys),
+        cmocka_unit_test(test_insertion_orders),
         cmocka_unit_test(test_batch_vs_single),
         cmocka_unit_test(test_reserved_full_table),
         cmocka_unit_test(test_full_load_churn),
