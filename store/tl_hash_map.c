@@ -101,6 +101,7 @@
 #define OVERFLOW_BIT (1ULL << 63) /* bit 511: a key whose primary is this bucket lives in its alternate */
 #define PENDING_MAX 16 /* keys waiting for their alternate bucket in store_lookup_batch */
 #define PREFETCH_DISTANCE 32 /* keys in flight in store_lookup_batch */
+#define INSERT_DISTANCE 16   /* records in flight in store_insert_entries */
 #define HUGE_PAGE (2u << 20)
 #define KEYS_PER_SUBTABLE (1u << 20) /* sizing target at create time */
 #define MAX_SUBTABLES 4096
@@ -1097,17 +1098,17 @@ int store_delete(store_t *s, uint64_t key)
 int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n, size_t *bad)
 {
     const size_t rec = 8 + s->vbytes;
-    struct loc ring[PREFETCH_DISTANCE];
-    uint64_t ring_y[PREFETCH_DISTANCE];
+    struct loc ring[INSERT_DISTANCE];
+    uint64_t ring_y[INSERT_DISTANCE];
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
     if (shard >= s->nshards)
         return -EINVAL;
     /* A ring of located records: record i + D is located and its buckets
      * prefetched (for writing) while record i is inserted. */
-    for (size_t i = 0; i < n + PREFETCH_DISTANCE; i++) {
-        if (i >= PREFETCH_DISTANCE) {
-            size_t k = i - PREFETCH_DISTANCE;
-            unsigned r = k % PREFETCH_DISTANCE;
+    for (size_t i = 0; i < n + INSERT_DISTANCE; i++) {
+        if (i >= INSERT_DISTANCE) {
+            size_t k = i - INSERT_DISTANCE;
+            unsigned r = k % INSERT_DISTANCE;
             int rc = -EXDEV;
             if (ring[r].shard == shard) {
                 uint64_t key;
@@ -1129,7 +1130,7 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
             }
         }
         if (i < n) {
-            unsigned r = i % PREFETCH_DISTANCE;
+            unsigned r = i % INSERT_DISTANCE;
             uint64_t key;
             memcpy(&key, entries + i * rec, 8);
             split_key(s, key, &ring[r].shard, &ring[r].sub, &ring_y[r]);
