@@ -45,7 +45,9 @@ int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why, 
  * characters, kind, K, dtype, shard count a power of two equal to the shard
  * list's length, index == position, safe file names, bytes consistent with
  * entries, no overflow).  Returns 0 and fills *out (out->shards malloc'd;
- * free with manifest_free), or -EBADMSG with a sentence in why. */
+ * free with manifest_free), or -EBADMSG with a sentence in why; -ENOMEM when
+ * an allocation fails, -EINVAL when out is NULL.  On failure *out is zeroed,
+ * so manifest_free(out) is always safe. */
 int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why, size_t why_len);
 
 void manifest_free(manifest_t *m);

@@ -25,7 +25,9 @@ int store_upsert_raw(store_t *s, uint64_t key, const void *raw);
  * of {uint64 key little-endian, raw value (store_value_bytes)}.  Every key
  * must belong to `shard` and be new.  Prefetches across the batch.
  * Returns 0; -EEXIST (duplicate key) or -EXDEV (key of another shard) with
- * *bad set to the record's index and nothing after it inserted; or -ENOMEM. */
+ * *bad set to the record's index and nothing after it inserted (a duplicate
+ * has already overwritten the earlier value: callers discard the store); or
+ * -ENOMEM. */
 int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n,
                          size_t *bad);
 

@@ -90,6 +90,11 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -546,7 +551,7 @@ static bool probe(const store_t *s, struct subtable *st, uint64_t key, const str
     for (;;) {
         uint32_t v1 = atomic_load_explicit(&st->version, memory_order_acquire);
         if (unlikely(v1 & 1)) {
-            __builtin_ia32_pause();
+            cpu_relax();
             continue;
         }
         bool found = true;
