@@ -1,0 +1,146 @@
+/*
+ * test_model.c — LR scoring through model.h against a direct computation:
+ * sigmoid(bias + shared + item) in double, block by block, from the weights
+ * the test itself put in the store.  Scores must be equal exactly (same
+ * order of additions), unknown ids must count 0, and the guard rails
+ * (-E2BIG, -ENOTSUP) must hold.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NKEYS 5000
+
+static float weight_of(uint64_t id) { return (float)((int64_t)(id % 2001) - 1000) / 4096.0f; }
+static uint64_t id_of(uint32_t i) { return ((uint64_t)(i % 39) << 56) | (i * 0x9e3779b97f4a7c15ULL >> 8); }
+
+static model_t *make_model(float bias)
+{
+    store_options_t opt = {.value_floats = 1, .shards = 4, .expected_keys = NKEYS + 1};
+    store_t *s;
+    assert_int_equal(store_create(&opt, &s), 0);
+    for (uint32_t i = 1; i <= NKEYS; i++) {
+        float w = weight_of(id_of(i));
+        assert_int_equal(store_upsert(s, id_of(i), &w), 1);
+    }
+    assert_int_equal(store_upsert(s, MODEL_BIAS_ID, &bias), 1);
+    store_meta_t meta = {.model_name = "t", .model_kind = STORE_MODEL_LR, .version = 1};
+    model_t *m;
+    assert_int_equal(model_from_store(s, &meta, &m), 0);
+    return m;
+}
+
+static double ref_block(const model_block_t *b)
+{
+    double sum = 0;
+    for (uint32_t j = 0; j < b->n; j++) {
+        uint64_t id = b->ids[j];
+        int known = 0;
+        for (uint32_t i = 1; i <= NKEYS && !known; i++)
+            known = id_of(i) == id;
+        double w = known ? weight_of(id) : 0.0;
+        sum += b->values ? w * b->values[j] : w;
+    }
+    return sum;
+}
+
+static float ref_sigmoid(double x)
+{
+    if (x >= 0)
+        return (float)(1.0 / (1.0 + exp(-x)));
+    double e = exp(x);
+    return (float)(e / (1.0 + e));
+}
+
+static void test_lr_scores_exact(void **state)
+{
+    (void)state;
+    const float bias = -1.25f;
+    model_t *m = make_model(bias);
+    enum { ITEMS = 50, SHARED = 30, PER = 20 };
+    uint64_t shared_ids[SHARED], item_ids[ITEMS][PER];
+    float item_vals[ITEMS][PER];
+    model_block_t items[ITEMS];
+    for (uint32_t j = 0; j < SHARED; j++)
+        shared_ids[j] = id_of(1 + j * 7);
+    for (uint32_t i = 0; i < ITEMS; i++) {
+        for (uint32_t j = 0; j < PER; j++) {
+            uint32_t k = 1 + (i * 131 + j * 17) % (NKEYS + 500); /* some unknown */
+            item_ids[i][j] = id_of(k);
+            item_vals[i][j] = 0.5f + (float)j / 8.0f;
+        }
+        items[i] = (model_block_t){item_ids[i], i % 2 ? item_vals[i] : NULL, PER};
+    }
+    model_block_t shared = {shared_ids, NULL, SHARED};
+    model_scratch_t *sc;
+    assert_int_equal(model_scratch_create(SHARED + ITEMS * PER, &sc), 0);
+    float scores[ITEMS];
+    assert_int_equal(model_score(m, &shared, items, ITEMS, scores, sc), 0);
+    double base = (double)bias + ref_block(&shared);
+    for (uint32_t i = 0; i < ITEMS; i++) {
+        float want = ref_sigmoid(base + ref_block(&items[i]));
+        assert_true(scores[i] == want);
+        assert_true(scores[i] > 0.0f && scores[i] < 1.0f);
+    }
+    /* too many features for the scratch */
+    model_scratch_t *small;
+    assert_int_equal(model_scratch_create(10, &small), 0);
+    assert_int_equal(model_score(m, &shared, items, ITEMS, scores, small), -E2BIG);
+    model_scratch_destroy(small);
+    model_scratch_destroy(sc);
+    model_destroy(m);
+}
+
+static void test_unknown_ids_and_extremes(void **state)
+{
+    (void)state;
+    model_t *m = make_model(0.0f);
+    uint64_t unknown[3] = {id_of(NKEYS + 1), id_of(NKEYS + 2), UINT64_MAX};
+    model_block_t shared = {NULL, NULL, 0};
+    model_block_t item = {unknown, NULL, 3};
+    model_scratch_t *sc;
+    assert_int_equal(model_scratch_create(16, &sc), 0);
+    float score;
+    assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
+    assert_true(score == 0.5f); /* sigmoid(0): nothing known, bias 0 */
+    float big = 1e30f, vals[1] = {big};
+    uint64_t one[1] = {id_of(1)};
+    model_block_t huge = {one, vals, 1};
+    assert_int_equal(model_score(m, &shared, &huge, 1, &score, sc), 0);
+    assert_false(isnan(score));
+    assert_true(score == 0.0f || score == 1.0f);
+    model_scratch_destroy(sc);
+    model_destroy(m);
+}
+
+static void test_only_lr_for_now(void **state)
+{
+    (void)state;
+    store_options_t opt = {.value_floats = 4};
+    store_t *s;
+    assert_int_equal(store_create(&opt, &s), 0);
+    store_meta_t meta = {.model_name = "fm", .model_kind = STORE_MODEL_FM, .version = 1};
+    model_t *m = NULL;
+    assert_int_equal(model_from_store(s, &meta, &m), -ENOTSUP);
+    assert_null(m);
+    store_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lr_scores_exact),
+        cmocka_unit_test(test_unknown_ids_and_extremes),
+        cmocka_unit_test(test_only_lr_for_now),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
