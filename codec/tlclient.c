@@ -1,0 +1,254 @@
+/*
+ * tlclient.c — libtlclient over a blocking TCP socket, with poll() for
+ * timeouts.
+ *
+ *   send: encode the frame into `out` (grown to the largest request), write
+ *         it all;
+ *   recv: read into `in` until one whole frame is there, decode it into the
+ *         client's arena (sized for the largest frame the server may send),
+ *         and keep any bytes of the next frames for the next call.
+ *
+ * Request ids count up from 1 per connection.
+ *
+ * THREAD SAFETY: one thread per client at a time (tlclient.h).
+ */
+#include "tlclient.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RESPONSE_MAX_PAYLOAD (1u << 20) /* results and errors are small */
+
+struct tlclient {
+    int fd;
+    uint64_t next_id;
+    uint8_t *out;
+    size_t out_cap;
+    uint8_t *in;
+    size_t in_len, in_cap, in_skip; /* in_skip: bytes of the last frame handed out */
+    codec_arena_t arena;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+int tlclient_connect(const char *host, int port, int timeout_ms, tlclient_t **out)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    if (getaddrinfo(host, portstr, &hints, &ai) != 0)
+        return -EHOSTUNREACH;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        freeaddrinfo(ai);
+        return -errno;
+    }
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -errno;
+    freeaddrinfo(ai);
+    if (rc == -EINPROGRESS) {
+        rc = wait_fd(fd, POLLOUT, now_ms() + timeout_ms);
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
+            rc = -soerr;
+    }
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    tlclient_t *c = calloc(1, sizeof *c);
+    size_t arena = codec_arena_bound(RESPONSE_MAX_PAYLOAD);
+    if (c)
+        c->arena.base = malloc(arena);
+    if (!c || !c->arena.base) {
+        if (c)
+            free(c);
+        close(fd);
+        return -ENOMEM;
+    }
+    c->arena.cap = arena;
+    c->fd = fd;
+    c->next_id = 1;
+    *out = c;
+    return 0;
+}
+
+void tlclient_close(tlclient_t *c)
+{
+    if (!c)
+        return;
+    close(c->fd);
+    free(c->out);
+    free(c->in);
+    free(c->arena.base);
+    free(c);
+}
+
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 65536;
+    while (n < need)
+        n *= 2;
+    uint8_t *p = realloc(*buf, n);
+    if (!p)
+        return -ENOMEM;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+static int write_all(tlclient_t *c, const uint8_t *p, size_t len, int64_t deadline)
+{
+    while (len > 0) {
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(c->fd, POLLOUT, deadline);
+            if (rc)
+                return rc;
+        } else if (n < 0 && errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+int tlclient_send_predict(tlclient_t *c, const codec_predict_t *req, uint64_t *request_id,
+                          codec_error_t *err)
+{
+    uint64_t id = c->next_id++;
+    size_t len = 0;
+    int rc = codec_encode_predict(c->out, c->out_cap, id, req, &len, err);
+    if (rc == CODEC_NEED_MORE) {
+        if (grow(&c->out, &c->out_cap, len) != 0)
+            return -ENOMEM;
+        rc = codec_encode_predict(c->out, c->out_cap, id, req, &len, err);
+    }
+    if (rc != CODEC_OK)
+        return rc;
+    if (request_id)
+        *request_id = id;
+    return write_all(c, c->out, len, now_ms() + 60000);
+}
+
+int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t *err)
+{
+    /* drop the frame handed out last time */
+    if (c->in_skip) {
+        memmove(c->in, c->in + c->in_skip, c->in_len - c->in_skip);
+        c->in_len -= c->in_skip;
+        c->in_skip = 0;
+    }
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        codec_arena_reset(&c->arena);
+        int rc = codec_decode_frame(c->in, c->in_len, &c->arena, msg, err);
+        if (rc == CODEC_OK) {
+            c->in_skip = CODEC_HEADER_SIZE + msg->hdr.payload_len;
+            return msg->hdr.type == CODEC_ERROR ? msg->u.error.code : 0;
+        }
+        if (rc != CODEC_NEED_MORE)
+            return -EPROTO; /* the server sent something we cannot read */
+        if (grow(&c->in, &c->in_cap, c->in_len + 65536) != 0)
+            return -ENOMEM;
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+        } else if (n == 0) {
+            return -ECONNRESET;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            rc = wait_fd(c->fd, POLLIN, deadline);
+            if (rc)
+                return rc;
+        } else if (errno != EINTR) {
+            return -errno;
+        }
+    }
+}
+
+int tlclient_predict(tlclient_t *c, const codec_predict_t *req, float *scores, uint64_t *version,
+                     int timeout_ms, codec_error_t *err)
+{
+    uint64_t id;
+    int rc = tlclient_send_predict(c, req, &id, err);
+    if (rc != 0)
+        return rc;
+    codec_msg_t msg;
+    for (;;) {
+        rc = tlclient_recv(c, &msg, timeout_ms, err);
+        if (rc < 0)
+            return rc;
+        if (msg.hdr.request_id != id)
+            continue; /* an answer to an earlier pipelined request */
+        if (rc > 0) {
+            if (err) {
+                size_t n = msg.u.error.msg_len < sizeof err->msg - 1 ? msg.u.error.msg_len
+                                                                     : sizeof err->msg - 1;
+                err->code = (uint16_t)rc;
+                err->offset = CODEC_NO_OFFSET;
+                memcpy(err->msg, msg.u.error.msg, n);
+                err->msg[n] = '\0';
+            }
+            return rc;
+        }
+        if (msg.hdr.type != CODEC_PREDICT_RESULT || msg.u.result.items != req->items)
+            return -EPROTO;
+        memcpy(scores, msg.u.result.scores, (size_t)req->items * sizeof *scores);
+        if (version)
+            *version = msg.u.result.version;
+        return 0;
+    }
+}
+
+int tlclient_ping(tlclient_t *c, int timeout_ms)
+{
+    uint8_t frame[CODEC_HEADER_SIZE + 8];
+    codec_ping_t p = {(const uint8_t *)"tlclient", 8};
+    uint64_t id = c->next_id++;
+    size_t len;
+    if (codec_encode_ping(frame, sizeof frame, CODEC_PING, id, &p, &len, NULL) != CODEC_OK)
+        return -EINVAL;
+    int rc = write_all(c, frame, len, now_ms() + timeout_ms);
+    codec_msg_t msg;
+    while (rc == 0) {
+        rc = tlclient_recv(c, &msg, timeout_ms, NULL);
+        if (rc == 0 && msg.hdr.request_id == id)
+            return msg.hdr.type == CODEC_PONG ? 0 : -EPROTO;
+    }
+    return rc;
+}

@@ -1,0 +1,636 @@
+/*
+ * admin.c — the admin plane: one thread running a libevent event_base with an
+ * evhttp server on cfg.admin_bind:cfg.admin_port.
+ *
+ * ENDPOINTS
+ *   GET  /healthz                 200 "ok" while the process runs
+ *   GET  /readyz                  200 when a model is active, else 503
+ *   GET  /metrics                 Prometheus text format (below)
+ *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}
+ *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
+ *                                 "Authorization: Bearer <admin-token>"
+ *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
+ *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
+ *
+ * LOAD
+ *   403 when no admin token is configured (state-changing calls are off),
+ *   401 without or with a wrong token (compared in constant time for a given
+ *   token length), 400 when the request is malformed (body not JSON, no
+ *   "path", bad model name in the URL), 409 when the snapshot is refused:
+ *   it cannot be read or loaded (the store error names file, offset and
+ *   reason) or its model name is not the one in the URL.  The name is checked
+ *   from the manifest before the load (snapshots are write-once directories,
+ *   so the manifest read first is the one loaded).  On 200 the body is the
+ *   new model's JSON.  The load blocks this thread — the admin plane, never
+ *   the data plane — and the old version keeps serving until the swap.
+ *
+ * METRICS
+ *   Counters come from SERVER_COUNTERS (X-macro) summed over the workers,
+ *   each with HELP/TYPE; tlserve_errors_total carries, in the same family,
+ *   one {code="N"} sample per error code seen (note: sum() over the family
+ *   double-counts; select code!="" or the unlabeled sample).  The latency
+ *   histogram turns the power-of-two microsecond buckets (bucket i: < 2^i us)
+ *   into cumulative le= buckets in seconds; the last bucket is open-ended
+ *   (the worker clamps there), so it shows up in +Inf only.  Counts are read
+ *   with relaxed loads while workers write: a scrape is not a snapshot, but
+ *   each histogram is self-consistent (+Inf == _count, from the same loads).
+ *
+ * THREAD SAFETY
+ *   admin_start/admin_stop run on the main thread; every handler runs on the
+ *   admin thread.  The state is one static struct (one admin plane per
+ *   process).  Models are pinned with server_model_acquire like a worker.
+ */
+#include "log.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifndef TL_NO_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+#define ADMIN_MAX_BODY (64 * 1024)
+#define ADMIN_MAX_HEADERS (16 * 1024)
+#define ADMIN_TIMEOUT_S 30
+
+static struct admin {
+    server_t *srv;
+    struct event_base *base;
+    struct evhttp *http;
+    pthread_t thread;
+    bool running; /* main thread only */
+} A;
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static const char *reason(int code)
+{
+    switch (code) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Payload Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
+    }
+}
+
+static void reply(struct evhttp_request *req, int code, const char *ctype, const char *body,
+                  size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b && body)
+        evbuffer_add(b, body, len);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+    evhttp_send_reply(req, code, reason(code), b);
+    if (b)
+        evbuffer_free(b);
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *text)
+{
+    reply(req, code, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* Sends j (consumed) as the body, with a trailing newline. */
+static void reply_json(struct evhttp_request *req, int code, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        reply_text(req, 500, "cannot encode JSON\n");
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, s, strlen(s));
+        evbuffer_add(b, "\n", 1);
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, code, reason(code), b);
+    if (b)
+        evbuffer_free(b);
+    free(s);
+}
+
+/* {"error": msg}; bytes outside printable ASCII become '?' so that a path
+ * with arbitrary bytes cannot make the JSON invalid. */
+static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
+    reply_json(req, code, json_pack("{s:s}", "error", msg));
+}
+
+static json_t *model_json(const model_t *m)
+{
+    const store_meta_t *meta = model_meta(m);
+    return json_pack("{s:s, s:I, s:s, s:I}", "name", meta->model_name, "version",
+                     (json_int_t)meta->version, "kind", store_model_kind_name(meta->model_kind),
+                     "keys", (json_int_t)store_count(model_store(m)));
+}
+
+/* ---- GET endpoints ---------------------------------------------------------- */
+
+static void on_healthz(struct evhttp_request *req)
+{
+    reply_text(req, 200, "ok\n");
+}
+
+static void on_readyz(struct evhttp_request *req)
+{
+    if (atomic_load(&A.srv->active))
+        reply_text(req, 200, "ready\n");
+    else
+        reply_text(req, 503, "no model loaded\n");
+}
+
+static void on_models(struct evhttp_request *req)
+{
+    json_t *list = json_array();
+    server_model_t *sm = server_model_acquire(A.srv);
+    if (sm) {
+        json_array_append_new(list, model_json(sm->model));
+        server_model_release(sm);
+    }
+    reply_json(req, 200, json_pack("{s:o}", "models", list));
+}
+
+/* ERROR frames by wire code, a family of its own so that sum() over
+ * tlserve_errors_total does not count them twice. */
+static void metrics_error_codes(struct evbuffer *b, const server_t *srv)
+{
+    evbuffer_add_printf(b, "# HELP tlserve_errors_by_code_total ERROR frames sent, by wire error code\n"
+                           "# TYPE tlserve_errors_by_code_total counter\n");
+    for (int c = 1; c < SERVER_MAX_ERROR_CODES; c++) {
+        uint64_t v = 0;
+        for (int w = 0; w < srv->nworkers; w++)
+            v += atomic_load_explicit(&srv->metrics[w].errors_by_code[c], memory_order_relaxed);
+        if (v)
+            evbuffer_add_printf(b, "tlserve_errors_by_code_total{code=\"%d\"} %" PRIu64 "\n", c, v);
+    }
+}
+
+static void metrics_counter(struct evbuffer *b, const server_t *srv, const char *name,
+                            const char *help, uint64_t v)
+{
+    evbuffer_add_printf(b,
+                        "# HELP tlserve_%s %s\n# TYPE tlserve_%s counter\ntlserve_%s %" PRIu64 "\n",
+                        name, help, name, name, v);
+    if (strcmp(name, "errors_total") == 0)
+        metrics_error_codes(b, srv);
+}
+
+static void metrics_gauge(struct evbuffer *b, const char *name, const char *help, int64_t v)
+{
+    evbuffer_add_printf(b,
+                        "# HELP tlserve_%s %s\n# TYPE tlserve_%s gauge\ntlserve_%s %" PRId64 "\n",
+                        name, help, name, name, v);
+}
+
+static void metrics_latency(struct evbuffer *b, const server_t *srv)
+{
+    uint64_t bucket[SERVER_LATENCY_BUCKETS] = {0}, sum_us = 0, count = 0;
+    for (int w = 0; w < srv->nworkers; w++) {
+        for (int i = 0; i < SERVER_LATENCY_BUCKETS; i++)
+            bucket[i] +=
+                atomic_load_explicit(&srv->metrics[w].latency_us_bucket[i], memory_order_relaxed);
+        sum_us += atomic_load_explicit(&srv->metrics[w].latency_us_sum, memory_order_relaxed);
+    }
+    evbuffer_add_printf(b, "# HELP tlserve_request_latency_seconds Request latency, decode to "
+                           "response encoded\n"
+                           "# TYPE tlserve_request_latency_seconds histogram\n");
+    for (int i = 0; i < SERVER_LATENCY_BUCKETS; i++) {
+        count += bucket[i];
+        if (i + 1 < SERVER_LATENCY_BUCKETS) /* the last bucket is open-ended */
+            evbuffer_add_printf(b,
+                                "tlserve_request_latency_seconds_bucket{le=\"%.6f\"} %" PRIu64 "\n",
+                                (double)(1ull << i) * 1e-6, count);
+    }
+    evbuffer_add_printf(b,
+                        "tlserve_request_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
+                        "tlserve_request_latency_seconds_sum %.6f\n"
+                        "tlserve_request_latency_seconds_count %" PRIu64 "\n",
+                        count, (double)sum_us * 1e-6, count);
+}
+
+static void metrics_model(struct evbuffer *b, server_t *srv)
+{
+    evbuffer_add_printf(b, "# HELP tlserve_model_info The active model version (value is 1)\n"
+                           "# TYPE tlserve_model_info gauge\n");
+    server_model_t *sm = server_model_acquire(srv);
+    uint64_t keys = 0;
+    if (sm) {
+        /* Names are [A-Za-z0-9_.-] (store-checked): no label escaping needed. */
+        const store_meta_t *meta = model_meta(sm->model);
+        evbuffer_add_printf(
+            b, "tlserve_model_info{name=\"%s\",version=\"%" PRIu64 "\",kind=\"%s\"} 1\n",
+            meta->model_name, meta->version, store_model_kind_name(meta->model_kind));
+        keys = store_count(model_store(sm->model));
+        server_model_release(sm);
+    }
+    metrics_gauge(b, "model_keys", "Keys in the active model (0 when none)", (int64_t)keys);
+}
+
+static void metrics_jemalloc(struct evbuffer *b)
+{
+#ifndef TL_NO_JEMALLOC
+    uint64_t epoch = 1;
+    size_t sz = sizeof epoch;
+    mallctl("epoch", &epoch, &sz, &epoch, sz); /* refresh the cached stats */
+    size_t allocated = 0, resident = 0;
+    sz = sizeof allocated;
+    if (mallctl("stats.allocated", &allocated, &sz, NULL, 0) != 0)
+        allocated = 0;
+    sz = sizeof resident;
+    if (mallctl("stats.resident", &resident, &sz, NULL, 0) != 0)
+        resident = 0;
+    metrics_gauge(b, "jemalloc_allocated_bytes", "Bytes allocated by the application (jemalloc)",
+                  (int64_t)allocated);
+    metrics_gauge(b, "jemalloc_resident_bytes",
+                  "Bytes in physically resident data pages (jemalloc)", (int64_t)resident);
+#else
+    (void)b;
+#endif
+}
+
+static void on_metrics(struct evhttp_request *req)
+{
+    server_t *srv = A.srv;
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        reply_text(req, 500, "out of memory\n");
+        return;
+    }
+#define X(name, help)                                                               \
+    {                                                                               \
+        uint64_t v = 0;                                                             \
+        for (int w = 0; w < srv->nworkers; w++)                                     \
+            v += atomic_load_explicit(&srv->metrics[w].name, memory_order_relaxed); \
+        metrics_counter(b, srv, #name, help, v);                                    \
+    }
+    SERVER_COUNTERS(X)
+#undef X
+    metrics_latency(b, srv);
+    int64_t inflight = 0, conns = 0;
+    for (int w = 0; w < srv->nworkers; w++) {
+        inflight += atomic_load_explicit(&srv->metrics[w].inflight, memory_order_relaxed);
+        conns += atomic_load_explicit(&srv->metrics[w].connections, memory_order_relaxed);
+    }
+    metrics_gauge(b, "inflight", "Requests being processed", inflight);
+    metrics_gauge(b, "connections", "Open data plane connections", conns);
+    metrics_model(b, srv);
+    metrics_jemalloc(b);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
+/* ---- POST /v1/models/{name}:load ------------------------------------------------ */
+
+/* 1 when given (glen bytes) equals want; the time taken depends on want's
+ * length only, not on where the first difference is. */
+static int token_equal(const char *given, size_t glen, const char *want)
+{
+    size_t wlen = strlen(want);
+    volatile unsigned char diff = glen != wlen;
+    for (size_t i = 0; i < wlen; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < glen ? given[i] : 0);
+    return diff == 0;
+}
+
+/* Returns 0 when the request carries the configured token, else replies
+ * (401/403) and returns -1. */
+static int check_auth(struct evhttp_request *req)
+{
+    const char *want = A.srv->cfg.admin_token;
+    if (want[0] == '\0') {
+        reply_error(req, 403,
+                    "no admin token configured: state-changing calls are disabled "
+                    "(start tlserve with --admin-token)");
+        return -1;
+    }
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+        const char *t = h + 7;
+        while (*t == ' ')
+            t++;
+        size_t n = strlen(t);
+        while (n > 0 && t[n - 1] == ' ')
+            n--;
+        if (token_equal(t, n, want))
+            return 0;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+    reply_error(req, 401,
+                h ? "wrong admin token" : "missing 'Authorization: Bearer <token>' header");
+    LOG(LL_WARN, "admin: refused %s %s (%s)", "POST", evhttp_request_get_uri(req),
+        h ? "wrong token" : "no token");
+    return -1;
+}
+
+static int valid_name(const char *s, size_t n)
+{
+    if (n == 0 || n >= sizeof((store_meta_t *)0)->model_name)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static void on_load(struct evhttp_request *req, const char *name)
+{
+    server_t *srv = A.srv;
+    if (check_auth(req) != 0)
+        return;
+
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if (len > ADMIN_MAX_BODY) {
+        reply_error(req, 413, "body of %zu bytes is over the %d byte limit", len, ADMIN_MAX_BODY);
+        return;
+    }
+    char body[ADMIN_MAX_BODY + 1];
+    evbuffer_copyout(in, body, len);
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    if (!j) {
+        reply_error(req, 400,
+                    "body is not JSON (line %d, column %d: %s); expected "
+                    "{\"path\": \"/dir/of/snapshot\"}",
+                    jerr.line, jerr.column, jerr.text);
+        return;
+    }
+    json_t *jp = json_is_object(j) ? json_object_get(j, "path") : NULL;
+    const char *path = json_string_value(jp);
+    char dir[sizeof srv->cfg.model_dir];
+    if (!path || path[0] == '\0' || strlen(path) >= sizeof dir) {
+        json_decref(j);
+        reply_error(req, 400,
+                    "body needs \"path\": a non-empty string shorter than %zu bytes "
+                    "(the snapshot directory)",
+                    sizeof dir);
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    json_decref(j);
+
+    store_meta_t meta;
+    uint64_t entries;
+    store_error_t err;
+    if (store_snapshot_read_meta(dir, &meta, &entries, &err) != 0) {
+        LOG(LL_WARN, "admin: load %s from %s refused: %s", name, dir, err.msg);
+        reply_error(req, 409, "cannot read snapshot %s (%s): %s", dir, store_errc_name(err.code),
+                    err.msg);
+        return;
+    }
+    if (strcmp(meta.model_name, name) != 0) {
+        reply_error(req, 409, "snapshot %s holds model '%s', not '%s' named in the URL", dir,
+                    meta.model_name, name);
+        return;
+    }
+    LOG(LL_INFO, "admin: loading %s version %" PRIu64 " from %s", name, meta.version, dir);
+    if (server_model_load(srv, dir, &err) != 0) {
+        LOG(LL_WARN, "admin: load %s from %s failed: %s (the current version keeps serving)", name,
+            dir, err.msg);
+        reply_error(req, 409, "cannot load snapshot %s (%s): %s", dir, store_errc_name(err.code),
+                    err.msg);
+        return;
+    }
+    server_model_t *sm = server_model_acquire(srv);
+    if (!sm) { /* cannot happen: only this thread swaps, and never to NULL */
+        reply_error(req, 500, "model vanished after load");
+        return;
+    }
+    reply_json(req, 200, model_json(sm->model));
+    server_model_release(sm);
+}
+
+/* ---- routing ------------------------------------------------------------------ */
+
+static int is_get(enum evhttp_cmd_type m)
+{
+    return m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD;
+}
+
+static void method_not_allowed(struct evhttp_request *req, const char *allow)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    reply_error(req, 405, "method not allowed; use %s", allow);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
+    char *path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL; /* "%3A" -> ':' */
+    static const char models_prefix[] = "/v1/models/";
+    static const char load_suffix[] = ":load";
+
+    if (!path) {
+        reply_error(req, 400, "cannot parse the request URI");
+        return;
+    }
+    LOG(LL_DEBUG, "admin: %d %s", (int)m, path);
+
+    if (strcmp(path, "/healthz") == 0) {
+        is_get(m) ? on_healthz(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/readyz") == 0) {
+        is_get(m) ? on_readyz(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/metrics") == 0) {
+        is_get(m) ? on_metrics(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/models/") == 0) {
+        is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
+               strlen(path) > sizeof models_prefix - 1 + sizeof load_suffix - 1 &&
+               strcmp(path + strlen(path) - (sizeof load_suffix - 1), load_suffix) == 0) {
+        const char *name = path + sizeof models_prefix - 1;
+        size_t n = strlen(name) - (sizeof load_suffix - 1);
+        if (m != EVHTTP_REQ_POST) {
+            method_not_allowed(req, "POST");
+        } else if (!valid_name(name, n)) {
+            reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
+        } else {
+            char nm[64];
+            memcpy(nm, name, n);
+            nm[n] = '\0';
+            on_load(req, nm);
+        }
+    } else {
+        reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
+                    path);
+    }
+    free(path);
+}
+
+/* ---- thread -------------------------------------------------------------------- */
+
+static void *admin_main(void *arg)
+{
+    (void)arg;
+    event_base_dispatch(A.base);
+    return NULL;
+}
+
+/* Binds and listens on addr:port; returns the fd or -errno (named on stderr). */
+static __attribute__((cold)) int listen_on(const char *addr, int port)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        sl = sizeof *s4;
+    } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        sl = sizeof *s6;
+    } else {
+        LOG(LL_ERROR, "admin: '%s' is not an IP address", addr);
+        return -EINVAL;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        LOG(LL_ERROR, "admin: socket for %s:%d: %s", addr, port, strerror(e));
+        return -e;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 64) != 0) {
+        int e = errno;
+        LOG(LL_ERROR, "admin: cannot listen on %s:%d: %s", addr, port, strerror(e));
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+/* Locking and cross-thread wakeups in libevent, so that admin_stop() can
+ * break the loop from the main thread. */
+static int evthread_rc;
+static void enable_evthread(void)
+{
+    evthread_rc = evthread_use_pthreads();
+}
+
+int admin_start(server_t *srv)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    int rc, fd = -1;
+
+    pthread_once(&once, enable_evthread);
+    if (evthread_rc != 0) {
+        LOG(LL_ERROR, "admin: libevent has no pthreads support");
+        return -ENOSYS;
+    }
+    A.srv = srv;
+    fd = listen_on(srv->cfg.admin_bind, srv->cfg.admin_port);
+    if (fd < 0)
+        return fd;
+    rc = -ENOMEM;
+    A.base = event_base_new();
+    if (!A.base)
+        goto fail;
+    A.http = evhttp_new(A.base);
+    if (!A.http)
+        goto fail;
+    evhttp_set_gencb(A.http, on_request, NULL);
+    evhttp_set_max_body_size(A.http, ADMIN_MAX_BODY);
+    evhttp_set_max_headers_size(A.http, ADMIN_MAX_HEADERS);
+    evhttp_set_timeout(A.http, ADMIN_TIMEOUT_S);
+    /* Let every method reach on_request so that wrong ones get 405, not 501. */
+    evhttp_set_allowed_methods(A.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                           EVHTTP_REQ_PATCH);
+    if (!evhttp_accept_socket_with_handle(A.http, fd)) {
+        rc = -EINVAL;
+        LOG(LL_ERROR, "admin: evhttp cannot accept on %s:%d", srv->cfg.admin_bind,
+            srv->cfg.admin_port);
+        goto fail;
+    }
+    fd = -1; /* evhttp owns it now */
+    rc = pthread_create(&A.thread, NULL, admin_main, NULL);
+    if (rc != 0) {
+        rc = -rc;
+        goto fail;
+    }
+    A.running = true;
+    LOG(LL_INFO, "admin plane on http://%s:%d", srv->cfg.admin_bind, srv->cfg.admin_port);
+    return 0;
+fail:
+    if (A.http)
+        evhttp_free(A.http);
+    if (A.base)
+        event_base_free(A.base);
+    if (fd >= 0)
+        close(fd);
+    A.http = NULL;
+    A.base = NULL;
+    return rc;
+}
+
+void admin_stop(server_t *srv)
+{
+    (void)srv;
+    if (!A.running)
+        return;
+    event_base_loopbreak(A.base); /* wakes the loop: the base is notifiable (evthread) */
+    pthread_join(A.thread, NULL);
+    evhttp_free(A.http);
+    event_base_free(A.base);
+    A.http = NULL;
+    A.base = NULL;
+    A.running = false;
+}

@@ -1,0 +1,423 @@
+/*
+ * config.c — tlserve's settings: one table that the defaults, the config
+ * file, the command-line flags and --help all read (Redis's standardConfig).
+ *
+ * THE TABLE
+ *   Each row names one field of server_config_t:
+ *
+ *     { name, type, min, max, default, help, offset, size, check }
+ *
+ *   name     the flag without "--", words joined by '-' ("admin-port"); the
+ *            file key is the same name, and '_' is accepted for '-' in both
+ *            places ("admin_port", "--admin_port").
+ *   type     CFG_INT (long long parsed, range-checked, stored as int),
+ *            CFG_BOOL (true/false, yes/no, on/off, 1/0), CFG_STRING (length
+ *            < size, checked by `check` when set).
+ *   min/max  the allowed range of an int.
+ *   default  text, applied through the same parser as a flag: a default that
+ *            broke its own range would fail at start, not go unnoticed.
+ *
+ * ORDER OF SOURCES
+ *   defaults  ->  --config FILE (INI, keys in [server])  ->  flags.
+ *   --config is found by a first pass over argv, so "--port 1 --config f"
+ *   still lets the flag win over the file.  --help anywhere prints the
+ *   table and wins over everything (even a bad flag before it).
+ *
+ * FLAGS
+ *   "--name value" or "--name=value".  A bool flag takes a value only in the
+ *   "=" form: "--force-epoll" alone means true, "--force-epoll=false" false
+ *   (so "--force-epoll --port 1" is not ambiguous).
+ *
+ * ERRORS
+ *   The first bad value ends parsing: one line on stderr that names where it
+ *   came from (flag, or file:line), the setting, the value and what is
+ *   allowed, then server_config_load() returns -1.  Unknown flags, unknown
+ *   file keys or sections, positional arguments, numbers with trailing junk
+ *   and unparseable addresses are all refused: a typo in a config must not
+ *   silently leave a default in force.
+ *
+ * THREAD SAFETY
+ *   Runs on the main thread before any other thread starts; it also sets
+ *   server_log_level (log.h), which other threads then only read.
+ */
+#include "codec/codec.h"
+#include "log.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int server_log_level = LL_INFO;
+
+typedef enum cfg_type {
+    CFG_INT,
+    CFG_BOOL,
+    CFG_STRING
+} cfg_type_t;
+
+/* Extra check of a string value; returns 0 or -1 with why filled. */
+typedef int (*cfg_check_fn)(const char *value, char *why, size_t why_len);
+
+typedef struct cfg_entry {
+    const char *name; /* flag name without "--", '-' between words */
+    cfg_type_t type;
+    long long min, max;  /* CFG_INT: allowed range */
+    const char *def;     /* default, as text */
+    const char *help;    /* one line for --help */
+    size_t offset;       /* of the field in server_config_t */
+    size_t size;         /* CFG_STRING: size of the char array */
+    cfg_check_fn check;  /* CFG_STRING: extra validation, or NULL */
+    const char *allowed; /* CFG_STRING: allowed values for --help, or NULL */
+} cfg_entry_t;
+
+static int check_addr(const char *v, char *why, size_t why_len);
+static int check_level(const char *v, char *why, size_t why_len);
+
+#define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
+
+static const cfg_entry_t table[] = {
+    {"model", CFG_STRING, 0, 0, "",
+     "snapshot directory to serve at start (empty: none until loaded)", F(model_dir), NULL,
+     "a directory path"},
+    {"bind", CFG_STRING, 0, 0, "127.0.0.1", "data plane address (IPv4 or IPv6 literal)", F(bind),
+     check_addr, "an IP address"},
+    {"port", CFG_INT, 1, 65535, "7070", "data plane TCP port", F(port), NULL, NULL},
+    {"admin-bind", CFG_STRING, 0, 0, "127.0.0.1", "admin plane (HTTP) address", F(admin_bind),
+     check_addr, "an IP address"},
+    {"admin-port", CFG_INT, 1, 65535, "7071", "admin plane TCP port", F(admin_port), NULL, NULL},
+    {"admin-token", CFG_STRING, 0, 0, "",
+     "Bearer token for state-changing admin calls (empty: refuse them)", F(admin_token), NULL,
+     "a string"},
+    {"workers", CFG_INT, 0, 1024, "0", "data plane threads (0: one per core)", F(workers), NULL,
+     NULL},
+    {"load-threads", CFG_INT, 0, 1024, "0", "snapshot loader threads (0: one per core)",
+     F(load_threads), NULL, NULL},
+    {"max-inflight", CFG_INT, 1, 1 << 20, "256", "requests in flight per worker before OVERLOADED",
+     F(max_inflight), NULL, NULL},
+    {"max-connections", CFG_INT, 1, 1 << 20, "1024", "connections per worker", F(max_connections),
+     NULL, NULL},
+    {"max-frame-bytes", CFG_INT, 1024, CODEC_MAX_PAYLOAD, "16777216",
+     "largest accepted frame payload in bytes", F(max_frame_bytes), NULL, NULL},
+    {"idle-timeout-ms", CFG_INT, 1, 3600000, "10000",
+     "close a connection whose partial frame is older than this", F(idle_timeout_ms), NULL, NULL},
+    {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
+     F(force_epoll), NULL, NULL},
+    {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
+     "error|warn|info|debug"},
+};
+
+#define NTABLE (sizeof table / sizeof table[0])
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* ---- checks ------------------------------------------------------------- */
+
+static int check_addr(const char *v, char *why, size_t why_len)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, v, buf) == 1 || inet_pton(AF_INET6, v, buf) == 1)
+        return 0;
+    snprintf(why, why_len, "'%s' is not an IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", v);
+    return -1;
+}
+
+static int check_level(const char *v, char *why, size_t why_len)
+{
+    for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++)
+        if (strcmp(v, level_names[i]) == 0)
+            return 0;
+    snprintf(why, why_len, "'%s' is not a log level (allowed: error, warn, info, debug)", v);
+    return -1;
+}
+
+/* ---- lookup and set ------------------------------------------------------- */
+
+/* Compares a user-given name (flag or key, '_' or '-') with a table name;
+ * n is the length of the given name (it may not be NUL-terminated there). */
+static int name_eq(const char *given, size_t n, const char *name)
+{
+    if (strlen(name) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char g = given[i] == '_' ? '-' : given[i];
+        if (g != name[i])
+            return 0;
+    }
+    return 1;
+}
+
+static const cfg_entry_t *find(const char *given, size_t n)
+{
+    for (size_t i = 0; i < NTABLE; i++)
+        if (name_eq(given, n, table[i].name))
+            return &table[i];
+    return NULL;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Sets e's field from the text v.  Returns 0, or -1 with why saying what is
+ * wrong with v and what is allowed (the caller names the setting). */
+static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, char *why,
+                     size_t why_len)
+{
+    char *field = (char *)cfg + e->offset;
+    switch (e->type) {
+    case CFG_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        /* strtoll skips leading blanks; we do not accept them either way. */
+        if (*v == '\0' || *v == ' ' || *v == '\t' || *end != '\0' || errno == ERANGE) {
+            snprintf(why, why_len, "'%s' is not an integer (allowed %lld..%lld)", v, e->min,
+                     e->max);
+            return -1;
+        }
+        if (x < e->min || x > e->max) {
+            snprintf(why, why_len, "%lld is out of range (allowed %lld..%lld)", x, e->min, e->max);
+            return -1;
+        }
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case CFG_BOOL: {
+        bool b;
+        if (parse_bool(v, &b) != 0) {
+            snprintf(why, why_len,
+                     "'%s' is not a boolean (allowed true/false, yes/no, on/off, 1/0)", v);
+            return -1;
+        }
+        *(bool *)field = b;
+        return 0;
+    }
+    case CFG_STRING: {
+        size_t n = strlen(v);
+        if (n >= e->size) {
+            snprintf(why, why_len, "value of %zu bytes is too long (allowed at most %zu)", n,
+                     e->size - 1);
+            return -1;
+        }
+        if (e->check && e->check(v, why, why_len) != 0)
+            return -1;
+        memcpy(field, v, n + 1);
+        return 0;
+    }
+    }
+    snprintf(why, why_len, "internal error: bad type");
+    return -1;
+}
+
+/* ---- the file --------------------------------------------------------------- */
+
+typedef struct file_ctx {
+    server_config_t *cfg;
+    char msg[600]; /* first error, without the "file:line: " prefix */
+    bool failed;
+} file_ctx_t;
+
+/* inih calls this per key; a non-zero return keeps parsing, 0 records the
+ * line as the (first) error.  We stop acting after the first error so that
+ * the message printed is about the line ini_parse() reports. */
+static int on_key(void *user, const char *section, const char *key, const char *value)
+{
+    file_ctx_t *fc = user;
+    if (fc->failed)
+        return 1;
+    char why[400];
+    const cfg_entry_t *e;
+    if (strcmp(section, "server") != 0) {
+        if (section[0] == '\0')
+            snprintf(fc->msg, sizeof fc->msg,
+                     "key '%s' is outside a section (put it under [server])", key);
+        else
+            snprintf(fc->msg, sizeof fc->msg, "unknown section [%s] (only [server] is read)",
+                     section);
+        goto bad;
+    }
+    e = find(key, strlen(key));
+    if (!e) {
+        snprintf(fc->msg, sizeof fc->msg, "unknown setting '%s' (see tlserve --help)", key);
+        goto bad;
+    }
+    if (set_value(fc->cfg, e, value, why, sizeof why) != 0) {
+        snprintf(fc->msg, sizeof fc->msg, "%s: %s", e->name, why);
+        goto bad;
+    }
+    return 1;
+bad:
+    fc->failed = true;
+    return 0;
+}
+
+static int load_file(server_config_t *cfg, const char *path)
+{
+    file_ctx_t fc = {.cfg = cfg};
+    int line = ini_parse(path, on_key, &fc);
+    if (line == -1) {
+        fprintf(stderr, "tlserve: --config: cannot open '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (line == -2) {
+        fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
+        return -1;
+    }
+    if (line > 0) {
+        if (fc.failed)
+            fprintf(stderr, "tlserve: %s:%d: %s\n", path, line, fc.msg);
+        else
+            fprintf(stderr,
+                    "tlserve: %s:%d: not an INI line (expected 'name = value' or '[server]')\n",
+                    path, line);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- --help -------------------------------------------------------------------- */
+
+static void print_help(FILE *f)
+{
+    fprintf(f,
+            "usage: tlserve [--config FILE] [--name value | --name=value ...]\n"
+            "\n"
+            "tlserve: CTR prediction server (binary protocol on --port, HTTP admin on "
+            "--admin-port).\n"
+            "Settings apply in order: defaults, then the INI file given by --config (keys in a\n"
+            "[server] section, same names as the flags, '_' or '-'), then flags.\n"
+            "\n"
+            "  %-18s %-12s %-24s %s\n",
+            "setting", "default", "allowed", "meaning");
+    fprintf(f, "  %-18s %-12s %-24s %s\n", "--config", "", "a file path",
+            "INI file read before the flags");
+    fprintf(f, "  %-18s %-12s %-24s %s\n", "--help", "", "", "print this and exit");
+    for (size_t i = 0; i < NTABLE; i++) {
+        const cfg_entry_t *e = &table[i];
+        char flag[64], range[64];
+        snprintf(flag, sizeof flag, "--%s", e->name);
+        switch (e->type) {
+        case CFG_INT:
+            snprintf(range, sizeof range, "%lld..%lld", e->min, e->max);
+            break;
+        case CFG_BOOL:
+            snprintf(range, sizeof range, "true|false");
+            break;
+        case CFG_STRING:
+            snprintf(range, sizeof range, "%s", e->allowed ? e->allowed : "a string");
+            break;
+        }
+        fprintf(f, "  %-18s %-12s %-24s %s\n", flag, e->def[0] ? e->def : "\"\"", range, e->help);
+    }
+}
+
+/* ---- entry point --------------------------------------------------------------- */
+
+/* Splits a ("--name" or "--name=value") into the name (not NUL-terminated:
+ * name_len bytes) and the value after '=' (NULL when there is none).
+ * Returns 0, or -1 (reported here) when a is not a flag. */
+static int split_flag(const char *a, const char **name, size_t *name_len, const char **val)
+{
+    if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+        fprintf(stderr,
+                "tlserve: unexpected argument '%s' (settings are --name value; see --help)\n", a);
+        return -1;
+    }
+    *name = a + 2;
+    const char *eq = strchr(*name, '=');
+    *name_len = eq ? (size_t)(eq - *name) : strlen(*name);
+    *val = eq ? eq + 1 : NULL;
+    return 0;
+}
+
+int server_config_load(server_config_t *cfg, int argc, char **argv)
+{
+    char why[400];
+    const char *config_path = NULL;
+
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < NTABLE; i++) {
+        if (set_value(cfg, &table[i], table[i].def, why, sizeof why) != 0) {
+            fprintf(stderr, "tlserve: internal: default of %s: %s\n", table[i].name, why);
+            return -1;
+        }
+    }
+
+    /* Pass 1: --help wins; find --config. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help(stdout);
+            return 1;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tlserve: --config needs a file path\n");
+                return -1;
+            }
+            config_path = argv[++i];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            config_path = argv[i] + 9;
+        }
+    }
+    if (config_path && load_file(cfg, config_path) != 0)
+        return -1;
+
+    /* Pass 2: flags, in order; the last one given for a setting wins. */
+    for (int i = 1; i < argc; i++) {
+        const char *name, *val;
+        size_t name_len;
+        if (split_flag(argv[i], &name, &name_len, &val) != 0)
+            return -1;
+        if (name_eq(name, name_len, "config")) {
+            if (!val)
+                i++; /* its value was taken in pass 1 */
+            continue;
+        }
+        const cfg_entry_t *e = find(name, name_len);
+        if (!e) {
+            fprintf(stderr, "tlserve: unknown flag '--%.*s' (see tlserve --help)\n", (int)name_len,
+                    name);
+            return -1;
+        }
+        if (!val) {
+            if (e->type == CFG_BOOL) {
+                val = "true";
+            } else if (i + 1 >= argc) {
+                fprintf(stderr, "tlserve: --%s needs a value\n", e->name);
+                return -1;
+            } else {
+                val = argv[++i];
+            }
+        }
+        if (set_value(cfg, e, val, why, sizeof why) != 0) {
+            fprintf(stderr, "tlserve: --%s: %s\n", e->name, why);
+            return -1;
+        }
+    }
+
+    for (int l = 0; l < (int)(sizeof level_names / sizeof level_names[0]); l++)
+        if (strcmp(cfg->log_level, level_names[l]) == 0)
+            server_log_level = l;
+    return 0;
+}

@@ -1,0 +1,303 @@
+/*
+ * conn.c — the protocol engine of one connection: cut frames out of the
+ * received bytes, answer each (PREDICT with scores, PING with PONG, anything
+ * else with an ERROR frame) into the connection's output buffer, in order.
+ *
+ * THE REQUEST PATH (PREDICT): the payload is decoded in place into the
+ * worker's arena (codec_decode_predict), the active model is pinned
+ * (server_model_acquire), model_score does one batched store lookup for all
+ * ids of the request and sums, and codec_encode_result writes the response
+ * straight into c->out.  No heap allocation (the buffers only grow to the
+ * largest frame seen), no lock, no syscall: the latency recorded in the
+ * histogram runs from "frame complete" to "response encoded".
+ *
+ * ERRORS: a framing error (bad magic, version, reserved bits, a payload over
+ * the configured limit) means the byte stream cannot be trusted: one ERROR
+ * frame with request id 0, then the connection closes.  Every other problem
+ * gets an ERROR frame with the request's id and the connection goes on.
+ * Every ERROR is counted by code.
+ *
+ * THREAD SAFETY: a connection belongs to one worker thread.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t worker_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+conn_t *conn_new(worker_t *w, int fd)
+{
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->fd = fd;
+    w->nconns++;
+    atomic_fetch_add_explicit(&w->m->connections, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->connections_accepted_total, 1, memory_order_relaxed);
+    return c;
+}
+
+void conn_free(worker_t *w, conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    w->inflight -= c->queued;
+    atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
+    w->nconns--;
+    atomic_fetch_sub_explicit(&w->m->connections, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->connections_closed_total, 1, memory_order_relaxed);
+    free(c->in);
+    free(c->out);
+    free(c);
+}
+
+/* Grows a buffer to hold at least need bytes (doubling); 0 or -ENOMEM. */
+static int reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n *= 2;
+    uint8_t *p = realloc(*buf, n);
+    if (!p)
+        return -ENOMEM;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* Room for a frame of up to `bytes` at the end of c->out. */
+static uint8_t *out_room(conn_t *c, size_t bytes)
+{
+    if (c->out_off == c->out_len)
+        c->out_off = c->out_len = 0; /* all sent: start over */
+    if (reserve(&c->out, &c->out_cap, c->out_len + bytes) != 0)
+        return NULL;
+    return c->out + c->out_len;
+}
+
+static void queued_one(worker_t *w, conn_t *c, size_t frame_len)
+{
+    c->out_len += frame_len;
+    c->queued++;
+    w->inflight++;
+    atomic_fetch_add_explicit(&w->m->inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->bytes_out_total, frame_len, memory_order_relaxed);
+}
+
+void conn_sent(worker_t *w, conn_t *c, size_t n)
+{
+    c->out_off += n;
+    if (c->out_off >= c->out_len) { /* everything queued has gone */
+        w->inflight -= c->queued;
+        atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
+        c->queued = 0;
+        c->out_off = c->out_len = 0;
+    }
+}
+
+bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)
+{
+    return c->partial_since_ms &&
+           now_ms - c->partial_since_ms > (uint64_t)w->srv->cfg.idle_timeout_ms;
+}
+
+/* Queues an ERROR frame; counts it.  Returns 0 or -1 (out of memory). */
+__attribute__((format(printf, 5, 6))) static int send_error(worker_t *w, conn_t *c, uint64_t id,
+                                                            int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof msg)
+        n = sizeof msg - 1;
+    codec_errmsg_t e = {(uint16_t)code, (uint16_t)n, msg};
+    size_t need = CODEC_HEADER_SIZE + 4 + (size_t)n, len;
+    uint8_t *dst = out_room(c, need);
+    if (!dst || codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
+        return -1;
+    queued_one(w, c, len);
+    atomic_fetch_add_explicit(&w->m->errors_total, 1, memory_order_relaxed);
+    if (code > 0 && code < SERVER_MAX_ERROR_CODES)
+        atomic_fetch_add_explicit(&w->m->errors_by_code[code], 1, memory_order_relaxed);
+    return 0;
+}
+
+static void record_latency(worker_t *w, uint64_t ns)
+{
+    uint64_t us = ns / 1000;
+    unsigned b = 0;
+    while (b + 1 < SERVER_LATENCY_BUCKETS && us >= (1ull << b))
+        b++; /* bucket b: latency < 2^b us */
+    atomic_fetch_add_explicit(&w->m->latency_us_bucket[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->latency_us_sum, us, memory_order_relaxed);
+}
+
+static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
+{
+    codec_predict_t req;
+    codec_error_t err;
+    codec_arena_reset(&w->arena);
+    int rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
+    if (rc != CODEC_OK)
+        return send_error(w, c, h->request_id, rc, "%s", err.msg);
+
+    server_model_t *sm = server_model_acquire(w->srv);
+    if (!sm)
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_MODEL,
+                          "unknown model '%s': no model is loaded", req.name);
+    const store_meta_t *meta = model_meta(sm->model);
+    if (strcmp(meta->model_name, req.name) != 0) {
+        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_MODEL,
+                        "unknown model '%s' (this server has '%s')", req.name, meta->model_name);
+        goto out;
+    }
+    if (req.version != 0 && req.version != meta->version) {
+        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_VERSION,
+                        "model '%s' version %llu is not loaded (active: %llu)", req.name,
+                        (unsigned long long)req.version, (unsigned long long)meta->version);
+        goto out;
+    }
+    for (uint32_t i = 0; i < req.items; i++)
+        w->blocks[i] = (model_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
+    model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+    rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
+    if (rc != 0) {
+        rc = send_error(w, c, h->request_id, CODEC_E_TOO_MANY_FEATURES,
+                        "request has more features than this worker's scratch holds");
+        goto out;
+    }
+    codec_result_t res = {meta->version, req.items, w->scores};
+    size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;
+    uint8_t *dst = out_room(c, need);
+    if (!dst || codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK) {
+        rc = -1;
+        goto out;
+    }
+    queued_one(w, c, len);
+    atomic_fetch_add_explicit(&w->m->predict_total, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->items_total, req.items, memory_order_relaxed);
+    rc = 0;
+out:
+    server_model_release(sm);
+    return rc;
+}
+
+static int answer_ping(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
+{
+    codec_ping_t p;
+    codec_error_t err;
+    int rc = codec_decode_ping(payload, h->payload_len, &p, &err);
+    if (rc != CODEC_OK)
+        return send_error(w, c, h->request_id, rc, "%s", err.msg);
+    size_t need = CODEC_HEADER_SIZE + p.len, len;
+    uint8_t *dst = out_room(c, need);
+    if (!dst || codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
+        return -1;
+    queued_one(w, c, len);
+    return 0;
+}
+
+/* Answers one complete frame.  Returns 0 or -1 (out of memory). */
+static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
+{
+    uint64_t t0 = now_ns();
+    atomic_fetch_add_explicit(&w->m->requests_total, 1, memory_order_relaxed);
+    int rc;
+    if (atomic_load_explicit(&w->srv->stopping, memory_order_relaxed) && h->type != CODEC_PING) {
+        rc = send_error(w, c, h->request_id, CODEC_E_SHUTTING_DOWN, "the server is shutting down");
+    } else if (w->inflight >= w->srv->cfg.max_inflight) {
+        atomic_fetch_add_explicit(&w->m->overloaded_total, 1, memory_order_relaxed);
+        rc = send_error(w, c, h->request_id, CODEC_E_OVERLOADED,
+                        "%lld responses are queued on this worker (limit %d); retry later",
+                        (long long)w->inflight, w->srv->cfg.max_inflight);
+    } else if (h->type == CODEC_PREDICT) {
+        rc = answer_predict(w, c, h, payload);
+    } else if (h->type == CODEC_PING) {
+        rc = answer_ping(w, c, h, payload);
+    } else if (h->type == CODEC_TRAIN) {
+        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
+                        "TRAIN: online learning is not enabled on this server");
+    } else {
+        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
+                        "message type %u is not a request this server accepts", h->type);
+    }
+    record_latency(w, now_ns() - t0);
+    return rc;
+}
+
+int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
+{
+    if (c->closing)
+        return -1; /* framing already lost: ignore the rest */
+    atomic_fetch_add_explicit(&w->m->bytes_in_total, len, memory_order_relaxed);
+    if (reserve(&c->in, &c->in_cap, c->in_len + len) != 0)
+        return -1;
+    memcpy(c->in + c->in_len, data, len);
+    c->in_len += len;
+
+    size_t pos = 0;
+    int rc = 0;
+    while (c->in_len - pos >= CODEC_HEADER_SIZE) {
+        codec_header_t h;
+        codec_error_t err;
+        int e = codec_parse_header(c->in + pos, c->in_len - pos, &h, &err);
+        if (e == CODEC_OK && h.payload_len > (uint32_t)w->srv->cfg.max_frame_bytes) {
+            e = CODEC_E_FRAME_TOO_LARGE;
+            snprintf(err.msg, sizeof err.msg, "payload_len %u is over this server's limit of %d",
+                     h.payload_len, w->srv->cfg.max_frame_bytes);
+        }
+        if (e != CODEC_OK) { /* framing lost */
+            send_error(w, c, 0, e, "%s; closing the connection", err.msg);
+            c->closing = true;
+            rc = -1;
+            break;
+        }
+        size_t frame = CODEC_HEADER_SIZE + (size_t)h.payload_len;
+        if (c->in_len - pos < frame)
+            break;
+        if (answer(w, c, &h, c->in + pos + CODEC_HEADER_SIZE) != 0) {
+            c->closing = true;
+            rc = -1;
+            break;
+        }
+        pos += frame;
+    }
+    /* keep the unparsed tail at the front */
+    if (pos > 0) {
+        memmove(c->in, c->in + pos, c->in_len - pos);
+        c->in_len -= pos;
+    }
+    if (c->in_len == 0)
+        c->partial_since_ms = 0;
+    else if (pos > 0 || c->partial_since_ms == 0)
+        c->partial_since_ms = worker_now_ms();
+    if (c->out_len - c->out_off > CONN_MAX_BACKLOG) { /* the peer does not read */
+        c->closing = true;
+        rc = -1;
+    }
+    return rc;
+}

@@ -1,0 +1,231 @@
+/*
+ * model_registry.c — the active model version: acquire, release, load+swap.
+ *
+ * WHAT IT SOLVES
+ *   Workers pin the active version per request with a reference count
+ *   (server_model_acquire / server_model_release); the admin thread swaps in
+ *   a new version and drops the server's own reference to the old one.  The
+ *   naive acquire
+ *
+ *       sm = load(srv->active);  fetch_add(&sm->refs, 1);
+ *
+ *   has a window: between the load and the increment the admin thread may
+ *   swap, drop the last reference and free sm, and the increment then writes
+ *   into freed memory.  We close it with one HAZARD SLOT per thread:
+ *
+ *     worker (acquire)                      admin (swap + retire old)
+ *     ----------------                      -------------------------
+ *     do {                                  old = exchange(&active, new)
+ *       sm = load(active)                   for each hazard slot h:
+ *       h->ptr = sm          (seq_cst)        while (h->ptr == old) yield
+ *     } while (load(active) != sm)          release(old)   (drop server ref)
+ *     fetch_add(&sm->refs, 1)
+ *     h->ptr = NULL          (release)
+ *
+ *   Why it is enough: all the marked operations are seq_cst, so they have one
+ *   total order.  If the worker's re-check saw old still active, that
+ *   re-check — and the hazard store before it — precede the exchange, so the
+ *   admin's scan sees h->ptr == old (and waits) or a later value of h->ptr,
+ *   which the worker wrote after its increment.  Either way the increment
+ *   happens before the admin's release, and the count cannot reach 0 while
+ *   the worker holds a reference.  If the re-check saw the new pointer, the
+ *   worker retries and never touches old.  After the scan no thread can be
+ *   between "load" and "increment" on old, so from then on old->refs only
+ *   falls.
+ *
+ *   The hazard is held for a few instructions, so the admin's wait is
+ *   nanoseconds (unless a worker is preempted right there; then it yields
+ *   until that worker runs).  Workers need no quiescent points and no
+ *   worker id: acquire/release keep the signatures in server.h, and an idle
+ *   worker blocked in io_uring_enter holds nothing the admin waits for.
+ *   Per request the cost is one seq_cst store to the thread's own line, two
+ *   loads of srv->active (read-mostly), and the refcount's two atomic ops.
+ *
+ * WHO FREES
+ *   Whoever drops the count to 0 frees (model_destroy + free).  To keep a
+ *   multi-GB munmap off the data plane, the admin thread, after the scan,
+ *   waits (sleeping 1 ms at a time, at most RETIRE_WAIT_MS) for the workers'
+ *   in-flight requests on the old version to finish, and then usually drops
+ *   the last reference itself.  If a request outlives the wait, the worker
+ *   that finishes it frees the old version.
+ *
+ * HAZARD SLOTS
+ *
+ *   slots ──> [ptr|in_use|next] ──> [ptr|in_use|next] ──> ... ──> NULL
+ *              one 64-byte line each; push-only list, never freed
+ *
+ *   A thread claims a free slot (CAS in_use false->true) or pushes a new one
+ *   on its first acquire, keeps it in a thread-local pointer, and gives it
+ *   back at thread exit (pthread key destructor).  Slots are never unlinked,
+ *   so the admin's scan may walk the list while threads come and go.
+ *
+ * THREAD SAFETY
+ *   server_model_acquire/_release: any thread, lock-free (acquire may retry
+ *   while a swap is under way).  server_model_load: serialised by a mutex
+ *   (the admin thread, and main before the admin starts); it blocks for the
+ *   whole load and then for the retire wait.  Memory: during a load the old
+ *   and the new version are both resident.
+ */
+#include "log.h"
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RETIRE_WAIT_MS 5000
+
+typedef struct hazard {
+    _Atomic(server_model_t *)
+        ptr;             /* version being pinned by the owner (load..increment), or NULL */
+    _Atomic bool in_use; /* a live thread owns this slot */
+    struct hazard *next; /* immutable once pushed */
+} __attribute__((aligned(64))) hazard_t;
+
+_Static_assert(sizeof(hazard_t) == 64, "hazard slot is one cache line");
+
+static _Atomic(hazard_t *) slots;       /* push-only list of every slot */
+static _Thread_local hazard_t *my_slot; /* this thread's slot, NULL before first acquire */
+static pthread_key_t slot_key;          /* destructor gives the slot back */
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER; /* one load/swap at a time */
+
+static void slot_give_back(void *p)
+{
+    hazard_t *h = p;
+    atomic_store_explicit(&h->ptr, NULL, memory_order_release);
+    atomic_store_explicit(&h->in_use, false, memory_order_release);
+}
+
+static void slot_key_create(void)
+{
+    if (pthread_key_create(&slot_key, slot_give_back) != 0)
+        abort();
+}
+
+/* This thread's hazard slot; claims or creates one on first use.  Aborts
+ * when a 64-byte slot cannot be allocated (control-plane tier). */
+static __attribute__((cold, noinline)) hazard_t *slot_claim(void)
+{
+    pthread_once(&slot_once, slot_key_create);
+    hazard_t *h;
+    for (h = atomic_load_explicit(&slots, memory_order_acquire); h; h = h->next) {
+        bool free_slot = false;
+        if (!atomic_load_explicit(&h->in_use, memory_order_relaxed) &&
+            atomic_compare_exchange_strong(&h->in_use, &free_slot, true))
+            goto got;
+    }
+    h = aligned_alloc(64, sizeof *h);
+    if (!h)
+        abort();
+    atomic_init(&h->ptr, NULL);
+    atomic_init(&h->in_use, true);
+    h->next = atomic_load_explicit(&slots, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&slots, &h->next, h, memory_order_release,
+                                                  memory_order_relaxed))
+        ;
+got:
+    my_slot = h;
+    pthread_setspecific(slot_key, h);
+    return h;
+}
+
+server_model_t *server_model_acquire(server_t *srv)
+{
+    hazard_t *h = my_slot;
+    if (__builtin_expect(h == NULL, 0))
+        h = slot_claim();
+    server_model_t *sm;
+    for (;;) {
+        sm = atomic_load(&srv->active);
+        if (!sm)
+            break; /* clear the slot below: a stale hazard would stall a retire */
+        atomic_store(&h->ptr, sm);
+        if (atomic_load(&srv->active) == sm) {
+            atomic_fetch_add_explicit(&sm->refs, 1, memory_order_relaxed);
+            break;
+        }
+    }
+    atomic_store_explicit(&h->ptr, NULL, memory_order_release);
+    return sm;
+}
+
+static void destroy(server_model_t *sm)
+{
+    model_destroy(sm->model);
+    free(sm);
+}
+
+void server_model_release(server_model_t *sm)
+{
+    if (!sm)
+        return;
+    if (atomic_fetch_sub_explicit(&sm->refs, 1, memory_order_acq_rel) == 1)
+        destroy(sm);
+}
+
+/* Drops the server's reference to old, which is no longer srv->active.
+ * Blocks: first until no thread is between load and increment on old, then
+ * (bounded) until in-flight requests let go, so that the free usually
+ * happens here rather than on a worker. */
+static void retire(server_model_t *old)
+{
+    for (hazard_t *h = atomic_load(&slots); h; h = h->next)
+        while (atomic_load(&h->ptr) == old)
+            sched_yield();
+
+    struct timespec ms = {0, 1000000};
+    for (int waited = 0; waited < RETIRE_WAIT_MS; waited++) {
+        if (atomic_load_explicit(&old->refs, memory_order_acquire) == 1)
+            break;
+        nanosleep(&ms, NULL);
+    }
+    if (atomic_load_explicit(&old->refs, memory_order_acquire) != 1)
+        LOG(LL_WARN,
+            "old model version still pinned by requests after %d ms; the last one frees it",
+            RETIRE_WAIT_MS);
+    server_model_release(old);
+}
+
+int server_model_load(server_t *srv, const char *dir, store_error_t *err)
+{
+    store_error_t local;
+    if (!err)
+        err = &local;
+    model_t *m = NULL;
+    server_model_t *sm, *old;
+    int rc = -1;
+
+    pthread_mutex_lock(&load_lock);
+    if (model_load(dir, srv->cfg.load_threads, &m, err) != 0)
+        goto out;
+    /* Own cache line: refs is written by every worker on every request. */
+    sm = aligned_alloc(64, 64);
+    if (!sm) {
+        model_destroy(m);
+        memset(err, 0, sizeof *err);
+        err->code = STORE_E_NOMEM;
+        err->offset = -1;
+        snprintf(err->msg, sizeof err->msg, "%s: out of memory for the model handle", dir);
+        goto out;
+    }
+    _Static_assert(sizeof(server_model_t) <= 64, "server_model_t fits its line");
+    sm->model = m;
+    atomic_init(&sm->refs, 1); /* the server's own reference, held while active */
+
+    old = atomic_exchange(&srv->active, sm);
+    const store_meta_t *meta = model_meta(m);
+    LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active, from %s", meta->model_name,
+        (unsigned long long)meta->version, store_model_kind_name(meta->model_kind),
+        (unsigned long long)store_count(model_store(m)), dir);
+    if (old)
+        retire(old);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&load_lock);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/*
+ * server.h — what tlserve's parts share (internal to server/): the config,
+ * the active model, per-worker metrics, and the entry points of the data
+ * plane (workers) and the admin plane.
+ *
+ * THREADS
+ *   main      parses the config, loads the first model, starts the admin
+ *             thread and the workers, waits for SIGTERM/SIGINT, then drains.
+ *   admin     one thread, libevent evhttp: health, readiness, metrics, model
+ *             list and load.  Loading runs on this thread (it blocks the admin
+ *             plane, never the data plane) and swaps the active model.
+ *   workers   N data-plane threads, each with its own io_uring (or epoll) and
+ *             connections; they read the active model pointer per request.
+ *
+ * MODEL LIFETIME
+ *   server_model_t wraps a model_t with a reference count.  Workers take a
+ *   reference per request (server_model_acquire / _release: two atomic ops
+ *   on a counter line per model version, no lock); the admin thread swaps the
+ *   active pointer and drops the server's own reference, so the old version
+ *   is freed by whoever releases it last.
+ */
+#ifndef TL_SERVER_H
+#define TL_SERVER_H
+
+#include "model/model.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- config --------------------------------------------------------------- */
+
+typedef struct server_config {
+    char model_dir[1024];      /* snapshot to serve at start ("" = none) */
+    char bind[64];             /* data plane address, default 127.0.0.1 */
+    int port;                  /* data plane port */
+    char admin_bind[64];       /* admin plane address, default 127.0.0.1 */
+    int admin_port;            /* admin plane port */
+    char admin_token[256];     /* Bearer token for state-changing admin calls ("" = refuse them) */
+    int workers;               /* data-plane threads, 0 = one per core */
+    int load_threads;          /* snapshot loader threads, 0 = one per core */
+    int max_inflight;          /* requests in flight per worker before OVERLOADED */
+    int max_connections;       /* connections per worker */
+    int max_frame_bytes;       /* largest accepted payload */
+    int idle_timeout_ms;       /* a connection with a partial frame this long is closed */
+    bool force_epoll;          /* use the epoll data plane even if io_uring works */
+    char log_level[16];        /* error, warn, info, debug */
+} server_config_t;
+
+/* Fills defaults, then the file (when path != NULL), then argv flags.  On a
+ * bad value prints a message naming the setting and returns -1; on --help
+ * prints the settings table and returns 1; 0 when ready to run. */
+int server_config_load(server_config_t *cfg, int argc, char **argv);
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+/* Counters, defined once: struct fields, reset and Prometheus text come from
+ * this list (X-macro).  Per worker, written by that worker only (relaxed),
+ * summed by the admin thread. */
+#define SERVER_COUNTERS(X)                                              \
+    X(requests_total, "Requests decoded (all types)")                   \
+    X(predict_total, "PREDICT requests answered with scores")           \
+    X(items_total, "Items scored")                                      \
+    X(errors_total, "ERROR frames sent (all codes; by code: tlserve_errors_by_code_total)")                    \
+    X(overloaded_total, "Requests refused with OVERLOADED")             \
+    X(connections_accepted_total, "Connections accepted")               \
+    X(connections_closed_total, "Connections closed")                   \
+    X(bytes_in_total, "Bytes received on the data plane")               \
+    X(bytes_out_total, "Bytes sent on the data plane")
+
+#define SERVER_MAX_ERROR_CODES 32
+#define SERVER_LATENCY_BUCKETS 24 /* 1 us .. ~8 s, powers of two */
+
+typedef struct server_metrics {
+#define X(name, help) _Atomic uint64_t name;
+    SERVER_COUNTERS(X)
+#undef X
+    _Atomic uint64_t errors_by_code[SERVER_MAX_ERROR_CODES];
+    _Atomic uint64_t latency_us_bucket[SERVER_LATENCY_BUCKETS]; /* decode -> response encoded */
+    _Atomic uint64_t latency_us_sum;
+    _Atomic int64_t inflight;
+    _Atomic int64_t connections;
+    char pad[64];
+} server_metrics_t;
+
+/* ---- models ------------------------------------------------------------------- */
+
+typedef struct server_model {
+    model_t *model;
+    _Atomic int64_t refs;
+} server_model_t;
+
+typedef struct server {
+    server_config_t cfg;
+    _Atomic(server_model_t *) active;   /* NULL until a model is loaded */
+    int nworkers;
+    server_metrics_t *metrics;          /* [nworkers] */
+    _Atomic bool stopping;              /* SIGTERM seen: drain */
+} server_t;
+
+server_model_t *server_model_acquire(server_t *srv);  /* NULL when none */
+void server_model_release(server_model_t *sm);
+/* Loads dir and makes it active; returns 0 or -1 with err filled. */
+int server_model_load(server_t *srv, const char *dir, store_error_t *err);
+
+/* ---- planes ------------------------------------------------------------------- */
+
+/* Starts the admin thread; returns 0 or -errno (bind failure named on stderr). */
+int admin_start(server_t *srv);
+void admin_stop(server_t *srv);
+
+/* Starts the workers; returns 0 or -errno.  workers_stop() drains in-flight
+ * requests (bounded by a deadline) and joins. */
+int workers_start(server_t *srv);
+void workers_stop(server_t *srv);
+
+#endif /* TL_SERVER_H */

@@ -1,0 +1,89 @@
+/*
+ * worker.h — the data plane's pieces (internal to server/): a worker thread,
+ * its connections, and the protocol engine that turns received bytes into
+ * response bytes.  The protocol engine (conn.c) knows nothing of sockets; the
+ * two I/O drivers (worker_uring.c, worker_epoll.c) move bytes and call it.
+ *
+ * A connection keeps two buffers:
+ *
+ *   in:   [ consumed | unparsed bytes ........ | free ]   frames are decoded
+ *                      ^ 0 after each compaction            in place from here
+ *   out:  [ sent | queued responses ......... | free ]    the driver sends
+ *           ^ out_off                ^ out_len             [out_off, out_len)
+ *
+ * Both grow (to the largest frame / backlog seen) and are reused: a request
+ * allocates nothing.  Requests on a connection are answered in order.
+ */
+#ifndef TL_SERVER_WORKER_H
+#define TL_SERVER_WORKER_H
+
+#include "codec/codec.h"
+#include "server.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONN_MAX_BACKLOG (64u << 20) /* queued response bytes before we close */
+
+typedef struct conn {
+    int fd;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out;
+    size_t out_off, out_len, out_cap;
+    uint32_t queued;           /* responses in out not yet fully sent */
+    uint64_t partial_since_ms; /* first byte of an incomplete frame, 0 = none */
+    bool closing;              /* framing lost or peer gone: close once flushed */
+    bool send_busy;            /* io_uring: a send is in flight */
+    bool recv_armed;           /* io_uring: multishot recv armed */
+    int ops;                   /* io_uring: operations in flight on this conn */
+    bool shut;                 /* io_uring: shutdown() issued to end the recv */
+    bool dead;                 /* the peer is gone: drop queued output */
+    struct conn *prev, *next;  /* the driver's list of live connections */
+} conn_t;
+
+typedef struct worker {
+    server_t *srv;
+    int id;
+    server_metrics_t *m;       /* this worker's metrics (srv->metrics[id]) */
+    int listen_fd;
+    pthread_t thread;
+    bool uring;                /* which driver runs */
+    /* request work space, allocated once */
+    codec_arena_t arena;
+    model_scratch_t *scratch;
+    model_block_t *blocks;     /* CODEC_MAX_ITEMS */
+    float *scores;             /* CODEC_MAX_ITEMS */
+    int64_t inflight;          /* responses queued on this worker's connections */
+    int nconns;
+} worker_t;
+
+/* conn.c ------------------------------------------------------------------- */
+
+/* Appends len received bytes to c->in and answers every complete frame into
+ * c->out.  Returns 0; -1 when the connection must close once c->out is sent
+ * (framing lost, backlog over CONN_MAX_BACKLOG, or out of memory). */
+int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len);
+
+/* The driver sent n more bytes of c->out. */
+void conn_sent(worker_t *w, conn_t *c, size_t n);
+
+/* True when c holds a partial frame older than the idle timeout. */
+bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms);
+
+conn_t *conn_new(worker_t *w, int fd);
+void conn_free(worker_t *w, conn_t *c);
+
+uint64_t worker_now_ms(void);
+
+/* drivers ---------------------------------------------------------------------- */
+
+/* Runs the worker's event loop until srv->stopping and drained.  The io_uring
+ * driver returns -ENOSYS/-EPERM (without serving) when io_uring cannot be set
+ * up, so that the caller can fall back to epoll. */
+int worker_run_uring(worker_t *w);
+int worker_run_epoll(worker_t *w);
+
+#endif /* TL_SERVER_WORKER_H */

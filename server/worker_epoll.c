@@ -1,0 +1,197 @@
+/*
+ * worker_epoll.c — the fallback data-plane driver: one epoll instance per
+ * worker, non-blocking sockets, level-triggered.  Used when io_uring cannot
+ * be set up (EPERM or ENOSYS, as under Docker's default seccomp profile) or
+ * when --force-epoll asks for it.
+ *
+ * Per event: read up to 64 KiB into the worker's buffer and feed it to the
+ * connection (conn.c); then write as much of the connection's output as the
+ * socket takes, and ask for EPOLLOUT only while output is pending.  A
+ * connection whose partial frame is older than idle-timeout-ms is closed, so
+ * a client sending a byte a second holds a file descriptor, never a thread.
+ *
+ * THREAD SAFETY: everything here belongs to the worker thread.
+ */
+#define _GNU_SOURCE /* accept4 */
+#include "worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define READ_CHUNK (64u << 10)
+#define MAX_EVENTS 128
+#define TICK_MS 100
+
+struct ep_state {
+    int ep;
+    conn_t **by_fd; /* fd -> conn, grown as needed */
+    int by_fd_cap;
+};
+
+static int track(struct ep_state *st, conn_t *c)
+{
+    if (c->fd >= st->by_fd_cap) {
+        int n = st->by_fd_cap ? st->by_fd_cap : 1024;
+        while (n <= c->fd)
+            n *= 2;
+        conn_t **p = realloc(st->by_fd, (size_t)n * sizeof *p);
+        if (!p)
+            return -ENOMEM;
+        memset(p + st->by_fd_cap, 0, (size_t)(n - st->by_fd_cap) * sizeof *p);
+        st->by_fd = p;
+        st->by_fd_cap = n;
+    }
+    st->by_fd[c->fd] = c;
+    return 0;
+}
+
+static void drop(worker_t *w, struct ep_state *st, conn_t *c)
+{
+    epoll_ctl(st->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    st->by_fd[c->fd] = NULL;
+    conn_free(w, c);
+}
+
+static void want_out(struct ep_state *st, conn_t *c, bool on)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0), .data.fd = c->fd};
+    epoll_ctl(st->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Writes what the socket takes.  Returns 0, or -1 when the peer is gone. */
+static int flush_out(worker_t *w, struct ep_state *st, conn_t *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            conn_sent(w, c, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            want_out(st, c, true);
+            return 0;
+        }
+        return -1;
+    }
+    want_out(st, c, false);
+    return 0;
+}
+
+static void accept_all(worker_t *w, struct ep_state *st)
+{
+    for (;;) {
+        int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN, or an error the next round retries */
+        if (w->nconns >= w->srv->cfg.max_connections) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conn_t *c = conn_new(w, fd);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = fd};
+        if (!c || track(st, c) != 0 || epoll_ctl(st->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            if (c)
+                drop(w, st, c);
+            else
+                close(fd);
+        }
+    }
+}
+
+static void on_readable(worker_t *w, struct ep_state *st, conn_t *c, uint8_t *buf)
+{
+    for (int rounds = 0; rounds < 16; rounds++) { /* bounded: fairness between connections */
+        ssize_t n = recv(c->fd, buf, READ_CHUNK, 0);
+        if (n > 0) {
+            if (conn_feed(w, c, buf, (size_t)n) != 0)
+                break; /* closing: flush what is queued, then drop */
+            if ((size_t)n < READ_CHUNK)
+                break;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        c->closing = true; /* EOF or error */
+        break;
+    }
+    if (flush_out(w, st, c) != 0 || (c->closing && c->out_off == c->out_len))
+        drop(w, st, c);
+}
+
+int worker_run_epoll(worker_t *w)
+{
+    struct ep_state st = {.ep = epoll_create1(EPOLL_CLOEXEC)};
+    uint8_t *buf = malloc(READ_CHUNK);
+    if (st.ep < 0 || !buf) {
+        free(buf);
+        return -errno;
+    }
+    struct epoll_event lev = {.events = EPOLLIN, .data.fd = w->listen_fd};
+    epoll_ctl(st.ep, EPOLL_CTL_ADD, w->listen_fd, &lev);
+    bool listening = true;
+    uint64_t drain_deadline = 0, last_scan = worker_now_ms();
+    struct epoll_event evs[MAX_EVENTS];
+
+    for (;;) {
+        bool stopping = atomic_load_explicit(&w->srv->stopping, memory_order_relaxed);
+        if (stopping && listening) { /* stop accepting; let queued responses go out */
+            epoll_ctl(st.ep, EPOLL_CTL_DEL, w->listen_fd, NULL);
+            listening = false;
+            drain_deadline = worker_now_ms() + 5000;
+        }
+        if (stopping) {
+            bool pending = false;
+            for (int fd = 0; fd < st.by_fd_cap; fd++)
+                if (st.by_fd[fd] && st.by_fd[fd]->out_off < st.by_fd[fd]->out_len)
+                    pending = true;
+            if (!pending || worker_now_ms() > drain_deadline)
+                break;
+        }
+        int n = epoll_wait(st.ep, evs, MAX_EVENTS, TICK_MS);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == w->listen_fd) {
+                accept_all(w, &st);
+                continue;
+            }
+            conn_t *c = fd < st.by_fd_cap ? st.by_fd[fd] : NULL;
+            if (!c)
+                continue;
+            if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                on_readable(w, &st, c, buf);
+            } else if (evs[i].events & EPOLLOUT) {
+                if (flush_out(w, &st, c) != 0 || (c->closing && c->out_off == c->out_len))
+                    drop(w, &st, c);
+            }
+        }
+        uint64_t now = worker_now_ms();
+        if (now - last_scan >= TICK_MS) {
+            last_scan = now;
+            for (int fd = 0; fd < st.by_fd_cap; fd++) {
+                conn_t *c = st.by_fd[fd];
+                if (c && conn_stalled(w, c, now))
+                    drop(w, &st, c); /* a partial frame that stopped arriving */
+            }
+        }
+    }
+    for (int fd = 0; fd < st.by_fd_cap; fd++)
+        if (st.by_fd[fd])
+            drop(w, &st, st.by_fd[fd]);
+    free(st.by_fd);
+    free(buf);
+    close(st.ep);
+    return 0;
+}

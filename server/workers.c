@@ -1,0 +1,134 @@
+/*
+ * workers.c — starts and stops the data-plane workers.
+ *
+ * Each worker has its own listening socket on the same address and port
+ * (SO_REUSEPORT: the kernel spreads connections over them), its own request
+ * work space (decode arena, model scratch, block and score arrays, all
+ * allocated here, once) and runs the io_uring driver, or the epoll driver
+ * when io_uring cannot be set up (EPERM/ENOSYS, e.g. Docker's default
+ * seccomp profile) or --force-epoll says so; the fallback is logged.
+ *
+ * THREAD SAFETY: called from the main thread only.
+ */
+#include "log.h"
+#include "worker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static worker_t *workers;
+
+static int listen_on(const char *addr, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        return -EINVAL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    int rc = -ENOSYS;
+    if (!w->srv->cfg.force_epoll) {
+        w->uring = true;
+        LOG(LL_DEBUG, "worker %d: io_uring driver", w->id);
+        rc = worker_run_uring(w);
+        if (rc < 0)
+            LOG(LL_WARN, "worker %d: io_uring unavailable (%s); using epoll", w->id, strerror(-rc));
+    }
+    if (rc < 0) {
+        w->uring = false;
+        LOG(w->srv->cfg.force_epoll ? LL_DEBUG : LL_INFO, "worker %d: epoll driver", w->id);
+        rc = worker_run_epoll(w);
+        if (rc < 0)
+            LOG(LL_ERROR, "worker %d: epoll failed: %s", w->id, strerror(-rc));
+    }
+    return NULL;
+}
+
+static int worker_init(server_t *srv, worker_t *w, int id)
+{
+    w->srv = srv;
+    w->id = id;
+    w->m = &srv->metrics[id];
+    size_t arena = codec_arena_bound((size_t)srv->cfg.max_frame_bytes);
+    w->arena.base = mmap(NULL, arena, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (w->arena.base == MAP_FAILED) {
+        w->arena.base = NULL;
+        return -ENOMEM;
+    }
+    w->arena.cap = arena;
+    w->blocks = calloc(CODEC_MAX_ITEMS, sizeof *w->blocks);
+    w->scores = calloc(CODEC_MAX_ITEMS, sizeof *w->scores);
+    if (!w->blocks || !w->scores || model_scratch_create(CODEC_MAX_REQUEST_FEATURES, &w->scratch))
+        return -ENOMEM;
+    w->listen_fd = listen_on(srv->cfg.bind, srv->cfg.port);
+    return w->listen_fd < 0 ? w->listen_fd : 0;
+}
+
+static void worker_fini(worker_t *w)
+{
+    if (w->listen_fd >= 0)
+        close(w->listen_fd);
+    if (w->arena.base)
+        munmap(w->arena.base, w->arena.cap);
+    free(w->blocks);
+    free(w->scores);
+    model_scratch_destroy(w->scratch);
+}
+
+int workers_start(server_t *srv)
+{
+    workers = calloc((size_t)srv->nworkers, sizeof *workers);
+    if (!workers)
+        return -ENOMEM;
+    for (int i = 0; i < srv->nworkers; i++)
+        workers[i].listen_fd = -1;
+    for (int i = 0; i < srv->nworkers; i++) {
+        int rc = worker_init(srv, &workers[i], i);
+        if (rc < 0) {
+            LOG(LL_ERROR, "data plane: cannot listen on %s:%d: %s", srv->cfg.bind, srv->cfg.port,
+                strerror(-rc));
+            for (int j = 0; j <= i; j++)
+                worker_fini(&workers[j]);
+            free(workers);
+            workers = NULL;
+            return rc;
+        }
+    }
+    for (int i = 0; i < srv->nworkers; i++)
+        pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
+    LOG(LL_INFO, "data plane: %d workers on %s:%d", srv->nworkers, srv->cfg.bind, srv->cfg.port);
+    return 0;
+}
+
+void workers_stop(server_t *srv)
+{
+    if (!workers)
+        return;
+    atomic_store(&srv->stopping, true);
+    for (int i = 0; i < srv->nworkers; i++)
+        pthread_join(workers[i].thread, NULL);
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_fini(&workers[i]);
+    free(workers);
+    workers = NULL;
+}

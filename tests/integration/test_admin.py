@@ -1,0 +1,266 @@
+"""Integration test of tlserve's admin plane (server/admin.c) over real HTTP on loopback.
+
+Generates small models with tlsnap, starts the real tlserve binary on free loopback ports and
+checks /healthz, /readyz, /metrics, /v1/models, the token-protected load endpoint and a clean
+SIGTERM shutdown.  Standard library only (unittest + urllib).
+
+Binaries come from $TL_BUILD_DIR (default: <repo>/build): store/tlsnap and server/tlserve.
+Tests are skipped when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.abspath(os.path.join(REPO, os.environ.get("TL_BUILD_DIR", "build")))
+TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+TLSERVE = os.path.join(BUILD, "server", "tlserve")
+TOKEN = "secret"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gen_model(out: str, keys: int, version: int, name: str = "demo", seed: int = 42) -> None:
+    subprocess.run([TLSNAP, "gen", "--keys", str(keys), "--out", out, "--name", name,
+                    "--version", str(version), "--seed", str(seed), "--shards", "4"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+
+
+def http(port: int, path: str, method: str = "GET", body: bytes | None = None,
+         headers: dict | None = None, timeout: float = 10.0):
+    """Returns (status, headers, body bytes); HTTP errors are returned, not raised."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def parse_metrics(text: str) -> dict:
+    """Sample lines of the Prometheus text format -> {'name{labels}': float}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        out[key] = float(value)
+    return out
+
+
+class Server:
+    """A running tlserve; stop() sends SIGTERM and returns the exit status."""
+
+    def __init__(self, model_dir: str | None, token: str | None = TOKEN, workers: int = 1):
+        self.port = free_port()
+        self.admin_port = free_port()
+        while self.admin_port == self.port:
+            self.admin_port = free_port()
+        args = [TLSERVE, "--port", str(self.port), "--admin-port", str(self.admin_port),
+                "--workers", str(workers)]
+        if model_dir:
+            args += ["--model", model_dir]
+        if token:
+            args += ["--admin-token", token]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_up(self, ready: bool = True, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        path = "/readyz" if ready else "/healthz"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tlserve exited with {self.proc.returncode}: {self.output()}")
+            try:
+                if http(self.admin_port, path, timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"tlserve not up on {path} after {timeout}s: {self.output()}")
+
+    def output(self) -> str:
+        if self.log.closed:
+            return "(log closed)"
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"tlserve did not exit {timeout}s after SIGTERM")
+        if not self.log.closed:
+            self.log.close()
+        return self.proc.returncode
+
+    def get(self, path: str):
+        return http(self.admin_port, path)
+
+    def load(self, name: str, body: bytes, token: str | None):
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return http(self.admin_port, f"/v1/models/{name}:load", "POST", body, headers)
+
+
+@unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSNAP, os.X_OK),
+                     f"needs {TLSERVE} and {TLSNAP} (set TL_BUILD_DIR)")
+class AdminTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tl_admin_")
+        cls.v1 = os.path.join(cls.tmp.name, "demo", "1")
+        cls.v2 = os.path.join(cls.tmp.name, "demo", "2")
+        cls.other = os.path.join(cls.tmp.name, "other", "1")
+        gen_model(cls.v1, 1000, 1)
+        gen_model(cls.v2, 2000, 2, seed=7)
+        gen_model(cls.other, 10, 1, name="other")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def start(self, model_dir, **kw) -> Server:
+        srv = Server(model_dir, **kw)
+        self.addCleanup(srv.stop)
+        srv.wait_up(ready=model_dir is not None)
+        return srv
+
+    def test_health_ready_models(self):
+        srv = self.start(self.v1)
+        status, _, body = srv.get("/healthz")
+        self.assertEqual((status, body.strip()), (200, b"ok"))
+        self.assertEqual(srv.get("/readyz")[0], 200)
+        status, headers, body = srv.get("/v1/models")
+        self.assertEqual(status, 200)
+        self.assertIn("application/json", headers["Content-Type"])
+        self.assertEqual(json.loads(body),
+                         {"models": [{"name": "demo", "version": 1, "kind": "lr", "keys": 1000}]})
+        self.assertEqual(srv.get("/nope")[0], 404)
+        self.assertEqual(http(srv.admin_port, "/healthz", "POST", b"")[0], 405)
+        self.assertEqual(http(srv.admin_port, "/v1/models/demo:load", "GET")[0], 405)
+
+    def test_not_ready_without_model(self):
+        srv = self.start(None)
+        self.assertEqual(srv.get("/healthz")[0], 200)
+        self.assertEqual(srv.get("/readyz")[0], 503)
+        status, _, body = srv.get("/v1/models")
+        self.assertEqual((status, json.loads(body)), (200, {"models": []}))
+        # Loading through the API makes it ready.
+        status, _, body = srv.load("demo", json.dumps({"path": self.v1}).encode(), TOKEN)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(srv.get("/readyz")[0], 200)
+
+    def test_metrics(self):
+        srv = self.start(self.v1)
+        status, headers, body = srv.get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain"))
+        text = body.decode()
+        m = parse_metrics(text)
+        for counter in ("requests_total", "predict_total", "items_total", "errors_total",
+                        "overloaded_total", "connections_accepted_total",
+                        "connections_closed_total", "bytes_in_total", "bytes_out_total"):
+            self.assertIn(f"# TYPE tlserve_{counter} counter", text)
+            self.assertIn(f"tlserve_{counter}", m)
+        self.assertIn("# TYPE tlserve_request_latency_seconds histogram", text)
+        self.assertEqual(m['tlserve_request_latency_seconds_bucket{le="+Inf"}'],
+                         m["tlserve_request_latency_seconds_count"])
+        self.assertIn("tlserve_request_latency_seconds_sum", m)
+        self.assertIn("tlserve_inflight", m)
+        self.assertIn("tlserve_connections", m)
+        self.assertEqual(m['tlserve_model_info{name="demo",version="1",kind="lr"}'], 1)
+        self.assertEqual(m["tlserve_model_keys"], 1000)
+        if os.environ.get("TL_SANITIZE") != "1":  # sanitizer builds do not link jemalloc
+            self.assertGreater(m["tlserve_jemalloc_allocated_bytes"], 0)
+            self.assertGreater(m["tlserve_jemalloc_resident_bytes"], 0)
+
+    def test_load(self):
+        srv = self.start(self.v1)
+        good = json.dumps({"path": self.v2}).encode()
+
+        status, headers, body = srv.load("demo", good, None)
+        self.assertEqual(status, 401, body)
+        self.assertIn("error", json.loads(body))
+        status, _, body = srv.load("demo", good, "wrong")
+        self.assertEqual(status, 401, body)
+        status, _, body = srv.load("demo", good, TOKEN + "x")
+        self.assertEqual(status, 401, body)
+        self.assertEqual(json.loads(srv.get("/v1/models")[2])["models"][0]["version"], 1)
+
+        # Malformed requests: 400; snapshots that cannot be served: 409.
+        self.assertEqual(srv.load("demo", b"not json", TOKEN)[0], 400)
+        self.assertEqual(srv.load("demo", b'{"dir": "/x"}', TOKEN)[0], 400)
+        status, _, body = srv.load("demo", json.dumps({"path": self.tmp.name + "/none"}).encode(),
+                                   TOKEN)
+        self.assertEqual(status, 409, body)
+        self.assertIn("/none", json.loads(body)["error"])
+        status, _, body = srv.load("demo", json.dumps({"path": self.other}).encode(), TOKEN)
+        self.assertEqual(status, 409, body)
+        self.assertIn("other", json.loads(body)["error"])
+        self.assertEqual(srv.load("demo", b"x" * (65 * 1024), TOKEN)[0], 413)
+
+        status, _, body = srv.load("demo", good, TOKEN)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body), {"name": "demo", "version": 2, "kind": "lr", "keys": 2000})
+        status, _, body = srv.get("/v1/models")
+        self.assertEqual(json.loads(body),
+                         {"models": [{"name": "demo", "version": 2, "kind": "lr", "keys": 2000}]})
+        m = parse_metrics(srv.get("/metrics")[2].decode())
+        self.assertEqual(m['tlserve_model_info{name="demo",version="2",kind="lr"}'], 1)
+        self.assertEqual(m["tlserve_model_keys"], 2000)
+
+    def test_load_refused_without_configured_token(self):
+        srv = self.start(self.v1, token=None)
+        status, _, body = srv.load("demo", json.dumps({"path": self.v2}).encode(), "anything")
+        self.assertEqual(status, 403, body)
+        self.assertIn("no admin token configured", json.loads(body)["error"])
+
+    def test_bad_model_exits_1(self):
+        proc = subprocess.run([TLSERVE, "--model", self.tmp.name + "/none", "--port",
+                               str(free_port()), "--admin-port", str(free_port())],
+                              capture_output=True, timeout=30)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(b"/none", proc.stderr)
+
+    def test_bad_flag_exits_2(self):
+        proc = subprocess.run([TLSERVE, "--port", "99999"], capture_output=True, timeout=30)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn(b"--port", proc.stderr)
+
+    def test_sigterm_exits_0(self):
+        srv = Server(self.v1)
+        try:
+            srv.wait_up()
+            t0 = time.monotonic()
+            self.proc_log = srv.output()
+            self.assertEqual(srv.stop(timeout=5.0), 0, self.proc_log)
+            self.assertLess(time.monotonic() - t0, 5.0)
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
+
+
+if __name__ == "__main__":
+    unittest.main()

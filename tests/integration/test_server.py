@@ -1,0 +1,365 @@
+"""Integration tests of the real tlserve over loopback sockets.
+
+Each test class starts `tlserve` (from TL_BUILD_DIR, default ./build) on free ports with a
+small model made by `tlsnap gen`, talks to it with tlwire.Client (the independent Python
+implementation of docs/wire.md) and reads its admin plane over HTTP.  Nothing is mocked.
+
+Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_server.py
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tlwire  # noqa: E402
+from tlwire import ErrorCode, MsgType  # noqa: E402
+
+BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
+TLSERVE = os.path.join(BUILD, "server", "tlserve")
+TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+SCORE_CHECK = os.path.join(BUILD, "tests", "score_check")
+MODEL = "ctr_lr"
+KEYS = 20000
+SEED = 42
+PHI = 0x9E3779B97F4A7C15
+M64 = (1 << 64) - 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def model_key(i):
+    """tlsnap gen's key i (store/tlsnap.c)."""
+    return mix64((i + SEED * PHI) & M64)
+
+
+def request(items=20, shared=30, per_item=10, start=0):
+    shared_ids = sorted({model_key(start + j) for j in range(shared)})
+    blocks = []
+    for i in range(items):
+        base = start + shared + i * per_item
+        blocks.append(sorted({model_key(base + j) for j in range(per_item)}))
+    return shared_ids, blocks
+
+
+class Server:
+    """A running tlserve process."""
+
+    def __init__(self, model_dir, *extra):
+        self.port, self.admin_port = free_port(), free_port()
+        # the log goes to a file: a pipe nobody reads could fill and stall the server
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [TLSERVE, "--model", model_dir, "--port", str(self.port),
+             "--admin-port", str(self.admin_port), "--admin-token", "secret", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("tlserve exited: " + self.output())
+            try:
+                if self.http("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("tlserve did not become ready")
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def http(self, path):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.admin_port, path),
+                                        timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def client(self):
+        return tlwire.Client("127.0.0.1", self.port, timeout=10)
+
+    def metric(self, name):
+        total = 0.0
+        for line in self.http("/metrics")[1].splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self):
+        rc = self.proc.returncode
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                rc = None
+        else:
+            rc = self.proc.returncode
+        return rc
+
+
+def setUpModule():
+    global TMP, MODEL_DIR
+    for exe in (TLSERVE, TLSNAP):
+        if not os.path.exists(exe):
+            raise unittest.SkipTest("%s is not built" % exe)
+    TMP = tempfile.mkdtemp(prefix="tlserve-it-")
+    MODEL_DIR = os.path.join(TMP, MODEL, "1")
+    subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", MODEL_DIR, "--name", MODEL,
+                    "--version", "1", "--seed", str(SEED), "--shards", "4"],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+class Predict(unittest.TestCase):
+    extra = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(MODEL_DIR, "--workers", "2", *cls.extra)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.srv.stop()
+        if rc != 0:
+            raise AssertionError("tlserve exited with %r on SIGTERM" % rc)
+
+    def test_scores(self):
+        shared, items = request(items=50)
+        with self.srv.client() as c:
+            res = c.predict(MODEL, shared, items)
+        self.assertEqual(res.version, 1)
+        self.assertEqual(len(res.scores), 50)
+        for s in res.scores:
+            self.assertTrue(0.0 < s < 1.0, s)
+        self.assertGreater(len(set(res.scores)), 1)  # real weights, not a constant
+
+    def test_pipelined_any_order(self):
+        with self.srv.client() as c:
+            ids = [c.send_predict(MODEL, *request(items=5, start=100 * k)) for k in range(10)]
+            for rid in reversed(ids):
+                f = c.wait_for(rid)
+                self.assertEqual(f.type, MsgType.PREDICT_RESULT)
+                self.assertEqual(len(tlwire.decode_predict_result(f.payload).scores), 5)
+
+    def test_ping(self):
+        with self.srv.client() as c:
+            rid = c.send_ping(b"hello")
+            f = c.wait_for(rid)
+            self.assertEqual((f.type, f.payload), (MsgType.PONG, b"hello"))
+
+    def test_scores_equal_in_process_model(self):
+        if not os.path.exists(SCORE_CHECK):
+            self.skipTest("score_check is not built")
+        r = subprocess.run([SCORE_CHECK, "--port", str(self.srv.port), "--model-dir", MODEL_DIR,
+                            "--requests", "20"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_driver(self):
+        log = self.srv.output()
+        if "--force-epoll" in self.extra:
+            self.assertNotIn("io_uring", log.replace("--force-epoll", ""))
+        elif "io_uring unavailable" in log:
+            self.skipTest("io_uring is not available here; the epoll fallback served")
+
+    def test_health_and_metrics(self):
+        self.assertEqual(self.srv.http("/healthz")[0], 200)
+        self.assertEqual(self.srv.http("/readyz")[0], 200)
+        before = self.srv.metric("tlserve_predict_total")
+        with self.srv.client() as c:
+            c.predict(MODEL, *request(items=3))
+        self.assertEqual(self.srv.metric("tlserve_predict_total"), before + 1)
+        models = json.loads(self.srv.http("/v1/models")[1])["models"]
+        self.assertEqual([(m["name"], m["version"], m["keys"]) for m in models],
+                         [(MODEL, 1, KEYS)])
+
+
+class PredictEpoll(Predict):
+    """The same tests on the epoll fallback."""
+    extra = ("--force-epoll",)
+
+
+class BadInput(unittest.TestCase):
+    """Every kind of bad input gets the right ERROR code (or, where framing is lost, an ERROR
+    and a clean close), the server keeps serving, and /metrics counts it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(MODEL_DIR, "--workers", "1", "--idle-timeout-ms", "1500")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def assert_still_serves(self):
+        with self.srv.client() as c:
+            self.assertEqual(len(c.predict(MODEL, *request(items=2)).scores), 2)
+
+    def expect_error(self, frame, code, closes):
+        errors_before = self.srv.metric("tlserve_errors_total")
+        with self.srv.client() as c:
+            c.send_raw(frame)
+            f = c.recv_frame()
+            self.assertEqual(f.type, MsgType.ERROR)
+            err = tlwire.decode_error(f.payload)
+            self.assertEqual(err.code, code, err.message)
+            self.assertTrue(err.message)
+            if closes:
+                self.assertEqual(f.request_id, 0)
+                c.settimeout(5)
+                self.assertEqual(c.sock.recv(1), b"")  # closed, cleanly
+            else:
+                rid = c.send_ping(b"ok")  # the connection is still usable
+                self.assertEqual(c.wait_for(rid).type, MsgType.PONG)
+        self.assertGreater(self.srv.metric("tlserve_errors_total"), errors_before)
+        self.assert_still_serves()
+
+    def predict_payload(self, items, blocks, name=MODEL):
+        out = bytearray([len(name)]) + name.encode() + struct.pack("<Q", 0)
+        out += tlwire.encode_varint(items)
+        for b in blocks:
+            out += b
+        return bytes(out)
+
+    def test_random_bytes(self):
+        junk = bytes((i * 37 + 11) % 256 for i in range(200))
+        self.expect_error(junk, ErrorCode.BAD_MAGIC, closes=True)
+
+    def test_bad_magic(self):
+        frame = bytearray(tlwire.encode_frame(MsgType.PING, 5))
+        frame[0:4] = b"XXXX"
+        self.expect_error(bytes(frame), ErrorCode.BAD_MAGIC, closes=True)
+
+    def test_length_over_limit(self):
+        hdr = tlwire.pack_header(MsgType.PREDICT, 9, 0)
+        hdr = hdr[:16] + struct.pack("<I", 64 << 20) + hdr[20:]
+        self.expect_error(hdr, ErrorCode.FRAME_TOO_LARGE, closes=True)
+
+    def test_counts_overrun_frame(self):
+        payload = self.predict_payload(10, [b"\x00\x00", b"\x00\x00"])  # 10 items, 1 block
+        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 3, payload),
+                          ErrorCode.TRUNCATED, closes=False)
+
+    def test_malformed_varint(self):
+        payload = bytes([len(MODEL)]) + MODEL.encode() + struct.pack("<Q", 0) + b"\xff" * 11
+        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 4, payload),
+                          ErrorCode.BAD_VARINT, closes=False)
+
+    def test_unknown_type(self):
+        self.expect_error(tlwire.pack_header(42, 6, 0), ErrorCode.UNKNOWN_TYPE, closes=False)
+
+    def test_unknown_model(self):
+        payload = tlwire.encode_predict("no_such_model", *request(items=1))
+        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 7, payload),
+                          ErrorCode.UNKNOWN_MODEL, closes=False)
+
+    def test_zero_items(self):
+        payload = self.predict_payload(0, [b"\x00\x00"])
+        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 8, payload),
+                          ErrorCode.NO_ITEMS, closes=False)
+
+    def test_too_many_items(self):
+        payload = self.predict_payload(4097, [b"\x00\x00"] * 4098)
+        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 10, payload),
+                          ErrorCode.TOO_MANY_ITEMS, closes=False)
+
+    def test_truncated_frame_then_eof(self):
+        frame = tlwire.encode_frame(MsgType.PREDICT, 11,
+                                    tlwire.encode_predict(MODEL, *request(items=3)))
+        with self.srv.client() as c:
+            c.send_raw(frame[: len(frame) // 2])
+            c.sock.shutdown(socket.SHUT_WR)
+            c.settimeout(5)
+            self.assertEqual(c.sock.recv(1), b"")  # closed without an answer
+        self.assert_still_serves()
+
+    def test_slow_client_does_not_hold_the_worker(self):
+        """One worker: a client dribbling a frame a byte at a time must not delay another."""
+        frame = tlwire.encode_frame(MsgType.PREDICT, 12,
+                                    tlwire.encode_predict(MODEL, *request(items=2)))
+        stop = threading.Event()
+
+        def dribble():
+            try:
+                with self.srv.client() as c:
+                    for b in frame:
+                        if stop.is_set():
+                            return
+                        c.send_raw(bytes([b]))
+                        time.sleep(0.1)
+            except OSError:
+                pass  # closed by the server's idle timeout: expected
+
+        t = threading.Thread(target=dribble)
+        t.start()
+        try:
+            time.sleep(0.3)
+            with self.srv.client() as c:
+                for _ in range(20):
+                    t0 = time.time()
+                    c.predict(MODEL, *request(items=5))
+                    self.assertLess(time.time() - t0, 1.0)
+        finally:
+            stop.set()
+            t.join()
+
+    def test_stalled_partial_frame_is_closed(self):
+        with self.srv.client() as c:
+            c.send_raw(tlwire.pack_header(MsgType.PING, 1, 10)[:10])
+            c.settimeout(10)
+            t0 = time.time()
+            self.assertEqual(c.sock.recv(1), b"")  # idle timeout 1.5 s
+            self.assertLess(time.time() - t0, 8)
+
+
+class Lifecycle(unittest.TestCase):
+    def test_sigterm_exits_zero(self):
+        srv = Server(MODEL_DIR)
+        with srv.client() as c:
+            c.predict(MODEL, *request(items=2))
+        self.assertEqual(srv.stop(), 0)
+
+    def test_bad_config_is_refused(self):
+        r = subprocess.run([TLSERVE, "--port", "70000"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("port", r.stderr)
+
+    def test_missing_model_dir_fails_at_start(self):
+        r = subprocess.run([TLSERVE, "--model", os.path.join(TMP, "nope"), "--port",
+                            str(free_port()), "--admin-port", str(free_port())],
+                           capture_output=True, text=True, timeout=20)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("nope", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,264 @@
+/*
+ * test_config.c — server_config_load(): defaults, the order of sources
+ * (defaults < --config file < flags), and that every kind of bad value is
+ * refused with one stderr line naming the setting, the value and what is
+ * allowed.
+ *
+ * stderr is redirected to a temporary file around each call so that the
+ * message can be checked; config files go under $TL_TEST_TMP (or /tmp).
+ */
+/* cmocka needs these first, in this order */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include "server/log.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char errbuf[4096]; /* stderr of the last load() */
+
+/* Runs server_config_load with the NULL-terminated flags after "tlserve";
+ * its stderr lands in errbuf, its stdout is discarded. */
+static int load(server_config_t *cfg, ...)
+{
+    char *argv[64] = {"tlserve"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, cfg);
+    for (char *a; (a = va_arg(ap, char *)) != NULL && argc < 63;)
+        argv[argc++] = a;
+    va_end(ap);
+
+    fflush(stderr);
+    fflush(stdout);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    int saved_err = dup(2), saved_out = dup(1);
+    dup2(fileno(tmp), 2);
+    FILE *devnull = fopen("/dev/null", "w");
+    dup2(fileno(devnull), 1);
+    int rc = server_config_load(cfg, argc, argv);
+    fflush(stderr);
+    fflush(stdout);
+    dup2(saved_err, 2);
+    dup2(saved_out, 1);
+    close(saved_err);
+    close(saved_out);
+    fclose(devnull);
+    rewind(tmp);
+    size_t n = fread(errbuf, 1, sizeof errbuf - 1, tmp);
+    errbuf[n] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+/* Writes text to a fresh file under the test tmp dir; returns its path. */
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[1024];
+    const char *dir = getenv("TL_TEST_TMP");
+    if (!dir || !*dir)
+        dir = "/tmp";
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/test_config_%d_%s", dir, (int)getpid(), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Asserts the last load failed with one line containing every string given. */
+static void expect_error(int rc, ...)
+{
+    if (rc != -1)
+        fail_msg("expected -1, got %d (stderr: %s)", rc, errbuf);
+    const char *nl = strchr(errbuf, '\n');
+    if (!nl || nl[1] != '\0')
+        fail_msg("expected exactly one line on stderr, got: '%s'", errbuf);
+    va_list ap;
+    va_start(ap, rc);
+    for (const char *s; (s = va_arg(ap, const char *)) != NULL;)
+        if (!strstr(errbuf, s))
+            fail_msg("stderr '%s' does not mention '%s'", errbuf, s);
+    va_end(ap);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    server_config_t c;
+    assert_int_equal(load(&c, NULL), 0);
+    assert_string_equal(errbuf, "");
+    assert_string_equal(c.model_dir, "");
+    assert_string_equal(c.bind, "127.0.0.1");
+    assert_string_equal(c.admin_bind, "127.0.0.1");
+    assert_int_equal(c.port, 7070);
+    assert_int_equal(c.admin_port, 7071);
+    assert_string_equal(c.admin_token, "");
+    assert_int_equal(c.workers, 0);
+    assert_int_equal(c.load_threads, 0);
+    assert_int_equal(c.max_inflight, 256);
+    assert_int_equal(c.max_connections, 1024);
+    assert_int_equal(c.max_frame_bytes, 16 << 20);
+    assert_int_equal(c.idle_timeout_ms, 10000);
+    assert_false(c.force_epoll);
+    assert_string_equal(c.log_level, "info");
+    assert_int_equal(server_log_level, LL_INFO);
+}
+
+static void test_flags(void **state)
+{
+    (void)state;
+    server_config_t c;
+    assert_int_equal(load(&c, "--model", "/m/1", "--port=9000", "--admin_port", "9001", "--bind",
+                          "::1", "--admin-bind=0.0.0.0", "--admin-token", "s3cret", "--workers",
+                          "4", "--load-threads=2", "--max-inflight", "8", "--max-connections", "16",
+                          "--max-frame-bytes", "1024", "--idle-timeout-ms", "50", "--force-epoll",
+                          "--log-level", "debug", NULL),
+                     0);
+    assert_string_equal(c.model_dir, "/m/1");
+    assert_int_equal(c.port, 9000);
+    assert_int_equal(c.admin_port, 9001);
+    assert_string_equal(c.bind, "::1");
+    assert_string_equal(c.admin_bind, "0.0.0.0");
+    assert_string_equal(c.admin_token, "s3cret");
+    assert_int_equal(c.workers, 4);
+    assert_int_equal(c.load_threads, 2);
+    assert_int_equal(c.max_inflight, 8);
+    assert_int_equal(c.max_connections, 16);
+    assert_int_equal(c.max_frame_bytes, 1024);
+    assert_int_equal(c.idle_timeout_ms, 50);
+    assert_true(c.force_epoll);
+    assert_int_equal(server_log_level, LL_DEBUG);
+
+    /* Last one wins; a bool takes a value only after '='. */
+    assert_int_equal(load(&c, "--port", "1", "--port", "2", "--force-epoll=no", NULL), 0);
+    assert_int_equal(c.port, 2);
+    assert_false(c.force_epoll);
+    assert_int_equal(server_log_level, LL_INFO);
+}
+
+static void test_file_then_flags(void **state)
+{
+    (void)state;
+    const char *path = write_file("ok.ini", "; tlserve test config\n"
+                                            "[server]\n"
+                                            "port = 8000\n"
+                                            "admin_port = 8001\n"
+                                            "admin-token = from-file\n"
+                                            "workers = 3\n"
+                                            "force_epoll = yes\n"
+                                            "bind = 0.0.0.0\n"
+                                            "log-level = warn\n");
+    server_config_t c;
+    /* The flag before --config still wins over the file. */
+    assert_int_equal(
+        load(&c, "--port", "9000", "--config", path, "--workers=5", "--force-epoll=false", NULL),
+        0);
+    assert_int_equal(c.port, 9000);       /* flag */
+    assert_int_equal(c.admin_port, 8001); /* file */
+    assert_string_equal(c.admin_token, "from-file");
+    assert_int_equal(c.workers, 5);         /* flag */
+    assert_false(c.force_epoll);            /* flag */
+    assert_string_equal(c.bind, "0.0.0.0"); /* file */
+    assert_int_equal(c.max_inflight, 256);  /* default */
+    assert_int_equal(server_log_level, LL_WARN);
+
+    assert_int_equal(load(&c,
+                          "--config="
+                          "/nonexistent/x.ini",
+                          NULL),
+                     -1);
+    expect_error(-1, "/nonexistent/x.ini", "cannot open", NULL);
+    unlink(path);
+}
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    server_config_t c;
+    expect_error(load(&c, "--port", "70000", NULL), "--port", "70000", "1..65535", NULL);
+    expect_error(load(&c, "--admin-port=0", NULL), "--admin-port", "0", "1..65535", NULL);
+    expect_error(load(&c, "--workers", "abc", NULL), "--workers", "'abc'", "not an integer",
+                 "0..1024", NULL);
+    expect_error(load(&c, "--max-frame-bytes", "12x", NULL), "--max-frame-bytes", "'12x'",
+                 "1024..16777216", NULL);
+    expect_error(load(&c, "--max-frame-bytes", "99999999999999999999", NULL), "--max-frame-bytes",
+                 "99999999999999999999", NULL);
+    expect_error(load(&c, "--max-inflight", "", NULL), "--max-inflight", "''", NULL);
+    expect_error(load(&c, "--idle-timeout-ms", " 5", NULL), "--idle-timeout-ms", NULL);
+    expect_error(load(&c, "--bind", "999.1.1.1", NULL), "--bind", "999.1.1.1", "IPv4", NULL);
+    expect_error(load(&c, "--admin-bind", "localhost", NULL), "--admin-bind", "localhost", NULL);
+    expect_error(load(&c, "--log-level", "loud", NULL), "--log-level", "loud", "debug", NULL);
+    expect_error(load(&c, "--force-epoll=maybe", NULL), "--force-epoll", "maybe", "true/false",
+                 NULL);
+    expect_error(load(&c, "--nope", "1", NULL), "unknown flag", "--nope", NULL);
+    expect_error(load(&c, "--port", NULL), "--port", "needs a value", NULL);
+    expect_error(load(&c, "stray", NULL), "unexpected argument", "stray", NULL);
+    expect_error(load(&c, "--config", NULL), "--config", NULL);
+
+    char longtok[300];
+    memset(longtok, 'x', sizeof longtok - 1);
+    longtok[sizeof longtok - 1] = '\0';
+    expect_error(load(&c, "--admin-token", longtok, NULL), "--admin-token", "too long", "255",
+                 NULL);
+}
+
+static void test_bad_file(void **state)
+{
+    (void)state;
+    server_config_t c;
+    struct {
+        const char *text;
+        const char *want[4];
+    } cases[] = {
+        {"[server]\nport = 1\nprot = 2\n", {":3:", "unknown setting", "prot", NULL}},
+        {"[server]\nport = -1\n", {":2:", "port", "-1", "1..65535"}},
+        {"[server]\nworkers = many\n", {":2:", "workers", "many", "0..1024"}},
+        {"[server]\nadmin_bind = 1.2.3.4.5\n", {":2:", "admin-bind", "1.2.3.4.5", NULL}},
+        {"port = 1\n", {":1:", "outside a section", "port", NULL}},
+        {"[router]\nport = 1\n", {":2:", "[router]", "unknown section", NULL}},
+        {"[server]\nthis is not ini\n", {":2:", "not an INI line", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = write_file("bad.ini", cases[i].text);
+        int rc = load(&c, "--config", path, NULL);
+        expect_error(rc, path, NULL);
+        for (int k = 0; k < 4 && cases[i].want[k]; k++)
+            if (!strstr(errbuf, cases[i].want[k]))
+                fail_msg("case %zu: stderr '%s' does not mention '%s'", i, errbuf,
+                         cases[i].want[k]);
+        unlink(path);
+    }
+}
+
+static void test_help(void **state)
+{
+    (void)state;
+    server_config_t c;
+    assert_int_equal(load(&c, "--help", NULL), 1);
+    /* --help wins even after a bad flag. */
+    assert_int_equal(load(&c, "--port", "0", "--help", NULL), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),        cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_file_then_flags), cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
