@@ -138,14 +138,17 @@ int frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, siz
 int codec_decode_errmsg(const uint8_t *payload, size_t len, codec_errmsg_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .err = err, .msg = "ERROR"};
-    int rc = rd_need(&r, 4, "code and msg_len");
+    int rc = rd_need(&r, 2, "code"); /* wire order: the code, then msg_len */
     if (rc)
         return rc;
     out->code = get_u16(payload);
-    out->msg_len = get_u16(payload + 2);
-    r.off = 4;
     if (unlikely(out->code == 0))
         return codec_fail(err, CODEC_E_BAD_VALUE, 0, "ERROR: code 0 at offset 0");
+    r.off = 2;
+    if ((rc = rd_need(&r, 2, "msg_len")))
+        return rc;
+    out->msg_len = get_u16(payload + 2);
+    r.off = 4;
     if (unlikely(out->msg_len > CODEC_MAX_ERROR_MSG))
         return codec_fail(err, CODEC_E_BAD_VALUE, 2, "ERROR: msg_len %u at offset 2 is over %u",
                           out->msg_len, CODEC_MAX_ERROR_MSG);

@@ -16,6 +16,7 @@ PACKAGES=(
   libcmocka-dev                       # unit tests
   libinih-dev                         # config files (INI)
   libjansson-dev                      # JSON
+  protobuf-c-compiler libprotobuf-c-dev  # codec benchmark: protobuf-c baseline (codec_bench)
   python3                             # integration-test client
   procps                              # ps/pgrep for scripts
 )

@@ -503,6 +503,14 @@ static inline uint32_t tag_matches(const struct subtable *st, const uint64_t *wo
 #endif
 }
 
+static inline uint64_t get_bits_nb(const uint64_t *words, uint32_t off, uint64_t mask)
+{
+    uint32_t lo = off >> 6, sh = off & 63, hi = lo + (lo < BUCKET_WORDS - 1);
+    uint64_t a = __atomic_load_n(&words[lo], __ATOMIC_RELAXED);
+    uint64_t b = __atomic_load_n(&words[hi], __ATOMIC_RELAXED);
+    return ((a >> sh) | ((b << 1) << (63 - sh))) & mask;
+}
+
 /* Finds want among the keyparts of a bucket; returns the slot or -1.  words
  * is the bucket itself (readers: under the seqlock; the SSE2 tag load is a
  * plain load, and a torn result is discarded by the version check as in any
@@ -513,7 +521,7 @@ static inline int find_in_words(const struct subtable *st, const uint64_t *words
     uint64_t rest = want >> 8;
     while (cand) {
         uint32_t j = (uint32_t)__builtin_ctz(cand);
-        if (get_bits(words, st->rest_off + j * st->rest_bits, st->rest_bits, st->rest_mask) == rest)
+        if (get_bits_nb(words, st->rest_off + j * st->rest_bits, st->rest_mask) == rest)
             return (int)j;
         cand &= cand - 1;
     }
@@ -1100,11 +1108,17 @@ int store_delete(store_t *s, uint64_t key)
     return 1;
 }
 
+static inline uint64_t shard_rebuilds(const store_t *s, uint32_t shard)
+{
+    return atomic_load_explicit(&s->shards[shard].rebuilds, memory_order_relaxed);
+}
+
 int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n, size_t *bad)
 {
     const size_t rec = 8 + s->vbytes;
     struct loc ring[INSERT_DISTANCE];
     uint64_t ring_y[INSERT_DISTANCE];
+    uint64_t ring_gen[INSERT_DISTANCE]; /* shard's rebuild count when located */
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
     if (shard >= s->nshards)
         return -EINVAL;
@@ -1119,9 +1133,14 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
                 uint64_t key;
                 memcpy(&key, entries + k * rec, 8);
                 memcpy(raw, entries + k * rec + 8, s->vbytes);
-                /* locate again: the sub-table may have been rebuilt since */
+                /* locate again only if a sub-table of the shard was rebuilt
+                 * since (a counter, not the pointer: a new sub-table may
+                 * reuse a freed one's address) */
                 struct subtable *st = sub_ptr(s, shard, ring[r].sub);
-                locate_in(s, st, ring_y[r], &ring[r]);
+                if (unlikely(shard_rebuilds(s, shard) != ring_gen[r])) {
+                    locate_in(s, st, ring_y[r], &ring[r]);
+                    locate_alt(st, &ring[r]);
+                }
                 rc = upsert_located(s, st, &ring[r], ring_y[r], key, raw);
                 if (rc == 1)
                     rc = 0;
@@ -1141,6 +1160,7 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
             split_key(s, key, &ring[r].shard, &ring[r].sub, &ring_y[r]);
             if (ring[r].shard == shard) {
                 struct subtable *st = sub_ptr(s, shard, ring[r].sub);
+                ring_gen[r] = shard_rebuilds(s, shard);
                 locate_in(s, st, ring_y[r], &ring[r]);
                 locate_alt(st, &ring[r]);
                 __builtin_prefetch(bucket_at(st, ring[r].b1), 1);
