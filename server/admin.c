@@ -229,30 +229,70 @@ static void metrics_gauge(struct evbuffer *b, const char *name, const char *help
                         name, help, name, name, v);
 }
 
+/* The fine log-linear histogram (server.h), exposed two ways: a Prometheus
+ * histogram with a fixed, short list of `le` bounds (a fine bucket counts
+ * under a bound when it ends at or below it, so counts err low by at most
+ * one fine bucket's width, 6%), and quantile gauges computed here from all
+ * the fine buckets (each reported at its bucket's midpoint). */
+static const double latency_le_seconds[] = {
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+static const double latency_quantiles[] = {0.5, 0.9, 0.99, 0.999};
+
 static void metrics_latency(struct evbuffer *b, const server_t *srv)
 {
-    uint64_t bucket[SERVER_LATENCY_BUCKETS] = {0}, sum_us = 0, count = 0;
+    static uint64_t bucket[SERVER_LAT_BUCKETS]; /* admin thread only */
+    uint64_t sum_ns = 0, count = 0;
+    memset(bucket, 0, sizeof bucket);
     for (int w = 0; w < srv->nworkers; w++) {
-        for (int i = 0; i < SERVER_LATENCY_BUCKETS; i++)
-            bucket[i] +=
-                atomic_load_explicit(&srv->metrics[w].latency_us_bucket[i], memory_order_relaxed);
-        sum_us += atomic_load_explicit(&srv->metrics[w].latency_us_sum, memory_order_relaxed);
+        for (unsigned i = 0; i < SERVER_LAT_BUCKETS; i++)
+            bucket[i] += atomic_load_explicit(&srv->metrics[w].latency_bucket[i], memory_order_relaxed);
+        sum_ns += atomic_load_explicit(&srv->metrics[w].latency_ns_sum, memory_order_relaxed);
     }
-    evbuffer_add_printf(b, "# HELP tlserve_request_latency_seconds Request latency, decode to "
-                           "response encoded\n"
-                           "# TYPE tlserve_request_latency_seconds histogram\n");
-    for (int i = 0; i < SERVER_LATENCY_BUCKETS; i++) {
+    for (unsigned i = 0; i < SERVER_LAT_BUCKETS; i++)
         count += bucket[i];
-        if (i + 1 < SERVER_LATENCY_BUCKETS) /* the last bucket is open-ended */
-            evbuffer_add_printf(b,
-                                "tlserve_request_latency_seconds_bucket{le=\"%.6f\"} %" PRIu64 "\n",
-                                (double)(1ull << i) * 1e-6, count);
+
+    evbuffer_add_printf(b, "# HELP tlserve_request_latency_seconds Server-side request time, frame "
+                           "complete to response encoded\n"
+                           "# TYPE tlserve_request_latency_seconds histogram\n");
+    unsigned i = 0;
+    uint64_t below = 0;
+    for (size_t k = 0; k < sizeof latency_le_seconds / sizeof *latency_le_seconds; k++) {
+        double le_ns = latency_le_seconds[k] * 1e9;
+        while (i + 1 < SERVER_LAT_BUCKETS && (double)server_lat_bucket_low(i + 1) <= le_ns)
+            below += bucket[i++];
+        evbuffer_add_printf(b, "tlserve_request_latency_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+                            latency_le_seconds[k], below);
     }
     evbuffer_add_printf(b,
                         "tlserve_request_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n"
-                        "tlserve_request_latency_seconds_sum %.6f\n"
+                        "tlserve_request_latency_seconds_sum %.9f\n"
                         "tlserve_request_latency_seconds_count %" PRIu64 "\n",
-                        count, (double)sum_us * 1e-6, count);
+                        count, (double)sum_ns * 1e-9, count);
+
+    evbuffer_add_printf(b, "# HELP tlserve_request_latency_quantile_seconds Quantiles of the "
+                           "server-side request time since start (6%% resolution)\n"
+                           "# TYPE tlserve_request_latency_quantile_seconds gauge\n");
+    for (size_t q = 0; q < sizeof latency_quantiles / sizeof *latency_quantiles; q++) {
+        double v = 0;
+        if (count) {
+            uint64_t rank = (uint64_t)(latency_quantiles[q] * (double)count);
+            if (rank >= count)
+                rank = count - 1;
+            uint64_t seen = 0;
+            for (unsigned j = 0; j < SERVER_LAT_BUCKETS; j++) {
+                seen += bucket[j];
+                if (seen > rank) {
+                    double lo = (double)server_lat_bucket_low(j);
+                    double hi = j + 1 < SERVER_LAT_BUCKETS ? (double)server_lat_bucket_low(j + 1) : lo;
+                    v = (lo + hi) / 2 * 1e-9;
+                    break;
+                }
+            }
+        }
+        evbuffer_add_printf(b, "tlserve_request_latency_quantile_seconds{quantile=\"%g\"} %.9f\n",
+                            latency_quantiles[q], v);
+    }
 }
 
 static void metrics_model(struct evbuffer *b, server_t *srv)

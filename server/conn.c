@@ -148,12 +148,8 @@ __attribute__((format(printf, 5, 6))) static int send_error(worker_t *w, conn_t 
 
 static void record_latency(worker_t *w, uint64_t ns)
 {
-    uint64_t us = ns / 1000;
-    unsigned b = 0;
-    while (b + 1 < SERVER_LATENCY_BUCKETS && us >= (1ull << b))
-        b++; /* bucket b: latency < 2^b us */
-    atomic_fetch_add_explicit(&w->m->latency_us_bucket[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->m->latency_us_sum, us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->latency_bucket[server_lat_bucket(ns)], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->m->latency_ns_sum, ns, memory_order_relaxed);
 }
 
 static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)

@@ -69,15 +69,40 @@ int server_config_load(server_config_t *cfg, int argc, char **argv);
     X(bytes_out_total, "Bytes sent on the data plane")
 
 #define SERVER_MAX_ERROR_CODES 32
-#define SERVER_LATENCY_BUCKETS 24 /* 1 us .. ~8 s, powers of two */
+
+/* Request latency histogram, log-linear in nanoseconds: values below 16 ns
+ * have a bucket each; above, every power of two is split into 16 buckets
+ * (width <= 6.25% of the value).  Up to 2^36 ns (~69 s); the last bucket
+ * takes anything larger. */
+#define SERVER_LAT_SUB 16
+#define SERVER_LAT_BUCKETS ((36 - 3) * SERVER_LAT_SUB)
+
+static inline unsigned server_lat_bucket(uint64_t ns)
+{
+    if (ns < SERVER_LAT_SUB)
+        return (unsigned)ns;
+    unsigned msb = 63u - (unsigned)__builtin_clzll(ns);
+    unsigned i = (msb - 3) * SERVER_LAT_SUB + (unsigned)((ns >> (msb - 4)) & (SERVER_LAT_SUB - 1));
+    return i < SERVER_LAT_BUCKETS ? i : SERVER_LAT_BUCKETS - 1;
+}
+
+/* Smallest value (ns) that falls in bucket i; the bucket ends where i + 1
+ * begins. */
+static inline uint64_t server_lat_bucket_low(unsigned i)
+{
+    if (i < SERVER_LAT_SUB)
+        return i;
+    unsigned msb = i / SERVER_LAT_SUB + 3;
+    return (uint64_t)(SERVER_LAT_SUB + i % SERVER_LAT_SUB) << (msb - 4);
+}
 
 typedef struct server_metrics {
 #define X(name, help) _Atomic uint64_t name;
     SERVER_COUNTERS(X)
 #undef X
     _Atomic uint64_t errors_by_code[SERVER_MAX_ERROR_CODES];
-    _Atomic uint64_t latency_us_bucket[SERVER_LATENCY_BUCKETS]; /* decode -> response encoded */
-    _Atomic uint64_t latency_us_sum;
+    _Atomic uint64_t latency_bucket[SERVER_LAT_BUCKETS]; /* frame complete -> response encoded */
+    _Atomic uint64_t latency_ns_sum;
     _Atomic int64_t inflight;
     _Atomic int64_t connections;
     char pad[64];

@@ -102,9 +102,10 @@ class Server:
         return tlwire.Client("127.0.0.1", self.port, timeout=10)
 
     def metric(self, name):
+        """Sum of the samples of `name` (a family, or one labelled sample)."""
         total = 0.0
         for line in self.http("/metrics")[1].splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
+            if line.startswith(name + " ") or ("{" not in name and line.startswith(name + "{")):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
@@ -197,6 +198,15 @@ class Predict(unittest.TestCase):
         with self.srv.client() as c:
             c.predict(MODEL, *request(items=3))
         self.assertEqual(self.srv.metric("tlserve_predict_total"), before + 1)
+        q50 = self.srv.metric('tlserve_request_latency_quantile_seconds{quantile="0.5"}')
+        q99 = self.srv.metric('tlserve_request_latency_quantile_seconds{quantile="0.99"}')
+        self.assertGreater(q50, 0.0)
+        self.assertLessEqual(q50, q99)
+        self.assertLess(q99, 1.0)
+        buckets = [float(l.rsplit(" ", 1)[1]) for l in self.srv.http("/metrics")[1].splitlines()
+                   if l.startswith("tlserve_request_latency_seconds_bucket")]
+        self.assertEqual(buckets, sorted(buckets))
+        self.assertEqual(buckets[-1], self.srv.metric("tlserve_request_latency_seconds_count"))
         models = json.loads(self.srv.http("/v1/models")[1])["models"]
         self.assertEqual([(m["name"], m["version"], m["keys"]) for m in models],
                          [(MODEL, 1, KEYS)])
