@@ -127,8 +127,8 @@ static codec_block_t make_block(uint32_t n, bool with_values)
 
 /* ---- checking a decode against the request ------------------------------------------------ */
 
-static void check_block(const char *who, long index, size_t n, const uint64_t *ids,
-                        size_t n_values, const float *values, const codec_block_t *want)
+static void check_block(const char *who, long index, size_t n, const uint64_t *ids, size_t n_values,
+                        const float *values, const codec_block_t *want)
 {
     char where[32];
     if (index < 0)
@@ -171,24 +171,24 @@ static void check_head(const char *who, const char *model, uint64_t version, siz
  * frees it (timed along with the decode), and a check of the kept result. */
 
 struct contestant {
-    const char *name;                /* for the table and errors */
-    uint8_t *buf;                    /* the encoded request (owned) */
-    size_t len;                      /* its bytes */
+    const char *name; /* for the table and errors */
+    uint8_t *buf;     /* the encoded request (owned) */
+    size_t len;       /* its bytes */
     void (*decode)(struct contestant *c);
     void (*release)(struct contestant *c);
     void (*check)(struct contestant *c, const codec_predict_t *want);
-    double best_ns;                  /* best run: ns per feature */
+    double best_ns; /* best run: ns per feature */
     /* decoder state */
-    codec_arena_t arena;             /* ours: the per-request arena */
-    codec_predict_t ours;            /* ours: the decoded request (points into arena) */
-    void *pb;                        /* protobuf: the unpacked message */
-    json_t *root;                    /* JSON: the parsed document */
-    uint64_t *jids;                  /* JSON: every id, blocks one after the other */
-    float *jvals;                    /* JSON: every value, likewise */
-    size_t *jn;                      /* JSON: ids of block b (0 = shared) */
-    size_t *jnv;                     /* JSON: values of block b */
-    size_t cap;                      /* JSON: room in jids/jvals (features) */
-    size_t blocks;                   /* JSON: room in jn/jnv */
+    codec_arena_t arena;  /* ours: the per-request arena */
+    codec_predict_t ours; /* ours: the decoded request (points into arena) */
+    void *pb;             /* protobuf: the unpacked message */
+    json_t *root;         /* JSON: the parsed document */
+    uint64_t *jids;       /* JSON: every id, blocks one after the other */
+    float *jvals;         /* JSON: every value, likewise */
+    size_t *jn;           /* JSON: id count of block k (0 = shared) */
+    size_t *jnv;          /* JSON: value count of block k */
+    size_t cap;           /* JSON: room in jids/jvals (features) */
+    size_t blocks;        /* JSON: room in jn/jnv */
 };
 
 /* ours */
@@ -540,7 +540,7 @@ static void time_decoder(struct contestant *c, const codec_predict_t *want, size
             reps++;
             t = now_ns();
         } while (t - t0 < min_ns);
-        double ns = (double)(t - t0) / (double)reps / (double)(features ? features : 1);
+        double ns = (double)(t - t0) / (double)reps / (double)features;
         if (run == 0 || ns < c->best_ns)
             c->best_ns = ns;
         verify(c, want);
@@ -591,6 +591,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (shared + items * per_item == 0) {
+        fprintf(stderr,
+                "codec_bench: a request with no features has nothing to time per feature\n");
+        return 2;
+    }
     if (shared + items * per_item > (long long)CODEC_MAX_REQUEST_FEATURES) {
         fprintf(stderr, "codec_bench: %lld features per request is over the wire limit %u\n",
                 shared + items * per_item, CODEC_MAX_REQUEST_FEATURES);
@@ -607,12 +612,19 @@ int main(int argc, char **argv)
         features += req.item[i].n;
     }
 
-    enum { OURS, PB64, PBVAR, PBDELTA, JSON, N };
+    enum {
+        OURS,
+        PB64,
+        PBVAR,
+        PBDELTA,
+        JSON,
+        N
+    };
     struct contestant c[N] = {
         [OURS] = {"ours (TLW1 PREDICT payload)", .decode = ours_decode, .release = ours_release,
                   .check = ours_check},
-        [PB64] = {"protobuf-c, packed fixed64 ids", .decode = pb64_decode,
-                  .release = pb64_release, .check = pb64_check},
+        [PB64] = {"protobuf-c, packed fixed64 ids", .decode = pb64_decode, .release = pb64_release,
+                  .check = pb64_check},
         [PBVAR] = {"protobuf-c, packed uint64 ids", .decode = pbvar_decode,
                    .release = pbvar_release, .check = pbvar_check},
         [PBDELTA] = {"protobuf-c, packed uint64 deltas", .decode = pbdelta_decode,
@@ -638,7 +650,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < N; k++) {
         time_decoder(&c[k], &req, features, (uint64_t)min_ms * 1000000u);
         printf("  %-34s %10zu %8.2f %14.2f\n", c[k].name, c[k].len,
-               (double)c[k].len / (double)(features ? features : 1), c[k].best_ns);
+               (double)c[k].len / (double)features, c[k].best_ns);
         fflush(stdout);
     }
     printf("  ours as a frame (24-byte header + payload): %zu bytes; protobuf reported = packed "

@@ -996,6 +996,54 @@ static void test_errc_names(void **state)
     assert_int_equal(CODEC_E_UNSORTED_FEATURES, 15);
 }
 
+/* Block deltas of every varint length (1..10 bytes), at every alignment, in
+ * one request: the decoder's one-load fast path and its byte-by-byte path
+ * must give the same ids (and the block must end where it should). */
+static void test_block_varint_lengths(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static uint64_t ids[N];
+    static uint8_t buf[N * 10 + 4096];
+    static uint8_t arena_mem[N * 16 + 65536];
+    uint64_t x = 0x12345678abcdefull, id = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned bits = 1 + (unsigned)((x >> 33) % 49); /* 1..49 bits: 1..7 bytes */
+        uint64_t d = ((x >> 7) | (1ull << 56)) >> (57 - bits);
+        if (i % 40 == 39)
+            d = (1ull << 56) + (x >> 20); /* 9 bytes; 100 of them fit in 2^64 */
+        id += d ? d : 1;
+        ids[i] = id;
+    }
+    /* the shared block holds one id of 10 varint bytes */
+    uint64_t top[1] = {(1ull << 63) + 12345};
+    codec_block_t item = {ids, NULL, N};
+    codec_predict_t p = {.name = "m", .version = 0, .items = 1, .shared = {top, NULL, 1},
+                         .item = &item};
+    size_t len;
+    codec_error_t e;
+    assert_int_equal(codec_encode_predict(buf, sizeof buf, 1, &p, &len, &e), CODEC_OK);
+    codec_arena_t a = {arena_mem, sizeof arena_mem, 0};
+    codec_predict_t q;
+    assert_int_equal(codec_decode_predict(buf + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, &a,
+                                          &q, &e), CODEC_OK);
+    assert_int_equal(q.shared.n, 1);
+    assert_true(q.shared.ids[0] == top[0]);
+    assert_int_equal(q.item[0].n, N);
+    for (uint32_t i = 0; i < N; i++)
+        assert_true(q.item[0].ids[i] == ids[i]);
+    /* a 10th byte over 1 is refused on the fast path too */
+    static const uint8_t over[] = {0x01, 'm', 0, 0, 0, 0, 0, 0, 0, 0, /* name, version */
+                                   0x01,                               /* items */
+                                   0x00, 0x00,                         /* shared: empty */
+                                   0x01, 0x00,                         /* item 0: 1 id */
+                                   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+                                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    codec_arena_reset(&a);
+    assert_int_equal(codec_decode_predict(over, sizeof over, &a, &q, &e), CODEC_E_BAD_VARINT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1016,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_predict_request_limit),
         cmocka_unit_test(test_encoder_refusals),
         cmocka_unit_test(test_errc_names),
+        cmocka_unit_test(test_block_varint_lengths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,116 @@
+/*
+ * tlgen.h — what tlgen's parts share: the run's options, the per-thread
+ * statistics that the report merges, and the driver (one event loop per
+ * thread).  Internal to loadgen/.
+ *
+ * THE THREE LATENCIES of one successful request (all end when its response
+ * has been read):
+ *
+ *   corrected    from its INTENDED send time (the schedule).  What a user
+ *                arriving on schedule waits; free of coordinated omission.
+ *   from send    from the moment tlgen handed it to its connection.  Equal
+ *                to corrected minus the sender's own lag.
+ *   uncorrected  from max(actual send, the previous response on the same
+ *                connection): the per-connection FIFO service time, i.e. what
+ *                a closed-loop client (one request at a time per connection,
+ *                wrk-style) would have recorded.  A 1 s server stall shows
+ *                up once per connection in it (the request caught in the
+ *                stall), not once per request that arrived during the stall:
+ *                the same figure as HdrHistogram's "uncorrected" histogram.
+ *
+ * THREAD SAFETY: each driver thread owns its tlgen_stats_t until joined.
+ */
+#ifndef TL_LOADGEN_TLGEN_H
+#define TL_LOADGEN_TLGEN_H
+
+#include "hist.h"
+#include "workload.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define TLGEN_NCODES 20 /* wire ERROR codes 0..19 counted one by one */
+
+typedef struct tlgen_opts {
+    const char *host;       /* server address or name */
+    int port;               /* data plane port */
+    double rate;            /* offered requests/s over all threads */
+    bool poisson;           /* Poisson arrivals instead of constant gaps */
+    double duration_s;      /* measured seconds (after the warm-up) */
+    double warmup_s;        /* seconds sent first and discarded */
+    unsigned connections;   /* TCP connections over all threads */
+    unsigned threads;       /* driver threads (each owns connections / threads) */
+    int timeout_ms;         /* a request without a response this long after its due time */
+    bool json;              /* last line: one JSON object */
+    const char *spectrum;   /* file for the corrected percentile spectrum, or NULL */
+    workload_opts_t wl;     /* request shape */
+} tlgen_opts_t;
+
+/* Per-thread counters and histograms.  Everything counts only requests due
+ * inside the measured window [measure_ns, end_ns), except `late` and
+ * `frame_errors` (not tied to a window request). */
+typedef struct tlgen_stats {
+    hist_t corrected;            /* response - due time */
+    hist_t from_send;            /* response - actual send */
+    hist_t uncorrected;          /* response - max(send, previous response on the conn) */
+    hist_t lag;                  /* actual send - due time: the sender's own lateness */
+    uint64_t scheduled;          /* requests due in the window */
+    uint64_t sent;               /* of those, handed to a connection */
+    uint64_t ok;                 /* PREDICT_RESULTs with the right item count */
+    uint64_t err_code[TLGEN_NCODES]; /* ERROR responses by wire code */
+    uint64_t err_other;          /* ERROR responses with a code >= TLGEN_NCODES */
+    uint64_t timeouts;           /* no response within timeout_ms of the due time */
+    uint64_t conn_errors;        /* in flight on a connection that failed */
+    uint64_t unsent;             /* due while no connection was up */
+    uint64_t bad_responses;      /* undecodable, wrong type or wrong item count */
+    uint64_t late;               /* responses to requests already timed out or unknown ids */
+    uint64_t frame_errors;       /* ERROR frames with request id 0 (server closed the conn) */
+    uint64_t disconnects;        /* connections lost during the run */
+} tlgen_stats_t;
+
+/* What every driver thread reads (read-only during the run). */
+typedef struct tlgen_run {
+    const tlgen_opts_t *o;
+    const workload_t *wl;
+    struct sockaddr_storage addr; /* the server, for reconnects */
+    socklen_t addrlen;
+    uint64_t start_ns;   /* first due time (CLOCK_MONOTONIC) */
+    uint64_t measure_ns; /* start_ns + warm-up */
+    uint64_t end_ns;     /* measure_ns + duration: nothing is due from here */
+} tlgen_run_t;
+
+void tlgen_stats_init(tlgen_stats_t *s);
+void tlgen_stats_free(tlgen_stats_t *s);
+/* Adds src into dst (histograms bucket by bucket). */
+void tlgen_stats_merge(tlgen_stats_t *dst, const tlgen_stats_t *src);
+
+uint64_t tlgen_now_ns(void);
+
+/* Runs thread `thread`'s share of the schedule on its nconns connected,
+ * non-blocking sockets fds[] (it takes them over and closes them) until
+ * end_ns plus the drain of outstanding requests (at most timeout_ms).
+ * Fills *st (initialized by the caller).  Returns 0 or -errno when its
+ * event loop cannot be set up.  Blocks for the whole run. */
+int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned nconns,
+               tlgen_stats_t *st);
+
+/* ---- report.c ---- */
+
+/* The merged outcome of a run. */
+typedef struct tlgen_report {
+    const tlgen_opts_t *o;
+    const workload_t *wl;
+    const tlgen_stats_t *st; /* merged over threads */
+    bool valid;              /* the sender kept up with the schedule */
+    char why[256];           /* when not valid: the reasons, "; "-separated */
+} tlgen_report_t;
+
+/* Decides r->valid and r->why from r->st. */
+void report_judge(tlgen_report_t *r);
+/* The human table. */
+void report_print(FILE *f, const tlgen_report_t *r);
+/* One JSON object on one line. */
+void report_json(FILE *f, const tlgen_report_t *r);
+
+#endif /* TL_LOADGEN_TLGEN_H */
