@@ -168,38 +168,37 @@ int rd_count(struct rd *r, uint32_t *n, const char *what, size_t min_bytes_each)
     return CODEC_OK;
 }
 
-/* codec_varint_decode without the loop: find the first byte with its top
- * bit clear in one 8-byte load, mask the bytes after it off and gather the
- * 7-bit groups; bytes 9 and 10 are handled one by one.  Same results as
- * codec_varint_decode (length, or -1 over 64 bits).  Needs CODEC_MAX_VARINT
- * readable bytes at p. */
+/* codec_varint_decode without a loop or a data-dependent branch for up to
+ * 9 bytes: find the first byte with its top bit clear in one 8-byte load,
+ * mask the bytes after it off, gather the 7-bit groups, and add a 9th byte
+ * under a mask.  Same results as codec_varint_decode (length, or -1 over 64
+ * bits).  Needs CODEC_MAX_VARINT readable bytes at p. */
 static inline int varint_decode_fast(const uint8_t *p, uint64_t *v)
 {
     uint64_t w;
     memcpy(&w, p, 8);
     w = le64toh(w);
-    uint64_t stop = ~w & 0x8080808080808080ull;
-    unsigned bytes = stop ? ((unsigned)__builtin_ctzll(stop) >> 3) + 1 : 8;
-    if (bytes < 8)
-        w &= (1ull << (8 * bytes)) - 1;
+    uint64_t stop = ~w & 0x8080808080808080ull;  /* top bit clear: the last byte */
+    w &= stop ^ (stop - 1);                      /* keep bytes up to it (all 8 if none) */
+    unsigned bytes = ((unsigned)__builtin_ctzll(stop | (1ull << 63)) >> 3) + 1;
     uint64_t x = (w & 0x7full) | ((w >> 1) & (0x7full << 7)) | ((w >> 2) & (0x7full << 14)) |
                  ((w >> 3) & (0x7full << 21)) | ((w >> 4) & (0x7full << 28)) |
                  ((w >> 5) & (0x7full << 35)) | ((w >> 6) & (0x7full << 42)) |
                  ((w >> 7) & (0x7full << 49));
-    if (stop) {
-        *v = x;
-        return (int)bytes;
+    /* a 9th byte, without a branch: ids spread over the whole 64-bit space
+     * have such deltas as often as not */
+    uint64_t nine = -(uint64_t)(stop == 0);
+    uint8_t b8 = p[8];
+    x |= ((uint64_t)(b8 & 0x7f) << 56) & nine;
+    bytes += (unsigned)(nine & 1);
+    if (unlikely(nine & (b8 >> 7))) { /* a 10th byte: only deltas >= 2^63 */
+        if (p[9] > 1)
+            return -1; /* over 64 bits, or an 11th byte */
+        x |= (uint64_t)p[9] << 63;
+        bytes = 10;
     }
-    /* 9 or 10 bytes: ids spread over the whole 64-bit space have such deltas */
-    x |= (uint64_t)(p[8] & 0x7f) << 56;
-    if (!(p[8] & 0x80)) {
-        *v = x;
-        return 9;
-    }
-    if (p[9] > 1)
-        return -1; /* over 64 bits, or an 11th byte */
-    *v = x | (uint64_t)p[9] << 63;
-    return 10;
+    *v = x;
+    return (int)bytes;
 }
 
 int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)

@@ -7,12 +7,14 @@
  *   score(item) = sigmoid(bias + sum_{f in shared} w_f x_f + sum_{f in item} w_f x_f)
  *
  * The bias is the weight stored under MODEL_BIAS_ID.  One request does ONE
- * batched store lookup for all its ids, laid out in the scratch key array as
+ * batched store lookup for all its ids, in the order
  *
  *   [ bias | shared ids ... | item 0 ids ... | item 1 ids ... | ... ]
  *
- * so that the store's prefetching covers the whole request; the shared sum
- * is then computed once and added to every item.  Sums run in double, in
+ * so that the store's prefetching covers the whole request; when the blocks
+ * already lie back to back in memory (as the wire decoder leaves them) the
+ * lookup reads them in place, otherwise they are gathered into the scratch.
+ * The shared sum is computed once and added to every item.  Sums run in double, in
  * block order, so that the same request always gives the same float.
  *
  * THREAD SAFETY: the model is read-only; each thread scores with its own
@@ -21,6 +23,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,15 +143,28 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
     if (total > sc->cap)
         return -E2BIG;
 
-    uint64_t *k = sc->keys;
-    *k++ = MODEL_BIAS_ID;
-    memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
-    k += shared->n;
-    for (uint32_t i = 0; i < n_items; i++) {
-        memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
-        k += items[i].n;
+    /* The decoder lays a request's blocks out back to back; then the ids are
+     * looked up where they are.  Otherwise they are gathered first. */
+    const uint64_t *next = shared->ids + shared->n;
+    bool contiguous = shared->n > 0;
+    for (uint32_t i = 0; i < n_items && contiguous; i++) {
+        contiguous = items[i].n == 0 || items[i].ids == next;
+        next += items[i].n;
     }
-    store_lookup_batch(m->store, sc->keys, total, sc->weights, NULL);
+    if (contiguous) {
+        store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
+        store_lookup_batch(m->store, shared->ids, total - 1, sc->weights + 1, NULL);
+    } else {
+        uint64_t *k = sc->keys;
+        *k++ = MODEL_BIAS_ID;
+        memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
+        k += shared->n;
+        for (uint32_t i = 0; i < n_items; i++) {
+            memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
+            k += items[i].n;
+        }
+        store_lookup_batch(m->store, sc->keys, total, sc->weights, NULL);
+    }
 
     const float *w = sc->weights;
     double base = (double)w[0] + block_sum(shared, w + 1);

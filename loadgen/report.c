@@ -1,0 +1,209 @@
+/*
+ * report.c — turns a run's merged statistics into tlgen's verdict, its human
+ * table and its JSON line.
+ *
+ * VALIDITY: a run measures the server only if the sender kept to the
+ * schedule.  It is invalid when tlgen's own mean lag (actual send - due)
+ * is over 1 ms, or when it handed fewer than 98% of the window's due
+ * requests to a connection (no connection up counts too: the load was not
+ * offered).  Errors and timeouts do not make a run invalid: they are the
+ * server's result.
+ *
+ * RATES: offered = the --rate asked for; achieved = requests sent in the
+ * measured window / its length; completed = successful responses / length.
+ * The 98% test compares sent with the window's due count, so a Poisson
+ * run's natural variation does not fail it.
+ *
+ * THREAD SAFETY: main thread, after the run.
+ */
+#include "tlgen.h"
+
+#include "codec/codec.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_MEAN_LAG_NS 1000000.0 /* 1 ms */
+#define MIN_SENT_FRACTION 0.98
+
+static const struct {
+    const char *label; /* human */
+    const char *key;   /* JSON suffix */
+    double pct;
+} pcts[] = {
+    {"p50", "p50", 50.0},        {"p90", "p90", 90.0},      {"p99", "p99", 99.0},
+    {"p99.9", "p999", 99.9},     {"p99.99", "p9999", 99.99},
+};
+
+static uint64_t total_errors(const tlgen_stats_t *s)
+{
+    uint64_t n = s->err_other + s->timeouts + s->conn_errors + s->unsent + s->bad_responses;
+    for (int i = 0; i < TLGEN_NCODES; i++)
+        n += s->err_code[i];
+    return n;
+}
+
+static double us(uint64_t ns)
+{
+    return (double)ns / 1000.0;
+}
+
+void report_judge(tlgen_report_t *r)
+{
+    const tlgen_stats_t *s = r->st;
+    r->valid = true;
+    r->why[0] = '\0';
+    size_t n = 0;
+    double mean_lag = hist_mean(&s->lag);
+    if (s->sent > 0 && mean_lag > MAX_MEAN_LAG_NS) {
+        r->valid = false;
+        n += (size_t)snprintf(r->why + n, sizeof r->why - n,
+                              "the sender fell behind the schedule by %.0f us on average (max "
+                              "%.0f us)",
+                              mean_lag / 1000.0, us(s->lag.max));
+    }
+    if (s->scheduled == 0 || (double)s->sent < MIN_SENT_FRACTION * (double)s->scheduled) {
+        r->valid = false;
+        if (n > 0 && n < sizeof r->why)
+            n += (size_t)snprintf(r->why + n, sizeof r->why - n, "; ");
+        if (n < sizeof r->why)
+            snprintf(r->why + n, sizeof r->why - n,
+                     "only %llu of %llu due requests were sent (%llu with no connection up)",
+                     (unsigned long long)s->sent, (unsigned long long)s->scheduled,
+                     (unsigned long long)s->unsent);
+    }
+}
+
+static void row(FILE *f, const char *label, uint64_t a, uint64_t b, uint64_t c)
+{
+    fprintf(f, "  %-8s %14.1f %14.1f %14.1f\n", label, us(a), us(b), us(c));
+}
+
+void report_print(FILE *f, const tlgen_report_t *r)
+{
+    const tlgen_opts_t *o = r->o;
+    const tlgen_stats_t *s = r->st;
+    double dur = o->duration_s;
+    fprintf(f, "tlgen: %s:%d model %s, %.0f req/s %s for %.1f s (warm-up %.1f s discarded), "
+               "%u connections, %u threads\n",
+            o->host, o->port, o->wl.model, o->rate, o->poisson ? "Poisson" : "constant", dur,
+            o->warmup_s, o->connections, o->threads);
+    fprintf(f, "requests: %u items, %.0f ids, %.0f bytes on average (pool of %u, %s keys over "
+               "%llu)\n",
+            r->wl->items, r->wl->avg_features, r->wl->avg_len, r->wl->n,
+            o->wl.zipf > 0 ? "Zipf" : "uniform", (unsigned long long)o->wl.key_space);
+    fprintf(f, "\nlatency (us)     corrected      from send    uncorrected\n");
+    fprintf(f, "                (from due)  (from actual)  (closed loop)\n");
+    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+        row(f, pcts[i].label, hist_percentile(&s->corrected, pcts[i].pct),
+            hist_percentile(&s->from_send, pcts[i].pct),
+            hist_percentile(&s->uncorrected, pcts[i].pct));
+    row(f, "max", s->corrected.total ? s->corrected.max : 0,
+        s->from_send.total ? s->from_send.max : 0, s->uncorrected.total ? s->uncorrected.max : 0);
+    fprintf(f, "  %-8s %14.1f %14.1f %14.1f\n", "mean", hist_mean(&s->corrected) / 1000.0,
+            hist_mean(&s->from_send) / 1000.0, hist_mean(&s->uncorrected) / 1000.0);
+
+    fprintf(f, "\nrate: offered %.1f/s, achieved (sent) %.1f/s (%.1f%% of due), completed ok "
+               "%.1f/s\n",
+            o->rate, (double)s->sent / dur,
+            s->scheduled ? 100.0 * (double)s->sent / (double)s->scheduled : 0.0,
+            (double)s->ok / dur);
+    fprintf(f, "requests: %llu due, %llu sent, %llu ok\n", (unsigned long long)s->scheduled,
+            (unsigned long long)s->sent, (unsigned long long)s->ok);
+    fprintf(f, "sender lag (us): mean %.1f, p99 %.1f, max %.1f\n", hist_mean(&s->lag) / 1000.0,
+            us(hist_percentile(&s->lag, 99.0)), us(s->lag.total ? s->lag.max : 0));
+    uint64_t errs = total_errors(s);
+    fprintf(f, "errors: %llu", (unsigned long long)errs);
+    const char *sep = " (";
+    for (int i = 0; i < TLGEN_NCODES; i++)
+        if (s->err_code[i]) {
+            fprintf(f, "%s%s %llu", sep, codec_errc_name(i), (unsigned long long)s->err_code[i]);
+            sep = ", ";
+        }
+    struct {
+        const char *name;
+        uint64_t n;
+    } other[] = {{"other codes", s->err_other},     {"timeout", s->timeouts},
+                 {"connection", s->conn_errors},    {"unsent", s->unsent},
+                 {"bad response", s->bad_responses}};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (other[i].n) {
+            fprintf(f, "%s%s %llu", sep, other[i].name, (unsigned long long)other[i].n);
+            sep = ", ";
+        }
+    fprintf(f, "%s\n", errs ? ")" : "");
+    if (s->late || s->frame_errors || s->disconnects)
+        fprintf(f, "also: %llu late responses, %llu connection-level ERROR frames, %llu "
+                   "disconnects\n",
+                (unsigned long long)s->late, (unsigned long long)s->frame_errors,
+                (unsigned long long)s->disconnects);
+    if (r->valid)
+        fprintf(f, "valid: yes (the sender kept to the schedule)\n");
+    else
+        fprintf(f, "valid: NO: %s\n", r->why);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_hist(FILE *f, const char *prefix, const hist_t *h)
+{
+    for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
+        fprintf(f, ",\"%s%s_us\":%.3f", prefix, pcts[i].key, us(hist_percentile(h, pcts[i].pct)));
+    fprintf(f, ",\"%smax_us\":%.3f,\"%smean_us\":%.3f", prefix, us(h->total ? h->max : 0),
+            prefix, hist_mean(h) / 1000.0);
+}
+
+void report_json(FILE *f, const tlgen_report_t *r)
+{
+    const tlgen_opts_t *o = r->o;
+    const tlgen_stats_t *s = r->st;
+    double dur = o->duration_s;
+    fprintf(f, "{\"host\":");
+    json_str(f, o->host);
+    fprintf(f, ",\"port\":%d,\"model\":", o->port);
+    json_str(f, o->wl.model);
+    fprintf(f, ",\"arrivals\":\"%s\",\"duration_s\":%.3f,\"warmup_s\":%.3f,\"connections\":%u,"
+               "\"threads\":%u,\"items\":%u",
+            o->poisson ? "poisson" : "constant", dur, o->warmup_s, o->connections, o->threads,
+            r->wl->items);
+    fprintf(f, ",\"offered_rps\":%.3f,\"achieved_rps\":%.3f,\"completed_rps\":%.3f",
+            o->rate, (double)s->sent / dur, (double)s->ok / dur);
+    fprintf(f, ",\"scheduled\":%llu,\"sent\":%llu,\"ok\":%llu", (unsigned long long)s->scheduled,
+            (unsigned long long)s->sent, (unsigned long long)s->ok);
+    json_hist(f, "", &s->corrected);
+    json_hist(f, "uncorrected_", &s->uncorrected);
+    json_hist(f, "send_", &s->from_send);
+    fprintf(f, ",\"sender_lag_mean_us\":%.3f,\"sender_lag_p99_us\":%.3f,\"sender_lag_max_us\":%.3f",
+            hist_mean(&s->lag) / 1000.0, us(hist_percentile(&s->lag, 99.0)),
+            us(s->lag.total ? s->lag.max : 0));
+    fprintf(f, ",\"errors\":%llu,\"errors_by_code\":{", (unsigned long long)total_errors(s));
+    const char *sep = "";
+    for (int i = 0; i < TLGEN_NCODES; i++)
+        if (s->err_code[i]) {
+            fprintf(f, "%s\"%s\":%llu", sep, codec_errc_name(i), (unsigned long long)s->err_code[i]);
+            sep = ",";
+        }
+    fprintf(f, "%s\"other_codes\":%llu,\"timeout\":%llu,\"connection\":%llu,\"unsent\":%llu,"
+               "\"bad_response\":%llu}",
+            sep, (unsigned long long)s->err_other, (unsigned long long)s->timeouts,
+            (unsigned long long)s->conn_errors, (unsigned long long)s->unsent,
+            (unsigned long long)s->bad_responses);
+    fprintf(f, ",\"late_responses\":%llu,\"frame_errors\":%llu,\"disconnects\":%llu",
+            (unsigned long long)s->late, (unsigned long long)s->frame_errors,
+            (unsigned long long)s->disconnects);
+    fprintf(f, ",\"valid\":%s,\"invalid_reason\":", r->valid ? "true" : "false");
+    json_str(f, r->why);
+    fprintf(f, "}\n");
+}
