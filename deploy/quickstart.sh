@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # quickstart.sh — from a fresh clone on Debian 12: install the dependencies, build
-# tlserve, generate a synthetic 10M-key LR model, inspect and verify it, and run the
-# store benchmark. Run as root (or a user with sudo); works from any directory.
+# tlserve, generate a synthetic 10M-key LR model, inspect and verify it, run the store
+# benchmark, then serve the model with tlserve, send it standard ranking requests through
+# the client library (tlpredict), print scores, latency and the server's own figures, and
+# stop it. Run as root (or a user with sudo); works from any directory.
 #
 #   QS_KEYS=100M ./deploy/quickstart.sh     # a bigger model (default 10M)
 #   QS_JOBS=4    ./deploy/quickstart.sh     # build parallelism (default: nproc)
@@ -50,6 +52,7 @@ step "generate a synthetic LR model: $KEYS keys (tlsnap gen)"
 
 step "inspect the snapshot (tlsnap info)"
 "$TLSNAP" info "$MODEL"
+KEYS_N=$("$TLSNAP" info "$MODEL" --brief | awk '$1 == "entries" {print $2}')
 
 step "load and verify the snapshot: checksums, keys, lookups (tlsnap verify)"
 "$TLSNAP" verify "$MODEL"
@@ -86,6 +89,55 @@ else
   cat "$BENCH_JSON"
 fi
 echo "(saved as $BENCH_JSON)"
+
+step "serve the model: tlserve on 127.0.0.1, scores through the client library"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+ADMIN_PORT=$(free_port)
+"$BUILD/server/tlserve" --model "$MODEL" --port "$PORT" --admin-port "$ADMIN_PORT" \
+  >"$MODEL_TMP/tlserve.log" 2>&1 &
+SERVER_PID=$!
+cleanup() {
+  if [ -n "${SERVER_PID:-}" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID"
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf -- "$MODEL_TMP"
+}
+ready=0
+for _ in $(seq 1 300); do
+  if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$ADMIN_PORT/readyz', timeout=1)" 2>/dev/null; then
+    ready=1
+    break
+  fi
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.2
+done
+if [ "$ready" != 1 ]; then
+  echo "quickstart: tlserve did not become ready:" >&2
+  cat "$MODEL_TMP/tlserve.log" >&2
+  exit 1
+fi
+cat "$MODEL_TMP/tlserve.log"
+echo "sending 300 standard requests (200 items, 300 shared + 200 per-item features) with tlpredict:"
+"$BUILD/codec/tlpredict" --port "$PORT" --model ctr_lr --requests 300 --key-space "$KEYS_N" --seed 42
+python3 - "$ADMIN_PORT" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
+want = ("tlserve_predict_total", "tlserve_items_total", "tlserve_errors_total",
+        "tlserve_request_latency_quantile_seconds")
+print("server metrics (http://127.0.0.1:%s/metrics):" % sys.argv[1])
+for line in text.splitlines():
+    if line.startswith(want):
+        name, value = line.rsplit(" ", 1)
+        if "latency" in name:
+            print("  %-60s %8.0f us" % (name, float(value) * 1e6))
+        else:
+            print("  %-60s %8s" % (name, value))
+PY
+kill "$SERVER_PID"
+wait "$SERVER_PID" && echo "tlserve stopped (SIGTERM, exit 0)"
+SERVER_PID=
 
 step "done"
 echo "quickstart: OK in $(($(date +%s) - start)) s; binaries in $ROOT/$BUILD (model dir removed)"
