@@ -185,20 +185,19 @@ static inline int varint_decode_fast(const uint8_t *p, uint64_t *v)
                  ((w >> 3) & (0x7full << 21)) | ((w >> 4) & (0x7full << 28)) |
                  ((w >> 5) & (0x7full << 35)) | ((w >> 6) & (0x7full << 42)) |
                  ((w >> 7) & (0x7full << 49));
-    /* a 9th byte, without a branch: ids spread over the whole 64-bit space
-     * have such deltas as often as not */
-    uint64_t nine = -(uint64_t)(stop == 0);
-    uint8_t b8 = p[8];
-    x |= ((uint64_t)(b8 & 0x7f) << 56) & nine;
-    bytes += (unsigned)(nine & 1);
-    if (unlikely(nine & (b8 >> 7))) { /* a 10th byte: only deltas >= 2^63 */
-        if (p[9] > 1)
-            return -1; /* over 64 bits, or an 11th byte */
-        x |= (uint64_t)p[9] << 63;
-        bytes = 10;
+    if (likely(stop)) {
+        *v = x;
+        return (int)bytes;
     }
-    *v = x;
-    return (int)bytes;
+    x |= (uint64_t)(p[8] & 0x7f) << 56; /* a 9th byte */
+    if (!(p[8] & 0x80)) {
+        *v = x;
+        return 9;
+    }
+    if (p[9] > 1) /* a 10th: only deltas >= 2^63 */
+        return -1; /* over 64 bits, or an 11th byte */
+    *v = x | (uint64_t)p[9] << 63;
+    return 10;
 }
 
 int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
