@@ -31,7 +31,14 @@
  * SENDER LAG: each request's lag (actual send - due) goes into a histogram;
  * the report marks the run invalid when the sender fell behind.  At most
  * BURST requests are issued before the loop services sockets again, so a
- * sender that cannot keep up still reads responses (and shows its lag).
+ * sender that cannot keep up still reads responses (and shows its lag);
+ * one still behind GIVE_UP_NS after the end stops and counts the rest as
+ * skipped, so a hopeless run ends on time.
+ *
+ * BACKLOG: a connection holds at most MAX_BACKLOG unsent bytes; a request
+ * that would go over it is not sent and counted as backlogged (the server
+ * stopped reading; without the bound a stalled server at a high rate would
+ * make tlgen buffer gigabytes).
  *
  * THREAD SAFETY: everything here belongs to the calling thread; the run
  * description and the workload are shared read-only.
@@ -54,20 +61,22 @@
 
 #include "sched.h"
 
-#define BURST 1024                   /* requests issued between socket services */
-#define READ_CHUNK (64u << 10)       /* free bytes ensured before each read */
-#define RECONNECT_NS 100000000ull    /* 100 ms between reconnect attempts */
-#define MAX_WAIT_NS 10000000ull      /* wake at least every 10 ms (timeouts) */
+#define BURST 1024                /* requests issued between socket services */
+#define READ_CHUNK (64u << 10)    /* free bytes ensured before each read */
+#define RECONNECT_NS 100000000ull /* 100 ms between reconnect attempts */
+#define MAX_WAIT_NS 10000000ull   /* wake at least every 10 ms (timeouts) */
 #define SEQ_BITS 48
+#define MAX_BACKLOG (32u << 20)  /* unsent bytes per connection before refusing more */
+#define GIVE_UP_NS 1000000000ull /* past end_ns, a sender this far behind stops sending */
 
 typedef struct conn {
-    int fd;               /* -1 while down */
-    bool connecting;      /* non-blocking connect in progress */
-    bool want_out;        /* EPOLLOUT registered */
-    bool dirty;           /* on the thread's dirty list */
-    uint8_t *in;          /* received bytes not yet cut into frames */
+    int fd;          /* -1 while down */
+    bool connecting; /* non-blocking connect in progress */
+    bool want_out;   /* EPOLLOUT registered */
+    bool dirty;      /* on the thread's dirty list */
+    uint8_t *in;     /* received bytes not yet cut into frames */
     size_t in_len, in_cap;
-    uint8_t *out;         /* bytes to send: out[out_off..out_len) */
+    uint8_t *out; /* bytes to send: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
     uint64_t last_rx_ns;  /* when the previous response arrived (closed-loop bound) */
     uint64_t retry_ns;    /* while down: next connect attempt */
@@ -86,18 +95,18 @@ typedef struct slot {
 typedef struct thr {
     const tlgen_run_t *run;
     tlgen_stats_t *st;
-    unsigned id;         /* thread index */
-    int ep;              /* epoll fd */
+    unsigned id; /* thread index */
+    int ep;      /* epoll fd */
     conn_t *conns;
     unsigned nconns;
-    unsigned rr;         /* next connection to try */
-    unsigned *dirty;     /* connections with bytes to flush */
+    unsigned rr;     /* next connection to try */
+    unsigned *dirty; /* connections with bytes to flush */
     unsigned ndirty;
     slot_t *slots;
-    uint64_t mask;       /* slots - 1 */
-    uint64_t tail;       /* oldest unresolved seq */
-    uint64_t next_seq;   /* seq of the next request */
-    uint64_t inflight;   /* live slots */
+    uint64_t mask;     /* slots - 1 */
+    uint64_t tail;     /* oldest unresolved seq */
+    uint64_t next_seq; /* seq of the next request */
+    uint64_t inflight; /* live slots */
     uint64_t timeout_ns;
     codec_arena_t arena; /* for decoding responses */
     sched_t sched;
@@ -248,7 +257,16 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
         return;
     }
     t->rr = i + 1;
+    conn_t *c = &t->conns[i];
+    const workload_t *wl = t->run->wl;
     uint64_t seq = t->next_seq;
+    unsigned p = (unsigned)((seq + t->id) % wl->n);
+    size_t len = wl->lens[p];
+    if (c->out_len - c->out_off + len > MAX_BACKLOG) { /* the server is not reading */
+        if (counted)
+            st->backlogged++;
+        return;
+    }
     while (seq - t->tail > t->mask) { /* ring full: the oldest has waited > timeout anyway */
         slot_t *old = &t->slots[t->tail & t->mask];
         if (old->live) {
@@ -260,15 +278,14 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
     }
     t->next_seq++;
     slot_t *sl = &t->slots[seq & t->mask];
-    *sl = (slot_t){.seq = seq, .due_ns = due, .sent_ns = now, .conn = i, .live = true,
-                   .counted = counted};
+    *sl = (slot_t){
+        .seq = seq, .due_ns = due, .sent_ns = now, .conn = i, .live = true, .counted = counted};
 
-    conn_t *c = &t->conns[i];
-    const workload_t *wl = t->run->wl;
-    unsigned p = (unsigned)((seq + t->id) % wl->n);
-    size_t len = wl->lens[p];
-    if (c->out_off > 0 && c->out_off == c->out_len)
-        c->out_off = c->out_len = 0;
+    if (c->out_off > 0 && c->out_len + len > c->out_cap) { /* reuse the sent front first */
+        memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+        c->out_len -= c->out_off;
+        c->out_off = 0;
+    }
     reserve(&c->out, &c->out_cap, c->out_len, len);
     uint8_t *dst = c->out + c->out_len;
     memcpy(dst, wl->frames[p], len);
@@ -308,7 +325,8 @@ static void on_frame(thr_t *t, unsigned ci, const codec_header_t *h, int rc, con
     resolve(t, sl);
     if (!sl->counted)
         return;
-    if (rc == CODEC_OK && h->type == CODEC_PREDICT_RESULT && m->u.result.items == t->run->wl->items) {
+    if (rc == CODEC_OK && h->type == CODEC_PREDICT_RESULT &&
+        m->u.result.items == t->run->wl->items) {
         st->ok++;
         uint64_t start = sl->sent_ns > prev_rx ? sl->sent_ns : prev_rx;
         hist_record(&st->corrected, rx - sl->due_ns);
@@ -431,7 +449,10 @@ int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned
                tlgen_stats_t *st)
 {
     const tlgen_opts_t *o = run->o;
-    thr_t t = {.run = run, .st = st, .id = thread, .nconns = nconns,
+    thr_t t = {.run = run,
+               .st = st,
+               .id = thread,
+               .nconns = nconns,
                .timeout_ns = (uint64_t)o->timeout_ms * 1000000ull};
     int rc = 0;
     prctl(PR_SET_TIMERSLACK, 1000UL); /* wake within 1 us of a due time, not 50 us */
@@ -470,6 +491,14 @@ int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned
     bool sending = true;
     for (;;) {
         uint64_t now = tlgen_now_ns();
+        if (sending && now > run->end_ns + GIVE_UP_NS) { /* hopelessly behind: stop, say so */
+            for (uint64_t due; (due = sched_next(&t.sched)) < run->end_ns;)
+                if (due >= run->measure_ns) {
+                    st->scheduled++;
+                    st->skipped++;
+                }
+            sending = false;
+        }
         if (sending) {
             for (int b = 0; b < BURST && sched_peek(&t.sched) <= now; b++) {
                 uint64_t due = sched_next(&t.sched);

@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SUB_HALF_MAG 10                   /* log2(sub-bucket half count) */
-#define SUB_HALF (1u << SUB_HALF_MAG)     /* 1024 */
+#define SUB_HALF_MAG 10                     /* log2(sub-bucket half count) */
+#define SUB_HALF (1u << SUB_HALF_MAG)       /* 1024 */
 #define SUB_MASK ((2u << SUB_HALF_MAG) - 1) /* 2047 */
 #define BUCKETS 26u
 #define NCOUNTS ((BUCKETS + 1) * SUB_HALF)
@@ -171,8 +171,7 @@ double hist_stddev(const hist_t *h)
 int hist_write_spectrum(const hist_t *h, FILE *f)
 {
     const double scale = 1000.0; /* ns -> us */
-    fprintf(f, "%12s %14s %10s %14s\n\n", "Value", "Percentile", "TotalCount",
-            "1/(1-Percentile)");
+    fprintf(f, "%12s %14s %10s %14s\n\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)");
     if (h->total > 0) {
         uint32_t i = 0;
         uint64_t seen = h->counts[0];

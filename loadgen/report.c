@@ -6,8 +6,9 @@
  * schedule.  It is invalid when tlgen's own mean lag (actual send - due)
  * is over 1 ms, or when it handed fewer than 98% of the window's due
  * requests to a connection (no connection up counts too: the load was not
- * offered).  Errors and timeouts do not make a run invalid: they are the
- * server's result.
+ * offered; so is a full send backlog, and the rest of the schedule skipped
+ * when the sender is still over 1 s behind at the end).  Errors and timeouts
+ * do not make a run invalid: they are the server's result.
  *
  * RATES: offered = the --rate asked for; achieved = requests sent in the
  * measured window / its length; completed = successful responses / length.
@@ -31,13 +32,14 @@ static const struct {
     const char *key;   /* JSON suffix */
     double pct;
 } pcts[] = {
-    {"p50", "p50", 50.0},        {"p90", "p90", 90.0},      {"p99", "p99", 99.0},
-    {"p99.9", "p999", 99.9},     {"p99.99", "p9999", 99.99},
+    {"p50", "p50", 50.0},    {"p90", "p90", 90.0},       {"p99", "p99", 99.0},
+    {"p99.9", "p999", 99.9}, {"p99.99", "p9999", 99.99},
 };
 
 static uint64_t total_errors(const tlgen_stats_t *s)
 {
-    uint64_t n = s->err_other + s->timeouts + s->conn_errors + s->unsent + s->bad_responses;
+    uint64_t n = s->err_other + s->timeouts + s->conn_errors + s->unsent + s->backlogged +
+                 s->skipped + s->bad_responses;
     for (int i = 0; i < TLGEN_NCODES; i++)
         n += s->err_code[i];
     return n;
@@ -68,9 +70,12 @@ void report_judge(tlgen_report_t *r)
             n += (size_t)snprintf(r->why + n, sizeof r->why - n, "; ");
         if (n < sizeof r->why)
             snprintf(r->why + n, sizeof r->why - n,
-                     "only %llu of %llu due requests were sent (%llu with no connection up)",
+                     "only %llu of %llu due requests were sent (%llu with no connection up, "
+                     "%llu refused by a full send backlog, %llu skipped with the sender over "
+                     "1 s behind)",
                      (unsigned long long)s->sent, (unsigned long long)s->scheduled,
-                     (unsigned long long)s->unsent);
+                     (unsigned long long)s->unsent, (unsigned long long)s->backlogged,
+                     (unsigned long long)s->skipped);
     }
 }
 
@@ -84,12 +89,14 @@ void report_print(FILE *f, const tlgen_report_t *r)
     const tlgen_opts_t *o = r->o;
     const tlgen_stats_t *s = r->st;
     double dur = o->duration_s;
-    fprintf(f, "tlgen: %s:%d model %s, %.0f req/s %s for %.1f s (warm-up %.1f s discarded), "
-               "%u connections, %u threads\n",
+    fprintf(f,
+            "tlgen: %s:%d model %s, %.0f req/s %s for %.1f s (warm-up %.1f s discarded), "
+            "%u connections, %u threads\n",
             o->host, o->port, o->wl.model, o->rate, o->poisson ? "Poisson" : "constant", dur,
             o->warmup_s, o->connections, o->threads);
-    fprintf(f, "requests: %u items, %.0f ids, %.0f bytes on average (pool of %u, %s keys over "
-               "%llu)\n",
+    fprintf(f,
+            "requests: %u items, %.0f ids, %.0f bytes on average (pool of %u, %s keys over "
+            "%llu)\n",
             r->wl->items, r->wl->avg_features, r->wl->avg_len, r->wl->n,
             o->wl.zipf > 0 ? "Zipf" : "uniform", (unsigned long long)o->wl.key_space);
     fprintf(f, "\nlatency (us)     corrected      from send    uncorrected\n");
@@ -103,8 +110,9 @@ void report_print(FILE *f, const tlgen_report_t *r)
     fprintf(f, "  %-8s %14.1f %14.1f %14.1f\n", "mean", hist_mean(&s->corrected) / 1000.0,
             hist_mean(&s->from_send) / 1000.0, hist_mean(&s->uncorrected) / 1000.0);
 
-    fprintf(f, "\nrate: offered %.1f/s, achieved (sent) %.1f/s (%.1f%% of due), completed ok "
-               "%.1f/s\n",
+    fprintf(f,
+            "\nrate: offered %.1f/s, achieved (sent) %.1f/s (%.1f%% of due), completed ok "
+            "%.1f/s\n",
             o->rate, (double)s->sent / dur,
             s->scheduled ? 100.0 * (double)s->sent / (double)s->scheduled : 0.0,
             (double)s->ok / dur);
@@ -125,6 +133,7 @@ void report_print(FILE *f, const tlgen_report_t *r)
         uint64_t n;
     } other[] = {{"other codes", s->err_other},     {"timeout", s->timeouts},
                  {"connection", s->conn_errors},    {"unsent", s->unsent},
+                 {"backlog full", s->backlogged},   {"skipped", s->skipped},
                  {"bad response", s->bad_responses}};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         if (other[i].n) {
@@ -133,8 +142,9 @@ void report_print(FILE *f, const tlgen_report_t *r)
         }
     fprintf(f, "%s\n", errs ? ")" : "");
     if (s->late || s->frame_errors || s->disconnects)
-        fprintf(f, "also: %llu late responses, %llu connection-level ERROR frames, %llu "
-                   "disconnects\n",
+        fprintf(f,
+                "also: %llu late responses, %llu connection-level ERROR frames, %llu "
+                "disconnects\n",
                 (unsigned long long)s->late, (unsigned long long)s->frame_errors,
                 (unsigned long long)s->disconnects);
     if (r->valid)
@@ -161,8 +171,8 @@ static void json_hist(FILE *f, const char *prefix, const hist_t *h)
 {
     for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
         fprintf(f, ",\"%s%s_us\":%.3f", prefix, pcts[i].key, us(hist_percentile(h, pcts[i].pct)));
-    fprintf(f, ",\"%smax_us\":%.3f,\"%smean_us\":%.3f", prefix, us(h->total ? h->max : 0),
-            prefix, hist_mean(h) / 1000.0);
+    fprintf(f, ",\"%smax_us\":%.3f,\"%smean_us\":%.3f", prefix, us(h->total ? h->max : 0), prefix,
+            hist_mean(h) / 1000.0);
 }
 
 void report_json(FILE *f, const tlgen_report_t *r)
@@ -174,12 +184,13 @@ void report_json(FILE *f, const tlgen_report_t *r)
     json_str(f, o->host);
     fprintf(f, ",\"port\":%d,\"model\":", o->port);
     json_str(f, o->wl.model);
-    fprintf(f, ",\"arrivals\":\"%s\",\"duration_s\":%.3f,\"warmup_s\":%.3f,\"connections\":%u,"
-               "\"threads\":%u,\"items\":%u",
+    fprintf(f,
+            ",\"arrivals\":\"%s\",\"duration_s\":%.3f,\"warmup_s\":%.3f,\"connections\":%u,"
+            "\"threads\":%u,\"items\":%u",
             o->poisson ? "poisson" : "constant", dur, o->warmup_s, o->connections, o->threads,
             r->wl->items);
-    fprintf(f, ",\"offered_rps\":%.3f,\"achieved_rps\":%.3f,\"completed_rps\":%.3f",
-            o->rate, (double)s->sent / dur, (double)s->ok / dur);
+    fprintf(f, ",\"offered_rps\":%.3f,\"achieved_rps\":%.3f,\"completed_rps\":%.3f", o->rate,
+            (double)s->sent / dur, (double)s->ok / dur);
     fprintf(f, ",\"scheduled\":%llu,\"sent\":%llu,\"ok\":%llu", (unsigned long long)s->scheduled,
             (unsigned long long)s->sent, (unsigned long long)s->ok);
     json_hist(f, "", &s->corrected);
@@ -192,13 +203,16 @@ void report_json(FILE *f, const tlgen_report_t *r)
     const char *sep = "";
     for (int i = 0; i < TLGEN_NCODES; i++)
         if (s->err_code[i]) {
-            fprintf(f, "%s\"%s\":%llu", sep, codec_errc_name(i), (unsigned long long)s->err_code[i]);
+            fprintf(f, "%s\"%s\":%llu", sep, codec_errc_name(i),
+                    (unsigned long long)s->err_code[i]);
             sep = ",";
         }
-    fprintf(f, "%s\"other_codes\":%llu,\"timeout\":%llu,\"connection\":%llu,\"unsent\":%llu,"
-               "\"bad_response\":%llu}",
+    fprintf(f,
+            "%s\"other_codes\":%llu,\"timeout\":%llu,\"connection\":%llu,\"unsent\":%llu,"
+            "\"backlog_full\":%llu,\"skipped\":%llu,\"bad_response\":%llu}",
             sep, (unsigned long long)s->err_other, (unsigned long long)s->timeouts,
             (unsigned long long)s->conn_errors, (unsigned long long)s->unsent,
+            (unsigned long long)s->backlogged, (unsigned long long)s->skipped,
             (unsigned long long)s->bad_responses);
     fprintf(f, ",\"late_responses\":%llu,\"frame_errors\":%llu,\"disconnects\":%llu",
             (unsigned long long)s->late, (unsigned long long)s->frame_errors,

@@ -17,10 +17,10 @@
 #include <stdint.h>
 
 typedef struct sched {
-    double next_ns;  /* due time of the next request (absolute, CLOCK_MONOTONIC ns) */
-    double gap_ns;   /* constant: T / R seconds in ns; Poisson: the mean gap */
-    bool poisson;    /* exponential gaps instead of constant ones */
-    uint64_t rng;    /* Poisson: splitmix64 state */
+    double next_ns; /* due time of the next request (absolute, CLOCK_MONOTONIC ns) */
+    double gap_ns;  /* constant: T / R seconds in ns; Poisson: the mean gap */
+    bool poisson;   /* exponential gaps instead of constant ones */
+    uint64_t rng;   /* Poisson: splitmix64 state */
 } sched_t;
 
 /* Sets up thread `thread` of `threads` at total `rate` requests/s from

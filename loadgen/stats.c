@@ -41,6 +41,8 @@ void tlgen_stats_merge(tlgen_stats_t *d, const tlgen_stats_t *s)
     d->timeouts += s->timeouts;
     d->conn_errors += s->conn_errors;
     d->unsent += s->unsent;
+    d->backlogged += s->backlogged;
+    d->skipped += s->skipped;
     d->bad_responses += s->bad_responses;
     d->late += s->late;
     d->frame_errors += s->frame_errors;

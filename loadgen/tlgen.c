@@ -72,8 +72,7 @@ static const char usage[] =
     "its schedule (mean lag over 1 ms, or under 98% of due requests sent).\n"
     "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.\n";
 
-__attribute__((cold, noreturn)) static void die_usage(const char *fmt, const char *a,
-                                                      const char *b)
+__attribute__((cold, noreturn)) static void die_usage(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "tlgen: ");
     fprintf(stderr, fmt, a, b);
@@ -109,10 +108,19 @@ static double arg_num(const char *flag, const char *v, double lo, double hi)
 
 __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t *o)
 {
-    *o = (tlgen_opts_t){.host = "127.0.0.1", .connections = 4, .threads = 1,
-                        .timeout_ms = 10000, .duration_s = -1, .rate = -1,
-                        .wl = {.items = 200, .shared = 300, .per_item = 200,
-                               .key_space = 10000000, .zipf = 0.0, .seed = 42, .pool = 64}};
+    *o = (tlgen_opts_t){.host = "127.0.0.1",
+                        .connections = 4,
+                        .threads = 1,
+                        .timeout_ms = 10000,
+                        .duration_s = -1,
+                        .rate = -1,
+                        .wl = {.items = 200,
+                               .shared = 300,
+                               .per_item = 200,
+                               .key_space = 10000000,
+                               .zipf = 0.0,
+                               .seed = 42,
+                               .pool = 64}};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -170,8 +178,8 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
     if (!o->port || !o->wl.model || o->rate < 0 || o->duration_s < 0)
         die_usage("--port, --model, --rate and --duration are required%s%s", "", "");
     if (o->threads > o->connections)
-        die_usage("--threads is more than --connections: every thread needs a connection%s%s",
-                  "", "");
+        die_usage("--threads is more than --connections: every thread needs a connection%s%s", "",
+                  "");
 }
 
 /* Resolves host:port into run->addr.  Returns 0 or -1 (message printed). */

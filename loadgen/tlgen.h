@@ -33,40 +33,42 @@
 #define TLGEN_NCODES 20 /* wire ERROR codes 0..19 counted one by one */
 
 typedef struct tlgen_opts {
-    const char *host;       /* server address or name */
-    int port;               /* data plane port */
-    double rate;            /* offered requests/s over all threads */
-    bool poisson;           /* Poisson arrivals instead of constant gaps */
-    double duration_s;      /* measured seconds (after the warm-up) */
-    double warmup_s;        /* seconds sent first and discarded */
-    unsigned connections;   /* TCP connections over all threads */
-    unsigned threads;       /* driver threads (each owns connections / threads) */
-    int timeout_ms;         /* a request without a response this long after its due time */
-    bool json;              /* last line: one JSON object */
-    const char *spectrum;   /* file for the corrected percentile spectrum, or NULL */
-    workload_opts_t wl;     /* request shape */
+    const char *host;     /* server address or name */
+    int port;             /* data plane port */
+    double rate;          /* offered requests/s over all threads */
+    bool poisson;         /* Poisson arrivals instead of constant gaps */
+    double duration_s;    /* measured seconds (after the warm-up) */
+    double warmup_s;      /* seconds sent first and discarded */
+    unsigned connections; /* TCP connections over all threads */
+    unsigned threads;     /* driver threads (each owns connections / threads) */
+    int timeout_ms;       /* a request without a response this long after its due time */
+    bool json;            /* last line: one JSON object */
+    const char *spectrum; /* file for the corrected percentile spectrum, or NULL */
+    workload_opts_t wl;   /* request shape */
 } tlgen_opts_t;
 
 /* Per-thread counters and histograms.  Everything counts only requests due
  * inside the measured window [measure_ns, end_ns), except `late` and
  * `frame_errors` (not tied to a window request). */
 typedef struct tlgen_stats {
-    hist_t corrected;            /* response - due time */
-    hist_t from_send;            /* response - actual send */
-    hist_t uncorrected;          /* response - max(send, previous response on the conn) */
-    hist_t lag;                  /* actual send - due time: the sender's own lateness */
-    uint64_t scheduled;          /* requests due in the window */
-    uint64_t sent;               /* of those, handed to a connection */
-    uint64_t ok;                 /* PREDICT_RESULTs with the right item count */
+    hist_t corrected;                /* response - due time */
+    hist_t from_send;                /* response - actual send */
+    hist_t uncorrected;              /* response - max(send, previous response on the conn) */
+    hist_t lag;                      /* actual send - due time: the sender's own lateness */
+    uint64_t scheduled;              /* requests due in the window */
+    uint64_t sent;                   /* of those, handed to a connection */
+    uint64_t ok;                     /* PREDICT_RESULTs with the right item count */
     uint64_t err_code[TLGEN_NCODES]; /* ERROR responses by wire code */
-    uint64_t err_other;          /* ERROR responses with a code >= TLGEN_NCODES */
-    uint64_t timeouts;           /* no response within timeout_ms of the due time */
-    uint64_t conn_errors;        /* in flight on a connection that failed */
-    uint64_t unsent;             /* due while no connection was up */
-    uint64_t bad_responses;      /* undecodable, wrong type or wrong item count */
-    uint64_t late;               /* responses to requests already timed out or unknown ids */
-    uint64_t frame_errors;       /* ERROR frames with request id 0 (server closed the conn) */
-    uint64_t disconnects;        /* connections lost during the run */
+    uint64_t err_other;              /* ERROR responses with a code >= TLGEN_NCODES */
+    uint64_t timeouts;               /* no response within timeout_ms of the due time */
+    uint64_t conn_errors;            /* in flight on a connection that failed */
+    uint64_t unsent;                 /* due while no connection was up */
+    uint64_t backlogged;             /* not sent: the connection's send backlog was full */
+    uint64_t skipped;                /* not sent: the sender was over 1 s behind at the end */
+    uint64_t bad_responses;          /* undecodable, wrong type or wrong item count */
+    uint64_t late;                   /* responses to requests already timed out or unknown ids */
+    uint64_t frame_errors;           /* ERROR frames with request id 0 (server closed the conn) */
+    uint64_t disconnects;            /* connections lost during the run */
 } tlgen_stats_t;
 
 /* What every driver thread reads (read-only during the run). */
@@ -103,7 +105,7 @@ typedef struct tlgen_report {
     const workload_t *wl;
     const tlgen_stats_t *st; /* merged over threads */
     bool valid;              /* the sender kept up with the schedule */
-    char why[256];           /* when not valid: the reasons, "; "-separated */
+    char why[512];           /* when not valid: the reasons, "; "-separated */
 } tlgen_report_t;
 
 /* Decides r->valid and r->why from r->st. */

@@ -57,7 +57,8 @@ static double helper1(double x) /* log1p(x) / x */
 
 static double helper2(double x) /* expm1(x) / x */
 {
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
+    return fabs(x) > 1e-8 ? expm1(x) / x
+                          : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
 }
 
 static double zh(const zipf_t *z, double x)
@@ -151,8 +152,8 @@ __attribute__((cold)) int workload_build(workload_t *w, const workload_opts_t *o
         fill_block(&req.shared, ids, o->shared, o, zp, &rng);
         uint32_t total = req.shared.n;
         for (uint32_t i = 0; i < o->items; i++) {
-            fill_block(&blocks[i], ids + o->shared + (uint64_t)i * o->per_item, o->per_item, o,
-                       zp, &rng);
+            fill_block(&blocks[i], ids + o->shared + (uint64_t)i * o->per_item, o->per_item, o, zp,
+                       &rng);
             total += blocks[i].n;
         }
         codec_error_t err;

@@ -1,0 +1,234 @@
+"""Integration tests of tlgen, the open-loop load generator (loadgen/).
+
+Each class starts a real `tlserve` (from TL_BUILD_DIR, default ./build) on free loopback ports
+with a small `tlsnap gen` model and runs `tlgen` against it.  The central proof is the stall
+test: tlgen runs at 1,000 requests/s for 10 s while the server is frozen (SIGSTOP) from t=3 s to
+t=4 s.  An open-loop generator keeps sending during the freeze, so every request due in that
+second waits for the server and the corrected p99 (from the due time) shows the stall, while
+the uncorrected figure - the per-connection service time a closed-loop client would have
+recorded, which sees the freeze only once per connection - stays low.  That gap is
+coordinated omission, made visible.
+
+Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlgen.py
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
+TLSERVE = os.path.join(BUILD, "server", "tlserve")
+TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
+MODEL = "ctr_lr"
+KEYS = 20000
+SEED = 42
+SMALL = ["--items", "10", "--shared", "20", "--per-item", "10", "--key-space", str(KEYS),
+         "--seed", str(SEED)]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A running tlserve process (the idea of test_server.py's Server, trimmed)."""
+
+    def __init__(self, model_dir, *extra):
+        self.port, self.admin_port = free_port(), free_port()
+        self.log = tempfile.TemporaryFile(mode="w+")  # a file: an unread pipe could stall it
+        self.proc = subprocess.Popen(
+            [TLSERVE, "--model", model_dir, "--port", str(self.port),
+             "--admin-port", str(self.admin_port), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("tlserve exited: " + self.output())
+            try:
+                url = "http://127.0.0.1:%d/readyz" % self.admin_port
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (OSError, urllib.error.HTTPError):
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("tlserve did not become ready")
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def start_tlgen(port, *args, model=MODEL):
+    return subprocess.Popen([TLGEN, "--port", str(port), "--model", model, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=60):
+    """Waits for tlgen; returns (exit code, stdout, the JSON of its last line)."""
+    out, err = proc.communicate(timeout=timeout)
+    lines = out.strip().splitlines()
+    if not lines:
+        raise AssertionError("tlgen printed nothing; stderr: " + err)
+    return proc.returncode, out, json.loads(lines[-1])
+
+
+def setUpModule():
+    global TMP, MODEL_DIR
+    for exe in (TLSERVE, TLSNAP, TLGEN):
+        if not os.path.exists(exe):
+            raise unittest.SkipTest("%s is not built" % exe)
+    TMP = tempfile.mkdtemp(prefix="tlgen-it-")
+    MODEL_DIR = os.path.join(TMP, MODEL, "1")
+    subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", MODEL_DIR, "--name", MODEL,
+                    "--version", "1", "--seed", str(SEED), "--shards", "4"],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+class OpenLoop(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # One worker (2-core hosts).  A high --max-inflight: after the stall the server finds
+        # ~1,000 requests at once and must score them, not refuse them as OVERLOADED.
+        cls.srv = Server(MODEL_DIR, "--workers", "1", "--max-inflight", "65536")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def test_stall_shows_in_corrected_not_in_uncorrected(self):
+        t0 = time.monotonic()
+        proc = start_tlgen(self.srv.port, "--rate", "1000", "--duration", "10",
+                           "--connections", "4", "--json", *SMALL)
+        stopped = False
+        try:
+            time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+            self.srv.proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            time.sleep(max(0.0, 4.0 - (time.monotonic() - t0)))
+        finally:
+            if stopped:
+                self.srv.proc.send_signal(signal.SIGCONT)
+        rc, out, r = finish(proc)
+        msg = out
+        # the sender kept its schedule through the stall: that is what open loop means
+        self.assertTrue(r["valid"], msg)
+        self.assertEqual(rc, 0, msg)
+        self.assertGreaterEqual(r["achieved_rps"], 980, msg)
+        self.assertEqual(r["errors"], 0, msg)
+        self.assertEqual(r["ok"], r["scheduled"], msg)
+        # ~10% of the requests were due during the 1 s stall and waited up to 1 s: p99 ~ 0.9 s
+        self.assertGreaterEqual(r["p99_us"], 500_000, msg)
+        self.assertGreaterEqual(r["max_us"], 900_000, msg)
+        # they really were sent on time and waited in the socket: from-send shows it too
+        self.assertGreaterEqual(r["send_p99_us"], 500_000, msg)
+        # a closed-loop client would have seen the stall once per connection (4 samples of
+        # ~1 s among ~10,000): only the very top of its distribution shows it
+        self.assertLess(r["uncorrected_p99_us"], 100_000, msg)
+        self.assertGreaterEqual(r["uncorrected_max_us"], 500_000, msg)
+        # the human table came first, corrected and uncorrected side by side
+        self.assertIn("corrected", out)
+        self.assertIn("uncorrected", out)
+
+    def test_steady_run_is_valid_and_fast(self):
+        spectrum = os.path.join(TMP, "spectrum.txt")
+        proc = start_tlgen(self.srv.port, "--rate", "1000", "--duration", "4", "--warmup", "1",
+                           "--connections", "4", "--threads", "2", "--json",
+                           "--spectrum", spectrum, *SMALL)
+        rc, out, r = finish(proc)
+        self.assertEqual(rc, 0, out)
+        self.assertTrue(r["valid"], out)
+        self.assertEqual(r["errors"], 0, out)
+        # the warm-up is discarded: 4 s at 1,000/s were measured, not 5 s
+        self.assertAlmostEqual(r["scheduled"], 4000, delta=2)
+        self.assertEqual(r["ok"], r["scheduled"], out)
+        self.assertAlmostEqual(r["offered_rps"], 1000, delta=0.01)
+        self.assertGreaterEqual(r["achieved_rps"], 980, out)
+        self.assertLess(r["p99_us"], 100_000, out)  # no stall: small (a busy host may add ms)
+        for key in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us"):
+            self.assertGreater(r[key], 0, key)
+        self.assertLessEqual(r["p50_us"], r["p90_us"])
+        self.assertLessEqual(r["p90_us"], r["p99_us"])
+        self.assertLessEqual(r["p99_us"], r["p999_us"])
+        self.assertLessEqual(r["p999_us"], r["max_us"])
+        # HdrHistogram's text format: header, rows of 4 columns, last row at 100%, footer
+        with open(spectrum) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines[0].split(), ["Value", "Percentile", "TotalCount",
+                                            "1/(1-Percentile)"])
+        rows = [ln.split() for ln in lines[2:] if ln and not ln.startswith("#")]
+        self.assertEqual(float(rows[0][1]), 0.0)
+        self.assertEqual((float(rows[-1][1]), int(rows[-1][2])), (1.0, r["ok"]))
+        self.assertAlmostEqual(float(rows[-1][0]), r["max_us"], delta=0.01)
+        pcts = [float(row[1]) for row in rows]
+        self.assertEqual(pcts, sorted(pcts))
+        self.assertTrue(any(ln.startswith("#[Mean") for ln in lines))
+        self.assertTrue(any(ln.startswith("#[Max") for ln in lines))
+
+    def test_poisson_arrivals(self):
+        proc = start_tlgen(self.srv.port, "--rate", "1000", "--poisson", "--duration", "2",
+                           "--connections", "2", "--json", *SMALL)
+        rc, out, r = finish(proc)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(r["arrivals"], "poisson")
+        self.assertAlmostEqual(r["scheduled"], 2000, delta=200)  # sd ~45
+        self.assertEqual(r["ok"], r["scheduled"], out)
+
+    def test_errors_by_code(self):
+        proc = start_tlgen(self.srv.port, "--rate", "200", "--duration", "1", "--json", *SMALL,
+                           model="no_such_model")
+        rc, out, r = finish(proc)
+        self.assertEqual(rc, 0, out)  # errors are the server's answer; the run is valid
+        self.assertEqual(r["ok"], 0)
+        self.assertEqual(r["errors"], r["scheduled"])
+        self.assertEqual(r["errors_by_code"]["UNKNOWN_MODEL"], r["scheduled"])
+        self.assertIn("UNKNOWN_MODEL", out)
+
+
+class Usage(unittest.TestCase):
+    def test_help_and_bad_args(self):
+        r = subprocess.run([TLGEN, "--help"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--rate", r.stdout)
+        r = subprocess.run([TLGEN, "--port", "1", "--model", "m", "--rate", "x",
+                            "--duration", "1"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--rate", r.stderr)
+
+    def test_connection_refused(self):
+        r = subprocess.run([TLGEN, "--port", str(free_port()), "--model", "m", "--rate", "10",
+                            "--duration", "1", *SMALL], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot connect", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
