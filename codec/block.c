@@ -200,6 +200,59 @@ static inline int varint_decode_fast(const uint8_t *p, uint64_t *v)
     return 10;
 }
 
+/* Copies n >= 1 fixed u64 ids from the payload and returns non-zero when
+ * one is not above the one before it.  One pass: load, compare, store. */
+static uint64_t copy_fixed_ids_scalar(const uint8_t *restrict src, uint64_t *restrict dst,
+                                      uint32_t n)
+{
+    uint64_t bad = 0, prev = get_u64(src);
+    dst[0] = prev;
+    for (uint32_t i = 1; i < n; i++) {
+        uint64_t v = get_u64(src + (size_t)i * 8);
+        bad |= v <= prev;
+        dst[i] = prev = v;
+    }
+    return bad;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* The same, four ids at a time with AVX2 (unsigned order via the sign-bit
+ * flip, since AVX2 compares signed); chosen at run time when the CPU has it. */
+__attribute__((target("avx2"))) static uint64_t copy_fixed_ids_avx2(const uint8_t *restrict src,
+                                                                   uint64_t *restrict dst,
+                                                                   uint32_t n)
+{
+    const __m256i flip = _mm256_set1_epi64x(INT64_MIN), ones = _mm256_set1_epi64x(-1);
+    __m256i bad = _mm256_setzero_si256();
+    dst[0] = get_u64(src);
+    uint32_t i = 1;
+    for (; i + 4 <= n; i += 4) {
+        __m256i cur = _mm256_loadu_si256((const __m256i *)(const void *)(src + (size_t)i * 8));
+        __m256i prv = _mm256_loadu_si256((const __m256i *)(const void *)(src + (size_t)(i - 1) * 8));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), cur);
+        __m256i gt = _mm256_cmpgt_epi64(_mm256_xor_si256(cur, flip), _mm256_xor_si256(prv, flip));
+        bad = _mm256_or_si256(bad, _mm256_xor_si256(gt, ones));
+    }
+    uint64_t tail = 0;
+    for (; i < n; i++) {
+        uint64_t v = get_u64(src + (size_t)i * 8);
+        tail |= v <= dst[i - 1];
+        dst[i] = v;
+    }
+    return tail | (uint64_t)!_mm256_testz_si256(bad, bad);
+}
+#endif
+
+static inline uint64_t copy_fixed_ids(const uint8_t *src, uint64_t *dst, uint32_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (__builtin_cpu_supports("avx2"))
+        return copy_fixed_ids_avx2(src, dst, n);
+#endif
+    return copy_fixed_ids_scalar(src, dst, n);
+}
+
 int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
 {
     char lb[32];
@@ -227,13 +280,13 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
                           "%s %s: block flags at offset %zu run past the payload end", r->msg,
                           label(lb, sizeof lb, what, index), r->off);
     uint8_t flags = r->p[r->off];
-    if (unlikely(flags & ~CODEC_BLOCK_VALUES))
+    if (unlikely(flags & ~(CODEC_BLOCK_VALUES | CODEC_BLOCK_FIXED)))
         return codec_fail(r->err, CODEC_E_BAD_VALUE, r->off,
                           "%s %s: block flags 0x%02x at offset %zu set undefined bits", r->msg,
                           label(lb, sizeof lb, what, index), flags, r->off);
     r->off++;
-    bool has_values = flags & CODEC_BLOCK_VALUES;
-    size_t min = (size_t)n * (has_values ? 5 : 1);
+    bool has_values = flags & CODEC_BLOCK_VALUES, fixed = flags & CODEC_BLOCK_FIXED;
+    size_t min = (size_t)n * ((fixed ? 8 : 1) + (has_values ? 4 : 0));
     if (unlikely(min > rd_left(r)))
         return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
                           "%s %s: %llu features at offset %zu need >= %zu bytes, %zu left", r->msg,
@@ -251,8 +304,20 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
     if (has_values && !(b->values = rd_alloc(r, (size_t)n * sizeof *b->values, "values")))
         return r->err ? r->err->code : CODEC_E_INTERNAL;
 
+    if (fixed) { /* n little-endian u64 ids: copy, then one pass for the order */
+        uint64_t bad = copy_fixed_ids(r->p + r->off, b->ids, (uint32_t)n);
+        if (unlikely(bad)) {
+            uint32_t i = 1;
+            while (b->ids[i] > b->ids[i - 1])
+                i++;
+            return codec_fail(r->err, CODEC_E_UNSORTED_FEATURES, r->off + (size_t)i * 8,
+                              "%s %s: id[%u] at offset %zu is not above id[%u]", r->msg,
+                              label(lb, sizeof lb, what, index), i, r->off + (size_t)i * 8, i - 1);
+        }
+        r->off += (size_t)n * 8;
+    }
     uint64_t id = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n && !fixed; i++) {
         uint64_t d;
         at = r->off;
         if (likely(rd_left(r) >= CODEC_MAX_VARINT))
@@ -314,6 +379,24 @@ void wr_name(struct wr *w, const char *name)
     wr_bytes(w, name, n);
 }
 
+/* Bytes the ids of b take on the wire, and (when fixed != NULL) whether they
+ * go as fixed u64s: when delta varints would average more than 7 bytes an
+ * id (ids spread over most of the 64-bit space, e.g. 56 hash bits under the
+ * field byte), fixed ids are barely larger and decode with one memcpy. */
+static size_t block_id_bytes(const codec_block_t *b, bool *fixed)
+{
+    size_t v = 0;
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        v += codec_varint_size(b->ids[i] - prev);
+        prev = b->ids[i];
+    }
+    bool f = v > (size_t)b->n * 7;
+    if (fixed)
+        *fixed = f;
+    return f ? (size_t)b->n * 8 : v;
+}
+
 int block_check(const codec_block_t *b, const char *msg, const char *what, long index,
                 uint32_t *features, size_t *bytes, codec_error_t *err)
 {
@@ -330,16 +413,12 @@ int block_check(const codec_block_t *b, const char *msg, const char *what, long 
         return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "%s %s: ids is NULL", msg,
                           label(lb, sizeof lb, what, index));
     size_t sz = codec_varint_size(b->n) + 1 + (b->values ? (size_t)b->n * 4 : 0);
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < b->n; i++) {
-        uint64_t id = b->ids[i];
-        if (i > 0 && id <= prev)
+    for (uint32_t i = 1; i < b->n; i++)
+        if (b->ids[i] <= b->ids[i - 1])
             return codec_fail(err, CODEC_E_UNSORTED_FEATURES, CODEC_NO_OFFSET,
                               "%s %s: id[%u] is not above id[%u] (use codec_sort_unique)", msg,
                               label(lb, sizeof lb, what, index), i, i - 1);
-        sz += codec_varint_size(id - prev);
-        prev = id;
-    }
+    sz += block_id_bytes(b, NULL);
     if (b->values)
         for (uint32_t i = 0; i < b->n; i++)
             if (!f32_finite(b->values[i]))
@@ -353,11 +432,18 @@ int block_check(const codec_block_t *b, const char *msg, const char *what, long 
 
 void wr_block(struct wr *w, const codec_block_t *b)
 {
+    bool fixed;
+    block_id_bytes(b, &fixed);
     wr_varint(w, b->n);
-    wr_u8(w, b->values ? CODEC_BLOCK_VALUES : 0);
+    wr_u8(w, (b->values ? CODEC_BLOCK_VALUES : 0) | (fixed ? CODEC_BLOCK_FIXED : 0));
     uint64_t prev = 0;
     for (uint32_t i = 0; i < b->n; i++) {
-        wr_varint(w, b->ids[i] - prev);
+        if (fixed) {
+            uint64_t le = htole64(b->ids[i]);
+            wr_bytes(w, &le, 8);
+        } else {
+            wr_varint(w, b->ids[i] - prev);
+        }
         prev = b->ids[i];
     }
     if (b->values)

@@ -49,6 +49,7 @@ extern "C" {
 #define CODEC_MAX_VARINT 10u                /* bytes of one varint */
 
 #define CODEC_BLOCK_VALUES 0x01u     /* block_flags bit 0: f32 values follow */
+#define CODEC_BLOCK_FIXED 0x02u      /* block_flags bit 1: ids as n u64 LE, not delta varints */
 #define CODEC_LOOKUP_PARTIAL 0x0001u /* LOOKUP frame flag: per-item partial sums */
 
 typedef enum codec_type {

@@ -816,12 +816,12 @@ static void test_predict_block_errors(void **state)
     block_seq(&x, 0);
     predict_fails(&x, CODEC_E_BAD_VARINT, shared_at);
 
-    /* undefined block flag bit */
+    /* undefined block flag bit (bits 0 and 1 are defined) */
     x.n = 0;
     predict_head(&x, 1);
     block_seq(&x, 0);
     vint(&x, 1);
-    u8(&x, 0x03);
+    u8(&x, 0x05);
     vint(&x, 5);
     f32le(&x, 1.0f);
     predict_fails(&x, CODEC_E_BAD_VALUE, shared_at + 3);
@@ -1012,11 +1012,13 @@ static void test_block_varint_lengths(void **state)
         unsigned bits = 1 + (unsigned)((x >> 33) % 49); /* 1..49 bits: 1..7 bytes */
         uint64_t d = ((x >> 7) | (1ull << 56)) >> (57 - bits);
         if (i % 40 == 39)
-            d = (1ull << 56) + (x >> 20); /* 9 bytes; 100 of them fit in 2^64 */
+            d = (1ull << 56) + (x >> 20); /* 9 bytes; 100 of them fit in 2^63 */
+        if (i == 1)
+            d = (1ull << 63) + 4;         /* 10 bytes */
         id += d ? d : 1;
         ids[i] = id;
     }
-    /* the shared block holds one id of 10 varint bytes */
+    /* the shared block: one id, sent fixed-width (a lone varint would take 10 bytes) */
     uint64_t top[1] = {(1ull << 63) + 12345};
     codec_block_t item = {ids, NULL, N};
     codec_predict_t p = {.name = "m", .version = 0, .items = 1, .shared = {top, NULL, 1},
@@ -1044,6 +1046,53 @@ static void test_block_varint_lengths(void **state)
     assert_int_equal(codec_decode_predict(over, sizeof over, &a, &q, &e), CODEC_E_BAD_VARINT);
 }
 
+/* Fixed-width ids (block flag bit 1): what the encoder picks for ids spread
+ * over the 64-bit space, decoded with a copy and one order check; the
+ * decoder refuses them out of order, duplicated or cut short. */
+static void test_block_fixed_ids(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    static uint64_t ids[N];
+    static uint8_t buf[N * 12 + 256], arena_mem[N * 16 + 65536];
+    uint64_t x = 99;
+    for (uint32_t i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = x;
+    }
+    codec_sort_unique(ids, NULL, N);
+    codec_block_t item = {ids, NULL, N};
+    codec_predict_t p = {.name = "m", .items = 1, .item = &item};
+    size_t len;
+    codec_error_t e;
+    assert_int_equal(codec_encode_predict(buf, sizeof buf, 1, &p, &len, &e), CODEC_OK);
+    const uint8_t *pl = buf + CODEC_HEADER_SIZE;
+    size_t plen = len - CODEC_HEADER_SIZE;
+    /* name (2) + version (8) + items (1) + empty shared block (2) + n (2) + flags */
+    assert_int_equal(pl[15], CODEC_BLOCK_FIXED);
+    assert_int_equal(plen, 16 + (size_t)N * 8);
+    codec_arena_t a = {arena_mem, sizeof arena_mem, 0};
+    codec_predict_t q;
+    assert_int_equal(codec_decode_predict(pl, plen, &a, &q, &e), CODEC_OK);
+    for (uint32_t i = 0; i < N; i++)
+        assert_true(q.item[0].ids[i] == ids[i]);
+    /* a duplicate id at index 7: UNSORTED at its offset */
+    static uint8_t bad[N * 12 + 256];
+    memcpy(bad, pl, plen);
+    memcpy(bad + 16 + 7 * 8, bad + 16 + 6 * 8, 8);
+    codec_arena_reset(&a);
+    assert_int_equal(codec_decode_predict(bad, plen, &a, &q, &e), CODEC_E_UNSORTED_FEATURES);
+    assert_int_equal(e.offset, 16 + 7 * 8);
+    /* cut short: TRUNCATED before any id is read */
+    codec_arena_reset(&a);
+    assert_int_equal(codec_decode_predict(pl, plen - 1, &a, &q, &e), CODEC_E_TRUNCATED);
+    /* ids of a few bits each stay delta varints */
+    for (uint32_t i = 0; i < N; i++)
+        ids[i] = 1000 + 3 * i;
+    assert_int_equal(codec_encode_predict(buf, sizeof buf, 1, &p, &len, &e), CODEC_OK);
+    assert_int_equal(buf[CODEC_HEADER_SIZE + 15], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1065,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_encoder_refusals),
         cmocka_unit_test(test_errc_names),
         cmocka_unit_test(test_block_varint_lengths),
+        cmocka_unit_test(test_block_fixed_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -600,11 +600,30 @@ class TestBlock(WireErrorMixin, unittest.TestCase):
 
     def test_undefined_block_flags(self):
         self.assertEqual(w.BLOCK_FLAGS_ERROR, E.BAD_VALUE)
-        for f in (0x02, 0x80, 0xFF):
+        for f in (0x04, 0x80, 0xFF):
             self.assertWireError(E.BAD_VALUE, self.dec, b"\x01" + bytes([f]) + b"\x01")
             # block_flags is checked before the size check and before the deltas
             self.assertWireError(E.BAD_VALUE, self.dec, b"\x05" + bytes([f]))
             self.assertWireError(E.BAD_VALUE, self.dec, b"\x02" + bytes([f]) + b"\x05\x00")
+
+    def test_fixed_ids(self):
+        """Block flag bit 1: ids as little-endian u64s, chosen by the encoder for ids spread
+        over the 64-bit space; order checked, size checked first (8 bytes an id)."""
+        ids = sorted({(i * 0x9E3779B97F4A7C15) & w._M64 for i in range(1, 200)})
+        enc = bytes(w.encode_block(ids))
+        self.assertEqual(enc[2], w.BLOCK_FLAG_FIXED)          # n=199 takes 2 varint bytes
+        self.assertEqual(len(enc), 3 + 8 * len(ids))
+        self.assertEqual(w.decode_block(enc)[0].ids, ids)
+        small = list(range(10, 500, 7))                       # dense ids stay delta varints
+        self.assertEqual(w.encode_block(small)[1], 0)
+        self.assertEqual(w.decode_block(bytes(w.encode_block(small, fixed_ids=True)))[0].ids,
+                         small)
+        dup = bytearray(enc)
+        dup[3 + 8 * 5:3 + 8 * 6] = dup[3 + 8 * 4:3 + 8 * 5]   # id 5 repeats id 4
+        self.assertWireError(E.UNSORTED_FEATURES, w.decode_block, bytes(dup))
+        self.assertWireError(E.TRUNCATED, w.decode_block, enc[:-1])
+        # the size check counts 8 bytes an id before reading any
+        self.assertWireError(E.TRUNCATED, w.decode_block, b"\x03\x02" + b"\x00" * 23)
 
     def test_truncation(self):
         full = bytes(w.encode_block(([1, 2**40], [0.25, 4.0])))
@@ -746,7 +765,7 @@ class TestPredict(WireErrorMixin, unittest.TestCase):
         self.assertEqual(len(w.decode_predict(
             self.raw_predict(items=w.MAX_ITEMS, blocks=b"\x00\x00" * 4097)).items), 4096)
         # a bad shared block is not reached when the count already cannot fit ...
-        bad_shared = b"\x00\x02"                       # undefined block_flags bit
+        bad_shared = b"\x00\x04"                       # undefined block_flags bit
         self.assertWireError(E.TRUNCATED, w.decode_predict,
                              self.raw_predict(items=4, blocks=bad_shared + b"\x00\x00" * 2))
         # ... and is reported once it can (2 * 4 = 8 bytes left, the shared block is first)
@@ -875,7 +894,7 @@ class TestOtherMessages(WireErrorMixin, unittest.TestCase):
         # 6 * samples bytes left (counted from after `samples`, shared block included) is
         # TRUNCATED before the shared block or any label is read
         head = b"\x03ctr\x02"
-        bad_shared = b"\x00\x02"
+        bad_shared = b"\x00\x04"  # undefined block_flags bit
         ok_sample = struct.pack("<f", 1.0) + b"\x00\x00"
         self.assertWireError(E.TRUNCATED, w.decode_train, head + bad_shared + ok_sample + b"\x00")
         self.assertWireError(E.BAD_VALUE, w.decode_train, head + bad_shared + ok_sample * 2)
@@ -971,13 +990,13 @@ DECODING_ORDER_CASES = [
     ("items over MAX_ITEMS, nothing after", 1, _P_HEAD + w.encode_varint(4097), E.TOO_MANY_ITEMS),
     ("items 4096, 8191 bytes", 1, _P_HEAD + w.encode_varint(4096) + b"\x00" * 8191,
      E.TRUNCATED),
-    ("items 4 < 8 bytes, bad shared flags", 1, _P_HEAD + b"\x04\x00\x02" + b"\x00" * 4,
+    ("items 4 < 8 bytes, bad shared flags", 1, _P_HEAD + b"\x04\x00\x04" + b"\x00" * 4,
      E.TRUNCATED),
-    ("items 4 = 8 bytes, bad shared flags", 1, _P_HEAD + b"\x04\x00\x02" + b"\x00" * 6,
+    ("items 4 = 8 bytes, bad shared flags", 1, _P_HEAD + b"\x04\x00\x04" + b"\x00" * 6,
      E.BAD_VALUE),
     ("block count over limit, flags bad", 1, _P_HEAD + b"\x01" + w.encode_varint(65537) + b"\x02",
      E.TOO_MANY_FEATURES),
-    ("block flags bad, too few bytes", 1, _P_HEAD + b"\x01\x05\x02\x00\x00", E.BAD_VALUE),
+    ("block flags bad, too few bytes", 1, _P_HEAD + b"\x01\x05\x04\x00\x00", E.BAD_VALUE),
     ("block flags missing", 1, _P_HEAD + b"\x01\x00\x00\x05", E.TRUNCATED),
     ("block n=3 in 2 bytes, duplicate", 1, _P_HEAD + b"\x01\x03\x00\x05\x00", E.TRUNCATED),
     ("block n=2 in 2 bytes, duplicate", 1, _P_HEAD + b"\x01\x00\x00\x02\x00\x05\x00",
@@ -998,9 +1017,9 @@ DECODING_ORDER_CASES = [
     ("result trailing", 2, _R_HEAD + b"\x01" + struct.pack("<f", 1.0) + b"!", E.TRAILING_BYTES),
     ("train 0 samples", 3, _T_HEAD + b"\x00\x00\x00", E.NO_ITEMS),
     ("train over MAX_ITEMS", 3, _T_HEAD + w.encode_varint(4097), E.TOO_MANY_ITEMS),
-    ("train 2 samples < 12 bytes, bad shared", 3, _T_HEAD + b"\x02\x00\x02" + b"\x00" * 9,
+    ("train 2 samples < 12 bytes, bad shared", 3, _T_HEAD + b"\x02\x00\x04" + b"\x00" * 9,
      E.TRUNCATED),
-    ("train 2 samples = 12 bytes, bad shared", 3, _T_HEAD + b"\x02\x00\x02" + b"\x00" * 10,
+    ("train 2 samples = 12 bytes, bad shared", 3, _T_HEAD + b"\x02\x00\x04" + b"\x00" * 10,
      E.BAD_VALUE),
     ("train bad label before its block", 3, _T_HEAD + b"\x01\x00\x00" + struct.pack("<f", 0.5)
      + b"\x05\x00", E.BAD_VALUE),

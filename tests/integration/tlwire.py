@@ -44,6 +44,7 @@ MAX_ERROR_MSG = 1024
 MAX_PING_PAYLOAD = 64
 
 BLOCK_FLAG_VALUES = 0x01
+BLOCK_FLAG_FIXED = 0x02   # ids as n little-endian u64s instead of delta varints
 LOOKUP_FLAG_PARTIAL_SUMS = 0x01
 
 U64_MASK = (1 << 64) - 1
@@ -543,7 +544,8 @@ def _as_block(b) -> Block:
     return make_block(b)
 
 
-def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True) -> bytearray:
+def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True,
+                 fixed_ids: Optional[bool] = None) -> bytearray:
     """Append a feature block to `out`.  `block` is a Block, a (ids, values) pair or an id list
     (the last two are sorted first).  A Block is encoded as given; with check=False its ids may
     be unsorted or repeated (deltas are then taken mod 2^64) so tests can forge bad blocks."""
@@ -556,8 +558,8 @@ def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True) 
         raise WireError(ErrorCode.TOO_MANY_FEATURES,
                         "block has %d features, over %d" % (n, MAX_BLOCK_FEATURES))
     out += encode_varint(n)
-    out.append(BLOCK_FLAG_VALUES if values is not None else 0)
     prev = 0
+    deltas = []
     for i, fid in enumerate(ids):
         if check:
             if not 0 <= fid <= _M64:
@@ -565,8 +567,17 @@ def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True) 
             if i and fid <= prev:
                 raise WireError(ErrorCode.UNSORTED_FEATURES,
                                 "feature ids not strictly increasing at index %d" % i)
-        out += encode_varint((fid - prev) & _M64)
+        deltas.append(encode_varint((fid - prev) & _M64))
         prev = fid
+    # the spec's rule: fixed ids when delta varints would average over 7 bytes an id
+    fixed = fixed_ids if fixed_ids is not None else sum(map(len, deltas)) > 7 * n
+    out.append((BLOCK_FLAG_VALUES if values is not None else 0)
+               | (BLOCK_FLAG_FIXED if fixed else 0))
+    if fixed:
+        out += struct.pack("<%dQ" % n, *[fid & _M64 for fid in ids])
+    else:
+        for d in deltas:
+            out += d
     if values is not None:
         if len(values) != n:
             raise ValueError("%d ids but %d values" % (n, len(values)))
@@ -656,15 +667,24 @@ class _Reader:
             raise WireError(ErrorCode.TOO_MANY_FEATURES,
                             "request has over %d features at %s" % (MAX_REQUEST_FEATURES, where))
         flags = self.u8(where + " block_flags")
-        if flags & ~BLOCK_FLAG_VALUES:
+        if flags & ~(BLOCK_FLAG_VALUES | BLOCK_FLAG_FIXED):
             raise WireError(BLOCK_FLAGS_ERROR,
                             "%s block_flags 0x%02x has undefined bits" % (where, flags))
-        self.need_for_count(n, MIN_BYTES_PER_DELTA_VALUE if flags & BLOCK_FLAG_VALUES
-                            else MIN_BYTES_PER_DELTA, where + " features", at)
+        fixed = bool(flags & BLOCK_FLAG_FIXED)
+        per = (8 if fixed else MIN_BYTES_PER_DELTA) + (4 if flags & BLOCK_FLAG_VALUES else 0)
+        self.need_for_count(n, per, where + " features", at)
         buf, pos, end = self.buf, self.pos, self.end
         ids = [0] * n
         cur = 0
-        for i in range(n):
+        if fixed:
+            ids = list(struct.unpack_from("<%dQ" % n, buf, pos))
+            for i in range(1, n):
+                if ids[i] <= ids[i - 1]:
+                    self.pos = pos + 8 * i
+                    raise WireError(ErrorCode.UNSORTED_FEATURES,
+                                    "%s fixed id %d is not above id %d" % (where, i, i - 1))
+            pos += 8 * n
+        for i in range(0 if fixed else n):
             d, pos = decode_varint(buf, pos, end)
             if i and d == 0:
                 self.pos = pos

@@ -1,0 +1,624 @@
+/*
+ * reader.c — streaming libsvm / libffm / Criteo readers (reader.h).
+ *
+ * Input comes through one read buffer (64 KiB to start) from a file
+ * descriptor or a caller's memory block.  Lines are cut in place:
+ *
+ *   buf: [ consumed | line\n | next line\n | partial li | free ]
+ *                    ^start                  ^            ^end
+ *
+ * When no newline is left between start and end, the tail is moved to the
+ * front and more is read; when the tail already fills the buffer, the buffer
+ * doubles, up to max_line + 1 bytes.  A longer line is an error (or, with
+ * skip_bad, is dropped up to its newline in "discard" mode without ever
+ * being held whole).  So memory is O(longest accepted line), never O(file).
+ *
+ * Parsing works on [p, end) ranges, not C strings, so a NUL byte inside a
+ * line is just an invalid character.  Numbers are parsed by hand (no locale,
+ * no strtod on the common "0.3651" / "1" forms); anything unusual (exponents,
+ * many digits) falls back to strtod on a bounded copy.
+ *
+ * THREAD SAFETY: none needed; one reader, one thread.
+ */
+#include "reader.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define INITIAL_BUF (64u * 1024)
+#define DEFAULT_MAX_LINE (16u * 1024 * 1024)
+#define ID_MASK ((UINT64_C(1) << 56) - 1)
+#define CRITEO_INT 13
+#define CRITEO_CAT 26
+
+struct reader {
+    reader_options_t opt;
+    char name[256];        /* file name for messages */
+    int fd;                /* -1 for a memory source */
+    const char *mem;       /* memory source (not owned) */
+    size_t mem_len, mem_pos;
+    char *buf;             /* read buffer, cap + 1 bytes (room for a NUL) */
+    size_t cap, start, end;
+    int eof;               /* the source has nothing more */
+    uint64_t line;         /* number of the last line cut */
+    uint64_t skipped;
+    uint64_t *ids;         /* current sample's features */
+    float *values;
+    uint32_t feat_cap;
+    char sep;              /* criteo: '\t' or ',' (0 = not yet known) */
+    int failed;            /* sticky error */
+    char err[512];
+};
+
+int64_t reader_criteo_transform(int64_t v)
+{
+    if (v > 2) {
+        double l = log((double)v);
+        return (int64_t)floor(l * l);
+    }
+    return v;
+}
+
+int reader_format_parse(const char *name, reader_format_t *out)
+{
+    if (strcmp(name, "libsvm") == 0 || strcmp(name, "svm") == 0)
+        *out = READER_LIBSVM;
+    else if (strcmp(name, "libffm") == 0 || strcmp(name, "ffm") == 0)
+        *out = READER_LIBFFM;
+    else if (strcmp(name, "criteo") == 0)
+        *out = READER_CRITEO;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+__attribute__((cold)) static int reader_init(reader_t **out, const char *name,
+                                             const reader_options_t *opt, char *err,
+                                             size_t err_len)
+{
+    if (!opt || (unsigned)opt->format > READER_CRITEO) {
+        if (err_len)
+            snprintf(err, err_len, "%s: bad reader options", name);
+        return -EINVAL;
+    }
+    reader_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->opt = *opt;
+    if (r->opt.max_line == 0)
+        r->opt.max_line = DEFAULT_MAX_LINE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->fd = -1;
+    r->cap = INITIAL_BUF < r->opt.max_line + 1 ? INITIAL_BUF : r->opt.max_line + 1;
+    r->buf = malloc(r->cap + 1);
+    r->feat_cap = 64;
+    r->ids = malloc(r->feat_cap * sizeof *r->ids);
+    r->values = malloc(r->feat_cap * sizeof *r->values);
+    if (!r->buf || !r->ids || !r->values) {
+        reader_close(r);
+        if (err_len)
+            snprintf(err, err_len, "%s: out of memory", name);
+        return -ENOMEM;
+    }
+    *out = r;
+    return 0;
+}
+
+int reader_open(const char *path, const reader_options_t *opt, reader_t **out, char *err,
+                size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (err_len)
+            snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    reader_t *r;
+    int rc = reader_init(&r, path, opt, err, err_len);
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    r->fd = fd;
+    *out = r;
+    return 0;
+}
+
+int reader_open_mem(const void *data, size_t len, const char *name, const reader_options_t *opt,
+                    reader_t **out, char *err, size_t err_len)
+{
+    reader_t *r;
+    int rc = reader_init(&r, name ? name : "(memory)", opt, err, err_len);
+    if (rc != 0)
+        return rc;
+    r->mem = data;
+    r->mem_len = data ? len : 0;
+    *out = r;
+    return 0;
+}
+
+void reader_close(reader_t *r)
+{
+    if (!r)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->buf);
+    free(r->ids);
+    free(r->values);
+    free(r);
+}
+
+int reader_rewind(reader_t *r)
+{
+    if (r->fd >= 0 && lseek(r->fd, 0, SEEK_SET) < 0)
+        return -errno;
+    r->mem_pos = 0;
+    r->start = r->end = 0;
+    r->eof = 0;
+    r->line = 0;
+    r->skipped = 0;
+    r->sep = 0;
+    r->failed = 0;
+    r->err[0] = '\0';
+    return 0;
+}
+
+const char *reader_error(const reader_t *r) { return r->err; }
+uint64_t reader_line(const reader_t *r) { return r->line; }
+uint64_t reader_skipped(const reader_t *r) { return r->skipped; }
+
+/* ---- line cutting --------------------------------------------------------- */
+
+/* Appends up to cap - end bytes from the source.  Returns bytes read, 0 at
+ * EOF, or -errno. */
+static ssize_t fill(reader_t *r)
+{
+    size_t room = r->cap - r->end;
+    if (r->fd < 0) {
+        size_t n = r->mem_len - r->mem_pos;
+        if (n > room)
+            n = room;
+        memcpy(r->buf + r->end, r->mem + r->mem_pos, n);
+        r->mem_pos += n;
+        r->end += n;
+        return (ssize_t)n;
+    }
+    for (;;) {
+        ssize_t n = read(r->fd, r->buf + r->end, room);
+        if (n >= 0) {
+            r->end += (size_t)n;
+            return n;
+        }
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+__attribute__((cold, format(printf, 2, 3))) static void set_err(reader_t *r, const char *fmt, ...)
+{
+    int n = snprintf(r->err, sizeof r->err, "%s:%llu: ", r->name, (unsigned long long)r->line);
+    if (n < 0 || (size_t)n >= sizeof r->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err + n, sizeof r->err - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Cuts the next line into [*lp, *lp + *ll) (newline and trailing CR
+ * removed).  Returns 1, 0 at EOF, -E2BIG for an over-long line (consumed
+ * when skip_bad), or another -errno. */
+static int next_line(reader_t *r, char **lp, size_t *ll)
+{
+    int discarding = 0; /* dropping an over-long line up to its newline */
+    for (;;) {
+        char *s = r->buf + r->start;
+        size_t avail = r->end - r->start;
+        char *nl = avail ? memchr(s, '\n', avail) : NULL;
+        if (nl) {
+            r->start += (size_t)(nl - s) + 1;
+            if (discarding)
+                return -E2BIG;
+            size_t len = (size_t)(nl - s);
+            if (len > r->opt.max_line) {
+                r->line++;
+                return -E2BIG;
+            }
+            if (len && s[len - 1] == '\r')
+                len--;
+            r->line++;
+            *lp = s;
+            *ll = len;
+            return 1;
+        }
+        if (r->eof) {
+            if (discarding) {
+                r->start = r->end;
+                return -E2BIG;
+            }
+            if (avail == 0)
+                return 0;
+            r->start = r->end;
+            r->line++;
+            if (avail > r->opt.max_line)
+                return -E2BIG;
+            if (s[avail - 1] == '\r')
+                avail--;
+            *lp = s;
+            *ll = avail;
+            return 1;
+        }
+        /* No newline yet: make room and read more. */
+        if (discarding) {
+            r->start = r->end = 0;
+        } else if (r->start > 0) {
+            memmove(r->buf, s, avail);
+            r->start = 0;
+            r->end = avail;
+        }
+        if (r->end == r->cap) {
+            if (r->cap > r->opt.max_line) {
+                /* The line already exceeds max_line: drop it. */
+                r->line++;
+                if (!r->opt.skip_bad) {
+                    r->start = r->end;
+                    return -E2BIG;
+                }
+                discarding = 1;
+                r->start = r->end = 0;
+            } else {
+                size_t ncap = r->cap * 2;
+                if (ncap > r->opt.max_line + 1)
+                    ncap = r->opt.max_line + 1;
+                char *nb = realloc(r->buf, ncap + 1);
+                if (!nb)
+                    return -ENOMEM;
+                r->buf = nb;
+                r->cap = ncap;
+            }
+        }
+        ssize_t n = fill(r);
+        if (n < 0)
+            return (int)n;
+        if (n == 0)
+            r->eof = 1;
+    }
+}
+
+/* ---- field parsing -------------------------------------------------------- */
+
+/* Copies a token into out for messages: at most 40 bytes, non-printables as '?'. */
+static const char *show(const char *p, const char *e, char out[48])
+{
+    size_t n = (size_t)(e - p), i;
+    for (i = 0; i < n && i < 40; i++)
+        out[i] = (p[i] >= 0x20 && p[i] < 0x7f) ? p[i] : '?';
+    if (n > 40) {
+        memcpy(out + 40, "...", 3);
+        i = 43;
+    }
+    out[i] = '\0';
+    return out;
+}
+
+/* Unsigned decimal in [p, e); 0 on success. */
+static int parse_u64(const char *p, const char *e, uint64_t max, uint64_t *out)
+{
+    if (p == e)
+        return -1;
+    uint64_t v = 0;
+    for (; p < e; p++) {
+        unsigned d = (unsigned char)*p - '0';
+        if (d > 9 || v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_i64(const char *p, const char *e, int64_t *out)
+{
+    int neg = 0;
+    if (p < e && (*p == '-' || *p == '+')) {
+        neg = *p == '-';
+        p++;
+    }
+    uint64_t v;
+    if (parse_u64(p, e, (uint64_t)INT64_MAX, &v) != 0)
+        return -1;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 0;
+}
+
+static const double pow10_tab[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+/* A finite float in [p, e); 0 on success. */
+static int parse_float(const char *p, const char *e, float *out)
+{
+    const char *s = p;
+    int neg = 0;
+    if (s < e && (*s == '-' || *s == '+')) {
+        neg = *s == '-';
+        s++;
+    }
+    uint64_t mant = 0;
+    int digits = 0, frac = 0, seen = 0;
+    for (; s < e && (unsigned)(*s - '0') <= 9; s++, seen++)
+        if (mant || *s != '0') {
+            mant = mant * 10 + (uint64_t)(*s - '0');
+            digits++;
+        } else if (mant == 0)
+            continue;
+    if (s < e && *s == '.') {
+        s++;
+        for (; s < e && (unsigned)(*s - '0') <= 9; s++, seen++, frac++) {
+            mant = mant * 10 + (uint64_t)(*s - '0');
+            if (mant)
+                digits++;
+        }
+    }
+    if (s == e && seen > 0 && digits <= 15 && frac <= 15) {
+        double v = (double)mant / pow10_tab[frac];
+        *out = (float)(neg ? -v : v);
+        return 0;
+    }
+    /* Slow path: exponents, long mantissas, junk. */
+    char tmp[64];
+    size_t n = (size_t)(e - p);
+    if (n == 0 || n >= sizeof tmp)
+        return -1;
+    memcpy(tmp, p, n);
+    tmp[n] = '\0';
+    if (memchr(tmp, '\0', n) || !((unsigned)(tmp[0] - '0') <= 9 || tmp[0] == '-' ||
+                                    tmp[0] == '+' || tmp[0] == '.'))
+        return -1;
+    char *q;
+    double v = strtod(tmp, &q);
+    if (q != tmp + n || !isfinite(v) || !isfinite((float)v))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_label(const char *p, const char *e, float *out)
+{
+    float v;
+    if (parse_float(p, e, &v) != 0)
+        return -1;
+    if (v == 1.0f)
+        *out = 1.0f;
+    else if (v == 0.0f || v == -1.0f)
+        *out = 0.0f;
+    else
+        return -1;
+    return 0;
+}
+
+static int push_feature(reader_t *r, uint32_t n, uint64_t id, float v)
+{
+    if (n == r->feat_cap) {
+        uint32_t ncap = r->feat_cap * 2;
+        uint64_t *ni = realloc(r->ids, ncap * sizeof *ni);
+        if (!ni)
+            return -ENOMEM;
+        r->ids = ni;
+        float *nv = realloc(r->values, ncap * sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        r->values = nv;
+        r->feat_cap = ncap;
+    }
+    r->ids[n] = id;
+    r->values[n] = v;
+    return 0;
+}
+
+static inline int is_space(char c) { return c == ' ' || c == '\t'; }
+
+/* libsvm / libffm.  Returns 1 sample, 0 blank line, or -errno. */
+static int parse_sparse(reader_t *r, const char *p, const char *e, reader_sample_t *s)
+{
+    char b[48];
+    int ffm = r->opt.format == READER_LIBFFM;
+    while (p < e && is_space(*p))
+        p++;
+    if (p == e)
+        return 0;
+    const char *t = p;
+    while (p < e && !is_space(*p))
+        p++;
+    if (parse_label(t, p, &s->label) != 0) {
+        set_err(r, "bad label '%s' (want 0, 1, -1 or +1)", show(t, p, b));
+        return -EINVAL;
+    }
+    uint32_t n = 0;
+    for (;;) {
+        while (p < e && is_space(*p))
+            p++;
+        if (p == e)
+            break;
+        t = p;
+        while (p < e && !is_space(*p))
+            p++;
+        const char *c1 = memchr(t, ':', (size_t)(p - t));
+        const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(p - c1 - 1)) : NULL;
+        uint64_t field = 0, idx;
+        const char *ib, *ie, *vb;
+        if (ffm) {
+            if (!c2 || memchr(c2 + 1, ':', (size_t)(p - c2 - 1))) {
+                set_err(r, "feature %u: expected field:index:value, got '%s'", n + 1,
+                        show(t, p, b));
+                return -EINVAL;
+            }
+            if (parse_u64(t, c1, 255, &field) != 0) {
+                set_err(r, "feature %u: field '%s' is not a number in 0..255", n + 1,
+                        show(t, c1, b));
+                return -EINVAL;
+            }
+            ib = c1 + 1;
+            ie = c2;
+            vb = c2 + 1;
+        } else {
+            if (!c1 || c2) {
+                set_err(r, "feature %u: expected index:value, got '%s'", n + 1, show(t, p, b));
+                return -EINVAL;
+            }
+            ib = t;
+            ie = c1;
+            vb = c1 + 1;
+        }
+        if (parse_u64(ib, ie, ID_MASK - 1, &idx) != 0) {
+            set_err(r, "feature %u: index '%s' is not a number below 2^56-1", n + 1,
+                    show(ib, ie, b));
+            return -EINVAL;
+        }
+        float v;
+        if (parse_float(vb, p, &v) != 0) {
+            set_err(r, "feature %u: value '%s' is not a finite number", n + 1, show(vb, p, b));
+            return -EINVAL;
+        }
+        if (n == UINT32_MAX)
+            return -E2BIG;
+        if (push_feature(r, n, field << 56 | (idx + 1), v) != 0)
+            return -ENOMEM;
+        n++;
+    }
+    s->n = n;
+    return 1;
+}
+
+static const char *criteo_col_name(int col, char out[16])
+{
+    if (col < CRITEO_INT)
+        snprintf(out, 16, "I%d", col + 1);
+    else
+        snprintf(out, 16, "C%d", col - CRITEO_INT + 1);
+    return out;
+}
+
+static inline uint64_t hash_id(uint64_t field, const char *p, size_t len)
+{
+    return field << 56 | (XXH3_64bits_withSeed(p, len, field) & ID_MASK);
+}
+
+/* Criteo TSV/CSV.  Returns 1 sample, 0 blank or header line, or -errno. */
+static int parse_criteo(reader_t *r, const char *p, const char *e, reader_sample_t *s)
+{
+    char b[48], cn[16];
+    if (p == e)
+        return 0;
+    if (!r->sep) { /* first non-blank line: separator, maybe a header */
+        r->sep = memchr(p, '\t', (size_t)(e - p)) ? '\t' : ',';
+        if ((unsigned)(*p - '0') > 9 && *p != '-' && *p != '+')
+            return 0; /* header */
+    }
+    const char *col[42];
+    const char *cend[42];
+    int ncol = 0;
+    const char *q = p;
+    for (;;) {
+        const char *x = memchr(q, r->sep, (size_t)(e - q));
+        if (ncol < 42) {
+            col[ncol] = q;
+            cend[ncol] = x ? x : e;
+        }
+        ncol++;
+        if (!x)
+            break;
+        q = x + 1;
+    }
+    if (ncol != 40 && ncol != 41) {
+        set_err(r, "expected 40 columns (label, I1-I13, C1-C26) or 41 (Id first), got %d", ncol);
+        return -EINVAL;
+    }
+    int c0 = ncol - 40; /* label column */
+    if (parse_label(col[c0], cend[c0], &s->label) != 0) {
+        set_err(r, "bad label '%s' (want 0 or 1)", show(col[c0], cend[c0], b));
+        return -EINVAL;
+    }
+    uint32_t n = 0;
+    for (int f = 0; f < CRITEO_INT + CRITEO_CAT; f++) {
+        const char *vb = col[c0 + 1 + f], *ve = cend[c0 + 1 + f];
+        if (vb == ve)
+            continue; /* missing */
+        uint64_t id;
+        if (f < CRITEO_INT) {
+            int64_t v;
+            if (parse_i64(vb, ve, &v) != 0) {
+                set_err(r, "column %s: '%s' is not an integer", criteo_col_name(f, cn),
+                        show(vb, ve, b));
+                return -EINVAL;
+            }
+            char txt[24];
+            int len = snprintf(txt, sizeof txt, "%lld", (long long)reader_criteo_transform(v));
+            id = hash_id((uint64_t)f, txt, (size_t)len);
+        } else {
+            id = hash_id((uint64_t)f, vb, (size_t)(ve - vb));
+        }
+        if (push_feature(r, n, id, 1.0f) != 0)
+            return -ENOMEM;
+        n++;
+    }
+    s->n = n;
+    return 1;
+}
+
+int reader_next(reader_t *r, reader_sample_t *s)
+{
+    if (r->failed)
+        return r->failed;
+    for (;;) {
+        char *lp = NULL;
+        size_t ll = 0;
+        int rc = next_line(r, &lp, &ll);
+        if (rc == 0)
+            return 0;
+        if (rc == -E2BIG) {
+            if (r->opt.skip_bad) {
+                r->skipped++;
+                continue;
+            }
+            set_err(r, "line longer than %zu bytes", r->opt.max_line);
+            return r->failed = rc;
+        }
+        if (rc < 0) {
+            if (rc == -ENOMEM)
+                set_err(r, "out of memory");
+            else
+                set_err(r, "read failed: %s", strerror(-rc));
+            return r->failed = rc;
+        }
+        rc = r->opt.format == READER_CRITEO ? parse_criteo(r, lp, lp + ll, s)
+                                            : parse_sparse(r, lp, lp + ll, s);
+        if (rc == 1) {
+            s->ids = r->ids;
+            s->values = r->values;
+            return 1;
+        }
+        if (rc == 0)
+            continue;
+        if (rc == -EINVAL && r->opt.skip_bad) {
+            r->skipped++;
+            r->err[0] = '\0';
+            continue;
+        }
+        if (rc == -ENOMEM)
+            set_err(r, "out of memory");
+        else if (rc == -E2BIG)
+            set_err(r, "too many features");
+        return r->failed = rc;
+    }
+}

@@ -1,0 +1,110 @@
+/*
+ * reader.h — streaming readers for training data: libsvm, libffm and raw
+ * Criteo (TSV as Criteo ships it, or the CSV-with-header variant of the
+ * Kaggle samples).
+ *
+ * A reader walks a file (or a memory buffer) line by line through a fixed
+ * read buffer; nothing loads the whole file, and a line may be as long as
+ * opt->max_line bytes (the line buffer grows up to that).  Every sample comes
+ * out as a label (0 or 1) and n features: 64-bit ids with the field in the
+ * top 8 bits, and float values.
+ *
+ *   libsvm  "label idx:val ..."        id = (0 << 56)     | (idx + 1)
+ *   libffm  "label field:idx:val ..."  id = (field << 56) | (idx + 1)
+ *   criteo  label, I1..I13, C1..C26    id = (field << 56) |
+ *                                           (XXH3_64bits_withSeed(text, field) & (2^56-1))
+ *
+ * Why idx + 1: the LR bias lives under MODEL_BIAS_ID (= 0), and both libsvm
+ * and libffm files number their features from 0, so "0:1" (libsvm) or
+ * "0:0:1" (libffm) would otherwise collide with the bias.  Indices must be
+ * below 2^56 - 1.
+ *
+ * Criteo fields: I1..I13 are fields 0..12, C1..C26 fields 13..38.  An integer
+ * v becomes floor(log(v)^2) when v > 2 (the Criteo competition winners'
+ * transform), else stays v; its decimal text is what is hashed.  Categorical
+ * values are hashed as spelled.  Empty (missing) columns give no feature;
+ * every Criteo feature has value 1.  A line has 40 columns (label first) or
+ * 41 (an Id column first, as in the Kaggle CSV); the separator is a tab when
+ * the first line holds one, else a comma; a first line that does not start
+ * with a digit is a header and is skipped.
+ *
+ * Labels: 0, 1, -1 or +1 (also 0.0 / 1.0); -1 means 0.
+ *
+ * ERRORS
+ *   A malformed line stops the reader with -EINVAL and a message naming the
+ *   file, the line number and what was wrong (reader_error()); with
+ *   opt->skip_bad it is skipped and counted (reader_skipped()) instead.  I/O
+ *   errors are -errno, a line longer than max_line is -E2BIG (or skipped).
+ *
+ * THREAD SAFETY: a reader is used by one thread at a time; readers share
+ * nothing.
+ */
+#ifndef TL_MODEL_READER_H
+#define TL_MODEL_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum reader_format {
+    READER_LIBSVM = 0,
+    READER_LIBFFM = 1,
+    READER_CRITEO = 2,
+} reader_format_t;
+
+typedef struct reader reader_t; /* opaque */
+
+typedef struct reader_options {
+    reader_format_t format;
+    bool skip_bad;   /* skip and count malformed lines instead of failing */
+    size_t max_line; /* longest accepted line in bytes; 0 = 16 MiB */
+} reader_options_t;
+
+/* One sample; the arrays belong to the reader and stay valid until the next
+ * reader_next()/reader_rewind()/reader_close(). */
+typedef struct reader_sample {
+    float label;           /* 0 or 1 */
+    uint32_t n;            /* features */
+    const uint64_t *ids;
+    const float *values;
+} reader_sample_t;
+
+/* Opens path for streaming.  Returns 0 and sets *out (caller frees with
+ * reader_close), or -errno with a sentence in err (when err_len > 0). */
+int reader_open(const char *path, const reader_options_t *opt, reader_t **out, char *err,
+                size_t err_len);
+
+/* Same over a memory buffer the caller keeps alive while the reader lives;
+ * name is used in messages. */
+int reader_open_mem(const void *data, size_t len, const char *name, const reader_options_t *opt,
+                    reader_t **out, char *err, size_t err_len);
+
+/* Reads the next sample.  Returns 1 (sample in *s), 0 at end of input, or a
+ * negative errno (-EINVAL malformed line, -E2BIG line too long, -ENOMEM,
+ * I/O -errno) with reader_error() set.  After an error the reader stays at
+ * the error; call reader_rewind() to start over.  May block (read(2)). */
+int reader_next(reader_t *r, reader_sample_t *s);
+
+/* Back to the first line (for another epoch); counters reset.  Returns 0 or
+ * -errno. */
+int reader_rewind(reader_t *r);
+
+const char *reader_error(const reader_t *r); /* "" when none */
+uint64_t reader_line(const reader_t *r);     /* 1-based number of the last line read */
+uint64_t reader_skipped(const reader_t *r);  /* malformed lines skipped (skip_bad) */
+void reader_close(reader_t *r);
+
+/* "libsvm" / "libffm" / "criteo" -> format; returns 0 or -EINVAL. */
+int reader_format_parse(const char *name, reader_format_t *out);
+
+/* The Criteo integer transform: v > 2 ? floor(log(v)^2) : v. */
+int64_t reader_criteo_transform(int64_t v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TL_MODEL_READER_H */

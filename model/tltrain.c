@@ -1,0 +1,304 @@
+/*
+ * tltrain.c — the offline trainer: reads a training file (libsvm, libffm or
+ * raw Criteo), trains a model for some epochs, evaluates it on a test file
+ * and exports a serving snapshot that tlserve loads.
+ *
+ *   tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr
+ *           [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]
+ *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
+ *           [--json] [--help]
+ *
+ * Human-readable progress goes to stderr; stdout gets one line per epoch and
+ * (with --json) a last line {"logloss":..,"auc":..,"calibration":..}.
+ * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error or an
+ * unimplemented model.  Single-threaded; the files are streamed, once per
+ * epoch.
+ */
+#include "metrics.h"
+#include "reader.h"
+#include "train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr\n"
+            "               [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
+            "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
+            "               [--skip-bad] [--json] [--help]\n"
+            "\n"
+            "  --train FILE     training data (streamed once per epoch)\n"
+            "  --test FILE      evaluation data: logloss, AUC, calibration after each epoch\n"
+            "  --format F       libsvm (label idx:val), libffm (label field:idx:val) or criteo\n"
+            "                   (raw TSV/CSV: label, I1-I13, C1-C26; hashed per field)\n"
+            "  --model M        lr (fm, ffm, dnn: not implemented yet)\n"
+            "  --optimizer O    ftrl (default), adagrad or sgd\n"
+            "  --lr X           learning rate (FTRL alpha); default ftrl 0.1, adagrad 0.05, sgd 0.05\n"
+            "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6)\n"
+            "  --l1 X           L1 (FTRL only; default 0.1)\n"
+            "  --l2 X           L2 (default ftrl 1, adagrad/sgd 1e-4)\n"
+            "  --epochs N       passes over the training file (default 3)\n"
+            "  --export DIR     write a serving snapshot (LR, one float per id) into DIR\n"
+            "  --name NAME      model name in the snapshot (default \"lr\")\n"
+            "  --version N      snapshot version (default 1)\n"
+            "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
+            "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..}\n");
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_double(const char *opt, const char *s, double *out)
+{
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (errno || e == s || *e || !isfinite(v) || v < 0) {
+        fprintf(stderr, "tltrain: %s: '%s' is not a non-negative number\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One pass of the training file.  Returns 0 or 1 (error printed). */
+static int train_epoch(reader_t *r, train_lr_t *t, double *loss, uint64_t *rows,
+                       uint64_t *updates, double *busy)
+{
+    reader_sample_t s;
+    int rc;
+    double ll = 0, t_train = 0;
+    uint64_t n = 0, u = 0;
+    if (reader_rewind(r) != 0) {
+        fprintf(stderr, "tltrain: cannot rewind the training file\n");
+        return 1;
+    }
+    while ((rc = reader_next(r, &s)) == 1) {
+        float p;
+        double t0 = now_sec();
+        if (train_lr_update(t, s.ids, s.values, s.n, s.label, &p) != 0) {
+            fprintf(stderr, "tltrain: out of memory while training\n");
+            return 1;
+        }
+        t_train += now_sec() - t0;
+        double q = p < 1e-15 ? 1e-15 : p > 1 - 1e-15 ? 1 - 1e-15 : p;
+        ll -= s.label > 0.5f ? log(q) : log1p(-q);
+        n++;
+        u += s.n + 1;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "tltrain: %s\n", reader_error(r));
+        return 1;
+    }
+    *loss = n ? ll / (double)n : NAN;
+    *rows = n;
+    *updates = u;
+    *busy = t_train;
+    return 0;
+}
+
+static int evaluate(reader_t *r, train_lr_t *t, metrics_result_t *res)
+{
+    metrics_t *m;
+    reader_sample_t s;
+    int rc;
+    if (reader_rewind(r) != 0 || metrics_create(&m) != 0) {
+        fprintf(stderr, "tltrain: cannot evaluate (rewind or out of memory)\n");
+        return 1;
+    }
+    while ((rc = reader_next(r, &s)) == 1) {
+        if (metrics_add(m, train_lr_predict(t, s.ids, s.values, s.n), s.label) != 0) {
+            rc = -ENOMEM;
+            break;
+        }
+    }
+    if (rc < 0) {
+        fprintf(stderr, "tltrain: %s\n", rc == -ENOMEM ? "out of memory" : reader_error(r));
+        metrics_destroy(m);
+        return 1;
+    }
+    metrics_compute(m, res);
+    metrics_destroy(m);
+    return 0;
+}
+
+static void json_num(FILE *f, const char *key, double v, int last)
+{
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.6f%s", key, v, last ? "" : ",");
+    else
+        fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_TRAIN = 256, O_TEST, O_FORMAT, O_MODEL, O_OPT, O_LR, O_BETA, O_L1, O_L2,
+           O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON };
+    static const struct option longopts[] = {
+        {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
+        {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
+        {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
+        {"beta", required_argument, 0, O_BETA},     {"l1", required_argument, 0, O_L1},
+        {"l2", required_argument, 0, O_L2},         {"epochs", required_argument, 0, O_EPOCHS},
+        {"export", required_argument, 0, O_EXPORT}, {"name", required_argument, 0, O_NAME},
+        {"version", required_argument, 0, O_VERSION}, {"skip-bad", no_argument, 0, O_SKIP},
+        {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
+    const char *optimizer = "ftrl", *export_dir = NULL, *name = "lr";
+    double lr = -1, beta = -1, l1 = -1, l2 = -1;
+    long epochs = 3;
+    unsigned long long version = 1;
+    int json = 0, skip_bad = 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *e;
+        switch (c) {
+        case O_TRAIN: train_path = optarg; break;
+        case O_TEST: test_path = optarg; break;
+        case O_FORMAT: format = optarg; break;
+        case O_MODEL: model = optarg; break;
+        case O_OPT: optimizer = optarg; break;
+        case O_LR: if (parse_double("--lr", optarg, &lr)) return 2; break;
+        case O_BETA: if (parse_double("--beta", optarg, &beta)) return 2; break;
+        case O_L1: if (parse_double("--l1", optarg, &l1)) return 2; break;
+        case O_L2: if (parse_double("--l2", optarg, &l2)) return 2; break;
+        case O_EPOCHS:
+            epochs = strtol(optarg, &e, 10);
+            if (*e || e == optarg || epochs < 1 || epochs > 1000000) {
+                fprintf(stderr, "tltrain: --epochs: '%s' is not a number in 1..1000000\n", optarg);
+                return 2;
+            }
+            break;
+        case O_EXPORT: export_dir = optarg; break;
+        case O_NAME: name = optarg; break;
+        case O_VERSION:
+            version = strtoull(optarg, &e, 10);
+            if (*e || e == optarg || version == 0) {
+                fprintf(stderr, "tltrain: --version: '%s' is not a number > 0\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SKIP: skip_bad = 1; break;
+        case O_JSON: json = 1; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "tltrain: unknown or incomplete option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tltrain: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (!train_path || !format || !model) {
+        fprintf(stderr, "tltrain: --train, --format and --model are required (see --help)\n");
+        return 2;
+    }
+    reader_options_t ro = {.skip_bad = skip_bad};
+    if (reader_format_parse(format, &ro.format) != 0) {
+        fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
+        return 2;
+    }
+    if (strcmp(model, "fm") == 0 || strcmp(model, "ffm") == 0 || strcmp(model, "dnn") == 0) {
+        fprintf(stderr, "tltrain: --model %s: not implemented yet (only lr)\n", model);
+        return 2;
+    }
+    if (strcmp(model, "lr") != 0) {
+        fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
+        return 2;
+    }
+    train_optimizer_t ot;
+    if (train_optimizer_parse(optimizer, &ot) != 0) {
+        fprintf(stderr, "tltrain: --optimizer: '%s' is not ftrl, adagrad or sgd\n", optimizer);
+        return 2;
+    }
+    train_lr_options_t to;
+    train_lr_defaults(ot, &to);
+    if (lr >= 0) to.alpha = lr;
+    if (beta >= 0) to.beta = beta;
+    if (l1 >= 0) to.l1 = l1;
+    if (l2 >= 0) to.l2 = l2;
+    store_meta_t meta = {.model_kind = STORE_MODEL_LR, .version = version};
+    if (strlen(name) >= sizeof meta.model_name) {
+        fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
+        return 2;
+    }
+    strcpy(meta.model_name, name);
+
+    int status = 1;
+    char err[512];
+    reader_t *rtrain = NULL, *rtest = NULL;
+    train_lr_t *t = NULL;
+    char why[256];
+    if (train_lr_create(&to, &t, why, sizeof why) != 0) {
+        fprintf(stderr, "tltrain: %s\n", why);
+        status = 2;
+        goto out;
+    }
+    if (reader_open(train_path, &ro, &rtrain, err, sizeof err) != 0 ||
+        (test_path && reader_open(test_path, &ro, &rtest, err, sizeof err) != 0)) {
+        fprintf(stderr, "tltrain: %s\n", err);
+        goto out;
+    }
+    fprintf(stderr, "tltrain: lr/%s alpha=%g beta=%g l1=%g l2=%g epochs=%ld\n",
+            train_optimizer_name(ot), to.alpha, to.beta, to.l1, to.l2, epochs);
+    metrics_result_t res = {.logloss = NAN, .auc = NAN, .calibration = NAN};
+    for (long ep = 1; ep <= epochs; ep++) {
+        double loss, busy, t0 = now_sec();
+        uint64_t rows, updates;
+        if (train_epoch(rtrain, t, &loss, &rows, &updates, &busy) != 0)
+            goto out;
+        double wall = now_sec() - t0;
+        printf("epoch %ld: train rows %llu progressive logloss %.6f", ep,
+               (unsigned long long)rows, loss);
+        if (reader_skipped(rtrain))
+            printf(" skipped %llu", (unsigned long long)reader_skipped(rtrain));
+        if (rtest) {
+            if (evaluate(rtest, t, &res) != 0)
+                goto out;
+            printf(" | test rows %zu logloss %.6f auc %.6f calibration %.4f", res.n, res.logloss,
+                   res.auc, res.calibration);
+        }
+        printf("\n");
+        fprintf(stderr,
+                "tltrain: epoch %ld: %.3f s wall, %.3f s in updates, %.1f M feature updates/s "
+                "(%.1f M/s with reading)\n",
+                ep, wall, busy, busy > 0 ? updates / busy / 1e6 : 0.0,
+                wall > 0 ? updates / wall / 1e6 : 0.0);
+    }
+    if (export_dir) {
+        store_error_t se;
+        if (train_lr_export(t, export_dir, &meta, &se) != 0) {
+            fprintf(stderr, "tltrain: export: %s\n", se.msg);
+            goto out;
+        }
+        fprintf(stderr, "tltrain: exported %s version %llu to %s\n", meta.model_name, version,
+                export_dir);
+    }
+    if (json) {
+        printf("{");
+        json_num(stdout, "logloss", res.logloss, 0);
+        json_num(stdout, "auc", res.auc, 0);
+        json_num(stdout, "calibration", res.calibration, 1);
+        printf("}\n");
+    }
+    status = 0;
+out:
+    reader_close(rtrain);
+    reader_close(rtest);
+    train_lr_destroy(t);
+    return status;
+}

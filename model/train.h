@@ -1,0 +1,97 @@
+/*
+ * train.h — offline / online training of LR (FM, FFM, DNN come later behind
+ * the same shape): per-sample updates with FTRL-Proximal, Adagrad or SGD,
+ * optimizer state in the trainer's own store, and an export to a serving
+ * snapshot that model_load() and tlserve accept.
+ *
+ * Trainer state (one store entry per feature id, fp32):
+ *
+ *   FTRL     K = 3  [ z | n | w ]   w = the weight implied by z, n (cached)
+ *   Adagrad  K = 2  [ w | sum g^2 ]
+ *   SGD      K = 1  [ w ]
+ *
+ * The bias is the entry under MODEL_BIAS_ID, trained like a feature of value
+ * 1 but never regularised (no L1/L2).  Predictions are computed exactly as
+ * model_score() computes them (double sums in feature order, bias added to
+ * the block sum, the same sigmoid), so an exported model scores every sample
+ * bit for bit as the trainer did.
+ *
+ * THREAD SAFETY: a trainer is driven by one thread.  Its store may be read
+ * concurrently through train_lr_store() (lock-free store reads).
+ */
+#ifndef TL_MODEL_TRAIN_H
+#define TL_MODEL_TRAIN_H
+
+#include "store/store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum train_optimizer {
+    TRAIN_FTRL = 0,
+    TRAIN_ADAGRAD = 1,
+    TRAIN_SGD = 2,
+} train_optimizer_t;
+
+typedef struct train_lr_options {
+    train_optimizer_t optimizer;
+    double alpha;           /* learning rate (FTRL alpha, Adagrad/SGD step); > 0 */
+    double beta;            /* FTRL beta (>= 0); Adagrad: epsilon added to sqrt(sum g^2) */
+    double l1;              /* FTRL only; >= 0 */
+    double l2;              /* >= 0 */
+    uint64_t expected_keys; /* sizing hint; 0 = small */
+    uint32_t shards;        /* trainer store shards; 0 = 16 */
+} train_lr_options_t;
+
+typedef struct train_lr train_lr_t; /* opaque */
+
+/* Fills o with the tuned defaults for the optimizer (see train_lr.c). */
+void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o);
+
+/* "ftrl" / "adagrad" / "sgd" -> optimizer; 0 or -EINVAL. */
+int train_optimizer_parse(const char *name, train_optimizer_t *out);
+const char *train_optimizer_name(train_optimizer_t opt);
+
+/* Creates a trainer with an empty model.  Returns 0, -EINVAL (bad options;
+ * a sentence in why when why_len > 0) or -ENOMEM.  Caller frees with
+ * train_lr_destroy(). */
+int train_lr_create(const train_lr_options_t *opt, train_lr_t **out, char *why, size_t why_len);
+void train_lr_destroy(train_lr_t *t);
+
+/* The click probability of one sample under the current weights (values may
+ * be NULL: all 1).  Equal bit for bit to model_score() on an export.  Never
+ * allocates; n must be <= the largest n passed so far to train_lr_update or
+ * train_lr_reserve. */
+float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n);
+
+/* Sizes the per-sample work space for samples of up to n features (0 or
+ * -ENOMEM).  train_lr_update() grows it itself. */
+int train_lr_reserve(train_lr_t *t, uint32_t n);
+
+/* One optimizer step on one sample (label 0 or 1).  Writes the prediction
+ * made BEFORE the step to *p (when p != NULL).  Returns 0, or -ENOMEM when
+ * the store could not grow (the model is then partially updated). */
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p);
+
+/* Writes the current weights as an LR serving snapshot (value_floats 1,
+ * fp32, model_kind LR, bias under MODEL_BIAS_ID; zero weights omitted) into
+ * dir (store_snapshot_write rules).  meta->model_kind is forced to LR.
+ * Blocks.  Returns 0, or -1 with *err filled. */
+int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
+                    store_error_t *err);
+
+/* The trainer's own state store (K as above), e.g. for tests. */
+const store_t *train_lr_store(const train_lr_t *t);
+
+/* Weight of one id as the trainer would serve it (0 when absent). */
+float train_lr_weight(const train_lr_t *t, uint64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TL_MODEL_TRAIN_H */

@@ -1,0 +1,373 @@
+/*
+ * train_lr.c — LR training: FTRL-Proximal, Adagrad, SGD (train.h).
+ *
+ * One sample is one step:
+ *
+ *   1. one batched store lookup of the sample's ids (+ the bias) gives each
+ *      feature's optimizer state;
+ *   2. p = sigmoid(w_bias + sum_j w_j x_j), summed in double in feature
+ *      order and with the bias added last, exactly as model_score() does;
+ *   3. g = p - y; each coordinate takes its own step with g_j = g x_j, and
+ *      its new state is written back with store_upsert().
+ *
+ * FTRL-Proximal (McMahan et al. 2013, per-coordinate), state [z | n | w]:
+ *
+ *   sigma = (sqrt(n + g^2) - sqrt(n)) / alpha
+ *   z    += g - sigma * w
+ *   n    += g^2
+ *   w     = |z| <= l1 ? 0 : -(z - sign(z) l1) / ((beta + sqrt(n)) / alpha + l2)
+ *
+ * w is cached in the state (so predicting costs no sqrt) and is exactly the
+ * float that export writes, which is what makes exports score bit for bit
+ * like the trainer.  Adagrad, state [w | G]: g += l2 w; G += g^2;
+ * w -= alpha g / (sqrt(G) + beta).  SGD, state [w]: w -= alpha (g + l2 w).
+ * The bias takes the same step with l1 = l2 = 0.
+ *
+ * A feature id that occurs twice in one sample must see its own first
+ * update, so repeats are found with a small per-sample hash set (generation
+ * stamps: no clearing) and re-read from the store before their step.
+ *
+ * THREAD SAFETY: one thread drives a trainer (train.h).
+ */
+#include "train.h"
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct train_lr {
+    train_lr_options_t opt;
+    store_t *store;     /* owned: optimizer state, K floats per id */
+    uint32_t k;         /* floats per id */
+    uint32_t cap;       /* features the work space holds */
+    float *state;       /* cap * k: state of the current sample's features */
+    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
+    uint32_t *stamp;    /* ... and the generation that wrote each slot */
+    uint32_t seen_bits;
+    uint32_t gen;
+};
+
+void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->optimizer = opt;
+    switch (opt) {
+    case TRAIN_FTRL:
+        o->alpha = 0.1;
+        o->beta = 1.0;
+        o->l1 = 0.1;
+        o->l2 = 1.0;
+        break;
+    case TRAIN_ADAGRAD:
+        o->alpha = 0.05;
+        o->beta = 1e-6;
+        o->l2 = 1e-4;
+        break;
+    case TRAIN_SGD:
+        o->alpha = 0.05;
+        o->l2 = 1e-4;
+        break;
+    }
+}
+
+int train_optimizer_parse(const char *name, train_optimizer_t *out)
+{
+    if (strcmp(name, "ftrl") == 0)
+        *out = TRAIN_FTRL;
+    else if (strcmp(name, "adagrad") == 0)
+        *out = TRAIN_ADAGRAD;
+    else if (strcmp(name, "sgd") == 0)
+        *out = TRAIN_SGD;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *train_optimizer_name(train_optimizer_t opt)
+{
+    static const char *const names[] = {"ftrl", "adagrad", "sgd"};
+    return (unsigned)opt <= TRAIN_SGD ? names[opt] : "?";
+}
+
+static uint32_t k_of(train_optimizer_t o) { return o == TRAIN_FTRL ? 3 : o == TRAIN_ADAGRAD ? 2 : 1; }
+
+int train_lr_create(const train_lr_options_t *opt, train_lr_t **out, char *why, size_t why_len)
+{
+    const char *bad = NULL;
+    if ((unsigned)opt->optimizer > TRAIN_SGD)
+        bad = "unknown optimizer";
+    else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
+        bad = "learning rate (alpha) must be > 0";
+    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
+        bad = "beta must be >= 0";
+    else if (!(opt->l1 >= 0) || !isfinite(opt->l1))
+        bad = "l1 must be >= 0";
+    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
+        bad = "l2 must be >= 0";
+    if (bad) {
+        if (why_len)
+            snprintf(why, why_len, "%s", bad);
+        return -EINVAL;
+    }
+    train_lr_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->opt = *opt;
+    t->k = k_of(opt->optimizer);
+    store_options_t so = {.value_floats = t->k, .dtype = STORE_DTYPE_F32,
+                          .shards = opt->shards, .expected_keys = opt->expected_keys};
+    int rc = store_create(&so, &t->store);
+    if (rc == 0)
+        rc = train_lr_reserve(t, 64);
+    if (rc != 0) {
+        if (why_len)
+            snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
+        train_lr_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void train_lr_destroy(train_lr_t *t)
+{
+    if (!t)
+        return;
+    store_destroy(t->store);
+    free(t->state);
+    free(t->seen);
+    free(t->stamp);
+    free(t);
+}
+
+const store_t *train_lr_store(const train_lr_t *t) { return t->store; }
+
+int train_lr_reserve(train_lr_t *t, uint32_t n)
+{
+    if (n <= t->cap && t->state)
+        return 0;
+    uint32_t cap = t->cap ? t->cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint32_t bits = 7;
+    while ((1u << bits) < 2 * cap)
+        bits++;
+    float *st = malloc((size_t)cap * t->k * sizeof *st);
+    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
+    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
+    if (!st || !seen || !stamp) {
+        free(st);
+        free(seen);
+        free(stamp);
+        return -ENOMEM;
+    }
+    free(t->state);
+    free(t->seen);
+    free(t->stamp);
+    t->state = st;
+    t->seen = seen;
+    t->stamp = stamp;
+    t->seen_bits = bits;
+    t->gen = 0;
+    t->cap = cap;
+    return 0;
+}
+
+/* The served weight of a state vector. */
+static inline float weight_of(const train_lr_t *t, const float *st)
+{
+    return t->k == 3 ? st[2] : st[0];
+}
+
+float train_lr_weight(const train_lr_t *t, uint64_t id)
+{
+    float st[3] = {0, 0, 0};
+    store_lookup(t->store, id, st);
+    return weight_of(t, st);
+}
+
+/* Same function as model.c's, so that scores agree bit for bit. */
+static inline float sigmoid(double x)
+{
+    if (x >= 0)
+        return (float)(1.0 / (1.0 + exp(-x)));
+    double e = exp(x);
+    return (float)(e / (1.0 + e));
+}
+
+/* Looks up bias + features into bst / t->state and returns the margin's
+ * probability, summed as model_score() sums. */
+static float forward(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float *bst)
+{
+    store_lookup(t->store, MODEL_BIAS_ID, bst);
+    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    const uint32_t k = t->k;
+    const float *st = t->state + (k == 3 ? 2 : 0);
+    double sum = 0;
+    if (values) {
+        for (uint32_t j = 0; j < n; j++)
+            sum += (double)st[(size_t)j * k] * values[j];
+    } else {
+        for (uint32_t j = 0; j < n; j++)
+            sum += st[(size_t)j * k];
+    }
+    return sigmoid((double)weight_of(t, bst) + sum);
+}
+
+float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n)
+{
+    float bst[3];
+    if (n > t->cap && train_lr_reserve(t, n) != 0)
+        return NAN;
+    return forward(t, ids, values, n, bst);
+}
+
+/* One coordinate's step; st is its state, updated in place. */
+static inline void step(const train_lr_t *t, float *st, double g, double l1, double l2)
+{
+    const double alpha = t->opt.alpha;
+    switch (t->opt.optimizer) {
+    case TRAIN_FTRL: {
+        double z = st[0], nn = st[1], w = st[2];
+        double n2 = nn + g * g;
+        double sq2 = sqrt(n2);
+        double sigma = (sq2 - sqrt(nn)) / alpha;
+        z += g - sigma * w;
+        double az = fabs(z);
+        double nw = 0;
+        if (az > l1)
+            nw = -(z - copysign(l1, z)) / ((t->opt.beta + sq2) / alpha + l2);
+        st[0] = (float)z;
+        st[1] = (float)n2;
+        st[2] = (float)nw;
+        break;
+    }
+    case TRAIN_ADAGRAD: {
+        double w = st[0];
+        g += l2 * w;
+        double G = (double)st[1] + g * g;
+        st[0] = (float)(w - alpha * g / (sqrt(G) + t->opt.beta));
+        st[1] = (float)G;
+        break;
+    }
+    case TRAIN_SGD:
+        st[0] = (float)(st[0] - alpha * (g + l2 * st[0]));
+        break;
+    }
+}
+
+/* 1 when id was already seen in this sample (generation t->gen). */
+static inline int repeat(train_lr_t *t, uint64_t id)
+{
+    uint32_t mask = (1u << t->seen_bits) - 1;
+    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
+    for (;; h = (h + 1) & mask) {
+        if (t->stamp[h] != t->gen) {
+            t->stamp[h] = t->gen;
+            t->seen[h] = id;
+            return 0;
+        }
+        if (t->seen[h] == id)
+            return 1;
+    }
+}
+
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p_out)
+{
+    if (n > t->cap) {
+        int rc = train_lr_reserve(t, n);
+        if (rc != 0)
+            return rc;
+    }
+    float bst[3];
+    float p = forward(t, ids, values, n, bst);
+    if (p_out)
+        *p_out = p;
+    double g = (double)p - (double)label;
+
+    step(t, bst, g, 0, 0);
+    int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
+    if (rc < 0)
+        return rc;
+
+    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
+        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
+        t->gen = 1;
+    }
+    const uint32_t k = t->k;
+    const double l1 = t->opt.l1, l2 = t->opt.l2;
+    for (uint32_t j = 0; j < n; j++) {
+        float *st = t->state + (size_t)j * k;
+        if (repeat(t, ids[j]) || ids[j] == MODEL_BIAS_ID) {
+            for (uint32_t i = 0; i < k; i++)
+                st[i] = 0;
+            store_lookup(t->store, ids[j], st);
+        }
+        step(t, st, values ? g * values[j] : g, l1, l2);
+        rc = store_upsert(t->store, ids[j], st);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+struct export_ctx {
+    const train_lr_t *t;
+    store_t *out;
+    int rc;
+};
+
+static int export_one(void *ctx, uint64_t key, const float *value)
+{
+    struct export_ctx *c = ctx;
+    float w = weight_of(c->t, value);
+    if (w == 0 && key != MODEL_BIAS_ID)
+        return 0; /* absent scores as 0: same sum, smaller snapshot */
+    int rc = store_upsert(c->out, key, &w);
+    if (rc < 0) {
+        c->rc = rc;
+        return 1;
+    }
+    return 0;
+}
+
+int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
+                    store_error_t *err)
+{
+    store_error_t local;
+    if (!err)
+        err = &local;
+    memset(err, 0, sizeof *err);
+    err->offset = -1;
+    store_options_t so = {.value_floats = 1, .dtype = STORE_DTYPE_F32,
+                          .shards = store_shards(t->store),
+                          .expected_keys = store_count(t->store) + 1};
+    struct export_ctx c = {.t = t, .rc = 0};
+    int rc = store_create(&so, &c.out);
+    if (rc != 0) {
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
+                 strerror(-rc));
+        return -1;
+    }
+    float bias = 0;
+    store_upsert(c.out, MODEL_BIAS_ID, &bias); /* present even when never trained */
+    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
+        store_foreach(t->store, s, export_one, &c);
+    if (c.rc != 0) {
+        store_destroy(c.out);
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
+        return -1;
+    }
+    store_meta_t m = *meta;
+    m.model_kind = STORE_MODEL_LR;
+    rc = store_snapshot_write(c.out, dir, &m, err);
+    store_destroy(c.out);
+    return rc == 0 ? 0 : -1;
+}
