@@ -16,8 +16,10 @@ PACKAGES=(
   libcmocka-dev                       # unit tests
   libinih-dev                         # config files (INI)
   libjansson-dev                      # JSON
+  redis-server libhiredis-dev         # benchmark peer: Redis-backed service (loadgen/redis_*.c)
   protobuf-c-compiler libprotobuf-c-dev  # codec benchmark: protobuf-c baseline (codec_bench)
   python3                             # integration-test client
+  gnuplot-nox                         # loadgen/plot.sh: latency-vs-throughput and spectrum plots
   procps                              # ps/pgrep for scripts
 )
 

@@ -15,6 +15,11 @@
  * The 98% test compares sent with the window's due count, so a Poisson
  * run's natural variation does not fail it.
  *
+ * SWEEP TABLES (report_row): one line per run with the corrected
+ * percentiles only, so a sweep or a search reads as a latency-vs-throughput
+ * curve; the JSON objects of a sweep are report_json_members() nested by
+ * sweep.c.
+ *
  * THREAD SAFETY: main thread, after the run.
  */
 #include "tlgen.h"
@@ -36,7 +41,7 @@ static const struct {
     {"p99.9", "p999", 99.9}, {"p99.99", "p9999", 99.99},
 };
 
-static uint64_t total_errors(const tlgen_stats_t *s)
+uint64_t report_errors(const tlgen_stats_t *s)
 {
     uint64_t n = s->err_other + s->timeouts + s->conn_errors + s->unsent + s->backlogged +
                  s->skipped + s->bad_responses;
@@ -120,7 +125,7 @@ void report_print(FILE *f, const tlgen_report_t *r)
             (unsigned long long)s->sent, (unsigned long long)s->ok);
     fprintf(f, "sender lag (us): mean %.1f, p99 %.1f, max %.1f\n", hist_mean(&s->lag) / 1000.0,
             us(hist_percentile(&s->lag, 99.0)), us(s->lag.total ? s->lag.max : 0));
-    uint64_t errs = total_errors(s);
+    uint64_t errs = report_errors(s);
     fprintf(f, "errors: %llu", (unsigned long long)errs);
     const char *sep = " (";
     for (int i = 0; i < TLGEN_NCODES; i++)
@@ -177,10 +182,17 @@ static void json_hist(FILE *f, const char *prefix, const hist_t *h)
 
 void report_json(FILE *f, const tlgen_report_t *r)
 {
+    fputc('{', f);
+    report_json_members(f, r);
+    fputs("}\n", f);
+}
+
+void report_json_members(FILE *f, const tlgen_report_t *r)
+{
     const tlgen_opts_t *o = r->o;
     const tlgen_stats_t *s = r->st;
     double dur = o->duration_s;
-    fprintf(f, "{\"host\":");
+    fprintf(f, "\"host\":");
     json_str(f, o->host);
     fprintf(f, ",\"port\":%d,\"model\":", o->port);
     json_str(f, o->wl.model);
@@ -199,7 +211,7 @@ void report_json(FILE *f, const tlgen_report_t *r)
     fprintf(f, ",\"sender_lag_mean_us\":%.3f,\"sender_lag_p99_us\":%.3f,\"sender_lag_max_us\":%.3f",
             hist_mean(&s->lag) / 1000.0, us(hist_percentile(&s->lag, 99.0)),
             us(s->lag.total ? s->lag.max : 0));
-    fprintf(f, ",\"errors\":%llu,\"errors_by_code\":{", (unsigned long long)total_errors(s));
+    fprintf(f, ",\"errors\":%llu,\"errors_by_code\":{", (unsigned long long)report_errors(s));
     const char *sep = "";
     for (int i = 0; i < TLGEN_NCODES; i++)
         if (s->err_code[i]) {
@@ -219,5 +231,29 @@ void report_json(FILE *f, const tlgen_report_t *r)
             (unsigned long long)s->disconnects);
     fprintf(f, ",\"valid\":%s,\"invalid_reason\":", r->valid ? "true" : "false");
     json_str(f, r->why);
-    fprintf(f, "}\n");
+}
+
+/*
+ * The sweep table: corrected latencies only (the one a user sees), one row
+ * per run, so a sweep reads as a latency-vs-throughput curve.
+ */
+void report_row_header(FILE *f, bool with_pass)
+{
+    fprintf(f, "%10s %10s %10s %10s %10s %10s %10s %8s %5s%s\n", "offered/s", "achieved/s",
+            "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "errors", "valid",
+            with_pass ? "  pass" : "");
+}
+
+void report_row(FILE *f, const tlgen_report_t *r, const char *pass)
+{
+    const tlgen_stats_t *s = r->st;
+    const hist_t *h = &s->corrected;
+    fprintf(f, "%10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %8llu %5s", r->o->rate,
+            (double)s->sent / r->o->duration_s, us(hist_percentile(h, 50.0)),
+            us(hist_percentile(h, 90.0)), us(hist_percentile(h, 99.0)),
+            us(hist_percentile(h, 99.9)), us(h->total ? h->max : 0),
+            (unsigned long long)report_errors(s), r->valid ? "yes" : "NO");
+    if (pass)
+        fprintf(f, "  %s", pass);
+    fputc('\n', f);
 }

@@ -16,7 +16,14 @@
  * their histograms are merged at the end.  The sender's own lateness is
  * measured; a run where it fell behind is reported invalid (report.c).
  *
+ * MODES: one run at --rate; a sweep (--sweep, or --sweep-from/to/steps:
+ * one run per rate); a search for the highest rate meeting a p99 bound
+ * (--search-p99-us).  Every run of every mode is the same tlgen_measure():
+ * fresh connections, warm-up, measured window, drain.  sweep.c sequences
+ * the multi-run modes.
+ *
  * EXIT: 0 valid run, 3 run finished but invalid, 1 setup failure, 2 usage.
+ * A sweep exits 3 when any run was invalid; a search when no probe passed.
  *
  * THREAD SAFETY: the main thread sets up, starts the drivers, joins them and
  * reports; drivers share only read-only state.
@@ -28,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -37,10 +45,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: tlgen --port P --model NAME --rate R --duration S [options]\n"
+    "usage: tlgen --port P --model NAME --duration S --rate R [options]\n"
+    "       tlgen --port P --model NAME --duration S --sweep R1,R2,... [options]\n"
+    "       tlgen --port P --model NAME --duration S --sweep-from A --sweep-to B\n"
+    "             --sweep-steps N [options]\n"
+    "       tlgen --port P --model NAME --duration S --search-p99-us US\n"
+    "             [--search-from A] [--search-to B] [options]\n"
     "Open-loop load for tlserve: requests are due on a schedule whatever the server does, and\n"
     "each latency is measured from the request's due time (no coordinated omission).\n"
     "\n"
@@ -64,13 +78,32 @@ static const char usage[] =
     "                    timeout (default 10000)\n"
     "  --json            print one JSON object as the last line\n"
     "  --spectrum FILE   write the corrected percentile spectrum (HdrHistogram text format)\n"
+    "  --spectrum-dir D  write one spectrum per rate run, D/spectrum-<rate>rps.hgrm\n"
     "  --help            print this\n"
+    "\n"
+    "Sweep (one run per rate, in the order given, each with its own warm-up and duration on\n"
+    "fresh connections; one table row per rate; with --json the last line is\n"
+    "{\"sweep\":[one single-run object per rate]}):\n"
+    "  --sweep R1,R2,... the offered rates (at most 256)\n"
+    "  --sweep-from A --sweep-to B --sweep-steps N\n"
+    "                    N rates from A to B in geometric steps (N >= 2; rounded to whole\n"
+    "                    requests/s from 10/s up)\n"
+    "\n"
+    "Max-rate search: the highest offered rate whose run is valid, has at most 0.1% errors\n"
+    "and a corrected p99 <= US.  Probes A, 2A, 4A, ... until one fails or B is reached, then\n"
+    "bisects between the last pass and the first fail (6 probes, or until they are within\n"
+    "1%).  Each probe runs --warmup + --duration; a row is printed per probe; with --json\n"
+    "the last line is {\"max_rps\":..,\"p99_us_at_max\":..,\"probes\":[...]}.\n"
+    "  --search-p99-us US  the corrected p99 bound in microseconds\n"
+    "  --search-from A     the first probe (default 100)\n"
+    "  --search-to B       the highest probe (default 1000000)\n"
     "\n"
     "Latencies: corrected = response - due time; from send = response - actual send;\n"
     "uncorrected = response - max(actual send, previous response on the connection), what a\n"
     "closed-loop client would have recorded.  The run is invalid when the sender fell behind\n"
     "its schedule (mean lag over 1 ms, or under 98% of due requests sent).\n"
-    "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.\n";
+    "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.  A sweep exits 3 when\n"
+    "any of its runs was invalid; a search exits 3 when no probe passed.\n";
 
 __attribute__((cold, noreturn)) static void die_usage(const char *fmt, const char *a, const char *b)
 {
@@ -106,6 +139,26 @@ static double arg_num(const char *flag, const char *v, double lo, double hi)
     return x;
 }
 
+/* --sweep's comma-separated rates, into o->sweep_rates. */
+__attribute__((cold)) static void parse_rates(const char *list, tlgen_opts_t *o)
+{
+    char buf[32];
+    o->nsweep = 0;
+    for (const char *p = list;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof buf)
+            die_usage("--sweep '%s': expected rates separated by commas%s", list, "");
+        if (o->nsweep == TLGEN_MAX_RATES)
+            die_usage("--sweep '%s': more than 256 rates%s", list, "");
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        o->sweep_rates[o->nsweep++] = arg_num("--sweep", buf, 0.001, 1e8);
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
+    }
+}
+
 __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t *o)
 {
     *o = (tlgen_opts_t){.host = "127.0.0.1",
@@ -114,6 +167,9 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
                         .timeout_ms = 10000,
                         .duration_s = -1,
                         .rate = -1,
+                        .search_p99_us = -1,
+                        .search_from = 100,
+                        .search_to = 1e6,
                         .wl = {.items = 200,
                                .shared = 300,
                                .per_item = 200,
@@ -121,6 +177,9 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
                                .zipf = 0.0,
                                .seed = 42,
                                .pool = 64}};
+    double sweep_from = -1, sweep_to = -1;
+    long long sweep_steps = 0;
+    bool search_range = false;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -172,11 +231,56 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
             o->timeout_ms = (int)arg_int(f, v, 1, 3600000);
         else if (!strcmp(f, "--spectrum"))
             o->spectrum = v;
-        else
+        else if (!strcmp(f, "--spectrum-dir"))
+            o->spectrum_dir = v;
+        else if (!strcmp(f, "--sweep"))
+            parse_rates(v, o);
+        else if (!strcmp(f, "--sweep-from"))
+            sweep_from = arg_num(f, v, 0.001, 1e8);
+        else if (!strcmp(f, "--sweep-to"))
+            sweep_to = arg_num(f, v, 0.001, 1e8);
+        else if (!strcmp(f, "--sweep-steps"))
+            sweep_steps = arg_int(f, v, 2, TLGEN_MAX_RATES);
+        else if (!strcmp(f, "--search-p99-us"))
+            o->search_p99_us = arg_num(f, v, 0.001, HIST_MAX_NS / 1000.0);
+        else if (!strcmp(f, "--search-from")) {
+            o->search_from = arg_num(f, v, 0.001, 1e8);
+            search_range = true;
+        } else if (!strcmp(f, "--search-to")) {
+            o->search_to = arg_num(f, v, 0.001, 1e8);
+            search_range = true;
+        } else
             die_usage("unknown option '%s'%s", f, "");
     }
-    if (!o->port || !o->wl.model || o->rate < 0 || o->duration_s < 0)
-        die_usage("--port, --model, --rate and --duration are required%s%s", "", "");
+    if (!o->port || !o->wl.model || o->duration_s < 0)
+        die_usage("--port, --model and --duration are required%s%s", "", "");
+
+    /* exactly one of: --rate, a sweep, a search */
+    bool ranged = sweep_from >= 0 || sweep_to >= 0 || sweep_steps > 0;
+    if (ranged && (sweep_from < 0 || sweep_to < 0 || sweep_steps == 0))
+        die_usage("--sweep-from, --sweep-to and --sweep-steps go together%s%s", "", "");
+    if (ranged && o->nsweep > 0)
+        die_usage("give either --sweep or --sweep-from/--sweep-to/--sweep-steps%s%s", "", "");
+    if (ranged) {
+        o->nsweep = (unsigned)sweep_steps;
+        for (unsigned k = 0; k < o->nsweep; k++) {
+            double x = sweep_from * pow(sweep_to / sweep_from, (double)k / (double)(o->nsweep - 1));
+            o->sweep_rates[k] = x >= 10.0 ? round(x) : x; /* tables read better in whole req/s */
+        }
+    }
+    int modes = (o->rate >= 0) + (o->nsweep > 0) + (o->search_p99_us >= 0);
+    if (modes != 1)
+        die_usage("give exactly one of --rate, --sweep (or --sweep-from/to/steps) and "
+                  "--search-p99-us%s%s",
+                  "", "");
+    if (search_range && o->search_p99_us < 0)
+        die_usage("--search-from and --search-to need --search-p99-us%s%s", "", "");
+    if (o->search_p99_us >= 0 && o->search_from > o->search_to)
+        die_usage("--search-from is above --search-to%s%s", "", "");
+    o->mode = o->nsweep > 0 ? TLGEN_SWEEP : o->search_p99_us >= 0 ? TLGEN_SEARCH : TLGEN_SINGLE;
+    if (o->mode != TLGEN_SINGLE && o->spectrum)
+        die_usage("--spectrum is for one run: use --spectrum-dir with a sweep or a search%s%s", "",
+                  "");
     if (o->threads > o->connections)
         die_usage("--threads is more than --connections: every thread needs a connection%s%s", "",
                   "");
@@ -252,89 +356,198 @@ static void *job_main(void *arg)
     return NULL;
 }
 
+/* Starts the drivers on connections already open in fds[] and joins them.
+ * A thread that cannot be started leaves its connections to be closed here. */
+static int run_threads(tlgen_run_t *run, int *fds, tlgen_stats_t *all)
+{
+    const tlgen_opts_t *o = run->o;
+    job_t *jobs = calloc(o->threads, sizeof *jobs);
+    pthread_t *tids = calloc(o->threads, sizeof *tids);
+    unsigned started = 0, next = 0;
+    int rc = 0;
+    if (!jobs || !tids) {
+        fputs("tlgen: out of memory\n", stderr);
+        for (unsigned i = 0; i < o->connections; i++)
+            close(fds[i]);
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* everyone starts on the same clock a little after the threads exist */
+    run->start_ns = tlgen_now_ns() + 20000000ull;
+    run->measure_ns = run->start_ns + (uint64_t)(o->warmup_s * 1e9);
+    run->end_ns = run->measure_ns + (uint64_t)(o->duration_s * 1e9);
+    for (unsigned t = 0; t < o->threads; t++) {
+        job_t *j = &jobs[t];
+        j->run = run;
+        j->thread = t;
+        j->nconns = o->connections / o->threads + (t < o->connections % o->threads);
+        j->fds = fds + next;
+        next += j->nconns;
+        tlgen_stats_init(&j->st);
+        int e = pthread_create(&tids[t], NULL, job_main, j);
+        if (e != 0) {
+            fprintf(stderr, "tlgen: cannot start thread %u: %s\n", t, strerror(e));
+            tlgen_stats_free(&j->st);
+            for (unsigned i = next - j->nconns; i < o->connections; i++)
+                close(fds[i]);
+            rc = -e;
+            break;
+        }
+        started++;
+    }
+    for (unsigned t = 0; t < started; t++) {
+        pthread_join(tids[t], NULL);
+        if (jobs[t].rc != 0) {
+            fprintf(stderr, "tlgen: thread %u failed: %s\n", t, strerror(-jobs[t].rc));
+            rc = jobs[t].rc;
+        }
+        tlgen_stats_merge(all, &jobs[t].st);
+        tlgen_stats_free(&jobs[t].st);
+    }
+out:
+    free(jobs);
+    free(tids);
+    return rc;
+}
+
+int tlgen_measure(tlgen_run_t *run, tlgen_stats_t *all)
+{
+    const tlgen_opts_t *o = run->o;
+    int *fds = calloc(o->connections, sizeof *fds);
+    if (!fds) {
+        fputs("tlgen: out of memory\n", stderr);
+        return -ENOMEM;
+    }
+    int rc = 0;
+    for (unsigned i = 0; i < o->connections; i++) {
+        fds[i] = connect_one(run, o->timeout_ms);
+        if (fds[i] < 0) {
+            rc = fds[i];
+            fprintf(stderr, "tlgen: cannot connect to %s:%d: %s\n", o->host, o->port,
+                    strerror(-rc));
+            while (i-- > 0)
+                close(fds[i]);
+            goto out;
+        }
+    }
+    rc = run_threads(run, fds, all); /* the drivers close the connections */
+out:
+    free(fds);
+    return rc;
+}
+
+/* Writes h to path.  Returns 0 or -errno (message printed). */
+__attribute__((cold)) static int write_spectrum(const hist_t *h, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    int rc = f ? hist_write_spectrum(h, f) : -errno;
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = -errno;
+    if (rc != 0)
+        fprintf(stderr, "tlgen: cannot write %s: %s\n", path, strerror(-rc));
+    return rc;
+}
+
+__attribute__((cold)) int tlgen_save_spectrum(const tlgen_opts_t *o, const hist_t *h)
+{
+    int rc = 0;
+    if (o->spectrum)
+        rc = write_spectrum(h, o->spectrum);
+    if (o->spectrum_dir) {
+        char path[4096];
+        int n = snprintf(path, sizeof path, "%s/spectrum-%.10grps.hgrm", o->spectrum_dir, o->rate);
+        if (n < 0 || (size_t)n >= sizeof path) {
+            fprintf(stderr, "tlgen: --spectrum-dir '%s' is too long\n", o->spectrum_dir);
+            rc = -ENAMETOOLONG;
+        } else {
+            int e = write_spectrum(h, path);
+            rc = rc ? rc : e;
+        }
+    }
+    return rc;
+}
+
+/* Creates directory `path` and its missing parents (mkdir -p).  Returns 0 or
+ * -errno (-ENOTDIR when a component is a file). */
+__attribute__((cold)) static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1;; p++) {
+        bool last = *p == '\0';
+        if (*p != '/' && !last)
+            continue;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return -errno;
+        if (stat(buf, &st) != 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            return -ENOTDIR;
+        if (last)
+            return 0;
+        *p = '/';
+    }
+}
+
 int main(int argc, char **argv)
 {
-    tlgen_opts_t o;
-    parse_args(argc, argv, &o);
+    tlgen_opts_t *o = calloc(1, sizeof *o); /* ~2 KB of sweep rates: not on the stack */
+    if (!o) {
+        fputs("tlgen: out of memory\n", stderr);
+        return 1;
+    }
+    parse_args(argc, argv, o);
     signal(SIGPIPE, SIG_IGN);
 
     workload_t wl;
     char why[256];
-    int e = workload_build(&wl, &o.wl, why, sizeof why);
+    int e = workload_build(&wl, &o->wl, why, sizeof why);
     if (e != 0) {
         fprintf(stderr, "tlgen: %s\n", why);
+        free(o);
         return e == -EINVAL ? 2 : 1;
     }
-    tlgen_run_t run = {.o = &o, .wl = &wl};
-    if (resolve_addr(&o, &run) != 0)
-        return 1;
-    int *fds = calloc(o.connections, sizeof *fds);
-    job_t *jobs = calloc(o.threads, sizeof *jobs);
-    pthread_t *tids = calloc(o.threads, sizeof *tids);
-    if (!fds || !jobs || !tids) {
-        fputs("tlgen: out of memory\n", stderr);
-        return 1;
+    tlgen_run_t run = {.o = o, .wl = &wl};
+    int rc = 0;
+    if (resolve_addr(o, &run) != 0) {
+        rc = 1;
+        goto out;
     }
-    for (unsigned i = 0; i < o.connections; i++) {
-        fds[i] = connect_one(&run, o.timeout_ms);
-        if (fds[i] < 0) {
-            fprintf(stderr, "tlgen: cannot connect to %s:%d: %s\n", o.host, o.port,
-                    strerror(-fds[i]));
-            return 1;
-        }
+    if (o->spectrum_dir && (e = mkdir_p(o->spectrum_dir)) != 0) {
+        fprintf(stderr, "tlgen: cannot create %s: %s\n", o->spectrum_dir, strerror(-e));
+        rc = 1;
+        goto out;
+    }
+    if (o->mode != TLGEN_SINGLE) {
+        rc = sweep_main(&run);
+        goto out;
     }
 
-    /* everyone starts on the same clock a little after the threads exist */
-    run.start_ns = tlgen_now_ns() + 20000000ull;
-    run.measure_ns = run.start_ns + (uint64_t)(o.warmup_s * 1e9);
-    run.end_ns = run.measure_ns + (uint64_t)(o.duration_s * 1e9);
-    unsigned next = 0;
-    for (unsigned t = 0; t < o.threads; t++) {
-        job_t *j = &jobs[t];
-        j->run = &run;
-        j->thread = t;
-        j->nconns = o.connections / o.threads + (t < o.connections % o.threads);
-        j->fds = fds + next;
-        next += j->nconns;
-        tlgen_stats_init(&j->st);
-        e = pthread_create(&tids[t], NULL, job_main, j);
-        if (e != 0) {
-            fprintf(stderr, "tlgen: cannot start thread %u: %s\n", t, strerror(e));
-            return 1;
-        }
-    }
     tlgen_stats_t all;
     tlgen_stats_init(&all);
-    int rc = 0;
-    for (unsigned t = 0; t < o.threads; t++) {
-        pthread_join(tids[t], NULL);
-        if (jobs[t].rc != 0) {
-            fprintf(stderr, "tlgen: thread %u failed: %s\n", t, strerror(-jobs[t].rc));
-            rc = 1;
-        }
-        tlgen_stats_merge(&all, &jobs[t].st);
-        tlgen_stats_free(&jobs[t].st);
+    if (tlgen_measure(&run, &all) != 0) {
+        tlgen_stats_free(&all);
+        rc = 1;
+        goto out;
     }
-
-    tlgen_report_t r = {.o = &o, .wl = &wl, .st = &all};
+    tlgen_report_t r = {.o = o, .wl = &wl, .st = &all};
     report_judge(&r);
     report_print(stdout, &r);
-    if (o.spectrum) {
-        FILE *f = fopen(o.spectrum, "w");
-        if (!f || hist_write_spectrum(&all.corrected, f) != 0 || fclose(f) != 0) {
-            fprintf(stderr, "tlgen: cannot write %s: %s\n", o.spectrum, strerror(errno));
-            rc = 1;
-        }
-    }
-    if (o.json)
+    if (tlgen_save_spectrum(o, &all.corrected) != 0)
+        rc = 1;
+    if (o->json)
         report_json(stdout, &r);
     fflush(stdout);
     if (rc == 0 && !r.valid)
         rc = 3;
     tlgen_stats_free(&all);
+out:
     workload_free(&wl);
-    free(fds);
-    free(jobs);
-    free(tids);
+    free(o);
     return rc;
 }

@@ -30,21 +30,34 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define TLGEN_NCODES 20 /* wire ERROR codes 0..19 counted one by one */
+#define TLGEN_NCODES 20     /* wire ERROR codes 0..19 counted one by one */
+#define TLGEN_MAX_RATES 256 /* rates in one --sweep */
+
+typedef enum tlgen_mode {
+    TLGEN_SINGLE, /* one run at --rate */
+    TLGEN_SWEEP,  /* one run per rate of sweep_rates[] */
+    TLGEN_SEARCH, /* the highest rate with a valid run and p99 <= search_p99_us */
+} tlgen_mode_t;
 
 typedef struct tlgen_opts {
-    const char *host;     /* server address or name */
-    int port;             /* data plane port */
-    double rate;          /* offered requests/s over all threads */
-    bool poisson;         /* Poisson arrivals instead of constant gaps */
-    double duration_s;    /* measured seconds (after the warm-up) */
-    double warmup_s;      /* seconds sent first and discarded */
-    unsigned connections; /* TCP connections over all threads */
-    unsigned threads;     /* driver threads (each owns connections / threads) */
-    int timeout_ms;       /* a request without a response this long after its due time */
-    bool json;            /* last line: one JSON object */
-    const char *spectrum; /* file for the corrected percentile spectrum, or NULL */
-    workload_opts_t wl;   /* request shape */
+    const char *host;         /* server address or name */
+    int port;                 /* data plane port */
+    tlgen_mode_t mode;        /* what main runs */
+    double rate;              /* offered requests/s over all threads (this run's, in a sweep) */
+    bool poisson;             /* Poisson arrivals instead of constant gaps */
+    double duration_s;        /* measured seconds (after the warm-up) */
+    double warmup_s;          /* seconds sent first and discarded */
+    unsigned connections;     /* TCP connections over all threads */
+    unsigned threads;         /* driver threads (each owns connections / threads) */
+    int timeout_ms;           /* a request without a response this long after its due time */
+    bool json;                /* last line: one JSON object */
+    const char *spectrum;     /* file for the corrected percentile spectrum, or NULL */
+    const char *spectrum_dir; /* one spectrum file per run's rate, or NULL */
+    double sweep_rates[TLGEN_MAX_RATES]; /* TLGEN_SWEEP: the rates, in run order */
+    unsigned nsweep;                     /* entries of sweep_rates */
+    double search_p99_us;                /* TLGEN_SEARCH: the corrected p99 bound (us) */
+    double search_from, search_to;       /* TLGEN_SEARCH: first probe, highest probe */
+    workload_opts_t wl;                  /* request shape */
 } tlgen_opts_t;
 
 /* Per-thread counters and histograms.  Everything counts only requests due
@@ -89,6 +102,30 @@ void tlgen_stats_merge(tlgen_stats_t *dst, const tlgen_stats_t *src);
 
 uint64_t tlgen_now_ns(void);
 
+/* ---- tlgen.c ---- */
+
+/* One measured window at run->o->rate against run->addr: connects
+ * o->connections fresh connections, runs o->threads drivers over the
+ * warm-up and the duration, and merges their statistics into *all
+ * (initialized by the caller).  Sets run->start_ns, measure_ns, end_ns.
+ * Returns 0, or -errno when a connection or a thread could not be set up
+ * (message printed).  Blocks for the whole run (warm-up + duration + drain). */
+int tlgen_measure(tlgen_run_t *run, tlgen_stats_t *all);
+
+/* Writes h (hist_write_spectrum) to o->spectrum when set, and to
+ * o->spectrum_dir/spectrum-<o->rate>rps.hgrm when set (the directory
+ * exists).  Returns 0 or the first -errno (message printed). */
+int tlgen_save_spectrum(const tlgen_opts_t *o, const hist_t *h);
+
+/* ---- sweep.c ---- */
+
+/* Runs the sweep (o->mode TLGEN_SWEEP) or the max-rate search
+ * (TLGEN_SEARCH) described by run->o: one tlgen_measure per rate, a table
+ * row printed as each finishes, and with o->json one JSON line at the end.
+ * run->o is replaced by per-rate copies during the runs and restored.
+ * Returns the exit status (0, 1 or 3; see tlgen.c).  Blocks for all runs. */
+int sweep_main(tlgen_run_t *run);
+
 /* Runs thread `thread`'s share of the schedule on its nconns connected,
  * non-blocking sockets fds[] (it takes them over and closes them) until
  * end_ns plus the drain of outstanding requests (at most timeout_ms).
@@ -114,5 +151,14 @@ void report_judge(tlgen_report_t *r);
 void report_print(FILE *f, const tlgen_report_t *r);
 /* One JSON object on one line. */
 void report_json(FILE *f, const tlgen_report_t *r);
+/* The same object's members, without braces or newline (to nest it). */
+void report_json_members(FILE *f, const tlgen_report_t *r);
+/* A sweep table: the header, then one row per run (offered, achieved,
+ * corrected p50 p90 p99 p99.9 max, errors, valid; and when pass is not
+ * NULL, a last column with it). */
+void report_row_header(FILE *f, bool with_pass);
+void report_row(FILE *f, const tlgen_report_t *r, const char *pass);
+/* Errors of any kind among the window's requests. */
+uint64_t report_errors(const tlgen_stats_t *s);
 
 #endif /* TL_LOADGEN_TLGEN_H */

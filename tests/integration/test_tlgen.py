@@ -9,6 +9,10 @@ the uncorrected figure - the per-connection service time a closed-loop client wo
 recorded, which sees the freeze only once per connection - stays low.  That gap is
 coordinated omission, made visible.
 
+The Sweep class runs the multi-rate modes: a 3-rate sweep (one result per rate, per-rate spectrum
+files), the max-rate search with a generous and with an impossible p99 bound, and loadgen/plot.sh
+on the sweep's output (skipped without gnuplot).
+
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlgen.py
 """
 
@@ -28,6 +32,7 @@ BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
 TLSERVE = os.path.join(BUILD, "server", "tlserve")
 TLSNAP = os.path.join(BUILD, "store", "tlsnap")
 TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "loadgen", "plot.sh")
 MODEL = "ctr_lr"
 KEYS = 20000
 SEED = 42
@@ -212,15 +217,149 @@ class OpenLoop(unittest.TestCase):
         self.assertIn("UNKNOWN_MODEL", out)
 
 
+SWEEP_RATES = [200, 400, 800]
+# the single-run JSON's keys that every sweep entry and search probe carries too
+RUN_KEYS = ("offered_rps", "achieved_rps", "scheduled", "sent", "ok", "p50_us", "p90_us",
+            "p99_us", "p999_us", "max_us", "uncorrected_p99_us", "send_p99_us", "errors",
+            "errors_by_code", "valid", "invalid_reason", "duration_s", "warmup_s")
+
+
+class Sweep(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(MODEL_DIR, "--workers", "1", "--max-inflight", "65536")
+        cls.spectra = os.path.join(TMP, "spectra")  # tlgen creates it
+        proc = start_tlgen(cls.srv.port, "--sweep", ",".join(map(str, SWEEP_RATES)),
+                           "--duration", "1", "--connections", "2", "--json",
+                           "--spectrum-dir", cls.spectra, *SMALL)
+        cls.rc, cls.out, cls.doc = finish(proc)
+        cls.sweep_json = os.path.join(TMP, "sweep.json")
+        with open(cls.sweep_json, "w") as f:
+            f.write(cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def test_sweep_one_result_per_rate(self):
+        out, runs = self.out, self.doc["sweep"]
+        self.assertEqual(len(runs), len(SWEEP_RATES), out)
+        offered = [r["offered_rps"] for r in runs]
+        self.assertEqual(offered, SWEEP_RATES)
+        self.assertEqual(offered, sorted(offered))
+        # a busy 2-core host can make tlgen's own sender fall behind; that run is then reported
+        # invalid (exit 3) rather than trusted, which is the behaviour under test too
+        self.assertEqual(self.rc, 0 if all(r["valid"] for r in runs) else 3, out)
+        for rate, r in zip(SWEEP_RATES, runs):
+            for key in RUN_KEYS:
+                self.assertIn(key, r)
+            self.assertAlmostEqual(r["scheduled"], rate, delta=2)  # 1 s each, whatever the load
+            self.assertEqual(r["errors"], 0, out)
+            self.assertEqual(r["ok"], r["sent"], out)
+            if r["valid"]:
+                self.assertGreaterEqual(r["achieved_rps"], 0.98 * rate, out)
+            self.assertLessEqual(r["p50_us"], r["p99_us"])
+            self.assertLessEqual(r["p99_us"], r["max_us"])
+        # the human table: one row per rate, before the JSON line
+        rows = [ln.split() for ln in out.splitlines()[:-1]
+                if ln.split() and ln.split()[0] in ("%.1f" % x for x in SWEEP_RATES)]
+        self.assertEqual([float(row[0]) for row in rows], SWEEP_RATES, out)
+        self.assertEqual([row[8] for row in rows],
+                         ["yes" if r["valid"] else "NO" for r in runs], out)
+        # one spectrum per rate, each counting that run's successful requests
+        for rate, r in zip(SWEEP_RATES, runs):
+            with open(os.path.join(self.spectra, "spectrum-%drps.hgrm" % rate)) as f:
+                last = [ln.split() for ln in f if ln.strip() and not ln.startswith("#")][-1]
+            self.assertEqual((float(last[1]), int(last[2])), (1.0, r["ok"]))
+
+    def test_search_finds_max_rate_within_range(self):
+        # a 1 s bound nothing on loopback misses: every probe passes, doubling reaches --search-to
+        proc = start_tlgen(self.srv.port, "--search-p99-us", "1000000", "--search-from", "200",
+                           "--search-to", "800", "--duration", "0.5", "--connections", "2",
+                           "--json", *SMALL)
+        rc, out, r = finish(proc)
+        self.assertEqual(rc, 0, out)
+        self.assertTrue(200 <= r["max_rps"] <= 800, out)
+        self.assertLessEqual(r["p99_us_at_max"], 1000000)
+        probes = r["probes"]
+        for p in probes:
+            for key in RUN_KEYS:
+                self.assertIn(key, p)
+            self.assertAlmostEqual(p["duration_s"], 0.5)  # --duration holds for every probe
+            self.assertEqual(p["pass"], p["valid"] and p["errors"] == 0
+                             and p["p99_us"] <= 1000000, out)
+        # the probe sequence: doubling from 200 while probes pass (capped at 800), then each
+        # probe strictly between the best pass and the lowest fail so far, at most 6 of them
+        rates = [p["offered_rps"] for p in probes]
+        k = next((i for i, p in enumerate(probes) if not p["pass"]), len(probes) - 1)
+        self.assertEqual(rates[:k + 1], [200, 400, 800][:k + 1], out)
+        best = max([p["offered_rps"] for p in probes[:k + 1] if p["pass"]] + [0])
+        fail = rates[k] if not probes[k]["pass"] else None
+        self.assertLessEqual(len(probes) - k - 1, 6, out)
+        for p in probes[k + 1:]:
+            self.assertTrue(best < p["offered_rps"] < fail, out)
+            if p["pass"]:
+                best = p["offered_rps"]
+            else:
+                fail = p["offered_rps"]
+        self.assertEqual(r["max_rps"], best, out)
+        self.assertEqual(r["first_fail_rps"], fail, out)
+        if fail is None:  # the usual outcome on an idle host: 1 s is far above any p99 here
+            self.assertEqual(rates, [200, 400, 800], out)
+            self.assertIn("max rate: 800 req/s", out)
+
+    def test_search_with_impossible_bound_finds_nothing(self):
+        proc = start_tlgen(self.srv.port, "--search-p99-us", "0.001", "--search-from", "200",
+                           "--duration", "0.5", "--connections", "2", "--json", *SMALL)
+        rc, out, r = finish(proc)
+        self.assertEqual(rc, 3, out)  # no probe passed
+        self.assertEqual(r["max_rps"], 0)
+        self.assertIsNone(r["p99_us_at_max"])
+        self.assertEqual(r["first_fail_rps"], 200)
+        self.assertEqual(len(r["probes"]), 1)  # nothing below --search-from is tried
+        self.assertFalse(r["probes"][0]["pass"])
+        self.assertIn("p99", r["probes"][0]["fail_reason"])
+
+    @unittest.skipIf(shutil.which("gnuplot") is None, "gnuplot is not installed")
+    def test_plot(self):
+        prefix = os.path.join(TMP, "plots", "sweep")
+        spectra = [os.path.join(self.spectra, "spectrum-%drps.hgrm" % x) for x in SWEEP_RATES]
+        r = subprocess.run(["bash", PLOT, self.sweep_json, *spectra, prefix],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        svg = {}
+        for name in ("latency", "spectrum"):
+            with open("%s-%s.png" % (prefix, name), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", name)
+            self.assertGreater(os.path.getsize("%s-%s.png" % (prefix, name)), 1000, name)
+            with open("%s-%s.svg" % (prefix, name)) as f:
+                svg[name] = f.read()
+            self.assertIn("<svg", svg[name])
+            self.assertIn("</svg>", svg[name])
+        self.assertIn("p99.9", svg["latency"])        # the curves' legend
+        self.assertIn("400 req/s", svg["spectrum"])  # one curve per spectrum file
+
+
 class Usage(unittest.TestCase):
     def test_help_and_bad_args(self):
         r = subprocess.run([TLGEN, "--help"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0)
-        self.assertIn("--rate", r.stdout)
+        for flag in ("--rate", "--sweep", "--sweep-steps", "--search-p99-us", "--spectrum-dir"):
+            self.assertIn(flag, r.stdout)
         r = subprocess.run([TLGEN, "--port", "1", "--model", "m", "--rate", "x",
                             "--duration", "1"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--rate", r.stderr)
+        base = [TLGEN, "--port", "1", "--model", "m", "--duration", "1"]
+        for bad in (["--rate", "10", "--sweep", "10,20"],           # two modes
+                    ["--sweep", "10,,20"],                           # empty rate
+                    ["--sweep", "10,x"],                             # not a number
+                    ["--sweep-from", "10", "--sweep-to", "100"],     # no --sweep-steps
+                    ["--sweep", "10,20", "--spectrum", "f"],         # one file for many runs
+                    ["--search-p99-us", "100", "--search-from", "50", "--search-to", "10"],
+                    ["--search-from", "10", "--rate", "10"]):        # range without a search
+            r = subprocess.run(base + bad, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2, bad)
 
     def test_connection_refused(self):
         r = subprocess.run([TLGEN, "--port", str(free_port()), "--model", "m", "--rate", "10",
