@@ -1,21 +1,41 @@
 /*
- * model.c — a loaded model version and batched scoring.
+ * model.c — a loaded model version and batched scoring, LR and FM.
  *
- * A model is a store (the sparse parameters) plus its manifest meta.  LR is
- * the only kind so far:
- *
- *   score(item) = sigmoid(bias + sum_{f in shared} w_f x_f + sum_{f in item} w_f x_f)
- *
- * The bias is the weight stored under MODEL_BIAS_ID.  One request does ONE
- * batched store lookup for all its ids, in the order
+ * A model is a store (the sparse parameters) plus its manifest meta.  This
+ * file keeps the interface and the part every kind shares — sizing the
+ * scratch, gathering the request's ids and the ONE batched store lookup —
+ * and dispatches to one static scorer per kind.  One request looks up all
+ * its ids at once, in the order
  *
  *   [ bias | shared ids ... | item 0 ids ... | item 1 ids ... | ... ]
  *
  * so that the store's prefetching covers the whole request; when the blocks
  * already lie back to back in memory (as the wire decoder leaves them) the
  * lookup reads them in place, otherwise they are gathered into the scratch.
- * The shared sum is computed once and added to every item.  Sums run in double, in
- * block order, so that the same request always gives the same float.
+ * The lookup leaves K floats per id in the scratch, one row per id:
+ *
+ *   LR  K = 1      row = [ w ]
+ *   FM  K = 1 + k  row = [ w | v_1 ... v_k ]
+ *
+ * The bias is the first float of MODEL_BIAS_ID's row (FM leaves its v's
+ * unused).  Scores:
+ *
+ *   LR  sigmoid(bias + sum_j w_j x_j)
+ *   FM  sigmoid(bias + sum_j w_j x_j + 0.5 sum_f [S_f^2 - Q_f]),
+ *       S_f = sum_j v_jf x_j,  Q_f = sum_j (v_jf x_j)^2
+ *
+ * with j over the shared block and the item's block together.  All three
+ * sums split over the blocks, so the shared block's linear sum, S_f and Q_f
+ * are computed once per request and each item only adds its own:
+ *
+ *   margin(i) = (bias + lin_shared) + lin_i
+ *               + 0.5 sum_f [(S_f + S_if)^2 - (Q_f + Q_if)]
+ *
+ * That is O(k (shared + sum of item sizes)) per request instead of
+ * O(k items (shared + item)).  Sums run in double, in block order, so that
+ * the same request always gives the same float; the trainers (train_lr.c,
+ * fm_train.c) use the same order so that exports score bit for bit as they
+ * predicted.
  *
  * THREAD SAFETY: the model is read-only; each thread scores with its own
  * scratch (model.h).
@@ -35,16 +55,20 @@ struct model {
 };
 
 struct model_scratch {
-    size_t cap;         /* ids the arrays hold, bias included */
-    uint64_t *keys;
-    float *weights;
+    size_t cap;         /* ids the key array holds, bias included */
+    size_t fcap;        /* floats the weights array holds */
+    uint64_t *keys;     /* cap: gathered ids when the blocks are not contiguous */
+    float *weights;     /* fcap: K floats per looked-up id */
 };
 
 int model_from_store(store_t *s, const store_meta_t *meta, model_t **out)
 {
     if (!s || !meta || !out)
         return -EINVAL;
-    if (meta->model_kind != STORE_MODEL_LR || store_value_floats(s) != 1)
+    uint32_t K = store_value_floats(s);
+    bool ok = (meta->model_kind == STORE_MODEL_LR && K == 1) ||
+              (meta->model_kind == STORE_MODEL_FM && K >= 2 && K <= 1 + MODEL_FM_MAX_K);
+    if (!ok)
         return -ENOTSUP;
     model_t *m = calloc(1, sizeof *m);
     if (!m)
@@ -63,14 +87,17 @@ int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
         return -1;
     int rc = model_from_store(s, &meta, out);
     if (rc != 0) {
+        uint32_t K = store_value_floats(s);
         store_destroy(s);
         if (err) {
             memset(err, 0, sizeof *err);
             err->code = STORE_E_INVALID;
             err->offset = -1;
             snprintf(err->msg, sizeof err->msg,
-                     "%s: model kind %s with %u floats per key is not supported yet (LR only)",
-                     dir, store_model_kind_name(meta.model_kind), store_value_floats(s));
+                     "%s: model kind %s with %u floats per key is not supported "
+                     "(LR takes 1, FM 2..%d)",
+                     dir, store_model_kind_name(meta.model_kind), K,
+                     1 + MODEL_FM_MAX_K);
         }
         return -1;
     }
@@ -87,21 +114,53 @@ void model_destroy(model_t *m)
 
 const store_meta_t *model_meta(const model_t *m) { return &m->meta; }
 const store_t *model_store(const model_t *m) { return m->store; }
+uint32_t model_value_floats(const model_t *m) { return store_value_floats(m->store); }
 
 int model_scratch_create(size_t max_features, model_scratch_t **out)
 {
     model_scratch_t *sc = calloc(1, sizeof *sc);
     if (!sc)
         return -ENOMEM;
-    sc->cap = max_features + 1;
-    sc->keys = malloc(sc->cap * sizeof *sc->keys);
-    sc->weights = malloc(sc->cap * sizeof *sc->weights);
-    if (!sc->keys || !sc->weights) {
+    if (model_scratch_reserve(sc, max_features, 1) < 0) {
         model_scratch_destroy(sc);
         return -ENOMEM;
     }
     *out = sc;
     return 0;
+}
+
+int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats)
+{
+    if (value_floats == 0)
+        value_floats = 1;
+    size_t cap = max_features + 1;
+    if (cap < max_features || cap > SIZE_MAX / sizeof(float) / value_floats)
+        return -ENOMEM;
+    size_t fcap = cap * value_floats;
+    if (cap <= sc->cap && fcap <= sc->fcap)
+        return 0;
+    if (cap < sc->cap)
+        cap = sc->cap;
+    if (fcap < sc->fcap)
+        fcap = sc->fcap;
+    uint64_t *keys = cap > sc->cap ? malloc(cap * sizeof *keys) : NULL;
+    float *weights = fcap > sc->fcap ? malloc(fcap * sizeof *weights) : NULL;
+    if ((cap > sc->cap && !keys) || (fcap > sc->fcap && !weights)) {
+        free(keys);
+        free(weights);
+        return -ENOMEM;
+    }
+    if (keys) {
+        free(sc->keys);
+        sc->keys = keys;
+        sc->cap = cap;
+    }
+    if (weights) {
+        free(sc->weights);
+        sc->weights = weights;
+        sc->fcap = fcap;
+    }
+    return 1;
 }
 
 void model_scratch_destroy(model_scratch_t *sc)
@@ -134,13 +193,120 @@ static inline float sigmoid(double x)
     return (float)(e / (1.0 + e));
 }
 
+/* LR: w holds one float per id in lookup order (bias first). */
+static void lr_score(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+                     const float *w, float *scores)
+{
+    double base = (double)w[0] + block_sum(shared, w + 1);
+    w += 1 + shared->n;
+    for (uint32_t i = 0; i < n_items; i++) {
+        scores[i] = sigmoid(base + block_sum(&items[i], w));
+        w += items[i].n;
+    }
+}
+
+/* FM sums of one block whose rows ([w | v_1..v_k], stride k + 1) start at
+ * w: returns sum w x and ADDS sum v_f x to S[f] and sum (v_f x)^2 to Q[f]
+ * (the caller zeroes them).  Feature order, double: deterministic.  Always
+ * inlined so that the callers below with a constant k get loops the compiler
+ * unrolls and vectorises (the same additions in the same order: the same
+ * result as the generic k). */
+static inline __attribute__((always_inline)) double
+fm_block(const model_block_t *b, const float *w, uint32_t k, double *S, double *Q)
+{
+    const uint32_t K = k + 1;
+    double lin = 0;
+    if (b->values) {
+        for (uint32_t j = 0; j < b->n; j++, w += K) {
+            double x = (double)b->values[j];
+            lin += (double)w[0] * x;
+            for (uint32_t f = 0; f < k; f++) {
+                double vx = (double)w[1 + f] * x;
+                S[f] += vx;
+                Q[f] += vx * vx;
+            }
+        }
+    } else {
+        for (uint32_t j = 0; j < b->n; j++, w += K) {
+            lin += (double)w[0];
+            for (uint32_t f = 0; f < k; f++) {
+                double v = (double)w[1 + f];
+                S[f] += v;
+                Q[f] += v * v;
+            }
+        }
+    }
+    return lin;
+}
+
+static double fm_block_4(const model_block_t *b, const float *w, double *S, double *Q)
+{
+    return fm_block(b, w, 4, S, Q);
+}
+static double fm_block_8(const model_block_t *b, const float *w, double *S, double *Q)
+{
+    return fm_block(b, w, 8, S, Q);
+}
+static double fm_block_16(const model_block_t *b, const float *w, double *S, double *Q)
+{
+    return fm_block(b, w, 16, S, Q);
+}
+static double fm_block_32(const model_block_t *b, const float *w, double *S, double *Q)
+{
+    return fm_block(b, w, 32, S, Q);
+}
+static double fm_block_k(const model_block_t *b, const float *w, uint32_t k, double *S,
+                         double *Q)
+{
+    return fm_block(b, w, k, S, Q);
+}
+
+/* One block's sums with the best loop for k. */
+static inline double fm_block_any(const model_block_t *b, const float *w, uint32_t k, double *S,
+                                  double *Q)
+{
+    switch (k) {
+    case 4: return fm_block_4(b, w, S, Q);
+    case 8: return fm_block_8(b, w, S, Q);
+    case 16: return fm_block_16(b, w, S, Q);
+    case 32: return fm_block_32(b, w, S, Q);
+    default: return fm_block_k(b, w, k, S, Q);
+    }
+}
+
+/* FM: w holds K = k + 1 floats per id in lookup order (bias row first). */
+static void fm_score(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+                     const float *w, uint32_t k, float *scores)
+{
+    const uint32_t K = k + 1;
+    double S[MODEL_FM_MAX_K] = {0}, Q[MODEL_FM_MAX_K] = {0};
+    double Si[MODEL_FM_MAX_K], Qi[MODEL_FM_MAX_K];
+    double base = (double)w[0];
+    w += K;
+    base += fm_block_any(shared, w, k, S, Q);
+    w += (size_t)shared->n * K;
+    for (uint32_t i = 0; i < n_items; i++) {
+        memset(Si, 0, k * sizeof *Si);
+        memset(Qi, 0, k * sizeof *Qi);
+        double lin = base + fm_block_any(&items[i], w, k, Si, Qi);
+        w += (size_t)items[i].n * K;
+        double pair = 0;
+        for (uint32_t f = 0; f < k; f++) {
+            double s = S[f] + Si[f];
+            pair += s * s - (Q[f] + Qi[f]);
+        }
+        scores[i] = sigmoid(lin + 0.5 * pair);
+    }
+}
+
 int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc)
 {
+    const uint32_t K = store_value_floats(m->store);
     size_t total = 1 + shared->n;
     for (uint32_t i = 0; i < n_items; i++)
         total += items[i].n;
-    if (total > sc->cap)
+    if (total > sc->cap || total > sc->fcap / K)
         return -E2BIG;
 
     /* The decoder lays a request's blocks out back to back; then the ids are
@@ -153,25 +319,24 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
     }
     if (contiguous) {
         store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
-        store_lookup_batch(m->store, shared->ids, total - 1, sc->weights + 1, NULL);
+        store_lookup_batch(m->store, shared->ids, total - 1, sc->weights + K, NULL);
     } else {
         uint64_t *k = sc->keys;
         *k++ = MODEL_BIAS_ID;
-        memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
+        if (shared->n) /* memcpy from NULL is undefined even for 0 bytes */
+            memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
         k += shared->n;
         for (uint32_t i = 0; i < n_items; i++) {
-            memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
+            if (items[i].n)
+                memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
             k += items[i].n;
         }
         store_lookup_batch(m->store, sc->keys, total, sc->weights, NULL);
     }
 
-    const float *w = sc->weights;
-    double base = (double)w[0] + block_sum(shared, w + 1);
-    w += 1 + shared->n;
-    for (uint32_t i = 0; i < n_items; i++) {
-        scores[i] = sigmoid(base + block_sum(&items[i], w));
-        w += items[i].n;
-    }
+    if (m->meta.model_kind == STORE_MODEL_FM)
+        fm_score(shared, items, n_items, sc->weights, K - 1, scores);
+    else
+        lr_score(shared, items, n_items, sc->weights, scores);
     return 0;
 }

@@ -1,8 +1,8 @@
 /*
  * model.h — scoring: a loaded model version and the one interface every model
  * kind scores through ("given the shared block and N item blocks, write N
- * scores").  This first cut implements LR; FM, FFM and DNN come with the
- * models issue behind the same calls.
+ * scores").  LR and FM are implemented; FFM and DNN come with the models
+ * issue behind the same calls.
  *
  * THREAD SAFETY
  *   A model_t is immutable once loaded: any number of threads may score with
@@ -33,12 +33,17 @@ typedef struct model_block {
     uint32_t n;
 } model_block_t;
 
-/* The LR bias is the weight of this reserved id (field 0, hash 0). */
+/* The bias is the (first float of the) value of this reserved id (field 0,
+ * hash 0). */
 #define MODEL_BIAS_ID UINT64_C(0)
 
-/* Wraps a loaded store as a model (the model takes ownership of s).  Only
- * LR (K = 1) is implemented yet: other kinds return -ENOTSUP.  Returns 0 or
- * -errno; on failure s is still the caller's. */
+/* Largest FM factor count k (value_floats = 1 + k). */
+#define MODEL_FM_MAX_K (STORE_MAX_VALUE_FLOATS - 1)
+
+/* Wraps a loaded store as a model (the model takes ownership of s).
+ * Accepted: LR with K = 1 float per key, FM with K = 1 + k floats per key
+ * ([w, v_1..v_k], k = 1..MODEL_FM_MAX_K).  Anything else returns -ENOTSUP.
+ * Returns 0 or -errno; on failure s is still the caller's. */
 int model_from_store(store_t *s, const store_meta_t *meta, model_t **out);
 
 /* Loads the snapshot in dir (store_snapshot_load) and wraps it.  On failure
@@ -51,16 +56,34 @@ const store_meta_t *model_meta(const model_t *m);
 const store_t *model_store(const model_t *m);
 
 /* Work space for requests of up to max_features features in all blocks
- * together.  Allocate one per worker thread at start (it is the only
- * allocation scoring needs); returns 0 or -ENOMEM. */
+ * together, sized for one float per key (LR).  Allocate one per worker
+ * thread at start (it is the only allocation scoring needs); returns 0 or
+ * -ENOMEM.  The caller owns *out (model_scratch_destroy). */
 int model_scratch_create(size_t max_features, model_scratch_t **out);
 void model_scratch_destroy(model_scratch_t *sc);
 
-/* Scores n_items items: scores[i] = sigmoid(bias + sum over the shared block
- * + sum over item i's block of weight * value); a feature the model has not
- * seen contributes 0.  The shared block is summed once per request.  Never
- * allocates, never blocks.  Returns 0, or -E2BIG when the request has more
- * features than the scratch was made for. */
+/* Grows sc (never shrinks it) so that it holds max_features features of
+ * value_floats floats each, e.g. after a swap to an FM model with K floats
+ * per key (model_value_floats()).  Returns 1 when it grew, 0 when it was
+ * already large enough (no allocation), -ENOMEM (sc unchanged and still
+ * usable).  Allocates; call it off the per-request path or once when
+ * model_score() said -E2BIG. */
+int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats);
+
+/* Floats per key of m's store (1 for LR, 1 + k for FM). */
+uint32_t model_value_floats(const model_t *m);
+
+/* Scores n_items items; a feature the model has not seen contributes 0.
+ *   LR: scores[i] = sigmoid(bias + sum over shared and item i of w x)
+ *   FM: scores[i] = sigmoid(bias + sum w x
+ *                           + 0.5 sum_f [(sum v_f x)^2 - sum v_f^2 x^2])
+ *       the sums running over the shared block and item i together.
+ * The shared block's sums (linear, and for FM the per-factor sums and
+ * squares) are computed once per request.  Sums run in double in block
+ * order: the same request always gives the same floats.  Never allocates,
+ * never blocks.  Returns 0, or -E2BIG when the request has more features
+ * than the scratch was made for, or when the scratch holds fewer floats per
+ * key than the model needs (grow it with model_scratch_reserve()). */
 int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 

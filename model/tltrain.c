@@ -3,10 +3,14 @@
  * raw Criteo), trains a model for some epochs, evaluates it on a test file
  * and exports a serving snapshot that tlserve loads.
  *
- *   tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr
+ *   tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr|fm
  *           [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]
+ *           [--k K] [--l2-v X] [--init-stdev X] [--seed N]
  *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
  *           [--json] [--help]
+ *
+ * The two model kinds sit behind a small struct trainer (update, predict,
+ * export) so that the epoch and evaluation loops are written once.
  *
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..}.
@@ -15,6 +19,7 @@
  * epoch.
  */
 #include "metrics.h"
+#include "model.h"
 #include "reader.h"
 #include "train.h"
 
@@ -29,8 +34,9 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr\n"
+            "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr|fm\n"
             "               [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
+            "               [--k K] [--l2-v X] [--init-stdev X] [--seed N]\n"
             "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
             "               [--skip-bad] [--json] [--help]\n"
             "\n"
@@ -38,15 +44,23 @@ static void usage(FILE *f)
             "  --test FILE      evaluation data: logloss, AUC, calibration after each epoch\n"
             "  --format F       libsvm (label idx:val), libffm (label field:idx:val) or criteo\n"
             "                   (raw TSV/CSV: label, I1-I13, C1-C26; hashed per field)\n"
-            "  --model M        lr (fm, ffm, dnn: not implemented yet)\n"
-            "  --optimizer O    ftrl (default), adagrad or sgd\n"
-            "  --lr X           learning rate (FTRL alpha); default ftrl 0.1, adagrad 0.05, sgd 0.05\n"
+            "  --model M        lr or fm (ffm, dnn: not implemented yet)\n"
+            "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm;\n"
+            "                   fm with ftrl: FTRL for the linear weights, Adagrad for v)\n"
+            "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
+            "                   fm: 0.05\n"
             "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6)\n"
             "  --l1 X           L1 (FTRL only; default 0.1)\n"
-            "  --l2 X           L2 (default ftrl 1, adagrad/sgd 1e-4)\n"
-            "  --epochs N       passes over the training file (default 3)\n"
-            "  --export DIR     write a serving snapshot (LR, one float per id) into DIR\n"
-            "  --name NAME      model name in the snapshot (default \"lr\")\n"
+            "  --l2 X           L2 on the linear weights (lr: ftrl 1, adagrad/sgd 1e-4;\n"
+            "                   fm: ftrl 1, adagrad 0.01, sgd 0.001)\n"
+            "  --k K            fm: factors per id (default 4; <= 31 adagrad, 30 ftrl, 63 sgd)\n"
+            "  --l2-v X         fm: L2 on the factors (default 0.01)\n"
+            "  --init-stdev X   fm: factors start as N(0, X^2) (default 0.01)\n"
+            "  --seed N         fm: seed of the factor initialisation (default 1)\n"
+            "  --epochs N       passes over the training file (default 3 for lr, 1 for fm)\n"
+            "  --export DIR     write a serving snapshot into DIR (LR: one float per id,\n"
+            "                   FM: 1 + k floats per id)\n"
+            "  --name NAME      model name in the snapshot (default: the model kind)\n"
             "  --version N      snapshot version (default 1)\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
             "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..}\n");
@@ -72,8 +86,32 @@ static int parse_double(const char *opt, const char *s, double *out)
     return 0;
 }
 
+/* One model kind's trainer behind one set of calls. */
+struct trainer {
+    train_lr_t *lr; /* exactly one of lr, fm is set; owned */
+    train_fm_t *fm;
+};
+
+static int tr_update(struct trainer *t, const reader_sample_t *s, float *p)
+{
+    return t->fm ? train_fm_update(t->fm, s->ids, s->values, s->n, s->label, p)
+                 : train_lr_update(t->lr, s->ids, s->values, s->n, s->label, p);
+}
+
+static float tr_predict(struct trainer *t, const reader_sample_t *s)
+{
+    return t->fm ? train_fm_predict(t->fm, s->ids, s->values, s->n)
+                 : train_lr_predict(t->lr, s->ids, s->values, s->n);
+}
+
+static int tr_export(const struct trainer *t, const char *dir, const store_meta_t *meta,
+                     store_error_t *err)
+{
+    return t->fm ? train_fm_export(t->fm, dir, meta, err) : train_lr_export(t->lr, dir, meta, err);
+}
+
 /* One pass of the training file.  Returns 0 or 1 (error printed). */
-static int train_epoch(reader_t *r, train_lr_t *t, double *loss, uint64_t *rows,
+static int train_epoch(reader_t *r, struct trainer *t, double *loss, uint64_t *rows,
                        uint64_t *updates, double *busy)
 {
     reader_sample_t s;
@@ -87,7 +125,7 @@ static int train_epoch(reader_t *r, train_lr_t *t, double *loss, uint64_t *rows,
     while ((rc = reader_next(r, &s)) == 1) {
         float p;
         double t0 = now_sec();
-        if (train_lr_update(t, s.ids, s.values, s.n, s.label, &p) != 0) {
+        if (tr_update(t, &s, &p) != 0) {
             fprintf(stderr, "tltrain: out of memory while training\n");
             return 1;
         }
@@ -108,7 +146,7 @@ static int train_epoch(reader_t *r, train_lr_t *t, double *loss, uint64_t *rows,
     return 0;
 }
 
-static int evaluate(reader_t *r, train_lr_t *t, metrics_result_t *res)
+static int evaluate(reader_t *r, struct trainer *t, metrics_result_t *res)
 {
     metrics_t *m;
     reader_sample_t s;
@@ -118,7 +156,7 @@ static int evaluate(reader_t *r, train_lr_t *t, metrics_result_t *res)
         return 1;
     }
     while ((rc = reader_next(r, &s)) == 1) {
-        if (metrics_add(m, train_lr_predict(t, s.ids, s.values, s.n), s.label) != 0) {
+        if (metrics_add(m, tr_predict(t, &s), s.label) != 0) {
             rc = -ENOMEM;
             break;
         }
@@ -144,7 +182,7 @@ static void json_num(FILE *f, const char *key, double v, int last)
 int main(int argc, char **argv)
 {
     enum { O_TRAIN = 256, O_TEST, O_FORMAT, O_MODEL, O_OPT, O_LR, O_BETA, O_L1, O_L2,
-           O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON };
+           O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON, O_K, O_L2V, O_INIT, O_SEED };
     static const struct option longopts[] = {
         {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
         {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
@@ -154,11 +192,15 @@ int main(int argc, char **argv)
         {"export", required_argument, 0, O_EXPORT}, {"name", required_argument, 0, O_NAME},
         {"version", required_argument, 0, O_VERSION}, {"skip-bad", no_argument, 0, O_SKIP},
         {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, 'h'},
+        {"k", required_argument, 0, O_K},           {"l2-v", required_argument, 0, O_L2V},
+        {"init-stdev", required_argument, 0, O_INIT}, {"seed", required_argument, 0, O_SEED},
         {0, 0, 0, 0}};
     const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
-    const char *optimizer = "ftrl", *export_dir = NULL, *name = "lr";
-    double lr = -1, beta = -1, l1 = -1, l2 = -1;
-    long epochs = 3;
+    const char *optimizer = NULL, *export_dir = NULL, *name = NULL;
+    double lr = -1, beta = -1, l1 = -1, l2 = -1, l2v = -1, init_sd = -1;
+    long k = 4;
+    unsigned long long seed = 1;
+    long epochs = 0; /* 0: the model's default */
     unsigned long long version = 1;
     int json = 0, skip_bad = 0, c;
     opterr = 0;
@@ -174,6 +216,24 @@ int main(int argc, char **argv)
         case O_BETA: if (parse_double("--beta", optarg, &beta)) return 2; break;
         case O_L1: if (parse_double("--l1", optarg, &l1)) return 2; break;
         case O_L2: if (parse_double("--l2", optarg, &l2)) return 2; break;
+        case O_L2V: if (parse_double("--l2-v", optarg, &l2v)) return 2; break;
+        case O_INIT: if (parse_double("--init-stdev", optarg, &init_sd)) return 2; break;
+        case O_K:
+            k = strtol(optarg, &e, 10);
+            if (*e || e == optarg || k < 1 || k > MODEL_FM_MAX_K) {
+                fprintf(stderr, "tltrain: --k: '%s' is not a number in 1..%d\n", optarg,
+                        MODEL_FM_MAX_K);
+                return 2;
+            }
+            break;
+        case O_SEED:
+            errno = 0;
+            seed = strtoull(optarg, &e, 10);
+            if (errno || *e || e == optarg) {
+                fprintf(stderr, "tltrain: --seed: '%s' is not a number\n", optarg);
+                return 2;
+            }
+            break;
         case O_EPOCHS:
             epochs = strtol(optarg, &e, 10);
             if (*e || e == optarg || epochs < 1 || epochs > 1000000) {
@@ -212,26 +272,39 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
         return 2;
     }
-    if (strcmp(model, "fm") == 0 || strcmp(model, "ffm") == 0 || strcmp(model, "dnn") == 0) {
-        fprintf(stderr, "tltrain: --model %s: not implemented yet (only lr)\n", model);
+    int fm = strcmp(model, "fm") == 0;
+    if (strcmp(model, "ffm") == 0 || strcmp(model, "dnn") == 0) {
+        fprintf(stderr, "tltrain: --model %s: not implemented yet (lr, fm)\n", model);
         return 2;
     }
-    if (strcmp(model, "lr") != 0) {
+    if (!fm && strcmp(model, "lr") != 0) {
         fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
         return 2;
     }
+    if (!optimizer)
+        optimizer = fm ? "adagrad" : "ftrl";
+    if (!epochs) /* FM overfits the small sets from the second pass on */
+        epochs = fm ? 1 : 3;
+    if (!name)
+        name = model;
     train_optimizer_t ot;
     if (train_optimizer_parse(optimizer, &ot) != 0) {
         fprintf(stderr, "tltrain: --optimizer: '%s' is not ftrl, adagrad or sgd\n", optimizer);
         return 2;
     }
     train_lr_options_t to;
+    train_fm_options_t fo;
     train_lr_defaults(ot, &to);
-    if (lr >= 0) to.alpha = lr;
-    if (beta >= 0) to.beta = beta;
-    if (l1 >= 0) to.l1 = l1;
-    if (l2 >= 0) to.l2 = l2;
-    store_meta_t meta = {.model_kind = STORE_MODEL_LR, .version = version};
+    train_fm_defaults(ot, &fo);
+    if (lr >= 0) to.alpha = fo.alpha = lr;
+    if (beta >= 0) to.beta = fo.beta = beta;
+    if (l1 >= 0) to.l1 = fo.l1 = l1;
+    if (l2 >= 0) to.l2 = fo.l2 = l2;
+    if (l2v >= 0) fo.l2_v = l2v;
+    if (init_sd >= 0) fo.init_stdev = init_sd;
+    fo.k = (uint32_t)k;
+    fo.seed = seed;
+    store_meta_t meta = {.model_kind = fm ? STORE_MODEL_FM : STORE_MODEL_LR, .version = version};
     if (strlen(name) >= sizeof meta.model_name) {
         fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
         return 2;
@@ -241,9 +314,10 @@ int main(int argc, char **argv)
     int status = 1;
     char err[512];
     reader_t *rtrain = NULL, *rtest = NULL;
-    train_lr_t *t = NULL;
+    struct trainer tr = {0}, *t = &tr;
     char why[256];
-    if (train_lr_create(&to, &t, why, sizeof why) != 0) {
+    if ((fm ? train_fm_create(&fo, &tr.fm, why, sizeof why)
+            : train_lr_create(&to, &tr.lr, why, sizeof why)) != 0) {
         fprintf(stderr, "tltrain: %s\n", why);
         status = 2;
         goto out;
@@ -253,8 +327,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: %s\n", err);
         goto out;
     }
-    fprintf(stderr, "tltrain: lr/%s alpha=%g beta=%g l1=%g l2=%g epochs=%ld\n",
-            train_optimizer_name(ot), to.alpha, to.beta, to.l1, to.l2, epochs);
+    if (fm)
+        fprintf(stderr,
+                "tltrain: fm/%s k=%u alpha=%g beta=%g l1=%g l2=%g l2_v=%g init_stdev=%g "
+                "seed=%llu epochs=%ld\n",
+                train_optimizer_name(ot), fo.k, fo.alpha, fo.beta, fo.l1, fo.l2, fo.l2_v,
+                fo.init_stdev, (unsigned long long)fo.seed, epochs);
+    else
+        fprintf(stderr, "tltrain: lr/%s alpha=%g beta=%g l1=%g l2=%g epochs=%ld\n",
+                train_optimizer_name(ot), to.alpha, to.beta, to.l1, to.l2, epochs);
     metrics_result_t res = {.logloss = NAN, .auc = NAN, .calibration = NAN};
     for (long ep = 1; ep <= epochs; ep++) {
         double loss, busy, t0 = now_sec();
@@ -281,7 +362,7 @@ int main(int argc, char **argv)
     }
     if (export_dir) {
         store_error_t se;
-        if (train_lr_export(t, export_dir, &meta, &se) != 0) {
+        if (tr_export(t, export_dir, &meta, &se) != 0) {
             fprintf(stderr, "tltrain: export: %s\n", se.msg);
             goto out;
         }
@@ -299,6 +380,7 @@ int main(int argc, char **argv)
 out:
     reader_close(rtrain);
     reader_close(rtest);
-    train_lr_destroy(t);
+    train_lr_destroy(tr.lr);
+    train_fm_destroy(tr.fm);
     return status;
 }

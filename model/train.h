@@ -1,10 +1,10 @@
 /*
- * train.h — offline / online training of LR (FM, FFM, DNN come later behind
- * the same shape): per-sample updates with FTRL-Proximal, Adagrad or SGD,
- * optimizer state in the trainer's own store, and an export to a serving
- * snapshot that model_load() and tlserve accept.
+ * train.h — offline / online training of LR and FM (FFM, DNN come later
+ * behind the same shape): per-sample updates with FTRL-Proximal, Adagrad or
+ * SGD, optimizer state in the trainer's own store, and an export to a
+ * serving snapshot that model_load() and tlserve accept.
  *
- * Trainer state (one store entry per feature id, fp32):
+ * LR trainer state (one store entry per feature id, fp32):
  *
  *   FTRL     K = 3  [ z | n | w ]   w = the weight implied by z, n (cached)
  *   Adagrad  K = 2  [ w | sum g^2 ]
@@ -90,6 +90,71 @@ const store_t *train_lr_store(const train_lr_t *t);
 
 /* Weight of one id as the trainer would serve it (0 when absent). */
 float train_lr_weight(const train_lr_t *t, uint64_t id);
+
+/* ---- FM (fm_train.c) ------------------------------------------------------
+ *
+ * margin = bias + sum_j w_j x_j + 0.5 sum_f [(sum_j v_jf x_j)^2 - sum_j (v_jf x_j)^2]
+ *
+ * Trainer state per id (fp32); the serving row [w | v_1..v_k] is its prefix:
+ *
+ *   SGD      K = 1 + k       [ w | v_1..v_k ]                      k <= 63
+ *   Adagrad  K = 2 + 2k      [ w | v_1..v_k | Gw | Gv_1..Gv_k ]    k <= 31
+ *   FTRL     K = 3 + 2k      [ w | v_1..v_k | z | n | Gv_1..Gv_k ] k <= 30
+ *                            (FTRL-Proximal for w, Adagrad for v)
+ *
+ * A new id's v starts as N(0, init_stdev^2) drawn from a hash of (seed, id,
+ * f): the same for any sample order.  The bias (MODEL_BIAS_ID, first float)
+ * is never regularised.  Predictions are computed exactly as model_score()
+ * computes them for a request whose shared block is the sample and whose
+ * item is empty, so an export scores such requests bit for bit as the
+ * trainer predicted. */
+
+typedef struct train_fm_options {
+    train_optimizer_t optimizer;
+    uint32_t k;             /* factors: 1..63 (SGD), 1..31 (Adagrad), 1..30 (FTRL) */
+    double alpha;           /* learning rate (w and v; FTRL alpha for w); > 0 */
+    double beta;            /* FTRL beta for w; Adagrad epsilon; >= 0 */
+    double l1;              /* FTRL (w) only; >= 0 */
+    double l2;              /* L2 on w; >= 0 */
+    double l2_v;            /* L2 on v; >= 0 */
+    double init_stdev;      /* v ~ N(0, init_stdev^2); >= 0 */
+    uint64_t seed;          /* of the v initialisation */
+    uint64_t expected_keys; /* sizing hint; 0 = small */
+    uint32_t shards;        /* trainer store shards; 0 = 16 */
+} train_fm_options_t;
+
+typedef struct train_fm train_fm_t; /* opaque */
+
+/* Fills o with the tuned defaults for the optimizer and k = 4. */
+void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o);
+
+/* Same contract as train_lr_create (0, -EINVAL with a sentence, -ENOMEM). */
+int train_fm_create(const train_fm_options_t *opt, train_fm_t **out, char *why, size_t why_len);
+void train_fm_destroy(train_fm_t *t);
+
+/* Click probability under the current parameters; unseen ids count 0 (as
+ * served).  Equal bit for bit to model_score() on an export with the sample
+ * as the shared block and one empty item.  NAN when the work space cannot
+ * grow. */
+float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n);
+
+/* Sizes the work space for samples of up to n features (0 or -ENOMEM). */
+int train_fm_reserve(train_fm_t *t, uint32_t n);
+
+/* One step on one sample; *p (when non-NULL) gets the prediction made
+ * before the step (with new ids already initialised).  0 or -ENOMEM. */
+int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p);
+
+/* Writes an FM serving snapshot (value_floats 1 + k, fp32, model_kind FM,
+ * rows [w | v], bias row [bias | 0..0]; all-zero rows omitted) into dir.
+ * Blocks.  Returns 0, or -1 with *err filled. */
+int train_fm_export(const train_fm_t *t, const char *dir, const store_meta_t *meta,
+                    store_error_t *err);
+
+/* The trainer's own state store (K as above), e.g. for tests. */
+const store_t *train_fm_store(const train_fm_t *t);
+uint32_t train_fm_k(const train_fm_t *t);
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,7 @@ void conn_free(worker_t *w, conn_t *c)
     atomic_fetch_add_explicit(&w->m->connections_closed_total, 1, memory_order_relaxed);
     free(c->in);
     free(c->out);
+    free(c->out_sending);
     free(c);
 }
 
@@ -85,13 +86,30 @@ static int reserve(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
-/* Room for a frame of up to `bytes` at the end of c->out. */
+/* Room for a frame of up to `bytes` at the end of c->out.  While an io_uring
+ * send is in flight the kernel reads c->out, so growing must not free it:
+ * the old buffer is kept in out_sending until that send completes. */
 static uint8_t *out_room(conn_t *c, size_t bytes)
 {
-    if (c->out_off == c->out_len)
+    if (c->out_off == c->out_len && !c->send_busy)
         c->out_off = c->out_len = 0; /* all sent: start over */
-    if (reserve(&c->out, &c->out_cap, c->out_len + bytes) != 0)
+    size_t need = c->out_len + bytes;
+    if (need <= c->out_cap)
+        return c->out + c->out_len;
+    size_t n = c->out_cap ? c->out_cap : 4096;
+    while (n < need)
+        n *= 2;
+    uint8_t *p = malloc(n);
+    if (!p)
         return NULL;
+    if (c->out_len)
+        memcpy(p, c->out, c->out_len);
+    if (c->send_busy && !c->out_sending)
+        c->out_sending = c->out; /* the send in flight still reads it */
+    else
+        free(c->out);
+    c->out = p;
+    c->out_cap = n;
     return c->out + c->out_len;
 }
 
@@ -181,9 +199,17 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         w->blocks[i] = (model_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
     model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
     rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
+    /* -E2BIG: the scratch was made for LR (one float per key); the first
+     * request after a swap to a model with more floats per key (FM) grows it
+     * once to the decoder's bound, then it is never allocated again. */
+    if (__builtin_expect(rc == -E2BIG, 0) &&
+        model_scratch_reserve(w->scratch, CODEC_MAX_REQUEST_FEATURES,
+                              model_value_floats(sm->model)) > 0)
+        rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     if (rc != 0) {
         rc = send_error(w, c, h->request_id, CODEC_E_TOO_MANY_FEATURES,
-                        "request has more features than this worker's scratch holds");
+                        "request has more features than this worker's scratch holds "
+                        "(or the scratch could not grow for this model)");
         goto out;
     }
     codec_result_t res = {meta->version, req.items, w->scores};

@@ -33,6 +33,8 @@ typedef struct conn {
     size_t in_len, in_cap;
     uint8_t *out;
     size_t out_off, out_len, out_cap;
+    uint8_t *out_sending;      /* io_uring: the buffer a send in flight reads, when out
+                                  has been reallocated since; freed when the send completes */
     uint32_t queued;           /* responses in out not yet fully sent */
     uint64_t partial_since_ms; /* first byte of an incomplete frame, 0 = none */
     bool closing;              /* framing lost or peer gone: close once flushed */

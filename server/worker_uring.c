@@ -199,6 +199,8 @@ static void on_send(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
 {
     c->send_busy = false;
     c->ops--;
+    free(c->out_sending); /* the buffer that send read, if out moved meanwhile */
+    c->out_sending = NULL;
     if (cqe->res > 0)
         conn_sent(w, c, (size_t)cqe->res);
     else if (cqe->res != -EAGAIN && cqe->res != -EINTR)

@@ -3,7 +3,8 @@
  * sigmoid(bias + shared + item) in double, block by block, from the weights
  * the test itself put in the store.  Scores must be equal exactly (same
  * order of additions), unknown ids must count 0, and the guard rails
- * (-E2BIG, -ENOTSUP) must hold.
+ * (-E2BIG, -ENOTSUP) must hold: which kinds and widths a model accepts, and
+ * a scratch that must grow before it can score an FM model.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,17 +123,59 @@ static void test_unknown_ids_and_extremes(void **state)
     model_destroy(m);
 }
 
-static void test_only_lr_for_now(void **state)
+static void test_kinds_accepted(void **state)
 {
     (void)state;
-    store_options_t opt = {.value_floats = 4};
+    static const struct { store_model_kind_t kind; uint32_t K; int rc; } cases[] = {
+        {STORE_MODEL_FM, 4, 0},           {STORE_MODEL_FM, 2, 0},
+        {STORE_MODEL_FM, 64, 0},          {STORE_MODEL_FM, 1, -ENOTSUP},
+        {STORE_MODEL_LR, 4, -ENOTSUP},    {STORE_MODEL_FFM, 4, -ENOTSUP},
+        {STORE_MODEL_DNN, 8, -ENOTSUP},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        store_options_t opt = {.value_floats = cases[c].K};
+        store_t *s;
+        assert_int_equal(store_create(&opt, &s), 0);
+        store_meta_t meta = {.model_name = "m", .model_kind = cases[c].kind, .version = 1};
+        model_t *m = NULL;
+        assert_int_equal(model_from_store(s, &meta, &m), cases[c].rc);
+        if (cases[c].rc == 0) {
+            assert_int_equal(model_value_floats(m), cases[c].K);
+            model_destroy(m);
+        } else {
+            assert_null(m);
+            store_destroy(s);
+        }
+    }
+}
+
+/* A scratch made for LR says -E2BIG to an FM model until it is grown; growing
+ * is idempotent and never shrinks. */
+static void test_scratch_reserve(void **state)
+{
+    (void)state;
+    store_options_t opt = {.value_floats = 5};
     store_t *s;
     assert_int_equal(store_create(&opt, &s), 0);
     store_meta_t meta = {.model_name = "fm", .model_kind = STORE_MODEL_FM, .version = 1};
-    model_t *m = NULL;
-    assert_int_equal(model_from_store(s, &meta, &m), -ENOTSUP);
-    assert_null(m);
-    store_destroy(s);
+    model_t *m;
+    assert_int_equal(model_from_store(s, &meta, &m), 0);
+    uint64_t ids[3] = {1, 2, 3};
+    model_block_t shared = {ids, NULL, 2}, item = {ids + 2, NULL, 1};
+    model_scratch_t *sc;
+    float score;
+    assert_int_equal(model_scratch_create(8, &sc), 0);
+    assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), -E2BIG);
+    assert_int_equal(model_scratch_reserve(sc, 8, model_value_floats(m)), 1);
+    assert_int_equal(model_scratch_reserve(sc, 8, model_value_floats(m)), 0);
+    assert_int_equal(model_scratch_reserve(sc, 4, 1), 0);
+    assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
+    assert_true(score == 0.5f); /* empty model */
+    model_block_t big = {ids, NULL, 3};
+    model_block_t many[4] = {big, big, big, big};
+    assert_int_equal(model_score(m, &shared, many, 4, &score, sc), -E2BIG);
+    model_scratch_destroy(sc);
+    model_destroy(m);
 }
 
 int main(void)
@@ -140,7 +183,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lr_scores_exact),
         cmocka_unit_test(test_unknown_ids_and_extremes),
-        cmocka_unit_test(test_only_lr_for_now),
+        cmocka_unit_test(test_kinds_accepted),
+        cmocka_unit_test(test_scratch_reserve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

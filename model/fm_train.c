@@ -1,0 +1,457 @@
+/*
+ * fm_train.c — FM training (train.h): SGD, Adagrad, or FTRL-Proximal for
+ * the linear weights with Adagrad for the factors.
+ *
+ *   margin = bias + sum_j w_j x_j + 0.5 sum_f [S_f^2 - Q_f]
+ *   S_f = sum_j v_jf x_j,  Q_f = sum_j (v_jf x_j)^2
+ *   d margin / d w_j  = x_j
+ *   d margin / d v_jf = x_j (S_f - v_jf x_j)
+ *
+ * One sample is one step:
+ *
+ *   1. one batched store lookup of the sample's ids gives each feature's
+ *      state row; a row not found is a new id: w = 0, v drawn from
+ *      N(0, init_stdev^2) by a hash of (seed, id, f), optimizer sums 0;
+ *   2. p = sigmoid(margin), summed in double in feature order exactly as
+ *      model.c's fm_score() sums a request whose shared block is the sample
+ *      and whose item is empty (so exports score bit for bit as predicted);
+ *   3. g = p - y; each coordinate takes its own step and the row is written
+ *      back with store_upsert().  The bias row is [b | 0..0 | optimizer
+ *      sums]; its v's stay 0 and it has no L1/L2.
+ *
+ * State rows (fp32; the serving row [w | v] is always the prefix, so export
+ * copies 1 + k floats):
+ *
+ *   SGD      [ w | v_1..v_k ]
+ *   Adagrad  [ w | v_1..v_k | Gw | Gv_1..Gv_k ]
+ *   FTRL     [ w | v_1..v_k | z | n | Gv_1..Gv_k ]
+ *
+ * Steps, per coordinate with gradient g_c (L2 folded in as g_c += l2 c):
+ * SGD c -= alpha g_c; Adagrad G += g_c^2, c -= alpha g_c / (sqrt(G) + beta);
+ * FTRL for w as in train_lr.c (w computed from z, n; L2 in the closed form).
+ *
+ * A feature id repeated within one sample: its gradient is taken at the
+ * forward values, then the row is re-read from the store (it already holds
+ * the first occurrence's step) before this occurrence's step is applied —
+ * the same rule train_lr.c follows.
+ *
+ * THREAD SAFETY: one thread drives a trainer (train.h).
+ */
+#include "train.h"
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct train_fm {
+    train_fm_options_t opt;
+    store_t *store;     /* owned: state rows, sk floats per id */
+    uint32_t k;         /* factors */
+    uint32_t sk;        /* floats per state row */
+    uint32_t cap;       /* features the work space holds */
+    float *state;       /* cap * sk: rows of the current sample */
+    uint8_t *found;     /* cap: lookup hits */
+    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
+    uint32_t *stamp;    /* ... and the generation that wrote each slot */
+    uint32_t seen_bits;
+    uint32_t gen;
+    double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
+    double Q[MODEL_FM_MAX_K];
+};
+
+static uint32_t state_floats(train_optimizer_t o, uint32_t k)
+{
+    return o == TRAIN_SGD ? 1 + k : o == TRAIN_ADAGRAD ? 2 + 2 * k : 3 + 2 * k;
+}
+
+void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->optimizer = opt;
+    o->k = 4;
+    o->init_stdev = 0.01;
+    o->seed = 1;
+    switch (opt) {
+    case TRAIN_FTRL:
+        o->alpha = 0.05;
+        o->beta = 1.0;
+        o->l1 = 0.1;
+        o->l2 = 1.0;
+        o->l2_v = 0.01;
+        break;
+    case TRAIN_ADAGRAD:
+        o->alpha = 0.05;
+        o->beta = 1e-6;
+        o->l2 = 0.01;
+        o->l2_v = 0.01;
+        break;
+    case TRAIN_SGD:
+        o->alpha = 0.05;
+        o->l2 = 1e-3;
+        o->l2_v = 0.01;
+        break;
+    }
+}
+
+__attribute__((cold)) int train_fm_create(const train_fm_options_t *opt, train_fm_t **out,
+                                          char *why, size_t why_len)
+{
+    const char *bad = NULL;
+    char buf[96];
+    if ((unsigned)opt->optimizer > TRAIN_SGD)
+        bad = "unknown optimizer";
+    else if (opt->k < 1 || state_floats(opt->optimizer, opt->k) > STORE_MAX_VALUE_FLOATS) {
+        snprintf(buf, sizeof buf, "k must be 1..%u for FM with %s",
+                 opt->optimizer == TRAIN_SGD ? STORE_MAX_VALUE_FLOATS - 1
+                 : opt->optimizer == TRAIN_ADAGRAD ? (STORE_MAX_VALUE_FLOATS - 2) / 2
+                                                   : (STORE_MAX_VALUE_FLOATS - 3) / 2,
+                 train_optimizer_name(opt->optimizer));
+        bad = buf;
+    } else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
+        bad = "learning rate (alpha) must be > 0";
+    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
+        bad = "beta must be >= 0";
+    else if (!(opt->l1 >= 0) || !isfinite(opt->l1))
+        bad = "l1 must be >= 0";
+    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
+        bad = "l2 must be >= 0";
+    else if (!(opt->l2_v >= 0) || !isfinite(opt->l2_v))
+        bad = "l2 on v must be >= 0";
+    else if (!(opt->init_stdev >= 0) || !isfinite(opt->init_stdev))
+        bad = "init stdev must be >= 0";
+    if (bad) {
+        if (why_len)
+            snprintf(why, why_len, "%s", bad);
+        return -EINVAL;
+    }
+    train_fm_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->opt = *opt;
+    t->k = opt->k;
+    t->sk = state_floats(opt->optimizer, opt->k);
+    store_options_t so = {.value_floats = t->sk, .dtype = STORE_DTYPE_F32,
+                          .shards = opt->shards, .expected_keys = opt->expected_keys};
+    int rc = store_create(&so, &t->store);
+    if (rc == 0)
+        rc = train_fm_reserve(t, 64);
+    if (rc != 0) {
+        if (why_len)
+            snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
+        train_fm_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void train_fm_destroy(train_fm_t *t)
+{
+    if (!t)
+        return;
+    store_destroy(t->store);
+    free(t->state);
+    free(t->found);
+    free(t->seen);
+    free(t->stamp);
+    free(t);
+}
+
+const store_t *train_fm_store(const train_fm_t *t) { return t->store; }
+uint32_t train_fm_k(const train_fm_t *t) { return t->k; }
+
+int train_fm_reserve(train_fm_t *t, uint32_t n)
+{
+    if (n <= t->cap && t->state)
+        return 0;
+    uint32_t cap = t->cap ? t->cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint32_t bits = 7;
+    while ((1u << bits) < 2 * cap)
+        bits++;
+    float *st = malloc((size_t)cap * t->sk * sizeof *st);
+    uint8_t *found = malloc(cap);
+    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
+    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
+    if (!st || !found || !seen || !stamp) {
+        free(st);
+        free(found);
+        free(seen);
+        free(stamp);
+        return -ENOMEM;
+    }
+    free(t->state);
+    free(t->found);
+    free(t->seen);
+    free(t->stamp);
+    t->state = st;
+    t->found = found;
+    t->seen = seen;
+    t->stamp = stamp;
+    t->seen_bits = bits;
+    t->gen = 0;
+    t->cap = cap;
+    return 0;
+}
+
+/* Same function as model.c's, so that scores agree bit for bit. */
+static inline float sigmoid(double x)
+{
+    if (x >= 0)
+        return (float)(1.0 / (1.0 + exp(-x)));
+    double e = exp(x);
+    return (float)(e / (1.0 + e));
+}
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* N(0, 1) from (seed, id, f) by Box-Muller: the same for any sample order. */
+static double gauss(uint64_t seed, uint64_t id, uint32_t f)
+{
+    uint64_t h = mix64(mix64(seed ^ UINT64_C(0x9e3779b97f4a7c15)) ^ id);
+    uint64_t a = mix64(h + 2 * (uint64_t)f + 1), b = mix64(h + 2 * (uint64_t)f + 2);
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void init_row(const train_fm_t *t, uint64_t id, float *row)
+{
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    for (uint32_t f = 0; f < t->k; f++)
+        row[1 + f] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, f));
+}
+
+/* The margin's probability from the n rows in t->state (stride sk) and the
+ * bias; fills t->S, t->Q.  Summed exactly as model.c's fm_block/fm_score
+ * sum a shared block followed by an empty item. */
+static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
+{
+    const uint32_t k = t->k, sk = t->sk;
+    double *S = t->S, *Q = t->Q;
+    memset(S, 0, k * sizeof *S);
+    memset(Q, 0, k * sizeof *Q);
+    double lin = 0;
+    const float *w = t->state;
+    for (uint32_t j = 0; j < n; j++, w += sk) {
+        double x = values ? (double)values[j] : 1.0;
+        lin += (double)w[0] * x;
+        for (uint32_t f = 0; f < k; f++) {
+            double vx = (double)w[1 + f] * x;
+            S[f] += vx;
+            Q[f] += vx * vx;
+        }
+    }
+    double base = (double)bias + lin;
+    double pair = 0;
+    for (uint32_t f = 0; f < k; f++)
+        pair += S[f] * S[f] - Q[f];
+    return sigmoid(base + 0.5 * pair);
+}
+
+float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n)
+{
+    if (n > t->cap && train_fm_reserve(t, n) != 0)
+        return NAN;
+    float bias = 0;
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
+    bias = t->state[0];
+    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    return forward(t, values, n, bias);
+}
+
+/* Adagrad step of one coordinate c with accumulator G. */
+static inline void adagrad(float *c, float *G, double g, double alpha, double eps)
+{
+    double g2 = (double)*G + g * g;
+    *G = (float)g2;
+    *c = (float)((double)*c - alpha * g / (sqrt(g2) + eps));
+}
+
+/* FTRL-Proximal step of w (row[0]) with z, n at row[zi], row[zi + 1]. */
+static inline void ftrl(const train_fm_t *t, float *row, uint32_t zi, double g, double l1,
+                        double l2)
+{
+    const double alpha = t->opt.alpha;
+    double z = row[zi], nn = row[zi + 1], w = row[0];
+    double n2 = nn + g * g;
+    double sq2 = sqrt(n2);
+    z += g - (sq2 - sqrt(nn)) / alpha * w;
+    double nw = 0;
+    if (fabs(z) > l1)
+        nw = -(z - copysign(l1, z)) / ((t->opt.beta + sq2) / alpha + l2);
+    row[zi] = (float)z;
+    row[zi + 1] = (float)n2;
+    row[0] = (float)nw;
+}
+
+/* Applies the step for gradient gw (w, L2 not yet added) and gv[f] (v, L2
+ * not yet added) to row; is_bias: no regularisation and no v. */
+static void step(const train_fm_t *t, float *row, double gw, const double *gv, bool is_bias)
+{
+    const uint32_t k = t->k;
+    const double alpha = t->opt.alpha;
+    const double l2 = is_bias ? 0 : t->opt.l2, l2v = t->opt.l2_v;
+    switch (t->opt.optimizer) {
+    case TRAIN_SGD:
+        row[0] = (float)((double)row[0] - alpha * (gw + l2 * row[0]));
+        if (!is_bias)
+            for (uint32_t f = 0; f < k; f++)
+                row[1 + f] = (float)((double)row[1 + f] - alpha * (gv[f] + l2v * row[1 + f]));
+        break;
+    case TRAIN_ADAGRAD:
+        adagrad(&row[0], &row[1 + k], gw + l2 * row[0], alpha, t->opt.beta);
+        if (!is_bias)
+            for (uint32_t f = 0; f < k; f++)
+                adagrad(&row[1 + f], &row[2 + k + f], gv[f] + l2v * row[1 + f], alpha,
+                        t->opt.beta);
+        break;
+    case TRAIN_FTRL:
+        ftrl(t, row, 1 + k, gw, is_bias ? 0 : t->opt.l1, l2);
+        if (!is_bias)
+            for (uint32_t f = 0; f < k; f++)
+                adagrad(&row[1 + f], &row[3 + k + f], gv[f] + l2v * row[1 + f], alpha, 1e-6);
+        break;
+    }
+}
+
+/* 1 when id was already seen in this sample (generation t->gen). */
+static inline int repeat(train_fm_t *t, uint64_t id)
+{
+    uint32_t mask = (1u << t->seen_bits) - 1;
+    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
+    for (;; h = (h + 1) & mask) {
+        if (t->stamp[h] != t->gen) {
+            t->stamp[h] = t->gen;
+            t->seen[h] = id;
+            return 0;
+        }
+        if (t->seen[h] == id)
+            return 1;
+    }
+}
+
+int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p_out)
+{
+    if (n > t->cap) {
+        int rc = train_fm_reserve(t, n);
+        if (rc != 0)
+            return rc;
+    }
+    const uint32_t k = t->k, sk = t->sk;
+    float brow[STORE_MAX_VALUE_FLOATS];
+    memset(brow, 0, sizeof brow);
+    store_lookup(t->store, MODEL_BIAS_ID, brow);
+    store_lookup_batch(t->store, ids, n, t->state, t->found);
+    for (uint32_t j = 0; j < n; j++)
+        if (!t->found[j])
+            init_row(t, ids[j], t->state + (size_t)j * sk);
+    float p = forward(t, values, n, brow[0]);
+    if (p_out)
+        *p_out = p;
+    double g = (double)p - (double)label;
+
+    step(t, brow, g, NULL, true);
+    int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
+    if (rc < 0)
+        return rc;
+
+    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
+        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
+        t->gen = 1;
+    }
+    double gv[MODEL_FM_MAX_K];
+    for (uint32_t j = 0; j < n; j++) {
+        float *row = t->state + (size_t)j * sk;
+        double x = values ? (double)values[j] : 1.0;
+        double gx = g * x;
+        for (uint32_t f = 0; f < k; f++)
+            gv[f] = gx * (t->S[f] - (double)row[1 + f] * x);
+        if (repeat(t, ids[j]) || ids[j] == MODEL_BIAS_ID) {
+            if (!store_lookup(t->store, ids[j], row))
+                init_row(t, ids[j], row);
+        }
+        step(t, row, gx, gv, false);
+        rc = store_upsert(t->store, ids[j], row);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+struct export_ctx {
+    uint32_t k;
+    store_t *out;
+    int rc;
+};
+
+static int export_one(void *ctx, uint64_t key, const float *value)
+{
+    struct export_ctx *c = ctx;
+    float row[STORE_MAX_VALUE_FLOATS];
+    bool zero = true;
+    for (uint32_t i = 0; i <= c->k; i++) {
+        row[i] = value[i];
+        zero = zero && value[i] == 0;
+    }
+    if (key == MODEL_BIAS_ID)
+        for (uint32_t i = 1; i <= c->k; i++)
+            row[i] = 0; /* the bias has no factors */
+    else if (zero)
+        return 0; /* absent scores as 0: same sums, smaller snapshot */
+    int rc = store_upsert(c->out, key, row);
+    if (rc < 0) {
+        c->rc = rc;
+        return 1;
+    }
+    return 0;
+}
+
+__attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
+                                          const store_meta_t *meta, store_error_t *err)
+{
+    store_error_t local;
+    if (!err)
+        err = &local;
+    memset(err, 0, sizeof *err);
+    err->offset = -1;
+    store_options_t so = {.value_floats = 1 + t->k, .dtype = STORE_DTYPE_F32,
+                          .shards = store_shards(t->store),
+                          .expected_keys = store_count(t->store) + 1};
+    struct export_ctx c = {.k = t->k, .rc = 0};
+    int rc = store_create(&so, &c.out);
+    if (rc != 0) {
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
+                 strerror(-rc));
+        return -1;
+    }
+    float bias[STORE_MAX_VALUE_FLOATS] = {0};
+    store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
+    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
+        store_foreach(t->store, s, export_one, &c);
+    if (c.rc != 0) {
+        store_destroy(c.out);
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
+        return -1;
+    }
+    store_meta_t m = *meta;
+    m.model_kind = STORE_MODEL_FM;
+    rc = store_snapshot_write(c.out, dir, &m, err);
+    store_destroy(c.out);
+    return rc == 0 ? 0 : -1;
+}
