@@ -12,44 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
-import urllib.error
-import urllib.request
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.path.abspath(os.path.join(REPO, os.environ.get("TL_BUILD_DIR", "build")))
-TLSNAP = os.path.join(BUILD, "store", "tlsnap")
-TLSERVE = os.path.join(BUILD, "server", "tlserve")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import TLSERVE, TLSNAP, free_port, gen_model, http  # noqa: E402
+
 TOKEN = "secret"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def gen_model(out: str, keys: int, version: int, name: str = "demo", seed: int = 42) -> None:
-    subprocess.run([TLSNAP, "gen", "--keys", str(keys), "--out", out, "--name", name,
-                    "--version", str(version), "--seed", str(seed), "--shards", "4"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
-
-
-def http(port: int, path: str, method: str = "GET", body: bytes | None = None,
-         headers: dict | None = None, timeout: float = 10.0):
-    """Returns (status, headers, body bytes); HTTP errors are returned, not raised."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
 
 
 def parse_metrics(text: str) -> dict:
@@ -63,58 +36,12 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
-class Server:
-    """A running tlserve; stop() sends SIGTERM and returns the exit status."""
+class Server(harness.Server):
+    """A tlserve that is started, not yet up (see wait_up); one worker and the admin token by
+    default, and load() for the token-protected load endpoint."""
 
     def __init__(self, model_dir: str | None, token: str | None = TOKEN, workers: int = 1):
-        self.port = free_port()
-        self.admin_port = free_port()
-        while self.admin_port == self.port:
-            self.admin_port = free_port()
-        args = [TLSERVE, "--port", str(self.port), "--admin-port", str(self.admin_port),
-                "--workers", str(workers)]
-        if model_dir:
-            args += ["--model", model_dir]
-        if token:
-            args += ["--admin-token", token]
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_up(self, ready: bool = True, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        path = "/readyz" if ready else "/healthz"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"tlserve exited with {self.proc.returncode}: {self.output()}")
-            try:
-                if http(self.admin_port, path, timeout=1.0)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"tlserve not up on {path} after {timeout}s: {self.output()}")
-
-    def output(self) -> str:
-        if self.log.closed:
-            return "(log closed)"
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def stop(self, timeout: float = 5.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"tlserve did not exit {timeout}s after SIGTERM")
-        if not self.log.closed:
-            self.log.close()
-        return self.proc.returncode
-
-    def get(self, path: str):
-        return http(self.admin_port, path)
+        super().__init__(model_dir, "--workers", str(workers), token=token, wait=None)
 
     def load(self, name: str, body: bytes, token: str | None):
         headers = {"Content-Type": "application/json"}
@@ -132,9 +59,9 @@ class AdminTest(unittest.TestCase):
         cls.v1 = os.path.join(cls.tmp.name, "demo", "1")
         cls.v2 = os.path.join(cls.tmp.name, "demo", "2")
         cls.other = os.path.join(cls.tmp.name, "other", "1")
-        gen_model(cls.v1, 1000, 1)
-        gen_model(cls.v2, 2000, 2, seed=7)
-        gen_model(cls.other, 10, 1, name="other")
+        gen_model(cls.v1, 1000, "demo", version=1)
+        gen_model(cls.v2, 2000, "demo", version=2, seed=7)
+        gen_model(cls.other, 10, "other", version=1)
 
     @classmethod
     def tearDownClass(cls):
@@ -142,8 +69,8 @@ class AdminTest(unittest.TestCase):
 
     def start(self, model_dir, **kw) -> Server:
         srv = Server(model_dir, **kw)
-        self.addCleanup(srv.stop)
-        srv.wait_up(ready=model_dir is not None)
+        self.addCleanup(srv.stop, timeout=5.0, check=True)
+        srv.wait_up("/readyz" if model_dir is not None else "/healthz", timeout=15.0)
         return srv
 
     def test_health_ready_models(self):
@@ -251,7 +178,7 @@ class AdminTest(unittest.TestCase):
     def test_sigterm_exits_0(self):
         srv = Server(self.v1)
         try:
-            srv.wait_up()
+            srv.wait_up("/readyz", timeout=15.0)
             t0 = time.monotonic()
             self.proc_log = srv.output()
             self.assertEqual(srv.stop(timeout=5.0), 0, self.proc_log)

@@ -12,47 +12,23 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_redis_peer.py
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tlwire  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSNAP, Proc, Server, free_port, mix64,  # noqa: E402
+                     model_key, require, temp_model)
 from tlwire import ErrorCode, MsgType  # noqa: E402
 
-BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
-TLSERVE = os.path.join(BUILD, "server", "tlserve")
-TLSNAP = os.path.join(BUILD, "store", "tlsnap")
 REDIS_LOAD = os.path.join(BUILD, "loadgen", "redis_load")
 REDIS_ADAPTER = os.path.join(BUILD, "loadgen", "redis_adapter")
 REDIS_SERVER = shutil.which("redis-server")
 MODEL = "ctr_lr"
 KEYS = 10000
-SEED = 42
-PHI = 0x9E3779B97F4A7C15
-M64 = (1 << 64) - 1
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def model_key(i):
-    """tlsnap gen's key i (store/tlsnap.c)."""
-    return mix64((i + SEED * PHI) & M64)
 
 
 def wait_port(port, proc, name, timeout=30):
@@ -68,27 +44,6 @@ def wait_port(port, proc, name, timeout=30):
     raise RuntimeError("%s did not listen on %d" % (name, port))
 
 
-class Proc:
-    def __init__(self, argv, name):
-        self.name = name
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, text=True)
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 PROCS = []
 
 
@@ -102,15 +57,9 @@ def setUpModule():
     global TMP, TL_PORT, AD_PORT, LOAD_OUT
     if not REDIS_SERVER:
         raise unittest.SkipTest("redis-server is not installed")
-    for exe in (TLSERVE, TLSNAP, REDIS_LOAD, REDIS_ADAPTER):
-        if not os.path.exists(exe):
-            raise unittest.SkipTest("%s is not built" % exe)
-    TMP = tempfile.mkdtemp(prefix="tl-redis-peer-")
+    require(TLSERVE, TLSNAP, REDIS_LOAD, REDIS_ADAPTER)
+    TMP, model_dir = temp_model("tl-redis-peer-", KEYS, MODEL)
     try:
-        model_dir = os.path.join(TMP, MODEL, "1")
-        subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", model_dir, "--name", MODEL,
-                        "--version", "1", "--seed", str(SEED), "--shards", "4"],
-                       check=True, stdout=subprocess.DEVNULL)
         r_port = free_port()
         redis = start([REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(r_port), "--save", "",
                        "--appendonly", "no", "--dir", TMP, "--daemonize", "no"], "redis-server")
@@ -123,22 +72,9 @@ def setUpModule():
         adapter = start([REDIS_ADAPTER, "--port", str(AD_PORT), "--redis-port", str(r_port),
                          "--threads", "2", "--model", MODEL], "redis_adapter")
         wait_port(AD_PORT, adapter.proc, "redis_adapter")
-        TL_PORT, admin = free_port(), free_port()
-        tl = start([TLSERVE, "--model", model_dir, "--port", str(TL_PORT), "--admin-port",
-                    str(admin), "--workers", "1"], "tlserve")
-        deadline = time.time() + 30
-        while True:
-            if tl.proc.poll() is not None:
-                raise RuntimeError("tlserve exited: " + tl.output())
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % admin, timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError("tlserve did not become ready")
-            time.sleep(0.05)
+        tl = Server(model_dir, "--workers", "1")
+        PROCS.append(tl)
+        TL_PORT = tl.port
     except BaseException:
         tearDownModule()
         raise

@@ -1,6 +1,6 @@
 """Integration tests of the real tlserve over loopback sockets.
 
-Each test class starts `tlserve` (from TL_BUILD_DIR, default ./build) on free ports with a
+Each test class starts `tlserve` (from TL_BUILD_DIR, default <repo>/build) on free ports with a
 small model made by `tlsnap gen`, talks to it with tlwire.Client (the independent Python
 implementation of docs/wire.md) and reads its admin plane over HTTP.  Nothing is mocked.
 
@@ -10,47 +10,32 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_server.py
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tlwire  # noqa: E402
+import harness  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSNAP, free_port, model_key, require,  # noqa: E402
+                     temp_model)
 from tlwire import ErrorCode, MsgType  # noqa: E402
 
-BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
-TLSERVE = os.path.join(BUILD, "server", "tlserve")
-TLSNAP = os.path.join(BUILD, "store", "tlsnap")
 SCORE_CHECK = os.path.join(BUILD, "tests", "score_check")
 MODEL = "ctr_lr"
 KEYS = 20000
-SEED = 42
-PHI = 0x9E3779B97F4A7C15
-M64 = (1 << 64) - 1
+TOKEN = "secret"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server(harness.Server):
+    """harness.Server with this file's admin token; ready once constructed."""
 
-
-def mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def model_key(i):
-    """tlsnap gen's key i (store/tlsnap.c)."""
-    return mix64((i + SEED * PHI) & M64)
+    def __init__(self, model_dir, *extra):
+        super().__init__(model_dir, *extra, token=TOKEN)
 
 
 def request(items=20, shared=30, per_item=10, start=0):
@@ -62,78 +47,10 @@ def request(items=20, shared=30, per_item=10, start=0):
     return shared_ids, blocks
 
 
-class Server:
-    """A running tlserve process."""
-
-    def __init__(self, model_dir, *extra):
-        self.port, self.admin_port = free_port(), free_port()
-        # the log goes to a file: a pipe nobody reads could fill and stall the server
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [TLSERVE, "--model", model_dir, "--port", str(self.port),
-             "--admin-port", str(self.admin_port), "--admin-token", "secret", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("tlserve exited: " + self.output())
-            try:
-                if self.http("/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("tlserve did not become ready")
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def http(self, path):
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.admin_port, path),
-                                        timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def client(self):
-        return tlwire.Client("127.0.0.1", self.port, timeout=10)
-
-    def metric(self, name):
-        """Sum of the samples of `name` (a family, or one labelled sample)."""
-        total = 0.0
-        for line in self.http("/metrics")[1].splitlines():
-            if line.startswith(name + " ") or ("{" not in name and line.startswith(name + "{")):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def stop(self):
-        rc = self.proc.returncode
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                rc = None
-        else:
-            rc = self.proc.returncode
-        return rc
-
-
 def setUpModule():
     global TMP, MODEL_DIR
-    for exe in (TLSERVE, TLSNAP):
-        if not os.path.exists(exe):
-            raise unittest.SkipTest("%s is not built" % exe)
-    TMP = tempfile.mkdtemp(prefix="tlserve-it-")
-    MODEL_DIR = os.path.join(TMP, MODEL, "1")
-    subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", MODEL_DIR, "--name", MODEL,
-                    "--version", "1", "--seed", str(SEED), "--shards", "4"],
-                   check=True, stdout=subprocess.DEVNULL)
+    require(TLSERVE, TLSNAP)
+    TMP, MODEL_DIR = temp_model("tlserve-it-", KEYS, MODEL)
 
 
 def tearDownModule():
@@ -192,8 +109,8 @@ class Predict(unittest.TestCase):
             self.skipTest("io_uring is not available here; the epoll fallback served")
 
     def test_health_and_metrics(self):
-        self.assertEqual(self.srv.http("/healthz")[0], 200)
-        self.assertEqual(self.srv.http("/readyz")[0], 200)
+        self.assertEqual(self.srv.get("/healthz")[0], 200)
+        self.assertEqual(self.srv.get("/readyz")[0], 200)
         before = self.srv.metric("tlserve_predict_total")
         with self.srv.client() as c:
             c.predict(MODEL, *request(items=3))
@@ -203,11 +120,11 @@ class Predict(unittest.TestCase):
         self.assertGreater(q50, 0.0)
         self.assertLessEqual(q50, q99)
         self.assertLess(q99, 1.0)
-        buckets = [float(l.rsplit(" ", 1)[1]) for l in self.srv.http("/metrics")[1].splitlines()
+        buckets = [float(l.rsplit(" ", 1)[1]) for l in self.srv.metrics().splitlines()
                    if l.startswith("tlserve_request_latency_seconds_bucket")]
         self.assertEqual(buckets, sorted(buckets))
         self.assertEqual(buckets[-1], self.srv.metric("tlserve_request_latency_seconds_count"))
-        models = json.loads(self.srv.http("/v1/models")[1])["models"]
+        models = json.loads(self.srv.get("/v1/models")[2])["models"]
         self.assertEqual([(m["name"], m["version"], m["keys"]) for m in models],
                          [(MODEL, 1, KEYS)])
 

@@ -1,6 +1,6 @@
 """Integration tests of tlgen, the open-loop load generator (loadgen/).
 
-Each class starts a real `tlserve` (from TL_BUILD_DIR, default ./build) on free loopback ports
+Each class starts a real `tlserve` (from TL_BUILD_DIR, default <repo>/build) on free loopback ports
 with a small `tlsnap gen` model and runs `tlgen` against it.  The central proof is the stall
 test: tlgen runs at 1,000 requests/s for 10 s while the server is frozen (SIGSTOP) from t=3 s to
 t=4 s.  An open-loop generator keeps sending during the freeze, so every request due in that
@@ -20,71 +20,21 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
+import sys
 import time
 import unittest
-import urllib.error
-import urllib.request
 
-BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR", "build"))
-TLSERVE = os.path.join(BUILD, "server", "tlserve")
-TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (BUILD, REPO, SEED, TLSERVE, TLSNAP, Server, free_port,  # noqa: E402
+                     require, temp_model)
+
 TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
-PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "loadgen", "plot.sh")
+PLOT = os.path.join(REPO, "loadgen", "plot.sh")
 MODEL = "ctr_lr"
 KEYS = 20000
-SEED = 42
 SMALL = ["--items", "10", "--shared", "20", "--per-item", "10", "--key-space", str(KEYS),
          "--seed", str(SEED)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A running tlserve process (the idea of test_server.py's Server, trimmed)."""
-
-    def __init__(self, model_dir, *extra):
-        self.port, self.admin_port = free_port(), free_port()
-        self.log = tempfile.TemporaryFile(mode="w+")  # a file: an unread pipe could stall it
-        self.proc = subprocess.Popen(
-            [TLSERVE, "--model", model_dir, "--port", str(self.port),
-             "--admin-port", str(self.admin_port), *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("tlserve exited: " + self.output())
-            try:
-                url = "http://127.0.0.1:%d/readyz" % self.admin_port
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.HTTPError):
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("tlserve did not become ready")
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def start_tlgen(port, *args, model=MODEL):
@@ -103,14 +53,8 @@ def finish(proc, timeout=60):
 
 def setUpModule():
     global TMP, MODEL_DIR
-    for exe in (TLSERVE, TLSNAP, TLGEN):
-        if not os.path.exists(exe):
-            raise unittest.SkipTest("%s is not built" % exe)
-    TMP = tempfile.mkdtemp(prefix="tlgen-it-")
-    MODEL_DIR = os.path.join(TMP, MODEL, "1")
-    subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", MODEL_DIR, "--name", MODEL,
-                    "--version", "1", "--seed", str(SEED), "--shards", "4"],
-                   check=True, stdout=subprocess.DEVNULL)
+    require(TLSERVE, TLSNAP, TLGEN)
+    TMP, MODEL_DIR = temp_model("tlgen-it-", KEYS, MODEL)
 
 
 def tearDownModule():

@@ -1,0 +1,182 @@
+"""Shared plumbing of the integration tests (test_server, test_admin, test_tlgen, test_redis_peer).
+
+Where the built binaries are (TL_BUILD_DIR, default <repo>/build), free loopback ports, the key
+function of `tlsnap gen` (so tests can ask for keys the model holds), generating a model with
+tlsnap, a child process whose output goes to a file (Proc), and Server: the real tlserve on free
+loopback ports, up on /readyz, its admin plane and /metrics read over HTTP, stopped by SIGTERM.
+Standard library only; nothing here asserts anything about tlserve beyond "it came up".
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import tlwire
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))
+TLSERVE = os.path.join(BUILD, "server", "tlserve")
+TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+
+SEED = 42  # the tlsnap gen seed the tests use
+PHI = 0x9E3779B97F4A7C15
+M64 = (1 << 64) - 1
+
+
+def require(*exes):
+    """Skips the calling module or class unless every executable exists."""
+    for exe in exes:
+        if not os.path.exists(exe):
+            raise unittest.SkipTest("%s is not built" % exe)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def model_key(i, seed=SEED):
+    """tlsnap gen's key i (store/tlsnap.c)."""
+    return mix64((i + seed * PHI) & M64)
+
+
+def gen_model(out, keys, name, version=1, seed=SEED, shards=4):
+    """Writes a `tlsnap gen` snapshot of `keys` keys to the directory `out`."""
+    r = subprocess.run([TLSNAP, "gen", "--keys", str(keys), "--out", out, "--name", name,
+                        "--version", str(version), "--seed", str(seed), "--shards", str(shards)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("tlsnap gen exited with %d: %s" % (r.returncode, r.stderr))
+
+
+def temp_model(prefix, keys, name, seed=SEED):
+    """A new temporary directory holding a `tlsnap gen` model at <dir>/<name>/1.
+    Returns (directory, model directory); the caller removes the directory."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    model_dir = os.path.join(tmp, name, "1")
+    try:
+        gen_model(model_dir, keys, name, seed=seed)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp, model_dir
+
+
+def http(port, path, method="GET", body=None, headers=None, timeout=10.0):
+    """Returns (status, headers, body bytes); HTTP errors are returned, not raised."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body,
+                                 method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+class Proc:
+    """A child process.  Its output goes to a file: a pipe nobody reads could fill and stall it."""
+
+    def __init__(self, argv, name=None):
+        self.name = name or os.path.basename(argv[0])
+        self.log = tempfile.TemporaryFile(mode="w+", errors="replace")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self):
+        if self.log.closed:
+            return "(log closed)"
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, timeout=10.0, check=False):
+        """SIGTERM (after a SIGCONT, in case a test left it stopped), then waits `timeout` s.
+        Returns the exit status, or None when it had to be killed; with check, that raises."""
+        rc = self.proc.poll()
+        if rc is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                rc = None
+        if not self.log.closed:
+            self.log.close()
+        if rc is None and check:
+            raise AssertionError("%s did not exit %gs after SIGTERM" % (self.name, timeout))
+        return rc
+
+
+class Server(Proc):
+    """A running tlserve on free loopback ports (self.port, self.admin_port).
+
+    Server(model_dir, *extra_flags, token=None, wait="/readyz", timeout=30.0): model_dir may be
+    None (no --model); token sets --admin-token; unless wait is None the constructor returns
+    once `wait` answers 200 on the admin port (else it stops the server and raises)."""
+
+    def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0):
+        self.port = free_port()
+        self.admin_port = free_port()
+        while self.admin_port == self.port:
+            self.admin_port = free_port()
+        argv = [TLSERVE]
+        if model_dir:
+            argv += ["--model", model_dir]
+        argv += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
+        if token:
+            argv += ["--admin-token", token]
+        super().__init__(argv + list(extra), "tlserve")
+        if wait:
+            try:
+                self.wait_up(wait, timeout)
+            except BaseException:
+                self.stop()
+                raise
+
+    def wait_up(self, path="/readyz", timeout=30.0):
+        """Waits until `path` on the admin port answers 200; raises if tlserve exits first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("tlserve exited with %d: %s"
+                                     % (self.proc.returncode, self.output()))
+            try:
+                if http(self.admin_port, path, timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("tlserve not up on %s after %gs: %s" % (path, timeout, self.output()))
+
+    def get(self, path):
+        """GET on the admin port: (status, headers, body bytes)."""
+        return http(self.admin_port, path)
+
+    def metrics(self):
+        """The /metrics text."""
+        return self.get("/metrics")[2].decode()
+
+    def metric(self, name):
+        """Sum of the samples of `name` (a family, or one labelled sample)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(name + " ") or ("{" not in name and line.startswith(name + "{")):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def client(self):
+        return tlwire.Client("127.0.0.1", self.port, timeout=10)
