@@ -3,12 +3,17 @@
 # tlserve, generate a synthetic 10M-key LR model, inspect and verify it, run the store
 # benchmark, then serve the model with tlserve, send it standard ranking requests through
 # the client library (tlpredict), print scores, latency and the server's own figures, and
-# stop it. Run as root (or a user with sudo); works from any directory.
+# stop it; last, the short benchmark suite (QUICK=1 loadgen/bench.sh: the max rate at p99
+# <= 2 ms, a sweep, plots, the Redis peer at 10 and 20 req/s) on the same build, whose
+# summary table is printed at the end. Run as root (or a user with sudo); works from any
+# directory.
 #
 #   QS_KEYS=100M ./deploy/quickstart.sh     # a bigger model (default 10M)
 #   QS_JOBS=4    ./deploy/quickstart.sh     # build parallelism (default: nproc)
+#   QS_BENCH=0   ./deploy/quickstart.sh     # skip the benchmark step (about a minute)
 #
-# The model is written under build/ and removed at exit; the build stays in build/.
+# The model is written under build/ and removed at exit; the build stays in build/; the
+# benchmark's results (summary.md, plots, raw tlgen output) go to results/<date>/.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
@@ -138,6 +143,16 @@ PY
 kill "$SERVER_PID"
 wait "$SERVER_PID" && echo "tlserve stopped (SIGTERM, exit 0)"
 SERVER_PID=
+
+if [ "${QS_BENCH:-1}" != 0 ]; then
+  step "benchmark suite, short version (QUICK=1 loadgen/bench.sh, on $BUILD/)"
+  # bench.sh writes progress to stderr and the summary to stdout: the summary is printed below.
+  BENCH_OUT=$ROOT/results/quickstart-$(date +%Y-%m-%d_%H%M%S)
+  QUICK=1 BUILD="$BUILD" RESULTS="$BENCH_OUT" ./loadgen/bench.sh >/dev/null
+  echo
+  cat "$BENCH_OUT/summary.md"
+  echo "(summary, plots and raw output in $BENCH_OUT)"
+fi
 
 step "done"
 echo "quickstart: OK in $(($(date +%s) - start)) s; binaries in $ROOT/$BUILD (model dir removed)"

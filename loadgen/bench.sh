@@ -1,35 +1,61 @@
 #!/usr/bin/env bash
-# bench.sh — the benchmark suite's peer comparison: tlserve against the service a team would
-# build on Redis, under the same open-loop load, on one model, in one run:
+# bench.sh — the benchmark suite, in one run on one machine:
 #   1. tlsnap gen: an LR model of KEYS keys in a temp dir;
 #   2. lookup_floor on that snapshot: the store's batched lookup of one standard request's ids
-#      (40,300) on one thread — the lowest possible lookup time for one request;
-#   3. tlserve --workers 2 serves the snapshot;
-#   4. redis-server (loopback, free port, no persistence) gets the same weights through
-#      redis_load (one binary key per id, MSET batches); redis_adapter serves our wire format
-#      from it (pipelined MGETs per request, tlserve's scoring);
-#   5. for each offered rate, tlgen sends the standard request (200 items, 300 shared +
-#      200 per-item ids) to tlserve, then the same to the adapter;
-#   6. results/<date>/summary.md: the table, plus every tlgen JSON and log in the same folder.
+#      (40,300) on one thread — the lowest possible lookup time for one request (the physical
+#      limit line);
+#   3. tlserve --workers 2 serves the snapshot, and tlgen (open loop, the standard request:
+#      200 items, 300 shared + 200 per-item ids) measures it:
+#      a. max-rate search: the highest offered rate with a valid run, <= 0.1% errors and a
+#         corrected p99 <= P99_BOUND_US (2 ms), each probe WARMUP + DURATION seconds;
+#      b. a sweep at SWEEP_PCTS percent of that rate (25..125%), JSON and one HdrHistogram
+#         spectrum per rate;
+#      c. loadgen/plot.sh draws the sweep (latency vs throughput, spectra) and the search's
+#         probes into the results folder (SVG + PNG; skipped without gnuplot);
+#      d. p50/p99/p99.9 at half the max rate (the sweep's 50% point);
+#   4. the Redis peer: redis-server (loopback, free port, no persistence) gets the same weights
+#      through redis_load (one binary key per id, MSET batches); redis_adapter serves our wire
+#      format from it (pipelined MGETs per request, tlserve's scoring); tlgen sends the standard
+#      request at PEER_RATES to the adapter, and to tlserve at those rates the sweep did not run;
+#   5. results/<date>/summary.md: header (date, machine, build), the tables, links to the plots;
+#      every tlgen output (JSON last), spectrum and log in the same folder.  The summary is
+#      printed at the end (stdout; progress goes to stderr).
+# FM and DNN models are not built yet: the summary says so; only LR is measured.
 # Everything started here is stopped on exit, on failure and on Ctrl-C.
 #
 # Usage: loadgen/bench.sh
-# Env:   KEYS=100M  RATES="50,100,200,400"  DURATION=10 (s per rate and server)  WARMUP=2
-#        QUICK=1    tiny run: KEYS=200K RATES=20,50 DURATION=3 (explicit env still wins)
-#        BUILD=build-release  ADAPTER_THREADS=2  CONNECTIONS=4  TIMEOUT_MS=10000 (tlgen)
-#        RESULTS=results/<date>
-#        KEEP_WORK=1 keeps the temp dir (model, logs) and prints its path
+# Env:   KEYS=100M  DURATION=5 (s measured per search probe, sweep rate and peer run)  WARMUP=2
+#        P99_BOUND_US=2000  SEARCH_FROM=20  SEARCH_TO=100000 (req/s, tlgen --search-*)
+#        SWEEP_PCTS="25,50,75,100,125" (percent of the max rate; 50 is the half-rate point)
+#        PEER_RATES="10,20,sweep" (req/s for the Redis comparison; "sweep" adds the sweep's rates)
+#        QUICK=1    short run (about a minute): KEYS=1M DURATION=2 WARMUP=1 SEARCH_FROM=50
+#                   SWEEP_PCTS=50,100,125 PEER_RATES=10,20 TIMEOUT_MS=5000 FLOOR_BATCHES=200
+#                   (explicit env still wins)
+#        BUILD=build-release (configured Release if it has no CMakeCache.txt; any configured
+#        build dir works, e.g. BUILD=build from deploy/quickstart.sh)
+#        ADAPTER_THREADS=2  CONNECTIONS=4  TIMEOUT_MS=10000 (tlgen)  FLOOR_BATCHES=500
+#        RESULTS=results/<date>   KEEP_WORK=1 keeps the temp dir (model, logs) and prints its path
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
 ROOT=$PWD
+T0=$(date +%s)
+LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)   # before we start anything: other load on the machine
 
 if [ "${QUICK:-0}" = 1 ]; then
-  KEYS=${KEYS:-200K}; RATES=${RATES:-20,50}; DURATION=${DURATION:-3}
+  KEYS=${KEYS:-1M}; DURATION=${DURATION:-2}; WARMUP=${WARMUP:-1}
+  SWEEP_PCTS=${SWEEP_PCTS:-50,100,125}; PEER_RATES=${PEER_RATES:-10,20}
+  TIMEOUT_MS=${TIMEOUT_MS:-5000}; FLOOR_BATCHES=${FLOOR_BATCHES:-200}
+  SEARCH_FROM=${SEARCH_FROM:-50}   # 100 samples per 2 s probe: a p99 worth the name
 fi
 KEYS=${KEYS:-100M}
-RATES=${RATES:-50,100,200,400}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-2}
+P99_BOUND_US=${P99_BOUND_US:-2000}
+SEARCH_FROM=${SEARCH_FROM:-20}
+SEARCH_TO=${SEARCH_TO:-100000}
+SWEEP_PCTS=${SWEEP_PCTS:-25,50,75,100,125}
+PEER_RATES=${PEER_RATES:-10,20,sweep}
+FLOOR_BATCHES=${FLOOR_BATCHES:-500}
 BUILD=${BUILD:-build-release}
 ADAPTER_THREADS=${ADAPTER_THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-4}
@@ -45,7 +71,7 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 command -v redis-server >/dev/null || die "redis-server is not installed (deploy/install-deps.sh)"
 command -v python3 >/dev/null || die "python3 is needed (ports, JSON, summary)"
 
-# ---- build (Release) --------------------------------------------------------------------------
+# ---- build -------------------------------------------------------------------------------------
 EXES=(store/tlsnap server/tlserve server/lookup_floor loadgen/tlgen loadgen/redis_load
       loadgen/redis_adapter)
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -59,6 +85,7 @@ for exe in "${EXES[@]}"; do
   [ -x "$BUILD/$exe" ] || die "$BUILD/$exe is not built (hiredis missing? see deploy/install-deps.sh)"
 done
 BUILD=$(readlink -f "$BUILD")
+BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 
 # ---- processes, cleanup ------------------------------------------------------------------------
 mkdir -p "$OUT"
@@ -97,7 +124,7 @@ PY
 
 # ---- 1. model ----------------------------------------------------------------------------------
 MODEL=$WORK/$MODEL_NAME/1
-say "model: $KEYS keys"
+say "model: LR, $KEYS keys"
 "$BUILD/store/tlsnap" gen --keys "$KEYS" --out "$MODEL" --name "$MODEL_NAME" --seed 42 \
   >"$OUT/tlsnap_gen.txt"
 tail -n 1 "$OUT/tlsnap_gen.txt" >&2
@@ -106,8 +133,8 @@ NKEYS=$("$BUILD/store/tlsnap" info "$MODEL" --brief | awk '$1 == "entries" {prin
 REQ_IDS=$((SHARED + ITEMS * PER_ITEM))
 
 # ---- 2. the floor (before any server runs: nothing else on the CPUs) -----------------------------
-say "lookup floor: $REQ_IDS ids per batch, one thread"
-"$BUILD/server/lookup_floor" --model "$MODEL" --keys "$REQ_IDS" --batches "${FLOOR_BATCHES:-500}" \
+say "lookup floor: $REQ_IDS ids per batch, one thread, $FLOOR_BATCHES batches"
+"$BUILD/server/lookup_floor" --model "$MODEL" --keys "$REQ_IDS" --batches "$FLOOR_BATCHES" \
   --key-space "$NKEYS" --seed 42 >"$OUT/lookup_floor.txt"
 tail -n 2 "$OUT/lookup_floor.txt" | head -n 1 >&2
 
@@ -117,14 +144,122 @@ say "tlserve --workers 2 on 127.0.0.1:$TL_PORT"
 "$BUILD/server/tlserve" --model "$MODEL" --port "$TL_PORT" --admin-port "$TL_ADMIN" --workers 2 \
   >"$OUT/tlserve.log" 2>&1 &
 PIDS+=($!)
-wait_port "$TL_ADMIN" "$!" tlserve "$OUT/tlserve.log"
+TL_PID=$!
+wait_port "$TL_ADMIN" "$TL_PID" tlserve "$OUT/tlserve.log"
+ready=0
 for _ in $(seq 1 3000); do   # the admin port is up before the model is: wait for readiness
-  python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$TL_ADMIN/readyz', timeout=1)" \
-    2>/dev/null && break
+  if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$TL_ADMIN/readyz', timeout=1)" \
+    2>/dev/null; then ready=1; break; fi
+  kill -0 "$TL_PID" 2>/dev/null || break
   sleep 0.2
 done
+[ $ready = 1 ] || { cat "$OUT/tlserve.log" >&2; die "tlserve did not become ready"; }
 
-# ---- 4. Redis, loaded; the adapter ------------------------------------------------------------
+# tlgen_std ARGS...: tlgen with the standard request and this run's settings.
+tlgen_std() {
+  "$BUILD/loadgen/tlgen" --model "$MODEL_NAME" --duration "$DURATION" --warmup "$WARMUP" \
+    --connections "$CONNECTIONS" --items "$ITEMS" --shared "$SHARED" --per-item "$PER_ITEM" \
+    --key-space "$NKEYS" --seed 42 --timeout-ms "$TIMEOUT_MS" --json "$@"
+}
+# check_rc RC WHAT FILE: 0 valid, 3 invalid (fell behind / nothing passed) are results.
+check_rc() {
+  if [ "$1" -ne 0 ] && [ "$1" -ne 3 ]; then cat "$3" >&2; die "tlgen $2 failed (exit $1)"; fi
+}
+
+# ---- 3a. max-rate search -----------------------------------------------------------------------
+say "max-rate search: corrected p99 <= $P99_BOUND_US us, probes from $SEARCH_FROM req/s," \
+  "${DURATION}s (+${WARMUP}s warm-up) each"
+rc=0
+tlgen_std --port "$TL_PORT" --search-p99-us "$P99_BOUND_US" --search-from "$SEARCH_FROM" \
+  --search-to "$SEARCH_TO" >"$OUT/lr_search.txt" 2>&1 || rc=$?
+check_rc $rc "max-rate search" "$OUT/lr_search.txt"
+grep '^max rate' "$OUT/lr_search.txt" >&2 || true
+MAX_RPS=$(json "$OUT/lr_search.txt" max_rps)
+# One stall decides a p99 of a few hundred samples: when the very first probe failed, search
+# once more from half its rate before concluding there is no such rate (both outputs kept).
+if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$MAX_RPS"; then :; else
+  mv "$OUT/lr_search.txt" "$OUT/lr_search_first.txt"
+  SEARCH_FROM=$(python3 -c "import sys; print(max(5, round(float(sys.argv[1]) / 2)))" "$SEARCH_FROM")
+  say "the first probe failed: searching again from $SEARCH_FROM req/s"
+  rc=0
+  tlgen_std --port "$TL_PORT" --search-p99-us "$P99_BOUND_US" --search-from "$SEARCH_FROM" \
+    --search-to "$SEARCH_TO" >"$OUT/lr_search.txt" 2>&1 || rc=$?
+  check_rc $rc "max-rate search" "$OUT/lr_search.txt"
+  grep '^max rate' "$OUT/lr_search.txt" >&2 || true
+  MAX_RPS=$(json "$OUT/lr_search.txt" max_rps)
+fi
+
+# ---- 3b. sweep around it -----------------------------------------------------------------------
+# Rates: SWEEP_PCTS percent of the max (of SEARCH_FROM when no probe passed), whole req/s.
+SWEEP_RATES=$(python3 - "$MAX_RPS" "$SEARCH_FROM" "$SWEEP_PCTS" <<'PY'
+import sys
+mx, frm, pcts = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+base = mx if mx > 0 else frm
+rates = []
+for p in pcts.replace(",", " ").split():
+    r = max(1, int(round(base * float(p) / 100)))
+    if r not in rates:
+        rates.append(r)
+print(",".join(str(r) for r in rates))
+PY
+)
+say "sweep: $SWEEP_RATES req/s (${SWEEP_PCTS// /,} % of $MAX_RPS), ${DURATION}s (+${WARMUP}s) each"
+mkdir -p "$OUT/spectra"
+rc=0
+tlgen_std --port "$TL_PORT" --sweep "$SWEEP_RATES" --spectrum-dir "$OUT/spectra" \
+  >"$OUT/lr_sweep.txt" 2>&1 || rc=$?
+check_rc $rc sweep "$OUT/lr_sweep.txt"
+sed -n '/^ *offered/,/^$/p' "$OUT/lr_sweep.txt" | grep -v '^{' >&2 || true
+
+# ---- 3c. plots ---------------------------------------------------------------------------------
+PLOTS=0
+if command -v gnuplot >/dev/null; then
+  say "plots (loadgen/plot.sh)"
+  SPECTRA=()
+  IFS=, read -r -a SR <<<"$SWEEP_RATES"
+  for r in "${SR[@]}"; do
+    [ -f "$OUT/spectra/spectrum-${r}rps.hgrm" ] && SPECTRA+=("$OUT/spectra/spectrum-${r}rps.hgrm")
+  done
+  if loadgen/plot.sh "$OUT/lr_sweep.txt" "${SPECTRA[@]}" "$OUT/lr_sweep" >"$OUT/plot.log" 2>&1 &&
+     loadgen/plot.sh "$OUT/lr_search.txt" "$OUT/lr_search" >>"$OUT/plot.log" 2>&1; then
+    PLOTS=1
+  else
+    cat "$OUT/plot.log" >&2; say "plot.sh failed: the summary has no plots"
+  fi
+else
+  say "gnuplot not installed (apt-get install gnuplot-nox): no plots"
+fi
+
+# ---- 3d. tlserve at the peer rates the sweep did not cover -------------------------------------
+PEER_LIST=$(python3 - "$PEER_RATES" "$SWEEP_RATES" <<'PY'
+import sys
+out = []
+for t in sys.argv[1].replace(",", " ").split():
+    for r in (sys.argv[2].split(",") if t == "sweep" else [t]):
+        r = "%g" % float(r)
+        if r not in out:
+            out.append(r)
+print(" ".join(sorted(out, key=float)))
+PY
+)
+# run_tlgen NAME PORT RATE: one tlgen run; its output (JSON last) in $OUT/NAME_rRATE.txt.
+run_tlgen() {
+  local f="$OUT/$1_r$3.txt" rc=0
+  tlgen_std --port "$2" --rate "$3" >"$f" 2>&1 || rc=$?
+  check_rc $rc "against $1 at $3 req/s" "$f"
+  json "$f" p50_us p99_us p999_us valid errors ok scheduled | {
+    read -r p50 p99 p999 valid errors ok sched
+    printf '   %-8s %5s req/s: p50 %9.0f us  p99 %9.0f us  p99.9 %9.0f us  answered %s/%s  valid %s  errors %s\n' \
+      "$1" "$3" "$p50" "$p99" "$p999" "$ok" "$sched" "$valid" "$errors" >&2
+  }
+}
+for rate in $PEER_LIST; do
+  case ",$SWEEP_RATES," in *",$rate,"*) continue ;; esac
+  say "tlserve at $rate req/s (a peer rate outside the sweep)"
+  run_tlgen tlserve "$TL_PORT" "$rate"
+done
+
+# ---- 4. Redis, loaded; the adapter; the peer runs ----------------------------------------------
 R_PORT=$(free_port)
 say "redis-server on 127.0.0.1:$R_PORT (no persistence)"
 redis-server --bind 127.0.0.1 --port "$R_PORT" --save '' --appendonly no --dir "$WORK" \
@@ -144,43 +279,29 @@ say "redis_adapter --threads $ADAPTER_THREADS on 127.0.0.1:$AD_PORT"
 PIDS+=($!)
 wait_port "$AD_PORT" "$!" redis_adapter "$OUT/redis_adapter.log"
 
-# ---- 5. the load -------------------------------------------------------------------------------
-# run_tlgen NAME PORT RATE: one tlgen run; its output (JSON last) in $OUT/NAME_rRATE.txt.
-run_tlgen() {
-  local f="$OUT/$1_r$3.txt" rc=0
-  "$BUILD/loadgen/tlgen" --port "$2" --model "$MODEL_NAME" --rate "$3" --duration "$DURATION" \
-    --warmup "$WARMUP" --connections "$CONNECTIONS" --items "$ITEMS" --shared "$SHARED" \
-    --per-item "$PER_ITEM" --key-space "$NKEYS" --seed 42 --timeout-ms "$TIMEOUT_MS" --json >"$f" 2>&1 || rc=$?
-  # 0 valid, 3 invalid (the sender fell behind): both are results; anything else is not
-  if [ $rc -ne 0 ] && [ $rc -ne 3 ]; then
-    cat "$f" >&2; die "tlgen against $1 at $3 req/s failed (exit $rc)"
-  fi
-  json "$f" p50_us p99_us p999_us valid errors | {
-    read -r p50 p99 p999 valid errors
-    printf '   %-8s %5s req/s: p50 %9.0f us  p99 %9.0f us  p99.9 %9.0f us  valid %s  errors %s\n' \
-      "$1" "$3" "$p50" "$p99" "$p999" "$valid" "$errors" >&2
-  }
-}
-IFS=', ' read -r -a RATE_LIST <<<"$RATES"
-for rate in "${RATE_LIST[@]}"; do
-  say "rate $rate req/s: ${DURATION}s measured (+${WARMUP}s warm-up) each"
-  run_tlgen tlserve "$TL_PORT" "$rate"
+for rate in $PEER_LIST; do
+  say "Redis adapter at $rate req/s: ${DURATION}s measured (+${WARMUP}s warm-up)"
   run_tlgen redis "$AD_PORT" "$rate"
   sleep 1 # a saturated adapter drops the closed connections' backlog before the next run
 done
 
-# ---- 6. summary --------------------------------------------------------------------------------
+# ---- 5. summary --------------------------------------------------------------------------------
 GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || GIT="$GIT (with uncommitted changes)"
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-MEM=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
-python3 - "$OUT" "$RATES" "$KEYS" "$NKEYS" "$DURATION" "$WARMUP" "$CONNECTIONS" \
-  "$ADAPTER_THREADS" "$REQ_IDS" "$GIT" "$CPU" "$(nproc)" "$MEM" "$REDIS_VERSION" "$STAMP" \
-  "$TIMEOUT_MS" <<'PY'
+MEM=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
+OS=$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -s)
+python3 - "$OUT" "$PEER_LIST" "$SWEEP_RATES" "$SWEEP_PCTS" "$KEYS" "$NKEYS" "$DURATION" \
+  "$WARMUP" "$CONNECTIONS" "$ADAPTER_THREADS" "$REQ_IDS" "$GIT" "$CPU" "$(nproc)" "$MEM" \
+  "$REDIS_VERSION" "$STAMP" "$TIMEOUT_MS" "$P99_BOUND_US" "$PLOTS" "$BUILD_TYPE" \
+  "$(basename "$BUILD")" "$OS $(uname -r)" "${QUICK:-0}" "$(date '+%Y-%m-%d %H:%M %Z')" \
+  "$(($(date +%s) - T0))" "$LOADAVG" <<'PY'
 import json, os, sys
-(out, rates, keys, nkeys, dur, warm, conns, athreads, req_ids, git, cpu, ncpu, mem, rver,
- stamp, timeout_ms) = sys.argv[1:]
+(out, peer_list, sweep_rates, sweep_pcts, keys, nkeys, dur, warm, conns, athreads, req_ids, git,
+ cpu, ncpu, mem, rver, stamp, timeout_ms, bound_us, plots, build_type, build_dir, os_name, quick,
+ date, elapsed, loadavg) = sys.argv[1:]
 timeout_us = float(timeout_ms) * 1000
+bound_us = float(bound_us)
 
 def last_json(name):
     with open(os.path.join(out, name)) as f:
@@ -188,10 +309,13 @@ def last_json(name):
 
 floor = last_json("lookup_floor.txt")
 load = last_json("redis_load.txt")
-rows, rates = [], [r for r in rates.replace(",", " ").split() if r]
-for r in rates:
-    t, a = last_json("tlserve_r%s.txt" % r), last_json("redis_r%s.txt" % r)
-    rows.append((r, t, a))
+search = last_json("lr_search.txt")
+sweep = last_json("lr_sweep.txt")["sweep"]
+pcts = [float(p) for p in sweep_pcts.replace(",", " ").split()]
+by_rate = {float(r["offered_rps"]): r for r in sweep}
+max_rps = search["max_rps"]
+base = max_rps if max_rps > 0 else search["probes"][0]["offered_rps"]
+srates = [float(max(1, int(round(base * p / 100)))) for p in pcts]  # as the sweep's rates
 
 def us(x):  # microseconds as written, or ms / s for large values
     if x < 10000:
@@ -218,33 +342,115 @@ def cell(x, d):
         return ">= %s (timeout)" % us(timeout_us)
     return us(x) + ("*" if d["ok"] < d["scheduled"] else "")
 
+def cu(x, d):  # cell() with its unit
+    c = cell(x, d)
+    if not c.rstrip("*").isdigit():
+        return c
+    return c.rstrip("*") + " us" + ("*" if c.endswith("*") else "")
+
 def answered(d):
     return "%d/%d" % (d["ok"], d["scheduled"])
 
+def three(d):
+    return [pct(d, k, q) for k, q in (("p50_us", 50), ("p99_us", 99), ("p999_us", 99.9))]
+
 L = []
-L.append("# tlserve vs a Redis-backed service — %s" % stamp)
+L.append("# tlserve benchmark — %s%s" % (stamp, " (QUICK=1: a short run)" if quick == "1" else ""))
 L.append("")
-L.append("Standard request: %s items, %s shared + %s per-item ids = %s ids (binary values), "
-         "ids uniform over the model's %s keys. Open loop (tlgen, constant arrivals, %s "
-         "connections, %s s measured after %s s warm-up); latency is from each request's due "
-         "time (corrected), in microseconds." % (
-             rows[0][1]["items"] if rows else 200, 300, 200, req_ids, nkeys, conns, dur, warm))
+L.append("- Date: %s; run time %s s; load average before the run: %s (other work on the "
+         "machine shows here, and in the figures)." % (date, elapsed, loadavg))
+L.append("- Machine: %s cores, %s, %s RAM, %s; loopback only; load generator, servers and Redis "
+         "share these cores." % (ncpu, cpu, mem, os_name))
+L.append("- Build: `%s/` (%s), commit %s." % (build_dir, build_type or "no build type", git))
+L.append("- Load: tlgen, open loop (constant arrivals, %s connections), the standard request: 200 "
+         "items, 300 shared + 200 per-item ids = %s ids (binary values), ids uniform over the "
+         "model's keys; %s s measured after %s s warm-up per run (search probes included). "
+         "Latency is corrected: from each request's due time." % (conns, req_ids, dur, warm))
 L.append("")
-L.append("- **tlserve**: 2 workers, the snapshot in its own store.")
+L.append("## LR model, %s keys: tlserve --workers 2" % "{:,}".format(int(nkeys)))
+L.append("")
+if max_rps > 0:
+    L.append("**Max rate with corrected p99 <= %s: %.0f req/s** (p99 there %s us; first failing "
+             "probe %s). Search: %d probes from %s req/s, each valid, <= 0.1%% errors and p99 <= "
+             "the bound to pass (`lr_search.txt`)." % (
+                 "%g ms" % (bound_us / 1000), max_rps,
+                 us(search["p99_us_at_max"]),
+                 ("%.0f req/s" % search["first_fail_rps"]) if search["first_fail_rps"] else "none",
+                 len(search["probes"]), "%.0f" % search["probes"][0]["offered_rps"]))
+else:
+    L.append("**No offered rate met corrected p99 <= %g ms**: the first probe (%.0f req/s) "
+             "already failed (%s). The sweep below is at percentages of that probe's rate." % (
+                 bound_us / 1000, search["probes"][0]["offered_rps"],
+                 search["probes"][0].get("fail_reason", "")))
+if os.path.exists(os.path.join(out, "lr_search_first.txt")):
+    f1 = last_json("lr_search_first.txt")["probes"][0]
+    L.append("")
+    L.append("A first search failed at its first probe (%.0f req/s: %s); this is the second "
+             "search, from half that rate (`lr_search_first.txt`)." % (
+                 f1["offered_rps"], f1.get("fail_reason", "")))
+L.append("")
+L.append("Probes (offered req/s: p99 us, pass): " + "; ".join(
+    "%.0f: %s %s" % (p["offered_rps"], us(p["p99_us"]) if p["ok"] else "-",
+                     "ok" if p.get("pass") else "fail") for p in search["probes"]) + ".")
+L.append("")
+half = None
+for p, r in zip(pcts, srates):
+    if p == 50 and r in by_rate:
+        half = by_rate[r]
+if half is not None:
+    h = three(half)
+    L.append("**At %s (%.0f req/s offered, %.1f achieved): p50 %s, p99 %s, "
+             "p99.9 %s** (valid: %s)." % (
+                 "half the max rate" if max_rps > 0 else "50% of the first probe's rate",
+                 half["offered_rps"], half["achieved_rps"], cu(h[0], half), cu(h[1], half),
+                 cu(h[2], half), v(half)))
+    L.append("")
+L.append("Sweep (`lr_sweep.txt`, spectra in `spectra/`):")
+L.append("")
+L.append("| %% of %s | offered req/s" % ("max" if max_rps > 0 else "first probe") + " | achieved req/s | p50 us | p90 us | p99 us | p99.9 us "
+         "| max us | answered | valid |")
+L.append("|---|---|---|---|---|---|---|---|---|---|")
+for p, r in zip(pcts, srates):
+    d = by_rate.get(r)
+    if d is None:
+        continue
+    pp = three(d)
+    L.append("| %s%s | %.0f | %.1f | %s | %s | %s | %s | %s | %s | %s |" % (
+        "**" if p == 50 else "", "%g%%%s" % (p, "**" if p == 50 else ""), d["offered_rps"],
+        d["achieved_rps"], cell(pp[0], d), cell(d["p90_us"], d), cell(pp[1], d),
+        cell(pp[2], d), us(d["max_us"]), answered(d), v(d)))
+L.append("")
+if plots == "1":
+    L.append("Plots: [latency vs throughput](lr_sweep-latency.svg) ([PNG](lr_sweep-latency.png)), "
+             "[latency by percentile](lr_sweep-spectrum.svg) ([PNG](lr_sweep-spectrum.png)), "
+             "[search probes](lr_search-latency.svg) ([PNG](lr_search-latency.png)).")
+    L.append("")
+    L.append("![latency vs throughput](lr_sweep-latency.svg)")
+    L.append("")
+    L.append("![latency by percentile](lr_sweep-spectrum.svg)")
+else:
+    L.append("Plots: not drawn (gnuplot missing or plot.sh failed; see `plot.log`).")
+L.append("")
+L.append("**FM and DNN models: not built yet** (only LR exists); no figures for them.")
+L.append("")
+L.append("## Peer: tlserve vs a Redis-backed service, same offered rates")
+L.append("")
+L.append("- **tlserve**: as above (figures at the sweep's rates are the sweep's runs).")
 L.append("- **Redis adapter**: redis_adapter (%s worker threads, one hiredis connection each) "
          "speaking our wire format; each request fetches its %d weights (bias + ids) from "
          "Redis %s with pipelined MGETs of 1000 keys (all sent before the first reply is "
          "read), missing keys = 0, scored like model/model.c, answered with version 1." % (
              athreads, int(req_ids) + 1, rver))
-L.append("- Machine: %s x %s, %s, loopback only; load generator, servers and Redis share "
-         "these cores. Commit %s." % (ncpu, cpu, mem, git))
 L.append("")
 L.append("| offered req/s | tlserve p50 | p99 | p99.9 | answered | valid | Redis p50 | p99 "
          "| p99.9 | answered | valid | p99 ratio Redis/tlserve |")
 L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for r, t, a in rows:
-    tp = [pct(t, k, q) for k, q in (("p50_us", 50), ("p99_us", 99), ("p999_us", 99.9))]
-    ap = [pct(a, k, q) for k, q in (("p50_us", 50), ("p99_us", 99), ("p999_us", 99.9))]
+rows = []
+for r in peer_list.split():
+    t = by_rate.get(float(r)) or last_json("tlserve_r%s.txt" % r)
+    a = last_json("redis_r%s.txt" % r)
+    rows.append((r, t, a))
+    tp, ap = three(t), three(a)
     if tp[1] is None or not tp[1]:
         ratio = "n/a"
     elif ap[1] is None:
@@ -256,30 +462,34 @@ for r, t, a in rows:
         cell(ap[0], a), cell(ap[1], a), cell(ap[2], a), answered(a), v(a), ratio))
 L.append("")
 L.append("answered = responses within the %s timeout / requests due in the measured span. "
-         "`*`: some requests went unanswered, so the figure (over answered requests only) "
-         "understates the true percentile; `>= timeout`: more requests went unanswered than "
-         "the percentile leaves out." % us(timeout_us))
+         "`*`: some requests went unanswered (the server is overloaded at that rate), so the "
+         "figure (over answered requests only) understates the true percentile; `>= timeout`: "
+         "more requests went unanswered than the percentile leaves out." % us(timeout_us))
 L.append("")
 L.append("Completed req/s (responses per measured second): " + "; ".join(
     "%s: tlserve %.1f, Redis %.1f" % (r, t["completed_rps"], a["completed_rps"])
     for r, t, a in rows) + ".")
 L.append("")
+L.append("## Physical limit")
+L.append("")
 L.append("**Lowest possible lookup time for one request**: %s us p50 (p99 %s us) — "
-         "`lookup_floor`, one `store_lookup_batch` of %s ids on one thread, same snapshot." % (
-             us(floor["floor_p50_us"]), us(floor["floor_p99_us"]), req_ids))
+         "`lookup_floor`, one `store_lookup_batch` of %s ids on one thread, same snapshot, "
+         "before any server ran." % (us(floor["floor_p50_us"]), us(floor["floor_p99_us"]),
+                                     "{:,}".format(int(req_ids))))
 L.append("")
 L.append("Memory for the same %s keys: Redis `used_memory` %.1f bytes/key; tlserve's store "
          "%.1f bytes/key (raw: 12). redis_load put them into Redis at %.0f keys/s "
          "(MSET x 1000, binary keys and values)." % (
-             nkeys, load["redis_bytes_per_key"], load["store_bytes_per_key"],
+             "{:,}".format(int(nkeys)), load["redis_bytes_per_key"], load["store_bytes_per_key"],
              load["keys_per_s"]))
 L.append("")
 L.append("`valid` is tlgen's verdict on its own schedule (the sender kept up); errors count "
          "ERROR frames, timeouts and disconnects. A p99 that grows with the run length at a "
-         "rate means the server is saturated there (requests queue). Raw output: "
-         "`tlserve_r*.txt`, `redis_r*.txt`, `lookup_floor.txt`, `redis_load.txt` in this folder.")
+         "rate means the server is saturated there (requests queue). Raw output in this folder: "
+         "`lr_search.txt`, `lr_sweep.txt`, `spectra/`, `tlserve_r*.txt`, `redis_r*.txt`, "
+         "`lookup_floor.txt`, `redis_load.txt`, logs.")
 with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("\n".join(L) + "\n")
 PY
-say "summary: $OUT/summary.md"
+say "summary: $OUT/summary.md ($(($(date +%s) - T0)) s)"
 cat "$OUT/summary.md"

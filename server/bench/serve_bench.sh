@@ -25,6 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+PIN0= PIN1=
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then PIN0="taskset -c 0"; PIN1="taskset -c 1"; fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port); ADMIN=$(free_port)
 MODEL=$WORK/ctr_lr/1
@@ -34,7 +36,8 @@ echo "== model: $KEYS keys"
 NKEYS=$("$BUILD/store/tlsnap" info "$MODEL" --brief | awk '$1 == "entries" {print $2}')
 
 echo "== tlserve --workers 1 on 127.0.0.1:$PORT"
-"$BUILD/server/tlserve" --model "$MODEL" --port "$PORT" --admin-port "$ADMIN" --workers 1 \
+# the worker and the floor run on CPU 1, the client on CPU 0, so they do not take turns
+$PIN1 "$BUILD/server/tlserve" --model "$MODEL" --port "$PORT" --admin-port "$ADMIN" --workers 1 \
   >"$WORK/tlserve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 600); do
@@ -45,7 +48,7 @@ for _ in $(seq 1 600); do
 done
 
 echo "== tlpredict: $REQUESTS standard requests, closed loop"
-"$BUILD/codec/tlpredict" --port "$PORT" --model ctr_lr --requests "$REQUESTS" \
+$PIN0 "$BUILD/codec/tlpredict" --port "$PORT" --model ctr_lr --requests "$REQUESTS" \
   --key-space "${NKEYS:-10000000}" --seed 42 --print 3
 
 read -r P50 P99 < <(python3 - "$ADMIN" <<'PY'
@@ -61,7 +64,7 @@ PY
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
 
 echo "== lookup floor: 40,300 ids per batch through store_lookup_batch, same snapshot"
-FLOOR_JSON=$("$BUILD/server/lookup_floor" --model "$MODEL" --keys 40300 --batches "$REQUESTS" \
+FLOOR_JSON=$($PIN1 "$BUILD/server/lookup_floor" --model "$MODEL" --keys 40300 --batches "$REQUESTS" \
   --key-space "${NKEYS:-10000000}" --seed 42 | tee /dev/stderr | tail -n 1)
 read -r F50 F99 < <(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print('%.0f %.0f' % (d['floor_p50_us'], d['floor_p99_us']))" "$FLOOR_JSON")
 
