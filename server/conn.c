@@ -64,6 +64,7 @@ void conn_free(worker_t *w, conn_t *c)
     w->nconns--;
     atomic_fetch_sub_explicit(&w->m->connections, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m->connections_closed_total, 1, memory_order_relaxed);
+    w->in_bytes -= c->in_cap;
     free(c->in);
     free(c->out);
     free(c->out_sending);
@@ -276,8 +277,26 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
     if (c->closing)
         return -1; /* framing already lost: ignore the rest */
     atomic_fetch_add_explicit(&w->m->bytes_in_total, len, memory_order_relaxed);
+    /* Input buffers grow to the largest frame a connection sends; the sum
+     * over a worker's connections is capped, or many clients each sending
+     * the start of a large frame could exhaust memory. */
+    size_t before = c->in_cap;
+    if (c->in_len + len > before) {
+        size_t after = before ? before : 4096;
+        while (after < c->in_len + len)
+            after *= 2;
+        if (w->in_bytes - before + after > (size_t)w->srv->cfg.max_input_bytes) {
+            atomic_fetch_add_explicit(&w->m->overloaded_total, 1, memory_order_relaxed);
+            send_error(w, c, 0, CODEC_E_OVERLOADED,
+                       "this worker holds %zu bytes of unanswered input (limit %d); closing",
+                       w->in_bytes, w->srv->cfg.max_input_bytes);
+            c->closing = true;
+            return -1;
+        }
+    }
     if (reserve(&c->in, &c->in_cap, c->in_len + len) != 0)
         return -1;
+    w->in_bytes += c->in_cap - before;
     memcpy(c->in + c->in_len, data, len);
     c->in_len += len;
 

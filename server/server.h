@@ -42,6 +42,7 @@ typedef struct server_config {
     int max_inflight;          /* requests in flight per worker before OVERLOADED */
     int max_connections;       /* connections per worker */
     int max_frame_bytes;       /* largest accepted payload */
+    int max_input_bytes;       /* per worker: input buffers of all its connections together */
     int idle_timeout_ms;       /* a connection with a partial frame this long is closed */
     bool force_epoll;          /* use the epoll data plane even if io_uring works */
     char log_level[16];        /* error, warn, info, debug */

@@ -59,6 +59,7 @@ typedef struct worker {
     model_block_t *blocks;     /* CODEC_MAX_ITEMS */
     float *scores;             /* CODEC_MAX_ITEMS */
     int64_t inflight;          /* responses queued on this worker's connections */
+    size_t in_bytes;           /* capacity of all its connections' input buffers */
     int nconns;
 } worker_t;
 

@@ -267,6 +267,49 @@ class BadInput(unittest.TestCase):
             self.assertLess(time.time() - t0, 8)
 
 
+class InputBudget(unittest.TestCase):
+    """Many clients each sending the start of a large frame cannot make a worker hold more
+    than --max-input-bytes: past it, connections get OVERLOADED and are closed, and the
+    server goes on serving."""
+
+    def test_partial_frames_over_the_budget_are_refused(self):
+        srv = Server(MODEL_DIR, "--workers", "1", "--max-input-bytes", "65536")
+        socks = []
+        try:
+            partial = tlwire.pack_header(MsgType.PING, 1, 0)
+            partial = partial[:16] + struct.pack("<I", 6000) + partial[20:] + b"\0" * 5000
+            for _ in range(40):  # 40 x 8 KiB of buffer would be 320 KiB
+                s = socket.create_connection(("127.0.0.1", srv.port))
+                s.sendall(partial)
+                socks.append(s)
+            refused = 0
+            for s in socks:
+                s.settimeout(0.5)
+                try:
+                    data = s.recv(4096)
+                except socket.timeout:
+                    continue  # still held: within the budget
+                if data:
+                    h = tlwire.parse_header(data[:tlwire.HEADER_SIZE])
+                    self.assertEqual(h.type, MsgType.ERROR)
+                    err = tlwire.decode_error(data[tlwire.HEADER_SIZE:
+                                                   tlwire.HEADER_SIZE + h.payload_len])
+                    self.assertEqual(err.code, ErrorCode.OVERLOADED, err.message)
+                    refused += 1
+            self.assertGreater(refused, 0)
+            self.assertLess(refused, 40)  # the first ones fit in the budget
+            for s in socks:
+                s.close()
+            socks = []
+            time.sleep(0.3)  # the worker sees the closes and frees their buffers
+            with srv.client() as c:
+                self.assertEqual(len(c.predict(MODEL, *request(items=2)).scores), 2)
+        finally:
+            for s in socks:
+                s.close()
+            self.assertEqual(srv.stop(), 0)
+
+
 class Overload(unittest.TestCase):
     """Beyond --max-inflight queued responses a worker answers OVERLOADED at once."""
 
