@@ -222,17 +222,6 @@ static inline uint64_t get_bits(const uint64_t *words, uint32_t off, uint32_t wi
     return v & mask;
 }
 
-static inline void put_bits(uint64_t *words, uint32_t off, uint32_t width, uint64_t mask,
-                            uint64_t v)
-{
-    uint32_t lo = off >> 6, sh = off & 63;
-    words[lo] = (words[lo] & ~(mask << sh)) | (v << sh);
-    if (sh + width > 64) {
-        uint32_t hi_bits = 64 - sh;
-        words[lo + 1] = (words[lo + 1] & ~(mask >> hi_bits)) | (v >> hi_bits);
-    }
-}
-
 static inline uint64_t alt_bucket(uint64_t b, uint64_t t, uint64_t B)
 {
     uint64_t f = (uint64_t)(((u128)(t * 0x9e3779b97f4a7c15ULL) * B) >> 64);
