@@ -5,7 +5,7 @@
  *
  * Request shape (the "standard request" by default): `items` items, one
  * shared block of `shared` ids and one block of `per-item` ids per item.
- * Ids are tlsnap gen's synthetic keys, key(i) = mix64(i + seed * PHI), for i
+ * Ids are tlsnap gen's synthetic keys, store_synthetic_key(i, seed) (store.h), for i
  * drawn uniformly from [0, key-space): with the same --seed as the model,
  * every id is a key the model knows.
  *
@@ -13,26 +13,13 @@
  */
 #include "tlclient.h"
 
+#include "store/store.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define PHI 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += PHI;
-    return mix64(*s);
-}
 
 static double now_us(void)
 {
@@ -70,7 +57,7 @@ static void fill_block(codec_block_t *b, uint64_t *ids, uint32_t n, uint64_t key
                        uint64_t seed, uint64_t *rng)
 {
     for (uint32_t j = 0; j < n; j++)
-        ids[j] = mix64(rng_next(rng) % key_space + seed * PHI);
+        ids[j] = store_synthetic_key(store_splitmix64(rng) % key_space, seed);
     b->ids = ids;
     b->values = NULL;
     b->n = codec_sort_unique(ids, NULL, n);

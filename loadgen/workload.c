@@ -13,6 +13,7 @@
 #include "workload.h"
 
 #include "codec/codec.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,24 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PHI 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += PHI;
-    return mix64(*s);
-}
-
 static double rng_unit(uint64_t *s)
 {
-    return (double)(rng_next(s) >> 11) * 0x1.0p-53; /* [0, 1) */
+    return (double)(store_splitmix64(s) >> 11) * 0x1.0p-53; /* [0, 1) */
 }
 
 /* ---- Zipf by rejection-inversion ------------------------------------------ */
@@ -111,8 +97,8 @@ static void fill_block(codec_block_t *b, uint64_t *ids, uint32_t n, const worklo
                        const zipf_t *z, uint64_t *rng)
 {
     for (uint32_t j = 0; j < n; j++) {
-        uint64_t i = z ? zipf_draw(z, rng) : rng_next(rng) % o->key_space;
-        ids[j] = mix64(i + o->seed * PHI);
+        uint64_t i = z ? zipf_draw(z, rng) : store_splitmix64(rng) % o->key_space;
+        ids[j] = store_synthetic_key(i, o->seed);
     }
     b->ids = ids;
     b->values = NULL;

@@ -6,7 +6,7 @@
  *
  * Loads a snapshot (an FM from `tlsnap gen --kind fm --value-floats 17`, or
  * any LR/FM), builds `requests` distinct requests whose ids are tlsnap
- * gen's synthetic keys key(i) = mix64(i + seed * PHI), i uniform in
+ * gen's synthetic keys store_synthetic_key(i, seed), i uniform in
  * [0, key-space) — so every id is known to a model made with the same seed
  * and key count — laid out back to back as the wire decoder leaves them,
  * and times model_score() on each (one thread: the caller's core).  Prints
@@ -24,15 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define PHI 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static double now_us(void)
 {
@@ -132,8 +123,7 @@ int main(int argc, char **argv)
     }
     uint64_t rng = 12345;
     for (size_t j = 0; j < DISTINCT * total; j++) {
-        rng += PHI;
-        ids[j] = mix64(mix64(rng) % (uint64_t)key_space + (uint64_t)seed * PHI);
+        ids[j] = store_synthetic_key(store_splitmix64(&rng) % (uint64_t)key_space, (uint64_t)seed);
     }
     for (size_t j = 0; j < total; j++)
         vals[j] = 0.5f + (float)(j % 7) / 7.0f;

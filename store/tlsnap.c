@@ -7,7 +7,7 @@
  *
  * gen makes a model that is the same for any thread count:
  *
- *   key(i)   = mix64(i + seed * PHI)        i = 0..N-1; mix64 is bijective
+ *   key(i)   = store_synthetic_key(i, seed)   i = 0..N-1 (store.h; a bijection)
  *   value(k) = K draws ~N(0, 0.1) from a PRNG seeded by (k, seed)
  *
  * mix64 (the splitmix64 finaliser: xor-shifts and odd multiplies) is a
@@ -66,39 +66,20 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "gen writes records in the store's little-endian raw format with memcpy");
 
-#define PHI 0x9e3779b97f4a7c15ull /* 2^64 / golden ratio, odd */
 #define MAX_THREADS 1024
 #define LOOKUP_BATCH 256
 #define GEN_CHUNK 512 /* records buffered per shard before a bulk insert */
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    *state += PHI;
-    return mix64(*state);
-}
-
-static uint64_t gen_key(uint64_t i, uint64_t seed)
-{
-    return mix64(i + seed * PHI);
-}
-
 /* K values for key, ~N(0, 0.1): a pure function of (key, seed). */
 static void gen_value(uint64_t key, uint64_t seed, uint32_t k, float *out)
 {
     /* one 16-bit uniform: mean 32767.5, sd 65536/sqrt(12); the sum of four
      * has mean 131070 and sd 65536/sqrt(3) = 37837.23 */
-    uint64_t st = key ^ mix64(seed ^ 0x5eedull);
+    uint64_t st = key ^ store_mix64(seed ^ 0x5eedull);
     for (uint32_t j = 0; j < k; j++) {
-        uint64_t r = splitmix64(&st);
+        uint64_t r = store_splitmix64(&st);
         double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) +
                    (double)((r >> 32) & 0xffff) + (double)(r >> 48);
         out[j] = (float)(0.1 * (s - 131070.0) / 37837.23);
@@ -397,7 +378,7 @@ static void *gen_thread(void *arg)
     /* walk 1: keys per sub-table of my shards, so that each is sized once,
      * exactly, as the snapshot loader sizes them */
     for (uint64_t i = 0; i < j->keys; i++) {
-        uint64_t key = gen_key(i, j->seed);
+        uint64_t key = store_synthetic_key(i, j->seed);
         uint32_t sh = store_shard_of(j->s, key);
         if (sh % j->nthreads == j->tid)
             counts[(size_t)(sh / j->nthreads) * subs + store_sub_of(j->s, key)]++;
@@ -415,7 +396,7 @@ static void *gen_thread(void *arg)
     /* walk 2: records in storage format, buffered per shard and inserted in
      * chunks through the loader's prefetching bulk path */
     for (uint64_t i = 0; i < j->keys; i++) {
-        uint64_t key = gen_key(i, j->seed);
+        uint64_t key = store_synthetic_key(i, j->seed);
         uint32_t sh = store_shard_of(j->s, key);
         if (sh % j->nthreads != j->tid)
             continue;

@@ -6,7 +6,7 @@
  *   lookup_floor --model DIR [--keys 40300] [--batches 2000] [--key-space N] [--seed 42]
  *
  * Each batch is `keys` ids drawn like tlpredict draws them (tlsnap gen's
- * key(i) = mix64(i + seed * PHI), i uniform in [0, key-space)), looked up
+ * store_synthetic_key(i, seed), i uniform in [0, key-space)), looked up
  * with one store_lookup_batch on one thread.  Prints p50/p99/mean of the
  * per-batch time; the last line is JSON {"floor_p50_us":..,"floor_p99_us":..,
  * "floor_mean_us":..}.  Key generation is outside the timed span.
@@ -18,15 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define PHI 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static double now_us(void)
 {
@@ -103,7 +94,7 @@ int main(int argc, char **argv)
     double total = 0;
     for (long long b = 0; b < batches; b++) {
         for (long long j = 0; j < keys; j++)
-            ids[j] = mix64(mix64(rng += PHI) % (uint64_t)key_space + (uint64_t)seed * PHI);
+            ids[j] = store_synthetic_key(store_splitmix64(&rng) % (uint64_t)key_space, (uint64_t)seed);
         double t0 = now_us();
         found += store_lookup_batch(s, ids, (size_t)keys, out, NULL);
         t[b] = now_us() - t0;
