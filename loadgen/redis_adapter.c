@@ -18,9 +18,9 @@
  *      little-endian bytes (redis_load.c's encoding);
  *   4. each reply element is a 4-byte binary32 weight, or nil: a missing key
  *      weighs 0, as in tlserve;
- *   5. base = bias + sum(shared), score[i] = sigmoid(base + sum(item i)), in
- *      double, in block order, with model.c's sigmoid — the same floats as
- *      tlserve for the same weights;
+ *   5. the weights arrive in model_score's lookup order, so model_lr_scores
+ *      (model.h) scores them with tlserve's own code: the same floats for the
+ *      same weights;
  *   6. PREDICT_RESULT with version --version (default 1).
  *   PING gets PONG; anything else an ERROR frame (codec_encode_errmsg).
  *
@@ -45,12 +45,12 @@
  */
 #define _GNU_SOURCE /* accept4 */
 #include "codec/codec.h"
+#include "model/model.h"
 
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -99,6 +99,7 @@ typedef struct worker {
     float *w;            /* weights of keys */
     size_t keys_cap;
     float scores[CODEC_MAX_ITEMS];
+    model_block_t blocks[CODEC_MAX_ITEMS]; /* the request's item blocks, for model_lr_scores */
     const char **argv;   /* MGET argv for one chunk: "MGET" + chunk keys */
     size_t *argvlen;
     unsigned long long requests, redis_errors;
@@ -224,29 +225,6 @@ drop:
     return -1;
 }
 
-/* ---- scoring: model/model.c's arithmetic, to the bit --------------------- */
-
-static inline double block_sum(const codec_block_t *b, const float *w)
-{
-    double sum = 0;
-    if (b->values) {
-        for (uint32_t j = 0; j < b->n; j++)
-            sum += (double)w[j] * b->values[j];
-    } else {
-        for (uint32_t j = 0; j < b->n; j++)
-            sum += w[j];
-    }
-    return sum;
-}
-
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x);
-    return (float)(e / (1.0 + e));
-}
-
 /* ---- protocol ------------------------------------------------------------ */
 
 static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
@@ -288,13 +266,11 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     if (fetch(w, w->keys, total, w->w, why, sizeof why) != 0)
         return send_error(c, h->request_id, CODEC_E_INTERNAL, "%s", why);
 
-    const float *wt = w->w;
-    double base = (double)wt[0] + block_sum(&req.shared, wt + 1);
-    wt += 1 + req.shared.n;
-    for (uint32_t i = 0; i < req.items; i++) {
-        w->scores[i] = sigmoid(base + block_sum(&req.item[i], wt));
-        wt += req.item[i].n;
-    }
+    /* the weights are in model_score's lookup order: score with its code */
+    model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+    for (uint32_t i = 0; i < req.items; i++)
+        w->blocks[i] = (model_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
+    model_lr_scores(w->w, &shared, w->blocks, req.items, w->scores);
 
     codec_result_t res = {w->o->version, req.items, w->scores};
     size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;

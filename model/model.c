@@ -194,8 +194,8 @@ static inline float sigmoid(double x)
 }
 
 /* LR: w holds one float per id in lookup order (bias first). */
-static void lr_score(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
-                     const float *w, float *scores)
+void model_lr_scores(const float *w, const model_block_t *shared, const model_block_t *items,
+                     uint32_t n_items, float *scores)
 {
     double base = (double)w[0] + block_sum(shared, w + 1);
     w += 1 + shared->n;
@@ -337,6 +337,6 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
     if (m->meta.model_kind == STORE_MODEL_FM)
         fm_score(shared, items, n_items, sc->weights, K - 1, scores);
     else
-        lr_score(shared, items, n_items, sc->weights, scores);
+        model_lr_scores(sc->weights, shared, items, n_items, scores);
     return 0;
 }

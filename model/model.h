@@ -87,6 +87,13 @@ uint32_t model_value_floats(const model_t *m);
 int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 
+/* The LR arithmetic of model_score on weights already fetched, one per id
+ * in the order [bias | shared ids | item 0 ids | item 1 ids ...]: for a
+ * service that keeps its weights elsewhere (loadgen's Redis peer) and must
+ * score to the bit as tlserve does.  Pure; never allocates. */
+void model_lr_scores(const float *weights, const model_block_t *shared,
+                     const model_block_t *items, uint32_t n_items, float *scores);
+
 #ifdef __cplusplus
 }
 #endif
