@@ -24,8 +24,8 @@
  * manifest_encode() runs, so that whatever encode writes, decode accepts, and
  * whatever decode accepts, encode reproduces.  The verifier and the reads
  * after it assume an 8-byte aligned buffer; a misaligned input is copied.
- * Fields the C API does not know (params, dense_files, later additions) are
- * verified structurally and otherwise ignored.
+ * Fields the C API does not know (later additions) are verified
+ * structurally and otherwise ignored.
  *
  * Every refusal writes one sentence into why naming the field and the bad
  * value: "manifest: shards[3].bytes is 100 but 64 + 5 entries x 12 bytes =
@@ -121,10 +121,10 @@ Str str_of(const flatbuffers::String *s)
     return Str{s->c_str(), s->size(), true, false};
 }
 
-Str str_of(const char (&a)[NAME_MAX_LEN + 1])
+template <size_t N> Str str_of(const char (&a)[N])
 {
-    size_t n = strnlen(a, sizeof a);
-    return Str{a, n, true, n == sizeof a};
+    size_t n = strnlen(a, N);
+    return Str{a, n, true, n == N};
 }
 
 /* Writes s as a C string literal, at most 40 bytes of it, into out. */
@@ -162,19 +162,20 @@ bool name_char_ok(unsigned char c)
            c == '.' || c == '-';
 }
 
-/* Checks a model or file name: present, 1..63 bytes, [A-Za-z0-9_.-] only. */
-bool check_name(const char *field, const Str &s, Why &w)
+/* Checks a model or file name (or a param key, a dense array name): present,
+ * 1..max bytes, [A-Za-z0-9_.-] only. */
+bool check_name(const char *field, const Str &s, Why &w, size_t max = NAME_MAX_LEN)
 {
     if (!s.present)
         return say(w, "manifest: %s is missing", field);
     if (s.unterminated)
         return say(w, "manifest: %s %s has no NUL within its %zu bytes", field, quote(s).s,
-                   NAME_MAX_LEN + 1);
+                   max + 1);
     if (s.n == 0)
         return say(w, "manifest: %s is empty", field);
-    if (s.n > NAME_MAX_LEN)
+    if (s.n > max)
         return say(w, "manifest: %s %s is %zu bytes long, over the %zu-byte limit", field,
-                   quote(s).s, s.n, NAME_MAX_LEN);
+                   quote(s).s, s.n, max);
     for (size_t i = 0; i < s.n; i++) {
         unsigned char c = (unsigned char)s.p[i];
         if (!name_char_ok(c))
@@ -190,6 +191,11 @@ bool str_eq(const Str &a, const char *b)
 {
     size_t n = strlen(b);
     return a.n == n && memcmp(a.p, b, n) == 0;
+}
+
+bool str_same(const Str &a, const Str &b)
+{
+    return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
 }
 
 /* The manifest's fields, read from a FlatBuffer or from a manifest_t.  Enums
@@ -212,6 +218,92 @@ struct Shard {
     uint64_t entries;
     uint64_t bytes;
 };
+
+/* A param and a dense file, read from either side. */
+struct Param {
+    Str key;
+    Str value;
+};
+
+struct Dense {
+    Str name;
+    Str file;
+    uint64_t bytes;
+};
+
+/* The rules for params and dense files (manifest.h).  n_params / n_dense are
+ * the list lengths; shard_at(i) for i < shard_count gives the shard files
+ * (dense files may not reuse their names).  Returns true or false with why. */
+template <class ParamAt, class DenseAt, class ShardAt>
+bool check_extras(size_t n_params, ParamAt param_at, size_t n_dense, DenseAt dense_at,
+                  uint32_t shard_count, ShardAt shard_at, Why &w)
+{
+    if (n_params > STORE_MAX_PARAMS)
+        return say(w, "manifest: params has %zu entries, over the limit of %d", n_params,
+                   STORE_MAX_PARAMS);
+    for (size_t i = 0; i < n_params; i++) {
+        const Param p = param_at(i);
+        char field[32];
+        snprintf(field, sizeof field, "params[%zu].key", i);
+        if (!check_name(field, p.key, w, STORE_PARAM_KEY_MAX - 1))
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if (str_same(param_at(j).key, p.key))
+                return say(w, "manifest: %s %s is also params[%zu].key", field, quote(p.key).s, j);
+        if (!p.value.present)
+            return say(w, "manifest: params[%zu].value is missing", i);
+        if (p.value.unterminated || p.value.n > STORE_PARAM_VALUE_MAX - 1)
+            return say(w, "manifest: params[%zu].value %s is over the %d-byte limit", i,
+                       quote(p.value).s, STORE_PARAM_VALUE_MAX - 1);
+        for (size_t c = 0; c < p.value.n; c++) {
+            unsigned char ch = (unsigned char)p.value.p[c];
+            if (ch < 0x20 || ch > 0x7e)
+                return say(w,
+                           "manifest: params[%zu].value %s has byte 0x%02x at offset %zu; only "
+                           "printable ASCII is allowed",
+                           i, quote(p.value).s, ch, c);
+        }
+    }
+    if (n_dense > STORE_MAX_DENSE)
+        return say(w, "manifest: dense_files has %zu entries, over the limit of %d", n_dense,
+                   STORE_MAX_DENSE);
+    for (size_t i = 0; i < n_dense; i++) {
+        const Dense d = dense_at(i);
+        char field[40];
+        snprintf(field, sizeof field, "dense_files[%zu].name", i);
+        if (!check_name(field, d.name, w, STORE_DENSE_NAME_MAX - 1))
+            return false;
+        snprintf(field, sizeof field, "dense_files[%zu].file", i);
+        if (!check_name(field, d.file, w))
+            return false;
+        if (d.file.p[0] == '.')
+            return say(w, "manifest: %s %s starts with '.'", field, quote(d.file).s);
+        if (str_eq(d.file, MANIFEST_FILE_NAME))
+            return say(w, "manifest: %s is \"%s\", the manifest's own name", field,
+                       MANIFEST_FILE_NAME);
+        for (size_t j = 0; j < i; j++) {
+            const Dense e = dense_at(j);
+            if (str_same(e.name, d.name))
+                return say(w, "manifest: dense_files[%zu].name %s is also dense_files[%zu].name",
+                           i, quote(d.name).s, j);
+            if (str_same(e.file, d.file))
+                return say(w, "manifest: %s %s is also dense_files[%zu].file", field,
+                           quote(d.file).s, j);
+        }
+        for (uint32_t j = 0; j < shard_count; j++)
+            if (str_same(shard_at(j).file, d.file))
+                return say(w, "manifest: %s %s is also shards[%" PRIu32 "].file", field,
+                           quote(d.file).s, j);
+        const uint64_t max_bytes = DENSE_HEADER_BYTES + 4 * STORE_DENSE_MAX_FLOATS;
+        if (d.bytes < DENSE_HEADER_BYTES + 4 || d.bytes > max_bytes ||
+            (d.bytes - DENSE_HEADER_BYTES) % 4 != 0)
+            return say(w,
+                       "manifest: dense_files[%zu].bytes is %" PRIu64 ", expected %u + 4 x count "
+                       "with count 1..%" PRIu64,
+                       i, d.bytes, DENSE_HEADER_BYTES, (uint64_t)STORE_DENSE_MAX_FLOATS);
+    }
+    return true;
+}
 
 /* Every rule of manifest.h, in field order.  shard_at(i) returns shard i;
  * it is called only after the list's length equals a valid shard_count.
@@ -327,6 +419,15 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
     };
     if (!check_fields(h, shard_at, w))
         return -EINVAL;
+    auto param_at = [m](size_t i) {
+        return Param{str_of(m->params[i].key), str_of(m->params[i].value)};
+    };
+    auto dense_at = [m](size_t i) {
+        const manifest_dense_t &d = m->dense[i];
+        return Dense{str_of(d.name), str_of(d.file), d.bytes};
+    };
+    if (!check_extras(m->n_params, param_at, m->n_dense, dense_at, m->shard_count, shard_at, w))
+        return -EINVAL;
 
     flatbuffers::FlatBufferBuilder fbb(1024);
     std::vector<flatbuffers::Offset<fbm::ShardFile>> shards;
@@ -337,11 +438,32 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
         shards.push_back(fbm::CreateShardFile(fbb, s.index, file, s.entries, s.bytes, s.xxh3));
     }
     auto shard_vec = fbb.CreateVector(shards);
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fbm::Param>>> param_vec = 0;
+    if (m->n_params > 0) {
+        std::vector<flatbuffers::Offset<fbm::Param>> params;
+        for (uint32_t i = 0; i < m->n_params; i++) {
+            auto key = fbb.CreateString(m->params[i].key);
+            auto value = fbb.CreateString(m->params[i].value);
+            params.push_back(fbm::CreateParam(fbb, key, value));
+        }
+        param_vec = fbb.CreateVector(params);
+    }
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fbm::DenseFile>>> dense_vec = 0;
+    if (m->n_dense > 0) {
+        std::vector<flatbuffers::Offset<fbm::DenseFile>> dense;
+        for (uint32_t i = 0; i < m->n_dense; i++) {
+            const manifest_dense_t &d = m->dense[i];
+            auto dname = fbb.CreateString(d.name);
+            auto dfile = fbb.CreateString(d.file);
+            dense.push_back(fbm::CreateDenseFile(fbb, dname, dfile, d.bytes, d.xxh3));
+        }
+        dense_vec = fbb.CreateVector(dense);
+    }
     auto name = fbb.CreateString(m->meta.model_name, h.model_name.n);
     auto root = fbm::CreateManifest(fbb, m->format_version, name, (fbm::ModelKind)h.model_kind,
                                     m->meta.version, m->meta.parent_version, m->meta.created_unix,
                                     m->value_floats, (fbm::ValueType)h.value_type, m->shard_count,
-                                    shard_vec);
+                                    shard_vec, param_vec, dense_vec);
     fbm::FinishManifestBuffer(fbb, root);
 
     const size_t n = fbb.GetSize();
@@ -421,6 +543,19 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
     };
     if (!check_fields(h, shard_at, w))
         return -EBADMSG;
+    const auto *plist = mf->params();
+    const auto *dlist = mf->dense_files();
+    const size_t n_params = plist ? plist->size() : 0, n_dense = dlist ? dlist->size() : 0;
+    auto param_at = [plist](size_t i) {
+        const fbm::Param *p = plist->Get((flatbuffers::uoffset_t)i);
+        return Param{str_of(p->key()), str_of(p->value())};
+    };
+    auto dense_at = [dlist](size_t i) {
+        const fbm::DenseFile *d = dlist->Get((flatbuffers::uoffset_t)i);
+        return Dense{str_of(d->name()), str_of(d->file()), d->bytes()};
+    };
+    if (!check_extras(n_params, param_at, n_dense, dense_at, h.shard_count, shard_at, w))
+        return -EBADMSG;
 
     manifest_shard_t *shards = (manifest_shard_t *)calloc(h.shard_count, sizeof *shards);
     if (!shards)
@@ -443,6 +578,20 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
     out->dtype = (store_dtype_t)h.value_type;
     out->shard_count = h.shard_count;
     out->shards = shards;
+    out->n_params = (uint32_t)n_params; /* lengths and sizes checked above */
+    for (size_t i = 0; i < n_params; i++) {
+        const fbm::Param *p = plist->Get((flatbuffers::uoffset_t)i);
+        memcpy(out->params[i].key, p->key()->data(), p->key()->size());
+        memcpy(out->params[i].value, p->value()->data(), p->value()->size());
+    }
+    out->n_dense = (uint32_t)n_dense;
+    for (size_t i = 0; i < n_dense; i++) {
+        const fbm::DenseFile *d = dlist->Get((flatbuffers::uoffset_t)i);
+        memcpy(out->dense[i].name, d->name()->data(), d->name()->size());
+        memcpy(out->dense[i].file, d->file()->data(), d->file()->size());
+        out->dense[i].bytes = d->bytes();
+        out->dense[i].xxh3 = d->xxh3();
+    }
     return 0;
 }
 

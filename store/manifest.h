@@ -26,6 +26,16 @@ typedef struct manifest_shard {
     uint64_t xxh3;     /* XXH3_64bits of the whole file */
 } manifest_shard_t;
 
+/* One dense array file (store_extras_t's dense[i]): "dense-NN.tld". */
+#define DENSE_HEADER_BYTES 16u
+#define DENSE_MAGIC "TLDENSE1"
+typedef struct manifest_dense {
+    char name[STORE_DENSE_NAME_MAX]; /* what it holds: "mlp.0.weight" */
+    char file[64];                   /* plain file name, same rules as shard files */
+    uint64_t bytes;                  /* DENSE_HEADER_BYTES + 4 x count, count 1..STORE_DENSE_MAX_FLOATS */
+    uint64_t xxh3;                   /* XXH3_64bits of the whole file */
+} manifest_dense_t;
+
 typedef struct manifest {
     uint32_t format_version;   /* MANIFEST_FORMAT_VERSION */
     store_meta_t meta;         /* model name, kind, version, parent, created */
@@ -33,6 +43,10 @@ typedef struct manifest {
     store_dtype_t dtype;       /* F32 or F16 */
     uint32_t shard_count;      /* power of two, 1..STORE_MAX_SHARDS */
     manifest_shard_t *shards;  /* shard_count entries; owned (manifest_free) */
+    uint32_t n_params;         /* 0..STORE_MAX_PARAMS: hyper-parameters, distinct keys */
+    store_param_t params[STORE_MAX_PARAMS];
+    uint32_t n_dense;          /* 0..STORE_MAX_DENSE: dense array files, distinct names */
+    manifest_dense_t dense[STORE_MAX_DENSE];
 } manifest_t;
 
 /* Serialises m.  On success returns 0 and sets *buf (malloc'd; caller frees)
@@ -44,7 +58,11 @@ int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why, 
  * FlatBuffers verifier, file identifier, then every field (version, name
  * characters, kind, K, dtype, shard count a power of two equal to the shard
  * list's length, index == position, safe file names, bytes consistent with
- * entries, no overflow).  Returns 0 and fills *out (out->shards malloc'd;
+ * entries, no overflow; params: at most STORE_MAX_PARAMS, keys 1..31 bytes
+ * of [A-Za-z0-9_.-] and distinct, values 0..127 printable ASCII bytes;
+ * dense files: at most STORE_MAX_DENSE, names like keys and distinct, file
+ * names like shard files and distinct from every other file, bytes =
+ * 16 + 4 x count with count 1..STORE_DENSE_MAX_FLOATS).  Returns 0 and fills *out (out->shards malloc'd;
  * free with manifest_free), or -EBADMSG with a sentence in why; -ENOMEM when
  * an allocation fails, -EINVAL when out is NULL.  On failure *out is zeroed,
  * so manifest_free(out) is always safe. */

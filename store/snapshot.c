@@ -9,6 +9,10 @@
  *                     (FlatBuffers + trailer checksum: manifest.h)
  *   shard-00000.tls   one file per shard, named "shard-%05u.tls"
  *   ...
+ *   dense-00.tld      optional: one file per dense array of the extras
+ *   ...               (store.h): "TLDENSE1", u64 count, count x f32 LE;
+ *                     the manifest holds their names, sizes and XXH3s, and
+ *                     the model's params ("fields" -> "20")
  *
  * A SHARD FILE is a 64-byte header and then `entries` packed records, all
  * little-endian:
@@ -42,7 +46,10 @@
  *
  * LOADING reads and decodes the MANIFEST, creates the store sized for the
  * sum of the entries, and loads the shards on `threads` threads that take
- * the next shard number from an atomic counter.  Each shard:
+ * the next shard number from an atomic counter (the dense files, small,
+ * are read before it: size, then XXH3 of the whole file before the header
+ * or any value is looked at, then header, then every value finite).  Each
+ * shard:
  *   1. size: the file must be exactly the manifest's bytes (TRUNCATED when
  *      shorter, offset = its size; SIZE when longer, offset = where the
  *      extra bytes begin);
@@ -108,6 +115,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -131,6 +139,8 @@
 #define WRITE_BUF_BYTES (4u << 20) /* writer's buffer */
 #define CHUNK_RECORDS 4096u        /* records per value check + insert */
 #define SHARD_NAME_FMT "shard-%05u.tls"
+#define DENSE_NAME_FMT "dense-%02u.tld"
+#define DENSE_CHUNK_FLOATS 16384u  /* floats converted and hashed per write/read */
 #define TMP_SUFFIX ".tmp"
 #define MANIFEST_TMP MANIFEST_FILE_NAME TMP_SUFFIX
 
@@ -928,15 +938,158 @@ static int open_dir(const char *dir, store_error_t *err)
     return fd;
 }
 
+/* ---- dense arrays (extras) ---------------------------------------------- */
+
+/* Index of the first NaN or infinity among n floats, or n. */
+static size_t first_nonfinite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return n;
+}
+
+/* Reads the dense file md into d (data malloc'd): size, checksum, header and
+ * values are checked before d is filled.  0, or -1 with *err filled and
+ * nothing allocated. */
+static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, store_error_t *err)
+{
+    char file[sizeof md->file];
+    snprintf(file, sizeof file, "%.*s", (int)strnlen(md->file, sizeof md->file - 1), md->file);
+    const uint64_t count = (md->bytes - DENSE_HEADER_BYTES) / 4; /* manifest_decode checked */
+    float *data = NULL;
+    int rc = -1;
+    int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fail(err, STORE_E_IO, file, -1, "not a readable regular file");
+        goto out;
+    }
+    if ((uint64_t)st.st_size < md->bytes) {
+        fail(err, STORE_E_TRUNCATED, file, (int64_t)st.st_size,
+             "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size, md->bytes);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > md->bytes) {
+        fail(err, STORE_E_SIZE, file, (int64_t)md->bytes,
+             "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size, md->bytes);
+        goto out;
+    }
+    uint8_t head[DENSE_HEADER_BYTES];
+    data = malloc(count * sizeof *data);
+    if (!data) {
+        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %" PRIu64 " floats", count);
+        goto out;
+    }
+    /* read everything, hashing as it comes; nothing is interpreted before
+     * the checksum holds */
+    XXH3_state_t xxh;
+    XXH3_INITSTATE(&xxh);
+    XXH3_64bits_reset(&xxh);
+    uint64_t off = 0;
+    while (off < md->bytes) {
+        uint8_t *dst = off < DENSE_HEADER_BYTES ? head + off
+                                                : (uint8_t *)data + (off - DENSE_HEADER_BYTES);
+        uint64_t want = off < DENSE_HEADER_BYTES ? DENSE_HEADER_BYTES - off : md->bytes - off;
+        if (want > (1u << 24))
+            want = 1u << 24;
+        ssize_t r = pread(fd, dst, (size_t)want, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            fail(err, STORE_E_IO, file, (int64_t)off, "cannot read: %s", ERRTEXT(errno));
+            goto out;
+        }
+        if (r == 0) {
+            fail(err, STORE_E_TRUNCATED, file, (int64_t)off, "shrank while being read");
+            goto out;
+        }
+        XXH3_64bits_update(&xxh, dst, (size_t)r);
+        off += (uint64_t)r;
+    }
+    uint64_t sum = XXH3_64bits_digest(&xxh);
+    if (sum != md->xxh3) {
+        fail(err, STORE_E_CHECKSUM, file, -1,
+             "bytes 0..%" PRIu64 " hash to 0x%016" PRIx64 ", the manifest says 0x%016" PRIx64,
+             md->bytes, sum, md->xxh3);
+        goto out;
+    }
+    if (memcmp(head, DENSE_MAGIC, 8) != 0) {
+        fail(err, STORE_E_HEADER, file, 0, "magic is not \"" DENSE_MAGIC "\"");
+        goto out;
+    }
+    if (get_le64(head + 8) != count) {
+        fail(err, STORE_E_MISMATCH, file, 8,
+             "header count %" PRIu64 " but the manifest's size implies %" PRIu64,
+             get_le64(head + 8), count);
+        goto out;
+    }
+    for (uint64_t i = 0; i < count; i++) /* no-op on little-endian hosts */
+        ((uint32_t *)data)[i] = le32toh(((uint32_t *)data)[i]);
+    size_t bad = first_nonfinite(data, (size_t)count);
+    if (bad < count) {
+        fail(err, STORE_E_VALUE, file, (int64_t)(DENSE_HEADER_BYTES + 4 * bad),
+             "float %zu of %s is %g", bad, md->name, (double)data[bad]);
+        goto out;
+    }
+    snprintf(d->name, sizeof d->name, "%.*s", (int)strnlen(md->name, sizeof md->name - 1),
+             md->name);
+    d->data = data;
+    d->count = count;
+    data = NULL;
+    rc = 0;
+out:
+    free(data);
+    close(fd);
+    return rc;
+}
+
+/* Fills x from m: the params, and every dense file read and verified. */
+static int load_extras(int dirfd, const manifest_t *m, store_extras_t *x, store_error_t *err)
+{
+    memset(x, 0, sizeof *x);
+    x->n_params = m->n_params;
+    memcpy(x->params, m->params, sizeof x->params);
+    for (uint32_t i = 0; i < m->n_dense; i++) {
+        if (read_dense(dirfd, &m->dense[i], &x->dense[i], err) != 0) {
+            store_extras_free(x);
+            return -1;
+        }
+        x->n_dense = i + 1;
+    }
+    return 0;
+}
+
+void store_extras_free(store_extras_t *x)
+{
+    if (!x)
+        return;
+    for (uint32_t i = 0; i < x->n_dense && i < STORE_MAX_DENSE; i++)
+        free(x->dense[i].data);
+    memset(x, 0, sizeof *x);
+}
+
 /* ---- public: load --------------------------------------------------------- */
 
 int store_snapshot_load(const char *dir, int threads, store_t **out, store_meta_t *meta,
                         store_error_t *err)
 {
+    return store_snapshot_load_ex(dir, threads, out, meta, NULL, err);
+}
+
+int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_meta_t *meta,
+                           store_extras_t *x, store_error_t *err)
+{
     store_error_t scratch;
     if (!err)
         err = &scratch;
     err_clear(err);
+    if (x)
+        memset(x, 0, sizeof *x);
     if (!dir || !dir[0] || !out) {
         fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: %s is NULL or empty",
              !out ? "out" : "dir");
@@ -964,10 +1117,18 @@ int store_snapshot_load(const char *dir, int threads, store_t **out, store_meta_
         rc = -1;
     }
     if (rc == 0) {
-        struct load_ctl c = {.m = &m, .dirfd = dirfd, .lock = PTHREAD_MUTEX_INITIALIZER};
-        err_clear(&c.err);
-        rc = load_all(&c, threads, out, err);
-        pthread_mutex_destroy(&c.lock);
+        /* the dense arrays are small: read and verify them first */
+        store_extras_t none;
+        store_extras_t *ex = x ? x : &none;
+        rc = load_extras(dirfd, &m, ex, err);
+        if (rc == 0) {
+            struct load_ctl c = {.m = &m, .dirfd = dirfd, .lock = PTHREAD_MUTEX_INITIALIZER};
+            err_clear(&c.err);
+            rc = load_all(&c, threads, out, err);
+            pthread_mutex_destroy(&c.lock);
+        }
+        if (rc != 0 || !x)
+            store_extras_free(ex);
         if (rc == 0 && meta)
             *meta = m.meta;
         manifest_free(&m);
@@ -1211,6 +1372,61 @@ out:
     return rc;
 }
 
+/* Writes dense array d as file i ("dense-NN.tld" via a .tmp, fsynced and
+ * renamed); fills *md.  0, or -1 with *err filled (the .tmp removed). */
+static int write_dense(int dirfd, const store_dense_t *d, uint32_t i, manifest_dense_t *md,
+                       store_error_t *err)
+{
+    char name[sizeof md->file], tmp[sizeof md->file + sizeof TMP_SUFFIX];
+    snprintf(name, sizeof name, DENSE_NAME_FMT, i);
+    snprintf(tmp, sizeof tmp, "%s" TMP_SUFFIX, name);
+    size_t bad = first_nonfinite(d->data, (size_t)d->count);
+    if (bad < d->count) {
+        fail(err, STORE_E_VALUE, name, -1, "float %zu of dense array %s is %g", bad, d->name,
+             (double)d->data[bad]);
+        return -1;
+    }
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot create: %s", ERRTEXT(errno));
+        return -1;
+    }
+    XXH3_state_t xxh;
+    XXH3_INITSTATE(&xxh);
+    XXH3_64bits_reset(&xxh);
+    uint8_t head[DENSE_HEADER_BYTES];
+    memcpy(head, DENSE_MAGIC, 8);
+    put_le64(head + 8, d->count);
+    XXH3_64bits_update(&xxh, head, sizeof head);
+    int e = write_all(fd, head, sizeof head);
+    uint32_t chunk[DENSE_CHUNK_FLOATS];
+    for (uint64_t at = 0; e == 0 && at < d->count; at += DENSE_CHUNK_FLOATS) {
+        size_t n = d->count - at < DENSE_CHUNK_FLOATS ? (size_t)(d->count - at)
+                                                      : DENSE_CHUNK_FLOATS;
+        memcpy(chunk, d->data + at, n * 4);
+        for (size_t j = 0; j < n; j++)
+            chunk[j] = htole32(chunk[j]);
+        XXH3_64bits_update(&xxh, chunk, n * 4);
+        e = write_all(fd, (const uint8_t *)chunk, n * 4);
+    }
+    if (e == 0 && fsync(fd) != 0)
+        e = -errno;
+    if (close(fd) != 0 && e == 0)
+        e = -errno;
+    if (e == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+        e = -errno;
+    if (e) {
+        fail(err, STORE_E_IO, tmp, -1, "cannot write %s: %s", name, ERRTEXT(-e));
+        unlinkat(dirfd, tmp, 0);
+        return -1;
+    }
+    snprintf(md->name, sizeof md->name, "%s", d->name);
+    snprintf(md->file, sizeof md->file, "%s", name);
+    md->bytes = DENSE_HEADER_BYTES + 4 * d->count;
+    md->xxh3 = XXH3_64bits_digest(&xxh);
+    return 0;
+}
+
 /* Renames MANIFEST.tmp to MANIFEST unless a MANIFEST exists.  Returns 0 or
  * -errno (-EEXIST when one exists). */
 static int publish_manifest(int dirfd)
@@ -1229,8 +1445,35 @@ static int publish_manifest(int dirfd)
     return 0;
 }
 
+/* The extras rules store.h states, checked before anything is written (the
+ * manifest encoder checks the names again). */
+static int check_extras(const store_extras_t *x, char *why, size_t len)
+{
+    if (x->n_params > STORE_MAX_PARAMS || x->n_dense > STORE_MAX_DENSE) {
+        snprintf(why, len, "%u params and %u dense arrays, the limits are %d and %d",
+                 x->n_params, x->n_dense, STORE_MAX_PARAMS, STORE_MAX_DENSE);
+        return -1;
+    }
+    for (uint32_t i = 0; i < x->n_dense; i++) {
+        const store_dense_t *d = &x->dense[i];
+        if (!d->data || d->count == 0 || d->count > STORE_DENSE_MAX_FLOATS) {
+            snprintf(why, len, "dense[%u] (%.31s) has %" PRIu64 " floats%s, expected 1..%" PRIu64,
+                     i, d->name, d->count, d->data ? "" : " and no data",
+                     (uint64_t)STORE_DENSE_MAX_FLOATS);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
                          store_error_t *err)
+{
+    return store_snapshot_write_ex(s, dir, meta, NULL, err);
+}
+
+int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_t *meta,
+                            const store_extras_t *x, store_error_t *err)
 {
     store_error_t scratch;
     if (!err)
@@ -1246,14 +1489,23 @@ int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *
         fail(err, STORE_E_INVALID, "", -1, "meta: %s", why);
         return -1;
     }
+    static const store_extras_t no_extras;
+    if (!x)
+        x = &no_extras;
+    if (check_extras(x, why, sizeof why) != 0) {
+        fail(err, STORE_E_INVALID, "", -1, "extras: %s", why);
+        return -1;
+    }
 
     const uint32_t nshards = store_shards(s);
     int dirfd = -1, rc = -1;
     uint32_t written = 0;      /* shard files renamed into place */
+    uint32_t dense_written = 0; /* dense files renamed into place */
     bool manifest_tmp = false; /* MANIFEST.tmp may exist */
     bool published = false;    /* MANIFEST renamed into place */
     uint8_t *buf = NULL, *mbuf = NULL;
     manifest_shard_t *shards = NULL;
+    manifest_t *m = NULL; /* heap: it carries the params and dense tables */
 
     bool created = mkdir(dir, 0755) == 0;
     if (!created && errno != EEXIST) {
@@ -1295,18 +1547,35 @@ int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *
         goto out;
     }
 
-    manifest_t m = {
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        fail(err, STORE_E_NOMEM, "", -1, "out of memory for the manifest");
+        goto out;
+    }
+    *m = (manifest_t){
         .format_version = MANIFEST_FORMAT_VERSION,
         .meta = *meta,
         .value_floats = store_value_floats(s),
         .dtype = store_dtype(s),
         .shard_count = nshards,
         .shards = shards,
+        .n_params = x->n_params,
+        .n_dense = x->n_dense,
     };
-    if (m.meta.created_unix == 0)
-        m.meta.created_unix = (uint64_t)time(NULL);
+    memcpy(m->params, x->params, sizeof m->params);
+    for (; dense_written < x->n_dense; dense_written++) {
+        if (write_dense(dirfd, &x->dense[dense_written], dense_written,
+                        &m->dense[dense_written], err) != 0)
+            goto out;
+    }
+    if (x->n_dense > 0 && fsync(dirfd) != 0) {
+        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
+        goto out;
+    }
+    if (m->meta.created_unix == 0)
+        m->meta.created_unix = (uint64_t)time(NULL);
     size_t mlen;
-    int e = manifest_encode(&m, &mbuf, &mlen, why, sizeof why);
+    int e = manifest_encode(m, &mbuf, &mlen, why, sizeof why);
     if (e) {
         fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, MANIFEST_FILE_NAME, -1,
              "cannot encode: %s", unprefixed(why));
@@ -1353,10 +1622,13 @@ out:
             unlinkat(dirfd, MANIFEST_TMP, 0);
         for (uint32_t i = 0; i < written; i++)
             unlinkat(dirfd, shards[i].file, 0);
+        for (uint32_t i = 0; i < dense_written; i++)
+            unlinkat(dirfd, m->dense[i].file, 0);
         if (created)
             rmdir(dir); /* only succeeds when nothing else is in it */
     }
     free(mbuf);
+    free(m);
     free(shards);
     free(buf);
     if (dirfd >= 0)

@@ -34,7 +34,7 @@ extern "C" {
 
 typedef struct store store_t; /* opaque */
 
-#define STORE_MAX_VALUE_FLOATS 64
+#define STORE_MAX_VALUE_FLOATS 1024 /* FFM rows are 1 + fields x k floats */
 #define STORE_MAX_SHARDS 256
 
 typedef enum store_dtype {
@@ -181,6 +181,69 @@ int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entr
                              store_error_t *err);
 
 const char *store_errc_name(store_errc_t code);
+
+/* ---- snapshot extras: hyper-parameters and dense arrays ----------------
+ *
+ * Beside its sparse table a model version may carry named hyper-parameters
+ * (FFM's "fields" and "k", a DNN's layer sizes) and dense float arrays (MLP
+ * weights).  They travel in the same snapshot: params inside the MANIFEST,
+ * each dense array in its own file ("dense-NN.tld": 16-byte header "TLDENSE1"
+ * + u64 count, then count little-endian fp32), checked like shard files
+ * (size, xxh3 in the manifest, finite values) before anything reads them. */
+#define STORE_MAX_PARAMS 32
+#define STORE_PARAM_KEY_MAX 32    /* bytes incl. NUL: 1..31 of [A-Za-z0-9_.-] */
+#define STORE_PARAM_VALUE_MAX 128 /* bytes incl. NUL: 0..127 printable ASCII */
+#define STORE_MAX_DENSE 32
+#define STORE_DENSE_NAME_MAX 32   /* bytes incl. NUL: 1..31 of [A-Za-z0-9_.-] */
+#define STORE_DENSE_MAX_FLOATS (UINT64_C(1) << 28) /* 1 GiB per array */
+
+typedef struct store_param {
+    char key[STORE_PARAM_KEY_MAX];
+    char value[STORE_PARAM_VALUE_MAX];
+} store_param_t;
+
+typedef struct store_dense {
+    char name[STORE_DENSE_NAME_MAX]; /* "mlp.0.weight" */
+    float *data;                     /* count floats; owned after a load */
+    uint64_t count;                  /* 1..STORE_DENSE_MAX_FLOATS */
+} store_dense_t;
+
+typedef struct store_extras {
+    uint32_t n_params;
+    store_param_t params[STORE_MAX_PARAMS]; /* distinct keys */
+    uint32_t n_dense;
+    store_dense_t dense[STORE_MAX_DENSE];   /* distinct names */
+} store_extras_t;
+
+/* store_snapshot_write plus extras x (NULL: none).  Returns -1 with
+ * STORE_E_INVALID when x breaks a rule above. */
+int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_t *meta,
+                            const store_extras_t *x, store_error_t *err);
+
+/* store_snapshot_load plus the extras: on success *x (when x != NULL) holds
+ * the params and the dense arrays (data malloc'd: free with
+ * store_extras_free).  On failure *x is zeroed and nothing stays allocated. */
+int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_meta_t *meta,
+                           store_extras_t *x, store_error_t *err);
+
+/* Frees the dense arrays of a loaded x and zeroes it (NULL-safe).  Only for
+ * extras store_snapshot_load_ex filled: writers keep their own memory. */
+void store_extras_free(store_extras_t *x);
+
+/* Adds (or replaces) param key = value.  0, or -EINVAL (bad key or value,
+ * or the table is full). */
+int store_extras_set(store_extras_t *x, const char *key, const char *value);
+
+/* The value of param key, or NULL when absent. */
+const char *store_extras_get(const store_extras_t *x, const char *key);
+
+/* Adds dense array name (data is borrowed: it must outlive the write).
+ * 0, or -EINVAL (bad name, duplicate, count 0 or too large, table full). */
+int store_extras_add_dense(store_extras_t *x, const char *name, const float *data,
+                           uint64_t count);
+
+/* The dense array called name, or NULL. */
+const store_dense_t *store_extras_dense(const store_extras_t *x, const char *name);
 
 /* ---- synthetic models --------------------------------------------------- */
 

@@ -96,6 +96,18 @@ static void assert_same(const manifest_t *a, const manifest_t *b)
         assert_true(a->shards[i].bytes == b->shards[i].bytes);
         assert_true(a->shards[i].xxh3 == b->shards[i].xxh3);
     }
+    assert_int_equal(a->n_params, b->n_params);
+    for (uint32_t i = 0; i < a->n_params; i++) {
+        assert_string_equal(a->params[i].key, b->params[i].key);
+        assert_string_equal(a->params[i].value, b->params[i].value);
+    }
+    assert_int_equal(a->n_dense, b->n_dense);
+    for (uint32_t i = 0; i < a->n_dense; i++) {
+        assert_string_equal(a->dense[i].name, b->dense[i].name);
+        assert_string_equal(a->dense[i].file, b->dense[i].file);
+        assert_true(a->dense[i].bytes == b->dense[i].bytes);
+        assert_true(a->dense[i].xxh3 == b->dense[i].xxh3);
+    }
 }
 
 static void encode_ok(const manifest_t *m, uint8_t **buf, size_t *len)
@@ -233,7 +245,7 @@ static void test_decode_unaligned(void **state)
 }
 
 /* Readers ignore fields they do not know (params, dense_files). */
-static void test_decode_ignores_extras(void **state)
+static void test_decode_reads_extras(void **state)
 {
     (void)state;
     manifest_shard_t sh[4];
@@ -248,9 +260,20 @@ static void test_decode_ignores_extras(void **state)
     assert_int_equal(manifest_encode_unchecked(&r, &buf, &len), 0);
     char why[256];
     assert_int_equal(manifest_decode(buf, len, &d, why, sizeof why), 0);
+    m.n_params = 2;
+    strcpy(m.params[0].key, "learning_rate");
+    strcpy(m.params[0].value, "0.05");
+    strcpy(m.params[1].key, "l2");
+    strcpy(m.params[1].value, "1e-6");
+    m.n_dense = 1;
+    strcpy(m.dense[0].name, "mlp.0.weight");
+    strcpy(m.dense[0].file, "dense-0.bin");
+    m.dense[0].bytes = 4096;
+    m.dense[0].xxh3 = 42;
     assert_same(&m, &d);
     manifest_free(&d);
     free(buf);
+    roundtrip(&m); /* and encode writes them back */
 }
 
 /* ---- framing: length, identifier, checksum, verifier -------------------- */
@@ -473,7 +496,7 @@ static void test_bad_value_floats(void **state)
     f->r.value_floats = 0;
     expect_raw_bad(&f->r, "value_floats is 0");
     f->r.value_floats = STORE_MAX_VALUE_FLOATS + 1;
-    expect_raw_bad(&f->r, "value_floats is 65");
+    expect_raw_bad(&f->r, "value_floats is 1025");
     f->r.value_floats = UINT32_MAX;
     expect_raw_bad(&f->r, "value_floats is 4294967295");
     free(f);
@@ -658,8 +681,8 @@ static void test_encode_rejects(void **state)
     m->value_floats = 0;
     expect_encode_bad(m, "value_floats is 0");
     RESET();
-    m->value_floats = 65;
-    expect_encode_bad(m, "value_floats is 65");
+    m->value_floats = STORE_MAX_VALUE_FLOATS + 1;
+    expect_encode_bad(m, "value_floats is 1025");
     RESET();
     m->dtype = (store_dtype_t)2;
     expect_encode_bad(m, "value_type is 2");
@@ -696,6 +719,60 @@ static void test_encode_rejects(void **state)
     RESET();
     fx.sh[0].entries = UINT64_MAX / 2;
     expect_encode_bad(m, "shards[0].entries is 9223372036854775807");
+
+    /* params and dense files */
+#define EXTRAS()                                                                                   \
+    do {                                                                                           \
+        RESET();                                                                                   \
+        m->n_params = 2;                                                                           \
+        strcpy(m->params[0].key, "fields");                                                        \
+        strcpy(m->params[0].value, "20");                                                          \
+        strcpy(m->params[1].key, "k");                                                             \
+        strcpy(m->params[1].value, "4");                                                           \
+        m->n_dense = 2;                                                                            \
+        strcpy(m->dense[0].name, "w0");                                                            \
+        strcpy(m->dense[0].file, "dense-00.tld");                                                  \
+        m->dense[0].bytes = 16 + 4 * 10;                                                           \
+        strcpy(m->dense[1].name, "b0");                                                            \
+        strcpy(m->dense[1].file, "dense-01.tld");                                                  \
+        m->dense[1].bytes = 16 + 4;                                                                \
+    } while (0)
+    EXTRAS();
+    roundtrip(m);
+    EXTRAS();
+    m->n_params = STORE_MAX_PARAMS + 1;
+    expect_encode_bad(m, "params has 33 entries");
+    EXTRAS();
+    strcpy(m->params[1].key, "a=b");
+    expect_encode_bad(m, "params[1].key \"a=b\" has byte 0x3d");
+    EXTRAS();
+    strcpy(m->params[1].key, "fields");
+    expect_encode_bad(m, "params[1].key \"fields\" is also params[0].key");
+    EXTRAS();
+    strcpy(m->params[0].value, "2\n0");
+    expect_encode_bad(m, "params[0].value \"2\\x0a0\" has byte 0x0a");
+    EXTRAS();
+    m->n_dense = STORE_MAX_DENSE + 1;
+    expect_encode_bad(m, "dense_files has 33 entries");
+    EXTRAS();
+    strcpy(m->dense[1].name, "w0");
+    expect_encode_bad(m, "dense_files[1].name \"w0\" is also dense_files[0].name");
+    EXTRAS();
+    strcpy(m->dense[1].file, "dense-00.tld");
+    expect_encode_bad(m, "dense_files[1].file \"dense-00.tld\" is also dense_files[0].file");
+    EXTRAS();
+    strcpy(m->dense[1].file, fx.sh[2].file);
+    expect_encode_bad(m, "is also shards[2].file");
+    EXTRAS();
+    strcpy(m->dense[0].file, MANIFEST_FILE_NAME);
+    expect_encode_bad(m, "dense_files[0].file is \"MANIFEST\"");
+    EXTRAS();
+    m->dense[0].bytes = 16;
+    expect_encode_bad(m, "dense_files[0].bytes is 16");
+    EXTRAS();
+    m->dense[0].bytes = 16 + 4 * 10 + 2;
+    expect_encode_bad(m, "dense_files[0].bytes is 58");
+#undef EXTRAS
 #undef RESET
 }
 
@@ -830,7 +907,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_decode_unaligned),
-        cmocka_unit_test(test_decode_ignores_extras),
+        cmocka_unit_test(test_decode_reads_extras),
         cmocka_unit_test(test_decode_length),
         cmocka_unit_test(test_decode_checksum),
         cmocka_unit_test(test_decode_identifier),
