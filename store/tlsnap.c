@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -234,14 +235,22 @@ static const char usage_gen[] =
     "\n"
     "  --keys N          number of keys (suffixes: k M G T, or Ki Mi Gi Ti)\n"
     "  --out DIR         snapshot directory\n"
-    "  --value-floats K  floats per key, 1..64 (default 1 for lr, 8 otherwise)\n"
+    "  --value-floats K  floats per key, 1..1024 (default 1 for lr, 8 otherwise)\n"
     "  --dtype f32|f16   storage type of the values (default f32)\n"
     "  --shards S        shard count, a power of two 1..256 (default 16)\n"
     "  --name NAME       model name, [A-Za-z0-9_.-], < 64 chars (default synthetic)\n"
     "  --kind KIND       lr|fm|ffm|dnn (default lr)\n"
     "  --version V       model version, > 0 (default 1)\n"
     "  --seed X          generator seed (default 42)\n"
-    "  --threads T       writer threads (default: min(cores, shards))\n";
+    "  --threads T       writer threads (default: min(cores, shards))\n"
+    "  --param KEY=VAL   a model hyper-parameter in the MANIFEST (repeatable), e.g.\n"
+    "                    ffm: fields=20 k=4 norm=0; dnn: fields=26 dim=16 hidden=256,128 wide=1\n"
+    "  --mlp W0,W1,..,1  dense layers of a synthetic MLP (dnn): arrays mlp.L.weight\n"
+    "                    (WL x WL+1, uniform +-sqrt(3/WL)) and mlp.L.bias (WL+1, zero)\n"
+    "\n"
+    "Example, the benchmark's DNN (26 fields x 16 dims, 416 -> 256 -> 128 -> 1):\n"
+    "  tlsnap gen --keys 20M --out DIR --kind dnn --value-floats 17 --param fields=26 \\\n"
+    "             --param dim=16 --param hidden=256,128 --param wide=1 --mlp 416,256,128,1\n";
 
 static const char usage_info[] =
     "usage: tlsnap info DIR [--brief]\n"
@@ -431,6 +440,37 @@ out:
     return NULL;
 }
 
+/* Adds a synthetic MLP's layers (widths w[0..n-1]) to x: mlp.L.weight
+ * uniform in +-sqrt(3 / fan_in) (unit variance through each layer), biases
+ * zero.  The arrays are malloc'd: the caller frees x->dense[*].data.
+ * 0, or -1 with a message. */
+static int make_mlp(const uint32_t *w, uint32_t n, uint64_t seed, store_extras_t *x)
+{
+    uint64_t rng = seed ^ UINT64_C(0x6d6c70); /* "mlp" */
+    for (uint32_t l = 0; l + 1 < n; l++) {
+        uint64_t cw = (uint64_t)w[l] * w[l + 1];
+        float *W = malloc(cw * sizeof *W), *b = calloc(w[l + 1], sizeof *b);
+        const double scale = sqrt(3.0 / w[l]);
+        for (uint64_t j = 0; W && j < cw; j++)
+            W[j] = (float)(scale * ((double)(store_splitmix64(&rng) >> 11) * 0x1p-52 - 1.0));
+        char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
+        snprintf(wn, sizeof wn, "mlp.%u.weight", l);
+        snprintf(bn, sizeof bn, "mlp.%u.bias", l);
+        int added = 0;
+        if (W && b && store_extras_add_dense(x, wn, W, cw) == 0) {
+            added = 1;
+            if (store_extras_add_dense(x, bn, b, w[l + 1]) == 0)
+                continue;
+        }
+        fprintf(stderr, "tlsnap gen: cannot add MLP layer %u (%" PRIu64 " floats)\n", l, cw);
+        if (!added)
+            free(W); /* once added, the caller frees it with the others */
+        free(b);
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_gen(int argc, char **argv)
 {
     static const char *C = "gen";
@@ -440,6 +480,8 @@ static int cmd_gen(int argc, char **argv)
     store_dtype_t dtype = STORE_DTYPE_F32;
     store_model_kind_t kind = STORE_MODEL_LR;
     int have_keys = 0;
+    store_extras_t extras = {0};
+    uint32_t mlp[STORE_MAX_DENSE / 2 + 1], mlp_n = 0;
 
     for (int i = 0; i < argc; i++) {
         const char *v;
@@ -485,6 +527,33 @@ static int cmd_gen(int argc, char **argv)
             seed = count_arg(C, U, "--seed", v, 0, UINT64_MAX);
         } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
             threads = count_arg(C, U, "--threads", v, 1, MAX_THREADS);
+        } else if (flag(argc, argv, &i, "--param", &v, C, U)) {
+            char key[STORE_PARAM_KEY_MAX];
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof key)
+                usage_error(C, U, "--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
+            memcpy(key, v, (size_t)(eq - v));
+            key[eq - v] = '\0';
+            if (store_extras_set(&extras, key, eq + 1) != 0)
+                usage_error(C, U,
+                            "--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
+                            "bytes, at most %d params",
+                            v, STORE_MAX_PARAMS);
+        } else if (flag(argc, argv, &i, "--mlp", &v, C, U)) {
+            mlp_n = 0;
+            for (const char *p = v; *p;) {
+                char *e;
+                errno = 0;
+                unsigned long w = strtoul(p, &e, 10);
+                if (e == p || errno || w < 1 || w > 65536 ||
+                    mlp_n == sizeof mlp / sizeof mlp[0] || (*e && *e != ','))
+                    usage_error(C, U, "--mlp: '%s' is not a list of 2..%zu widths 1..65536", v,
+                                sizeof mlp / sizeof mlp[0]);
+                mlp[mlp_n++] = (uint32_t)w;
+                p = *e ? e + 1 : e;
+            }
+            if (mlp_n < 2)
+                usage_error(C, U, "--mlp: '%s' needs at least two widths", v);
         } else if (argv[i][0] == '-') {
             usage_error(C, U, "unknown option '%s'", argv[i]);
         } else {
@@ -599,9 +668,11 @@ static int cmd_gen(int argc, char **argv)
 
     store_meta_t meta = {.model_kind = kind, .version = version};
     snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
+    if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
+        goto out;
     store_error_t err = {0};
     t0 = now_sec();
-    if (store_snapshot_write(s, out_dir, &meta, &err) != 0) {
+    if (store_snapshot_write_ex(s, out_dir, &meta, &extras, &err) != 0) {
         print_store_error(C, out_dir, &err);
         goto out;
     }
@@ -615,6 +686,8 @@ static int cmd_gen(int argc, char **argv)
            fill + wr > 0 ? (double)keys / (fill + wr) / 1e6 : 0.0);
     ret = 0;
 out:
+    for (uint32_t l = 0; l < extras.n_dense; l++)
+        free(extras.dense[l].data); /* make_mlp's arrays */
     free(jobs);
     free(tids);
     if (s)
@@ -730,6 +803,11 @@ static int cmd_info(int argc, char **argv)
     printf("  shards     %u\n", m.shard_count);
     printf("  format     %u\n", m.format_version);
     printf("  data       %s in shard files\n", human_bytes(bytes, hb, sizeof hb));
+    for (uint32_t i = 0; i < m.n_params; i++)
+        printf("  param      %s = %s\n", m.params[i].key, m.params[i].value);
+    for (uint32_t i = 0; i < m.n_dense; i++)
+        printf("  dense      %-16s %10" PRIu64 " floats  %016" PRIx64 "  %s\n", m.dense[i].name,
+               (m.dense[i].bytes - DENSE_HEADER_BYTES) / 4, m.dense[i].xxh3, m.dense[i].file);
     if (!brief && m.shard_count > 0) {
         printf("\n  %5s  %12s  %14s  %-16s  %s\n", "shard", "entries", "bytes", "xxh3", "file");
         for (uint32_t i = 0; i < m.shard_count; i++) {
