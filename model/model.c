@@ -1,7 +1,9 @@
 /*
- * model.c — a loaded model version and batched scoring, LR and FM.
+ * model.c — a loaded model version and batched scoring: LR and FM here, FFM
+ * (ffm.c) and DNN (dnn.c) through the same lookup.
  *
- * A model is a store (the sparse parameters) plus its manifest meta.  This
+ * A model is a store (the sparse parameters) plus its manifest meta and, for
+ * FFM and DNN, the snapshot's extras (hyper-parameters, dense layers).  This
  * file keeps the interface and the part every kind shares — sizing the
  * scratch, gathering the request's ids and the ONE batched store lookup —
  * and dispatches to one static scorer per kind.  One request looks up all
@@ -14,22 +16,31 @@
  * lookup reads them in place, otherwise they are gathered into the scratch.
  * The lookup leaves K floats per id in the scratch, one row per id:
  *
- *   LR  K = 1      row = [ w ]
- *   FM  K = 1 + k  row = [ w | v_1 ... v_k ]
+ *   LR  K = 1          row = [ w ]
+ *   FM  K = 1 + k      row = [ w | v_1 ... v_k ]           param norm (absent: 0)
+ *   FFM K = 1 + F k    row = [ w | v_.0 (k) | ... | v_.F-1 ]   params fields, k, norm
+ *   DNN K = 1 + d      row = [ w | e_1 ... e_d ]   params fields, dim, hidden, wide;
+ *                                                  dense mlp.L.weight / mlp.L.bias
  *
  * The bias is the first float of MODEL_BIAS_ID's row (FM leaves its v's
  * unused).  Scores:
  *
  *   LR  sigmoid(bias + sum_j w_j x_j)
- *   FM  sigmoid(bias + sum_j w_j x_j + 0.5 sum_f [S_f^2 - Q_f]),
- *       S_f = sum_j v_jf x_j,  Q_f = sum_j (v_jf x_j)^2
+ *   FM  sigmoid(bias + s sum_j w_j x_j + s^2 0.5 sum_f [S_f^2 - Q_f]),
+ *       S_f = sum_j v_jf x_j,  Q_f = sum_j (v_jf x_j)^2,
+ *       s = 1 / sqrt(sum_j x_j^2) with instance normalisation (norm; s = 1
+ *       when the sum is 0), else s = 1
  *
- * with j over the shared block and the item's block together.  All three
- * sums split over the blocks, so the shared block's linear sum, S_f and Q_f
- * are computed once per request and each item only adds its own:
+ * with j over the shared block and the item's block together.  All four
+ * sums split over the blocks, so the shared block's linear sum, S_f, Q_f
+ * and sum of squares are computed once per request and each item only adds
+ * its own:
  *
  *   margin(i) = (bias + lin_shared) + lin_i
- *               + 0.5 sum_f [(S_f + S_if)^2 - (Q_f + Q_if)]
+ *               + 0.5 sum_f [(S_f + S_if)^2 - (Q_f + Q_if)]        (no norm)
+ *   margin(i) = bias + s_i (lin_shared + lin_i)
+ *               + s_i^2 (0.5 sum_f [(S_f + S_if)^2 - (Q_f + Q_if)]),
+ *       s_i^2 = 1 / (sq_shared + sq_i)                              (norm)
  *
  * That is O(k (shared + sum of item sizes)) per request instead of
  * O(k items (shared + item)).  Sums run in double, in block order, so that
@@ -42,6 +53,9 @@
  */
 #include "model.h"
 
+#include "dnn.h"
+#include "ffm.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <math.h>
@@ -50,54 +64,153 @@
 #include <string.h>
 
 struct model {
-    store_t *store;     /* owned */
+    store_t *store;          /* owned */
     store_meta_t meta;
+    store_extras_t extras;   /* owned (dense arrays): params and layers */
+    uint32_t ffm_fields;     /* FFM: F, k, instance normalisation */
+    uint32_t ffm_k;
+    bool ffm_norm;
+    bool fm_norm;            /* FM: instance normalisation (param norm) */
+    dnn_net_t dnn;           /* DNN: points into extras */
+    size_t work_bytes;       /* per-request work space beyond the rows */
 };
 
 struct model_scratch {
     size_t cap;         /* ids the key array holds, bias included */
     size_t fcap;        /* floats the weights array holds */
+    size_t wbytes;      /* bytes the work space holds */
     uint64_t *keys;     /* cap: gathered ids when the blocks are not contiguous */
     float *weights;     /* fcap: K floats per looked-up id */
+    void *work;         /* wbytes: FFM accumulators, DNN activations */
 };
+
+/* An unsigned decimal param in [lo, hi]; -1 when absent or bad. */
+static int64_t param_uint(const store_extras_t *x, const char *key, int64_t lo, int64_t hi)
+{
+    const char *v = store_extras_get(x, key);
+    if (!v || !*v)
+        return -1;
+    char *e;
+    errno = 0;
+    long long n = strtoll(v, &e, 10);
+    if (*e || errno || n < lo || n > hi)
+        return -1;
+    return n;
+}
+
+/* Checks kind, K and (FFM, DNN) the extras; fills m's kind fields. */
+static int model_setup(model_t *m, char *why, size_t why_len)
+{
+    const uint32_t K = store_value_floats(m->store);
+    const store_extras_t *x = &m->extras;
+    switch (m->meta.model_kind) {
+    case STORE_MODEL_LR:
+        if (K == 1)
+            return 0;
+        snprintf(why, why_len, "an LR model has 1 float per key, this one %u", K);
+        return -ENOTSUP;
+    case STORE_MODEL_FM: {
+        if (K < 2 || K > 1 + MODEL_FM_MAX_K) {
+            snprintf(why, why_len, "an FM model has 2..%d floats per key, this one %u",
+                     1 + MODEL_FM_MAX_K, K);
+            return -ENOTSUP;
+        }
+        /* absent: written before FM had normalisation, so unnormalised */
+        int64_t norm = store_extras_get(x, "norm") ? param_uint(x, "norm", 0, 1) : 0;
+        if (norm < 0) {
+            snprintf(why, why_len, "an FM model's param norm is 0 or 1, this one '%s'",
+                     store_extras_get(x, "norm"));
+            return -ENOTSUP;
+        }
+        m->fm_norm = norm == 1;
+        return 0;
+    }
+    case STORE_MODEL_FFM: {
+        int64_t F = param_uint(x, "fields", 1, FFM_MAX_FIELDS);
+        int64_t k = param_uint(x, "k", 1, STORE_MAX_VALUE_FLOATS);
+        int64_t norm = store_extras_get(x, "norm") ? param_uint(x, "norm", 0, 1) : 0;
+        if (F < 0 || k < 0 || norm < 0) {
+            snprintf(why, why_len,
+                     "an FFM model needs params fields (1..%d), k (>= 1) and norm (0 or 1); "
+                     "got fields=%s k=%s norm=%s",
+                     FFM_MAX_FIELDS, store_extras_get(x, "fields") ?: "(none)",
+                     store_extras_get(x, "k") ?: "(none)", store_extras_get(x, "norm") ?: "(none)");
+            return -ENOTSUP;
+        }
+        if ((uint64_t)K != 1 + (uint64_t)F * (uint64_t)k) {
+            snprintf(why, why_len,
+                     "an FFM model with %lld fields and k = %lld has 1 + %lld floats per key, "
+                     "this one %u",
+                     (long long)F, (long long)k, (long long)(F * k), K);
+            return -ENOTSUP;
+        }
+        m->ffm_fields = (uint32_t)F;
+        m->ffm_k = (uint32_t)k;
+        m->ffm_norm = norm == 1;
+        m->work_bytes = ffm_work_doubles(m->ffm_fields, m->ffm_k) * sizeof(double);
+        return 0;
+    }
+    case STORE_MODEL_DNN:
+        if (dnn_net_from_extras(x, K, &m->dnn, why, why_len) != 0)
+            return -ENOTSUP;
+        dnn_blas_init();
+        m->work_bytes = dnn_work_floats(&m->dnn) * sizeof(float);
+        return 0;
+    }
+    snprintf(why, why_len, "model kind %d is unknown", (int)m->meta.model_kind);
+    return -ENOTSUP;
+}
+
+/* Wraps s (and the extras x, whose dense arrays m takes over) as a model. */
+static int model_make(store_t *s, const store_meta_t *meta, store_extras_t *x, model_t **out,
+                      char *why, size_t why_len)
+{
+    model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(why, why_len, "out of memory");
+        return -ENOMEM;
+    }
+    m->store = s;
+    m->meta = *meta;
+    if (x)
+        m->extras = *x;
+    int rc = model_setup(m, why, why_len);
+    if (rc != 0) {
+        free(m); /* s and x stay the caller's */
+        return rc;
+    }
+    if (x)
+        memset(x, 0, sizeof *x); /* the arrays are m's now */
+    *out = m;
+    return 0;
+}
 
 int model_from_store(store_t *s, const store_meta_t *meta, model_t **out)
 {
     if (!s || !meta || !out)
         return -EINVAL;
-    uint32_t K = store_value_floats(s);
-    bool ok = (meta->model_kind == STORE_MODEL_LR && K == 1) ||
-              (meta->model_kind == STORE_MODEL_FM && K >= 2 && K <= 1 + MODEL_FM_MAX_K);
-    if (!ok)
-        return -ENOTSUP;
-    model_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return -ENOMEM;
-    m->store = s;
-    m->meta = *meta;
-    *out = m;
-    return 0;
+    char why[256];
+    return model_make(s, meta, NULL, out, why, sizeof why);
 }
 
 int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
 {
     store_t *s;
     store_meta_t meta;
-    if (store_snapshot_load(dir, threads, &s, &meta, err) != 0)
+    store_extras_t x;
+    if (store_snapshot_load_ex(dir, threads, &s, &meta, &x, err) != 0)
         return -1;
-    int rc = model_from_store(s, &meta, out);
+    char why[400];
+    int rc = model_make(s, &meta, &x, out, why, sizeof why);
     if (rc != 0) {
-        uint32_t K = store_value_floats(s);
         store_destroy(s);
+        store_extras_free(&x);
         if (err) {
             memset(err, 0, sizeof *err);
             err->code = STORE_E_INVALID;
             err->offset = -1;
-            snprintf(err->msg, sizeof err->msg,
-                     "%s: model kind %s with %u floats per key is not supported "
-                     "(LR takes 1, FM 2..%d)",
-                     dir, store_model_kind_name(meta.model_kind), K,
-                     1 + MODEL_FM_MAX_K);
+            snprintf(err->msg, sizeof err->msg, "%s: model kind %s is not servable: %s", dir,
+                     store_model_kind_name(meta.model_kind), why);
         }
         return -1;
     }
@@ -109,8 +222,11 @@ void model_destroy(model_t *m)
     if (!m)
         return;
     store_destroy(m->store);
+    store_extras_free(&m->extras);
     free(m);
 }
+
+const store_extras_t *model_extras(const model_t *m) { return &m->extras; }
 
 const store_meta_t *model_meta(const model_t *m) { return &m->meta; }
 const store_t *model_store(const model_t *m) { return m->store; }
@@ -163,12 +279,30 @@ int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t val
     return 1;
 }
 
+int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features)
+{
+    int grew = model_scratch_reserve(sc, max_features, model_value_floats(m));
+    if (grew < 0)
+        return grew;
+    if (m->work_bytes > sc->wbytes) {
+        void *w = malloc(m->work_bytes);
+        if (!w)
+            return -ENOMEM;
+        free(sc->work);
+        sc->work = w;
+        sc->wbytes = m->work_bytes;
+        grew = 1;
+    }
+    return grew;
+}
+
 void model_scratch_destroy(model_scratch_t *sc)
 {
     if (!sc)
         return;
     free(sc->keys);
     free(sc->weights);
+    free(sc->work);
     free(sc);
 }
 
@@ -274,28 +408,56 @@ static inline double fm_block_any(const model_block_t *b, const float *w, uint32
     }
 }
 
-/* FM: w holds K = k + 1 floats per id in lookup order (bias row first). */
+/* Sum of x^2 over one block, in feature order (fm_train.c sums a sample
+ * the same way). */
+static inline double fm_block_sq(const model_block_t *b)
+{
+    if (!b->values)
+        return (double)b->n;
+    double sq = 0;
+    for (uint32_t j = 0; j < b->n; j++) {
+        double x = (double)b->values[j];
+        sq += x * x;
+    }
+    return sq;
+}
+
+/* FM: w holds K = k + 1 floats per id in lookup order (bias row first).
+ * The margin is the same expression, in the same order, as fm_train.c's
+ * forward(), so that exports score bit for bit as the trainer predicted. */
 static void fm_score(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
-                     const float *w, uint32_t k, float *scores)
+                     const float *w, uint32_t k, bool norm, float *scores)
 {
     const uint32_t K = k + 1;
     double S[MODEL_FM_MAX_K] = {0}, Q[MODEL_FM_MAX_K] = {0};
     double Si[MODEL_FM_MAX_K], Qi[MODEL_FM_MAX_K];
-    double base = (double)w[0];
+    const double bias = (double)w[0];
     w += K;
-    base += fm_block_any(shared, w, k, S, Q);
+    const double lin_shared = fm_block_any(shared, w, k, S, Q);
+    const double base = bias + lin_shared;
+    const double sq_shared = norm ? fm_block_sq(shared) : 0;
     w += (size_t)shared->n * K;
     for (uint32_t i = 0; i < n_items; i++) {
         memset(Si, 0, k * sizeof *Si);
         memset(Qi, 0, k * sizeof *Qi);
-        double lin = base + fm_block_any(&items[i], w, k, Si, Qi);
+        double lin_i = fm_block_any(&items[i], w, k, Si, Qi);
         w += (size_t)items[i].n * K;
         double pair = 0;
         for (uint32_t f = 0; f < k; f++) {
             double s = S[f] + Si[f];
             pair += s * s - (Q[f] + Qi[f]);
         }
-        scores[i] = sigmoid(lin + 0.5 * pair);
+        if (!norm) {
+            scores[i] = sigmoid((base + lin_i) + 0.5 * pair);
+            continue;
+        }
+        double sq = sq_shared + fm_block_sq(&items[i]);
+        double s = 1, s2 = 1;
+        if (sq > 0) {
+            s2 = 1.0 / sq;
+            s = sqrt(s2);
+        }
+        scores[i] = sigmoid(bias + s * (lin_shared + lin_i) + s2 * (0.5 * pair));
     }
 }
 
@@ -306,7 +468,7 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
     size_t total = 1 + shared->n;
     for (uint32_t i = 0; i < n_items; i++)
         total += items[i].n;
-    if (total > sc->cap || total > sc->fcap / K)
+    if (total > sc->cap || total > sc->fcap / K || m->work_bytes > sc->wbytes)
         return -E2BIG;
 
     /* The decoder lays a request's blocks out back to back; then the ids are
@@ -334,9 +496,19 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
         store_lookup_batch(m->store, sc->keys, total, sc->weights, NULL);
     }
 
-    if (m->meta.model_kind == STORE_MODEL_FM)
-        fm_score(shared, items, n_items, sc->weights, K - 1, scores);
-    else
+    switch (m->meta.model_kind) {
+    case STORE_MODEL_FM:
+        fm_score(shared, items, n_items, sc->weights, K - 1, m->fm_norm, scores);
+        break;
+    case STORE_MODEL_FFM:
+        ffm_scores(shared, items, n_items, sc->weights, m->ffm_fields, m->ffm_k, m->ffm_norm,
+                   sc->work, scores);
+        break;
+    case STORE_MODEL_DNN:
+        dnn_scores(&m->dnn, shared, items, n_items, sc->weights, sc->work, scores);
+        break;
+    default:
         model_lr_scores(sc->weights, shared, items, n_items, scores);
+    }
     return 0;
 }

@@ -1,8 +1,7 @@
 /*
  * model.h — scoring: a loaded model version and the one interface every model
  * kind scores through ("given the shared block and N item blocks, write N
- * scores").  LR and FM are implemented; FFM and DNN come with the models
- * issue behind the same calls.
+ * scores"): LR, FM, FFM (fields from the feature id) and a Wide & Deep DNN.
  *
  * THREAD SAFETY
  *   A model_t is immutable once loaded: any number of threads may score with
@@ -38,17 +37,23 @@ typedef struct model_block {
 #define MODEL_BIAS_ID UINT64_C(0)
 
 /* Largest FM factor count k (value_floats = 1 + k). */
-#define MODEL_FM_MAX_K (STORE_MAX_VALUE_FLOATS - 1)
+#define MODEL_FM_MAX_K 64
 
 /* Wraps a loaded store as a model (the model takes ownership of s).
  * Accepted: LR with K = 1 float per key, FM with K = 1 + k floats per key
- * ([w, v_1..v_k], k = 1..MODEL_FM_MAX_K).  Anything else returns -ENOTSUP.
- * Returns 0 or -errno; on failure s is still the caller's. */
+ * ([w, v_1..v_k], k = 1..MODEL_FM_MAX_K).  Anything else (FFM and DNN need
+ * the snapshot's extras: model_load) returns -ENOTSUP.  Returns 0 or -errno;
+ * on failure s is still the caller's. */
 int model_from_store(store_t *s, const store_meta_t *meta, model_t **out);
 
-/* Loads the snapshot in dir (store_snapshot_load) and wraps it.  On failure
- * returns -1 and fills *err; nothing stays allocated. */
+/* Loads the snapshot in dir (store_snapshot_load_ex) and wraps it: any kind.
+ * FFM reads params fields, k, norm (K must be 1 + fields x k); DNN reads its
+ * params and layers (dnn.h).  On failure returns -1 and fills *err with a
+ * sentence naming what is wrong; nothing stays allocated. */
 int model_load(const char *dir, int threads, model_t **out, store_error_t *err);
+
+/* The model's hyper-parameters and dense arrays (empty for LR, FM). */
+const store_extras_t *model_extras(const model_t *m);
 
 void model_destroy(model_t *m);
 
@@ -70,6 +75,13 @@ void model_scratch_destroy(model_scratch_t *sc);
  * model_score() said -E2BIG. */
 int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats);
 
+/* Grows sc for model m and requests of up to max_features features: the
+ * rows (model_value_floats floats per key) and the kind's work space (FFM
+ * accumulators, DNN activations).  1 when it grew, 0 when it was large
+ * enough, -ENOMEM (sc unchanged and usable).  Allocates: call it when a
+ * model is swapped in, or once when model_score() said -E2BIG. */
+int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features);
+
 /* Floats per key of m's store (1 for LR, 1 + k for FM). */
 uint32_t model_value_floats(const model_t *m);
 
@@ -83,7 +95,8 @@ uint32_t model_value_floats(const model_t *m);
  * order: the same request always gives the same floats.  Never allocates,
  * never blocks.  Returns 0, or -E2BIG when the request has more features
  * than the scratch was made for, or when the scratch holds fewer floats per
- * key than the model needs (grow it with model_scratch_reserve()). */
+ * key or less work space than the model needs (grow it with
+ * model_scratch_fit()).  FFM and DNN: see ffm.h, dnn.h. */
 int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 

@@ -1,11 +1,13 @@
 /*
- * fm_bench.c — model_score() time for the standard request on one core.
+ * score_bench.c — model_score() time for the standard request on one core,
+ * any model kind (LR, FM, FFM, DNN).
  *
- *   fm_bench --model DIR [--requests N] [--items 200] [--shared 300]
+ *   score_bench --model DIR [--requests N] [--items 200] [--shared 300]
  *            [--per-item 200] [--key-space N] [--seed 42] [--values]
  *
- * Loads a snapshot (an FM from `tlsnap gen --kind fm --value-floats 17`, or
- * any LR/FM), builds `requests` distinct requests whose ids are tlsnap
+ * Loads a snapshot (e.g. `tlsnap gen --kind fm --value-floats 17`, or the
+ * FFM and DNN examples in `tlsnap gen --help`), builds `requests` distinct
+ * requests whose ids are tlsnap
  * gen's synthetic keys store_synthetic_key(i, seed), i uniform in
  * [0, key-space) — so every id is known to a model made with the same seed
  * and key count — laid out back to back as the wire decoder leaves them,
@@ -49,7 +51,7 @@ static long arg_long(const char *name, const char *v, long lo, long hi)
     char *e;
     long x = strtol(v, &e, 10);
     if (*e || e == v || x < lo || x > hi) {
-        fprintf(stderr, "fm_bench: %s: '%s' is not a number in %ld..%ld\n", name, v, lo, hi);
+        fprintf(stderr, "score_bench: %s: '%s' is not a number in %ld..%ld\n", name, v, lo, hi);
         exit(2);
     }
     return x;
@@ -67,7 +69,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (!v) {
-            fprintf(stderr, "fm_bench: %s needs a value (see the header of fm_bench.c)\n", a);
+            fprintf(stderr, "score_bench: %s needs a value (see the header of score_bench.c)\n", a);
             return 2;
         }
         i++;
@@ -86,12 +88,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--seed"))
             seed = arg_long(a, v, 0, 1L << 40);
         else {
-            fprintf(stderr, "fm_bench: unknown option %s\n", a);
+            fprintf(stderr, "score_bench: unknown option %s\n", a);
             return 2;
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: fm_bench --model DIR [--requests N] [--items 200] [--shared 300]\n"
+        fprintf(stderr, "usage: score_bench --model DIR [--requests N] [--items 200] [--shared 300]\n"
                         "                [--per-item 200] [--key-space N] [--seed 42] [--values]\n");
         return 2;
     }
@@ -99,10 +101,10 @@ int main(int argc, char **argv)
     store_error_t err;
     double t0 = now_us();
     if (model_load(dir, 0, &m, &err) != 0) {
-        fprintf(stderr, "fm_bench: %s\n", err.msg);
+        fprintf(stderr, "score_bench: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "fm_bench: loaded %s (%s, %u floats per key, %llu keys) in %.1f s\n", dir,
+    fprintf(stderr, "score_bench: loaded %s (%s, %u floats per key, %llu keys) in %.1f s\n", dir,
             store_model_kind_name(model_meta(m)->model_kind), model_value_floats(m),
             (unsigned long long)store_count(model_store(m)), (now_us() - t0) / 1e6);
 
@@ -116,9 +118,8 @@ int main(int argc, char **argv)
     double *lat = malloc((size_t)requests * sizeof *lat), *look = malloc((size_t)requests * sizeof *look);
     model_scratch_t *sc;
     if (!ids || !vals || !blocks || !scores || !wbuf || !lat || !look ||
-        model_scratch_create(total, &sc) != 0 ||
-        model_scratch_reserve(sc, total, model_value_floats(m)) < 0) {
-        fprintf(stderr, "fm_bench: out of memory\n");
+        model_scratch_create(total, &sc) != 0 || model_scratch_fit(sc, m, total) < 0) {
+        fprintf(stderr, "score_bench: out of memory\n");
         return 1;
     }
     uint64_t rng = 12345;
@@ -138,7 +139,7 @@ int main(int argc, char **argv)
                                         (uint32_t)per};
         double a = now_us();
         if (model_score(m, &sh, blocks, (uint32_t)items, scores, sc) != 0) {
-            fprintf(stderr, "fm_bench: model_score failed\n");
+            fprintf(stderr, "score_bench: model_score failed\n");
             return 1;
         }
         lat[r] = now_us() - a;

@@ -3,9 +3,10 @@
  * raw Criteo), trains a model for some epochs, evaluates it on a test file
  * and exports a serving snapshot that tlserve loads.
  *
- *   tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr|fm
+ *   tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr|fm|ffm|dnn
  *           [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]
  *           [--k K] [--l2-v X] [--init-stdev X] [--seed N]
+ *           [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]
  *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
  *           [--json] [--help]
  *
@@ -22,6 +23,8 @@
 #include "model.h"
 #include "reader.h"
 #include "train.h"
+#include "dnn_train.h"
+#include "ffm_train.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -34,9 +37,11 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo --model lr|fm\n"
+            "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo\n"
+            "               --model lr|fm|ffm|dnn [--norm|--no-norm]\n"
             "               [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
             "               [--k K] [--l2-v X] [--init-stdev X] [--seed N]\n"
+            "               [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]\n"
             "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
             "               [--skip-bad] [--json] [--help]\n"
             "\n"
@@ -44,7 +49,7 @@ static void usage(FILE *f)
             "  --test FILE      evaluation data: logloss, AUC, calibration after each epoch\n"
             "  --format F       libsvm (label idx:val), libffm (label field:idx:val) or criteo\n"
             "                   (raw TSV/CSV: label, I1-I13, C1-C26; hashed per field)\n"
-            "  --model M        lr or fm (ffm, dnn: not implemented yet)\n"
+            "  --model M        lr, fm, ffm (field-aware FM) or dnn (Wide & Deep)\n"
             "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm;\n"
             "                   fm with ftrl: FTRL for the linear weights, Adagrad for v)\n"
             "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
@@ -52,14 +57,25 @@ static void usage(FILE *f)
             "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6)\n"
             "  --l1 X           L1 (FTRL only; default 0.1)\n"
             "  --l2 X           L2 on the linear weights (lr: ftrl 1, adagrad/sgd 1e-4;\n"
-            "                   fm: ftrl 1, adagrad 0.01, sgd 0.001)\n"
-            "  --k K            fm: factors per id (default 4; <= 31 adagrad, 30 ftrl, 63 sgd)\n"
+            "                   fm: ftrl 1, adagrad 0.01, sgd 0.001; dnn: 1e-4 on w and e)\n"
+            "  --k K            fm: factors per id (default 4, at most 64); ffm: factors per\n"
+            "                   id and field (default 4; 1 + fields x k <= 512 with adagrad)\n"
+            "  --norm, --no-norm  ffm: instance normalisation, x / |x| (default on)\n"
             "  --l2-v X         fm: L2 on the factors (default 0.01)\n"
-            "  --init-stdev X   fm: factors start as N(0, X^2) (default 0.01)\n"
-            "  --seed N         fm: seed of the factor initialisation (default 1)\n"
-            "  --epochs N       passes over the training file (default 3 for lr, 1 for fm)\n"
+            "  --init-stdev X   fm: factors start as N(0, X^2) (default 0.01); dnn: embeddings\n"
+            "  --seed N         fm: seed of the factor initialisation (default 1); dnn: of the\n"
+            "                   embeddings and the MLP's starting weights\n"
+            "  --dim D          dnn: embedding floats per id (default 16)\n"
+            "  --hidden W,W     dnn: hidden layer widths (default 256,128; \"\" for none)\n"
+            "  --wide, --no-wide  dnn: with (default) or without the wide (LR) part\n"
+            "  --fields F       dnn, ffm: an id's field is (id >> 56) %% F (default: the largest\n"
+            "                   field in the training file + 1, from a first pass)\n"
+            "  --lr-dense X     dnn: Adam step of the MLP (default 0.0003); --lr is the Adagrad\n"
+            "                   step of the embeddings, wide weights and bias (default 0.03)\n"
+            "  --epochs N       passes over the training file (default 3 for lr, 1 for fm,\n"
+            "                   3 for ffm, 1 for dnn)\n"
             "  --export DIR     write a serving snapshot into DIR (LR: one float per id,\n"
-            "                   FM: 1 + k floats per id)\n"
+            "                   FM: 1 + k floats per id, FFM: 1 + fields x k)\n"
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
             "  --version N      snapshot version (default 1)\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
@@ -90,16 +106,26 @@ static int parse_double(const char *opt, const char *s, double *out)
 struct trainer {
     train_lr_t *lr; /* exactly one of lr, fm is set; owned */
     train_fm_t *fm;
+    train_dnn_t *dnn; /* DNN: when set, lr and fm are NULL; owned */
+    train_ffm_t *ffm; /* FFM: when set, the others are NULL; owned */
 };
 
 static int tr_update(struct trainer *t, const reader_sample_t *s, float *p)
 {
+    if (t->ffm)
+        return train_ffm_update(t->ffm, s->ids, s->values, s->n, s->label, p);
+    if (t->dnn)
+        return train_dnn_update(t->dnn, s->ids, s->values, s->n, s->label, p);
     return t->fm ? train_fm_update(t->fm, s->ids, s->values, s->n, s->label, p)
                  : train_lr_update(t->lr, s->ids, s->values, s->n, s->label, p);
 }
 
 static float tr_predict(struct trainer *t, const reader_sample_t *s)
 {
+    if (t->ffm)
+        return train_ffm_predict(t->ffm, s->ids, s->values, s->n);
+    if (t->dnn)
+        return train_dnn_predict(t->dnn, s->ids, s->values, s->n);
     return t->fm ? train_fm_predict(t->fm, s->ids, s->values, s->n)
                  : train_lr_predict(t->lr, s->ids, s->values, s->n);
 }
@@ -107,6 +133,10 @@ static float tr_predict(struct trainer *t, const reader_sample_t *s)
 static int tr_export(const struct trainer *t, const char *dir, const store_meta_t *meta,
                      store_error_t *err)
 {
+    if (t->ffm)
+        return train_ffm_export(t->ffm, dir, meta, err);
+    if (t->dnn)
+        return train_dnn_export(t->dnn, dir, meta, err);
     return t->fm ? train_fm_export(t->fm, dir, meta, err) : train_lr_export(t->lr, dir, meta, err);
 }
 
@@ -179,10 +209,104 @@ static void json_num(FILE *f, const char *key, double v, int last)
         fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
+/* --hidden "256,128" (or "" for none) into o->hidden; 0 or -1 (printed). */
+static int parse_hidden(const char *s, train_dnn_options_t *o)
+{
+    o->n_hidden = 0;
+    for (const char *p = s; *s;) {
+        char *e;
+        long w = strtol(p, &e, 10);
+        if (e == p || (*e && *e != ',') || w < 1 || w > DNN_MAX_WIDTH ||
+            o->n_hidden == DNN_MAX_LAYERS - 1) {
+            fprintf(stderr,
+                    "tltrain: --hidden: '%s' is not up to %d widths in 1..%d separated by "
+                    "commas\n",
+                    s, DNN_MAX_LAYERS - 1, DNN_MAX_WIDTH);
+            return -1;
+        }
+        o->hidden[o->n_hidden++] = (uint32_t)w;
+        if (!*e)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* DNN: fields from a first pass over the training file when not given (the
+ * largest field + 1), then the trainer.  0, 1 (bad data) or 2 (bad
+ * options); the error is printed. */
+static int dnn_setup(reader_t *r, int fields_given, train_dnn_options_t *o, train_dnn_t **out)
+{
+    if (!fields_given) {
+        reader_sample_t s;
+        uint32_t top = 0;
+        int rc;
+        while ((rc = reader_next(r, &s)) == 1)
+            for (uint32_t j = 0; j < s.n; j++)
+                if ((uint32_t)(s.ids[j] >> 56) > top)
+                    top = (uint32_t)(s.ids[j] >> 56);
+        if (rc < 0) {
+            fprintf(stderr, "tltrain: %s\n", reader_error(r));
+            return 1;
+        }
+        o->fields = top + 1;
+    }
+    char why[256];
+    if (train_dnn_create(o, out, why, sizeof why) != 0) {
+        fprintf(stderr, "tltrain: %s\n", why);
+        return 2;
+    }
+    char hid[96] = "";
+    for (uint32_t l = 0, len = 0; l < o->n_hidden && len < sizeof hid; l++)
+        len += (uint32_t)snprintf(hid + len, sizeof hid - len, "%s%u", l ? "," : "", o->hidden[l]);
+    fprintf(stderr,
+            "tltrain: dnn fields=%u%s dim=%u hidden=%s wide=%d lr=%g (adagrad) lr_dense=%g "
+            "(adam) l2=%g init_stdev=%g seed=%llu\n",
+            o->fields, fields_given ? "" : " (from the data)", o->dim, hid[0] ? hid : "none",
+            (int)o->wide, o->lr_sparse, o->lr_dense, o->l2, o->init_stdev,
+            (unsigned long long)o->seed);
+    return 0;
+}
+
+/* FFM: fields from a first pass over the training file when not given (the
+ * largest field + 1), then the trainer.  0, 1 (bad data) or 2 (bad
+ * options); the error is printed. */
+static int ffm_setup(reader_t *r, int fields_given, train_ffm_options_t *o, train_ffm_t **out)
+{
+    if (!fields_given) {
+        reader_sample_t s;
+        uint32_t top = 0;
+        int rc;
+        while ((rc = reader_next(r, &s)) == 1)
+            for (uint32_t j = 0; j < s.n; j++)
+                if ((uint32_t)(s.ids[j] >> 56) > top)
+                    top = (uint32_t)(s.ids[j] >> 56);
+        if (rc < 0) {
+            fprintf(stderr, "tltrain: %s\n", reader_error(r));
+            return 1;
+        }
+        o->fields = top + 1;
+    }
+    char why[256];
+    if (train_ffm_create(o, out, why, sizeof why) != 0) {
+        fprintf(stderr, "tltrain: %s\n", why);
+        return 2;
+    }
+    fprintf(stderr,
+            "tltrain: ffm/%s fields=%u%s k=%u norm=%d alpha=%g beta=%g l2=%g l2_v=%g "
+            "init_stdev=%g seed=%llu\n",
+            train_optimizer_name(o->optimizer), o->fields, fields_given ? "" : " (from the data)",
+            o->k, (int)o->norm, o->alpha, o->beta, o->l2, o->l2_v, o->init_stdev,
+            (unsigned long long)o->seed);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     enum { O_TRAIN = 256, O_TEST, O_FORMAT, O_MODEL, O_OPT, O_LR, O_BETA, O_L1, O_L2,
            O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON, O_K, O_L2V, O_INIT, O_SEED };
+    enum { O_DIM = 512, O_HIDDEN, O_WIDE, O_NO_WIDE, O_FIELDS, O_LR_DENSE };
+    enum { O_NORM = 768, O_NO_NORM };
     static const struct option longopts[] = {
         {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
         {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
@@ -194,6 +318,10 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, 'h'},
         {"k", required_argument, 0, O_K},           {"l2-v", required_argument, 0, O_L2V},
         {"init-stdev", required_argument, 0, O_INIT}, {"seed", required_argument, 0, O_SEED},
+        {"dim", required_argument, 0, O_DIM},       {"hidden", required_argument, 0, O_HIDDEN},
+        {"wide", no_argument, 0, O_WIDE},           {"no-wide", no_argument, 0, O_NO_WIDE},
+        {"fields", required_argument, 0, O_FIELDS}, {"lr-dense", required_argument, 0, O_LR_DENSE},
+        {"norm", no_argument, 0, O_NORM},           {"no-norm", no_argument, 0, O_NO_NORM},
         {0, 0, 0, 0}};
     const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
     const char *optimizer = NULL, *export_dir = NULL, *name = NULL;
@@ -203,6 +331,11 @@ int main(int argc, char **argv)
     long epochs = 0; /* 0: the model's default */
     unsigned long long version = 1;
     int json = 0, skip_bad = 0, c;
+    train_dnn_options_t dno; /* --model dnn */
+    train_dnn_defaults(&dno);
+    int dnn_fields_given = 0;
+    int ffm_norm = 1; /* --model ffm: instance normalisation */
+    int fm_norm = -1; /* --model fm: 1 on, 0 off, -1 train_fm_defaults' */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *e;
@@ -252,6 +385,28 @@ int main(int argc, char **argv)
             break;
         case O_SKIP: skip_bad = 1; break;
         case O_JSON: json = 1; break;
+        case O_DIM:
+            dno.dim = (uint32_t)strtoul(optarg, &e, 10);
+            if (*e || e == optarg || dno.dim < 1 || dno.dim > TRAIN_DNN_MAX_DIM) {
+                fprintf(stderr, "tltrain: --dim: '%s' is not a number in 1..%d\n", optarg,
+                        TRAIN_DNN_MAX_DIM);
+                return 2;
+            }
+            break;
+        case O_FIELDS:
+            dno.fields = (uint32_t)strtoul(optarg, &e, 10);
+            if (*e || e == optarg || dno.fields < 1 || dno.fields > 256) {
+                fprintf(stderr, "tltrain: --fields: '%s' is not a number in 1..256\n", optarg);
+                return 2;
+            }
+            dnn_fields_given = 1;
+            break;
+        case O_HIDDEN: if (parse_hidden(optarg, &dno)) return 2; break;
+        case O_WIDE: dno.wide = true; break;
+        case O_NO_WIDE: dno.wide = false; break;
+        case O_NORM: ffm_norm = fm_norm = 1; break;
+        case O_NO_NORM: ffm_norm = fm_norm = 0; break;
+        case O_LR_DENSE: if (parse_double("--lr-dense", optarg, &dno.lr_dense)) return 2; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "tltrain: unknown or incomplete option '%s' (see --help)\n",
@@ -272,19 +427,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
         return 2;
     }
-    int fm = strcmp(model, "fm") == 0;
-    if (strcmp(model, "ffm") == 0 || strcmp(model, "dnn") == 0) {
-        fprintf(stderr, "tltrain: --model %s: not implemented yet (lr, fm)\n", model);
-        return 2;
-    }
-    if (!fm && strcmp(model, "lr") != 0) {
+    int fm = strcmp(model, "fm") == 0, dnn = strcmp(model, "dnn") == 0;
+    int ffm = strcmp(model, "ffm") == 0;
+    if (!fm && !ffm && !dnn && strcmp(model, "lr") != 0) {
         fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
         return 2;
     }
     if (!optimizer)
-        optimizer = fm ? "adagrad" : "ftrl";
+        optimizer = fm || ffm ? "adagrad" : "ftrl";
     if (!epochs) /* FM overfits the small sets from the second pass on */
-        epochs = fm ? 1 : 3;
+        epochs = dnn ? TRAIN_DNN_DEFAULT_EPOCHS : ffm ? TRAIN_FFM_DEFAULT_EPOCHS : fm ? 1 : 3;
     if (!name)
         name = model;
     train_optimizer_t ot;
@@ -304,7 +456,28 @@ int main(int argc, char **argv)
     if (init_sd >= 0) fo.init_stdev = init_sd;
     fo.k = (uint32_t)k;
     fo.seed = seed;
-    store_meta_t meta = {.model_kind = fm ? STORE_MODEL_FM : STORE_MODEL_LR, .version = version};
+    if (fm_norm >= 0) fo.norm = fm_norm;
+    if (lr >= 0) dno.lr_sparse = lr;
+    if (l2 >= 0) dno.l2 = l2;
+    if (init_sd >= 0) dno.init_stdev = init_sd;
+    train_ffm_options_t ffo; /* --model ffm; fields from --fields or the data */
+    train_ffm_defaults(&ffo);
+    ffo.optimizer = ot;
+    if (lr >= 0) ffo.alpha = lr;
+    if (beta >= 0) ffo.beta = beta;
+    if (l2 >= 0) ffo.l2 = l2;
+    if (l2v >= 0) ffo.l2_v = l2v;
+    if (init_sd >= 0) ffo.init_stdev = init_sd;
+    ffo.k = (uint32_t)k;
+    ffo.seed = seed;
+    ffo.norm = ffm_norm;
+    ffo.fields = dnn_fields_given ? dno.fields : 0;
+    dno.seed = seed;
+    store_meta_t meta = {.model_kind = dnn   ? STORE_MODEL_DNN
+                                       : ffm ? STORE_MODEL_FFM
+                                       : fm  ? STORE_MODEL_FM
+                                            : STORE_MODEL_LR,
+                         .version = version};
     if (strlen(name) >= sizeof meta.model_name) {
         fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
         return 2;
@@ -316,7 +489,7 @@ int main(int argc, char **argv)
     reader_t *rtrain = NULL, *rtest = NULL;
     struct trainer tr = {0}, *t = &tr;
     char why[256];
-    if ((fm ? train_fm_create(&fo, &tr.fm, why, sizeof why)
+    if (!dnn && !ffm && (fm ? train_fm_create(&fo, &tr.fm, why, sizeof why)
             : train_lr_create(&to, &tr.lr, why, sizeof why)) != 0) {
         fprintf(stderr, "tltrain: %s\n", why);
         status = 2;
@@ -327,7 +500,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: %s\n", err);
         goto out;
     }
-    if (fm)
+    if (dnn) {
+        int rc = dnn_setup(rtrain, dnn_fields_given, &dno, &tr.dnn);
+        if (rc != 0) {
+            status = rc;
+            goto out;
+        }
+    } else if (ffm) {
+        int rc = ffm_setup(rtrain, dnn_fields_given, &ffo, &tr.ffm);
+        if (rc != 0) {
+            status = rc;
+            goto out;
+        }
+        fprintf(stderr, "tltrain: ffm epochs=%ld\n", epochs);
+    } else if (fm)
         fprintf(stderr,
                 "tltrain: fm/%s k=%u alpha=%g beta=%g l1=%g l2=%g l2_v=%g init_stdev=%g "
                 "seed=%llu epochs=%ld\n",
@@ -382,5 +568,7 @@ out:
     reader_close(rtest);
     train_lr_destroy(tr.lr);
     train_fm_destroy(tr.fm);
+    train_dnn_destroy(tr.dnn);
+    train_ffm_destroy(tr.ffm);
     return status;
 }

@@ -24,6 +24,7 @@
 
 #include "store/store.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -93,13 +94,17 @@ float train_lr_weight(const train_lr_t *t, uint64_t id);
 
 /* ---- FM (fm_train.c) ------------------------------------------------------
  *
- * margin = bias + sum_j w_j x_j + 0.5 sum_f [(sum_j v_jf x_j)^2 - sum_j (v_jf x_j)^2]
+ * margin = bias + s sum_j w_j x_j + s^2 0.5 sum_f [(sum_j v_jf x_j)^2 - sum_j (v_jf x_j)^2]
+ *
+ * s = 1 / sqrt(sum_j x_j^2) with instance normalisation (norm: every sample
+ * scaled to unit L2 norm, as xLearn does; s = 1 for a sample whose x are all
+ * 0), else s = 1.  The export records norm in the snapshot's params.
  *
  * Trainer state per id (fp32); the serving row [w | v_1..v_k] is its prefix:
  *
- *   SGD      K = 1 + k       [ w | v_1..v_k ]                      k <= 63
- *   Adagrad  K = 2 + 2k      [ w | v_1..v_k | Gw | Gv_1..Gv_k ]    k <= 31
- *   FTRL     K = 3 + 2k      [ w | v_1..v_k | z | n | Gv_1..Gv_k ] k <= 30
+ *   SGD      K = 1 + k       [ w | v_1..v_k ]                      k <= 64
+ *   Adagrad  K = 2 + 2k      [ w | v_1..v_k | Gw | Gv_1..Gv_k ]    k <= 64
+ *   FTRL     K = 3 + 2k      [ w | v_1..v_k | z | n | Gv_1..Gv_k ] k <= 64
  *                            (FTRL-Proximal for w, Adagrad for v)
  *
  * A new id's v starts as N(0, init_stdev^2) drawn from a hash of (seed, id,
@@ -111,13 +116,14 @@ float train_lr_weight(const train_lr_t *t, uint64_t id);
 
 typedef struct train_fm_options {
     train_optimizer_t optimizer;
-    uint32_t k;             /* factors: 1..63 (SGD), 1..31 (Adagrad), 1..30 (FTRL) */
+    uint32_t k;             /* factors: 1..64 (MODEL_FM_MAX_K) */
     double alpha;           /* learning rate (w and v; FTRL alpha for w); > 0 */
     double beta;            /* FTRL beta for w; Adagrad epsilon; >= 0 */
     double l1;              /* FTRL (w) only; >= 0 */
     double l2;              /* L2 on w; >= 0 */
     double l2_v;            /* L2 on v; >= 0 */
     double init_stdev;      /* v ~ N(0, init_stdev^2); >= 0 */
+    bool norm;              /* instance normalisation (s = 1/|x|) */
     uint64_t seed;          /* of the v initialisation */
     uint64_t expected_keys; /* sizing hint; 0 = small */
     uint32_t shards;        /* trainer store shards; 0 = 16 */

@@ -201,11 +201,11 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
     rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     /* -E2BIG: the scratch was made for LR (one float per key); the first
-     * request after a swap to a model with more floats per key (FM) grows it
-     * once to the decoder's bound, then it is never allocated again. */
+     * request after a swap to a model with more floats per key or a work
+     * space (FM, FFM, DNN) grows it once to the decoder's bound, then it is
+     * never allocated again. */
     if (__builtin_expect(rc == -E2BIG, 0) &&
-        model_scratch_reserve(w->scratch, CODEC_MAX_REQUEST_FEATURES,
-                              model_value_floats(sm->model)) > 0)
+        model_scratch_fit(w->scratch, sm->model, CODEC_MAX_REQUEST_FEATURES) > 0)
         rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     if (rc != 0) {
         rc = send_error(w, c, h->request_id, CODEC_E_TOO_MANY_FEATURES,

@@ -1051,16 +1051,26 @@ static int upsert_raw(store_t *s, uint64_t key, const uint8_t *raw)
     return upsert_located(s, st, &l, y, key, raw);
 }
 
+/* Values are stored vstride bytes wide (vbytes rounded up to 4): zero the
+ * last word, so the padding is zero, without clearing the whole 4 KiB
+ * buffer on every write. */
+static inline void zero_pad(const store_t *s, uint8_t *raw)
+{
+    memset(raw + s->vstride - 4, 0, 4);
+}
+
 int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
 {
-    uint8_t buf[STORE_MAX_VALUE_FLOATS * 4] = {0};
+    uint8_t buf[STORE_MAX_VALUE_FLOATS * 4];
+    zero_pad(s, buf);
     memcpy(buf, raw, s->vbytes);
     return upsert_raw(s, key, buf);
 }
 
 int store_upsert(store_t *s, uint64_t key, const float *value)
 {
-    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4] = {0};
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    zero_pad(s, raw);
     f32_to_raw(s, value, raw);
     return upsert_raw(s, key, raw);
 }

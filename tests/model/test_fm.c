@@ -341,13 +341,13 @@ static void test_bad_options(void **state)
     train_fm_t *t;
     char why[128];
     train_fm_defaults(TRAIN_ADAGRAD, &opt);
-    opt.k = 32;
+    opt.k = 65;
     assert_int_equal(train_fm_create(&opt, &t, why, sizeof why), -EINVAL);
-    assert_string_equal(why, "k must be 1..31 for FM with adagrad");
+    assert_string_equal(why, "k must be 1..64 for FM");
     opt.k = 0;
     assert_int_equal(train_fm_create(&opt, &t, why, sizeof why), -EINVAL);
-    train_fm_defaults(TRAIN_SGD, &opt);
-    opt.k = 63;
+    train_fm_defaults(TRAIN_FTRL, &opt);
+    opt.k = 64;
     assert_int_equal(train_fm_create(&opt, &t, why, sizeof why), 0);
     train_fm_destroy(t);
     opt.init_stdev = -1;

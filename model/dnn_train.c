@@ -1,0 +1,630 @@
+/*
+ * dnn_train.c — Wide & Deep training (dnn_train.h): Adagrad for the sparse
+ * rows, Adam for the MLP, one step per sample.
+ *
+ *   margin = bias + out(input) + sum_j w_j x_j,   loss = logloss(sigmoid(margin), y)
+ *   g      = d loss / d margin = p - y
+ *
+ * One sample is one step:
+ *
+ *   1. one batched store lookup of the sample's ids gives each feature's
+ *      state row; a row not found is a new id: w = 0, e drawn from
+ *      N(0, init_stdev^2) by a hash of (seed, id, coordinate), sums 0;
+ *   2. the serving rows [w | e] are copied out (stride 1 + d, the bias row
+ *      first) and scored by dnn_scores() as a request whose shared block is
+ *      the sample and whose only item is empty: the very code model.c runs,
+ *      so an export scores bit for bit as the trainer predicted.  The
+ *      activations stay in the work space (dnn_activations());
+ *   3. backprop through the MLP, row 0 of each activation:
+ *
+ *        dz_L = g;  for l = L-1 .. 0:
+ *          dW_l = a_l^T dz_{l+1}      (outer product)
+ *          db_l = dz_{l+1}
+ *          da_l = W_l dz_{l+1}        (cblas_sgemv)
+ *          dz_l = da_l where a_l > 0 else 0   (ReLU; l > 0)
+ *
+ *      da_0 is d loss / d input; feature j of field f gets
+ *      d e_j = x_j da_0[f*d ..], d w_j = g x_j (wide only), d bias = g;
+ *   4. Adam on every MLP parameter (L2 on the weights folded into the
+ *      gradient), Adagrad on each feature's row and the bias, each row
+ *      written back with store_upsert().
+ *
+ * State rows (fp32; the serving row is the prefix, so export copies 1 + d
+ * floats):  [ w | e_1..e_d | Gw | Ge_1..Ge_d ].  The bias row is
+ * [ b | 0..0 | Gb | 0..0 ].  The MLP lives in one array, W_0 | b_0 | W_1 |
+ * b_1 | ..., with Adam's moments m, v beside it; weights start He-normal
+ * (std sqrt(2 / fan_in)) before a ReLU and Xavier-normal (std
+ * sqrt(2 / (fan_in + fan_out))) on the output layer, from a hash of (seed,
+ * layer, index); biases start at 0.
+ *
+ * A feature id repeated within one sample: its gradient is taken at the
+ * forward values, then the row is re-read from the store (it already holds
+ * the first occurrence's step) before this occurrence's step is applied —
+ * the rule train_lr.c and fm_train.c follow.  A feature id equal to
+ * MODEL_BIAS_ID reads the bias row ([b | 0..0], as served) and is not
+ * stepped.
+ *
+ * THREAD SAFETY: one thread drives a trainer (dnn_train.h).
+ */
+#include "dnn_train.h"
+#include "model.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ADAM_BETA1 0.9
+#define ADAM_BETA2 0.999
+#define ADAM_EPS 1e-8
+#define ADAGRAD_EPS 1e-6
+
+struct train_dnn {
+    train_dnn_options_t opt;
+    store_t *store;     /* owned: state rows, sk floats per id */
+    uint32_t d;         /* embedding size */
+    uint32_t K;         /* serving floats per id: 1 + d */
+    uint32_t sk;        /* state floats per id: 2 K */
+    dnn_net_t net;      /* W, b point into dense */
+    size_t n_dense;     /* floats of dense, grad, adam_m, adam_v */
+    float *dense;       /* owned: W_0 | b_0 | W_1 | b_1 ... */
+    float *grad;        /* owned: d loss / d dense of the last sample */
+    float *adam_m;      /* owned: first moments */
+    float *adam_v;      /* owned: second moments */
+    uint64_t steps;     /* Adam steps taken */
+    double b1t, b2t;    /* beta1^steps, beta2^steps */
+    float *work;        /* owned: dnn_work_floats(&net) */
+    float *delta;       /* owned: 2 x the widest layer, backprop buffers */
+    uint32_t cap;       /* features the per-sample buffers hold */
+    float *state;       /* cap * sk: state rows of the current sample */
+    float *rows;        /* (cap + 1) * K: serving rows, bias row first */
+    uint8_t *found;     /* cap: lookup hits */
+    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
+    uint32_t *stamp;    /* ... and the generation that wrote each slot */
+    uint32_t seen_bits;
+    uint32_t gen;
+};
+
+void train_dnn_defaults(train_dnn_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->fields = 26;
+    o->dim = 16;
+    o->n_hidden = 2;
+    o->hidden[0] = 256;
+    o->hidden[1] = 128;
+    o->wide = true;
+    o->lr_sparse = 0.03; /* both from a grid over criteo_tiny, xlearn_criteo, avazu_rx */
+    o->lr_dense = 3e-4;
+    o->l2 = 1e-4;
+    o->l2_dense = 0;
+    o->init_stdev = 0.01;
+    o->seed = 1;
+}
+
+static void *alloc_floats(size_t n)
+{
+    void *p = NULL;
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return NULL;
+    return p;
+}
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* N(0, 1) from (seed, key, i) by Box-Muller: the same for any order. */
+static double gauss(uint64_t seed, uint64_t key, uint64_t i)
+{
+    uint64_t h = mix64(mix64(seed ^ UINT64_C(0x9e3779b97f4a7c15)) ^ key);
+    uint64_t a = mix64(h + 2 * i + 1), b = mix64(h + 2 * i + 2);
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static void init_row(const train_dnn_t *t, uint64_t id, float *row)
+{
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    if (id == MODEL_BIAS_ID)
+        return; /* served as [b | 0..0] */
+    for (uint32_t k = 0; k < t->d; k++)
+        row[1 + k] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, k));
+}
+
+/* The MLP's starting weights: a function of (seed, layer, index) only. */
+static void init_dense(train_dnn_t *t)
+{
+    const dnn_net_t *n = &t->net;
+    for (uint32_t l = 0; l < n->n_layers; l++) {
+        const uint32_t fi = n->width[l], fo = n->width[l + 1];
+        const double sd = l + 1 < n->n_layers ? sqrt(2.0 / fi) : sqrt(2.0 / (fi + fo));
+        float *W = (float *)n->W[l];
+        uint64_t key = UINT64_C(0xd1b54a32d192ed03) * (l + 1);
+        for (size_t i = 0; i < (size_t)fi * fo; i++)
+            W[i] = (float)(sd * gauss(t->opt.seed, key, i));
+        memset((float *)n->b[l], 0, fo * sizeof(float));
+    }
+}
+
+static const char *check_options(const train_dnn_options_t *o, char *buf, size_t len)
+{
+    if (o->fields < 1 || o->fields > 256)
+        return "fields must be 1..256";
+    if (o->dim < 1 || o->dim > TRAIN_DNN_MAX_DIM) {
+        snprintf(buf, len, "dim must be 1..%d", TRAIN_DNN_MAX_DIM);
+        return buf;
+    }
+    if ((uint64_t)o->fields * o->dim > DNN_MAX_WIDTH) {
+        snprintf(buf, len, "fields x dim = %u x %u is more than %d inputs", o->fields, o->dim,
+                 DNN_MAX_WIDTH);
+        return buf;
+    }
+    if (o->n_hidden > DNN_MAX_LAYERS - 1) {
+        snprintf(buf, len, "at most %d hidden layers", DNN_MAX_LAYERS - 1);
+        return buf;
+    }
+    for (uint32_t l = 0; l < o->n_hidden; l++)
+        if (o->hidden[l] < 1 || o->hidden[l] > DNN_MAX_WIDTH) {
+            snprintf(buf, len, "hidden layer %u: width %u is not in 1..%d", l + 1, o->hidden[l],
+                     DNN_MAX_WIDTH);
+            return buf;
+        }
+    if (!(o->lr_sparse > 0) || !isfinite(o->lr_sparse))
+        return "sparse learning rate must be > 0";
+    if (!(o->lr_dense > 0) || !isfinite(o->lr_dense))
+        return "dense learning rate must be > 0";
+    if (!(o->l2 >= 0) || !isfinite(o->l2))
+        return "l2 must be >= 0";
+    if (!(o->l2_dense >= 0) || !isfinite(o->l2_dense))
+        return "dense l2 must be >= 0";
+    if (!(o->init_stdev >= 0) || !isfinite(o->init_stdev))
+        return "init stdev must be >= 0";
+    return NULL;
+}
+
+__attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train_dnn_t **out,
+                                           char *why, size_t why_len)
+{
+    char buf[128];
+    const char *bad = check_options(opt, buf, sizeof buf);
+    if (bad) {
+        if (why_len)
+            snprintf(why, why_len, "%s", bad);
+        return -EINVAL;
+    }
+    dnn_blas_init();
+    train_dnn_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->opt = *opt;
+    t->d = opt->dim;
+    t->K = 1 + opt->dim;
+    t->sk = 2 * t->K;
+    t->b1t = t->b2t = 1.0;
+
+    dnn_net_t *n = &t->net;
+    n->fields = opt->fields;
+    n->dim = opt->dim;
+    n->wide = opt->wide;
+    n->n_layers = opt->n_hidden + 1;
+    n->width[0] = opt->fields * opt->dim;
+    for (uint32_t l = 0; l < opt->n_hidden; l++)
+        n->width[l + 1] = opt->hidden[l];
+    n->width[n->n_layers] = 1;
+    size_t off_w[DNN_MAX_LAYERS], off_b[DNN_MAX_LAYERS], widest = 0;
+    for (uint32_t l = 0; l < n->n_layers; l++) {
+        off_w[l] = t->n_dense;
+        t->n_dense += ((size_t)n->width[l] * n->width[l + 1] + 15) & ~(size_t)15;
+        off_b[l] = t->n_dense;
+        t->n_dense += ((size_t)n->width[l + 1] + 15) & ~(size_t)15;
+    }
+    for (uint32_t l = 0; l <= n->n_layers; l++)
+        widest = n->width[l] > widest ? n->width[l] : widest;
+
+    int rc = -ENOMEM;
+    t->dense = alloc_floats(t->n_dense);
+    t->grad = alloc_floats(t->n_dense);
+    t->adam_m = alloc_floats(t->n_dense);
+    t->adam_v = alloc_floats(t->n_dense);
+    t->delta = alloc_floats(2 * widest);
+    if (!t->dense || !t->grad || !t->adam_m || !t->adam_v || !t->delta)
+        goto fail;
+    /* padding between the arrays stays 0 for ever: the dense-array view
+     * (train_dnn_dense) and the optimizers may run over it */
+    memset(t->dense, 0, t->n_dense * sizeof(float));
+    memset(t->grad, 0, t->n_dense * sizeof(float));
+    memset(t->adam_m, 0, t->n_dense * sizeof(float));
+    memset(t->adam_v, 0, t->n_dense * sizeof(float));
+    for (uint32_t l = 0; l < n->n_layers; l++) {
+        n->W[l] = t->dense + off_w[l];
+        n->b[l] = t->dense + off_b[l];
+    }
+    init_dense(t);
+    t->work = alloc_floats(dnn_work_floats(n));
+    if (!t->work)
+        goto fail;
+    store_options_t so = {.value_floats = t->sk, .dtype = STORE_DTYPE_F32,
+                          .shards = opt->shards, .expected_keys = opt->expected_keys};
+    rc = store_create(&so, &t->store);
+    if (rc == 0)
+        rc = train_dnn_reserve(t, 64);
+    if (rc != 0)
+        goto fail;
+    *out = t;
+    return 0;
+fail:
+    if (why_len)
+        snprintf(why, why_len, "could not create the DNN trainer: %s", strerror(-rc));
+    train_dnn_destroy(t);
+    return rc;
+}
+
+void train_dnn_destroy(train_dnn_t *t)
+{
+    if (!t)
+        return;
+    store_destroy(t->store);
+    free(t->dense);
+    free(t->grad);
+    free(t->adam_m);
+    free(t->adam_v);
+    free(t->work);
+    free(t->delta);
+    free(t->state);
+    free(t->rows);
+    free(t->found);
+    free(t->seen);
+    free(t->stamp);
+    free(t);
+}
+
+const store_t *train_dnn_store(const train_dnn_t *t) { return t->store; }
+const dnn_net_t *train_dnn_net(const train_dnn_t *t) { return &t->net; }
+const float *train_dnn_dense(const train_dnn_t *t) { return t->dense; }
+size_t train_dnn_dense_floats(const train_dnn_t *t) { return t->n_dense; }
+
+int train_dnn_reserve(train_dnn_t *t, uint32_t n)
+{
+    if (n <= t->cap && t->state)
+        return 0;
+    uint32_t cap = t->cap ? t->cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint32_t bits = 7;
+    while ((1u << bits) < 2 * cap)
+        bits++;
+    float *st = malloc((size_t)cap * t->sk * sizeof *st);
+    float *rows = malloc(((size_t)cap + 1) * t->K * sizeof *rows);
+    uint8_t *found = malloc(cap);
+    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
+    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
+    if (!st || !rows || !found || !seen || !stamp) {
+        free(st);
+        free(rows);
+        free(found);
+        free(seen);
+        free(stamp);
+        return -ENOMEM;
+    }
+    free(t->state);
+    free(t->rows);
+    free(t->found);
+    free(t->seen);
+    free(t->stamp);
+    t->state = st;
+    t->rows = rows;
+    t->found = found;
+    t->seen = seen;
+    t->stamp = stamp;
+    t->seen_bits = bits;
+    t->gen = 0;
+    t->cap = cap;
+    return 0;
+}
+
+/* Scores the n state rows in t->state (bias b) through dnn_scores, leaving
+ * the activations in t->work. */
+static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float b)
+{
+    const uint32_t K = t->K, sk = t->sk;
+    float *r = t->rows;
+    memset(r, 0, K * sizeof *r);
+    r[0] = b;
+    for (uint32_t j = 0; j < n; j++)
+        memcpy(r + (size_t)(j + 1) * K, t->state + (size_t)j * sk, K * sizeof *r);
+    model_block_t shared = {.ids = ids, .values = values, .n = n};
+    model_block_t empty = {.ids = ids, .values = NULL, .n = 0};
+    float p;
+    dnn_scores(&t->net, &shared, &empty, 1, t->rows, t->work, &p);
+    return p;
+}
+
+float train_dnn_predict(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n)
+{
+    if (n > t->cap && train_dnn_reserve(t, n) != 0)
+        return NAN;
+    float b = 0;
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
+    b = t->state[0];
+    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    for (uint32_t j = 0; j < n; j++)
+        if (ids[j] == MODEL_BIAS_ID) /* served as [b | 0..0] */
+            memset(t->state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
+    return forward(t, ids, values, n, b);
+}
+
+/* Loads the bias row into brow and the sample's rows into t->state (new ids
+ * initialised), then the forward pass.  Returns p. */
+static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *values,
+                              uint32_t n, float *brow)
+{
+    const uint32_t sk = t->sk;
+    memset(brow, 0, sk * sizeof *brow);
+    store_lookup(t->store, MODEL_BIAS_ID, brow);
+    store_lookup_batch(t->store, ids, n, t->state, t->found);
+    for (uint32_t j = 0; j < n; j++) {
+        float *row = t->state + (size_t)j * sk;
+        if (ids[j] == MODEL_BIAS_ID) {
+            memcpy(row, brow, sk * sizeof *row);
+            memset(row + 1, 0, t->d * sizeof *row);
+        } else if (!t->found[j]) {
+            init_row(t, ids[j], row);
+        }
+    }
+    return forward(t, ids, values, n, brow[0]);
+}
+
+/* Backprop of g = d loss / d margin through the MLP: fills t->grad and
+ * returns d loss / d input (width[0] floats, in t->delta). */
+static const float *backward(train_dnn_t *t, double g)
+{
+    const dnn_net_t *n = &t->net;
+    const uint32_t L = n->n_layers;
+    uint32_t widest = 0;
+    for (uint32_t l = 0; l <= L; l++)
+        widest = n->width[l] > widest ? n->width[l] : widest;
+    float *dz = t->delta, *da = t->delta + widest;
+    dz[0] = (float)g;
+    for (uint32_t l = L; l-- > 0;) {
+        const uint32_t fi = n->width[l], fo = n->width[l + 1];
+        const float *a = dnn_activations(n, t->work, l); /* row 0: our sample */
+        float *gW = t->grad + (n->W[l] - t->dense), *gb = t->grad + (n->b[l] - t->dense);
+        for (uint32_t i = 0; i < fi; i++) {
+            float *gr = gW + (size_t)i * fo;
+            const float ai = a[i];
+            for (uint32_t k = 0; k < fo; k++)
+                gr[k] = ai * dz[k];
+        }
+        memcpy(gb, dz, fo * sizeof *gb);
+        /* da = W_l dz: row-major fi x fo times fo */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)fi, (int)fo, 1.0f, n->W[l], (int)fo, dz, 1,
+                    0.0f, da, 1);
+        if (l > 0)
+            for (uint32_t i = 0; i < fi; i++)
+                da[i] = a[i] > 0.0f ? da[i] : 0.0f; /* ReLU: a > 0 iff its input was */
+        float *tmp = dz;
+        dz = da;
+        da = tmp;
+    }
+    return dz;
+}
+
+/* Adam on every MLP parameter, gradient t->grad (+ L2 on the weights). */
+static void adam(train_dnn_t *t)
+{
+    const dnn_net_t *n = &t->net;
+    t->steps++;
+    t->b1t *= ADAM_BETA1;
+    t->b2t *= ADAM_BETA2;
+    const float lr = (float)(t->opt.lr_dense * sqrt(1.0 - t->b2t) / (1.0 - t->b1t));
+    const float b1 = (float)ADAM_BETA1, b2 = (float)ADAM_BETA2, eps = (float)ADAM_EPS;
+    for (uint32_t l = 0; l < n->n_layers; l++) {
+        for (int bias = 0; bias < 2; bias++) {
+            size_t off = (bias ? n->b[l] : n->W[l]) - t->dense;
+            size_t cnt = bias ? n->width[l + 1] : (size_t)n->width[l] * n->width[l + 1];
+            const float l2 = bias ? 0.0f : (float)t->opt.l2_dense;
+            float *restrict w = t->dense + off, *restrict m = t->adam_m + off,
+                            *restrict v = t->adam_v + off;
+            const float *restrict gr = t->grad + off;
+            for (size_t i = 0; i < cnt; i++) {
+                float gi = gr[i] + l2 * w[i];
+                m[i] = b1 * m[i] + (1.0f - b1) * gi;
+                v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+                w[i] -= lr * m[i] / (sqrtf(v[i]) + eps);
+            }
+        }
+    }
+}
+
+/* Adagrad step of one coordinate c with accumulator G. */
+static inline void adagrad(float *c, float *G, double g, double alpha)
+{
+    double g2 = (double)*G + g * g;
+    *G = (float)g2;
+    *c = (float)((double)*c - alpha * g / (sqrt(g2) + ADAGRAD_EPS));
+}
+
+/* 1 when id was already seen in this sample (generation t->gen). */
+static inline int repeat(train_dnn_t *t, uint64_t id)
+{
+    uint32_t mask = (1u << t->seen_bits) - 1;
+    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
+    for (;; h = (h + 1) & mask) {
+        if (t->stamp[h] != t->gen) {
+            t->stamp[h] = t->gen;
+            t->seen[h] = id;
+            return 0;
+        }
+        if (t->seen[h] == id)
+            return 1;
+    }
+}
+
+/* d loss / d [w | e] of feature j (row at forward values) into out. */
+static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, double g,
+                               const float *dinput, float *out)
+{
+    const uint32_t d = t->d;
+    const float *di = dinput + (size_t)((id >> 56) % t->net.fields) * d;
+    out[0] = t->net.wide ? (float)(g * x) : 0.0f;
+    for (uint32_t k = 0; k < d; k++)
+        out[1 + k] = (float)(x * di[k]);
+}
+
+int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float *p_out)
+{
+    if (n > t->cap) {
+        int rc = train_dnn_reserve(t, n);
+        if (rc != 0)
+            return rc;
+    }
+    const uint32_t d = t->d, sk = t->sk, K = t->K;
+    float brow[STORE_MAX_VALUE_FLOATS];
+    float p = load_and_forward(t, ids, values, n, brow);
+    if (p_out)
+        *p_out = p;
+    const double g = (double)p - (double)label;
+    const float *dinput = backward(t, g);
+
+    adagrad(&brow[0], &brow[K], g, t->opt.lr_sparse);
+    int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
+    if (rc < 0)
+        return rc;
+
+    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
+        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
+        t->gen = 1;
+    }
+    const double alpha = t->opt.lr_sparse, l2 = t->opt.l2;
+    float gr[STORE_MAX_VALUE_FLOATS / 2];
+    for (uint32_t j = 0; j < n; j++) {
+        if (ids[j] == MODEL_BIAS_ID)
+            continue;
+        float *row = t->state + (size_t)j * sk;
+        const double x = values ? (double)values[j] : 1.0;
+        sparse_grad(t, ids[j], x, g, dinput, gr);
+        if (repeat(t, ids[j]) && !store_lookup(t->store, ids[j], row))
+            init_row(t, ids[j], row);
+        if (t->net.wide)
+            adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);
+        for (uint32_t k = 0; k < d; k++)
+            adagrad(&row[1 + k], &row[K + 1 + k], (double)gr[1 + k] + l2 * row[1 + k], alpha);
+        rc = store_upsert(t->store, ids[j], row);
+        if (rc < 0)
+            return rc;
+    }
+    adam(t); /* every gradient above was taken at the weights of the forward pass */
+    return 0;
+}
+
+int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                       float label, float *p_out, float *g_rows, float *g_bias, float *g_dense)
+{
+    if (n > t->cap) {
+        int rc = train_dnn_reserve(t, n);
+        if (rc != 0)
+            return rc;
+    }
+    float brow[STORE_MAX_VALUE_FLOATS];
+    float p = load_and_forward(t, ids, values, n, brow);
+    if (p_out)
+        *p_out = p;
+    const double g = (double)p - (double)label;
+    const float *dinput = backward(t, g);
+    for (uint32_t j = 0; j < n; j++) {
+        const double x = values ? (double)values[j] : 1.0;
+        sparse_grad(t, ids[j], x, g, dinput, g_rows + (size_t)j * t->K);
+        if (ids[j] != MODEL_BIAS_ID && !t->found[j]) {
+            int rc = store_upsert(t->store, ids[j], t->state + (size_t)j * t->sk);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    *g_bias = (float)g;
+    memcpy(g_dense, t->grad, t->n_dense * sizeof *g_dense);
+    return 0;
+}
+
+struct export_ctx {
+    uint32_t K;
+    store_t *out;
+    int rc;
+};
+
+static int export_one(void *ctx, uint64_t key, const float *value)
+{
+    struct export_ctx *c = ctx;
+    float row[STORE_MAX_VALUE_FLOATS];
+    bool zero = true;
+    for (uint32_t i = 0; i < c->K; i++) {
+        row[i] = value[i];
+        zero = zero && value[i] == 0;
+    }
+    if (key == MODEL_BIAS_ID)
+        memset(row + 1, 0, (c->K - 1) * sizeof *row); /* the bias has no embedding */
+    else if (zero)
+        return 0; /* absent scores as 0: same sums, smaller snapshot */
+    int rc = store_upsert(c->out, key, row);
+    if (rc < 0) {
+        c->rc = rc;
+        return 1;
+    }
+    return 0;
+}
+
+__attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir,
+                                           const store_meta_t *meta, store_error_t *err)
+{
+    store_error_t local;
+    if (!err)
+        err = &local;
+    memset(err, 0, sizeof *err);
+    err->offset = -1;
+    store_options_t so = {.value_floats = t->K, .dtype = STORE_DTYPE_F32,
+                          .shards = store_shards(t->store),
+                          .expected_keys = store_count(t->store) + 1};
+    struct export_ctx c = {.K = t->K, .rc = 0};
+    int rc = store_create(&so, &c.out);
+    if (rc != 0) {
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
+                 strerror(-rc));
+        return -1;
+    }
+    float bias[STORE_MAX_VALUE_FLOATS] = {0};
+    store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
+    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
+        store_foreach(t->store, s, export_one, &c);
+    if (c.rc != 0) {
+        store_destroy(c.out);
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
+        return -1;
+    }
+    store_extras_t x;
+    memset(&x, 0, sizeof x);
+    if (dnn_net_to_extras(&t->net, &x) != 0) {
+        store_destroy(c.out);
+        err->code = STORE_E_INVALID;
+        snprintf(err->msg, sizeof err->msg, "%s: the network does not fit a snapshot's extras",
+                 dir);
+        return -1;
+    }
+    store_meta_t m = *meta;
+    m.model_kind = STORE_MODEL_DNN;
+    rc = store_snapshot_write_ex(c.out, dir, &m, &x, err);
+    store_destroy(c.out);
+    return rc == 0 ? 0 : -1;
+}

@@ -1,0 +1,367 @@
+/*
+ * ffm.c — FFM scoring by field aggregation (ffm.h).
+ *
+ * The pair sum of an FFM, sum_{j<l} <v_{j,field(l)}, v_{l,field(j)}> x_j x_l,
+ * costs O(n^2 k) feature by feature.  Grouping the features by field turns
+ * it into F*F vectors of k:
+ *
+ *   B[g][h] = sum over features j of field g of v_{j,h} x_j
+ *
+ *   pairs = sum_{g<h} <B[g][h], B[h][g]>
+ *         + 0.5 sum_g ( |B[g][g]|^2 - sum_{j of field g} |v_{j,g}|^2 x_j^2 )
+ *
+ * (two features of different fields g < h meet once in <B[g][h], B[h][g]>;
+ * two of the same field g meet in the square of B[g][g], whose own squares
+ * the last term takes back out).  Building B costs O(F k) per feature —
+ * one feature adds its whole v block (F*k contiguous floats) times x to the
+ * row B[field] (F*k contiguous doubles) — and reading it O(F F k).
+ *
+ * Work space (doubles; B index (g*F + h)*k + f, row g = B[g][0..F)):
+ *
+ *   work  [ Bs: F*F*k  the shared block's B, built once per request    ]
+ *         [ B:  F*F*k  rows the current item touches: Bs[g] + its part ]
+ *         [ touched: F bytes, rounded up to doubles                    ]
+ *
+ * The shared block's B, linear sum, sum of x^2 and diagonal squares are
+ * computed once.  An item copies row g of Bs into B the first time one of
+ * its features lies in field g, adds its features there in block order, and
+ * reads the rows it did not touch from Bs: O(F k (its features) + F F k) per
+ * item.  The sums of a sample are the same floats however it is split
+ * between the shared block and the item, and everything is summed in double
+ * in a fixed order (features in block order; the B reads in (g, h, f) order
+ * into four lanes f mod 4, added (l0 + l1) + (l2 + l3) at the end): a
+ * request always gives the same floats, and the trainer, which predicts
+ * through ffm_scores() with the sample as the shared block and one empty
+ * item, predicts bit for bit what a server scores.
+ *
+ * The hot loop is the row update B[g] += v x: one float-to-double
+ * conversion, multiply and add per element, bound by the conversions.  It
+ * has an AVX2 version (4 conversions per instruction instead of SSE2's 2;
+ * chosen at run time) besides the portable one.  Both multiply then add,
+ * elementwise, without FMA (the avx2 target does not enable it), so they
+ * give the same floats.  The pair reading is instantiated with constant k
+ * (4, 8) so that the compiler unrolls it.
+ *
+ * THREAD SAFETY: pure functions; the caller owns the work space.
+ */
+#include "ffm.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+size_t ffm_work_doubles(uint32_t F, uint32_t k)
+{
+    return 2 * (size_t)F * F * k + (F + sizeof(double) - 1) / sizeof(double);
+}
+
+/* Same function as model.c's, so that scores agree bit for bit. */
+static inline float sigmoid(double x)
+{
+    if (x >= 0)
+        return (float)(1.0 / (1.0 + exp(-x)));
+    double e = exp(x); /* no overflow for very negative x */
+    return (float)(e / (1.0 + e));
+}
+
+/* ffm_field() without a division for the usual id whose field is < F. */
+INLINE uint32_t field_of(uint64_t id, uint32_t F)
+{
+    uint32_t f = (uint32_t)(id >> 56);
+    return f < F ? f : f % F;
+}
+
+/* Where one block adds its features: rows of B, initialised on first touch
+ * from Bs (an item) or already in place (touched == NULL: the shared block
+ * adds to Bs itself). */
+struct target {
+    double *B;
+    const double *Bs;
+    uint8_t *touched;
+};
+
+INLINE double *row_for(const struct target *t, uint32_t g, uint32_t Fk)
+{
+    double *r = t->B + (size_t)g * Fk;
+    if (t->touched && !t->touched[g]) {
+        memcpy(r, t->Bs + (size_t)g * Fk, (size_t)Fk * sizeof *r);
+        t->touched[g] = 1;
+    }
+    return r;
+}
+
+/* The running sums of a sample besides B, in feature order. */
+struct sums {
+    double lin;     /* sum w x */
+    double sq;      /* sum x^2 */
+    double diag[4]; /* sum |v_{j,field(j)}|^2 x^2, lane f mod 4 */
+};
+
+/* Adds one feature (row [w | v], field g, value x) to s.  Summed in the
+ * same loop as its B update so that these short dependency chains overlap
+ * the row arithmetic. */
+INLINE void add_sums(struct sums *s, const float *row, uint32_t g, uint32_t k, double x)
+{
+    const float *vg = row + 1 + (size_t)g * k;
+    s->lin += (double)row[0] * x;
+    s->sq += x * x;
+    for (uint32_t f = 0; f < k; f++) {
+        double d = (double)vg[f] * x;
+        s->diag[f & 3] += d * d;
+    }
+}
+
+/* Portable: b[0..n) += v[0..n) * x, four at a time through vector
+ * extensions (SSE2 on plain x86-64). */
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef double f64x2 __attribute__((vector_size(16)));
+
+INLINE void axpy_portable(double *restrict b, const float *restrict v, double x, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        f32x4 f;
+        f64x2 lo, hi;
+        memcpy(&f, v + i, sizeof f);
+        memcpy(&lo, b + i, sizeof lo);
+        memcpy(&hi, b + i + 2, sizeof hi);
+        lo += __builtin_convertvector(__builtin_shufflevector(f, f, 0, 1), f64x2) * x;
+        hi += __builtin_convertvector(__builtin_shufflevector(f, f, 2, 3), f64x2) * x;
+        memcpy(b + i, &lo, sizeof lo);
+        memcpy(b + i + 2, &hi, sizeof hi);
+    }
+    for (; i < n; i++)
+        b[i] += (double)v[i] * x;
+}
+
+/* B[field(j)] += v_j x_j and s += feature j for every feature of blk
+ * (rows at rows, stride 1 + F k), in block order.  x = 1 when values ==
+ * NULL (x * 1 is exact). */
+INLINE void accumulate_portable(const struct target *t, const float *rows,
+                                const model_block_t *blk, uint32_t F, uint32_t k,
+                                struct sums *s)
+{
+    const uint32_t Fk = F * k, K = 1 + Fk;
+    struct sums a = *s;
+    for (uint32_t j = 0; j < blk->n; j++, rows += K) {
+        const double x = blk->values ? (double)blk->values[j] : 1.0;
+        const uint32_t g = field_of(blk->ids[j], F);
+        add_sums(&a, rows, g, k, x);
+        axpy_portable(row_for(t, g, Fk), rows + 1, x, Fk);
+    }
+    *s = a;
+}
+
+#ifdef HAVE_AVX2_PATH
+/* The same with 4-wide conversions. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+accumulate_avx2(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
+                uint32_t k, struct sums *s)
+{
+    const uint32_t Fk = F * k, K = 1 + Fk;
+    struct sums a = *s;
+    for (uint32_t j = 0; j < blk->n; j++, rows += K) {
+        const double x = blk->values ? (double)blk->values[j] : 1.0;
+        const uint32_t g = field_of(blk->ids[j], F);
+        add_sums(&a, rows, g, k, x);
+        double *b = row_for(t, g, Fk);
+        const float *v = rows + 1;
+        const __m256d vx = _mm256_set1_pd(x);
+        uint32_t i = 0;
+        for (; i + 8 <= Fk; i += 8) {
+            __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(v + i));
+            __m256d a1 = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4));
+            a0 = _mm256_add_pd(_mm256_loadu_pd(b + i), _mm256_mul_pd(a0, vx));
+            a1 = _mm256_add_pd(_mm256_loadu_pd(b + i + 4), _mm256_mul_pd(a1, vx));
+            _mm256_storeu_pd(b + i, a0);
+            _mm256_storeu_pd(b + i + 4, a1);
+        }
+        for (; i + 4 <= Fk; i += 4) {
+            __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(v + i));
+            _mm256_storeu_pd(b + i, _mm256_add_pd(_mm256_loadu_pd(b + i), _mm256_mul_pd(a, vx)));
+        }
+        for (; i < Fk; i++)
+            b[i] += (double)v[i] * x;
+    }
+    *s = a;
+}
+#endif
+
+/* Instances with constant k, so that the diagonal lanes stay in registers. */
+static void acc_portable_4(const struct target *t, const float *rows, const model_block_t *blk,
+                           uint32_t F, struct sums *s)
+{
+    accumulate_portable(t, rows, blk, F, 4, s);
+}
+
+static void acc_portable_8(const struct target *t, const float *rows, const model_block_t *blk,
+                           uint32_t F, struct sums *s)
+{
+    accumulate_portable(t, rows, blk, F, 8, s);
+}
+
+static void acc_portable_any(const struct target *t, const float *rows,
+                             const model_block_t *blk, uint32_t F, uint32_t k, struct sums *s)
+{
+    accumulate_portable(t, rows, blk, F, k, s);
+}
+
+#ifdef HAVE_AVX2_PATH
+__attribute__((target("avx2"))) static void
+acc_avx2_4(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
+           struct sums *s)
+{
+    accumulate_avx2(t, rows, blk, F, 4, s);
+}
+
+__attribute__((target("avx2"))) static void
+acc_avx2_8(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
+           struct sums *s)
+{
+    accumulate_avx2(t, rows, blk, F, 8, s);
+}
+
+__attribute__((target("avx2"))) static void
+acc_avx2_any(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
+             uint32_t k, struct sums *s)
+{
+    accumulate_avx2(t, rows, blk, F, k, s);
+}
+#endif
+
+/* B and s += the features of blk with the best loop for the CPU and k. */
+static void accumulate(bool avx2, const struct target *t, const float *rows,
+                       const model_block_t *blk, uint32_t F, uint32_t k, struct sums *s)
+{
+#ifdef HAVE_AVX2_PATH
+    if (avx2) {
+        switch (k) {
+        case 4: acc_avx2_4(t, rows, blk, F, s); return;
+        case 8: acc_avx2_8(t, rows, blk, F, s); return;
+        default: acc_avx2_any(t, rows, blk, F, k, s); return;
+        }
+    }
+#endif
+    (void)avx2;
+    switch (k) {
+    case 4: acc_portable_4(t, rows, blk, F, s); return;
+    case 8: acc_portable_8(t, rows, blk, F, s); return;
+    default: acc_portable_any(t, rows, blk, F, k, s); return;
+    }
+}
+
+/* sum_{g<h} <B[g][h], B[h][g]> + 0.5 (sum_g |B[g][g]|^2 - diag), row g of B
+ * at R[g], read in (g, h, f) order into four lanes f mod 4. */
+INLINE double pair_sum(const double *const *R, uint32_t F, uint32_t k, double diag)
+{
+    double p[4] = {0, 0, 0, 0}, d[4] = {0, 0, 0, 0};
+    for (uint32_t g = 0; g < F; g++) {
+        const double *Bg = R[g];
+        const double *gg = Bg + (size_t)g * k;
+        for (uint32_t f = 0; f < k; f++)
+            d[f & 3] += gg[f] * gg[f];
+        for (uint32_t h = g + 1; h < F; h++) {
+            const double *a = Bg + (size_t)h * k;
+            const double *b = R[h] + (size_t)g * k;
+            uint32_t f = 0;
+            for (; f + 4 <= k; f += 4) {
+                p[0] += a[f] * b[f];
+                p[1] += a[f + 1] * b[f + 1];
+                p[2] += a[f + 2] * b[f + 2];
+                p[3] += a[f + 3] * b[f + 3];
+            }
+            for (; f < k; f++)
+                p[f & 3] += a[f] * b[f];
+        }
+    }
+    double pairs = (p[0] + p[1]) + (p[2] + p[3]);
+    double sqr = (d[0] + d[1]) + (d[2] + d[3]);
+    return pairs + 0.5 * (sqr - diag);
+}
+
+static double pair_sum_4(const double *const *R, uint32_t F, double diag)
+{
+    return pair_sum(R, F, 4, diag);
+}
+
+static double pair_sum_8(const double *const *R, uint32_t F, double diag)
+{
+    return pair_sum(R, F, 8, diag);
+}
+
+static double pair_sum_any(const double *const *R, uint32_t F, uint32_t k, double diag)
+{
+    return pair_sum(R, F, k, diag);
+}
+
+static inline double pairs_of(const double *const *R, uint32_t F, uint32_t k, double diag)
+{
+    switch (k) {
+    case 4: return pair_sum_4(R, F, diag);
+    case 8: return pair_sum_8(R, F, diag);
+    default: return pair_sum_any(R, F, k, diag);
+    }
+}
+
+static inline double diag_of(const struct sums *s)
+{
+    return (s->diag[0] + s->diag[1]) + (s->diag[2] + s->diag[3]);
+}
+
+static inline float finish(double bias, const struct sums *s, double pairs, bool norm)
+{
+    if (norm && s->sq > 0) {
+        double inv = 1.0 / s->sq;
+        return sigmoid(bias + sqrt(inv) * s->lin + inv * pairs);
+    }
+    return sigmoid(bias + s->lin + pairs);
+}
+
+void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+                const float *rows, uint32_t F, uint32_t k, bool norm, double *work,
+                float *scores)
+{
+    const uint32_t Fk = F * k, K = 1 + Fk;
+    const size_t FFk = (size_t)F * Fk;
+    double *Bs = work, *B = work + FFk;
+    uint8_t *touched = (uint8_t *)(work + 2 * FFk);
+    const double *R[FFM_MAX_FIELDS];
+#ifdef HAVE_AVX2_PATH
+    const bool avx2 = __builtin_cpu_supports("avx2");
+#else
+    const bool avx2 = false;
+#endif
+    const double bias = (double)rows[0];
+    rows += K;
+
+    struct sums ss = {0, 0, {0, 0, 0, 0}};
+    struct target ts = {.B = Bs, .Bs = Bs, .touched = NULL};
+    memset(Bs, 0, FFk * sizeof *Bs);
+    accumulate(avx2, &ts, rows, shared, F, k, &ss);
+    rows += (size_t)shared->n * K;
+    for (uint32_t g = 0; g < F; g++)
+        R[g] = Bs + (size_t)g * Fk;
+    const double base_pairs = pairs_of(R, F, k, diag_of(&ss));
+
+    struct target ti = {.B = B, .Bs = Bs, .touched = touched};
+    for (uint32_t i = 0; i < n_items; i++) {
+        const model_block_t *it = &items[i];
+        if (it->n == 0) {
+            scores[i] = finish(bias, &ss, base_pairs, norm);
+            continue;
+        }
+        struct sums s = ss;
+        memset(touched, 0, F);
+        accumulate(avx2, &ti, rows, it, F, k, &s);
+        rows += (size_t)it->n * K;
+        for (uint32_t g = 0; g < F; g++)
+            R[g] = (touched[g] ? B : Bs) + (size_t)g * Fk;
+        scores[i] = finish(bias, &s, pairs_of(R, F, k, diag_of(&s)), norm);
+    }
+}
