@@ -301,8 +301,12 @@ static int ffm_setup(reader_t *r, int fields_given, train_ffm_options_t *o, trai
     return 0;
 }
 
+int tltrain_predict_main(int argc, char **argv); /* tltrain_predict.c */
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "predict") == 0)
+        return tltrain_predict_main(argc - 1, argv + 1);
     enum { O_TRAIN = 256, O_TEST, O_FORMAT, O_MODEL, O_OPT, O_LR, O_BETA, O_L1, O_L2,
            O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON, O_K, O_L2V, O_INIT, O_SEED };
     enum { O_DIM = 512, O_HIDDEN, O_WIDE, O_NO_WIDE, O_FIELDS, O_LR_DENSE };

@@ -3,8 +3,9 @@
  *
  * One sample is one step:
  *
- *   1. one batched store lookup of the sample's ids (+ the bias) gives each
- *      feature's optimizer state;
+ *   1. one batched store lookup of the sample's ids gives each feature's
+ *      optimizer state (the bias's state is cached in the trainer and
+ *      written through to the store after each step);
  *   2. p = sigmoid(w_bias + sum_j w_j x_j), summed in double in feature
  *      order and with the bias added last, exactly as model_score() does;
  *   3. g = p - y; each coordinate takes its own step with g_j = g x_j, and
@@ -48,6 +49,8 @@ struct train_lr {
     uint32_t *stamp;    /* ... and the generation that wrote each slot */
     uint32_t seen_bits;
     uint32_t gen;
+    float bias[3];      /* the bias's state, as last written to the store: the
+                           store copy is never read back on the hot path */
 };
 
 void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
@@ -203,7 +206,7 @@ static inline float sigmoid(double x)
 static float forward(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float *bst)
 {
-    store_lookup(t->store, MODEL_BIAS_ID, bst);
+    memcpy(bst, t->bias, sizeof t->bias);
     store_lookup_batch(t->store, ids, n, t->state, NULL);
     const uint32_t k = t->k;
     const float *st = t->state + (k == 3 ? 2 : 0);
@@ -294,6 +297,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
     if (rc < 0)
         return rc;
+    memcpy(t->bias, bst, sizeof t->bias);
 
     if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
         memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
@@ -312,6 +316,8 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         rc = store_upsert(t->store, ids[j], st);
         if (rc < 0)
             return rc;
+        if (ids[j] == MODEL_BIAS_ID) /* a sample may name the bias's id: keep the cache */
+            memcpy(t->bias, st, k * sizeof *st);
     }
     return 0;
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_predict.sh — `tltrain predict` scores through the serving path exactly as the trainer
+# evaluated: for each model kind, train on a small planted data set (tlsynth), export, then
+# predict the test file from the snapshot; the metrics line must equal the trainer's own
+# (same floats: model_score on the export is bit for bit the trainer's prediction), there must
+# be one score per sample, every score a probability; and bad input gets exit 2 / 1 with a
+# message naming what was wrong.
+#
+#   test_predict.sh TLSYNTH TLTRAIN
+set -u
+synth=${1:?usage: test_predict.sh TLSYNTH TLTRAIN}
+train=${2:?usage: test_predict.sh TLSYNTH TLTRAIN}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_predict.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok:   $1"; }
+bad() { echo "FAIL: $1"; fail=1; }
+
+"$synth" --model fm --samples 4000 --out "$tmp/tr.ffm" --test-samples 1000 \
+  --test-out "$tmp/te.ffm" --fields 6 --values 50 --seed 3 2>/dev/null || { bad "tlsynth"; exit 1; }
+
+for kind in lr fm ffm dnn; do
+  extra=""
+  [ "$kind" = dnn ] && extra="--dim 4 --hidden 8"
+  # shellcheck disable=SC2086
+  want=$("$train" --train "$tmp/tr.ffm" --test "$tmp/te.ffm" --format libffm --model "$kind" \
+    $extra --export "$tmp/$kind" --json 2>/dev/null | tail -n 1)
+  got=$("$train" predict --model-dir "$tmp/$kind" --data "$tmp/te.ffm" --format libffm \
+    --out "$tmp/$kind.scores" --json 2>/dev/null | tail -n 1)
+  # the trainer's line is {"logloss":..,"auc":..,"calibration":..}; predict adds "samples"
+  if [ -n "$want" ] && [ "${got#\{\"samples\":1000,}" = "${want#\{}" ]; then
+    ok "$kind: predict from the export gives the trainer's metrics ($want)"
+  else
+    bad "$kind: trainer $want, predict $got"
+  fi
+  n=$(wc -l <"$tmp/$kind.scores")
+  [ "$n" -eq 1000 ] && ok "$kind: 1000 scores" || bad "$kind: $n scores for 1000 samples"
+  if awk '!($1 >= 0 && $1 <= 1) { exit 1 }' "$tmp/$kind.scores"; then
+    ok "$kind: every score in [0, 1]"
+  else
+    bad "$kind: a score outside [0, 1]"
+  fi
+done
+
+"$train" predict --data "$tmp/te.ffm" --format libffm >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--model-dir" "$tmp/err" && ok "missing --model-dir: exit 2" ||
+  bad "missing --model-dir: exit $rc: $(cat "$tmp/err")"
+"$train" predict --model-dir "$tmp/nope" --data "$tmp/te.ffm" --format libffm >/dev/null \
+  2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "nope" "$tmp/err" && ok "missing snapshot: exit 1, named" ||
+  bad "missing snapshot: exit $rc: $(cat "$tmp/err")"
+printf '1 0:1:1\nthis is not libffm\n' >"$tmp/badline.ffm"
+"$train" predict --model-dir "$tmp/lr" --data "$tmp/badline.ffm" --format libffm >/dev/null \
+  2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "badline.ffm" "$tmp/err" && grep -q "2" "$tmp/err" &&
+  ok "malformed line: exit 1, file and line named ($(head -c 120 "$tmp/err"))" ||
+  bad "malformed line: exit $rc: $(cat "$tmp/err")"
+exit $fail
