@@ -53,15 +53,18 @@ static void usage(FILE *f)
             "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm;\n"
             "                   fm with ftrl: FTRL for the linear weights, Adagrad for v)\n"
             "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
-            "                   fm: 0.05\n"
-            "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6)\n"
+            "                   fm: adagrad 0.2, ftrl/sgd 0.05\n"
+            "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6;\n"
+            "                   fm: 1, so that no step exceeds lr x |gradient|)\n"
             "  --l1 X           L1 (FTRL only; default 0.1)\n"
             "  --l2 X           L2 on the linear weights (lr: ftrl 1, adagrad/sgd 1e-4;\n"
-            "                   fm: ftrl 1, adagrad 0.01, sgd 0.001; dnn: 1e-4 on w and e)\n"
+            "                   fm: ftrl 1, adagrad 2e-5, sgd 0.001; dnn: 1e-4 on w and e)\n"
             "  --k K            fm: factors per id (default 4, at most 64); ffm: factors per\n"
             "                   id and field (default 4; 1 + fields x k <= 512 with adagrad)\n"
-            "  --norm, --no-norm  ffm: instance normalisation, x / |x| (default on)\n"
-            "  --l2-v X         fm: L2 on the factors (default 0.01)\n"
+            "  --norm, --no-norm  ffm, fm: instance normalisation, x / |x| (default on;\n"
+            "                   fm with ftrl or sgd: off)\n"
+            "  --l2-v X         fm: L2 on the factors (adagrad 2e-5 + 3 / the id's occurrences\n"
+            "                   so far; ftrl, sgd 0.01)\n"
             "  --init-stdev X   fm: factors start as N(0, X^2) (default 0.01); dnn: embeddings\n"
             "  --seed N         fm: seed of the factor initialisation (default 1); dnn: of the\n"
             "                   embeddings and the MLP's starting weights\n"
@@ -72,8 +75,8 @@ static void usage(FILE *f)
             "                   field in the training file + 1, from a first pass)\n"
             "  --lr-dense X     dnn: Adam step of the MLP (default 0.0003); --lr is the Adagrad\n"
             "                   step of the embeddings, wide weights and bias (default 0.03)\n"
-            "  --epochs N       passes over the training file (default 3 for lr, 1 for fm,\n"
-            "                   3 for ffm, 1 for dnn)\n"
+            "  --epochs N       passes over the training file (default 3 for lr, 10 for fm\n"
+            "                   (1 with ftrl or sgd), 3 for ffm, 1 for dnn)\n"
             "  --export DIR     write a serving snapshot into DIR (LR: one float per id,\n"
             "                   FM: 1 + k floats per id, FFM: 1 + fields x k)\n"
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
@@ -439,8 +442,11 @@ int main(int argc, char **argv)
     }
     if (!optimizer)
         optimizer = fm || ffm ? "adagrad" : "ftrl";
-    if (!epochs) /* FM overfits the small sets from the second pass on */
-        epochs = dnn ? TRAIN_DNN_DEFAULT_EPOCHS : ffm ? TRAIN_FFM_DEFAULT_EPOCHS : fm ? 1 : 3;
+    if (!epochs)
+        epochs = dnn   ? TRAIN_DNN_DEFAULT_EPOCHS
+                 : ffm ? TRAIN_FFM_DEFAULT_EPOCHS
+                 : fm  ? (strcmp(optimizer, "adagrad") == 0 ? TRAIN_FM_DEFAULT_EPOCHS : 1)
+                       : 3; /* fm ftrl/sgd: untuned, they overfit the small sets from pass 2 */
     if (!name)
         name = model;
     train_optimizer_t ot;
@@ -519,10 +525,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: ffm epochs=%ld\n", epochs);
     } else if (fm)
         fprintf(stderr,
-                "tltrain: fm/%s k=%u alpha=%g beta=%g l1=%g l2=%g l2_v=%g init_stdev=%g "
-                "seed=%llu epochs=%ld\n",
-                train_optimizer_name(ot), fo.k, fo.alpha, fo.beta, fo.l1, fo.l2, fo.l2_v,
-                fo.init_stdev, (unsigned long long)fo.seed, epochs);
+                "tltrain: fm/%s k=%u norm=%d alpha=%g beta=%g l1=%g l2=%g l2_v=%g "
+                "l2_v_freq=%g init_stdev=%g seed=%llu epochs=%ld\n",
+                train_optimizer_name(ot), fo.k, (int)fo.norm, fo.alpha, fo.beta, fo.l1, fo.l2,
+                fo.l2_v, fo.l2_v_freq, fo.init_stdev, (unsigned long long)fo.seed, epochs);
     else
         fprintf(stderr, "tltrain: lr/%s alpha=%g beta=%g l1=%g l2=%g epochs=%ld\n",
                 train_optimizer_name(ot), to.alpha, to.beta, to.l1, to.l2, epochs);

@@ -102,17 +102,20 @@ float train_lr_weight(const train_lr_t *t, uint64_t id);
  *
  * Trainer state per id (fp32); the serving row [w | v_1..v_k] is its prefix:
  *
- *   SGD      K = 1 + k       [ w | v_1..v_k ]                      k <= 64
- *   Adagrad  K = 2 + 2k      [ w | v_1..v_k | Gw | Gv_1..Gv_k ]    k <= 64
- *   FTRL     K = 3 + 2k      [ w | v_1..v_k | z | n | Gv_1..Gv_k ] k <= 64
- *                            (FTRL-Proximal for w, Adagrad for v)
+ *   SGD      K = 2 + k       [ w | v_1..v_k | c ]                      k <= 64
+ *   Adagrad  K = 3 + 2k      [ w | v_1..v_k | Gw | Gv_1..Gv_k | c ]    k <= 64
+ *   FTRL     K = 4 + 2k      [ w | v_1..v_k | z | n | Gv_1..Gv_k | c ] k <= 64
+ *                            (FTRL-Proximal for w, Adagrad for v;
+ *                            c: the id's occurrences so far)
  *
  * A new id's v starts as N(0, init_stdev^2) drawn from a hash of (seed, id,
  * f): the same for any sample order.  The bias (MODEL_BIAS_ID, first float)
- * is never regularised.  Predictions are computed exactly as model_score()
- * computes them for a request whose shared block is the sample and whose
- * item is empty, so an export scores such requests bit for bit as the
- * trainer predicted. */
+ * is never regularised.  The factors' L2 at an id's c-th occurrence is
+ * l2_v + l2_v_freq / c (frequency-adaptive: rare ids' factors shrink hard,
+ * frequent ids' are left to the data; fm_train.c says why).  Predictions
+ * are computed exactly as model_score() computes them for a request whose
+ * shared block is the sample and whose item is empty, so an export scores
+ * such requests bit for bit as the trainer predicted. */
 
 typedef struct train_fm_options {
     train_optimizer_t optimizer;
@@ -122,6 +125,7 @@ typedef struct train_fm_options {
     double l1;              /* FTRL (w) only; >= 0 */
     double l2;              /* L2 on w; >= 0 */
     double l2_v;            /* L2 on v; >= 0 */
+    double l2_v_freq;       /* + l2_v_freq / c on v at an id's c-th occurrence; >= 0 */
     double init_stdev;      /* v ~ N(0, init_stdev^2); >= 0 */
     bool norm;              /* instance normalisation (s = 1/|x|) */
     uint64_t seed;          /* of the v initialisation */
@@ -131,7 +135,14 @@ typedef struct train_fm_options {
 
 typedef struct train_fm train_fm_t; /* opaque */
 
-/* Fills o with the tuned defaults for the optimizer and k = 4. */
+/* Passes over the training data that the Adagrad defaults are tuned for
+ * (tltrain's default for --model fm). */
+#define TRAIN_FM_DEFAULT_EPOCHS 10
+
+/* Fills o with the defaults for the optimizer and k = 4.  Adagrad's are
+ * tuned (with TRAIN_FM_DEFAULT_EPOCHS): norm on, alpha 0.2, beta 1, l2 and
+ * l2_v 2e-5, l2_v_freq 3.  FTRL's and SGD's are untuned starting points
+ * (norm off, l2_v_freq 0). */
 void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o);
 
 /* Same contract as train_lr_create (0, -EINVAL with a sentence, -ENOMEM). */
