@@ -52,7 +52,8 @@ int model_from_store(store_t *s, const store_meta_t *meta, model_t **out);
  * sentence naming what is wrong; nothing stays allocated. */
 int model_load(const char *dir, int threads, model_t **out, store_error_t *err);
 
-/* The model's hyper-parameters and dense arrays (empty for LR, FM). */
+/* The model's hyper-parameters and dense arrays (FM: maybe "norm"; LR:
+ * none). */
 const store_extras_t *model_extras(const model_t *m);
 
 void model_destroy(model_t *m);
@@ -87,16 +88,19 @@ uint32_t model_value_floats(const model_t *m);
 
 /* Scores n_items items; a feature the model has not seen contributes 0.
  *   LR: scores[i] = sigmoid(bias + sum over shared and item i of w x)
- *   FM: scores[i] = sigmoid(bias + sum w x
- *                           + 0.5 sum_f [(sum v_f x)^2 - sum v_f^2 x^2])
- *       the sums running over the shared block and item i together.
+ *   FM: scores[i] = sigmoid(bias + s sum w x
+ *                           + s^2 0.5 sum_f [(sum v_f x)^2 - sum v_f^2 x^2])
+ *       the sums running over the shared block and item i together;
+ *       s = 1 / sqrt(sum x^2) when the snapshot has param norm=1 (instance
+ *       normalisation), else 1.
+ *   FFM: field-aware pairs, DNN: Wide & Deep (ffm.h, dnn.h).
  * The shared block's sums (linear, and for FM the per-factor sums and
  * squares) are computed once per request.  Sums run in double in block
  * order: the same request always gives the same floats.  Never allocates,
  * never blocks.  Returns 0, or -E2BIG when the request has more features
  * than the scratch was made for, or when the scratch holds fewer floats per
  * key or less work space than the model needs (grow it with
- * model_scratch_fit()).  FFM and DNN: see ffm.h, dnn.h. */
+ * model_scratch_fit()). */
 int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 
