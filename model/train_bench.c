@@ -1,0 +1,261 @@
+/*
+ * train_bench.c — training throughput on one thread, without the reader.
+ *
+ *   train_bench --data FILE [--format libffm] [--model lr|ffm] [--epochs 3]
+ *               [--optimizer ftrl|adagrad|sgd] [--fields F] [--k 4] [--json]
+ *
+ * Parses the whole file into memory first (ids, values, labels), then runs
+ * `epochs` passes of the trainer's update over it with the tuned defaults
+ * (tltrain's), timing each pass with two clock reads: so the figure is the
+ * optimizer's alone, with no parsing and no per-sample timer in it (tltrain's
+ * "in updates" figure reads the clock around every sample).  Prints, per
+ * epoch, seconds and feature updates per second (one update per feature of
+ * a sample; the bias's step is not counted), and the best epoch.  Epoch 1
+ * includes growing the trainer's store as ids arrive; later epochs only
+ * update.  The trainer's store is sized for the file's distinct ids up
+ * front (--no-presize grows it as tltrain does).  A benchmark: it never fails
+ * on timing.
+ *
+ * THREAD SAFETY: a program; single-threaded.
+ */
+#include "ffm_train.h"
+#include "reader.h"
+#include "train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* All samples of a file, back to back. */
+struct data {
+    uint64_t *ids;
+    float *values;
+    uint64_t *start; /* samples + 1 offsets into ids/values */
+    float *labels;
+    uint64_t samples, features;
+    uint64_t cap_ids, cap_values, cap_start, cap_labels;
+    uint32_t max_field, max_n;
+};
+
+static int grow(void **p, uint64_t *cap, uint64_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int load(const char *path, reader_format_t fmt, struct data *d)
+{
+    reader_options_t o = {.format = fmt};
+    reader_t *r;
+    char why[512];
+    if (reader_open(path, &o, &r, why, sizeof why) != 0) {
+        fprintf(stderr, "train_bench: %s\n", why);
+        return -1;
+    }
+    reader_sample_t s;
+    int rc;
+    while ((rc = reader_next(r, &s)) == 1) {
+        if (grow((void **)&d->ids, &d->cap_ids, d->features + s.n, sizeof *d->ids) ||
+            grow((void **)&d->values, &d->cap_values, d->features + s.n, sizeof *d->values) ||
+            grow((void **)&d->start, &d->cap_start, d->samples + 2, sizeof *d->start) ||
+            grow((void **)&d->labels, &d->cap_labels, d->samples + 2, sizeof *d->labels)) {
+            fprintf(stderr, "train_bench: out of memory at sample %llu\n",
+                    (unsigned long long)d->samples);
+            reader_close(r);
+            return -1;
+        }
+        memcpy(d->ids + d->features, s.ids, (size_t)s.n * sizeof *d->ids);
+        for (uint32_t j = 0; j < s.n; j++)
+            d->values[d->features + j] = s.values ? s.values[j] : 1.0f;
+        for (uint32_t j = 0; j < s.n; j++)
+            if ((uint32_t)(s.ids[j] >> 56) > d->max_field)
+                d->max_field = (uint32_t)(s.ids[j] >> 56);
+        if (s.n > d->max_n)
+            d->max_n = s.n;
+        d->start[d->samples] = d->features;
+        d->labels[d->samples] = s.label;
+        d->features += s.n;
+        d->samples++;
+    }
+    if (d->start)
+        d->start[d->samples] = d->features;
+    if (rc < 0)
+        fprintf(stderr, "train_bench: %s\n", reader_error(r));
+    reader_close(r);
+    return rc < 0 ? -1 : 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t distinct_ids(const struct data *d)
+{
+    uint64_t *c = malloc(d->features * sizeof *c), n = 0;
+    if (!c)
+        return d->features;
+    memcpy(c, d->ids, d->features * sizeof *c);
+    qsort(c, d->features, sizeof *c, cmp_u64);
+    for (uint64_t i = 0; i < d->features; i++)
+        n += i == 0 || c[i] != c[i - 1];
+    free(c);
+    return n;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: train_bench --data FILE [--format libffm|libsvm|criteo] [--model lr|ffm]\n"
+               "                   [--epochs 3] [--optimizer ftrl|adagrad|sgd] [--fields F]\n"
+               "                   [--k 4] [--no-presize] [--json]\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},   {"format", required_argument, 0, 'f'},
+        {"model", required_argument, 0, 'm'},  {"epochs", required_argument, 0, 'e'},
+        {"optimizer", required_argument, 0, 'o'}, {"fields", required_argument, 0, 'F'},
+        {"k", required_argument, 0, 'k'},      {"no-presize", no_argument, 0, 'n'},
+        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *path = NULL, *model = "lr";
+    reader_format_t fmt = READER_LIBFFM;
+    train_optimizer_t opt_kind = TRAIN_FTRL;
+    long epochs = 3, fields = 0, k = 4;
+    int json = 0, presize = 1, c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *e = NULL;
+        switch (c) {
+        case 'd': path = optarg; break;
+        case 'm': model = optarg; break;
+        case 'j': json = 1; break;
+        case 'n': presize = 0; break;
+        case 'h': usage(stdout); return 0;
+        case 'f':
+            if (reader_format_parse(optarg, &fmt) != 0) {
+                fprintf(stderr, "train_bench: --format: '%s' is not libsvm, libffm or criteo\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'o':
+            if (train_optimizer_parse(optarg, &opt_kind) != 0) {
+                fprintf(stderr, "train_bench: --optimizer: '%s' is not ftrl, adagrad or sgd\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'e': epochs = strtol(optarg, &e, 10); break;
+        case 'F': fields = strtol(optarg, &e, 10); break;
+        case 'k': k = strtol(optarg, &e, 10); break;
+        default: usage(stderr); return 2;
+        }
+        if (e && (*e || e == optarg || epochs < 1 || fields < 0 || k < 1)) {
+            fprintf(stderr, "train_bench: --%s: '%s' is not a positive number\n",
+                    c == 'e' ? "epochs" : c == 'F' ? "fields" : "k", optarg);
+            return 2;
+        }
+    }
+    int is_ffm = strcmp(model, "ffm") == 0;
+    if (!path || (!is_ffm && strcmp(model, "lr") != 0)) {
+        fprintf(stderr, "train_bench: %s\n", !path ? "--data FILE is required"
+                                                   : "--model must be lr or ffm");
+        usage(stderr);
+        return 2;
+    }
+
+    struct data d = {0};
+    double t0 = now_sec();
+    if (load(path, fmt, &d) != 0)
+        return 1;
+    uint64_t distinct = distinct_ids(&d), keys = presize ? distinct : 0;
+    fprintf(stderr, "train_bench: %s: %llu samples, %llu features (%llu distinct), parsed in %.2f s\n",
+            path, (unsigned long long)d.samples, (unsigned long long)d.features,
+            (unsigned long long)distinct, now_sec() - t0);
+
+    train_lr_t *lr = NULL;
+    train_ffm_t *ffm = NULL;
+    char why[256];
+    int rc;
+    if (is_ffm) {
+        train_ffm_options_t o;
+        train_ffm_defaults(&o);
+        o.fields = fields ? (uint32_t)fields : d.max_field + 1;
+        o.k = (uint32_t)k;
+        o.expected_keys = keys;
+        rc = train_ffm_create(&o, &ffm, why, sizeof why);
+        if (rc == 0)
+            rc = train_ffm_reserve(ffm, d.max_n);
+        fprintf(stderr, "train_bench: ffm, %u fields, k = %u, Adagrad\n", o.fields, o.k);
+    } else {
+        train_lr_options_t o;
+        train_lr_defaults(opt_kind, &o);
+        o.expected_keys = keys;
+        rc = train_lr_create(&o, &lr, why, sizeof why);
+        if (rc == 0)
+            rc = train_lr_reserve(lr, d.max_n);
+        fprintf(stderr, "train_bench: lr, %s\n", train_optimizer_name(opt_kind));
+    }
+    if (rc != 0) {
+        fprintf(stderr, "train_bench: cannot create the trainer: %s\n", why);
+        return 1;
+    }
+
+    double best = 0, sink = 0;
+    for (long ep = 1; ep <= epochs; ep++) {
+        double a = now_sec();
+        for (uint64_t i = 0; i < d.samples; i++) {
+            const uint64_t *ids = d.ids + d.start[i];
+            const float *vals = d.values + d.start[i];
+            uint32_t n = (uint32_t)(d.start[i + 1] - d.start[i]);
+            float p;
+            rc = is_ffm ? train_ffm_update(ffm, ids, vals, n, d.labels[i], &p)
+                        : train_lr_update(lr, ids, vals, n, d.labels[i], &p);
+            if (rc != 0) {
+                fprintf(stderr, "train_bench: update failed at sample %llu: %s\n",
+                        (unsigned long long)i, strerror(-rc));
+                return 1;
+            }
+            sink += p;
+        }
+        double dt = now_sec() - a, rate = d.features / dt;
+        if (rate > best)
+            best = rate;
+        printf("epoch %ld: %.3f s, %.2f M feature updates/s, %.0f samples/s\n", ep, dt,
+               rate / 1e6, d.samples / dt);
+    }
+    printf("best: %.2f M feature updates/s (%s, one thread)%s\n", best / 1e6, model,
+           sink == -1 ? "!" : "");
+    if (json)
+        printf("{\"model\":\"%s\",\"samples\":%llu,\"features\":%llu,\"best_updates_per_s\":%.0f}\n",
+               model, (unsigned long long)d.samples, (unsigned long long)d.features, best);
+    train_lr_destroy(lr);
+    train_ffm_destroy(ffm);
+    free(d.ids);
+    free(d.values);
+    free(d.start);
+    free(d.labels);
+    return 0;
+}
