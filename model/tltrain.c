@@ -39,11 +39,12 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tltrain --train FILE [--test FILE] --format libffm|libsvm|criteo\n"
             "               --model lr|fm|ffm|dnn [--norm|--no-norm]\n"
-            "               [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
+            "               [--optimizer ftrl|adagrad|sgd|adam] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
             "               [--k K] [--l2-v X] [--init-stdev X] [--seed N]\n"
             "               [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]\n"
             "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
-            "               [--skip-bad] [--json] [--help]\n"
+            "               [--threads T] [--skip-bad] [--json] [--help]\n"
+            "       tltrain predict --model-dir DIR --data FILE --format F [--out FILE] [--json]\n"
             "\n"
             "  --train FILE     training data (streamed once per epoch)\n"
             "  --test FILE      evaluation data: logloss, AUC, calibration after each epoch\n"
@@ -51,7 +52,9 @@ static void usage(FILE *f)
             "                   (raw TSV/CSV: label, I1-I13, C1-C26; hashed per field)\n"
             "  --model M        lr, fm, ffm (field-aware FM) or dnn (Wide & Deep)\n"
             "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm;\n"
-            "                   fm with ftrl: FTRL for the linear weights, Adagrad for v)\n"
+            "                   fm with ftrl: FTRL for the linear weights, Adagrad for v);\n"
+            "                   dnn: adam (its only mode: Adam for the MLP, Adagrad for the\n"
+            "                   embeddings and wide weights)\n"
             "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
             "                   fm: adagrad 0.2, ftrl/sgd 0.05\n"
             "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6;\n"
@@ -82,7 +85,12 @@ static void usage(FILE *f)
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
             "  --version N      snapshot version (default 1)\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
-            "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..}\n");
+            "  --threads T      accepted for LIBFFM/xLearn compatibility; training runs on one\n"
+            "                   thread (T > 1 prints a note)\n"
+            "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..}\n"
+            "\n"
+            "tltrain predict scores FILE with the snapshot in DIR as tlserve would, one score\n"
+            "per line ('tltrain predict --help').\n");
 }
 
 static double now_sec(void)
@@ -314,6 +322,7 @@ int main(int argc, char **argv)
            O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON, O_K, O_L2V, O_INIT, O_SEED };
     enum { O_DIM = 512, O_HIDDEN, O_WIDE, O_NO_WIDE, O_FIELDS, O_LR_DENSE };
     enum { O_NORM = 768, O_NO_NORM };
+    enum { O_THREADS = 1024 };
     static const struct option longopts[] = {
         {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
         {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
@@ -328,6 +337,7 @@ int main(int argc, char **argv)
         {"dim", required_argument, 0, O_DIM},       {"hidden", required_argument, 0, O_HIDDEN},
         {"wide", no_argument, 0, O_WIDE},           {"no-wide", no_argument, 0, O_NO_WIDE},
         {"fields", required_argument, 0, O_FIELDS}, {"lr-dense", required_argument, 0, O_LR_DENSE},
+        {"threads", required_argument, 0, O_THREADS},
         {"norm", no_argument, 0, O_NORM},           {"no-norm", no_argument, 0, O_NO_NORM},
         {0, 0, 0, 0}};
     const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
@@ -352,6 +362,18 @@ int main(int argc, char **argv)
         case O_FORMAT: format = optarg; break;
         case O_MODEL: model = optarg; break;
         case O_OPT: optimizer = optarg; break;
+        case O_THREADS: {
+            char *e;
+            long th = strtol(optarg, &e, 10);
+            if (*e || e == optarg || th < 1 || th > 1024) {
+                fprintf(stderr, "tltrain: --threads: '%s' is not a number in 1..1024\n", optarg);
+                return 2;
+            }
+            if (th > 1)
+                fprintf(stderr, "tltrain: --threads %ld: training runs on one thread (parallel "
+                                "training is not implemented); continuing with 1\n", th);
+            break;
+        }
         case O_LR: if (parse_double("--lr", optarg, &lr)) return 2; break;
         case O_BETA: if (parse_double("--beta", optarg, &beta)) return 2; break;
         case O_L1: if (parse_double("--l1", optarg, &l1)) return 2; break;
@@ -439,6 +461,14 @@ int main(int argc, char **argv)
     if (!fm && !ffm && !dnn && strcmp(model, "lr") != 0) {
         fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
         return 2;
+    }
+    if (optimizer && strcmp(optimizer, "adam") == 0) {
+        if (!dnn) {
+            fprintf(stderr, "tltrain: --optimizer adam: Adam trains a dnn's dense layers; "
+                            "use ftrl, adagrad or sgd for %s\n", model);
+            return 2;
+        }
+        optimizer = NULL; /* the dnn's default: Adam for the MLP, Adagrad for the embeddings */
     }
     if (!optimizer)
         optimizer = fm || ffm ? "adagrad" : "ftrl";
