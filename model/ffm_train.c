@@ -99,7 +99,9 @@ void train_ffm_defaults(train_ffm_options_t *o)
     o->fields = 0;
     o->k = 4;
     o->alpha = 0.2;
-    o->beta = 1e-6;
+    o->beta = 1.0; /* Adagrad sums start at 1, as LIBFFM's do: no first step is larger than
+                      alpha |g|; with 1e-6 the first steps were full alpha and FFM overfit
+                      the small sets from its second epoch */
     o->l2 = 2e-5;
     o->l2_v = 2e-5;
     o->init_stdev = 0.1;

@@ -56,7 +56,7 @@ typedef struct train_ffm train_ffm_t; /* opaque */
 
 /* Passes over the training data that the defaults are tuned for (tltrain's
  * default --epochs for ffm). */
-#define TRAIN_FFM_DEFAULT_EPOCHS 3
+#define TRAIN_FFM_DEFAULT_EPOCHS 8
 
 /* Fills o with the tuned defaults (Adagrad, k = 4, norm on; see
  * ffm_train.c).  fields is left 0: the caller must set it. */
