@@ -13,8 +13,8 @@
  *   SGD      [ w | v (F k) ]                    1 + F k  <= STORE_MAX_VALUE_FLOATS
  *   Adagrad  [ w | v (F k) | Gw | Gv (F k) ]    2 + 2F k <= STORE_MAX_VALUE_FLOATS
  *
- * A new id's v starts from a hash of (seed, id, coordinate) (ffm_train.c
- * says which distribution): the same for any sample order.  The bias
+ * A new id's v starts uniform in [0, init_stdev) from a hash of (seed, id,
+ * coordinate): the same for any sample order.  The bias
  * (MODEL_BIAS_ID, first float) is never regularised.  Predictions go
  * through ffm_scores() with the sample as the shared block and one empty
  * item, so an export scores such requests bit for bit as the trainer
@@ -41,11 +41,13 @@ typedef struct train_ffm_options {
     train_optimizer_t optimizer; /* TRAIN_ADAGRAD (default) or TRAIN_SGD */
     uint32_t fields, k;     /* F in 1..FFM_MAX_FIELDS, k >= 1; the state row must fit
                              * STORE_MAX_VALUE_FLOATS */
-    double alpha;           /* learning rate (w and v); > 0 */
+    double alpha;           /* learning rate of v; > 0 */
+    double w_ratio;         /* the bias and w step at alpha x w_ratio; > 0 */
     double beta;            /* Adagrad: added to sqrt(sum g^2); >= 0 */
     double l2;              /* L2 on w; >= 0 */
     double l2_v;            /* L2 on v; >= 0 */
-    double init_stdev;      /* scale of the v initialisation (ffm_train.c); >= 0 */
+    double init_stdev;      /* v starts uniform in [0, init_stdev) (LIBFFM's 1/sqrt(k)
+                             * for k = 4 by default); >= 0 */
     bool norm;              /* instance normalisation (s = 1/|x|) */
     uint64_t seed;          /* of the v initialisation */
     uint64_t expected_keys; /* sizing hint; 0 = small */
@@ -56,7 +58,7 @@ typedef struct train_ffm train_ffm_t; /* opaque */
 
 /* Passes over the training data that the defaults are tuned for (tltrain's
  * default --epochs for ffm). */
-#define TRAIN_FFM_DEFAULT_EPOCHS 8
+#define TRAIN_FFM_DEFAULT_EPOCHS 11
 
 /* Fills o with the tuned defaults (Adagrad, k = 4, norm on; see
  * ffm_train.c).  fields is left 0: the caller must set it. */

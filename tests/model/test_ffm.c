@@ -430,13 +430,15 @@ static void test_sgd_step_by_hand(void **state)
 {
     (void)state;
     enum { F = 2, KF = 2, K = 1 + F * KF };
-    const double alpha = 0.1, l2 = 0.01, l2v = 0.02;
+    const double alpha = 0.1, ratio = 0.5, l2 = 0.01, l2v = 0.02;
+    const double alpha_w = alpha * ratio; /* the bias and w step at alpha x w_ratio */
     train_ffm_options_t opt;
     train_ffm_defaults(&opt);
     opt.optimizer = TRAIN_SGD;
     opt.fields = F;
     opt.k = KF;
     opt.alpha = alpha;
+    opt.w_ratio = ratio;
     opt.l2 = l2;
     opt.l2_v = l2v;
     opt.init_stdev = 0.5;
@@ -467,9 +469,9 @@ static void test_sgd_step_by_hand(void **state)
     assert_int_equal(store_lookup(st, MODEL_BIAS_ID, b1), 1);
     assert_int_equal(store_lookup(st, ids[0], a1), 1);
     assert_int_equal(store_lookup(st, ids[1], c1), 1);
-    assert_float_equal(b1[0], b0[0] - alpha * g, 1e-6);
-    assert_float_equal(a1[0], a0[0] - alpha * (g * s * xa + l2 * a0[0]), 1e-6);
-    assert_float_equal(c1[0], c0[0] - alpha * (g * s * xb + l2 * c0[0]), 1e-6);
+    assert_float_equal(b1[0], b0[0] - alpha_w * g, 1e-6);
+    assert_float_equal(a1[0], a0[0] - alpha_w * (g * s * xa + l2 * a0[0]), 1e-6);
+    assert_float_equal(c1[0], c0[0] - alpha_w * (g * s * xb + l2 * c0[0]), 1e-6);
     for (int f = 0; f < KF; f++) {
         double va = a0[1 + KF + f], vc = c0[1 + f];
         assert_float_equal(a1[1 + KF + f], va - alpha * (g * s2 * xa * xb * vc + l2v * va), 1e-6);
@@ -639,6 +641,9 @@ static void test_bad_options(void **state)
     opt.alpha = 0;
     expect_bad(&opt, "learning rate (alpha) must be > 0");
     opt.alpha = 0.1;
+    opt.w_ratio = 0;
+    expect_bad(&opt, "the linear step ratio (w_ratio) must be > 0");
+    opt.w_ratio = 0.5;
     opt.l2_v = -1;
     expect_bad(&opt, "l2 on v must be >= 0");
     opt.l2_v = 0;
@@ -680,18 +685,18 @@ static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *ma
 static int quality(void)
 {
     /* target: the better of LIBFFM's and xLearn's FFM + 0.005 logloss / - 0.005 AUC.
-     * guard: what this test enforces.  Where the defaults meet the target the guard IS
-     * the target; where they do not (xlearn_criteo AUC .588, avazu_rx .3904 / .7234 with
-     * Adagrad lr 0.2, beta 1, 8 epochs; no single setting tried met both sets, see the
-     * README) the guard is the measured figure with a .003 logloss / .004 AUC margin, a
-     * regression check, and the output says the target is missed. */
+     * guard: what this test enforces.  The defaults (ffm_train.c: Adagrad, alpha 0.4,
+     * w_ratio 0.5, beta 1, l2 0.002, l2_v 0.005, U(0, 0.5) start, 11 epochs) meet every
+     * target, so the guard is the target.  Measured (seed 1): criteo_tiny .4901/.6669,
+     * xlearn_criteo .5238/.6095, avazu_rx .3854/.7258, ipinyou .0206/.5865; seeds 2..5
+     * meet every target at 10, 11 and 12 epochs too. */
     static const struct {
         const char *name;
         double max_ll, min_auc;     /* target */
         double guard_ll, guard_auc; /* enforced */
     } sets[] = {{"criteo_tiny", 0.5031, 0.666, 0.5031, 0.666},
-                {"xlearn_criteo", 0.5372, 0.604, 0.5372, 0.584},
-                {"avazu_rx", 0.3885, 0.724, 0.3935, 0.719},
+                {"xlearn_criteo", 0.5372, 0.604, 0.5372, 0.604},
+                {"avazu_rx", 0.3885, 0.724, 0.3885, 0.724},
                 {"ipinyou", 0.0318, 0.578, 0.0318, 0.578}};
     const char *data = getenv("TL_SHARED_DATA");
     int ran = 0, ok = 1;
