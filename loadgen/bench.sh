@@ -170,7 +170,8 @@ run_tlgen() {
       "$1" "$3" "$p50" "$p99" "$p999" "$ok" "$sched" "$valid" "$errors" >&2
   }
 }
-# search K: the max-rate search for model K into $OUT/K_search.txt; sets MAX_RPS, SEARCH_AT.
+# search K: the max-rate search for model K into $OUT/K_search.txt; sets MAX_RPS.  (tlgen's
+# search keeps doubling past a single failed probe: at low rates an idle server runs cold.)
 search() {
   local k=$1 rc=0
   SEARCH_AT=$SEARCH_FROM
@@ -181,27 +182,27 @@ search() {
   check_rc $rc "max-rate search" "$OUT/${k}_search.txt"
   grep '^max rate' "$OUT/${k}_search.txt" >&2 || true
   MAX_RPS=$(json "$OUT/${k}_search.txt" max_rps)
-  # One stall decides a p99 of a few hundred samples: when the very first probe failed, search
-  # once more from half its rate before concluding there is no such rate (both outputs kept).
-  if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$MAX_RPS"; then return; fi
-  mv "$OUT/${k}_search.txt" "$OUT/${k}_search_first.txt"
-  SEARCH_AT=$(python3 -c "import sys; print(max(2, round(float(sys.argv[1]) / 2)))" "$SEARCH_AT")
-  say "$k: the first probe failed: searching again from $SEARCH_AT req/s"
-  rc=0
-  tlgen_std --port "$TL_PORT" --search-p99-us "$P99_BOUND_US" --search-from "$SEARCH_AT" \
-    --search-to "$SEARCH_TO" >"$OUT/${k}_search.txt" 2>&1 || rc=$?
-  check_rc $rc "max-rate search" "$OUT/${k}_search.txt"
-  grep '^max rate' "$OUT/${k}_search.txt" >&2 || true
-  MAX_RPS=$(json "$OUT/${k}_search.txt" max_rps)
 }
-# sweep K: SWEEP_PCTS percent of the max (of SEARCH_AT when no probe passed), whole req/s,
-# into $OUT/K_sweep.txt and $OUT/spectra/K/; sets SWEEP_RATES; draws the plots.
+# sweep K: SWEEP_PCTS percent of the max (when no probe passed: of the probe rate with the
+# lowest p99), whole req/s, into $OUT/K_sweep.txt and $OUT/spectra/K/; sets SWEEP_RATES and
+# SWEEP_BASE; draws the plots.
 sweep() {
   local k=$1 rc=0
-  SWEEP_RATES=$(python3 - "$MAX_RPS" "$SEARCH_AT" "$SWEEP_PCTS" <<'PY'
+  SWEEP_BASE=$(python3 - "$OUT/${k}_search.txt" <<'PY'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+if d["max_rps"] > 0:
+    print(d["max_rps"])
+else:
+    ok = [p for p in d["probes"] if p.get("ok")]
+    best = min(ok, key=lambda p: p["p99_us"]) if ok else d["probes"][0]
+    print(best["offered_rps"])
+PY
+)
+  echo "$SWEEP_BASE" >"$OUT/${k}_sweep_base.txt"
+  SWEEP_RATES=$(python3 - "$SWEEP_BASE" "$SWEEP_PCTS" <<'PY'
 import sys
-mx, frm, pcts = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-base = mx if mx > 0 else frm
+base, pcts = float(sys.argv[1]), sys.argv[2]
 rates = []
 for p in pcts.replace(",", " ").split():
     r = max(1, int(round(base * float(p) / 100)))
@@ -211,7 +212,7 @@ print(",".join(str(r) for r in rates))
 PY
 )
   echo "$SWEEP_RATES" >"$OUT/${k}_sweep_rates.txt"
-  say "$k: sweep: $SWEEP_RATES req/s (${SWEEP_PCTS// /,} % of $MAX_RPS), ${DURATION}s (+${WARMUP}s) each"
+  say "$k: sweep: $SWEEP_RATES req/s (${SWEEP_PCTS// /,} % of $SWEEP_BASE), ${DURATION}s (+${WARMUP}s) each"
   mkdir -p "$OUT/spectra/$k"
   tlgen_std --port "$TL_PORT" --sweep "$SWEEP_RATES" --spectrum-dir "$OUT/spectra/$k" \
     >"$OUT/${k}_sweep.txt" 2>&1 || rc=$?
@@ -408,6 +409,7 @@ class Model:
         self.by_rate = {float(r["offered_rps"]): r for r in self.sweep}
         self.max_rps = self.search["max_rps"]
         rates = [float(r) for r in open(path(k + "_sweep_rates.txt")).read().split(",")]
+        self.base = float(open(path(k + "_sweep_base.txt")).read())
         self.rates = list(zip(pcts, rates))
         self.half = None
         for p, r in self.rates:
@@ -439,8 +441,9 @@ for m in M:
     h = m.half
     L.append("| %s | %s | %s | %s | %s |" % (
         m.k.upper(), "{:,}".format(m.nkeys),
-        "**%.0f**" % m.max_rps if m.max_rps > 0 else "none (first probe %.0f failed)"
-        % m.search["probes"][0]["offered_rps"],
+        "**%.0f**" % m.max_rps if m.max_rps > 0 else "none (%d probes, %.0f..%.0f req/s)"
+        % (len(m.search["probes"]), min(p["offered_rps"] for p in m.search["probes"]),
+           max(p["offered_rps"] for p in m.search["probes"])),
         " / ".join(cell(x, h) for x in three(h)) if h else "-", us(m.floor["floor_p50_us"])))
 L.append("")
 L.append("The lookup floor is the physical limit: one `store_lookup_batch` of the request's %s "
@@ -461,14 +464,15 @@ for m in M:
                      else "none", len(search["probes"]),
                      "%.0f" % search["probes"][0]["offered_rps"], k))
     else:
-        L.append("**No offered rate met corrected p99 <= %g ms**: the first probe (%.0f req/s) "
-                 "already failed (%s). The sweep below is at percentages of that probe's "
-                 "rate." % (bound_us / 1000, search["probes"][0]["offered_rps"],
-                            search["probes"][0].get("fail_reason", "")))
+        L.append("**No offered rate met corrected p99 <= %g ms** (%d probes, first: %.0f req/s, "
+                 "%s). The sweep below is at percentages of the probe rate with the lowest "
+                 "p99 (%.0f req/s)." % (bound_us / 1000, len(search["probes"]),
+                                        search["probes"][0]["offered_rps"],
+                                        search["probes"][0].get("fail_reason", ""), m.base))
     if os.path.exists(path(k + "_search_first.txt")):
         f1 = last_json(k + "_search_first.txt")["probes"][0]
         L.append("")
-        L.append("A first search failed at its first probe (%.0f req/s: %s); this is the second "
+        L.append("A first search passed no probe (first %.0f req/s: %s); this is the second "
                  "search, from half that rate (`%s_search_first.txt`)." % (
                      f1["offered_rps"], f1.get("fail_reason", ""), k))
     L.append("")
@@ -480,13 +484,13 @@ for m in M:
         h = three(m.half)
         L.append("**At %s (%.0f req/s offered, %.1f achieved): p50 %s, p99 %s, "
                  "p99.9 %s** (valid: %s)." % (
-                     "half the max rate" if m.max_rps > 0 else "50% of the first probe's rate",
+                     "half the max rate" if m.max_rps > 0 else "50% of the sweep's base rate",
                      m.half["offered_rps"], m.half["achieved_rps"], cu(h[0], m.half),
                      cu(h[1], m.half), cu(h[2], m.half), v(m.half)))
         L.append("")
     L.append("Sweep (`%s_sweep.txt`, spectra in `spectra/%s/`):" % (k, k))
     L.append("")
-    L.append("| %% of %s | offered req/s" % ("max" if m.max_rps > 0 else "first probe") +
+    L.append("| %% of %s | offered req/s" % ("max" if m.max_rps > 0 else "base rate") +
              " | achieved req/s | p50 us | p90 us | p99 us | p99.9 us | max us | answered | valid |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     for p, r in m.rates:
