@@ -85,7 +85,8 @@ int main(int argc, char **argv)
     model_block_t mblocks[ITEMS];
     float wire[ITEMS], local[ITEMS];
     model_scratch_t *sc;
-    if (model_scratch_create(SHARED + ITEMS * PER, &sc)) {
+    if (model_scratch_create(SHARED + ITEMS * PER, &sc) ||
+        model_scratch_fit(sc, m, SHARED + ITEMS * PER) < 0) { /* any kind's rows and work */
         fputs("score_check: out of memory\n", stderr);
         return 1;
     }
