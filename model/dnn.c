@@ -41,6 +41,7 @@
  * OpenBLAS's own buffers are thread-safe in the pthread build.
  */
 #include "dnn.h"
+#include "sigmoid.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -103,15 +104,6 @@ const float *dnn_activations(const dnn_net_t *net, const float *work, uint32_t l
 __attribute__((cold)) void dnn_blas_init(void)
 {
     openblas_set_num_threads(1);
-}
-
-/* Same function as model.c's, so that scores agree bit for bit. */
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x); /* no overflow for very negative x */
-    return (float)(e / (1.0 + e));
 }
 
 /* Adds block b's embeddings (rows of K = d + 1 floats from rows) times

@@ -48,6 +48,7 @@
  */
 #include "dnn_train.h"
 #include "model.h"
+#include "seen_set.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -81,10 +82,7 @@ struct train_dnn {
     float *state;       /* cap * sk: state rows of the current sample */
     float *rows;        /* (cap + 1) * K: serving rows, bias row first */
     uint8_t *found;     /* cap: lookup hits */
-    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
-    uint32_t *stamp;    /* ... and the generation that wrote each slot */
-    uint32_t seen_bits;
-    uint32_t gen;
+    seen_set_t seen;    /* ids of the current sample already stepped */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -283,8 +281,7 @@ void train_dnn_destroy(train_dnn_t *t)
     free(t->state);
     free(t->rows);
     free(t->found);
-    free(t->seen);
-    free(t->stamp);
+    seen_set_free(&t->seen);
     free(t);
 }
 
@@ -300,34 +297,23 @@ int train_dnn_reserve(train_dnn_t *t, uint32_t n)
     uint32_t cap = t->cap ? t->cap : 64;
     while (cap < n)
         cap *= 2;
-    uint32_t bits = 7;
-    while ((1u << bits) < 2 * cap)
-        bits++;
+    if (seen_set_reserve(&t->seen, cap) != 0)
+        return -ENOMEM;
     float *st = malloc((size_t)cap * t->sk * sizeof *st);
     float *rows = malloc(((size_t)cap + 1) * t->K * sizeof *rows);
     uint8_t *found = malloc(cap);
-    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
-    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
-    if (!st || !rows || !found || !seen || !stamp) {
+    if (!st || !rows || !found) {
         free(st);
         free(rows);
         free(found);
-        free(seen);
-        free(stamp);
         return -ENOMEM;
     }
     free(t->state);
     free(t->rows);
     free(t->found);
-    free(t->seen);
-    free(t->stamp);
     t->state = st;
     t->rows = rows;
     t->found = found;
-    t->seen = seen;
-    t->stamp = stamp;
-    t->seen_bits = bits;
-    t->gen = 0;
     t->cap = cap;
     return 0;
 }
@@ -455,22 +441,6 @@ static inline void adagrad(float *c, float *G, double g, double alpha)
     *c = (float)((double)*c - alpha * g / (sqrt(g2) + ADAGRAD_EPS));
 }
 
-/* 1 when id was already seen in this sample (generation t->gen). */
-static inline int repeat(train_dnn_t *t, uint64_t id)
-{
-    uint32_t mask = (1u << t->seen_bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
-    for (;; h = (h + 1) & mask) {
-        if (t->stamp[h] != t->gen) {
-            t->stamp[h] = t->gen;
-            t->seen[h] = id;
-            return 0;
-        }
-        if (t->seen[h] == id)
-            return 1;
-    }
-}
-
 /* d loss / d [w | e] of feature j (row at forward values) into out. */
 static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, double g,
                                const float *dinput, float *out)
@@ -503,10 +473,7 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     if (rc < 0)
         return rc;
 
-    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
-        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
-        t->gen = 1;
-    }
+    seen_set_next(&t->seen);
     const double alpha = t->opt.lr_sparse, l2 = t->opt.l2;
     float gr[STORE_MAX_VALUE_FLOATS / 2];
     for (uint32_t j = 0; j < n; j++) {
@@ -515,7 +482,7 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
         float *row = t->state + (size_t)j * sk;
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, gr);
-        if (repeat(t, ids[j]) && !store_lookup(t->store, ids[j], row))
+        if (seen_set_add(&t->seen, ids[j]) && !store_lookup(t->store, ids[j], row))
             init_row(t, ids[j], row);
         if (t->net.wide)
             adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);

@@ -45,6 +45,7 @@
  * THREAD SAFETY: pure functions; the caller owns the work space.
  */
 #include "ffm.h"
+#include "sigmoid.h"
 
 #include <math.h>
 #include <string.h>
@@ -59,15 +60,6 @@
 size_t ffm_work_doubles(uint32_t F, uint32_t k)
 {
     return 2 * (size_t)F * F * k + (F + sizeof(double) - 1) / sizeof(double);
-}
-
-/* Same function as model.c's, so that scores agree bit for bit. */
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x); /* no overflow for very negative x */
-    return (float)(e / (1.0 + e));
 }
 
 /* ffm_field() without a division for the usual id whose field is < F. */

@@ -55,6 +55,7 @@
 #include "ffm_train.h"
 #include "ffm.h"
 #include "model.h"
+#include "seen_set.h"
 
 #include <errno.h>
 #include <math.h>
@@ -73,10 +74,7 @@ struct train_ffm {
     float *bstate;      /* sk: the bias's state row */
     float *rows;        /* (1 + cap) * K: serving rows, bias first (ffm_scores) */
     uint8_t *found;     /* cap: lookup hits */
-    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
-    uint32_t *stamp;    /* ... and the generation that wrote each slot */
-    uint32_t seen_bits;
-    uint32_t gen;
+    seen_set_t seen;    /* ids of the current sample already stepped */
     double *work;       /* ffm_work_doubles(F, k); [0, F F k) = B after a forward */
     double *gv;         /* F k: one feature's v gradient */
     uint32_t *cnt;      /* F: features with x != 0 per field in the sample */
@@ -117,8 +115,6 @@ static void free_work(train_ffm_t *t)
     free(t->state);
     free(t->rows);
     free(t->found);
-    free(t->seen);
-    free(t->stamp);
 }
 
 __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train_ffm_t **out,
@@ -201,6 +197,7 @@ void train_ffm_destroy(train_ffm_t *t)
         return;
     store_destroy(t->store);
     free_work(t);
+    seen_set_free(&t->seen);
     free(t->bstate);
     free(t->work);
     free(t->gv);
@@ -223,30 +220,21 @@ int train_ffm_reserve(train_ffm_t *t, uint32_t n)
             return -ENOMEM;
         cap *= 2;
     }
-    uint32_t bits = 7;
-    while ((1u << bits) < 2 * cap)
-        bits++;
+    if (seen_set_reserve(&t->seen, cap) != 0)
+        return -ENOMEM;
     float *st = malloc((size_t)cap * t->sk * sizeof *st);
     float *rows = calloc((size_t)(cap + 1) * t->K, sizeof *rows);
     uint8_t *found = malloc(cap);
-    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
-    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
-    if (!st || !rows || !found || !seen || !stamp) {
+    if (!st || !rows || !found) {
         free(st);
         free(rows);
         free(found);
-        free(seen);
-        free(stamp);
         return -ENOMEM;
     }
     free_work(t);
     t->state = st;
     t->rows = rows;
     t->found = found;
-    t->seen = seen;
-    t->stamp = stamp;
-    t->seen_bits = bits;
-    t->gen = 0;
     t->cap = cap;
     return 0;
 }
@@ -436,22 +424,6 @@ static void step(const train_ffm_t *t, float *row, double gw, double l2, bool wi
     }
 }
 
-/* 1 when id was already seen in this sample (generation t->gen). */
-static inline int repeat(train_ffm_t *t, uint64_t id)
-{
-    uint32_t mask = (1u << t->seen_bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
-    for (;; h = (h + 1) & mask) {
-        if (t->stamp[h] != t->gen) {
-            t->stamp[h] = t->gen;
-            t->seen[h] = id;
-            return 0;
-        }
-        if (t->seen[h] == id)
-            return 1;
-    }
-}
-
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float label, float *p_out)
 {
@@ -475,17 +447,14 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     double s, s2;
     scales(t, values, n, &s, &s2);
     count_fields(t, ids, values, n);
-    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
-        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
-        t->gen = 1;
-    }
+    seen_set_next(&t->seen);
     for (uint32_t j = 0; j < n; j++) {
         double x = values ? (double)values[j] : 1.0;
         if (x == 0)
             continue; /* no data gradient on any coordinate */
         float *row = t->state + (size_t)j * sk;
         v_gradient(t, row + 1, ffm_field(ids[j], t->F), x, g * s2);
-        if (repeat(t, ids[j]) || ids[j] == MODEL_BIAS_ID) {
+        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
             if (!store_lookup(t->store, ids[j], row))
                 init_row(t, ids[j], row);
         }

@@ -58,6 +58,8 @@
  */
 #include "train.h"
 #include "model.h"
+#include "seen_set.h"
+#include "sigmoid.h"
 
 #include <errno.h>
 #include <math.h>
@@ -74,10 +76,7 @@ struct train_fm {
     uint32_t cap;       /* features the work space holds */
     float *state;       /* cap * sk: rows of the current sample */
     uint8_t *found;     /* cap: lookup hits */
-    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
-    uint32_t *stamp;    /* ... and the generation that wrote each slot */
-    uint32_t seen_bits;
-    uint32_t gen;
+    seen_set_t seen;    /* ids of the current sample already stepped */
     double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
     double Q[MODEL_FM_MAX_K];
     double s, s2;             /* the last forward's scale s and s^2 (1 without norm) */
@@ -189,8 +188,7 @@ void train_fm_destroy(train_fm_t *t)
     store_destroy(t->store);
     free(t->state);
     free(t->found);
-    free(t->seen);
-    free(t->stamp);
+    seen_set_free(&t->seen);
     free(t);
 }
 
@@ -204,41 +202,21 @@ int train_fm_reserve(train_fm_t *t, uint32_t n)
     uint32_t cap = t->cap ? t->cap : 64;
     while (cap < n)
         cap *= 2;
-    uint32_t bits = 7;
-    while ((1u << bits) < 2 * cap)
-        bits++;
+    if (seen_set_reserve(&t->seen, cap) != 0)
+        return -ENOMEM;
     float *st = malloc((size_t)cap * t->sk * sizeof *st);
     uint8_t *found = malloc(cap);
-    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
-    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
-    if (!st || !found || !seen || !stamp) {
+    if (!st || !found) {
         free(st);
         free(found);
-        free(seen);
-        free(stamp);
         return -ENOMEM;
     }
     free(t->state);
     free(t->found);
-    free(t->seen);
-    free(t->stamp);
     t->state = st;
     t->found = found;
-    t->seen = seen;
-    t->stamp = stamp;
-    t->seen_bits = bits;
-    t->gen = 0;
     t->cap = cap;
     return 0;
-}
-
-/* Same function as model.c's, so that scores agree bit for bit. */
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x);
-    return (float)(e / (1.0 + e));
 }
 
 static inline uint64_t mix64(uint64_t x)
@@ -377,22 +355,6 @@ static void step(const train_fm_t *t, float *row, double gw, const double *gv, b
     }
 }
 
-/* 1 when id was already seen in this sample (generation t->gen). */
-static inline int repeat(train_fm_t *t, uint64_t id)
-{
-    uint32_t mask = (1u << t->seen_bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
-    for (;; h = (h + 1) & mask) {
-        if (t->stamp[h] != t->gen) {
-            t->stamp[h] = t->gen;
-            t->seen[h] = id;
-            return 0;
-        }
-        if (t->seen[h] == id)
-            return 1;
-    }
-}
-
 int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float *p_out)
 {
@@ -419,10 +381,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     if (rc < 0)
         return rc;
 
-    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
-        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
-        t->gen = 1;
-    }
+    seen_set_next(&t->seen);
     double gv[MODEL_FM_MAX_K];
     const double gs = g * t->s, gs2 = g * t->s2; /* exactly g without norm */
     for (uint32_t j = 0; j < n; j++) {
@@ -431,7 +390,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         double gx = gs * x, gvx = gs2 * x;
         for (uint32_t f = 0; f < k; f++)
             gv[f] = gvx * (t->S[f] - (double)row[1 + f] * x);
-        if (repeat(t, ids[j]) || ids[j] == MODEL_BIAS_ID) {
+        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
             if (!store_lookup(t->store, ids[j], row))
                 init_row(t, ids[j], row);
         }

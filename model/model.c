@@ -52,6 +52,7 @@
  * scratch (model.h).
  */
 #include "model.h"
+#include "sigmoid.h"
 
 #include "dnn.h"
 #include "ffm.h"
@@ -317,14 +318,6 @@ static inline double block_sum(const model_block_t *b, const float *w)
             sum += w[j];
     }
     return sum;
-}
-
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x); /* no overflow for very negative x */
-    return (float)(e / (1.0 + e));
 }
 
 /* LR: w holds one float per id in lookup order (bias first). */

@@ -32,6 +32,8 @@
  */
 #include "train.h"
 #include "model.h"
+#include "seen_set.h"
+#include "sigmoid.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,10 +47,7 @@ struct train_lr {
     uint32_t k;         /* floats per id */
     uint32_t cap;       /* features the work space holds */
     float *state;       /* cap * k: state of the current sample's features */
-    uint64_t *seen;     /* dup-detection set: 2^seen_bits ids ... */
-    uint32_t *stamp;    /* ... and the generation that wrote each slot */
-    uint32_t seen_bits;
-    uint32_t gen;
+    seen_set_t seen;    /* ids of the current sample already stepped */
     float bias[3];      /* the bias's state, as last written to the store: the
                            store copy is never read back on the hot path */
 };
@@ -141,8 +140,7 @@ void train_lr_destroy(train_lr_t *t)
         return;
     store_destroy(t->store);
     free(t->state);
-    free(t->seen);
-    free(t->stamp);
+    seen_set_free(&t->seen);
     free(t);
 }
 
@@ -155,26 +153,15 @@ int train_lr_reserve(train_lr_t *t, uint32_t n)
     uint32_t cap = t->cap ? t->cap : 64;
     while (cap < n)
         cap *= 2;
-    uint32_t bits = 7;
-    while ((1u << bits) < 2 * cap)
-        bits++;
+    if (seen_set_reserve(&t->seen, cap) != 0)
+        return -ENOMEM;
     float *st = malloc((size_t)cap * t->k * sizeof *st);
-    uint64_t *seen = malloc(((size_t)1 << bits) * sizeof *seen);
-    uint32_t *stamp = calloc((size_t)1 << bits, sizeof *stamp);
-    if (!st || !seen || !stamp) {
+    if (!st) {
         free(st);
-        free(seen);
-        free(stamp);
         return -ENOMEM;
     }
     free(t->state);
-    free(t->seen);
-    free(t->stamp);
     t->state = st;
-    t->seen = seen;
-    t->stamp = stamp;
-    t->seen_bits = bits;
-    t->gen = 0;
     t->cap = cap;
     return 0;
 }
@@ -190,15 +177,6 @@ float train_lr_weight(const train_lr_t *t, uint64_t id)
     float st[3] = {0, 0, 0};
     store_lookup(t->store, id, st);
     return weight_of(t, st);
-}
-
-/* Same function as model.c's, so that scores agree bit for bit. */
-static inline float sigmoid(double x)
-{
-    if (x >= 0)
-        return (float)(1.0 / (1.0 + exp(-x)));
-    double e = exp(x);
-    return (float)(e / (1.0 + e));
 }
 
 /* Looks up bias + features into bst / t->state and returns the margin's
@@ -263,22 +241,6 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
     }
 }
 
-/* 1 when id was already seen in this sample (generation t->gen). */
-static inline int repeat(train_lr_t *t, uint64_t id)
-{
-    uint32_t mask = (1u << t->seen_bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - t->seen_bits));
-    for (;; h = (h + 1) & mask) {
-        if (t->stamp[h] != t->gen) {
-            t->stamp[h] = t->gen;
-            t->seen[h] = id;
-            return 0;
-        }
-        if (t->seen[h] == id)
-            return 1;
-    }
-}
-
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float *p_out)
 {
@@ -299,15 +261,12 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         return rc;
     memcpy(t->bias, bst, sizeof t->bias);
 
-    if (++t->gen == 0) { /* stamps wrapped: clear once every 2^32 samples */
-        memset(t->stamp, 0, ((size_t)1 << t->seen_bits) * sizeof *t->stamp);
-        t->gen = 1;
-    }
+    seen_set_next(&t->seen);
     const uint32_t k = t->k;
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
         float *st = t->state + (size_t)j * k;
-        if (repeat(t, ids[j]) || ids[j] == MODEL_BIAS_ID) {
+        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
             for (uint32_t i = 0; i < k; i++)
                 st[i] = 0;
             store_lookup(t->store, ids[j], st);
