@@ -59,6 +59,7 @@
 #include "train.h"
 #include "model.h"
 #include "seen_set.h"
+#include "train_export.h"
 #include "sigmoid.h"
 
 #include <errno.h>
@@ -403,75 +404,20 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     return 0;
 }
 
-struct export_ctx {
-    uint32_t k;
-    store_t *out;
-    int rc;
-};
-
-static int export_one(void *ctx, uint64_t key, const float *value)
-{
-    struct export_ctx *c = ctx;
-    float row[STORE_MAX_VALUE_FLOATS];
-    bool zero = true;
-    for (uint32_t i = 0; i <= c->k; i++) {
-        row[i] = value[i];
-        zero = zero && value[i] == 0;
-    }
-    if (key == MODEL_BIAS_ID)
-        for (uint32_t i = 1; i <= c->k; i++)
-            row[i] = 0; /* the bias has no factors */
-    else if (zero)
-        return 0; /* absent scores as 0: same sums, smaller snapshot */
-    int rc = store_upsert(c->out, key, row);
-    if (rc < 0) {
-        c->rc = rc;
-        return 1;
-    }
-    return 0;
-}
-
 __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
                                           const store_meta_t *meta, store_error_t *err)
 {
-    store_error_t local;
-    if (!err)
-        err = &local;
-    memset(err, 0, sizeof *err);
-    err->offset = -1;
-    store_options_t so = {.value_floats = 1 + t->k, .dtype = STORE_DTYPE_F32,
-                          .shards = store_shards(t->store),
-                          .expected_keys = store_count(t->store) + 1};
-    struct export_ctx c = {.k = t->k, .rc = 0};
-    int rc = store_create(&so, &c.out);
-    if (rc != 0) {
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
-                 strerror(-rc));
-        return -1;
-    }
-    float bias[STORE_MAX_VALUE_FLOATS] = {0};
-    store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
-    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
-        store_foreach(t->store, s, export_one, &c);
-    if (c.rc != 0) {
-        store_destroy(c.out);
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
-        return -1;
-    }
     /* "norm" only when on: a snapshot without it scores unnormalised, as
      * every FM snapshot written before normalisation existed does */
     store_extras_t x = {0};
     if (t->opt.norm && store_extras_set(&x, "norm", "1") != 0) {
-        store_destroy(c.out);
-        err->code = STORE_E_INVALID;
-        snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
+        if (err) {
+            memset(err, 0, sizeof *err);
+            err->offset = -1;
+            err->code = STORE_E_INVALID;
+            snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
+        }
         return -1;
     }
-    store_meta_t m = *meta;
-    m.model_kind = STORE_MODEL_FM;
-    rc = store_snapshot_write_ex(c.out, dir, &m, &x, err);
-    store_destroy(c.out);
-    return rc == 0 ? 0 : -1;
+    return train_export_rows(t->store, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }

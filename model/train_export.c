@@ -1,0 +1,77 @@
+/*
+ * train_export.c — train_export_rows (train_export.h): one fp32 store the
+ * size of the trainer's, filled by iterating the trainer's shards, then
+ * store_snapshot_write_ex.  Cold code: it runs once per export.
+ */
+#include "train_export.h"
+#include "model.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+struct export_ctx {
+    uint32_t K;
+    store_t *out;
+    int rc;
+};
+
+static int export_row(void *ctx, uint64_t key, const float *value)
+{
+    struct export_ctx *c = ctx;
+    float row[STORE_MAX_VALUE_FLOATS];
+    bool zero = true;
+    for (uint32_t i = 0; i < c->K; i++) {
+        row[i] = value[i];
+        zero = zero && value[i] == 0;
+    }
+    if (key == MODEL_BIAS_ID)
+        memset(row + 1, 0, (size_t)(c->K - 1) * sizeof *row); /* the bias is one float */
+    else if (zero)
+        return 0; /* absent scores as 0: same sums, smaller snapshot */
+    int rc = store_upsert(c->out, key, row);
+    if (rc < 0) {
+        c->rc = rc;
+        return 1;
+    }
+    return 0;
+}
+
+int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
+                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    store_error_t local;
+    if (!err)
+        err = &local;
+    memset(err, 0, sizeof *err);
+    err->offset = -1;
+    store_options_t so = {.value_floats = K, .dtype = STORE_DTYPE_F32,
+                          .shards = store_shards(state),
+                          .expected_keys = store_count(state) + 1};
+    struct export_ctx c = {.K = K, .rc = 0};
+    int rc = store_create(&so, &c.out);
+    if (rc != 0) {
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
+                 strerror(-rc));
+        return -1;
+    }
+    float bias[STORE_MAX_VALUE_FLOATS] = {0};
+    rc = store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
+    if (rc < 0)
+        c.rc = rc;
+    for (uint32_t s = 0; s < store_shards(state) && c.rc == 0; s++)
+        store_foreach(state, s, export_row, &c);
+    if (c.rc != 0) {
+        store_destroy(c.out);
+        err->code = STORE_E_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
+        return -1;
+    }
+    store_meta_t m = *meta;
+    m.model_kind = kind;
+    rc = store_snapshot_write_ex(c.out, dir, &m, x, err);
+    store_destroy(c.out);
+    return rc == 0 ? 0 : -1;
+}

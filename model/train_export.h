@@ -1,0 +1,24 @@
+/*
+ * train_export.h — the export step the FM, FFM and DNN trainers share: the
+ * serving row of an id is the first K floats of its trainer state row, so an
+ * export copies that prefix of every row into a fresh fp32 store and writes
+ * it as a snapshot.  Internal to model/.
+ */
+#ifndef TL_MODEL_TRAIN_EXPORT_H
+#define TL_MODEL_TRAIN_EXPORT_H
+
+#include "store/store.h"
+
+#include <stdint.h>
+
+/* Writes the first K floats of every row of state (the trainer's store) into
+ * dir as a snapshot of the given kind with params/dense arrays x: rows whose
+ * K floats are all zero are left out (an absent id scores as zero), and the
+ * bias row (MODEL_BIAS_ID) is always present, with only its first float
+ * kept.  meta->model_kind is replaced by kind.  Blocks.  Returns 0, or -1
+ * with *err filled (err may be NULL). */
+int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
+                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                      store_error_t *err);
+
+#endif /* TL_MODEL_TRAIN_EXPORT_H */
