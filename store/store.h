@@ -83,6 +83,17 @@ uint64_t store_count(const store_t *s);
 uint64_t store_shard_count(const store_t *s, uint32_t shard);
 void store_stats(const store_t *s, store_stats_t *st);
 
+/* Where entries sit, for benchmarks and diagnostics: a hit reads
+ * 1 + alternate/entries cache lines on average, a miss
+ * 1 + overflowed/buckets.  Scans every bucket (seconds at 10^9 keys), so
+ * never on a request path; relaxed: exact once the writers are quiet. */
+typedef struct store_layout {
+    uint64_t buckets;            /* buckets in all sub-tables */
+    uint64_t overflowed_buckets; /* buckets whose overflow flag is set */
+    uint64_t alternate_entries;  /* entries that sit in their alternate bucket */
+} store_layout_t;
+void store_layout(const store_t *s, store_layout_t *out);
+
 /* ---- reads (lock-free; any thread) ------------------------------------ */
 
 /* Looks up n keys.  For key i, copies its K floats to out[i*K .. i*K+K-1]

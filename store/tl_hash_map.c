@@ -198,6 +198,7 @@ struct subtable {
     uint32_t slot_mask;      /* (1 << S) - 1 */
     uint64_t rest_mask;      /* (1 << rest_bits) - 1 */
     uint32_t c_shift;        /* floor(log2 B) */
+    uint32_t t_shift;        /* 64 - m + c: t from the low half of the top-aligned product */
     uint64_t kp_mask;        /* (1 << W) - 1 */
     size_t bucket_map_bytes; /* for munmap */
     size_t value_map_bytes;
@@ -229,6 +230,11 @@ struct store {
     uint64_t y_mask;       /* low m bits */
     uint64_t seed_xor, seed_mul, seed_mul_inv; /* per-store bijection of y (seed_mix) */
     uint32_t seed_shift;   /* ceil(m / 2) */
+    /* the same bijection on y kept in the top m bits of a word (locate_top) */
+    uint32_t y_shift;      /* 64 - m */
+    uint32_t sub_shift;    /* m - 1: subs index = (x >> 1) >> sub_shift, defined for m = 64 */
+    uint64_t seed_xor_top; /* seed_xor << y_shift */
+    uint64_t y_top_mask;   /* ~0 << y_shift */
     uint32_t nshards, nsubs;
     double max_load;
     _Atomic(struct subtable *) *subs; /* [shard * nsubs + sub] */
@@ -314,6 +320,24 @@ static inline void locate_in(const store_t *s, const struct subtable *st, uint64
     l->t = ((uint64_t)p & s->y_mask) >> st->c_shift;
     l->want1 = ~(l->t << 1) & st->kp_mask;
     l->want2 = ~((l->t << 1) | 1) & st->kp_mask; /* 0 when t is all ones: never stored */
+}
+
+/* The batch's locate: seed_mix and locate_in computed on y shifted to the
+ * top of a word, where the product's high half is b1 with no 128-bit shift
+ * and t is one shift of its low half.  Same buckets as split_key+locate_in
+ * (the multiply mod 2^64 of a top-aligned y is the multiply mod 2^m). */
+static inline struct subtable *locate_top(const store_t *s, uint64_t key, uint64_t *b1,
+                                          uint64_t *t)
+{
+    uint64_t x = mix64(key);
+    struct subtable *st = atomic_load_explicit(&s->subs[(x >> 1) >> s->sub_shift],
+                                               memory_order_seq_cst);
+    uint64_t y = ((x << s->y_shift) ^ s->seed_xor_top) * s->seed_mul;
+    y ^= (y >> s->seed_shift) & s->y_top_mask;
+    u128 p = (u128)y * st->nbuckets;
+    *b1 = (uint64_t)(p >> 64);
+    *t = (uint64_t)p >> st->t_shift;
+    return st;
 }
 
 /* The alternate bucket costs two multiplies; most lookups never need it. */
@@ -505,6 +529,7 @@ static int subtable_new(const store_t *s, uint64_t target, struct subtable **out
     st->rest_mask = (1ULL << st->rest_bits) - 1;
     st->slot_mask = (1u << S) - 1;
     st->c_shift = floor_log2(B);
+    st->t_shift = 64 - s->m + st->c_shift; /* < 64: B < 2^m */
     st->kp_mask = W == 64 ? ~0ULL : ((1ULL << W) - 1);
     st->capacity = (uint64_t)((double)B * S * s->max_load);
     if (st->capacity == 0)
@@ -540,25 +565,31 @@ static inline uint32_t tag_matches(const struct subtable *st, const uint64_t *wo
 #endif
 }
 
-static inline uint64_t get_bits_nb(const uint64_t *words, uint32_t off, uint64_t mask)
+/* The rest_bits (<= 55) at bit `off` of a bucket: one 8-byte load from the
+ * field's first byte, or from byte 56 for a field that ends in the last
+ * word (never past the bucket's line: a second line would be a second
+ * cache miss).  A plain load, like the SSE2 tag load: readers discard a
+ * torn result by the version check. */
+static inline uint64_t get_rest(const uint64_t *words, uint32_t off, uint64_t mask)
 {
-    uint32_t lo = off >> 6, sh = off & 63, hi = lo + (lo < BUCKET_WORDS - 1);
-    uint64_t a = __atomic_load_n(&words[lo], __ATOMIC_RELAXED);
-    uint64_t b = __atomic_load_n(&words[hi], __ATOMIC_RELAXED);
-    return ((a >> sh) | ((b << 1) << (63 - sh))) & mask;
+    uint32_t byte = off >> 3;
+    byte = byte > BUCKET_BYTES - 8 ? BUCKET_BYTES - 8 : byte;
+    uint64_t v;
+    memcpy(&v, (const uint8_t *)words + byte, 8);
+    return (v >> (off - 8 * byte)) & mask;
 }
 
 /* Finds want among the keyparts of a bucket; returns the slot or -1.  words
- * is the bucket itself (readers: under the seqlock; the SSE2 tag load is a
- * plain load, and a torn result is discarded by the version check as in any
- * seqlock reader) or a private copy (writers). */
+ * is the bucket in the table; readers call it under the seqlock: the SSE2
+ * tag load and get_rest are plain loads, and a torn result is discarded by
+ * the version check as in any seqlock reader. */
 static inline int find_in_words(const struct subtable *st, const uint64_t *words, uint64_t want)
 {
     uint32_t cand = tag_matches(st, words, (uint8_t)want);
     uint64_t rest = want >> 8;
     while (cand) {
         uint32_t j = (uint32_t)__builtin_ctz(cand);
-        if (get_bits_nb(words, st->rest_off + j * st->rest_bits, st->rest_mask) == rest)
+        if (get_rest(words, st->rest_off + j * st->rest_bits, st->rest_mask) == rest)
             return (int)j;
         cand &= cand - 1;
     }
@@ -818,18 +849,18 @@ static inline void prefetch_value(const uint8_t *p, uint32_t vstride)
         __builtin_prefetch((const void *)line);
 }
 
-/* What stage 2 leaves for stage 3. */
-enum { JOB_DONE, JOB_VALUE, JOB_ALT };
-
-/* One group of keys in flight (structure of arrays, indexed by key). */
+/* One group of keys in flight (structure of arrays, indexed by key).
+ * Stage 2 finishes most keys; the bits of `value` and `alt` name the keys it
+ * leaves to stage 3, so stage 3 visits only those. */
 struct group {
     struct subtable *st[LOOKUP_GROUP];
-    uint64_t b1[LOOKUP_GROUP];      /* primary bucket */
-    uint64_t t[LOOKUP_GROUP];       /* remainder; JOB_ALT: the keypart to find in b2 */
-    const uint8_t *p[LOOKUP_GROUP]; /* JOB_VALUE: the value; JOB_ALT: bucket b2 */
-    uint32_t v[LOOKUP_GROUP];       /* sub-table version when b1 was read */
-    uint8_t job[LOOKUP_GROUP];
+    const uint8_t *b1[LOOKUP_GROUP]; /* primary bucket */
+    uint64_t t[LOOKUP_GROUP];        /* remainder; alt: the keypart to find in b2 */
+    const uint8_t *p[LOOKUP_GROUP];  /* value: the value; alt: bucket b2 */
+    uint32_t v[LOOKUP_GROUP];        /* sub-table version when b1 was read */
+    uint32_t value, alt;             /* keys left to stage 3: copy p / search p */
 };
+_Static_assert(LOOKUP_GROUP <= 32, "group masks are 32 bits");
 
 /* A value found in an alternate bucket: prefetched, copied a round later. */
 struct late_value {
@@ -842,6 +873,7 @@ struct late_value {
 /* Group prefetching in three stages plus the late values: see BATCHED
  * LOOKUP at the top.  Never blocks (the epoch is entered once, for the
  * whole batch), never allocates. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
 size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, float *out,
                           uint8_t *found)
 {
@@ -850,8 +882,7 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
     struct late_value late[2][LOOKUP_GROUP];
     uint32_t nlate[2] = {0, 0};
     struct batch slow = {s, keys, out, found, 0};
-    const uint32_t K = s->K, vstride = s->vstride, m = s->m;
-    const uint64_t y_mask = s->y_mask;
+    const uint32_t K = s->K, vstride = s->vstride;
     const bool inl = s->inline_values, f16 = s->dtype == STORE_DTYPE_F16;
     const bool f16c = s->f16c;
     const size_t ngroups = (n + G - 1) / G;
@@ -869,30 +900,27 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
             struct group *g = &grp[r % 3];
             size_t base = r * G, cnt = n - base < G ? n - base : G;
             for (size_t u = 0; u < cnt; u++) {
-                uint64_t x = mix64(keys[base + u]);
-                /* shard * nsubs + sub: the top bits, whole */
-                struct subtable *st = atomic_load_explicit(&s->subs[m == 64 ? 0 : x >> m],
-                                                           memory_order_seq_cst);
-                u128 p = (u128)seed_mix(s, x & y_mask) * st->nbuckets;
-                uint64_t b1 = (uint64_t)(p >> m);
+                uint64_t b1, t;
+                struct subtable *st = locate_top(s, keys[base + u], &b1, &t);
+                const uint8_t *bp = bucket_at(st, b1);
                 g->st[u] = st;
-                g->b1[u] = b1;
-                g->t[u] = ((uint64_t)p & y_mask) >> st->c_shift;
-                __builtin_prefetch(bucket_at(st, b1));
+                g->b1[u] = bp;
+                g->t[u] = t;
+                __builtin_prefetch(bp);
             }
         }
         if (r >= 1 && r - 1 < ngroups) { /* stage 2 */
             struct group *g = &grp[(r - 1) % 3];
             size_t base = (r - 1) * G, cnt = n - base < G ? n - base : G;
+            g->value = g->alt = 0;
             for (size_t u = 0; u < cnt; u++) {
                 struct subtable *st = g->st[u];
-                uint64_t b1 = g->b1[u], t = g->t[u];
+                const uint64_t *w = (const uint64_t *)(const void *)g->b1[u];
+                uint64_t t = g->t[u];
                 size_t k = base + u;
                 uint32_t v = atomic_load_explicit(&st->version, memory_order_acquire);
-                const uint64_t *w = bucket_words(st, b1);
                 int j = find_in_words(st, w, ~(t << 1) & st->kp_mask);
-                uint64_t want2 = ~((t << 1) | 1) & st->kp_mask; /* 0: t all ones, never stored */
-                g->job[u] = JOB_DONE;
+                uint64_t want2;
                 if (unlikely(v & 1)) {
                     lookup_slow(&slow, k);
                 } else if (j >= 0 && inl) {
@@ -906,18 +934,21 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
                     if (found)
                         found[k] = 1;
                 } else if (j >= 0) {
+                    uint64_t b1 = (uint64_t)(g->b1[u] - st->buckets) / BUCKET_BYTES;
                     const uint8_t *val = value_at(s, st, b1, (uint32_t)j);
                     prefetch_value(val, vstride);
                     g->p[u] = val;
                     g->v[u] = v;
-                    g->job[u] = JOB_VALUE;
-                } else if (overflowed(w) && want2) {
+                    g->value |= 1u << u;
+                } else if (overflowed(w) && (want2 = ~((t << 1) | 1) & st->kp_mask) != 0) {
+                    /* want2 == 0: t is all ones, never stored in an alternate */
+                    uint64_t b1 = (uint64_t)(g->b1[u] - st->buckets) / BUCKET_BYTES;
                     const uint8_t *b2 = bucket_at(st, alt_bucket(b1, t, st->nbuckets));
                     __builtin_prefetch(b2);
                     g->p[u] = b2;
                     g->t[u] = want2;
                     g->v[u] = v;
-                    g->job[u] = JOB_ALT;
+                    g->alt |= 1u << u;
                 } else if (atomic_load_explicit(&st->stash_n, memory_order_relaxed) == 0 &&
                            likely(version_unchanged(st, v))) {
                     put_zeros(out + k * K, K);
@@ -932,38 +963,45 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
         uint32_t nlv = 0;
         if (r >= 2 && r - 2 < ngroups) { /* stage 3 */
             struct group *g = &grp[(r - 2) % 3];
-            size_t base = (r - 2) * G, cnt = n - base < G ? n - base : G;
-            for (size_t u = 0; u < cnt; u++) {
+            size_t base = (r - 2) * G;
+            for (uint32_t todo = g->value; todo; todo &= todo - 1) {
+                uint32_t u = (uint32_t)__builtin_ctz(todo);
+                size_t k = base + u;
+                put_value(out + k * K, g->p[u], K, f16, f16c, vstride);
+                if (unlikely(!version_unchanged(g->st[u], g->v[u]))) {
+                    lookup_slow(&slow, k);
+                    continue;
+                }
+                hits++;
+                if (found)
+                    found[k] = 1;
+            }
+            for (uint32_t todo = g->alt; todo; todo &= todo - 1) {
+                uint32_t u = (uint32_t)__builtin_ctz(todo);
                 struct subtable *st = g->st[u];
                 size_t k = base + u;
-                if (g->job[u] == JOB_DONE)
+                const uint64_t *w = (const uint64_t *)(const void *)g->p[u];
+                int j = find_in_words(st, w, g->t[u]);
+                if (j < 0) { /* absent, unless a stash or a writer says otherwise */
+                    if (atomic_load_explicit(&st->stash_n, memory_order_relaxed) == 0 &&
+                        likely(version_unchanged(st, g->v[u]))) {
+                        put_zeros(out + k * K, K);
+                        if (found)
+                            found[k] = 0;
+                    } else {
+                        lookup_slow(&slow, k);
+                    }
                     continue;
-                if (g->job[u] == JOB_ALT) {
-                    const uint64_t *w = (const uint64_t *)(const void *)g->p[u];
-                    int j = find_in_words(st, w, g->t[u]);
-                    if (j < 0) { /* absent, unless a stash or a writer says otherwise */
-                        if (atomic_load_explicit(&st->stash_n, memory_order_relaxed) == 0 &&
-                            likely(version_unchanged(st, g->v[u]))) {
-                            put_zeros(out + k * K, K);
-                            if (found)
-                                found[k] = 0;
-                        } else {
-                            lookup_slow(&slow, k);
-                        }
-                        continue;
-                    }
-                    if (!inl) {
-                        uint64_t b2 = (uint64_t)(g->p[u] - st->buckets) / BUCKET_BYTES;
-                        const uint8_t *val = value_at(s, st, b2, (uint32_t)j);
-                        prefetch_value(val, vstride);
-                        lv[nlv++] = (struct late_value){st, val, k, g->v[u]};
-                        continue;
-                    }
-                    uint64_t word = __atomic_load_n(&w[j >> 1], __ATOMIC_RELAXED);
-                    put_inline(out + k * K, (uint32_t)(word >> (32 * (j & 1))), K, f16);
-                } else {
-                    put_value(out + k * K, g->p[u], K, f16, f16c, vstride);
                 }
+                if (!inl) {
+                    uint64_t b2 = (uint64_t)(g->p[u] - st->buckets) / BUCKET_BYTES;
+                    const uint8_t *val = value_at(s, st, b2, (uint32_t)j);
+                    prefetch_value(val, vstride);
+                    lv[nlv++] = (struct late_value){st, val, k, g->v[u]};
+                    continue;
+                }
+                uint64_t word = __atomic_load_n(&w[j >> 1], __ATOMIC_RELAXED);
+                put_inline(out + k * K, (uint32_t)(word >> (32 * (j & 1))), K, f16);
                 if (unlikely(!version_unchanged(st, g->v[u]))) {
                     lookup_slow(&slow, k);
                     continue;
@@ -1571,6 +1609,10 @@ __attribute__((cold)) static void seed_init(store_t *s)
         inv *= 2 - s->seed_mul * inv;
     s->seed_mul_inv = inv;
     s->seed_shift = (s->m + 1) / 2;
+    s->y_shift = 64 - s->m;
+    s->sub_shift = s->m - 1;
+    s->seed_xor_top = s->seed_xor << s->y_shift;
+    s->y_top_mask = ~0ULL << s->y_shift;
 }
 
 int store_create(const store_options_t *opt, store_t **out)
@@ -1693,6 +1735,25 @@ void store_stats(const store_t *s, store_stats_t *st)
             st->stashed += atomic_load_explicit(&t->stash_n, memory_order_relaxed);
             st->subtables++;
         }
+    }
+    epoch_exit();
+}
+
+void store_layout(const store_t *s, store_layout_t *out)
+{
+    memset(out, 0, sizeof *out);
+    epoch_enter();
+    for (size_t i = 0; i < (size_t)s->nshards * s->nsubs; i++) {
+        const struct subtable *t = atomic_load_explicit(&s->subs[i], memory_order_seq_cst);
+        for (uint64_t b = 0; b < t->nbuckets; b++) {
+            const uint64_t *w = bucket_words(t, b);
+            out->overflowed_buckets += overflowed(w);
+            for (uint32_t j = 0; j < t->slots; j++) {
+                uint64_t kp = slot_kp(t, w, j); /* stored (inverted) form; 0 = empty */
+                out->alternate_entries += kp != 0 && !(kp & 1);
+            }
+        }
+        out->buckets += t->nbuckets;
     }
     epoch_exit();
 }

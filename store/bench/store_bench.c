@@ -1026,6 +1026,12 @@ int main(int argc, char **argv)
     line("slot_load", "%.4f (entries / slots)", st.slots ? (double)st.entries / st.slots : 0.0);
     line("subtables", "%" PRIu64, st.subtables);
     line("stashed", "%" PRIu64, st.stashed);
+    store_layout_t lay;
+    store_layout(s, &lay);
+    line("alternate_fraction", "%.4f (entries in their alternate bucket: a hit reads 1 + this lines)",
+         st.entries ? (double)lay.alternate_entries / st.entries : 0.0);
+    line("overflowed_fraction", "%.4f (buckets with the overflow flag: a miss reads 1 + this lines)",
+         lay.buckets ? (double)lay.overflowed_buckets / lay.buckets : 0.0);
     line("rebuilds", "%" PRIu64, st.rebuilds);
 
     /* 3: lookups on one core */
