@@ -83,6 +83,7 @@ struct model_scratch {
     uint64_t *keys;     /* cap: gathered ids when the blocks are not contiguous */
     float *weights;     /* fcap: K floats per looked-up id */
     void *work;         /* wbytes: FFM accumulators, DNN activations */
+    store_team_t *team; /* splits the lookup over helper threads; NULL: alone */
 };
 
 /* An unsigned decimal param in [lo, hi]; -1 when absent or bad. */
@@ -297,6 +298,11 @@ int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features
     return grew;
 }
 
+void model_scratch_set_team(model_scratch_t *sc, store_team_t *team)
+{
+    sc->team = team;
+}
+
 void model_scratch_destroy(model_scratch_t *sc)
 {
     if (!sc)
@@ -474,7 +480,7 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
     }
     if (contiguous) {
         store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
-        store_lookup_batch(m->store, shared->ids, total - 1, sc->weights + K, NULL);
+        store_team_lookup(sc->team, m->store, shared->ids, total - 1, sc->weights + K, NULL);
     } else {
         uint64_t *k = sc->keys;
         *k++ = MODEL_BIAS_ID;
@@ -486,7 +492,7 @@ int model_score(const model_t *m, const model_block_t *shared, const model_block
                 memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
             k += items[i].n;
         }
-        store_lookup_batch(m->store, sc->keys, total, sc->weights, NULL);
+        store_team_lookup(sc->team, m->store, sc->keys, total, sc->weights, NULL);
     }
 
     switch (m->meta.model_kind) {

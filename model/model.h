@@ -13,6 +13,7 @@
 #define TL_MODEL_H
 
 #include "store/store.h"
+#include "store/store_team.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +68,11 @@ const store_t *model_store(const model_t *m);
  * -ENOMEM.  The caller owns *out (model_scratch_destroy). */
 int model_scratch_create(size_t max_features, model_scratch_t **out);
 void model_scratch_destroy(model_scratch_t *sc);
+
+/* Lets scoring with sc split each request's one batched lookup over team's
+ * helpers (store_team.h); NULL (the default) looks up on the calling thread
+ * alone.  The team must outlive sc's use. */
+void model_scratch_set_team(model_scratch_t *sc, store_team_t *team);
 
 /* Grows sc (never shrinks it) so that it holds max_features features of
  * value_floats floats each, e.g. after a swap to an FM model with K floats

@@ -360,6 +360,9 @@ static void on_metrics(struct evhttp_request *req)
     }
     metrics_gauge(b, "inflight", "Requests being processed", inflight);
     metrics_gauge(b, "connections", "Open data plane connections", conns);
+    metrics_counter(b, srv, "lookup_splits_total",
+                    "Requests whose lookups the lookup threads shared (--lookup-threads)",
+                    store_team_splits(srv->team));
     metrics_model(b, srv);
     metrics_jemalloc(b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",

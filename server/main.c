@@ -2,9 +2,9 @@
  * main.c — tlserve: parse the config, load the first model, start the admin
  * plane and the data plane, wait for SIGTERM/SIGINT, drain, exit.
  *
- *   main ── config ── model (optional) ── admin thread ── workers ── sigwait
- *                                                                     │
- *        exit 0 <── free <── admin_stop <── workers_stop <── stopping ┘
+ *   main ── config ── model (optional) ── lookup team ── admin thread ── workers ── sigwait
+ *                                                                                   │
+ *        exit 0 <── free (team) <── admin_stop <── workers_stop <── stopping ───────┘
  *
  * SIGNALS
  *   SIGTERM and SIGINT are blocked before any thread exists (so every thread
@@ -84,6 +84,14 @@ int main(int argc, char **argv)
         LOG(LL_INFO, "no --model: not ready until one is loaded through the admin API");
     }
 
+    if (cfg->lookup_threads > 0) {
+        rc = store_team_create(cfg->lookup_threads, 0, &srv->team);
+        if (rc != 0) {
+            LOG(LL_ERROR, "cannot start %d lookup threads: %s", cfg->lookup_threads,
+                strerror(-rc));
+            goto out;
+        }
+    }
     rc = admin_start(srv);
     if (rc != 0) {
         LOG(LL_ERROR, "admin plane did not start: %s", strerror(-rc));
@@ -109,6 +117,7 @@ int main(int argc, char **argv)
 out:
     /* No thread is left that could acquire: drop the server's reference. */
     server_model_release(atomic_exchange(&srv->active, NULL));
+    store_team_destroy(srv->team);
     free(srv->metrics);
     free(srv);
     if (status == 0)

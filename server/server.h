@@ -38,6 +38,7 @@ typedef struct server_config {
     int admin_port;            /* admin plane port */
     char admin_token[256];     /* Bearer token for state-changing admin calls ("" = refuse them) */
     int workers;               /* data-plane threads, 0 = one per core */
+    int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
     int load_threads;          /* snapshot loader threads, 0 = one per core */
     int max_inflight;          /* requests in flight per worker before OVERLOADED */
     int max_connections;       /* connections per worker */
@@ -120,6 +121,7 @@ typedef struct server {
     server_config_t cfg;
     _Atomic(server_model_t *) active;   /* NULL until a model is loaded */
     int nworkers;
+    store_team_t *team;                 /* lookup helpers (main: start to exit), NULL: none */
     server_metrics_t *metrics;          /* [nworkers] */
     _Atomic bool stopping;              /* SIGTERM seen: drain */
 } server_t;

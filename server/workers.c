@@ -94,6 +94,7 @@ static int worker_init(server_t *srv, worker_t *w, int id)
     w->scores = calloc(CODEC_MAX_ITEMS, sizeof *w->scores);
     if (!w->blocks || !w->scores || model_scratch_create(CODEC_MAX_REQUEST_FEATURES, &w->scratch))
         return -ENOMEM;
+    model_scratch_set_team(w->scratch, srv->team);
     w->listen_fd = listen_on(srv->cfg.bind, srv->cfg.port);
     return w->listen_fd < 0 ? w->listen_fd : 0;
 }
@@ -130,7 +131,8 @@ int workers_start(server_t *srv)
     }
     for (int i = 0; i < srv->nworkers; i++)
         pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
-    LOG(LL_INFO, "data plane: %d workers on %s:%d", srv->nworkers, srv->cfg.bind, srv->cfg.port);
+    LOG(LL_INFO, "data plane: %d workers and %d lookup threads on %s:%d", srv->nworkers,
+        srv->cfg.lookup_threads, srv->cfg.bind, srv->cfg.port);
     return 0;
 }
 

@@ -134,6 +134,22 @@ class PredictEpoll(Predict):
     extra = ("--force-epoll",)
 
 
+class PredictLookupThreads(Predict):
+    """The same tests with a lookup thread sharing each large request's lookups."""
+    extra = ("--lookup-threads", "1")
+
+    def test_large_requests_are_split(self):
+        if not os.path.exists(SCORE_CHECK):
+            self.skipTest("score_check is not built")
+        before = self.srv.metric("tlserve_lookup_splits_total")
+        r = subprocess.run([SCORE_CHECK, "--port", str(self.srv.port), "--model-dir", MODEL_DIR,
+                            "--requests", "5"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # 9,700 ids per request; two workers may each hold the team only one at a time,
+        # but these requests come one by one, so every one of them is split.
+        self.assertEqual(self.srv.metric("tlserve_lookup_splits_total"), before + 5)
+
+
 class BadInput(unittest.TestCase):
     """Every kind of bad input gets the right ERROR code (or, where framing is lost, an ERROR
     and a clean close), the server keeps serving, and /metrics counts it."""
