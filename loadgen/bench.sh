@@ -7,8 +7,9 @@
 #   2. lookup_floor on that snapshot: the store's batched lookup of one standard request's ids
 #      (40,300) on one thread — the lowest possible lookup time for one request (the physical
 #      limit line);
-#   3. tlserve --workers 2 serves the snapshot, and tlgen (open loop, the standard request:
-#      200 items, 300 shared + 200 per-item ids) measures it:
+#   3. tlserve $SERVE_ARGS (default --workers 1 --lookup-threads 1: one I/O worker and one
+#      thread that shares each request's lookups with it) serves the snapshot, and tlgen
+#      (open loop, the standard request: 200 items, 300 shared + 200 per-item ids) measures it:
 #      a. max-rate search: the highest offered rate with a valid run, <= 0.1% errors and a
 #         corrected p99 <= P99_BOUND_US (2 ms), each probe WARMUP + DURATION seconds;
 #      b. a sweep at SWEEP_PCTS percent of that rate (25..125%), JSON and one HdrHistogram
@@ -40,6 +41,7 @@
 #                   FM_KEYS=1M DNN_KEYS=1M for a short run of all three)
 #        BUILD=build-release (configured Release if it has no CMakeCache.txt; any configured
 #        build dir works, e.g. BUILD=build from deploy/quickstart.sh)
+#        SERVE_ARGS="--workers 1 --lookup-threads 1" (tlserve's data-plane flags)
 #        ADAPTER_THREADS=2  CONNECTIONS=4  TIMEOUT_MS=10000 (tlgen)  FLOOR_BATCHES=500
 #        RESULTS=results/<date>   KEEP_WORK=1 keeps the temp dir (model, logs) and prints its path
 set -euo pipefail
@@ -70,6 +72,7 @@ FLOOR_BATCHES=${FLOOR_BATCHES:-500}
 BUILD=${BUILD:-build-release}
 ADAPTER_THREADS=${ADAPTER_THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-4}
+export SERVE_ARGS=${SERVE_ARGS:---workers 1 --lookup-threads 1}
 TIMEOUT_MS=${TIMEOUT_MS:-10000}
 STAMP=$(date +%Y-%m-%d_%H%M%S)
 OUT=${RESULTS:-results/$STAMP}
@@ -232,11 +235,12 @@ PY
     fi
   fi
 }
-# start_tlserve DIR NAME: tlserve --workers 2 on free ports, ready to serve; sets TL_PORT, TL_PID.
+# start_tlserve DIR NAME: tlserve $SERVE_ARGS on free ports, ready to serve; sets TL_PORT, TL_PID.
 start_tlserve() {
   TL_PORT=$(free_port); TL_ADMIN=$(free_port)
-  say "$2: tlserve --workers 2 on 127.0.0.1:$TL_PORT"
-  "$BUILD/server/tlserve" --model "$1" --port "$TL_PORT" --admin-port "$TL_ADMIN" --workers 2 \
+  say "$2: tlserve $SERVE_ARGS on 127.0.0.1:$TL_PORT"
+  # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+  "$BUILD/server/tlserve" --model "$1" --port "$TL_PORT" --admin-port "$TL_ADMIN" $SERVE_ARGS \
     >"$OUT/$2_tlserve.log" 2>&1 &
   TL_PID=$!
   PIDS+=("$TL_PID")
@@ -429,8 +433,8 @@ L.append("- Build: `%s/` (%s), commit %s." % (build_dir, build_type or "no build
 L.append("- Load: tlgen, open loop (constant arrivals, %s connections), the standard request: 200 "
          "items, 300 shared + 200 per-item ids = %s ids (binary values), ids uniform over the "
          "model's keys; %s s measured after %s s warm-up per run (search probes included). "
-         "Latency is corrected: from each request's due time. tlserve --workers 2, one model "
-         "at a time." % (conns, req_ids, dur, warm))
+         "Latency is corrected: from each request's due time. `tlserve %s`, one model "
+         "at a time." % (conns, req_ids, dur, warm, os.environ["SERVE_ARGS"]))
 L.append("")
 L.append("## Summary")
 L.append("")
