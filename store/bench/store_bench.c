@@ -21,7 +21,8 @@
  *                the best counts: on some machines, VMs especially, deeper
  *                prefetch keeps more misses in flight); unmapped.
  *   6. load      store_snapshot_load from a warm page cache on all cores;
- *                peak RSS via clear_refs + VmHWM; the loaded store checked.
+ *                peak RSS via clear_refs + VmHWM; user and system CPU time
+ *                (getrusage); the loaded store checked.
  *
  * KEYS AND VALUES
  *   key(i) = mix(seed + i) with mix = splitmix64's output function, a
@@ -65,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -808,6 +810,8 @@ static double run_lookups(const store_t *s, const struct config *c, struct bufs 
 
 /* An anonymous mapping of at least `bytes`, 2 MiB aligned, MADV_HUGEPAGE,
  * every word written.  Sets *len to the mapped length (for munmap). */
+static double tv_s(struct timeval tv) { return (double)tv.tv_sec + (double)tv.tv_usec / 1e6; }
+
 static uint64_t *map_limit_array(uint64_t bytes, size_t *len)
 {
     size_t want = (size_t)((bytes + HUGE_PAGE - 1) & ~(uint64_t)(HUGE_PAGE - 1));
@@ -1099,10 +1103,13 @@ int main(int argc, char **argv)
     bool hwm_ok = reset_hwm();
     store_meta_t got_meta;
     note("load: %u thread(s)", c.threads);
+    struct rusage ru_before, ru_after;
+    getrusage(RUSAGE_SELF, &ru_before);
     t0 = now_s();
     if (store_snapshot_load(g_snap, (int)c.threads, &s, &got_meta, &err) != 0)
         fatal("snapshot load of %s failed (%s): %s", g_snap, store_errc_name(err.code), err.msg);
     const double load_s = now_s() - t0;
+    getrusage(RUSAGE_SELF, &ru_after);
     uint64_t vm_hwm = status_bytes("VmHWM:");
     uint64_t vm_after = status_bytes("VmRSS:");
     struct mem load_after = mem_now();
@@ -1110,6 +1117,11 @@ int main(int argc, char **argv)
     line("load_threads", "%u", c.threads);
     line("load_s", "%.3f", load_s);
     line("load_entries_per_s", "%.0f", load_per_s);
+    /* CPU seconds of all threads; sys is mostly the table's page faults and
+     * zeroing (on a VM whose balloon returned freed memory to the host, the
+     * host's faults stall inside them too) */
+    line("load_user_cpu_s", "%.3f", tv_s(ru_after.ru_utime) - tv_s(ru_before.ru_utime));
+    line("load_sys_cpu_s", "%.3f", tv_s(ru_after.ru_stime) - tv_s(ru_before.ru_stime));
     line("loaded_bytes_per_entry", "%.2f",
          ((double)load_after.rss - (double)load_before.rss) / (double)c.keys);
     if (hwm_ok && vm_after > vm_before)
