@@ -15,17 +15,23 @@
  * (timeouts and OVERLOADED answers are fast but are not service), and its
  * corrected p99 is within the bound.  Probes go
  *
- *   A, 2A, 4A, ... min(2^k A, B)      until two probes in a row fail, or B
- *                                     passes
+ *   A, 2A, 4A, ... min(2^k A, B)      until two probes in a row fail with a
+ *                                     p99 no lower than the probe before
+ *                                     (the server is saturated), or B passes
  *   then (lo + hi) / 2                between the highest pass lo and the
  *                                     first fail above it hi, BISECT_PROBES
  *                                     times or until hi - lo <= 1% of lo
  *
- * One failure does not end the doubling: at low rates a server that idles
+ * Failures alone do not end the doubling: at low rates a server that idles
  * between requests finds its caches and TLB cold (measured here: LR p50
- * 2.7 ms at 2-12 req/s against 1.2 ms at 200-500 req/s), so latency can
- * FALL as the rate rises, and a search that stopped at the first failure
- * would report "none" for a server that meets the bound at higher rates.
+ * 2.7 ms at 2-12 req/s against 1.2 ms at 200-500 req/s; lookup_floor
+ * --gap-us shows the same lookup 1.8x slower after 20 ms idle), so latency
+ * can FALL as the rate rises, for several doublings, and a search that
+ * stopped at the first failures would report "none" for a server that meets
+ * the bound at higher rates.  A failing probe whose p99 fell below the
+ * previous probe's is such a case and does not count; a failure with a p99
+ * as high as or higher than the probe before does (latency that rises with
+ * the rate is saturation).
  * The answer is lo (0 when no probe passed).  Latency is not monotone in
  * the rate, so the answer is "the highest passing probe on the path", not a
  * proof that every lower rate passes.
@@ -180,6 +186,7 @@ static int search(multi_t *m, probe_t *best, double *first_fail)
     *best = (probe_t){0};
     *first_fail = 0;
     int fails_in_a_row = 0;
+    double prev_p99 = 0; /* the previous probe's, 0 before the first */
     for (;;) {
         if ((rc = one_rate(m, rate, o->search_p99_us, &p)) != 0)
             return rc;
@@ -190,9 +197,12 @@ static int search(multi_t *m, probe_t *best, double *first_fail)
         } else {
             if (*first_fail == 0)
                 *first_fail = rate;
-            if (++fails_in_a_row == 2)
+            if (prev_p99 > 0 && p.p99_us < prev_p99)
+                fails_in_a_row = 0; /* faster at a higher rate: not saturated (see above) */
+            else if (++fails_in_a_row == 2)
                 break;
         }
+        prev_p99 = p.p99_us;
         if (rate >= o->search_to)
             break;
         rate = fmin(round_rate(rate * 2.0), o->search_to);

@@ -254,15 +254,26 @@ class Sweep(unittest.TestCase):
 
     def test_search_with_impossible_bound_finds_nothing(self):
         proc = start_tlgen(self.srv.port, "--search-p99-us", "0.001", "--search-from", "200",
-                           "--duration", "0.5", "--connections", "2", "--json", *SMALL)
+                           "--search-to", "3200", "--duration", "0.5", "--connections", "2",
+                           "--json", *SMALL)
         rc, out, r = finish(proc)
         self.assertEqual(rc, 3, out)  # no probe passed
         self.assertEqual(r["max_rps"], 0)
         self.assertIsNone(r["p99_us_at_max"])
         self.assertEqual(r["first_fail_rps"], 200)
-        # one failure does not end the doubling (an idle server runs cold at low rates):
-        # two failures in a row do; nothing below --search-from is tried
-        self.assertEqual([p["offered_rps"] for p in r["probes"]], [200, 400])
+        # failures do not end the doubling while the p99 falls (an idle server runs cold at
+        # low rates); two in a row with a p99 no lower than the probe before do, or
+        # --search-to; nothing below --search-from is tried
+        rates = [p["offered_rps"] for p in r["probes"]]
+        self.assertEqual(rates, [200 * 2 ** i for i in range(len(rates))])
+        counted, want = 0, None
+        for i, p in enumerate(r["probes"]):
+            falling = i > 0 and p["p99_us"] < r["probes"][i - 1]["p99_us"]
+            counted = 0 if falling else counted + 1
+            if counted == 2 or p["offered_rps"] >= 3200:
+                want = i + 1
+                break
+        self.assertEqual(len(rates), want, r["probes"])
         for p in r["probes"]:
             self.assertFalse(p["pass"])
             self.assertIn("p99", p["fail_reason"])
