@@ -13,7 +13,6 @@
 #define TL_MODEL_H
 
 #include "store/store.h"
-#include "store/store_team.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +69,7 @@ int model_scratch_create(size_t max_features, model_scratch_t **out);
 void model_scratch_destroy(model_scratch_t *sc);
 
 /* Lets scoring with sc split each request's one batched lookup over team's
- * helpers (store_team.h); NULL (the default) looks up on the calling thread
+ * helpers (store.h, "split lookups"); NULL (the default) looks up on the calling thread
  * alone.  The team must outlive sc's use. */
 void model_scratch_set_team(model_scratch_t *sc, store_team_t *team);
 

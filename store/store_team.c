@@ -1,5 +1,6 @@
 /*
- * store_team.c — one large batched lookup split over helper threads.
+ * store_team.c — one large batched lookup split over helper threads (the API
+ * and its contract: store.h, "split lookups").
  *
  * The team holds ONE job: a lookup cut into nchunks chunks of `chunk` keys.
  * Its owner (the caller that won `busy`) writes the job's description, resets
@@ -22,7 +23,7 @@
  * and read by the owner's acquire load of it.  busy is taken with acquire and
  * given back with release, so the next owner starts after the last one ended.
  */
-#include "store_team.h"
+#include "store.h"
 
 #include <errno.h>
 #include <linux/futex.h>

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "store/store.h"
-#include "store/store_team.h"
 
 #define K 3
 #define N_KEYS 200000
