@@ -51,8 +51,8 @@ struct store_team {
     atomic_uint done;                    /* chunks of this generation finished */
     atomic_size_t hits;                  /* keys found in them */
     /* the team */
-    _Alignas(64) atomic_bool busy;       /* a caller owns the job */
-    atomic_uint seq;                     /* futex word: bumped per job and at stop */
+    _Alignas(64) atomic_bool busy; /* a caller owns the job */
+    atomic_uint seq;               /* futex word: bumped per job and at stop */
     atomic_bool stopping;
     _Atomic uint64_t splits;
     size_t min_keys;
@@ -96,8 +96,8 @@ static void take_chunks(store_team_t *t)
         uint8_t *found = atomic_load_explicit(&t->found, memory_order_relaxed);
         size_t from = (size_t)next * chunk, len = n - from < chunk ? n - from : chunk;
         size_t K = store_value_floats(s);
-        size_t hits = store_lookup_batch(s, keys + from, len, out + from * K,
-                                         found ? found + from : NULL);
+        size_t hits =
+            store_lookup_batch(s, keys + from, len, out + from * K, found ? found + from : NULL);
         atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->done, 1, memory_order_release);
         c++;

@@ -30,8 +30,14 @@
 
 static store_t *g_store;
 
-static uint64_t present_key(uint64_t i) { return i * 7 + 1; }
-static uint64_t absent_key(uint64_t i) { return i * 7 + 2; }
+static uint64_t present_key(uint64_t i)
+{
+    return i * 7 + 1;
+}
+static uint64_t absent_key(uint64_t i)
+{
+    return i * 7 + 2;
+}
 
 static uint64_t next_rand(uint64_t *x)
 {
@@ -63,8 +69,8 @@ static void check_answer(const uint64_t *keys, size_t n, const float *out, const
         for (int j = 0; j < K; j++) {
             float want = present ? (float)keys[i] * 0.5f + (float)j : 0.0f;
             if (out[i * K + j] != want)
-                fail_msg("key %zu (%llu) float %d: got %g, want %g", i,
-                         (unsigned long long)keys[i], j, out[i * K + j], want);
+                fail_msg("key %zu (%llu) float %d: got %g, want %g", i, (unsigned long long)keys[i],
+                         j, out[i * K + j], want);
         }
     }
     assert_int_equal(hits, want_hits);
@@ -175,7 +181,8 @@ static void *caller_main(void *arg)
             want_hits += (size_t)present;
             c->failures += found[i] != present;
             for (int j = 0; j < K; j++)
-                c->failures += out[i * K + j] != (present ? (float)keys[i] * 0.5f + (float)j : 0.0f);
+                c->failures +=
+                    out[i * K + j] != (present ? (float)keys[i] * 0.5f + (float)j : 0.0f);
         }
         c->failures += hits != want_hits;
     }
