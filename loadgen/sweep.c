@@ -28,10 +28,12 @@
  * --gap-us shows the same lookup 1.8x slower after 20 ms idle), so latency
  * can FALL as the rate rises, for several doublings, and a search that
  * stopped at the first failures would report "none" for a server that meets
- * the bound at higher rates.  A failing probe whose p99 fell below the
- * previous probe's is such a case and does not count; a failure with a p99
- * as high as or higher than the probe before does (latency that rises with
- * the rate is saturation).
+ * the bound at higher rates.  A probe that failed on the p99 bound alone
+ * (valid, <= 0.1% errors) with a p99 below the previous probe's is such a
+ * case and does not count; any other failure does: a p99 as high as or
+ * higher than the probe before (latency that rises with the rate is
+ * saturation), errors (an overloaded server's fast OVERLOADED answers can
+ * lower the p99 of the rest) or an invalid run.
  * The answer is lo (0 when no probe passed).  Latency is not monotone in
  * the rate, so the answer is "the highest passing probe on the path", not a
  * proof that every lower rate passes.
@@ -82,6 +84,7 @@ typedef struct multi {
 typedef struct probe {
     double rate;
     bool pass;
+    bool slow;     /* failed on the p99 bound alone: valid, answered, few errors */
     double p99_us; /* corrected */
 } probe_t;
 
@@ -100,20 +103,24 @@ static double round_rate(double x)
 }
 
 /* The search verdict on one run; why says what failed ("" on a pass). */
-static bool judge_probe(const tlgen_report_t *r, double bound_us, char *why, size_t len)
+static bool judge_probe(const tlgen_report_t *r, double bound_us, char *why, size_t len,
+                        bool *slow)
 {
     const tlgen_stats_t *s = r->st;
     double p99 = (double)hist_percentile(&s->corrected, 99.0) / 1000.0;
     uint64_t errs = report_errors(s);
     why[0] = '\0';
+    *slow = false;
     if (!r->valid)
         snprintf(why, len, "invalid run");
     else if (s->ok == 0)
         snprintf(why, len, "no successful response");
     else if ((double)errs > MAX_ERROR_FRACTION * (double)s->scheduled)
         snprintf(why, len, "%.2f%% errors", 100.0 * (double)errs / (double)s->scheduled);
-    else if (p99 > bound_us)
+    else if (p99 > bound_us) {
         snprintf(why, len, "p99 %.1f us > %.1f us", p99, bound_us);
+        *slow = true;
+    }
     return why[0] == '\0';
 }
 
@@ -136,7 +143,8 @@ static int one_rate(multi_t *m, double rate, double bound_us, probe_t *p)
     report_judge(&r);
     char why[128] = "";
     bool search = bound_us >= 0;
-    bool pass = search && judge_probe(&r, bound_us, why, sizeof why);
+    bool slow = false;
+    bool pass = search && judge_probe(&r, bound_us, why, sizeof why, &slow);
     char col[160];
     snprintf(col, sizeof col, pass ? "yes" : "no: %s", why);
     report_row(stdout, &r, search ? col : NULL);
@@ -156,6 +164,7 @@ static int one_rate(multi_t *m, double rate, double bound_us, probe_t *p)
     if (p)
         *p = (probe_t){.rate = rate,
                        .pass = pass,
+                       .slow = slow,
                        .p99_us = (double)hist_percentile(&st.corrected, 99.0) / 1000.0};
     m->runs++;
 out:
@@ -197,7 +206,7 @@ static int search(multi_t *m, probe_t *best, double *first_fail)
         } else {
             if (*first_fail == 0)
                 *first_fail = rate;
-            if (prev_p99 > 0 && p.p99_us < prev_p99)
+            if (p.slow && prev_p99 > 0 && p.p99_us < prev_p99)
                 fails_in_a_row = 0; /* faster at a higher rate: not saturated (see above) */
             else if (++fails_in_a_row == 2)
                 break;

@@ -264,6 +264,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* getrusage's CPU times in seconds */
+static double tv_s(struct timeval tv)
+{
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
 /* ---- /proc readings -------------------------------------------------------- */
 
 /* Reads a small /proc file into buf (NUL-terminated); returns 0 or -errno. */
@@ -810,8 +816,6 @@ static double run_lookups(const store_t *s, const struct config *c, struct bufs 
 
 /* An anonymous mapping of at least `bytes`, 2 MiB aligned, MADV_HUGEPAGE,
  * every word written.  Sets *len to the mapped length (for munmap). */
-static double tv_s(struct timeval tv) { return (double)tv.tv_sec + (double)tv.tv_usec / 1e6; }
-
 static uint64_t *map_limit_array(uint64_t bytes, size_t *len)
 {
     size_t want = (size_t)((bytes + HUGE_PAGE - 1) & ~(uint64_t)(HUGE_PAGE - 1));
