@@ -10,6 +10,13 @@
 
 #include <stdbool.h>
 
+/* A spin-wait hint (x86 PAUSE): for loops that wait on another thread. */
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
 /* Bytes of one value as stored: K*4 (fp32) or K*2 (fp16). */
 size_t store_value_bytes(const store_t *s);
 

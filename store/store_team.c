@@ -23,7 +23,7 @@
  * and read by the owner's acquire load of it.  busy is taken with acquire and
  * given back with release, so the next owner starts after the last one ended.
  */
-#include "store.h"
+#include "store_internal.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -56,16 +56,9 @@ struct store_team {
     atomic_bool stopping;
     _Atomic uint64_t splits;
     size_t min_keys;
-    int helpers, started;
+    int helpers; /* threads running */
     pthread_t thread[];
 };
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 static void futex_wait(atomic_uint *word, unsigned seen)
 {
@@ -127,9 +120,8 @@ int store_team_create(int helpers, size_t min_keys, store_team_t **out)
     t->min_keys = min_keys ? min_keys : DEFAULT_MIN_KEYS;
     if (t->min_keys < 2 * MIN_CHUNK)
         t->min_keys = 2 * MIN_CHUNK;
-    t->helpers = helpers;
-    for (; t->started < helpers; t->started++) {
-        int rc = pthread_create(&t->thread[t->started], NULL, helper_main, t);
+    for (; t->helpers < helpers; t->helpers++) {
+        int rc = pthread_create(&t->thread[t->helpers], NULL, helper_main, t);
         if (rc) {
             store_team_destroy(t);
             return -rc;
@@ -145,8 +137,8 @@ void store_team_destroy(store_team_t *t)
         return;
     atomic_store_explicit(&t->stopping, true, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->seq, 1, memory_order_release);
-    futex_wake(&t->seq, t->started);
-    for (int i = 0; i < t->started; i++)
+    futex_wake(&t->seq, t->helpers);
+    for (int i = 0; i < t->helpers; i++)
         pthread_join(t->thread[i], NULL);
     free(t);
 }

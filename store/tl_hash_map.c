@@ -136,11 +136,6 @@
 #include <immintrin.h> /* F16C, compiled per function: see put_f16c */
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
 /* store_lookup_batch is compiled twice, for x86-64-v3 (BMI2's flag-free
  * shifts, AVX2's byte broadcast: 8% fewer instructions per key) and for the
  * baseline, and the loader picks one by CPU (an ifunc). */

@@ -18,6 +18,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,10 @@ int main(int argc, char **argv)
             dir = v;
             continue;
         }
-        if (*end || x < 0 || (x == 0 && strcmp(f, "--gap-us") != 0)) {
+        bool zero_ok = strcmp(f, "--gap-us") == 0;
+        if (*end || x < (zero_ok ? 0 : 1)) {
             fprintf(stderr, "lookup_floor: %s '%s' is not a %s number\n", f, v,
-                    strcmp(f, "--gap-us") ? "positive" : "non-negative");
+                    zero_ok ? "non-negative" : "positive");
             return 2;
         }
         if (!strcmp(f, "--keys"))
