@@ -1,7 +1,7 @@
 /*
  * ffm_train.h — online / offline training of field-aware factorization
- * machines (ffm.h) with Adagrad or SGD, optimizer state in the trainer's own
- * store, and an export to an FFM serving snapshot that model_load() and
+ * machines (ffm.h) with Adagrad or SGD, optimizer state beside the weights
+ * in the trainer's own rows (stepped in place), and an export to an FFM serving snapshot that model_load() and
  * tlserve accept.
  *
  *   margin = bias + s sum_j w_j x_j
@@ -20,8 +20,8 @@
  * item, so an export scores such requests bit for bit as the trainer
  * predicted.
  *
- * THREAD SAFETY: a trainer is driven by one thread.  Its store may be read
- * concurrently through train_ffm_store() (lock-free store reads).
+ * THREAD SAFETY: a trainer is driven by one thread, and only that thread may
+ * read it (train_ffm_weights() included).
  */
 #ifndef TL_MODEL_FFM_TRAIN_H
 #define TL_MODEL_FFM_TRAIN_H
@@ -51,7 +51,6 @@ typedef struct train_ffm_options {
     bool norm;              /* instance normalisation (s = 1/|x|) */
     uint64_t seed;          /* of the v initialisation */
     uint64_t expected_keys; /* sizing hint; 0 = small */
-    uint32_t shards;        /* trainer store shards; 0 = 16 */
 } train_ffm_options_t;
 
 typedef struct train_ffm train_ffm_t; /* opaque */
@@ -84,7 +83,7 @@ float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values
 
 /* One optimizer step on one sample (label 0 or 1).  *p (when non-NULL) gets
  * the prediction made BEFORE the step, new ids already initialised.
- * Returns 0, or -ENOMEM when the work space or the store could not grow
+ * Returns 0, or -ENOMEM when the work space or the rows could not grow
  * (the model is then partially updated). */
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float label, float *p);
@@ -96,14 +95,17 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
 int train_ffm_export(const train_ffm_t *t, const char *dir, const store_meta_t *meta,
                      store_error_t *err);
 
-/* The trainer's own state store (rows as above), e.g. for tests. */
-const store_t *train_ffm_store(const train_ffm_t *t);
+/* Copies id's serving row [w | v] (1 + F k floats; the bias: its first
+ * float) into out: 1, or 0 when the trainer has no row for id.  Ids it
+ * holds rows for: train_ffm_count(). */
+int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out);
+uint64_t train_ffm_count(const train_ffm_t *t);
 uint32_t train_ffm_fields(const train_ffm_t *t);
 uint32_t train_ffm_k(const train_ffm_t *t);
 
 /* For tests: the derivatives of the margin (not of the loss) at the current
  * parameters, new ids initialised as train_ffm_update() would (nothing is
- * written to the store).  *d_bias = 1; grad gets 1 + F k doubles per
+ * created or written).  *d_bias = 1; grad gets 1 + F k doubles per
  * feature, [d/dw_j | d/dv_{j,0..F-1}], in sample order.  0 or -ENOMEM. */
 int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values,
                               uint32_t n, double *d_bias, double *grad);

@@ -1,7 +1,8 @@
 /*
- * train_export.c — train_export_rows (train_export.h): one fp32 store the
- * size of the trainer's, filled by iterating the trainer's shards, then
- * store_snapshot_write_ex.  Cold code: it runs once per export.
+ * train_export.c — train_export_rows / train_export_table (train_export.h):
+ * one fp32 store the size of the trainer's state, filled by visiting its
+ * rows (a store's shards or a row table), then store_snapshot_write_ex.
+ * Cold code: it runs once per export.
  */
 #include "train_export.h"
 #include "model.h"
@@ -37,18 +38,34 @@ static int export_row(void *ctx, uint64_t key, const float *value)
     return 0;
 }
 
-int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
-                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                      store_error_t *err)
+/* Calls fn for every row of the trainer's state: a store's shards or a
+ * row table. */
+struct source {
+    const store_t *store;
+    const row_table_t *table;
+};
+
+static void visit_all(const struct source *src, struct export_ctx *c)
+{
+    if (src->table) {
+        row_table_foreach(src->table, export_row, c);
+        return;
+    }
+    for (uint32_t s = 0; s < store_shards(src->store) && c->rc == 0; s++)
+        store_foreach(src->store, s, export_row, c);
+}
+
+static int export_from(const struct source *src, uint32_t shards, uint64_t count, uint32_t K,
+                       store_model_kind_t kind, const store_extras_t *x, const char *dir,
+                       const store_meta_t *meta, store_error_t *err)
 {
     store_error_t local;
     if (!err)
         err = &local;
     memset(err, 0, sizeof *err);
     err->offset = -1;
-    store_options_t so = {.value_floats = K, .dtype = STORE_DTYPE_F32,
-                          .shards = store_shards(state),
-                          .expected_keys = store_count(state) + 1};
+    store_options_t so = {
+        .value_floats = K, .dtype = STORE_DTYPE_F32, .shards = shards, .expected_keys = count + 1};
     struct export_ctx c = {.K = K, .rc = 0};
     int rc = store_create(&so, &c.out);
     if (rc != 0) {
@@ -61,8 +78,8 @@ int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
     rc = store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
     if (rc < 0)
         c.rc = rc;
-    for (uint32_t s = 0; s < store_shards(state) && c.rc == 0; s++)
-        store_foreach(state, s, export_row, &c);
+    if (c.rc == 0)
+        visit_all(src, &c);
     if (c.rc != 0) {
         store_destroy(c.out);
         err->code = STORE_E_NOMEM;
@@ -74,4 +91,20 @@ int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
     rc = store_snapshot_write_ex(c.out, dir, &m, x, err);
     store_destroy(c.out);
     return rc == 0 ? 0 : -1;
+}
+
+int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
+                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    const struct source src = {.store = state};
+    return export_from(&src, store_shards(state), store_count(state), K, kind, x, dir, meta, err);
+}
+
+int train_export_table(const row_table_t *rows, uint32_t K, store_model_kind_t kind,
+                       const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                       store_error_t *err)
+{
+    const struct source src = {.table = rows};
+    return export_from(&src, 0, row_table_count(rows), K, kind, x, dir, meta, err);
 }

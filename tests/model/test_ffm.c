@@ -361,16 +361,15 @@ static void test_gradient_fd(void **state)
         train_ffm_t *t = make_ffm(TRAIN_SGD, F, KF, 0.05, 0.0, 0.3, norm);
         assert_int_equal(train_ffm_update(t, ids, vals, N, 1.0f, NULL), 0);
 
-        const store_t *st = train_ffm_store(t);
         double rows[N * K], x[N], bias, db;
         uint32_t fld[N];
         float row[K];
-        assert_int_equal(store_lookup(st, MODEL_BIAS_ID, row), 1);
+        assert_int_equal(train_ffm_weights(t, MODEL_BIAS_ID, row), 1);
         bias = row[0];
         for (uint32_t j = 0; j < N; j++) {
             /* the x = 0 feature took no step, so it has no row yet (its row
              * does not matter to the margin) */
-            assert_int_equal(store_lookup(st, ids[j], row), j != 10);
+            assert_int_equal(train_ffm_weights(t, ids[j], row), j != 10);
             for (uint32_t c = 0; c < K; c++)
                 rows[j * K + c] = j != 10 ? row[c] : 0.0;
             x[j] = vals[j];
@@ -450,11 +449,10 @@ static void test_sgd_step_by_hand(void **state)
     const double xa = 0.5, xb = 2.0;
     assert_int_equal(train_ffm_update(t, ids, vals, 2, 1.0f, NULL), 0);
 
-    const store_t *st = train_ffm_store(t);
     float b0[K], a0[K], c0[K], b1[K], a1[K], c1[K];
-    assert_int_equal(store_lookup(st, MODEL_BIAS_ID, b0), 1);
-    assert_int_equal(store_lookup(st, ids[0], a0), 1);
-    assert_int_equal(store_lookup(st, ids[1], c0), 1);
+    assert_int_equal(train_ffm_weights(t, MODEL_BIAS_ID, b0), 1);
+    assert_int_equal(train_ffm_weights(t, ids[0], a0), 1);
+    assert_int_equal(train_ffm_weights(t, ids[1], c0), 1);
     /* a (field 0) meets b (field 1) through v_{a,1} and v_{b,0} */
     const double s2 = 1.0 / (xa * xa + xb * xb), s = sqrt(s2);
     double dot = 0;
@@ -466,9 +464,9 @@ static void test_sgd_step_by_hand(void **state)
     assert_int_equal(train_ffm_update(t, ids, vals, 2, 0.0f, &pout), 0);
     assert_float_equal(pout, p, 1e-6);
     const double g = (double)pout; /* label 0 */
-    assert_int_equal(store_lookup(st, MODEL_BIAS_ID, b1), 1);
-    assert_int_equal(store_lookup(st, ids[0], a1), 1);
-    assert_int_equal(store_lookup(st, ids[1], c1), 1);
+    assert_int_equal(train_ffm_weights(t, MODEL_BIAS_ID, b1), 1);
+    assert_int_equal(train_ffm_weights(t, ids[0], a1), 1);
+    assert_int_equal(train_ffm_weights(t, ids[1], c1), 1);
     assert_float_equal(b1[0], b0[0] - alpha_w * g, 1e-6);
     assert_float_equal(a1[0], a0[0] - alpha_w * (g * s * xa + l2 * a0[0]), 1e-6);
     assert_float_equal(c1[0], c0[0] - alpha_w * (g * s * xb + l2 * c0[0]), 1e-6);
