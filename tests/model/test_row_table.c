@@ -10,11 +10,11 @@
  *     non-zero return;
  *   - bad sizes are refused.
  */
-#include <cmocka.h>
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h> /* after the headers it needs */
 
 #include "model/row_table.h"
 
