@@ -28,11 +28,10 @@
  * reads the rows it did not touch from Bs: O(F k (its features) + F F k) per
  * item.  The sums of a sample are the same floats however it is split
  * between the shared block and the item, and everything is summed in double
- * in a fixed order (features in block order; the B reads in (g, h, f) order
- * into four lanes f mod 4, added (l0 + l1) + (l2 + l3) at the end): a
- * request always gives the same floats, and the trainer, which predicts
- * through ffm_scores() with the sample as the shared block and one empty
- * item, predicts bit for bit what a server scores.
+ * in a fixed order (features in block order; the B reads as pair_sum()
+ * says): a request always gives the same floats, and the trainer, which
+ * predicts through ffm_scores() with the sample as the shared block and one
+ * empty item, predicts bit for bit what a server scores.
  *
  * The hot loop is the row update B[g] += v x: one float-to-double
  * conversion, multiply and add per element, bound by the conversions.  It
@@ -40,7 +39,7 @@
  * chosen at run time) besides the portable one.  Both multiply then add,
  * elementwise, without FMA (the avx2 target does not enable it), so they
  * give the same floats.  The pair reading is instantiated with constant k
- * (4, 8) so that the compiler unrolls it.
+ * (4, 8) so that the compiler unrolls it, portable and for AVX2.
  *
  * THREAD SAFETY: pure functions; the caller owns the work space.
  */
@@ -71,11 +70,13 @@ INLINE uint32_t field_of(uint64_t id, uint32_t F)
 
 /* Where one block adds its features: rows of B, initialised on first touch
  * from Bs (an item) or already in place (touched == NULL: the shared block
- * adds to Bs itself). */
+ * adds to Bs itself).  The block's parameter rows are rowp[j] when rowp is
+ * set (ffm_score_sample), else consecutive from the rows argument. */
 struct target {
     double *B;
     const double *Bs;
     uint8_t *touched;
+    const float *const *rowp;
 };
 
 INLINE double *row_for(const struct target *t, uint32_t g, uint32_t Fk)
@@ -133,19 +134,19 @@ INLINE void axpy_portable(double *restrict b, const float *restrict v, double x,
 }
 
 /* B[field(j)] += v_j x_j and s += feature j for every feature of blk
- * (rows at rows, stride 1 + F k), in block order.  x = 1 when values ==
+ * (rows at t->rowp[j], else at rows, stride 1 + F k), in block order.  x = 1 when values ==
  * NULL (x * 1 is exact). */
-INLINE void accumulate_portable(const struct target *t, const float *rows,
-                                const model_block_t *blk, uint32_t F, uint32_t k,
-                                struct sums *s)
+INLINE void accumulate_portable(const struct target *t, const float *rows, const model_block_t *blk,
+                                uint32_t F, uint32_t k, struct sums *s)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
     struct sums a = *s;
-    for (uint32_t j = 0; j < blk->n; j++, rows += K) {
+    for (uint32_t j = 0; j < blk->n; j++) {
+        const float *r = t->rowp ? t->rowp[j] : rows + (size_t)j * K;
         const double x = blk->values ? (double)blk->values[j] : 1.0;
         const uint32_t g = field_of(blk->ids[j], F);
-        add_sums(&a, rows, g, k, x);
-        axpy_portable(row_for(t, g, Fk), rows + 1, x, Fk);
+        add_sums(&a, r, g, k, x);
+        axpy_portable(row_for(t, g, Fk), r + 1, x, Fk);
     }
     *s = a;
 }
@@ -158,12 +159,13 @@ accumulate_avx2(const struct target *t, const float *rows, const model_block_t *
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
     struct sums a = *s;
-    for (uint32_t j = 0; j < blk->n; j++, rows += K) {
+    for (uint32_t j = 0; j < blk->n; j++) {
+        const float *r = t->rowp ? t->rowp[j] : rows + (size_t)j * K;
         const double x = blk->values ? (double)blk->values[j] : 1.0;
         const uint32_t g = field_of(blk->ids[j], F);
-        add_sums(&a, rows, g, k, x);
+        add_sums(&a, r, g, k, x);
         double *b = row_for(t, g, Fk);
-        const float *v = rows + 1;
+        const float *v = r + 1;
         const __m256d vx = _mm256_set1_pd(x);
         uint32_t i = 0;
         for (; i + 8 <= Fk; i += 8) {
@@ -198,30 +200,30 @@ static void acc_portable_8(const struct target *t, const float *rows, const mode
     accumulate_portable(t, rows, blk, F, 8, s);
 }
 
-static void acc_portable_any(const struct target *t, const float *rows,
-                             const model_block_t *blk, uint32_t F, uint32_t k, struct sums *s)
+static void acc_portable_any(const struct target *t, const float *rows, const model_block_t *blk,
+                             uint32_t F, uint32_t k, struct sums *s)
 {
     accumulate_portable(t, rows, blk, F, k, s);
 }
 
 #ifdef HAVE_AVX2_PATH
-__attribute__((target("avx2"))) static void
-acc_avx2_4(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
-           struct sums *s)
+__attribute__((target("avx2"))) static void acc_avx2_4(const struct target *t, const float *rows,
+                                                       const model_block_t *blk, uint32_t F,
+                                                       struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, 4, s);
 }
 
-__attribute__((target("avx2"))) static void
-acc_avx2_8(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
-           struct sums *s)
+__attribute__((target("avx2"))) static void acc_avx2_8(const struct target *t, const float *rows,
+                                                       const model_block_t *blk, uint32_t F,
+                                                       struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, 8, s);
 }
 
-__attribute__((target("avx2"))) static void
-acc_avx2_any(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
-             uint32_t k, struct sums *s)
+__attribute__((target("avx2"))) static void acc_avx2_any(const struct target *t, const float *rows,
+                                                         const model_block_t *blk, uint32_t F,
+                                                         uint32_t k, struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, k, s);
 }
@@ -234,70 +236,128 @@ static void accumulate(bool avx2, const struct target *t, const float *rows,
 #ifdef HAVE_AVX2_PATH
     if (avx2) {
         switch (k) {
-        case 4: acc_avx2_4(t, rows, blk, F, s); return;
-        case 8: acc_avx2_8(t, rows, blk, F, s); return;
-        default: acc_avx2_any(t, rows, blk, F, k, s); return;
+        case 4:
+            acc_avx2_4(t, rows, blk, F, s);
+            return;
+        case 8:
+            acc_avx2_8(t, rows, blk, F, s);
+            return;
+        default:
+            acc_avx2_any(t, rows, blk, F, k, s);
+            return;
         }
     }
 #endif
     (void)avx2;
     switch (k) {
-    case 4: acc_portable_4(t, rows, blk, F, s); return;
-    case 8: acc_portable_8(t, rows, blk, F, s); return;
-    default: acc_portable_any(t, rows, blk, F, k, s); return;
+    case 4:
+        acc_portable_4(t, rows, blk, F, s);
+        return;
+    case 8:
+        acc_portable_8(t, rows, blk, F, s);
+        return;
+    default:
+        acc_portable_any(t, rows, blk, F, k, s);
+        return;
     }
 }
 
 /* sum_{g<h} <B[g][h], B[h][g]> + 0.5 (sum_g |B[g][g]|^2 - diag), row g of B
- * at R[g], read in (g, h, f) order into four lanes f mod 4. */
+ * at R[g].  The pairs (g, h) are read in (g, h, f) order into four
+ * accumulators, pair (g, h) into accumulator (h - g - 1) mod 4, each of
+ * four lanes f mod 4, and added ((a0 + a1) + (a2 + a3)) lane by lane, then
+ * (l0 + l1) + (l2 + l3); the diagonal squares go to lanes f mod 4 of their
+ * own.  (With one accumulator the chain of dependent adds was the loop's
+ * limit.)  Elementwise multiplies and adds in a fixed order, never fused
+ * (ffm.c is built with -ffp-contract=off): the SSE2 and AVX2 instances give
+ * the same floats. */
+typedef double f64x4 __attribute__((vector_size(32)));
+
+/* acc's lanes f mod 4 += a[f] b[f], f < k. */
+INLINE void dot_into(f64x4 *acc, const double *a, const double *b, uint32_t k)
+{
+    uint32_t f = 0;
+    for (; f + 4 <= k; f += 4) {
+        f64x4 x, y;
+        memcpy(&x, a + f, sizeof x);
+        memcpy(&y, b + f, sizeof y);
+        *acc += x * y;
+    }
+    for (; f < k; f++)
+        (*acc)[f & 3] += a[f] * b[f];
+}
+
 INLINE double pair_sum(const double *const *R, uint32_t F, uint32_t k, double diag)
 {
-    double p[4] = {0, 0, 0, 0}, d[4] = {0, 0, 0, 0};
+    f64x4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, d = a0;
     for (uint32_t g = 0; g < F; g++) {
         const double *Bg = R[g];
-        const double *gg = Bg + (size_t)g * k;
-        for (uint32_t f = 0; f < k; f++)
-            d[f & 3] += gg[f] * gg[f];
-        for (uint32_t h = g + 1; h < F; h++) {
-            const double *a = Bg + (size_t)h * k;
-            const double *b = R[h] + (size_t)g * k;
-            uint32_t f = 0;
-            for (; f + 4 <= k; f += 4) {
-                p[0] += a[f] * b[f];
-                p[1] += a[f + 1] * b[f + 1];
-                p[2] += a[f + 2] * b[f + 2];
-                p[3] += a[f + 3] * b[f + 3];
-            }
-            for (; f < k; f++)
-                p[f & 3] += a[f] * b[f];
+        const size_t gk = (size_t)g * k;
+        dot_into(&d, Bg + gk, Bg + gk, k);
+        uint32_t h = g + 1;
+        for (; h + 4 <= F; h += 4) {
+            dot_into(&a0, Bg + (size_t)h * k, R[h] + gk, k);
+            dot_into(&a1, Bg + (size_t)(h + 1) * k, R[h + 1] + gk, k);
+            dot_into(&a2, Bg + (size_t)(h + 2) * k, R[h + 2] + gk, k);
+            dot_into(&a3, Bg + (size_t)(h + 3) * k, R[h + 3] + gk, k);
         }
+        if (h < F)
+            dot_into(&a0, Bg + (size_t)h * k, R[h] + gk, k);
+        if (h + 1 < F)
+            dot_into(&a1, Bg + (size_t)(h + 1) * k, R[h + 1] + gk, k);
+        if (h + 2 < F)
+            dot_into(&a2, Bg + (size_t)(h + 2) * k, R[h + 2] + gk, k);
     }
+    f64x4 p = (a0 + a1) + (a2 + a3);
     double pairs = (p[0] + p[1]) + (p[2] + p[3]);
     double sqr = (d[0] + d[1]) + (d[2] + d[3]);
     return pairs + 0.5 * (sqr - diag);
 }
 
-static double pair_sum_4(const double *const *R, uint32_t F, double diag)
-{
-    return pair_sum(R, F, 4, diag);
-}
+/* Instances with constant k (unrolled), portable and AVX2 (one
+ * instruction per four lanes instead of two). */
+#define PAIR_INSTANCES(attr, name)                                                             \
+    attr static double name##_4(const double *const *R, uint32_t F, double diag)               \
+    {                                                                                          \
+        return pair_sum(R, F, 4, diag);                                                        \
+    }                                                                                          \
+    attr static double name##_8(const double *const *R, uint32_t F, double diag)               \
+    {                                                                                          \
+        return pair_sum(R, F, 8, diag);                                                        \
+    }                                                                                          \
+    attr static double name##_any(const double *const *R, uint32_t F, uint32_t k, double diag) \
+    {                                                                                          \
+        return pair_sum(R, F, k, diag);                                                        \
+    }
 
-static double pair_sum_8(const double *const *R, uint32_t F, double diag)
-{
-    return pair_sum(R, F, 8, diag);
-}
+PAIR_INSTANCES(, pair_portable)
+#ifdef HAVE_AVX2_PATH
+PAIR_INSTANCES(__attribute__((target("avx2"))), pair_avx2)
+#endif
 
-static double pair_sum_any(const double *const *R, uint32_t F, uint32_t k, double diag)
+static inline double pairs_of(bool avx2, const double *const *R, uint32_t F, uint32_t k,
+                              double diag)
 {
-    return pair_sum(R, F, k, diag);
-}
-
-static inline double pairs_of(const double *const *R, uint32_t F, uint32_t k, double diag)
-{
+#ifdef HAVE_AVX2_PATH
+    if (avx2) {
+        switch (k) {
+        case 4:
+            return pair_avx2_4(R, F, diag);
+        case 8:
+            return pair_avx2_8(R, F, diag);
+        default:
+            return pair_avx2_any(R, F, k, diag);
+        }
+    }
+#endif
+    (void)avx2;
     switch (k) {
-    case 4: return pair_sum_4(R, F, diag);
-    case 8: return pair_sum_8(R, F, diag);
-    default: return pair_sum_any(R, F, k, diag);
+    case 4:
+        return pair_portable_4(R, F, diag);
+    case 8:
+        return pair_portable_8(R, F, diag);
+    default:
+        return pair_portable_any(R, F, k, diag);
     }
 }
 
@@ -315,33 +375,49 @@ static inline float finish(double bias, const struct sums *s, double pairs, bool
     return sigmoid(bias + s->lin + pairs);
 }
 
+/* Builds the shared block's B in Bs and its sums in *ss (rows from rows or
+ * rowp, as struct target says); returns its pair sum. */
+static double shared_part(bool avx2, const float *rows, const float *const *rowp,
+                          const model_block_t *shared, uint32_t F, uint32_t k, double *Bs,
+                          struct sums *ss)
+{
+    const uint32_t Fk = F * k;
+    const double *R[FFM_MAX_FIELDS];
+    *ss = (struct sums){0, 0, {0, 0, 0, 0}};
+    struct target ts = {.B = Bs, .Bs = Bs, .touched = NULL, .rowp = rowp};
+    memset(Bs, 0, (size_t)F * Fk * sizeof *Bs);
+    accumulate(avx2, &ts, rows, shared, F, k, ss);
+    for (uint32_t g = 0; g < F; g++)
+        R[g] = Bs + (size_t)g * Fk;
+    return pairs_of(avx2, R, F, k, diag_of(ss));
+}
+
+static bool have_avx2(void)
+{
+#ifdef HAVE_AVX2_PATH
+    return __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
 void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
-                const float *rows, uint32_t F, uint32_t k, bool norm, double *work,
-                float *scores)
+                const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
     const size_t FFk = (size_t)F * Fk;
     double *Bs = work, *B = work + FFk;
     uint8_t *touched = (uint8_t *)(work + 2 * FFk);
     const double *R[FFM_MAX_FIELDS];
-#ifdef HAVE_AVX2_PATH
-    const bool avx2 = __builtin_cpu_supports("avx2");
-#else
-    const bool avx2 = false;
-#endif
+    const bool avx2 = have_avx2();
     const double bias = (double)rows[0];
     rows += K;
 
-    struct sums ss = {0, 0, {0, 0, 0, 0}};
-    struct target ts = {.B = Bs, .Bs = Bs, .touched = NULL};
-    memset(Bs, 0, FFk * sizeof *Bs);
-    accumulate(avx2, &ts, rows, shared, F, k, &ss);
+    struct sums ss;
+    const double base_pairs = shared_part(avx2, rows, NULL, shared, F, k, Bs, &ss);
     rows += (size_t)shared->n * K;
-    for (uint32_t g = 0; g < F; g++)
-        R[g] = Bs + (size_t)g * Fk;
-    const double base_pairs = pairs_of(R, F, k, diag_of(&ss));
 
-    struct target ti = {.B = B, .Bs = Bs, .touched = touched};
+    struct target ti = {.B = B, .Bs = Bs, .touched = touched, .rowp = NULL};
     for (uint32_t i = 0; i < n_items; i++) {
         const model_block_t *it = &items[i];
         if (it->n == 0) {
@@ -354,6 +430,14 @@ void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_
         rows += (size_t)it->n * K;
         for (uint32_t g = 0; g < F; g++)
             R[g] = (touched[g] ? B : Bs) + (size_t)g * Fk;
-        scores[i] = finish(bias, &s, pairs_of(R, F, k, diag_of(&s)), norm);
+        scores[i] = finish(bias, &s, pairs_of(avx2, R, F, k, diag_of(&s)), norm);
     }
+}
+
+float ffm_score_sample(const model_block_t *blk, const float *const *rowp, float bias, uint32_t F,
+                       uint32_t k, bool norm, double *work)
+{
+    struct sums ss;
+    const double pairs = shared_part(have_avx2(), NULL, rowp, blk, F, k, work, &ss);
+    return finish((double)bias, &ss, pairs, norm);
 }

@@ -61,8 +61,16 @@ size_t ffm_work_doubles(uint32_t F, uint32_t k);
  * gradient.  Sums run in double in a fixed order: the same call always
  * gives the same floats.  Never allocates, never blocks. */
 void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
-                const float *rows, uint32_t F, uint32_t k, bool norm, double *work,
-                float *scores);
+                const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores);
+
+/* The score of one sample whose rows are not consecutive: rowp[j] is
+ * feature j's row (K floats) for blk's features, bias the bias.  The same
+ * float as ffm_scores() with blk as the shared block and one empty item,
+ * and the same B left in work (ffm_work_doubles(F, k) doubles).  For the
+ * trainer, whose rows lie where its table keeps them.  Never allocates,
+ * never blocks. */
+float ffm_score_sample(const model_block_t *blk, const float *const *rowp, float bias, uint32_t F,
+                       uint32_t k, bool norm, double *work);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,7 @@
  */
 #include "ffm_train.h"
 #include "ffm.h"
+#include "ffm_step.h"
 #include "model.h"
 #include "row_table.h"
 #include "train_export.h"
@@ -80,8 +81,10 @@ struct train_ffm {
     uint32_t K;         /* serving floats per id: 1 + F k */
     uint32_t sk;        /* state floats per id: K (SGD) or 2K (Adagrad) */
     uint32_t cap;       /* features the work space holds */
-    float **live;       /* cap: each feature's state row in the table */
-    float *rows;        /* (1 + cap) * K: forward copies, bias first (ffm_scores) */
+    float **live;       /* cap: each feature's state row in the table (or zero) */
+    float *selfv;       /* cap * k: each feature's v block of its own field, as forward saw it */
+    float *rows;        /* (1 + cap) * K: row copies for predict, bias first (ffm_scores) */
+    float *zero;        /* K: the row of a feature that has none */
     float *fresh;       /* sk: a new id's row when nothing may be created */
     double *work;       /* ffm_work_doubles(F, k); [0, F F k) = B after a forward */
     float *gv;          /* F k: one feature's v gradient */
@@ -121,6 +124,7 @@ void train_ffm_defaults(train_ffm_options_t *o)
 static void free_work(train_ffm_t *t)
 {
     free(t->live);
+    free(t->selfv);
     free(t->rows);
 }
 
@@ -171,11 +175,12 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->sk = state_floats(opt->optimizer, t->K);
     const size_t Fk = (size_t)t->F * t->k;
     t->fresh = calloc(t->sk, sizeof *t->fresh);
+    t->zero = calloc(t->K, sizeof *t->zero);
     t->work = malloc(ffm_work_doubles(t->F, t->k) * sizeof *t->work);
     t->gv = calloc(Fk, sizeof *t->gv);
     t->mask = calloc(Fk, sizeof *t->mask);
     t->cnt = calloc(t->F, sizeof *t->cnt);
-    if (!t->fresh || !t->work || !t->gv || !t->mask || !t->cnt)
+    if (!t->fresh || !t->zero || !t->work || !t->gv || !t->mask || !t->cnt)
         goto nomem;
     int rc = row_table_create(t->sk, opt->expected_keys, &t->table);
     if (rc == 0)
@@ -202,6 +207,7 @@ void train_ffm_destroy(train_ffm_t *t)
     row_table_destroy(t->table);
     free_work(t);
     free(t->fresh);
+    free(t->zero);
     free(t->work);
     free(t->gv);
     free(t->mask);
@@ -242,14 +248,17 @@ int train_ffm_reserve(train_ffm_t *t, uint32_t n)
         cap *= 2;
     }
     float **live = malloc((size_t)cap * sizeof *live);
+    float *selfv = malloc((size_t)cap * t->k * sizeof *selfv);
     float *rows = calloc((size_t)(cap + 1) * t->K, sizeof *rows);
-    if (!live || !rows) {
+    if (!live || !selfv || !rows) {
         free(live);
+        free(selfv);
         free(rows);
         return -ENOMEM;
     }
     free_work(t);
     t->live = live;
+    t->selfv = selfv;
     t->rows = rows;
     t->cap = cap;
     return 0;
@@ -293,8 +302,8 @@ static inline void prefetch_row(const float *row, uint32_t floats)
 
 /* Finds (creates and initialises) the bias's and the sample's rows in the
  * table: t->live[j], the bias's returned.  A feature with x = 0 takes no
- * step, so its row is only looked for (live[j] NULL when it has none: it
- * adds 0 to the margin whatever its row).  NULL when the table cannot
+ * step, so its row is only looked for (live[j] = t->zero when it has none:
+ * it adds 0 to the margin whatever its row).  NULL when the table cannot
  * grow. */
 static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
@@ -304,7 +313,8 @@ static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, u
         return NULL; /* a new bias row is all 0: nothing to initialise */
     for (uint32_t j = 0; j < n; j++) {
         if (values && values[j] == 0) {
-            t->live[j] = row_table_find(t->table, ids[j]);
+            float *found = row_table_find(t->table, ids[j]);
+            t->live[j] = found ? found : t->zero; /* never stepped: x = 0 */
             continue;
         }
         float *row = row_table_upsert(t->table, ids[j], &created);
@@ -379,7 +389,7 @@ static void scales(const train_ffm_t *t, const float *values, uint32_t n, double
 /* The backward loops are built for x86-64-v3 (AVX2, FMA) beside the
  * baseline, and the loader picks one by CPU (an ifunc). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define STEP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define STEP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define STEP_CLONES
 #endif
@@ -407,11 +417,11 @@ static void prepare_backward(train_ffm_t *t, const uint64_t *ids, const float *v
 }
 
 /* gv[h k + f] = scale x (B[h][fj][f] - [h == fj] v_{fj,f} x), in double
- * then rounded: feature j's v gradient (v its forward values, field fj).
- * Instantiated with constant k below so that a block is a few vector
+ * then rounded: feature j's v gradient (field fj, vs = its v_fj block as
+ * the forward pass read it).  Instantiated with constant k below so that a block is a few vector
  * instructions. */
 static inline __attribute__((always_inline)) void
-gradient_blocks(float *restrict gv, const double *restrict B, const float *restrict v, uint32_t F,
+gradient_blocks(float *restrict gv, const double *restrict B, const float *restrict vs, uint32_t F,
                 uint32_t k, uint32_t fj, double sx, double x)
 {
     for (uint32_t h = 0; h < F; h++) {
@@ -421,60 +431,32 @@ gradient_blocks(float *restrict gv, const double *restrict B, const float *restr
     }
     const double *b = B + ((size_t)fj * F + fj) * k;
     for (uint32_t f = 0; f < k; f++)
-        gv[(size_t)fj * k + f] = (float)(sx * (b[f] - (double)v[(size_t)fj * k + f] * x));
+        gv[(size_t)fj * k + f] = (float)(sx * (b[f] - (double)vs[f] * x));
 }
 
-STEP_CLONES static void gradient_4(float *gv, const double *B, const float *v, uint32_t F,
+STEP_CLONES static void gradient_4(float *gv, const double *B, const float *vs, uint32_t F,
                                    uint32_t fj, double sx, double x)
 {
-    gradient_blocks(gv, B, v, F, 4, fj, sx, x);
+    gradient_blocks(gv, B, vs, F, 4, fj, sx, x);
 }
 
-STEP_CLONES static void gradient_any(float *gv, const double *B, const float *v, uint32_t F,
+STEP_CLONES static void gradient_any(float *gv, const double *B, const float *vs, uint32_t F,
                                      uint32_t k, uint32_t fj, double sx, double x)
 {
-    gradient_blocks(gv, B, v, F, k, fj, sx, x);
+    gradient_blocks(gv, B, vs, F, k, fj, sx, x);
 }
 
 /* t->gv = feature j's v gradient; sets the mask of its own block fj to
  * "another feature lies in fj" (cnt[fj] >= 2).  Blocks whose mask is 0
  * have no data gradient; their gv is not used.  Undo the mask change with
  * mask_block(t, fj, 1) before the next feature. */
-static void factor_gradient(train_ffm_t *t, const float *v, uint32_t fj, double x, double scale)
+static void factor_gradient(train_ffm_t *t, const float *vs, uint32_t fj, double x, double scale)
 {
     if (t->k == 4)
-        gradient_4(t->gv, t->work, v, t->F, fj, scale * x, x);
+        gradient_4(t->gv, t->work, vs, t->F, fj, scale * x, x);
     else
-        gradient_any(t->gv, t->work, v, t->F, t->k, fj, scale * x, x);
+        gradient_any(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
     mask_block(t, fj, t->cnt[fj] >= 2);
-}
-
-/* The factors' steps, in float, over all F k coordinates of a row in one
- * loop the compiler vectorises (with an x86-64-v3 clone; this file is built
- * with -fno-math-errno so that sqrtf vectorises).  A coordinate whose mask
- * is 0 has no data gradient and is left exactly as it was — no L2 step
- * either, as LIBFFM does (it regularises v_{j,h} only inside the pair
- * loop); with Adagrad a lone L2 gradient on a fresh accumulator would move
- * it by a full alpha. */
-STEP_CLONES static void adagrad_v(float *restrict c, float *restrict G, const float *restrict g,
-                                  const float *restrict mask, uint32_t n, float l2, float alpha,
-                                  float eps)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        float gi = mask[i] * (g[i] + l2 * c[i]); /* 0 where masked: c and G stay */
-        float g2 = G[i] + gi * gi;
-        G[i] = g2;
-        float d = sqrtf(g2) + eps;
-        d = d > FLT_MIN ? d : FLT_MIN; /* keeps 0 / 0 (G = 0, beta = 0) from making a NaN */
-        c[i] -= alpha * gi / d;
-    }
-}
-
-STEP_CLONES static void sgd_v(float *restrict c, const float *restrict g,
-                              const float *restrict mask, uint32_t n, float l2, float alpha)
-{
-    for (uint32_t i = 0; i < n; i++)
-        c[i] -= alpha * mask[i] * (g[i] + l2 * c[i]);
 }
 
 /* One coordinate's step (the bias, a w) in double: gradient g, L2 l2.
@@ -508,9 +490,9 @@ static void step_v(const train_ffm_t *t, float *row)
     const uint32_t Fk = t->F * t->k;
     const float alpha = (float)t->opt.alpha, l2v = (float)t->opt.l2_v;
     if (t->opt.optimizer == TRAIN_SGD)
-        sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
+        ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
     else
-        adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha, (float)t->opt.beta);
+        ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha, (float)t->opt.beta);
 }
 
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
@@ -521,19 +503,15 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
         if (rc != 0)
             return rc;
     }
-    const uint32_t K = t->K;
     float *bias = attach(t, ids, values, n);
     if (!bias)
         return -ENOMEM;
-    t->rows[0] = bias[0];
-    for (uint32_t j = 0; j < n; j++) {
-        float *dst = t->rows + (size_t)(1 + j) * K;
-        if (t->live[j])
-            memcpy(dst, t->live[j], (size_t)K * sizeof *dst);
-        else
-            memset(dst, 0, (size_t)K * sizeof *dst);
-    }
-    float p = forward(t, ids, values, n);
+    for (uint32_t j = 0; j < n; j++) /* before any step: an id may come twice */
+        memcpy(t->selfv + (size_t)j * t->k, t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k,
+               t->k * sizeof(float));
+    model_block_t blk = {.ids = ids, .values = values, .n = n};
+    float p = ffm_score_sample(&blk, (const float *const *)t->live, bias[0], t->F, t->k,
+                               t->opt.norm, t->work);
     if (p_out)
         *p_out = p;
     double g = (double)p - (double)label;
@@ -549,7 +527,7 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
         /* the gradient at the forward values; the step on the row as it is
          * now (an id named twice already holds its first step) */
         const uint32_t fj = ffm_field(ids[j], t->F);
-        factor_gradient(t, t->rows + (size_t)(1 + j) * K + 1, fj, x, g * s2);
+        factor_gradient(t, t->selfv + (size_t)j * t->k, fj, x, g * s2);
         step_w(t, t->live[j], g * s * x, t->opt.l2);
         step_v(t, t->live[j]);
         mask_block(t, fj, 1);
@@ -580,7 +558,7 @@ int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *
             continue;
         const uint32_t fj = ffm_field(ids[j], t->F);
         out[0] = s * x;
-        factor_gradient(t, t->rows + (size_t)(1 + j) * K + 1, fj, x, s2);
+        factor_gradient(t, t->rows + (size_t)(1 + j) * K + 1 + (size_t)fj * t->k, fj, x, s2);
         for (uint32_t c = 0; c < Fk; c++)
             if (t->mask[c] != 0)
                 out[1 + c] = t->gv[c];

@@ -8,6 +8,9 @@
  *     the same request gives the same floats twice, a sample scores to the
  *     bit the same however it is split between shared block and item, and
  *     the work space holds the shared block's field aggregates B;
+ *     ffm_score_sample() on row pointers gives that float and B too;
+ *   - the portable and AVX2 row loops and pair readings give the same
+ *     floats;
  *   - the trainer's analytic margin gradient matches central finite
  *     differences of the naive margin (fields with one, several or no
  *     features, a repeated id, norm on and off);
@@ -222,6 +225,25 @@ static void test_scores_vs_naive(void **state)
                 ffm_scores(&whole, &none, 1, rows2, F, k, norm, work, &one);
                 if (memcmp(&one, &scores[1], sizeof one) != 0)
                     fail_msg("F %u k %u: split %.9g, unsplit %.9g", F, k, scores[1], one);
+                /* ... and ffm_score_sample on row pointers (rows reversed in
+                 * memory, so that consecutive ones would be wrong): the same
+                 * float and the same B */
+                static float rows3[(MAXN + 1) * (1 + 20 * 13)];
+                static const float *rp[MAXN];
+                static double bcopy[20 * 20 * 13];
+                const size_t FFk = (size_t)F * F * k;
+                for (uint32_t j = 0; j < whole.n; j++) {
+                    float *dst = rows3 + (size_t)(whole.n - 1 - j) * K;
+                    memcpy(dst, rows2 + (size_t)(1 + j) * K, K * sizeof *dst);
+                    rp[j] = dst;
+                }
+                memcpy(bcopy, work, FFk * sizeof *bcopy);
+                memset(work, 0x55, FFk * sizeof *work);
+                float viap = ffm_score_sample(&whole, rp, rows2[0], F, k, norm, work);
+                if (memcmp(&viap, &one, sizeof one) != 0)
+                    fail_msg("F %u k %u: ffm_score_sample %.9g, ffm_scores %.9g", F, k, viap,
+                             one);
+                assert_memory_equal(work, bcopy, FFk * sizeof *bcopy);
             }
         }
         free(keyrow);
@@ -300,6 +322,13 @@ static void test_row_loops_agree(void **state)
                 accumulate(path == 1, &t, rows, &blk, F, k, &sm[path]);
             }
             assert_memory_equal(touched[0], touched[1], F);
+            /* the pair readings agree too, on the rows just built */
+            const double *R[FFM_MAX_FIELDS];
+            for (uint32_t g = 0; g < F; g++)
+                R[g] = (touched[0][g] ? B[0] : Bs) + (size_t)g * F * k;
+            double pp[2] = {pairs_of(false, R, F, k, 0.5), pairs_of(true, R, F, k, 0.5)};
+            assert_memory_equal(&pp[0], &pp[1], sizeof pp[0]);
+            assert_true(pp[0] != 0);
             for (uint32_t g = 0; g < F; g++)
                 if (touched[0][g])
                     assert_memory_equal(B[0] + (size_t)g * F * k, B[1] + (size_t)g * F * k,
