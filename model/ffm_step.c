@@ -1,6 +1,7 @@
 /*
- * ffm_step.c — the FFM trainer's factor steps (ffm_step.h), in one loop
- * over a feature's whole row that the compiler vectorises, with clones for
+ * ffm_step.c — the FFM trainer's factor gradient and steps (ffm_step.h),
+ * each one loop over a feature's whole row that the compiler vectorises,
+ * with clones for
  * x86-64-v4 (AVX-512) and x86-64-v3 (AVX2, FMA) beside the baseline; the
  * loader picks one by CPU (an ifunc).
  *
@@ -15,12 +16,50 @@
 
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define STEP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define STEP_CLONES
 #endif
+
+/* The gradient, instantiated with constant k (4) so that a block is a few
+ * vector instructions. */
+static inline __attribute__((always_inline)) void
+gradient_blocks(float *restrict gv, const double *restrict B, const float *restrict vs, uint32_t F,
+                uint32_t k, uint32_t fj, double sx, double x)
+{
+    for (uint32_t h = 0; h < F; h++) {
+        const double *b = B + ((size_t)h * F + fj) * k;
+        for (uint32_t f = 0; f < k; f++)
+            gv[(size_t)h * k + f] = (float)(sx * b[f]);
+    }
+    const double *b = B + ((size_t)fj * F + fj) * k;
+    for (uint32_t f = 0; f < k; f++)
+        gv[(size_t)fj * k + f] = (float)(sx * (b[f] - (double)vs[f] * x));
+}
+
+STEP_CLONES static void gradient_4(float *gv, const double *B, const float *vs, uint32_t F,
+                                   uint32_t fj, double sx, double x)
+{
+    gradient_blocks(gv, B, vs, F, 4, fj, sx, x);
+}
+
+STEP_CLONES static void gradient_any(float *gv, const double *B, const float *vs, uint32_t F,
+                                     uint32_t k, uint32_t fj, double sx, double x)
+{
+    gradient_blocks(gv, B, vs, F, k, fj, sx, x);
+}
+
+void ffm_factor_gradient(float *gv, const double *B, const float *vs, uint32_t F, uint32_t k,
+                         uint32_t fj, double sx, double x)
+{
+    if (k == 4)
+        gradient_4(gv, B, vs, F, fj, sx, x);
+    else
+        gradient_any(gv, B, vs, F, k, fj, sx, x);
+}
 
 STEP_CLONES void ffm_adagrad_v(float *restrict c, float *restrict G, const float *restrict g,
                                const float *restrict mask, uint32_t n, float l2, float alpha,

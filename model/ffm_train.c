@@ -14,20 +14,22 @@
  *   1. each id's state row is found in the trainer's row table
  *      (row_table.h), created when new: w = 0, v drawn from a hash of
  *      (seed, id, coordinate), optimizer sums 0;
- *   2. the serving prefixes [w | v] are copied to a row array laid out as
- *      model.c lays out a request (bias row first) and p = ffm_scores() of
- *      the sample as the shared block and one empty item: the prediction is
- *      by construction what a server scores on an export;
+ *   2. p = ffm_score_sample() of those rows' serving prefixes [w | v]: the
+ *      float ffm_scores() gives for the sample as the shared block and one
+ *      empty item, so the prediction is by construction what a server
+ *      scores on an export;
  *   3. g = p - y; each coordinate takes its own step, in place in the
  *      table.  The bias row is [b | 0..0 | Gb | 0..0]; its v's stay 0 and
  *      it has no L2.
  *
- * The factors' gradients and steps run in float over a feature's whole v
- * (F k floats) in one vectorised loop, with a 0/1 mask for the blocks that
- * have no data gradient (below).  With the state in
- * a store (a copy out per lookup, a copy back and a second probe per
- * upsert) and a loop per block in double, an epoch took 2.8x LIBFFM's; the
- * README has the figures.
+ * The forward pass reads the rows where the table keeps them; each
+ * feature's own v_fj block is saved first, as the gradient needs the
+ * forward values.  The factors' gradient and step each
+ * run over a feature's whole v (F k floats) in one vectorised loop
+ * (ffm_step.c), with a 0/1 mask for the blocks that have no data gradient
+ * (below).  With the state in a store (a copy out per lookup, a copy back
+ * and a second probe per upsert) and a loop per block in double, an epoch
+ * took 2.8x LIBFFM's; now about as long (README).
  *
  * State rows (fp32, K = 1 + F k; the serving row is the prefix, so export
  * copies K floats):
@@ -67,7 +69,6 @@
 #include "train_export.h"
 
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -386,14 +387,6 @@ static void scales(const train_ffm_t *t, const float *values, uint32_t n, double
     }
 }
 
-/* The backward loops are built for x86-64-v3 (AVX2, FMA) beside the
- * baseline, and the loader picks one by CPU (an ifunc). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define STEP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define STEP_CLONES
-#endif
-
 /* Sets the k mask floats of block h to on. */
 static inline void mask_block(train_ffm_t *t, uint32_t h, float on)
 {
@@ -416,46 +409,13 @@ static void prepare_backward(train_ffm_t *t, const uint64_t *ids, const float *v
         mask_block(t, g, t->cnt[g] > 0);
 }
 
-/* gv[h k + f] = scale x (B[h][fj][f] - [h == fj] v_{fj,f} x), in double
- * then rounded: feature j's v gradient (field fj, vs = its v_fj block as
- * the forward pass read it).  Instantiated with constant k below so that a block is a few vector
- * instructions. */
-static inline __attribute__((always_inline)) void
-gradient_blocks(float *restrict gv, const double *restrict B, const float *restrict vs, uint32_t F,
-                uint32_t k, uint32_t fj, double sx, double x)
-{
-    for (uint32_t h = 0; h < F; h++) {
-        const double *b = B + ((size_t)h * F + fj) * k;
-        for (uint32_t f = 0; f < k; f++)
-            gv[(size_t)h * k + f] = (float)(sx * b[f]);
-    }
-    const double *b = B + ((size_t)fj * F + fj) * k;
-    for (uint32_t f = 0; f < k; f++)
-        gv[(size_t)fj * k + f] = (float)(sx * (b[f] - (double)vs[f] * x));
-}
-
-STEP_CLONES static void gradient_4(float *gv, const double *B, const float *vs, uint32_t F,
-                                   uint32_t fj, double sx, double x)
-{
-    gradient_blocks(gv, B, vs, F, 4, fj, sx, x);
-}
-
-STEP_CLONES static void gradient_any(float *gv, const double *B, const float *vs, uint32_t F,
-                                     uint32_t k, uint32_t fj, double sx, double x)
-{
-    gradient_blocks(gv, B, vs, F, k, fj, sx, x);
-}
-
 /* t->gv = feature j's v gradient; sets the mask of its own block fj to
  * "another feature lies in fj" (cnt[fj] >= 2).  Blocks whose mask is 0
  * have no data gradient; their gv is not used.  Undo the mask change with
  * mask_block(t, fj, 1) before the next feature. */
 static void factor_gradient(train_ffm_t *t, const float *vs, uint32_t fj, double x, double scale)
 {
-    if (t->k == 4)
-        gradient_4(t->gv, t->work, vs, t->F, fj, scale * x, x);
-    else
-        gradient_any(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
+    ffm_factor_gradient(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
     mask_block(t, fj, t->cnt[fj] >= 2);
 }
 
