@@ -68,10 +68,12 @@ INLINE uint32_t field_of(uint64_t id, uint32_t F)
     return f < F ? f : f % F;
 }
 
-/* Where one block adds its features: rows of B, initialised on first touch
- * from Bs (an item) or already in place (touched == NULL: the shared block
- * adds to Bs itself).  The block's parameter rows are rowp[j] when rowp is
- * set (ffm_score_sample), else consecutive from the rows argument. */
+/* Where one block adds its features: rows of B.  An item's rows start, on
+ * first touch, as copies of the shared block's (Bs); the shared block's own
+ * (Bs == NULL) start as the first feature's v x, written rather than added
+ * to zeros (the rows no feature touched are zeroed afterwards).  The
+ * block's parameter rows are rowp[j] when rowp is set (ffm_score_sample),
+ * else consecutive from the rows argument. */
 struct target {
     double *B;
     const double *Bs;
@@ -79,12 +81,17 @@ struct target {
     const float *const *rowp;
 };
 
-INLINE double *row_for(const struct target *t, uint32_t g, uint32_t Fk)
+/* Row g of B, and whether it is to be written (*fresh) or added to. */
+INLINE double *row_for(const struct target *t, uint32_t g, uint32_t Fk, bool *fresh)
 {
     double *r = t->B + (size_t)g * Fk;
-    if (t->touched && !t->touched[g]) {
-        memcpy(r, t->Bs + (size_t)g * Fk, (size_t)Fk * sizeof *r);
+    *fresh = false;
+    if (!t->touched[g]) {
         t->touched[g] = 1;
+        if (t->Bs)
+            memcpy(r, t->Bs + (size_t)g * Fk, (size_t)Fk * sizeof *r);
+        else
+            *fresh = true;
     }
     return r;
 }
@@ -110,27 +117,33 @@ INLINE void add_sums(struct sums *s, const float *row, uint32_t g, uint32_t k, d
     }
 }
 
-/* Portable: b[0..n) += v[0..n) * x, four at a time through vector
- * extensions (SSE2 on plain x86-64). */
+/* Portable: b[0..n) += v[0..n) * x (= when fresh), four at a time through
+ * vector extensions (SSE2 on plain x86-64).  0 + y is y (up to the sign of
+ * a zero), so writing a fresh row gives the sums adding to zeros gave. */
 typedef float f32x4 __attribute__((vector_size(16)));
 typedef double f64x2 __attribute__((vector_size(16)));
 
-INLINE void axpy_portable(double *restrict b, const float *restrict v, double x, uint32_t n)
+INLINE void axpy_portable(double *restrict b, const float *restrict v, double x, uint32_t n,
+                          bool fresh)
 {
     uint32_t i = 0;
     for (; i + 4 <= n; i += 4) {
         f32x4 f;
-        f64x2 lo, hi;
+        f64x2 lo = {0, 0}, hi = {0, 0};
         memcpy(&f, v + i, sizeof f);
-        memcpy(&lo, b + i, sizeof lo);
-        memcpy(&hi, b + i + 2, sizeof hi);
-        lo += __builtin_convertvector(__builtin_shufflevector(f, f, 0, 1), f64x2) * x;
-        hi += __builtin_convertvector(__builtin_shufflevector(f, f, 2, 3), f64x2) * x;
-        memcpy(b + i, &lo, sizeof lo);
-        memcpy(b + i + 2, &hi, sizeof hi);
+        f64x2 plo = __builtin_convertvector(__builtin_shufflevector(f, f, 0, 1), f64x2) * x;
+        f64x2 phi = __builtin_convertvector(__builtin_shufflevector(f, f, 2, 3), f64x2) * x;
+        if (!fresh) {
+            memcpy(&lo, b + i, sizeof lo);
+            memcpy(&hi, b + i + 2, sizeof hi);
+            plo += lo;
+            phi += hi;
+        }
+        memcpy(b + i, &plo, sizeof plo);
+        memcpy(b + i + 2, &phi, sizeof phi);
     }
     for (; i < n; i++)
-        b[i] += (double)v[i] * x;
+        b[i] = fresh ? (double)v[i] * x : b[i] + (double)v[i] * x;
 }
 
 /* B[field(j)] += v_j x_j and s += feature j for every feature of blk
@@ -146,7 +159,9 @@ INLINE void accumulate_portable(const struct target *t, const float *rows, const
         const double x = blk->values ? (double)blk->values[j] : 1.0;
         const uint32_t g = field_of(blk->ids[j], F);
         add_sums(&a, r, g, k, x);
-        axpy_portable(row_for(t, g, Fk), r + 1, x, Fk);
+        bool fresh;
+        double *b = row_for(t, g, Fk, &fresh);
+        axpy_portable(b, r + 1, x, Fk, fresh);
     }
     *s = a;
 }
@@ -164,10 +179,18 @@ accumulate_avx2(const struct target *t, const float *rows, const model_block_t *
         const double x = blk->values ? (double)blk->values[j] : 1.0;
         const uint32_t g = field_of(blk->ids[j], F);
         add_sums(&a, r, g, k, x);
-        double *b = row_for(t, g, Fk);
+        bool fresh;
+        double *b = row_for(t, g, Fk, &fresh);
         const float *v = r + 1;
         const __m256d vx = _mm256_set1_pd(x);
         uint32_t i = 0;
+        if (fresh) {
+            for (; i + 4 <= Fk; i += 4)
+                _mm256_storeu_pd(b + i, _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(v + i)), vx));
+            for (; i < Fk; i++)
+                b[i] = (double)v[i] * x;
+            continue;
+        }
         for (; i + 8 <= Fk; i += 8) {
             __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(v + i));
             __m256d a1 = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4));
@@ -379,14 +402,17 @@ static inline float finish(double bias, const struct sums *s, double pairs, bool
  * rowp, as struct target says); returns its pair sum. */
 static double shared_part(bool avx2, const float *rows, const float *const *rowp,
                           const model_block_t *shared, uint32_t F, uint32_t k, double *Bs,
-                          struct sums *ss)
+                          uint8_t *touched, struct sums *ss)
 {
     const uint32_t Fk = F * k;
     const double *R[FFM_MAX_FIELDS];
     *ss = (struct sums){0, 0, {0, 0, 0, 0}};
-    struct target ts = {.B = Bs, .Bs = Bs, .touched = NULL, .rowp = rowp};
-    memset(Bs, 0, (size_t)F * Fk * sizeof *Bs);
+    struct target ts = {.B = Bs, .Bs = NULL, .touched = touched, .rowp = rowp};
+    memset(touched, 0, F);
     accumulate(avx2, &ts, rows, shared, F, k, ss);
+    for (uint32_t g = 0; g < F; g++)
+        if (!touched[g])
+            memset(Bs + (size_t)g * Fk, 0, (size_t)Fk * sizeof *Bs);
     for (uint32_t g = 0; g < F; g++)
         R[g] = Bs + (size_t)g * Fk;
     return pairs_of(avx2, R, F, k, diag_of(ss));
@@ -414,7 +440,7 @@ void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_
     rows += K;
 
     struct sums ss;
-    const double base_pairs = shared_part(avx2, rows, NULL, shared, F, k, Bs, &ss);
+    const double base_pairs = shared_part(avx2, rows, NULL, shared, F, k, Bs, touched, &ss);
     rows += (size_t)shared->n * K;
 
     struct target ti = {.B = B, .Bs = Bs, .touched = touched, .rowp = NULL};
@@ -438,6 +464,8 @@ float ffm_score_sample(const model_block_t *blk, const float *const *rowp, float
                        uint32_t k, bool norm, double *work)
 {
     struct sums ss;
-    const double pairs = shared_part(have_avx2(), NULL, rowp, blk, F, k, work, &ss);
+    const size_t FFk = (size_t)F * F * k;
+    const double pairs =
+        shared_part(have_avx2(), NULL, rowp, blk, F, k, work, (uint8_t *)(work + 2 * FFk), &ss);
     return finish((double)bias, &ss, pairs, norm);
 }

@@ -310,15 +310,18 @@ static void test_row_loops_agree(void **state)
         }
         for (size_t i = 0; i < FFk; i++)
             Bs[i] = urand(&s, -1, 1);
-        for (int use_vals = 0; use_vals < 2; use_vals++) {
-            model_block_t blk = {ids, use_vals ? vals : NULL, n};
+        for (int use_vals = 0; use_vals < 4; use_vals++) {
+            /* 0, 1: an item's rows (first touch copies Bs); 2, 3: the shared
+             * block's (first touch writes) */
+            model_block_t blk = {ids, use_vals & 1 ? vals : NULL, n};
             struct sums sm[2];
             uint8_t touched[2][FFM_MAX_FIELDS];
             for (int path = 0; path < 2; path++) {
                 memset(B[path], 0x7f, FFk * sizeof(double)); /* untouched rows: garbage */
                 memset(touched[path], 0, F);
                 sm[path] = (struct sums){0.25, 1.5, {0.125, 0, 0, 2}};
-                struct target t = {.B = B[path], .Bs = Bs, .touched = touched[path]};
+                struct target t = {
+                    .B = B[path], .Bs = use_vals < 2 ? Bs : NULL, .touched = touched[path]};
                 accumulate(path == 1, &t, rows, &blk, F, k, &sm[path]);
             }
             assert_memory_equal(touched[0], touched[1], F);
