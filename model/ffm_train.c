@@ -55,9 +55,9 @@
  * quality sets: avazu_rx by .005 AUC at equal logloss.
  *
  * A feature id repeated within one sample: its gradient is taken at the
- * forward values (the copies of step 2) and its step applied to the row in
- * the table, which already holds the first occurrence's step — the rule
- * train_lr.c and fm_train.c follow.
+ * forward values (its own v_fj block, saved before any step) and its step
+ * applied to the row in the table, which already holds the first
+ * occurrence's step — the rule train_lr.c and fm_train.c follow.
  *
  * THREAD SAFETY: one thread drives a trainer (ffm_train.h).
  */
@@ -84,9 +84,8 @@ struct train_ffm {
     uint32_t cap;       /* features the work space holds */
     float **live;       /* cap: each feature's state row in the table (or zero) */
     float *selfv;       /* cap * k: each feature's v block of its own field, as forward saw it */
-    float *rows;        /* (1 + cap) * K: row copies for predict, bias first (ffm_scores) */
+    float *scratch;     /* cap * sk: new ids' rows when nothing may be created */
     float *zero;        /* K: the row of a feature that has none */
-    float *fresh;       /* sk: a new id's row when nothing may be created */
     double *work;       /* ffm_work_doubles(F, k); [0, F F k) = B after a forward */
     float *gv;          /* F k: one feature's v gradient */
     float *mask;        /* F k: 1 where the feature's v has a data gradient, else 0 */
@@ -126,7 +125,7 @@ static void free_work(train_ffm_t *t)
 {
     free(t->live);
     free(t->selfv);
-    free(t->rows);
+    free(t->scratch);
 }
 
 __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train_ffm_t **out,
@@ -175,13 +174,12 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->K = 1 + opt->fields * opt->k;
     t->sk = state_floats(opt->optimizer, t->K);
     const size_t Fk = (size_t)t->F * t->k;
-    t->fresh = calloc(t->sk, sizeof *t->fresh);
     t->zero = calloc(t->K, sizeof *t->zero);
     t->work = malloc(ffm_work_doubles(t->F, t->k) * sizeof *t->work);
     t->gv = calloc(Fk, sizeof *t->gv);
     t->mask = calloc(Fk, sizeof *t->mask);
     t->cnt = calloc(t->F, sizeof *t->cnt);
-    if (!t->fresh || !t->zero || !t->work || !t->gv || !t->mask || !t->cnt)
+    if (!t->zero || !t->work || !t->gv || !t->mask || !t->cnt)
         goto nomem;
     int rc = row_table_create(t->sk, opt->expected_keys, &t->table);
     if (rc == 0)
@@ -207,7 +205,6 @@ void train_ffm_destroy(train_ffm_t *t)
         return;
     row_table_destroy(t->table);
     free_work(t);
-    free(t->fresh);
     free(t->zero);
     free(t->work);
     free(t->gv);
@@ -250,17 +247,17 @@ int train_ffm_reserve(train_ffm_t *t, uint32_t n)
     }
     float **live = malloc((size_t)cap * sizeof *live);
     float *selfv = malloc((size_t)cap * t->k * sizeof *selfv);
-    float *rows = calloc((size_t)(cap + 1) * t->K, sizeof *rows);
-    if (!live || !selfv || !rows) {
+    float *scratch = malloc((size_t)cap * t->sk * sizeof *scratch);
+    if (!live || !selfv || !scratch) {
         free(live);
         free(selfv);
-        free(rows);
+        free(scratch);
         return -ENOMEM;
     }
     free_work(t);
     t->live = live;
     t->selfv = selfv;
-    t->rows = rows;
+    t->scratch = scratch;
     t->cap = cap;
     return 0;
 }
@@ -330,45 +327,39 @@ static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, u
     return bias;
 }
 
-/* The forward copies of rows that must not be created: the bias and the
- * sample's rows as found, an unknown id's row as a new one would start
- * (init) or 0 (as a server sees it). */
-static void copy_found(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
+/* t->live for a sample whose rows must not be created: each id's row as
+ * found; an unknown id's row as a new one would start (init: built in
+ * scratch) or 0 (as a server sees it).  Returns the bias. */
+static float gather(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
 {
-    const uint32_t K = t->K;
-    const float *bias = row_table_find(t->table, MODEL_BIAS_ID);
-    t->rows[0] = bias ? bias[0] : 0; /* the rest of the bias row stays 0 (calloc) */
     for (uint32_t j = 0; j < n; j++) {
-        float *dst = t->rows + (size_t)(1 + j) * K;
-        const float *row = row_table_find(t->table, ids[j]);
+        float *row = row_table_find(t->table, ids[j]);
         if (!row && init) {
-            init_row(t, ids[j], t->fresh);
-            row = t->fresh;
+            row = t->scratch + (size_t)j * t->sk;
+            init_row(t, ids[j], row);
         }
-        if (row)
-            memcpy(dst, row, (size_t)K * sizeof *dst);
-        else
-            memset(dst, 0, (size_t)K * sizeof *dst);
+        t->live[j] = row ? row : t->zero;
     }
+    const float *bias = row_table_find(t->table, MODEL_BIAS_ID);
+    return bias ? bias[0] : 0;
 }
 
-/* p of the forward copies in t->rows through ffm_scores (the sample as the
- * shared block, one empty item); leaves B in t->work. */
-static float forward(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
+/* p of the rows in t->live through ffm_score_sample: what ffm_scores()
+ * gives for the sample as the shared block and one empty item; leaves B
+ * in t->work. */
+static float forward(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float bias)
 {
-    model_block_t shared = {.ids = ids, .values = values, .n = n};
-    model_block_t item = {.ids = NULL, .values = NULL, .n = 0};
-    float p;
-    ffm_scores(&shared, &item, 1, t->rows, t->F, t->k, t->opt.norm, t->work, &p);
-    return p;
+    model_block_t blk = {.ids = ids, .values = values, .n = n};
+    return ffm_score_sample(&blk, (const float *const *)t->live, bias, t->F, t->k, t->opt.norm,
+                            t->work);
 }
 
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     if (n > t->cap && train_ffm_reserve(t, n) != 0)
         return NAN;
-    copy_found(t, ids, n, false);
-    return forward(t, ids, values, n);
+    return forward(t, ids, values, n, gather(t, ids, n, false));
 }
 
 /* The scales of the linear and pair terms: s and s^2, from sum x^2 summed
@@ -469,9 +460,7 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     for (uint32_t j = 0; j < n; j++) /* before any step: an id may come twice */
         memcpy(t->selfv + (size_t)j * t->k, t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k,
                t->k * sizeof(float));
-    model_block_t blk = {.ids = ids, .values = values, .n = n};
-    float p = ffm_score_sample(&blk, (const float *const *)t->live, bias[0], t->F, t->k,
-                               t->opt.norm, t->work);
+    float p = forward(t, ids, values, n, bias[0]);
     if (p_out)
         *p_out = p;
     double g = (double)p - (double)label;
@@ -504,8 +493,7 @@ int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *
             return rc;
     }
     const uint32_t K = t->K, Fk = t->F * t->k;
-    copy_found(t, ids, n, true);
-    (void)forward(t, ids, values, n);
+    (void)forward(t, ids, values, n, gather(t, ids, n, true));
     double s, s2;
     scales(t, values, n, &s, &s2);
     prepare_backward(t, ids, values, n);
@@ -518,7 +506,7 @@ int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *
             continue;
         const uint32_t fj = ffm_field(ids[j], t->F);
         out[0] = s * x;
-        factor_gradient(t, t->rows + (size_t)(1 + j) * K + 1 + (size_t)fj * t->k, fj, x, s2);
+        factor_gradient(t, t->live[j] + 1 + (size_t)fj * t->k, fj, x, s2); /* not stepped */
         for (uint32_t c = 0; c < Fk; c++)
             if (t->mask[c] != 0)
                 out[1 + c] = t->gv[c];
