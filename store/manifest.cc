@@ -463,7 +463,7 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
     auto root = fbm::CreateManifest(fbb, m->format_version, name, (fbm::ModelKind)h.model_kind,
                                     m->meta.version, m->meta.parent_version, m->meta.created_unix,
                                     m->value_floats, (fbm::ValueType)h.value_type, m->shard_count,
-                                    shard_vec, param_vec, dense_vec);
+                                    shard_vec, param_vec, dense_vec, m->hash_seed);
     fbm::FinishManifestBuffer(fbb, root);
 
     const size_t n = fbb.GetSize();
@@ -574,6 +574,7 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
     out->meta.version = h.version;
     out->meta.parent_version = mf->parent_version();
     out->meta.created_unix = mf->created_unix();
+    out->hash_seed = mf->hash_seed();
     out->value_floats = h.value_floats;
     out->dtype = (store_dtype_t)h.value_type;
     out->shard_count = h.shard_count;

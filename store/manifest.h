@@ -47,6 +47,7 @@ typedef struct manifest {
     store_param_t params[STORE_MAX_PARAMS];
     uint32_t n_dense;          /* 0..STORE_MAX_DENSE: dense array files, distinct names */
     manifest_dense_t dense[STORE_MAX_DENSE];
+    uint64_t hash_seed;        /* store_hash_seed of the written store; 0 = none */
 } manifest_t;
 
 /* Serialises m.  On success returns 0 and sets *buf (malloc'd; caller frees)

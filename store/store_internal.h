@@ -38,6 +38,30 @@ int store_upsert_raw(store_t *s, uint64_t key, const void *raw);
 int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, size_t n,
                          size_t *bad);
 
+/* Ordered fill for the snapshot loader: the records of one shard, handed
+ * in file order, go to the buckets they held in the store that wrote them
+ * (same hash seed and sizes: store_hash_seed), so the table is written
+ * front to back; records out of that order are set aside and inserted
+ * with store_insert_entries at the end (tl_hash_map.c says how).  Only for
+ * a store nobody else reads or writes yet.  One filler per shard and
+ * thread; n records as for store_insert_entries.  add and finish return 0,
+ * or -EEXIST (duplicate key), -EXDEV (key of another shard), -ENOMEM: the
+ * records are not a valid shard, the store is half filled (discard it), and
+ * no record is named: store_insert_entries on a new store names it. */
+typedef struct store_filler store_filler_t;
+int store_filler_new(store_t *s, uint32_t shard, store_filler_t **out);
+int store_filler_add(store_filler_t *f, const uint8_t *entries, size_t n);
+int store_filler_finish(store_filler_t *f); /* inserts what was set aside */
+void store_filler_free(store_filler_t *f);
+/* Records placed in order and set aside so far (tests, benchmarks). */
+void store_filler_counts(const store_filler_t *f, uint64_t *in_order, uint64_t *set_aside);
+
+/* Where key may live and lives (tests): cand[0] its primary bucket in its
+ * sub-table, cand[1] its alternate (= cand[0] when it has none); returns 1
+ * with *holder the one that holds it, 0 when absent, -1 when stashed.  Only
+ * with no concurrent writer. */
+int store_key_buckets(const store_t *s, uint64_t key, uint64_t cand[2], uint64_t *holder);
+
 /* Sub-tables: every shard has the same power-of-two number of them, fixed at
  * store_create() from expected_keys.  The loader counts keys per sub-table
  * and reserves each exactly, so that a load never grows a table. */

@@ -231,6 +231,7 @@ struct store {
     bool f16c;             /* out-of-line fp16 values, converted with F16C */
     uint32_t shard_bits, sub_bits, m; /* m = 64 - shard_bits - sub_bits */
     uint64_t y_mask;       /* low m bits */
+    uint64_t hash_seed;    /* what seed_init made the next three from */
     uint64_t seed_xor, seed_mul, seed_mul_inv; /* per-store bijection of y (seed_mix) */
     uint32_t seed_shift;   /* ceil(m / 2) */
     /* the same bijection on y kept in the top m bits of a word (locate_top) */
@@ -292,7 +293,9 @@ static inline struct subtable *sub_ptr(const store_t *s, uint32_t shard, uint32_
 /* A per-store bijection on the m low bits, applied before they choose the
  * bucket.  Without it the primary bucket is monotonic in the key's hash, so a
  * stream in another store's iteration order (sorted by bucket) would pile
- * into a few buckets of a table still growing. */
+ * into a few buckets of a table still growing.  Its constants come from the
+ * store's hash_seed and m, so stores with the same seed and split place keys
+ * alike: a snapshot load uses that to fill its table in order. */
 static inline uint64_t seed_mix(const store_t *s, uint64_t y)
 {
     y = ((y ^ s->seed_xor) * s->seed_mul) & s->y_mask;
@@ -1462,6 +1465,243 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
     return 0;
 }
 
+/* ---- ordered fill (the snapshot loader) ---------------------------------- */
+
+/* A snapshot holds its store's entries in bucket order (sub-table by
+ * sub-table, bucket by bucket), and a load creates its store with the
+ * writer's hash seed and the same sizes, so record i's bucket in the writer
+ * is one of its two buckets here too, and those buckets never go backwards
+ * within a sub-table.  The filler puts each record there, so a sub-table is
+ * written front to back (its lines stream through the cache) instead of at
+ * random: 1.5x faster at 100M keys than store_insert_entries, which waits
+ * on two random lines per record.  The store is not published while it
+ * fills, so no write takes the seqlock.
+ *
+ *   in order   the record's primary bucket b1, else its alternate b2, lies
+ *              within FILL_AHEAD buckets after the sub-table's cursor (the
+ *              highest bucket filled so far) and has a free slot: it goes
+ *              there, after a check that the bucket lacks its keypart.  One
+ *              placed in b2 is queued: b1 still needs its overflow flag and
+ *              a check that it does not hold the same key.
+ *   queued     checked and flagged when the stream leaves the sub-table, or
+ *              when the queue fills, with b1 prefetched a few entries ahead.
+ *              The sub-table is then sealed: b1 is complete by then (every
+ *              primary placement into b1 happened at the cursor), so two
+ *              records of one key always meet, in one bucket's check or in
+ *              the queue's; a later record of a sealed sub-table goes below.
+ *   out of order  everything else (no bucket near the cursor, the bucket
+ *              full, a sealed sub-table) is copied aside and inserted with
+ *              store_insert_entries once every sub-table it may touch is
+ *              sealed, so that the overflow flags it relies on are true.
+ *              When the copies fill their buffer, every sub-table is sealed
+ *              and they go in: a file in another order degrades to
+ *              store_insert_entries plus a copy.
+ */
+#define FILL_AHEAD 16              /* buckets after the cursor that count as in order */
+#define FILL_QUEUE (256u << 10)    /* queued b2 placements (16 B each) */
+#define FILL_ASIDE_BYTES (4u << 20) /* out-of-order records kept before inserting them */
+#define FILL_PREFETCH 16           /* queue entries prefetched ahead while checking */
+
+struct fill_alt {
+    uint64_t b1, want1;
+};
+
+struct store_filler {
+    store_t *s;
+    uint32_t shard;
+    uint32_t cur;              /* sub-table of the queue; nsubs = none yet */
+    uint64_t *cursor;          /* [sub]: highest bucket filled in order */
+    bool *sealed;              /* [sub]: queue checked; records go aside */
+    struct fill_alt *queue;    /* FILL_QUEUE entries, of sub-table cur */
+    uint32_t nqueue;
+    uint8_t *aside;            /* FILL_ASIDE_BYTES / rec records */
+    size_t naside, aside_cap;
+    uint64_t in_order, set_aside; /* records so far, by the way they went */
+};
+
+int store_filler_new(store_t *s, uint32_t shard, store_filler_t **out)
+{
+    if (shard >= s->nshards)
+        return -EINVAL;
+    store_filler_t *f = calloc(1, sizeof *f);
+    size_t rec = 8 + s->vbytes;
+    if (f) {
+        *f = (store_filler_t){.s = s, .shard = shard, .cur = s->nsubs,
+                              .aside_cap = FILL_ASIDE_BYTES / rec};
+        f->cursor = calloc(s->nsubs, sizeof *f->cursor);
+        f->sealed = calloc(s->nsubs, sizeof *f->sealed);
+        f->queue = malloc(FILL_QUEUE * sizeof *f->queue); /* pages touched as used */
+        f->aside = malloc(f->aside_cap * rec);
+    }
+    if (!f || !f->cursor || !f->sealed || !f->queue || !f->aside) {
+        store_filler_free(f);
+        return -ENOMEM;
+    }
+    *out = f;
+    return 0;
+}
+
+void store_filler_free(store_filler_t *f)
+{
+    if (!f)
+        return;
+    free(f->cursor);
+    free(f->sealed);
+    free(f->queue);
+    free(f->aside);
+    free(f);
+}
+
+/* Checks and flags the queued b2 placements of sub-table f->cur, and seals
+ * it.  -EEXIST when a b1 already holds the queued key. */
+static int fill_seal(store_filler_t *f)
+{
+    if (f->cur >= f->s->nsubs)
+        return 0;
+    struct subtable *st = sub_ptr(f->s, f->shard, f->cur);
+    const struct fill_alt *q = f->queue;
+    for (uint32_t i = 0; i < f->nqueue; i++) {
+        if (i + FILL_PREFETCH < f->nqueue)
+            __builtin_prefetch(bucket_at(st, q[i + FILL_PREFETCH].b1), 1);
+        if (find_in_words(st, bucket_words(st, q[i].b1), q[i].want1) >= 0) {
+            if (getenv("TL_DBG")) fprintf(stderr, "SEALDUP\n");
+            return -EEXIST;}
+        set_overflow(st, q[i].b1);
+    }
+    f->nqueue = 0;
+    f->sealed[f->cur] = true;
+    f->cur = f->s->nsubs;
+    return 0;
+}
+
+/* Seals every sub-table, then inserts the records set aside. */
+static int fill_aside(store_filler_t *f)
+{
+    int rc = fill_seal(f);
+    if (rc || f->naside == 0)
+        return rc;
+    for (uint32_t u = 0; u < f->s->nsubs; u++)
+        f->sealed[u] = true;
+    size_t bad;
+    rc = store_insert_entries(f->s, f->shard, f->aside, f->naside, &bad);
+    f->naside = 0;
+    return rc;
+}
+
+/* A free slot of bucket b for keypart want, or -1 when the bucket is full or
+ * already holds want (a duplicate: store_insert_entries will name it). */
+static inline int fill_slot(const struct subtable *st, uint64_t b, uint64_t want)
+{
+    const uint64_t *words = bucket_words(st, b);
+    int j = find_in_words(st, words, 0);
+    return j >= 0 && find_in_words(st, words, want) < 0 ? j : -1;
+}
+
+/* Places one record of sub-table sub in order; false when it must go aside. */
+static inline bool fill_in_order(store_filler_t *f, uint32_t sub, uint64_t y, const uint8_t *p)
+{
+    store_t *s = f->s;
+    struct subtable *st = sub_ptr(s, f->shard, sub);
+    uint64_t count = atomic_load_explicit(&st->count, memory_order_relaxed);
+    if (count >= st->capacity)
+        return false;
+    struct loc l;
+    locate_in(s, st, y, &l);
+    /* The writer's bucket is the nearer one at or after the cursor: the other
+     * is anywhere.  (Taking a farther one would move the cursor past buckets
+     * whose records are still to come.)  Distances are unsigned: a bucket
+     * behind the cursor is far. */
+    const uint64_t c = f->cursor[sub];
+    uint64_t d1 = l.b1 - c, d2 = UINT64_MAX;
+    if (d1 != 0) {
+        locate_alt(st, &l);
+        if (l.want2 && l.b2 != l.b1)
+            d2 = l.b2 - c;
+    }
+    uint64_t w = l.b1, want = l.want1;
+    if (d2 < d1) {
+        if (d2 > FILL_AHEAD || f->nqueue == FILL_QUEUE)
+            return false;
+        w = l.b2;
+        want = l.want2;
+    } else if (d1 > FILL_AHEAD) {
+        return false;
+    }
+    int j = fill_slot(st, w, want);
+    if (j < 0)
+        return false;
+    if (w != l.b1) {
+        f->cur = sub; /* store_filler_add sealed any other */
+        f->queue[f->nqueue++] = (struct fill_alt){l.b1, l.want1};
+    }
+    slot_write(s, st, w, (uint32_t)j, want, p + 8);
+    atomic_store_explicit(&st->count, count + 1, memory_order_relaxed);
+    if (w > c)
+        f->cursor[sub] = w;
+    return true;
+}
+
+int store_filler_add(store_filler_t *f, const uint8_t *entries, size_t n)
+{
+    store_t *s = f->s;
+    const size_t rec = 8 + s->vbytes;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = entries + i * rec;
+        uint64_t key;
+        memcpy(&key, p, 8);
+        uint32_t shard, sub;
+        uint64_t y;
+        split_key(s, key, &shard, &sub, &y);
+        if (shard != f->shard)
+            return -EXDEV;
+        if (sub != f->cur && f->cur < s->nsubs) { /* the stream left sub-table cur */
+            int rc = fill_seal(f);
+            if (rc)
+                return rc;
+        }
+        if (!f->sealed[sub] && fill_in_order(f, sub, y, p)) {
+            f->in_order++;
+            continue;
+        }
+        f->set_aside++;
+        if (f->naside == f->aside_cap) {
+            int rc = fill_aside(f);
+            if (rc)
+                return rc;
+        }
+        memcpy(f->aside + f->naside++ * rec, p, rec);
+    }
+    return 0;
+}
+
+int store_filler_finish(store_filler_t *f)
+{
+    return fill_aside(f);
+}
+
+int store_key_buckets(const store_t *s, uint64_t key, uint64_t cand[2], uint64_t *holder)
+{
+    struct loc l;
+    uint64_t y, b = 0;
+    split_key(s, key, &l.shard, &l.sub, &y);
+    struct subtable *st = sub_ptr(s, l.shard, l.sub);
+    locate_in(s, st, y, &l);
+    locate_alt(st, &l);
+    cand[0] = l.b1;
+    cand[1] = l.want2 ? l.b2 : l.b1;
+    int j = find_slot(st, key, &l, &b);
+    if (j < 0)
+        return j == -1 ? 0 : -1;
+    *holder = b;
+    return 1;
+}
+
+void store_filler_counts(const store_filler_t *f, uint64_t *in_order, uint64_t *set_aside)
+{
+    *in_order = f->in_order;
+    *set_aside = f->set_aside;
+}
+
 /* ---- sizing ------------------------------------------------------------- */
 
 int store_reserve_sub(store_t *s, uint32_t shard, uint32_t sub, uint64_t keys)
@@ -1595,16 +1835,21 @@ int store_options_check(const store_options_t *opt, char *why, size_t why_len)
     return 0;
 }
 
-__attribute__((cold)) static void seed_init(store_t *s)
+/* seed_mix's constants from `seed` (0: a random one). */
+__attribute__((cold)) static void seed_init(store_t *s, uint64_t seed)
 {
     static _Atomic uint64_t stores_created;
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+    uint64_t r = seed;
+    if (r == 0) {
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+        }
+        r = mix64(r + atomic_fetch_add(&stores_created, 1) * 0x9e3779b97f4a7c15ULL);
+        r += r == 0; /* 0 means "draw one" */
     }
-    r = mix64(r + atomic_fetch_add(&stores_created, 1) * 0x9e3779b97f4a7c15ULL);
+    s->hash_seed = r;
     s->seed_xor = r & s->y_mask;
     s->seed_mul = mix64(r ^ 0x5851f42d4c957f2dULL) | 1; /* odd: invertible mod 2^m */
     uint64_t inv = s->seed_mul; /* Newton: each step doubles the correct low bits */
@@ -1643,7 +1888,7 @@ int store_create(const store_options_t *opt, store_t **out)
     s->sub_bits = floor_log2(nsubs);
     s->m = 64 - s->shard_bits - s->sub_bits;
     s->y_mask = s->m == 64 ? ~0ULL : (1ULL << s->m) - 1;
-    seed_init(s);
+    seed_init(s, opt->hash_seed);
 
     size_t nsub_total = (size_t)s->nshards * s->nsubs;
     s->subs = calloc(nsub_total, sizeof *s->subs);
@@ -1685,6 +1930,7 @@ void store_destroy(store_t *s)
 uint32_t store_value_floats(const store_t *s) { return s->K; }
 store_dtype_t store_dtype(const store_t *s) { return s->dtype; }
 uint32_t store_shards(const store_t *s) { return s->nshards; }
+uint64_t store_hash_seed(const store_t *s) { return s->hash_seed; }
 size_t store_value_bytes(const store_t *s) { return s->vbytes; }
 uint32_t store_subs_per_shard(const store_t *s) { return s->nsubs; }
 

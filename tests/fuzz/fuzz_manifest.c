@@ -41,7 +41,7 @@ static int same(const manifest_t *a, const manifest_t *b)
         strcmp(a->meta.model_name, b->meta.model_name) != 0 ||
         a->meta.model_kind != b->meta.model_kind || a->meta.version != b->meta.version ||
         a->meta.parent_version != b->meta.parent_version ||
-        a->meta.created_unix != b->meta.created_unix)
+        a->meta.created_unix != b->meta.created_unix || a->hash_seed != b->hash_seed)
         return 0;
     for (uint32_t i = 0; i < a->shard_count; i++) {
         const manifest_shard_t *x = &a->shards[i], *y = &b->shards[i];

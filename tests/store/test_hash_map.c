@@ -116,8 +116,8 @@ static void *xcalloc(size_t n, size_t size)
     return p;
 }
 
-static store_t *make_store(uint32_t k, store_dtype_t dtype, uint32_t shards, uint64_t expected,
-                           double max_load)
+static store_t *make_seeded_store(uint32_t k, store_dtype_t dtype, uint32_t shards,
+                                  uint64_t expected, double max_load, uint64_t seed)
 {
     store_options_t opt = {
         .value_floats = k,
@@ -125,6 +125,7 @@ static store_t *make_store(uint32_t k, store_dtype_t dtype, uint32_t shards, uin
         .shards = shards,
         .expected_keys = expected,
         .max_load = max_load,
+        .hash_seed = seed,
     };
     store_t *s = NULL;
     char why[256] = "";
@@ -134,7 +135,18 @@ static store_t *make_store(uint32_t k, store_dtype_t dtype, uint32_t shards, uin
     if (rc != 0 || s == NULL)
         fail_msg("store_create(K=%u, dtype=%d, shards=%u, expected=%llu) = %d", k, (int)dtype,
                  shards, (unsigned long long)expected, rc);
+    if (seed != 0 && store_hash_seed(s) != seed)
+        fail_msg("store_hash_seed is %#llx, created with %#llx",
+                 (unsigned long long)store_hash_seed(s), (unsigned long long)seed);
+    if (store_hash_seed(s) == 0)
+        fail_msg("store_hash_seed is 0");
     return s;
+}
+
+static store_t *make_store(uint32_t k, store_dtype_t dtype, uint32_t shards, uint64_t expected,
+                           double max_load)
+{
+    return make_seeded_store(k, dtype, shards, expected, max_load, 0);
 }
 
 static float f16_round(float f)
@@ -896,9 +908,9 @@ static uint64_t unfmix64(uint64_t k)
 }
 
 static void copy_in_order(const char *name, const uint64_t *keys, size_t n, uint32_t k,
-                          store_dtype_t dtype, uint32_t shards)
+                          store_dtype_t dtype, uint32_t shards, uint64_t seed)
 {
-    store_t *b = make_store(k, dtype, shards, 0, 0);
+    store_t *b = make_seeded_store(k, dtype, shards, 0, 0, seed);
     float v[STORE_MAX_VALUE_FLOATS], out[STORE_MAX_VALUE_FLOATS];
     for (size_t i = 0; i < n; i++) {
         value_for_key(keys[i], k, v);
@@ -934,6 +946,7 @@ static void test_insertion_orders(void **state)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         uint32_t k = kinds[i].k, shards = kinds[i].shards;
         store_t *a = make_store(k, kinds[i].dtype, shards, 0, 0);
+        uint64_t seed = store_hash_seed(a);
         float v[STORE_MAX_VALUE_FLOATS];
         for (size_t j = 0; j < n; j++) {
             value_for_key(key_of(j), k, v);
@@ -947,20 +960,23 @@ static void test_insertion_orders(void **state)
         store_destroy(a);
         if (c.n != n)
             fail_msg("foreach of the source store gave %zu of %zu keys", c.n, n);
-        copy_in_order("another store's iteration order", c.keys, n, k, kinds[i].dtype, shards);
+        copy_in_order("another store's iteration order", c.keys, n, k, kinds[i].dtype, shards, 0);
+        /* the same seed: keys come in bucket order of a table that grows */
+        copy_in_order("iteration order of a store with the same seed", c.keys, n, k,
+                      kinds[i].dtype, shards, seed);
         for (size_t j = 0; j < n / 2; j++) {
             uint64_t t = c.keys[j];
             c.keys[j] = c.keys[n - 1 - j];
             c.keys[n - 1 - j] = t;
         }
-        copy_in_order("reversed iteration order", c.keys, n, k, kinds[i].dtype, shards);
+        copy_in_order("reversed iteration order", c.keys, n, k, kinds[i].dtype, shards, 0);
         for (size_t j = 0; j < n; j++)
             c.keys[j] = unfmix64(0x123456789ABCDEF0ull + j);
-        copy_in_order("consecutive fmix64 images", c.keys, n, k, kinds[i].dtype, shards);
+        copy_in_order("consecutive fmix64 images", c.keys, n, k, kinds[i].dtype, shards, 0);
         for (size_t j = 0; j < n; j++) /* the same, spread over the shard bits */
             c.keys[j] = unfmix64(0x123456789ABCDEF0ull + (uint64_t)j * 0x0100000000000001ull);
         copy_in_order("fmix64 images differing in shard bits", c.keys, n, k, kinds[i].dtype,
-                      shards);
+                      shards, 0);
     }
     free(c.keys);
     alarm(0);

@@ -483,6 +483,8 @@ static void round_trip(uint32_t K, store_dtype_t dt, uint32_t shards, size_t nke
         assert_non_null(l);
         assert_same_meta(&meta, &rmeta);
         assert_same_store(s, l);
+        /* the writer's placement seed comes back: the load fills in order */
+        assert_true(store_hash_seed(l) == store_hash_seed(s));
         store_destroy(l);
     }
     store_destroy(s);
@@ -989,6 +991,7 @@ static void test_crafted_valid(void **state)
         print_error("%s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_int_equal(store_count(s), 10);
+    assert_true(store_hash_seed(s) != 0); /* none recorded: a random one */
     uint64_t key;
     memcpy(&key, c.file[1] + 64 + 2 * c.rec, 8);
     float v[3];
