@@ -101,11 +101,6 @@ const float *dnn_activations(const dnn_net_t *net, const float *work, uint32_t l
     return aligned_base(work) + lo.act[layer];
 }
 
-__attribute__((cold)) void dnn_blas_init(void)
-{
-    openblas_set_num_threads(1);
-}
-
 /* Adds block b's embeddings (rows of K = d + 1 floats from rows) times
  * their values to pooled[field * d ...] and returns sum w x in double.
  * Feature order throughout.  Always inlined so that the callers with a

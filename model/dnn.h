@@ -68,7 +68,8 @@ int dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x);
 size_t dnn_work_floats(const dnn_net_t *net);
 
 /* Sets OpenBLAS to one thread (scoring runs on the caller's core).
- * Idempotent; cheap. */
+ * Idempotent; cheap.  Its file (blas_init.c) also makes OpenBLAS use the
+ * kernels this CPU can run when the library does not know the CPU. */
 void dnn_blas_init(void);
 
 /* Scores n_items items, each a sample shared ∪ items[i].  rows holds K =
