@@ -568,9 +568,11 @@ static cold void fail_insert(store_error_t *err, const store_t *s, uint32_t shar
     }
 }
 
-/* Verifies shard i of m, read through src, and inserts its records into s.
- * The caller is shard i's only writer.  Returns 0; -1 with *err filled; or
- * 1 when *stop was raised (another shard failed; *err untouched). */
+/* Verifies shard i of m, read through src, and inserts its records into s:
+ * with a store_filler when `ordered`, else with store_insert_entries.  The
+ * caller is shard i's only writer.  Returns 0; -1 with *err filled; 1 when
+ * *stop was raised (another shard failed; *err untouched); or REDO_EXACT
+ * when a record is bad and the filler cannot say which (*err untouched). */
 static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard_src *src,
                        bool ordered, atomic_bool *stop, store_error_t *err)
 {

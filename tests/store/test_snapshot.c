@@ -1026,6 +1026,68 @@ static void test_crafted_duplicate(void **state)
     rm_rf(dir);
 }
 
+/* Rewrites dir's MANIFEST with shard 0's xxh3 set to that of `file`. */
+static void reseal_manifest(const char *dir, const uint8_t *file, size_t len)
+{
+    size_t mlen;
+    uint8_t *mb = read_file(dir, "MANIFEST", &mlen);
+    manifest_t m;
+    char why[256];
+    assert_int_equal(manifest_decode(mb, mlen, &m, why, sizeof why), 0);
+    m.shards[0].xxh3 = XXH3_64bits(file, len);
+    uint8_t *buf = NULL;
+    size_t blen = 0;
+    assert_int_equal(manifest_encode(&m, &buf, &blen, why, sizeof why), 0);
+    write_file(dir, "MANIFEST", buf, blen);
+    free(buf);
+    free(mb);
+    manifest_free(&m);
+}
+
+/* A snapshot as store_snapshot_write leaves it (bucket order, the writer's
+ * hash seed: the loader's ordered fill takes it) with one record's key
+ * repeated later, next to it or far away: the error names the later
+ * record, as the exact second pass finds it. */
+static void test_duplicate_in_written_snapshot(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX], snap[PATH_MAX];
+    scratch_dir(dir);
+    path_of(snap, dir, "v1");
+    store_t *s = make_store(1, STORE_DTYPE_F32, 1, 20000, 5, 6);
+    store_meta_t meta = test_meta("dup_model", 3);
+    store_error_t err;
+    assert_int_equal(store_snapshot_write(s, snap, &meta, &err), 0);
+    size_t len, mlen;
+    uint8_t *orig = read_file(snap, "shard-00000.tls", &len);
+    uint8_t *morig = read_file(snap, "MANIFEST", &mlen);
+    const size_t rec = 12, n = (len - 64) / rec;
+    static const size_t pairs[][2] = {{100, 101}, {100, 102}, {7, 15000}, {15000, 19990}};
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        size_t r = pairs[p][0], j = pairs[p][1];
+        assert_true(j < n);
+        uint8_t *b = malloc(len);
+        assert_non_null(b);
+        memcpy(b, orig, len);
+        memcpy(b + 64 + j * rec, b + 64 + r * rec, 8);
+        write_file(snap, "shard-00000.tls", b, len);
+        reseal_manifest(snap, b, len);
+        expect_load_error(snap, 1, STORE_E_DUPLICATE, "shard-00000.tls",
+                          (int64_t)(64 + j * rec));
+        free(b);
+    }
+    write_file(snap, "shard-00000.tls", orig, len);
+    write_file(snap, "MANIFEST", morig, mlen);
+    store_t *l = NULL;
+    assert_int_equal(store_snapshot_load(snap, 1, &l, NULL, &err), 0);
+    assert_same_store(s, l);
+    store_destroy(l);
+    free(orig);
+    free(morig);
+    store_destroy(s);
+    rm_rf(dir);
+}
+
 static void test_crafted_wrong_shard(void **state)
 {
     (void)state;
@@ -1276,6 +1338,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_manifest, fixture_setup, fixture_teardown),
         cmocka_unit_test(test_crafted_valid),
         cmocka_unit_test(test_crafted_duplicate),
+        cmocka_unit_test(test_duplicate_in_written_snapshot),
         cmocka_unit_test(test_crafted_wrong_shard),
         cmocka_unit_test(test_crafted_nan_f32),
         cmocka_unit_test(test_crafted_inf_f16),
