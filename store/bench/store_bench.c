@@ -1140,6 +1140,7 @@ int main(int argc, char **argv)
     line("snapshot_bytes", "%" PRIu64, warm_dir(g_snap));
     note("load: %u thread(s)", c.threads);
     line("load_threads", "%u", c.threads);
+    malloc_trim(0);
     struct load_run first = timed_load(&c, &s);
     store_destroy(s);
     s = NULL;

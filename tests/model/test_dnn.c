@@ -34,11 +34,14 @@
 #include "model/model.h"
 #include "model/reader.h"
 
+#include <cblas.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -812,6 +815,29 @@ static int bench(int runs)
     return 0;
 }
 
+/* model/blas_init.c: on a CPU with AVX2 and FMA, OpenBLAS must not be left
+ * on its generic Prescott kernels (3x slower MLP layers), unless the user
+ * chose a core type or the library cannot switch (no DYNAMIC_ARCH). */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+
+static void test_blas_kernels(void **state)
+{
+    (void)state;
+    const char *core = openblas_get_corename();
+    print_message("    OpenBLAS core: %s\n", core ? core : "(null)");
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const char *forced = getenv("OPENBLAS_CORETYPE"); /* the user's, or blas_init.c's */
+    if ((forced && strcasecmp(forced, "Prescott") == 0) || !gotoblas_dynamic_init ||
+        !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        skip();
+    assert_non_null(core);
+    assert_true(strcasecmp(core, "Prescott") != 0);
+#else
+    skip();
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--quality") == 0)
@@ -825,6 +851,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_from_extras),
         cmocka_unit_test(test_export_roundtrip),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_blas_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
