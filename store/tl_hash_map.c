@@ -1087,7 +1087,7 @@ static inline void word_update(uint8_t *p, unsigned wi, uint64_t clear, uint64_t
     store_word(p, wi, (load_word(p, wi) & ~clear) | set);
 }
 
-static void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
+static inline __attribute__((always_inline)) void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
                        const uint8_t *raw)
 {
     /* word by word, in place: each word is one relaxed atomic store */
@@ -1513,6 +1513,7 @@ struct store_filler {
     uint32_t shard;
     uint32_t cur;              /* sub-table of the queue; nsubs = none yet */
     uint64_t *cursor;          /* [sub]: highest bucket filled in order */
+    uint32_t *nfill;           /* [sub]: slots taken in the cursor's bucket */
     bool *sealed;              /* [sub]: queue checked; records go aside */
     struct fill_alt *queue;    /* FILL_QUEUE entries, of sub-table cur */
     uint32_t nqueue;
@@ -1523,19 +1524,20 @@ struct store_filler {
 
 int store_filler_new(store_t *s, uint32_t shard, store_filler_t **out)
 {
-    if (shard >= s->nshards)
-        return -EINVAL;
+    if (shard >= s->nshards || store_shard_count(s, shard) != 0)
+        return -EINVAL; /* fill_in_order relies on empty buckets */
     store_filler_t *f = calloc(1, sizeof *f);
     size_t rec = 8 + s->vbytes;
     if (f) {
         *f = (store_filler_t){.s = s, .shard = shard, .cur = s->nsubs,
                               .aside_cap = FILL_ASIDE_BYTES / rec};
         f->cursor = calloc(s->nsubs, sizeof *f->cursor);
+        f->nfill = calloc(s->nsubs, sizeof *f->nfill);
         f->sealed = calloc(s->nsubs, sizeof *f->sealed);
         f->queue = malloc(FILL_QUEUE * sizeof *f->queue); /* pages touched as used */
         f->aside = malloc(f->aside_cap * rec);
     }
-    if (!f || !f->cursor || !f->sealed || !f->queue || !f->aside) {
+    if (!f || !f->cursor || !f->nfill || !f->sealed || !f->queue || !f->aside) {
         store_filler_free(f);
         return -ENOMEM;
     }
@@ -1548,6 +1550,7 @@ void store_filler_free(store_filler_t *f)
     if (!f)
         return;
     free(f->cursor);
+    free(f->nfill);
     free(f->sealed);
     free(f->queue);
     free(f->aside);
@@ -1589,13 +1592,24 @@ static int fill_aside(store_filler_t *f)
     return rc;
 }
 
-/* A free slot of bucket b for keypart want, or -1 when the bucket is full or
- * already holds want (a duplicate: store_insert_entries will name it). */
-static inline int fill_slot(const struct subtable *st, uint64_t b, uint64_t want)
+/* Writes keypart kp and value raw into slot j of bucket b, whose bits are
+ * all zero and which no reader can see: plain stores and ORs, no
+ * read-modify-write of other slots' bits. */
+static inline void fill_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j,
+                              uint64_t kp, const uint8_t *raw)
 {
-    const uint64_t *words = bucket_words(st, b);
-    int j = find_in_words(st, words, 0);
-    return j >= 0 && find_in_words(st, words, want) < 0 ? j : -1;
+    uint8_t *p = bucket_at(st, b);
+    uint64_t *w = (uint64_t *)(void *)p;
+    p[st->tag_byte + j] = (uint8_t)kp;
+    uint32_t off = st->rest_off + j * st->rest_bits, lo = off >> 6, sh = off & 63;
+    uint64_t rest = kp >> 8;
+    w[lo] |= rest << sh;
+    if (sh + st->rest_bits > 64)
+        w[lo + 1] |= rest >> (64 - sh);
+    if (s->inline_values)
+        memcpy(p + 4 * j, raw, 4); /* value j is bytes 4j..4j+3 (little-endian words) */
+    else
+        memcpy(value_at(s, st, b, j), raw, s->vbytes); /* padding stays zero */
 }
 
 /* Places one record of sub-table sub in order; false when it must go aside. */
@@ -1628,17 +1642,19 @@ static inline bool fill_in_order(store_filler_t *f, uint32_t sub, uint64_t y, co
     } else if (d1 > FILL_AHEAD) {
         return false;
     }
-    int j = fill_slot(st, w, want);
-    if (j < 0)
-        return false;
+    /* The cursor's bucket fills from slot 0 up; a bucket after it is empty
+     * (in-order placements never go back, nothing else writes here yet). */
+    uint32_t j = w == c ? f->nfill[sub] : 0;
+    if (j == st->slots || (j > 0 && find_in_words(st, bucket_words(st, w), want) >= 0))
+        return false; /* full, or a duplicate: store_insert_entries will name it */
     if (w != l.b1) {
         f->cur = sub; /* store_filler_add sealed any other */
         f->queue[f->nqueue++] = (struct fill_alt){l.b1, l.want1};
     }
-    slot_write(s, st, w, (uint32_t)j, want, p + 8);
+    fill_write(s, st, w, j, want, p + 8);
     atomic_store_explicit(&st->count, count + 1, memory_order_relaxed);
-    if (w > c)
-        f->cursor[sub] = w;
+    f->cursor[sub] = w;
+    f->nfill[sub] = j + 1;
     return true;
 }
 
