@@ -340,6 +340,7 @@ static void test_duplicates_in_both_buckets(void **state)
     free_recs(loaded, 1);
 }
 
+/* A key of another shard is refused; so is a shard that is not empty. */
 static void test_wrong_shard_refused(void **state)
 {
     (void)state;
@@ -351,6 +352,11 @@ static void test_wrong_shard_refused(void **state)
     recs[1].n = 0; /* only shard 0's records, one of them shard 1's */
     assert_int_equal(fill(src, recs, store_hash_seed(src), &t, &in_order, &aside), -EXDEV);
     store_destroy(t);
+    /* the filler takes only an empty shard (it relies on empty buckets) */
+    store_filler_t *f = NULL;
+    assert_int_equal(store_filler_new(src, 0, &f), -EINVAL);
+    assert_null(f);
+    assert_int_equal(store_filler_new(src, 2, &f), -EINVAL); /* no such shard */
     store_destroy(src);
     free_recs(recs, 2);
 }
