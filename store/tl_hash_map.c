@@ -1087,7 +1087,7 @@ static inline void word_update(uint8_t *p, unsigned wi, uint64_t clear, uint64_t
     store_word(p, wi, (load_word(p, wi) & ~clear) | set);
 }
 
-static inline __attribute__((always_inline)) void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
+static void slot_write(const store_t *s, struct subtable *st, uint64_t b, uint32_t j, uint64_t kp,
                        const uint8_t *raw)
 {
     /* word by word, in place: each word is one relaxed atomic store */
