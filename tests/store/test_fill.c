@@ -8,8 +8,9 @@
  * bucket order, as the snapshot writer does.  A target store is created as
  * store_snapshot_load creates one (same K, dtype, shards and expected keys,
  * each sub-table reserved for its exact count) and filled shard by shard:
- *   - with the source's seed: nearly every record must go in order, and the
- *     target must then hold exactly the source's keys and values;
+ *   - with the source's seed: the target must hold exactly the source's
+ *     keys and values, and, listed again and filled into a third store,
+ *     (nearly) every record of the target must go in order;
  *   - with another seed, and with the records shuffled: the same contents,
  *     most records set aside;
  *   - with one record's key replaced by another record's: add or finish must
@@ -190,11 +191,12 @@ static void test_orders(void **state)
         uint64_t seed = store_hash_seed(src), in_order, aside;
         store_t *t = NULL;
 
-        /* the writer's seed and bucket order: in place.  The source grew
-         * (its sub-tables are larger than an exact reservation), so the
-         * records it holds in alternate buckets are not where this table
-         * puts them: they go aside.  A store filled as the loader fills
-         * (t) has the loader's sizes: its records go in place, all of them. */
+        /* the writer's seed and bucket order: in place.  The source was
+         * filled by upserts, its sub-tables sized by expected_keys (and
+         * grown if need be), so where its sizes differ from the exact
+         * reservation here its records may go aside (none did in the runs
+         * so far).  A store filled as the loader fills (t) has the loader's
+         * sizes: its records must all go in place. */
         assert_int_equal(fill(src, recs, seed, &t, &in_order, &aside), 0);
         print_message("    K=%u %u shards, %zu keys, a grown store's order: %llu in order, "
                       "%llu aside\n",
