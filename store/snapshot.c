@@ -717,7 +717,7 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
         }
         pos += (uint64_t)n * rec;
     }
-    src_release(src);
+    src_release(src); /* the last window goes before the records set aside go in */
     rc = filler && store_filler_finish(filler) != 0 ? REDO_EXACT : 0;
 out:
     src_release(src);

@@ -64,14 +64,6 @@ static int append(void *ctx, uint64_t key, const void *raw)
     return 0;
 }
 
-static uint64_t next(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t key_at(const struct list *l, size_t i)
 {
     uint64_t k;
@@ -107,8 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float v[3];
     for (size_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < K; j++)
-            v[j] = (float)(int32_t)(next(&seed) >> 40) / 4096.0f;
-        check(store_upsert(src, next(&seed), v) >= 0, "store_upsert (source)");
+            v[j] = (float)(int32_t)(store_splitmix64(&seed) >> 40) / 4096.0f;
+        check(store_upsert(src, store_splitmix64(&seed), v) >= 0, "store_upsert (source)");
     }
     const size_t rec = 8 + 4 * K;
     struct list l[SHARDS];

@@ -74,14 +74,6 @@ static int append_raw(void *ctx, uint64_t key, const void *raw)
     return 0;
 }
 
-static uint64_t rng_next(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A store of n keys, and its records per shard in bucket order. */
 static store_t *source(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n, struct recs *out)
 {
@@ -92,8 +84,8 @@ static store_t *source(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n, 
     float v[STORE_MAX_VALUE_FLOATS];
     for (size_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < k; j++)
-            v[j] = (float)(int64_t)(rng_next(&x) % 20001) / 1000.0f - 10.0f;
-        if (store_upsert(s, rng_next(&x), v) != 1)
+            v[j] = (float)(int64_t)(store_splitmix64(&x) % 20001) / 1000.0f - 10.0f;
+        if (store_upsert(s, store_splitmix64(&x), v) != 1)
             fail_msg("source: upsert %zu of a new key failed", i);
     }
     size_t rec = 8 + store_value_bytes(s);
@@ -239,7 +231,7 @@ static void test_orders(void **state)
         for (uint32_t sh = 0; sh < shards; sh++) {
             size_t rec = recs[sh].rec;
             for (size_t i = recs[sh].n; i > 1; i--) {
-                size_t j = (size_t)(rng_next(&x) % i);
+                size_t j = (size_t)(store_splitmix64(&x) % i);
                 memcpy(tmp, recs[sh].p + (i - 1) * rec, rec);
                 memcpy(recs[sh].p + (i - 1) * rec, recs[sh].p + j * rec, rec);
                 memcpy(recs[sh].p + j * rec, tmp, rec);
