@@ -3,28 +3,43 @@
  * any model kind (LR, FM, FFM, DNN).
  *
  *   score_bench --model DIR [--requests N] [--items 200] [--shared 300]
- *            [--per-item 200] [--key-space N] [--seed 42] [--values]
+ *            [--per-item 200] [--key-space N] [--hot-keys 2048] [--seed 42]
+ *            [--values]
  *
  * Loads a snapshot (e.g. `tlsnap gen --kind fm --value-floats 17`, or the
  * FFM and DNN examples in `tlsnap gen --help`), builds `requests` distinct
- * requests whose ids are tlsnap
- * gen's synthetic keys store_synthetic_key(i, seed), i uniform in
+ * requests whose ids are tlsnap gen's synthetic keys store_synthetic_key(i, seed), i uniform in
  * [0, key-space) — so every id is known to a model made with the same seed
  * and key count — laid out back to back as the wire decoder leaves them,
  * and times model_score() on each (one thread: the caller's core).  Prints
  * p50/p90/p99/max in microseconds and the lookup share (the same batched
  * store lookup alone, on another request's ids so that the cache is as cold
- * as model_score() found it).  A benchmark: it never fails on
- * timing.
+ * as model_score() found it).  Then the two things the time is made of,
+ * each measured alone in the same run:
+ *   - hot: the same request shapes with ids drawn from only --hot-keys
+ *     keys, whose buckets and values stay in cache: the arithmetic and the
+ *     lookup's own instructions without waiting on DRAM for the table (the
+ *     lookup still writes K floats per id into the scratch, 2.7 MB per
+ *     request at K=17 and 13 MB at K=81, more than L2 holds);
+ *   - floor: total ids / the random-read limit (mem_limit.c, on an array as
+ *     large as the model's table): the memory time of one request of
+ *     uniform random ids when each id costs one cache line, the least any
+ *     store could read; and that times this store's lines per id (its
+ *     bucket line plus the lines of the value).
+ * A lookup near its own floor is memory-bound: it gets faster only by
+ * reading fewer lines per id or on a machine with faster random reads.
+ * A benchmark: it never fails on timing.
  *
  * THREAD SAFETY: a program; single-threaded.
  */
 #include "model.h"
+#include "store/bench/mem_limit.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now_us(void)
@@ -57,10 +72,89 @@ static long arg_long(const char *name, const char *v, long lo, long hi)
     return x;
 }
 
+enum {
+    DISTINCT = 64,   /* distinct requests cycled through */
+    HOT_KEYS = 2048, /* default keys of the hot run: buckets and values fit in L2 */
+};
+#define LIMIT_READS (4u << 20) /* random reads per prefetch distance */
+
+/* n ids: synthetic keys i uniform in [0, key_space), as tlsnap gen made them. */
+static void fill_ids(uint64_t *ids, size_t n, long key_space, long seed)
+{
+    uint64_t rng = 12345;
+    for (size_t j = 0; j < n; j++)
+        ids[j] = store_synthetic_key(store_splitmix64(&rng) % (uint64_t)key_space, (uint64_t)seed);
+}
+
+/* Cache lines one hit reads in this store: its bucket, plus the lines an
+ * out-of-line value of K floats spans, averaged over the 4-byte-aligned
+ * offsets at which values start (values lie back to back, K*4 or K*2
+ * bytes rounded up to 4 apart).  Values of 4 bytes sit in the bucket. */
+static double lines_per_id(const store_t *s)
+{
+    uint32_t K = store_value_floats(s);
+    uint32_t vbytes = store_dtype(s) == STORE_DTYPE_F16 ? (K * 2 + 3) / 4 * 4 : K * 4;
+    if (vbytes <= 4)
+        return 1.0;
+    double sum = 0;
+    for (uint32_t off = 0; off < 64; off += 4)
+        sum += (double)((off + vbytes + 63) / 64);
+    return 1.0 + sum / 16.0;
+}
+
+/* One timed pass: the model, DISTINCT requests' ids back to back, and the
+ * buffers the requests are scored into. */
+typedef struct run {
+    model_t *m;
+    const uint64_t *ids;
+    size_t total; /* ids per request */
+    uint32_t shared, items, per;
+    const float *vals; /* total feature values, or NULL */
+    model_block_t *blocks;
+    float *scores;
+    float *wbuf; /* (total + 1) * K floats */
+    model_scratch_t *sc;
+} run_t;
+
+static volatile float g_sink; /* keeps the scores and lookups alive */
+
+/* Times `requests` model_score() calls into lat and, after each, the lookup
+ * of another request's ids (the ones just scored are in cache) into look. */
+static int time_requests(const run_t *u, long requests, double *lat, double *look)
+{
+    float sink = 0;
+    for (long r = 0; r < requests; r++) {
+        const uint64_t *rid = u->ids + (size_t)(r % DISTINCT) * u->total;
+        model_block_t sh = {rid, u->vals, u->shared};
+        for (uint32_t i = 0; i < u->items; i++) {
+            size_t off = u->shared + (size_t)i * u->per;
+            u->blocks[i] = (model_block_t){rid + off, u->vals ? u->vals + off : NULL, u->per};
+        }
+        double a = now_us();
+        if (model_score(u->m, &sh, u->blocks, u->items, u->scores, u->sc) != 0) {
+            fprintf(stderr, "score_bench: model_score failed\n");
+            return -1;
+        }
+        lat[r] = now_us() - a;
+        sink += u->scores[r % u->items];
+        a = now_us();
+        store_lookup_batch(model_store(u->m),
+                           u->ids + (size_t)((r + DISTINCT / 2) % DISTINCT) * u->total, u->total,
+                           u->wbuf, NULL);
+        look[r] = now_us() - a;
+        sink += u->wbuf[r % u->total];
+    }
+    g_sink += sink;
+    qsort(lat, (size_t)requests, sizeof *lat, cmp_d);
+    qsort(look, (size_t)requests, sizeof *look, cmp_d);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
     long requests = 2000, items = 200, shared = 300, per = 200, key_space = 20000000, seed = 42;
+    long hot_keys = HOT_KEYS;
     int values = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -85,6 +179,8 @@ int main(int argc, char **argv)
             per = arg_long(a, v, 0, 100000);
         else if (!strcmp(a, "--key-space"))
             key_space = arg_long(a, v, 1, 1L << 40);
+        else if (!strcmp(a, "--hot-keys"))
+            hot_keys = arg_long(a, v, 1, 1L << 40);
         else if (!strcmp(a, "--seed"))
             seed = arg_long(a, v, 0, 1L << 40);
         else {
@@ -94,7 +190,7 @@ int main(int argc, char **argv)
     }
     if (!dir) {
         fprintf(stderr, "usage: score_bench --model DIR [--requests N] [--items 200] [--shared 300]\n"
-                        "                [--per-item 200] [--key-space N] [--seed 42] [--values]\n");
+                        "                [--per-item 200] [--key-space N] [--hot-keys 2048] [--seed 42] [--values]\n");
         return 2;
     }
     model_t *m;
@@ -109,7 +205,6 @@ int main(int argc, char **argv)
             (unsigned long long)store_count(model_store(m)), (now_us() - t0) / 1e6);
 
     size_t total = (size_t)shared + (size_t)items * (size_t)per;
-    enum { DISTINCT = 64 }; /* distinct requests cycled through */
     uint64_t *ids = malloc(DISTINCT * total * sizeof *ids);
     float *vals = malloc(total * sizeof *vals);
     model_block_t *blocks = malloc((size_t)items * sizeof *blocks);
@@ -122,43 +217,55 @@ int main(int argc, char **argv)
         fprintf(stderr, "score_bench: out of memory\n");
         return 1;
     }
-    uint64_t rng = 12345;
-    for (size_t j = 0; j < DISTINCT * total; j++) {
-        ids[j] = store_synthetic_key(store_splitmix64(&rng) % (uint64_t)key_space, (uint64_t)seed);
-    }
+    fill_ids(ids, DISTINCT * total, key_space, seed);
     for (size_t j = 0; j < total; j++)
         vals[j] = 0.5f + (float)(j % 7) / 7.0f;
 
-    double sink = 0;
-    for (long r = 0; r < requests; r++) {
-        const uint64_t *rid = ids + (size_t)(r % DISTINCT) * total;
-        model_block_t sh = {rid, values ? vals : NULL, (uint32_t)shared};
-        for (long i = 0; i < items; i++)
-            blocks[i] = (model_block_t){rid + shared + (size_t)i * per,
-                                        values ? vals + shared + (size_t)i * per : NULL,
-                                        (uint32_t)per};
-        double a = now_us();
-        if (model_score(m, &sh, blocks, (uint32_t)items, scores, sc) != 0) {
-            fprintf(stderr, "score_bench: model_score failed\n");
-            return 1;
-        }
-        lat[r] = now_us() - a;
-        sink += scores[r % items];
-        /* another request's ids: the ones just scored are in cache */
-        a = now_us();
-        store_lookup_batch(model_store(m), ids + (size_t)((r + DISTINCT / 2) % DISTINCT) * total,
-                           total, wbuf, NULL);
-        look[r] = now_us() - a;
-        sink += wbuf[r % total];
-    }
-    qsort(lat, (size_t)requests, sizeof *lat, cmp_d);
-    qsort(look, (size_t)requests, sizeof *look, cmp_d);
+    run_t run = {m, ids, total, (uint32_t)shared, (uint32_t)items, (uint32_t)per,
+                 values ? vals : NULL, blocks, scores, wbuf, sc};
+    if (time_requests(&run, requests, lat, look) != 0)
+        return 1;
     printf("model_score: %ld requests x (%ld items, %ld shared + %ld per item = %zu features), "
            "1 thread: us p50 %.0f p90 %.0f p99 %.0f max %.0f\n",
            requests, items, shared, per, total, pct(lat, requests, .5), pct(lat, requests, .9),
            pct(lat, requests, .99), lat[requests - 1]);
-    printf("lookup alone (store_lookup_batch of the same ids): us p50 %.0f p99 %.0f%s\n",
-           pct(look, requests, .5), pct(look, requests, .99), sink == 12345.678 ? "!" : "");
+    const double look_p50 = pct(look, requests, .5);
+    printf("lookup alone (store_lookup_batch of the same ids): us p50 %.0f p99 %.0f\n", look_p50,
+           pct(look, requests, .99));
+
+    /* hot: the same shapes over hot_keys keys, all in cache after the first */
+    const long hot = key_space < hot_keys ? key_space : hot_keys;
+    fill_ids(ids, DISTINCT * total, hot, seed);
+    if (time_requests(&run, requests, lat, look) != 0)
+        return 1;
+    printf("hot (ids from %ld keys, in cache): model_score us p50 %.0f p99 %.0f, "
+           "lookup alone p50 %.0f\n",
+           hot, pct(lat, requests, .5), pct(lat, requests, .99), pct(look, requests, .5));
+
+    /* floor: the random-read limit on an array as large as the table */
+    store_stats_t st;
+    store_stats(model_store(m), &st);
+    size_t arr_len;
+    int huge_ok;
+    uint64_t *arr = mem_limit_map(st.table_bytes, &arr_len, &huge_ok);
+    if (!arr) {
+        fprintf(stderr, "score_bench: mmap of %llu bytes for the limit failed: %s\n",
+                (unsigned long long)st.table_bytes, strerror(errno));
+        return 1;
+    }
+    enum { LIMIT_BATCH = 1024 };
+    uint64_t idx[LIMIT_BATCH];
+    double limit = mem_limit_best(arr, arr_len / 8, LIMIT_READS, (uint64_t)seed, idx,
+                                  LIMIT_BATCH, NULL);
+    munmap(arr, arr_len);
+    const double lines = lines_per_id(model_store(m));
+    const double floor_any = (double)total / limit * 1e6, floor_ours = floor_any * lines;
+    printf("limit_reads_per_s: %.0f (one core, %.2f GB array%s)\n", limit,
+           (double)arr_len / 1e9, huge_ok ? "" : ", 4 KiB pages");
+    printf("floor, any store (1 line per id): %zu ids / limit = %.0f us\n", total, floor_any);
+    printf("floor, this store (%.2f lines per id: bucket + value): %.0f us; "
+           "lookup alone p50 is %.2fx it\n",
+           lines, floor_ours, look_p50 / floor_ours);
     model_scratch_destroy(sc);
     model_destroy(m);
     free(ids);

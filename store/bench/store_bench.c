@@ -54,6 +54,7 @@
  */
 #define _GNU_SOURCE
 #include "store/store.h"
+#include "mem_limit.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -84,7 +85,6 @@ uint64_t umap_size(const umap_t *m);
 void umap_destroy(umap_t *m);
 
 #define BATCH 1024                     /* keys per store_lookup_batch call */
-#define HUGE_PAGE ((size_t)2 << 20)
 #define DEFAULT_LOOKUPS 20000000ull
 #define DEFAULT_BASELINE_CAP 20000000ull
 #define VERIFY_SAMPLE (1u << 20)       /* lookups that check the loaded store */
@@ -113,8 +113,6 @@ struct bufs {
     float *out;      /* BATCH * K floats */
     uint8_t *found;  /* BATCH flags, for diagnosing a failed check */
 };
-
-static volatile uint64_t g_sink; /* keeps the limit loop's reads alive */
 
 /* ---- temp dir: removed on exit, on error and on a fatal signal ---------- */
 
@@ -817,57 +815,7 @@ static double run_lookups(const store_t *s, const struct config *c, struct bufs 
 
 /* ---- phase 5: the machine's limit -------------------------------------------- */
 
-/* An anonymous mapping of at least `bytes`, 2 MiB aligned, MADV_HUGEPAGE,
- * every word written.  Sets *len to the mapped length (for munmap). */
-static uint64_t *map_limit_array(uint64_t bytes, size_t *len)
-{
-    size_t want = (size_t)((bytes + HUGE_PAGE - 1) & ~(uint64_t)(HUGE_PAGE - 1));
-    size_t span = want + HUGE_PAGE;
-    uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        fatal("limit: mmap of %zu bytes failed: %s", span, strerror(errno));
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-    if (a > p)
-        munmap(p, (size_t)(a - p));
-    if (p + span > a + want)
-        munmap(a + want, (size_t)(p + span - (a + want)));
-    if (madvise(a, want, MADV_HUGEPAGE) != 0)
-        note("limit: madvise(MADV_HUGEPAGE): %s; reading through 4 KiB pages", strerror(errno));
-    uint64_t *w = (uint64_t *)a;
-    for (size_t i = 0; i < want / 8; i++)
-        w[i] = i * 0x9e3779b97f4a7c15ull;
-    *len = want;
-    return w;
-}
-
-/* L independent random 8-byte reads of arr[0..words), prefetched `dist`
- * ahead within batches of BATCH; the indices cost what lookup keys cost. */
-static double limit_reads(const uint64_t *arr, uint64_t words, const struct config *c,
-                          struct bufs *b, size_t dist)
-{
-    uint64_t rng = c->seed ^ 0x5eed0003u;
-    uint64_t *idx = b->keys;
-    uint64_t sum = 0;
-    double spent = 0;
-
-    for (uint64_t done = 0; done < c->lookups;) {
-        size_t n = c->lookups - done < BATCH ? (size_t)(c->lookups - done) : BATCH;
-        double t0 = now_s();
-        for (size_t i = 0; i < n; i++)
-            idx[i] = below(mix(c->seed + wyrand(&rng)), words);
-        for (size_t i = 0; i < n && i < dist; i++)
-            __builtin_prefetch(&arr[idx[i]]);
-        for (size_t i = 0; i < n; i++) {
-            if (i + dist < n)
-                __builtin_prefetch(&arr[idx[i + dist]]);
-            sum += arr[idx[i]];
-        }
-        spent += now_s() - t0;
-        done += n;
-    }
-    g_sink += sum;
-    return (double)c->lookups / spent;
-}
+/* The limit itself is measured by mem_limit.c, shared with score_bench. */
 
 /* ---- phase 6: snapshot load ---------------------------------------------------- */
 
@@ -1109,7 +1057,12 @@ int main(int argc, char **argv)
     pin_one();
     size_t lim_len;
     struct mem lim_before = mem_now();
-    uint64_t *arr = map_limit_array(table_bytes, &lim_len);
+    int huge_ok;
+    uint64_t *arr = mem_limit_map(table_bytes, &lim_len, &huge_ok);
+    if (!arr)
+        fatal("limit: mmap of %" PRIu64 " bytes failed: %s", table_bytes, strerror(errno));
+    if (!huge_ok)
+        note("limit: madvise(MADV_HUGEPAGE) failed; reading through 4 KiB pages");
     struct mem lim_after = mem_now();
     const uint64_t words = table_bytes / 8 ? table_bytes / 8 : 1;
     line("limit_array_bytes", "%" PRIu64, words * 8);
@@ -1118,15 +1071,12 @@ int main(int argc, char **argv)
              ? ((double)lim_after.anon_huge - (double)lim_before.anon_huge) /
                    (double)(lim_after.rss - lim_before.rss)
              : 0.0);
-    double limit = 0;
-    static const size_t dists[] = {16, 32, 64, 128};
-    for (size_t i = 0; i < sizeof dists / sizeof dists[0]; i++) {
-        double r = limit_reads(arr, words, &c, &b, dists[i]);
+    double per_dist[4];
+    double limit = mem_limit_best(arr, words, c.lookups, c.seed, b.keys, BATCH, per_dist);
+    for (size_t i = 0; i < 4; i++) {
         char name[48];
-        snprintf(name, sizeof name, "limit_reads_per_s_prefetch%zu", dists[i]);
-        line(name, "%.0f", r);
-        if (r > limit)
-            limit = r;
+        snprintf(name, sizeof name, "limit_reads_per_s_prefetch%zu", mem_limit_dists[i]);
+        line(name, "%.0f", per_dist[i]);
     }
     munmap(arr, lim_len);
     line("limit_reads_per_s", "%.0f", limit);

@@ -1,0 +1,39 @@
+/*
+ * mem_limit.h — the machine's random-read limit, for the benchmarks.
+ *
+ * How many independent random 8-byte reads of an array as large as a table
+ * one core completes per second, each index computed as cheaply as a lookup
+ * key's hash and the reads prefetched ahead.  A store lookup of a random key
+ * reads at least one cache line, so this rate is the ceiling of any lookup
+ * rate on this machine (store_bench: lookup_over_limit) and ids / rate is
+ * the least time any store can spend on one request's ids (score_bench).
+ *
+ * THREAD SAFETY: each call uses only its arguments; the array is read-only
+ * once mapped.
+ */
+#ifndef TL_MEM_LIMIT_H
+#define TL_MEM_LIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An anonymous mapping of at least `bytes` (rounded up to 2 MiB), 2 MiB
+ * aligned, MADV_HUGEPAGE, every word written, so that reads find it
+ * resident.  Sets *len to the mapped length (for munmap).  NULL with errno
+ * set when mmap fails; *huge_ok is 0 when madvise(MADV_HUGEPAGE) failed. */
+uint64_t *mem_limit_map(uint64_t bytes, size_t *len, int *huge_ok);
+
+/* `reads` random reads of arr[0..words), in batches of `batch` indices
+ * (idx holds `batch` of them), each batch's reads prefetched `dist` ahead.
+ * Returns reads per second of the timed loops (index drawing included). */
+double mem_limit_reads(const uint64_t *arr, uint64_t words, uint64_t reads, uint64_t seed,
+                       uint64_t *idx, size_t batch, size_t dist);
+
+/* The best of mem_limit_reads over prefetch distances 16, 32, 64 and 128;
+ * per_dist (4 doubles, or NULL) gets each distance's rate. */
+double mem_limit_best(const uint64_t *arr, uint64_t words, uint64_t reads, uint64_t seed,
+                      uint64_t *idx, size_t batch, double per_dist[4]);
+
+extern const size_t mem_limit_dists[4]; /* 16, 32, 64, 128 */
+
+#endif
