@@ -7,6 +7,7 @@
 #include "mem_limit.h"
 
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -105,4 +106,51 @@ double mem_limit_best(const uint64_t *arr, uint64_t words, uint64_t reads, uint6
             best = r;
     }
     return best;
+}
+
+double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uint64_t seed,
+                          uint64_t *idx, size_t batch, size_t dist, uint32_t value_bytes)
+{
+    const uint8_t *base = (const uint8_t *)arr;
+    const uint64_t bytes = words * 8, vspan = (value_bytes + 3u) & ~3u;
+    const uint64_t vstarts = bytes > vspan ? (bytes - vspan) / 4 : 1;
+    uint64_t rng = seed ^ 0x5eed0004u;
+    uint64_t sum = 0;
+    double spent = 0;
+    batch /= 2; /* idx holds a bucket word and a value start per id */
+
+    for (uint64_t done = 0; done < ids;) {
+        size_t n = ids - done < batch ? (size_t)(ids - done) : batch;
+        double t0 = now_s();
+        for (size_t i = 0; i < n; i++) {
+            idx[2 * i] = below(mix(seed + wyrand(&rng)), words);
+            idx[2 * i + 1] = 4 * below(mix(seed + wyrand(&rng)), vstarts);
+        }
+        for (size_t i = 0; i < n + dist; i++) {
+            if (i < n) {
+                __builtin_prefetch(&arr[idx[2 * i]]);
+                if (vspan == 0)
+                    continue;
+                uintptr_t a = (uintptr_t)(base + idx[2 * i + 1]);
+                for (uintptr_t l = a & ~(uintptr_t)63; l < a + vspan; l += 64)
+                    __builtin_prefetch((const void *)l);
+            }
+            if (i >= dist) {
+                size_t j = i - dist;
+                sum += arr[idx[2 * j]];
+                if (vspan == 0)
+                    continue;
+                uintptr_t a = (uintptr_t)(base + idx[2 * j + 1]);
+                for (uintptr_t l = a & ~(uintptr_t)63; l < a + vspan; l += 64) {
+                    uint32_t w;
+                    memcpy(&w, (const void *)l, 4);
+                    sum += w;
+                }
+            }
+        }
+        spent += now_s() - t0;
+        done += n;
+    }
+    g_sink += sum;
+    return spent > 0 ? (double)ids / spent : 0.0;
 }

@@ -36,4 +36,13 @@ double mem_limit_best(const uint64_t *arr, uint64_t words, uint64_t reads, uint6
 
 extern const size_t mem_limit_dists[4]; /* 16, 32, 64, 128 */
 
+/* The memory work of `ids` hits in a store that keeps a bucket line and,
+ * elsewhere, a value of value_bytes: per id one random 8-byte read (the
+ * bucket) and every line of a random 4-byte-aligned run of value_bytes (the
+ * value), all prefetched `dist` ids ahead.  Returns ids per second; adjacent
+ * lines of one value cost what the machine makes them cost, which on this
+ * hardware is less than as many random lines. */
+double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uint64_t seed,
+                          uint64_t *idx, size_t batch, size_t dist, uint32_t value_bytes);
+
 #endif
