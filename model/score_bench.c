@@ -8,9 +8,10 @@
  *
  * Loads a snapshot (e.g. `tlsnap gen --kind fm --value-floats 17`, or the
  * FFM and DNN examples in `tlsnap gen --help`), builds `requests` distinct
- * requests whose ids are tlsnap gen's synthetic keys store_synthetic_key(i, seed), i uniform in
- * [0, key-space) — so every id is known to a model made with the same seed
- * and key count — laid out back to back as the wire decoder leaves them,
+ * requests whose ids are tlsnap gen's synthetic keys
+ * store_synthetic_key(i, seed), i uniform in [0, key-space) — so every id
+ * is known to a model made with the same seed and key count — laid out back
+ * to back as the wire decoder leaves them,
  * and times model_score() on each (one thread: the caller's core).  Prints
  * p50/p90/p99/max in microseconds and the lookup share (the same batched
  * store lookup alone, on another request's ids so that the cache is as cold
@@ -184,7 +185,8 @@ int main(int argc, char **argv)
     }
     if (!dir) {
         fprintf(stderr, "usage: score_bench --model DIR [--requests N] [--items 200] [--shared 300]\n"
-                        "                [--per-item 200] [--key-space N] [--hot-keys 2048] [--seed 42] [--values]\n");
+                        "                [--per-item 200] [--key-space N] [--hot-keys 2048]\n"
+                        "                [--seed 42] [--values]\n");
         return 2;
     }
     model_t *m;
@@ -264,9 +266,13 @@ int main(int argc, char **argv)
            (double)arr_len / 1e9, huge_ok ? "" : ", 4 KiB pages");
     printf("floor, any store (1 random line per id): %zu ids / limit = %.0f us\n", total,
            floor_any);
-    printf("floor, this store's reads (a bucket line + a %u-byte value per id): %.0f us; "
-           "lookup alone p50 is %.2fx it\n",
-           vb, floor_ours, look_p50 / floor_ours);
+    char what[64];
+    if (vb)
+        snprintf(what, sizeof what, "a bucket line + a %u-byte value", vb);
+    else
+        snprintf(what, sizeof what, "a bucket line, the value in it");
+    printf("floor, this store's reads (%s per id): %.0f us; lookup alone p50 is %.2fx it\n", what,
+           floor_ours, look_p50 / floor_ours);
     model_scratch_destroy(sc);
     model_destroy(m);
     free(ids);

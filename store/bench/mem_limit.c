@@ -74,6 +74,8 @@ double mem_limit_reads(const uint64_t *arr, uint64_t words, uint64_t reads, uint
     uint64_t rng = seed ^ 0x5eed0003u;
     uint64_t sum = 0;
     double spent = 0;
+    if (batch == 0 || words == 0)
+        return 0.0;
 
     for (uint64_t done = 0; done < reads;) {
         size_t n = reads - done < batch ? (size_t)(reads - done) : batch;
@@ -113,11 +115,15 @@ double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uin
 {
     const uint8_t *base = (const uint8_t *)arr;
     const uint64_t bytes = words * 8, vspan = (value_bytes + 3u) & ~3u;
-    const uint64_t vstarts = bytes > vspan ? (bytes - vspan) / 4 : 1;
+    if (vspan >= bytes)
+        return 0.0;
+    const uint64_t vstarts = (bytes - vspan) / 4 + 1;
     uint64_t rng = seed ^ 0x5eed0004u;
     uint64_t sum = 0;
     double spent = 0;
     batch /= 2; /* idx holds a bucket word and a value start per id */
+    if (batch == 0 || words == 0)
+        return 0.0;
 
     for (uint64_t done = 0; done < ids;) {
         size_t n = ids - done < batch ? (size_t)(ids - done) : batch;
@@ -129,19 +135,15 @@ double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uin
         for (size_t i = 0; i < n + dist; i++) {
             if (i < n) {
                 __builtin_prefetch(&arr[idx[2 * i]]);
-                if (vspan == 0)
-                    continue;
                 uintptr_t a = (uintptr_t)(base + idx[2 * i + 1]);
-                for (uintptr_t l = a & ~(uintptr_t)63; l < a + vspan; l += 64)
+                for (uintptr_t l = a & ~(uintptr_t)63; vspan && l < a + vspan; l += 64)
                     __builtin_prefetch((const void *)l);
             }
             if (i >= dist) {
                 size_t j = i - dist;
                 sum += arr[idx[2 * j]];
-                if (vspan == 0)
-                    continue;
                 uintptr_t a = (uintptr_t)(base + idx[2 * j + 1]);
-                for (uintptr_t l = a & ~(uintptr_t)63; l < a + vspan; l += 64) {
+                for (uintptr_t l = a & ~(uintptr_t)63; vspan && l < a + vspan; l += 64) {
                     uint32_t w;
                     memcpy(&w, (const void *)l, 4);
                     sum += w;

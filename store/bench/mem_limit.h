@@ -25,7 +25,8 @@ uint64_t *mem_limit_map(uint64_t bytes, size_t *len, int *huge_ok);
 
 /* `reads` random reads of arr[0..words), in batches of `batch` indices
  * (idx holds `batch` of them), each batch's reads prefetched `dist` ahead.
- * Returns reads per second of the timed loops (index drawing included). */
+ * Returns reads per second of the timed loops (index drawing included);
+ * 0 when batch or words is 0. */
 double mem_limit_reads(const uint64_t *arr, uint64_t words, uint64_t reads, uint64_t seed,
                        uint64_t *idx, size_t batch, size_t dist);
 
@@ -41,7 +42,9 @@ extern const size_t mem_limit_dists[4]; /* 16, 32, 64, 128 */
  * bucket) and every line of a random 4-byte-aligned run of value_bytes (the
  * value), all prefetched `dist` ids ahead.  Returns ids per second; adjacent
  * lines of one value cost what the machine makes them cost, which on this
- * hardware is less than as many random lines. */
+ * hardware is less than as many random lines.  idx holds `batch` words
+ * (batch / 2 ids); 0 when that is no id or the array is no longer than
+ * a value. */
 double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uint64_t seed,
                           uint64_t *idx, size_t batch, size_t dist, uint32_t value_bytes);
 
