@@ -206,8 +206,9 @@ int main(int argc, char **argv)
         char *end;
         if (!strcmp(a, "--keys")) {
             double x = strtod(v, &end);
-            x *= *end == 'M' ? 1e6 : *end == 'k' ? 1e3 : 1;
-            if (x < 2048 || x > 4e9)
+            if (*end == 'M' || *end == 'k')
+                x *= *end++ == 'M' ? 1e6 : 1e3;
+            if (*end || end == v || !(x >= 2048 && x <= 4e9))
                 fail("--keys: a count in 2048..4G (suffix k or M)");
             nkeys = (uint64_t)x;
         } else if (!strcmp(a, "--load")) {
