@@ -69,7 +69,9 @@
  *   5. pass 2, windows again: values must be finite (VALUE), then records go
  *      to a store_filler in chunks.  The store was created with the
  *      writer's hash seed (MANIFEST hash_seed), and the writer wrote in
- *      bucket order, so the filler puts records where they were and writes
+ *      the bucket order of a store sized as this one (its own, or one it
+ *      re-placed the shard into: relay_shard below), so the filler puts
+ *      records where they were and writes
  *      the table front to back (73M entries/s at 100M keys on 2 cores,
  *      against 33M/s inserting at random with store_insert_entries).
  *   6. a bad record (VALUE, DUPLICATE, WRONG_SHARD) stops the load, but the
@@ -1352,6 +1354,125 @@ static int put_record(void *ctx, uint64_t key, const void *raw)
     return 0;
 }
 
+/* ---- writing in the loader's bucket order --------------------------------
+ *
+ * The loader rebuilds shard i in a store created for the snapshot's total
+ * entries with each sub-table reserved for its exact count (create_store,
+ * build_shard), and its ordered fill is fastest when the file lists the
+ * records in that store's bucket order.  A store sized that way (tlsnap gen,
+ * the trainers' exports) already has that order and is written as it is.
+ * One that grew, or was sized for more keys than it holds, has other
+ * sub-table sizes, and its order would send most records aside at load (3x
+ * slower: store_bench --expected-keys).  Such a shard is first inserted into
+ * a store sized as the loader will size it (the same calls, the same seed)
+ * and written from there: the same records in the loader's order, for one
+ * insert per record and one shard's share of the table in memory at a time.
+ */
+struct relay {
+    store_t *t;         /* the loader-sized store */
+    uint32_t shard;
+    uint64_t *counts;   /* keys per sub-table of t (first pass) */
+    uint8_t *buf;       /* records waiting for store_insert_entries */
+    size_t n, cap, rec; /* waiting, room, bytes per record */
+    uint64_t records;   /* records seen in this pass */
+    int rc;             /* store_insert_entries' first error */
+};
+
+static int relay_count(void *ctx, uint64_t key, const void *raw)
+{
+    struct relay *r = ctx;
+    (void)raw;
+    r->counts[store_sub_of(r->t, key)]++;
+    r->records++;
+    return 0;
+}
+
+static int relay_flush(struct relay *r)
+{
+    size_t bad;
+    if (r->n && r->rc == 0)
+        r->rc = store_insert_entries(r->t, r->shard, r->buf, r->n, &bad);
+    r->n = 0;
+    return r->rc;
+}
+
+static int relay_put(void *ctx, uint64_t key, const void *raw)
+{
+    struct relay *r = ctx;
+    if (r->n == r->cap && relay_flush(r) != 0)
+        return 1;
+    uint8_t *p = r->buf + r->n * r->rec;
+    put_le64(p, key);
+    memcpy(p + 8, raw, r->rec - 8);
+    r->n++;
+    r->records++;
+    return 0;
+}
+
+/* Sets *out to a store holding shard i of s in the loader's sizes, or to
+ * NULL when s's own shard i has them (write it as it is).  total: the keys
+ * of s when the write began; buf: WRITE_BUF_BYTES of scratch.  Returns 0,
+ * or -1 with *err filled. */
+static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *buf, store_t **out,
+                       store_error_t *err)
+{
+    *out = NULL;
+    store_options_t opt = {
+        .value_floats = store_value_floats(s),
+        .dtype = store_dtype(s),
+        .shards = store_shards(s),
+        .expected_keys = total,
+        .hash_seed = store_hash_seed(s),
+    };
+    const uint64_t entries = store_shard_count(s, i);
+    struct relay r = {.shard = i, .buf = buf, .rec = 8 + store_value_bytes(s)};
+    r.cap = WRITE_BUF_BYTES / r.rec;
+    int e = store_create(&opt, &r.t);
+    if (e == 0) {
+        r.counts = calloc(store_subs_per_shard(r.t), sizeof *r.counts);
+        e = r.counts ? 0 : -ENOMEM;
+    }
+    if (e == 0 && store_subs_per_shard(s) == store_subs_per_shard(r.t)) {
+        for (uint32_t u = 0; u < store_subs_per_shard(s); u++) /* the same split */
+            r.counts[u] = store_sub_count(s, i, u);
+    } else if (e == 0) {
+        store_foreach_raw(s, i, relay_count, &r);
+    }
+    for (uint32_t u = 0; e == 0 && u < store_subs_per_shard(r.t); u++)
+        if (r.counts[u])
+            e = store_reserve_sub(r.t, i, u, r.counts[u]);
+    if (e == 0 && store_shard_layout_equal(s, r.t, i)) {
+        free(r.counts);
+        store_destroy(r.t);
+        return 0;
+    }
+    if (e == 0) {
+        r.records = 0;
+        store_foreach_raw(s, i, relay_put, &r);
+        e = relay_flush(&r);
+    }
+    free(r.counts);
+    if (e == 0 && (r.records != entries || store_shard_count(r.t, i) != entries))
+        e = -EEXIST; /* a key seen twice, or keys come and gone */
+    if (e != 0) {
+        store_destroy(r.t);
+        if (e == -ENOMEM)
+            fail(err, STORE_E_NOMEM, "", -1,
+                 "out of memory putting shard %" PRIu32 " in the loader's order", i);
+        else if (e != -EEXIST)
+            fail(err, STORE_E_INVALID, "", -1,
+                 "cannot put shard %" PRIu32 " in the loader's order: %s", i, ERRTEXT(-e));
+        else
+            fail(err, STORE_E_INVALID, "", -1,
+                 "shard %" PRIu32 " had %" PRIu64 " keys at the start and %" PRIu64
+                 " at the end: written while being changed?",
+                 i, entries, r.records);
+        return -1;
+    }
+    *out = r.t;
+    return 0;
+}
+
 /* Writes shard i to "<name>.tmp", fsyncs it and renames it to its name;
  * fills *ms.  Returns 0 or -1 with *err filled (the .tmp removed). */
 static int write_shard(const store_t *s, int dirfd, uint32_t i, uint8_t *buf, manifest_shard_t *ms,
@@ -1599,8 +1720,14 @@ int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_
         fail(err, STORE_E_NOMEM, "", -1, "out of memory for the write buffer");
         goto out;
     }
+    const uint64_t total = store_count(s);
     for (; written < nshards; written++) {
-        if (write_shard(s, dirfd, written, buf, &shards[written], err) != 0)
+        store_t *ordered;
+        if (relay_shard(s, written, total, buf, &ordered, err) != 0)
+            goto out;
+        int w = write_shard(ordered ? ordered : s, dirfd, written, buf, &shards[written], err);
+        store_destroy(ordered);
+        if (w != 0)
             goto out;
     }
     if (fsync(dirfd) != 0) { /* the shards' renames before the MANIFEST's */

@@ -82,9 +82,10 @@ uint32_t store_shards(const store_t *s);
  * that two stores place the same keys differently (a stream in one store's
  * bucket order does not pile into a few buckets of another).  A snapshot
  * records it and store_snapshot_load creates the store with it: the records,
- * written in bucket order, then fill the new table front to back instead of
- * at random (1.5x faster loads at 100M keys) when it splits keys into
- * sub-tables as the writer's did (same shards and key count). */
+ * written in the bucket order of a store sized as the loader sizes it (the
+ * writer re-places a shard of a grown or over-sized store first), then fill
+ * the new table front to back instead of at random (1.5x faster loads at
+ * 100M keys; 2.8x for a grown store's snapshot at 20M). */
 uint64_t store_hash_seed(const store_t *s);
 /* Which shard owns key: route writes for one shard to one writer thread. */
 uint32_t store_shard_of(const store_t *s, uint64_t key);

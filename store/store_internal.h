@@ -69,6 +69,16 @@ int store_key_buckets(const store_t *s, uint64_t key, uint64_t cand[2], uint64_t
 uint32_t store_subs_per_shard(const store_t *s);
 uint32_t store_sub_of(const store_t *s, uint64_t key);
 int store_reserve_sub(store_t *s, uint32_t shard, uint32_t sub, uint64_t keys);
+/* Keys in one sub-table (its buckets and stash); 0 when out of range.  Two
+ * stores with the same shard and sub-table counts split keys alike. */
+uint64_t store_sub_count(const store_t *s, uint32_t shard, uint32_t sub);
+
+/* True when shard `shard` of a and of b would place every key in the same
+ * buckets: same shard and sub-table split, hash seed, value type and, per
+ * sub-table, bucket count, slots and keypart width.  The snapshot writer
+ * asks it of the store it writes and one sized as the loader will size it.
+ * Only with no concurrent writer to either. */
+bool store_shard_layout_equal(const store_t *a, const store_t *b, uint32_t shard);
 
 /* IEEE 754 binary16 conversions (round to nearest even; NaN kept NaN). */
 uint16_t store_f32_to_f16(float f);

@@ -1468,8 +1468,10 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
 /* ---- ordered fill (the snapshot loader) ---------------------------------- */
 
 /* A snapshot holds its store's entries in bucket order (sub-table by
- * sub-table, bucket by bucket), and a load creates its store with the
- * writer's hash seed and the same sizes, so record i's bucket in the writer
+ * sub-table, bucket by bucket; a store of other sizes than the loader's is
+ * re-placed into the loader's sizes first, snapshot.c relay_shard), and a
+ * load creates its store with the writer's hash seed and the same sizes, so
+ * record i's bucket in the writer
  * is one of its two buckets here too, and those buckets never go backwards
  * within a sub-table.  The filler puts each record there, so a sub-table is
  * written front to back (its lines stream through the cache) instead of at
@@ -1731,6 +1733,26 @@ int store_reserve_sub(store_t *s, uint32_t shard, uint32_t sub, uint64_t keys)
     if (st->capacity >= keys)
         return 0;
     return rebuild(s, shard, sub, keys);
+}
+
+uint64_t store_sub_count(const store_t *s, uint32_t shard, uint32_t sub)
+{
+    if (shard >= s->nshards || sub >= s->nsubs)
+        return 0;
+    return atomic_load_explicit(&sub_ptr(s, shard, sub)->count, memory_order_relaxed);
+}
+
+bool store_shard_layout_equal(const store_t *a, const store_t *b, uint32_t shard)
+{
+    if (a->nshards != b->nshards || a->nsubs != b->nsubs || a->hash_seed != b->hash_seed ||
+        a->K != b->K || a->dtype != b->dtype || shard >= a->nshards)
+        return false;
+    for (uint32_t u = 0; u < a->nsubs; u++) {
+        const struct subtable *x = sub_ptr(a, shard, u), *y = sub_ptr(b, shard, u);
+        if (x->nbuckets != y->nbuckets || x->slots != y->slots || x->kp_bits != y->kp_bits)
+            return false;
+    }
+    return true;
 }
 
 int store_reserve_shard(store_t *s, uint32_t shard, uint64_t keys)

@@ -9,7 +9,9 @@
  *   1. baseline  std::unordered_map<uint64_t, float> on M keys: RSS delta,
  *                then L find()s in the random pattern below; freed and
  *                malloc_trim()ed before anything else runs.
- *   2. build     N keys upserted (one writer thread per group of shards);
+ *   2. build     N keys upserted (one writer thread per group of shards)
+ *                into a store sized for E keys (--expected-keys, default
+ *                N; a smaller E makes it grow, as a trainer's store does);
  *                bytes_per_entry = RSS delta / N.
  *   3. lookups   L present keys, then L absent keys: store_lookup_batch in
  *                batches of 1024 drawn uniformly at random, one core.
@@ -94,6 +96,7 @@ struct config {
     uint32_t value_floats;  /* K */
     store_dtype_t dtype;    /* storage dtype of the store */
     uint64_t baseline_keys; /* M; 0 = skip the unordered_map phase */
+    uint64_t expected_keys; /* E: the build's sizing hint (N unless given) */
     uint32_t shards;        /* 0 = the store's default */
     uint32_t threads;       /* builder and loader threads */
     uint64_t lookups;       /* L: per lookup phase and per limit run */
@@ -181,7 +184,8 @@ static void fatal(const char *fmt, ...)
 static void usage(FILE *f)
 {
     fputs("usage: store_bench --keys N [--value-floats K] [--dtype f32|f16]\n"
-          "                   [--baseline-keys M] [--shards S] [--threads T]\n"
+          "                   [--baseline-keys M] [--expected-keys E] [--shards S]\n"
+          "                   [--threads T]\n"
           "                   [--lookups L] [--seed X] [--tmp DIR] [--json] [--help]\n"
           "\n"
           "  --keys N           keys in the store (required); counts take a\n"
@@ -190,6 +194,9 @@ static void usage(FILE *f)
           "  --dtype f32|f16    value storage type (default f32)\n"
           "  --baseline-keys M  keys in the std::unordered_map baseline\n"
           "                     (default min(N, 20M); 0 skips it)\n"
+          "  --expected-keys E  the store is created sized for E keys and grows\n"
+          "                     to N (default N: sized exactly), as a trainer's or\n"
+          "                     a live server's store does\n"
           "  --shards S         store shards, a power of two 1..256 (default: the\n"
           "                     store's)\n"
           "  --threads T        builder and snapshot-loader threads (default: all\n"
@@ -509,7 +516,7 @@ static void parse_flags(int argc, char **argv, struct config *c)
             snprintf(name, sizeof name, "%s", f);
         }
         static const char *const valued[] = {"--keys", "--value-floats", "--dtype",
-                                             "--baseline-keys", "--shards", "--threads",
+                                             "--baseline-keys", "--expected-keys", "--shards", "--threads",
                                              "--lookups", "--seed", "--tmp"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -540,6 +547,8 @@ static void parse_flags(int argc, char **argv, struct config *c)
         } else if (strcmp(name, "--baseline-keys") == 0) {
             c->baseline_keys = parse_count(name, v, 0);
             have_baseline = true;
+        } else if (strcmp(name, "--expected-keys") == 0) {
+            c->expected_keys = parse_count(name, v, 1);
         } else if (strcmp(name, "--shards") == 0) {
             uint64_t s = parse_count(name, v, 1);
             if (s > STORE_MAX_SHARDS || (s & (s - 1)))
@@ -574,6 +583,8 @@ static void parse_flags(int argc, char **argv, struct config *c)
         usage_error("--keys: %" PRIu64 " is too large", c->keys);
     if (!have_baseline)
         c->baseline_keys = c->keys < DEFAULT_BASELINE_CAP ? c->keys : DEFAULT_BASELINE_CAP;
+    if (c->expected_keys == 0)
+        c->expected_keys = c->keys;
     if (!have_threads)
         c->threads = usable_cpus();
 
@@ -739,7 +750,7 @@ static store_t *build_store(const struct config *c, double *seconds)
         .value_floats = c->value_floats,
         .dtype = c->dtype,
         .shards = c->shards,
-        .expected_keys = c->keys,
+        .expected_keys = c->expected_keys,
     };
     store_t *s;
     int rc = store_create(&opt, &s);
@@ -967,6 +978,8 @@ int main(int argc, char **argv)
              (double)avail / (1 << 30));
 
     line("keys", "%" PRIu64, c.keys);
+    if (c.expected_keys != c.keys)
+        line("expected_keys", "%" PRIu64 " (the store grows to keys)", c.expected_keys);
     line("value_floats", "%u", k);
     line("dtype", "%s", dtype_name(c.dtype));
     line("lookups", "%" PRIu64 " per phase, batches of %d, uniform random", c.lookups, BATCH);

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "store/store_internal.h"
@@ -74,10 +75,13 @@ static int append_raw(void *ctx, uint64_t key, const void *raw)
     return 0;
 }
 
-/* A store of n keys, and its records per shard in bucket order. */
-static store_t *source(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n, struct recs *out)
+/* A store of n keys created for `expected` (it grows when that is less),
+ * and its records per shard in bucket order. */
+static store_t *source_sized(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n,
+                             size_t expected, struct recs *out)
 {
-    store_options_t opt = {.value_floats = k, .dtype = dt, .shards = shards, .expected_keys = n};
+    store_options_t opt = {.value_floats = k, .dtype = dt, .shards = shards,
+                           .expected_keys = expected};
     store_t *s = NULL;
     assert_int_equal(store_create(&opt, &s), 0);
     uint64_t x = 7 + n;
@@ -96,6 +100,12 @@ static store_t *source(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n, 
         assert_int_equal(out[sh].n, c);
     }
     return s;
+}
+
+/* A store of n keys sized for n. */
+static store_t *source(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n, struct recs *out)
+{
+    return source_sized(k, dt, shards, n, n, out);
 }
 
 /* Creates a store as the loader does and fills it from recs.  Returns the
@@ -355,6 +365,105 @@ static void test_wrong_shard_refused(void **state)
     free_recs(recs, 2);
 }
 
+/* Reads shard sh's records out of the snapshot in dir (a 64-byte header,
+ * then records of rec bytes: store/snapshot.c). */
+static void read_shard_file(const char *dir, uint32_t sh, size_t rec, struct recs *out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/shard-%05u.tls", dir, sh);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long len = ftell(f);
+    assert_true(len >= 64 && (size_t)(len - 64) % rec == 0);
+    size_t n = (size_t)(len - 64) / rec;
+    *out = (struct recs){.p = xmalloc(n * rec), .n = n, .cap = n, .rec = rec};
+    assert_int_equal(fseek(f, 64, SEEK_SET), 0);
+    assert_int_equal(fread(out->p, rec, n, f), n);
+    fclose(f);
+}
+
+static void remove_snapshot(const char *dir, uint32_t shards)
+{
+    char path[512];
+    for (uint32_t sh = 0; sh < shards; sh++) {
+        snprintf(path, sizeof path, "%s/shard-%05u.tls", dir, sh);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A store sized for other than the keys it holds (grown from a small hint,
+ * or created for more) lists its shards in its own bucket order, which the
+ * loader's exactly sized store does not share: most records would go
+ * aside.  store_snapshot_write writes such shards in the loader's order: the
+ * written files, filled as the loader fills, go (nearly) all in place, and
+ * load back exactly. */
+static void test_written_in_loader_order(void **state)
+{
+    (void)state;
+    static const struct { uint32_t k; store_dtype_t dt; size_t n, expected; } cases[] = {
+        {1, STORE_DTYPE_F32, 30000, 1000},  /* grew 30x */
+        {5, STORE_DTYPE_F16, 20000, 40000}, /* created for twice its keys */
+        {1, STORE_DTYPE_F32, 40000, 42000}, /* created for 5% more */
+    };
+    const uint32_t shards = 4;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const size_t n = cases[c].n;
+        struct recs own[4], written[4];
+        store_t *src = source_sized(cases[c].k, cases[c].dt, shards, n, cases[c].expected, own);
+        uint64_t seed = store_hash_seed(src), in_order, aside;
+        store_t *t = NULL;
+
+        /* the store's own order: what the writer wrote before */
+        assert_int_equal(fill(src, own, seed, &t, &in_order, &aside), 0);
+        store_destroy(t);
+        print_message("    K=%u, %zu keys in a store sized for %zu: its own order %llu in order, "
+                      "%llu aside\n",
+                      cases[c].k, n, cases[c].expected, (unsigned long long)in_order,
+                      (unsigned long long)aside);
+        if (aside < n / 10)
+            fail_msg("the case tests nothing: the store's own order sent only %llu of %zu "
+                     "records aside",
+                     (unsigned long long)aside, n);
+
+        char dir[] = "/tmp/test_fill.XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        rmdir(dir); /* store_snapshot_write creates it */
+        store_meta_t meta = {.model_kind = STORE_MODEL_LR, .version = 1};
+        snprintf(meta.model_name, sizeof meta.model_name, "fill");
+        store_error_t err;
+        if (store_snapshot_write(src, dir, &meta, &err) != 0)
+            fail_msg("store_snapshot_write: %s", err.msg);
+        for (uint32_t sh = 0; sh < shards; sh++) {
+            read_shard_file(dir, sh, own[sh].rec, &written[sh]);
+            assert_int_equal(written[sh].n, own[sh].n);
+        }
+        assert_int_equal(fill(src, written, seed, &t, &in_order, &aside), 0);
+        print_message("    as written: %llu in order, %llu aside\n", (unsigned long long)in_order,
+                      (unsigned long long)aside);
+        if (aside > n / 1000)
+            fail_msg("as written: %llu of %zu records set aside, expected < 0.1%%",
+                     (unsigned long long)aside, n);
+        assert_same_contents(src, written, t, "as written");
+        store_destroy(t);
+
+        store_t *loaded = NULL;
+        if (store_snapshot_load(dir, 2, &loaded, NULL, &err) != 0)
+            fail_msg("store_snapshot_load: %s", err.msg);
+        assert_same_contents(src, written, loaded, "loaded");
+        store_destroy(loaded);
+
+        remove_snapshot(dir, shards);
+        store_destroy(src);
+        free_recs(own, shards);
+        free_recs(written, shards);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_duplicates_refused),
         cmocka_unit_test(test_duplicates_in_both_buckets),
         cmocka_unit_test(test_wrong_shard_refused),
+        cmocka_unit_test(test_written_in_loader_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
