@@ -4,6 +4,7 @@
  *   tlsnap gen    --keys N --out DIR [...]   synthetic model -> full snapshot
  *   tlsnap info   DIR                        print the manifest
  *   tlsnap verify DIR [--threads T]          full load (checksums, keys) + lookups
+ *   tlsnap rewrite SRC DST [--threads T]     load SRC, write it again as DST
  *
  * gen makes a model that is the same for any thread count:
  *
@@ -35,6 +36,13 @@
  * count and key), then re-reads every entry: it iterates each shard and looks
  * the keys up again in batches, comparing values bit for bit, so that the
  * read path and the iteration path of the table agree.
+ *
+ * rewrite loads SRC with store_snapshot_load_ex (params and dense arrays
+ * included) and writes the same model, meta and extras with
+ * store_snapshot_write_ex: the way to bring a snapshot written before the
+ * MANIFEST carried a hash seed, or by a store sized for other than its
+ * keys, to one that loads in bucket order (the fast path), or to check that
+ * a snapshot survives a round trip.
  *
  * THREAD SAFETY: a command-line program.  gen's threads write disjoint shard
  * sets; verify's threads only read.  Exit status: 0 ok, 1 failure, 2 usage.
@@ -222,6 +230,7 @@ static const char usage_main[] =
     "  gen     generate a synthetic model and write it as a snapshot\n"
     "  info    print a snapshot's manifest\n"
     "  verify  load a snapshot fully (checksums, keys) and re-read every entry\n"
+    "  rewrite load a snapshot and write it again (hash seed, bucket order)\n"
     "\n"
     "'tlsnap <command> --help' describes a command's options.\n";
 
@@ -271,6 +280,18 @@ static const char usage_verify[] =
     "\n"
     "  --threads T       loader and lookup threads (default 0 = one per core)\n"
     "  --no-lookup       skip the re-read after the load\n";
+
+static const char usage_rewrite[] =
+    "usage: tlsnap rewrite SRC DST [--threads T]\n"
+    "\n"
+    "Loads the snapshot in SRC fully (every checksum, count and key checked)\n"
+    "and writes the same model, version, params and dense arrays as a new\n"
+    "snapshot in DST (created; it must not hold a snapshot yet).  The new one\n"
+    "records its store's hash seed and lists records in the loader's bucket\n"
+    "order, so it loads on the fast path: use it on snapshots written before\n"
+    "2026-11-25 (no hash seed) or by a store that grew.\n"
+    "\n"
+    "  --threads T       loader threads (default 0 = one per core)\n";
 
 static __cold __noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 {
@@ -802,6 +823,10 @@ static int cmd_info(int argc, char **argv)
            8 + m.value_floats * (m.dtype == STORE_DTYPE_F16 ? 2u : 4u));
     printf("  shards     %u\n", m.shard_count);
     printf("  format     %u\n", m.format_version);
+    if (m.hash_seed)
+        printf("  hash seed  %#" PRIx64 " (loads in bucket order)\n", m.hash_seed);
+    else
+        printf("  hash seed  none (loads at random, slower; 'tlsnap rewrite' adds one)\n");
     printf("  data       %s in shard files\n", human_bytes(bytes, hb, sizeof hb));
     for (uint32_t i = 0; i < m.n_params; i++)
         printf("  param      %s = %s\n", m.params[i].key, m.params[i].value);
@@ -995,6 +1020,74 @@ out:
     return ret;
 }
 
+/* ---- rewrite -------------------------------------------------------------- */
+
+static int cmd_rewrite(int argc, char **argv)
+{
+    static const char *C = "rewrite";
+    const char *U = usage_rewrite, *src = NULL, *dst = NULL;
+    uint64_t threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (is_help(argv[i])) {
+            fputs(U, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
+            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (argv[i][0] == '-') {
+            usage_error(C, U, "unknown option '%s'", argv[i]);
+        } else if (src == NULL) {
+            src = argv[i];
+        } else if (dst == NULL) {
+            dst = argv[i];
+        } else {
+            usage_error(C, U, "unexpected argument '%s' (SRC and DST only)", argv[i]);
+        }
+    }
+    if (src == NULL || dst == NULL)
+        usage_error(C, U, "SRC and DST are required");
+
+    store_t *s = NULL;
+    store_meta_t meta;
+    store_extras_t x;
+    memset(&x, 0, sizeof x);
+    store_error_t err = {0};
+    int ret = 1;
+
+    double t0 = now_sec();
+    if (store_snapshot_load_ex(src, (int)threads, &s, &meta, &x, &err) != 0) {
+        print_store_error(C, src, &err);
+        return 1;
+    }
+    double load_s = now_sec() - t0;
+    uint64_t n = store_count(s);
+    printf("tlsnap rewrite: %s: model %s v%" PRIu64 " (%s), %" PRIu64 " entries, %u x %s, "
+           "%u shards, %u params, %u dense arrays; loaded in %.3f s\n",
+           src, meta.model_name, meta.version, store_model_kind_name(meta.model_kind), n,
+           store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s), x.n_params,
+           x.n_dense, load_s);
+    fflush(stdout);
+    int e = mkdir_parents(dst);
+    if (e != 0) {
+        fprintf(stderr, "tlsnap %s: %s: cannot create its parent directories: %s\n", C, dst,
+                strerror(-e));
+        goto out;
+    }
+    t0 = now_sec();
+    if (store_snapshot_write_ex(s, dst, &meta, &x, &err) != 0) {
+        print_store_error(C, dst, &err);
+        goto out;
+    }
+    printf("  wrote  %s in %.3f s (hash seed %#" PRIx64 ", bucket order)\n", dst,
+           now_sec() - t0, store_hash_seed(s));
+    printf("OK\n");
+    ret = 0;
+out:
+    store_extras_free(&x);
+    store_destroy(s);
+    return ret;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -1007,6 +1100,7 @@ int main(int argc, char **argv)
         fputs(strcmp(topic, "gen") == 0      ? usage_gen
               : strcmp(topic, "info") == 0   ? usage_info
               : strcmp(topic, "verify") == 0 ? usage_verify
+              : strcmp(topic, "rewrite") == 0 ? usage_rewrite
                                              : usage_main,
               stdout);
         return 0;
@@ -1017,5 +1111,7 @@ int main(int argc, char **argv)
         return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "verify") == 0)
         return cmd_verify(argc - 2, argv + 2);
+    if (strcmp(cmd, "rewrite") == 0)
+        return cmd_rewrite(argc - 2, argv + 2);
     usage_error(NULL, usage_main, "unknown command '%s'", cmd);
 }
