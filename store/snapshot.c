@@ -71,9 +71,9 @@
  *      writer's hash seed (MANIFEST hash_seed), and the writer wrote in
  *      the bucket order of a store sized as this one (its own, or one it
  *      re-placed the shard into: relay_shard below), so the filler puts
- *      records where they were and writes
- *      the table front to back (73M entries/s at 100M keys on 2 cores,
- *      against 33M/s inserting at random with store_insert_entries).
+ *      records where they were and writes the table front to back (73M
+ *      entries/s at 100M keys on 2 cores, against 33M/s inserting at
+ *      random with store_insert_entries).
  *   6. a bad record (VALUE, DUPLICATE, WRONG_SHARD) stops the load, but the
  *      filler cannot name a duplicate's offset, so the load starts over on
  *      a new store with store_insert_entries in place of the filler: every
