@@ -78,11 +78,11 @@
  *   K=1 on 100M keys; now 1.16, 3.25, 1.22 and 0.66 ms.  Group sizes from 8
  *   to 128 measured the same; interleaving the stages key by key was 10%
  *   slower.
- *   Values are written into the caller's floats directly: fp32 with relaxed
- *   4-byte loads, unrolled (8-byte loads were slower: with K odd, half the
- *   values start 4 bytes off and the alignment branch mispredicts; SSE
- *   loads were 2-12% faster but are plain racy loads), fp16 with F16C
- *   where the CPU has it, 1.5x faster than half_to_float and 2x faster
+ *   Values are written into the caller's floats directly: fp32 with one
+ *   memcpy (plain vector loads; relaxed 4-byte atomic loads, which GCC
+ *   gathered into vectors with vpinsrd, made a K=17 lookup 12% slower, and
+ *   8-byte ones mispredict on the half of odd-K values that start 4 bytes
+ *   off), fp16 with F16C and a plain 16-byte load where the CPU has it, 1.5x faster than half_to_float and 2x faster
  *   than calling store_f16_to_f32 (a value holding an Inf or NaN half takes
  *   the software path, which keeps signalling NaNs as store_f16_to_f32
  *   does).  Anything unusual (an odd or moved version, a non-empty stash)
@@ -101,9 +101,9 @@
  *     atomic stores, then makes it even (release store).  A reader loads it
  *     (acquire), reads the buckets with relaxed atomic 64-bit loads (the
  *     SSE2 tag compare excepted, see find_in_words) and out-of-line values
- *     with relaxed atomic 4-byte loads, the width of the writer's stores
- *     (copy_raw_out), issues an acquire fence and reloads it; odd or changed
- *     means retry the key.  store_lookup_batch reads a key's bucket and its
+ *     with plain loads (put_value's memcpy and F16C load: the same
+ *     exception, a torn copy being rewritten), issues an acquire fence and
+ *     reloads it; odd or changed means retry the key.  store_lookup_batch reads a key's bucket and its
  *     value in different stages, all between the same two version loads,
  *     and holds sub-table pointers across stages inside one epoch.
  *     Cuckoo moves copy an entry to its new slot before clearing the old one,
@@ -379,8 +379,9 @@ static inline uint8_t *stash_value_at(const store_t *s, struct subtable *st, uin
     return st->stash_values + (size_t)i * s->vstride;
 }
 
-/* Copies a raw value into the table with relaxed 4-byte atomic stores (the
- * seqlock readers load it 4 bytes at a time: put_value).  Whole words are copied with fixed-size loads
+/* Copies a raw value into the table with relaxed 4-byte atomic stores
+ * (seqlock readers copy it with plain loads and discard a torn copy by the
+ * version check: put_value).  Whole words are copied with fixed-size loads
  * (a variable-length memcpy into a stack word compiled to a byte loop whose
  * store-to-load forwarding stall cost two thirds of an update); only an
  * fp16 value with an odd K ends in a 2-byte half word, zero-padded. */
@@ -661,16 +662,10 @@ static inline uint32_t load32(const uint8_t *p)
     return __atomic_load_n((const uint32_t *)(const void *)p, __ATOMIC_RELAXED);
 }
 
-static inline void put_f32(float *dst, uint32_t bits)
-{
-    float f;
-    memcpy(&f, &bits, 4);
-    *dst = f;
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 
-/* fp16 values with the F16C instructions, 8 halves per step.  Returns false
+/* fp16 values with the F16C instructions, 8 halves per step, each read
+ * with one plain 16-byte load (a seqlock read: see put_value).  Returns false
  * as soon as it meets an Inf or NaN half (exponent all ones): F16C quiets
  * signalling NaNs where store_f16_to_f32 keeps them, so the caller converts
  * such a value in software.  Not inlined: it is compiled for F16C and runs
@@ -682,8 +677,7 @@ __attribute__((target("f16c"), noinline)) static bool put_f16c(float *dst, const
     uint32_t i = 0;
     for (; i + 8 <= K; i += 8) {
         const uint8_t *q = src + 2 * i;
-        __m128i h = _mm_set_epi32((int)load32(q + 12), (int)load32(q + 8), (int)load32(q + 4),
-                                  (int)load32(q));
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)q);
         if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, expo), expo)))
             return false;
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
@@ -725,25 +719,17 @@ static bool cpu_has_f16c(void)
 }
 #endif
 
-/* Writes an out-of-line value as K floats, reading it with relaxed atomic
- * 4-byte loads: the same width as the writer's stores (copy_raw_out), so
- * this is a plain C11 seqlock read; the caller re-checks the version and
- * rewrites dst when it moved. */
+/* Writes an out-of-line value as K floats.  fp32 is one memcpy: plain
+ * (vector) loads, like find_in_words' SSE2 tag load, racing with a writer's
+ * relaxed 4-byte stores (copy_raw_out); a torn copy is discarded by the
+ * caller's version check, which rewrites dst.  12% off a 40,300-id K=17
+ * lookup against relaxed 4-byte atomic loads, which GCC gathers into
+ * vectors with vpinsrd (score_bench, 2026-11-25: 1.92 -> 1.69 ms). */
 static inline void put_value(float *dst, const uint8_t *src, uint32_t K, bool f16, bool f16c,
                              uint32_t vstride)
 {
     if (!f16) {
-        uint32_t i = 0;
-        for (; i + 4 <= K; i += 4) {
-            uint32_t a = load32(src + 4 * i), b = load32(src + 4 * i + 4);
-            uint32_t c = load32(src + 4 * i + 8), d = load32(src + 4 * i + 12);
-            put_f32(dst + i, a);
-            put_f32(dst + i + 1, b);
-            put_f32(dst + i + 2, c);
-            put_f32(dst + i + 3, d);
-        }
-        for (; i < K; i++)
-            put_f32(dst + i, load32(src + 4 * i));
+        memcpy(dst, src, (size_t)K * 4);
         return;
     }
     if (f16c && put_f16c(dst, src, K, vstride))
