@@ -85,7 +85,7 @@ uint32_t store_shards(const store_t *s);
  * written in the bucket order of a store sized as the loader sizes it (the
  * writer re-places a shard of a grown or over-sized store first), then fill
  * the new table front to back instead of at random (1.5x faster loads at
- * 100M keys; 2.8x for a grown store's snapshot at 20M). */
+ * 100M keys; 2-2.9x for a grown store's snapshot). */
 uint64_t store_hash_seed(const store_t *s);
 /* Which shard owns key: route writes for one shard to one writer thread. */
 uint32_t store_shard_of(const store_t *s, uint64_t key);

@@ -82,8 +82,9 @@
  *   memcpy (plain vector loads; relaxed 4-byte atomic loads, which GCC
  *   gathered into vectors with vpinsrd, made a K=17 lookup 12% slower, and
  *   8-byte ones mispredict on the half of odd-K values that start 4 bytes
- *   off), fp16 with F16C and a plain 16-byte load where the CPU has it, 1.5x faster than half_to_float and 2x faster
- *   than calling store_f16_to_f32 (a value holding an Inf or NaN half takes
+ *   off), fp16 with F16C and a plain 16-byte load where the CPU has it,
+ *   1.5x faster than half_to_float and 2x faster than calling
+ *   store_f16_to_f32 (a value holding an Inf or NaN half takes
  *   the software path, which keeps signalling NaNs as store_f16_to_f32
  *   does).  Anything unusual (an odd or moved version, a non-empty stash)
  *   goes to lookup_one(), the whole seqlock read of one key with its retry
@@ -103,9 +104,10 @@
  *     SSE2 tag compare excepted, see find_in_words) and out-of-line values
  *     with plain loads (put_value's memcpy and F16C load: the same
  *     exception, a torn copy being rewritten), issues an acquire fence and
- *     reloads it; odd or changed means retry the key.  store_lookup_batch reads a key's bucket and its
- *     value in different stages, all between the same two version loads,
- *     and holds sub-table pointers across stages inside one epoch.
+ *     reloads it; odd or changed means retry the key.  store_lookup_batch
+ *     reads a key's bucket and its value in different stages, all between
+ *     the same two version loads, and holds sub-table pointers across
+ *     stages inside one epoch.
  *     Cuckoo moves copy an entry to its new slot before clearing the old one,
  *     and a whole path is one write section, so a reader either sees the
  *     state before or after, never a false miss.
@@ -724,7 +726,7 @@ static bool cpu_has_f16c(void)
  * relaxed 4-byte stores (copy_raw_out); a torn copy is discarded by the
  * caller's version check, which rewrites dst.  12% off a 40,300-id K=17
  * lookup against relaxed 4-byte atomic loads, which GCC gathers into
- * vectors with vpinsrd (score_bench, 2026-11-25: 1.92 -> 1.69 ms). */
+ * vectors with vpinsrd (score_bench, 2026-11-25: 1.88 -> 1.65 ms). */
 static inline void put_value(float *dst, const uint8_t *src, uint32_t K, bool f16, bool f16c,
                              uint32_t vstride)
 {
@@ -1457,9 +1459,9 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
  * sub-table, bucket by bucket; a store of other sizes than the loader's is
  * re-placed into the loader's sizes first, snapshot.c relay_shard), and a
  * load creates its store with the writer's hash seed and the same sizes, so
- * record i's bucket in the writer
- * is one of its two buckets here too, and those buckets never go backwards
- * within a sub-table.  The filler puts each record there, so a sub-table is
+ * record i's bucket in the writer is one of its two buckets here too, and
+ * those buckets never go backwards within a sub-table.  The filler puts
+ * each record there, so a sub-table is
  * written front to back (its lines stream through the cache) instead of at
  * random: 2x faster at 100M keys than store_insert_entries, which waits on
  * two random lines per record (4.99 -> 2.25-2.41 s of CPU for the whole
