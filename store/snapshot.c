@@ -570,6 +570,32 @@ static cold void fail_insert(store_error_t *err, const store_t *s, uint32_t shar
     }
 }
 
+/* The options a loader creates its store with for a snapshot of `total`
+ * entries; the writer's relay_shard sizes its shards with the same. */
+static store_options_t loader_options(uint32_t K, store_dtype_t dt, uint32_t shards,
+                                      uint64_t total, uint64_t seed)
+{
+    return (store_options_t){
+        .value_floats = K, .dtype = dt, .shards = shards, .expected_keys = total, .hash_seed = seed};
+}
+
+/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
+ * of them (no growth while filling).  0, or -errno with *bad the sub-table
+ * that could not be reserved. */
+static int reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad)
+{
+    for (uint32_t u = 0; u < store_subs_per_shard(s); u++) {
+        if (counts[u] == 0)
+            continue;
+        int e = store_reserve_sub(s, i, u, counts[u]);
+        if (e) {
+            *bad = u;
+            return e;
+        }
+    }
+    return 0;
+}
+
 /* Verifies shard i of m, read through src, and inserts its records into s:
  * with a store_filler when `ordered`, else with store_insert_entries.  The
  * caller is shard i's only writer.  Returns 0; -1 with *err filled; 1 when
@@ -660,16 +686,12 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
         goto out;
     }
 
-    for (uint32_t u = 0; u < subs; u++) {
-        if (counts[u] == 0)
-            continue;
-        e = store_reserve_sub(s, i, u, counts[u]);
-        if (e) {
-            fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
-                 "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", u, counts[u],
-                 ERRTEXT(-e));
-            goto out;
-        }
+    uint32_t bad_sub;
+    if ((e = reserve_exact(s, i, counts, &bad_sub)) != 0) {
+        fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
+             "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", bad_sub,
+             counts[bad_sub], ERRTEXT(-e));
+        goto out;
     }
 
     /* pass 2: values, then insert; the lowest offset's error wins */
@@ -828,13 +850,8 @@ static int total_entries(const manifest_t *m, uint64_t *total, store_error_t *er
 static int create_store(struct load_ctl *c, uint64_t total, store_error_t *err)
 {
     const manifest_t *m = c->m;
-    store_options_t opt = {
-        .value_floats = m->value_floats,
-        .dtype = m->dtype,
-        .shards = m->shard_count,
-        .expected_keys = total,
-        .hash_seed = m->hash_seed,
-    };
+    store_options_t opt =
+        loader_options(m->value_floats, m->dtype, m->shard_count, total, m->hash_seed);
     char why[256];
     int e = store_options_check(&opt, why, sizeof why);
     if (e == 0)
@@ -1417,13 +1434,8 @@ static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *bu
                        store_error_t *err)
 {
     *out = NULL;
-    store_options_t opt = {
-        .value_floats = store_value_floats(s),
-        .dtype = store_dtype(s),
-        .shards = store_shards(s),
-        .expected_keys = total,
-        .hash_seed = store_hash_seed(s),
-    };
+    store_options_t opt = loader_options(store_value_floats(s), store_dtype(s), store_shards(s),
+                                         total, store_hash_seed(s));
     const uint64_t entries = store_shard_count(s, i);
     struct relay r = {.shard = i, .buf = buf, .rec = 8 + store_value_bytes(s)};
     r.cap = WRITE_BUF_BYTES / r.rec;
@@ -1438,9 +1450,9 @@ static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *bu
     } else if (e == 0) {
         store_foreach_raw(s, i, relay_count, &r);
     }
-    for (uint32_t u = 0; e == 0 && u < store_subs_per_shard(r.t); u++)
-        if (r.counts[u])
-            e = store_reserve_sub(r.t, i, u, r.counts[u]);
+    uint32_t bad_sub;
+    if (e == 0)
+        e = reserve_exact(r.t, i, r.counts, &bad_sub);
     if (e == 0 && store_shard_layout_equal(s, r.t, i)) {
         free(r.counts);
         store_destroy(r.t);

@@ -6,6 +6,8 @@
  */
 #include "mem_limit.h"
 
+#include "store/store.h"
+
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,28 +24,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64's output function: a bijection, the cost of a key's hash. */
-static inline uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* wyrand: one add and one 64x64->128 multiply per number. */
-static inline uint64_t wyrand(uint64_t *state)
-{
-    *state += 0xa0761d6478bd642full;
-    unsigned __int128 t = (unsigned __int128)*state * (*state ^ 0xe7037ed1a0b428dbull);
-    return (uint64_t)(t >> 64) ^ (uint64_t)t;
-}
-
-/* Uniform in [0, n) from a uniform 64-bit r (Lemire's multiply-shift). */
-static inline uint64_t below(uint64_t r, uint64_t n)
-{
-    return (uint64_t)(((unsigned __int128)r * n) >> 64);
 }
 
 uint64_t *mem_limit_map(uint64_t bytes, size_t *len, int *huge_ok)
@@ -81,7 +61,7 @@ double mem_limit_reads(const uint64_t *arr, uint64_t words, uint64_t reads, uint
         size_t n = reads - done < batch ? (size_t)(reads - done) : batch;
         double t0 = now_s();
         for (size_t i = 0; i < n; i++)
-            idx[i] = below(mix(seed + wyrand(&rng)), words);
+            idx[i] = mem_limit_below(store_mix64(seed + mem_limit_rand(&rng)), words);
         for (size_t i = 0; i < n && i < dist; i++)
             __builtin_prefetch(&arr[idx[i]]);
         for (size_t i = 0; i < n; i++) {
@@ -129,8 +109,8 @@ double mem_limit_id_reads(const uint64_t *arr, uint64_t words, uint64_t ids, uin
         size_t n = ids - done < batch ? (size_t)(ids - done) : batch;
         double t0 = now_s();
         for (size_t i = 0; i < n; i++) {
-            idx[2 * i] = below(mix(seed + wyrand(&rng)), words);
-            idx[2 * i + 1] = 4 * below(mix(seed + wyrand(&rng)), vstarts);
+            idx[2 * i] = mem_limit_below(store_mix64(seed + mem_limit_rand(&rng)), words);
+            idx[2 * i + 1] = 4 * mem_limit_below(store_mix64(seed + mem_limit_rand(&rng)), vstarts);
         }
         for (size_t i = 0; i < n + dist; i++) {
             if (i < n) {

@@ -37,6 +37,21 @@ double mem_limit_best(const uint64_t *arr, uint64_t words, uint64_t reads, uint6
 
 extern const size_t mem_limit_dists[4]; /* 16, 32, 64, 128 */
 
+/* The PRNG step and range reduction that store_bench draws its lookup keys
+ * with (then hashed with store_mix64); the limit loops draw their indices
+ * the same way, so that keys and indices cost alike. */
+static inline uint64_t mem_limit_rand(uint64_t *state) /* wyrand: an add, a 128-bit multiply */
+{
+    *state += 0xa0761d6478bd642full;
+    unsigned __int128 t = (unsigned __int128)*state * (*state ^ 0xe7037ed1a0b428dbull);
+    return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+
+static inline uint64_t mem_limit_below(uint64_t r, uint64_t n) /* uniform in [0, n): Lemire */
+{
+    return (uint64_t)(((unsigned __int128)r * n) >> 64);
+}
+
 /* The memory work of `ids` hits in a store that keeps a bucket line and,
  * elsewhere, a value of value_bytes: per id one random 8-byte read (the
  * bucket) and every line of a random 4-byte-aligned run of value_bytes (the

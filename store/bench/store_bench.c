@@ -30,7 +30,7 @@
  *                (getrusage); the loaded store checked.
  *
  * KEYS AND VALUES
- *   key(i) = mix(seed + i) with mix = splitmix64's output function, a
+ *   key(i) = store_mix64(seed + i), splitmix64's output function, a
  *   bijection of the 64-bit integers: keys 0..N-1 are distinct, absent keys
  *   are key(N + j), and no array of N keys is ever held, so phase 2's RSS
  *   delta sees the table and nothing else.  Float j of a key's value is made
@@ -100,7 +100,7 @@ struct config {
     uint32_t shards;        /* 0 = the store's default */
     uint32_t threads;       /* builder and loader threads */
     uint64_t lookups;       /* L: per lookup phase and per limit run */
-    uint64_t seed;          /* key(i) = mix(seed + i) */
+    uint64_t seed;          /* key(i) = store_mix64(seed + i) */
     const char *tmp;        /* parent of the snapshot temp dir */
     bool json;              /* last line: the JSON object */
 };
@@ -227,31 +227,10 @@ static void usage_error(const char *fmt, ...)
 
 /* ---- keys, values, random numbers (inlined into the timed loops) -------- */
 
-/* splitmix64's output function: xorshifts and odd multiplies, a bijection. */
-static inline uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* Key i: splitmix64's output function (store_mix64), a bijection. */
 static inline uint64_t key_of(uint64_t seed, uint64_t i)
 {
-    return mix(seed + i);
-}
-
-/* wyrand: one add and one 64x64->128 multiply per number. */
-static inline uint64_t wyrand(uint64_t *state)
-{
-    *state += 0xa0761d6478bd642full;
-    unsigned __int128 t = (unsigned __int128)*state * (*state ^ 0xe7037ed1a0b428dbull);
-    return (uint64_t)(t >> 64) ^ (uint64_t)t;
-}
-
-/* Uniform in [0, n) from a uniform 64-bit r (Lemire's multiply-shift). */
-static inline uint64_t below(uint64_t r, uint64_t n)
-{
-    return (uint64_t)(((unsigned __int128)r * n) >> 64);
+    return store_mix64(seed + i);
 }
 
 /* Float j of key's value: an integer from 11 (f16) or 24 (f32) of the key's
@@ -692,7 +671,7 @@ static struct baseline run_baseline(const struct config *c, struct bufs *b)
         size_t n = c->lookups - done < BATCH ? (size_t)(c->lookups - done) : BATCH;
         double t0 = now_s();
         for (size_t j = 0; j < n; j++)
-            b->keys[j] = key_of(c->seed, below(wyrand(&rng), m_keys));
+            b->keys[j] = key_of(c->seed, mem_limit_below(mem_limit_rand(&rng), m_keys));
         size_t found = umap_find_batch(m, b->keys, n, b->out);
         spent += now_s() - t0;
         if (found != n)
@@ -812,7 +791,7 @@ static double run_lookups(const store_t *s, const struct config *c, struct bufs 
         size_t n = lookups - done < BATCH ? (size_t)(lookups - done) : BATCH;
         double t0 = now_s();
         for (size_t i = 0; i < n; i++)
-            b->keys[i] = key_of(c->seed, base + below(wyrand(&rng), n_keys));
+            b->keys[i] = key_of(c->seed, base + mem_limit_below(mem_limit_rand(&rng), n_keys));
         size_t found = store_lookup_batch(s, b->keys, n, b->out, NULL);
         spent += now_s() - t0;
         if (hits)
