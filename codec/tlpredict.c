@@ -14,6 +14,7 @@
 #include "tlclient.h"
 
 #include "store/store.h"
+#include "store/synthetic.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -14,6 +14,7 @@
 
 #include "codec/codec.h"
 #include "store/store.h"
+#include "store/synthetic.h"
 
 #include <errno.h>
 #include <math.h>

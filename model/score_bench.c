@@ -36,6 +36,7 @@
  */
 #include "model.h"
 #include "store/bench/mem_limit.h"
+#include "store/synthetic.h"
 
 #include <errno.h>
 #include <stdio.h>

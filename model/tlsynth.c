@@ -59,7 +59,8 @@
  *
  * THREAD SAFETY: a single-threaded program; nothing is shared.
  */
-#include "store/store.h" /* store_mix64, store_splitmix64 */
+#include "store/store.h"
+#include "store/synthetic.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -307,32 +307,7 @@ int store_extras_add_dense(store_extras_t *x, const char *name, const float *dat
 /* The dense array called name, or NULL. */
 const store_dense_t *store_extras_dense(const store_extras_t *x, const char *name);
 
-/* ---- synthetic models --------------------------------------------------- */
-
-/* `tlsnap gen` makes key i of a synthetic model with seed s as
- * store_synthetic_key(i, s), a bijection of i (so keys are distinct).  Load
- * generators and benchmarks draw ids the same way to hit keys the model
- * holds.  store_mix64 is splitmix64's finaliser; store_splitmix64 steps a
- * splitmix64 generator.  Pure functions. */
-#define STORE_PHI UINT64_C(0x9e3779b97f4a7c15) /* 2^64 / golden ratio, odd */
-
-static inline uint64_t store_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t store_splitmix64(uint64_t *state)
-{
-    *state += STORE_PHI;
-    return store_mix64(*state);
-}
-
-static inline uint64_t store_synthetic_key(uint64_t i, uint64_t seed)
-{
-    return store_mix64(i + seed * STORE_PHI);
-}
+/* "lr", "fm", "ffm", "dnn" (or "unknown"): for messages and tlsnap info. */
 const char *store_model_kind_name(store_model_kind_t kind);
 
 #ifdef __cplusplus

@@ -50,6 +50,7 @@
 #include "store/manifest.h"
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "store/synthetic.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -16,6 +16,7 @@
  * find its caches cold and its clock low, and this shows by how much.
  */
 #include "store/store.h"
+#include "store/synthetic.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -7,6 +7,7 @@
 #include "mem_limit.h"
 
 #include "store/store.h"
+#include "store/synthetic.h"
 
 #include <stdint.h>
 #include <string.h>

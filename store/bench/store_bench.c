@@ -56,6 +56,7 @@
  */
 #define _GNU_SOURCE
 #include "store/store.h"
+#include "store/synthetic.h"
 #include "mem_limit.h"
 
 #include <dirent.h>

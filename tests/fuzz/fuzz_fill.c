@@ -36,6 +36,7 @@
 
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "store/synthetic.h"
 
 #define SHARDS 2
 

@@ -35,6 +35,7 @@
 
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "store/synthetic.h"
 
 struct recs {
     uint8_t *p;
