@@ -299,13 +299,18 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
     b->values = has_values ? no_values : NULL;
     if (n == 0)
         return CODEC_OK;
-    if (!(b->ids = rd_alloc(r, (size_t)n * sizeof *b->ids, "ids")))
+    uint64_t *ids = rd_alloc(r, (size_t)n * sizeof *ids, "ids"); /* b's, written here */
+    float *values = NULL;
+    if (!ids)
         return r->err ? r->err->code : CODEC_E_INTERNAL;
-    if (has_values && !(b->values = rd_alloc(r, (size_t)n * sizeof *b->values, "values")))
+    b->ids = ids;
+    if (has_values && !(values = rd_alloc(r, (size_t)n * sizeof *values, "values")))
         return r->err ? r->err->code : CODEC_E_INTERNAL;
+    if (has_values)
+        b->values = values;
 
     if (fixed) { /* n little-endian u64 ids: copy, then one pass for the order */
-        uint64_t bad = copy_fixed_ids(r->p + r->off, b->ids, (uint32_t)n);
+        uint64_t bad = copy_fixed_ids(r->p + r->off, ids, (uint32_t)n);
         if (unlikely(bad)) {
             uint32_t i = 1;
             while (b->ids[i] > b->ids[i - 1])
@@ -336,7 +341,7 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
                                 : "%s %s: delta[%u] at offset %zu is 0 (duplicate id)",
                               r->msg, label(lb, sizeof lb, what, index), i, at);
         id += d;
-        b->ids[i] = id;
+        ids[i] = id;
     }
     if (!has_values)
         return CODEC_OK;
@@ -350,7 +355,7 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
             return codec_fail(r->err, CODEC_E_BAD_VALUE, r->off,
                               "%s %s: value[%u] at offset %zu is NaN or infinite", r->msg,
                               label(lb, sizeof lb, what, index), i, r->off);
-        b->values[i] = v;
+        values[i] = v;
         r->off += 4;
     }
     return CODEC_OK;

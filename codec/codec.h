@@ -135,10 +135,15 @@ void codec_write_header(uint8_t out[CODEC_HEADER_SIZE], const codec_header_t *hd
 
 /* ---- messages ------------------------------------------------------------ */
 
-/* One feature block.  Decoded: ids and values live in the arena. */
+/* One feature block: the one block type of the codec, the model's scoring
+ * (model.h) and its trainers.  ids are 64-bit (field in the top 8 bits).
+ * Decoded: ids and values live in the arena.  Nothing promises that the
+ * ids of a request's blocks are contiguous (a block with values puts them
+ * between its ids and the next block's): model_score checks, looks the ids
+ * up in place when they happen to be, and gathers them otherwise. */
 typedef struct codec_block {
-    uint64_t *ids; /* n ids, strictly increasing */
-    float *values; /* n finite values, or NULL = all 1.0 */
+    const uint64_t *ids;  /* n ids, strictly increasing */
+    const float *values;  /* n finite values, or NULL = all 1.0 */
     uint32_t n;    /* 0..CODEC_MAX_BLOCK_FEATURES */
 } codec_block_t;
 

@@ -99,7 +99,7 @@ typedef struct worker {
     float *w;            /* weights of keys */
     size_t keys_cap;
     float scores[CODEC_MAX_ITEMS];
-    model_block_t blocks[CODEC_MAX_ITEMS]; /* the request's item blocks, for model_lr_scores */
+    codec_block_t blocks[CODEC_MAX_ITEMS]; /* the request's item blocks, for model_lr_scores */
     const char **argv;   /* MGET argv for one chunk: "MGET" + chunk keys */
     size_t *argvlen;
     unsigned long long requests, redis_errors;
@@ -267,9 +267,9 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         return send_error(c, h->request_id, CODEC_E_INTERNAL, "%s", why);
 
     /* the weights are in model_score's lookup order: score with its code */
-    model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+    codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
     for (uint32_t i = 0; i < req.items; i++)
-        w->blocks[i] = (model_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
+        w->blocks[i] = (codec_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
     model_lr_scores(w->w, &shared, w->blocks, req.items, w->scores);
 
     codec_result_t res = {w->o->version, req.items, w->scores};

@@ -107,7 +107,7 @@ const float *dnn_activations(const dnn_net_t *net, const float *work, uint32_t l
  * constant d get unrolled, vectorised loops (the same additions per lane in
  * the same order: the same floats as the generic d). */
 static inline __attribute__((always_inline)) double
-pool_block(const model_block_t *b, const float *restrict rows, uint32_t d,
+pool_block(const codec_block_t *b, const float *restrict rows, uint32_t d,
            const uint16_t *field_of, float *restrict pooled)
 {
     const uint32_t K = d + 1;
@@ -131,25 +131,25 @@ pool_block(const model_block_t *b, const float *restrict rows, uint32_t d,
     return lin;
 }
 
-static double pool_8(const model_block_t *b, const float *r, const uint16_t *fo, float *p)
+static double pool_8(const codec_block_t *b, const float *r, const uint16_t *fo, float *p)
 {
     return pool_block(b, r, 8, fo, p);
 }
-static double pool_16(const model_block_t *b, const float *r, const uint16_t *fo, float *p)
+static double pool_16(const codec_block_t *b, const float *r, const uint16_t *fo, float *p)
 {
     return pool_block(b, r, 16, fo, p);
 }
-static double pool_32(const model_block_t *b, const float *r, const uint16_t *fo, float *p)
+static double pool_32(const codec_block_t *b, const float *r, const uint16_t *fo, float *p)
 {
     return pool_block(b, r, 32, fo, p);
 }
-static double pool_d(const model_block_t *b, const float *r, uint32_t d, const uint16_t *fo,
+static double pool_d(const codec_block_t *b, const float *r, uint32_t d, const uint16_t *fo,
                      float *p)
 {
     return pool_block(b, r, d, fo, p);
 }
 
-static inline double pool_any(const model_block_t *b, const float *r, uint32_t d,
+static inline double pool_any(const codec_block_t *b, const float *r, uint32_t d,
                               const uint16_t *fo, float *p)
 {
     switch (d) {
@@ -190,7 +190,7 @@ static void mlp(const dnn_net_t *net, float *base, const struct layout *lo, uint
     }
 }
 
-void dnn_scores(const dnn_net_t *net, const model_block_t *shared, const model_block_t *items,
+void dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, const float *rows, float *work, float *scores)
 {
     const uint32_t d = net->dim, K = d + 1, in_w = net->width[0];
@@ -216,7 +216,7 @@ void dnn_scores(const dnn_net_t *net, const model_block_t *shared, const model_b
     for (uint32_t c0 = 0; c0 < n_items; c0 += DNN_CHUNK) {
         const uint32_t m = n_items - c0 < DNN_CHUNK ? n_items - c0 : DNN_CHUNK;
         for (uint32_t i = 0; i < m; i++) {
-            const model_block_t *it = &items[c0 + i];
+            const codec_block_t *it = &items[c0 + i];
             float *x = in + (size_t)i * in_w;
             memcpy(x, pool, in_w * sizeof *x);
             wide[i] = pool_any(it, rows, d, field_of, x);

@@ -82,7 +82,7 @@ void dnn_blas_init(void);
  * holds dnn_work_floats(net) floats (any alignment; contents are scratch).
  * The same request always gives the same floats.  Never allocates, never
  * blocks. */
-void dnn_scores(const dnn_net_t *net, const model_block_t *shared, const model_block_t *items,
+void dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, const float *rows, float *work, float *scores);
 
 /* For the trainer: after dnn_scores(net, ..., work, ...), the activations of

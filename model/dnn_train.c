@@ -330,8 +330,8 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
     r[0] = b;
     for (uint32_t j = 0; j < n; j++)
         memcpy(r + (size_t)(j + 1) * K, t->state + (size_t)j * sk, K * sizeof *r);
-    model_block_t shared = {.ids = ids, .values = values, .n = n};
-    model_block_t empty = {.ids = ids, .values = NULL, .n = 0};
+    codec_block_t shared = {.ids = ids, .values = values, .n = n};
+    codec_block_t empty = {.ids = ids, .values = NULL, .n = 0};
     float p;
     dnn_scores(&t->net, &shared, &empty, 1, t->rows, t->work, &p);
     return p;

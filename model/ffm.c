@@ -149,7 +149,7 @@ INLINE void axpy_portable(double *restrict b, const float *restrict v, double x,
 /* B[field(j)] += v_j x_j and s += feature j for every feature of blk
  * (rows at t->rowp[j], else at rows, stride 1 + F k), in block order.  x = 1 when values ==
  * NULL (x * 1 is exact). */
-INLINE void accumulate_portable(const struct target *t, const float *rows, const model_block_t *blk,
+INLINE void accumulate_portable(const struct target *t, const float *rows, const codec_block_t *blk,
                                 uint32_t F, uint32_t k, struct sums *s)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
@@ -169,7 +169,7 @@ INLINE void accumulate_portable(const struct target *t, const float *rows, const
 #ifdef HAVE_AVX2_PATH
 /* The same with 4-wide conversions. */
 __attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
-accumulate_avx2(const struct target *t, const float *rows, const model_block_t *blk, uint32_t F,
+accumulate_avx2(const struct target *t, const float *rows, const codec_block_t *blk, uint32_t F,
                 uint32_t k, struct sums *s)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
@@ -211,19 +211,19 @@ accumulate_avx2(const struct target *t, const float *rows, const model_block_t *
 #endif
 
 /* Instances with constant k, so that the diagonal lanes stay in registers. */
-static void acc_portable_4(const struct target *t, const float *rows, const model_block_t *blk,
+static void acc_portable_4(const struct target *t, const float *rows, const codec_block_t *blk,
                            uint32_t F, struct sums *s)
 {
     accumulate_portable(t, rows, blk, F, 4, s);
 }
 
-static void acc_portable_8(const struct target *t, const float *rows, const model_block_t *blk,
+static void acc_portable_8(const struct target *t, const float *rows, const codec_block_t *blk,
                            uint32_t F, struct sums *s)
 {
     accumulate_portable(t, rows, blk, F, 8, s);
 }
 
-static void acc_portable_any(const struct target *t, const float *rows, const model_block_t *blk,
+static void acc_portable_any(const struct target *t, const float *rows, const codec_block_t *blk,
                              uint32_t F, uint32_t k, struct sums *s)
 {
     accumulate_portable(t, rows, blk, F, k, s);
@@ -231,21 +231,21 @@ static void acc_portable_any(const struct target *t, const float *rows, const mo
 
 #ifdef HAVE_AVX2_PATH
 __attribute__((target("avx2"))) static void acc_avx2_4(const struct target *t, const float *rows,
-                                                       const model_block_t *blk, uint32_t F,
+                                                       const codec_block_t *blk, uint32_t F,
                                                        struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, 4, s);
 }
 
 __attribute__((target("avx2"))) static void acc_avx2_8(const struct target *t, const float *rows,
-                                                       const model_block_t *blk, uint32_t F,
+                                                       const codec_block_t *blk, uint32_t F,
                                                        struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, 8, s);
 }
 
 __attribute__((target("avx2"))) static void acc_avx2_any(const struct target *t, const float *rows,
-                                                         const model_block_t *blk, uint32_t F,
+                                                         const codec_block_t *blk, uint32_t F,
                                                          uint32_t k, struct sums *s)
 {
     accumulate_avx2(t, rows, blk, F, k, s);
@@ -254,7 +254,7 @@ __attribute__((target("avx2"))) static void acc_avx2_any(const struct target *t,
 
 /* B and s += the features of blk with the best loop for the CPU and k. */
 static void accumulate(bool avx2, const struct target *t, const float *rows,
-                       const model_block_t *blk, uint32_t F, uint32_t k, struct sums *s)
+                       const codec_block_t *blk, uint32_t F, uint32_t k, struct sums *s)
 {
 #ifdef HAVE_AVX2_PATH
     if (avx2) {
@@ -401,7 +401,7 @@ static inline float finish(double bias, const struct sums *s, double pairs, bool
 /* Builds the shared block's B in Bs and its sums in *ss (rows from rows or
  * rowp, as struct target says); returns its pair sum. */
 static double shared_part(bool avx2, const float *rows, const float *const *rowp,
-                          const model_block_t *shared, uint32_t F, uint32_t k, double *Bs,
+                          const codec_block_t *shared, uint32_t F, uint32_t k, double *Bs,
                           uint8_t *touched, struct sums *ss)
 {
     const uint32_t Fk = F * k;
@@ -427,7 +427,7 @@ static bool have_avx2(void)
 #endif
 }
 
-void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+void ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                 const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
@@ -445,7 +445,7 @@ void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_
 
     struct target ti = {.B = B, .Bs = Bs, .touched = touched, .rowp = NULL};
     for (uint32_t i = 0; i < n_items; i++) {
-        const model_block_t *it = &items[i];
+        const codec_block_t *it = &items[i];
         if (it->n == 0) {
             scores[i] = finish(bias, &ss, base_pairs, norm);
             continue;
@@ -460,7 +460,7 @@ void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_
     }
 }
 
-float ffm_score_sample(const model_block_t *blk, const float *const *rowp, float bias, uint32_t F,
+float ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias, uint32_t F,
                        uint32_t k, bool norm, double *work)
 {
     struct sums ss;

@@ -60,7 +60,7 @@ size_t ffm_work_doubles(uint32_t F, uint32_t k);
  * (unnormalised x; index (g*F + h)*k + f), which the trainer reuses for its
  * gradient.  Sums run in double in a fixed order: the same call always
  * gives the same floats.  Never allocates, never blocks. */
-void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+void ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                 const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores);
 
 /* The score of one sample whose rows are not consecutive: rowp[j] is
@@ -69,7 +69,7 @@ void ffm_scores(const model_block_t *shared, const model_block_t *items, uint32_
  * and the same B left in work (ffm_work_doubles(F, k) doubles).  For the
  * trainer, whose rows lie where its table keeps them.  Never allocates,
  * never blocks. */
-float ffm_score_sample(const model_block_t *blk, const float *const *rowp, float bias, uint32_t F,
+float ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias, uint32_t F,
                        uint32_t k, bool norm, double *work);
 
 #ifdef __cplusplus

@@ -350,7 +350,7 @@ static float gather(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
 static float forward(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float bias)
 {
-    model_block_t blk = {.ids = ids, .values = values, .n = n};
+    codec_block_t blk = {.ids = ids, .values = values, .n = n};
     return ffm_score_sample(&blk, (const float *const *)t->live, bias, t->F, t->k, t->opt.norm,
                             t->work);
 }

@@ -313,7 +313,7 @@ void model_scratch_destroy(model_scratch_t *sc)
     free(sc);
 }
 
-static inline double block_sum(const model_block_t *b, const float *w)
+static inline double block_sum(const codec_block_t *b, const float *w)
 {
     double sum = 0;
     if (b->values) {
@@ -327,7 +327,7 @@ static inline double block_sum(const model_block_t *b, const float *w)
 }
 
 /* LR: w holds one float per id in lookup order (bias first). */
-void model_lr_scores(const float *w, const model_block_t *shared, const model_block_t *items,
+void model_lr_scores(const float *w, const codec_block_t *shared, const codec_block_t *items,
                      uint32_t n_items, float *scores)
 {
     double base = (double)w[0] + block_sum(shared, w + 1);
@@ -345,7 +345,7 @@ void model_lr_scores(const float *w, const model_block_t *shared, const model_bl
  * unrolls and vectorises (the same additions in the same order: the same
  * result as the generic k). */
 static inline __attribute__((always_inline)) double
-fm_block(const model_block_t *b, const float *w, uint32_t k, double *S, double *Q)
+fm_block(const codec_block_t *b, const float *w, uint32_t k, double *S, double *Q)
 {
     const uint32_t K = k + 1;
     double lin = 0;
@@ -372,30 +372,30 @@ fm_block(const model_block_t *b, const float *w, uint32_t k, double *S, double *
     return lin;
 }
 
-static double fm_block_4(const model_block_t *b, const float *w, double *S, double *Q)
+static double fm_block_4(const codec_block_t *b, const float *w, double *S, double *Q)
 {
     return fm_block(b, w, 4, S, Q);
 }
-static double fm_block_8(const model_block_t *b, const float *w, double *S, double *Q)
+static double fm_block_8(const codec_block_t *b, const float *w, double *S, double *Q)
 {
     return fm_block(b, w, 8, S, Q);
 }
-static double fm_block_16(const model_block_t *b, const float *w, double *S, double *Q)
+static double fm_block_16(const codec_block_t *b, const float *w, double *S, double *Q)
 {
     return fm_block(b, w, 16, S, Q);
 }
-static double fm_block_32(const model_block_t *b, const float *w, double *S, double *Q)
+static double fm_block_32(const codec_block_t *b, const float *w, double *S, double *Q)
 {
     return fm_block(b, w, 32, S, Q);
 }
-static double fm_block_k(const model_block_t *b, const float *w, uint32_t k, double *S,
+static double fm_block_k(const codec_block_t *b, const float *w, uint32_t k, double *S,
                          double *Q)
 {
     return fm_block(b, w, k, S, Q);
 }
 
 /* One block's sums with the best loop for k. */
-static inline double fm_block_any(const model_block_t *b, const float *w, uint32_t k, double *S,
+static inline double fm_block_any(const codec_block_t *b, const float *w, uint32_t k, double *S,
                                   double *Q)
 {
     switch (k) {
@@ -409,7 +409,7 @@ static inline double fm_block_any(const model_block_t *b, const float *w, uint32
 
 /* Sum of x^2 over one block, in feature order (fm_train.c sums a sample
  * the same way). */
-static inline double fm_block_sq(const model_block_t *b)
+static inline double fm_block_sq(const codec_block_t *b)
 {
     if (!b->values)
         return (double)b->n;
@@ -424,7 +424,7 @@ static inline double fm_block_sq(const model_block_t *b)
 /* FM: w holds K = k + 1 floats per id in lookup order (bias row first).
  * The margin is the same expression, in the same order, as fm_train.c's
  * forward(), so that exports score bit for bit as the trainer predicted. */
-static void fm_score(const model_block_t *shared, const model_block_t *items, uint32_t n_items,
+static void fm_score(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                      const float *w, uint32_t k, bool norm, float *scores)
 {
     const uint32_t K = k + 1;
@@ -460,7 +460,7 @@ static void fm_score(const model_block_t *shared, const model_block_t *items, ui
     }
 }
 
-int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
+int model_score(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc)
 {
     const uint32_t K = store_value_floats(m->store);

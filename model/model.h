@@ -12,6 +12,7 @@
 #ifndef TL_MODEL_H
 #define TL_MODEL_H
 
+#include "codec/codec.h" /* codec_block_t: a block of feature ids and values */
 #include "store/store.h"
 
 #include <stddef.h>
@@ -23,14 +24,6 @@ extern "C" {
 
 typedef struct model model_t;             /* opaque */
 typedef struct model_scratch model_scratch_t; /* opaque: per-thread work space */
-
-/* One block of features: ids (64-bit, field in the top 8 bits) and their
- * values; values == NULL means every value is 1.0 (binary features). */
-typedef struct model_block {
-    const uint64_t *ids;
-    const float *values;
-    uint32_t n;
-} model_block_t;
 
 /* The bias is the (first float of the) value of this reserved id (field 0,
  * hash 0). */
@@ -106,15 +99,15 @@ uint32_t model_value_floats(const model_t *m);
  * than the scratch was made for, or when the scratch holds fewer floats per
  * key or less work space than the model needs (grow it with
  * model_scratch_fit()). */
-int model_score(const model_t *m, const model_block_t *shared, const model_block_t *items,
+int model_score(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 
 /* The LR arithmetic of model_score on weights already fetched, one per id
  * in the order [bias | shared ids | item 0 ids | item 1 ids ...]: for a
  * service that keeps its weights elsewhere (loadgen's Redis peer) and must
  * score to the bit as tlserve does.  Pure; never allocates. */
-void model_lr_scores(const float *weights, const model_block_t *shared,
-                     const model_block_t *items, uint32_t n_items, float *scores);
+void model_lr_scores(const float *weights, const codec_block_t *shared,
+                     const codec_block_t *items, uint32_t n_items, float *scores);
 
 #ifdef __cplusplus
 }

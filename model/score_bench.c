@@ -106,7 +106,7 @@ typedef struct run {
     size_t total; /* ids per request */
     uint32_t shared, items, per;
     const float *vals; /* total feature values, or NULL */
-    model_block_t *blocks;
+    codec_block_t *blocks;
     float *scores;
     float *wbuf; /* (total + 1) * K floats */
     model_scratch_t *sc;
@@ -121,10 +121,10 @@ static int time_requests(const run_t *u, long requests, double *lat, double *loo
     float sink = 0;
     for (long r = 0; r < requests; r++) {
         const uint64_t *rid = u->ids + (size_t)(r % DISTINCT) * u->total;
-        model_block_t sh = {rid, u->vals, u->shared};
+        codec_block_t sh = {rid, u->vals, u->shared};
         for (uint32_t i = 0; i < u->items; i++) {
             size_t off = u->shared + (size_t)i * u->per;
-            u->blocks[i] = (model_block_t){rid + off, u->vals ? u->vals + off : NULL, u->per};
+            u->blocks[i] = (codec_block_t){rid + off, u->vals ? u->vals + off : NULL, u->per};
         }
         double a = now_us();
         if (model_score(u->m, &sh, u->blocks, u->items, u->scores, u->sc) != 0) {
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     size_t total = (size_t)shared + (size_t)items * (size_t)per;
     uint64_t *ids = malloc(DISTINCT * total * sizeof *ids);
     float *vals = malloc(total * sizeof *vals);
-    model_block_t *blocks = malloc((size_t)items * sizeof *blocks);
+    codec_block_t *blocks = malloc((size_t)items * sizeof *blocks);
     float *scores = malloc((size_t)items * sizeof *scores);
     float *wbuf = malloc((total + 1) * model_value_floats(m) * sizeof *wbuf);
     double *lat = malloc((size_t)requests * sizeof *lat), *look = malloc((size_t)requests * sizeof *look);

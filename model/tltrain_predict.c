@@ -118,7 +118,7 @@ int tltrain_predict_main(int argc, char **argv)
     int got;
     uint64_t n = 0;
     while ((got = reader_next(r, &s)) == 1) {
-        model_block_t shared = {s.ids, s.values, s.n}, item = {NULL, NULL, 0};
+        codec_block_t shared = {s.ids, s.values, s.n}, item = {NULL, NULL, 0};
         float p;
         int e = model_score(m, &shared, &item, 1, &p, sc);
         if (e == -E2BIG) { /* a longer sample than any before: grow once */

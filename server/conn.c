@@ -197,8 +197,8 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         goto out;
     }
     for (uint32_t i = 0; i < req.items; i++)
-        w->blocks[i] = (model_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
-    model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+        w->blocks[i] = (codec_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
+    codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
     rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     /* -E2BIG: the scratch was made for LR (one float per key); the first
      * request after a swap to a model with more floats per key or a work

@@ -56,7 +56,7 @@ typedef struct worker {
     /* request work space, allocated once */
     codec_arena_t arena;
     model_scratch_t *scratch;
-    model_block_t *blocks;     /* CODEC_MAX_ITEMS */
+    codec_block_t *blocks;     /* CODEC_MAX_ITEMS */
     float *scores;             /* CODEC_MAX_ITEMS */
     int64_t inflight;          /* responses queued on this worker's connections */
     size_t in_bytes;           /* capacity of all its connections' input buffers */

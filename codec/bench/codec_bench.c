@@ -111,18 +111,16 @@ static uint64_t next(void)
  * unique; values when with_values.  The block owns its arrays (heap). */
 static codec_block_t make_block(uint32_t n, bool with_values)
 {
-    codec_block_t b = {.ids = xmalloc(n * sizeof(uint64_t)), .n = n};
-    if (with_values)
-        b.values = xmalloc(n * sizeof(float));
+    uint64_t *ids = xmalloc(n * sizeof *ids);
+    float *values = with_values ? xmalloc(n * sizeof *values) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         char raw[24];
         int len = snprintf(raw, sizeof raw, "%llx", (unsigned long long)next());
-        b.ids[i] = codec_feature_id((uint8_t)(i % 39), raw, (size_t)len);
+        ids[i] = codec_feature_id((uint8_t)(i % 39), raw, (size_t)len);
         if (with_values)
-            b.values[i] = (float)(next() % 1000) / 100.0f - 5.0f;
+            values[i] = (float)(next() % 1000) / 100.0f - 5.0f;
     }
-    b.n = codec_sort_unique(b.ids, b.values, n);
-    return b;
+    return (codec_block_t){.ids = ids, .values = values, .n = codec_sort_unique(ids, values, n)};
 }
 
 /* ---- checking a decode against the request ------------------------------------------------ */
@@ -410,9 +408,9 @@ static void encode_pb64(struct contestant *c, const codec_predict_t *p)
         const codec_block_t *b = k ? &p->item[k - 1] : &p->shared;
         tlbench__block__init(&blk[k]);
         blk[k].n_ids = b->n;
-        blk[k].ids = b->ids;
+        blk[k].ids = (uint64_t *)b->ids; /* protobuf-c's non-const view, only read */
         blk[k].n_values = b->values ? b->n : 0;
-        blk[k].values = b->values;
+        blk[k].values = (float *)b->values;
         if (k)
             items[k - 1] = &blk[k];
     }
@@ -449,7 +447,7 @@ static void encode_pbvar(struct contestant *c, const codec_predict_t *p, bool de
             d[at + i] = delta && i ? b->ids[i] - b->ids[i - 1] : b->ids[i];
         at += b->n;
         blk[k].n_values = b->values ? b->n : 0;
-        blk[k].values = b->values;
+        blk[k].values = (float *)b->values; /* protobuf-c's non-const view, only read */
         if (k)
             items[k - 1] = &blk[k];
     }
@@ -674,11 +672,11 @@ int main(int argc, char **argv)
     free(c[JSON].jvals);
     free(c[JSON].jn);
     free(c[JSON].jnv);
-    free(req.shared.ids);
-    free(req.shared.values);
+    free((void *)req.shared.ids); /* make_block's, cast back from the block's const view */
+    free((void *)req.shared.values);
     for (uint32_t i = 0; i < req.items; i++) {
-        free(req.item[i].ids);
-        free(req.item[i].values);
+        free((void *)req.item[i].ids);
+        free((void *)req.item[i].values);
     }
     free(req.item);
     return 0;

@@ -319,27 +319,25 @@ static uint64_t next(void)
  * fields; values when with_values. */
 static codec_block_t make_block(uint32_t n, bool with_values)
 {
-    codec_block_t b = {.ids = malloc((n ? n : 1) * sizeof(uint64_t)), .n = n};
-    if (with_values)
-        b.values = malloc((n ? n : 1) * sizeof(float));
+    uint64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    float *values = with_values ? malloc((n ? n : 1) * sizeof *values) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         char raw[24];
         int len = snprintf(raw, sizeof raw, "%llx", (unsigned long long)next());
-        b.ids[i] = codec_feature_id((uint8_t)(i % 39), raw, (size_t)len);
+        ids[i] = codec_feature_id((uint8_t)(i % 39), raw, (size_t)len);
         if (with_values)
-            b.values[i] = (float)(next() % 1000) / 100.0f - 5.0f;
+            values[i] = (float)(next() % 1000) / 100.0f - 5.0f;
     }
-    b.n = codec_sort_unique(b.ids, b.values, n);
-    return b;
+    return (codec_block_t){.ids = ids, .values = values, .n = codec_sort_unique(ids, values, n)};
 }
 
 static void free_predict(codec_predict_t *p)
 {
-    free(p->shared.ids);
-    free(p->shared.values);
+    free((void *)p->shared.ids); /* make_block's, cast back from the block's const view */
+    free((void *)p->shared.values);
     for (uint32_t i = 0; i < p->items; i++) {
-        free(p->item[i].ids);
-        free(p->item[i].values);
+        free((void *)p->item[i].ids);
+        free((void *)p->item[i].values);
     }
     free(p->item);
 }

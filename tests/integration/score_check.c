@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     static uint64_t ids[SHARED + ITEMS * PER];
     static float vals[SHARED + ITEMS * PER];
     codec_block_t blocks[ITEMS];
-    model_block_t mblocks[ITEMS];
+    codec_block_t mblocks[ITEMS];
     float wire[ITEMS], local[ITEMS];
     model_scratch_t *sc;
     if (model_scratch_create(SHARED + ITEMS * PER, &sc) ||
@@ -106,7 +106,7 @@ int main(int argc, char **argv)
             uint64_t *bi = ids + SHARED + (size_t)i * PER;
             float *bv = with_values ? vals + SHARED + (size_t)i * PER : NULL;
             blocks[i] = (codec_block_t){bi, bv, codec_sort_unique(bi, bv, PER)};
-            mblocks[i] = (model_block_t){blocks[i].ids, blocks[i].values, blocks[i].n};
+            mblocks[i] = (codec_block_t){blocks[i].ids, blocks[i].values, blocks[i].n};
         }
         codec_error_t cerr;
         uint64_t version;
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
                     rc > 0 ? cerr.msg : strerror(-rc));
             return 1;
         }
-        model_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+        codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
         if (model_score(m, &shared, mblocks, ITEMS, local, sc) != 0) {
             fputs("score_check: local scoring failed\n", stderr);
             return 1;

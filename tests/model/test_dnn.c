@@ -202,11 +202,11 @@ static void test_scores_vs_naive(void **state)
                     }
                     for (size_t c = 0; c < ((size_t)total + 1) * K; c++)
                         rows[c] = (float)urand(&s, -0.5, 0.5);
-                    model_block_t shared = {ids, use_vals ? vals : NULL, ns};
-                    model_block_t *items = malloc((n_items + 1) * sizeof *items);
+                    codec_block_t shared = {ids, use_vals ? vals : NULL, ns};
+                    codec_block_t *items = malloc((n_items + 1) * sizeof *items);
                     uint32_t off = ns;
                     for (uint32_t i = 0; i < n_items; i++) {
-                        items[i] = (model_block_t){ids + off, use_vals ? vals + off : NULL,
+                        items[i] = (codec_block_t){ids + off, use_vals ? vals + off : NULL,
                                                    ni_[i]};
                         off += ni_[i];
                     }
@@ -599,8 +599,8 @@ static void test_export_roundtrip(void **state)
         double sumsq = 0;
         for (int i = 0; i < ROWS; i++) {
             float mine = train_dnn_predict(t, ids[i], vals[i], NF);
-            model_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
-            model_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
+            codec_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
+            codec_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
             float score, direct;
             assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
             if (memcmp(&score, &mine, sizeof score) != 0)
@@ -611,8 +611,8 @@ static void test_export_roundtrip(void **state)
             if (memcmp(&direct, &mine, sizeof direct) != 0)
                 fail_msg("wide %d row %d: dnn_scores %.9g, trainer %.9g", wide, i, direct, mine);
             /* the same row split as shared + item agrees to rounding */
-            model_block_t sh2 = {ids[i], vals[i], NF / 2};
-            model_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
+            codec_block_t sh2 = {ids[i], vals[i], NF / 2};
+            codec_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
             float split;
             assert_int_equal(model_score(m, &sh2, &it2, 1, &split, sc), 0);
             assert_float_equal(split, mine, 1e-5);
@@ -775,7 +775,7 @@ static int bench(int runs)
         ids[i] = ((rnd(&s) % F) << 56) | (rnd(&s) >> 8);
     for (size_t i = 0; i < (size_t)REQS * (TOTAL + 1) * K; i++)
         rows[i] = (float)urand(&s, -0.05, 0.05);
-    model_block_t items[ITEMS];
+    codec_block_t items[ITEMS];
     float scores[ITEMS];
     /* wall time, and the thread's CPU time: on a shared host the wall tail
      * holds other processes' time slices, the CPU time does not */
@@ -784,9 +784,9 @@ static int bench(int runs)
     for (int r = -50; r < runs; r++) {
         int q = (r + 50) % REQS;
         const uint64_t *qi = ids + (size_t)q * TOTAL;
-        model_block_t shared = {qi, NULL, SHARED};
+        codec_block_t shared = {qi, NULL, SHARED};
         for (int i = 0; i < ITEMS; i++)
-            items[i] = (model_block_t){qi + SHARED + (size_t)i * PER, NULL, PER};
+            items[i] = (codec_block_t){qi + SHARED + (size_t)i * PER, NULL, PER};
         double c0 = now_us(CLOCK_THREAD_CPUTIME_ID), t0 = now_us(CLOCK_MONOTONIC);
         dnn_scores(&net, &shared, items, ITEMS, rows + (size_t)q * (TOTAL + 1) * K, work,
                    scores);

@@ -153,11 +153,11 @@ static void test_scores_vs_naive(void **state)
             for (uint32_t j = 0; j < total; j++)
                 for (uint32_t c = 0; c < K; c++)
                     rows[(size_t)(1 + j) * K + c] = (float)keyrow[(size_t)which[j] * K + c];
-            model_block_t shared = {ids, use_vals ? vals : NULL, ns};
-            model_block_t items[ITEMS];
+            codec_block_t shared = {ids, use_vals ? vals : NULL, ns};
+            codec_block_t items[ITEMS];
             uint32_t off = ns;
             for (int i = 0; i < ITEMS; i++) {
-                items[i] = (model_block_t){ids + off, use_vals ? vals + off : NULL, ni[i]};
+                items[i] = (codec_block_t){ids + off, use_vals ? vals + off : NULL, ni[i]};
                 off += ni[i];
             }
             float scores[ITEMS], again[ITEMS];
@@ -219,8 +219,8 @@ static void test_scores_vs_naive(void **state)
                 memcpy(ids2 + ns, ids + o1, ni[1] * sizeof *ids);
                 memcpy(vals2, vals, ns * sizeof *vals);
                 memcpy(vals2 + ns, vals + o1, ni[1] * sizeof *vals);
-                model_block_t whole = {ids2, use_vals ? vals2 : NULL, ns + ni[1]};
-                model_block_t none = {NULL, NULL, 0};
+                codec_block_t whole = {ids2, use_vals ? vals2 : NULL, ns + ni[1]};
+                codec_block_t none = {NULL, NULL, 0};
                 float one;
                 ffm_scores(&whole, &none, 1, rows2, F, k, norm, work, &one);
                 if (memcmp(&one, &scores[1], sizeof one) != 0)
@@ -266,8 +266,8 @@ static void test_empty_request(void **state)
     assert_true(ffm_work_doubles(F, k) >= 2 * F * F * k);
     double *work = malloc(ffm_work_doubles(F, k) * sizeof *work);
     assert_non_null(work);
-    model_block_t none = {NULL, NULL, 0};
-    model_block_t items[2] = {{NULL, NULL, 0}, {NULL, NULL, 0}};
+    codec_block_t none = {NULL, NULL, 0};
+    codec_block_t items[2] = {{NULL, NULL, 0}, {NULL, NULL, 0}};
     float sc[2];
     for (int norm = 0; norm < 2; norm++) {
         ffm_scores(&none, items, 2, rows, F, k, norm, work, sc);
@@ -313,7 +313,7 @@ static void test_row_loops_agree(void **state)
         for (int use_vals = 0; use_vals < 4; use_vals++) {
             /* 0, 1: an item's rows (first touch copies Bs); 2, 3: the shared
              * block's (first touch writes) */
-            model_block_t blk = {ids, use_vals & 1 ? vals : NULL, n};
+            codec_block_t blk = {ids, use_vals & 1 ? vals : NULL, n};
             struct sums sm[2];
             uint8_t touched[2][FFM_MAX_FIELDS];
             for (int path = 0; path < 2; path++) {
@@ -587,16 +587,16 @@ static void test_export_roundtrip(void **state)
         assert_true(model_scratch_fit(sc, m, NF) >= 0);
         double sumsq = 0;
         for (int i = 0; i < ROWS; i++) {
-            model_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
-            model_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
+            codec_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
+            codec_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
             float score, split;
             assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
             float mine = train_ffm_predict(t, ids[i], vals[i], NF);
             if (memcmp(&score, &mine, sizeof score) != 0)
                 fail_msg("case %zu row %d: served %.9g, trainer %.9g", ci, i, score, mine);
             /* split as shared + item: the same float (ffm.c sums in block order) */
-            model_block_t sh2 = {ids[i], vals[i], NF / 2};
-            model_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
+            codec_block_t sh2 = {ids[i], vals[i], NF / 2};
+            codec_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
             assert_int_equal(model_score(m, &sh2, &it2, 1, &split, sc), 0);
             if (memcmp(&split, &mine, sizeof split) != 0)
                 fail_msg("case %zu row %d: split %.9g, trainer %.9g", ci, i, split, mine);
@@ -803,9 +803,9 @@ static int bench(uint32_t F, uint32_t k)
         rows[i] = (float)urand(&s, -0.1, 0.1);
     for (uint32_t j = 0; j < total; j++)
         ids[j] = ((rnd(&s) % F) << 56) | (rnd(&s) >> 20);
-    model_block_t shared = {ids, NULL, SHARED}, items[ITEMS];
+    codec_block_t shared = {ids, NULL, SHARED}, items[ITEMS];
     for (uint32_t i = 0; i < ITEMS; i++)
-        items[i] = (model_block_t){ids + SHARED + i * PER, NULL, PER};
+        items[i] = (codec_block_t){ids + SHARED + i * PER, NULL, PER};
     double sink = 0;
     for (int r = 0; r < REQS; r++) {
         double t0 = now_us();

@@ -265,8 +265,8 @@ static void test_decomposition_vs_naive(void **state)
             static uint64_t ids2[MAXF];
             static float vals2[MAXF];
             int gather = trial % 3 == 0;
-            model_block_t shared = {ids, use_vals ? vals : NULL, ns};
-            model_block_t items[ITEMS];
+            codec_block_t shared = {ids, use_vals ? vals : NULL, ns};
+            codec_block_t items[ITEMS];
             uint32_t off = ns;
             for (int i = 0; i < ITEMS; i++) {
                 const uint64_t *ip = ids + off;
@@ -277,7 +277,7 @@ static void test_decomposition_vs_naive(void **state)
                     ip = ids2 + off;
                     vp = vals2 + off;
                 }
-                items[i] = (model_block_t){ip, use_vals ? vp : NULL, ni[i]};
+                items[i] = (codec_block_t){ip, use_vals ? vp : NULL, ni[i]};
                 off += ni[i];
             }
             float scores[ITEMS];
@@ -371,8 +371,8 @@ static void test_export_roundtrip(void **state)
         assert_int_equal(model_scratch_reserve(sc, NF, model_value_floats(m)), 1);
         double sumsq = 0;
         for (int i = 0; i < ROWS; i++) {
-            model_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
-            model_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
+            codec_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
+            codec_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
             float score;
             assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
             float mine = train_fm_predict(t, ids[i], vals[i], NF);
@@ -380,8 +380,8 @@ static void test_export_roundtrip(void **state)
                 fail_msg("%s norm %d row %d: served %.9g, trainer %.9g",
                          train_optimizer_name(opts[oi]), (int)norm, i, score, mine);
             /* the same row split as shared + item agrees to rounding */
-            model_block_t sh2 = {ids[i], vals[i], NF / 2};
-            model_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
+            codec_block_t sh2 = {ids[i], vals[i], NF / 2};
+            codec_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
             float split;
             assert_int_equal(model_score(m, &sh2, &it2, 1, &split, sc), 0);
             assert_float_equal(split, mine, 1e-6);
@@ -455,7 +455,7 @@ static void test_bad_norm_param(void **state)
             assert_int_equal(model_scratch_fit(sc, m, 4), 1);
             uint64_t id = 42;
             float xv = 3.0f, score;
-            model_block_t shared = {&id, &xv, 1}, item = {NULL, NULL, 0};
+            codec_block_t shared = {&id, &xv, 1}, item = {NULL, NULL, 0};
             assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
             assert_float_equal(score, sigmoid_d(0.5 + 0.5 * 3.0), 1e-6); /* not 0.5 + 0.5 */
             model_scratch_destroy(sc);

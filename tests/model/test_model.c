@@ -40,7 +40,7 @@ static model_t *make_model(float bias)
     return m;
 }
 
-static double ref_block(const model_block_t *b)
+static double ref_block(const codec_block_t *b)
 {
     double sum = 0;
     for (uint32_t j = 0; j < b->n; j++) {
@@ -70,7 +70,7 @@ static void test_lr_scores_exact(void **state)
     enum { ITEMS = 50, SHARED = 30, PER = 20 };
     uint64_t shared_ids[SHARED], item_ids[ITEMS][PER];
     float item_vals[ITEMS][PER];
-    model_block_t items[ITEMS];
+    codec_block_t items[ITEMS];
     for (uint32_t j = 0; j < SHARED; j++)
         shared_ids[j] = id_of(1 + j * 7);
     for (uint32_t i = 0; i < ITEMS; i++) {
@@ -79,9 +79,9 @@ static void test_lr_scores_exact(void **state)
             item_ids[i][j] = id_of(k);
             item_vals[i][j] = 0.5f + (float)j / 8.0f;
         }
-        items[i] = (model_block_t){item_ids[i], i % 2 ? item_vals[i] : NULL, PER};
+        items[i] = (codec_block_t){item_ids[i], i % 2 ? item_vals[i] : NULL, PER};
     }
-    model_block_t shared = {shared_ids, NULL, SHARED};
+    codec_block_t shared = {shared_ids, NULL, SHARED};
     model_scratch_t *sc;
     assert_int_equal(model_scratch_create(SHARED + ITEMS * PER, &sc), 0);
     float scores[ITEMS];
@@ -106,8 +106,8 @@ static void test_unknown_ids_and_extremes(void **state)
     (void)state;
     model_t *m = make_model(0.0f);
     uint64_t unknown[3] = {id_of(NKEYS + 1), id_of(NKEYS + 2), UINT64_MAX};
-    model_block_t shared = {NULL, NULL, 0};
-    model_block_t item = {unknown, NULL, 3};
+    codec_block_t shared = {NULL, NULL, 0};
+    codec_block_t item = {unknown, NULL, 3};
     model_scratch_t *sc;
     assert_int_equal(model_scratch_create(16, &sc), 0);
     float score;
@@ -115,7 +115,7 @@ static void test_unknown_ids_and_extremes(void **state)
     assert_true(score == 0.5f); /* sigmoid(0): nothing known, bias 0 */
     float big = 1e30f, vals[1] = {big};
     uint64_t one[1] = {id_of(1)};
-    model_block_t huge = {one, vals, 1};
+    codec_block_t huge = {one, vals, 1};
     assert_int_equal(model_score(m, &shared, &huge, 1, &score, sc), 0);
     assert_false(isnan(score));
     assert_true(score == 0.0f || score == 1.0f);
@@ -161,7 +161,7 @@ static void test_scratch_reserve(void **state)
     model_t *m;
     assert_int_equal(model_from_store(s, &meta, &m), 0);
     uint64_t ids[3] = {1, 2, 3};
-    model_block_t shared = {ids, NULL, 2}, item = {ids + 2, NULL, 1};
+    codec_block_t shared = {ids, NULL, 2}, item = {ids + 2, NULL, 1};
     model_scratch_t *sc;
     float score;
     assert_int_equal(model_scratch_create(8, &sc), 0);
@@ -171,8 +171,8 @@ static void test_scratch_reserve(void **state)
     assert_int_equal(model_scratch_reserve(sc, 4, 1), 0);
     assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
     assert_true(score == 0.5f); /* empty model */
-    model_block_t big = {ids, NULL, 3};
-    model_block_t many[4] = {big, big, big, big};
+    codec_block_t big = {ids, NULL, 3};
+    codec_block_t many[4] = {big, big, big, big};
     assert_int_equal(model_score(m, &shared, many, 4, &score, sc), -E2BIG);
     model_scratch_destroy(sc);
     model_destroy(m);

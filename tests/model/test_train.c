@@ -179,8 +179,8 @@ static void test_export_roundtrip(void **state)
         model_scratch_t *sc;
         assert_int_equal(model_scratch_create(NF, &sc), 0);
         for (int i = 0; i < ROWS; i++) {
-            model_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
-            model_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
+            codec_block_t shared = {.ids = ids[i], .values = vals[i], .n = NF};
+            codec_block_t item = {.ids = ids[i] + NF, .values = NULL, .n = 0};
             float score;
             assert_int_equal(model_score(m, &shared, &item, 1, &score, sc), 0);
             float mine = train_lr_predict(t, ids[i], vals[i], NF);
