@@ -533,7 +533,7 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
         if (err) {
             memset(err, 0, sizeof *err);
             err->offset = -1;
-            err->code = STORE_E_INVALID;
+            err->code = STORE_E_MODEL;
             snprintf(err->msg, sizeof err->msg,
                      "%s: the network does not fit a snapshot's extras", dir);
         }

@@ -414,7 +414,7 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
         if (err) {
             memset(err, 0, sizeof *err);
             err->offset = -1;
-            err->code = STORE_E_INVALID;
+            err->code = STORE_E_MODEL;
             snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
         }
         return -1;

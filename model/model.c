@@ -209,7 +209,7 @@ int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
         store_extras_free(&x);
         if (err) {
             memset(err, 0, sizeof *err);
-            err->code = STORE_E_INVALID;
+            err->code = STORE_E_MODEL;
             err->offset = -1;
             snprintf(err->msg, sizeof err->msg, "%s: model kind %s is not servable: %s", dir,
                      store_model_kind_name(meta.model_kind), why);

@@ -293,6 +293,8 @@ const char *store_errc_name(store_errc_t code)
         return "value";
     case STORE_E_INVALID:
         return "invalid";
+    case STORE_E_MODEL:
+        return "model";
     }
     return "unknown";
 }

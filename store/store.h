@@ -214,6 +214,9 @@ typedef enum store_errc {
     STORE_E_WRONG_SHARD,   /* a key in the file of a shard that does not own it */
     STORE_E_VALUE,         /* a value is NaN or infinite */
     STORE_E_INVALID,       /* bad arguments (meta, dir name, thread count) */
+    STORE_E_MODEL,         /* a sound snapshot whose model the model layer refuses
+                              (kind, params or dense arrays it cannot score or train);
+                              set by model/, never by the store */
 } store_errc_t;
 
 typedef struct store_error {
