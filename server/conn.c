@@ -15,7 +15,9 @@
  * the configured limit) means the byte stream cannot be trusted: one ERROR
  * frame with request id 0, then the connection closes.  Every other problem
  * gets an ERROR frame with the request's id and the connection goes on.
- * Every ERROR is counted by code.
+ * Every ERROR is counted by code.  The functions below return 0 or -errno:
+ * -ENOMEM when a buffer cannot grow, -EINVAL when a frame we built does not
+ * encode (a bug), and conn_feed's reasons to close (worker.h).
  *
  * THREAD SAFETY: a connection belongs to one worker thread.
  */
@@ -140,7 +142,8 @@ bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)
            now_ms - c->partial_since_ms > (uint64_t)w->srv->cfg.idle_timeout_ms;
 }
 
-/* Queues an ERROR frame; counts it.  Returns 0 or -1 (out of memory). */
+/* Queues an ERROR frame; counts it.  Returns 0, -ENOMEM (c->out cannot
+ * grow) or -EINVAL (the frame does not encode: a bug). */
 __attribute__((format(printf, 5, 6))) static int send_error(worker_t *w, conn_t *c, uint64_t id,
                                                             int code, const char *fmt, ...)
 {
@@ -156,8 +159,10 @@ __attribute__((format(printf, 5, 6))) static int send_error(worker_t *w, conn_t 
     codec_errmsg_t e = {(uint16_t)code, (uint16_t)n, msg};
     size_t need = CODEC_HEADER_SIZE + 4 + (size_t)n, len;
     uint8_t *dst = out_room(c, need);
-    if (!dst || codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
-        return -1;
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
+        return -EINVAL;
     queued_one(w, c, len);
     atomic_fetch_add_explicit(&w->m->errors_total, 1, memory_order_relaxed);
     if (code > 0 && code < SERVER_MAX_ERROR_CODES)
@@ -217,7 +222,7 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;
     uint8_t *dst = out_room(c, need);
     if (!dst || codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK) {
-        rc = -1;
+        rc = dst ? -EINVAL : -ENOMEM;
         goto out;
     }
     queued_one(w, c, len);
@@ -238,13 +243,16 @@ static int answer_ping(worker_t *w, conn_t *c, const codec_header_t *h, const ui
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     size_t need = CODEC_HEADER_SIZE + p.len, len;
     uint8_t *dst = out_room(c, need);
-    if (!dst || codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
-        return -1;
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
+        return -EINVAL;
     queued_one(w, c, len);
     return 0;
 }
 
-/* Answers one complete frame.  Returns 0 or -1 (out of memory). */
+/* Answers one complete frame: a response or an ERROR frame queued on c->out.
+ * Returns 0, or -ENOMEM / -EINVAL from the queueing (send_error). */
 static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
 {
     uint64_t t0 = now_ns();
@@ -275,7 +283,7 @@ static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t
 int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
 {
     if (c->closing)
-        return -1; /* framing already lost: ignore the rest */
+        return -EPIPE; /* closing already: ignore the rest */
     atomic_fetch_add_explicit(&w->m->bytes_in_total, len, memory_order_relaxed);
     /* Input buffers grow to the largest frame a connection sends; the sum
      * over a worker's connections is capped, or many clients each sending
@@ -291,17 +299,17 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
                        "this worker holds %zu bytes of unanswered input (limit %d); closing",
                        w->in_bytes, w->srv->cfg.max_input_bytes);
             c->closing = true;
-            return -1;
+            return -ENOBUFS;
         }
     }
-    if (reserve(&c->in, &c->in_cap, c->in_len + len) != 0)
-        return -1;
+    int rc = reserve(&c->in, &c->in_cap, c->in_len + len);
+    if (rc != 0)
+        return rc;
     w->in_bytes += c->in_cap - before;
     memcpy(c->in + c->in_len, data, len);
     c->in_len += len;
 
     size_t pos = 0;
-    int rc = 0;
     while (c->in_len - pos >= CODEC_HEADER_SIZE) {
         codec_header_t h;
         codec_error_t err;
@@ -314,15 +322,15 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         if (e != CODEC_OK) { /* framing lost */
             send_error(w, c, 0, e, "%s; closing the connection", err.msg);
             c->closing = true;
-            rc = -1;
+            rc = -EPROTO;
             break;
         }
         size_t frame = CODEC_HEADER_SIZE + (size_t)h.payload_len;
         if (c->in_len - pos < frame)
             break;
-        if (answer(w, c, &h, c->in + pos + CODEC_HEADER_SIZE) != 0) {
+        rc = answer(w, c, &h, c->in + pos + CODEC_HEADER_SIZE);
+        if (rc != 0) {
             c->closing = true;
-            rc = -1;
             break;
         }
         pos += frame;
@@ -338,7 +346,7 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         c->partial_since_ms = worker_now_ms();
     if (c->out_len - c->out_off > CONN_MAX_BACKLOG) { /* the peer does not read */
         c->closing = true;
-        rc = -1;
+        rc = -ENOBUFS;
     }
     return rc;
 }

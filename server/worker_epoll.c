@@ -114,8 +114,8 @@ static void on_readable(worker_t *w, struct ep_state *st, conn_t *c, uint8_t *bu
     for (int rounds = 0; rounds < 16; rounds++) { /* bounded: fairness between connections */
         ssize_t n = recv(c->fd, buf, READ_CHUNK, 0);
         if (n > 0) {
-            if (conn_feed(w, c, buf, (size_t)n) != 0)
-                break; /* closing: flush what is queued, then drop */
+            if (conn_feed(w, c, buf, (size_t)n) < 0)
+                break; /* -errno, closing: flush what is queued, then drop */
             if ((size_t)n < READ_CHUNK)
                 break;
             continue;
