@@ -303,8 +303,10 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         }
     }
     int rc = reserve(&c->in, &c->in_cap, c->in_len + len);
-    if (rc != 0)
+    if (rc != 0) { /* the bytes are lost, and with them the framing */
+        c->closing = true;
         return rc;
+    }
     w->in_bytes += c->in_cap - before;
     memcpy(c->in + c->in_len, data, len);
     c->in_len += len;

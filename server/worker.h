@@ -67,13 +67,13 @@ typedef struct worker {
 
 /* Appends len received bytes to c->in and answers every complete frame into
  * c->out.  Returns 0, or -errno when the connection must close once c->out
- * is sent:
+ * is sent (c->closing is then set):
  *   -EPROTO   framing lost (bad magic, version, header, or a payload over
  *             max-frame-bytes); an ERROR frame with request id 0 is queued
  *   -ENOBUFS  the worker's input budget (max-input-bytes) would be passed
  *             (an OVERLOADED ERROR frame is queued), or more than
  *             CONN_MAX_BACKLOG response bytes wait for the peer to read
- *   -ENOMEM   a buffer could not grow
+ *   -ENOMEM   a buffer could not grow (received bytes may be lost)
  *   -EINVAL   a response did not encode (a bug)
  *   -EPIPE    c was closing already; the bytes are ignored
  * Never blocks; allocates only to grow c's buffers. */

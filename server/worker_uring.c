@@ -178,7 +178,7 @@ static void on_recv(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
     }
     if (cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
         unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-        if (!c->closing)
+        if (!c->closing) /* on -errno conn_feed sets c->closing, read below */
             conn_feed(w, c, st->bufs + (size_t)bid * BUF_BYTES, (size_t)cqe->res);
         recycle(st, bid);
         if (!more && !c->closing)

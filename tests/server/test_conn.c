@@ -1214,6 +1214,27 @@ static void test_out_of_memory_output(void **state)
     finish();
 }
 
+/* The input buffer cannot grow: the received bytes are lost, so the stream
+ * can no longer be framed and the connection must close. */
+static void test_out_of_memory_input(void **state)
+{
+    (void)state;
+    start(NULL);
+    conn_t *c = open_conn();
+    bytes_t b = {0};
+    put_ping(&b, 91, "m");
+    assert_int_equal(conn_feed(&w, c, b.p, 5), 0); /* part of a frame */
+    uint8_t big[5000] = {0};                       /* more than c->in holds: it must grow */
+    alloc_fail_at = 1;
+    assert_int_equal(conn_feed(&w, c, big, sizeof big), -ENOMEM);
+    assert_true(c->closing);
+    expect_nothing(c);
+    assert_int_equal(feed(c, &b), -EPIPE);
+    conn_free(&w, c);
+    free(b.p);
+    finish();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1232,6 +1253,7 @@ int main(void)
         cmocka_unit_test(test_overloaded),
         cmocka_unit_test(test_shutting_down),
         cmocka_unit_test(test_out_of_memory_output),
+        cmocka_unit_test(test_out_of_memory_input),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
