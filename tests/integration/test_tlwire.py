@@ -27,10 +27,10 @@ import sys
 import threading
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tlwire as w  # noqa: E402
-from tlwire import ErrorCode as E  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "codec", "python"))
+import tlserve as w  # noqa: E402
+from tlserve import ErrorCode as E  # noqa: E402
 
 
 def _xxh_buf(n):
@@ -609,7 +609,7 @@ class TestBlock(WireErrorMixin, unittest.TestCase):
     def test_fixed_ids(self):
         """Block flag bit 1: ids as little-endian u64s, chosen by the encoder for ids spread
         over the 64-bit space; order checked, size checked first (8 bytes an id)."""
-        ids = sorted({(i * 0x9E3779B97F4A7C15) & w._M64 for i in range(1, 200)})
+        ids = sorted({(i * 0x9E3779B97F4A7C15) & w.U64_MASK for i in range(1, 200)})
         enc = bytes(w.encode_block(ids))
         self.assertEqual(enc[2], w.BLOCK_FLAG_FIXED)          # n=199 takes 2 varint bytes
         self.assertEqual(len(enc), 3 + 8 * len(ids))
