@@ -19,7 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402  (puts codec/python on sys.path)
+import harness  # noqa: E402,F401  (puts codec/python on sys.path)
 import tlserve  # noqa: E402
 from harness import REPO, TLSERVE, TLSNAP, Server, model_key, require, temp_model  # noqa: E402
 

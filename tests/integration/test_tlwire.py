@@ -1,10 +1,11 @@
-"""Unit tests for tlwire, the independent Python implementation of docs/wire.md.
+"""Unit tests for the Python client package tlserve (codec/python), whose codec is an
+independent implementation of docs/wire.md, and its Client against a loopback fake server.
 
-Run from the repo root:
-    python3 -m unittest discover -s tests/integration -p 'test_*.py'
+Run from the repo root (the test puts codec/python on sys.path; nothing needs installing):
+    python3 -m unittest discover -s tests/integration -p test_tlwire.py
 
 These tests need no server.  XXH3 reference values below were produced with libxxhash 0.8.1
-(Debian 12 package libxxhash-dev 0.8.1-1) by a throwaway C program, not by tlwire:
+(Debian 12 package libxxhash-dev 0.8.1-1) by a throwaway C program, not by this package:
 
     #include <xxhash.h>      /* gcc -O2 ref.c -lxxhash */
     buf[i] = (unsigned char)((i * 31 + 7) & 0xff);      for i in 0..8191
@@ -1041,7 +1042,7 @@ DECODING_ORDER_CASES = [
 
 # tests/fuzz/corpus/codec/<name>: the C decoder's verdict on each seed frame (codec_decode_frame,
 # checked by running it).  None: decodes.  bad-truncated is shorter than its payload_len: the C
-# stream decoder says NEED_MORE, tlwire's whole-frame decoder TRUNCATED.
+# stream decoder says NEED_MORE, the package's whole-frame decoder TRUNCATED.
 CORPUS_VERDICTS = {
     "bad-duplicate-id": E.UNSORTED_FEATURES, "bad-flags": E.BAD_HEADER,
     "bad-magic": E.BAD_MAGIC, "bad-name": E.BAD_NAME, "bad-nan-value": E.BAD_VALUE,
@@ -1053,7 +1054,7 @@ CORPUS_VERDICTS = {
 
 
 class TestCrossCheck(WireErrorMixin, unittest.TestCase):
-    """tlwire against the C side's data: codec/test_vectors.txt, the codec fuzz seed corpus and
+    """The package's codec against the C side's data: codec/test_vectors.txt, the codec fuzz seed corpus and
     decoding-order cases whose codes the C decoder gives."""
 
     def test_codec_test_vectors_file(self):

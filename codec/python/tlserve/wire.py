@@ -27,8 +27,7 @@ import math
 import struct
 from typing import Iterable, NamedTuple, Optional, Sequence
 
-from .errors import FRAMING_ERRORS, ErrorCode, WireError, error_name  # noqa: F401
-from .hashing import HASH_MASK  # noqa: F401
+from .errors import ErrorCode, WireError
 
 __all__ = [
     "MAGIC", "WIRE_VERSION", "HEADER_SIZE", "HEADER_STRUCT", "MAX_PAYLOAD", "MAX_ITEMS",
@@ -166,6 +165,8 @@ def decode_varint(buf, pos: int = 0, end: Optional[int] = None):
 # --------------------------------------------------------------------------------------------
 
 class FrameHeader(NamedTuple):
+    """A parsed, checked frame header (magic, version and reserved are implied)."""
+
     type: int
     flags: int
     request_id: int
@@ -173,6 +174,8 @@ class FrameHeader(NamedTuple):
 
 
 class Frame(NamedTuple):
+    """One whole frame: header fields and the undecoded payload."""
+
     type: int
     flags: int
     request_id: int
@@ -212,6 +215,7 @@ def parse_header(buf, *, check_flags: bool = True) -> FrameHeader:
 
 
 def encode_frame(msg_type: int, request_id: int, payload: bytes = b"", flags: int = 0) -> bytes:
+    """Header + payload, ready to send."""
     return pack_header(msg_type, request_id, len(payload), flags) + bytes(payload)
 
 
@@ -459,6 +463,8 @@ _F32 = struct.Struct("<f")
 
 
 class PredictRequest(NamedTuple):
+    """A decoded PREDICT: model name, pinned version (0: active), shared block, item blocks."""
+
     model: str
     version: int
     shared: Block
@@ -466,17 +472,23 @@ class PredictRequest(NamedTuple):
 
 
 class PredictResult(NamedTuple):
+    """A PREDICT's answer: the model version that scored it, one score in [0, 1] per item."""
+
     version: int
     scores: list
 
 
 class TrainRequest(NamedTuple):
+    """A decoded TRAIN: model name, shared block, (label, block) samples."""
+
     model: str
     shared: Block
     samples: list  # of (label, Block)
 
 
 class ErrorMessage(NamedTuple):
+    """A decoded ERROR payload: code (an int; ErrorCode when known) and message."""
+
     code: int
     message: str
 
@@ -510,6 +522,7 @@ def encode_predict(model, shared, items: Sequence, version: int = 0, *,
 
 
 def decode_predict(payload) -> PredictRequest:
+    """PREDICT payload, checked in wire order (name, version, items, blocks, trailing bytes)."""
     r = _Reader(payload)
     model = r.name()
     (version,) = r.unpack(_U64, "version")
@@ -574,6 +587,7 @@ def encode_train(model, shared, samples: Sequence, *, check: bool = True) -> byt
 
 
 def decode_train(payload) -> TrainRequest:
+    """TRAIN payload, checked in wire order; a label other than 0 or 1 is BAD_VALUE."""
     r = _Reader(payload)
     model = r.name()
     n = r.count("samples", MIN_BYTES_PER_SAMPLE)
@@ -589,6 +603,7 @@ def decode_train(payload) -> TrainRequest:
 
 
 def encode_train_ack(accepted: int, *, check: bool = True) -> bytes:
+    """TRAIN_ACK payload: the number of samples accepted."""
     if check and accepted > MAX_ITEMS:
         raise WireError(ErrorCode.TOO_MANY_ITEMS, "accepted %d, over %d" % (accepted, MAX_ITEMS))
     return encode_varint(accepted)
@@ -637,6 +652,7 @@ def decode_error(payload) -> ErrorMessage:
 
 
 def encode_ping(payload: bytes = b"", *, check: bool = True) -> bytes:
+    """PING (or PONG) payload: up to 64 opaque bytes, echoed by the peer."""
     payload = bytes(payload)
     if check and len(payload) > MAX_PING_PAYLOAD:
         raise WireError(OVERSIZE_FIELD_ERROR, "PING payload of %d bytes, over %d"
@@ -645,6 +661,7 @@ def encode_ping(payload: bytes = b"", *, check: bool = True) -> bytes:
 
 
 def decode_pong(payload) -> bytes:
+    """PONG (or PING) payload; over 64 bytes is BAD_VALUE."""
     payload = bytes(payload)
     if len(payload) > MAX_PING_PAYLOAD:
         raise WireError(OVERSIZE_FIELD_ERROR, "PING/PONG payload of %d bytes, over %d"
