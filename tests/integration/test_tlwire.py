@@ -1054,8 +1054,8 @@ CORPUS_VERDICTS = {
 
 
 class TestCrossCheck(WireErrorMixin, unittest.TestCase):
-    """The package's codec against the C side's data: codec/test_vectors.txt, the codec fuzz seed corpus and
-    decoding-order cases whose codes the C decoder gives."""
+    """The package's codec against the C side's data: codec/test_vectors.txt, the codec fuzz
+    seed corpus and decoding-order cases whose codes the C decoder gives."""
 
     def test_codec_test_vectors_file(self):
         path = os.path.join(REPO, "codec", "test_vectors.txt")
