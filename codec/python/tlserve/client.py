@@ -213,8 +213,8 @@ class Client:
     def _expect(self, f: Frame, msg_type: int) -> None:
         self._raise_if_error(f)
         if f.type != msg_type:
-            raise WireError(ErrorCode.UNKNOWN_TYPE, "expected a %s frame for request %d, got type %d"
-                            % (MsgType(msg_type).name, f.request_id, f.type))
+            raise WireError(ErrorCode.UNKNOWN_TYPE, "expected a %s frame for request %d, got "
+                            "type %d" % (MsgType(msg_type).name, f.request_id, f.type))
 
     def recv_predict_result(self, request_id: int, timeout=_KEEP) -> PredictResult:
         """Wait for the answer to a send_predict: PredictResult(version, scores), one score in
