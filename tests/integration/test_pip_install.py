@@ -53,6 +53,8 @@ def pip_available():
 class TestPipInstall(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        if not pip_available():
+            raise unittest.SkipTest("pip is not installed for %s" % sys.executable)
         require(TLSERVE, TLSNAP)
         cls.tmp = tempfile.mkdtemp(prefix="tl_pip_")
         cls.models, model_dir = temp_model("tl_pip_model_", 5000, MODEL)
