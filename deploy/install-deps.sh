@@ -19,6 +19,7 @@ PACKAGES=(
   redis-server libhiredis-dev         # benchmark peer: Redis-backed service (loadgen/redis_*.c)
   protobuf-c-compiler libprotobuf-c-dev  # codec benchmark: protobuf-c baseline (codec_bench)
   python3                             # integration-test client
+  python3-pip                         # `pip install ./codec/python` (the Python client) and its test
   gnuplot-nox                         # loadgen/plot.sh: latency-vs-throughput and spectrum plots
   procps                              # ps/pgrep for scripts
 )

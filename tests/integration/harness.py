@@ -12,13 +12,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 import urllib.error
 import urllib.request
 
-import tlwire
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "codec",
+                                "python"))
+import tlserve as tlwire  # noqa: E402  (the client package, codec/python, not installed)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))

@@ -19,10 +19,11 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tlwire  # noqa: E402
+import harness  # noqa: E402,F401  (puts codec/python on sys.path)
+import tlserve as tlwire  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSNAP, Proc, Server, free_port, mix64,  # noqa: E402
                      model_key, require, temp_model)
-from tlwire import ErrorCode, MsgType  # noqa: E402
+from tlserve import ErrorCode, MsgType  # noqa: E402
 
 REDIS_LOAD = os.path.join(BUILD, "loadgen", "redis_load")
 REDIS_ADAPTER = os.path.join(BUILD, "loadgen", "redis_adapter")

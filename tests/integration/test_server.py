@@ -19,11 +19,11 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tlwire  # noqa: E402
-import harness  # noqa: E402
+import harness  # noqa: E402  (puts codec/python on sys.path)
+import tlserve as tlwire  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSNAP, free_port, model_key, require,  # noqa: E402
                      temp_model)
-from tlwire import ErrorCode, MsgType  # noqa: E402
+from tlserve import ErrorCode, MsgType  # noqa: E402
 
 SCORE_CHECK = os.path.join(BUILD, "tests", "score_check")
 MODEL = "ctr_lr"

@@ -1,10 +1,11 @@
-"""Unit tests for tlwire, the independent Python implementation of docs/wire.md.
+"""Unit tests for the Python client package tlserve (codec/python), whose codec is an
+independent implementation of docs/wire.md, and its Client against a loopback fake server.
 
-Run from the repo root:
-    python3 -m unittest discover -s tests/integration -p 'test_*.py'
+Run from the repo root (the test puts codec/python on sys.path; nothing needs installing):
+    python3 -m unittest discover -s tests/integration -p test_tlwire.py
 
 These tests need no server.  XXH3 reference values below were produced with libxxhash 0.8.1
-(Debian 12 package libxxhash-dev 0.8.1-1) by a throwaway C program, not by tlwire:
+(Debian 12 package libxxhash-dev 0.8.1-1) by a throwaway C program, not by this package:
 
     #include <xxhash.h>      /* gcc -O2 ref.c -lxxhash */
     buf[i] = (unsigned char)((i * 31 + 7) & 0xff);      for i in 0..8191
@@ -27,10 +28,10 @@ import sys
 import threading
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tlwire as w  # noqa: E402
-from tlwire import ErrorCode as E  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "codec", "python"))
+import tlserve as w  # noqa: E402
+from tlserve import ErrorCode as E  # noqa: E402
 
 
 def _xxh_buf(n):
@@ -609,7 +610,7 @@ class TestBlock(WireErrorMixin, unittest.TestCase):
     def test_fixed_ids(self):
         """Block flag bit 1: ids as little-endian u64s, chosen by the encoder for ids spread
         over the 64-bit space; order checked, size checked first (8 bytes an id)."""
-        ids = sorted({(i * 0x9E3779B97F4A7C15) & w._M64 for i in range(1, 200)})
+        ids = sorted({(i * 0x9E3779B97F4A7C15) & w.U64_MASK for i in range(1, 200)})
         enc = bytes(w.encode_block(ids))
         self.assertEqual(enc[2], w.BLOCK_FLAG_FIXED)          # n=199 takes 2 varint bytes
         self.assertEqual(len(enc), 3 + 8 * len(ids))
@@ -1041,7 +1042,7 @@ DECODING_ORDER_CASES = [
 
 # tests/fuzz/corpus/codec/<name>: the C decoder's verdict on each seed frame (codec_decode_frame,
 # checked by running it).  None: decodes.  bad-truncated is shorter than its payload_len: the C
-# stream decoder says NEED_MORE, tlwire's whole-frame decoder TRUNCATED.
+# stream decoder says NEED_MORE, the package's whole-frame decoder TRUNCATED.
 CORPUS_VERDICTS = {
     "bad-duplicate-id": E.UNSORTED_FEATURES, "bad-flags": E.BAD_HEADER,
     "bad-magic": E.BAD_MAGIC, "bad-name": E.BAD_NAME, "bad-nan-value": E.BAD_VALUE,
@@ -1053,8 +1054,8 @@ CORPUS_VERDICTS = {
 
 
 class TestCrossCheck(WireErrorMixin, unittest.TestCase):
-    """tlwire against the C side's data: codec/test_vectors.txt, the codec fuzz seed corpus and
-    decoding-order cases whose codes the C decoder gives."""
+    """The package's codec against the C side's data: codec/test_vectors.txt, the codec fuzz
+    seed corpus and decoding-order cases whose codes the C decoder gives."""
 
     def test_codec_test_vectors_file(self):
         path = os.path.join(REPO, "codec", "test_vectors.txt")
@@ -1246,6 +1247,107 @@ class TestClient(WireErrorMixin, unittest.TestCase):
                 self.assertEqual((cm.exception.code, cm.exception.request_id), (E.BAD_HEADER, 0))
         finally:
             srv.close()
+
+    def test_error_families(self):
+        srv = FakeServer()
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                with self.assertRaises(w.ModelNotFoundError) as cm:
+                    c.predict("nope", [], [[1]], request_id=9)
+                e = cm.exception
+                self.assertIsInstance(e, w.ServerError)
+                self.assertEqual((e.code, e.name, e.request_id), (E.UNKNOWN_MODEL,
+                                                                  "UNKNOWN_MODEL", 9))
+                # the encoder's refusals are the same family classes, raised before sending
+                self.assertRaises(w.MalformedError, c.predict, "ctr", [], [])
+                self.assertEqual(c.ping(b"ok"), b"ok")
+        finally:
+            srv.close()
+        for code in E:
+            fam = type(w.WireError(code, "m"))
+            self.assertIn(fam, (w.FramingError, w.MalformedError, w.ModelNotFoundError,
+                                w.UnavailableError, w.InternalError), code)
+            srv_err = w.ServerError(code, "m", 3)
+            self.assertIsInstance(srv_err, fam)
+            self.assertEqual((srv_err.code, srv_err.message, srv_err.request_id), (code, "m", 3))
+        self.assertIs(type(w.WireError(E.OVERLOADED, "")), w.UnavailableError)
+        self.assertIs(type(w.WireError(E.BAD_MAGIC, "")), w.FramingError)
+        self.assertIs(type(w.WireError(999, "")), w.WireError)
+        self.assertIs(type(w.ServerError(999, "", 1)), w.ServerError)
+        self.assertTrue(issubclass(w.Timeout, TimeoutError))
+        self.assertTrue(issubclass(w.ConnectionClosed, ConnectionError))
+
+    def test_timeout_keeps_the_request(self):
+        srv = FakeServer(batch=2)       # answers only once two requests are in
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                a = c.send_predict("ctr", [], [[1]])
+                self.assertRaises(w.Timeout, c.recv_predict_result, a, timeout=0.2)
+                b = c.send_predict("ctr", [], [[1], [2]])
+                self.assertEqual(len(c.recv_predict_result(a).scores), 1)
+                self.assertEqual(len(c.recv_predict_result(b).scores), 2)
+        finally:
+            srv.close()
+
+    def test_predict_many(self):
+        srv = FakeServer(batch=2)
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                # (the fake answers in pairs, in reverse: every batch here sends an even count)
+                reqs = [([k], [[1]] * k) for k in range(1, 9)]
+                res = c.predict_many("ctr", reqs, window=3)
+                self.assertEqual([len(r.scores) for r in res], list(range(1, 9)))
+                # a request the encoder refuses takes its place in the list, or is raised
+                reqs = [([], [[1]]), ([], []), ([], [[1], [2]]), ([], [[3]]), ([], [[4]] * 3)]
+                res = c.predict_many("ctr", reqs, window=2, return_exceptions=True)
+                self.assertEqual(len(res[0].scores), 1)
+                self.assertIsInstance(res[1], w.MalformedError)
+                self.assertEqual(res[1].code, E.NO_ITEMS)
+                self.assertEqual([len(r.scores) for r in res[2:]], [2, 1, 3])
+                self.assertEqual(c.in_flight(), 0)
+                with self.assertRaises(w.MalformedError):
+                    c.predict_many("ctr", reqs[:3], window=2)
+                self.assertEqual(c.in_flight(), 0)
+                self.assertEqual(c.ping(b"still in step"), b"still in step")
+        finally:
+            srv.close()
+
+    def test_predict_many_server_error_drains(self):
+        srv = FakeServer(batch=1)
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                with self.assertRaises(w.ModelNotFoundError) as cm:
+                    c.predict_many("nope", [([], [[1]])] * 10, window=4)
+                self.assertEqual(cm.exception.request_id, 1)
+                self.assertEqual(c.in_flight(), 0)
+                self.assertEqual(c.ping(b"p"), b"p")
+        finally:
+            srv.close()
+        self.assertEqual([h.type for h, _ in srv.received], [1] * 4 + [8])
+
+
+class TestReaderIds(unittest.TestCase):
+    """The ids model/reader.c gives libsvm, libffm and Criteo rows."""
+
+    def test_libffm_libsvm(self):
+        self.assertEqual(w.libffm_id(0, 0), 1)
+        self.assertEqual(w.libffm_id(3, 41), (3 << 56) | 42)
+        self.assertEqual(w.libffm_id(255, 2**56 - 2), w.U64_MASK)
+        self.assertEqual(w.libsvm_id(9), 10)
+        for bad in ((256, 0), (-1, 0), (0, -1), (0, 2**56 - 1)):
+            self.assertRaises(ValueError, w.libffm_id, *bad)
+
+    def test_criteo(self):
+        # floor(ln(v)^2) above 2, v itself otherwise
+        self.assertEqual([w.criteo_int(v) for v in (-3, 0, 1, 2, 3, 5, 100, 10**6)],
+                         [-3, 0, 1, 2, 1, 2, 21, 190])
+        row = ["5", "", "-1"] + [""] * 10 + ["68fd1e64"] + [None] * 24 + ["e5ba7672"]
+        self.assertEqual(w.criteo_ids(row), [w.feature_id(0, "2"), w.feature_id(2, "-1"),
+                                             w.feature_id(13, "68fd1e64"),
+                                             w.feature_id(38, "e5ba7672")])
+        self.assertEqual(w.criteo_ids(row)[3], 0x264E695B1E4D6D29)   # docs/wire.md's vector
+        self.assertRaises(ValueError, w.criteo_ids, row[:38])
+        self.assertRaises(ValueError, w.criteo_ids, ["x"] + row[1:])
 
 
 if __name__ == "__main__":

@@ -1,29 +1,49 @@
-"""tlwire: an independent Python implementation of the tlserve wire format, version 1.
+"""The tlserve wire format, version 1: frames, feature blocks and message payloads.
 
-Written from docs/wire.md only (not from the C codec in codec/), so that the integration
-tests check the server against a second reading of the spec.  Standard library only.
+Encoders and decoders for every message the client sends or receives (docs/wire.md), written
+from the spec rather than from the C codec in codec/, so that the integration tests check the
+server against a second reading of it.  Standard library only.
 
 Contents
-  - WireError(code, message) and the spec's error codes (ErrorCode)
+  - limits and constants of the spec (MAX_ITEMS, ...), MsgType
   - varint encode/decode (unsigned LEB128, at most 10 bytes, must fit in 64 bits)
   - frame header pack/parse (24 bytes, "TLW1")
-  - pure-Python XXH3_64bits_withSeed and feature_id(field, raw)
-  - payload encoders/decoders for PREDICT, PREDICT_RESULT, TRAIN, TRAIN_ACK, ERROR, PING, PONG
-  - Client: a small blocking client with pipelining (send_* / recv_frame / wait_for)
+  - feature blocks: Block, make_block, encode_block, decode_block
+  - payload encoders/decoders for PREDICT, PREDICT_RESULT, TRAIN, TRAIN_ACK, ERROR, PING, PONG,
+    and decode_message for a whole frame
 
+Every check raises WireError(code, message) (errors.py), whose class is the code's family.
 Decoders follow docs/wire.md "Decoding order": fields are checked in wire order and the first
 bad one decides; a count is checked against its limits, then against the least bytes its
 elements take (TRUNCATED before any element is read); TRAILING_BYTES is checked last.  Where
 the spec is silent the C codec (codec/*.c) is followed; such places are marked "C-CODEC".
+Encoders take check=False so tests can forge frames a real client never sends.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-import socket
 import struct
 from typing import Iterable, NamedTuple, Optional, Sequence
+
+from .errors import ErrorCode, WireError
+
+__all__ = [
+    "MAGIC", "WIRE_VERSION", "HEADER_SIZE", "HEADER_STRUCT", "MAX_PAYLOAD", "MAX_ITEMS",
+    "MAX_BLOCK_FEATURES", "MAX_REQUEST_FEATURES", "MAX_NAME_LEN", "MAX_ERROR_MSG",
+    "MAX_PING_PAYLOAD", "BLOCK_FLAG_VALUES", "BLOCK_FLAG_FIXED", "LOOKUP_FLAG_PARTIAL_SUMS",
+    "U64_MASK", "MsgType", "DEFINED_FLAGS", "VARINT_TRUNCATED_ERROR", "BLOCK_FLAGS_ERROR",
+    "TRAIN_NO_SAMPLES_ERROR", "TRAIN_TOO_MANY_SAMPLES_ERROR", "OVERSIZE_FIELD_ERROR",
+    "ERROR_CODE_ZERO_ERROR", "MIN_BYTES_PER_DELTA", "MIN_BYTES_PER_DELTA_VALUE",
+    "MIN_BYTES_PER_ITEM_BLOCK", "MIN_BYTES_PER_SAMPLE", "MIN_BYTES_PER_SCORE",
+    "encode_varint", "decode_varint", "FrameHeader", "Frame", "pack_header", "parse_header",
+    "encode_frame", "decode_frame", "Block", "make_block", "encode_block", "decode_block",
+    "PredictRequest", "PredictResult", "TrainRequest", "ErrorMessage", "encode_predict",
+    "decode_predict", "encode_predict_result", "decode_predict_result", "encode_train",
+    "decode_train", "encode_train_ack", "decode_train_ack", "encode_error", "decode_error",
+    "encode_ping", "decode_ping", "encode_pong", "decode_pong", "decode_message",
+]
 
 # --------------------------------------------------------------------------------------------
 # Constants
@@ -48,12 +68,14 @@ BLOCK_FLAG_FIXED = 0x02   # ids as n little-endian u64s instead of delta varints
 LOOKUP_FLAG_PARTIAL_SUMS = 0x01
 
 U64_MASK = (1 << 64) - 1
-HASH_MASK = (1 << 56) - 1
+_M64 = U64_MASK
 
 _NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 class MsgType(enum.IntEnum):
+    """The frame header's message type (docs/wire.md "Message types")."""
+
     PREDICT = 1
     PREDICT_RESULT = 2
     TRAIN = 3
@@ -70,33 +92,7 @@ DEFINED_FLAGS = {t: 0 for t in MsgType}
 DEFINED_FLAGS[MsgType.LOOKUP] = LOOKUP_FLAG_PARTIAL_SUMS
 
 
-class ErrorCode(enum.IntEnum):
-    BAD_MAGIC = 1
-    BAD_VERSION = 2
-    FRAME_TOO_LARGE = 3
-    BAD_HEADER = 4
-    UNKNOWN_TYPE = 5
-    TRUNCATED = 6
-    TRAILING_BYTES = 7
-    BAD_VARINT = 8
-    BAD_NAME = 9
-    UNKNOWN_MODEL = 10
-    UNKNOWN_VERSION = 11
-    NO_ITEMS = 12
-    TOO_MANY_ITEMS = 13
-    TOO_MANY_FEATURES = 14
-    UNSORTED_FEATURES = 15
-    BAD_VALUE = 16
-    OVERLOADED = 17
-    SHUTTING_DOWN = 18
-    INTERNAL = 19
-
-
-# Errors after which the server closes the connection (spec: "Framing errors").
-FRAMING_ERRORS = frozenset({ErrorCode.BAD_MAGIC, ErrorCode.BAD_VERSION,
-                            ErrorCode.FRAME_TOO_LARGE, ErrorCode.BAD_HEADER})
-
-# The codes below were open questions in the draft spec; docs/wire.md now names each of them.
+# Codes docs/wire.md gives for cases a reader could get wrong, named so tests can say which.
 # Conventions: a varint cut off by the end of the payload is TRUNCATED (like every field that
 # runs past the payload); only one over 10 bytes or 64 bits is BAD_VARINT.
 VARINT_TRUNCATED_ERROR = ErrorCode.TRUNCATED
@@ -116,38 +112,6 @@ MIN_BYTES_PER_DELTA_VALUE = 5     # feature block with values: 1 per delta + 4 p
 MIN_BYTES_PER_ITEM_BLOCK = 2      # PREDICT item block: varint n + u8 block_flags
 MIN_BYTES_PER_SAMPLE = 6          # TRAIN sample: f32 label + varint n + u8 block_flags
 MIN_BYTES_PER_SCORE = 4           # PREDICT_RESULT: f32 score
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return "UNKNOWN_ERROR_%d" % code
-
-
-class WireError(Exception):
-    """Malformed input; `code` is one of ErrorCode (an int, so unknown server codes survive)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__("%s (%d): %s" % (error_name(code), code, message))
-        self.code = code
-        self.message = message
-
-    @property
-    def name(self) -> str:
-        return error_name(self.code)
-
-
-class ServerError(WireError):
-    """The server answered with an ERROR frame."""
-
-    def __init__(self, code: int, message: str, request_id: int):
-        super().__init__(code, message)
-        self.request_id = request_id
-
-
-class ConnectionClosed(Exception):
-    """The peer closed the connection (EOF), possibly in the middle of a frame."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,6 +165,8 @@ def decode_varint(buf, pos: int = 0, end: Optional[int] = None):
 # --------------------------------------------------------------------------------------------
 
 class FrameHeader(NamedTuple):
+    """A parsed, checked frame header (magic, version and reserved are implied)."""
+
     type: int
     flags: int
     request_id: int
@@ -208,6 +174,8 @@ class FrameHeader(NamedTuple):
 
 
 class Frame(NamedTuple):
+    """One whole frame: header fields and the undecoded payload."""
+
     type: int
     flags: int
     request_id: int
@@ -247,6 +215,7 @@ def parse_header(buf, *, check_flags: bool = True) -> FrameHeader:
 
 
 def encode_frame(msg_type: int, request_id: int, payload: bytes = b"", flags: int = 0) -> bytes:
+    """Header + payload, ready to send."""
     return pack_header(msg_type, request_id, len(payload), flags) + bytes(payload)
 
 
@@ -261,253 +230,6 @@ def decode_frame(buf) -> Frame:
         raise WireError(ErrorCode.TRAILING_BYTES,
                         "%d bytes after the frame" % (have - h.payload_len))
     return Frame(h.type, h.flags, h.request_id, bytes(buf[HEADER_SIZE:]))
-
-
-# --------------------------------------------------------------------------------------------
-# XXH3-64 (pure Python), feature ids
-# --------------------------------------------------------------------------------------------
-
-_K_SECRET = bytes.fromhex(
-    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
-    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
-    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
-    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
-    "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
-    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e")
-assert len(_K_SECRET) == 192
-
-_P32_1 = 0x9E3779B1
-_P32_2 = 0x85EBCA77
-_P32_3 = 0xC2B2AE3D
-_P64_1 = 0x9E3779B185EBCA87
-_P64_2 = 0xC2B2AE3D27D4EB4F
-_P64_3 = 0x165667B19E3779F9
-_P64_4 = 0x85EBCA77C2B2AE63
-_P64_5 = 0x27D4EB2F165667C5
-_PMX1 = 0x165667919E3779F9
-_PMX2 = 0x9FB21C651E98DF25
-_M32 = 0xFFFFFFFF
-_M64 = U64_MASK
-
-_STRIPE_LEN = 64
-_SECRET_CONSUME_RATE = 8
-_ACC_NB = 8
-_MIDSIZE_MAX = 240
-_MIDSIZE_STARTOFFSET = 3
-_MIDSIZE_LASTOFFSET = 17
-_SECRET_SIZE_MIN = 136
-_LASTACC_START = 7
-_MERGEACC_START = 11
-
-_u64 = struct.Struct("<Q").unpack_from
-_u32 = struct.Struct("<I").unpack_from
-_8u64 = struct.Struct("<8Q").unpack_from
-
-
-def _r64(b, off):
-    return _u64(b, off)[0]
-
-
-def _r32(b, off):
-    return _u32(b, off)[0]
-
-
-def _rotl64(x, r):
-    return ((x << r) | (x >> (64 - r))) & _M64
-
-
-def _swap32(x):
-    return int.from_bytes(x.to_bytes(4, "little"), "big")
-
-
-def _swap64(x):
-    return int.from_bytes(x.to_bytes(8, "little"), "big")
-
-
-def _mul128_fold64(a, b):
-    p = a * b
-    return (p ^ (p >> 64)) & _M64
-
-
-def _xxh64_avalanche(h):
-    h ^= h >> 33
-    h = (h * _P64_2) & _M64
-    h ^= h >> 29
-    h = (h * _P64_3) & _M64
-    h ^= h >> 32
-    return h
-
-
-def _xxh3_avalanche(h):
-    h ^= h >> 37
-    h = (h * _PMX1) & _M64
-    h ^= h >> 32
-    return h
-
-
-def _rrmxmx(h, length):
-    h ^= _rotl64(h, 49) ^ _rotl64(h, 24)
-    h = (h * _PMX2) & _M64
-    h ^= (h >> 35) + length
-    h = (h * _PMX2) & _M64
-    h ^= h >> 28
-    return h
-
-
-def _mix16(data, off, secret, soff, seed):
-    lo = _r64(data, off)
-    hi = _r64(data, off + 8)
-    return _mul128_fold64(lo ^ ((_r64(secret, soff) + seed) & _M64),
-                          hi ^ ((_r64(secret, soff + 8) - seed) & _M64))
-
-
-def _len_1to3(data, n, secret, seed):
-    c1 = data[0]
-    c2 = data[n >> 1]
-    c3 = data[n - 1]
-    combined = (c1 << 16) | (c2 << 24) | c3 | (n << 8)
-    bitflip = ((_r32(secret, 0) ^ _r32(secret, 4)) + seed) & _M64
-    return _xxh64_avalanche(combined ^ bitflip)
-
-
-def _len_4to8(data, n, secret, seed):
-    seed ^= _swap32(seed & _M32) << 32
-    in1 = _r32(data, 0)
-    in2 = _r32(data, n - 4)
-    bitflip = ((_r64(secret, 8) ^ _r64(secret, 16)) - seed) & _M64
-    in64 = (in2 + (in1 << 32)) & _M64
-    return _rrmxmx(in64 ^ bitflip, n)
-
-
-def _len_9to16(data, n, secret, seed):
-    bitflip1 = ((_r64(secret, 24) ^ _r64(secret, 32)) + seed) & _M64
-    bitflip2 = ((_r64(secret, 40) ^ _r64(secret, 48)) - seed) & _M64
-    lo = _r64(data, 0) ^ bitflip1
-    hi = _r64(data, n - 8) ^ bitflip2
-    acc = (n + _swap64(lo) + hi + _mul128_fold64(lo, hi)) & _M64
-    return _xxh3_avalanche(acc)
-
-
-def _len_17to128(data, n, secret, seed):
-    acc = (n * _P64_1) & _M64
-    if n > 32:
-        if n > 64:
-            if n > 96:
-                acc += _mix16(data, 48, secret, 96, seed)
-                acc += _mix16(data, n - 64, secret, 112, seed)
-            acc += _mix16(data, 32, secret, 64, seed)
-            acc += _mix16(data, n - 48, secret, 80, seed)
-        acc += _mix16(data, 16, secret, 32, seed)
-        acc += _mix16(data, n - 32, secret, 48, seed)
-    acc += _mix16(data, 0, secret, 0, seed)
-    acc += _mix16(data, n - 16, secret, 16, seed)
-    return _xxh3_avalanche(acc & _M64)
-
-
-def _len_129to240(data, n, secret, seed):
-    acc = (n * _P64_1) & _M64
-    rounds = n // 16
-    for i in range(8):
-        acc += _mix16(data, 16 * i, secret, 16 * i, seed)
-    acc = _xxh3_avalanche(acc & _M64)
-    for i in range(8, rounds):
-        acc += _mix16(data, 16 * i, secret, 16 * (i - 8) + _MIDSIZE_STARTOFFSET, seed)
-    acc += _mix16(data, n - 16, secret, _SECRET_SIZE_MIN - _MIDSIZE_LASTOFFSET, seed)
-    return _xxh3_avalanche(acc & _M64)
-
-
-def _accumulate_512(acc, data, off, secret, soff):
-    d = _8u64(data, off)
-    for i in range(_ACC_NB):
-        v = d[i]
-        k = v ^ _r64(secret, soff + 8 * i)
-        acc[i ^ 1] = (acc[i ^ 1] + v) & _M64
-        acc[i] = (acc[i] + (k & _M32) * (k >> 32)) & _M64
-
-
-def _scramble(acc, secret, soff):
-    for i in range(_ACC_NB):
-        a = acc[i]
-        a ^= a >> 47
-        a ^= _r64(secret, soff + 8 * i)
-        acc[i] = (a * _P32_1) & _M64
-
-
-def _hash_long(data, n, secret):
-    acc = [_P32_3, _P64_1, _P64_2, _P64_3, _P64_4, _P32_2, _P64_5, _P32_1]
-    secret_size = len(secret)
-    stripes_per_block = (secret_size - _STRIPE_LEN) // _SECRET_CONSUME_RATE
-    block_len = _STRIPE_LEN * stripes_per_block
-    nb_blocks = (n - 1) // block_len
-    for b in range(nb_blocks):
-        base = b * block_len
-        for s in range(stripes_per_block):
-            _accumulate_512(acc, data, base + s * _STRIPE_LEN, secret, s * _SECRET_CONSUME_RATE)
-        _scramble(acc, secret, secret_size - _STRIPE_LEN)
-    base = nb_blocks * block_len
-    nb_stripes = ((n - 1) - base) // _STRIPE_LEN
-    for s in range(nb_stripes):
-        _accumulate_512(acc, data, base + s * _STRIPE_LEN, secret, s * _SECRET_CONSUME_RATE)
-    _accumulate_512(acc, data, n - _STRIPE_LEN, secret,
-                    secret_size - _STRIPE_LEN - _LASTACC_START)
-    # merge
-    result = (n * _P64_1) & _M64
-    for i in range(4):
-        soff = _MERGEACC_START + 16 * i
-        result += _mul128_fold64(acc[2 * i] ^ _r64(secret, soff),
-                                 acc[2 * i + 1] ^ _r64(secret, soff + 8))
-    return _xxh3_avalanche(result & _M64)
-
-
-def _custom_secret(seed):
-    out = bytearray(len(_K_SECRET))
-    for i in range(0, len(_K_SECRET), 16):
-        struct.pack_into("<QQ", out, i, (_r64(_K_SECRET, i) + seed) & _M64,
-                         (_r64(_K_SECRET, i + 8) - seed) & _M64)
-    return bytes(out)
-
-
-_secret_cache: dict = {}
-
-
-def xxh3_64(data, seed: int = 0) -> int:
-    """XXH3_64bits_withSeed(data, len(data), seed) with the default secret (xxHash 0.8.x)."""
-    data = bytes(data)
-    seed &= _M64
-    n = len(data)
-    s = _K_SECRET
-    if n <= 16:
-        if n > 8:
-            return _len_9to16(data, n, s, seed)
-        if n >= 4:
-            return _len_4to8(data, n, s, seed)
-        if n:
-            return _len_1to3(data, n, s, seed)
-        return _xxh64_avalanche(seed ^ _r64(s, 56) ^ _r64(s, 64))
-    if n <= 128:
-        return _len_17to128(data, n, s, seed)
-    if n <= _MIDSIZE_MAX:
-        return _len_129to240(data, n, s, seed)
-    if seed == 0:
-        return _hash_long(data, n, _K_SECRET)
-    secret = _secret_cache.get(seed)
-    if secret is None:
-        if len(_secret_cache) > 1024:
-            _secret_cache.clear()
-        secret = _secret_cache[seed] = _custom_secret(seed)
-    return _hash_long(data, n, secret)
-
-
-def feature_id(field: int, raw) -> int:
-    """id = (field << 56) | (XXH3_64bits_withSeed(raw, seed=field) & (2^56 - 1)).
-
-    raw is bytes, or str (encoded as UTF-8).
-    """
-    if not 0 <= field <= 255:
-        raise ValueError("field must be 0..255, got %r" % (field,))
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8")
-    return (field << 56) | (xxh3_64(raw, field) & HASH_MASK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,7 +249,10 @@ def make_block(ids: Iterable[int], values: Optional[Iterable[float]] = None) -> 
         ids.sort()
         vals = None
     else:
-        pairs = sorted(zip(ids, values, strict=True))
+        values = list(values)
+        if len(values) != len(ids):
+            raise ValueError("%d ids but %d values" % (len(ids), len(values)))
+        pairs = sorted(zip(ids, values))
         ids = [p[0] for p in pairs]
         vals = [p[1] for p in pairs]
     for i in range(1, len(ids)):
@@ -738,6 +463,8 @@ _F32 = struct.Struct("<f")
 
 
 class PredictRequest(NamedTuple):
+    """A decoded PREDICT: model name, pinned version (0: active), shared block, item blocks."""
+
     model: str
     version: int
     shared: Block
@@ -745,17 +472,23 @@ class PredictRequest(NamedTuple):
 
 
 class PredictResult(NamedTuple):
+    """A PREDICT's answer: the model version that scored it, one score in [0, 1] per item."""
+
     version: int
     scores: list
 
 
 class TrainRequest(NamedTuple):
+    """A decoded TRAIN: model name, shared block, (label, block) samples."""
+
     model: str
     shared: Block
     samples: list  # of (label, Block)
 
 
 class ErrorMessage(NamedTuple):
+    """A decoded ERROR payload: code (an int; ErrorCode when known) and message."""
+
     code: int
     message: str
 
@@ -789,6 +522,7 @@ def encode_predict(model, shared, items: Sequence, version: int = 0, *,
 
 
 def decode_predict(payload) -> PredictRequest:
+    """PREDICT payload, checked in wire order (name, version, items, blocks, trailing bytes)."""
     r = _Reader(payload)
     model = r.name()
     (version,) = r.unpack(_U64, "version")
@@ -853,6 +587,7 @@ def encode_train(model, shared, samples: Sequence, *, check: bool = True) -> byt
 
 
 def decode_train(payload) -> TrainRequest:
+    """TRAIN payload, checked in wire order; a label other than 0 or 1 is BAD_VALUE."""
     r = _Reader(payload)
     model = r.name()
     n = r.count("samples", MIN_BYTES_PER_SAMPLE)
@@ -868,6 +603,7 @@ def decode_train(payload) -> TrainRequest:
 
 
 def encode_train_ack(accepted: int, *, check: bool = True) -> bytes:
+    """TRAIN_ACK payload: the number of samples accepted."""
     if check and accepted > MAX_ITEMS:
         raise WireError(ErrorCode.TOO_MANY_ITEMS, "accepted %d, over %d" % (accepted, MAX_ITEMS))
     return encode_varint(accepted)
@@ -916,6 +652,7 @@ def decode_error(payload) -> ErrorMessage:
 
 
 def encode_ping(payload: bytes = b"", *, check: bool = True) -> bytes:
+    """PING (or PONG) payload: up to 64 opaque bytes, echoed by the peer."""
     payload = bytes(payload)
     if check and len(payload) > MAX_PING_PAYLOAD:
         raise WireError(OVERSIZE_FIELD_ERROR, "PING payload of %d bytes, over %d"
@@ -924,6 +661,7 @@ def encode_ping(payload: bytes = b"", *, check: bool = True) -> bytes:
 
 
 def decode_pong(payload) -> bytes:
+    """PONG (or PING) payload; over 64 bytes is BAD_VALUE."""
     payload = bytes(payload)
     if len(payload) > MAX_PING_PAYLOAD:
         raise WireError(OVERSIZE_FIELD_ERROR, "PING/PONG payload of %d bytes, over %d"
@@ -956,152 +694,3 @@ _DECODERS = {
     MsgType.PING: decode_ping,
     MsgType.PONG: decode_pong,
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Client
-# --------------------------------------------------------------------------------------------
-
-class Client:
-    """Blocking client on one TCP connection, with pipelining.
-
-        with Client("127.0.0.1", 7070) as c:
-            res = c.predict("ctr", shared_ids, [item_ids, ...])     # PredictResult
-            a = c.send_predict(...); b = c.send_predict(...)         # pipelined
-            fb = c.wait_for(b); fa = c.wait_for(a)                   # any order
-
-    Request ids are allocated from 1 upwards unless given.  Frames for other ids that arrive
-    while waiting are kept and returned by a later wait_for.  An ERROR frame with request id 0
-    and a framing code (the server is about to close) raises ServerError at once.
-    """
-
-    def __init__(self, host: str, port: int, timeout: Optional[float] = 10.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._next_id = 1
-        self._pending: dict = {}
-
-    # -- lifecycle --
-    def close(self):
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def settimeout(self, timeout: Optional[float]):
-        self.sock.settimeout(timeout)
-
-    # -- sending --
-    def next_id(self) -> int:
-        rid = self._next_id
-        self._next_id = (self._next_id + 1) & _M64 or 1
-        return rid
-
-    def send_raw(self, data: bytes):
-        self.sock.sendall(data)
-
-    def send_frame(self, msg_type: int, payload: bytes = b"", request_id: Optional[int] = None,
-                   flags: int = 0) -> int:
-        if request_id is None:
-            request_id = self.next_id()
-        self.sock.sendall(encode_frame(msg_type, request_id, payload, flags))
-        return request_id
-
-    def send_predict(self, model, shared, items, version: int = 0,
-                     request_id: Optional[int] = None) -> int:
-        return self.send_frame(MsgType.PREDICT, encode_predict(model, shared, items, version),
-                               request_id)
-
-    def send_train(self, model, shared, samples, request_id: Optional[int] = None) -> int:
-        return self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples), request_id)
-
-    def send_ping(self, payload: bytes = b"", request_id: Optional[int] = None) -> int:
-        return self.send_frame(MsgType.PING, encode_ping(payload), request_id)
-
-    # -- receiving --
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            except ConnectionResetError as e:
-                raise ConnectionClosed("connection reset after %d of %d bytes: %s"
-                                       % (len(buf), n, e)) from e
-            if not chunk:
-                raise ConnectionClosed("connection closed after %d of %d bytes" % (len(buf), n))
-            buf += chunk
-        return bytes(buf)
-
-    def recv_frame(self) -> Frame:
-        """Read the next frame off the socket (ignores frames kept by wait_for).
-        Raises ConnectionClosed on EOF, WireError if the server sends a bad header."""
-        hdr = self._recv_exact(HEADER_SIZE)
-        h = parse_header(hdr)
-        payload = self._recv_exact(h.payload_len) if h.payload_len else b""
-        return Frame(h.type, h.flags, h.request_id, payload)
-
-    def wait_for(self, request_id: int) -> Frame:
-        """Return the first frame with this request id (kept or read).  PINGs from the server
-        with other ids are answered with a PONG."""
-        kept = self._pending.get(request_id)
-        if kept:
-            f = kept.pop(0)
-            if not kept:
-                del self._pending[request_id]
-            return f
-        while True:
-            f = self.recv_frame()
-            if f.request_id == request_id:
-                return f
-            if f.type == MsgType.PING:
-                self.send_frame(MsgType.PONG, f.payload, f.request_id)
-                continue
-            if f.type == MsgType.ERROR and f.request_id == 0:
-                e = decode_error(f.payload)
-                if e.code in FRAMING_ERRORS:
-                    raise ServerError(e.code, e.message, 0)
-            self._pending.setdefault(f.request_id, []).append(f)
-
-    @staticmethod
-    def _raise_if_error(f: Frame):
-        if f.type == MsgType.ERROR:
-            e = decode_error(f.payload)
-            raise ServerError(e.code, e.message, f.request_id)
-
-    def _expect(self, f: Frame, msg_type: int):
-        self._raise_if_error(f)
-        if f.type != msg_type:
-            raise WireError(ErrorCode.UNKNOWN_TYPE, "expected a %s frame for request %d, got type %d"
-                            % (MsgType(msg_type).name, f.request_id, f.type))
-
-    def recv_predict_result(self, request_id: int) -> PredictResult:
-        f = self.wait_for(request_id)
-        self._expect(f, MsgType.PREDICT_RESULT)
-        return decode_predict_result(f.payload)
-
-    # -- round trips --
-    def predict(self, model, shared, items, version: int = 0,
-                request_id: Optional[int] = None) -> PredictResult:
-        rid = self.send_predict(model, shared, items, version, request_id)
-        res = self.recv_predict_result(rid)
-        if len(res.scores) != len(items):
-            raise WireError(ErrorCode.INTERNAL, "%d scores for %d items"
-                            % (len(res.scores), len(items)))
-        return res
-
-    def train(self, model, shared, samples, request_id: Optional[int] = None) -> int:
-        rid = self.send_train(model, shared, samples, request_id)
-        f = self.wait_for(rid)
-        self._expect(f, MsgType.TRAIN_ACK)
-        return decode_train_ack(f.payload)
-
-    def ping(self, payload: bytes = b"", request_id: Optional[int] = None) -> bytes:
-        rid = self.send_ping(payload, request_id)
-        f = self.wait_for(rid)
-        self._expect(f, MsgType.PONG)
-        return decode_pong(f.payload)

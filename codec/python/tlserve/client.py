@@ -1,0 +1,294 @@
+"""Client: a blocking tlserve client on one TCP connection, with pipelining and timeouts.
+
+    with tlserve.Client("127.0.0.1", 7070, timeout=2.0) as c:
+        res = c.predict("ctr", shared_ids, [item_ids, ...])      # PredictResult(version, scores)
+        a = c.send_predict(...); b = c.send_predict(...)          # pipelined: both in flight
+        rb = c.recv_predict_result(b); ra = c.recv_predict_result(a)   # in any order
+        many = c.predict_many("ctr", [(shared, items), ...])      # a window of requests in flight
+
+Pipelining.  A request goes out as one frame with a request id (allocated from 1 upwards
+unless given); answers may come back in any order, matched by id.  A frame for another id that
+arrives while waiting is kept and handed out by a later wait for that id, so any number of
+requests may be in flight.  The server bounds what one connection may have in flight: past it,
+requests are answered OVERLOADED (UnavailableError); predict_many keeps a window below it.
+
+Timeouts.  `timeout` (seconds, None = wait for ever) is the connect timeout and the default
+deadline of each call; a call's own `timeout=` overrides it.  A receive that runs out of time
+raises Timeout and loses nothing: bytes read so far stay buffered and the request stays in
+flight, so a later wait for the same id still gets the answer.  A send that runs out of time
+closes the connection (a half-written frame cannot be taken back).
+
+Errors.  An ERROR frame answering a request raises ServerError (an instance of its code's
+family too: MalformedError, ModelNotFoundError, UnavailableError, ...).  An ERROR with id 0 and
+a framing code means the server is about to close the connection; it is raised at once from
+any wait.  EOF raises ConnectionClosed.
+
+THREAD SAFETY: none.  One Client belongs to one thread at a time; use one per thread (the
+server is built for many connections), or guard one with a lock.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .errors import (FRAMING_ERRORS, ConnectionClosed, ServerError, Timeout, TlserveError,
+                     WireError, ErrorCode)
+from .wire import (HEADER_SIZE, U64_MASK, Frame, MsgType, PredictResult, decode_error,
+                   decode_pong, decode_predict_result, decode_train_ack, encode_frame,
+                   encode_ping, encode_predict, encode_train, parse_header)
+
+__all__ = ["Client", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 7070     # tlserve --port's default
+_KEEP = object()        # "no timeout given": use the client's default
+
+
+class Client:
+    """A connection to one tlserve.  See the module docstring for pipelining and timeouts.
+
+    `sock` is the connected socket, exposed for tests that send raw bytes; reading from it
+    directly bypasses the client's buffer.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 timeout: Optional[float] = 10.0):
+        """Connect to host:port (blocks up to `timeout` seconds; raises OSError on failure)."""
+        self.sock: Optional[socket.socket] = socket.create_connection((host, port),
+                                                                      timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self._next_id = 1
+        self._pending: Dict[int, List[Frame]] = {}   # frames read while waiting for another id
+        self._rbuf = bytearray()                     # the part of the next frame read so far
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection; requests in flight are abandoned.  Safe to call twice."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self._pending.clear()
+        self._rbuf.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def settimeout(self, timeout: Optional[float]) -> None:
+        """Set the default deadline of each call (seconds; None = wait for ever)."""
+        self.timeout = timeout
+        self._socket().settimeout(timeout)
+
+    def in_flight(self) -> int:
+        """Frames read and kept for ids nobody has waited for yet."""
+        return sum(map(len, self._pending.values()))
+
+    def _socket(self) -> socket.socket:
+        if self.sock is None:
+            raise ConnectionClosed("the client is closed")
+        return self.sock
+
+    def _deadline(self, timeout) -> Optional[float]:
+        t = self.timeout if timeout is _KEEP else timeout
+        return None if t is None else time.monotonic() + t
+
+    # -- sending ----------------------------------------------------------------------------
+    def next_id(self) -> int:
+        """Allocate a request id (1, 2, ... wrapping past 2^64 - 1 to 1; 0 is never given)."""
+        rid = self._next_id
+        self._next_id = (self._next_id + 1) & U64_MASK or 1
+        return rid
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (tests use it to send bad frames)."""
+        sock = self._socket()
+        sock.settimeout(self.timeout)
+        try:
+            sock.sendall(data)
+        except socket.timeout as e:
+            self.close()
+            raise Timeout("send timed out; the connection is closed") from e
+
+    def send_frame(self, msg_type: int, payload: bytes = b"", request_id: Optional[int] = None,
+                   flags: int = 0) -> int:
+        """Send one frame; returns its request id."""
+        if request_id is None:
+            request_id = self.next_id()
+        self.send_raw(encode_frame(msg_type, request_id, payload, flags))
+        return request_id
+
+    def send_predict(self, model: str, shared, items: Sequence, version: int = 0,
+                     request_id: Optional[int] = None) -> int:
+        """Send a PREDICT without waiting; returns its request id for recv_predict_result.
+
+        shared: the block every item shares (user, context); items: one block per item.  A
+        block is a Block, a list of feature ids, or an (ids, values) pair; lists are sorted
+        here.  version 0 scores with the model's active version, another pins that version.
+        Raises MalformedError before sending if the request breaks the format's limits."""
+        return self.send_frame(MsgType.PREDICT, encode_predict(model, shared, items, version),
+                               request_id)
+
+    def send_train(self, model: str, shared, samples: Sequence,
+                   request_id: Optional[int] = None) -> int:
+        """Send a TRAIN (samples: (label 0.0 or 1.0, block) pairs) without waiting."""
+        return self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples), request_id)
+
+    def send_ping(self, payload: bytes = b"", request_id: Optional[int] = None) -> int:
+        """Send a PING (payload up to 64 bytes, echoed in the PONG) without waiting."""
+        return self.send_frame(MsgType.PING, encode_ping(payload), request_id)
+
+    # -- receiving --------------------------------------------------------------------------
+    def _fill(self, n: int, deadline: Optional[float]) -> None:
+        """Read until the buffer holds n bytes; never reads past them, so bytes after this
+        frame stay in the socket."""
+        sock = self._socket()
+        while len(self._rbuf) < n:
+            sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(min(n - len(self._rbuf), 1 << 20))
+            except (socket.timeout, BlockingIOError):
+                raise Timeout("no answer in time (%d of %d bytes of a frame read)"
+                              % (len(self._rbuf), n)) from None
+            except ConnectionResetError as e:
+                raise ConnectionClosed("connection reset after %d of %d bytes: %s"
+                                       % (len(self._rbuf), n, e)) from e
+            if not chunk:
+                raise ConnectionClosed("connection closed after %d of %d bytes"
+                                       % (len(self._rbuf), n))
+            self._rbuf += chunk
+
+    def recv_frame(self, timeout=_KEEP) -> Frame:
+        """Read the next frame off the connection (frames kept by wait_for are not looked at).
+        Raises Timeout, ConnectionClosed, or FramingError if the server's header is bad."""
+        deadline = self._deadline(timeout)
+        self._fill(HEADER_SIZE, deadline)
+        try:
+            h = parse_header(self._rbuf)
+        except WireError:
+            self._rbuf.clear()
+            raise
+        self._fill(HEADER_SIZE + h.payload_len, deadline)
+        payload = bytes(self._rbuf[HEADER_SIZE:])
+        self._rbuf.clear()
+        return Frame(h.type, h.flags, h.request_id, payload)
+
+    def wait_for(self, request_id: int, timeout=_KEEP) -> Frame:
+        """Return the first frame with this request id, kept or read, whatever its type.
+
+        Frames for other ids are kept for later; PINGs from the server are answered with a
+        PONG.  An ERROR with id 0 and a framing code raises ServerError at once (the server is
+        closing the connection).  Raises Timeout if nothing came in time (see the module
+        docstring: the wait can be repeated)."""
+        kept = self._pending.get(request_id)
+        if kept:
+            f = kept.pop(0)
+            if not kept:
+                del self._pending[request_id]
+            return f
+        deadline = self._deadline(timeout)
+        while True:
+            f = self.recv_frame(None if deadline is None else
+                                max(0.0, deadline - time.monotonic()))
+            if f.request_id == request_id:
+                return f
+            if f.type == MsgType.PING:
+                self.send_frame(MsgType.PONG, f.payload, f.request_id)
+                continue
+            if f.type == MsgType.ERROR and f.request_id == 0:
+                e = decode_error(f.payload)
+                if e.code in FRAMING_ERRORS:
+                    raise ServerError(e.code, e.message, 0)
+            self._pending.setdefault(f.request_id, []).append(f)
+
+    @staticmethod
+    def _raise_if_error(f: Frame) -> None:
+        if f.type == MsgType.ERROR:
+            e = decode_error(f.payload)
+            raise ServerError(e.code, e.message, f.request_id)
+
+    def _expect(self, f: Frame, msg_type: int) -> None:
+        self._raise_if_error(f)
+        if f.type != msg_type:
+            raise WireError(ErrorCode.UNKNOWN_TYPE, "expected a %s frame for request %d, got "
+                            "type %d" % (MsgType(msg_type).name, f.request_id, f.type))
+
+    def recv_predict_result(self, request_id: int, timeout=_KEEP) -> PredictResult:
+        """Wait for the answer to a send_predict: PredictResult(version, scores), one score in
+        [0, 1] per item in request order.  Raises ServerError for an ERROR answer."""
+        f = self.wait_for(request_id, timeout)
+        self._expect(f, MsgType.PREDICT_RESULT)
+        return decode_predict_result(f.payload)
+
+    # -- round trips ------------------------------------------------------------------------
+    def predict(self, model: str, shared, items: Sequence, version: int = 0,
+                request_id: Optional[int] = None, timeout=_KEEP) -> PredictResult:
+        """Score items for one request and wait for the answer (send_predict, then
+        recv_predict_result).  Returns PredictResult(version, scores)."""
+        rid = self.send_predict(model, shared, items, version, request_id)
+        res = self.recv_predict_result(rid, timeout)
+        if len(res.scores) != len(items):
+            raise WireError(ErrorCode.INTERNAL, "%d scores for %d items"
+                            % (len(res.scores), len(items)))
+        return res
+
+    def predict_many(self, model: str, requests: Iterable[Tuple[object, Sequence]],
+                     version: int = 0, *, window: int = 32, timeout=_KEEP,
+                     return_exceptions: bool = False) -> List:
+        """Score many requests, pipelined: up to `window` in flight on this one connection.
+
+        requests: (shared, items) pairs.  Returns one PredictResult per request, in order.
+        `timeout` is the deadline of the whole batch.  If a request fails, the ones still in
+        flight are drained and the first failure is raised, unless return_exceptions=True, in
+        which case its TlserveError takes its place in the list."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        deadline = self._deadline(timeout)
+        reqs = list(requests)
+        out: List = [None] * len(reqs)
+        sent: List[Tuple[int, int]] = []     # (index, request id), oldest first
+        first_error: Optional[TlserveError] = None
+        nxt = 0
+        while nxt < len(reqs) or sent:
+            while nxt < len(reqs) and len(sent) < window:
+                shared, items = reqs[nxt]
+                try:
+                    sent.append((nxt, self.send_predict(model, shared, items, version)))
+                except WireError as e:        # refused by the encoder: nothing was sent
+                    out[nxt] = e
+                    first_error = first_error or e
+                nxt += 1
+            if not sent:
+                continue
+            i, rid = sent.pop(0)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out[i] = self.recv_predict_result(rid, left)
+            except ServerError as e:
+                out[i] = e
+                first_error = first_error or e
+            if first_error is not None and not return_exceptions:
+                nxt = len(reqs)               # send nothing more; drain what is in flight
+        if first_error is not None and not return_exceptions:
+            raise first_error
+        return out
+
+    def train(self, model: str, shared, samples: Sequence, request_id: Optional[int] = None,
+              timeout=_KEEP) -> int:
+        """Send labelled samples to the model's online trainer and wait for the TRAIN_ACK;
+        returns how many samples the server accepted."""
+        rid = self.send_train(model, shared, samples, request_id)
+        f = self.wait_for(rid, timeout)
+        self._expect(f, MsgType.TRAIN_ACK)
+        return decode_train_ack(f.payload)
+
+    def ping(self, payload: bytes = b"", request_id: Optional[int] = None,
+             timeout=_KEEP) -> bytes:
+        """Round-trip a PING; returns the payload the server echoed."""
+        rid = self.send_ping(payload, request_id)
+        f = self.wait_for(rid, timeout)
+        self._expect(f, MsgType.PONG)
+        return decode_pong(f.payload)
