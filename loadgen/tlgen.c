@@ -282,7 +282,8 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
                   "");
 }
 
-/* Resolves host:port into run->addr.  Returns 0 or -1 (message printed). */
+/* Resolves host:port into run->addr.  Returns 0, or -errno (-EHOSTUNREACH
+ * when the name does not resolve; message printed). */
 __attribute__((cold)) static int resolve_addr(const tlgen_opts_t *o, tlgen_run_t *run)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
@@ -290,8 +291,9 @@ __attribute__((cold)) static int resolve_addr(const tlgen_opts_t *o, tlgen_run_t
     snprintf(port, sizeof port, "%d", o->port);
     int e = getaddrinfo(o->host, port, &hints, &ai);
     if (e != 0) {
+        int rc = e == EAI_SYSTEM && errno ? -errno : -EHOSTUNREACH;
         fprintf(stderr, "tlgen: cannot resolve %s: %s\n", o->host, gai_strerror(e));
-        return -1;
+        return rc;
     }
     memcpy(&run->addr, ai->ai_addr, ai->ai_addrlen);
     run->addrlen = ai->ai_addrlen;
