@@ -12,10 +12,9 @@
  * into this file and nothing here calls back up, so sweep.c never calls into
  * the file that calls it.
  *
- * Each of o->threads threads owns o->connections / o->threads connections
- * (the first ones get the remainder) and its share of the schedule
- * (sched.h); all start on one clock 20 ms after the call, so the threads
- * exist before the first request is due.
+ * The connections are split over the threads as tlgen.c describes; all
+ * threads start on one clock 20 ms after the call, so that every thread
+ * exists before the first request is due.
  *
  * THREAD SAFETY: called from the main thread only; the drivers it starts
  * share read-only state and are joined before it returns.
