@@ -22,8 +22,8 @@
  * The ids and values arrays come from the arena; values is NULL when flags
  * bit 0 is clear.
  *
- * Encoding is split in two: block_check validates a block and adds its exact
- * size, wr_block writes it with no checks.  The encoders run every check
+ * Encoding is split in two: codec__block_check validates a block and adds its exact
+ * size, codec__wr_block writes it with no checks.  The encoders run every check
  * first, size the frame, and only then write.
  *
  * THREAD SAFETY: per-call state only.
@@ -37,7 +37,7 @@
 
 static float no_values[1]; /* values of an empty block whose flags say "values" */
 
-int codec_fail(codec_error_t *err, int code, size_t offset, const char *fmt, ...)
+int codec__fail(codec_error_t *err, int code, size_t offset, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -62,16 +62,16 @@ static const char *label(char *buf, size_t n, const char *what, long index)
 
 /* ---- reader --------------------------------------------------------------------- */
 
-int rd_need(struct rd *r, size_t n, const char *what)
+int codec__rd_need(struct rd *r, size_t n, const char *what)
 {
     if (likely(n <= rd_left(r)))
         return CODEC_OK;
-    return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
-                      "%s: %s needs %zu bytes at offset %zu, payload has %zu left", r->msg, what, n,
-                      r->off, rd_left(r));
+    return codec__fail(r->err, CODEC_E_TRUNCATED, r->off,
+                       "%s: %s needs %zu bytes at offset %zu, payload has %zu left", r->msg, what,
+                       n, r->off, rd_left(r));
 }
 
-int rd_varint(struct rd *r, uint64_t *v, const char *what)
+int codec__rd_varint(struct rd *r, uint64_t *v, const char *what)
 {
     int k = codec_varint_decode(r->p + r->off, rd_left(r), v);
     if (likely(k > 0)) {
@@ -79,39 +79,39 @@ int rd_varint(struct rd *r, uint64_t *v, const char *what)
         return CODEC_OK;
     }
     if (k == 0)
-        return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
-                          "%s: varint %s at offset %zu runs past the payload end", r->msg, what,
-                          r->off);
-    return codec_fail(r->err, CODEC_E_BAD_VARINT, r->off,
-                      "%s: varint %s at offset %zu is over 10 bytes or 64 bits", r->msg, what,
-                      r->off);
+        return codec__fail(r->err, CODEC_E_TRUNCATED, r->off,
+                           "%s: varint %s at offset %zu runs past the payload end", r->msg, what,
+                           r->off);
+    return codec__fail(r->err, CODEC_E_BAD_VARINT, r->off,
+                       "%s: varint %s at offset %zu is over 10 bytes or 64 bits", r->msg, what,
+                       r->off);
 }
 
-void *rd_alloc(struct rd *r, size_t n, const char *what)
+void *codec__rd_alloc(struct rd *r, size_t n, const char *what)
 {
     codec_arena_t *a = r->arena;
     if (unlikely(!a)) {
-        codec_fail(r->err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "%s: no arena for %s", r->msg, what);
+        codec__fail(r->err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "%s: no arena for %s", r->msg, what);
         return NULL;
     }
     size_t at = (a->used + 7) & ~(size_t)7;
     if (unlikely(at > a->cap || n > a->cap - at)) {
-        codec_fail(r->err, CODEC_E_INTERNAL, r->off,
-                   "%s: arena full: %s needs %zu bytes, %zu of %zu used", r->msg, what, n, a->used,
-                   a->cap);
+        codec__fail(r->err, CODEC_E_INTERNAL, r->off,
+                    "%s: arena full: %s needs %zu bytes, %zu of %zu used", r->msg, what, n, a->used,
+                    a->cap);
         return NULL;
     }
     a->used = at + n;
     return a->base + at;
 }
 
-int rd_end(struct rd *r)
+int codec__rd_end(struct rd *r)
 {
     if (likely(r->off == r->len))
         return CODEC_OK;
-    return codec_fail(r->err, CODEC_E_TRAILING_BYTES, r->off,
-                      "%s: %zu bytes after the last field at offset %zu", r->msg, rd_left(r),
-                      r->off);
+    return codec__fail(r->err, CODEC_E_TRAILING_BYTES, r->off,
+                       "%s: %zu bytes after the last field at offset %zu", r->msg, rd_left(r),
+                       r->off);
 }
 
 static bool name_char(uint8_t c)
@@ -120,24 +120,24 @@ static bool name_char(uint8_t c)
            c == '.' || c == '-';
 }
 
-int rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1])
+int codec__rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1])
 {
-    int rc = rd_need(r, 1, "name_len");
+    int rc = codec__rd_need(r, 1, "name_len");
     if (rc)
         return rc;
     size_t at = r->off;
     uint8_t n = r->p[r->off++];
     if (unlikely(n == 0 || n > CODEC_MAX_NAME))
-        return codec_fail(r->err, CODEC_E_BAD_NAME, at,
-                          "%s: model name_len %u at offset %zu is not 1..64", r->msg, n, at);
-    if ((rc = rd_need(r, n, "model name")))
+        return codec__fail(r->err, CODEC_E_BAD_NAME, at,
+                           "%s: model name_len %u at offset %zu is not 1..64", r->msg, n, at);
+    if ((rc = codec__rd_need(r, n, "model name")))
         return rc;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = r->p[r->off + i];
         if (unlikely(!name_char(c)))
-            return codec_fail(r->err, CODEC_E_BAD_NAME, r->off + i,
-                              "%s: model name byte 0x%02x at offset %zu is not [A-Za-z0-9_.-]",
-                              r->msg, c, r->off + i);
+            return codec__fail(r->err, CODEC_E_BAD_NAME, r->off + i,
+                               "%s: model name byte 0x%02x at offset %zu is not [A-Za-z0-9_.-]",
+                               r->msg, c, r->off + i);
     }
     memcpy(name, r->p + r->off, n);
     name[n] = '\0';
@@ -145,25 +145,25 @@ int rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1])
     return CODEC_OK;
 }
 
-int rd_count(struct rd *r, uint32_t *n, const char *what, size_t min_bytes_each)
+int codec__rd_count(struct rd *r, uint32_t *n, const char *what, size_t min_bytes_each)
 {
     size_t at = r->off;
     uint64_t v;
-    int rc = rd_varint(r, &v, what);
+    int rc = codec__rd_varint(r, &v, what);
     if (rc)
         return rc;
     if (unlikely(v == 0))
-        return codec_fail(r->err, CODEC_E_NO_ITEMS, at, "%s: %s is 0 at offset %zu", r->msg, what,
-                          at);
+        return codec__fail(r->err, CODEC_E_NO_ITEMS, at, "%s: %s is 0 at offset %zu", r->msg, what,
+                           at);
     if (unlikely(v > CODEC_MAX_ITEMS))
-        return codec_fail(r->err, CODEC_E_TOO_MANY_ITEMS, at,
-                          "%s: %s %llu at offset %zu is over %u", r->msg, what,
-                          (unsigned long long)v, at, CODEC_MAX_ITEMS);
+        return codec__fail(r->err, CODEC_E_TOO_MANY_ITEMS, at,
+                           "%s: %s %llu at offset %zu is over %u", r->msg, what,
+                           (unsigned long long)v, at, CODEC_MAX_ITEMS);
     if (unlikely(v * min_bytes_each > rd_left(r)))
-        return codec_fail(r->err, CODEC_E_TRUNCATED, at,
-                          "%s: %s %llu at offset %zu need %llu bytes, %zu left", r->msg, what,
-                          (unsigned long long)v, at, (unsigned long long)(v * min_bytes_each),
-                          rd_left(r));
+        return codec__fail(r->err, CODEC_E_TRUNCATED, at,
+                           "%s: %s %llu at offset %zu need %llu bytes, %zu left", r->msg, what,
+                           (unsigned long long)v, at, (unsigned long long)(v * min_bytes_each),
+                           rd_left(r));
     *n = (uint32_t)v;
     return CODEC_OK;
 }
@@ -178,8 +178,8 @@ static inline int varint_decode_fast(const uint8_t *p, uint64_t *v)
     uint64_t w;
     memcpy(&w, p, 8);
     w = le64toh(w);
-    uint64_t stop = ~w & 0x8080808080808080ull;  /* top bit clear: the last byte */
-    w &= stop ^ (stop - 1);                      /* keep bytes up to it (all 8 if none) */
+    uint64_t stop = ~w & 0x8080808080808080ull; /* top bit clear: the last byte */
+    w &= stop ^ (stop - 1);                     /* keep bytes up to it (all 8 if none) */
     unsigned bytes = ((unsigned)__builtin_ctzll(stop | (1ull << 63)) >> 3) + 1;
     uint64_t x = (w & 0x7full) | ((w >> 1) & (0x7full << 7)) | ((w >> 2) & (0x7full << 14)) |
                  ((w >> 3) & (0x7full << 21)) | ((w >> 4) & (0x7full << 28)) |
@@ -194,7 +194,7 @@ static inline int varint_decode_fast(const uint8_t *p, uint64_t *v)
         *v = x;
         return 9;
     }
-    if (p[9] > 1) /* a 10th: only deltas >= 2^63 */
+    if (p[9] > 1)  /* a 10th: only deltas >= 2^63 */
         return -1; /* over 64 bits, or an 11th byte */
     *v = x | (uint64_t)p[9] << 63;
     return 10;
@@ -219,9 +219,8 @@ static uint64_t copy_fixed_ids_scalar(const uint8_t *restrict src, uint64_t *res
 #include <immintrin.h>
 /* The same, four ids at a time with AVX2 (unsigned order via the sign-bit
  * flip, since AVX2 compares signed); chosen at run time when the CPU has it. */
-__attribute__((target("avx2"))) static uint64_t copy_fixed_ids_avx2(const uint8_t *restrict src,
-                                                                   uint64_t *restrict dst,
-                                                                   uint32_t n)
+__attribute__((target("avx2"))) static uint64_t
+copy_fixed_ids_avx2(const uint8_t *restrict src, uint64_t *restrict dst, uint32_t n)
 {
     const __m256i flip = _mm256_set1_epi64x(INT64_MIN), ones = _mm256_set1_epi64x(-1);
     __m256i bad = _mm256_setzero_si256();
@@ -229,7 +228,8 @@ __attribute__((target("avx2"))) static uint64_t copy_fixed_ids_avx2(const uint8_
     uint32_t i = 1;
     for (; i + 4 <= n; i += 4) {
         __m256i cur = _mm256_loadu_si256((const __m256i *)(const void *)(src + (size_t)i * 8));
-        __m256i prv = _mm256_loadu_si256((const __m256i *)(const void *)(src + (size_t)(i - 1) * 8));
+        __m256i prv =
+            _mm256_loadu_si256((const __m256i *)(const void *)(src + (size_t)(i - 1) * 8));
         _mm256_storeu_si256((__m256i *)(void *)(dst + i), cur);
         __m256i gt = _mm256_cmpgt_epi64(_mm256_xor_si256(cur, flip), _mm256_xor_si256(prv, flip));
         bad = _mm256_or_si256(bad, _mm256_xor_si256(gt, ones));
@@ -253,45 +253,45 @@ static inline uint64_t copy_fixed_ids(const uint8_t *src, uint64_t *dst, uint32_
     return copy_fixed_ids_scalar(src, dst, n);
 }
 
-int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
+int codec__rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
 {
     char lb[32];
     size_t at = r->off;
     uint64_t n;
     int k = codec_varint_decode(r->p + r->off, rd_left(r), &n);
     if (unlikely(k <= 0))
-        return codec_fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
-                          k ? "%s %s: varint feature count at offset %zu is over 10 bytes"
-                            : "%s %s: feature count at offset %zu runs past the payload end",
-                          r->msg, label(lb, sizeof lb, what, index), at);
+        return codec__fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
+                           k ? "%s %s: varint feature count at offset %zu is over 10 bytes"
+                             : "%s %s: feature count at offset %zu runs past the payload end",
+                           r->msg, label(lb, sizeof lb, what, index), at);
     r->off += (size_t)k;
     if (unlikely(n > CODEC_MAX_BLOCK_FEATURES))
-        return codec_fail(r->err, CODEC_E_TOO_MANY_FEATURES, at,
-                          "%s %s: %llu features at offset %zu, block limit %u", r->msg,
-                          label(lb, sizeof lb, what, index), (unsigned long long)n, at,
-                          CODEC_MAX_BLOCK_FEATURES);
+        return codec__fail(r->err, CODEC_E_TOO_MANY_FEATURES, at,
+                           "%s %s: %llu features at offset %zu, block limit %u", r->msg,
+                           label(lb, sizeof lb, what, index), (unsigned long long)n, at,
+                           CODEC_MAX_BLOCK_FEATURES);
     if (unlikely(r->features + n > CODEC_MAX_REQUEST_FEATURES))
-        return codec_fail(r->err, CODEC_E_TOO_MANY_FEATURES, at,
-                          "%s %s: %llu features at offset %zu bring the request over %u", r->msg,
-                          label(lb, sizeof lb, what, index), (unsigned long long)n, at,
-                          CODEC_MAX_REQUEST_FEATURES);
+        return codec__fail(r->err, CODEC_E_TOO_MANY_FEATURES, at,
+                           "%s %s: %llu features at offset %zu bring the request over %u", r->msg,
+                           label(lb, sizeof lb, what, index), (unsigned long long)n, at,
+                           CODEC_MAX_REQUEST_FEATURES);
     if (unlikely(r->off >= r->len))
-        return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
-                          "%s %s: block flags at offset %zu run past the payload end", r->msg,
-                          label(lb, sizeof lb, what, index), r->off);
+        return codec__fail(r->err, CODEC_E_TRUNCATED, r->off,
+                           "%s %s: block flags at offset %zu run past the payload end", r->msg,
+                           label(lb, sizeof lb, what, index), r->off);
     uint8_t flags = r->p[r->off];
     if (unlikely(flags & ~(CODEC_BLOCK_VALUES | CODEC_BLOCK_FIXED)))
-        return codec_fail(r->err, CODEC_E_BAD_VALUE, r->off,
-                          "%s %s: block flags 0x%02x at offset %zu set undefined bits", r->msg,
-                          label(lb, sizeof lb, what, index), flags, r->off);
+        return codec__fail(r->err, CODEC_E_BAD_VALUE, r->off,
+                           "%s %s: block flags 0x%02x at offset %zu set undefined bits", r->msg,
+                           label(lb, sizeof lb, what, index), flags, r->off);
     r->off++;
     bool has_values = flags & CODEC_BLOCK_VALUES, fixed = flags & CODEC_BLOCK_FIXED;
     size_t min = (size_t)n * ((fixed ? 8 : 1) + (has_values ? 4 : 0));
     if (unlikely(min > rd_left(r)))
-        return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
-                          "%s %s: %llu features at offset %zu need >= %zu bytes, %zu left", r->msg,
-                          label(lb, sizeof lb, what, index), (unsigned long long)n, r->off, min,
-                          rd_left(r));
+        return codec__fail(r->err, CODEC_E_TRUNCATED, r->off,
+                           "%s %s: %llu features at offset %zu need >= %zu bytes, %zu left", r->msg,
+                           label(lb, sizeof lb, what, index), (unsigned long long)n, r->off, min,
+                           rd_left(r));
 
     r->features += (uint32_t)n;
     b->n = (uint32_t)n;
@@ -299,12 +299,12 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
     b->values = has_values ? no_values : NULL;
     if (n == 0)
         return CODEC_OK;
-    uint64_t *ids = rd_alloc(r, (size_t)n * sizeof *ids, "ids"); /* b's, written here */
+    uint64_t *ids = codec__rd_alloc(r, (size_t)n * sizeof *ids, "ids"); /* b's, written here */
     float *values = NULL;
     if (!ids)
         return r->err ? r->err->code : CODEC_E_INTERNAL;
     b->ids = ids;
-    if (has_values && !(values = rd_alloc(r, (size_t)n * sizeof *values, "values")))
+    if (has_values && !(values = codec__rd_alloc(r, (size_t)n * sizeof *values, "values")))
         return r->err ? r->err->code : CODEC_E_INTERNAL;
     if (has_values)
         b->values = values;
@@ -315,9 +315,9 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
             uint32_t i = 1;
             while (b->ids[i] > b->ids[i - 1])
                 i++;
-            return codec_fail(r->err, CODEC_E_UNSORTED_FEATURES, r->off + (size_t)i * 8,
-                              "%s %s: id[%u] at offset %zu is not above id[%u]", r->msg,
-                              label(lb, sizeof lb, what, index), i, r->off + (size_t)i * 8, i - 1);
+            return codec__fail(r->err, CODEC_E_UNSORTED_FEATURES, r->off + (size_t)i * 8,
+                               "%s %s: id[%u] at offset %zu is not above id[%u]", r->msg,
+                               label(lb, sizeof lb, what, index), i, r->off + (size_t)i * 8, i - 1);
         }
         r->off += (size_t)n * 8;
     }
@@ -330,31 +330,31 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
         else
             k = codec_varint_decode(r->p + r->off, rd_left(r), &d);
         if (unlikely(k <= 0))
-            return codec_fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
-                              k ? "%s %s: varint delta[%u] at offset %zu is over 10 bytes"
-                                : "%s %s: delta[%u] at offset %zu runs past the payload end",
-                              r->msg, label(lb, sizeof lb, what, index), i, at);
+            return codec__fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
+                               k ? "%s %s: varint delta[%u] at offset %zu is over 10 bytes"
+                                 : "%s %s: delta[%u] at offset %zu runs past the payload end",
+                               r->msg, label(lb, sizeof lb, what, index), i, at);
         r->off += (size_t)k;
         if (unlikely(i > 0 && (d == 0 || id + d < id)))
-            return codec_fail(r->err, CODEC_E_UNSORTED_FEATURES, at,
-                              d ? "%s %s: delta[%u] at offset %zu overflows 64 bits"
-                                : "%s %s: delta[%u] at offset %zu is 0 (duplicate id)",
-                              r->msg, label(lb, sizeof lb, what, index), i, at);
+            return codec__fail(r->err, CODEC_E_UNSORTED_FEATURES, at,
+                               d ? "%s %s: delta[%u] at offset %zu overflows 64 bits"
+                                 : "%s %s: delta[%u] at offset %zu is 0 (duplicate id)",
+                               r->msg, label(lb, sizeof lb, what, index), i, at);
         id += d;
         ids[i] = id;
     }
     if (!has_values)
         return CODEC_OK;
     if (unlikely(rd_left(r) < (size_t)n * 4))
-        return codec_fail(r->err, CODEC_E_TRUNCATED, r->off,
-                          "%s %s: %llu values at offset %zu run past the payload end", r->msg,
-                          label(lb, sizeof lb, what, index), (unsigned long long)n, r->off);
+        return codec__fail(r->err, CODEC_E_TRUNCATED, r->off,
+                           "%s %s: %llu values at offset %zu run past the payload end", r->msg,
+                           label(lb, sizeof lb, what, index), (unsigned long long)n, r->off);
     for (uint32_t i = 0; i < n; i++) {
         float v = get_f32(r->p + r->off);
         if (unlikely(!f32_finite(v)))
-            return codec_fail(r->err, CODEC_E_BAD_VALUE, r->off,
-                              "%s %s: value[%u] at offset %zu is NaN or infinite", r->msg,
-                              label(lb, sizeof lb, what, index), i, r->off);
+            return codec__fail(r->err, CODEC_E_BAD_VALUE, r->off,
+                               "%s %s: value[%u] at offset %zu is NaN or infinite", r->msg,
+                               label(lb, sizeof lb, what, index), i, r->off);
         values[i] = v;
         r->off += 4;
     }
@@ -363,21 +363,21 @@ int rd_block(struct rd *r, codec_block_t *b, const char *what, long index)
 
 /* ---- encoding --------------------------------------------------------------------- */
 
-int name_check(const char *name, const char *msg, codec_error_t *err)
+int codec__name_check(const char *name, const char *msg, codec_error_t *err)
 {
     size_t n = strnlen(name, CODEC_MAX_NAME + 1);
     if (n == 0 || n > CODEC_MAX_NAME)
-        return codec_fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
-                          "%s: model name must be 1..64 bytes", msg);
+        return codec__fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
+                           "%s: model name must be 1..64 bytes", msg);
     for (size_t i = 0; i < n; i++)
         if (!name_char((uint8_t)name[i]))
-            return codec_fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
-                              "%s: model name byte %zu (0x%02x) is not [A-Za-z0-9_.-]", msg, i,
-                              (uint8_t)name[i]);
+            return codec__fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
+                               "%s: model name byte %zu (0x%02x) is not [A-Za-z0-9_.-]", msg, i,
+                               (uint8_t)name[i]);
     return CODEC_OK;
 }
 
-void wr_name(struct wr *w, const char *name)
+void codec__wr_name(struct wr *w, const char *name)
 {
     size_t n = strlen(name);
     wr_u8(w, (uint8_t)n);
@@ -402,40 +402,40 @@ static size_t block_id_bytes(const codec_block_t *b, bool *fixed)
     return f ? (size_t)b->n * 8 : v;
 }
 
-int block_check(const codec_block_t *b, const char *msg, const char *what, long index,
-                uint32_t *features, size_t *bytes, codec_error_t *err)
+int codec__block_check(const codec_block_t *b, const char *msg, const char *what, long index,
+                       uint32_t *features, size_t *bytes, codec_error_t *err)
 {
     char lb[32];
     if (b->n > CODEC_MAX_BLOCK_FEATURES)
-        return codec_fail(err, CODEC_E_TOO_MANY_FEATURES, CODEC_NO_OFFSET,
-                          "%s %s: %u features, block limit %u", msg,
-                          label(lb, sizeof lb, what, index), b->n, CODEC_MAX_BLOCK_FEATURES);
+        return codec__fail(err, CODEC_E_TOO_MANY_FEATURES, CODEC_NO_OFFSET,
+                           "%s %s: %u features, block limit %u", msg,
+                           label(lb, sizeof lb, what, index), b->n, CODEC_MAX_BLOCK_FEATURES);
     if ((uint64_t)*features + b->n > CODEC_MAX_REQUEST_FEATURES)
-        return codec_fail(err, CODEC_E_TOO_MANY_FEATURES, CODEC_NO_OFFSET,
-                          "%s %s: %u features bring the request over %u", msg,
-                          label(lb, sizeof lb, what, index), b->n, CODEC_MAX_REQUEST_FEATURES);
+        return codec__fail(err, CODEC_E_TOO_MANY_FEATURES, CODEC_NO_OFFSET,
+                           "%s %s: %u features bring the request over %u", msg,
+                           label(lb, sizeof lb, what, index), b->n, CODEC_MAX_REQUEST_FEATURES);
     if (b->n > 0 && !b->ids)
-        return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "%s %s: ids is NULL", msg,
-                          label(lb, sizeof lb, what, index));
+        return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "%s %s: ids is NULL", msg,
+                           label(lb, sizeof lb, what, index));
     size_t sz = codec_varint_size(b->n) + 1 + (b->values ? (size_t)b->n * 4 : 0);
     for (uint32_t i = 1; i < b->n; i++)
         if (b->ids[i] <= b->ids[i - 1])
-            return codec_fail(err, CODEC_E_UNSORTED_FEATURES, CODEC_NO_OFFSET,
-                              "%s %s: id[%u] is not above id[%u] (use codec_sort_unique)", msg,
-                              label(lb, sizeof lb, what, index), i, i - 1);
+            return codec__fail(err, CODEC_E_UNSORTED_FEATURES, CODEC_NO_OFFSET,
+                               "%s %s: id[%u] is not above id[%u] (use codec_sort_unique)", msg,
+                               label(lb, sizeof lb, what, index), i, i - 1);
     sz += block_id_bytes(b, NULL);
     if (b->values)
         for (uint32_t i = 0; i < b->n; i++)
             if (!f32_finite(b->values[i]))
-                return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
-                                  "%s %s: value[%u] is NaN or infinite", msg,
-                                  label(lb, sizeof lb, what, index), i);
+                return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
+                                   "%s %s: value[%u] is NaN or infinite", msg,
+                                   label(lb, sizeof lb, what, index), i);
     *features += b->n;
     *bytes += sz;
     return CODEC_OK;
 }
 
-void wr_block(struct wr *w, const codec_block_t *b)
+void codec__wr_block(struct wr *w, const codec_block_t *b)
 {
     bool fixed;
     block_id_bytes(b, &fixed);

@@ -1,7 +1,20 @@
 /*
- * codec_internal.h — helpers shared by the codec's sources; not installed.
- * Little-endian loads and stores, the payload reader, the arena, error
- * reporting and the feature-block coder that PREDICT and TRAIN share.
+ * codec_internal.h — helpers shared by the codec's sources; not installed,
+ * included by no file outside codec/.  Little-endian loads and stores, the
+ * payload reader, the writer, error reporting and the feature-block coder
+ * that PREDICT and TRAIN share.
+ *
+ * NAMES: the out-of-line helpers are defined in one file and called from
+ * others, so they carry the library-private prefix codec__ (block.c:
+ * codec__fail, codec__rd_*, codec__wr_name, codec__wr_block,
+ * codec__name_check, codec__block_check; frame.c: codec__frame_begin) and
+ * libtlcodec exports nothing but codec_* and codec__* names.  The static
+ * inline helpers below are copied into each file that includes this header
+ * and export nothing, so they stay short.
+ *
+ * CALLS go one way: varint.c <- block.c <- frame.c <- predict.c, train.c
+ * <- msg.c (whole-frame dispatch); hash.c calls none of them.
+ * likely/unlikely/cold are defined here, once for the library.
  */
 #ifndef TL_CODEC_INTERNAL_H
 #define TL_CODEC_INTERNAL_H
@@ -77,7 +90,7 @@ static inline bool f32_finite(float f)
 
 /* Fills *err (when not NULL) and returns code.  offset is a payload offset
  * or CODEC_NO_OFFSET.  The message is cut at 127 bytes. */
-int codec_fail(codec_error_t *err, int code, size_t offset, const char *fmt, ...) cold
+int codec__fail(codec_error_t *err, int code, size_t offset, const char *fmt, ...) cold
     __attribute__((format(printf, 4, 5)));
 
 /* ---- payload reader ------------------------------------------------------------ */
@@ -98,28 +111,28 @@ static inline size_t rd_left(const struct rd *r)
 }
 
 /* Reads a varint field named `what`; TRUNCATED or BAD_VARINT on failure. */
-int rd_varint(struct rd *r, uint64_t *v, const char *what);
+int codec__rd_varint(struct rd *r, uint64_t *v, const char *what);
 
 /* Needs n more bytes for field `what`, else TRUNCATED. */
-int rd_need(struct rd *r, size_t n, const char *what);
+int codec__rd_need(struct rd *r, size_t n, const char *what);
 
 /* Reads u8 name_len + name, checks 1..64 bytes of [A-Za-z0-9_.-] and copies
  * it NUL-terminated into name. */
-int rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1]);
+int codec__rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1]);
 
 /* Reads a count varint (items / samples): NO_ITEMS at 0, TOO_MANY_ITEMS over
  * CODEC_MAX_ITEMS, TRUNCATED when fewer than min_bytes_each * n bytes are
  * left (checked before the arena is touched). */
-int rd_count(struct rd *r, uint32_t *n, const char *what, size_t min_bytes_each);
+int codec__rd_count(struct rd *r, uint32_t *n, const char *what, size_t min_bytes_each);
 
 /* Decodes one feature block; what/index name it in errors (index < 0: none). */
-int rd_block(struct rd *r, codec_block_t *b, const char *what, long index);
+int codec__rd_block(struct rd *r, codec_block_t *b, const char *what, long index);
 
 /* Allocates n bytes, 8-byte aligned, from r->arena; INTERNAL when it is full. */
-void *rd_alloc(struct rd *r, size_t n, const char *what);
+void *codec__rd_alloc(struct rd *r, size_t n, const char *what);
 
 /* Fails with TRAILING_BYTES unless the whole payload was read. */
-int rd_end(struct rd *r);
+int codec__rd_end(struct rd *r);
 
 /* ---- writer (sizes are computed first, so writes need no checks) ---------------- */
 
@@ -164,19 +177,19 @@ static inline void wr_bytes(struct wr *w, const void *src, size_t n)
 }
 
 /* Checks a model name for encoding; BAD_NAME unless 1..64 allowed chars. */
-int name_check(const char *name, const char *msg, codec_error_t *err);
-void wr_name(struct wr *w, const char *name);
+int codec__name_check(const char *name, const char *msg, codec_error_t *err);
+void codec__wr_name(struct wr *w, const char *name);
 
 /* Checks a block for encoding (the decoder's rules, plus the request's
  * running feature total) and adds its encoded size to *bytes. */
-int block_check(const codec_block_t *b, const char *msg, const char *what, long index,
-                uint32_t *features, size_t *bytes, codec_error_t *err);
-void wr_block(struct wr *w, const codec_block_t *b);
+int codec__block_check(const codec_block_t *b, const char *msg, const char *what, long index,
+                       uint32_t *features, size_t *bytes, codec_error_t *err);
+void codec__wr_block(struct wr *w, const codec_block_t *b);
 
 /* Common tail of every encoder: FRAME_TOO_LARGE / NEED_MORE checks on the
  * payload size, and the header.  Returns CODEC_OK when the caller may write
  * the payload at buf + CODEC_HEADER_SIZE. */
-int frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
-                size_t *len, codec_error_t *err);
+int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
+                       size_t *len, codec_error_t *err);
 
 #endif /* TL_CODEC_INTERNAL_H */

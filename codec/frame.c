@@ -1,6 +1,8 @@
 /*
- * frame.c — the 24-byte frame header, whole-frame decode/encode dispatch,
- * and the small control messages (ERROR, PING/PONG).
+ * frame.c — the 24-byte frame header, the header half of every encoder
+ * (codec__frame_begin), and the small control messages (ERROR, PING/PONG).
+ * Whole-frame dispatch to the message decoders is msg.c's: this file calls
+ * no message file, so they can all call it.
  *
  *  0       4    5    6         8                 16        20        24
  *  +-------+----+----+---------+-----------------+---------+---------+---------
@@ -78,27 +80,27 @@ int codec_parse_header(const uint8_t *buf, size_t len, codec_header_t *hdr, code
     if (len < CODEC_HEADER_SIZE)
         return CODEC_NEED_MORE;
     if (unlikely(memcmp(buf, CODEC_MAGIC, 4) != 0))
-        return codec_fail(err, CODEC_E_BAD_MAGIC, 0,
-                          "frame: magic %02x %02x %02x %02x at offset 0 is not \"TLW1\"", buf[0],
-                          buf[1], buf[2], buf[3]);
+        return codec__fail(err, CODEC_E_BAD_MAGIC, 0,
+                           "frame: magic %02x %02x %02x %02x at offset 0 is not \"TLW1\"", buf[0],
+                           buf[1], buf[2], buf[3]);
     if (unlikely(buf[4] != CODEC_WIRE_VERSION))
-        return codec_fail(err, CODEC_E_BAD_VERSION, 4,
-                          "frame: wire version %u at offset 4, this server speaks 1", buf[4]);
+        return codec__fail(err, CODEC_E_BAD_VERSION, 4,
+                           "frame: wire version %u at offset 4, this server speaks 1", buf[4]);
     uint32_t payload_len = get_u32(buf + 16);
     if (unlikely(payload_len > CODEC_MAX_PAYLOAD))
-        return codec_fail(err, CODEC_E_FRAME_TOO_LARGE, 16,
-                          "frame: payload_len %u at offset 16 is over %u", payload_len,
-                          CODEC_MAX_PAYLOAD);
+        return codec__fail(err, CODEC_E_FRAME_TOO_LARGE, 16,
+                           "frame: payload_len %u at offset 16 is over %u", payload_len,
+                           CODEC_MAX_PAYLOAD);
     uint32_t reserved = get_u32(buf + 20);
     if (unlikely(reserved != 0))
-        return codec_fail(err, CODEC_E_BAD_HEADER, 20,
-                          "frame: reserved field 0x%08x at offset 20 is not 0", reserved);
+        return codec__fail(err, CODEC_E_BAD_HEADER, 20,
+                           "frame: reserved field 0x%08x at offset 20 is not 0", reserved);
     bool known;
     uint16_t flags = get_u16(buf + 6);
     uint16_t ok = defined_flags(buf[5], &known);
     if (unlikely(known && (flags & ~ok)))
-        return codec_fail(err, CODEC_E_BAD_HEADER, 6,
-                          "frame: flags 0x%04x at offset 6 undefined for type %u", flags, buf[5]);
+        return codec__fail(err, CODEC_E_BAD_HEADER, 6,
+                           "frame: flags 0x%04x at offset 6 undefined for type %u", flags, buf[5]);
     hdr->type = buf[5];
     hdr->flags = flags;
     hdr->request_id = get_u64(buf + 8);
@@ -117,16 +119,16 @@ void codec_write_header(uint8_t out[CODEC_HEADER_SIZE], const codec_header_t *hd
     put_u32(out + 20, 0);
 }
 
-int frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
-                size_t *len, codec_error_t *err)
+int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
+                       size_t *len, codec_error_t *err)
 {
     if (payload > CODEC_MAX_PAYLOAD)
-        return codec_fail(err, CODEC_E_FRAME_TOO_LARGE, CODEC_NO_OFFSET,
-                          "encode: payload of %zu bytes is over %u", payload, CODEC_MAX_PAYLOAD);
+        return codec__fail(err, CODEC_E_FRAME_TOO_LARGE, CODEC_NO_OFFSET,
+                           "encode: payload of %zu bytes is over %u", payload, CODEC_MAX_PAYLOAD);
     *len = CODEC_HEADER_SIZE + payload;
     if (cap < *len || !buf)
-        return codec_fail(err, CODEC_NEED_MORE, CODEC_NO_OFFSET,
-                          "encode: frame needs %zu bytes, buffer has %zu", *len, cap);
+        return codec__fail(err, CODEC_NEED_MORE, CODEC_NO_OFFSET,
+                           "encode: frame needs %zu bytes, buffer has %zu", *len, cap);
     codec_header_t h = {
         .type = type, .flags = 0, .request_id = request_id, .payload_len = (uint32_t)payload};
     codec_write_header(buf, &h);
@@ -138,36 +140,36 @@ int frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, siz
 int codec_decode_errmsg(const uint8_t *payload, size_t len, codec_errmsg_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .err = err, .msg = "ERROR"};
-    int rc = rd_need(&r, 2, "code"); /* wire order: the code, then msg_len */
+    int rc = codec__rd_need(&r, 2, "code"); /* wire order: the code, then msg_len */
     if (rc)
         return rc;
     out->code = get_u16(payload);
     if (unlikely(out->code == 0))
-        return codec_fail(err, CODEC_E_BAD_VALUE, 0, "ERROR: code 0 at offset 0");
+        return codec__fail(err, CODEC_E_BAD_VALUE, 0, "ERROR: code 0 at offset 0");
     r.off = 2;
-    if ((rc = rd_need(&r, 2, "msg_len")))
+    if ((rc = codec__rd_need(&r, 2, "msg_len")))
         return rc;
     out->msg_len = get_u16(payload + 2);
     r.off = 4;
     if (unlikely(out->msg_len > CODEC_MAX_ERROR_MSG))
-        return codec_fail(err, CODEC_E_BAD_VALUE, 2, "ERROR: msg_len %u at offset 2 is over %u",
-                          out->msg_len, CODEC_MAX_ERROR_MSG);
-    if ((rc = rd_need(&r, out->msg_len, "msg")))
+        return codec__fail(err, CODEC_E_BAD_VALUE, 2, "ERROR: msg_len %u at offset 2 is over %u",
+                           out->msg_len, CODEC_MAX_ERROR_MSG);
+    if ((rc = codec__rd_need(&r, out->msg_len, "msg")))
         return rc;
     out->msg = (const char *)payload + 4;
     r.off += out->msg_len;
-    return rd_end(&r);
+    return codec__rd_end(&r);
 }
 
 int codec_encode_errmsg(uint8_t *buf, size_t cap, uint64_t request_id, const codec_errmsg_t *e,
                         size_t *len, codec_error_t *err)
 {
     if (e->code == 0)
-        return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET, "ERROR: code 0");
+        return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET, "ERROR: code 0");
     if (e->msg_len > CODEC_MAX_ERROR_MSG)
-        return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET, "ERROR: msg_len %u is over %u",
-                          e->msg_len, CODEC_MAX_ERROR_MSG);
-    int rc = frame_begin(buf, cap, CODEC_ERROR, request_id, 4u + e->msg_len, len, err);
+        return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET, "ERROR: msg_len %u is over %u",
+                           e->msg_len, CODEC_MAX_ERROR_MSG);
+    int rc = codec__frame_begin(buf, cap, CODEC_ERROR, request_id, 4u + e->msg_len, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
@@ -182,8 +184,8 @@ int codec_encode_errmsg(uint8_t *buf, size_t cap, uint64_t request_id, const cod
 int codec_decode_ping(const uint8_t *payload, size_t len, codec_ping_t *out, codec_error_t *err)
 {
     if (unlikely(len > CODEC_MAX_PING))
-        return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_MAX_PING,
-                          "PING: payload of %zu bytes is over %u", len, CODEC_MAX_PING);
+        return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_MAX_PING,
+                           "PING: payload of %zu bytes is over %u", len, CODEC_MAX_PING);
     out->data = payload;
     out->len = (uint32_t)len;
     return CODEC_OK;
@@ -193,70 +195,14 @@ int codec_encode_ping(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_i
                       const codec_ping_t *p, size_t *len, codec_error_t *err)
 {
     if (type != CODEC_PING && type != CODEC_PONG)
-        return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PING: type %u", type);
+        return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PING: type %u", type);
     if (p->len > CODEC_MAX_PING)
-        return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
-                          "PING: payload of %u bytes is over %u", p->len, CODEC_MAX_PING);
-    int rc = frame_begin(buf, cap, type, request_id, p->len, len, err);
+        return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
+                           "PING: payload of %u bytes is over %u", p->len, CODEC_MAX_PING);
+    int rc = codec__frame_begin(buf, cap, type, request_id, p->len, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
     wr_bytes(&w, p->data, p->len);
     return CODEC_OK;
-}
-
-/* ---- whole frames ------------------------------------------------------------------ */
-
-int codec_decode_frame(const uint8_t *buf, size_t len, codec_arena_t *arena, codec_msg_t *out,
-                       codec_error_t *err)
-{
-    int rc = codec_parse_header(buf, len, &out->hdr, err);
-    if (rc)
-        return rc;
-    if (len - CODEC_HEADER_SIZE < out->hdr.payload_len)
-        return CODEC_NEED_MORE;
-    const uint8_t *p = buf + CODEC_HEADER_SIZE;
-    size_t n = out->hdr.payload_len;
-    switch (out->hdr.type) {
-    case CODEC_PREDICT:
-        return codec_decode_predict(p, n, arena, &out->u.predict, err);
-    case CODEC_PREDICT_RESULT:
-        return codec_decode_result(p, n, arena, &out->u.result, err);
-    case CODEC_TRAIN:
-        return codec_decode_train(p, n, arena, &out->u.train, err);
-    case CODEC_TRAIN_ACK:
-        return codec_decode_train_ack(p, n, &out->u.ack, err);
-    case CODEC_ERROR:
-        return codec_decode_errmsg(p, n, &out->u.error, err);
-    case CODEC_PING:
-    case CODEC_PONG:
-        return codec_decode_ping(p, n, &out->u.ping, err);
-    default:
-        return codec_fail(err, CODEC_E_UNKNOWN_TYPE, 5, "frame: message type %u not accepted",
-                          out->hdr.type);
-    }
-}
-
-int codec_encode_msg(uint8_t *buf, size_t cap, const codec_msg_t *m, size_t *len,
-                     codec_error_t *err)
-{
-    uint64_t id = m->hdr.request_id;
-    switch (m->hdr.type) {
-    case CODEC_PREDICT:
-        return codec_encode_predict(buf, cap, id, &m->u.predict, len, err);
-    case CODEC_PREDICT_RESULT:
-        return codec_encode_result(buf, cap, id, &m->u.result, len, err);
-    case CODEC_TRAIN:
-        return codec_encode_train(buf, cap, id, &m->u.train, len, err);
-    case CODEC_TRAIN_ACK:
-        return codec_encode_train_ack(buf, cap, id, &m->u.ack, len, err);
-    case CODEC_ERROR:
-        return codec_encode_errmsg(buf, cap, id, &m->u.error, len, err);
-    case CODEC_PING:
-    case CODEC_PONG:
-        return codec_encode_ping(buf, cap, m->hdr.type, id, &m->u.ping, len, err);
-    default:
-        return codec_fail(err, CODEC_E_UNKNOWN_TYPE, CODEC_NO_OFFSET,
-                          "encode: message type %u not supported", m->hdr.type);
-    }
 }

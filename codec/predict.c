@@ -26,56 +26,58 @@ int codec_decode_predict(const uint8_t *payload, size_t len, codec_arena_t *aren
                          codec_predict_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .arena = arena, .err = err, .msg = "PREDICT"};
-    int rc = rd_name(&r, out->name);
+    int rc = codec__rd_name(&r, out->name);
     if (rc)
         return rc;
-    if ((rc = rd_need(&r, 8, "version")))
+    if ((rc = codec__rd_need(&r, 8, "version")))
         return rc;
     out->version = get_u64(payload + r.off);
     r.off += 8;
-    if ((rc = rd_count(&r, &out->items, "items", 2)))
+    if ((rc = codec__rd_count(&r, &out->items, "items", 2)))
         return rc;
-    if ((rc = rd_block(&r, &out->shared, "shared block", -1)))
+    if ((rc = codec__rd_block(&r, &out->shared, "shared block", -1)))
         return rc;
-    out->item = rd_alloc(&r, out->items * sizeof *out->item, "item blocks");
+    out->item = codec__rd_alloc(&r, out->items * sizeof *out->item, "item blocks");
     if (!out->item)
         return r.err ? r.err->code : CODEC_E_INTERNAL;
     for (uint32_t i = 0; i < out->items; i++)
-        if ((rc = rd_block(&r, &out->item[i], "item", i)))
+        if ((rc = codec__rd_block(&r, &out->item[i], "item", i)))
             return rc;
-    return rd_end(&r);
+    return codec__rd_end(&r);
 }
 
 int codec_encode_predict(uint8_t *buf, size_t cap, uint64_t request_id, const codec_predict_t *req,
                          size_t *len, codec_error_t *err)
 {
-    int rc = name_check(req->name, "PREDICT", err);
+    int rc = codec__name_check(req->name, "PREDICT", err);
     if (rc)
         return rc;
     if (req->items == 0)
-        return codec_fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "PREDICT: items is 0");
+        return codec__fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "PREDICT: items is 0");
     if (req->items > CODEC_MAX_ITEMS)
-        return codec_fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
-                          "PREDICT: items %u is over %u", req->items, CODEC_MAX_ITEMS);
+        return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
+                           "PREDICT: items %u is over %u", req->items, CODEC_MAX_ITEMS);
     if (!req->item)
-        return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PREDICT: item is NULL");
+        return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PREDICT: item is NULL");
     uint32_t features = 0;
     size_t payload = 1 + strlen(req->name) + 8 + codec_varint_size(req->items);
-    if ((rc = block_check(&req->shared, "PREDICT", "shared block", -1, &features, &payload, err)))
+    if ((rc = codec__block_check(&req->shared, "PREDICT", "shared block", -1, &features, &payload,
+                                 err)))
         return rc;
     for (uint32_t i = 0; i < req->items; i++)
-        if ((rc = block_check(&req->item[i], "PREDICT", "item", i, &features, &payload, err)))
+        if ((rc =
+                 codec__block_check(&req->item[i], "PREDICT", "item", i, &features, &payload, err)))
             return rc;
-    if ((rc = frame_begin(buf, cap, CODEC_PREDICT, request_id, payload, len, err)))
+    if ((rc = codec__frame_begin(buf, cap, CODEC_PREDICT, request_id, payload, len, err)))
         return rc;
 
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
-    wr_name(&w, req->name);
+    codec__wr_name(&w, req->name);
     wr_u64(&w, req->version);
     wr_varint(&w, req->items);
-    wr_block(&w, &req->shared);
+    codec__wr_block(&w, &req->shared);
     for (uint32_t i = 0; i < req->items; i++)
-        wr_block(&w, &req->item[i]);
+        codec__wr_block(&w, &req->item[i]);
     return CODEC_OK;
 }
 
@@ -88,42 +90,44 @@ int codec_decode_result(const uint8_t *payload, size_t len, codec_arena_t *arena
                         codec_result_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .arena = arena, .err = err, .msg = "PREDICT_RESULT"};
-    int rc = rd_need(&r, 8, "version");
+    int rc = codec__rd_need(&r, 8, "version");
     if (rc)
         return rc;
     out->version = get_u64(payload);
     r.off = 8;
-    if ((rc = rd_count(&r, &out->items, "items", 4)))
+    if ((rc = codec__rd_count(&r, &out->items, "items", 4)))
         return rc;
-    if (!(out->scores = rd_alloc(&r, out->items * sizeof *out->scores, "scores")))
+    if (!(out->scores = codec__rd_alloc(&r, out->items * sizeof *out->scores, "scores")))
         return r.err ? r.err->code : CODEC_E_INTERNAL;
     for (uint32_t i = 0; i < out->items; i++) {
         float s = get_f32(payload + r.off);
         if (unlikely(!score_ok(s)))
-            return codec_fail(err, CODEC_E_BAD_VALUE, r.off,
-                              "PREDICT_RESULT: score[%u] at offset %zu is not in [0, 1]", i, r.off);
+            return codec__fail(err, CODEC_E_BAD_VALUE, r.off,
+                               "PREDICT_RESULT: score[%u] at offset %zu is not in [0, 1]", i,
+                               r.off);
         out->scores[i] = s;
         r.off += 4;
     }
-    return rd_end(&r);
+    return codec__rd_end(&r);
 }
 
 int codec_encode_result(uint8_t *buf, size_t cap, uint64_t request_id, const codec_result_t *res,
                         size_t *len, codec_error_t *err)
 {
     if (res->items == 0)
-        return codec_fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "PREDICT_RESULT: items is 0");
+        return codec__fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "PREDICT_RESULT: items is 0");
     if (res->items > CODEC_MAX_ITEMS)
-        return codec_fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
-                          "PREDICT_RESULT: items %u is over %u", res->items, CODEC_MAX_ITEMS);
+        return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
+                           "PREDICT_RESULT: items %u is over %u", res->items, CODEC_MAX_ITEMS);
     if (!res->scores)
-        return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PREDICT_RESULT: scores is NULL");
+        return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET,
+                           "PREDICT_RESULT: scores is NULL");
     for (uint32_t i = 0; i < res->items; i++)
         if (!score_ok(res->scores[i]))
-            return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
-                              "PREDICT_RESULT: score[%u] is not in [0, 1]", i);
+            return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
+                               "PREDICT_RESULT: score[%u] is not in [0, 1]", i);
     size_t payload = 8 + codec_varint_size(res->items) + (size_t)res->items * 4;
-    int rc = frame_begin(buf, cap, CODEC_PREDICT_RESULT, request_id, payload, len, err);
+    int rc = codec__frame_begin(buf, cap, CODEC_PREDICT_RESULT, request_id, payload, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};

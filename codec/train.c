@@ -26,68 +26,71 @@ int codec_decode_train(const uint8_t *payload, size_t len, codec_arena_t *arena,
                        codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .arena = arena, .err = err, .msg = "TRAIN"};
-    int rc = rd_name(&r, out->name);
+    int rc = codec__rd_name(&r, out->name);
     if (rc)
         return rc;
-    if ((rc = rd_count(&r, &out->samples, "samples", 6)))
+    if ((rc = codec__rd_count(&r, &out->samples, "samples", 6)))
         return rc;
-    if ((rc = rd_block(&r, &out->shared, "shared block", -1)))
+    if ((rc = codec__rd_block(&r, &out->shared, "shared block", -1)))
         return rc;
-    out->labels = rd_alloc(&r, out->samples * sizeof *out->labels, "labels");
-    out->sample = out->labels ? rd_alloc(&r, out->samples * sizeof *out->sample, "samples") : NULL;
+    out->labels = codec__rd_alloc(&r, out->samples * sizeof *out->labels, "labels");
+    out->sample =
+        out->labels ? codec__rd_alloc(&r, out->samples * sizeof *out->sample, "samples") : NULL;
     if (!out->sample)
         return r.err ? r.err->code : CODEC_E_INTERNAL;
     for (uint32_t i = 0; i < out->samples; i++) {
-        if ((rc = rd_need(&r, 4, "label")))
+        if ((rc = codec__rd_need(&r, 4, "label")))
             return rc;
         float l = get_f32(payload + r.off);
         if (unlikely(!label_ok(l)))
-            return codec_fail(err, CODEC_E_BAD_VALUE, r.off,
-                              "TRAIN: sample[%u] label at offset %zu is not 0 or 1", i, r.off);
+            return codec__fail(err, CODEC_E_BAD_VALUE, r.off,
+                               "TRAIN: sample[%u] label at offset %zu is not 0 or 1", i, r.off);
         out->labels[i] = l;
         r.off += 4;
-        if ((rc = rd_block(&r, &out->sample[i], "sample", i)))
+        if ((rc = codec__rd_block(&r, &out->sample[i], "sample", i)))
             return rc;
     }
-    return rd_end(&r);
+    return codec__rd_end(&r);
 }
 
 int codec_encode_train(uint8_t *buf, size_t cap, uint64_t request_id, const codec_train_t *req,
                        size_t *len, codec_error_t *err)
 {
-    int rc = name_check(req->name, "TRAIN", err);
+    int rc = codec__name_check(req->name, "TRAIN", err);
     if (rc)
         return rc;
     if (req->samples == 0)
-        return codec_fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "TRAIN: samples is 0");
+        return codec__fail(err, CODEC_E_NO_ITEMS, CODEC_NO_OFFSET, "TRAIN: samples is 0");
     if (req->samples > CODEC_MAX_ITEMS)
-        return codec_fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
-                          "TRAIN: samples %u is over %u", req->samples, CODEC_MAX_ITEMS);
+        return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
+                           "TRAIN: samples %u is over %u", req->samples, CODEC_MAX_ITEMS);
     if (!req->sample || !req->labels)
-        return codec_fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET,
-                          "TRAIN: sample or labels is NULL");
+        return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET,
+                           "TRAIN: sample or labels is NULL");
     uint32_t features = 0;
     size_t payload = 1 + strlen(req->name) + codec_varint_size(req->samples);
-    if ((rc = block_check(&req->shared, "TRAIN", "shared block", -1, &features, &payload, err)))
+    if ((rc = codec__block_check(&req->shared, "TRAIN", "shared block", -1, &features, &payload,
+                                 err)))
         return rc;
     for (uint32_t i = 0; i < req->samples; i++) {
         if (!label_ok(req->labels[i]))
-            return codec_fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
-                              "TRAIN: sample[%u] label is not 0 or 1", i);
+            return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
+                               "TRAIN: sample[%u] label is not 0 or 1", i);
         payload += 4;
-        if ((rc = block_check(&req->sample[i], "TRAIN", "sample", i, &features, &payload, err)))
+        if ((rc = codec__block_check(&req->sample[i], "TRAIN", "sample", i, &features, &payload,
+                                     err)))
             return rc;
     }
-    if ((rc = frame_begin(buf, cap, CODEC_TRAIN, request_id, payload, len, err)))
+    if ((rc = codec__frame_begin(buf, cap, CODEC_TRAIN, request_id, payload, len, err)))
         return rc;
 
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
-    wr_name(&w, req->name);
+    codec__wr_name(&w, req->name);
     wr_varint(&w, req->samples);
-    wr_block(&w, &req->shared);
+    codec__wr_block(&w, &req->shared);
     for (uint32_t i = 0; i < req->samples; i++) {
         wr_f32(&w, req->labels[i]);
-        wr_block(&w, &req->sample[i]);
+        codec__wr_block(&w, &req->sample[i]);
     }
     return CODEC_OK;
 }
@@ -97,24 +100,24 @@ int codec_decode_train_ack(const uint8_t *payload, size_t len, codec_train_ack_t
 {
     struct rd r = {.p = payload, .len = len, .err = err, .msg = "TRAIN_ACK"};
     uint64_t v;
-    int rc = rd_varint(&r, &v, "accepted");
+    int rc = codec__rd_varint(&r, &v, "accepted");
     if (rc)
         return rc;
     if (unlikely(v > CODEC_MAX_ITEMS))
-        return codec_fail(err, CODEC_E_TOO_MANY_ITEMS, 0, "TRAIN_ACK: accepted %llu is over %u",
-                          (unsigned long long)v, CODEC_MAX_ITEMS);
+        return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, 0, "TRAIN_ACK: accepted %llu is over %u",
+                           (unsigned long long)v, CODEC_MAX_ITEMS);
     out->accepted = (uint32_t)v;
-    return rd_end(&r);
+    return codec__rd_end(&r);
 }
 
 int codec_encode_train_ack(uint8_t *buf, size_t cap, uint64_t request_id,
                            const codec_train_ack_t *ack, size_t *len, codec_error_t *err)
 {
     if (ack->accepted > CODEC_MAX_ITEMS)
-        return codec_fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
-                          "TRAIN_ACK: accepted %u is over %u", ack->accepted, CODEC_MAX_ITEMS);
-    int rc = frame_begin(buf, cap, CODEC_TRAIN_ACK, request_id, codec_varint_size(ack->accepted),
-                         len, err);
+        return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
+                           "TRAIN_ACK: accepted %u is over %u", ack->accepted, CODEC_MAX_ITEMS);
+    int rc = codec__frame_begin(buf, cap, CODEC_TRAIN_ACK, request_id,
+                                codec_varint_size(ack->accepted), len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};

@@ -8,20 +8,14 @@
  */
 #include "sched.h"
 
-#include <math.h>
+#include "store/synthetic.h"
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include <math.h>
 
 /* An exponential gap of mean s->gap_ns: -ln(U) * mean, U uniform in (0, 1]. */
 static double exp_gap(sched_t *s)
 {
-    double u = (double)((splitmix64(&s->rng) >> 11) + 1) * 0x1.0p-53;
+    double u = (double)((store_splitmix64(&s->rng) >> 11) + 1) * 0x1.0p-53;
     return -log(u) * s->gap_ns;
 }
 
@@ -30,7 +24,7 @@ void sched_init(sched_t *s, double rate, unsigned thread, unsigned threads, uint
 {
     s->gap_ns = 1e9 * (double)threads / rate;
     s->poisson = poisson;
-    s->rng = seed * 0x9e3779b97f4a7c15ull + thread + 1;
+    s->rng = seed * STORE_PHI + thread + 1;
     if (poisson)
         s->next_ns = (double)start_ns + exp_gap(s);
     else

@@ -102,7 +102,7 @@ void tlgen_stats_merge(tlgen_stats_t *dst, const tlgen_stats_t *src);
 
 uint64_t tlgen_now_ns(void);
 
-/* ---- tlgen.c ---- */
+/* ---- measure.c ---- */
 
 /* One measured window at run->o->rate against run->addr: connects
  * o->connections fresh connections, runs o->threads drivers over the

@@ -8,8 +8,9 @@
  * shared block of 300 features and 200 features per item, binary values
  * (--values adds an f32 per feature).  Ids come from codec_feature_id over
  * the 39 Criteo fields with random raw values (the same generator and seed as
- * tests/codec/test_codec.c, so the frame size matches the figure quoted in
- * docs/wire.md), sorted and unique per block.
+ * tests/codec/codec_test_util.h, whose first request in test_predict.c is
+ * this one, so the frame size matches the figure quoted in docs/wire.md),
+ * sorted and unique per block.
  *
  * THE CONTESTANTS, each decoding the whole request into arrays of ids a
  * scorer could read, and giving its memory back:
@@ -97,7 +98,7 @@ static uint64_t now_ns(void)
 
 /* ---- the request ------------------------------------------------------------------------- */
 
-static uint64_t rng = 0x243f6a8885a308d3u; /* as tests/codec/test_codec.c */
+static uint64_t rng = 0x243f6a8885a308d3u; /* as tests/codec/codec_test_util.h */
 
 static uint64_t next(void)
 {
