@@ -140,10 +140,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-#define cold __attribute__((cold))
-
 #define WINDOW_MAX (8u << 20)      /* mmap window while loading ... */
 #define WINDOW_MIN (1u << 20)      /* ... shrunk towards this for small loads */
 #define WINDOW_SHARE 64            /* all windows together <= file bytes / this */

@@ -10,6 +10,12 @@
 
 #include <stdbool.h>
 
+/* Branch hints for error branches, and the mark for setup and error paths:
+ * defined here once for every store file. */
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define cold __attribute__((__cold__))
+
 /* A spin-wait hint (x86 PAUSE): for loops that wait on another thread. */
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()

@@ -67,7 +67,7 @@
 #include <unistd.h>
 
 #ifndef __cold
-#define __cold __attribute__((cold))
+#define __cold __attribute__((__cold__))
 #endif
 #ifndef __noreturn
 #define __noreturn __attribute__((noreturn))
