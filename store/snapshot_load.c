@@ -1,49 +1,6 @@
 /*
- * snapshot.c — model snapshots on disk: store_snapshot_write() turns a store
- * into a directory of files, store_snapshot_load() turns such a directory
- * back into a store, trusting none of its bytes.
- *
- * A SNAPSHOT DIRECTORY holds
- *   MANIFEST          model meta, K, dtype, the store's hash seed, and per
- *                     shard: file name, entries, size and XXH3_64bits of
- *                     the whole file (FlatBuffers + trailer checksum:
- *                     manifest.h)
- *   shard-00000.tls   one file per shard, named "shard-%05u.tls"
- *   ...
- *   dense-00.tld      optional: one file per dense array of the extras
- *   ...               (store.h): "TLDENSE1", u64 count, count x f32 LE;
- *                     the manifest holds their names, sizes and XXH3s, and
- *                     the model's params ("fields" -> "20")
- *
- * A SHARD FILE is a 64-byte header and then `entries` packed records, all
- * little-endian:
- *
- *   0               8        12       16       20       24       28       32
- *   +---------------+--------+--------+--------+--------+--------+--------+
- *   | magic         | format | shard  | shard  | value  | dtype  | value  |
- *   | "TLSHARD1"    | version| index  | count  | floats | 0 f32  | bytes  |
- *   | (no NUL)      | = 1    |        |        | = K    | 1 f16  |        |
- *   +---------------+--------+--------+--------+--------+--------+--------+
- *   32              40                               56               64
- *   +---------------+--------------------------------+----------------+
- *   | entries (u64) | zero padding                   | XXH3_64bits of |
- *   |               |                                | bytes 0..55    |
- *   +---------------+--------------------------------+----------------+
- *   64      record 0 = { u64 key | value: K x f32 or K x f16 (value_bytes) }
- *   64 + R  record 1, R = 8 + value_bytes; packed, no alignment
- *   ...
- *   file size = 64 + entries * R, exactly
- *
- * WRITING goes shard by shard through one large buffer (store_foreach_raw ->
- * buffer -> write(2)), hashing with streaming XXH3 as the buffer drains, so
- * each byte is produced once and hashed once.  A NaN or infinite value is
- * refused (STORE_E_VALUE) rather than written: the loader would refuse it.
- * Each shard goes to "<file>.tmp", is fsynced and renamed; the directory is
- * fsynced; then MANIFEST.tmp is written, fsynced and renamed to MANIFEST
- * without replacing one (renameat2 RENAME_NOREPLACE where the filesystem
- * has it), and the directory is fsynced again.  So a MANIFEST exists only
- * once every file it names is complete and durable.  A failed write
- * removes what it created.
+ * snapshot_load.c — store_snapshot_load(): a snapshot directory (format in
+ * snapshot.c) back into a store, trusting none of its bytes.
  *
  * LOADING reads and decodes the MANIFEST, creates the store sized for the
  * sum of the entries, and loads the shards on `threads` threads that take
@@ -70,10 +27,10 @@
  *      to a store_filler in chunks.  The store was created with the
  *      writer's hash seed (MANIFEST hash_seed), and the writer wrote in
  *      the bucket order of a store sized as this one (its own, or one it
- *      re-placed the shard into: relay_shard below), so the filler puts
- *      records where they were and writes the table front to back (73M
- *      entries/s at 100M keys on 2 cores, against 33M/s inserting at
- *      random with store_insert_entries).
+ *      re-placed the shard into: relay_shard in snapshot_write.c), so the
+ *      filler puts records where they were and writes the table front to
+ *      back (73M entries/s at 100M keys on 2 cores, against 33M/s inserting
+ *      at random with store_insert_entries).
  *   6. a bad record (VALUE, DUPLICATE, WRONG_SHARD) stops the load, but the
  *      filler cannot name a duplicate's offset, so the load starts over on
  *      a new store with store_insert_entries in place of the filler: every
@@ -95,18 +52,10 @@
  *
  * The per-shard code (build_shard) reads through a `struct shard_src` that
  * is either mmap windows of a file or a plain memory buffer, so that
- * snapshot_load_mem() (snapshot_internal.h: tests, fuzz_snapshot) runs
+ * store__snapshot_load_mem() (snapshot_internal.h: tests, fuzz_snapshot) runs
  * exactly the checks the file loader runs.
  *
- * ERRORS: every failure fills store_error_t: code, the file inside the
- * snapshot dir ("" for the dir itself), the byte offset (-1 when no single
- * offset applies) and one sentence "file: offset N: what was wrong".
- *
  * THREAD SAFETY
- *   - store_snapshot_write needs no concurrent writer of s (readers are
- *     fine); two writes into the same directory at once are not supported
- *     (they share the .tmp names), though RENAME_NOREPLACE keeps the second
- *     MANIFEST from replacing the first.
  *   - store_snapshot_load: each shard has exactly one loader thread, which is
  *     its only writer; the first error is recorded under load_ctl.lock.  The
  *     files must not change while loading: a change between the passes is
@@ -143,100 +92,17 @@
 #define WINDOW_MAX (8u << 20)      /* mmap window while loading ... */
 #define WINDOW_MIN (1u << 20)      /* ... shrunk towards this for small loads */
 #define WINDOW_SHARE 64            /* all windows together <= file bytes / this */
-#define WRITE_BUF_BYTES (4u << 20) /* writer's buffer */
 #define CHUNK_RECORDS 4096u        /* records per value check + insert */
 #define REDO_EXACT 2               /* build_shard: bad records, the filler cannot say which */
-#define SHARD_NAME_FMT "shard-%05u.tls"
-#define DENSE_NAME_FMT "dense-%02u.tld"
-#define DENSE_CHUNK_FLOATS 16384u  /* floats converted and hashed per write/read */
-#define TMP_SUFFIX ".tmp"
-#define MANIFEST_TMP MANIFEST_FILE_NAME TMP_SUFFIX
 
-/* Header field offsets (the picture above). */
-enum {
-    H_MAGIC = 0,
-    H_FORMAT = 8,
-    H_INDEX = 12,
-    H_COUNT = 16,
-    H_FLOATS = 20,
-    H_DTYPE = 24,
-    H_VBYTES = 28,
-    H_ENTRIES = 32,
-    H_PAD = 40,
-    H_XXH3 = SNAPSHOT_HEADER_XXH3_AT,
-};
-_Static_assert(H_XXH3 + 8 == SHARD_HEADER_BYTES, "header layout");
-_Static_assert(sizeof SNAPSHOT_SHARD_MAGIC == 9, "magic is 8 bytes");
 _Static_assert(WINDOW_MIN >= 2 * (65536 + 8 + 4 * STORE_MAX_VALUE_FLOATS),
                "a window must hold a record after page alignment");
-
-/* ---- small helpers ------------------------------------------------------ */
-
-static inline uint32_t get_le32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return le32toh(v);
-}
-
-static inline uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return le64toh(v);
-}
-
-static inline void put_le32(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, sizeof v);
-}
-
-static inline void put_le64(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, sizeof v);
-}
 
 static size_t dtype_bytes(store_dtype_t dt)
 {
     return dt == STORE_DTYPE_F16 ? 2 : 4;
 }
 
-/* strerror_r in its GNU form (returns the text, maybe not in buf). */
-static const char *errtext(int e, char *buf, size_t len)
-{
-    return strerror_r(e, buf, len);
-}
-#define ERRTEXT(e) errtext((e), (char[128]){0}, 128)
-
-static void err_clear(store_error_t *err)
-{
-    err->code = STORE_OK;
-    err->file[0] = '\0';
-    err->offset = -1;
-    err->msg[0] = '\0';
-}
-
-/* Fills *err: code, file, offset and "file: offset N: <fmt>". */
-static cold __attribute__((format(printf, 5, 6))) void
-fail(store_error_t *err, store_errc_t code, const char *file, int64_t offset, const char *fmt, ...)
-{
-    err->code = code;
-    snprintf(err->file, sizeof err->file, "%s", file ? file : "");
-    err->offset = offset;
-    size_t n = 0;
-    if (file && file[0])
-        n += (size_t)snprintf(err->msg, sizeof err->msg, "%s: ", file);
-    if (offset >= 0 && n < sizeof err->msg)
-        n += (size_t)snprintf(err->msg + n, sizeof err->msg - n, "offset %" PRId64 ": ", offset);
-    if (n < sizeof err->msg) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg + n, sizeof err->msg - n, fmt, ap);
-        va_end(ap);
-    }
-}
 
 /* Copies a manifest file name (64 bytes, maybe not NUL-terminated when m did
  * not come from manifest_decode) into a C string. */
@@ -247,84 +113,8 @@ static void shard_name(const manifest_shard_t *ms, char out[sizeof ms->file])
     out[n] = '\0';
 }
 
-/* manifest.cc's sentences start with "manifest: "; ours name the file
- * already. */
-static const char *unprefixed(const char *why)
-{
-    return strncmp(why, "manifest: ", 10) == 0 ? why + 10 : why;
-}
-
-/* ---- names -------------------------------------------------------------- */
-
-const char *store_errc_name(store_errc_t code)
-{
-    switch (code) {
-    case STORE_OK:
-        return "ok";
-    case STORE_E_IO:
-        return "io";
-    case STORE_E_NOMEM:
-        return "nomem";
-    case STORE_E_EXISTS:
-        return "exists";
-    case STORE_E_NO_MANIFEST:
-        return "no_manifest";
-    case STORE_E_MANIFEST:
-        return "manifest";
-    case STORE_E_TRUNCATED:
-        return "truncated";
-    case STORE_E_SIZE:
-        return "size";
-    case STORE_E_CHECKSUM:
-        return "checksum";
-    case STORE_E_HEADER:
-        return "header";
-    case STORE_E_MISMATCH:
-        return "mismatch";
-    case STORE_E_DUPLICATE:
-        return "duplicate";
-    case STORE_E_WRONG_SHARD:
-        return "wrong_shard";
-    case STORE_E_VALUE:
-        return "value";
-    case STORE_E_INVALID:
-        return "invalid";
-    case STORE_E_MODEL:
-        return "model";
-    }
-    return "unknown";
-}
-
-const char *store_model_kind_name(store_model_kind_t kind)
-{
-    switch (kind) {
-    case STORE_MODEL_LR:
-        return "lr";
-    case STORE_MODEL_FM:
-        return "fm";
-    case STORE_MODEL_FFM:
-        return "ffm";
-    case STORE_MODEL_DNN:
-        return "dnn";
-    }
-    return "unknown";
-}
 
 /* ---- shard header ------------------------------------------------------- */
-
-void snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD_HEADER_BYTES])
-{
-    memset(out, 0, SHARD_HEADER_BYTES);
-    memcpy(out + H_MAGIC, SNAPSHOT_SHARD_MAGIC, 8);
-    put_le32(out + H_FORMAT, h->format_version);
-    put_le32(out + H_INDEX, h->shard_index);
-    put_le32(out + H_COUNT, h->shard_count);
-    put_le32(out + H_FLOATS, h->value_floats);
-    put_le32(out + H_DTYPE, h->dtype);
-    put_le32(out + H_VBYTES, h->value_bytes);
-    put_le64(out + H_ENTRIES, h->entries);
-    put_le64(out + H_XXH3, XXH3_64bits(out, H_XXH3));
-}
 
 /* Checks header bytes h of shard i (file name `file`) against themselves and
  * against m.  Returns 0 or -1 with *err filled. */
@@ -341,16 +131,17 @@ static int check_header(const uint8_t *h, const manifest_t *m, uint32_t i, const
                 n += (size_t)snprintf(shown + n, sizeof shown - n, "\\x%02x", h[j]);
         }
         shown[n] = '\0';
-        fail(err, STORE_E_HEADER, file, H_MAGIC,
-             "magic is \"%s\", not \"" SNAPSHOT_SHARD_MAGIC "\": not a tlserve shard file", shown);
+        store__snap_fail(
+            err, STORE_E_HEADER, file, H_MAGIC,
+            "magic is \"%s\", not \"" SNAPSHOT_SHARD_MAGIC "\": not a tlserve shard file", shown);
         return -1;
     }
     uint64_t stored = get_le64(h + H_XXH3), actual = XXH3_64bits(h, H_XXH3);
     if (stored != actual) {
-        fail(err, STORE_E_HEADER, file, H_XXH3,
-             "header checksum is 0x%016" PRIx64 " but header bytes 0..55 hash to 0x%016" PRIx64
-             ": the header is corrupt",
-             stored, actual);
+        store__snap_fail(err, STORE_E_HEADER, file, H_XXH3,
+                         "header checksum is 0x%016" PRIx64
+                         " but header bytes 0..55 hash to 0x%016" PRIx64 ": the header is corrupt",
+                         stored, actual);
         return -1;
     }
     snapshot_header_t f = {
@@ -363,57 +154,61 @@ static int check_header(const uint8_t *h, const manifest_t *m, uint32_t i, const
         .entries = get_le64(h + H_ENTRIES),
     };
     if (f.format_version != SNAPSHOT_FORMAT_VERSION) {
-        fail(err, STORE_E_HEADER, file, H_FORMAT,
-             "format_version is %" PRIu32 ", this build reads %u", f.format_version,
-             SNAPSHOT_FORMAT_VERSION);
+        store__snap_fail(err, STORE_E_HEADER, file, H_FORMAT,
+                         "format_version is %" PRIu32 ", this build reads %u", f.format_version,
+                         SNAPSHOT_FORMAT_VERSION);
         return -1;
     }
     for (unsigned j = H_PAD; j < H_XXH3; j++) {
         if (h[j] != 0) {
-            fail(err, STORE_E_HEADER, file, j, "header padding byte is 0x%02x, must be 0", h[j]);
+            store__snap_fail(err, STORE_E_HEADER, file, j,
+                             "header padding byte is 0x%02x, must be 0", h[j]);
             return -1;
         }
     }
     /* fields that are wrong on their own */
     if (f.shard_count < 1 || f.shard_count > STORE_MAX_SHARDS ||
         (f.shard_count & (f.shard_count - 1)) != 0) {
-        fail(err, STORE_E_HEADER, file, H_COUNT,
-             "shard_count is %" PRIu32 ", must be a power of two in 1..%d", f.shard_count,
-             STORE_MAX_SHARDS);
+        store__snap_fail(err, STORE_E_HEADER, file, H_COUNT,
+                         "shard_count is %" PRIu32 ", must be a power of two in 1..%d",
+                         f.shard_count, STORE_MAX_SHARDS);
         return -1;
     }
     if (f.shard_index >= f.shard_count) {
-        fail(err, STORE_E_HEADER, file, H_INDEX,
-             "shard_index is %" PRIu32 ", shard_count is %" PRIu32, f.shard_index, f.shard_count);
+        store__snap_fail(err, STORE_E_HEADER, file, H_INDEX,
+                         "shard_index is %" PRIu32 ", shard_count is %" PRIu32, f.shard_index,
+                         f.shard_count);
         return -1;
     }
     if (f.value_floats < 1 || f.value_floats > STORE_MAX_VALUE_FLOATS) {
-        fail(err, STORE_E_HEADER, file, H_FLOATS, "value_floats is %" PRIu32 ", must be 1..%d",
-             f.value_floats, STORE_MAX_VALUE_FLOATS);
+        store__snap_fail(err, STORE_E_HEADER, file, H_FLOATS,
+                         "value_floats is %" PRIu32 ", must be 1..%d", f.value_floats,
+                         STORE_MAX_VALUE_FLOATS);
         return -1;
     }
     if (f.dtype != STORE_DTYPE_F32 && f.dtype != STORE_DTYPE_F16) {
-        fail(err, STORE_E_HEADER, file, H_DTYPE, "dtype is %" PRIu32 ", must be 0 (f32) or 1 (f16)",
-             f.dtype);
+        store__snap_fail(err, STORE_E_HEADER, file, H_DTYPE,
+                         "dtype is %" PRIu32 ", must be 0 (f32) or 1 (f16)", f.dtype);
         return -1;
     }
     uint32_t vb = f.value_floats * (uint32_t)dtype_bytes((store_dtype_t)f.dtype);
     if (f.value_bytes != vb) {
-        fail(err, STORE_E_HEADER, file, H_VBYTES,
-             "value_bytes is %" PRIu32 ", but %" PRIu32 " %s floats take %" PRIu32, f.value_bytes,
-             f.value_floats, f.dtype == STORE_DTYPE_F16 ? "f16" : "f32", vb);
+        store__snap_fail(err, STORE_E_HEADER, file, H_VBYTES,
+                         "value_bytes is %" PRIu32 ", but %" PRIu32 " %s floats take %" PRIu32,
+                         f.value_bytes, f.value_floats, f.dtype == STORE_DTYPE_F16 ? "f16" : "f32",
+                         vb);
         return -1;
     }
     /* fields that disagree with the manifest */
     const manifest_shard_t *ms = &m->shards[i];
-#define MISMATCH(field, off, hv, mv)                                                \
-    do {                                                                            \
-        if ((uint64_t)(hv) != (uint64_t)(mv)) {                                     \
-            fail(err, STORE_E_MISMATCH, file, (off),                                \
-                 "header says " field " = %" PRIu64 ", the manifest says %" PRIu64, \
-                 (uint64_t)(hv), (uint64_t)(mv));                                   \
-            return -1;                                                              \
-        }                                                                           \
+#define MISMATCH(field, off, hv, mv)                                                            \
+    do {                                                                                        \
+        if ((uint64_t)(hv) != (uint64_t)(mv)) {                                                 \
+            store__snap_fail(err, STORE_E_MISMATCH, file, (off),                                \
+                             "header says " field " = %" PRIu64 ", the manifest says %" PRIu64, \
+                             (uint64_t)(hv), (uint64_t)(mv));                                   \
+            return -1;                                                                          \
+        }                                                                                       \
     } while (0)
     MISMATCH("shard_index", H_INDEX, f.shard_index, i);
     MISMATCH("shard_count", H_COUNT, f.shard_count, m->shard_count);
@@ -496,102 +291,29 @@ static int src_window(struct shard_src *src, uint64_t pos, size_t rec, const uin
 
 /* ---- one shard: verify and build ---------------------------------------- */
 
-/* Index of the first of n records (at p, rec bytes apart) whose value holds
- * a NaN or an infinity, or n.  *which is the float's index in the value. */
-static size_t first_bad_value(const uint8_t *p, size_t n, size_t rec, uint32_t K, store_dtype_t dt,
-                              uint32_t *which)
-{
-    for (size_t r = 0; r < n; r++, p += rec) {
-        const uint8_t *v = p + 8;
-        if (dt == STORE_DTYPE_F32) {
-            for (uint32_t j = 0; j < K; j++) {
-                if (unlikely((get_le32(v + 4 * j) & 0x7f800000u) == 0x7f800000u)) {
-                    *which = j;
-                    return r;
-                }
-            }
-        } else {
-            for (uint32_t j = 0; j < K; j++) {
-                uint16_t h;
-                memcpy(&h, v + 2 * j, 2);
-                if (unlikely((le16toh(h) & 0x7c00u) == 0x7c00u)) {
-                    *which = j;
-                    return r;
-                }
-            }
-        }
-    }
-    return n;
-}
-
-static cold void fail_value(store_error_t *err, const char *file, uint64_t off, const uint8_t *rec,
-                            uint32_t j, store_dtype_t dt)
-{
-    uint64_t key = get_le64(rec);
-    bool nan, neg;
-    if (dt == STORE_DTYPE_F32) {
-        uint32_t b = get_le32(rec + 8 + 4 * j);
-        nan = (b & 0x7fffffu) != 0;
-        neg = b >> 31;
-    } else {
-        uint16_t h;
-        memcpy(&h, rec + 8 + 2 * j, 2);
-        h = le16toh(h);
-        nan = (h & 0x3ffu) != 0;
-        neg = h >> 15;
-    }
-    const char *what = nan ? "NaN" : neg ? "-inf" : "+inf";
-    fail(err, STORE_E_VALUE, file, (int64_t)off, "value %" PRIu32 " of key 0x%" PRIx64 " is %s", j,
-         key, what);
-}
-
 static cold void fail_insert(store_error_t *err, const store_t *s, uint32_t shard, int rc,
                              const char *file, uint64_t off, const uint8_t *rec)
 {
     uint64_t key = get_le64(rec);
     switch (rc) {
     case -EEXIST:
-        fail(err, STORE_E_DUPLICATE, file, (int64_t)off, "key 0x%" PRIx64 " appears twice", key);
+        store__snap_fail(err, STORE_E_DUPLICATE, file, (int64_t)off,
+                         "key 0x%" PRIx64 " appears twice", key);
         break;
     case -EXDEV:
-        fail(err, STORE_E_WRONG_SHARD, file, (int64_t)off,
-             "key 0x%" PRIx64 " belongs to shard %" PRIu32 ", not to shard %" PRIu32, key,
-             store_shard_of(s, key), shard);
+        store__snap_fail(err, STORE_E_WRONG_SHARD, file, (int64_t)off,
+                         "key 0x%" PRIx64 " belongs to shard %" PRIu32 ", not to shard %" PRIu32,
+                         key, store_shard_of(s, key), shard);
         break;
     case -ENOMEM:
-        fail(err, STORE_E_NOMEM, file, (int64_t)off, "out of memory inserting key 0x%" PRIx64, key);
+        store__snap_fail(err, STORE_E_NOMEM, file, (int64_t)off,
+                         "out of memory inserting key 0x%" PRIx64, key);
         break;
     default:
-        fail(err, STORE_E_INVALID, file, (int64_t)off, "key 0x%" PRIx64 " was refused: %s", key,
-             ERRTEXT(-rc));
+        store__snap_fail(err, STORE_E_INVALID, file, (int64_t)off,
+                         "key 0x%" PRIx64 " was refused: %s", key, ERRTEXT(-rc));
         break;
     }
-}
-
-/* The options a loader creates its store with for a snapshot of `total`
- * entries; the writer's relay_shard sizes its shards with the same. */
-static store_options_t loader_options(uint32_t K, store_dtype_t dt, uint32_t shards,
-                                      uint64_t total, uint64_t seed)
-{
-    return (store_options_t){
-        .value_floats = K, .dtype = dt, .shards = shards, .expected_keys = total, .hash_seed = seed};
-}
-
-/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
- * of them (no growth while filling).  0, or -errno with *bad the sub-table
- * that could not be reserved. */
-static int reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad)
-{
-    for (uint32_t u = 0; u < store_subs_per_shard(s); u++) {
-        if (counts[u] == 0)
-            continue;
-        int e = store_reserve_sub(s, i, u, counts[u]);
-        if (e) {
-            *bad = u;
-            return e;
-        }
-    }
-    return 0;
 }
 
 /* Verifies shard i of m, read through src, and inserts its records into s:
@@ -615,29 +337,30 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
 
     if (ms->entries > (UINT64_MAX - SHARD_HEADER_BYTES) / rec ||
         ms->bytes != SHARD_HEADER_BYTES + ms->entries * rec) {
-        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
-             "shards[%" PRIu32 "] (%s): bytes %" PRIu64 " is not the 64-byte header plus %" PRIu64
-             " records of %zu bytes",
-             i, file, ms->bytes, ms->entries, rec);
+        store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+                         "shards[%" PRIu32 "] (%s): bytes %" PRIu64
+                         " is not the 64-byte header plus %" PRIu64 " records of %zu bytes",
+                         i, file, ms->bytes, ms->entries, rec);
         goto out;
     }
     if (src->size < ms->bytes) {
-        fail(err, STORE_E_TRUNCATED, file, (int64_t)src->size,
-             "the file ends after %" PRIu64 " bytes, the manifest says %" PRIu64, src->size,
-             ms->bytes);
+        store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)src->size,
+                         "the file ends after %" PRIu64 " bytes, the manifest says %" PRIu64,
+                         src->size, ms->bytes);
         goto out;
     }
     if (src->size > ms->bytes) {
-        fail(err, STORE_E_SIZE, file, (int64_t)ms->bytes,
-             "the file has %" PRIu64 " bytes, %" PRIu64 " more than the manifest's %" PRIu64,
-             src->size, src->size - ms->bytes, ms->bytes);
+        store__snap_fail(err, STORE_E_SIZE, file, (int64_t)ms->bytes,
+                         "the file has %" PRIu64 " bytes, %" PRIu64
+                         " more than the manifest's %" PRIu64,
+                         src->size, src->size - ms->bytes, ms->bytes);
         goto out;
     }
 
     uint8_t hdr[SHARD_HEADER_BYTES];
     int e = src_read(src, 0, hdr, sizeof hdr);
     if (e) {
-        fail(err, STORE_E_IO, file, 0, "cannot read the header: %s", ERRTEXT(-e));
+        store__snap_fail(err, STORE_E_IO, file, 0, "cannot read the header: %s", ERRTEXT(-e));
         goto out;
     }
     if (check_header(hdr, m, i, file, err) != 0)
@@ -646,8 +369,8 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
     /* pass 1: checksum, and keys per sub-table */
     counts = calloc(subs, sizeof *counts);
     if (!counts) {
-        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %" PRIu32 " sub-table counters",
-             subs);
+        store__snap_fail(err, STORE_E_NOMEM, file, -1,
+                         "out of memory for %" PRIu32 " sub-table counters", subs);
         goto out;
     }
     XXH3_state_t xs;
@@ -663,7 +386,8 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
         size_t n;
         e = src_window(src, pos, rec, &p, &n);
         if (e) {
-            fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s", ERRTEXT(-e));
+            store__snap_fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s",
+                             ERRTEXT(-e));
             goto out;
         }
         XXH3_64bits_update(&xs, p, n * rec);
@@ -677,24 +401,26 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
     src_release(src);
     uint64_t sum = XXH3_64bits_digest(&xs);
     if (sum != ms->xxh3) {
-        fail(err, STORE_E_CHECKSUM, file, -1,
-             "bytes 0..%" PRIu64 " hash to xxh3 0x%016" PRIx64 ", the manifest says 0x%016" PRIx64
-             ": the file is corrupt or belongs to another snapshot",
-             src->size - 1, sum, ms->xxh3);
+        store__snap_fail(err, STORE_E_CHECKSUM, file, -1,
+                         "bytes 0..%" PRIu64 " hash to xxh3 0x%016" PRIx64
+                         ", the manifest says 0x%016" PRIx64
+                         ": the file is corrupt or belongs to another snapshot",
+                         src->size - 1, sum, ms->xxh3);
         goto out;
     }
 
     uint32_t bad_sub;
-    if ((e = reserve_exact(s, i, counts, &bad_sub)) != 0) {
-        fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
-             "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", bad_sub,
-             counts[bad_sub], ERRTEXT(-e));
+    if ((e = store__snap_reserve_exact(s, i, counts, &bad_sub)) != 0) {
+        store__snap_fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
+                         "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", bad_sub,
+                         counts[bad_sub], ERRTEXT(-e));
         goto out;
     }
 
     /* pass 2: values, then insert; the lowest offset's error wins */
     if (ordered && (e = store_filler_new(s, i, &filler)) != 0) {
-        fail(err, STORE_E_NOMEM, file, -1, "out of memory for the loader: %s", ERRTEXT(-e));
+        store__snap_fail(err, STORE_E_NOMEM, file, -1, "out of memory for the loader: %s",
+                         ERRTEXT(-e));
         goto out;
     }
     for (uint64_t pos = SHARD_HEADER_BYTES; pos < src->size;) {
@@ -706,7 +432,8 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
         size_t n;
         e = src_window(src, pos, rec, &p, &n);
         if (e) {
-            fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s", ERRTEXT(-e));
+            store__snap_fail(err, STORE_E_NOMEM, file, (int64_t)pos, "cannot map the file: %s",
+                             ERRTEXT(-e));
             goto out;
         }
         for (size_t done = 0; done < n;) {
@@ -714,7 +441,7 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
             const uint8_t *q = p + done * rec;
             uint64_t qoff = pos + (uint64_t)done * rec;
             uint32_t which = 0;
-            size_t v = first_bad_value(q, c, rec, K, dt, &which);
+            size_t v = store__snap_first_bad_value(q, c, rec, K, dt, &which);
             size_t bad = 0;
             if (filler) {
                 if (unlikely(v < c || (v && store_filler_add(filler, q, v) != 0))) {
@@ -732,7 +459,7 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
                 goto out;
             }
             if (unlikely(v < c)) {
-                fail_value(err, file, qoff + (uint64_t)v * rec, q + v * rec, which, dt);
+                store__snap_fail_value(err, file, qoff + (uint64_t)v * rec, q + v * rec, which, dt);
                 goto out;
             }
             done += c;
@@ -780,17 +507,17 @@ static int load_shard(struct load_ctl *c, uint32_t i, store_error_t *err)
     /* O_NONBLOCK: a FIFO planted as a shard file must not hang the load */
     int fd = openat(c->dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
         return -1;
     }
     int rc = -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        fail(err, STORE_E_IO, file, -1, "not a regular file");
+        store__snap_fail(err, STORE_E_IO, file, -1, "not a regular file");
         goto out;
     }
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -806,7 +533,7 @@ static void *load_worker(void *arg)
 {
     struct load_ctl *c = arg;
     store_error_t e;
-    err_clear(&e);
+    store__snap_err_clear(&e);
     while (!atomic_load_explicit(&c->failed, memory_order_relaxed)) {
         uint32_t i = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
         if (i >= c->m->shard_count)
@@ -833,8 +560,8 @@ static int total_entries(const manifest_t *m, uint64_t *total, store_error_t *er
     uint64_t sum = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
         if (m->shards[i].entries > UINT64_MAX - sum) {
-            fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
-                 "the shards' entries add up to more than 2^64");
+            store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+                             "the shards' entries add up to more than 2^64");
             return -1;
         }
         sum += m->shards[i].entries;
@@ -849,17 +576,17 @@ static int create_store(struct load_ctl *c, uint64_t total, store_error_t *err)
 {
     const manifest_t *m = c->m;
     store_options_t opt =
-        loader_options(m->value_floats, m->dtype, m->shard_count, total, m->hash_seed);
+        store__snap_loader_options(m->value_floats, m->dtype, m->shard_count, total, m->hash_seed);
     char why[256];
     int e = store_options_check(&opt, why, sizeof why);
     if (e == 0)
         e = store_create(&opt, &c->s);
     if (e) {
         if (e == -ENOMEM)
-            fail(err, STORE_E_NOMEM, "", -1, "out of memory creating a store for %" PRIu64 " keys",
-                 total);
+            store__snap_fail(err, STORE_E_NOMEM, "", -1,
+                             "out of memory creating a store for %" PRIu64 " keys", total);
         else
-            fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1, "%s", why);
+            store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1, "%s", why);
         return -1;
     }
     return 0;
@@ -887,8 +614,9 @@ static int load_all(struct load_ctl *c, int threads, store_t **out, store_error_
 {
     const manifest_t *m = c->m;
     if (m->shard_count < 1 || m->shard_count > STORE_MAX_SHARDS || !m->shards) {
-        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
-             "shard_count is %" PRIu32 ", expected 1..%d shards", m->shard_count, STORE_MAX_SHARDS);
+        store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+                         "shard_count is %" PRIu32 ", expected 1..%d shards", m->shard_count,
+                         STORE_MAX_SHARDS);
         return -1;
     }
     uint64_t total;
@@ -927,10 +655,10 @@ static int load_all(struct load_ctl *c, int threads, store_t **out, store_error_
             if (have != m->shards[i].entries) {
                 char file[sizeof m->shards[i].file];
                 shard_name(&m->shards[i], file);
-                fail(&c->err, STORE_E_MISMATCH, file, -1,
-                     "shard %" PRIu32 " holds %" PRIu64
-                     " keys after loading, the manifest says %" PRIu64,
-                     i, have, m->shards[i].entries);
+                store__snap_fail(&c->err, STORE_E_MISMATCH, file, -1,
+                                 "shard %" PRIu32 " holds %" PRIu64
+                                 " keys after loading, the manifest says %" PRIu64,
+                                 i, have, m->shards[i].entries);
                 atomic_store(&c->failed, true);
                 break;
             }
@@ -958,30 +686,31 @@ static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_
     int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* FIFO: no hang */
     if (fd < 0) {
         if (errno == ENOENT)
-            fail(err, STORE_E_NO_MANIFEST, file, -1,
-                 "missing in %s: not a snapshot, or its write did not finish", dir);
+            store__snap_fail(err, STORE_E_NO_MANIFEST, file, -1,
+                             "missing in %s: not a snapshot, or its write did not finish", dir);
         else
-            fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+            store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot stat: %s", ERRTEXT(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        fail(err, STORE_E_MANIFEST, file, -1, "not a regular file");
+        store__snap_fail(err, STORE_E_MANIFEST, file, -1, "not a regular file");
         goto out;
     }
     if ((uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
-        fail(err, STORE_E_MANIFEST, file, -1, "%" PRIu64 " bytes, over the %u-byte limit",
-             (uint64_t)st.st_size, MANIFEST_MAX_BYTES);
+        store__snap_fail(err, STORE_E_MANIFEST, file, -1,
+                         "%" PRIu64 " bytes, over the %u-byte limit", (uint64_t)st.st_size,
+                         MANIFEST_MAX_BYTES);
         goto out;
     }
     size_t len = (size_t)st.st_size, got = 0;
     buf = malloc(len ? len : 1);
     if (!buf) {
-        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %zu bytes", len);
+        store__snap_fail(err, STORE_E_NOMEM, file, -1, "out of memory for %zu bytes", len);
         goto out;
     }
     while (got < len) {
@@ -989,7 +718,8 @@ static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            fail(err, STORE_E_IO, file, (int64_t)got, "cannot read: %s", ERRTEXT(errno));
+            store__snap_fail(err, STORE_E_IO, file, (int64_t)got, "cannot read: %s",
+                             ERRTEXT(errno));
             goto out;
         }
         if (r == 0)
@@ -998,7 +728,7 @@ static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_
     }
     char why[400];
     if (manifest_decode(buf, got, m, why, sizeof why) != 0) {
-        fail(err, STORE_E_MANIFEST, file, -1, "%s", unprefixed(why));
+        store__snap_fail(err, STORE_E_MANIFEST, file, -1, "%s", unprefixed(why));
         goto out;
     }
     rc = 0;
@@ -1008,24 +738,7 @@ out:
     return rc;
 }
 
-static int open_dir(const char *dir, store_error_t *err)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        fail(err, STORE_E_IO, "", -1, "%s: cannot open the directory: %s", dir, ERRTEXT(errno));
-    return fd;
-}
-
 /* ---- dense arrays (extras) ---------------------------------------------- */
-
-/* Index of the first NaN or infinity among n floats, or n. */
-static size_t first_nonfinite(const float *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i]))
-            return i;
-    return n;
-}
 
 /* Reads the dense file md into d (data malloc'd): size, checksum, header and
  * values are checked before d is filled.  0, or -1 with *err filled and
@@ -1039,28 +752,31 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
     int rc = -1;
     int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(err, STORE_E_IO, file, -1, "not a readable regular file");
+        store__snap_fail(err, STORE_E_IO, file, -1, "not a readable regular file");
         goto out;
     }
     if ((uint64_t)st.st_size < md->bytes) {
-        fail(err, STORE_E_TRUNCATED, file, (int64_t)st.st_size,
-             "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size, md->bytes);
+        store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)st.st_size,
+                         "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size,
+                         md->bytes);
         goto out;
     }
     if ((uint64_t)st.st_size > md->bytes) {
-        fail(err, STORE_E_SIZE, file, (int64_t)md->bytes,
-             "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size, md->bytes);
+        store__snap_fail(err, STORE_E_SIZE, file, (int64_t)md->bytes,
+                         "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size,
+                         md->bytes);
         goto out;
     }
     uint8_t head[DENSE_HEADER_BYTES];
     data = malloc(count * sizeof *data);
     if (!data) {
-        fail(err, STORE_E_NOMEM, file, -1, "out of memory for %" PRIu64 " floats", count);
+        store__snap_fail(err, STORE_E_NOMEM, file, -1, "out of memory for %" PRIu64 " floats",
+                         count);
         goto out;
     }
     /* read everything, hashing as it comes; nothing is interpreted before
@@ -1079,11 +795,12 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            fail(err, STORE_E_IO, file, (int64_t)off, "cannot read: %s", ERRTEXT(errno));
+            store__snap_fail(err, STORE_E_IO, file, (int64_t)off, "cannot read: %s",
+                             ERRTEXT(errno));
             goto out;
         }
         if (r == 0) {
-            fail(err, STORE_E_TRUNCATED, file, (int64_t)off, "shrank while being read");
+            store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)off, "shrank while being read");
             goto out;
         }
         XXH3_64bits_update(&xxh, dst, (size_t)r);
@@ -1091,27 +808,28 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
     }
     uint64_t sum = XXH3_64bits_digest(&xxh);
     if (sum != md->xxh3) {
-        fail(err, STORE_E_CHECKSUM, file, -1,
-             "bytes 0..%" PRIu64 " hash to 0x%016" PRIx64 ", the manifest says 0x%016" PRIx64,
-             md->bytes, sum, md->xxh3);
+        store__snap_fail(err, STORE_E_CHECKSUM, file, -1,
+                         "bytes 0..%" PRIu64 " hash to 0x%016" PRIx64
+                         ", the manifest says 0x%016" PRIx64,
+                         md->bytes, sum, md->xxh3);
         goto out;
     }
     if (memcmp(head, DENSE_MAGIC, 8) != 0) {
-        fail(err, STORE_E_HEADER, file, 0, "magic is not \"" DENSE_MAGIC "\"");
+        store__snap_fail(err, STORE_E_HEADER, file, 0, "magic is not \"" DENSE_MAGIC "\"");
         goto out;
     }
     if (get_le64(head + 8) != count) {
-        fail(err, STORE_E_MISMATCH, file, 8,
-             "header count %" PRIu64 " but the manifest's size implies %" PRIu64,
-             get_le64(head + 8), count);
+        store__snap_fail(err, STORE_E_MISMATCH, file, 8,
+                         "header count %" PRIu64 " but the manifest's size implies %" PRIu64,
+                         get_le64(head + 8), count);
         goto out;
     }
     for (uint64_t i = 0; i < count; i++) /* no-op on little-endian hosts */
         ((uint32_t *)data)[i] = le32toh(((uint32_t *)data)[i]);
-    size_t bad = first_nonfinite(data, (size_t)count);
+    size_t bad = store__snap_first_nonfinite(data, (size_t)count);
     if (bad < count) {
-        fail(err, STORE_E_VALUE, file, (int64_t)(DENSE_HEADER_BYTES + 4 * bad),
-             "float %zu of %s is %g", bad, md->name, (double)data[bad]);
+        store__snap_fail(err, STORE_E_VALUE, file, (int64_t)(DENSE_HEADER_BYTES + 4 * bad),
+                         "float %zu of %s is %g", bad, md->name, (double)data[bad]);
         goto out;
     }
     snprintf(d->name, sizeof d->name, "%.*s", (int)strnlen(md->name, sizeof md->name - 1),
@@ -1165,32 +883,33 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
     store_error_t scratch;
     if (!err)
         err = &scratch;
-    err_clear(err);
+    store__snap_err_clear(err);
     if (x)
         memset(x, 0, sizeof *x);
     if (!dir || !dir[0] || !out) {
-        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: %s is NULL or empty",
-             !out ? "out" : "dir");
-        return -1;
+        store__snap_fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: %s is NULL or empty",
+                         !out ? "out" : "dir");
+        return store_errc_errno(err->code);
     }
     if (threads < 0) {
-        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_load: threads is %d, must be >= 0",
-             threads);
-        return -1;
+        store__snap_fail(err, STORE_E_INVALID, "", -1,
+                         "store_snapshot_load: threads is %d, must be >= 0", threads);
+        return store_errc_errno(err->code);
     }
     if (threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)(n < STORE_MAX_SHARDS ? n : STORE_MAX_SHARDS) : 1;
     }
-    int dirfd = open_dir(dir, err);
+    int dirfd = store__snap_open_dir(dir, err);
     if (dirfd < 0)
-        return -1;
+        return store_errc_errno(err->code);
     manifest_t m;
     int rc = read_manifest(dirfd, dir, &m, err);
     if (rc == 0 && m.meta.parent_version != 0) {
         /* a delta's records are changes against its parent, not a model */
-        fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
-             "parent_version is %" PRIu64 ": a delta, not a full snapshot", m.meta.parent_version);
+        store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
+                         "parent_version is %" PRIu64 ": a delta, not a full snapshot",
+                         m.meta.parent_version);
         manifest_free(&m);
         rc = -1;
     }
@@ -1201,7 +920,7 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
         rc = load_extras(dirfd, &m, ex, err);
         if (rc == 0) {
             struct load_ctl c = {.m = &m, .dirfd = dirfd, .lock = PTHREAD_MUTEX_INITIALIZER};
-            err_clear(&c.err);
+            store__snap_err_clear(&c.err);
             rc = load_all(&c, threads, out, err);
             pthread_mutex_destroy(&c.lock);
         }
@@ -1212,26 +931,26 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
         manifest_free(&m);
     }
     close(dirfd);
-    return rc;
+    return rc == 0 ? 0 : store_errc_errno(err->code);
 }
 
-int snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,
-                      store_t **out, store_error_t *err)
+int store__snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,
+                             store_t **out, store_error_t *err)
 {
     store_error_t scratch;
     if (!err)
         err = &scratch;
-    err_clear(err);
+    store__snap_err_clear(err);
     if (!m || !files || !sizes || !out) {
-        fail(err, STORE_E_INVALID, "", -1, "snapshot_load_mem: a NULL argument");
-        return -1;
+        store__snap_fail(err, STORE_E_INVALID, "", -1, "snapshot_load_mem: a NULL argument");
+        return store_errc_errno(err->code);
     }
     struct load_ctl c = {
         .m = m, .dirfd = -1, .files = files, .sizes = sizes, .lock = PTHREAD_MUTEX_INITIALIZER};
-    err_clear(&c.err);
+    store__snap_err_clear(&c.err);
     int rc = load_all(&c, 1, out, err);
     pthread_mutex_destroy(&c.lock);
-    return rc;
+    return rc == 0 ? 0 : store_errc_errno(err->code);
 }
 
 int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entries,
@@ -1240,14 +959,15 @@ int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entr
     store_error_t scratch;
     if (!err)
         err = &scratch;
-    err_clear(err);
+    store__snap_err_clear(err);
     if (!dir || !dir[0]) {
-        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_read_meta: dir is NULL or empty");
-        return -1;
+        store__snap_fail(err, STORE_E_INVALID, "", -1,
+                         "store_snapshot_read_meta: dir is NULL or empty");
+        return store_errc_errno(err->code);
     }
-    int dirfd = open_dir(dir, err);
+    int dirfd = store__snap_open_dir(dir, err);
     if (dirfd < 0)
-        return -1;
+        return store_errc_errno(err->code);
     manifest_t m;
     int rc = read_manifest(dirfd, dir, &m, err);
     if (rc == 0) {
@@ -1260,577 +980,5 @@ int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entr
         manifest_free(&m);
     }
     close(dirfd);
-    return rc;
-}
-
-/* ---- public: write --------------------------------------------------------- */
-
-/* Checks meta for a full snapshot; returns 0 or -1 with why filled. */
-static int check_meta(const store_meta_t *meta, char *why, size_t len)
-{
-    const char *name = meta->model_name;
-    size_t n = strnlen(name, sizeof meta->model_name);
-    if (n == sizeof meta->model_name) {
-        snprintf(why, len, "model_name has no NUL within its %zu bytes", sizeof meta->model_name);
-        return -1;
-    }
-    if (n == 0) {
-        snprintf(why, len, "model_name is empty");
-        return -1;
-    }
-    for (size_t j = 0; j < n; j++) {
-        unsigned char ch = (unsigned char)name[j];
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
-        if (!ok) {
-            snprintf(why, len, "model_name has byte 0x%02x at %zu, allowed: [A-Za-z0-9_.-]", ch, j);
-            return -1;
-        }
-    }
-    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-        snprintf(why, len, "model_name \"%s\" is a path component", name);
-        return -1;
-    }
-    if ((unsigned)meta->model_kind > STORE_MODEL_DNN) {
-        snprintf(why, len, "model_kind is %d, expected 0..3 (LR, FM, FFM, DNN)",
-                 (int)meta->model_kind);
-        return -1;
-    }
-    if (meta->version == 0) {
-        snprintf(why, len, "version is 0, expected > 0");
-        return -1;
-    }
-    if (meta->parent_version != 0) {
-        snprintf(why, len, "parent_version is %" PRIu64 ", a full snapshot has 0",
-                 meta->parent_version);
-        return -1;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* The buffered writer of one shard file.  Bytes are hashed as they leave
- * the buffer, so the hash covers exactly what write(2) was given. */
-struct writer {
-    int fd;
-    uint8_t *buf;                                    /* WRITE_BUF_BYTES */
-    size_t used;                                     /* bytes waiting in buf */
-    size_t vbytes;                                   /* value bytes per record */
-    uint32_t K;                                      /* floats per value */
-    store_dtype_t dt;                                /* their storage type */
-    uint64_t records;                                /* records appended */
-    int error;                                       /* -errno of the first failed write, or 0 */
-    bool bad_value;                                  /* record `records` holds a NaN or infinity */
-    uint32_t bad_float;                              /* which float of it */
-    uint8_t bad_rec[8 + 4 * STORE_MAX_VALUE_FLOATS]; /* copy of that record */
-    XXH3_state_t xxh;                                /* of every byte flushed so far */
-};
-
-static int writer_flush(struct writer *w)
-{
-    XXH3_64bits_update(&w->xxh, w->buf, w->used);
-    int e = write_all(w->fd, w->buf, w->used);
-    w->used = 0;
-    if (e)
-        w->error = e;
-    return e;
-}
-
-static int put_record(void *ctx, uint64_t key, const void *raw)
-{
-    struct writer *w = ctx;
-    size_t rec = 8 + w->vbytes;
-    if (unlikely(WRITE_BUF_BYTES - w->used < rec) && writer_flush(w) != 0)
-        return 1;
-    uint8_t *p = w->buf + w->used;
-    put_le64(p, key);
-    memcpy(p + 8, raw, w->vbytes);
-    if (unlikely(first_bad_value(p, 1, rec, w->K, w->dt, &w->bad_float) == 0)) {
-        /* the loader would refuse the snapshot: refuse to write it */
-        w->bad_value = true;
-        memcpy(w->bad_rec, p, rec);
-        return 1;
-    }
-    w->used += rec;
-    w->records++;
-    return 0;
-}
-
-/* ---- writing in the loader's bucket order --------------------------------
- *
- * The loader rebuilds shard i in a store created for the snapshot's total
- * entries with each sub-table reserved for its exact count (create_store,
- * build_shard), and its ordered fill is fastest when the file lists the
- * records in that store's bucket order.  A store sized that way (tlsnap gen,
- * the trainers' exports) already has that order and is written as it is.
- * One that grew, or was sized for more keys than it holds, has other
- * sub-table sizes, and its order would send most records aside at load (3x
- * slower: store_bench --expected-keys).  Such a shard is first inserted into
- * a store sized as the loader will size it (the same calls, the same seed)
- * and written from there: the same records in the loader's order, for one
- * insert per record and one shard's share of the table in memory at a time.
- */
-struct relay {
-    store_t *t;         /* the loader-sized store */
-    uint32_t shard;
-    uint64_t *counts;   /* keys per sub-table of t (first pass) */
-    uint8_t *buf;       /* records waiting for store_insert_entries */
-    size_t n, cap, rec; /* waiting, room, bytes per record */
-    uint64_t records;   /* records seen in this pass */
-    int rc;             /* store_insert_entries' first error */
-};
-
-static int relay_count(void *ctx, uint64_t key, const void *raw)
-{
-    struct relay *r = ctx;
-    (void)raw;
-    r->counts[store_sub_of(r->t, key)]++;
-    r->records++;
-    return 0;
-}
-
-static int relay_flush(struct relay *r)
-{
-    size_t bad;
-    if (r->n && r->rc == 0)
-        r->rc = store_insert_entries(r->t, r->shard, r->buf, r->n, &bad);
-    r->n = 0;
-    return r->rc;
-}
-
-static int relay_put(void *ctx, uint64_t key, const void *raw)
-{
-    struct relay *r = ctx;
-    if (r->n == r->cap && relay_flush(r) != 0)
-        return 1;
-    uint8_t *p = r->buf + r->n * r->rec;
-    put_le64(p, key);
-    memcpy(p + 8, raw, r->rec - 8);
-    r->n++;
-    r->records++;
-    return 0;
-}
-
-/* Sets *out to a store holding shard i of s in the loader's sizes, or to
- * NULL when s's own shard i has them (write it as it is).  total: the keys
- * of s when the write began; buf: WRITE_BUF_BYTES of scratch.  Returns 0,
- * or -1 with *err filled. */
-static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *buf, store_t **out,
-                       store_error_t *err)
-{
-    *out = NULL;
-    store_options_t opt = loader_options(store_value_floats(s), store_dtype(s), store_shards(s),
-                                         total, store_hash_seed(s));
-    const uint64_t entries = store_shard_count(s, i);
-    struct relay r = {.shard = i, .buf = buf, .rec = 8 + store_value_bytes(s)};
-    r.cap = WRITE_BUF_BYTES / r.rec;
-    int e = store_create(&opt, &r.t);
-    if (e == 0) {
-        r.counts = calloc(store_subs_per_shard(r.t), sizeof *r.counts);
-        e = r.counts ? 0 : -ENOMEM;
-    }
-    if (e == 0 && store_subs_per_shard(s) == store_subs_per_shard(r.t)) {
-        for (uint32_t u = 0; u < store_subs_per_shard(s); u++) /* the same split */
-            r.counts[u] = store_sub_count(s, i, u);
-    } else if (e == 0) {
-        store_foreach_raw(s, i, relay_count, &r);
-    }
-    uint32_t bad_sub;
-    if (e == 0)
-        e = reserve_exact(r.t, i, r.counts, &bad_sub);
-    if (e == 0 && store_shard_layout_equal(s, r.t, i)) {
-        free(r.counts);
-        store_destroy(r.t);
-        return 0;
-    }
-    if (e == 0) {
-        r.records = 0;
-        store_foreach_raw(s, i, relay_put, &r);
-        e = relay_flush(&r);
-    }
-    free(r.counts);
-    if (e == 0 && (r.records != entries || store_shard_count(r.t, i) != entries))
-        e = -EEXIST; /* a key seen twice, or keys come and gone */
-    if (e != 0) {
-        store_destroy(r.t);
-        if (e == -ENOMEM)
-            fail(err, STORE_E_NOMEM, "", -1,
-                 "out of memory putting shard %" PRIu32 " in the loader's order", i);
-        else if (e != -EEXIST)
-            fail(err, STORE_E_INVALID, "", -1,
-                 "cannot put shard %" PRIu32 " in the loader's order: %s", i, ERRTEXT(-e));
-        else
-            fail(err, STORE_E_INVALID, "", -1,
-                 "shard %" PRIu32 " had %" PRIu64 " keys at the start and %" PRIu64
-                 " at the end: written while being changed?",
-                 i, entries, r.records);
-        return -1;
-    }
-    *out = r.t;
-    return 0;
-}
-
-/* Writes shard i to "<name>.tmp", fsyncs it and renames it to its name;
- * fills *ms.  Returns 0 or -1 with *err filled (the .tmp removed). */
-static int write_shard(const store_t *s, int dirfd, uint32_t i, uint8_t *buf, manifest_shard_t *ms,
-                       store_error_t *err)
-{
-    char name[sizeof ms->file], tmp[sizeof ms->file + sizeof TMP_SUFFIX];
-    snprintf(name, sizeof name, SHARD_NAME_FMT, i);
-    snprintf(tmp, sizeof tmp, "%s" TMP_SUFFIX, name);
-    const size_t vb = store_value_bytes(s);
-    const uint64_t entries = store_shard_count(s, i);
-    int rc = -1;
-
-    struct writer w = {
-        .fd = -1, .buf = buf, .vbytes = vb, .K = store_value_floats(s), .dt = store_dtype(s)};
-    w.fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w.fd < 0) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot create: %s", ERRTEXT(errno));
-        return -1;
-    }
-    XXH3_INITSTATE(&w.xxh);
-    XXH3_64bits_reset(&w.xxh);
-    snapshot_header_t h = {
-        .format_version = SNAPSHOT_FORMAT_VERSION,
-        .shard_index = i,
-        .shard_count = store_shards(s),
-        .value_floats = store_value_floats(s),
-        .dtype = (uint32_t)store_dtype(s),
-        .value_bytes = (uint32_t)vb,
-        .entries = entries,
-    };
-    snapshot_header_encode(&h, w.buf);
-    w.used = SHARD_HEADER_BYTES;
-    store_foreach_raw(s, i, put_record, &w);
-    if (w.bad_value) {
-        fail_value(err, name, SHARD_HEADER_BYTES + w.records * (8 + vb), w.bad_rec, w.bad_float,
-                   w.dt);
-        snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
-                 ": such a snapshot could not be loaded");
-        goto out;
-    }
-    if (w.error == 0)
-        writer_flush(&w);
-    if (w.error) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot write: %s", ERRTEXT(-w.error));
-        goto out;
-    }
-    if (w.records != entries) {
-        fail(err, STORE_E_INVALID, tmp, -1,
-             "shard %" PRIu32 " had %" PRIu64 " keys at the start and %" PRIu64
-             " at the end: written while being changed?",
-             i, entries, w.records);
-        goto out;
-    }
-    if (fsync(w.fd) != 0) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot fsync: %s", ERRTEXT(errno));
-        goto out;
-    }
-    int fd = w.fd;
-    w.fd = -1;
-    if (close(fd) != 0) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot close: %s", ERRTEXT(errno));
-        goto out;
-    }
-    if (renameat(dirfd, tmp, dirfd, name) != 0) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot rename to %s: %s", name, ERRTEXT(errno));
-        goto out;
-    }
-    ms->index = i;
-    snprintf(ms->file, sizeof ms->file, "%s", name);
-    ms->entries = entries;
-    ms->bytes = SHARD_HEADER_BYTES + entries * (8 + vb);
-    ms->xxh3 = XXH3_64bits_digest(&w.xxh);
-    rc = 0;
-out:
-    if (w.fd >= 0)
-        close(w.fd);
-    if (rc != 0)
-        unlinkat(dirfd, tmp, 0);
-    return rc;
-}
-
-/* Writes dense array d as file i ("dense-NN.tld" via a .tmp, fsynced and
- * renamed); fills *md.  0, or -1 with *err filled (the .tmp removed). */
-static int write_dense(int dirfd, const store_dense_t *d, uint32_t i, manifest_dense_t *md,
-                       store_error_t *err)
-{
-    char name[sizeof md->file], tmp[sizeof md->file + sizeof TMP_SUFFIX];
-    snprintf(name, sizeof name, DENSE_NAME_FMT, i);
-    snprintf(tmp, sizeof tmp, "%s" TMP_SUFFIX, name);
-    size_t bad = first_nonfinite(d->data, (size_t)d->count);
-    if (bad < d->count) {
-        fail(err, STORE_E_VALUE, name, -1, "float %zu of dense array %s is %g", bad, d->name,
-             (double)d->data[bad]);
-        return -1;
-    }
-    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot create: %s", ERRTEXT(errno));
-        return -1;
-    }
-    XXH3_state_t xxh;
-    XXH3_INITSTATE(&xxh);
-    XXH3_64bits_reset(&xxh);
-    uint8_t head[DENSE_HEADER_BYTES];
-    memcpy(head, DENSE_MAGIC, 8);
-    put_le64(head + 8, d->count);
-    XXH3_64bits_update(&xxh, head, sizeof head);
-    int e = write_all(fd, head, sizeof head);
-    uint32_t chunk[DENSE_CHUNK_FLOATS];
-    for (uint64_t at = 0; e == 0 && at < d->count; at += DENSE_CHUNK_FLOATS) {
-        size_t n = d->count - at < DENSE_CHUNK_FLOATS ? (size_t)(d->count - at)
-                                                      : DENSE_CHUNK_FLOATS;
-        memcpy(chunk, d->data + at, n * 4);
-        for (size_t j = 0; j < n; j++)
-            chunk[j] = htole32(chunk[j]);
-        XXH3_64bits_update(&xxh, chunk, n * 4);
-        e = write_all(fd, (const uint8_t *)chunk, n * 4);
-    }
-    if (e == 0 && fsync(fd) != 0)
-        e = -errno;
-    if (close(fd) != 0 && e == 0)
-        e = -errno;
-    if (e == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
-        e = -errno;
-    if (e) {
-        fail(err, STORE_E_IO, tmp, -1, "cannot write %s: %s", name, ERRTEXT(-e));
-        unlinkat(dirfd, tmp, 0);
-        return -1;
-    }
-    snprintf(md->name, sizeof md->name, "%s", d->name);
-    snprintf(md->file, sizeof md->file, "%s", name);
-    md->bytes = DENSE_HEADER_BYTES + 4 * d->count;
-    md->xxh3 = XXH3_64bits_digest(&xxh);
-    return 0;
-}
-
-/* Renames MANIFEST.tmp to MANIFEST unless a MANIFEST exists.  Returns 0 or
- * -errno (-EEXIST when one exists). */
-static int publish_manifest(int dirfd)
-{
-    if (renameat2(dirfd, MANIFEST_TMP, dirfd, MANIFEST_FILE_NAME, RENAME_NOREPLACE) == 0)
-        return 0;
-    if (errno != EINVAL && errno != ENOSYS)
-        return -errno;
-    /* filesystem without RENAME_NOREPLACE: check, then rename (racy, but
-     * concurrent writers into one dir are unsupported anyway) */
-    struct stat st;
-    if (fstatat(dirfd, MANIFEST_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0)
-        return -EEXIST;
-    if (renameat(dirfd, MANIFEST_TMP, dirfd, MANIFEST_FILE_NAME) != 0)
-        return -errno;
-    return 0;
-}
-
-/* The extras rules store.h states, checked before anything is written (the
- * manifest encoder checks the names again). */
-static int check_extras(const store_extras_t *x, char *why, size_t len)
-{
-    if (x->n_params > STORE_MAX_PARAMS || x->n_dense > STORE_MAX_DENSE) {
-        snprintf(why, len, "%u params and %u dense arrays, the limits are %d and %d",
-                 x->n_params, x->n_dense, STORE_MAX_PARAMS, STORE_MAX_DENSE);
-        return -1;
-    }
-    for (uint32_t i = 0; i < x->n_dense; i++) {
-        const store_dense_t *d = &x->dense[i];
-        if (!d->data || d->count == 0 || d->count > STORE_DENSE_MAX_FLOATS) {
-            snprintf(why, len, "dense[%u] (%.31s) has %" PRIu64 " floats%s, expected 1..%" PRIu64,
-                     i, d->name, d->count, d->data ? "" : " and no data",
-                     (uint64_t)STORE_DENSE_MAX_FLOATS);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
-                         store_error_t *err)
-{
-    return store_snapshot_write_ex(s, dir, meta, NULL, err);
-}
-
-int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_t *meta,
-                            const store_extras_t *x, store_error_t *err)
-{
-    store_error_t scratch;
-    if (!err)
-        err = &scratch;
-    err_clear(err);
-    if (!s || !dir || !dir[0] || !meta) {
-        const char *what = !s ? "store" : !meta ? "meta" : "dir";
-        fail(err, STORE_E_INVALID, "", -1, "store_snapshot_write: %s is NULL or empty", what);
-        return -1;
-    }
-    char why[256];
-    if (check_meta(meta, why, sizeof why) != 0) {
-        fail(err, STORE_E_INVALID, "", -1, "meta: %s", why);
-        return -1;
-    }
-    static const store_extras_t no_extras;
-    if (!x)
-        x = &no_extras;
-    if (check_extras(x, why, sizeof why) != 0) {
-        fail(err, STORE_E_INVALID, "", -1, "extras: %s", why);
-        return -1;
-    }
-
-    const uint32_t nshards = store_shards(s);
-    int dirfd = -1, rc = -1;
-    uint32_t written = 0;      /* shard files renamed into place */
-    uint32_t dense_written = 0; /* dense files renamed into place */
-    bool manifest_tmp = false; /* MANIFEST.tmp may exist */
-    bool published = false;    /* MANIFEST renamed into place */
-    uint8_t *buf = NULL, *mbuf = NULL;
-    manifest_shard_t *shards = NULL;
-    manifest_t *m = NULL; /* heap: it carries the params and dense tables */
-
-    bool created = mkdir(dir, 0755) == 0;
-    if (!created && errno != EEXIST) {
-        fail(err, STORE_E_IO, "", -1, "%s: cannot create the directory: %s", dir, ERRTEXT(errno));
-        return -1;
-    }
-    dirfd = open_dir(dir, err);
-    if (dirfd < 0)
-        return -1;
-    struct stat st;
-    if (fstatat(dirfd, MANIFEST_FILE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        fail(err, STORE_E_EXISTS, MANIFEST_FILE_NAME, -1, "%s already holds a snapshot", dir);
-        goto out;
-    }
-    if (errno != ENOENT) {
-        fail(err, STORE_E_IO, MANIFEST_FILE_NAME, -1, "cannot stat: %s", ERRTEXT(errno));
-        goto out;
-    }
-    if (created) { /* make the new directory's own entry durable */
-        int pfd = openat(dirfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (pfd >= 0) {
-            fsync(pfd);
-            close(pfd);
-        }
-    }
-
-    buf = malloc(WRITE_BUF_BYTES);
-    shards = calloc(nshards, sizeof *shards);
-    if (!buf || !shards) {
-        fail(err, STORE_E_NOMEM, "", -1, "out of memory for the write buffer");
-        goto out;
-    }
-    const uint64_t total = store_count(s);
-    for (; written < nshards; written++) {
-        store_t *ordered;
-        if (relay_shard(s, written, total, buf, &ordered, err) != 0)
-            goto out;
-        int w = write_shard(ordered ? ordered : s, dirfd, written, buf, &shards[written], err);
-        store_destroy(ordered);
-        if (w != 0)
-            goto out;
-    }
-    if (fsync(dirfd) != 0) { /* the shards' renames before the MANIFEST's */
-        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
-        goto out;
-    }
-
-    m = calloc(1, sizeof *m);
-    if (!m) {
-        fail(err, STORE_E_NOMEM, "", -1, "out of memory for the manifest");
-        goto out;
-    }
-    *m = (manifest_t){
-        .format_version = MANIFEST_FORMAT_VERSION,
-        .meta = *meta,
-        .value_floats = store_value_floats(s),
-        .dtype = store_dtype(s),
-        .shard_count = nshards,
-        .shards = shards,
-        .n_params = x->n_params,
-        .n_dense = x->n_dense,
-        .hash_seed = store_hash_seed(s),
-    };
-    memcpy(m->params, x->params, sizeof m->params);
-    for (; dense_written < x->n_dense; dense_written++) {
-        if (write_dense(dirfd, &x->dense[dense_written], dense_written,
-                        &m->dense[dense_written], err) != 0)
-            goto out;
-    }
-    if (x->n_dense > 0 && fsync(dirfd) != 0) {
-        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
-        goto out;
-    }
-    if (m->meta.created_unix == 0)
-        m->meta.created_unix = (uint64_t)time(NULL);
-    size_t mlen;
-    int e = manifest_encode(m, &mbuf, &mlen, why, sizeof why);
-    if (e) {
-        fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, MANIFEST_FILE_NAME, -1,
-             "cannot encode: %s", unprefixed(why));
-        goto out;
-    }
-    manifest_tmp = true;
-    int fd = openat(dirfd, MANIFEST_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot create: %s", ERRTEXT(errno));
-        goto out;
-    }
-    e = write_all(fd, mbuf, mlen);
-    if (e == 0 && fsync(fd) != 0)
-        e = -errno;
-    if (close(fd) != 0 && e == 0)
-        e = -errno;
-    if (e) {
-        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot write: %s", ERRTEXT(-e));
-        goto out;
-    }
-    e = publish_manifest(dirfd);
-    if (e == -EEXIST) {
-        fail(err, STORE_E_EXISTS, MANIFEST_FILE_NAME, -1,
-             "another writer published a snapshot in %s first", dir);
-        goto out;
-    }
-    if (e) {
-        fail(err, STORE_E_IO, MANIFEST_TMP, -1, "cannot rename to " MANIFEST_FILE_NAME ": %s",
-             ERRTEXT(-e));
-        goto out;
-    }
-    manifest_tmp = false;
-    published = true;
-    if (fsync(dirfd) != 0) {
-        fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory: %s", dir, ERRTEXT(errno));
-        goto out;
-    }
-    rc = 0;
-out:
-    if (rc != 0 && dirfd >= 0) { /* leave no snapshot, whole or partial */
-        if (published)
-            unlinkat(dirfd, MANIFEST_FILE_NAME, 0);
-        if (manifest_tmp)
-            unlinkat(dirfd, MANIFEST_TMP, 0);
-        for (uint32_t i = 0; i < written; i++)
-            unlinkat(dirfd, shards[i].file, 0);
-        for (uint32_t i = 0; i < dense_written; i++)
-            unlinkat(dirfd, m->dense[i].file, 0);
-        if (created)
-            rmdir(dir); /* only succeeds when nothing else is in it */
-    }
-    free(mbuf);
-    free(m);
-    free(shards);
-    free(buf);
-    if (dirfd >= 0)
-        close(dirfd);
-    return rc;
+    return rc == 0 ? 0 : store_errc_errno(err->code);
 }

@@ -4,8 +4,8 @@
  *
  * A snapshot holds its store's entries in bucket order (sub-table by
  * sub-table, bucket by bucket; a store of other sizes than the loader's is
- * re-placed into the loader's sizes first, snapshot.c relay_shard), and a
- * load creates its store with the writer's hash seed and the same sizes, so
+ * re-placed into the loader's sizes first: snapshot_write.c relay_shard),
+ * and a load creates its store with the writer's hash seed and the same sizes, so
  * record i's bucket in the writer is one of its two buckets here too, and
  * those buckets never go backwards within a sub-table.  The filler puts
  * each record there, so a sub-table is written front to back (its lines
