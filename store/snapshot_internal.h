@@ -44,7 +44,7 @@ void store__snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD
  * thread, with the same error codes, files, offsets and messages.  Returns 0
  * and sets *out (the caller owns it: store_destroy), or -1 with *err filled
  * (err may be NULL), *out untouched and nothing left allocated.  m is
- * trusted to be well formed only in the ways manifest_decode guarantees for
+ * trusted to be well formed only in the ways store__manifest_decode guarantees for
  * shard_count and the shards array; sizes, counts and checksums are not
  * trusted.  Does not block on I/O; allocates the store. */
 int store__snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,

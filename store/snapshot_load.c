@@ -105,7 +105,7 @@ static size_t dtype_bytes(store_dtype_t dt)
 
 
 /* Copies a manifest file name (64 bytes, maybe not NUL-terminated when m did
- * not come from manifest_decode) into a C string. */
+ * not come from store__manifest_decode) into a C string. */
 static void shard_name(const manifest_shard_t *ms, char out[sizeof ms->file])
 {
     size_t n = strnlen(ms->file, sizeof ms->file - 1);
@@ -676,7 +676,7 @@ static int load_all(struct load_ctl *c, int threads, store_t **out, store_error_
 
 /* ---- MANIFEST ------------------------------------------------------------ */
 
-/* Reads and decodes dir's MANIFEST.  Returns 0 with *m filled (manifest_free
+/* Reads and decodes dir's MANIFEST.  Returns 0 with *m filled (store__manifest_free
  * it) or -1 with *err filled. */
 static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_t *err)
 {
@@ -727,7 +727,7 @@ static int read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_
         got += (size_t)r;
     }
     char why[400];
-    if (manifest_decode(buf, got, m, why, sizeof why) != 0) {
+    if (store__manifest_decode(buf, got, m, why, sizeof why) != 0) {
         store__snap_fail(err, STORE_E_MANIFEST, file, -1, "%s", unprefixed(why));
         goto out;
     }
@@ -747,7 +747,8 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
 {
     char file[sizeof md->file];
     snprintf(file, sizeof file, "%.*s", (int)strnlen(md->file, sizeof md->file - 1), md->file);
-    const uint64_t count = (md->bytes - DENSE_HEADER_BYTES) / 4; /* manifest_decode checked */
+    const uint64_t count =
+        (md->bytes - DENSE_HEADER_BYTES) / 4; /* store__manifest_decode checked */
     float *data = NULL;
     int rc = -1;
     int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -910,7 +911,7 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
         store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
                          "parent_version is %" PRIu64 ": a delta, not a full snapshot",
                          m.meta.parent_version);
-        manifest_free(&m);
+        store__manifest_free(&m);
         rc = -1;
     }
     if (rc == 0) {
@@ -928,7 +929,7 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
             store_extras_free(ex);
         if (rc == 0 && meta)
             *meta = m.meta;
-        manifest_free(&m);
+        store__manifest_free(&m);
     }
     close(dirfd);
     return rc == 0 ? 0 : store_errc_errno(err->code);
@@ -977,7 +978,7 @@ int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entr
             *meta = m.meta;
         if (rc == 0 && entries)
             *entries = total;
-        manifest_free(&m);
+        store__manifest_free(&m);
     }
     close(dirfd);
     return rc == 0 ? 0 : store_errc_errno(err->code);

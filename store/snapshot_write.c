@@ -586,7 +586,7 @@ int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_
     if (m->meta.created_unix == 0)
         m->meta.created_unix = (uint64_t)time(NULL);
     size_t mlen;
-    int e = manifest_encode(m, &mbuf, &mlen, why, sizeof why);
+    int e = store__manifest_encode(m, &mbuf, &mlen, why, sizeof why);
     if (e) {
         store__snap_fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, MANIFEST_FILE_NAME,
                          -1, "cannot encode: %s", unprefixed(why));

@@ -62,7 +62,7 @@
  * THREAD SAFETY AND MEMORY ORDERING
  *   One writer per shard (the caller serialises), any number of readers.
  *   - Sub-table pointers: writer publishes with a seq_cst store; readers load
- *     them inside epoch_enter/epoch_exit, so a retired sub-table is freed
+ *     them inside store__epoch_enter/store__epoch_exit, so a retired sub-table is freed
  *     only after every reader that could see it has left.
  *   - Bucket contents: each sub-table has a version counter (a seqlock) on
  *     its own cache line.  A writer that changes keyparts or a multi-word

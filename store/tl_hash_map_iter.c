@@ -96,9 +96,9 @@ int store_foreach_raw(const store_t *s, uint32_t shard, store_visit_raw_fn fn, v
     /* one read section per sub-table: fn may block (the snapshot writer
      * writes files), and a long section would stall other shards' growth */
     for (uint32_t u = 0; u < s->nsubs && rc == 0; u++) {
-        epoch_enter();
+        store__epoch_enter();
         rc = store__sub_foreach_raw(s, sub_ptr(s, shard, u), shard, u, fn, ctx);
-        epoch_exit();
+        store__epoch_exit();
     }
     return rc;
 }
@@ -130,10 +130,10 @@ uint64_t store_shard_count(const store_t *s, uint32_t shard)
     if (shard >= s->nshards)
         return 0;
     uint64_t n = 0;
-    epoch_enter();
+    store__epoch_enter();
     for (uint32_t u = 0; u < s->nsubs; u++)
         n += atomic_load_explicit(&sub_ptr(s, shard, u)->count, memory_order_relaxed);
-    epoch_exit();
+    store__epoch_exit();
     return n;
 }
 
@@ -148,7 +148,7 @@ uint64_t store_count(const store_t *s)
 void store_stats(const store_t *s, store_stats_t *st)
 {
     memset(st, 0, sizeof *st);
-    epoch_enter();
+    store__epoch_enter();
     for (uint32_t i = 0; i < s->nshards; i++) {
         st->rebuilds += atomic_load_explicit(&s->shards[i].rebuilds, memory_order_relaxed);
         for (uint32_t u = 0; u < s->nsubs; u++) {
@@ -160,13 +160,13 @@ void store_stats(const store_t *s, store_stats_t *st)
             st->subtables++;
         }
     }
-    epoch_exit();
+    store__epoch_exit();
 }
 
 void store_layout(const store_t *s, store_layout_t *out)
 {
     memset(out, 0, sizeof *out);
-    epoch_enter();
+    store__epoch_enter();
     for (size_t i = 0; i < (size_t)s->nshards * s->nsubs; i++) {
         const struct subtable *t = atomic_load_explicit(&s->subs[i], memory_order_seq_cst);
         for (uint64_t b = 0; b < t->nbuckets; b++) {
@@ -179,5 +179,5 @@ void store_layout(const store_t *s, store_layout_t *out)
         }
         out->buckets += t->nbuckets;
     }
-    epoch_exit();
+    store__epoch_exit();
 }

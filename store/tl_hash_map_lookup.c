@@ -304,11 +304,11 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
     const size_t ngroups = (n + G - 1) / G;
     size_t hits = 0;
 
-    epoch_enter();
+    store__epoch_enter();
     if (n < SMALL_BATCH) { /* nothing to overlap */
         for (size_t k = 0; k < n; k++)
             lookup_slow(&slow, k);
-        epoch_exit();
+        store__epoch_exit();
         return slow.hits;
     }
     for (size_t r = 0; r < ngroups + 3; r++) {
@@ -443,14 +443,14 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n, floa
             }
         }
     }
-    epoch_exit();
+    store__epoch_exit();
     return hits + slow.hits;
 }
 
 int store_lookup(const store_t *s, uint64_t key, float *out)
 {
-    epoch_enter();
+    store__epoch_enter();
     int hit = lookup_one(s, key, out);
-    epoch_exit();
+    store__epoch_exit();
     return hit;
 }

@@ -286,7 +286,7 @@ cold static int rebuild(store_t *s, uint32_t shard, uint32_t sub, uint64_t targe
         if (store__sub_foreach_raw(s, old, shard, sub, copy_into, &c) == 0) {
             atomic_store_explicit(&s->subs[(size_t)shard * s->nsubs + sub], nt, memory_order_seq_cst);
             atomic_fetch_add_explicit(&s->shards[shard].rebuilds, 1, memory_order_relaxed);
-            epoch_synchronize();
+            store__epoch_synchronize();
             store__subtable_free(old);
             return 0;
         }

@@ -5,7 +5,7 @@
  * Every refusal is checked for its exact code, file and byte offset, and for
  * leaving *out untouched.  The crafted snapshots (duplicate key, key of the
  * wrong shard, NaN, header fields) are built here from the documented file
- * format with this file's own header encoder, manifest_encode and XXH3, so
+ * format with this file's own header encoder, store__manifest_encode and XXH3, so
  * that the checksums are right and the loader has to look at the records.
  *
  * Scratch directories go under $TL_TEST_TMP (created when missing).
@@ -952,8 +952,8 @@ static void craft_write(struct craft *c, const char *dir, int keep_headers)
     uint8_t *buf = NULL;
     size_t len = 0;
     char why[256];
-    if (manifest_encode(&m, &buf, &len, why, sizeof why) != 0)
-        print_error("manifest_encode: %s\n", why);
+    if (store__manifest_encode(&m, &buf, &len, why, sizeof why) != 0)
+        print_error("store__manifest_encode: %s\n", why);
     assert_non_null(buf);
     write_file(dir, "MANIFEST", buf, len);
     free(buf);
@@ -1033,15 +1033,15 @@ static void reseal_manifest(const char *dir, const uint8_t *file, size_t len)
     uint8_t *mb = read_file(dir, "MANIFEST", &mlen);
     manifest_t m;
     char why[256];
-    assert_int_equal(manifest_decode(mb, mlen, &m, why, sizeof why), 0);
+    assert_int_equal(store__manifest_decode(mb, mlen, &m, why, sizeof why), 0);
     m.shards[0].xxh3 = XXH3_64bits(file, len);
     uint8_t *buf = NULL;
     size_t blen = 0;
-    assert_int_equal(manifest_encode(&m, &buf, &blen, why, sizeof why), 0);
+    assert_int_equal(store__manifest_encode(&m, &buf, &blen, why, sizeof why), 0);
     write_file(dir, "MANIFEST", buf, blen);
     free(buf);
     free(mb);
-    manifest_free(&m);
+    store__manifest_free(&m);
 }
 
 /* A snapshot as store_snapshot_write leaves it (bucket order, the writer's
