@@ -48,8 +48,8 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
  * in file order, go to the buckets they held in the store that wrote them
  * (same hash seed and sizes: store_hash_seed), so the table is written
  * front to back; records out of that order are set aside and inserted
- * with store_insert_entries at the end (tl_hash_map.c says how).  Only for
- * a store nobody else reads or writes yet, into a shard that is empty
+ * with store_insert_entries at the end (tl_hash_map_fill.c says how).  Only
+ * for a store nobody else reads or writes yet, into a shard that is empty
  * (store_filler_new returns -EINVAL otherwise).  One filler per shard and
  * thread; n records as for store_insert_entries.  add and finish return 0,
  * or -EEXIST (duplicate key), -EXDEV (key of another shard), -ENOMEM: the
