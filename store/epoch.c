@@ -20,7 +20,7 @@
  *
  * Read sections nest (a per-thread depth counter); only the outermost one
  * touches the slot.  THREAD SAFETY: all functions may be called from any
- * thread; epoch_synchronize may run concurrently with itself.
+ * thread; store__epoch_synchronize may run concurrently with itself.
  */
 #include "epoch.h"
 
@@ -83,7 +83,7 @@ __attribute__((cold)) static struct epoch_slot *claim_slot(void)
     abort();
 }
 
-void epoch_enter(void)
+void store__epoch_enter(void)
 {
     if (my_depth++ > 0)
         return;
@@ -94,14 +94,14 @@ void epoch_enter(void)
     atomic_store_explicit(&my_slot->epoch, e, memory_order_seq_cst);
 }
 
-void epoch_exit(void)
+void store__epoch_exit(void)
 {
     if (--my_depth > 0)
         return;
     atomic_store_explicit(&my_slot->epoch, 0, memory_order_release);
 }
 
-void epoch_synchronize(void)
+void store__epoch_synchronize(void)
 {
     uint64_t g = atomic_fetch_add_explicit(&global_epoch, 1, memory_order_seq_cst) + 1;
     uint32_t n = atomic_load_explicit(&slots_used, memory_order_acquire);

@@ -1,10 +1,10 @@
 /*
  * extras.c — building and reading a store_extras_t (store.h): the named
  * hyper-parameters and dense arrays a snapshot carries beside its sparse
- * table.  Writing and loading them is snapshot.c's job; this file only keeps
- * the table well formed, with the same rules manifest.cc enforces on disk,
- * so that a writer learns about a bad key when it sets it, not when the
- * snapshot is half written.
+ * table.  Writing and loading them is snapshot_write.c's and
+ * snapshot_load.c's job; this file only keeps the table well formed, with
+ * the same rules manifest.cc enforces on disk, so that a writer learns
+ * about a bad key when it sets it, not when the snapshot is half written.
  *
  * THREAD SAFETY: plain functions on caller-owned structs.
  */

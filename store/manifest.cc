@@ -21,7 +21,7 @@
  * (so that "this is not a manifest" reads as such, not as a bad checksum);
  * trailer checksum; the FlatBuffers verifier (every offset, length and
  * alignment in bounds); then every field, with the same check_fields() that
- * manifest_encode() runs, so that whatever encode writes, decode accepts, and
+ * store__manifest_encode() runs, so that whatever encode writes, decode accepts, and
  * whatever decode accepts, encode reproduces.  The verifier and the reads
  * after it assume an 8-byte aligned buffer; a misaligned input is copied.
  * Fields the C API does not know (later additions) are verified
@@ -598,7 +598,7 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
 
 } // namespace
 
-extern "C" int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why,
+extern "C" int store__manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why,
                                size_t why_len)
 {
     Why w{why, why_len};
@@ -617,7 +617,7 @@ extern "C" int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, 
     }
 }
 
-extern "C" int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why,
+extern "C" int store__manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why,
                                size_t why_len)
 {
     Why w{why, why_len};
@@ -637,7 +637,7 @@ extern "C" int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, 
     }
 }
 
-extern "C" void manifest_free(manifest_t *m)
+extern "C" void store__manifest_free(manifest_t *m)
 {
     if (!m)
         return;

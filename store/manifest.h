@@ -42,7 +42,7 @@ typedef struct manifest {
     uint32_t value_floats;     /* K: 1..STORE_MAX_VALUE_FLOATS */
     store_dtype_t dtype;       /* F32 or F16 */
     uint32_t shard_count;      /* power of two, 1..STORE_MAX_SHARDS */
-    manifest_shard_t *shards;  /* shard_count entries; owned (manifest_free) */
+    manifest_shard_t *shards;  /* shard_count entries; owned (store__manifest_free) */
     uint32_t n_params;         /* 0..STORE_MAX_PARAMS: hyper-parameters, distinct keys */
     store_param_t params[STORE_MAX_PARAMS];
     uint32_t n_dense;          /* 0..STORE_MAX_DENSE: dense array files, distinct names */
@@ -51,9 +51,11 @@ typedef struct manifest {
 } manifest_t;
 
 /* Serialises m.  On success returns 0 and sets *buf (malloc'd; caller frees)
- * and *len.  Returns -EINVAL when m itself fails the checks manifest_decode
- * applies (why says which), -ENOMEM on allocation failure. */
-int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why, size_t why_len);
+ * and *len.  Returns -EINVAL when m itself fails the checks
+ * store__manifest_decode applies (why says which), -ENOMEM on allocation
+ * failure. */
+int store__manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why,
+                           size_t why_len);
 
 /* Parses and verifies untrusted bytes: size limit, trailer checksum,
  * FlatBuffers verifier, file identifier, then every field (version, name
@@ -63,13 +65,15 @@ int manifest_encode(const manifest_t *m, uint8_t **buf, size_t *len, char *why, 
  * of [A-Za-z0-9_.-] and distinct, values 0..127 printable ASCII bytes;
  * dense files: at most STORE_MAX_DENSE, names like keys and distinct, file
  * names like shard files and distinct from every other file, bytes =
- * 16 + 4 x count with count 1..STORE_DENSE_MAX_FLOATS).  Returns 0 and fills *out (out->shards malloc'd;
- * free with manifest_free), or -EBADMSG with a sentence in why; -ENOMEM when
- * an allocation fails, -EINVAL when out is NULL.  On failure *out is zeroed,
- * so manifest_free(out) is always safe. */
-int manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why, size_t why_len);
+ * 16 + 4 x count with count 1..STORE_DENSE_MAX_FLOATS).  Returns 0 and
+ * fills *out (out->shards malloc'd; free with store__manifest_free), or
+ * -EBADMSG with a sentence in why; -ENOMEM when an allocation fails, -EINVAL
+ * when out is NULL.  On failure *out is zeroed, so store__manifest_free(out)
+ * is always safe. */
+int store__manifest_decode(const uint8_t *buf, size_t len, manifest_t *out, char *why,
+                           size_t why_len);
 
-void manifest_free(manifest_t *m);
+void store__manifest_free(manifest_t *m);
 
 #ifdef __cplusplus
 }

@@ -1,17 +1,22 @@
 /*
- * snapshot_internal.h — snapshot.c's entry points for store/'s own tests and
- * fuzz targets: the shard file header codec and the loader's in-memory path
- * (the same verification and build code that store_snapshot_load runs on
- * mmap windows of real files).  Not for other folders: they use store.h.
+ * snapshot_internal.h — what the snapshot files (snapshot.c: format, names
+ * and shared helpers; snapshot_load.c; snapshot_write.c) share, and their
+ * entry points for store/'s own tests and fuzz targets: the shard file
+ * header codec and the loader's in-memory path (the same verification and
+ * build code that store_snapshot_load runs on mmap windows of real files).
+ * Not for other folders: they use store.h.
  */
 #ifndef TL_STORE_SNAPSHOT_INTERNAL_H
 #define TL_STORE_SNAPSHOT_INTERNAL_H
 
 #include "manifest.h"
 #include "store.h"
+#include "store_internal.h"
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SNAPSHOT_SHARD_MAGIC "TLSHARD1" /* 8 bytes, no NUL in the file */
 #define SNAPSHOT_FORMAT_VERSION 1u
@@ -30,7 +35,7 @@ typedef struct snapshot_header {
 
 /* Encodes h into out[0..63]: magic, fields, zero padding and the header
  * checksum.  Never fails, never blocks. */
-void snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD_HEADER_BYTES]);
+void store__snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD_HEADER_BYTES]);
 
 /* Builds a store from shard files that are already in memory: files[i] and
  * sizes[i] hold the bytes of shard i of m (m->shard_count of them).  Runs
@@ -39,10 +44,98 @@ void snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD_HEADER
  * thread, with the same error codes, files, offsets and messages.  Returns 0
  * and sets *out (the caller owns it: store_destroy), or -1 with *err filled
  * (err may be NULL), *out untouched and nothing left allocated.  m is
- * trusted to be well formed only in the ways manifest_decode guarantees for
+ * trusted to be well formed only in the ways store__manifest_decode guarantees for
  * shard_count and the shards array; sizes, counts and checksums are not
  * trusted.  Does not block on I/O; allocates the store. */
-int snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,
+int store__snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, const size_t *sizes,
                       store_t **out, store_error_t *err);
+
+/* ---- shared by snapshot.c, snapshot_load.c and snapshot_write.c --------- */
+
+/* Header field offsets (the picture in snapshot.c). */
+enum {
+    H_MAGIC = 0,
+    H_FORMAT = 8,
+    H_INDEX = 12,
+    H_COUNT = 16,
+    H_FLOATS = 20,
+    H_DTYPE = 24,
+    H_VBYTES = 28,
+    H_ENTRIES = 32,
+    H_PAD = 40,
+    H_XXH3 = SNAPSHOT_HEADER_XXH3_AT,
+};
+_Static_assert(H_XXH3 + 8 == SHARD_HEADER_BYTES, "header layout");
+_Static_assert(sizeof SNAPSHOT_SHARD_MAGIC == 9, "magic is 8 bytes");
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return le32toh(v);
+}
+
+static inline uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return le64toh(v);
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, sizeof v);
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, sizeof v);
+}
+
+/* The text of errno e, in buf or static (strerror_r in its GNU form). */
+const char *store__snap_errtext(int e, char *buf, size_t len);
+#define ERRTEXT(e) store__snap_errtext((e), (char[128]){0}, 128)
+
+/* manifest.cc's sentences start with "manifest: "; ours name the file
+ * already. */
+static inline const char *unprefixed(const char *why)
+{
+    return strncmp(why, "manifest: ", 10) == 0 ? why + 10 : why;
+}
+
+/* Sets *err to "no error": code STORE_OK, no file, offset -1. */
+void store__snap_err_clear(store_error_t *err);
+
+/* Fills *err: code, file, offset and "file: offset N: <fmt>". */
+cold __attribute__((format(printf, 5, 6))) void
+store__snap_fail(store_error_t *err, store_errc_t code, const char *file, int64_t offset,
+                 const char *fmt, ...);
+
+/* Index of the first of n records (at p, rec bytes apart) whose value holds
+ * a NaN or an infinity, or n.  *which is the float's index in the value. */
+size_t store__snap_first_bad_value(const uint8_t *p, size_t n, size_t rec, uint32_t K,
+                                   store_dtype_t dt, uint32_t *which);
+
+/* Fills *err with STORE_E_VALUE for float j of record rec at offset off. */
+cold void store__snap_fail_value(store_error_t *err, const char *file, uint64_t off,
+                                 const uint8_t *rec, uint32_t j, store_dtype_t dt);
+
+/* The options a loader creates its store with for a snapshot of `total`
+ * entries; the writer's relay_shard sizes its shards with the same. */
+store_options_t store__snap_loader_options(uint32_t K, store_dtype_t dt, uint32_t shards,
+                                           uint64_t total, uint64_t seed);
+
+/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
+ * of them (no growth while filling).  0, or -errno with *bad the sub-table
+ * that could not be reserved. */
+int store__snap_reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad);
+
+/* Opens dir (O_DIRECTORY).  The fd, or -1 with *err filled (STORE_E_IO). */
+int store__snap_open_dir(const char *dir, store_error_t *err);
+
+/* Index of the first NaN or infinity among n floats, or n. */
+size_t store__snap_first_nonfinite(const float *v, size_t n);
 
 #endif /* TL_STORE_SNAPSHOT_INTERNAL_H */

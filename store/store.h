@@ -20,7 +20,10 @@
  * ERRORS
  *   Functions return 0 (or a count) on success and -errno on failure; the
  *   snapshot functions also fill a store_error_t that names the file, the
- *   byte offset and what was wrong.
+ *   byte offset and what was wrong, and return the errno its code maps to
+ *   (store_errc_errno): -EIO, -ENOMEM, -EEXIST, -ENOENT (no MANIFEST),
+ *   -EINVAL (bad arguments), -EBADMSG (any bad content: a corrupt,
+ *   truncated or inconsistent file, or a model the model layer refuses).
  */
 #ifndef TL_STORE_H
 #define TL_STORE_H
@@ -230,22 +233,33 @@ typedef struct store_error {
  * must not already contain a MANIFEST).  Each shard file is written to a
  * temporary name, fsynced and renamed; the MANIFEST is written last, the same
  * way, and the directory is fsynced.  Needs no concurrent writer.  Blocks.
- * Returns 0, or -1 with *err filled (err may be NULL). */
+ * Returns 0, or store_errc_errno(err->code) < 0 with *err filled (err may
+ * be NULL). */
 int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
                          store_error_t *err);
 
 /* Loads the snapshot in dir with `threads` loader threads (0 = one per
  * core), verifying every checksum, count and key.  On success returns 0,
  * sets *out (caller owns it) and fills *meta when non-NULL.  On any failure
- * returns -1 with *err filled and leaves nothing allocated. */
+ * returns store_errc_errno(err->code) < 0 with *err filled (err may be
+ * NULL) and leaves nothing allocated.  Blocks. */
 int store_snapshot_load(const char *dir, int threads, store_t **out, store_meta_t *meta,
                         store_error_t *err);
 
-/* Reads and verifies only the manifest of dir (cheap: for listings). */
+/* Reads and verifies only the manifest of dir (cheap: for listings).  0, or
+ * store_errc_errno(err->code) < 0 with *err filled (err may be NULL). */
 int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entries,
                              store_error_t *err);
 
 const char *store_errc_name(store_errc_t code);
+
+/* The negative errno a snapshot call returns for code (0 for STORE_OK):
+ * STORE_E_IO -EIO, STORE_E_NOMEM -ENOMEM, STORE_E_EXISTS -EEXIST,
+ * STORE_E_NO_MANIFEST -ENOENT, STORE_E_INVALID -EINVAL, every content error
+ * (MANIFEST, TRUNCATED, SIZE, CHECKSUM, HEADER, MISMATCH, DUPLICATE,
+ * WRONG_SHARD, VALUE) and STORE_E_MODEL -EBADMSG.  For callers that fill a
+ * store_error_t themselves and return as these calls do. */
+int store_errc_errno(store_errc_t code);
 
 /* ---- snapshot extras: hyper-parameters and dense arrays ----------------
  *
@@ -280,7 +294,7 @@ typedef struct store_extras {
     store_dense_t dense[STORE_MAX_DENSE];   /* distinct names */
 } store_extras_t;
 
-/* store_snapshot_write plus extras x (NULL: none).  Returns -1 with
+/* store_snapshot_write plus extras x (NULL: none).  Returns -EINVAL with
  * STORE_E_INVALID when x breaks a rule above. */
 int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_t *meta,
                             const store_extras_t *x, store_error_t *err);

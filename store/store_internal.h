@@ -10,6 +10,12 @@
 
 #include <stdbool.h>
 
+/* Branch hints for error branches, and the mark for setup and error paths:
+ * defined here once for every store file. */
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define cold __attribute__((__cold__))
+
 /* A spin-wait hint (x86 PAUSE): for loops that wait on another thread. */
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -42,8 +48,8 @@ int store_insert_entries(store_t *s, uint32_t shard, const uint8_t *entries, siz
  * in file order, go to the buckets they held in the store that wrote them
  * (same hash seed and sizes: store_hash_seed), so the table is written
  * front to back; records out of that order are set aside and inserted
- * with store_insert_entries at the end (tl_hash_map.c says how).  Only for
- * a store nobody else reads or writes yet, into a shard that is empty
+ * with store_insert_entries at the end (tl_hash_map_fill.c says how).  Only
+ * for a store nobody else reads or writes yet, into a shard that is empty
  * (store_filler_new returns -EINVAL otherwise).  One filler per shard and
  * thread; n records as for store_insert_entries.  add and finish return 0,
  * or -EEXIST (duplicate key), -EXDEV (key of another shard), -ENOMEM: the

@@ -67,7 +67,7 @@
 #include <unistd.h>
 
 #ifndef __cold
-#define __cold __attribute__((cold))
+#define __cold __attribute__((__cold__))
 #endif
 #ifndef __noreturn
 #define __noreturn __attribute__((noreturn))
@@ -756,7 +756,7 @@ static int read_manifest(const char *dir, manifest_t *m)
         got += (size_t)r;
     }
     char why[512] = "";
-    if (manifest_decode(buf, len, m, why, sizeof why) != 0) {
+    if (store__manifest_decode(buf, len, m, why, sizeof why) != 0) {
         fprintf(stderr, "tlsnap info: %s: %s\n", path, why);
         goto out;
     }
@@ -842,7 +842,7 @@ static int cmd_info(int argc, char **argv)
                    sh->entries, sh->bytes, sh->xxh3, sh->file);
         }
     }
-    manifest_free(&m);
+    store__manifest_free(&m);
     return 0;
 }
 

@@ -15,11 +15,13 @@
  * the keys) with FM fused into the probe loop (the sums accumulate straight
  * from the slot, no weights buffer), prefetching PREFETCH ids ahead, on one
  * core, and prints p50/p90/p99/max.  Then the same with ids from 2048 keys
- * (all in cache): the arithmetic alone.  Reads no project code, writes no
- * file; the values are arbitrary.  A benchmark: it never fails on timing.
+ * (all in cache): the arithmetic alone.  Uses no project code but the mixer
+ * of store/synthetic.h, writes no file; the values are arbitrary.  A benchmark: it never fails on timing.
  *
  * THREAD SAFETY: a program; single-threaded.
  */
+#include "store/synthetic.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -55,21 +57,14 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static inline uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t key_of(uint64_t i)
 {
-    return mix(i + 42) | 1; /* never 0, the empty slot's key */
+    return store_mix64(i + 42) | 1; /* never 0, the empty slot's key */
 }
 
 static inline uint64_t home(const table_t *t, uint64_t key)
 {
-    return (uint64_t)(((unsigned __int128)mix(key ^ 0x1234567) * t->nslots) >> 64);
+    return (uint64_t)(((unsigned __int128)store_mix64(key ^ 0x1234567) * t->nslots) >> 64);
 }
 
 static inline uint8_t *slot_at(const table_t *t, uint64_t i)
@@ -271,14 +266,14 @@ int main(int argc, char **argv)
         fail("out of memory");
     uint64_t rng = 12345;
     for (size_t j = 0; j < (size_t)DISTINCT * TOTAL; j++)
-        ids[j] = key_of(mix(rng += 0x9e3779b97f4a7c15ull) % nkeys);
+        ids[j] = key_of(store_splitmix64(&rng) % nkeys);
     double sink = run(&t, ids, requests, lat, homes);
     printf("FM k=16 fused, %d ids uniform over %llu keys, 1 thread: us p50 %.0f p90 %.0f p99 %.0f "
            "max %.0f\n",
            TOTAL, (unsigned long long)nkeys, pct(lat, requests, .5), pct(lat, requests, .9),
            pct(lat, requests, .99), lat[requests - 1]);
     for (size_t j = 0; j < (size_t)DISTINCT * TOTAL; j++)
-        ids[j] = key_of(mix(rng += 0x9e3779b97f4a7c15ull) % 2048);
+        ids[j] = key_of(store_splitmix64(&rng) % 2048);
     sink += run(&t, ids, requests, lat, homes);
     printf("hot (ids from 2048 keys, in cache): us p50 %.0f p99 %.0f%s\n", pct(lat, requests, .5),
            pct(lat, requests, .99), sink == 12345.678f ? "!" : "");

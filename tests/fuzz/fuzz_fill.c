@@ -1,6 +1,6 @@
 /*
  * fuzz_fill.c — libFuzzer target for the snapshot loader's ordered fill
- * (store_filler_*, store/tl_hash_map.c): the records of a real store in its
+ * (store_filler_*, store/tl_hash_map_fill.c): the records of a real store in its
  * bucket order, disturbed by the input, must load exactly, or be refused
  * when two of them share a key.
  *

@@ -1,5 +1,5 @@
 /*
- * fuzz_manifest.c — libFuzzer target for manifest_decode().
+ * fuzz_manifest.c — libFuzzer target for store__manifest_decode().
  *
  * Each input is decoded twice: as given (length, identifier and checksum
  * paths), and with its last 8 bytes replaced by the correct xxh3 of the
@@ -56,7 +56,7 @@ static void one(const uint8_t *data, size_t size)
 {
     manifest_t m;
     char why[256];
-    int rc = manifest_decode(data, size, &m, why, sizeof why);
+    int rc = store__manifest_decode(data, size, &m, why, sizeof why);
     if (rc != 0) {
         check(rc == -EBADMSG || rc == -ENOMEM, "decode returned an unexpected error");
         check(strncmp(why, "manifest: ", 10) == 0, "refusal without a sentence");
@@ -73,26 +73,26 @@ static void one(const uint8_t *data, size_t size)
 
     uint8_t *buf = NULL, *buf2 = NULL;
     size_t len = 0, len2 = 0;
-    rc = manifest_encode(&m, &buf, &len, why, sizeof why);
+    rc = store__manifest_encode(&m, &buf, &len, why, sizeof why);
     if (rc == -ENOMEM)
         goto out;
     check(rc == 0, "a decoded manifest does not re-encode");
 
     manifest_t m2;
-    rc = manifest_decode(buf, len, &m2, why, sizeof why);
+    rc = store__manifest_decode(buf, len, &m2, why, sizeof why);
     if (rc == -ENOMEM)
         goto out;
     check(rc == 0, "a re-encoded manifest does not decode");
     check(same(&m, &m2), "round trip changed the manifest");
 
-    rc = manifest_encode(&m2, &buf2, &len2, why, sizeof why);
+    rc = store__manifest_encode(&m2, &buf2, &len2, why, sizeof why);
     if (rc == 0)
         check(len == len2 && memcmp(buf, buf2, len) == 0, "encoding is not deterministic");
-    manifest_free(&m2);
+    store__manifest_free(&m2);
 out:
     free(buf);
     free(buf2);
-    manifest_free(&m);
+    store__manifest_free(&m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

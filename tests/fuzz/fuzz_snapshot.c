@@ -1,6 +1,6 @@
 /*
  * fuzz_snapshot.c — libFuzzer target for the snapshot loader's per-shard
- * verification and build path (snapshot_load_mem, the code that
+ * verification and build path (store__snapshot_load_mem, the code that
  * store_snapshot_load runs on mmap windows of real files).
  *
  * The input is one shard file.  The target builds a manifest that matches
@@ -195,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 .value_bytes = (uint32_t)(rec - 8),
                 .entries = 0,
             };
-            snapshot_header_encode(&h, empty[i]);
+            store__snapshot_header_encode(&h, empty[i]);
             files[i] = empty[i];
             sizes[i] = SHARD_HEADER_BYTES;
             ms->bytes = SHARD_HEADER_BYTES;
@@ -213,7 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     store_t *s = (store_t *)(uintptr_t)1;
     store_error_t err;
-    int rc = snapshot_load_mem(&m, files, sizes, &s, &err);
+    int rc = store__snapshot_load_mem(&m, files, sizes, &s, &err);
     static int verbose = -1;
     if (verbose < 0)
         verbose = getenv("FUZZ_SNAPSHOT_VERBOSE") != NULL;
@@ -224,7 +224,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_loaded(s, file, entries, rec, K, dt);
         store_destroy(s);
     } else {
-        check(rc == -1, "load returned neither 0 nor -1", &err);
+        check(rc < 0 && rc == store_errc_errno(err.code),
+              "load returned neither 0 nor its code's -errno", &err);
         check(s == (store_t *)(uintptr_t)1, "failed load set *out", &err);
         check_refused(&err, shards[index].file, file, size, rec, K, dt, count, index);
     }

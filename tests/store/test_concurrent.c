@@ -1,6 +1,6 @@
 /*
  * test_concurrent.c — lock-free readers of tl_hash_map while writers insert,
- * overwrite, delete and grow (store/tl_hash_map.c).
+ * overwrite, delete and grow (store/tl_hash_map_*.c).
  *
  * Writers follow the store's contract: one writer per shard.  With 4 shards
  * and 2 writers, writer w owns the shards s with s % 2 == w and only writes

@@ -1,6 +1,6 @@
 /*
  * test_fill.c — the snapshot loader's ordered fill (store_filler_*, in
- * store/tl_hash_map.c): records in another store's bucket order, with that
+ * store/tl_hash_map_fill.c): records in another store's bucket order, with that
  * store's hash seed, go in place; in any other order they still all go in;
  * and a duplicate key anywhere in the stream is refused.
  *

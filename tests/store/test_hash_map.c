@@ -1,5 +1,5 @@
 /*
- * test_hash_map.c — single-threaded tests of tl_hash_map (store/tl_hash_map.c)
+ * test_hash_map.c — single-threaded tests of tl_hash_map (store/tl_hash_map*.c)
  * and of the fp16 conversions it stores values with.
  *
  * The main test runs a long random sequence of upserts, deletes and lookups

@@ -4,7 +4,7 @@
  * Good manifests must round-trip field for field; every rule of manifest.h
  * gets a manifest that breaks exactly that rule and must come back -EBADMSG
  * (decode) or -EINVAL (encode) with a `why` that names the field.  Manifests
- * that manifest_encode() refuses to write are built with
+ * that store__manifest_encode() refuses to write are built with
  * manifest_encode_unchecked() (manifest_testutil.cc).
  *
  * With TL_MANIFEST_CORPUS=<dir> set, the seed-corpus test also (re)writes the
@@ -113,9 +113,9 @@ static void assert_same(const manifest_t *a, const manifest_t *b)
 static void encode_ok(const manifest_t *m, uint8_t **buf, size_t *len)
 {
     char why[256] = "x";
-    int rc = manifest_encode(m, buf, len, why, sizeof why);
+    int rc = store__manifest_encode(m, buf, len, why, sizeof why);
     if (rc != 0)
-        fail_msg("manifest_encode: %d: %s", rc, why);
+        fail_msg("store__manifest_encode: %d: %s", rc, why);
     assert_string_equal(why, "");
 }
 
@@ -128,9 +128,9 @@ static void roundtrip(const manifest_t *m)
 
     manifest_t d;
     char why[256] = "x";
-    int rc = manifest_decode(buf, len, &d, why, sizeof why);
+    int rc = store__manifest_decode(buf, len, &d, why, sizeof why);
     if (rc != 0)
-        fail_msg("manifest_decode: %d: %s", rc, why);
+        fail_msg("store__manifest_decode: %d: %s", rc, why);
     assert_string_equal(why, "");
     assert_same(m, &d);
 
@@ -141,7 +141,7 @@ static void roundtrip(const manifest_t *m)
     assert_int_equal(len, len2);
     assert_memory_equal(buf, buf2, len);
 
-    manifest_free(&d);
+    store__manifest_free(&d);
     free(buf);
     free(buf2);
 }
@@ -151,9 +151,9 @@ static void expect_bad(const uint8_t *buf, size_t len, const char *needle)
 {
     manifest_t d;
     char why[256] = "";
-    int rc = manifest_decode(buf, len, &d, why, sizeof why);
+    int rc = store__manifest_decode(buf, len, &d, why, sizeof why);
     if (rc == 0)
-        manifest_free(&d);
+        store__manifest_free(&d);
     if (rc != -EBADMSG || !strstr(why, needle))
         fail_msg("decode: want -EBADMSG naming '%s', got %d: %s", needle, rc, why);
     assert_true(strncmp(why, "manifest: ", 10) == 0);
@@ -175,7 +175,7 @@ static void expect_encode_bad(const manifest_t *m, const char *needle)
     uint8_t *buf = (uint8_t *)1;
     size_t len = 1;
     char why[256] = "";
-    int rc = manifest_encode(m, &buf, &len, why, sizeof why);
+    int rc = store__manifest_encode(m, &buf, &len, why, sizeof why);
     if (rc != -EINVAL || !strstr(why, needle))
         fail_msg("encode: want -EINVAL naming '%s', got %d: %s", needle, rc, why);
     assert_null(buf);
@@ -236,9 +236,9 @@ static void test_decode_unaligned(void **state)
         assert_non_null(copy);
         memcpy(copy + off, buf, len);
         char why[256];
-        assert_int_equal(manifest_decode(copy + off, len, &d, why, sizeof why), 0);
+        assert_int_equal(store__manifest_decode(copy + off, len, &d, why, sizeof why), 0);
         assert_same(&m, &d);
-        manifest_free(&d);
+        store__manifest_free(&d);
         free(copy);
     }
     free(buf);
@@ -259,7 +259,7 @@ static void test_decode_reads_extras(void **state)
     r.with_extras = 1;
     assert_int_equal(manifest_encode_unchecked(&r, &buf, &len), 0);
     char why[256];
-    assert_int_equal(manifest_decode(buf, len, &d, why, sizeof why), 0);
+    assert_int_equal(store__manifest_decode(buf, len, &d, why, sizeof why), 0);
     m.n_params = 2;
     strcpy(m.params[0].key, "learning_rate");
     strcpy(m.params[0].value, "0.05");
@@ -271,7 +271,7 @@ static void test_decode_reads_extras(void **state)
     m.dense[0].bytes = 4096;
     m.dense[0].xxh3 = 42;
     assert_same(&m, &d);
-    manifest_free(&d);
+    store__manifest_free(&d);
     free(buf);
     roundtrip(&m); /* and encode writes them back */
 }
@@ -391,13 +391,13 @@ static void test_decode_verifier(void **state)
             manifest_fix_trailer(b, len);
             manifest_t d;
             char why[256] = "";
-            int rc = manifest_decode(b, len, &d, why, sizeof why);
+            int rc = store__manifest_decode(b, len, &d, why, sizeof why);
             if (rc == 0) {
                 uint8_t *re;
                 size_t relen;
                 encode_ok(&d, &re, &relen);
                 free(re);
-                manifest_free(&d);
+                store__manifest_free(&d);
             } else {
                 assert_int_equal(rc, -EBADMSG);
                 assert_true(strncmp(why, "manifest: ", 10) == 0);
@@ -602,7 +602,7 @@ static void test_bad_shard_bytes(void **state)
     assert_int_equal(manifest_encode_unchecked(&f->r, &buf, &len), 0);
     manifest_t d;
     char why[256];
-    assert_int_equal(manifest_decode(buf, len, &d, why, sizeof why), -EBADMSG);
+    assert_int_equal(store__manifest_decode(buf, len, &d, why, sizeof why), -EBADMSG);
     assert_string_equal(why,
                         "manifest: shards[3].bytes is 100 but 64 + 5 entries x 12 bytes = 124");
     free(buf);
@@ -786,23 +786,24 @@ static void test_api_edges(void **state)
     char why[256];
     good(&m, sh, 2, 4, STORE_DTYPE_F32);
 
-    assert_int_equal(manifest_encode(NULL, &buf, &len, why, sizeof why), -EINVAL);
-    assert_int_equal(manifest_encode(&m, NULL, &len, why, sizeof why), -EINVAL);
-    assert_int_equal(manifest_encode(&m, &buf, NULL, why, sizeof why), -EINVAL);
-    assert_int_equal(manifest_decode((const uint8_t *)"", 0, NULL, why, sizeof why), -EINVAL);
+    assert_int_equal(store__manifest_encode(NULL, &buf, &len, why, sizeof why), -EINVAL);
+    assert_int_equal(store__manifest_encode(&m, NULL, &len, why, sizeof why), -EINVAL);
+    assert_int_equal(store__manifest_encode(&m, &buf, NULL, why, sizeof why), -EINVAL);
+    assert_int_equal(store__manifest_decode((const uint8_t *)"", 0, NULL, why, sizeof why),
+                     -EINVAL);
 
     /* why may be NULL, or too small: truncated but terminated. */
-    assert_int_equal(manifest_encode(&m, &buf, &len, NULL, 0), 0);
-    assert_int_equal(manifest_decode(buf, len - 1, &d, NULL, 0), -EBADMSG);
+    assert_int_equal(store__manifest_encode(&m, &buf, &len, NULL, 0), 0);
+    assert_int_equal(store__manifest_decode(buf, len - 1, &d, NULL, 0), -EBADMSG);
     memset(why, 'x', sizeof why);
-    assert_int_equal(manifest_decode(buf, len - 1, &d, why, 12), -EBADMSG);
+    assert_int_equal(store__manifest_decode(buf, len - 1, &d, why, 12), -EBADMSG);
     assert_string_equal(why, "manifest: c"); /* "checksum ..." */
-    assert_int_equal(manifest_decode(buf, len, &d, why, 1), 0);
+    assert_int_equal(store__manifest_decode(buf, len, &d, why, 1), 0);
     assert_string_equal(why, "");
 
-    manifest_free(&d);
-    manifest_free(&d); /* idempotent */
-    manifest_free(NULL);
+    store__manifest_free(&d);
+    store__manifest_free(&d); /* idempotent */
+    store__manifest_free(NULL);
     free(buf);
 }
 

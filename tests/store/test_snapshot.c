@@ -5,7 +5,7 @@
  * Every refusal is checked for its exact code, file and byte offset, and for
  * leaving *out untouched.  The crafted snapshots (duplicate key, key of the
  * wrong shard, NaN, header fields) are built here from the documented file
- * format with this file's own header encoder, manifest_encode and XXH3, so
+ * format with this file's own header encoder, store__manifest_encode and XXH3, so
  * that the checksums are right and the loader has to look at the records.
  *
  * Scratch directories go under $TL_TEST_TMP (created when missing).
@@ -298,7 +298,7 @@ static void expect_load_error(const char *dir, int threads, store_errc_t code, c
                     err.file, (long long)err.offset, err.msg);
     if (getenv("TL_TEST_VERBOSE"))
         print_message("%s: %s\n", store_errc_name(err.code), err.msg);
-    assert_int_equal(rc, -1);
+    assert_int_equal(rc, store_errc_errno(code));
     assert_int_equal(err.code, code);
     assert_string_equal(err.file, file);
     assert_int_equal(err.offset, offset);
@@ -434,7 +434,7 @@ static void test_extras_refused(void **state)
     store_extras_t y = {0};
     assert_int_equal(store_extras_add_dense(&y, "w", nan_v, 2), 0);
     store_error_t err;
-    assert_int_equal(store_snapshot_write_ex(s, dir, &meta, &y, &err), -1);
+    assert_int_equal(store_snapshot_write_ex(s, dir, &meta, &y, &err), -EBADMSG);
     assert_int_equal(err.code, STORE_E_VALUE);
     assert_non_null(strstr(err.msg, "float 1 of dense array w"));
     assert_false(file_exists(dir, "MANIFEST"));
@@ -556,7 +556,7 @@ static void test_write_refuses_existing_manifest(void **state)
     store_meta_t meta = test_meta("m", 1);
     store_error_t err;
     assert_int_equal(store_snapshot_write(s, dir, &meta, &err), 0);
-    assert_int_equal(store_snapshot_write(s2, dir, &meta, &err), -1);
+    assert_int_equal(store_snapshot_write(s2, dir, &meta, &err), -EEXIST);
     assert_int_equal(err.code, STORE_E_EXISTS);
     assert_string_equal(err.file, "MANIFEST");
     assert_int_equal(err.offset, -1);
@@ -588,12 +588,12 @@ static void test_write_refuses_bad_meta(void **state)
     bad[3].version = 0;
     bad[4].parent_version = 5;
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(store_snapshot_write(s, snap, &bad[i], &err), -1);
+        assert_int_equal(store_snapshot_write(s, snap, &bad[i], &err), -EINVAL);
         assert_int_equal(err.code, STORE_E_INVALID);
         assert_false(file_exists(snap, "MANIFEST"));
     }
     memset(bad[0].model_name, 'x', sizeof bad[0].model_name); /* no NUL */
-    assert_int_equal(store_snapshot_write(s, snap, &bad[0], &err), -1);
+    assert_int_equal(store_snapshot_write(s, snap, &bad[0], &err), -EINVAL);
     assert_int_equal(err.code, STORE_E_INVALID);
     store_destroy(s);
     rm_rf(dir);
@@ -612,7 +612,7 @@ static void test_write_refuses_nan(void **state)
     assert_int_equal(store_upsert(s, 77, v), 1);
     store_meta_t meta = test_meta("m", 1);
     store_error_t err;
-    assert_int_equal(store_snapshot_write(s, snap, &meta, &err), -1);
+    assert_int_equal(store_snapshot_write(s, snap, &meta, &err), -EBADMSG);
     assert_int_equal(err.code, STORE_E_VALUE);
     assert_string_equal(err.file, "shard-00000.tls");
     assert_int_equal(err.offset, 64);
@@ -628,15 +628,15 @@ static void test_bad_arguments(void **state)
     (void)state;
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load("/nonexistent-dir", -1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load("/nonexistent-dir", -1, &s, NULL, &err), -EINVAL);
     assert_int_equal(err.code, STORE_E_INVALID);
-    assert_int_equal(store_snapshot_load(NULL, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(NULL, 1, &s, NULL, &err), -EINVAL);
     assert_int_equal(err.code, STORE_E_INVALID);
-    assert_int_equal(store_snapshot_load("/nonexistent-dir-tl", 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load("/nonexistent-dir-tl", 1, &s, NULL, &err), -EIO);
     assert_int_equal(err.code, STORE_E_IO);
     assert_non_null(strstr(err.msg, "/nonexistent-dir-tl"));
     assert_ptr_equal(s, SENTINEL);
-    assert_int_equal(store_snapshot_load("/nonexistent-dir-tl", 1, &s, NULL, NULL), -1);
+    assert_int_equal(store_snapshot_load("/nonexistent-dir-tl", 1, &s, NULL, NULL), -EIO);
     assert_string_equal(store_errc_name(STORE_E_CHECKSUM), "checksum");
     assert_string_equal(store_errc_name((store_errc_t)999), "unknown");
     assert_string_equal(store_model_kind_name(STORE_MODEL_FFM), "ffm");
@@ -781,7 +781,7 @@ static void test_missing_shard(void **state)
     expect_load_error(f->dir, 2, STORE_E_IO, "shard-00002.tls", -1);
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load(f->dir, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(f->dir, 1, &s, NULL, &err), -EIO);
     assert_non_null(strstr(err.msg, "No such file"));
 }
 
@@ -808,7 +808,7 @@ static void test_missing_manifest(void **state)
     assert_int_equal(unlink(p), 0);
     expect_load_error(f->dir, 2, STORE_E_NO_MANIFEST, "MANIFEST", -1);
     store_error_t err;
-    assert_int_equal(store_snapshot_read_meta(f->dir, NULL, NULL, &err), -1);
+    assert_int_equal(store_snapshot_read_meta(f->dir, NULL, NULL, &err), -ENOENT);
     assert_int_equal(err.code, STORE_E_NO_MANIFEST);
 }
 
@@ -820,7 +820,7 @@ static void test_corrupt_manifest(void **state)
     flip_byte(f->dir, "MANIFEST", len / 2);
     expect_load_error(f->dir, 2, STORE_E_MANIFEST, "MANIFEST", -1);
     store_error_t err;
-    assert_int_equal(store_snapshot_read_meta(f->dir, NULL, NULL, &err), -1);
+    assert_int_equal(store_snapshot_read_meta(f->dir, NULL, NULL, &err), -EBADMSG);
     assert_int_equal(err.code, STORE_E_MANIFEST);
     write_file(f->dir, "MANIFEST", "", 0);
     expect_load_error(f->dir, 1, STORE_E_MANIFEST, "MANIFEST", -1);
@@ -952,8 +952,8 @@ static void craft_write(struct craft *c, const char *dir, int keep_headers)
     uint8_t *buf = NULL;
     size_t len = 0;
     char why[256];
-    if (manifest_encode(&m, &buf, &len, why, sizeof why) != 0)
-        print_error("manifest_encode: %s\n", why);
+    if (store__manifest_encode(&m, &buf, &len, why, sizeof why) != 0)
+        print_error("store__manifest_encode: %s\n", why);
     assert_non_null(buf);
     write_file(dir, "MANIFEST", buf, len);
     free(buf);
@@ -1018,7 +1018,7 @@ static void test_crafted_duplicate(void **state)
     expect_load_error(dir, 2, STORE_E_DUPLICATE, "shard-00001.tls", (int64_t)off);
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     char want[64];
     snprintf(want, sizeof want, "key 0x%llx appears twice", (unsigned long long)k);
     assert_non_null(strstr(err.msg, want));
@@ -1033,15 +1033,15 @@ static void reseal_manifest(const char *dir, const uint8_t *file, size_t len)
     uint8_t *mb = read_file(dir, "MANIFEST", &mlen);
     manifest_t m;
     char why[256];
-    assert_int_equal(manifest_decode(mb, mlen, &m, why, sizeof why), 0);
+    assert_int_equal(store__manifest_decode(mb, mlen, &m, why, sizeof why), 0);
     m.shards[0].xxh3 = XXH3_64bits(file, len);
     uint8_t *buf = NULL;
     size_t blen = 0;
-    assert_int_equal(manifest_encode(&m, &buf, &blen, why, sizeof why), 0);
+    assert_int_equal(store__manifest_encode(&m, &buf, &blen, why, sizeof why), 0);
     write_file(dir, "MANIFEST", buf, blen);
     free(buf);
     free(mb);
-    manifest_free(&m);
+    store__manifest_free(&m);
 }
 
 /* A snapshot as store_snapshot_write leaves it (bucket order, the writer's
@@ -1117,7 +1117,7 @@ static void test_crafted_nan_f32(void **state)
     expect_load_error(dir, 2, STORE_E_VALUE, "shard-00001.tls", (int64_t)off);
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "NaN"));
     craft_free(&c);
     rm_rf(dir);
@@ -1136,7 +1136,7 @@ static void test_crafted_inf_f16(void **state)
     expect_load_error(dir, 1, STORE_E_VALUE, "shard-00000.tls", (int64_t)off);
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "-inf"));
     craft_free(&c);
     rm_rf(dir);
@@ -1174,7 +1174,7 @@ static void test_crafted_header_entries_mismatch(void **state)
     expect_load_error(dir, 2, STORE_E_MISMATCH, "shard-00001.tls", 32);
     store_error_t err;
     store_t *s = SENTINEL;
-    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -1);
+    assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "entries"));
     assert_non_null(strstr(err.msg, "6"));
     assert_non_null(strstr(err.msg, "5"));
