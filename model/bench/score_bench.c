@@ -34,7 +34,7 @@
  *
  * THREAD SAFETY: a program; single-threaded.
  */
-#include "model.h"
+#include "model/model.h"
 #include "store/bench/mem_limit.h"
 #include "store/synthetic.h"
 
