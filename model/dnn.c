@@ -249,6 +249,13 @@ static int parse_u32(const char *s, size_t len, uint32_t max, uint32_t *out)
     return 0;
 }
 
+void dnn_layer_names(uint32_t layer, char weight[STORE_DENSE_NAME_MAX],
+                     char bias[STORE_DENSE_NAME_MAX])
+{
+    snprintf(weight, STORE_DENSE_NAME_MAX, "mlp.%" PRIu32 ".weight", layer);
+    snprintf(bias, STORE_DENSE_NAME_MAX, "mlp.%" PRIu32 ".bias", layer);
+}
+
 __attribute__((cold)) int dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats,
                                               dnn_net_t *net, char *why, size_t why_len)
 {
@@ -313,8 +320,7 @@ __attribute__((cold)) int dnn_net_from_extras(const store_extras_t *x, uint32_t 
     n.width[n.n_layers] = 1;
     for (uint32_t l = 0; l <= n.n_layers; l++) {
         char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
-        snprintf(wn, sizeof wn, "mlp.%" PRIu32 ".weight", l);
-        snprintf(bn, sizeof bn, "mlp.%" PRIu32 ".bias", l);
+        dnn_layer_names(l, wn, bn);
         const store_dense_t *W = store_extras_dense(x, wn), *B = store_extras_dense(x, bn);
         if (l == n.n_layers) { /* one past the last layer: must not exist */
             if (W || B) {
@@ -379,15 +385,14 @@ __attribute__((cold)) int dnn_net_to_extras(const dnn_net_t *net, store_extras_t
         store_extras_set(x, "wide", net->wide ? "1" : "0") != 0)
         return -EINVAL;
     for (uint32_t l = 0; l < net->n_layers; l++) {
-        char name[STORE_DENSE_NAME_MAX];
+        char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
         if (!net->W[l] || !net->b[l])
             return -EINVAL;
-        snprintf(name, sizeof name, "mlp.%" PRIu32 ".weight", l);
-        if (store_extras_add_dense(x, name, net->W[l],
+        dnn_layer_names(l, wn, bn);
+        if (store_extras_add_dense(x, wn, net->W[l],
                                    (uint64_t)net->width[l] * net->width[l + 1]) != 0)
             return -EINVAL;
-        snprintf(name, sizeof name, "mlp.%" PRIu32 ".bias", l);
-        if (store_extras_add_dense(x, name, net->b[l], net->width[l + 1]) != 0)
+        if (store_extras_add_dense(x, bn, net->b[l], net->width[l + 1]) != 0)
             return -EINVAL;
     }
     return 0;

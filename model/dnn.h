@@ -64,6 +64,14 @@ int dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats, dnn_net_
  * Returns 0 or -EINVAL (x is full, or net is not well formed). */
 int dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x);
 
+/* The names of weight layer l's two dense arrays in a snapshot's extras:
+ * "mlp.L.weight" (width[l] x width[l+1]) and "mlp.L.bias" (width[l+1]).
+ * The one place that spells them: the scorer, the trainer's export and
+ * tlsynth's synthetic models all ask here.  Each buffer holds
+ * STORE_DENSE_NAME_MAX bytes.  Never blocks. */
+void dnn_layer_names(uint32_t layer, char weight[STORE_DENSE_NAME_MAX],
+                     char bias[STORE_DENSE_NAME_MAX]);
+
 /* Floats of work space dnn_scores() needs for net, whatever the request. */
 size_t dnn_work_floats(const dnn_net_t *net);
 
