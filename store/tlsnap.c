@@ -6,7 +6,7 @@
  *   tlsnap rewrite SRC DST [--threads T]     load SRC, write it again as DST
  *
  * Synthetic models are the model layer's business: `tlsynth model` (model/)
- * makes them; `tlsnap gen` only says so.
+ * makes them; tlsnap's gen command only says so.
  *
  * info checks the MANIFEST with store_snapshot_read_meta(), then decodes it
  * again with manifest_decode() (store/'s internal API: tlsnap lives here) to
