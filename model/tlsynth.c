@@ -45,7 +45,7 @@
  *   search.  Files are streamed line by line; any N fits.
  *
  * DETERMINISM
- *   Everything comes from splitmix64 (store/store.h) streams whose start
+ *   Everything comes from splitmix64 (store/synthetic.h) streams whose start
  *   states are hashes of (seed, stream): parameters, pilot, train and test
  *   each have their own, so the train file does not depend on whether (or
  *   how large) a test file is asked for, and the same options give the same
