@@ -467,7 +467,7 @@ static int make_mlp(const uint32_t *w, uint32_t n, uint64_t seed, store_extras_t
         for (uint64_t j = 0; W && j < cw; j++)
             W[j] = (float)(scale * ((double)(store_splitmix64(&rng) >> 11) * 0x1p-52 - 1.0));
         char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
-        dnn_layer_names(l, wn, bn);
+        model_dnn_layer_names(l, wn, bn);
         int added = 0;
         if (W && b && store_extras_add_dense(x, wn, W, cw) == 0) {
             added = 1;
