@@ -14,7 +14,7 @@
  *   key(i)   = store_synthetic_key(i, seed)   i = 0..N-1 (store/synthetic.h;
  *                                              a bijection)
  *   value(k) = K draws ~N(0, 0.1) from a PRNG seeded by (k, seed)
- *   mlp      = dense layers mlp.L.weight ~ U(+-sqrt(3 / fan_in)), mlp.L.bias = 0
+ *   mlp      = (--mlp) mlp.L.weight ~ U(+-sqrt(3 / fan_in)), mlp.L.bias = 0
  *
  * mix64 (the splitmix64 finaliser) is a bijection of 64-bit integers, so N
  * distinct indices give N distinct keys without a "seen" set.  A value is
