@@ -5,7 +5,7 @@
  *
  * Request shape (the "standard request" by default): `items` items, one
  * shared block of `shared` ids and one block of `per-item` ids per item.
- * Ids are tlsnap gen's synthetic keys, store_synthetic_key(i, seed) (store.h), for i
+ * Ids are tlsynth model's synthetic keys, store_synthetic_key(i, seed) (store.h), for i
  * drawn uniformly from [0, key-space): with the same --seed as the model,
  * every id is a key the model knows.
  *

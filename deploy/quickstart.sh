@@ -41,8 +41,9 @@ step "build (-j$JOBS)"
 cmake --build "$BUILD" -j"$JOBS"
 
 TLSNAP=$BUILD/store/tlsnap
+TLSYNTH=$BUILD/model/tlsynth
 BENCH=$BUILD/store/store_bench
-for bin in "$TLSNAP" "$BENCH"; do
+for bin in "$TLSNAP" "$TLSYNTH" "$BENCH"; do
   [ -x "$bin" ] || { echo "quickstart: $bin was not built" >&2; exit 1; }
 done
 
@@ -52,8 +53,8 @@ cleanup() { rm -rf -- "$MODEL_TMP"; }
 trap cleanup EXIT
 MODEL=$MODEL_TMP/ctr_lr/1
 
-step "generate a synthetic LR model: $KEYS keys (tlsnap gen)"
-"$TLSNAP" gen --keys "$KEYS" --out "$MODEL" --kind lr --name ctr_lr --version 1 --seed 42
+step "generate a synthetic LR model: $KEYS keys (tlsynth model)"
+"$TLSYNTH" model --keys "$KEYS" --out "$MODEL" --kind lr --name ctr_lr --version 1 --seed 42
 
 step "inspect the snapshot (tlsnap info)"
 "$TLSNAP" info "$MODEL"

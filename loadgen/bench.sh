@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh — the benchmark suite, in one run on one machine.  For each model kind in MODELS
 # (default: lr, fm, dnn — the issue's standard models; ffm can be added), one after another:
-#   1. tlsnap gen: a synthetic model in a temp dir — LR with KEYS keys (100M), FM k=16 with
+#   1. tlsynth model: a synthetic model in a temp dir — LR with KEYS keys (100M), FM k=16 with
 #      FM_KEYS (20M), DNN (26 fields x 16 dims, 416 -> 256 -> 128 -> 1, wide) with DNN_KEYS (20M),
 #      FFM (20 fields, k=4) with FFM_KEYS (20M);
 #   2. lookup_floor on that snapshot: the store's batched lookup of one standard request's ids
@@ -85,14 +85,14 @@ command -v redis-server >/dev/null || die "redis-server is not installed (deploy
 command -v python3 >/dev/null || die "python3 is needed (ports, JSON, summary)"
 
 # ---- build -------------------------------------------------------------------------------------
-EXES=(store/tlsnap server/tlserve server/lookup_floor loadgen/tlgen loadgen/redis_load
+EXES=(store/tlsnap model/tlsynth server/tlserve server/lookup_floor loadgen/tlgen loadgen/redis_load
       loadgen/redis_adapter)
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   say "configuring $BUILD (Release)"
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 say "building $BUILD"
-cmake --build "$BUILD" -j"$(nproc)" --target tlsnap tlserve lookup_floor tlgen redis_load \
+cmake --build "$BUILD" -j"$(nproc)" --target tlsnap tlsynth tlserve lookup_floor tlgen redis_load \
   redis_adapter >/dev/null
 for exe in "${EXES[@]}"; do
   [ -x "$BUILD/$exe" ] || die "$BUILD/$exe is not built (hiredis missing? see deploy/install-deps.sh)"
@@ -137,7 +137,7 @@ PY
 
 # ---- 1-3. each model: generate, floor, serve, search, sweep, plots ------------------------------
 REQ_IDS=$((SHARED + ITEMS * PER_ITEM))
-# tlsnap gen arguments per kind (the issue's standard models).
+# tlsynth model arguments per kind (the issue's standard models).
 gen_args() {
   case $1 in
     lr) echo "--kind lr --value-floats 1" ;;
@@ -266,9 +266,9 @@ for K in "${KINDS[@]}"; do
   MODEL=$WORK/$MODEL_NAME/1
   # shellcheck disable=SC2046
   say "$K: model, $(keys_of "$K") keys"
-  "$BUILD/store/tlsnap" gen --keys "$(keys_of "$K")" --out "$MODEL" --name "$MODEL_NAME" \
-    --seed 42 $(gen_args "$K") >"$OUT/${K}_tlsnap_gen.txt"
-  tail -n 1 "$OUT/${K}_tlsnap_gen.txt" >&2
+  "$BUILD/model/tlsynth" model --keys "$(keys_of "$K")" --out "$MODEL" --name "$MODEL_NAME" \
+    --seed 42 $(gen_args "$K") >"$OUT/${K}_tlsynth_model.txt"
+  tail -n 1 "$OUT/${K}_tlsynth_model.txt" >&2
   NKEYS=$("$BUILD/store/tlsnap" info "$MODEL" --brief | awk '$1 == "entries" {print $2}')
   [ -n "$NKEYS" ] || die "tlsnap info gave no entry count"
   echo "$NKEYS" >"$OUT/${K}_keys.txt"

@@ -148,7 +148,7 @@ __attribute__((cold)) static void usage(FILE *f)
     fputs("usage: redis_load --snapshot DIR --redis-port P [options]\n"
           "Loads a tlserve LR snapshot into Redis: one string key per feature id (the id's 8\n"
           "little-endian bytes) holding the weight (4 bytes, binary32), sent as MSET batches.\n\n"
-          "  --snapshot DIR    snapshot directory (tlsnap gen --out DIR)\n"
+          "  --snapshot DIR    snapshot directory (tlsynth model --out DIR)\n"
           "  --redis-host H    Redis address (default 127.0.0.1)\n"
           "  --redis-port P    Redis port (required)\n"
           "  --pipeline N      keys per MSET command (default 1000)\n"

@@ -7,7 +7,7 @@
  * (workload_patch_id), so generating load costs a memcpy per request and
  * never limits the rate.
  *
- * Ids are tlsnap gen's synthetic keys, key(i) = mix64(i + seed * PHI), for
+ * Ids are tlsynth model's synthetic keys, key(i) = mix64(i + seed * PHI), for
  * i in [0, key_space) drawn uniformly or, with zipf > 0, from a Zipf law
  * P(i) ~ 1 / (i + 1)^zipf (i = 0 hottest).  With the model's --seed every id
  * is a key the model knows.  Duplicates inside a block are removed

@@ -17,10 +17,10 @@
  * keeps the library's choice.  openblas_get_corename() says what won.
  *
  * Every program that links this file (any that scores or trains a DNN:
- * dnn_blas_init is here) gets the constructor.
+ * model_dnn_blas_init is here) gets the constructor.
  *
  * THREAD SAFETY: pick_kernels runs before main, single-threaded.
- * dnn_blas_init() may be called from any thread, any number of times.
+ * model_dnn_blas_init() may be called from any thread, any number of times.
  */
 #include "dnn.h"
 
@@ -53,7 +53,7 @@ __attribute__((constructor)) static void pick_kernels(void)
 #endif
 }
 
-__attribute__((cold)) void dnn_blas_init(void)
+__attribute__((cold)) void model_dnn_blas_init(void)
 {
     openblas_set_num_threads(1);
 }

@@ -36,7 +36,7 @@
  * through this very function with the sample as the shared block and one
  * empty item).
  *
- * THREAD SAFETY: dnn_scores() reads the net and writes only the caller's
+ * THREAD SAFETY: model_dnn_scores() reads the net and writes only the caller's
  * work and scores: any number of threads at once, one work space each.
  * OpenBLAS's own buffers are thread-safe in the pthread build.
  */
@@ -87,14 +87,14 @@ static inline float *aligned_base(const float *work)
     return (float *)p;
 }
 
-size_t dnn_work_floats(const dnn_net_t *net)
+size_t model_dnn_work_floats(const dnn_net_t *net)
 {
     struct layout lo;
     layout_of(net, &lo);
     return lo.total + ALIGN_FLOATS; /* slack for aligning the base */
 }
 
-const float *dnn_activations(const dnn_net_t *net, const float *work, uint32_t layer)
+const float *model_dnn_activations(const dnn_net_t *net, const float *work, uint32_t layer)
 {
     struct layout lo;
     layout_of(net, &lo);
@@ -190,7 +190,7 @@ static void mlp(const dnn_net_t *net, float *base, const struct layout *lo, uint
     }
 }
 
-void dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
+void model_dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, const float *rows, float *work, float *scores)
 {
     const uint32_t d = net->dim, K = d + 1, in_w = net->width[0];
@@ -249,7 +249,14 @@ static int parse_u32(const char *s, size_t len, uint32_t max, uint32_t *out)
     return 0;
 }
 
-__attribute__((cold)) int dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats,
+void model_dnn_layer_names(uint32_t layer, char weight[STORE_DENSE_NAME_MAX],
+                     char bias[STORE_DENSE_NAME_MAX])
+{
+    snprintf(weight, STORE_DENSE_NAME_MAX, "mlp.%" PRIu32 ".weight", layer);
+    snprintf(bias, STORE_DENSE_NAME_MAX, "mlp.%" PRIu32 ".bias", layer);
+}
+
+__attribute__((cold)) int model_dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats,
                                               dnn_net_t *net, char *why, size_t why_len)
 {
     char buf[256];
@@ -313,8 +320,7 @@ __attribute__((cold)) int dnn_net_from_extras(const store_extras_t *x, uint32_t 
     n.width[n.n_layers] = 1;
     for (uint32_t l = 0; l <= n.n_layers; l++) {
         char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
-        snprintf(wn, sizeof wn, "mlp.%" PRIu32 ".weight", l);
-        snprintf(bn, sizeof bn, "mlp.%" PRIu32 ".bias", l);
+        model_dnn_layer_names(l, wn, bn);
         const store_dense_t *W = store_extras_dense(x, wn), *B = store_extras_dense(x, bn);
         if (l == n.n_layers) { /* one past the last layer: must not exist */
             if (W || B) {
@@ -360,7 +366,7 @@ out:
     return 0;
 }
 
-__attribute__((cold)) int dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x)
+__attribute__((cold)) int model_dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x)
 {
     if (net->n_layers < 1 || net->n_layers > DNN_MAX_LAYERS || net->fields < 1 ||
         net->dim < 1 || net->width[0] != net->fields * net->dim ||
@@ -379,15 +385,14 @@ __attribute__((cold)) int dnn_net_to_extras(const dnn_net_t *net, store_extras_t
         store_extras_set(x, "wide", net->wide ? "1" : "0") != 0)
         return -EINVAL;
     for (uint32_t l = 0; l < net->n_layers; l++) {
-        char name[STORE_DENSE_NAME_MAX];
+        char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
         if (!net->W[l] || !net->b[l])
             return -EINVAL;
-        snprintf(name, sizeof name, "mlp.%" PRIu32 ".weight", l);
-        if (store_extras_add_dense(x, name, net->W[l],
+        model_dnn_layer_names(l, wn, bn);
+        if (store_extras_add_dense(x, wn, net->W[l],
                                    (uint64_t)net->width[l] * net->width[l + 1]) != 0)
             return -EINVAL;
-        snprintf(name, sizeof name, "mlp.%" PRIu32 ".bias", l);
-        if (store_extras_add_dense(x, name, net->b[l], net->width[l + 1]) != 0)
+        if (store_extras_add_dense(x, bn, net->b[l], net->width[l + 1]) != 0)
             return -EINVAL;
     }
     return 0;

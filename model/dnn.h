@@ -18,7 +18,7 @@
  *
  * THREAD SAFETY
  *   A dnn_net_t is read-only once built: any number of threads may score
- *   with it at once, each with its own work space.  dnn_blas_init() pins
+ *   with it at once, each with its own work space.  model_dnn_blas_init() pins
  *   OpenBLAS to one thread per call (the caller's); call it once before the
  *   first score (model.c does so at load).
  */
@@ -56,21 +56,29 @@ typedef struct dnn_net {
  * fills *net, whose W and b point into x's arrays (x must outlive net).
  * Returns -EINVAL with a sentence in why (when why_len > 0) naming what was
  * wrong.  Never blocks. */
-int dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats, dnn_net_t *net,
+int model_dnn_net_from_extras(const store_extras_t *x, uint32_t value_floats, dnn_net_t *net,
                         char *why, size_t why_len);
 
 /* The inverse, for export: sets the four params and adds the dense arrays
  * to x, borrowing net's W and b (they must outlive the snapshot write).
  * Returns 0 or -EINVAL (x is full, or net is not well formed). */
-int dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x);
+int model_dnn_net_to_extras(const dnn_net_t *net, store_extras_t *x);
 
-/* Floats of work space dnn_scores() needs for net, whatever the request. */
-size_t dnn_work_floats(const dnn_net_t *net);
+/* The names of weight layer l's two dense arrays in a snapshot's extras:
+ * "mlp.L.weight" (width[l] x width[l+1]) and "mlp.L.bias" (width[l+1]).
+ * The one place that spells them: the scorer, the trainer's export and
+ * tlsynth's synthetic models all ask here.  Each buffer holds
+ * STORE_DENSE_NAME_MAX bytes.  Never blocks. */
+void model_dnn_layer_names(uint32_t layer, char weight[STORE_DENSE_NAME_MAX],
+                     char bias[STORE_DENSE_NAME_MAX]);
+
+/* Floats of work space model_dnn_scores() needs for net, whatever the request. */
+size_t model_dnn_work_floats(const dnn_net_t *net);
 
 /* Sets OpenBLAS to one thread (scoring runs on the caller's core).
  * Idempotent; cheap.  Its file (blas_init.c) also makes OpenBLAS use the
  * kernels this CPU can run when the library does not know the CPU. */
-void dnn_blas_init(void);
+void model_dnn_blas_init(void);
 
 /* Scores n_items items, each a sample shared ∪ items[i].  rows holds K =
  * 1 + net->dim floats per id in lookup order:
@@ -79,18 +87,18 @@ void dnn_blas_init(void);
  *
  * (absent ids as zero rows).  The shared block is pooled once; items go
  * through the MLP DNN_CHUNK at a time, one matrix product per layer.  work
- * holds dnn_work_floats(net) floats (any alignment; contents are scratch).
+ * holds model_dnn_work_floats(net) floats (any alignment; contents are scratch).
  * The same request always gives the same floats.  Never allocates, never
  * blocks. */
-void dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
+void model_dnn_scores(const dnn_net_t *net, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, const float *rows, float *work, float *scores);
 
-/* For the trainer: after dnn_scores(net, ..., work, ...), the activations of
+/* For the trainer: after model_dnn_scores(net, ..., work, ...), the activations of
  * the last chunk's items at layer l (0 = the pooled input, 1..n_layers-1 the
  * hidden layers after ReLU, n_layers the MLP's output, its last bias added
  * but not the global bias nor the wide sum), row-major, width[l] floats per
  * item.  Points into work. */
-const float *dnn_activations(const dnn_net_t *net, const float *work, uint32_t layer);
+const float *model_dnn_activations(const dnn_net_t *net, const float *work, uint32_t layer);
 
 #ifdef __cplusplus
 }

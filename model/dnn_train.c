@@ -11,10 +11,10 @@
  *      state row; a row not found is a new id: w = 0, e drawn from
  *      N(0, init_stdev^2) by a hash of (seed, id, coordinate), sums 0;
  *   2. the serving rows [w | e] are copied out (stride 1 + d, the bias row
- *      first) and scored by dnn_scores() as a request whose shared block is
+ *      first) and scored by model_dnn_scores() as a request whose shared block is
  *      the sample and whose only item is empty: the very code model.c runs,
  *      so an export scores bit for bit as the trainer predicted.  The
- *      activations stay in the work space (dnn_activations());
+ *      activations stay in the work space (model_dnn_activations());
  *   3. backprop through the MLP, row 0 of each activation:
  *
  *        dz_L = g;  for l = L-1 .. 0:
@@ -77,7 +77,7 @@ struct train_dnn {
     float *adam_v;      /* owned: second moments */
     uint64_t steps;     /* Adam steps taken */
     double b1t, b2t;    /* beta1^steps, beta2^steps */
-    float *work;        /* owned: dnn_work_floats(&net) */
+    float *work;        /* owned: model_dnn_work_floats(&net) */
     float *delta;       /* owned: 2 x the widest layer, backprop buffers */
     uint32_t cap;       /* features the per-sample buffers hold */
     float *state;       /* cap * sk: state rows of the current sample */
@@ -201,7 +201,7 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
             snprintf(why, why_len, "%s", bad);
         return -EINVAL;
     }
-    dnn_blas_init();
+    model_dnn_blas_init();
     train_dnn_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
@@ -249,7 +249,7 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
         n->b[l] = t->dense + off_b[l];
     }
     init_dense(t);
-    t->work = alloc_floats(dnn_work_floats(n));
+    t->work = alloc_floats(model_dnn_work_floats(n));
     if (!t->work)
         goto fail;
     store_options_t so = {.value_floats = t->sk, .dtype = STORE_DTYPE_F32,
@@ -319,7 +319,7 @@ int train_dnn_reserve(train_dnn_t *t, uint32_t n)
     return 0;
 }
 
-/* Scores the n state rows in t->state (bias b) through dnn_scores, leaving
+/* Scores the n state rows in t->state (bias b) through model_dnn_scores, leaving
  * the activations in t->work. */
 static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float b)
@@ -333,7 +333,7 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
     codec_block_t shared = {.ids = ids, .values = values, .n = n};
     codec_block_t empty = {.ids = ids, .values = NULL, .n = 0};
     float p;
-    dnn_scores(&t->net, &shared, &empty, 1, t->rows, t->work, &p);
+    model_dnn_scores(&t->net, &shared, &empty, 1, t->rows, t->work, &p);
     return p;
 }
 
@@ -385,7 +385,7 @@ static const float *backward(train_dnn_t *t, double g)
     dz[0] = (float)g;
     for (uint32_t l = L; l-- > 0;) {
         const uint32_t fi = n->width[l], fo = n->width[l + 1];
-        const float *a = dnn_activations(n, t->work, l); /* row 0: our sample */
+        const float *a = model_dnn_activations(n, t->work, l); /* row 0: our sample */
         float *gW = t->grad + (n->W[l] - t->dense), *gb = t->grad + (n->b[l] - t->dense);
         for (uint32_t i = 0; i < fi; i++) {
             float *gr = gW + (size_t)i * fo;
@@ -529,7 +529,7 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
                                            const store_meta_t *meta, store_error_t *err)
 {
     store_extras_t x = {0};
-    if (dnn_net_to_extras(&t->net, &x) != 0) {
+    if (model_dnn_net_to_extras(&t->net, &x) != 0) {
         if (err) {
             memset(err, 0, sizeof *err);
             err->offset = -1;

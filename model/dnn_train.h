@@ -10,7 +10,7 @@
  *
  * A new id's e starts as N(0, init_stdev^2) drawn from a hash of (seed, id,
  * coordinate): the same for any sample order.  Predictions go through
- * dnn_scores() with the sample as the shared block and one empty item, so
+ * model_dnn_scores() with the sample as the shared block and one empty item, so
  * an export scores such requests bit for bit as the trainer predicted.
  *
  * THREAD SAFETY: a trainer is driven by one thread.  Its store may be read
@@ -101,7 +101,7 @@ const dnn_net_t *train_dnn_net(const train_dnn_t *t);
 /* Writes a DNN serving snapshot into dir: value_floats 1 + d, fp32,
  * model_kind DNN, rows [w | e] (w = 0 without wide), the bias row
  * [bias | 0..0], all-zero rows omitted, and the MLP as extras
- * (dnn_net_to_extras).  meta->model_kind is forced to DNN.  Blocks.
+ * (model_dnn_net_to_extras).  meta->model_kind is forced to DNN.  Blocks.
  * Returns 0, or -1 with *err filled. */
 int train_dnn_export(const train_dnn_t *t, const char *dir, const store_meta_t *meta,
                      store_error_t *err);

@@ -30,7 +30,7 @@
  * between the shared block and the item, and everything is summed in double
  * in a fixed order (features in block order; the B reads as pair_sum()
  * says): a request always gives the same floats, and the trainer, which
- * predicts through ffm_scores() with the sample as the shared block and one
+ * predicts through model_ffm_scores() with the sample as the shared block and one
  * empty item, predicts bit for bit what a server scores.
  *
  * The hot loop is the row update B[g] += v x: one float-to-double
@@ -56,7 +56,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-size_t ffm_work_doubles(uint32_t F, uint32_t k)
+size_t model_ffm_work_doubles(uint32_t F, uint32_t k)
 {
     return 2 * (size_t)F * F * k + (F + sizeof(double) - 1) / sizeof(double);
 }
@@ -72,7 +72,7 @@ INLINE uint32_t field_of(uint64_t id, uint32_t F)
  * first touch, as copies of the shared block's (Bs); the shared block's own
  * (Bs == NULL) start as the first feature's v x, written rather than added
  * to zeros (the rows no feature touched are zeroed afterwards).  The
- * block's parameter rows are rowp[j] when rowp is set (ffm_score_sample),
+ * block's parameter rows are rowp[j] when rowp is set (model_ffm_score_sample),
  * else consecutive from the rows argument. */
 struct target {
     double *B;
@@ -427,7 +427,7 @@ static bool have_avx2(void)
 #endif
 }
 
-void ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
+void model_ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                 const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores)
 {
     const uint32_t Fk = F * k, K = 1 + Fk;
@@ -460,8 +460,8 @@ void ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_
     }
 }
 
-float ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias, uint32_t F,
-                       uint32_t k, bool norm, double *work)
+float model_ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias,
+                             uint32_t F, uint32_t k, bool norm, double *work)
 {
     struct sums ss;
     const size_t FFk = (size_t)F * F * k;

@@ -43,10 +43,10 @@ static inline uint32_t ffm_field(uint64_t id, uint32_t F)
     return (uint32_t)((id >> 56) % F);
 }
 
-/* Doubles of work space ffm_scores() needs for F fields and k factors
+/* Doubles of work space model_ffm_scores() needs for F fields and k factors
  * (2 F F k accumulators and a small index area), whatever the request's
  * size.  The caller allocates it once (per thread). */
-size_t ffm_work_doubles(uint32_t F, uint32_t k);
+size_t model_ffm_work_doubles(uint32_t F, uint32_t k);
 
 /* Scores n_items items, item i's sample being shared ∪ items[i].  rows
  * holds K = 1 + F*k floats per id in the order
@@ -54,23 +54,23 @@ size_t ffm_work_doubles(uint32_t F, uint32_t k);
  *   [ bias row | shared ids' rows | item 0's rows | item 1's rows | ... ]
  *
  * (an unknown id's row is all 0).  F is 1..FFM_MAX_FIELDS, k >= 1; work has
- * ffm_work_doubles(F, k) doubles.  Writes scores[0 .. n_items).  On return
+ * model_ffm_work_doubles(F, k) doubles.  Writes scores[0 .. n_items).  On return
  * work[0 .. F*F*k) holds the shared block's field aggregates
  * B[g][h][f] = sum over shared features j of field g of v_{j,h,f} x_j
  * (unnormalised x; index (g*F + h)*k + f), which the trainer reuses for its
  * gradient.  Sums run in double in a fixed order: the same call always
  * gives the same floats.  Never allocates, never blocks. */
-void ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
+void model_ffm_scores(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                 const float *rows, uint32_t F, uint32_t k, bool norm, double *work, float *scores);
 
 /* The score of one sample whose rows are not consecutive: rowp[j] is
  * feature j's row (K floats) for blk's features, bias the bias.  The same
- * float as ffm_scores() with blk as the shared block and one empty item,
- * and the same B left in work (ffm_work_doubles(F, k) doubles).  For the
+ * float as model_ffm_scores() with blk as the shared block and one empty item,
+ * and the same B left in work (model_ffm_work_doubles(F, k) doubles).  For the
  * trainer, whose rows lie where its table keeps them.  Never allocates,
  * never blocks. */
-float ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias, uint32_t F,
-                       uint32_t k, bool norm, double *work);
+float model_ffm_score_sample(const codec_block_t *blk, const float *const *rowp, float bias,
+                             uint32_t F, uint32_t k, bool norm, double *work);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@
 /* gv[h k + f] = sx (B[h][fj][f] - [h == fj] vs[f] x), computed in double
  * and rounded: the v gradient of a feature of field fj with value x, sx =
  * the loss gradient times s^2 x, vs its own v_fj block as the forward pass
- * read it, B the aggregates ffm_scores() leaves (index (h F + g) k + f). */
+ * read it, B the aggregates model_ffm_scores() leaves (index (h F + g) k + f). */
 void ffm_factor_gradient(float *gv, const double *B, const float *vs, uint32_t F, uint32_t k,
                          uint32_t fj, double sx, double x);
 

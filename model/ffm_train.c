@@ -8,14 +8,14 @@
  *   d margin / d v_{j,h} = s^2 x_j (B[h][f(j)] - [h == f(j)] v_{j,h} x_j)
  *
  * with f = ffm_field and B[g][h] = sum over the sample's features l of
- * field g of v_{l,h} x_l — the aggregates ffm_scores() leaves in its work
+ * field g of v_{l,h} x_l — the aggregates model_ffm_scores() leaves in its work
  * space.  One sample is one step:
  *
  *   1. each id's state row is found in the trainer's row table
  *      (row_table.h), created when new: w = 0, v drawn from a hash of
  *      (seed, id, coordinate), optimizer sums 0;
- *   2. p = ffm_score_sample() of those rows' serving prefixes [w | v]: the
- *      float ffm_scores() gives for the sample as the shared block and one
+ *   2. p = model_ffm_score_sample() of those rows' serving prefixes [w | v]: the
+ *      float model_ffm_scores() gives for the sample as the shared block and one
  *      empty item, so the prediction is by construction what a server
  *      scores on an export;
  *   3. g = p - y; each coordinate takes its own step, in place in the
@@ -86,7 +86,7 @@ struct train_ffm {
     float *selfv;       /* cap * k: each feature's v block of its own field, as forward saw it */
     float *scratch;     /* cap * sk: new ids' rows when nothing may be created */
     float *zero;        /* K: the row of a feature that has none */
-    double *work;       /* ffm_work_doubles(F, k); [0, F F k) = B after a forward */
+    double *work;       /* model_ffm_work_doubles(F, k); [0, F F k) = B after a forward */
     float *gv;          /* F k: one feature's v gradient */
     float *mask;        /* F k: 1 where the feature's v has a data gradient, else 0 */
     uint32_t *cnt;      /* F: features with x != 0 per field in the sample */
@@ -175,7 +175,7 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->sk = state_floats(opt->optimizer, t->K);
     const size_t Fk = (size_t)t->F * t->k;
     t->zero = calloc(t->K, sizeof *t->zero);
-    t->work = malloc(ffm_work_doubles(t->F, t->k) * sizeof *t->work);
+    t->work = malloc(model_ffm_work_doubles(t->F, t->k) * sizeof *t->work);
     t->gv = calloc(Fk, sizeof *t->gv);
     t->mask = calloc(Fk, sizeof *t->mask);
     t->cnt = calloc(t->F, sizeof *t->cnt);
@@ -344,15 +344,15 @@ static float gather(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
     return bias ? bias[0] : 0;
 }
 
-/* p of the rows in t->live through ffm_score_sample: what ffm_scores()
+/* p of the rows in t->live through model_ffm_score_sample: what model_ffm_scores()
  * gives for the sample as the shared block and one empty item; leaves B
  * in t->work. */
 static float forward(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float bias)
 {
     codec_block_t blk = {.ids = ids, .values = values, .n = n};
-    return ffm_score_sample(&blk, (const float *const *)t->live, bias, t->F, t->k, t->opt.norm,
-                            t->work);
+    return model_ffm_score_sample(&blk, (const float *const *)t->live, bias, t->F, t->k,
+                                  t->opt.norm, t->work);
 }
 
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)

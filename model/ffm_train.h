@@ -16,7 +16,7 @@
  * A new id's v starts uniform in [0, init_stdev) from a hash of (seed, id,
  * coordinate): the same for any sample order.  The bias
  * (MODEL_BIAS_ID, first float) is never regularised.  Predictions go
- * through ffm_scores() with the sample as the shared block and one empty
+ * through model_ffm_scores() with the sample as the shared block and one empty
  * item, so an export scores such requests bit for bit as the trainer
  * predicted.
  *

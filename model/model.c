@@ -149,14 +149,14 @@ static int model_setup(model_t *m, char *why, size_t why_len)
         m->ffm_fields = (uint32_t)F;
         m->ffm_k = (uint32_t)k;
         m->ffm_norm = norm == 1;
-        m->work_bytes = ffm_work_doubles(m->ffm_fields, m->ffm_k) * sizeof(double);
+        m->work_bytes = model_ffm_work_doubles(m->ffm_fields, m->ffm_k) * sizeof(double);
         return 0;
     }
     case STORE_MODEL_DNN:
-        if (dnn_net_from_extras(x, K, &m->dnn, why, why_len) != 0)
+        if (model_dnn_net_from_extras(x, K, &m->dnn, why, why_len) != 0)
             return -ENOTSUP;
-        dnn_blas_init();
-        m->work_bytes = dnn_work_floats(&m->dnn) * sizeof(float);
+        model_dnn_blas_init();
+        m->work_bytes = model_dnn_work_floats(&m->dnn) * sizeof(float);
         return 0;
     }
     snprintf(why, why_len, "model kind %d is unknown", (int)m->meta.model_kind);
@@ -500,11 +500,11 @@ int model_score(const model_t *m, const codec_block_t *shared, const codec_block
         fm_score(shared, items, n_items, sc->weights, K - 1, m->fm_norm, scores);
         break;
     case STORE_MODEL_FFM:
-        ffm_scores(shared, items, n_items, sc->weights, m->ffm_fields, m->ffm_k, m->ffm_norm,
+        model_ffm_scores(shared, items, n_items, sc->weights, m->ffm_fields, m->ffm_k, m->ffm_norm,
                    sc->work, scores);
         break;
     case STORE_MODEL_DNN:
-        dnn_scores(&m->dnn, shared, items, n_items, sc->weights, sc->work, scores);
+        model_dnn_scores(&m->dnn, shared, items, n_items, sc->weights, sc->work, scores);
         break;
     default:
         model_lr_scores(sc->weights, shared, items, n_items, scores);

@@ -1,10 +1,13 @@
 /*
  * tlsynth.c — synthetic click data drawn from a planted LR or FM model, so
- * that a trainer's logloss can be compared with the best any trainer can do.
+ * that a trainer's logloss can be compared with the best any trainer can do;
+ * and tlsynth's entry point, which hands `tlsynth model` (a synthetic model
+ * snapshot of any kind) to tlsynth_model.c.
  *
- *   tlsynth --model lr|fm --samples N --out FILE [--test-samples M --test-out FILE]
+ *   tlsynth [data] --model lr|fm --samples N --out FILE [--test-samples M --test-out FILE]
  *           [--fields F] [--values V] [--zipf S] [--k K] [--sigma-w X] [--sigma-v X]
  *           [--ctr C] [--seed N] [--format libffm|libsvm] [--json] [--help]
+ *   tlsynth model --keys N --out DIR [...]   (tlsynth_model.c)
  *
  * THE PLANTED MODEL
  *   Every sample has exactly one feature per field f (0..F-1): a rank r in
@@ -42,7 +45,7 @@
  *   search.  Files are streamed line by line; any N fits.
  *
  * DETERMINISM
- *   Everything comes from splitmix64 (store/store.h) streams whose start
+ *   Everything comes from splitmix64 (store/synthetic.h) streams whose start
  *   states are hashes of (seed, stream): parameters, pilot, train and test
  *   each have their own, so the train file does not depend on whether (or
  *   how large) a test file is asked for, and the same options give the same
@@ -59,6 +62,7 @@
  *
  * THREAD SAFETY: a single-threaded program; nothing is shared.
  */
+#include "model/tlsynth.h"
 #include "store/store.h"
 #include "store/synthetic.h"
 
@@ -102,10 +106,12 @@ struct set_stats {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: tlsynth --model lr|fm --samples N --out FILE\n"
+            "usage: tlsynth [data] --model lr|fm --samples N --out FILE\n"
             "               [--test-samples M --test-out FILE] [--fields F] [--values V]\n"
             "               [--zipf S] [--k K] [--sigma-w X] [--sigma-v X] [--ctr C]\n"
             "               [--seed N] [--format libffm|libsvm] [--json] [--help]\n"
+            "       tlsynth model --keys N --out DIR [...]  a synthetic model snapshot of\n"
+            "               any kind (lr, fm, ffm, dnn): see 'tlsynth model --help'\n"
             "\n"
             "Writes click samples drawn from a planted model, and that model's own logloss\n"
             "on them (the best any trainer can do):\n"
@@ -393,7 +399,8 @@ static void json_num(FILE *f, const char *key, double v, int last)
         fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-int main(int argc, char **argv)
+/* `tlsynth [data] ...`: argv[0] is the program or "data". */
+static int data_main(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_SAMPLES, O_OUT, O_TSAMPLES, O_TOUT, O_FIELDS, O_VALUES, O_ZIPF,
            O_K, O_SW, O_SV, O_CTR, O_SEED, O_FORMAT, O_JSON };
@@ -533,4 +540,13 @@ int main(int argc, char **argv)
 out:
     planted_free(&m);
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "model") == 0)
+        return tlsynth_model_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "data") == 0)
+        return data_main(argc - 1, argv + 1);
+    return data_main(argc, argv);
 }

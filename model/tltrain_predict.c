@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "Scores every sample of FILE with the snapshot in DIR (any model kind, exactly as\n"
             "tlserve scores it) and writes one probability per line, in file order.\n"
             "\n"
-            "  --model-dir DIR  a snapshot directory (tltrain --export, tlsnap gen)\n"
+            "  --model-dir DIR  a snapshot directory (tltrain --export, tlsynth model)\n"
             "  --data FILE      samples to score (their labels are only used by --json)\n"
             "  --format F       libsvm, libffm or criteo\n"
             "  --out FILE       where the scores go (default: stdout)\n"

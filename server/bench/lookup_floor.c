@@ -6,7 +6,7 @@
  *   lookup_floor --model DIR [--keys 40300] [--batches 2000] [--key-space N] [--seed 42]
  *                [--gap-us 0]
  *
- * Each batch is `keys` ids drawn like tlpredict draws them (tlsnap gen's
+ * Each batch is `keys` ids drawn like tlpredict draws them (tlsynth model's
  * store_synthetic_key(i, seed), i uniform in [0, key-space)), looked up
  * with one store_lookup_batch on one thread.  Prints p50/p99/mean of the
  * per-batch time; the last line is JSON {"floor_p50_us":..,"floor_p99_us":..,

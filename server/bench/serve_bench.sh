@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # serve_bench.sh — server-side time of the standard request against the store's lookup floor,
 # measured in one run on one snapshot:
-#   1. tlsnap gen: an LR model of KEYS keys (default 100M) in a temp dir;
+#   1. tlsynth model: an LR model of KEYS keys (default 100M) in a temp dir;
 #   2. tlserve --workers 1 serves it; tlpredict sends REQUESTS standard requests (200 items,
 #      300 shared + 200 per-item ids, closed loop) with ids the model knows;
 #   3. the server's own histogram (/metrics quantile gauges) gives p50/p99 of decode-to-encoded;
@@ -13,7 +13,7 @@ cd "$(dirname "$(readlink -f "$0")")/../.."
 BUILD=${1:-build}
 KEYS=${KEYS:-100M}
 REQUESTS=${REQUESTS:-2000}
-for exe in store/tlsnap server/tlserve codec/tlpredict server/lookup_floor; do
+for exe in store/tlsnap model/tlsynth server/tlserve codec/tlpredict server/lookup_floor; do
   [ -x "$BUILD/$exe" ] || { echo "serve_bench: $BUILD/$exe is not built" >&2; exit 1; }
 done
 
@@ -32,7 +32,7 @@ PORT=$(free_port); ADMIN=$(free_port)
 MODEL=$WORK/ctr_lr/1
 
 echo "== model: $KEYS keys"
-"$BUILD/store/tlsnap" gen --keys "$KEYS" --out "$MODEL" --name ctr_lr --seed 42 | tail -n 1
+"$BUILD/model/tlsynth" model --keys "$KEYS" --out "$MODEL" --name ctr_lr --seed 42 | tail -n 1
 NKEYS=$("$BUILD/store/tlsnap" info "$MODEL" --brief | awk '$1 == "entries" {print $2}')
 
 echo "== tlserve --workers 1 on 127.0.0.1:$PORT"

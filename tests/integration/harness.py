@@ -1,8 +1,8 @@
 """Shared plumbing of the integration tests (test_server, test_admin, test_tlgen, test_redis_peer).
 
 Where the built binaries are (TL_BUILD_DIR, default <repo>/build), free loopback ports, the key
-function of `tlsnap gen` (so tests can ask for keys the model holds), generating a model with
-tlsnap, a child process whose output goes to a file (Proc), and Server: the real tlserve on free
+function of `tlsynth model` (so tests can ask for keys the model holds), generating a model with
+tlsynth, a child process whose output goes to a file (Proc), and Server: the real tlserve on free
 loopback ports, up on /readyz, its admin plane and /metrics read over HTTP, stopped by SIGTERM.
 Standard library only; nothing here asserts anything about tlserve beyond "it came up".
 """
@@ -27,8 +27,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))
 TLSERVE = os.path.join(BUILD, "server", "tlserve")
 TLSNAP = os.path.join(BUILD, "store", "tlsnap")
+TLSYNTH = os.path.join(BUILD, "model", "tlsynth")
 
-SEED = 42  # the tlsnap gen seed the tests use
+SEED = 42  # the tlsynth model seed the tests use
 PHI = 0x9E3779B97F4A7C15
 M64 = (1 << 64) - 1
 
@@ -53,21 +54,21 @@ def mix64(z):
 
 
 def model_key(i, seed=SEED):
-    """tlsnap gen's key i (store/tlsnap.c)."""
+    """tlsynth model's key i (store_synthetic_key, store/synthetic.h)."""
     return mix64((i + seed * PHI) & M64)
 
 
 def gen_model(out, keys, name, version=1, seed=SEED, shards=4):
-    """Writes a `tlsnap gen` snapshot of `keys` keys to the directory `out`."""
-    r = subprocess.run([TLSNAP, "gen", "--keys", str(keys), "--out", out, "--name", name,
+    """Writes a `tlsynth model` snapshot of `keys` keys to the directory `out`."""
+    r = subprocess.run([TLSYNTH, "model", "--keys", str(keys), "--out", out, "--name", name,
                         "--version", str(version), "--seed", str(seed), "--shards", str(shards)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
     if r.returncode != 0:
-        raise RuntimeError("tlsnap gen exited with %d: %s" % (r.returncode, r.stderr))
+        raise RuntimeError("tlsynth model exited with %d: %s" % (r.returncode, r.stderr))
 
 
 def temp_model(prefix, keys, name, seed=SEED):
-    """A new temporary directory holding a `tlsnap gen` model at <dir>/<name>/1.
+    """A new temporary directory holding a `tlsynth model` model at <dir>/<name>/1.
     Returns (directory, model directory); the caller removes the directory."""
     tmp = tempfile.mkdtemp(prefix=prefix)
     model_dir = os.path.join(tmp, name, "1")

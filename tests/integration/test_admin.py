@@ -1,10 +1,10 @@
 """Integration test of tlserve's admin plane (server/admin.c) over real HTTP on loopback.
 
-Generates small models with tlsnap, starts the real tlserve binary on free loopback ports and
+Generates small models with tlsynth model, starts the real tlserve binary on free loopback ports and
 checks /healthz, /readyz, /metrics, /v1/models, the token-protected load endpoint and a clean
 SIGTERM shutdown.  Standard library only (unittest + urllib).
 
-Binaries come from $TL_BUILD_DIR (default: <repo>/build): store/tlsnap and server/tlserve.
+Binaries come from $TL_BUILD_DIR (default: <repo>/build): model/tlsynth and server/tlserve.
 Tests are skipped when they are missing.
 """
 
@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import TLSERVE, TLSNAP, free_port, gen_model, http  # noqa: E402
+from harness import TLSERVE, TLSYNTH, free_port, gen_model, http  # noqa: E402
 
 TOKEN = "secret"
 
@@ -50,8 +50,8 @@ class Server(harness.Server):
         return http(self.admin_port, f"/v1/models/{name}:load", "POST", body, headers)
 
 
-@unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSNAP, os.X_OK),
-                     f"needs {TLSERVE} and {TLSNAP} (set TL_BUILD_DIR)")
+@unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
+                     f"needs {TLSERVE} and {TLSYNTH} (set TL_BUILD_DIR)")
 class AdminTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -1,4 +1,4 @@
-"""tlserve serves every model kind: FM, FFM and a Wide & Deep DNN, each a `tlsnap gen` model
+"""tlserve serves every model kind: FM, FFM and a Wide & Deep DNN, each a `tlsynth model` model
 with its params (and, for the DNN, dense layers) in the snapshot.  For each kind the real
 tlserve starts on loopback with the model, the Python wire client gets probabilities for a
 request, and score_check compares tlserve's scores over the wire with the in-process
@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import BUILD, TLSERVE, TLSNAP, SEED, model_key, require  # noqa: E402
+from harness import BUILD, TLSERVE, TLSYNTH, SEED, model_key, require  # noqa: E402
 
 SCORE_CHECK = os.path.join(BUILD, "tests", "score_check")
 KEYS = 5000
@@ -31,16 +31,16 @@ KINDS = {
 
 
 def gen(out, name, args):
-    r = subprocess.run([TLSNAP, "gen", "--keys", str(KEYS), "--out", out, "--name", name,
+    r = subprocess.run([TLSYNTH, "model", "--keys", str(KEYS), "--out", out, "--name", name,
                         "--seed", str(SEED), "--shards", "4", *args],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
     if r.returncode != 0:
-        raise RuntimeError("tlsnap gen exited with %d: %s" % (r.returncode, r.stderr))
+        raise RuntimeError("tlsynth model exited with %d: %s" % (r.returncode, r.stderr))
 
 
 def setUpModule():
     global TMP
-    require(TLSERVE, TLSNAP)
+    require(TLSERVE, TLSYNTH)
     TMP = tempfile.mkdtemp(prefix="tlserve-kinds-")
 
 

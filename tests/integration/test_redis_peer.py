@@ -1,7 +1,7 @@
 """Smoke test of the benchmark suite's Redis peer (loadgen/redis_load.c, loadgen/redis_adapter.c).
 
 Starts, on free loopback ports: redis-server (no persistence), redis_load with a 10K-key
-`tlsnap gen` model, redis_adapter in front of it, and tlserve on the same model.  Sends the
+`tlsynth model` model, redis_adapter in front of it, and tlserve on the same model.  Sends the
 same PREDICTs to both with tlwire.Client and checks that the adapter's scores equal tlserve's
 (bit for bit: both sum in double in block order and share the sigmoid), that pipelined
 requests are answered in order, and that a bad request gets an ERROR frame without losing the
@@ -21,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402,F401  (puts codec/python on sys.path)
 import tlserve as tlwire  # noqa: E402
-from harness import (BUILD, TLSERVE, TLSNAP, Proc, Server, free_port, mix64,  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSYNTH, Proc, Server, free_port, mix64,  # noqa: E402
                      model_key, require, temp_model)
 from tlserve import ErrorCode, MsgType  # noqa: E402
 
@@ -58,7 +58,7 @@ def setUpModule():
     global TMP, TL_PORT, AD_PORT, LOAD_OUT
     if not REDIS_SERVER:
         raise unittest.SkipTest("redis-server is not installed")
-    require(TLSERVE, TLSNAP, REDIS_LOAD, REDIS_ADAPTER)
+    require(TLSERVE, TLSYNTH, REDIS_LOAD, REDIS_ADAPTER)
     TMP, model_dir = temp_model("tl-redis-peer-", KEYS, MODEL)
     try:
         r_port = free_port()

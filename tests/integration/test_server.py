@@ -1,7 +1,7 @@
 """Integration tests of the real tlserve over loopback sockets.
 
 Each test class starts `tlserve` (from TL_BUILD_DIR, default <repo>/build) on free ports with a
-small model made by `tlsnap gen`, talks to it with tlwire.Client (the independent Python
+small model made by `tlsynth model`, talks to it with tlwire.Client (the independent Python
 implementation of docs/wire.md) and reads its admin plane over HTTP.  Nothing is mocked.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_server.py
@@ -21,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts codec/python on sys.path)
 import tlserve as tlwire  # noqa: E402
-from harness import (BUILD, TLSERVE, TLSNAP, free_port, model_key, require,  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSYNTH, free_port, model_key, require,  # noqa: E402
                      temp_model)
 from tlserve import ErrorCode, MsgType  # noqa: E402
 
@@ -49,7 +49,7 @@ def request(items=20, shared=30, per_item=10, start=0):
 
 def setUpModule():
     global TMP, MODEL_DIR
-    require(TLSERVE, TLSNAP)
+    require(TLSERVE, TLSYNTH)
     TMP, MODEL_DIR = temp_model("tlserve-it-", KEYS, MODEL)
 
 

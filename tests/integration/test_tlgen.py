@@ -1,7 +1,7 @@
 """Integration tests of tlgen, the open-loop load generator (loadgen/).
 
 Each class starts a real `tlserve` (from TL_BUILD_DIR, default <repo>/build) on free loopback ports
-with a small `tlsnap gen` model and runs `tlgen` against it.  The central proof is the stall
+with a small `tlsynth model` model and runs `tlgen` against it.  The central proof is the stall
 test: tlgen runs at 1,000 requests/s for 10 s while the server is frozen (SIGSTOP) from t=3 s to
 t=4 s.  An open-loop generator keeps sending during the freeze, so every request due in that
 second waits for the server and the corrected p99 (from the due time) shows the stall, while
@@ -26,7 +26,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (BUILD, REPO, SEED, TLSERVE, TLSNAP, Server, free_port,  # noqa: E402
+from harness import (BUILD, REPO, SEED, TLSERVE, TLSYNTH, Server, free_port,  # noqa: E402
                      require, temp_model)
 
 TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
@@ -53,7 +53,7 @@ def finish(proc, timeout=60):
 
 def setUpModule():
     global TMP, MODEL_DIR
-    require(TLSERVE, TLSNAP, TLGEN)
+    require(TLSERVE, TLSYNTH, TLGEN)
     TMP, MODEL_DIR = temp_model("tlgen-it-", KEYS, MODEL)
 
 

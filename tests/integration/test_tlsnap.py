@@ -1,7 +1,8 @@
 """tlsnap rewrite: a snapshot loaded and written again holds the same model — the same
 records (as a set: the order is the loader's bucket order), params, dense arrays and meta —
 and records a hash seed; a bad SRC or a DST that already holds a snapshot is refused with a
-message naming it, and nothing is left half written.
+message naming it, and nothing is left half written.  The source is a `tlsynth model` snapshot;
+tlsnap's retired gen command names its successor and exits 2.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlsnap.py
 """
@@ -15,7 +16,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TLSNAP, SEED, require  # noqa: E402
+from harness import TLSNAP, TLSYNTH, SEED, require  # noqa: E402
 
 HEADER = 64  # shard file header bytes (store/snapshot.c)
 DNN = ["--kind", "dnn", "--value-floats", "5", "--param", "fields=6", "--param", "dim=4",
@@ -25,6 +26,11 @@ DNN = ["--kind", "dnn", "--value-floats", "5", "--param", "fields=6", "--param",
 def run(*args):
     return subprocess.run([TLSNAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=120)
+
+
+def synth(*args):
+    return subprocess.run([TLSYNTH, "model", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
 
 
 def shard_records(snap):
@@ -52,12 +58,12 @@ def info_body(snap):
 class TlsnapRewrite(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        require(TLSNAP)
+        require(TLSNAP, TLSYNTH)
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="tlsnap_test.")
         self.src = os.path.join(self.tmp, "src")
-        r = run("gen", "--keys", "20000", "--out", self.src, "--name", "rw", "--seed", str(SEED),
+        r = synth("--keys", "20000", "--out", self.src, "--name", "rw", "--seed", str(SEED),
                 "--shards", "4", *DNN)
         self.assertEqual(r.returncode, 0, r.stderr)
 
@@ -122,6 +128,14 @@ class TlsnapRewrite(unittest.TestCase):
         r = run("rewrite", "--bogus", self.src, "x")
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown option", r.stderr)
+
+    def test_gen_names_its_successor(self):
+        dst = os.path.join(self.tmp, "gen")
+        r = run("gen", "--keys", "100", "--out", dst)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("tlsynth model", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertFalse(os.path.exists(dst))
 
 
 if __name__ == "__main__":

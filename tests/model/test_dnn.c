@@ -1,24 +1,24 @@
 /*
  * test_dnn.c — the Wide & Deep scorer (dnn.c) and its trainer (dnn_train.c).
  *
- *   - dnn_scores equals a naive double-precision forward pass (to 2e-5 on
+ *   - model_dnn_scores equals a naive double-precision forward pass (to 2e-5 on
  *     the score) on random nets and rows: 0, 1 and 300 items (more than
  *     DNN_CHUNK), values or binary, wide on and off, no hidden layer up to
  *     three, empty blocks; a misaligned work space gives the same floats;
  *   - the trainer's gradient (train_dnn_gradient) matches central finite
  *     differences of the naive logloss for the bias, every wide weight and
  *     embedding of the sample, and every W and b of every layer;
- *   - dnn_net_from_extras refuses a missing param, a dim that disagrees with
+ *   - model_dnn_net_from_extras refuses a missing param, a dim that disagrees with
  *     K, wrong dense sizes, a missing or extra layer and bad "hidden" text,
- *     each with a sentence naming it; dnn_net_to_extras round-trips;
+ *     each with a sentence naming it; model_dnn_net_to_extras round-trips;
  *   - train -> export -> model_load -> model_score equals train_dnn_predict
  *     bit for bit (repeated ids included), and so does the snapshot scored
- *     directly with dnn_scores;
+ *     directly with model_dnn_scores;
  *   - bad trainer options are refused with a sentence;
  *   - --quality: the DNN with tltrain's defaults on ../shared/data/
  *     criteo_tiny (TL_SHARED_DATA) reaches test AUC >= 0.62; exits 77 when
  *     the data is absent;
- *   - --bench: dnn_scores on the standard request (26 fields x 16, 416 ->
+ *   - --bench: model_dnn_scores on the standard request (26 fields x 16, 416 ->
  *     256 -> 128 -> 1, 200 items x 200 features + 300 shared), p50/p99 over
  *     2000 runs.  Prints figures, never fails on timing.
  */
@@ -157,7 +157,7 @@ static void free_net(dnn_net_t *net)
     }
 }
 
-/* ---- dnn_scores vs naive ------------------------------------------------- */
+/* ---- model_dnn_scores vs naive ------------------------------------------------- */
 
 static void test_scores_vs_naive(void **state)
 {
@@ -180,7 +180,7 @@ static void test_scores_vs_naive(void **state)
             struct dparams dp;
             dparams_from(&net, &dp);
             const uint32_t K = net.dim + 1;
-            size_t wf = dnn_work_floats(&net);
+            size_t wf = model_dnn_work_floats(&net);
             float *work = malloc((wf + 1) * sizeof *work);
             float *work2 = malloc(wf * sizeof *work2);
             for (size_t ii = 0; ii < sizeof n_items_list / sizeof n_items_list[0]; ii++) {
@@ -212,8 +212,8 @@ static void test_scores_vs_naive(void **state)
                     }
                     float *scores = malloc((n_items + 1) * sizeof *scores);
                     float *scores2 = malloc((n_items + 1) * sizeof *scores2);
-                    dnn_scores(&net, &shared, items, n_items, rows, work + 1, scores);
-                    dnn_scores(&net, &shared, items, n_items, rows, work2, scores2);
+                    model_dnn_scores(&net, &shared, items, n_items, rows, work + 1, scores);
+                    model_dnn_scores(&net, &shared, items, n_items, rows, work2, scores2);
                     if (n_items)
                         assert_memory_equal(scores, scores2, n_items * sizeof *scores);
 
@@ -385,7 +385,7 @@ static void test_gradient_fd(void **state)
     gradient_check(NULL, 0, true);
 }
 
-/* ---- dnn_net_from_extras -------------------------------------------------- */
+/* ---- model_dnn_net_from_extras -------------------------------------------------- */
 
 /* Params (NULL = absent) and the dense arrays of net, minus layer skip_layer
  * (its weight when skip_bias == 0, its bias when 1), with layer bad_layer's
@@ -420,7 +420,7 @@ static void expect_bad(const store_extras_t *x, uint32_t K, const char *needle)
 {
     dnn_net_t got;
     char why[256] = "";
-    assert_int_equal(dnn_net_from_extras(x, K, &got, why, sizeof why), -EINVAL);
+    assert_int_equal(model_dnn_net_from_extras(x, K, &got, why, sizeof why), -EINVAL);
     if (!strstr(why, needle))
         fail_msg("why \"%s\" does not name \"%s\"", why, needle);
 }
@@ -437,7 +437,7 @@ static void test_from_extras(void **state)
     char why[256];
 
     make_extras(&x, &net, "3", "5", "6,4", "1", -1, 0, -1);
-    assert_int_equal(dnn_net_from_extras(&x, 6, &got, why, sizeof why), 0);
+    assert_int_equal(model_dnn_net_from_extras(&x, 6, &got, why, sizeof why), 0);
     assert_int_equal(got.n_layers, 3);
     assert_int_equal(got.width[0], 15);
     assert_int_equal(got.width[1], 6);
@@ -457,10 +457,10 @@ static void test_from_extras(void **state)
     /* to_extras then from_extras gives the same net */
     static store_extras_t x2;
     memset(&x2, 0, sizeof x2);
-    assert_int_equal(dnn_net_to_extras(&net, &x2), 0);
+    assert_int_equal(model_dnn_net_to_extras(&net, &x2), 0);
     assert_string_equal(store_extras_get(&x2, "hidden"), "6,4");
     assert_string_equal(store_extras_get(&x2, "wide"), "1");
-    assert_int_equal(dnn_net_from_extras(&x2, 6, &got, why, sizeof why), 0);
+    assert_int_equal(model_dnn_net_from_extras(&x2, 6, &got, why, sizeof why), 0);
     assert_int_equal(got.fields, 3);
     assert_int_equal(got.dim, 5);
     for (uint32_t l = 0; l < 3; l++) {
@@ -529,7 +529,7 @@ static void test_from_extras(void **state)
     dnn_net_t lin;
     random_net(&lin, 2, 3, NULL, 0, false, &s2);
     make_extras(&x, &lin, "2", "3", "", "0", -1, 0, -1);
-    assert_int_equal(dnn_net_from_extras(&x, 4, &got, why, sizeof why), 0);
+    assert_int_equal(model_dnn_net_from_extras(&x, 4, &got, why, sizeof why), 0);
     assert_int_equal(got.n_layers, 1);
     assert_int_equal(got.width[0], 6);
     assert_int_equal(got.width[1], 1);
@@ -572,7 +572,7 @@ static void test_export_roundtrip(void **state)
         if (train_dnn_export(t, dir, &meta, &err) != 0)
             fail_msg("export: %s", err.msg);
 
-        /* the snapshot scored directly through dnn_scores */
+        /* the snapshot scored directly through model_dnn_scores */
         store_t *st;
         store_meta_t m2;
         static store_extras_t x;
@@ -581,10 +581,10 @@ static void test_export_roundtrip(void **state)
         assert_int_equal(m2.model_kind, STORE_MODEL_DNN);
         dnn_net_t net;
         char why[256];
-        if (dnn_net_from_extras(&x, store_value_floats(st), &net, why, sizeof why) != 0)
-            fail_msg("dnn_net_from_extras: %s", why);
+        if (model_dnn_net_from_extras(&x, store_value_floats(st), &net, why, sizeof why) != 0)
+            fail_msg("model_dnn_net_from_extras: %s", why);
         assert_int_equal(net.wide, wide);
-        float *work = malloc(dnn_work_floats(&net) * sizeof *work);
+        float *work = malloc(model_dnn_work_floats(&net) * sizeof *work);
         float rows[(NF + 1) * 9];
 
         model_t *m;
@@ -607,9 +607,10 @@ static void test_export_roundtrip(void **state)
                 fail_msg("wide %d row %d: served %.9g, trainer %.9g", wide, i, score, mine);
             store_lookup(st, MODEL_BIAS_ID, rows);
             store_lookup_batch(st, ids[i], NF, rows + 9, NULL);
-            dnn_scores(&net, &shared, &item, 1, rows, work, &direct);
+            model_dnn_scores(&net, &shared, &item, 1, rows, work, &direct);
             if (memcmp(&direct, &mine, sizeof direct) != 0)
-                fail_msg("wide %d row %d: dnn_scores %.9g, trainer %.9g", wide, i, direct, mine);
+                fail_msg("wide %d row %d: model_dnn_scores %.9g, trainer %.9g", wide, i, direct,
+                         mine);
             /* the same row split as shared + item agrees to rounding */
             codec_block_t sh2 = {ids[i], vals[i], NF / 2};
             codec_block_t it2 = {ids[i] + NF / 2, vals[i] + NF / 2, NF - NF / 2};
@@ -766,8 +767,8 @@ static int bench(int runs)
     uint64_t s = 42;
     dnn_net_t net;
     random_net(&net, F, D, hid, 2, true, &s);
-    dnn_blas_init();
-    float *work = malloc(dnn_work_floats(&net) * sizeof *work);
+    model_dnn_blas_init();
+    float *work = malloc(model_dnn_work_floats(&net) * sizeof *work);
     /* several requests so that the rows are not all in cache at once */
     uint64_t *ids = malloc((size_t)REQS * TOTAL * sizeof *ids);
     float *rows = malloc((size_t)REQS * (TOTAL + 1) * K * sizeof *rows);
@@ -788,7 +789,7 @@ static int bench(int runs)
         for (int i = 0; i < ITEMS; i++)
             items[i] = (codec_block_t){qi + SHARED + (size_t)i * PER, NULL, PER};
         double c0 = now_us(CLOCK_THREAD_CPUTIME_ID), t0 = now_us(CLOCK_MONOTONIC);
-        dnn_scores(&net, &shared, items, ITEMS, rows + (size_t)q * (TOTAL + 1) * K, work,
+        model_dnn_scores(&net, &shared, items, ITEMS, rows + (size_t)q * (TOTAL + 1) * K, work,
                    scores);
         double dt = now_us(CLOCK_MONOTONIC) - t0, dc = now_us(CLOCK_THREAD_CPUTIME_ID) - c0;
         sink += scores[r & 127];
@@ -799,7 +800,7 @@ static int bench(int runs)
     }
     qsort(t, (size_t)runs, sizeof *t, cmp_d);
     qsort(c, (size_t)runs, sizeof *c, cmp_d);
-    printf("dnn_scores, %d fields x %d, 416 -> 256 -> 128 -> 1, %d items x %d + %d shared, "
+    printf("model_dnn_scores, %d fields x %d, 416 -> 256 -> 128 -> 1, %d items x %d + %d shared, "
            "one core, %d runs (checksum %.3f)\n"
            "  wall us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n"
            "  cpu  us: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n",
@@ -844,7 +845,7 @@ int main(int argc, char **argv)
         return quality();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return bench(argc > 2 ? atoi(argv[2]) : 2000);
-    dnn_blas_init();
+    model_dnn_blas_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scores_vs_naive),
         cmocka_unit_test(test_gradient_fd),

@@ -1,14 +1,14 @@
 /*
  * test_ffm.c — FFM scoring (ffm.c) and training (ffm_train.c).
  *
- *   - ffm_scores() equals the naive O(n^2) pairwise margin (to 1e-5
+ *   - model_ffm_scores() equals the naive O(n^2) pairwise margin (to 1e-5
  *     relative on the score) on random rows: F from 1 to 20, k from 1 to 13
  *     (4, 8 and odd k), with and without instance normalisation, values or
  *     binary, shared-only / item-only / both, fields >= F (taken mod F);
  *     the same request gives the same floats twice, a sample scores to the
  *     bit the same however it is split between shared block and item, and
  *     the work space holds the shared block's field aggregates B;
- *     ffm_score_sample() on row pointers gives that float and B too;
+ *     model_ffm_score_sample() on row pointers gives that float and B too;
  *   - the portable and AVX2 row loops and pair readings give the same
  *     floats;
  *   - the trainer's analytic margin gradient matches central finite
@@ -25,7 +25,7 @@
  *   - with --quality: tltrain's FFM defaults on the four data sets under
  *     TL_SHARED_DATA must reach the better of LIBFFM/xLearn + 0.005 logloss,
  *     - 0.005 AUC (exit 77 when the data is absent);
- *   - with --bench: ffm_scores() time for the standard request (F 20, k 4,
+ *   - with --bench: model_ffm_scores() time for the standard request (F 20, k 4,
  *     300 shared features, 200 items x 200 features), rows already fetched.
  */
 #include <stdarg.h>
@@ -93,7 +93,7 @@ static double naive_margin(double bias, const double *rows, const uint32_t *fld,
     return bias + s * lin + s2 * pair;
 }
 
-/* ---- ffm_scores vs naive ---------------------------------------------------- */
+/* ---- model_ffm_scores vs naive ---------------------------------------------------- */
 
 enum { NKEYS = 300, MAXN = 512 };
 
@@ -115,7 +115,7 @@ static void test_scores_vs_naive(void **state)
         uint64_t *keyid = calloc(NKEYS + 1, sizeof *keyid);
         float *rows = malloc((size_t)(MAXN + 1) * K * sizeof *rows);
         double *ref = malloc((size_t)MAXN * K * sizeof *ref);
-        double *work = malloc(ffm_work_doubles(F, k) * sizeof *work);
+        double *work = malloc(model_ffm_work_doubles(F, k) * sizeof *work);
         assert_non_null(keyrow);
         assert_non_null(keyid);
         assert_non_null(rows);
@@ -161,7 +161,7 @@ static void test_scores_vs_naive(void **state)
                 off += ni[i];
             }
             float scores[ITEMS], again[ITEMS];
-            ffm_scores(&shared, items, ITEMS, rows, F, k, norm, work, scores);
+            model_ffm_scores(&shared, items, ITEMS, rows, F, k, norm, work, scores);
 
             /* the shared block's B is left in work[0, F F k) */
             for (uint32_t g = 0; g < F; g++)
@@ -202,7 +202,7 @@ static void test_scores_vs_naive(void **state)
             }
 
             /* the same request, the same floats */
-            ffm_scores(&shared, items, ITEMS, rows, F, k, norm, work, again);
+            model_ffm_scores(&shared, items, ITEMS, rows, F, k, norm, work, again);
             assert_memory_equal(scores, again, sizeof scores);
 
             /* item 1's sample as one shared block and an empty item: the same
@@ -222,10 +222,10 @@ static void test_scores_vs_naive(void **state)
                 codec_block_t whole = {ids2, use_vals ? vals2 : NULL, ns + ni[1]};
                 codec_block_t none = {NULL, NULL, 0};
                 float one;
-                ffm_scores(&whole, &none, 1, rows2, F, k, norm, work, &one);
+                model_ffm_scores(&whole, &none, 1, rows2, F, k, norm, work, &one);
                 if (memcmp(&one, &scores[1], sizeof one) != 0)
                     fail_msg("F %u k %u: split %.9g, unsplit %.9g", F, k, scores[1], one);
-                /* ... and ffm_score_sample on row pointers (rows reversed in
+                /* ... and model_ffm_score_sample on row pointers (rows reversed in
                  * memory, so that consecutive ones would be wrong): the same
                  * float and the same B */
                 static float rows3[(MAXN + 1) * (1 + 20 * 13)];
@@ -239,10 +239,10 @@ static void test_scores_vs_naive(void **state)
                 }
                 memcpy(bcopy, work, FFk * sizeof *bcopy);
                 memset(work, 0x55, FFk * sizeof *work);
-                float viap = ffm_score_sample(&whole, rp, rows2[0], F, k, norm, work);
+                float viap = model_ffm_score_sample(&whole, rp, rows2[0], F, k, norm, work);
                 if (memcmp(&viap, &one, sizeof one) != 0)
-                    fail_msg("F %u k %u: ffm_score_sample %.9g, ffm_scores %.9g", F, k, viap,
-                             one);
+                    fail_msg("F %u k %u: model_ffm_score_sample %.9g, model_ffm_scores %.9g", F, k,
+                             viap, one);
                 assert_memory_equal(work, bcopy, FFk * sizeof *bcopy);
             }
         }
@@ -263,14 +263,14 @@ static void test_empty_request(void **state)
     float rows[K];
     for (uint32_t c = 0; c < K; c++)
         rows[c] = c == 0 ? -0.75f : 5.0f;
-    assert_true(ffm_work_doubles(F, k) >= 2 * F * F * k);
-    double *work = malloc(ffm_work_doubles(F, k) * sizeof *work);
+    assert_true(model_ffm_work_doubles(F, k) >= 2 * F * F * k);
+    double *work = malloc(model_ffm_work_doubles(F, k) * sizeof *work);
     assert_non_null(work);
     codec_block_t none = {NULL, NULL, 0};
     codec_block_t items[2] = {{NULL, NULL, 0}, {NULL, NULL, 0}};
     float sc[2];
     for (int norm = 0; norm < 2; norm++) {
-        ffm_scores(&none, items, 2, rows, F, k, norm, work, sc);
+        model_ffm_scores(&none, items, 2, rows, F, k, norm, work, sc);
         assert_float_equal(sc[0], sigmoid_d(-0.75), 1e-7); /* s = 1 for an empty sample */
         assert_memory_equal(&sc[0], &sc[1], sizeof sc[0]);
     }
@@ -793,7 +793,7 @@ static int bench(uint32_t F, uint32_t k)
     const uint32_t K = 1 + F * k, total = SHARED + ITEMS * PER;
     float *rows = malloc((size_t)(1 + total) * K * sizeof *rows);
     uint64_t *ids = malloc((size_t)total * sizeof *ids);
-    double *work = malloc(ffm_work_doubles(F, k) * sizeof *work);
+    double *work = malloc(model_ffm_work_doubles(F, k) * sizeof *work);
     double *t = malloc(REQS * sizeof *t);
     float scores[ITEMS];
     if (!rows || !ids || !work || !t)
@@ -809,12 +809,12 @@ static int bench(uint32_t F, uint32_t k)
     double sink = 0;
     for (int r = 0; r < REQS; r++) {
         double t0 = now_us();
-        ffm_scores(&shared, items, ITEMS, rows, F, k, true, work, scores);
+        model_ffm_scores(&shared, items, ITEMS, rows, F, k, true, work, scores);
         t[r] = now_us() - t0;
         sink += scores[r % ITEMS];
     }
     qsort(t, REQS, sizeof *t, cmp_d);
-    printf("ffm_scores F %u k %u, %d shared + %d items x %d (rows fetched, %.1f MB): "
+    printf("model_ffm_scores F %u k %u, %d shared + %d items x %d (rows fetched, %.1f MB): "
            "p50 %.0f us p99 %.0f us max %.0f us (%.3f)\n",
            F, k, SHARED, ITEMS, PER, (double)(1 + total) * K * 4 / 1e6, t[REQS / 2],
            t[REQS * 99 / 100], t[REQS - 1], sink);

@@ -29,8 +29,8 @@ expect limit_sweep_bad_size "is not a size" bash -c "! '$build/store/limit_sweep
 expect layout_bench 'FM k=16 fused, 40300 ids .* p99 [0-9]+' \
   "$build/store/layout_bench" --keys 100k --load 0.5 --requests 20
 expect layout_bench_bad_load "--load: a fraction" bash -c "! '$build/store/layout_bench' --load 2"
-expect tlsnap_gen 'total +20000 keys' \
-  "$build/store/tlsnap" gen --keys 20k --out "$tmp/fm" --kind fm --value-floats 17
+expect tlsynth_model 'total +20000 keys' \
+  "$build/model/tlsynth" model --keys 20k --out "$tmp/fm" --kind fm --value-floats 17
 expect score_bench 'lookup alone p50 is [0-9.]+x it' \
   "$build/model/score_bench" --model "$tmp/fm" --key-space 20000 --requests 20 --items 20 --per-item 20
 expect score_bench_hot 'hot \(ids from 2048 keys, in cache\): model_score us p50 [0-9]+' \

@@ -6,9 +6,9 @@
  *            [--per-item 200] [--key-space N] [--hot-keys 2048] [--seed 42]
  *            [--values]
  *
- * Loads a snapshot (e.g. `tlsnap gen --kind fm --value-floats 17`, or the
- * FFM and DNN examples in `tlsnap gen --help`), builds `requests` distinct
- * requests whose ids are tlsnap gen's synthetic keys
+ * Loads a snapshot (e.g. `tlsynth model --kind fm --value-floats 17`, or the
+ * FFM and DNN examples in `tlsynth model --help`), builds `requests` distinct
+ * requests whose ids are tlsynth model's synthetic keys
  * store_synthetic_key(i, seed), i uniform in [0, key-space) — so every id
  * is known to a model made with the same seed and key count — laid out back
  * to back as the wire decoder leaves them,
@@ -34,7 +34,7 @@
  *
  * THREAD SAFETY: a program; single-threaded.
  */
-#include "model.h"
+#include "model/model.h"
 #include "store/bench/mem_limit.h"
 #include "store/synthetic.h"
 
@@ -81,7 +81,7 @@ enum {
 };
 #define LIMIT_READS (4u << 20) /* random reads per prefetch distance */
 
-/* n ids: synthetic keys i uniform in [0, key_space), as tlsnap gen made them. */
+/* n ids: synthetic keys i uniform in [0, key_space), as tlsynth model made them. */
 static void fill_ids(uint64_t *ids, size_t n, long key_space, long seed)
 {
     uint64_t rng = 12345;

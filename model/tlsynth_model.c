@@ -1,0 +1,677 @@
+/*
+ * tlsynth_model.c — `tlsynth model`: a synthetic model of any kind (lr, fm,
+ * ffm, dnn), written as a full snapshot, for benchmarks, tests and the quick
+ * start.  It lives in model/ because a model's shape is the model's business
+ * (the DNN's dense layers are named by dnn.h); the store only holds what it
+ * is given.
+ *
+ *   tlsynth model --keys N --out DIR [--kind lr|fm|ffm|dnn] [--value-floats K]
+ *                 [--dtype f32|f16] [--shards S] [--name NAME] [--version V]
+ *                 [--seed X] [--threads T] [--param KEY=VAL]... [--mlp W0,..,1]
+ *
+ * The model is the same for any thread count:
+ *
+ *   key(i)   = store_synthetic_key(i, seed)   i = 0..N-1 (store/synthetic.h;
+ *                                              a bijection)
+ *   value(k) = K draws ~N(0, 0.1) from a PRNG seeded by (k, seed)
+ *   mlp      = (--mlp) mlp.L.weight ~ U(+-sqrt(3 / fan_in)), mlp.L.bias = 0
+ *
+ * mix64 (the splitmix64 finaliser) is a bijection of 64-bit integers, so N
+ * distinct indices give N distinct keys without a "seen" set.  A value is
+ * the sum of four 16-bit uniforms from one splitmix64 draw (Irwin-Hall),
+ * centred and scaled: close enough to a normal for a synthetic model, and
+ * one multiply-xorshift per float.  Params (--param) go to the MANIFEST as
+ * given; the generator does not check that they fit the rows: the model
+ * layer does at load (tests make ill-fitting models on purpose).
+ *
+ * Filling the store follows its write rule (one writer per shard): thread t
+ * owns the shards s with s % T == t.  Every thread walks all N indices and
+ * keeps the keys of its own shards (regenerating a key is a few ns, far
+ * cheaper than handing keys between threads): a first walk counts its
+ * shards' keys and reserves each shard once, so the fill never grows a
+ * table; a second buffers keys per shard and inserts them FILL_BATCH at a
+ * time: one store_lookup_batch (which prefetches across the batch) brings
+ * their buckets into cache, then store_upsert writes each without waiting
+ * on memory, nearly as fast as the loader's bulk insert.  Only store.h's
+ * public calls: the snapshot writer lays each shard out in the loader's
+ * bucket order whatever order the keys went in (re-placing it first, as it
+ * was not sized sub-table by sub-table), so the files load as fast as any.
+ *
+ * Failure leaves nothing behind: options are checked before anything is
+ * created, the snapshot writer removes its own files when it fails, and the
+ * parent directories this run created are removed again.
+ *
+ * THREAD SAFETY: part of a command-line program.  The fill threads write
+ * disjoint shard sets of one store; nothing else is shared.
+ */
+#include "model/dnn.h"
+#include "model/tlsynth.h"
+#include "store/store.h"
+#include "store/synthetic.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 1024
+#define MAX_MLP_WIDTHS (STORE_MAX_DENSE / 2 + 1) /* two arrays per layer */
+#define MAX_PATH 4096
+#define FILL_BATCH 256 /* keys of one shard warmed by one batched lookup */
+
+static const char usage_text[] =
+    "usage: tlsynth model --keys N --out DIR [options]\n"
+    "\n"
+    "Generates N distinct pseudo-random keys with values ~N(0, 0.1), fills a\n"
+    "store with them (one writer thread per shard group) and writes it as a\n"
+    "full snapshot into DIR (created; it must not hold a snapshot yet).\n"
+    "The model depends only on the options, not on the thread count.\n"
+    "\n"
+    "  --keys N          number of keys (suffixes: k M G T, or Ki Mi Gi Ti)\n"
+    "  --out DIR         snapshot directory\n"
+    "  --value-floats K  floats per key, 1..1024 (default 1 for lr, 8 otherwise)\n"
+    "  --dtype f32|f16   storage type of the values (default f32)\n"
+    "  --shards S        shard count, a power of two 1..256 (default 16)\n"
+    "  --name NAME       model name, [A-Za-z0-9_.-], < 64 chars (default synthetic)\n"
+    "  --kind KIND       lr|fm|ffm|dnn (default lr)\n"
+    "  --version V       model version, > 0 (default 1)\n"
+    "  --seed X          generator seed (default 42)\n"
+    "  --threads T       writer threads (default: min(cores, shards))\n"
+    "  --param KEY=VAL   a model hyper-parameter in the MANIFEST (repeatable), e.g.\n"
+    "                    ffm: fields=20 k=4 norm=0; dnn: fields=26 dim=16 hidden=256,128 wide=1\n"
+    "  --mlp W0,W1,..,1  dense layers of a synthetic MLP (dnn): arrays mlp.L.weight\n"
+    "                    (WL x WL+1, uniform +-sqrt(3/WL)) and mlp.L.bias (WL+1, zero)\n"
+    "\n"
+    "Example, the benchmark's DNN (26 fields x 16 dims, 416 -> 256 -> 128 -> 1):\n"
+    "  tlsynth model --keys 20M --out DIR --kind dnn --value-floats 17 --param fields=26 \\\n"
+    "                --param dim=16 --param hidden=256,128 --param wide=1 --mlp 416,256,128,1\n"
+    "\n"
+    "Exit status: 0 ok, 1 failure (nothing is left in DIR), 2 usage error.\n";
+
+/* ---- small helpers ------------------------------------------------------ */
+
+/* K values for key, ~N(0, 0.1): a pure function of (key, seed). */
+static void gen_value(uint64_t key, uint64_t seed, uint32_t k, float *out)
+{
+    /* one 16-bit uniform: mean 32767.5, sd 65536/sqrt(12); the sum of four
+     * has mean 131070 and sd 65536/sqrt(3) = 37837.23 */
+    uint64_t st = key ^ store_mix64(seed ^ 0x5eedull);
+    for (uint32_t j = 0; j < k; j++) {
+        uint64_t r = store_splitmix64(&st);
+        double s = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) +
+                   (double)((r >> 32) & 0xffff) + (double)(r >> 48);
+        out[j] = (float)(0.1 * (s - 131070.0) / 37837.23);
+    }
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint32_t cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
+}
+
+/* "12.3 MB" style, decimal units. */
+static const char *human_bytes(uint64_t b, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1000.0 && u < 4) {
+        v /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
+ * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
+ * -EINVAL (not a number, unknown suffix, overflow). */
+static int parse_count(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -EINVAL;
+    uint64_t mul = 1;
+    if (*end != '\0') {
+        const char *sfx = "kMGT";
+        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
+        if (p == NULL)
+            return -EINVAL;
+        int power = (int)(p - sfx) + 1;
+        uint64_t base = 1000;
+        end++;
+        if (*end == 'i') {
+            base = 1024;
+            end++;
+        }
+        if (*end != '\0')
+            return -EINVAL;
+        for (int i = 0; i < power; i++)
+            mul *= base;
+    }
+    if (v != 0 && mul > UINT64_MAX / v)
+        return -EINVAL;
+    *out = (uint64_t)v * mul;
+    return 0;
+}
+
+/* Sum of the sizes of the regular files directly inside dir (0 when dir
+ * cannot be read); *files their number. */
+static uint64_t dir_bytes(const char *dir, unsigned *files)
+{
+    uint64_t total = 0;
+    unsigned n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        goto out;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+            total += (uint64_t)st.st_size;
+            n++;
+        }
+    }
+    closedir(d);
+out:
+    *files = n;
+    return total;
+}
+
+/* The parent directories one run created, so that a failure can remove
+ * them again: prefix lengths of the path, in the order they were made. */
+struct made_dirs {
+    uint32_t n;
+    uint32_t len[64]; /* deeper ones are created but not recorded (left behind) */
+};
+
+/* Creates the missing parent directories of path (mode 0755), like
+ * "mkdir -p $(dirname path)"; the last component is left to the snapshot
+ * writer.  Records what it created in *made.  Returns 0 or -errno. */
+static int mkdir_parents(const char *path, struct made_dirs *made)
+{
+    char buf[MAX_PATH];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0'; /* "a/b/" names b */
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) == 0) {
+            if (made->n < sizeof made->len / sizeof made->len[0])
+                made->len[made->n++] = (uint32_t)(p - buf);
+        } else if (errno != EEXIST) {
+            return -errno;
+        }
+        *p = '/';
+    }
+    return 0;
+}
+
+/* Removes the directories mkdir_parents created, deepest first (rmdir: only
+ * while empty). */
+static void undo_parents(const char *path, const struct made_dirs *made)
+{
+    char buf[MAX_PATH];
+    for (uint32_t i = made->n; i-- > 0;) {
+        memcpy(buf, path, made->len[i]);
+        buf[made->len[i]] = '\0';
+        rmdir(buf);
+    }
+}
+
+static __attribute__((cold)) void print_store_error(const char *dir, const store_error_t *err)
+{
+    fprintf(stderr, "tlsynth model: %s: %s: %s\n", dir, store_errc_name(err->code),
+            err->msg[0] ? err->msg : "(no message)");
+}
+
+/* ---- flags ------------------------------------------------------------------ */
+
+static __attribute__((cold, noreturn, format(printf, 1, 2))) void usage_error(const char *fmt,
+                                                                              ...)
+{
+    va_list ap;
+    fprintf(stderr, "tlsynth model: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n%s", usage_text);
+    exit(2);
+}
+
+/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
+ * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
+ * A matching flag without a value is a usage error. */
+static int flag(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        usage_error("option %s needs a value", name);
+    *val = argv[++*i];
+    return 1;
+}
+
+static uint64_t count_arg(const char *name, const char *v, uint64_t min, uint64_t max)
+{
+    uint64_t x;
+    if (parse_count(v, &x) != 0)
+        usage_error("%s: '%s' is not a count (digits with an optional k/M/G/T suffix)", name, v);
+    if (x < min || x > max)
+        usage_error("%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x, min, max);
+    return x;
+}
+
+static int valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(((store_meta_t *)0)->model_name))
+        return 0;
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- the fill ------------------------------------------------------------------ */
+
+struct fill_job {
+    store_t *s;    /* shared; this job writes only its own shards */
+    uint64_t keys; /* N */
+    uint64_t seed;
+    uint32_t tid; /* this thread owns shards with shard % nthreads == tid */
+    uint32_t nthreads;
+    uint64_t inserted; /* out: keys this thread inserted */
+    int rc;            /* out: 0, -ENOMEM, or -EEXIST (a duplicate key: a bug) */
+    uint64_t bad_key;  /* out: the key that failed */
+};
+
+/* Upserts n new keys of one shard.  A batched lookup first (absent keys:
+ * it only reads) brings their buckets into cache many misses at a time, so
+ * the upserts that follow do not wait on memory one key after another.
+ * Returns 0 or -errno (-EEXIST: a key was there already) with j->bad_key. */
+static int fill_batch(struct fill_job *j, const uint64_t *keys, size_t n, float *out,
+                      uint8_t *found)
+{
+    const uint32_t k = store_value_floats(j->s);
+    float value[STORE_MAX_VALUE_FLOATS];
+    store_lookup_batch(j->s, keys, n, out, found);
+    for (size_t i = 0; i < n; i++) {
+        int rc = -EEXIST;
+        if (!found[i]) {
+            gen_value(keys[i], j->seed, k, value);
+            rc = store_upsert(j->s, keys[i], value);
+        }
+        if (rc != 1) {
+            j->bad_key = keys[i];
+            return rc < 0 ? rc : -EEXIST;
+        }
+        j->inserted++;
+    }
+    return 0;
+}
+
+static void *fill_thread(void *arg)
+{
+    struct fill_job *j = arg;
+    const uint32_t shards = store_shards(j->s), k = store_value_floats(j->s),
+                   mine = (shards - j->tid + j->nthreads - 1) / j->nthreads;
+    uint64_t counts[STORE_MAX_SHARDS] = {0};
+    size_t fill[STORE_MAX_SHARDS] = {0};
+    uint64_t *bufs = malloc((size_t)mine * FILL_BATCH * sizeof *bufs); /* [my shard][key] */
+    float *out = malloc((size_t)FILL_BATCH * k * sizeof *out);         /* lookup's output */
+    uint8_t found[FILL_BATCH];
+    if (bufs == NULL || out == NULL) {
+        j->rc = -ENOMEM;
+        goto out;
+    }
+
+    /* walk 1: keys per shard of mine, so that each is sized once */
+    for (uint64_t i = 0; i < j->keys; i++) {
+        uint32_t sh = store_shard_of(j->s, store_synthetic_key(i, j->seed));
+        if (sh % j->nthreads == j->tid)
+            counts[sh]++;
+    }
+    for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads) {
+        if ((j->rc = store_reserve_shard(j->s, sh, counts[sh])) < 0)
+            goto out;
+    }
+
+    /* walk 2: keys buffered per shard, inserted FILL_BATCH at a time */
+    for (uint64_t i = 0; i < j->keys; i++) {
+        uint64_t key = store_synthetic_key(i, j->seed);
+        uint32_t sh = store_shard_of(j->s, key);
+        if (sh % j->nthreads != j->tid)
+            continue;
+        uint64_t *buf = bufs + (size_t)(sh / j->nthreads) * FILL_BATCH;
+        buf[fill[sh]] = key;
+        if (++fill[sh] == FILL_BATCH) {
+            if ((j->rc = fill_batch(j, buf, FILL_BATCH, out, found)) != 0)
+                goto out;
+            fill[sh] = 0;
+        }
+    }
+    for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads) {
+        if (fill[sh] == 0)
+            continue;
+        uint64_t *buf = bufs + (size_t)(sh / j->nthreads) * FILL_BATCH;
+        if ((j->rc = fill_batch(j, buf, fill[sh], out, found)) != 0)
+            goto out;
+    }
+out:
+    free(bufs);
+    free(out);
+    return NULL;
+}
+
+/* Fills s with keys 0..keys-1 on `threads` threads.  Returns 0, or -1 with a
+ * message printed. */
+static int fill(store_t *s, uint64_t keys, uint64_t seed, uint32_t threads)
+{
+    int ret = -1;
+    struct fill_job *jobs = calloc(threads, sizeof *jobs);
+    pthread_t *tids = calloc(threads, sizeof *tids);
+    if (jobs == NULL || tids == NULL) {
+        fprintf(stderr, "tlsynth model: out of memory\n");
+        goto out;
+    }
+    uint32_t started = 0;
+    for (uint32_t t = 0; t < threads; t++) {
+        jobs[t] = (struct fill_job){.s = s, .keys = keys, .seed = seed, .tid = t, .nthreads = threads};
+        int rc = pthread_create(&tids[t], NULL, fill_thread, &jobs[t]);
+        if (rc != 0) {
+            fprintf(stderr, "tlsynth model: pthread_create: %s\n", strerror(rc));
+            break;
+        }
+        started++;
+    }
+    uint64_t inserted = 0;
+    int failed = started < threads;
+    for (uint32_t t = 0; t < started; t++) {
+        pthread_join(tids[t], NULL);
+        inserted += jobs[t].inserted;
+        if (jobs[t].rc == -EEXIST) {
+            fprintf(stderr,
+                    "tlsynth model: key %#" PRIx64 " inserted twice (generator or store bug)\n",
+                    jobs[t].bad_key);
+            failed = 1;
+        } else if (jobs[t].rc != 0) {
+            fprintf(stderr, "tlsynth model: thread %u: %s\n", t, strerror(-jobs[t].rc));
+            failed = 1;
+        }
+    }
+    if (failed)
+        goto out;
+    if (inserted != keys || store_count(s) != keys) {
+        fprintf(stderr,
+                "tlsynth model: inserted %" PRIu64 " keys, store counts %" PRIu64
+                ", expected %" PRIu64 "\n",
+                inserted, store_count(s), keys);
+        goto out;
+    }
+    ret = 0;
+out:
+    free(jobs);
+    free(tids);
+    return ret;
+}
+
+/* Adds a synthetic MLP's layers (widths w[0..n-1]) to x under dnn.h's names:
+ * weights uniform in +-sqrt(3 / fan_in) (unit variance through each layer),
+ * biases zero.  The arrays are malloc'd: the caller frees x->dense[*].data.
+ * 0, or -1 with a message. */
+static int make_mlp(const uint32_t *w, uint32_t n, uint64_t seed, store_extras_t *x)
+{
+    uint64_t rng = seed ^ UINT64_C(0x6d6c70); /* "mlp" */
+    for (uint32_t l = 0; l + 1 < n; l++) {
+        uint64_t cw = (uint64_t)w[l] * w[l + 1];
+        float *W = malloc(cw * sizeof *W), *b = calloc(w[l + 1], sizeof *b);
+        const double scale = sqrt(3.0 / w[l]);
+        for (uint64_t j = 0; W && j < cw; j++)
+            W[j] = (float)(scale * ((double)(store_splitmix64(&rng) >> 11) * 0x1p-52 - 1.0));
+        char wn[STORE_DENSE_NAME_MAX], bn[STORE_DENSE_NAME_MAX];
+        model_dnn_layer_names(l, wn, bn);
+        int added = 0;
+        if (W && b && store_extras_add_dense(x, wn, W, cw) == 0) {
+            added = 1;
+            if (store_extras_add_dense(x, bn, b, w[l + 1]) == 0)
+                continue;
+        }
+        fprintf(stderr, "tlsynth model: cannot add MLP layer %u (%" PRIu64 " floats)\n", l, cw);
+        if (!added)
+            free(W); /* once added, the caller frees it with the others */
+        free(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when dir holds a MANIFEST (sound or not), 0 when it does not. */
+static int holds_snapshot(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return 0;
+    store_error_t err = {0};
+    if (store_snapshot_read_meta(dir, NULL, NULL, &err) == 0)
+        return 1;
+    return err.code != STORE_E_NO_MANIFEST && err.code != STORE_E_IO;
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+int tlsynth_model_main(int argc, char **argv)
+{
+    uint64_t keys = 0, seed = 42, version = 1, k = 0, shards = 16, threads = 0;
+    const char *out_dir = NULL, *name = "synthetic";
+    store_dtype_t dtype = STORE_DTYPE_F32;
+    store_model_kind_t kind = STORE_MODEL_LR;
+    int have_keys = 0;
+    store_extras_t extras = {0};
+    uint32_t mlp[MAX_MLP_WIDTHS], mlp_n = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, "--keys", &v)) {
+            keys = count_arg("--keys", v, 0, UINT64_MAX / 2);
+            have_keys = 1;
+        } else if (flag(argc, argv, &i, "--out", &v)) {
+            out_dir = v;
+        } else if (flag(argc, argv, &i, "--value-floats", &v)) {
+            k = count_arg("--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
+        } else if (flag(argc, argv, &i, "--dtype", &v)) {
+            if (strcmp(v, "f32") == 0)
+                dtype = STORE_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                dtype = STORE_DTYPE_F16;
+            else
+                usage_error("--dtype: '%s' is neither f32 nor f16", v);
+        } else if (flag(argc, argv, &i, "--shards", &v)) {
+            shards = count_arg("--shards", v, 1, STORE_MAX_SHARDS);
+            if (shards & (shards - 1))
+                usage_error("--shards: %" PRIu64 " is not a power of two", shards);
+        } else if (flag(argc, argv, &i, "--name", &v)) {
+            if (!valid_name(v))
+                usage_error("--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
+            name = v;
+        } else if (flag(argc, argv, &i, "--kind", &v)) {
+            if (strcmp(v, "lr") == 0)
+                kind = STORE_MODEL_LR;
+            else if (strcmp(v, "fm") == 0)
+                kind = STORE_MODEL_FM;
+            else if (strcmp(v, "ffm") == 0)
+                kind = STORE_MODEL_FFM;
+            else if (strcmp(v, "dnn") == 0)
+                kind = STORE_MODEL_DNN;
+            else
+                usage_error("--kind: '%s' is not one of lr, fm, ffm, dnn", v);
+        } else if (flag(argc, argv, &i, "--version", &v)) {
+            version = count_arg("--version", v, 1, UINT64_MAX);
+        } else if (flag(argc, argv, &i, "--seed", &v)) {
+            seed = count_arg("--seed", v, 0, UINT64_MAX);
+        } else if (flag(argc, argv, &i, "--threads", &v)) {
+            threads = count_arg("--threads", v, 1, MAX_THREADS);
+        } else if (flag(argc, argv, &i, "--param", &v)) {
+            char key[STORE_PARAM_KEY_MAX];
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof key)
+                usage_error("--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
+            memcpy(key, v, (size_t)(eq - v));
+            key[eq - v] = '\0';
+            if (store_extras_set(&extras, key, eq + 1) != 0)
+                usage_error("--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
+                            "bytes, at most %d params",
+                            v, STORE_MAX_PARAMS);
+        } else if (flag(argc, argv, &i, "--mlp", &v)) {
+            mlp_n = 0;
+            for (const char *p = v; *p;) {
+                char *e;
+                errno = 0;
+                unsigned long w = strtoul(p, &e, 10);
+                if (e == p || errno || w < 1 || w > 65536 || mlp_n == MAX_MLP_WIDTHS ||
+                    (*e && *e != ','))
+                    usage_error("--mlp: '%s' is not a list of 2..%d widths 1..65536", v,
+                                MAX_MLP_WIDTHS);
+                mlp[mlp_n++] = (uint32_t)w;
+                p = *e ? e + 1 : e;
+            }
+            if (mlp_n < 2)
+                usage_error("--mlp: '%s' needs at least two widths", v);
+        } else if (argv[i][0] == '-') {
+            usage_error("unknown option '%s'", argv[i]);
+        } else {
+            usage_error("unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!have_keys)
+        usage_error("--keys N is required");
+    if (out_dir == NULL || out_dir[0] == '\0')
+        usage_error("--out DIR is required");
+    if (strlen(out_dir) >= MAX_PATH)
+        usage_error("--out: the path is longer than %d bytes", MAX_PATH - 1);
+    if (k == 0)
+        k = kind == STORE_MODEL_LR ? 1 : 8;
+    if (threads == 0)
+        threads = cpu_count();
+    if (threads > shards)
+        threads = shards; /* a thread without a shard would only burn CPU */
+
+    store_options_t opt = {
+        .value_floats = (uint32_t)k,
+        .dtype = dtype,
+        .shards = (uint32_t)shards,
+        .expected_keys = keys,
+    };
+    char why[256] = "";
+    if (store_options_check(&opt, why, sizeof why) != 0)
+        usage_error("bad store options: %s", why[0] ? why : "(no reason given)");
+
+    /* fail before a long fill rather than after it */
+    if (holds_snapshot(out_dir)) {
+        fprintf(stderr, "tlsynth model: %s already holds a snapshot\n", out_dir);
+        return 1;
+    }
+
+    int ret = 1;
+    store_t *s = NULL;
+    struct made_dirs made = {0};
+    char hb[32], hb2[32];
+
+    printf("tlsynth model: model %s v%" PRIu64 " (%s), %" PRIu64 " keys x %" PRIu64 " %s, %" PRIu64
+           " shards, %" PRIu64 " threads, seed %" PRIu64 "\n",
+           name, version, store_model_kind_name(kind), keys, k,
+           dtype == STORE_DTYPE_F16 ? "f16" : "f32", shards, threads, seed);
+    fflush(stdout);
+
+    int rc = store_create(&opt, &s);
+    if (rc != 0) {
+        fprintf(stderr, "tlsynth model: store_create: %s\n", strerror(-rc));
+        goto out;
+    }
+    double t0 = now_sec();
+    if (fill(s, keys, seed, (uint32_t)threads) != 0)
+        goto out;
+    double filled = now_sec() - t0;
+    store_stats_t st;
+    store_stats(s, &st);
+    printf("  fill   %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled,
+           filled > 0 ? (double)keys / filled / 1e6 : 0.0);
+    printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
+           human_bytes(st.table_bytes, hb, sizeof hb),
+           keys ? (double)st.table_bytes / (double)keys : 0.0, st.subtables, st.stashed);
+    fflush(stdout);
+
+    store_meta_t meta = {.model_kind = kind, .version = version};
+    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
+    if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
+        goto out;
+    rc = mkdir_parents(out_dir, &made);
+    if (rc != 0) {
+        fprintf(stderr, "tlsynth model: cannot create the parent directories of %s: %s\n",
+                out_dir, strerror(-rc));
+        goto out;
+    }
+    store_error_t err = {0};
+    t0 = now_sec();
+    if (store_snapshot_write_ex(s, out_dir, &meta, &extras, &err) != 0) {
+        print_store_error(out_dir, &err);
+        goto out;
+    }
+    double wr = now_sec() - t0;
+    unsigned files;
+    uint64_t bytes = dir_bytes(out_dir, &files);
+    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", human_bytes(bytes, hb, sizeof hb),
+           files, wr, human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
+           out_dir);
+    printf("  total  %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled + wr,
+           filled + wr > 0 ? (double)keys / (filled + wr) / 1e6 : 0.0);
+    ret = 0;
+out:
+    if (ret != 0)
+        undo_parents(out_dir, &made);
+    for (uint32_t l = 0; l < extras.n_dense; l++)
+        free(extras.dense[l].data); /* make_mlp's arrays */
+    if (s)
+        store_destroy(s);
+    return ret;
+}
