@@ -21,7 +21,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "codec",
                                 "python"))
-import tlserve as tlwire  # noqa: E402  (the client package, codec/python, not installed)
+import tlserve  # noqa: E402  (the client package, codec/python, not installed)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))
@@ -183,4 +183,4 @@ class Server(Proc):
         return total
 
     def client(self):
-        return tlwire.Client("127.0.0.1", self.port, timeout=10)
+        return tlserve.Client("127.0.0.1", self.port, timeout=10)

@@ -21,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402,F401  (puts codec/python on sys.path)
 import tlserve  # noqa: E402
-from harness import REPO, TLSERVE, TLSNAP, Server, model_key, require, temp_model  # noqa: E402
+from harness import REPO, TLSERVE, TLSYNTH, Server, model_key, require, temp_model  # noqa: E402
 
 SKIP = 77
 MODEL = "pip_ctr"
@@ -55,7 +55,7 @@ class TestPipInstall(unittest.TestCase):
     def setUpClass(cls):
         if not pip_available():
             raise unittest.SkipTest("pip is not installed for %s" % sys.executable)
-        require(TLSERVE, TLSNAP)
+        require(TLSERVE, TLSYNTH)
         cls.tmp = tempfile.mkdtemp(prefix="tl_pip_")
         cls.models, model_dir = temp_model("tl_pip_model_", 5000, MODEL)
         cls.server = Server(model_dir, "--workers", "1")

@@ -2,7 +2,7 @@
 
 Starts, on free loopback ports: redis-server (no persistence), redis_load with a 10K-key
 `tlsynth model` model, redis_adapter in front of it, and tlserve on the same model.  Sends the
-same PREDICTs to both with tlwire.Client and checks that the adapter's scores equal tlserve's
+same PREDICTs to both with tlserve.Client and checks that the adapter's scores equal tlserve's
 (bit for bit: both sum in double in block order and share the sigmoid), that pipelined
 requests are answered in order, and that a bad request gets an ERROR frame without losing the
 connection.  Skipped when redis-server or the binaries are missing.
@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402,F401  (puts codec/python on sys.path)
-import tlserve as tlwire  # noqa: E402
+import tlserve  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSYNTH, Proc, Server, free_port, mix64,  # noqa: E402
                      model_key, require, temp_model)
 from tlserve import ErrorCode, MsgType  # noqa: E402
@@ -106,8 +106,8 @@ def request(items, shared, per_item, start, unknown_every=0, values=False):
     def block(count, base):
         i = ids(count, base)
         if not values:
-            return tlwire.make_block(i)
-        return tlwire.make_block(i, [((k * 37) % 11 - 5) / 4.0 for k in range(len(i))])
+            return tlserve.make_block(i)
+        return tlserve.make_block(i, [((k * 37) % 11 - 5) / 4.0 for k in range(len(i))])
 
     shared_b = block(shared, start)
     blocks = [block(per_item, start + shared + k * per_item) for k in range(items)]
@@ -116,7 +116,7 @@ def request(items, shared, per_item, start, unknown_every=0, values=False):
 
 class RedisPeerTest(unittest.TestCase):
     def predict_both(self, shared, items):
-        with tlwire.Client("127.0.0.1", TL_PORT) as t, tlwire.Client("127.0.0.1", AD_PORT) as a:
+        with tlserve.Client("127.0.0.1", TL_PORT) as t, tlserve.Client("127.0.0.1", AD_PORT) as a:
             rt = t.predict(MODEL, shared, items)
             ra = a.predict(MODEL, shared, items)
         return rt, ra
@@ -148,9 +148,9 @@ class RedisPeerTest(unittest.TestCase):
 
     def test_pipelined_requests_in_order(self):
         reqs = [request(5, 10, 10, start=100 * k) for k in range(8)]
-        with tlwire.Client("127.0.0.1", TL_PORT) as t:
+        with tlserve.Client("127.0.0.1", TL_PORT) as t:
             want = [t.predict(MODEL, s, b).scores for s, b in reqs]
-        with tlwire.Client("127.0.0.1", AD_PORT) as a:
+        with tlserve.Client("127.0.0.1", AD_PORT) as a:
             ids = [a.send_predict(MODEL, s, b) for s, b in reqs]
             ping = a.send_ping(b"hi")
             got = []
@@ -158,29 +158,29 @@ class RedisPeerTest(unittest.TestCase):
                 f = a.recv_frame()
                 self.assertEqual(f.request_id, rid)
                 self.assertEqual(f.type, MsgType.PREDICT_RESULT)
-                got.append(tlwire.decode_predict_result(f.payload).scores)
+                got.append(tlserve.decode_predict_result(f.payload).scores)
             f = a.recv_frame()
             self.assertEqual((f.type, f.request_id), (MsgType.PONG, ping))
         self.assertEqual(got, want)
 
     def test_errors_keep_the_connection(self):
         shared, items = request(2, 3, 3, start=0)
-        with tlwire.Client("127.0.0.1", AD_PORT) as a:
-            with self.assertRaises(tlwire.ServerError) as e:
+        with tlserve.Client("127.0.0.1", AD_PORT) as a:
+            with self.assertRaises(tlserve.ServerError) as e:
                 a.predict(MODEL, shared, items, version=7)
             self.assertEqual(e.exception.code, ErrorCode.UNKNOWN_VERSION)
-            with self.assertRaises(tlwire.ServerError) as e:
+            with self.assertRaises(tlserve.ServerError) as e:
                 a.predict("other_model", shared, items)
             self.assertEqual(e.exception.code, ErrorCode.UNKNOWN_MODEL)
             self.assertEqual(len(a.predict(MODEL, shared, items).scores), 2)
 
     def test_framing_error_closes(self):
-        with tlwire.Client("127.0.0.1", AD_PORT) as a:
+        with tlserve.Client("127.0.0.1", AD_PORT) as a:
             a.send_raw(b"XXXX" + bytes(20))
             f = a.recv_frame()
             self.assertEqual((f.type, f.request_id), (MsgType.ERROR, 0))
-            self.assertEqual(tlwire.decode_error(f.payload).code, ErrorCode.BAD_MAGIC)
-            with self.assertRaises((tlwire.ConnectionClosed, ConnectionResetError)):
+            self.assertEqual(tlserve.decode_error(f.payload).code, ErrorCode.BAD_MAGIC)
+            with self.assertRaises((tlserve.ConnectionClosed, ConnectionResetError)):
                 a.recv_frame()
 
 

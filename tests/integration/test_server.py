@@ -1,7 +1,7 @@
 """Integration tests of the real tlserve over loopback sockets.
 
 Each test class starts `tlserve` (from TL_BUILD_DIR, default <repo>/build) on free ports with a
-small model made by `tlsynth model`, talks to it with tlwire.Client (the independent Python
+small model made by `tlsynth model`, talks to it with tlserve.Client (the independent Python
 implementation of docs/wire.md) and reads its admin plane over HTTP.  Nothing is mocked.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_server.py
@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts codec/python on sys.path)
-import tlserve as tlwire  # noqa: E402
+import tlserve  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSYNTH, free_port, model_key, require,  # noqa: E402
                      temp_model)
 from tlserve import ErrorCode, MsgType  # noqa: E402
@@ -86,7 +86,7 @@ class Predict(unittest.TestCase):
             for rid in reversed(ids):
                 f = c.wait_for(rid)
                 self.assertEqual(f.type, MsgType.PREDICT_RESULT)
-                self.assertEqual(len(tlwire.decode_predict_result(f.payload).scores), 5)
+                self.assertEqual(len(tlserve.decode_predict_result(f.payload).scores), 5)
 
     def test_ping(self):
         with self.srv.client() as c:
@@ -172,7 +172,7 @@ class BadInput(unittest.TestCase):
             c.send_raw(frame)
             f = c.recv_frame()
             self.assertEqual(f.type, MsgType.ERROR)
-            err = tlwire.decode_error(f.payload)
+            err = tlserve.decode_error(f.payload)
             self.assertEqual(err.code, code, err.message)
             self.assertTrue(err.message)
             if closes:
@@ -187,7 +187,7 @@ class BadInput(unittest.TestCase):
 
     def predict_payload(self, items, blocks, name=MODEL):
         out = bytearray([len(name)]) + name.encode() + struct.pack("<Q", 0)
-        out += tlwire.encode_varint(items)
+        out += tlserve.encode_varint(items)
         for b in blocks:
             out += b
         return bytes(out)
@@ -197,46 +197,46 @@ class BadInput(unittest.TestCase):
         self.expect_error(junk, ErrorCode.BAD_MAGIC, closes=True)
 
     def test_bad_magic(self):
-        frame = bytearray(tlwire.encode_frame(MsgType.PING, 5))
+        frame = bytearray(tlserve.encode_frame(MsgType.PING, 5))
         frame[0:4] = b"XXXX"
         self.expect_error(bytes(frame), ErrorCode.BAD_MAGIC, closes=True)
 
     def test_length_over_limit(self):
-        hdr = tlwire.pack_header(MsgType.PREDICT, 9, 0)
+        hdr = tlserve.pack_header(MsgType.PREDICT, 9, 0)
         hdr = hdr[:16] + struct.pack("<I", 64 << 20) + hdr[20:]
         self.expect_error(hdr, ErrorCode.FRAME_TOO_LARGE, closes=True)
 
     def test_counts_overrun_frame(self):
         payload = self.predict_payload(10, [b"\x00\x00", b"\x00\x00"])  # 10 items, 1 block
-        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 3, payload),
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 3, payload),
                           ErrorCode.TRUNCATED, closes=False)
 
     def test_malformed_varint(self):
         payload = bytes([len(MODEL)]) + MODEL.encode() + struct.pack("<Q", 0) + b"\xff" * 11
-        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 4, payload),
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 4, payload),
                           ErrorCode.BAD_VARINT, closes=False)
 
     def test_unknown_type(self):
-        self.expect_error(tlwire.pack_header(42, 6, 0), ErrorCode.UNKNOWN_TYPE, closes=False)
+        self.expect_error(tlserve.pack_header(42, 6, 0), ErrorCode.UNKNOWN_TYPE, closes=False)
 
     def test_unknown_model(self):
-        payload = tlwire.encode_predict("no_such_model", *request(items=1))
-        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 7, payload),
+        payload = tlserve.encode_predict("no_such_model", *request(items=1))
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 7, payload),
                           ErrorCode.UNKNOWN_MODEL, closes=False)
 
     def test_zero_items(self):
         payload = self.predict_payload(0, [b"\x00\x00"])
-        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 8, payload),
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 8, payload),
                           ErrorCode.NO_ITEMS, closes=False)
 
     def test_too_many_items(self):
         payload = self.predict_payload(4097, [b"\x00\x00"] * 4098)
-        self.expect_error(tlwire.encode_frame(MsgType.PREDICT, 10, payload),
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 10, payload),
                           ErrorCode.TOO_MANY_ITEMS, closes=False)
 
     def test_truncated_frame_then_eof(self):
-        frame = tlwire.encode_frame(MsgType.PREDICT, 11,
-                                    tlwire.encode_predict(MODEL, *request(items=3)))
+        frame = tlserve.encode_frame(MsgType.PREDICT, 11,
+                                    tlserve.encode_predict(MODEL, *request(items=3)))
         with self.srv.client() as c:
             c.send_raw(frame[: len(frame) // 2])
             c.sock.shutdown(socket.SHUT_WR)
@@ -246,8 +246,8 @@ class BadInput(unittest.TestCase):
 
     def test_slow_client_does_not_hold_the_worker(self):
         """One worker: a client dribbling a frame a byte at a time must not delay another."""
-        frame = tlwire.encode_frame(MsgType.PREDICT, 12,
-                                    tlwire.encode_predict(MODEL, *request(items=2)))
+        frame = tlserve.encode_frame(MsgType.PREDICT, 12,
+                                    tlserve.encode_predict(MODEL, *request(items=2)))
         stop = threading.Event()
 
         def dribble():
@@ -276,7 +276,7 @@ class BadInput(unittest.TestCase):
 
     def test_stalled_partial_frame_is_closed(self):
         with self.srv.client() as c:
-            c.send_raw(tlwire.pack_header(MsgType.PING, 1, 10)[:10])
+            c.send_raw(tlserve.pack_header(MsgType.PING, 1, 10)[:10])
             c.settimeout(10)
             t0 = time.time()
             self.assertEqual(c.sock.recv(1), b"")  # idle timeout 1.5 s
@@ -292,7 +292,7 @@ class InputBudget(unittest.TestCase):
         srv = Server(MODEL_DIR, "--workers", "1", "--max-input-bytes", "65536")
         socks = []
         try:
-            partial = tlwire.pack_header(MsgType.PING, 1, 0)
+            partial = tlserve.pack_header(MsgType.PING, 1, 0)
             partial = partial[:16] + struct.pack("<I", 6000) + partial[20:] + b"\0" * 5000
             for _ in range(40):  # 40 x 8 KiB of buffer would be 320 KiB
                 s = socket.create_connection(("127.0.0.1", srv.port))
@@ -306,10 +306,10 @@ class InputBudget(unittest.TestCase):
                 except socket.timeout:
                     continue  # still held: within the budget
                 if data:
-                    h = tlwire.parse_header(data[:tlwire.HEADER_SIZE])
+                    h = tlserve.parse_header(data[:tlserve.HEADER_SIZE])
                     self.assertEqual(h.type, MsgType.ERROR)
-                    err = tlwire.decode_error(data[tlwire.HEADER_SIZE:
-                                                   tlwire.HEADER_SIZE + h.payload_len])
+                    err = tlserve.decode_error(data[tlserve.HEADER_SIZE:
+                                                   tlserve.HEADER_SIZE + h.payload_len])
                     self.assertEqual(err.code, ErrorCode.OVERLOADED, err.message)
                     refused += 1
             self.assertGreater(refused, 0)
@@ -339,24 +339,24 @@ class Overload(unittest.TestCase):
             # 4096-item answers are 16 KB each: a few fill the socket buffers, then the
             # worker's queue reaches its limit of 2 and the rest are refused
             frame_ids = []
-            big = tlwire.encode_predict(MODEL, [model_key(0)],
+            big = tlserve.encode_predict(MODEL, [model_key(0)],
                                         [[model_key(1 + i)] for i in range(4096)])
             for rid in range(1, 201):
-                sock.sendall(tlwire.encode_frame(MsgType.PREDICT, rid, big))
+                sock.sendall(tlserve.encode_frame(MsgType.PREDICT, rid, big))
                 frame_ids.append(rid)
             kinds = {}
             buf = b""
             while sum(kinds.values()) < len(frame_ids):
-                while len(buf) < tlwire.HEADER_SIZE:
+                while len(buf) < tlserve.HEADER_SIZE:
                     buf += sock.recv(1 << 20)
-                h = tlwire.parse_header(buf[:tlwire.HEADER_SIZE])
-                while len(buf) < tlwire.HEADER_SIZE + h.payload_len:
+                h = tlserve.parse_header(buf[:tlserve.HEADER_SIZE])
+                while len(buf) < tlserve.HEADER_SIZE + h.payload_len:
                     buf += sock.recv(1 << 20)
-                payload = buf[tlwire.HEADER_SIZE:tlwire.HEADER_SIZE + h.payload_len]
-                buf = buf[tlwire.HEADER_SIZE + h.payload_len:]
+                payload = buf[tlserve.HEADER_SIZE:tlserve.HEADER_SIZE + h.payload_len]
+                buf = buf[tlserve.HEADER_SIZE + h.payload_len:]
                 if h.type == MsgType.ERROR:
-                    kinds.setdefault(tlwire.decode_error(payload).code, 0)
-                    kinds[tlwire.decode_error(payload).code] += 1
+                    kinds.setdefault(tlserve.decode_error(payload).code, 0)
+                    kinds[tlserve.decode_error(payload).code] += 1
                 else:
                     self.assertEqual(h.type, MsgType.PREDICT_RESULT)
                     kinds["ok"] = kinds.get("ok", 0) + 1
