@@ -24,6 +24,13 @@
  *   records: [demo: DONE #3] [big: LOADING #5] [other: QUEUED #6] [ ]...
  *   queue:   head -> &other
  *
+ * PRIORITY
+ *   The loader thread lowers its own scheduling priority (nice LOADER_NICE)
+ *   before it loads anything; the snapshot loader's helper threads inherit
+ *   it.  A load is bulk work that may take every core for seconds: at equal
+ *   priority it competes with the admin thread (and the workers) for the
+ *   CPU and /healthz answers late; niced, it takes what they leave.
+ *
  * SHUTDOWN
  *   loader_stop fails the queued loads at once (shutdown = true), lets the
  *   running load finish (model_load cannot be interrupted half-way), then
@@ -42,7 +49,12 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+#define LOADER_NICE 10 /* added to the process's nice value, for this thread and its helpers */
 
 typedef struct record {
     loader_status_t st; /* st.id == 0: free */
@@ -127,6 +139,13 @@ static void *loader_main(void *arg)
 {
     (void)arg;
     server_t *srv = L.srv;
+    /* Per thread on Linux; threads created from here on inherit it. */
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, tid);
+    if (!(nice == -1 && errno) && setpriority(PRIO_PROCESS, tid, nice + LOADER_NICE) != 0)
+        LOG(LL_WARN, "loader: cannot lower its priority: %s (loads compete with the admin plane)",
+            strerror(errno));
     pthread_mutex_lock(&L.lock);
     for (;;) {
         while (!L.stopping && L.qlen == 0)
