@@ -196,6 +196,8 @@ static void *loader_main(void *arg)
             LOG(LL_INFO, "load %llu: %s version %llu active after %.3f s", (unsigned long long)id,
                 copy.model, (unsigned long long)copy.version,
                 (double)(copy.finished_ns - t0) * 1e-9);
+        else if (copy.shutdown)
+            LOG(LL_INFO, "load %llu: %s", (unsigned long long)id, copy.error);
         else
             LOG(LL_WARN, "load %llu: %s (the current version keeps serving)",
                 (unsigned long long)id, copy.error);
