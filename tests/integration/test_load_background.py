@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,9 +44,16 @@ def parse_keys(text: str) -> int:
 LOAD_KEYS = parse_keys(os.environ.get("TL_LOAD_KEYS", "2M"))
 
 
-def make_snapshot(out: str, keys: int, name: str, version: int, seed: int = harness.SEED):
-    """The one place that generates a synthetic LR snapshot (`tlsnap gen`) for this test."""
-    harness.gen_model(out, keys, name, version=version, seed=seed)
+def make_snapshot(out: str, keys: int, name: str, version: int, seed: int = harness.SEED,
+                  extra=()):
+    """The one place that generates a synthetic snapshot (`tlsnap gen`: LR unless extra says
+    otherwise) for this test and the benchmark."""
+    r = subprocess.run([TLSNAP, "gen", "--keys", str(keys), "--out", out, "--name", name,
+                        "--version", str(version), "--seed", str(seed), "--shards", "4",
+                        *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError("tlsnap gen exited with %d: %s" % (r.returncode, r.stderr))
 
 
 def corrupt(snapshot_dir: str):
@@ -153,6 +161,8 @@ class LoadBackground(unittest.TestCase):
         make_snapshot(cls.big, LOAD_KEYS, "demo", 2, seed=7)
         make_snapshot(cls.v3, 3000, "demo", 3, seed=3)
         make_snapshot(cls.bad, 1000, "demo", 4, seed=4)
+        cls.fm = os.path.join(d, "demo", "5")
+        make_snapshot(cls.fm, 1000, "demo", 5, seed=5, extra=("--kind", "fm", "--value-floats", "9"))
         corrupt(cls.bad)
         cls.others = []
         for i in range(harness_queue_max() + 1):
@@ -255,6 +265,24 @@ class LoadBackground(unittest.TestCase):
         st = load_status(port, "demo")[1]
         self.assertEqual((st["state"], st["version"], st["path"]), ("done", 1, self.v1))
         self.assertEqual(srv.metric('tlserve_model_loads_total{result="ok"}'), 2)
+
+    def test_swap_to_a_larger_kind_scores_at_once(self):
+        # The workers' scratch starts sized for LR (one float per feature of the largest
+        # request); after a swap to FM (9 floats per key) the first request with more than a
+        # ninth of that many features must be scored, not refused: the worker sizes its
+        # scratch when it first pins the new version.
+        srv = self.start()
+        shared = sorted(harness.model_key(i) for i in range(60000))
+        items = [sorted(harness.model_key(60000 + 30000 * i + j) for j in range(30000))
+                 for i in range(2)]
+        with srv.client() as c:
+            self.assertEqual(len(c.predict("demo", shared, items).scores), 2)
+            status, _, body = post_load(srv.admin_port, "demo", self.fm, query="?wait=1")
+            self.assertEqual(status, 200, body)
+            self.assertEqual(json.loads(body)["kind"], "fm")
+            res = c.predict("demo", shared, items)
+            self.assertEqual((res.version, len(res.scores)), (5, 2))
+            self.assertTrue(all(0.0 < x < 1.0 for x in res.scores), res.scores)
 
     def test_one_load_per_model_and_bounded_queue(self):
         srv = self.start()
