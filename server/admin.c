@@ -519,6 +519,9 @@ static json_t *load_json(const loader_status_t *st)
 /* Answers a ?wait=1 request for the ended load st as a synchronous load. */
 static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
 {
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req); /* NULL: client left */
+    if (evcon) /* back to the normal idle timeout for what follows on this connection */
+        evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
     if (st->state == LOADER_DONE)
         reply_json(req, 200,
                    json_pack("{s:s, s:I, s:s, s:I}", "name", st->model, "version",
