@@ -14,8 +14,10 @@
  *   GET  /v1/models/{name}:load   the latest load of that model (LOAD)
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
  *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
- *   No handler blocks: every answer is computed from memory, so health,
- *   readiness and metrics answer within milliseconds during a load.
+ *   No handler waits for a load: health, readiness, metrics and the model
+ *   list are computed from memory, and a load request reads only the
+ *   snapshot's small manifest before it queues, so the admin plane answers
+ *   within milliseconds during a load.
  *
  * LOAD
  *   The cheap checks run here, synchronously: 403 when no admin token is
