@@ -2,9 +2,9 @@
  * main.c — tlserve: parse the config, load the first model, start the admin
  * plane and the data plane, wait for SIGTERM/SIGINT, drain, exit.
  *
- *   main ── config ── model (optional) ── lookup team ── admin + loader threads ── workers ── sigwait
- *                                                                                             │
- *        exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ───┘
+ *   main ── config ── model (optional) ── lookup team ── admin + loader ── workers ── sigwait
+ *                                                                                    │
+ *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping
  *
  * SIGNALS
  *   SIGTERM and SIGINT are blocked before any thread exists (so every thread

@@ -162,7 +162,8 @@ class LoadBackground(unittest.TestCase):
         make_snapshot(cls.v3, 3000, "demo", 3, seed=3)
         make_snapshot(cls.bad, 1000, "demo", 4, seed=4)
         cls.fm = os.path.join(d, "demo", "5")
-        make_snapshot(cls.fm, 1000, "demo", 5, seed=5, extra=("--kind", "fm", "--value-floats", "9"))
+        make_snapshot(cls.fm, 1000, "demo", 5, seed=5,
+                      extra=("--kind", "fm", "--value-floats", "9"))
         corrupt(cls.bad)
         cls.others = []
         for i in range(harness_queue_max() + 1):
