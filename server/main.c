@@ -3,8 +3,8 @@
  * plane and the data plane, wait for SIGTERM/SIGINT, drain, exit.
  *
  *   main ── config ── model (optional) ── lookup team ── admin + loader ── workers ── sigwait
- *                                                                                    │
- *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping
+ *                                                                                        │
+ *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ┘
  *
  * SIGNALS
  *   SIGTERM and SIGINT are blocked before any thread exists (so every thread
