@@ -124,6 +124,8 @@ static struct admin {
     pthread_mutex_t ended_lock;  /* protects ended */
     ended_t *ended;              /* loads ended, not yet seen by the admin thread */
     waiter_t *waiters;           /* ?wait=1 requests; admin thread only */
+    _Atomic bool stopping;       /* admin_stop has begun */
+    bool answered_stopping;      /* a waiter was answered after that; admin thread only */
     pthread_t thread;
     bool running;                /* main thread only */
 } A = {.ended_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -521,6 +523,8 @@ static json_t *load_json(const loader_status_t *st)
 /* Answers a ?wait=1 request for the ended load st as a synchronous load. */
 static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
 {
+    if (atomic_load(&A.stopping))
+        A.answered_stopping = true; /* on_stop_ev lets this reply flush */
     struct evhttp_connection *evcon = evhttp_request_get_connection(req); /* NULL: client left */
     if (evcon) /* back to the normal idle timeout for what follows on this connection */
         evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
@@ -823,7 +827,8 @@ static cold int listen_on(const char *addr, int port)
 
 /* stop_ev: answers the requests still waiting (their loads were dropped or
  * discarded: loader_stop has ended them all) and leaves the loop, after a
- * moment to flush when it answered any. */
+ * moment to flush when a waiter was answered since admin_stop began (a
+ * reply goes out on a later turn of the loop than the one that made it). */
 static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;
@@ -835,7 +840,7 @@ static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
         free(w);
         answered++;
     }
-    if (answered) {
+    if (answered || A.answered_stopping) {
         struct timeval flush = {0, 100000};
         event_base_loopexit(A.base, &flush);
     } else {
@@ -931,6 +936,7 @@ void admin_stop(server_t *srv)
     (void)srv;
     if (!A.running)
         return;
+    atomic_store(&A.stopping, true);
     loader_stop();
     event_active(A.stop_ev, EV_READ, 0); /* from main: the base is notifiable (evthread) */
     pthread_join(A.thread, NULL);
@@ -949,4 +955,6 @@ void admin_stop(server_t *srv)
     A.done_ev = A.stop_ev = NULL;
     A.base = NULL;
     A.running = false;
+    atomic_store(&A.stopping, false);
+    A.answered_stopping = false;
 }

@@ -324,8 +324,15 @@ class LoadBackground(unittest.TestCase):
         try:
             port = srv.admin_port
             answers = []
-            waiter = threading.Thread(target=lambda: answers.append(
-                post_load(port, "demo", self.big, query="?wait=1", timeout=600.0)))
+
+            def wait_for_load():
+                try:
+                    answers.append(post_load(port, "demo", self.big, query="?wait=1",
+                                             timeout=600.0))
+                except OSError as e:  # e.g. closed without an answer
+                    answers.append((repr(e), None, b"{}"))
+
+            waiter = threading.Thread(target=wait_for_load)
             waiter.start()
             wait_state(port, "demo", ("loading", "done"))
             queued = post_load(port, "q0", self.others[0][1])
