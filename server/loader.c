@@ -66,11 +66,11 @@ static struct loader {
     void *done_arg;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t wake;                    /* queue not empty, or stopping */
-    bool running;                           /* loader_start .. loader_stop */
-    bool stopping;                          /* no new loads; the thread exits */
-    record_t records[LOADER_MODELS_MAX];    /* latest load per model name */
-    record_t *queue[LOADER_QUEUE_MAX];      /* FIFO ring of queued records */
+    pthread_cond_t wake;                 /* queue not empty, or stopping */
+    bool running;                        /* loader_start .. loader_stop */
+    bool stopping;                       /* no new loads; the thread exits */
+    record_t records[LOADER_MODELS_MAX]; /* latest load per model name */
+    record_t *queue[LOADER_QUEUE_MAX];   /* FIFO ring of queued records */
     unsigned qhead, qlen;
     uint64_t last_id;
     loader_metrics_t metrics;
