@@ -1,6 +1,7 @@
 /*
  * admin.c — the admin plane: one thread running a libevent event_base with an
- * evhttp server on cfg.admin_bind:cfg.admin_port.
+ * evhttp server on cfg.admin_bind:cfg.admin_port, and the front of the
+ * background loads (loader.c), whose thread it starts and stops.
  *
  * ENDPOINTS
  *   GET  /healthz                 200 "ok" while the process runs
@@ -8,37 +9,69 @@
  *   GET  /metrics                 Prometheus text format (below)
  *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
- *                                 "Authorization: Bearer <admin-token>"
+ *                                 "Authorization: Bearer <admin-token>";
+ *                                 202 and queued, or ?wait=1 (LOAD)
+ *   GET  /v1/models/{name}:load   the latest load of that model (LOAD)
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
  *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
+ *   No handler waits for a load: health, readiness, metrics and the model
+ *   list are computed from memory, and a load request reads only the
+ *   snapshot's small manifest before it queues, so the admin plane answers
+ *   within milliseconds during a load.
  *
  * LOAD
- *   403 when no admin token is configured (state-changing calls are off),
- *   401 without or with a wrong token (compared in constant time for a given
- *   token length), 400 when the request is malformed (body not JSON, no
- *   "path", bad model name in the URL), 409 when the snapshot is refused:
- *   it cannot be read or loaded (the store error names file, offset and
- *   reason) or its model name is not the one in the URL.  The name is checked
- *   from the manifest before the load (snapshots are write-once directories,
- *   so the manifest read first is the one loaded).  On 200 the body is the
- *   new model's JSON.  The load blocks this thread — the admin plane, never
- *   the data plane — and the old version keeps serving until the swap.
+ *   The cheap checks run here, synchronously: 403 when no admin token is
+ *   configured (state-changing calls are off), 401 without or with a wrong
+ *   token (compared in constant time for a given token length), 400 when the
+ *   request is malformed (body not JSON, no "path", bad model name in the
+ *   URL, a wait= other than 1/true/0/false), 409 when the manifest cannot be
+ *   read or names another model than the URL (snapshots are write-once
+ *   directories, so the manifest read here is the one the loader loads).
+ *   Then the load is queued for the loader thread:
+ *     202 Accepted, Location: /v1/models/{name}:load, body
+ *       {"model","load":<id>,"state":"queued","status":"/v1/models/{name}:load"}
+ *     409 when a load of the same model is still queued or running (one at a
+ *       time per model; the body names it): retry when it has ended
+ *     503 when LOADER_QUEUE_MAX loads are already waiting (the body names the
+ *       limit), or when the server is shutting down.
+ *   GET .../{name}:load answers 200 with {"model","load","state":"queued|
+ *   loading|done|failed","path","version" (done),"error" (failed),
+ *   "elapsed_ms" (accepted to ended, or to now)}, 404 when that model had no
+ *   load since start.  With ?wait=1 (or wait=true) the request is kept open,
+ *   not answered and not blocking: the loader reports the end of each load
+ *   through done_ev (event_active from its thread), and the handler answers
+ *   the waiting requests of that load as a synchronous load always did: 200
+ *   and the new model's JSON, or 409 with the store's error; 503 when the
+ *   server shut down first.  A client that leaves while waiting costs
+ *   nothing: evhttp detaches its request, and the late reply frees it.  The
+ *   old version keeps serving until the swap; DONE is reported after it.
  *
  * METRICS
  *   Counters come from SERVER_COUNTERS (X-macro) summed over the workers,
- *   each with HELP/TYPE; tlserve_errors_total carries, in the same family,
- *   one {code="N"} sample per error code seen (note: sum() over the family
- *   double-counts; select code!="" or the unlabeled sample).  The latency
- *   histogram turns the power-of-two microsecond buckets (bucket i: < 2^i us)
- *   into cumulative le= buckets in seconds; the last bucket is open-ended
- *   (the worker clamps there), so it shows up in +Inf only.  Counts are read
- *   with relaxed loads while workers write: a scrape is not a snapshot, but
- *   each histogram is self-consistent (+Inf == _count, from the same loads).
+ *   each with HELP/TYPE; tlserve_errors_total is followed by its own family
+ *   tlserve_errors_by_code_total{code="N"} (one sample per wire error code
+ *   seen), so sum() over either family counts each error once.  Request
+ *   latency is kept in the workers' fine log-linear histogram (server.h:
+ *   16 buckets per power of two of nanoseconds, each at most 6.25% wide) and
+ *   shown two ways: tlserve_request_latency_seconds, a Prometheus histogram
+ *   with a fixed list of le= bounds in seconds (a fine bucket counts under a
+ *   bound when it ends at or below it; the last fine bucket is open-ended,
+ *   so it shows up in +Inf only), and tlserve_request_latency_quantile_seconds,
+ *   quantile gauges from all the fine buckets.  Counts are read with relaxed
+ *   loads while workers write: a scrape is not a snapshot, but the histogram
+ *   is self-consistent (+Inf == _count, from the same loads).  Loads:
+ *   tlserve_model_loads_total{result="ok|failed"} (loads accepted with 202 or
+ *   wait, by how they ended), tlserve_model_load_seconds (the last ended
+ *   load, loading to end) and tlserve_model_loads_in_progress (queued or
+ *   running).
  *
  * THREAD SAFETY
  *   admin_start/admin_stop run on the main thread; every handler runs on the
  *   admin thread.  The state is one static struct (one admin plane per
  *   process).  Models are pinned with server_model_acquire like a worker.
+ *   Ended loads travel from the loader thread to the admin thread through
+ *   A.ended (a list under A.ended_lock) and done_ev; the waiting requests are
+ *   touched by the admin thread only.
  */
 #include "log.h"
 #include "server.h"
@@ -69,14 +102,33 @@
 #define ADMIN_MAX_BODY (64 * 1024)
 #define ADMIN_MAX_HEADERS (16 * 1024)
 #define ADMIN_TIMEOUT_S 30
+#define ADMIN_WAIT_TIMEOUT_S 3600 /* a ?wait=1 connection: as long as a load may take */
+
+typedef struct ended {
+    loader_status_t st;
+    struct ended *next;
+} ended_t;
+
+typedef struct waiter {
+    struct evhttp_request *req; /* answered and freed by evhttp on reply */
+    uint64_t load;              /* the load it waits for */
+    struct waiter *next;
+} waiter_t;
 
 static struct admin {
     server_t *srv;
     struct event_base *base;
     struct evhttp *http;
+    struct event *done_ev;       /* activated by the loader when a load ends */
+    struct event *stop_ev;       /* activated by admin_stop */
+    pthread_mutex_t ended_lock;  /* protects ended */
+    ended_t *ended;              /* loads ended, not yet seen by the admin thread */
+    waiter_t *waiters;           /* ?wait=1 requests; admin thread only */
+    _Atomic bool stopping;       /* admin_stop has begun */
+    bool answered_stopping;      /* a waiter was answered after that; admin thread only */
     pthread_t thread;
-    bool running; /* main thread only */
-} A;
+    bool running;                /* main thread only */
+} A = {.ended_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -85,6 +137,8 @@ static const char *reason(int code)
     switch (code) {
     case 200:
         return "OK";
+    case 202:
+        return "Accepted";
     case 400:
         return "Bad Request";
     case 401:
@@ -313,6 +367,24 @@ static void metrics_model(struct evbuffer *b, server_t *srv)
     metrics_gauge(b, "model_keys", "Keys in the active model (0 when none)", (int64_t)keys);
 }
 
+static void metrics_loads(struct evbuffer *b)
+{
+    loader_metrics_t lm;
+    loader_get_metrics(&lm);
+    evbuffer_add_printf(b,
+                        "# HELP tlserve_model_loads_total Model loads accepted by the admin API, "
+                        "by how they ended\n"
+                        "# TYPE tlserve_model_loads_total counter\n"
+                        "tlserve_model_loads_total{result=\"ok\"} %" PRIu64 "\n"
+                        "tlserve_model_loads_total{result=\"failed\"} %" PRIu64 "\n"
+                        "# HELP tlserve_model_load_seconds Time the last ended load spent "
+                        "loading (0 when none)\n"
+                        "# TYPE tlserve_model_load_seconds gauge\n"
+                        "tlserve_model_load_seconds %.6f\n",
+                        lm.ok, lm.failed, lm.last_seconds);
+    metrics_gauge(b, "model_loads_in_progress", "Model loads queued or running", lm.in_progress);
+}
+
 static void metrics_jemalloc(struct evbuffer *b)
 {
 #ifndef TL_NO_JEMALLOC
@@ -364,6 +436,7 @@ static void on_metrics(struct evhttp_request *req)
                     "Requests whose lookups the lookup threads shared (--lookup-threads)",
                     store_team_splits(srv->team));
     metrics_model(b, srv);
+    metrics_loads(b);
     metrics_jemalloc(b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
@@ -371,7 +444,7 @@ static void on_metrics(struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-/* ---- POST /v1/models/{name}:load ------------------------------------------------ */
+/* ---- /v1/models/{name}:load ---------------------------------------------------- */
 
 /* 1 when given (glen bytes) equals want; the time taken depends on want's
  * length only, not on where the first difference is. */
@@ -427,11 +500,130 @@ static int valid_name(const char *s, size_t n)
     return 1;
 }
 
+/* The JSON of a load's status (GET .../{name}:load). */
+static json_t *load_json(const loader_status_t *st)
+{
+    uint64_t end = st->finished_ns;
+    if (!end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        end = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    }
+    json_t *j = json_pack("{s:s, s:I, s:s, s:s, s:I}", "model", st->model, "load",
+                          (json_int_t)st->id, "state", loader_state_name(st->state), "path",
+                          st->path, "elapsed_ms",
+                          (json_int_t)((end - st->queued_ns) / 1000000u));
+    if (j && st->state == LOADER_DONE)
+        json_object_set_new(j, "version", json_integer((json_int_t)st->version));
+    if (j && st->state == LOADER_FAILED)
+        json_object_set_new(j, "error", json_string(st->error));
+    return j;
+}
+
+/* Answers a ?wait=1 request for the ended load st as a synchronous load. */
+static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
+{
+    if (atomic_load(&A.stopping))
+        A.answered_stopping = true; /* on_stop_ev lets this reply flush */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req); /* NULL: client left */
+    if (evcon) /* back to the normal idle timeout for what follows on this connection */
+        evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
+    if (st->state == LOADER_DONE)
+        reply_json(req, 200,
+                   json_pack("{s:s, s:I, s:s, s:I}", "name", st->model, "version",
+                             (json_int_t)st->version, "kind", st->kind, "keys",
+                             (json_int_t)st->keys));
+    else
+        reply_error(req, st->shutdown ? 503 : 409, "%s", st->error);
+}
+
+/* done_ev: answers the waiting requests of every load that ended.  Returns
+ * how many requests it answered. */
+static int drain_ended(void)
+{
+    pthread_mutex_lock(&A.ended_lock);
+    ended_t *e = A.ended;
+    A.ended = NULL;
+    pthread_mutex_unlock(&A.ended_lock);
+
+    /* The list is newest first; answer in the order the loads ended. */
+    ended_t *rev = NULL;
+    while (e) {
+        ended_t *next = e->next;
+        e->next = rev;
+        rev = e;
+        e = next;
+    }
+    int answered = 0;
+    while (rev) {
+        for (waiter_t **pw = &A.waiters; *pw;) {
+            waiter_t *w = *pw;
+            if (w->load != rev->st.id) {
+                pw = &w->next;
+                continue;
+            }
+            answer_waiter(w->req, &rev->st);
+            answered++;
+            *pw = w->next;
+            free(w);
+        }
+        ended_t *next = rev->next;
+        free(rev);
+        rev = next;
+    }
+    return answered;
+}
+
+static void on_done_ev(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+    drain_ended();
+}
+
+/* loader_done_fn: on the loader thread (or main, in loader_stop). */
+static void on_load_ended(const loader_status_t *st, void *arg)
+{
+    (void)arg;
+    ended_t *e = malloc(sizeof *e);
+    if (!e)
+        abort(); /* a few KB on the control plane */
+    e->st = *st;
+    pthread_mutex_lock(&A.ended_lock);
+    e->next = A.ended;
+    A.ended = e;
+    pthread_mutex_unlock(&A.ended_lock);
+    event_active(A.done_ev, EV_READ, 0); /* thread-safe: the base is notifiable */
+}
+
+/* wait= in the query: 1 to wait, 0 not to, -1 for a value we do not know. */
+static int want_wait(struct evhttp_request *req)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
+    if (!q)
+        return 0;
+    struct evkeyvalq kv; /* initialised by evhttp_parse_query_str */
+    if (evhttp_parse_query_str(q, &kv) != 0)
+        return -1;
+    const char *v = evhttp_find_header(&kv, "wait");
+    int rc = !v ? 0
+             : (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)  ? 1
+             : (strcmp(v, "0") == 0 || strcmp(v, "false") == 0) ? 0
+                                                                 : -1;
+    evhttp_clear_headers(&kv);
+    return rc;
+}
+
 static void on_load(struct evhttp_request *req, const char *name)
 {
     server_t *srv = A.srv;
     if (check_auth(req) != 0)
         return;
+    int wait = want_wait(req);
+    if (wait < 0) {
+        reply_error(req, 400, "bad query: use ?wait=1 (or true) to wait for the load, or nothing");
+        return;
+    }
 
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -478,21 +670,54 @@ static void on_load(struct evhttp_request *req, const char *name)
                     meta.model_name, name);
         return;
     }
-    LOG(LL_INFO, "admin: loading %s version %" PRIu64 " from %s", name, meta.version, dir);
-    if (server_model_load(srv, dir, &err) != 0) {
-        LOG(LL_WARN, "admin: load %s from %s failed: %s (the current version keeps serving)", name,
-            dir, err.msg);
-        reply_error(req, 409, "cannot load snapshot %s (%s): %s", dir, store_errc_name(err.code),
-                    err.msg);
+
+    loader_status_t st;
+    int rc = loader_submit(name, dir, meta.version, &st);
+    if (rc == -EBUSY) {
+        reply_error(req, 409,
+                    "load %" PRIu64 " of model '%s' (from %s) is still %s; one load per model at "
+                    "a time: poll GET /v1/models/%s:load and retry when it has ended",
+                    st.id, name, st.path, loader_state_name(st.state), name);
         return;
     }
-    server_model_t *sm = server_model_acquire(srv);
-    if (!sm) { /* cannot happen: only this thread swaps, and never to NULL */
-        reply_error(req, 500, "model vanished after load");
+    if (rc == -EAGAIN) {
+        reply_error(req, 503, "the load queue is full (limit %d loads waiting); retry later",
+                    LOADER_QUEUE_MAX);
         return;
     }
-    reply_json(req, 200, model_json(sm->model));
-    server_model_release(sm);
+    if (rc != 0) {
+        reply_error(req, 503, "the server is shutting down: no new loads");
+        return;
+    }
+    LOG(LL_INFO, "admin: load %" PRIu64 " of %s version %" PRIu64 " from %s queued%s", st.id,
+        name, meta.version, dir, wait ? " (the caller waits)" : "");
+    if (wait) {
+        /* Answered by drain_ended: the load cannot have ended before this
+         * handler returns, since ended loads are seen on this thread. */
+        waiter_t *w = malloc(sizeof *w);
+        if (!w)
+            abort();
+        *w = (waiter_t){req, st.id, A.waiters};
+        A.waiters = w;
+        evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
+        return;
+    }
+    char status[128];
+    snprintf(status, sizeof status, "/v1/models/%s:load", name);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Location", status);
+    reply_json(req, 202,
+               json_pack("{s:s, s:I, s:s, s:s}", "model", name, "load", (json_int_t)st.id,
+                         "state", loader_state_name(st.state), "status", status));
+}
+
+static void on_load_status(struct evhttp_request *req, const char *name)
+{
+    loader_status_t st;
+    if (loader_status(name, &st) != 0) {
+        reply_error(req, 404, "model '%s' had no load since this server started", name);
+        return;
+    }
+    reply_json(req, 200, load_json(&st));
 }
 
 /* ---- routing ------------------------------------------------------------------ */
@@ -537,15 +762,15 @@ static void on_request(struct evhttp_request *req, void *arg)
                strcmp(path + strlen(path) - (sizeof load_suffix - 1), load_suffix) == 0) {
         const char *name = path + sizeof models_prefix - 1;
         size_t n = strlen(name) - (sizeof load_suffix - 1);
-        if (m != EVHTTP_REQ_POST) {
-            method_not_allowed(req, "POST");
+        if (m != EVHTTP_REQ_POST && !is_get(m)) {
+            method_not_allowed(req, "GET, HEAD, POST");
         } else if (!valid_name(name, n)) {
             reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
         } else {
             char nm[64];
             memcpy(nm, name, n);
             nm[n] = '\0';
-            on_load(req, nm);
+            m == EVHTTP_REQ_POST ? on_load(req, nm) : on_load_status(req, nm);
         }
     } else {
         reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
@@ -564,7 +789,7 @@ static void *admin_main(void *arg)
 }
 
 /* Binds and listens on addr:port; returns the fd or -errno (named on stderr). */
-static __attribute__((cold)) int listen_on(const char *addr, int port)
+static cold int listen_on(const char *addr, int port)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -600,8 +825,31 @@ static __attribute__((cold)) int listen_on(const char *addr, int port)
     return fd;
 }
 
-/* Locking and cross-thread wakeups in libevent, so that admin_stop() can
- * break the loop from the main thread. */
+/* stop_ev: answers the requests still waiting (their loads were dropped or
+ * discarded: loader_stop has ended them all) and leaves the loop, after a
+ * moment to flush when a waiter was answered since admin_stop began (a
+ * reply goes out on a later turn of the loop than the one that made it). */
+static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+    int answered = drain_ended();
+    while (A.waiters) {
+        waiter_t *w = A.waiters;
+        A.waiters = w->next;
+        reply_error(w->req, 503, "the server is shutting down");
+        free(w);
+        answered++;
+    }
+    if (answered || A.answered_stopping) {
+        struct timeval flush = {0, 100000};
+        event_base_loopexit(A.base, &flush);
+    } else {
+        event_base_loopbreak(A.base);
+    }
+}
+
+/* Locking and cross-thread wakeups in libevent, so that the loader and
+ * admin_stop can activate events of the admin base from their threads. */
 static int evthread_rc;
 static void enable_evthread(void)
 {
@@ -612,6 +860,7 @@ int admin_start(server_t *srv)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     int rc, fd = -1;
+    bool loader = false;
 
     pthread_once(&once, enable_evthread);
     if (evthread_rc != 0) {
@@ -625,6 +874,10 @@ int admin_start(server_t *srv)
     rc = -ENOMEM;
     A.base = event_base_new();
     if (!A.base)
+        goto fail;
+    A.done_ev = event_new(A.base, -1, 0, on_done_ev, NULL);
+    A.stop_ev = event_new(A.base, -1, 0, on_stop_ev, NULL);
+    if (!A.done_ev || !A.stop_ev)
         goto fail;
     A.http = evhttp_new(A.base);
     if (!A.http)
@@ -644,6 +897,10 @@ int admin_start(server_t *srv)
         goto fail;
     }
     fd = -1; /* evhttp owns it now */
+    rc = loader_start(srv, on_load_ended, NULL);
+    if (rc != 0)
+        goto fail;
+    loader = true;
     rc = pthread_create(&A.thread, NULL, admin_main, NULL);
     if (rc != 0) {
         rc = -rc;
@@ -653,27 +910,51 @@ int admin_start(server_t *srv)
     LOG(LL_INFO, "admin plane on http://%s:%d", srv->cfg.admin_bind, srv->cfg.admin_port);
     return 0;
 fail:
+    if (loader)
+        loader_stop();
     if (A.http)
         evhttp_free(A.http);
+    if (A.done_ev)
+        event_free(A.done_ev);
+    if (A.stop_ev)
+        event_free(A.stop_ev);
     if (A.base)
         event_base_free(A.base);
     if (fd >= 0)
         close(fd);
     A.http = NULL;
+    A.done_ev = A.stop_ev = NULL;
     A.base = NULL;
     return rc;
 }
 
+/* Stops the loader first (it may still report ended loads to the running
+ * admin loop, and blocks for the rest of a running load, during which the
+ * admin plane keeps answering), then the admin loop. */
 void admin_stop(server_t *srv)
 {
     (void)srv;
     if (!A.running)
         return;
-    event_base_loopbreak(A.base); /* wakes the loop: the base is notifiable (evthread) */
+    atomic_store(&A.stopping, true);
+    loader_stop();
+    event_active(A.stop_ev, EV_READ, 0); /* from main: the base is notifiable (evthread) */
     pthread_join(A.thread, NULL);
     evhttp_free(A.http);
+    event_free(A.done_ev);
+    event_free(A.stop_ev);
     event_base_free(A.base);
+    pthread_mutex_lock(&A.ended_lock); /* nothing can add to it now */
+    while (A.ended) {
+        ended_t *e = A.ended;
+        A.ended = e->next;
+        free(e);
+    }
+    pthread_mutex_unlock(&A.ended_lock);
     A.http = NULL;
+    A.done_ev = A.stop_ev = NULL;
     A.base = NULL;
     A.running = false;
+    atomic_store(&A.stopping, false);
+    A.answered_stopping = false;
 }

@@ -204,14 +204,14 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     for (uint32_t i = 0; i < req.items; i++)
         w->blocks[i] = (codec_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};
     codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
+    /* A version this worker has not scored with yet: size the scratch for it
+     * (rows of its floats per key, its kind's work space) to the decoder's
+     * bound, once, before scoring; growing is rare (a swap to a larger kind),
+     * and on -ENOMEM the next request of that version tries again. */
+    if (unlikely(sm->gen != w->scratch_gen) &&
+        model_scratch_fit(w->scratch, sm->model, CODEC_MAX_REQUEST_FEATURES) >= 0)
+        w->scratch_gen = sm->gen;
     rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
-    /* -E2BIG: the scratch was made for LR (one float per key); the first
-     * request after a swap to a model with more floats per key or a work
-     * space (FM, FFM, DNN) grows it once to the decoder's bound, then it is
-     * never allocated again. */
-    if (__builtin_expect(rc == -E2BIG, 0) &&
-        model_scratch_fit(w->scratch, sm->model, CODEC_MAX_REQUEST_FEATURES) > 0)
-        rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     if (rc != 0) {
         rc = send_error(w, c, h->request_id, CODEC_E_TOO_MANY_FEATURES,
                         "request has more features than this worker's scratch holds "

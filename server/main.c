@@ -2,15 +2,17 @@
  * main.c — tlserve: parse the config, load the first model, start the admin
  * plane and the data plane, wait for SIGTERM/SIGINT, drain, exit.
  *
- *   main ── config ── model (optional) ── lookup team ── admin thread ── workers ── sigwait
- *                                                                                   │
- *        exit 0 <── free (team) <── admin_stop <── workers_stop <── stopping ───────┘
+ *   main ── config ── model (optional) ── lookup team ── admin + loader ── workers ── sigwait
+ *                                                                                        │
+ *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ┘
  *
  * SIGNALS
  *   SIGTERM and SIGINT are blocked before any thread exists (so every thread
  *   inherits the mask) and taken synchronously with sigwait() here: no
  *   handler runs in a random thread.  A second signal during the drain is
- *   ignored; workers_stop() bounds the drain.  SIGPIPE is ignored: a peer
+ *   ignored; workers_stop() bounds the drain.  A model load running at the
+ *   signal is let finish and discarded (loader.c), queued ones are dropped:
+ *   the drain then lasts as long as the rest of that load.  SIGPIPE is ignored: a peer
  *   that closes early must not kill the process (evhttp writes with send()).
  *
  * MEMORY
@@ -76,8 +78,10 @@ int main(int argc, char **argv)
 
     if (cfg->model_dir[0]) {
         store_error_t err;
-        if (server_model_load(srv, cfg->model_dir, &err) != 0) {
-            LOG(LL_ERROR, "cannot load model from %s: %s", cfg->model_dir, err.msg);
+        rc = server_model_load(srv, cfg->model_dir, &err);
+        if (rc != 0) {
+            LOG(LL_ERROR, "cannot load model from %s: %s", cfg->model_dir,
+                err.msg[0] ? err.msg : strerror(rc < 0 ? -rc : EIO));
             goto out;
         }
     } else {

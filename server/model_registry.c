@@ -1,19 +1,20 @@
 /*
- * model_registry.c — the active model version: acquire, release, load+swap.
+ * model_registry.c — the active model version: acquire, release, open, swap,
+ * retire.
  *
  * WHAT IT SOLVES
  *   Workers pin the active version per request with a reference count
- *   (server_model_acquire / server_model_release); the admin thread swaps in
+ *   (server_model_acquire / server_model_release); the loader thread swaps in
  *   a new version and drops the server's own reference to the old one.  The
  *   naive acquire
  *
  *       sm = load(srv->active);  fetch_add(&sm->refs, 1);
  *
- *   has a window: between the load and the increment the admin thread may
+ *   has a window: between the load and the increment the loader thread may
  *   swap, drop the last reference and free sm, and the increment then writes
  *   into freed memory.  We close it with one HAZARD SLOT per thread:
  *
- *     worker (acquire)                      admin (swap + retire old)
+ *     worker (acquire)                      loader (swap + retire old)
  *     ----------------                      -------------------------
  *     do {                                  old = exchange(&active, new)
  *       sm = load(active)                   for each hazard slot h:
@@ -25,25 +26,25 @@
  *   Why it is enough: all the marked operations are seq_cst, so they have one
  *   total order.  If the worker's re-check saw old still active, that
  *   re-check — and the hazard store before it — precede the exchange, so the
- *   admin's scan sees h->ptr == old (and waits) or a later value of h->ptr,
+ *   loader's scan sees h->ptr == old (and waits) or a later value of h->ptr,
  *   which the worker wrote after its increment.  Either way the increment
- *   happens before the admin's release, and the count cannot reach 0 while
+ *   happens before the loader's release, and the count cannot reach 0 while
  *   the worker holds a reference.  If the re-check saw the new pointer, the
  *   worker retries and never touches old.  After the scan no thread can be
  *   between "load" and "increment" on old, so from then on old->refs only
  *   falls.
  *
- *   The hazard is held for a few instructions, so the admin's wait is
+ *   The hazard is held for a few instructions, so the loader's wait is
  *   nanoseconds (unless a worker is preempted right there; then it yields
  *   until that worker runs).  Workers need no quiescent points and no
  *   worker id: acquire/release keep the signatures in server.h, and an idle
- *   worker blocked in io_uring_enter holds nothing the admin waits for.
+ *   worker blocked in io_uring_enter holds nothing the loader waits for.
  *   Per request the cost is one seq_cst store to the thread's own line, two
  *   loads of srv->active (read-mostly), and the refcount's two atomic ops.
  *
  * WHO FREES
  *   Whoever drops the count to 0 frees (model_destroy + free).  To keep a
- *   multi-GB munmap off the data plane, the admin thread, after the scan,
+ *   multi-GB munmap off the data plane, the loader thread, after the scan,
  *   waits (sleeping 1 ms at a time, at most RETIRE_WAIT_MS) for the workers'
  *   in-flight requests on the old version to finish, and then usually drops
  *   the last reference itself.  If a request outlives the wait, the worker
@@ -57,14 +58,20 @@
  *   A thread claims a free slot (CAS in_use false->true) or pushes a new one
  *   on its first acquire, keeps it in a thread-local pointer, and gives it
  *   back at thread exit (pthread key destructor).  Slots are never unlinked,
- *   so the admin's scan may walk the list while threads come and go.
+ *   so the loader's scan may walk the list while threads come and go.
  *
  * THREAD SAFETY
  *   server_model_acquire/_release: any thread, lock-free (acquire may retry
- *   while a swap is under way).  server_model_load: serialised by a mutex
- *   (the admin thread, and main before the admin starts); it blocks for the
- *   whole load and then for the retire wait.  Memory: during a load the old
- *   and the new version are both resident.
+ *   while a swap is under way).  server_model_open: any thread, blocks for
+ *   the whole load.  server_model_swap and _retire: one thread at a time,
+ *   main for the first model (server_model_load) before the admin plane
+ *   starts, then the loader thread alone; retire blocks for the retire wait.
+ *   Memory: during a load the old and the new version are both resident.
+ *
+ * ERRORS
+ *   A refused snapshot is described by the model layer's store_error_t; a
+ *   resource failure here is -errno and leaves err->msg empty (this file
+ *   does not invent store error codes).
  */
 #include "log.h"
 #include "server.h"
@@ -92,7 +99,7 @@ static _Atomic(hazard_t *) slots;       /* push-only list of every slot */
 static _Thread_local hazard_t *my_slot; /* this thread's slot, NULL before first acquire */
 static pthread_key_t slot_key;          /* destructor gives the slot back */
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER; /* one load/swap at a time */
+static _Atomic uint64_t last_gen;       /* server_model_t.gen of the newest handle */
 
 static void slot_give_back(void *p)
 {
@@ -109,7 +116,7 @@ static void slot_key_create(void)
 
 /* This thread's hazard slot; claims or creates one on first use.  Aborts
  * when a 64-byte slot cannot be allocated (control-plane tier). */
-static __attribute__((cold, noinline)) hazard_t *slot_claim(void)
+static cold __attribute__((noinline)) hazard_t *slot_claim(void)
 {
     pthread_once(&slot_once, slot_key_create);
     hazard_t *h;
@@ -137,7 +144,7 @@ got:
 server_model_t *server_model_acquire(server_t *srv)
 {
     hazard_t *h = my_slot;
-    if (__builtin_expect(h == NULL, 0))
+    if (unlikely(h == NULL))
         h = slot_claim();
     server_model_t *sm;
     for (;;) {
@@ -168,12 +175,10 @@ void server_model_release(server_model_t *sm)
         destroy(sm);
 }
 
-/* Drops the server's reference to old, which is no longer srv->active.
- * Blocks: first until no thread is between load and increment on old, then
- * (bounded) until in-flight requests let go, so that the free usually
- * happens here rather than on a worker. */
-static void retire(server_model_t *old)
+void server_model_retire(server_model_t *old)
 {
+    if (!old)
+        return;
     for (hazard_t *h = atomic_load(&slots); h; h = h->next)
         while (atomic_load(&h->ptr) == old)
             sched_yield();
@@ -191,41 +196,44 @@ static void retire(server_model_t *old)
     server_model_release(old);
 }
 
-int server_model_load(server_t *srv, const char *dir, store_error_t *err)
+int server_model_open(server_t *srv, const char *dir, server_model_t **out, store_error_t *err)
 {
-    store_error_t local;
-    if (!err)
-        err = &local;
     model_t *m = NULL;
-    server_model_t *sm, *old;
-    int rc = -1;
-
-    pthread_mutex_lock(&load_lock);
-    if (model_load(dir, srv->cfg.load_threads, &m, err) != 0)
-        goto out;
+    memset(err, 0, sizeof *err);
+    err->offset = -1;
+    int rc = model_load(dir, srv->cfg.load_threads, &m, err);
+    if (rc != 0)
+        return rc;
     /* Own cache line: refs is written by every worker on every request. */
-    sm = aligned_alloc(64, 64);
+    server_model_t *sm = aligned_alloc(64, 64);
     if (!sm) {
         model_destroy(m);
-        memset(err, 0, sizeof *err);
-        err->code = STORE_E_NOMEM;
-        err->offset = -1;
-        snprintf(err->msg, sizeof err->msg, "%s: out of memory for the model handle", dir);
-        goto out;
+        return -ENOMEM;
     }
     _Static_assert(sizeof(server_model_t) <= 64, "server_model_t fits its line");
     sm->model = m;
-    atomic_init(&sm->refs, 1); /* the server's own reference, held while active */
+    atomic_init(&sm->refs, 1); /* the caller's, then the server's while active */
+    sm->gen = atomic_fetch_add(&last_gen, 1) + 1;
+    *out = sm;
+    return 0;
+}
 
-    old = atomic_exchange(&srv->active, sm);
-    const store_meta_t *meta = model_meta(m);
-    LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active, from %s", meta->model_name,
+server_model_t *server_model_swap(server_t *srv, server_model_t *sm)
+{
+    server_model_t *old = atomic_exchange(&srv->active, sm);
+    const store_meta_t *meta = model_meta(sm->model);
+    LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active", meta->model_name,
         (unsigned long long)meta->version, store_model_kind_name(meta->model_kind),
-        (unsigned long long)store_count(model_store(m)), dir);
-    if (old)
-        retire(old);
-    rc = 0;
-out:
-    pthread_mutex_unlock(&load_lock);
-    return rc;
+        (unsigned long long)store_count(model_store(sm->model)));
+    return old;
+}
+
+int server_model_load(server_t *srv, const char *dir, store_error_t *err)
+{
+    server_model_t *sm;
+    int rc = server_model_open(srv, dir, &sm, err);
+    if (rc != 0)
+        return rc;
+    server_model_retire(server_model_swap(srv, sm));
+    return 0;
 }

@@ -7,17 +7,24 @@
  *   main      parses the config, loads the first model, starts the admin
  *             thread and the workers, waits for SIGTERM/SIGINT, then drains.
  *   admin     one thread, libevent evhttp: health, readiness, metrics, model
- *             list and load.  Loading runs on this thread (it blocks the admin
- *             plane, never the data plane) and swaps the active model.
+ *             list, and the load API, which only queues: it never blocks on a
+ *             load or on the retire wait.
+ *   loader    one thread (loader.c), started and stopped with the admin
+ *             plane: takes queued loads one at a time, loads the snapshot
+ *             (with cfg.load_threads helpers), swaps it in, retires the old
+ *             version, and reports each finished load back to the admin
+ *             thread.
  *   workers   N data-plane threads, each with its own io_uring (or epoll) and
  *             connections; they read the active model pointer per request.
  *
  * MODEL LIFETIME
  *   server_model_t wraps a model_t with a reference count.  Workers take a
  *   reference per request (server_model_acquire / _release: two atomic ops
- *   on a counter line per model version, no lock); the admin thread swaps the
+ *   on a counter line per model version, no lock); the loader swaps the
  *   active pointer and drops the server's own reference, so the old version
- *   is freed by whoever releases it last.
+ *   is freed by whoever releases it last.  Each version has a generation
+ *   number: a worker that pins a generation it has not seen sizes its
+ *   scratch for it once, before it scores with it.
  */
 #ifndef TL_SERVER_H
 #define TL_SERVER_H
@@ -27,6 +34,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Branch hints and the cold attribute, for all of server/: likely/unlikely
+ * only on error branches, cold on setup and error paths. */
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define cold __attribute__((cold))
 
 /* ---- config --------------------------------------------------------------- */
 
@@ -115,6 +128,7 @@ typedef struct server_metrics {
 typedef struct server_model {
     model_t *model;
     _Atomic int64_t refs;
+    uint64_t gen; /* unique per version handle, > 0; immutable (workers' scratch key) */
 } server_model_t;
 
 typedef struct server {
@@ -128,8 +142,94 @@ typedef struct server {
 
 server_model_t *server_model_acquire(server_t *srv);  /* NULL when none */
 void server_model_release(server_model_t *sm);
-/* Loads dir and makes it active; returns 0 or -1 with err filled. */
+
+/* Loads the snapshot in dir into a new version handle, not yet active
+ * (*out holds the one reference; give it to server_model_swap, or drop it
+ * with server_model_release).  Blocks for the whole load.  Returns 0; the
+ * model layer's nonzero code with *err (not NULL) filled by it when the
+ * snapshot is refused; -ENOMEM (err->msg left empty) when the handle cannot
+ * be allocated. */
+int server_model_open(server_t *srv, const char *dir, server_model_t **out, store_error_t *err);
+
+/* Makes sm (from server_model_open; its reference becomes the server's)
+ * the active version and returns the previous one (NULL when none), which
+ * the caller must pass to server_model_retire.  Never blocks.  One caller
+ * at a time: main before the admin plane starts, then the loader thread. */
+server_model_t *server_model_swap(server_t *srv, server_model_t *sm);
+
+/* Drops the server's reference to a swapped-out version (NULL: no-op).
+ * Blocks: until no thread is pinning it half-way (nanoseconds), then up to
+ * a bounded wait (RETIRE_WAIT_MS) for in-flight requests to let go, so that
+ * the free usually happens here and not on a worker. */
+void server_model_retire(server_model_t *old);
+
+/* open + swap + retire, for main's first model.  Returns as
+ * server_model_open. */
 int server_model_load(server_t *srv, const char *dir, store_error_t *err);
+
+/* ---- background loads (loader.c) --------------------------------------------- */
+
+#define LOADER_QUEUE_MAX 4   /* loads waiting behind the running one */
+#define LOADER_MODELS_MAX 64 /* model names whose latest load is remembered */
+
+typedef enum loader_state {
+    LOADER_QUEUED,
+    LOADER_LOADING,
+    LOADER_DONE,
+    LOADER_FAILED,
+} loader_state_t;
+
+/* One load, as the admin API reports it.  A copy: the loader owns the
+ * record. */
+typedef struct loader_status {
+    uint64_t id;           /* > 0, one sequence for all models */
+    loader_state_t state;
+    char model[64];        /* the model name in the URL (= the manifest's) */
+    char path[1024];       /* the snapshot directory */
+    uint64_t version;      /* DONE: the version now active (from the manifest otherwise) */
+    char kind[16];         /* DONE: store_model_kind_name */
+    uint64_t keys;         /* DONE: keys in the new version */
+    bool shutdown;         /* FAILED because the server stopped, not by the snapshot */
+    char error[2048];      /* FAILED: one sentence naming the snapshot and the store's error */
+    uint64_t queued_ns;    /* CLOCK_MONOTONIC when accepted */
+    uint64_t finished_ns;  /* when DONE/FAILED, else 0 */
+} loader_status_t;
+
+/* Called on the loader thread (or on the thread calling loader_stop, for
+ * loads dropped from the queue) each time a load ends, with no loader lock
+ * held.  Must not block. */
+typedef void loader_done_fn(const loader_status_t *st, void *arg);
+
+/* Starts the loader thread; returns 0 or -errno. */
+int loader_start(server_t *srv, loader_done_fn *done, void *arg);
+
+/* Stops accepting loads, fails the queued ones (shutdown, reported through
+ * done), waits for the running load to end (a snapshot load cannot be
+ * interrupted), discards its version instead of swapping it in, and joins.
+ * Blocks for the rest of the running load. */
+void loader_stop(void);
+
+/* Queues a load of the snapshot in dir as model name (the caller has checked
+ * the name against the manifest).  Never blocks on a load.  Returns 0 with
+ * *out the new load (QUEUED); -EBUSY with *out the load of the same model
+ * that is still queued or running (one at a time per model); -EAGAIN when
+ * LOADER_QUEUE_MAX loads are waiting; -ECANCELED when the loader is not
+ * running (stopping). */
+int loader_submit(const char *name, const char *dir, uint64_t version, loader_status_t *out);
+
+/* The latest load of model name into *out: 0, or -ENOENT when there was
+ * none (since start, among the last LOADER_MODELS_MAX names). */
+int loader_status(const char *name, loader_status_t *out);
+
+typedef struct loader_metrics {
+    uint64_t ok, failed;    /* loads ended DONE / FAILED */
+    double last_seconds;    /* the last ended load, loading to end (0: none yet) */
+    int64_t in_progress;    /* loads queued or running */
+} loader_metrics_t;
+
+void loader_get_metrics(loader_metrics_t *out);
+
+const char *loader_state_name(loader_state_t st);
 
 /* ---- planes ------------------------------------------------------------------- */
 

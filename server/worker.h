@@ -56,6 +56,7 @@ typedef struct worker {
     /* request work space, allocated once */
     codec_arena_t arena;
     model_scratch_t *scratch;
+    uint64_t scratch_gen;      /* server_model_t.gen the scratch is sized for, 0 = none */
     codec_block_t *blocks;     /* CODEC_MAX_ITEMS */
     float *scores;             /* CODEC_MAX_ITEMS */
     int64_t inflight;          /* responses queued on this worker's connections */

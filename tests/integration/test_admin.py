@@ -1,8 +1,8 @@
 """Integration test of tlserve's admin plane (server/admin.c) over real HTTP on loopback.
 
-Generates small models with tlsynth model, starts the real tlserve binary on free loopback ports and
-checks /healthz, /readyz, /metrics, /v1/models, the token-protected load endpoint and a clean
-SIGTERM shutdown.  Standard library only (unittest + urllib).
+Generates small models with tlsynth model, starts the real tlserve binary on free loopback ports
+and checks /healthz, /readyz, /metrics, /v1/models, the token-protected load endpoint (with
+?wait=1) and a clean SIGTERM shutdown.  Standard library only (unittest + urllib).
 
 Binaries come from $TL_BUILD_DIR (default: <repo>/build): model/tlsynth and server/tlserve.
 Tests are skipped when they are missing.
@@ -44,10 +44,13 @@ class Server(harness.Server):
         super().__init__(model_dir, "--workers", str(workers), token=token, wait=None)
 
     def load(self, name: str, body: bytes, token: str | None):
+        """POST .../{name}:load?wait=1: answered when the load has ended, as a synchronous load
+        (the background API itself is tested in test_load_background.py)."""
         headers = {"Content-Type": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        return http(self.admin_port, f"/v1/models/{name}:load", "POST", body, headers)
+        return http(self.admin_port, f"/v1/models/{name}:load?wait=1", "POST", body, headers,
+                    timeout=60.0)
 
 
 @unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
@@ -85,7 +88,9 @@ class AdminTest(unittest.TestCase):
                          {"models": [{"name": "demo", "version": 1, "kind": "lr", "keys": 1000}]})
         self.assertEqual(srv.get("/nope")[0], 404)
         self.assertEqual(http(srv.admin_port, "/healthz", "POST", b"")[0], 405)
-        self.assertEqual(http(srv.admin_port, "/v1/models/demo:load", "GET")[0], 405)
+        self.assertEqual(http(srv.admin_port, "/v1/models/demo:load", "PUT", b"")[0], 405)
+        # GET .../demo:load is the load status: none since start.
+        self.assertEqual(http(srv.admin_port, "/v1/models/demo:load", "GET")[0], 404)
 
     def test_not_ready_without_model(self):
         srv = self.start(None)

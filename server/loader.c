@@ -1,0 +1,311 @@
+/*
+ * loader.c — background model loads: a bounded queue and one loader thread,
+ * so that a load (seconds to minutes for a large snapshot) and the retire
+ * wait after the swap never run on the admin thread, which keeps answering
+ * /healthz, /readyz and /metrics throughout.
+ *
+ *   admin thread                loader thread                    admin thread
+ *   ------------                -------------                    ------------
+ *   loader_submit ─> queue ──>  pop, LOADING
+ *     (202, or waits)           server_model_open (blocks)
+ *                               server_model_swap, DONE ─ done() ─> event: answer
+ *                               server_model_retire (blocks)       ?wait=1 requests
+ *                               next ...
+ *
+ * RECORDS
+ *   One record per model name holds that model's latest load; the queue
+ *   holds pointers to records.  At most one load per model is queued or
+ *   running: a second one is refused (-EBUSY) until the first ends, so a
+ *   record is never overwritten while it is in the queue or running, and
+ *   "the latest load of demo" is always well defined.  A new name takes a
+ *   free record, or the oldest ended one among LOADER_MODELS_MAX; at most
+ *   LOADER_QUEUE_MAX + 1 records are unfinished, so one can always be taken.
+ *
+ *   records: [demo: DONE #3] [big: LOADING #5] [other: QUEUED #6] [ ]...
+ *   queue:   head -> &other
+ *
+ * PRIORITY
+ *   The loader thread lowers its own scheduling priority (nice LOADER_NICE)
+ *   before it loads anything; the snapshot loader's helper threads inherit
+ *   it.  A load is bulk work that may take every core for seconds: at equal
+ *   priority it competes with the admin thread (and the workers) for the
+ *   CPU and /healthz answers late; niced, it takes what they leave.
+ *
+ * SHUTDOWN
+ *   loader_stop fails the queued loads at once (shutdown = true), lets the
+ *   running load finish (model_load cannot be interrupted half-way), then
+ *   discards that version instead of swapping it in: the process is exiting,
+ *   and a swap would only add a retire wait to the drain.
+ *
+ * THREAD SAFETY
+ *   One static state (one loader per process).  Records, queue and counters
+ *   are protected by L.lock; the loader thread drops the lock for the load
+ *   and the retire wait.  done() is called without the lock.
+ */
+#include "log.h"
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOADER_NICE 10 /* added to the process's nice value, for this thread and its helpers */
+
+typedef struct record {
+    loader_status_t st; /* st.id == 0: free */
+} record_t;
+
+static struct loader {
+    server_t *srv;
+    loader_done_fn *done;
+    void *done_arg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;                 /* queue not empty, or stopping */
+    bool running;                        /* loader_start .. loader_stop */
+    bool stopping;                       /* no new loads; the thread exits */
+    record_t records[LOADER_MODELS_MAX]; /* latest load per model name */
+    record_t *queue[LOADER_QUEUE_MAX];   /* FIFO ring of queued records */
+    unsigned qhead, qlen;
+    uint64_t last_id;
+    loader_metrics_t metrics;
+} L = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const char *loader_state_name(loader_state_t st)
+{
+    switch (st) {
+    case LOADER_QUEUED:
+        return "queued";
+    case LOADER_LOADING:
+        return "loading";
+    case LOADER_DONE:
+        return "done";
+    case LOADER_FAILED:
+        return "failed";
+    }
+    return "?";
+}
+
+/* The record of model name, or NULL.  L.lock held. */
+static record_t *find(const char *name)
+{
+    for (int i = 0; i < LOADER_MODELS_MAX; i++)
+        if (L.records[i].st.id && strcmp(L.records[i].st.model, name) == 0)
+            return &L.records[i];
+    return NULL;
+}
+
+/* A free record, else the one whose load ended first.  L.lock held. */
+static record_t *take(void)
+{
+    record_t *best = NULL;
+    for (int i = 0; i < LOADER_MODELS_MAX; i++) {
+        record_t *r = &L.records[i];
+        if (!r->st.id)
+            return r;
+        if (r->st.finished_ns && (!best || r->st.finished_ns < best->st.finished_ns))
+            best = r;
+    }
+    return best; /* never NULL: at most LOADER_QUEUE_MAX + 1 are unfinished */
+}
+
+/* Marks r ended and counts it.  L.lock held. */
+static void finish(record_t *r, loader_state_t state, uint64_t started_ns)
+{
+    r->st.state = state;
+    r->st.finished_ns = now_ns();
+    if (state == LOADER_DONE)
+        L.metrics.ok++;
+    else
+        L.metrics.failed++;
+    L.metrics.in_progress--;
+    if (started_ns)
+        L.metrics.last_seconds = (double)(r->st.finished_ns - started_ns) * 1e-9;
+}
+
+static void *loader_main(void *arg)
+{
+    (void)arg;
+    server_t *srv = L.srv;
+    /* Per thread on Linux; threads created from here on inherit it. */
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, tid);
+    if (!(nice == -1 && errno) && setpriority(PRIO_PROCESS, tid, nice + LOADER_NICE) != 0)
+        LOG(LL_WARN, "loader: cannot lower its priority: %s (loads compete with the admin plane)",
+            strerror(errno));
+    pthread_mutex_lock(&L.lock);
+    for (;;) {
+        while (!L.stopping && L.qlen == 0)
+            pthread_cond_wait(&L.wake, &L.lock);
+        if (L.qlen == 0) /* stopping: loader_stop emptied the queue */
+            break;
+        record_t *r = L.queue[L.qhead];
+        L.qhead = (L.qhead + 1) % LOADER_QUEUE_MAX;
+        L.qlen--;
+        r->st.state = LOADER_LOADING;
+        char dir[sizeof r->st.path];
+        memcpy(dir, r->st.path, sizeof dir); /* the record is only read by others now */
+        uint64_t id = r->st.id, t0 = now_ns();
+        pthread_mutex_unlock(&L.lock);
+
+        LOG(LL_INFO, "load %llu: loading %s from %s", (unsigned long long)id, r->st.model, dir);
+        server_model_t *sm = NULL, *old = NULL;
+        store_error_t err;
+        int rc = server_model_open(srv, dir, &sm, &err);
+
+        pthread_mutex_lock(&L.lock);
+        if (rc != 0) {
+            if (err.msg[0])
+                snprintf(r->st.error, sizeof r->st.error, "cannot load snapshot %s (%s): %s", dir,
+                         store_errc_name(err.code), err.msg);
+            else
+                snprintf(r->st.error, sizeof r->st.error, "cannot load snapshot %s: %s", dir,
+                         strerror(rc < 0 ? -rc : EIO));
+            finish(r, LOADER_FAILED, t0);
+        } else if (L.stopping) {
+            snprintf(r->st.error, sizeof r->st.error,
+                     "the server is shutting down: the version loaded from %s was discarded", dir);
+            r->st.shutdown = true;
+            finish(r, LOADER_FAILED, t0);
+        } else {
+            const store_meta_t *meta = model_meta(sm->model);
+            r->st.version = meta->version;
+            snprintf(r->st.kind, sizeof r->st.kind, "%s", store_model_kind_name(meta->model_kind));
+            r->st.keys = store_count(model_store(sm->model));
+            old = server_model_swap(srv, sm); /* DONE only once requests see it */
+            sm = NULL;
+            finish(r, LOADER_DONE, t0);
+        }
+        loader_status_t copy = r->st;
+        pthread_mutex_unlock(&L.lock);
+
+        if (copy.state == LOADER_DONE)
+            LOG(LL_INFO, "load %llu: %s version %llu active after %.3f s", (unsigned long long)id,
+                copy.model, (unsigned long long)copy.version,
+                (double)(copy.finished_ns - t0) * 1e-9);
+        else if (copy.shutdown)
+            LOG(LL_INFO, "load %llu: %s", (unsigned long long)id, copy.error);
+        else
+            LOG(LL_WARN, "load %llu: %s (the current version keeps serving)",
+                (unsigned long long)id, copy.error);
+        if (L.done)
+            L.done(&copy, L.done_arg);
+        server_model_release(sm); /* discarded at shutdown */
+        server_model_retire(old);
+
+        pthread_mutex_lock(&L.lock);
+    }
+    pthread_mutex_unlock(&L.lock);
+    return NULL;
+}
+
+int loader_start(server_t *srv, loader_done_fn *done, void *arg)
+{
+    pthread_mutex_lock(&L.lock);
+    L.srv = srv;
+    L.done = done;
+    L.done_arg = arg;
+    L.stopping = false;
+    L.qhead = L.qlen = 0;
+    int rc = -pthread_create(&L.thread, NULL, loader_main, NULL);
+    L.running = rc == 0;
+    pthread_mutex_unlock(&L.lock);
+    return rc;
+}
+
+void loader_stop(void)
+{
+    loader_status_t dropped[LOADER_QUEUE_MAX];
+    unsigned n = 0;
+    pthread_mutex_lock(&L.lock);
+    if (!L.running) {
+        pthread_mutex_unlock(&L.lock);
+        return;
+    }
+    L.stopping = true;
+    while (L.qlen) {
+        record_t *r = L.queue[L.qhead];
+        L.qhead = (L.qhead + 1) % LOADER_QUEUE_MAX;
+        L.qlen--;
+        snprintf(r->st.error, sizeof r->st.error,
+                 "the server is shutting down: the load of %s was dropped before it started",
+                 r->st.path);
+        r->st.shutdown = true;
+        finish(r, LOADER_FAILED, 0);
+        dropped[n++] = r->st;
+    }
+    pthread_cond_signal(&L.wake);
+    pthread_mutex_unlock(&L.lock);
+
+    for (unsigned i = 0; i < n; i++) {
+        LOG(LL_INFO, "load %llu: %s", (unsigned long long)dropped[i].id, dropped[i].error);
+        if (L.done)
+            L.done(&dropped[i], L.done_arg);
+    }
+    pthread_join(L.thread, NULL);
+    pthread_mutex_lock(&L.lock);
+    L.running = false;
+    pthread_mutex_unlock(&L.lock);
+}
+
+int loader_submit(const char *name, const char *dir, uint64_t version, loader_status_t *out)
+{
+    int rc = 0;
+    pthread_mutex_lock(&L.lock);
+    record_t *r = find(name);
+    if (!L.running || L.stopping) {
+        rc = -ECANCELED;
+    } else if (r && !r->st.finished_ns) {
+        *out = r->st;
+        rc = -EBUSY;
+    } else if (L.qlen == LOADER_QUEUE_MAX) {
+        rc = -EAGAIN;
+    } else {
+        if (!r)
+            r = take();
+        memset(&r->st, 0, sizeof r->st);
+        r->st.id = ++L.last_id;
+        r->st.state = LOADER_QUEUED;
+        snprintf(r->st.model, sizeof r->st.model, "%s", name);
+        snprintf(r->st.path, sizeof r->st.path, "%s", dir);
+        r->st.version = version;
+        r->st.queued_ns = now_ns();
+        L.queue[(L.qhead + L.qlen) % LOADER_QUEUE_MAX] = r;
+        L.qlen++;
+        L.metrics.in_progress++;
+        *out = r->st;
+        pthread_cond_signal(&L.wake);
+    }
+    pthread_mutex_unlock(&L.lock);
+    return rc;
+}
+
+int loader_status(const char *name, loader_status_t *out)
+{
+    pthread_mutex_lock(&L.lock);
+    record_t *r = find(name);
+    if (r)
+        *out = r->st;
+    pthread_mutex_unlock(&L.lock);
+    return r ? 0 : -ENOENT;
+}
+
+void loader_get_metrics(loader_metrics_t *out)
+{
+    pthread_mutex_lock(&L.lock);
+    *out = L.metrics;
+    pthread_mutex_unlock(&L.lock);
+}
