@@ -2,7 +2,7 @@
  * ffm_step.h — the FFM trainer's per-row kernels over a feature's factors
  * (F k floats): their gradient from the field aggregates B, and Adagrad and
  * SGD steps with a 0/1 mask of the coordinates that have a data gradient.
- * Internal to model/ (ffm_train.c).
+ * Internal to model/ (train_ffm.c).
  *
  * Masked coordinates (mask 0) are left exactly as they were: no L2 step,
  * and Adagrad's sum unchanged.  An active coordinate i with gradient g_i:

@@ -42,13 +42,13 @@ static int export_row(void *ctx, uint64_t key, const float *value)
  * row table. */
 struct source {
     const store_t *store;
-    const row_table_t *table;
+    const train__row_table_t *table;
 };
 
 static void visit_all(const struct source *src, struct export_ctx *c)
 {
     if (src->table) {
-        row_table_foreach(src->table, export_row, c);
+        train__row_table_foreach(src->table, export_row, c);
         return;
     }
     for (uint32_t s = 0; s < store_shards(src->store) && c->rc == 0; s++)
@@ -101,10 +101,10 @@ int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
     return export_from(&src, store_shards(state), store_count(state), K, kind, x, dir, meta, err);
 }
 
-int train_export_table(const row_table_t *rows, uint32_t K, store_model_kind_t kind,
+int train_export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
                        store_error_t *err)
 {
     const struct source src = {.table = rows};
-    return export_from(&src, 0, row_table_count(rows), K, kind, x, dir, meta, err);
+    return export_from(&src, 0, train__row_table_count(rows), K, kind, x, dir, meta, err);
 }

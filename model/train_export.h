@@ -23,7 +23,7 @@ int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
                       store_error_t *err);
 
 /* The same for a trainer whose state rows live in a row table. */
-int train_export_table(const row_table_t *rows, uint32_t K, store_model_kind_t kind,
+int train_export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
                        store_error_t *err);
 

@@ -1,5 +1,6 @@
 /*
- * train_lr.c — LR training: FTRL-Proximal, Adagrad, SGD (train.h).
+ * train_lr.c — LR training: FTRL-Proximal, Adagrad, SGD (train.h); the
+ * table train__lr_ops.
  *
  * One sample is one step:
  *
@@ -24,13 +25,15 @@
  * w -= alpha g / (sqrt(G) + beta).  SGD, state [w]: w -= alpha (g + l2 w).
  * The bias takes the same step with l1 = l2 = 0.
  *
+ * A sample's weight scales g (weight 1 is exact: the same arithmetic).
+ *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
  * stamps: no clearing) and re-read from the store before their step.
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
-#include "train.h"
+#include "train_impl.h"
 #include "model.h"
 #include "seen_set.h"
 #include "sigmoid.h"
@@ -75,58 +78,29 @@ void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
     }
 }
 
-int train_optimizer_parse(const char *name, train_optimizer_t *out)
-{
-    if (strcmp(name, "ftrl") == 0)
-        *out = TRAIN_FTRL;
-    else if (strcmp(name, "adagrad") == 0)
-        *out = TRAIN_ADAGRAD;
-    else if (strcmp(name, "sgd") == 0)
-        *out = TRAIN_SGD;
-    else
-        return -EINVAL;
-    return 0;
-}
-
-const char *train_optimizer_name(train_optimizer_t opt)
-{
-    static const char *const names[] = {"ftrl", "adagrad", "sgd"};
-    return (unsigned)opt <= TRAIN_SGD ? names[opt] : "?";
-}
-
 static uint32_t k_of(train_optimizer_t o) { return o == TRAIN_FTRL ? 3 : o == TRAIN_ADAGRAD ? 2 : 1; }
 
-int train_lr_create(const train_lr_options_t *opt, train_lr_t **out, char *why, size_t why_len)
+__attribute__((cold)) int train_lr_create(const train_lr_options_t *opt, train_lr_t **out,
+                                          char *why, size_t why_len)
 {
-    const char *bad = NULL;
-    if ((unsigned)opt->optimizer > TRAIN_SGD)
-        bad = "unknown optimizer";
-    else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
-        bad = "learning rate (alpha) must be > 0";
-    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
-        bad = "beta must be >= 0";
-    else if (!(opt->l1 >= 0) || !isfinite(opt->l1))
-        bad = "l1 must be >= 0";
-    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
-        bad = "l2 must be >= 0";
-    if (bad) {
-        if (why_len)
-            snprintf(why, why_len, "%s", bad);
-        return -EINVAL;
-    }
+    const train__check_t checks[] = {
+        {opt->alpha, true, "learning rate (alpha) must be > 0"},
+        {opt->beta, false, "beta must be >= 0"},
+        {opt->l1, false, "l1 must be >= 0"},
+        {opt->l2, false, "l2 must be >= 0"},
+    };
+    const char *bad = (unsigned)opt->optimizer > TRAIN_SGD
+                          ? "unknown optimizer"
+                          : train__check_all(checks, sizeof checks / sizeof *checks);
+    if (bad)
+        return train__refuse(bad, why, why_len);
     train_lr_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->opt = *opt;
     t->k = k_of(opt->optimizer);
-    store_options_t so = {.value_floats = t->k, .dtype = STORE_DTYPE_F32,
-                          .shards = opt->shards, .expected_keys = opt->expected_keys};
-    int rc = store_create(&so, &t->store);
-    if (rc == 0)
-        rc = train_lr_reserve(t, 64);
+    int rc = train__store_create(t->k, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
-        if (why_len)
-            snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
         train_lr_destroy(t);
         return rc;
     }
@@ -150,16 +124,12 @@ int train_lr_reserve(train_lr_t *t, uint32_t n)
 {
     if (n <= t->cap && t->state)
         return 0;
-    uint32_t cap = t->cap ? t->cap : 64;
-    while (cap < n)
-        cap *= 2;
-    if (seen_set_reserve(&t->seen, cap) != 0)
+    uint32_t cap = train__grow(t->cap, n);
+    if (!cap || seen_set_reserve(&t->seen, cap) != 0)
         return -ENOMEM;
     float *st = malloc((size_t)cap * t->k * sizeof *st);
-    if (!st) {
-        free(st);
+    if (!st)
         return -ENOMEM;
-    }
     free(t->state);
     t->state = st;
     t->cap = cap;
@@ -202,7 +172,7 @@ static float forward(train_lr_t *t, const uint64_t *ids, const float *values, ui
 float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     float bst[3];
-    if (n > t->cap && train_lr_reserve(t, n) != 0)
+    if ((n > t->cap || !t->state) && train_lr_reserve(t, n) != 0)
         return NAN;
     return forward(t, ids, values, n, bst);
 }
@@ -241,10 +211,11 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
     }
 }
 
-int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p_out)
+/* One step on logloss x weight. */
+static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p_out)
 {
-    if (n > t->cap) {
+    if (n > t->cap || !t->state) {
         int rc = train_lr_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -253,7 +224,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     float p = forward(t, ids, values, n, bst);
     if (p_out)
         *p_out = p;
-    double g = (double)p - (double)label;
+    double g = ((double)p - (double)label) * (double)weight;
 
     step(t, bst, g, 0, 0);
     int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
@@ -279,6 +250,12 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
             memcpy(t->bias, st, k * sizeof *st);
     }
     return 0;
+}
+
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p)
+{
+    return update(t, ids, values, n, label, 1.0f, p);
 }
 
 struct export_ctx {
@@ -336,3 +313,39 @@ int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *me
     store_destroy(c.out);
     return rc == 0 ? 0 : -1;
 }
+
+/* ---- train_ops_t -------------------------------------------------------------- */
+
+static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
+{
+    return train_lr_create(&o->lr, (train_lr_t **)impl, why, why_len);
+}
+static void ops_destroy(void *impl) { train_lr_destroy(impl); }
+static int ops_reserve(void *impl, uint32_t n) { return train_lr_reserve(impl, n); }
+static float ops_predict(void *impl, const uint64_t *ids, const float *values, uint32_t n)
+{
+    return train_lr_predict(impl, ids, values, n);
+}
+static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return update(impl, ids, values, n, label, weight, p);
+}
+static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    return train_lr_export(impl, dir, meta, err);
+}
+static const store_t *ops_store(const void *impl) { return train_lr_store(impl); }
+static void ops_describe(const void *impl, char *buf, size_t len)
+{
+    const train_lr_options_t *o = &((const train_lr_t *)impl)->opt;
+    snprintf(buf, len, "lr/%s alpha=%g beta=%g l1=%g l2=%g", train_optimizer_name(o->optimizer),
+             o->alpha, o->beta, o->l1, o->l2);
+}
+
+const train_ops_t train__lr_ops = {
+    .kind = STORE_MODEL_LR, .name = "lr", .create = ops_create, .destroy = ops_destroy,
+    .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
+    .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+};
