@@ -26,11 +26,11 @@
 
 struct train {
     const train_ops_t *ops;
-    void *impl;             /* owned: the kind's state */
-    train_options_t opt;    /* as created */
-    uint32_t cap;           /* features ids/values hold */
-    uint64_t *ids;          /* cap: a joined sample's ids */
-    float *values;          /* cap: its values */
+    void *impl;          /* owned: the kind's state */
+    train_options_t opt; /* as created */
+    uint32_t cap;        /* features ids/values hold */
+    uint64_t *ids;       /* cap: a joined sample's ids */
+    float *values;       /* cap: its values */
 };
 
 int train_optimizer_parse(const char *name, train_optimizer_t *out)
@@ -75,8 +75,10 @@ __attribute__((cold)) int train__store_create(uint32_t value_floats, uint32_t sh
                                               uint64_t expected_keys, store_t **out, char *why,
                                               size_t why_len)
 {
-    store_options_t so = {.value_floats = value_floats, .dtype = STORE_DTYPE_F32,
-                          .shards = shards, .expected_keys = expected_keys};
+    store_options_t so = {.value_floats = value_floats,
+                          .dtype = STORE_DTYPE_F32,
+                          .shards = shards,
+                          .expected_keys = expected_keys};
     int rc = store_create(&so, out);
     if (rc != 0 && why_len)
         snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
@@ -100,11 +102,16 @@ uint32_t train__grow(uint32_t cap, uint32_t n)
 const train_ops_t *train_ops_for(store_model_kind_t kind)
 {
     switch (kind) {
-    case STORE_MODEL_LR: return &train__lr_ops;
-    case STORE_MODEL_FM: return &train__fm_ops;
-    case STORE_MODEL_FFM: return &train__ffm_ops;
-    case STORE_MODEL_DNN: return &train__dnn_ops;
-    default: return NULL;
+    case STORE_MODEL_LR:
+        return &train__lr_ops;
+    case STORE_MODEL_FM:
+        return &train__fm_ops;
+    case STORE_MODEL_FFM:
+        return &train__ffm_ops;
+    case STORE_MODEL_DNN:
+        return &train__dnn_ops;
+    default:
+        return NULL;
     }
 }
 
@@ -113,14 +120,21 @@ int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options
     memset(o, 0, sizeof *o);
     o->kind = kind;
     switch (kind) {
-    case STORE_MODEL_LR: train_lr_defaults(opt, &o->lr); return 0;
-    case STORE_MODEL_FM: train_fm_defaults(opt, &o->fm); return 0;
+    case STORE_MODEL_LR:
+        train_lr_defaults(opt, &o->lr);
+        return 0;
+    case STORE_MODEL_FM:
+        train_fm_defaults(opt, &o->fm);
+        return 0;
     case STORE_MODEL_FFM:
         train_ffm_defaults(&o->ffm);
         o->ffm.optimizer = opt;
         return 0;
-    case STORE_MODEL_DNN: train_dnn_defaults(&o->dnn); return 0;
-    default: return -EINVAL;
+    case STORE_MODEL_DNN:
+        train_dnn_defaults(&o->dnn);
+        return 0;
+    default:
+        return -EINVAL;
     }
 }
 
@@ -129,9 +143,12 @@ uint32_t train_default_epochs(const train_options_t *o)
     switch (o->kind) {
     case STORE_MODEL_FM: /* ftrl/sgd: untuned, they overfit the small sets from pass 2 */
         return o->fm.optimizer == TRAIN_ADAGRAD ? TRAIN_FM_DEFAULT_EPOCHS : 1;
-    case STORE_MODEL_FFM: return TRAIN_FFM_DEFAULT_EPOCHS;
-    case STORE_MODEL_DNN: return TRAIN_DNN_DEFAULT_EPOCHS;
-    default: return 3;
+    case STORE_MODEL_FFM:
+        return TRAIN_FFM_DEFAULT_EPOCHS;
+    case STORE_MODEL_DNN:
+        return TRAIN_DNN_DEFAULT_EPOCHS;
+    default:
+        return 3;
     }
 }
 
@@ -177,9 +194,18 @@ void train_destroy(train_t *t)
     free(t);
 }
 
-const train_ops_t *train_ops(const train_t *t) { return t->ops; }
-const train_options_t *train_options(const train_t *t) { return &t->opt; }
-const store_t *train_store(const train_t *t) { return t->ops->store(t->impl); }
+const train_ops_t *train_ops(const train_t *t)
+{
+    return t->ops;
+}
+const train_options_t *train_options(const train_t *t)
+{
+    return &t->opt;
+}
+const store_t *train_store(const train_t *t)
+{
+    return t->ops->store(t->impl);
+}
 
 void train_describe(const train_t *t, char *buf, size_t len)
 {
@@ -276,8 +302,7 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
     return 0;
 }
 
-int train_export(const train_t *t, const char *dir, const store_meta_t *meta,
-                 store_error_t *err)
+int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err)
 {
     return t->ops->export_snapshot(t->impl, dir, meta, err);
 }

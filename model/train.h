@@ -281,8 +281,7 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
 /* Writes the current weights as a serving snapshot of the trainer's kind
  * into dir (meta's model_kind is replaced by it).  Blocks.  0, or -1 with
  * *err filled. */
-int train_export(const train_t *t, const char *dir, const store_meta_t *meta,
-                 store_error_t *err);
+int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err);
 
 /* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */
 const store_t *train_store(const train_t *t);

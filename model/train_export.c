@@ -1,5 +1,5 @@
 /*
- * train_export.c — train_export_rows / train_export_table (train_export.h):
+ * train_export.c — train__export_rows / train__export_table (train_export.h):
  * one fp32 store the size of the trainer's state, filled by visiting its
  * rows (a store's shards or a row table), then store_snapshot_write_ex.
  * Cold code: it runs once per export.
@@ -93,17 +93,17 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
     return rc == 0 ? 0 : -1;
 }
 
-int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
-                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                      store_error_t *err)
+int train__export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
+                       const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                       store_error_t *err)
 {
     const struct source src = {.store = state};
     return export_from(&src, store_shards(state), store_count(state), K, kind, x, dir, meta, err);
 }
 
-int train_export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
-                       const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                       store_error_t *err)
+int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
+                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                        store_error_t *err)
 {
     const struct source src = {.table = rows};
     return export_from(&src, 0, train__row_table_count(rows), K, kind, x, dir, meta, err);

@@ -18,13 +18,13 @@
  * bias row (MODEL_BIAS_ID) is always present, with only its first float
  * kept.  meta->model_kind is replaced by kind.  Blocks.  Returns 0, or -1
  * with *err filled (err may be NULL). */
-int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
-                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                      store_error_t *err);
-
-/* The same for a trainer whose state rows live in a row table. */
-int train_export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
+int train__export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
                        store_error_t *err);
+
+/* The same for a trainer whose state rows live in a row table. */
+int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
+                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                        store_error_t *err);
 
 #endif /* TL_MODEL_TRAIN_EXPORT_H */

@@ -391,7 +391,7 @@ static void prepare_backward(train_ffm_t *t, const uint64_t *ids, const float *v
  * mask_block(t, fj, 1) before the next feature. */
 static void factor_gradient(train_ffm_t *t, const float *vs, uint32_t fj, double x, double scale)
 {
-    ffm_factor_gradient(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
+    train__ffm_factor_gradient(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
     mask_block(t, fj, t->cnt[fj] >= 2);
 }
 
@@ -426,9 +426,10 @@ static void step_v(const train_ffm_t *t, float *row)
     const uint32_t Fk = t->F * t->k;
     const float alpha = (float)t->opt.alpha, l2v = (float)t->opt.l2_v;
     if (t->opt.optimizer == TRAIN_SGD)
-        ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
+        train__ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
     else
-        ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha, (float)t->opt.beta);
+        train__ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha,
+                             (float)t->opt.beta);
 }
 
 /* One step on logloss x weight. */
@@ -524,7 +525,7 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
         }
         return -1;
     }
-    return train_export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
+    return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */

@@ -86,8 +86,7 @@ uint32_t train_fm_k(const train_fm_t *t);
 /* ---- FFM (train_ffm.c) ------------------------------------------------------- */
 
 typedef struct train_ffm train_ffm_t;
-int train_ffm_create(const train_ffm_options_t *opt, train_ffm_t **out, char *why,
-                     size_t why_len);
+int train_ffm_create(const train_ffm_options_t *opt, train_ffm_t **out, char *why, size_t why_len);
 void train_ffm_destroy(train_ffm_t *t);
 int train_ffm_reserve(train_ffm_t *t, uint32_t n);
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n);
@@ -107,14 +106,13 @@ uint32_t train_ffm_k(const train_ffm_t *t);
  * parameters, new ids initialised as an update would (nothing is created or
  * written).  *d_bias = 1; grad gets 1 + F k doubles per feature,
  * [d/dw_j | d/dv_{j,0..F-1}], in sample order.  0 or -ENOMEM. */
-int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values,
-                              uint32_t n, double *d_bias, double *grad);
+int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                              double *d_bias, double *grad);
 
 /* ---- DNN (train_dnn.c) ------------------------------------------------------- */
 
 typedef struct train_dnn train_dnn_t;
-int train_dnn_create(const train_dnn_options_t *opt, train_dnn_t **out, char *why,
-                     size_t why_len);
+int train_dnn_create(const train_dnn_options_t *opt, train_dnn_t **out, char *why, size_t why_len);
 void train_dnn_destroy(train_dnn_t *t);
 float train_dnn_predict(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_dnn_reserve(train_dnn_t *t, uint32_t n);

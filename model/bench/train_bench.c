@@ -7,8 +7,9 @@
  * Parses the whole file into memory first (ids, values, labels), then runs
  * `epochs` passes of train_update() (train.h: the interface tltrain and the
  * server drive) over it with the tuned defaults (tltrain's), timing each
- * pass with two clock reads: so the figure is the optimizer's alone, with no parsing and no per-sample timer in it (tltrain's
- * "in updates" figure reads the clock around every sample).  Prints, per
+ * pass with two clock reads: so the figure is the optimizer's alone, with
+ * no parsing and no per-sample timer in it (tltrain's "in updates" figure
+ * reads the clock around every sample).  Prints, per
  * epoch, seconds and feature updates per second (one update per feature of
  * a sample; the bias's step is not counted), and the best epoch.  Epoch 1
  * includes growing the trainer's store as ids arrive; later epochs only
