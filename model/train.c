@@ -97,6 +97,45 @@ uint32_t train__grow(uint32_t cap, uint32_t n)
     return cap;
 }
 
+int train__work_reserve(train__work_t *w, uint32_t n)
+{
+    if (n <= w->cap && w->state)
+        return 0;
+    uint32_t cap = train__grow(w->cap, n);
+    if (!cap || seen_set_reserve(&w->seen, cap) != 0)
+        return -ENOMEM;
+    float *st = malloc((size_t)cap * w->sk * sizeof *st);
+    uint8_t *found = malloc(cap);
+    if (!st || !found) {
+        free(st);
+        free(found);
+        return -ENOMEM;
+    }
+    free(w->state);
+    free(w->found);
+    w->state = st;
+    w->found = found;
+    w->cap = cap;
+    return 0;
+}
+
+void train__work_free(train__work_t *w)
+{
+    free(w->state);
+    free(w->found);
+    seen_set_free(&w->seen);
+    memset(w, 0, sizeof *w);
+}
+
+void train__work_load(train__work_t *w, const store_t *s, const uint64_t *ids, uint32_t n,
+                      train__init_fn init, const void *ctx)
+{
+    store_lookup_batch(s, ids, n, w->state, w->found);
+    for (uint32_t j = 0; j < n; j++)
+        if (!w->found[j])
+            init(ctx, ids[j], w->state + (size_t)j * w->sk);
+}
+
 /* ---- options ------------------------------------------------------------------ */
 
 const train_ops_t *train_ops_for(store_model_kind_t kind)

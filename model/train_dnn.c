@@ -50,7 +50,6 @@
  */
 #include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
 #include "store/synthetic.h"
 #include "train_export.h"
 
@@ -82,11 +81,9 @@ struct train_dnn {
     double b1t, b2t;    /* beta1^steps, beta2^steps */
     float *work;        /* owned: dnn_work_floats(&net) */
     float *delta;       /* owned: 2 x the widest layer, backprop buffers */
-    uint32_t cap;       /* features the per-sample buffers hold */
-    float *state;       /* cap * sk: state rows of the current sample */
+    train__work_t w;    /* the current sample's state rows (sk floats each) */
+    uint32_t rows_cap;  /* features rows holds */
     float *rows;        /* (cap + 1) * K: serving rows, bias row first */
-    uint8_t *found;     /* cap: lookup hits */
-    seen_set_t seen;    /* ids of the current sample already stepped */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -125,8 +122,10 @@ static double gauss(uint64_t seed, uint64_t key, uint64_t i)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void init_row(const train_dnn_t *t, uint64_t id, float *row)
+/* A new id's state row (train__init_fn; ctx is the trainer). */
+static void init_row(const void *ctx, uint64_t id, float *row)
 {
+    const train_dnn_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     if (id == MODEL_BIAS_ID)
         return; /* served as [b | 0..0] */
@@ -197,6 +196,7 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
     t->d = opt->dim;
     t->K = 1 + opt->dim;
     t->sk = 2 * t->K;
+    t->w.sk = t->sk;
     t->b1t = t->b2t = 1.0;
 
     dnn_net_t *n = &t->net;
@@ -265,10 +265,8 @@ void train_dnn_destroy(train_dnn_t *t)
     free(t->adam_v);
     free(t->work);
     free(t->delta);
-    free(t->state);
+    train__work_free(&t->w);
     free(t->rows);
-    free(t->found);
-    seen_set_free(&t->seen);
     free(t);
 }
 
@@ -279,31 +277,21 @@ size_t train_dnn_dense_floats(const train_dnn_t *t) { return t->n_dense; }
 
 int train_dnn_reserve(train_dnn_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
+    if (n <= t->rows_cap && t->rows)
         return 0;
-    uint32_t cap = train__grow(t->cap, n);
-    if (!cap || seen_set_reserve(&t->seen, cap) != 0)
+    int rc = train__work_reserve(&t->w, n);
+    if (rc != 0)
+        return rc;
+    float *rows = malloc(((size_t)t->w.cap + 1) * t->K * sizeof *rows);
+    if (!rows)
         return -ENOMEM;
-    float *st = malloc((size_t)cap * t->sk * sizeof *st);
-    float *rows = malloc(((size_t)cap + 1) * t->K * sizeof *rows);
-    uint8_t *found = malloc(cap);
-    if (!st || !rows || !found) {
-        free(st);
-        free(rows);
-        free(found);
-        return -ENOMEM;
-    }
-    free(t->state);
     free(t->rows);
-    free(t->found);
-    t->state = st;
     t->rows = rows;
-    t->found = found;
-    t->cap = cap;
+    t->rows_cap = t->w.cap;
     return 0;
 }
 
-/* Scores the n state rows in t->state (bias b) through dnn_scores, leaving
+/* Scores the n state rows in t->w.state (bias b) through dnn_scores, leaving
  * the activations in t->work. */
 static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float b)
@@ -313,7 +301,7 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
     memset(r, 0, K * sizeof *r);
     r[0] = b;
     for (uint32_t j = 0; j < n; j++)
-        memcpy(r + (size_t)(j + 1) * K, t->state + (size_t)j * sk, K * sizeof *r);
+        memcpy(r + (size_t)(j + 1) * K, t->w.state + (size_t)j * sk, K * sizeof *r);
     codec_block_t shared = {.ids = ids, .values = values, .n = n};
     codec_block_t empty = {.ids = ids, .values = NULL, .n = 0};
     float p;
@@ -323,19 +311,19 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
 
 float train_dnn_predict(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    if ((n > t->cap || !t->state) && train_dnn_reserve(t, n) != 0)
+    if ((n > t->rows_cap || !t->rows) && train_dnn_reserve(t, n) != 0)
         return NAN;
     float b = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
-    b = t->state[0];
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+    b = t->w.state[0];
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     for (uint32_t j = 0; j < n; j++)
         if (ids[j] == MODEL_BIAS_ID) /* served as [b | 0..0] */
-            memset(t->state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
+            memset(t->w.state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
     return forward(t, ids, values, n, b);
 }
 
-/* Loads the bias row into brow and the sample's rows into t->state (new ids
+/* Loads the bias row into brow and the sample's rows into t->w.state (new ids
  * initialised), then the forward pass.  Returns p. */
 static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *values,
                               uint32_t n, float *brow)
@@ -343,14 +331,12 @@ static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *
     const uint32_t sk = t->sk;
     memset(brow, 0, sk * sizeof *brow);
     store_lookup(t->store, MODEL_BIAS_ID, brow);
-    store_lookup_batch(t->store, ids, n, t->state, t->found);
+    train__work_load(&t->w, t->store, ids, n, init_row, t);
     for (uint32_t j = 0; j < n; j++) {
-        float *row = t->state + (size_t)j * sk;
-        if (ids[j] == MODEL_BIAS_ID) {
+        if (ids[j] == MODEL_BIAS_ID) { /* served as [b | 0..0] */
+            float *row = t->w.state + (size_t)j * sk;
             memcpy(row, brow, sk * sizeof *row);
             memset(row + 1, 0, t->d * sizeof *row);
-        } else if (!t->found[j]) {
-            init_row(t, ids[j], row);
         }
     }
     return forward(t, ids, values, n, brow[0]);
@@ -441,7 +427,7 @@ static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, doub
 static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                   float label, float weight, float *p_out)
 {
-    if (n > t->cap || !t->state) {
+    if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -459,17 +445,16 @@ static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint
     if (rc < 0)
         return rc;
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     const double alpha = t->opt.lr_sparse, l2 = t->opt.l2;
     float gr[STORE_MAX_VALUE_FLOATS / 2];
     for (uint32_t j = 0; j < n; j++) {
         if (ids[j] == MODEL_BIAS_ID)
             continue;
-        float *row = t->state + (size_t)j * sk;
+        float *row = t->w.state + (size_t)j * sk;
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, gr);
-        if (seen_set_add(&t->seen, ids[j]) && !store_lookup(t->store, ids[j], row))
-            init_row(t, ids[j], row);
+        train__work_repeat(&t->w, t->store, ids[j], false, row, init_row, t);
         if (t->net.wide)
             adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);
         for (uint32_t k = 0; k < d; k++)
@@ -491,7 +476,7 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
 int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                        float label, float *p_out, float *g_rows, float *g_bias, float *g_dense)
 {
-    if (n > t->cap || !t->state) {
+    if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -505,8 +490,8 @@ int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values,
     for (uint32_t j = 0; j < n; j++) {
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, g_rows + (size_t)j * t->K);
-        if (ids[j] != MODEL_BIAS_ID && !t->found[j]) {
-            int rc = store_upsert(t->store, ids[j], t->state + (size_t)j * t->sk);
+        if (ids[j] != MODEL_BIAS_ID && !t->w.found[j]) {
+            int rc = store_upsert(t->store, ids[j], t->w.state + (size_t)j * t->sk);
             if (rc < 0)
                 return rc;
         }

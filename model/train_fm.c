@@ -60,7 +60,6 @@
  */
 #include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
 #include "sigmoid.h"
 #include "store/synthetic.h"
 #include "train_export.h"
@@ -77,10 +76,7 @@ struct train_fm {
     store_t *store;     /* owned: state rows, sk floats per id */
     uint32_t k;         /* factors */
     uint32_t sk;        /* floats per state row */
-    uint32_t cap;       /* features the work space holds */
-    float *state;       /* cap * sk: rows of the current sample */
-    uint8_t *found;     /* cap: lookup hits */
-    seen_set_t seen;    /* ids of the current sample already stepped */
+    train__work_t w;    /* the current sample's state rows (sk floats each) */
     double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
     double Q[MODEL_FM_MAX_K];
     double s, s2;             /* the last forward's scale s and s^2 (1 without norm) */
@@ -164,6 +160,7 @@ __attribute__((cold)) int train_fm_create(const train_fm_options_t *opt, train_f
     t->opt = *opt;
     t->k = opt->k;
     t->sk = state_floats(opt->optimizer, opt->k);
+    t->w.sk = t->sk;
     int rc = train__store_create(t->sk, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
         train_fm_destroy(t);
@@ -178,9 +175,7 @@ void train_fm_destroy(train_fm_t *t)
     if (!t)
         return;
     store_destroy(t->store);
-    free(t->state);
-    free(t->found);
-    seen_set_free(&t->seen);
+    train__work_free(&t->w);
     free(t);
 }
 
@@ -189,24 +184,7 @@ uint32_t train_fm_k(const train_fm_t *t) { return t->k; }
 
 int train_fm_reserve(train_fm_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
-        return 0;
-    uint32_t cap = train__grow(t->cap, n);
-    if (!cap || seen_set_reserve(&t->seen, cap) != 0)
-        return -ENOMEM;
-    float *st = malloc((size_t)cap * t->sk * sizeof *st);
-    uint8_t *found = malloc(cap);
-    if (!st || !found) {
-        free(st);
-        free(found);
-        return -ENOMEM;
-    }
-    free(t->state);
-    free(t->found);
-    t->state = st;
-    t->found = found;
-    t->cap = cap;
-    return 0;
+    return train__work_reserve(&t->w, n);
 }
 
 /* N(0, 1) from (seed, id, f) by Box-Muller: the same for any sample order. */
@@ -219,14 +197,16 @@ static double gauss(uint64_t seed, uint64_t id, uint32_t f)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void init_row(const train_fm_t *t, uint64_t id, float *row)
+/* A new id's state row (train__init_fn; ctx is the trainer). */
+static void init_row(const void *ctx, uint64_t id, float *row)
 {
+    const train_fm_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     for (uint32_t f = 0; f < t->k; f++)
         row[1 + f] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, f));
 }
 
-/* The margin's probability from the n rows in t->state (stride sk) and the
+/* The margin's probability from the n rows in t->w.state (stride sk) and the
  * bias; fills t->S, t->Q.  Summed exactly as model.c's fm_block/fm_score
  * sum a shared block followed by an empty item. */
 static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
@@ -236,7 +216,7 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
     memset(S, 0, k * sizeof *S);
     memset(Q, 0, k * sizeof *Q);
     double lin = 0;
-    const float *w = t->state;
+    const float *w = t->w.state;
     for (uint32_t j = 0; j < n; j++, w += sk) {
         double x = values ? (double)values[j] : 1.0;
         lin += (double)w[0] * x;
@@ -270,12 +250,12 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
 
 float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    if ((n > t->cap || !t->state) && train_fm_reserve(t, n) != 0)
+    if ((n > t->w.cap || !t->w.state) && train_fm_reserve(t, n) != 0)
         return NAN;
     float bias = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
-    bias = t->state[0];
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+    bias = t->w.state[0];
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     return forward(t, values, n, bias);
 }
 
@@ -340,7 +320,7 @@ static void step(const train_fm_t *t, float *row, double gw, const double *gv, b
 static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                   float label, float weight, float *p_out)
 {
-    if (n > t->cap || !t->state) {
+    if (n > t->w.cap || !t->w.state) {
         int rc = train_fm_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -349,10 +329,7 @@ static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint3
     float brow[STORE_MAX_VALUE_FLOATS];
     memset(brow, 0, sizeof brow);
     store_lookup(t->store, MODEL_BIAS_ID, brow);
-    store_lookup_batch(t->store, ids, n, t->state, t->found);
-    for (uint32_t j = 0; j < n; j++)
-        if (!t->found[j])
-            init_row(t, ids[j], t->state + (size_t)j * sk);
+    train__work_load(&t->w, t->store, ids, n, init_row, t);
     float p = forward(t, values, n, brow[0]);
     if (p_out)
         *p_out = p;
@@ -363,19 +340,16 @@ static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint3
     if (rc < 0)
         return rc;
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     double gv[MODEL_FM_MAX_K];
     const double gs = g * t->s, gs2 = g * t->s2; /* exactly g without norm */
     for (uint32_t j = 0; j < n; j++) {
-        float *row = t->state + (size_t)j * sk;
+        float *row = t->w.state + (size_t)j * sk;
         double x = values ? (double)values[j] : 1.0;
         double gx = gs * x, gvx = gs2 * x;
         for (uint32_t f = 0; f < k; f++)
             gv[f] = gvx * (t->S[f] - (double)row[1 + f] * x);
-        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
-            if (!store_lookup(t->store, ids[j], row))
-                init_row(t, ids[j], row);
-        }
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, row, init_row, t);
         row[sk - 1] += 1.0f;
         step(t, row, gx, gv, false);
         rc = store_upsert(t->store, ids[j], row);

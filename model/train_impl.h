@@ -16,7 +16,10 @@
 #ifndef TL_MODEL_TRAIN_IMPL_H
 #define TL_MODEL_TRAIN_IMPL_H
 
+#include "seen_set.h"
 #include "train.h"
+
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +48,48 @@ int train__store_create(uint32_t value_floats, uint32_t shards, uint64_t expecte
 /* The work-space capacity for n features: 64 doubled until it holds n
  * (from cap when non-zero).  0 when it would pass UINT32_MAX. */
 uint32_t train__grow(uint32_t cap, uint32_t n);
+
+/* The per-sample work space of a kind whose state is a store (LR, FM, DNN):
+ * the sample's state rows as looked up, which of them the store had, and
+ * the ids already stepped in this sample.  Grown, never shrunk. */
+typedef struct train__work {
+    uint32_t cap;    /* features the buffers hold (0: none yet) */
+    uint32_t sk;     /* floats per state row; set before the first reserve */
+    float *state;    /* cap * sk: the current sample's state rows */
+    uint8_t *found;  /* cap: 1 where the store had the row */
+    seen_set_t seen; /* ids of the current sample already stepped */
+} train__work_t;
+
+/* Makes a new id's state row (sk floats) in row. */
+typedef void (*train__init_fn)(const void *ctx, uint64_t id, float *row);
+
+/* Room for samples of up to n features: 0, or -ENOMEM (w unchanged and
+ * usable).  Allocates only when it grows. */
+int train__work_reserve(train__work_t *w, uint32_t n);
+void train__work_free(train__work_t *w);
+
+/* The n ids' state rows into w->state (hits in w->found) with one batched
+ * lookup; a row the store lacks is made by init(ctx, id, row). */
+void train__work_load(train__work_t *w, const store_t *s, const uint64_t *ids, uint32_t n,
+                      train__init_fn init, const void *ctx);
+
+/* The repeat rule every store-backed kind follows, called once per feature
+ * in sample order before its step: an id this sample named before (or any
+ * id when force) has its row re-read from the store, which already holds
+ * the earlier step; absent, the row is made by init (NULL: all 0). */
+static inline void train__work_repeat(train__work_t *w, const store_t *s, uint64_t id,
+                                      bool force, float *row, train__init_fn init,
+                                      const void *ctx)
+{
+    if (seen_set_add(&w->seen, id) || force) {
+        if (!store_lookup(s, id, row)) {
+            if (init)
+                init(ctx, id, row);
+            else
+                memset(row, 0, (size_t)w->sk * sizeof *row);
+        }
+    }
+}
 
 extern const train_ops_t train__lr_ops, train__fm_ops, train__ffm_ops, train__dnn_ops;
 

@@ -35,7 +35,6 @@
  */
 #include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
 #include "sigmoid.h"
 
 #include <errno.h>
@@ -48,9 +47,7 @@ struct train_lr {
     train_lr_options_t opt;
     store_t *store;     /* owned: optimizer state, K floats per id */
     uint32_t k;         /* floats per id */
-    uint32_t cap;       /* features the work space holds */
-    float *state;       /* cap * k: state of the current sample's features */
-    seen_set_t seen;    /* ids of the current sample already stepped */
+    train__work_t w;    /* the current sample's state rows (k floats each) */
     float bias[3];      /* the bias's state, as last written to the store: the
                            store copy is never read back on the hot path */
 };
@@ -99,6 +96,7 @@ __attribute__((cold)) int train_lr_create(const train_lr_options_t *opt, train_l
         return -ENOMEM;
     t->opt = *opt;
     t->k = k_of(opt->optimizer);
+    t->w.sk = t->k;
     int rc = train__store_create(t->k, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
         train_lr_destroy(t);
@@ -113,8 +111,7 @@ void train_lr_destroy(train_lr_t *t)
     if (!t)
         return;
     store_destroy(t->store);
-    free(t->state);
-    seen_set_free(&t->seen);
+    train__work_free(&t->w);
     free(t);
 }
 
@@ -122,18 +119,7 @@ const store_t *train_lr_store(const train_lr_t *t) { return t->store; }
 
 int train_lr_reserve(train_lr_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
-        return 0;
-    uint32_t cap = train__grow(t->cap, n);
-    if (!cap || seen_set_reserve(&t->seen, cap) != 0)
-        return -ENOMEM;
-    float *st = malloc((size_t)cap * t->k * sizeof *st);
-    if (!st)
-        return -ENOMEM;
-    free(t->state);
-    t->state = st;
-    t->cap = cap;
-    return 0;
+    return train__work_reserve(&t->w, n);
 }
 
 /* The served weight of a state vector. */
@@ -149,15 +135,15 @@ float train_lr_weight(const train_lr_t *t, uint64_t id)
     return weight_of(t, st);
 }
 
-/* Looks up bias + features into bst / t->state and returns the margin's
+/* Looks up bias + features into bst / t->w.state and returns the margin's
  * probability, summed as model_score() sums. */
 static float forward(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float *bst)
 {
     memcpy(bst, t->bias, sizeof t->bias);
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     const uint32_t k = t->k;
-    const float *st = t->state + (k == 3 ? 2 : 0);
+    const float *st = t->w.state + (k == 3 ? 2 : 0);
     double sum = 0;
     if (values) {
         for (uint32_t j = 0; j < n; j++)
@@ -172,7 +158,7 @@ static float forward(train_lr_t *t, const uint64_t *ids, const float *values, ui
 float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     float bst[3];
-    if ((n > t->cap || !t->state) && train_lr_reserve(t, n) != 0)
+    if ((n > t->w.cap || !t->w.state) && train_lr_reserve(t, n) != 0)
         return NAN;
     return forward(t, ids, values, n, bst);
 }
@@ -215,7 +201,7 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
 static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                   float label, float weight, float *p_out)
 {
-    if (n > t->cap || !t->state) {
+    if (n > t->w.cap || !t->w.state) {
         int rc = train_lr_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -232,16 +218,12 @@ static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint3
         return rc;
     memcpy(t->bias, bst, sizeof t->bias);
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     const uint32_t k = t->k;
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
-        float *st = t->state + (size_t)j * k;
-        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
-            for (uint32_t i = 0; i < k; i++)
-                st[i] = 0;
-            store_lookup(t->store, ids[j], st);
-        }
+        float *st = t->w.state + (size_t)j * k;
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st, NULL, NULL);
         step(t, st, values ? g * values[j] : g, l1, l2);
         rc = store_upsert(t->store, ids[j], st);
         if (rc < 0)
