@@ -4,8 +4,10 @@
  * needs from a caller that holds samples the way the server does: the
  * shared block and an item block joined into one run of features.  Also
  * what the kinds share: the option checks (train__check_all), the state
- * store's creation (train__store_create) and the work space's growth rule
- * (train__grow).
+ * store's creation (train__store_create), the work space's growth rule
+ * (train__grow), and for LR, FM and DNN, whose state is a store, the
+ * per-sample work space (train__work_t: the sample's rows, one batched
+ * load that initialises new ids, the seen-set behind the repeat rule).
  *
  * Joining: a sample's features are the shared block's then the item's.
  * When one of the two is empty the other is passed as it is (no copy:

@@ -1,8 +1,10 @@
 /*
  * train_impl.h — inside the training library (opaque: use train.h).  Each
- * kind's typed handle, which its train_ops_t wraps and which tests and
- * train_bench drive directly, and the helpers the kinds share (train.c):
- * the option checks and the create-store step.
+ * kind's typed handle, which its train_ops_t wraps and which the tests
+ * drive directly, and what the kinds share (train.c): the option
+ * checks, the state store's creation, the work space's growth rule, and
+ * the per-sample work space of the store-backed kinds with its load step
+ * and repeat rule.
  *
  * The typed calls keep the contract of train.h's: one writer thread;
  * predictions computed exactly as model_score() computes them for a request
