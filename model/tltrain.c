@@ -451,13 +451,10 @@ int main(int argc, char **argv)
         }
         optimizer = NULL; /* the dnn's default: Adam for the MLP, Adagrad for the embeddings */
     }
-    if (!optimizer) /* LR's tuned optimizer is FTRL; FM's and FFM's Adagrad */
-        optimizer = ops->kind == STORE_MODEL_LR || ops->kind == STORE_MODEL_DNN ? "ftrl"
-                                                                                : "adagrad";
     if (!name)
         name = model;
-    train_optimizer_t ot;
-    if (train_optimizer_parse(optimizer, &ot) != 0) {
+    train_optimizer_t ot = train_default_optimizer(ops->kind);
+    if (optimizer && train_optimizer_parse(optimizer, &ot) != 0) {
         fprintf(stderr, "tltrain: --optimizer: '%s' is not ftrl, adagrad or sgd\n", optimizer);
         return 2;
     }

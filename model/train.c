@@ -179,6 +179,11 @@ int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options
     }
 }
 
+train_optimizer_t train_default_optimizer(store_model_kind_t kind)
+{
+    return kind == STORE_MODEL_LR ? TRAIN_FTRL : TRAIN_ADAGRAD;
+}
+
 uint32_t train_default_epochs(const train_options_t *o)
 {
     switch (o->kind) {

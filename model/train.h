@@ -27,10 +27,13 @@
  *   predict and export all reuse its work space).  The trainer's state is a
  *   store_t for LR, FM and DNN (train_store()): store.h's rule holds, one
  *   writer per store shard (the trainer owns every shard of its store) and
- *   any number of lock-free readers, so model_score()-style readers on
- *   other threads never block the trainer nor see a torn row.  FFM keeps
- *   its rows in a row table stepped in place (train_ffm.c says why): only
- *   the writer may read it (train_store() is NULL).
+ *   any number of lock-free readers (store_lookup_batch, as model_score
+ *   reads): neither side waits for the other.  A reader may see a row of
+ *   more than one float halfway through its update (old and new floats
+ *   mixed; store.h promises untorn reads for one-float rows only), which
+ *   scoring tolerates as it tolerates the sample's own step.  FFM keeps its
+ *   rows in a row table stepped in place (train_ffm.c says why): only the
+ *   writer may read it (train_store() is NULL).
  *
  * ERRORS: -EINVAL with a sentence for bad options, -ENOMEM when the state or
  * the work space cannot grow (the model is then partially updated); exports
@@ -204,6 +207,10 @@ typedef struct train_options {
 /* o = kind's defaults (the optimizer is used by LR, FM and FFM; DNN has
  * its own).  0, or -EINVAL for a kind nobody trains. */
 int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options_t *o);
+
+/* The optimizer a kind is tuned with: FTRL for LR, Adagrad for FM and FFM
+ * (and the DNN's embeddings, whose optimizer is fixed). */
+train_optimizer_t train_default_optimizer(store_model_kind_t kind);
 
 /* The passes over a training file the defaults are tuned for. */
 uint32_t train_default_epochs(const train_options_t *o);
