@@ -515,7 +515,7 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
         }
         return -1;
     }
-    return train__export_rows(t->store, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
+    return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */

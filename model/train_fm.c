@@ -380,7 +380,7 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
         }
         return -1;
     }
-    return train__export_rows(t->store, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
+    return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */

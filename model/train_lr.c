@@ -36,6 +36,7 @@
 #include "train_impl.h"
 #include "model.h"
 #include "sigmoid.h"
+#include "train_export.h"
 
 #include <errno.h>
 #include <math.h>
@@ -240,60 +241,12 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     return update(t, ids, values, n, label, 1.0f, p);
 }
 
-struct export_ctx {
-    const train_lr_t *t;
-    store_t *out;
-    int rc;
-};
-
-static int export_one(void *ctx, uint64_t key, const float *value)
+__attribute__((cold)) int train_lr_export(const train_lr_t *t, const char *dir,
+                                          const store_meta_t *meta, store_error_t *err)
 {
-    struct export_ctx *c = ctx;
-    float w = weight_of(c->t, value);
-    if (w == 0 && key != MODEL_BIAS_ID)
-        return 0; /* absent scores as 0: same sum, smaller snapshot */
-    int rc = store_upsert(c->out, key, &w);
-    if (rc < 0) {
-        c->rc = rc;
-        return 1;
-    }
-    return 0;
-}
-
-int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
-                    store_error_t *err)
-{
-    store_error_t local;
-    if (!err)
-        err = &local;
-    memset(err, 0, sizeof *err);
-    err->offset = -1;
-    store_options_t so = {.value_floats = 1, .dtype = STORE_DTYPE_F32,
-                          .shards = store_shards(t->store),
-                          .expected_keys = store_count(t->store) + 1};
-    struct export_ctx c = {.t = t, .rc = 0};
-    int rc = store_create(&so, &c.out);
-    if (rc != 0) {
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
-                 strerror(-rc));
-        return -1;
-    }
-    float bias = 0;
-    store_upsert(c.out, MODEL_BIAS_ID, &bias); /* present even when never trained */
-    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
-        store_foreach(t->store, s, export_one, &c);
-    if (c.rc != 0) {
-        store_destroy(c.out);
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
-        return -1;
-    }
-    store_meta_t m = *meta;
-    m.model_kind = STORE_MODEL_LR;
-    rc = store_snapshot_write(c.out, dir, &m, err);
-    store_destroy(c.out);
-    return rc == 0 ? 0 : -1;
+    /* the served weight: w, after z and n with FTRL */
+    return train__export_rows(t->store, t->k == 3 ? 2 : 0, 1, STORE_MODEL_LR, NULL, dir, meta,
+                              err);
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */
