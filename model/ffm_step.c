@@ -52,8 +52,8 @@ STEP_CLONES static void gradient_any(float *gv, const double *B, const float *vs
     gradient_blocks(gv, B, vs, F, k, fj, sx, x);
 }
 
-void ffm_factor_gradient(float *gv, const double *B, const float *vs, uint32_t F, uint32_t k,
-                         uint32_t fj, double sx, double x)
+void train__ffm_factor_gradient(float *gv, const double *B, const float *vs, uint32_t F, uint32_t k,
+                                uint32_t fj, double sx, double x)
 {
     if (k == 4)
         gradient_4(gv, B, vs, F, fj, sx, x);
@@ -61,9 +61,9 @@ void ffm_factor_gradient(float *gv, const double *B, const float *vs, uint32_t F
         gradient_any(gv, B, vs, F, k, fj, sx, x);
 }
 
-STEP_CLONES void ffm_adagrad_v(float *restrict c, float *restrict G, const float *restrict g,
-                               const float *restrict mask, uint32_t n, float l2, float alpha,
-                               float eps)
+STEP_CLONES void train__ffm_adagrad_v(float *restrict c, float *restrict G, const float *restrict g,
+                                      const float *restrict mask, uint32_t n, float l2, float alpha,
+                                      float eps)
 {
     for (uint32_t i = 0; i < n; i++) {
         float gi = mask[i] * (g[i] + l2 * c[i]); /* 0 where masked: c and G stay */
@@ -75,8 +75,8 @@ STEP_CLONES void ffm_adagrad_v(float *restrict c, float *restrict G, const float
     }
 }
 
-STEP_CLONES void ffm_sgd_v(float *restrict c, const float *restrict g, const float *restrict mask,
-                           uint32_t n, float l2, float alpha)
+STEP_CLONES void train__ffm_sgd_v(float *restrict c, const float *restrict g,
+                                  const float *restrict mask, uint32_t n, float l2, float alpha)
 {
     for (uint32_t i = 0; i < n; i++)
         c[i] -= alpha * mask[i] * (g[i] + l2 * c[i]);

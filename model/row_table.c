@@ -37,24 +37,24 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-static inline uint32_t home(const row_table_t *t, uint64_t id)
+static inline uint32_t home(const train__row_table_t *t, uint64_t id)
 {
     return (uint32_t)(mix(id) >> (64 - t->bits));
 }
 
-static inline float *row_at(const row_table_t *t, uint32_t r)
+static inline float *row_at(const train__row_table_t *t, uint32_t r)
 {
     return t->chunks[r / ROW_TABLE_CHUNK] + (size_t)(r % ROW_TABLE_CHUNK) * t->row_floats;
 }
 
-int row_table_create(uint32_t row_floats, uint64_t expected, row_table_t **out)
+int train__row_table_create(uint32_t row_floats, uint64_t expected, train__row_table_t **out)
 {
     if (row_floats == 0)
         return -EINVAL;
     uint32_t bits = 10;
     while (bits < ROW_TABLE_MAX_BITS && ((uint64_t)1 << bits) < 2 * expected + 2)
         bits++;
-    row_table_t *t = calloc(1, sizeof *t);
+    train__row_table_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->row_floats = row_floats;
@@ -68,7 +68,7 @@ int row_table_create(uint32_t row_floats, uint64_t expected, row_table_t **out)
     return 0;
 }
 
-void row_table_destroy(row_table_t *t)
+void train__row_table_destroy(train__row_table_t *t)
 {
     if (!t)
         return;
@@ -79,12 +79,12 @@ void row_table_destroy(row_table_t *t)
     free(t);
 }
 
-uint64_t row_table_count(const row_table_t *t)
+uint64_t train__row_table_count(const train__row_table_t *t)
 {
     return t->rows;
 }
 
-float *row_table_find(const row_table_t *t, uint64_t id)
+float *train__row_table_find(const train__row_table_t *t, uint64_t id)
 {
     const uint32_t mask = (1u << t->bits) - 1;
     for (uint32_t h = home(t, id);; h = (h + 1) & mask) {
@@ -97,7 +97,7 @@ float *row_table_find(const row_table_t *t, uint64_t id)
 }
 
 /* Doubles the index (rows stay where they are).  0 or -ENOMEM. */
-static int grow_index(row_table_t *t)
+static int grow_index(train__row_table_t *t)
 {
     if (t->bits >= ROW_TABLE_MAX_BITS)
         return -ENOMEM;
@@ -121,7 +121,7 @@ static int grow_index(row_table_t *t)
 }
 
 /* Makes row r addressable: its chunk exists.  0 or -ENOMEM. */
-static int ensure_chunk(row_table_t *t, uint32_t r)
+static int ensure_chunk(train__row_table_t *t, uint32_t r)
 {
     const uint32_t c = r / ROW_TABLE_CHUNK;
     if (c < t->nchunks && t->chunks[c])
@@ -139,7 +139,7 @@ static int ensure_chunk(row_table_t *t, uint32_t r)
     return t->chunks[c] ? 0 : -ENOMEM;
 }
 
-float *row_table_upsert(row_table_t *t, uint64_t id, bool *created)
+float *train__row_table_upsert(train__row_table_t *t, uint64_t id, bool *created)
 {
     uint32_t mask = (1u << t->bits) - 1;
     uint32_t h = home(t, id);
@@ -167,7 +167,7 @@ float *row_table_upsert(row_table_t *t, uint64_t id, bool *created)
     return row_at(t, r);
 }
 
-int row_table_foreach(const row_table_t *t, row_table_visit_fn fn, void *ctx)
+int train__row_table_foreach(const train__row_table_t *t, train__row_table_visit_fn fn, void *ctx)
 {
     for (size_t i = 0; i < ((size_t)1 << t->bits); i++) {
         const struct slot *s = &t->index[i];

@@ -1,6 +1,6 @@
 /*
  * row_table.h — a trainer's parameter rows, updated in place: id -> row of
- * `row_floats` floats.  Internal to model/ (ffm_train.c).
+ * `row_floats` floats.  Internal to model/ (train_ffm.c).
  *
  * Why not the store (store.h): a store copies a row out on lookup and back
  * in on upsert, which is right for a server that reads a model others
@@ -22,29 +22,29 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct row_table row_table_t;
+typedef struct row_table train__row_table_t;
 
 /* Rows per chunk (a power of two). */
 #define ROW_TABLE_CHUNK 4096u
 
 /* A table of rows of row_floats (>= 1) floats, its index sized for
  * expected ids (0 = small).  0, -EINVAL or -ENOMEM. */
-int row_table_create(uint32_t row_floats, uint64_t expected, row_table_t **out);
-void row_table_destroy(row_table_t *t);
+int train__row_table_create(uint32_t row_floats, uint64_t expected, train__row_table_t **out);
+void train__row_table_destroy(train__row_table_t *t);
 
 /* id's row, or NULL when id has none. */
-float *row_table_find(const row_table_t *t, uint64_t id);
+float *train__row_table_find(const train__row_table_t *t, uint64_t id);
 
 /* id's row, created all 0 when it had none (*created says which).  NULL
  * when memory ran out or the table is full (2^30 rows); the table then
  * holds what it held. */
-float *row_table_upsert(row_table_t *t, uint64_t id, bool *created);
+float *train__row_table_upsert(train__row_table_t *t, uint64_t id, bool *created);
 
-uint64_t row_table_count(const row_table_t *t);
+uint64_t train__row_table_count(const train__row_table_t *t);
 
 /* Calls fn(ctx, id, row) for every row (in index order) until fn returns
  * non-zero; returns that value, or 0. */
-typedef int (*row_table_visit_fn)(void *ctx, uint64_t id, const float *row);
-int row_table_foreach(const row_table_t *t, row_table_visit_fn fn, void *ctx);
+typedef int (*train__row_table_visit_fn)(void *ctx, uint64_t id, const float *row);
+int train__row_table_foreach(const train__row_table_t *t, train__row_table_visit_fn fn, void *ctx);
 
 #endif /* TL_MODEL_ROW_TABLE_H */

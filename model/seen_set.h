@@ -4,7 +4,8 @@
  * wrote it, so that starting a new sample is one increment (no clearing)
  * and the slots are wiped only when the 32-bit generation wraps.  A sample
  * that names an id twice must see its own first update (train.h); every
- * trainer (train_lr.c, fm_train.c, ffm_train.c, dnn_train.c) uses this.
+ * store-backed trainer (train_lr.c, train_fm.c, train_dnn.c) uses this
+ * through train__work_t (train_impl.h).
  * Internal to model/.  Not thread-safe: one set per trainer.
  */
 #ifndef TL_MODEL_SEEN_SET_H

@@ -10,8 +10,10 @@
  *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
  *           [--json] [--help]
  *
- * The two model kinds sit behind a small struct trainer (update, predict,
- * export) so that the epoch and evaluation loops are written once.
+ * Every model kind is driven through train.h's one trainer interface
+ * (train_t): the epoch and evaluation loops, the export and the first pass
+ * that learns the field count are written once and switch on nothing; only
+ * the mapping of the command line onto a kind's options knows the kinds.
  *
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..}.
@@ -23,8 +25,6 @@
 #include "model.h"
 #include "reader.h"
 #include "train.h"
-#include "dnn_train.h"
-#include "ffm_train.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -116,46 +116,15 @@ static int parse_double(const char *opt, const char *s, double *out)
     return 0;
 }
 
-/* One model kind's trainer behind one set of calls. */
-struct trainer {
-    train_lr_t *lr; /* exactly one of lr, fm is set; owned */
-    train_fm_t *fm;
-    train_dnn_t *dnn; /* DNN: when set, lr and fm are NULL; owned */
-    train_ffm_t *ffm; /* FFM: when set, the others are NULL; owned */
-};
-
-static int tr_update(struct trainer *t, const reader_sample_t *s, float *p)
+/* A reader's sample as the trainer takes it: all features in the shared
+ * block, no item block. */
+static codec_block_t sample_block(const reader_sample_t *s)
 {
-    if (t->ffm)
-        return train_ffm_update(t->ffm, s->ids, s->values, s->n, s->label, p);
-    if (t->dnn)
-        return train_dnn_update(t->dnn, s->ids, s->values, s->n, s->label, p);
-    return t->fm ? train_fm_update(t->fm, s->ids, s->values, s->n, s->label, p)
-                 : train_lr_update(t->lr, s->ids, s->values, s->n, s->label, p);
-}
-
-static float tr_predict(struct trainer *t, const reader_sample_t *s)
-{
-    if (t->ffm)
-        return train_ffm_predict(t->ffm, s->ids, s->values, s->n);
-    if (t->dnn)
-        return train_dnn_predict(t->dnn, s->ids, s->values, s->n);
-    return t->fm ? train_fm_predict(t->fm, s->ids, s->values, s->n)
-                 : train_lr_predict(t->lr, s->ids, s->values, s->n);
-}
-
-static int tr_export(const struct trainer *t, const char *dir, const store_meta_t *meta,
-                     store_error_t *err)
-{
-    if (t->ffm)
-        return train_ffm_export(t->ffm, dir, meta, err);
-    if (t->dnn)
-        return train_dnn_export(t->dnn, dir, meta, err);
-    return t->fm ? train_fm_export(t->fm, dir, meta, err) : train_lr_export(t->lr, dir, meta, err);
+    return (codec_block_t){.ids = s->ids, .values = s->values, .n = s->n};
 }
 
 /* One pass of the training file.  Returns 0 or 1 (error printed). */
-static int train_epoch(reader_t *r, struct trainer *t, double *loss, uint64_t *rows,
+static int train_epoch(reader_t *r, train_t *t, double *loss, uint64_t *rows,
                        uint64_t *updates, double *busy)
 {
     reader_sample_t s;
@@ -169,7 +138,8 @@ static int train_epoch(reader_t *r, struct trainer *t, double *loss, uint64_t *r
     while ((rc = reader_next(r, &s)) == 1) {
         float p;
         double t0 = now_sec();
-        if (tr_update(t, &s, &p) != 0) {
+        const codec_block_t shared = sample_block(&s), none = {.ids = NULL, .values = NULL, .n = 0};
+        if (train_update(t, &shared, &none, 1, &s.label, NULL, &p) != 0) {
             fprintf(stderr, "tltrain: out of memory while training\n");
             return 1;
         }
@@ -190,7 +160,7 @@ static int train_epoch(reader_t *r, struct trainer *t, double *loss, uint64_t *r
     return 0;
 }
 
-static int evaluate(reader_t *r, struct trainer *t, metrics_result_t *res)
+static int evaluate(reader_t *r, train_t *t, metrics_result_t *res)
 {
     metrics_t *m;
     reader_sample_t s;
@@ -200,7 +170,8 @@ static int evaluate(reader_t *r, struct trainer *t, metrics_result_t *res)
         return 1;
     }
     while ((rc = reader_next(r, &s)) == 1) {
-        if (metrics_add(m, tr_predict(t, &s), s.label) != 0) {
+        const codec_block_t shared = sample_block(&s);
+        if (metrics_add(m, train_predict(t, &shared, NULL), s.label) != 0) {
             rc = -ENOMEM;
             break;
         }
@@ -246,73 +217,76 @@ static int parse_hidden(const char *s, train_dnn_options_t *o)
     return 0;
 }
 
-/* DNN: fields from a first pass over the training file when not given (the
- * largest field + 1), then the trainer.  0, 1 (bad data) or 2 (bad
- * options); the error is printed. */
-static int dnn_setup(reader_t *r, int fields_given, train_dnn_options_t *o, train_dnn_t **out)
+/* The largest field in the training file + 1 (a first pass), for a kind
+ * that needs its field count when none was given.  0, or 1 (bad data;
+ * printed). */
+static int fields_from_data(reader_t *r, uint32_t *fields)
 {
-    if (!fields_given) {
-        reader_sample_t s;
-        uint32_t top = 0;
-        int rc;
-        while ((rc = reader_next(r, &s)) == 1)
-            for (uint32_t j = 0; j < s.n; j++)
-                if ((uint32_t)(s.ids[j] >> 56) > top)
-                    top = (uint32_t)(s.ids[j] >> 56);
-        if (rc < 0) {
-            fprintf(stderr, "tltrain: %s\n", reader_error(r));
-            return 1;
-        }
-        o->fields = top + 1;
+    reader_sample_t s;
+    uint32_t top = 0;
+    int rc;
+    while ((rc = reader_next(r, &s)) == 1)
+        for (uint32_t j = 0; j < s.n; j++)
+            if ((uint32_t)(s.ids[j] >> 56) > top)
+                top = (uint32_t)(s.ids[j] >> 56);
+    if (rc < 0) {
+        fprintf(stderr, "tltrain: %s\n", reader_error(r));
+        return 1;
     }
-    char why[256];
-    if (train_dnn_create(o, out, why, sizeof why) != 0) {
-        fprintf(stderr, "tltrain: %s\n", why);
-        return 2;
-    }
-    char hid[96] = "";
-    for (uint32_t l = 0, len = 0; l < o->n_hidden && len < sizeof hid; l++)
-        len += (uint32_t)snprintf(hid + len, sizeof hid - len, "%s%u", l ? "," : "", o->hidden[l]);
-    fprintf(stderr,
-            "tltrain: dnn fields=%u%s dim=%u hidden=%s wide=%d lr=%g (adagrad) lr_dense=%g "
-            "(adam) l2=%g init_stdev=%g seed=%llu\n",
-            o->fields, fields_given ? "" : " (from the data)", o->dim, hid[0] ? hid : "none",
-            (int)o->wide, o->lr_sparse, o->lr_dense, o->l2, o->init_stdev,
-            (unsigned long long)o->seed);
+    *fields = top + 1;
     return 0;
 }
 
-/* FFM: fields from a first pass over the training file when not given (the
- * largest field + 1), then the trainer.  0, 1 (bad data) or 2 (bad
- * options); the error is printed. */
-static int ffm_setup(reader_t *r, int fields_given, train_ffm_options_t *o, train_ffm_t **out)
+/* The command line's hyper-parameters (negative: not given) onto a kind's
+ * options, which hold that kind's defaults. */
+struct cli_params {
+    double lr, beta, l1, l2, l2v, init_sd;
+    long k;
+    unsigned long long seed;
+    int norm; /* 1 on, 0 off, -1 the kind's default */
+};
+
+static void apply_params(const struct cli_params *c, const train_dnn_options_t *dno,
+                         train_options_t *o)
 {
-    if (!fields_given) {
-        reader_sample_t s;
-        uint32_t top = 0;
-        int rc;
-        while ((rc = reader_next(r, &s)) == 1)
-            for (uint32_t j = 0; j < s.n; j++)
-                if ((uint32_t)(s.ids[j] >> 56) > top)
-                    top = (uint32_t)(s.ids[j] >> 56);
-        if (rc < 0) {
-            fprintf(stderr, "tltrain: %s\n", reader_error(r));
-            return 1;
-        }
-        o->fields = top + 1;
+    switch (o->kind) {
+    case STORE_MODEL_LR:
+        if (c->lr >= 0) o->lr.alpha = c->lr;
+        if (c->beta >= 0) o->lr.beta = c->beta;
+        if (c->l1 >= 0) o->lr.l1 = c->l1;
+        if (c->l2 >= 0) o->lr.l2 = c->l2;
+        break;
+    case STORE_MODEL_FM:
+        if (c->lr >= 0) o->fm.alpha = c->lr;
+        if (c->beta >= 0) o->fm.beta = c->beta;
+        if (c->l1 >= 0) o->fm.l1 = c->l1;
+        if (c->l2 >= 0) o->fm.l2 = c->l2;
+        if (c->l2v >= 0) o->fm.l2_v = c->l2v;
+        if (c->init_sd >= 0) o->fm.init_stdev = c->init_sd;
+        o->fm.k = (uint32_t)c->k;
+        o->fm.seed = c->seed;
+        if (c->norm >= 0) o->fm.norm = c->norm;
+        break;
+    case STORE_MODEL_FFM:
+        if (c->lr >= 0) o->ffm.alpha = c->lr;
+        if (c->beta >= 0) o->ffm.beta = c->beta;
+        if (c->l2 >= 0) o->ffm.l2 = c->l2;
+        if (c->l2v >= 0) o->ffm.l2_v = c->l2v;
+        if (c->init_sd >= 0) o->ffm.init_stdev = c->init_sd;
+        o->ffm.k = (uint32_t)c->k;
+        o->ffm.seed = c->seed;
+        o->ffm.norm = c->norm != 0; /* on unless --no-norm */
+        break;
+    case STORE_MODEL_DNN:
+        o->dnn = *dno; /* --dim, --hidden, --wide, --fields, --lr-dense */
+        if (c->lr >= 0) o->dnn.lr_sparse = c->lr;
+        if (c->l2 >= 0) o->dnn.l2 = c->l2;
+        if (c->init_sd >= 0) o->dnn.init_stdev = c->init_sd;
+        o->dnn.seed = c->seed;
+        break;
+    default:
+        break;
     }
-    char why[256];
-    if (train_ffm_create(o, out, why, sizeof why) != 0) {
-        fprintf(stderr, "tltrain: %s\n", why);
-        return 2;
-    }
-    fprintf(stderr,
-            "tltrain: ffm/%s fields=%u%s k=%u norm=%d alpha=%g beta=%g l2=%g l2_v=%g "
-            "init_stdev=%g seed=%llu\n",
-            train_optimizer_name(o->optimizer), o->fields, fields_given ? "" : " (from the data)",
-            o->k, (int)o->norm, o->alpha, o->beta, o->l2, o->l2_v, o->init_stdev,
-            (unsigned long long)o->seed);
-    return 0;
 }
 
 int tltrain_predict_main(int argc, char **argv); /* tltrain_predict.c */
@@ -353,9 +327,8 @@ int main(int argc, char **argv)
     int json = 0, skip_bad = 0, c;
     train_dnn_options_t dno; /* --model dnn */
     train_dnn_defaults(&dno);
-    int dnn_fields_given = 0;
-    int ffm_norm = 1; /* --model ffm: instance normalisation */
-    int fm_norm = -1; /* --model fm: 1 on, 0 off, -1 train_fm_defaults' */
+    int fields_given = 0; /* --fields (ffm, dnn; kept in dno.fields) */
+    int norm = -1;        /* --norm 1, --no-norm 0, else -1: the kind's default */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *e;
@@ -431,13 +404,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "tltrain: --fields: '%s' is not a number in 1..256\n", optarg);
                 return 2;
             }
-            dnn_fields_given = 1;
+            fields_given = 1;
             break;
         case O_HIDDEN: if (parse_hidden(optarg, &dno)) return 2; break;
         case O_WIDE: dno.wide = true; break;
         case O_NO_WIDE: dno.wide = false; break;
-        case O_NORM: ffm_norm = fm_norm = 1; break;
-        case O_NO_NORM: ffm_norm = fm_norm = 0; break;
+        case O_NORM: norm = 1; break;
+        case O_NO_NORM: norm = 0; break;
         case O_LR_DENSE: if (parse_double("--lr-dense", optarg, &dno.lr_dense)) return 2; break;
         case 'h': usage(stdout); return 0;
         default:
@@ -459,68 +432,43 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
         return 2;
     }
-    int fm = strcmp(model, "fm") == 0, dnn = strcmp(model, "dnn") == 0;
-    int ffm = strcmp(model, "ffm") == 0;
-    if (!fm && !ffm && !dnn && strcmp(model, "lr") != 0) {
+    static const char *const kind_names[] = {"lr", "fm", "ffm", "dnn"};
+    static const store_model_kind_t kinds[] = {STORE_MODEL_LR, STORE_MODEL_FM, STORE_MODEL_FFM,
+                                               STORE_MODEL_DNN};
+    const train_ops_t *ops = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (strcmp(model, kind_names[i]) == 0)
+            ops = train_ops_for(kinds[i]);
+    if (!ops) {
         fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
         return 2;
     }
     if (optimizer && strcmp(optimizer, "adam") == 0) {
-        if (!dnn) {
+        if (ops->kind != STORE_MODEL_DNN) {
             fprintf(stderr, "tltrain: --optimizer adam: Adam trains a dnn's dense layers; "
                             "use ftrl, adagrad or sgd for %s\n", model);
             return 2;
         }
         optimizer = NULL; /* the dnn's default: Adam for the MLP, Adagrad for the embeddings */
     }
-    if (!optimizer)
-        optimizer = fm || ffm ? "adagrad" : "ftrl";
-    if (!epochs)
-        epochs = dnn   ? TRAIN_DNN_DEFAULT_EPOCHS
-                 : ffm ? TRAIN_FFM_DEFAULT_EPOCHS
-                 : fm  ? (strcmp(optimizer, "adagrad") == 0 ? TRAIN_FM_DEFAULT_EPOCHS : 1)
-                       : 3; /* fm ftrl/sgd: untuned, they overfit the small sets from pass 2 */
     if (!name)
         name = model;
-    train_optimizer_t ot;
-    if (train_optimizer_parse(optimizer, &ot) != 0) {
+    train_optimizer_t ot = train_default_optimizer(ops->kind);
+    if (optimizer && train_optimizer_parse(optimizer, &ot) != 0) {
         fprintf(stderr, "tltrain: --optimizer: '%s' is not ftrl, adagrad or sgd\n", optimizer);
         return 2;
     }
-    train_lr_options_t to;
-    train_fm_options_t fo;
-    train_lr_defaults(ot, &to);
-    train_fm_defaults(ot, &fo);
-    if (lr >= 0) to.alpha = fo.alpha = lr;
-    if (beta >= 0) to.beta = fo.beta = beta;
-    if (l1 >= 0) to.l1 = fo.l1 = l1;
-    if (l2 >= 0) to.l2 = fo.l2 = l2;
-    if (l2v >= 0) fo.l2_v = l2v;
-    if (init_sd >= 0) fo.init_stdev = init_sd;
-    fo.k = (uint32_t)k;
-    fo.seed = seed;
-    if (fm_norm >= 0) fo.norm = fm_norm;
-    if (lr >= 0) dno.lr_sparse = lr;
-    if (l2 >= 0) dno.l2 = l2;
-    if (init_sd >= 0) dno.init_stdev = init_sd;
-    train_ffm_options_t ffo; /* --model ffm; fields from --fields or the data */
-    train_ffm_defaults(&ffo);
-    ffo.optimizer = ot;
-    if (lr >= 0) ffo.alpha = lr;
-    if (beta >= 0) ffo.beta = beta;
-    if (l2 >= 0) ffo.l2 = l2;
-    if (l2v >= 0) ffo.l2_v = l2v;
-    if (init_sd >= 0) ffo.init_stdev = init_sd;
-    ffo.k = (uint32_t)k;
-    ffo.seed = seed;
-    ffo.norm = ffm_norm;
-    ffo.fields = dnn_fields_given ? dno.fields : 0;
-    dno.seed = seed;
-    store_meta_t meta = {.model_kind = dnn   ? STORE_MODEL_DNN
-                                       : ffm ? STORE_MODEL_FFM
-                                       : fm  ? STORE_MODEL_FM
-                                            : STORE_MODEL_LR,
-                         .version = version};
+    train_options_t o;
+    train_defaults(ops->kind, ot, &o);
+    const struct cli_params cp = {.lr = lr, .beta = beta, .l1 = l1, .l2 = l2, .l2v = l2v,
+                                  .init_sd = init_sd, .k = k, .seed = seed, .norm = norm};
+    apply_params(&cp, &dno, &o);
+    uint32_t *fields = train_options_fields(&o); /* FFM, DNN: --fields or the data */
+    if (fields)
+        *fields = fields_given ? dno.fields : 0;
+    if (!epochs)
+        epochs = train_default_epochs(&o);
+    store_meta_t meta = {.model_kind = ops->kind, .version = version};
     if (strlen(name) >= sizeof meta.model_name) {
         fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
         return 2;
@@ -530,10 +478,10 @@ int main(int argc, char **argv)
     int status = 1;
     char err[512];
     reader_t *rtrain = NULL, *rtest = NULL;
-    struct trainer tr = {0}, *t = &tr;
+    train_t *t = NULL;
     char why[256];
-    if (!dnn && !ffm && (fm ? train_fm_create(&fo, &tr.fm, why, sizeof why)
-            : train_lr_create(&to, &tr.lr, why, sizeof why)) != 0) {
+    const int scan = fields && !fields_given; /* the trainer waits for the data's fields */
+    if (!scan && train_create(&o, &t, why, sizeof why) != 0) {
         fprintf(stderr, "tltrain: %s\n", why);
         status = 2;
         goto out;
@@ -543,28 +491,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: %s\n", err);
         goto out;
     }
-    if (dnn) {
-        int rc = dnn_setup(rtrain, dnn_fields_given, &dno, &tr.dnn);
-        if (rc != 0) {
-            status = rc;
+    if (scan) {
+        if (fields_from_data(rtrain, fields) != 0)
+            goto out;
+        if (train_create(&o, &t, why, sizeof why) != 0) {
+            fprintf(stderr, "tltrain: %s\n", why);
+            status = 2;
             goto out;
         }
-    } else if (ffm) {
-        int rc = ffm_setup(rtrain, dnn_fields_given, &ffo, &tr.ffm);
-        if (rc != 0) {
-            status = rc;
-            goto out;
-        }
-        fprintf(stderr, "tltrain: ffm epochs=%ld\n", epochs);
-    } else if (fm)
-        fprintf(stderr,
-                "tltrain: fm/%s k=%u norm=%d alpha=%g beta=%g l1=%g l2=%g l2_v=%g "
-                "l2_v_freq=%g init_stdev=%g seed=%llu epochs=%ld\n",
-                train_optimizer_name(ot), fo.k, (int)fo.norm, fo.alpha, fo.beta, fo.l1, fo.l2,
-                fo.l2_v, fo.l2_v_freq, fo.init_stdev, (unsigned long long)fo.seed, epochs);
-    else
-        fprintf(stderr, "tltrain: lr/%s alpha=%g beta=%g l1=%g l2=%g epochs=%ld\n",
-                train_optimizer_name(ot), to.alpha, to.beta, to.l1, to.l2, epochs);
+    }
+    train_describe(t, why, sizeof why);
+    fprintf(stderr, "tltrain: %s%s epochs=%ld\n", why, scan ? " (fields from the data)" : "",
+            epochs);
     metrics_result_t res = {.logloss = NAN, .auc = NAN, .calibration = NAN};
     for (long ep = 1; ep <= epochs; ep++) {
         double loss, busy, t0 = now_sec();
@@ -591,7 +529,7 @@ int main(int argc, char **argv)
     }
     if (export_dir) {
         store_error_t se;
-        if (tr_export(t, export_dir, &meta, &se) != 0) {
+        if (train_export(t, export_dir, &meta, &se) != 0) {
             fprintf(stderr, "tltrain: export: %s\n", se.msg);
             goto out;
         }
@@ -609,9 +547,6 @@ int main(int argc, char **argv)
 out:
     reader_close(rtrain);
     reader_close(rtest);
-    train_lr_destroy(tr.lr);
-    train_fm_destroy(tr.fm);
-    train_dnn_destroy(tr.dnn);
-    train_ffm_destroy(tr.ffm);
+    train_destroy(t);
     return status;
 }

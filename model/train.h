@@ -1,27 +1,49 @@
 /*
- * train.h — offline / online training of LR and FM (FFM, DNN come later
- * behind the same shape): per-sample updates with FTRL-Proximal, Adagrad or
- * SGD, optimizer state in the trainer's own store, and an export to a
- * serving snapshot that model_load() and tlserve accept.
+ * train.h — training every model kind through one handle: a train_t made
+ * from a train_options_t, driven by per-sample updates, exported as a
+ * serving snapshot that model_load() and tlserve accept.  Each kind (LR, FM,
+ * FFM, DNN) is one table of functions, train_ops_t (as Redis's dictType),
+ * implemented in one file: train_lr.c, train_fm.c, train_ffm.c,
+ * train_dnn.c.  The option checks they share and the create-store-reserve
+ * step live once, in train.c; callers (tltrain, train_bench, the server's
+ * online trainer) switch on nothing.
  *
- * LR trainer state (one store entry per feature id, fp32):
+ * A SAMPLE is what the server has after decoding a request: a shared block
+ * (user, context) and one item block, both codec_block_t (ids, values;
+ * values NULL = all 1), with a label (0 or 1) and a weight (>= 0; 1 for
+ * plain logloss).  Its features are the shared block's followed by the
+ * item's, in that order.  An update scores the sample (the prediction made
+ * BEFORE the step), then takes one optimizer step on logloss x weight.
  *
- *   FTRL     K = 3  [ z | n | w ]   w = the weight implied by z, n (cached)
- *   Adagrad  K = 2  [ w | sum g^2 ]
- *   SGD      K = 1  [ w ]
+ * Predictions are the scoring path's: a trainer computes p with the
+ * arithmetic model_score() runs (model.c, ffm.c, dnn.c) on the serving rows
+ * it keeps as the prefix of its state rows, so an export scores a sample
+ * given as the shared block with an empty item bit for bit as the trainer
+ * predicted it (with a non-empty item the sums run in one pass over both
+ * blocks, which model_score splits in two: equal to rounding).
  *
- * The bias is the entry under MODEL_BIAS_ID, trained like a feature of value
- * 1 but never regularised (no L1/L2).  Predictions are computed exactly as
- * model_score() computes them (double sums in feature order, bias added to
- * the block sum, the same sigmoid), so an exported model scores every sample
- * bit for bit as the trainer did.
+ * THREAD SAFETY
+ *   One writer: a train_t is driven by one thread (update, reserve,
+ *   predict and export all reuse its work space).  The trainer's state is a
+ *   store_t for LR, FM and DNN (train_store()): store.h's rule holds, one
+ *   writer per store shard (the trainer owns every shard of its store) and
+ *   any number of lock-free readers (store_lookup_batch, as model_score
+ *   reads): neither side waits for the other.  A reader may see a row of
+ *   more than one float halfway through its update (old and new floats
+ *   mixed; store.h promises untorn reads for one-float rows only), which
+ *   scoring tolerates as it tolerates the sample's own step.  FFM keeps its
+ *   rows in a row table stepped in place (train_ffm.c says why): only the
+ *   writer may read it (train_store() is NULL).
  *
- * THREAD SAFETY: a trainer is driven by one thread.  Its store may be read
- * concurrently through train_lr_store() (lock-free store reads).
+ * ERRORS: -EINVAL with a sentence for bad options, -ENOMEM when the state or
+ * the work space cannot grow (the model is then partially updated); exports
+ * return -1 with a store_error_t naming what failed.
  */
 #ifndef TL_MODEL_TRAIN_H
 #define TL_MODEL_TRAIN_H
 
+#include "codec/codec.h"
+#include "dnn.h"
 #include "store/store.h"
 
 #include <stdbool.h>
@@ -38,6 +60,18 @@ typedef enum train_optimizer {
     TRAIN_SGD = 2,
 } train_optimizer_t;
 
+/* "ftrl" / "adagrad" / "sgd" -> optimizer; 0 or -EINVAL. */
+int train_optimizer_parse(const char *name, train_optimizer_t *out);
+const char *train_optimizer_name(train_optimizer_t opt);
+
+/* ---- options, one struct per kind ------------------------------------------
+ *
+ * LR (train_lr.c), state per id (fp32):
+ *   FTRL     K = 3  [ z | n | w ]   w = the weight implied by z, n (cached)
+ *   Adagrad  K = 2  [ w | sum g^2 ]
+ *   SGD      K = 1  [ w ]
+ * The bias is the entry under MODEL_BIAS_ID, trained like a feature of value
+ * 1 but never regularised (no L1/L2). */
 typedef struct train_lr_options {
     train_optimizer_t optimizer;
     double alpha;           /* learning rate (FTRL alpha, Adagrad/SGD step); > 0 */
@@ -48,51 +82,7 @@ typedef struct train_lr_options {
     uint32_t shards;        /* trainer store shards; 0 = 16 */
 } train_lr_options_t;
 
-typedef struct train_lr train_lr_t; /* opaque */
-
-/* Fills o with the tuned defaults for the optimizer (see train_lr.c). */
-void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o);
-
-/* "ftrl" / "adagrad" / "sgd" -> optimizer; 0 or -EINVAL. */
-int train_optimizer_parse(const char *name, train_optimizer_t *out);
-const char *train_optimizer_name(train_optimizer_t opt);
-
-/* Creates a trainer with an empty model.  Returns 0, -EINVAL (bad options;
- * a sentence in why when why_len > 0) or -ENOMEM.  Caller frees with
- * train_lr_destroy(). */
-int train_lr_create(const train_lr_options_t *opt, train_lr_t **out, char *why, size_t why_len);
-void train_lr_destroy(train_lr_t *t);
-
-/* The click probability of one sample under the current weights (values may
- * be NULL: all 1).  Equal bit for bit to model_score() on an export.  Never
- * allocates; n must be <= the largest n passed so far to train_lr_update or
- * train_lr_reserve. */
-float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n);
-
-/* Sizes the per-sample work space for samples of up to n features (0 or
- * -ENOMEM).  train_lr_update() grows it itself. */
-int train_lr_reserve(train_lr_t *t, uint32_t n);
-
-/* One optimizer step on one sample (label 0 or 1).  Writes the prediction
- * made BEFORE the step to *p (when p != NULL).  Returns 0, or -ENOMEM when
- * the store could not grow (the model is then partially updated). */
-int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
-
-/* Writes the current weights as an LR serving snapshot (value_floats 1,
- * fp32, model_kind LR, bias under MODEL_BIAS_ID; zero weights omitted) into
- * dir (store_snapshot_write rules).  meta->model_kind is forced to LR.
- * Blocks.  Returns 0, or -1 with *err filled. */
-int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
-                    store_error_t *err);
-
-/* The trainer's own state store (K as above), e.g. for tests. */
-const store_t *train_lr_store(const train_lr_t *t);
-
-/* Weight of one id as the trainer would serve it (0 when absent). */
-float train_lr_weight(const train_lr_t *t, uint64_t id);
-
-/* ---- FM (fm_train.c) ------------------------------------------------------
+/* FM (train_fm.c):
  *
  * margin = bias + s sum_j w_j x_j + s^2 0.5 sum_f [(sum_j v_jf x_j)^2 - sum_j (v_jf x_j)^2]
  *
@@ -112,11 +102,7 @@ float train_lr_weight(const train_lr_t *t, uint64_t id);
  * f): the same for any sample order.  The bias (MODEL_BIAS_ID, first float)
  * is never regularised.  The factors' L2 at an id's c-th occurrence is
  * l2_v + l2_v_freq / c (frequency-adaptive: rare ids' factors shrink hard,
- * frequent ids' are left to the data; fm_train.c says why).  Predictions
- * are computed exactly as model_score() computes them for a request whose
- * shared block is the sample and whose item is empty, so an export scores
- * such requests bit for bit as the trainer predicted. */
-
+ * frequent ids' are left to the data; train_fm.c says why). */
 typedef struct train_fm_options {
     train_optimizer_t optimizer;
     uint32_t k;             /* factors: 1..64 (MODEL_FM_MAX_K) */
@@ -133,45 +119,182 @@ typedef struct train_fm_options {
     uint32_t shards;        /* trainer store shards; 0 = 16 */
 } train_fm_options_t;
 
-typedef struct train_fm train_fm_t; /* opaque */
-
-/* Passes over the training data that the Adagrad defaults are tuned for
- * (tltrain's default for --model fm). */
+/* Passes over the training data that the FM Adagrad defaults are tuned for. */
 #define TRAIN_FM_DEFAULT_EPOCHS 10
 
-/* Fills o with the defaults for the optimizer and k = 4.  Adagrad's are
- * tuned (with TRAIN_FM_DEFAULT_EPOCHS): norm on, alpha 0.2, beta 1, l2 and
- * l2_v 2e-5, l2_v_freq 3.  FTRL's and SGD's are untuned starting points
- * (norm off, l2_v_freq 0). */
+/* FFM (train_ffm.c):
+ *
+ *   margin = bias + s sum_j w_j x_j
+ *                 + s^2 sum_{j<l} <v_{j,field(l)}, v_{l,field(j)}> x_j x_l
+ *
+ * (s = 1/|x| with instance normalisation, else 1).  Trainer state per id
+ * (fp32, K = 1 + F k); the serving row [w | v_0 .. v_{F-1}] is its prefix:
+ *
+ *   SGD      [ w | v (F k) ]                    1 + F k  <= STORE_MAX_VALUE_FLOATS
+ *   Adagrad  [ w | v (F k) | Gw | Gv (F k) ]    2 + 2F k <= STORE_MAX_VALUE_FLOATS
+ *
+ * A new id's v starts uniform in [0, init_stdev) from a hash of (seed, id,
+ * coordinate): the same for any sample order.  FTRL is refused. */
+typedef struct train_ffm_options {
+    train_optimizer_t optimizer; /* TRAIN_ADAGRAD (default) or TRAIN_SGD */
+    uint32_t fields, k;     /* F in 1..FFM_MAX_FIELDS, k >= 1; the state row must fit
+                             * STORE_MAX_VALUE_FLOATS */
+    double alpha;           /* learning rate of v; > 0 */
+    double w_ratio;         /* the bias and w step at alpha x w_ratio; > 0 */
+    double beta;            /* Adagrad: added to sqrt(sum g^2); >= 0 */
+    double l2;              /* L2 on w; >= 0 */
+    double l2_v;            /* L2 on v; >= 0 */
+    double init_stdev;      /* v starts uniform in [0, init_stdev) (LIBFFM's 1/sqrt(k)
+                             * for k = 4 by default); >= 0 */
+    bool norm;              /* instance normalisation (s = 1/|x|) */
+    uint64_t seed;          /* of the v initialisation */
+    uint64_t expected_keys; /* sizing hint; 0 = small */
+} train_ffm_options_t;
+
+/* Passes over the training data that the FFM defaults are tuned for. */
+#define TRAIN_FFM_DEFAULT_EPOCHS 11
+
+/* DNN (train_dnn.c), the Wide & Deep network of dnn.h: Adagrad for the
+ * sparse part (wide weights, embeddings, the global bias), Adam for the
+ * dense MLP.  Trainer state per id (fp32); the serving row [w | e] is its
+ * prefix:
+ *
+ *   [ w | e_1..e_d | Gw | Ge_1..Ge_d ]     K = 2 + 2d, d <= 511
+ *
+ * A new id's e starts as N(0, init_stdev^2) drawn from a hash of (seed, id,
+ * coordinate).  The MLP goes into the snapshot's extras. */
+#define TRAIN_DNN_MAX_DIM ((STORE_MAX_VALUE_FLOATS - 2) / 2) /* 511 */
+#define TRAIN_DNN_DEFAULT_EPOCHS 1 /* passes tltrain makes unless told */
+
+typedef struct train_dnn_options {
+    uint32_t fields;        /* F: an id's field is (id >> 56) % F; 1..256 */
+    uint32_t dim;           /* d: embedding size, 1..TRAIN_DNN_MAX_DIM; F*d <= DNN_MAX_WIDTH */
+    uint32_t n_hidden;      /* hidden layers: 0..DNN_MAX_LAYERS-1 */
+    uint32_t hidden[DNN_MAX_LAYERS - 1]; /* their widths, 1..DNN_MAX_WIDTH */
+    bool wide;              /* train and serve the wide weights w */
+    double lr_sparse;       /* Adagrad step for w, e and the bias; > 0 */
+    double lr_dense;        /* Adam step for the MLP (beta1 .9, beta2 .999, eps 1e-8); > 0 */
+    double l2;              /* L2 on w and e; >= 0 */
+    double l2_dense;        /* L2 on the MLP weights (not its biases); >= 0 */
+    double init_stdev;      /* e ~ N(0, init_stdev^2); >= 0 */
+    uint64_t seed;          /* of the embedding and MLP initialisation */
+    uint64_t expected_keys; /* sizing hint; 0 = small */
+    uint32_t shards;        /* trainer store shards; 0 = 16 */
+} train_dnn_options_t;
+
+/* Fills o with each kind's tuned defaults (train_*.c say where from).  LR
+ * and FM take the optimizer; FM's Adagrad defaults are the tuned ones
+ * (norm on, alpha 0.2, beta 1, l2 and l2_v 2e-5, l2_v_freq 3), FTRL's and
+ * SGD's untuned starting points (norm off).  FFM: Adagrad, k 4, norm on,
+ * fields left 0 (the caller must set them).  DNN: 26 fields, d 16, hidden
+ * 256,128, wide. */
+void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o);
 void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o);
+void train_ffm_defaults(train_ffm_options_t *o);
+void train_dnn_defaults(train_dnn_options_t *o);
 
-/* Same contract as train_lr_create (0, -EINVAL with a sentence, -ENOMEM). */
-int train_fm_create(const train_fm_options_t *opt, train_fm_t **out, char *why, size_t why_len);
-void train_fm_destroy(train_fm_t *t);
+/* A trainer's options: the kind, and that kind's struct. */
+typedef struct train_options {
+    store_model_kind_t kind; /* STORE_MODEL_LR, _FM, _FFM or _DNN */
+    union {
+        train_lr_options_t lr;
+        train_fm_options_t fm;
+        train_ffm_options_t ffm;
+        train_dnn_options_t dnn;
+    };
+} train_options_t;
 
-/* Click probability under the current parameters; unseen ids count 0 (as
- * served).  Equal bit for bit to model_score() on an export with the sample
- * as the shared block and one empty item.  NAN when the work space cannot
- * grow. */
-float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n);
+/* o = kind's defaults (the optimizer is used by LR, FM and FFM; DNN has
+ * its own).  0, or -EINVAL for a kind nobody trains. */
+int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options_t *o);
 
-/* Sizes the work space for samples of up to n features (0 or -ENOMEM). */
-int train_fm_reserve(train_fm_t *t, uint32_t n);
+/* The optimizer a kind is tuned with: FTRL for LR, Adagrad for FM and FFM
+ * (and the DNN's embeddings, whose optimizer is fixed). */
+train_optimizer_t train_default_optimizer(store_model_kind_t kind);
 
-/* One step on one sample; *p (when non-NULL) gets the prediction made
- * before the step (with new ids already initialised).  0 or -ENOMEM. */
-int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
+/* The passes over a training file the defaults are tuned for. */
+uint32_t train_default_epochs(const train_options_t *o);
 
-/* Writes an FM serving snapshot (value_floats 1 + k, fp32, model_kind FM,
- * rows [w | v], bias row [bias | 0..0]; all-zero rows omitted) into dir.
- * Blocks.  Returns 0, or -1 with *err filled. */
-int train_fm_export(const train_fm_t *t, const char *dir, const store_meta_t *meta,
-                    store_error_t *err);
+/* Where the kind keeps its field count (FFM, DNN), NULL when it has none:
+ * for a caller that learns the fields from the data before creating. */
+uint32_t *train_options_fields(train_options_t *o);
 
-/* The trainer's own state store (K as above), e.g. for tests. */
-const store_t *train_fm_store(const train_fm_t *t);
-uint32_t train_fm_k(const train_fm_t *t);
+/* ---- the table of functions a kind implements ------------------------------
+ *
+ * impl is the kind's own state, made by create.  A sample reaches the kind
+ * as one run of features (ids, values may be NULL = all 1; n of them):
+ * train.c joins the shared and the item block when both are non-empty.
+ * Calls come from the one writer thread. */
+typedef struct train_ops {
+    store_model_kind_t kind;
+    const char *name; /* "lr", "fm", "ffm", "dnn" */
+    /* 0, -EINVAL (a sentence in why) or -ENOMEM; may block (mmap). */
+    int (*create)(const train_options_t *o, void **impl, char *why, size_t why_len);
+    void (*destroy)(void *impl);
+    /* Sizes the work space for samples of up to n features: 0 or -ENOMEM. */
+    int (*reserve)(void *impl, uint32_t n);
+    /* p under the current parameters (unseen ids count 0, as served); NAN
+     * when the work space cannot grow. */
+    float (*predict)(void *impl, const uint64_t *ids, const float *values, uint32_t n);
+    /* One step on logloss x weight; *p (when non-NULL) gets the prediction
+     * made before the step.  0 or -ENOMEM. */
+    int (*update)(void *impl, const uint64_t *ids, const float *values, uint32_t n, float label,
+                  float weight, float *p);
+    /* Serving snapshot into dir (store_snapshot_write rules); blocks.  0, or
+     * -1 with *err filled. */
+    int (*export_snapshot)(const void *impl, const char *dir, const store_meta_t *meta,
+                           store_error_t *err);
+    /* The state store (NULL when the kind keeps no store_t). */
+    const store_t *(*store)(const void *impl);
+    /* One line of hyper-parameters, for logs. */
+    void (*describe)(const void *impl, char *buf, size_t len);
+} train_ops_t;
+
+/* The table of a kind, NULL when nobody trains it. */
+const train_ops_t *train_ops_for(store_model_kind_t kind);
+
+/* ---- the trainer (one writer thread) ----------------------------------------- */
+
+typedef struct train train_t; /* opaque */
+
+/* Checks o and creates a trainer with an empty model and work space for
+ * samples of 64 features.  0, -EINVAL (bad options; a sentence in why when
+ * why_len > 0) or -ENOMEM.  The caller owns *out (train_destroy).  May
+ * block (allocation, mmap). */
+int train_create(const train_options_t *o, train_t **out, char *why, size_t why_len);
+void train_destroy(train_t *t);
+
+const train_ops_t *train_ops(const train_t *t);
+const train_options_t *train_options(const train_t *t);
+
+/* Sizes the work space for samples of up to n features in shared and item
+ * together (0 or -ENOMEM); update and predict grow it themselves, so a
+ * caller that wants no allocation on its path calls this once. */
+int train_reserve(train_t *t, uint32_t n);
+
+/* The click probability of the sample (shared, item) under the current
+ * parameters; item may be NULL (no item features).  NAN when the work space
+ * cannot grow. */
+float train_predict(train_t *t, const codec_block_t *shared, const codec_block_t *item);
+
+/* One optimizer step per item: sample i is (shared, items[i]) with
+ * labels[i] and weights[i] (weights NULL: all 1).  p (when non-NULL) gets
+ * n_items predictions, each made before its own step (so item i sees the
+ * steps of items 0..i-1).  0, or -ENOMEM (items before the failing one are
+ * learned; the failing one is partially). */
+int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *items,
+                 uint32_t n_items, const float *labels, const float *weights, float *p);
+
+/* Writes the current weights as a serving snapshot of the trainer's kind
+ * into dir (meta's model_kind is replaced by it).  Blocks.  0, or -1 with
+ * *err filled. */
+int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err);
+
+/* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */
+const store_t *train_store(const train_t *t);
+
+/* One line of the trainer's hyper-parameters ("lr/ftrl alpha=0.1 ..."). */
+void train_describe(const train_t *t, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

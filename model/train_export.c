@@ -1,7 +1,8 @@
 /*
- * train_export.c — train_export_rows / train_export_table (train_export.h):
- * one fp32 store the size of the trainer's state, filled by visiting its
- * rows (a store's shards or a row table), then store_snapshot_write_ex.
+ * train_export.c — train__export_rows / train__export_table (train_export.h):
+ * the export step of every kind: one fp32 store the size of the trainer's
+ * state, filled with each row's served floats by visiting its rows (a
+ * store's shards or a row table), then store_snapshot_write_ex.
  * Cold code: it runs once per export.
  */
 #include "train_export.h"
@@ -12,6 +13,7 @@
 #include <string.h>
 
 struct export_ctx {
+    uint32_t first; /* of the served floats in a state row */
     uint32_t K;
     store_t *out;
     int rc;
@@ -22,6 +24,7 @@ static int export_row(void *ctx, uint64_t key, const float *value)
     struct export_ctx *c = ctx;
     float row[STORE_MAX_VALUE_FLOATS];
     bool zero = true;
+    value += c->first;
     for (uint32_t i = 0; i < c->K; i++) {
         row[i] = value[i];
         zero = zero && value[i] == 0;
@@ -42,22 +45,22 @@ static int export_row(void *ctx, uint64_t key, const float *value)
  * row table. */
 struct source {
     const store_t *store;
-    const row_table_t *table;
+    const train__row_table_t *table;
 };
 
 static void visit_all(const struct source *src, struct export_ctx *c)
 {
     if (src->table) {
-        row_table_foreach(src->table, export_row, c);
+        train__row_table_foreach(src->table, export_row, c);
         return;
     }
     for (uint32_t s = 0; s < store_shards(src->store) && c->rc == 0; s++)
         store_foreach(src->store, s, export_row, c);
 }
 
-static int export_from(const struct source *src, uint32_t shards, uint64_t count, uint32_t K,
-                       store_model_kind_t kind, const store_extras_t *x, const char *dir,
-                       const store_meta_t *meta, store_error_t *err)
+static int export_from(const struct source *src, uint32_t shards, uint64_t count, uint32_t first,
+                       uint32_t K, store_model_kind_t kind, const store_extras_t *x,
+                       const char *dir, const store_meta_t *meta, store_error_t *err)
 {
     store_error_t local;
     if (!err)
@@ -66,7 +69,7 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
     err->offset = -1;
     store_options_t so = {
         .value_floats = K, .dtype = STORE_DTYPE_F32, .shards = shards, .expected_keys = count + 1};
-    struct export_ctx c = {.K = K, .rc = 0};
+    struct export_ctx c = {.first = first, .K = K, .rc = 0};
     int rc = store_create(&so, &c.out);
     if (rc != 0) {
         err->code = STORE_E_NOMEM;
@@ -93,18 +96,19 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
     return rc == 0 ? 0 : -1;
 }
 
-int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
-                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                      store_error_t *err)
-{
-    const struct source src = {.store = state};
-    return export_from(&src, store_shards(state), store_count(state), K, kind, x, dir, meta, err);
-}
-
-int train_export_table(const row_table_t *rows, uint32_t K, store_model_kind_t kind,
+int train__export_rows(const store_t *state, uint32_t first, uint32_t K, store_model_kind_t kind,
                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
                        store_error_t *err)
 {
+    const struct source src = {.store = state};
+    return export_from(&src, store_shards(state), store_count(state), first, K, kind, x, dir, meta,
+                       err);
+}
+
+int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
+                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                        store_error_t *err)
+{
     const struct source src = {.table = rows};
-    return export_from(&src, 0, row_table_count(rows), K, kind, x, dir, meta, err);
+    return export_from(&src, 0, train__row_table_count(rows), 0, K, kind, x, dir, meta, err);
 }

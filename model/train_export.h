@@ -12,19 +12,21 @@
 
 #include <stdint.h>
 
-/* Writes the first K floats of every row of state (the trainer's store) into
- * dir as a snapshot of the given kind with params/dense arrays x: rows whose
- * K floats are all zero are left out (an absent id scores as zero), and the
- * bias row (MODEL_BIAS_ID) is always present, with only its first float
- * kept.  meta->model_kind is replaced by kind.  Blocks.  Returns 0, or -1
- * with *err filled (err may be NULL). */
-int train_export_rows(const store_t *state, uint32_t K, store_model_kind_t kind,
-                      const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                      store_error_t *err);
+/* Writes K floats of every row of state (the trainer's store), starting at
+ * float first (0 for the kinds whose serving row is the state row's prefix;
+ * LR-FTRL's w sits after z and n), into dir as a snapshot of the given kind
+ * with params/dense arrays x (NULL: none): rows whose K floats are all zero
+ * are left out (an absent id scores as zero), and the bias row
+ * (MODEL_BIAS_ID) is always present, with only its first float kept.
+ * meta->model_kind is replaced by kind.  Blocks.  Returns 0, or -1 with
+ * *err filled (err may be NULL). */
+int train__export_rows(const store_t *state, uint32_t first, uint32_t K,
+                       store_model_kind_t kind, const store_extras_t *x, const char *dir,
+                       const store_meta_t *meta, store_error_t *err);
 
-/* The same for a trainer whose state rows live in a row table. */
-int train_export_table(const row_table_t *rows, uint32_t K, store_model_kind_t kind,
-                       const store_extras_t *x, const char *dir, const store_meta_t *meta,
-                       store_error_t *err);
+/* The same (first = 0) for a trainer whose state rows live in a row table. */
+int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
+                        const store_extras_t *x, const char *dir, const store_meta_t *meta,
+                        store_error_t *err);
 
 #endif /* TL_MODEL_TRAIN_EXPORT_H */

@@ -1,5 +1,6 @@
 /*
- * train_lr.c — LR training: FTRL-Proximal, Adagrad, SGD (train.h).
+ * train_lr.c — LR training: FTRL-Proximal, Adagrad, SGD (train.h); the
+ * table train__lr_ops.
  *
  * One sample is one step:
  *
@@ -24,16 +25,18 @@
  * w -= alpha g / (sqrt(G) + beta).  SGD, state [w]: w -= alpha (g + l2 w).
  * The bias takes the same step with l1 = l2 = 0.
  *
+ * A sample's weight scales g (weight 1 is exact: the same arithmetic).
+ *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
  * stamps: no clearing) and re-read from the store before their step.
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
-#include "train.h"
+#include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
 #include "sigmoid.h"
+#include "train_export.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,9 +48,7 @@ struct train_lr {
     train_lr_options_t opt;
     store_t *store;     /* owned: optimizer state, K floats per id */
     uint32_t k;         /* floats per id */
-    uint32_t cap;       /* features the work space holds */
-    float *state;       /* cap * k: state of the current sample's features */
-    seen_set_t seen;    /* ids of the current sample already stepped */
+    train__work_t w;    /* the current sample's state rows (k floats each) */
     float bias[3];      /* the bias's state, as last written to the store: the
                            store copy is never read back on the hot path */
 };
@@ -75,58 +76,30 @@ void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
     }
 }
 
-int train_optimizer_parse(const char *name, train_optimizer_t *out)
-{
-    if (strcmp(name, "ftrl") == 0)
-        *out = TRAIN_FTRL;
-    else if (strcmp(name, "adagrad") == 0)
-        *out = TRAIN_ADAGRAD;
-    else if (strcmp(name, "sgd") == 0)
-        *out = TRAIN_SGD;
-    else
-        return -EINVAL;
-    return 0;
-}
-
-const char *train_optimizer_name(train_optimizer_t opt)
-{
-    static const char *const names[] = {"ftrl", "adagrad", "sgd"};
-    return (unsigned)opt <= TRAIN_SGD ? names[opt] : "?";
-}
-
 static uint32_t k_of(train_optimizer_t o) { return o == TRAIN_FTRL ? 3 : o == TRAIN_ADAGRAD ? 2 : 1; }
 
-int train_lr_create(const train_lr_options_t *opt, train_lr_t **out, char *why, size_t why_len)
+__attribute__((cold)) int train_lr_create(const train_lr_options_t *opt, train_lr_t **out,
+                                          char *why, size_t why_len)
 {
-    const char *bad = NULL;
-    if ((unsigned)opt->optimizer > TRAIN_SGD)
-        bad = "unknown optimizer";
-    else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
-        bad = "learning rate (alpha) must be > 0";
-    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
-        bad = "beta must be >= 0";
-    else if (!(opt->l1 >= 0) || !isfinite(opt->l1))
-        bad = "l1 must be >= 0";
-    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
-        bad = "l2 must be >= 0";
-    if (bad) {
-        if (why_len)
-            snprintf(why, why_len, "%s", bad);
-        return -EINVAL;
-    }
+    const train__check_t checks[] = {
+        {opt->alpha, true, "learning rate (alpha) must be > 0"},
+        {opt->beta, false, "beta must be >= 0"},
+        {opt->l1, false, "l1 must be >= 0"},
+        {opt->l2, false, "l2 must be >= 0"},
+    };
+    const char *bad = (unsigned)opt->optimizer > TRAIN_SGD
+                          ? "unknown optimizer"
+                          : train__check_all(checks, sizeof checks / sizeof *checks);
+    if (bad)
+        return train__refuse(bad, why, why_len);
     train_lr_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->opt = *opt;
     t->k = k_of(opt->optimizer);
-    store_options_t so = {.value_floats = t->k, .dtype = STORE_DTYPE_F32,
-                          .shards = opt->shards, .expected_keys = opt->expected_keys};
-    int rc = store_create(&so, &t->store);
-    if (rc == 0)
-        rc = train_lr_reserve(t, 64);
+    t->w.sk = t->k;
+    int rc = train__store_create(t->k, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
-        if (why_len)
-            snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
         train_lr_destroy(t);
         return rc;
     }
@@ -139,8 +112,7 @@ void train_lr_destroy(train_lr_t *t)
     if (!t)
         return;
     store_destroy(t->store);
-    free(t->state);
-    seen_set_free(&t->seen);
+    train__work_free(&t->w);
     free(t);
 }
 
@@ -148,22 +120,7 @@ const store_t *train_lr_store(const train_lr_t *t) { return t->store; }
 
 int train_lr_reserve(train_lr_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
-        return 0;
-    uint32_t cap = t->cap ? t->cap : 64;
-    while (cap < n)
-        cap *= 2;
-    if (seen_set_reserve(&t->seen, cap) != 0)
-        return -ENOMEM;
-    float *st = malloc((size_t)cap * t->k * sizeof *st);
-    if (!st) {
-        free(st);
-        return -ENOMEM;
-    }
-    free(t->state);
-    t->state = st;
-    t->cap = cap;
-    return 0;
+    return train__work_reserve(&t->w, n);
 }
 
 /* The served weight of a state vector. */
@@ -179,15 +136,15 @@ float train_lr_weight(const train_lr_t *t, uint64_t id)
     return weight_of(t, st);
 }
 
-/* Looks up bias + features into bst / t->state and returns the margin's
+/* Looks up bias + features into bst / t->w.state and returns the margin's
  * probability, summed as model_score() sums. */
 static float forward(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float *bst)
 {
     memcpy(bst, t->bias, sizeof t->bias);
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     const uint32_t k = t->k;
-    const float *st = t->state + (k == 3 ? 2 : 0);
+    const float *st = t->w.state + (k == 3 ? 2 : 0);
     double sum = 0;
     if (values) {
         for (uint32_t j = 0; j < n; j++)
@@ -202,7 +159,7 @@ static float forward(train_lr_t *t, const uint64_t *ids, const float *values, ui
 float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     float bst[3];
-    if (n > t->cap && train_lr_reserve(t, n) != 0)
+    if ((n > t->w.cap || !t->w.state) && train_lr_reserve(t, n) != 0)
         return NAN;
     return forward(t, ids, values, n, bst);
 }
@@ -241,10 +198,11 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
     }
 }
 
-int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p_out)
+/* One step on logloss x weight. */
+static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p_out)
 {
-    if (n > t->cap) {
+    if (n > t->w.cap || !t->w.state) {
         int rc = train_lr_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -253,7 +211,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     float p = forward(t, ids, values, n, bst);
     if (p_out)
         *p_out = p;
-    double g = (double)p - (double)label;
+    double g = ((double)p - (double)label) * (double)weight;
 
     step(t, bst, g, 0, 0);
     int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
@@ -261,16 +219,12 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         return rc;
     memcpy(t->bias, bst, sizeof t->bias);
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     const uint32_t k = t->k;
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
-        float *st = t->state + (size_t)j * k;
-        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
-            for (uint32_t i = 0; i < k; i++)
-                st[i] = 0;
-            store_lookup(t->store, ids[j], st);
-        }
+        float *st = t->w.state + (size_t)j * k;
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st, NULL, NULL);
         step(t, st, values ? g * values[j] : g, l1, l2);
         rc = store_upsert(t->store, ids[j], st);
         if (rc < 0)
@@ -281,58 +235,52 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     return 0;
 }
 
-struct export_ctx {
-    const train_lr_t *t;
-    store_t *out;
-    int rc;
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p)
+{
+    return update(t, ids, values, n, label, 1.0f, p);
+}
+
+__attribute__((cold)) int train_lr_export(const train_lr_t *t, const char *dir,
+                                          const store_meta_t *meta, store_error_t *err)
+{
+    /* the served weight: w, after z and n with FTRL */
+    return train__export_rows(t->store, t->k == 3 ? 2 : 0, 1, STORE_MODEL_LR, NULL, dir, meta,
+                              err);
+}
+
+/* ---- train_ops_t -------------------------------------------------------------- */
+
+static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
+{
+    return train_lr_create(&o->lr, (train_lr_t **)impl, why, why_len);
+}
+static void ops_destroy(void *impl) { train_lr_destroy(impl); }
+static int ops_reserve(void *impl, uint32_t n) { return train_lr_reserve(impl, n); }
+static float ops_predict(void *impl, const uint64_t *ids, const float *values, uint32_t n)
+{
+    return train_lr_predict(impl, ids, values, n);
+}
+static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return update(impl, ids, values, n, label, weight, p);
+}
+static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    return train_lr_export(impl, dir, meta, err);
+}
+static const store_t *ops_store(const void *impl) { return train_lr_store(impl); }
+static void ops_describe(const void *impl, char *buf, size_t len)
+{
+    const train_lr_options_t *o = &((const train_lr_t *)impl)->opt;
+    snprintf(buf, len, "lr/%s alpha=%g beta=%g l1=%g l2=%g", train_optimizer_name(o->optimizer),
+             o->alpha, o->beta, o->l1, o->l2);
+}
+
+const train_ops_t train__lr_ops = {
+    .kind = STORE_MODEL_LR, .name = "lr", .create = ops_create, .destroy = ops_destroy,
+    .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
+    .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
 };
-
-static int export_one(void *ctx, uint64_t key, const float *value)
-{
-    struct export_ctx *c = ctx;
-    float w = weight_of(c->t, value);
-    if (w == 0 && key != MODEL_BIAS_ID)
-        return 0; /* absent scores as 0: same sum, smaller snapshot */
-    int rc = store_upsert(c->out, key, &w);
-    if (rc < 0) {
-        c->rc = rc;
-        return 1;
-    }
-    return 0;
-}
-
-int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
-                    store_error_t *err)
-{
-    store_error_t local;
-    if (!err)
-        err = &local;
-    memset(err, 0, sizeof *err);
-    err->offset = -1;
-    store_options_t so = {.value_floats = 1, .dtype = STORE_DTYPE_F32,
-                          .shards = store_shards(t->store),
-                          .expected_keys = store_count(t->store) + 1};
-    struct export_ctx c = {.t = t, .rc = 0};
-    int rc = store_create(&so, &c.out);
-    if (rc != 0) {
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
-                 strerror(-rc));
-        return -1;
-    }
-    float bias = 0;
-    store_upsert(c.out, MODEL_BIAS_ID, &bias); /* present even when never trained */
-    for (uint32_t s = 0; s < store_shards(t->store) && c.rc == 0; s++)
-        store_foreach(t->store, s, export_one, &c);
-    if (c.rc != 0) {
-        store_destroy(c.out);
-        err->code = STORE_E_NOMEM;
-        snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
-        return -1;
-    }
-    store_meta_t m = *meta;
-    m.model_kind = STORE_MODEL_LR;
-    rc = store_snapshot_write(c.out, dir, &m, err);
-    store_destroy(c.out);
-    return rc == 0 ? 0 : -1;
-}

@@ -1,5 +1,5 @@
 /*
- * test_dnn.c — the Wide & Deep scorer (dnn.c) and its trainer (dnn_train.c).
+ * test_dnn.c — the Wide & Deep scorer (dnn.c) and its trainer (train_dnn.c).
  *
  *   - model_dnn_scores equals a naive double-precision forward pass (to 2e-5 on
  *     the score) on random nets and rows: 0, 1 and 300 items (more than
@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "model/dnn.h"
-#include "model/dnn_train.h"
+#include "model/train_impl.h"
 #include "model/metrics.h"
 #include "model/model.h"
 #include "model/reader.h"

@@ -1,5 +1,5 @@
 /*
- * test_ffm.c — FFM scoring (ffm.c) and training (ffm_train.c).
+ * test_ffm.c — FFM scoring (ffm.c) and training (train_ffm.c).
  *
  *   - model_ffm_scores() equals the naive O(n^2) pairwise margin (to 1e-5
  *     relative on the score) on random rows: F from 1 to 20, k from 1 to 13
@@ -37,7 +37,7 @@
 /* ffm.c itself, to reach its static row loops (the portable and the AVX2
  * one); the library's copy of ffm.o is then not linked in. */
 #include "model/ffm.c"
-#include "model/ffm_train.h"
+#include "model/train_impl.h"
 #include "model/metrics.h"
 #include "model/model.h"
 #include "model/reader.h"
@@ -715,7 +715,7 @@ static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *ma
 static int quality(void)
 {
     /* target: the better of LIBFFM's and xLearn's FFM + 0.005 logloss / - 0.005 AUC.
-     * guard: what this test enforces.  The defaults (ffm_train.c: Adagrad, alpha 0.4,
+     * guard: what this test enforces.  The defaults (train_ffm.c: Adagrad, alpha 0.4,
      * w_ratio 0.5, beta 1, l2 0.002, l2_v 0.005, U(0, 0.5) start, 11 epochs) meet every
      * target, so the guard is the target.  Measured (seed 1): criteo_tiny .4901/.6669,
      * xlearn_criteo .5238/.6095, avazu_rx .3854/.7258, ipinyou .0206/.5865; seeds 2..5

@@ -1,5 +1,5 @@
 /*
- * test_fm.c — FM scoring (model.c) and training (fm_train.c).
+ * test_fm.c — FM scoring (model.c) and training (train_fm.c).
  *
  *   - the trainer's gradient (read back from one SGD step with alpha 1)
  *     matches central finite differences of the naive pairwise margin, for
@@ -33,7 +33,7 @@
 #include "model/metrics.h"
 #include "model/model.h"
 #include "model/reader.h"
-#include "model/train.h"
+#include "model/train_impl.h"
 
 #include <errno.h>
 #include <math.h>

@@ -36,13 +36,13 @@ static uint64_t id_of(uint32_t i)
 static void test_upsert_find_grow(void **state)
 {
     (void)state;
-    row_table_t *t;
-    assert_int_equal(row_table_create(FLOATS, 0, &t), 0);
+    train__row_table_t *t;
+    assert_int_equal(train__row_table_create(FLOATS, 0, &t), 0);
     float **where = malloc(NIDS * sizeof *where);
     assert_non_null(where);
     for (uint32_t i = 0; i < NIDS; i++) {
         bool created = false;
-        float *row = row_table_upsert(t, id_of(i), &created);
+        float *row = train__row_table_upsert(t, id_of(i), &created);
         assert_non_null(row);
         assert_true(created);
         for (int c = 0; c < FLOATS; c++) {
@@ -52,22 +52,22 @@ static void test_upsert_find_grow(void **state)
         where[i] = row;
         if (i % 997 == 0) { /* the same id again: the same row, not created */
             bool again = true;
-            assert_ptr_equal(row_table_upsert(t, id_of(i), &again), row);
+            assert_ptr_equal(train__row_table_upsert(t, id_of(i), &again), row);
             assert_false(again);
         }
     }
-    assert_int_equal(row_table_count(t), NIDS);
+    assert_int_equal(train__row_table_count(t), NIDS);
     assert_true(NIDS > 2 * ROW_TABLE_CHUNK); /* several chunks */
     for (uint32_t i = 0; i < NIDS; i++) {
-        float *row = row_table_find(t, id_of(i));
+        float *row = train__row_table_find(t, id_of(i));
         assert_ptr_equal(row, where[i]); /* never moved */
         for (int c = 0; c < FLOATS; c++)
             assert_true(row[c] == (float)i + (float)c / 8);
     }
     for (uint32_t i = NIDS; i < NIDS + 1000; i++)
-        assert_null(row_table_find(t, id_of(i)));
+        assert_null(train__row_table_find(t, id_of(i)));
     free(where);
-    row_table_destroy(t);
+    train__row_table_destroy(t);
 }
 
 struct visit {
@@ -89,34 +89,34 @@ static int visit_row(void *ctx, uint64_t id, const float *row)
 static void test_foreach(void **state)
 {
     (void)state;
-    row_table_t *t;
-    assert_int_equal(row_table_create(FLOATS, 3000, &t), 0);
+    train__row_table_t *t;
+    assert_int_equal(train__row_table_create(FLOATS, 3000, &t), 0);
     for (uint32_t i = 0; i < 3000; i++) {
         bool created;
-        float *row = row_table_upsert(t, id_of(i), &created);
+        float *row = train__row_table_upsert(t, id_of(i), &created);
         assert_non_null(row);
         row[0] = (float)i;
     }
     uint8_t hit[3000] = {0};
     struct visit v = {.seen = 0, .stop_after = 0, .hit = hit};
-    assert_int_equal(row_table_foreach(t, visit_row, &v), 0);
+    assert_int_equal(train__row_table_foreach(t, visit_row, &v), 0);
     assert_int_equal(v.seen, 3000);
     for (uint32_t i = 0; i < 3000; i++)
         assert_int_equal(hit[i], 1);
     memset(hit, 0, sizeof hit);
     v = (struct visit){.seen = 0, .stop_after = 10, .hit = hit};
-    assert_int_equal(row_table_foreach(t, visit_row, &v), 7);
+    assert_int_equal(train__row_table_foreach(t, visit_row, &v), 7);
     assert_int_equal(v.seen, 10);
-    row_table_destroy(t);
+    train__row_table_destroy(t);
 }
 
 static void test_bad_sizes(void **state)
 {
     (void)state;
-    row_table_t *t = NULL;
-    assert_int_equal(row_table_create(0, 10, &t), -EINVAL);
+    train__row_table_t *t = NULL;
+    assert_int_equal(train__row_table_create(0, 10, &t), -EINVAL);
     assert_null(t);
-    row_table_destroy(NULL); /* a no-op */
+    train__row_table_destroy(NULL); /* a no-op */
 }
 
 int main(void)

@@ -20,7 +20,7 @@
 #include "model/metrics.h"
 #include "model/model.h"
 #include "model/reader.h"
-#include "model/train.h"
+#include "model/train_impl.h"
 
 #include <errno.h>
 #include <math.h>

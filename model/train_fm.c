@@ -1,5 +1,5 @@
 /*
- * fm_train.c — FM training (train.h): SGD, Adagrad, or FTRL-Proximal for
+ * train_fm.c — FM training (train.h; the table train__fm_ops): SGD, Adagrad, or FTRL-Proximal for
  * the linear weights with Adagrad for the factors.
  *
  *   margin = bias + s sum_j w_j x_j + s^2 0.5 sum_f [S_f^2 - Q_f]
@@ -49,6 +49,8 @@
  * regularisation, in online form) shrinks the factors of ids seen a few
  * times hard and leaves those of frequent ids to the data.
  *
+ * A sample's weight scales g (weight 1 is exact: the same arithmetic).
+ *
  * A feature id repeated within one sample: its gradient is taken at the
  * forward values, then the row is re-read from the store (it already holds
  * the first occurrence's step) before this occurrence's step is applied —
@@ -56,11 +58,11 @@
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
-#include "train.h"
+#include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
-#include "train_export.h"
 #include "sigmoid.h"
+#include "store/synthetic.h"
+#include "train_export.h"
 
 #include <errno.h>
 #include <math.h>
@@ -74,10 +76,7 @@ struct train_fm {
     store_t *store;     /* owned: state rows, sk floats per id */
     uint32_t k;         /* factors */
     uint32_t sk;        /* floats per state row */
-    uint32_t cap;       /* features the work space holds */
-    float *state;       /* cap * sk: rows of the current sample */
-    uint8_t *found;     /* cap: lookup hits */
-    seen_set_t seen;    /* ids of the current sample already stepped */
+    train__work_t w;    /* the current sample's state rows (sk floats each) */
     double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
     double Q[MODEL_FM_MAX_K];
     double s, s2;             /* the last forward's scale s and s^2 (1 without norm) */
@@ -135,6 +134,15 @@ void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o)
 __attribute__((cold)) int train_fm_create(const train_fm_options_t *opt, train_fm_t **out,
                                           char *why, size_t why_len)
 {
+    const train__check_t checks[] = {
+        {opt->alpha, true, "learning rate (alpha) must be > 0"},
+        {opt->beta, false, "beta must be >= 0"},
+        {opt->l1, false, "l1 must be >= 0"},
+        {opt->l2, false, "l2 must be >= 0"},
+        {opt->l2_v, false, "l2 on v must be >= 0"},
+        {opt->l2_v_freq, false, "frequency-adaptive l2 on v must be >= 0"},
+        {opt->init_stdev, false, "init stdev must be >= 0"},
+    };
     const char *bad = NULL;
     char buf[96];
     if ((unsigned)opt->optimizer > TRAIN_SGD)
@@ -142,39 +150,19 @@ __attribute__((cold)) int train_fm_create(const train_fm_options_t *opt, train_f
     else if (opt->k < 1 || opt->k > MODEL_FM_MAX_K) {
         snprintf(buf, sizeof buf, "k must be 1..%u for FM", MODEL_FM_MAX_K);
         bad = buf;
-    } else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
-        bad = "learning rate (alpha) must be > 0";
-    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
-        bad = "beta must be >= 0";
-    else if (!(opt->l1 >= 0) || !isfinite(opt->l1))
-        bad = "l1 must be >= 0";
-    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
-        bad = "l2 must be >= 0";
-    else if (!(opt->l2_v >= 0) || !isfinite(opt->l2_v))
-        bad = "l2 on v must be >= 0";
-    else if (!(opt->l2_v_freq >= 0) || !isfinite(opt->l2_v_freq))
-        bad = "frequency-adaptive l2 on v must be >= 0";
-    else if (!(opt->init_stdev >= 0) || !isfinite(opt->init_stdev))
-        bad = "init stdev must be >= 0";
-    if (bad) {
-        if (why_len)
-            snprintf(why, why_len, "%s", bad);
-        return -EINVAL;
-    }
+    } else
+        bad = train__check_all(checks, sizeof checks / sizeof *checks);
+    if (bad)
+        return train__refuse(bad, why, why_len);
     train_fm_t *t = calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     t->opt = *opt;
     t->k = opt->k;
     t->sk = state_floats(opt->optimizer, opt->k);
-    store_options_t so = {.value_floats = t->sk, .dtype = STORE_DTYPE_F32,
-                          .shards = opt->shards, .expected_keys = opt->expected_keys};
-    int rc = store_create(&so, &t->store);
-    if (rc == 0)
-        rc = train_fm_reserve(t, 64);
+    t->w.sk = t->sk;
+    int rc = train__store_create(t->sk, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
-        if (why_len)
-            snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
         train_fm_destroy(t);
         return rc;
     }
@@ -187,9 +175,7 @@ void train_fm_destroy(train_fm_t *t)
     if (!t)
         return;
     store_destroy(t->store);
-    free(t->state);
-    free(t->found);
-    seen_set_free(&t->seen);
+    train__work_free(&t->w);
     free(t);
 }
 
@@ -198,55 +184,29 @@ uint32_t train_fm_k(const train_fm_t *t) { return t->k; }
 
 int train_fm_reserve(train_fm_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
-        return 0;
-    uint32_t cap = t->cap ? t->cap : 64;
-    while (cap < n)
-        cap *= 2;
-    if (seen_set_reserve(&t->seen, cap) != 0)
-        return -ENOMEM;
-    float *st = malloc((size_t)cap * t->sk * sizeof *st);
-    uint8_t *found = malloc(cap);
-    if (!st || !found) {
-        free(st);
-        free(found);
-        return -ENOMEM;
-    }
-    free(t->state);
-    free(t->found);
-    t->state = st;
-    t->found = found;
-    t->cap = cap;
-    return 0;
-}
-
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
+    return train__work_reserve(&t->w, n);
 }
 
 /* N(0, 1) from (seed, id, f) by Box-Muller: the same for any sample order. */
 static double gauss(uint64_t seed, uint64_t id, uint32_t f)
 {
-    uint64_t h = mix64(mix64(seed ^ UINT64_C(0x9e3779b97f4a7c15)) ^ id);
-    uint64_t a = mix64(h + 2 * (uint64_t)f + 1), b = mix64(h + 2 * (uint64_t)f + 2);
+    uint64_t h = store_mix64(store_mix64(seed ^ STORE_PHI) ^ id);
+    uint64_t a = store_mix64(h + 2 * (uint64_t)f + 1), b = store_mix64(h + 2 * (uint64_t)f + 2);
     double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
     double u2 = (double)(b >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void init_row(const train_fm_t *t, uint64_t id, float *row)
+/* A new id's state row (train__init_fn; ctx is the trainer). */
+static void init_row(const void *ctx, uint64_t id, float *row)
 {
+    const train_fm_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     for (uint32_t f = 0; f < t->k; f++)
         row[1 + f] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, f));
 }
 
-/* The margin's probability from the n rows in t->state (stride sk) and the
+/* The margin's probability from the n rows in t->w.state (stride sk) and the
  * bias; fills t->S, t->Q.  Summed exactly as model.c's fm_block/fm_score
  * sum a shared block followed by an empty item. */
 static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
@@ -256,7 +216,7 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
     memset(S, 0, k * sizeof *S);
     memset(Q, 0, k * sizeof *Q);
     double lin = 0;
-    const float *w = t->state;
+    const float *w = t->w.state;
     for (uint32_t j = 0; j < n; j++, w += sk) {
         double x = values ? (double)values[j] : 1.0;
         lin += (double)w[0] * x;
@@ -290,12 +250,12 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
 
 float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    if (n > t->cap && train_fm_reserve(t, n) != 0)
+    if ((n > t->w.cap || !t->w.state) && train_fm_reserve(t, n) != 0)
         return NAN;
     float bias = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
-    bias = t->state[0];
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+    bias = t->w.state[0];
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     return forward(t, values, n, bias);
 }
 
@@ -356,10 +316,11 @@ static void step(const train_fm_t *t, float *row, double gw, const double *gv, b
     }
 }
 
-int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p_out)
+/* One step on logloss x weight. */
+static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p_out)
 {
-    if (n > t->cap) {
+    if (n > t->w.cap || !t->w.state) {
         int rc = train_fm_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -368,33 +329,27 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     float brow[STORE_MAX_VALUE_FLOATS];
     memset(brow, 0, sizeof brow);
     store_lookup(t->store, MODEL_BIAS_ID, brow);
-    store_lookup_batch(t->store, ids, n, t->state, t->found);
-    for (uint32_t j = 0; j < n; j++)
-        if (!t->found[j])
-            init_row(t, ids[j], t->state + (size_t)j * sk);
+    train__work_load(&t->w, t->store, ids, n, init_row, t);
     float p = forward(t, values, n, brow[0]);
     if (p_out)
         *p_out = p;
-    double g = (double)p - (double)label;
+    double g = ((double)p - (double)label) * (double)weight;
 
     step(t, brow, g, NULL, true);
     int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     double gv[MODEL_FM_MAX_K];
     const double gs = g * t->s, gs2 = g * t->s2; /* exactly g without norm */
     for (uint32_t j = 0; j < n; j++) {
-        float *row = t->state + (size_t)j * sk;
+        float *row = t->w.state + (size_t)j * sk;
         double x = values ? (double)values[j] : 1.0;
         double gx = gs * x, gvx = gs2 * x;
         for (uint32_t f = 0; f < k; f++)
             gv[f] = gvx * (t->S[f] - (double)row[1 + f] * x);
-        if (seen_set_add(&t->seen, ids[j]) || ids[j] == MODEL_BIAS_ID) {
-            if (!store_lookup(t->store, ids[j], row))
-                init_row(t, ids[j], row);
-        }
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, row, init_row, t);
         row[sk - 1] += 1.0f;
         step(t, row, gx, gv, false);
         rc = store_upsert(t->store, ids[j], row);
@@ -402,6 +357,12 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
             return rc;
     }
     return 0;
+}
+
+int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float *p)
+{
+    return update(t, ids, values, n, label, 1.0f, p);
 }
 
 __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
@@ -419,5 +380,44 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
         }
         return -1;
     }
-    return train_export_rows(t->store, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
+    return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
+
+/* ---- train_ops_t -------------------------------------------------------------- */
+
+static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
+{
+    return train_fm_create(&o->fm, (train_fm_t **)impl, why, why_len);
+}
+static void ops_destroy(void *impl) { train_fm_destroy(impl); }
+static int ops_reserve(void *impl, uint32_t n) { return train_fm_reserve(impl, n); }
+static float ops_predict(void *impl, const uint64_t *ids, const float *values, uint32_t n)
+{
+    return train_fm_predict(impl, ids, values, n);
+}
+static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return update(impl, ids, values, n, label, weight, p);
+}
+static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    return train_fm_export(impl, dir, meta, err);
+}
+static const store_t *ops_store(const void *impl) { return train_fm_store(impl); }
+static void ops_describe(const void *impl, char *buf, size_t len)
+{
+    const train_fm_options_t *o = &((const train_fm_t *)impl)->opt;
+    snprintf(buf, len,
+             "fm/%s k=%u norm=%d alpha=%g beta=%g l1=%g l2=%g l2_v=%g l2_v_freq=%g "
+             "init_stdev=%g seed=%llu",
+             train_optimizer_name(o->optimizer), o->k, (int)o->norm, o->alpha, o->beta, o->l1,
+             o->l2, o->l2_v, o->l2_v_freq, o->init_stdev, (unsigned long long)o->seed);
+}
+
+const train_ops_t train__fm_ops = {
+    .kind = STORE_MODEL_FM, .name = "fm", .create = ops_create, .destroy = ops_destroy,
+    .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
+    .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+};

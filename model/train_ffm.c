@@ -1,6 +1,6 @@
 /*
- * ffm_train.c — FFM training (ffm_train.h): Adagrad or SGD on every
- * coordinate, logistic loss.
+ * train_ffm.c — FFM training (train.h; the table train__ffm_ops): Adagrad
+ * or SGD on every coordinate, logistic loss.
  *
  *   margin = bias + s sum_j w_j x_j + s^2 sum_{j<l} <v_{j,f(l)}, v_{l,f(j)}> x_j x_l
  *
@@ -27,9 +27,9 @@
  * forward values.  The factors' gradient and step each
  * run over a feature's whole v (F k floats) in one vectorised loop
  * (ffm_step.c), with a 0/1 mask for the blocks that have no data gradient
- * (below).  With the state in a store (a copy out per lookup, a copy back
- * and a second probe per upsert) and a loop per block in double, an epoch
- * took 2.8x LIBFFM's; now about as long (README).
+ * (below).  The state is not in a store: a copy out per lookup, a copy
+ * back and a second probe per upsert cost more than the arithmetic
+ * (row_table.h).
  *
  * State rows (fp32, K = 1 + F k; the serving row is the prefix, so export
  * copies K floats):
@@ -54,18 +54,22 @@
  * k = 4).  N(0, sd^2) starts, sd 0.1 .. 0.3, were tried and lost on the
  * quality sets: avazu_rx by .005 AUC at equal logloss.
  *
+ * A sample's weight scales g (weight 1 is exact: the same arithmetic).
+ *
  * A feature id repeated within one sample: its gradient is taken at the
  * forward values (its own v_fj block, saved before any step) and its step
  * applied to the row in the table, which already holds the first
- * occurrence's step — the rule train_lr.c and fm_train.c follow.
+ * occurrence's step — the rule train_lr.c and train_fm.c follow.
  *
- * THREAD SAFETY: one thread drives a trainer (ffm_train.h).
+ * THREAD SAFETY: one thread drives a trainer, and only that thread may
+ * read it (train_ffm_weights() included): the rows are stepped in place.
  */
-#include "ffm_train.h"
+#include "train_impl.h"
 #include "ffm.h"
 #include "ffm_step.h"
 #include "model.h"
 #include "row_table.h"
+#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <errno.h>
@@ -77,7 +81,7 @@
 
 struct train_ffm {
     train_ffm_options_t opt;
-    row_table_t *table; /* owned: state rows, sk floats per id, stepped in place */
+    train__row_table_t *table; /* owned: state rows, sk floats per id, stepped in place */
     uint32_t F, k;      /* fields, factors */
     uint32_t K;         /* serving floats per id: 1 + F k */
     uint32_t sk;        /* state floats per id: K (SGD) or 2K (Adagrad) */
@@ -131,6 +135,14 @@ static void free_work(train_ffm_t *t)
 __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train_ffm_t **out,
                                            char *why, size_t why_len)
 {
+    const train__check_t checks[] = {
+        {opt->alpha, true, "learning rate (alpha) must be > 0"},
+        {opt->w_ratio, true, "the linear step ratio (w_ratio) must be > 0"},
+        {opt->beta, false, "beta must be >= 0"},
+        {opt->l2, false, "l2 must be >= 0"},
+        {opt->l2_v, false, "l2 on v must be >= 0"},
+        {opt->init_stdev, false, "init stdev must be >= 0"},
+    };
     const char *bad = NULL;
     char buf[160];
     if (opt->optimizer == TRAIN_FTRL)
@@ -148,23 +160,10 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
                  "k must be 1..%u for FFM with %u fields and %s (1 + fields x k must be <= %u)",
                  (per - 1) / opt->fields, opt->fields, train_optimizer_name(opt->optimizer), per);
         bad = buf;
-    } else if (!(opt->alpha > 0) || !isfinite(opt->alpha))
-        bad = "learning rate (alpha) must be > 0";
-    else if (!(opt->w_ratio > 0) || !isfinite(opt->w_ratio))
-        bad = "the linear step ratio (w_ratio) must be > 0";
-    else if (!(opt->beta >= 0) || !isfinite(opt->beta))
-        bad = "beta must be >= 0";
-    else if (!(opt->l2 >= 0) || !isfinite(opt->l2))
-        bad = "l2 must be >= 0";
-    else if (!(opt->l2_v >= 0) || !isfinite(opt->l2_v))
-        bad = "l2 on v must be >= 0";
-    else if (!(opt->init_stdev >= 0) || !isfinite(opt->init_stdev))
-        bad = "init stdev must be >= 0";
-    if (bad) {
-        if (why_len)
-            snprintf(why, why_len, "%s", bad);
-        return -EINVAL;
-    }
+    } else
+        bad = train__check_all(checks, sizeof checks / sizeof *checks);
+    if (bad)
+        return train__refuse(bad, why, why_len);
     train_ffm_t *t = calloc(1, sizeof *t);
     if (!t)
         goto nomem;
@@ -181,9 +180,7 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->cnt = calloc(t->F, sizeof *t->cnt);
     if (!t->zero || !t->work || !t->gv || !t->mask || !t->cnt)
         goto nomem;
-    int rc = row_table_create(t->sk, opt->expected_keys, &t->table);
-    if (rc == 0)
-        rc = train_ffm_reserve(t, 64);
+    int rc = train__row_table_create(t->sk, opt->expected_keys, &t->table);
     if (rc != 0) {
         if (why_len)
             snprintf(why, why_len, "could not create the trainer's rows: %s", strerror(-rc));
@@ -203,7 +200,7 @@ void train_ffm_destroy(train_ffm_t *t)
 {
     if (!t)
         return;
-    row_table_destroy(t->table);
+    train__row_table_destroy(t->table);
     free_work(t);
     free(t->zero);
     free(t->work);
@@ -223,12 +220,12 @@ uint32_t train_ffm_k(const train_ffm_t *t)
 }
 uint64_t train_ffm_count(const train_ffm_t *t)
 {
-    return row_table_count(t->table);
+    return train__row_table_count(t->table);
 }
 
 int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out)
 {
-    const float *row = row_table_find(t->table, id);
+    const float *row = train__row_table_find(t->table, id);
     if (!row)
         return 0;
     memcpy(out, row, (size_t)t->K * sizeof *out);
@@ -239,12 +236,9 @@ int train_ffm_reserve(train_ffm_t *t, uint32_t n)
 {
     if (n <= t->cap && t->live)
         return 0;
-    uint32_t cap = t->cap ? t->cap : 64;
-    while (cap < n) {
-        if (cap > UINT32_MAX / 2)
-            return -ENOMEM;
-        cap *= 2;
-    }
+    uint32_t cap = train__grow(t->cap, n);
+    if (!cap)
+        return -ENOMEM;
     float **live = malloc((size_t)cap * sizeof *live);
     float *selfv = malloc((size_t)cap * t->k * sizeof *selfv);
     float *scratch = malloc((size_t)cap * t->sk * sizeof *scratch);
@@ -262,15 +256,6 @@ int train_ffm_reserve(train_ffm_t *t, uint32_t n)
     return 0;
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 /* A new id's state row: w = 0, v_c uniform in [0, init_stdev) from a hash
  * of (seed, id, c), optimizer sums 0.  LIBFFM's start (U(0, 1/sqrt(k))):
  * on the quality sets it beat N(0, sd^2) for every sd tried. */
@@ -279,11 +264,11 @@ static void init_row(const train_ffm_t *t, uint64_t id, float *row)
     memset(row, 0, (size_t)t->sk * sizeof *row);
     if (t->opt.init_stdev == 0)
         return;
-    /* seed and id through separate rounds (mix64(0) = 0: seed ^ id alone
-     * would start id == seed at v = 0) */
-    const uint64_t h = mix64(mix64(t->opt.seed ^ UINT64_C(0x9e3779b97f4a7c15)) ^ id);
+    /* seed and id through separate rounds (store_mix64(0) = 0: seed ^ id
+     * alone would start id == seed at v = 0) */
+    const uint64_t h = store_mix64(store_mix64(t->opt.seed ^ STORE_PHI) ^ id);
     for (uint32_t c = 0; c < t->K - 1; c++) {
-        double u = (double)(mix64(h + 2 * (uint64_t)c + 1) >> 11) * 0x1.0p-53; /* [0, 1) */
+        double u = (double)(store_mix64(h + 2 * (uint64_t)c + 1) >> 11) * 0x1.0p-53; /* [0, 1) */
         row[1 + c] = (float)(t->opt.init_stdev * u);
     }
 }
@@ -306,16 +291,16 @@ static inline void prefetch_row(const float *row, uint32_t floats)
 static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     bool created;
-    float *bias = row_table_upsert(t->table, MODEL_BIAS_ID, &created);
+    float *bias = train__row_table_upsert(t->table, MODEL_BIAS_ID, &created);
     if (!bias)
         return NULL; /* a new bias row is all 0: nothing to initialise */
     for (uint32_t j = 0; j < n; j++) {
         if (values && values[j] == 0) {
-            float *found = row_table_find(t->table, ids[j]);
+            float *found = train__row_table_find(t->table, ids[j]);
             t->live[j] = found ? found : t->zero; /* never stepped: x = 0 */
             continue;
         }
-        float *row = row_table_upsert(t->table, ids[j], &created);
+        float *row = train__row_table_upsert(t->table, ids[j], &created);
         if (!row)
             return NULL;
         if (created)
@@ -333,14 +318,14 @@ static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, u
 static float gather(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
 {
     for (uint32_t j = 0; j < n; j++) {
-        float *row = row_table_find(t->table, ids[j]);
+        float *row = train__row_table_find(t->table, ids[j]);
         if (!row && init) {
             row = t->scratch + (size_t)j * t->sk;
             init_row(t, ids[j], row);
         }
         t->live[j] = row ? row : t->zero;
     }
-    const float *bias = row_table_find(t->table, MODEL_BIAS_ID);
+    const float *bias = train__row_table_find(t->table, MODEL_BIAS_ID);
     return bias ? bias[0] : 0;
 }
 
@@ -357,7 +342,7 @@ static float forward(train_ffm_t *t, const uint64_t *ids, const float *values, u
 
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    if (n > t->cap && train_ffm_reserve(t, n) != 0)
+    if ((n > t->cap || !t->live) && train_ffm_reserve(t, n) != 0)
         return NAN;
     return forward(t, ids, values, n, gather(t, ids, n, false));
 }
@@ -406,7 +391,7 @@ static void prepare_backward(train_ffm_t *t, const uint64_t *ids, const float *v
  * mask_block(t, fj, 1) before the next feature. */
 static void factor_gradient(train_ffm_t *t, const float *vs, uint32_t fj, double x, double scale)
 {
-    ffm_factor_gradient(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
+    train__ffm_factor_gradient(t->gv, t->work, vs, t->F, t->k, fj, scale * x, x);
     mask_block(t, fj, t->cnt[fj] >= 2);
 }
 
@@ -441,15 +426,17 @@ static void step_v(const train_ffm_t *t, float *row)
     const uint32_t Fk = t->F * t->k;
     const float alpha = (float)t->opt.alpha, l2v = (float)t->opt.l2_v;
     if (t->opt.optimizer == TRAIN_SGD)
-        ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
+        train__ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
     else
-        ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha, (float)t->opt.beta);
+        train__ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha,
+                             (float)t->opt.beta);
 }
 
-int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p_out)
+/* One step on logloss x weight. */
+static int update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p_out)
 {
-    if (n > t->cap) {
+    if (n > t->cap || !t->live) {
         int rc = train_ffm_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -463,7 +450,7 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     float p = forward(t, ids, values, n, bias[0]);
     if (p_out)
         *p_out = p;
-    double g = (double)p - (double)label;
+    double g = ((double)p - (double)label) * (double)weight;
 
     step_w(t, bias, g, 0);
     double s, s2;
@@ -484,10 +471,16 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     return 0;
 }
 
+int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float *p)
+{
+    return update(t, ids, values, n, label, 1.0f, p);
+}
+
 int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                               double *d_bias, double *grad)
 {
-    if (n > t->cap) {
+    if (n > t->cap || !t->live) {
         int rc = train_ffm_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -532,5 +525,48 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
         }
         return -1;
     }
-    return train_export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
+    return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
+
+/* ---- train_ops_t -------------------------------------------------------------- */
+
+static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
+{
+    return train_ffm_create(&o->ffm, (train_ffm_t **)impl, why, why_len);
+}
+static void ops_destroy(void *impl) { train_ffm_destroy(impl); }
+static int ops_reserve(void *impl, uint32_t n) { return train_ffm_reserve(impl, n); }
+static float ops_predict(void *impl, const uint64_t *ids, const float *values, uint32_t n)
+{
+    return train_ffm_predict(impl, ids, values, n);
+}
+static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return update(impl, ids, values, n, label, weight, p);
+}
+static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    return train_ffm_export(impl, dir, meta, err);
+}
+static const store_t *ops_store(const void *impl)
+{
+    (void)impl;
+    return NULL; /* rows in a row table, read by the writer alone */
+}
+static void ops_describe(const void *impl, char *buf, size_t len)
+{
+    const train_ffm_options_t *o = &((const train_ffm_t *)impl)->opt;
+    snprintf(buf, len,
+             "ffm/%s fields=%u k=%u norm=%d alpha=%g beta=%g l2=%g l2_v=%g init_stdev=%g "
+             "seed=%llu",
+             train_optimizer_name(o->optimizer), o->fields, o->k, (int)o->norm, o->alpha,
+             o->beta, o->l2, o->l2_v, o->init_stdev, (unsigned long long)o->seed);
+}
+
+const train_ops_t train__ffm_ops = {
+    .kind = STORE_MODEL_FFM, .name = "ffm", .create = ops_create, .destroy = ops_destroy,
+    .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
+    .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+};

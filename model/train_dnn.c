@@ -1,6 +1,6 @@
 /*
- * dnn_train.c — Wide & Deep training (dnn_train.h): Adagrad for the sparse
- * rows, Adam for the MLP, one step per sample.
+ * train_dnn.c — Wide & Deep training (train.h; the table train__dnn_ops):
+ * Adagrad for the sparse rows, Adam for the MLP, one step per sample.
  *
  *   margin = bias + out(input) + sum_j w_j x_j,   loss = logloss(sigmoid(margin), y)
  *   g      = d loss / d margin = p - y
@@ -37,18 +37,20 @@
  * sqrt(2 / (fan_in + fan_out))) on the output layer, from a hash of (seed,
  * layer, index); biases start at 0.
  *
+ * A sample's weight scales g (weight 1 is exact: the same arithmetic).
+ *
  * A feature id repeated within one sample: its gradient is taken at the
  * forward values, then the row is re-read from the store (it already holds
  * the first occurrence's step) before this occurrence's step is applied —
- * the rule train_lr.c and fm_train.c follow.  A feature id equal to
+ * the rule train_lr.c and train_fm.c follow.  A feature id equal to
  * MODEL_BIAS_ID reads the bias row ([b | 0..0], as served) and is not
  * stepped.
  *
- * THREAD SAFETY: one thread drives a trainer (dnn_train.h).
+ * THREAD SAFETY: one thread drives a trainer (train.h).
  */
-#include "dnn_train.h"
+#include "train_impl.h"
 #include "model.h"
-#include "seen_set.h"
+#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <cblas.h>
@@ -79,11 +81,9 @@ struct train_dnn {
     double b1t, b2t;    /* beta1^steps, beta2^steps */
     float *work;        /* owned: model_dnn_work_floats(&net) */
     float *delta;       /* owned: 2 x the widest layer, backprop buffers */
-    uint32_t cap;       /* features the per-sample buffers hold */
-    float *state;       /* cap * sk: state rows of the current sample */
+    train__work_t w;    /* the current sample's state rows (sk floats each) */
+    uint32_t rows_cap;  /* features rows holds */
     float *rows;        /* (cap + 1) * K: serving rows, bias row first */
-    uint8_t *found;     /* cap: lookup hits */
-    seen_set_t seen;    /* ids of the current sample already stepped */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -112,27 +112,20 @@ static void *alloc_floats(size_t n)
     return p;
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 /* N(0, 1) from (seed, key, i) by Box-Muller: the same for any order. */
 static double gauss(uint64_t seed, uint64_t key, uint64_t i)
 {
-    uint64_t h = mix64(mix64(seed ^ UINT64_C(0x9e3779b97f4a7c15)) ^ key);
-    uint64_t a = mix64(h + 2 * i + 1), b = mix64(h + 2 * i + 2);
+    uint64_t h = store_mix64(store_mix64(seed ^ STORE_PHI) ^ key);
+    uint64_t a = store_mix64(h + 2 * i + 1), b = store_mix64(h + 2 * i + 2);
     double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
     double u2 = (double)(b >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static void init_row(const train_dnn_t *t, uint64_t id, float *row)
+/* A new id's state row (train__init_fn; ctx is the trainer). */
+static void init_row(const void *ctx, uint64_t id, float *row)
 {
+    const train_dnn_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     if (id == MODEL_BIAS_ID)
         return; /* served as [b | 0..0] */
@@ -178,17 +171,14 @@ static const char *check_options(const train_dnn_options_t *o, char *buf, size_t
                      DNN_MAX_WIDTH);
             return buf;
         }
-    if (!(o->lr_sparse > 0) || !isfinite(o->lr_sparse))
-        return "sparse learning rate must be > 0";
-    if (!(o->lr_dense > 0) || !isfinite(o->lr_dense))
-        return "dense learning rate must be > 0";
-    if (!(o->l2 >= 0) || !isfinite(o->l2))
-        return "l2 must be >= 0";
-    if (!(o->l2_dense >= 0) || !isfinite(o->l2_dense))
-        return "dense l2 must be >= 0";
-    if (!(o->init_stdev >= 0) || !isfinite(o->init_stdev))
-        return "init stdev must be >= 0";
-    return NULL;
+    const train__check_t checks[] = {
+        {o->lr_sparse, true, "sparse learning rate must be > 0"},
+        {o->lr_dense, true, "dense learning rate must be > 0"},
+        {o->l2, false, "l2 must be >= 0"},
+        {o->l2_dense, false, "dense l2 must be >= 0"},
+        {o->init_stdev, false, "init stdev must be >= 0"},
+    };
+    return train__check_all(checks, sizeof checks / sizeof *checks);
 }
 
 __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train_dnn_t **out,
@@ -196,11 +186,8 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
 {
     char buf[128];
     const char *bad = check_options(opt, buf, sizeof buf);
-    if (bad) {
-        if (why_len)
-            snprintf(why, why_len, "%s", bad);
-        return -EINVAL;
-    }
+    if (bad)
+        return train__refuse(bad, why, why_len);
     model_dnn_blas_init();
     train_dnn_t *t = calloc(1, sizeof *t);
     if (!t)
@@ -209,6 +196,7 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
     t->d = opt->dim;
     t->K = 1 + opt->dim;
     t->sk = 2 * t->K;
+    t->w.sk = t->sk;
     t->b1t = t->b2t = 1.0;
 
     dnn_net_t *n = &t->net;
@@ -252,13 +240,11 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
     t->work = alloc_floats(model_dnn_work_floats(n));
     if (!t->work)
         goto fail;
-    store_options_t so = {.value_floats = t->sk, .dtype = STORE_DTYPE_F32,
-                          .shards = opt->shards, .expected_keys = opt->expected_keys};
-    rc = store_create(&so, &t->store);
-    if (rc == 0)
-        rc = train_dnn_reserve(t, 64);
-    if (rc != 0)
-        goto fail;
+    rc = train__store_create(t->sk, opt->shards, opt->expected_keys, &t->store, why, why_len);
+    if (rc != 0) {
+        train_dnn_destroy(t);
+        return rc;
+    }
     *out = t;
     return 0;
 fail:
@@ -279,10 +265,8 @@ void train_dnn_destroy(train_dnn_t *t)
     free(t->adam_v);
     free(t->work);
     free(t->delta);
-    free(t->state);
+    train__work_free(&t->w);
     free(t->rows);
-    free(t->found);
-    seen_set_free(&t->seen);
     free(t);
 }
 
@@ -293,33 +277,21 @@ size_t train_dnn_dense_floats(const train_dnn_t *t) { return t->n_dense; }
 
 int train_dnn_reserve(train_dnn_t *t, uint32_t n)
 {
-    if (n <= t->cap && t->state)
+    if (n <= t->rows_cap && t->rows)
         return 0;
-    uint32_t cap = t->cap ? t->cap : 64;
-    while (cap < n)
-        cap *= 2;
-    if (seen_set_reserve(&t->seen, cap) != 0)
+    int rc = train__work_reserve(&t->w, n);
+    if (rc != 0)
+        return rc;
+    float *rows = malloc(((size_t)t->w.cap + 1) * t->K * sizeof *rows);
+    if (!rows)
         return -ENOMEM;
-    float *st = malloc((size_t)cap * t->sk * sizeof *st);
-    float *rows = malloc(((size_t)cap + 1) * t->K * sizeof *rows);
-    uint8_t *found = malloc(cap);
-    if (!st || !rows || !found) {
-        free(st);
-        free(rows);
-        free(found);
-        return -ENOMEM;
-    }
-    free(t->state);
     free(t->rows);
-    free(t->found);
-    t->state = st;
     t->rows = rows;
-    t->found = found;
-    t->cap = cap;
+    t->rows_cap = t->w.cap;
     return 0;
 }
 
-/* Scores the n state rows in t->state (bias b) through model_dnn_scores, leaving
+/* Scores the n state rows in t->w.state (bias b) through model_dnn_scores, leaving
  * the activations in t->work. */
 static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float b)
@@ -329,7 +301,7 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
     memset(r, 0, K * sizeof *r);
     r[0] = b;
     for (uint32_t j = 0; j < n; j++)
-        memcpy(r + (size_t)(j + 1) * K, t->state + (size_t)j * sk, K * sizeof *r);
+        memcpy(r + (size_t)(j + 1) * K, t->w.state + (size_t)j * sk, K * sizeof *r);
     codec_block_t shared = {.ids = ids, .values = values, .n = n};
     codec_block_t empty = {.ids = ids, .values = NULL, .n = 0};
     float p;
@@ -339,19 +311,19 @@ static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, u
 
 float train_dnn_predict(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    if (n > t->cap && train_dnn_reserve(t, n) != 0)
+    if ((n > t->rows_cap || !t->rows) && train_dnn_reserve(t, n) != 0)
         return NAN;
     float b = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->state, NULL);
-    b = t->state[0];
-    store_lookup_batch(t->store, ids, n, t->state, NULL);
+    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+    b = t->w.state[0];
+    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     for (uint32_t j = 0; j < n; j++)
         if (ids[j] == MODEL_BIAS_ID) /* served as [b | 0..0] */
-            memset(t->state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
+            memset(t->w.state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
     return forward(t, ids, values, n, b);
 }
 
-/* Loads the bias row into brow and the sample's rows into t->state (new ids
+/* Loads the bias row into brow and the sample's rows into t->w.state (new ids
  * initialised), then the forward pass.  Returns p. */
 static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *values,
                               uint32_t n, float *brow)
@@ -359,14 +331,12 @@ static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *
     const uint32_t sk = t->sk;
     memset(brow, 0, sk * sizeof *brow);
     store_lookup(t->store, MODEL_BIAS_ID, brow);
-    store_lookup_batch(t->store, ids, n, t->state, t->found);
+    train__work_load(&t->w, t->store, ids, n, init_row, t);
     for (uint32_t j = 0; j < n; j++) {
-        float *row = t->state + (size_t)j * sk;
-        if (ids[j] == MODEL_BIAS_ID) {
+        if (ids[j] == MODEL_BIAS_ID) { /* served as [b | 0..0] */
+            float *row = t->w.state + (size_t)j * sk;
             memcpy(row, brow, sk * sizeof *row);
             memset(row + 1, 0, t->d * sizeof *row);
-        } else if (!t->found[j]) {
-            init_row(t, ids[j], row);
         }
     }
     return forward(t, ids, values, n, brow[0]);
@@ -453,10 +423,11 @@ static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, doub
         out[1 + k] = (float)(x * di[k]);
 }
 
-int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p_out)
+/* One step on logloss x weight. */
+static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p_out)
 {
-    if (n > t->cap) {
+    if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -466,7 +437,7 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     float p = load_and_forward(t, ids, values, n, brow);
     if (p_out)
         *p_out = p;
-    const double g = (double)p - (double)label;
+    const double g = ((double)p - (double)label) * (double)weight;
     const float *dinput = backward(t, g);
 
     adagrad(&brow[0], &brow[K], g, t->opt.lr_sparse);
@@ -474,17 +445,16 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     if (rc < 0)
         return rc;
 
-    seen_set_next(&t->seen);
+    seen_set_next(&t->w.seen);
     const double alpha = t->opt.lr_sparse, l2 = t->opt.l2;
     float gr[STORE_MAX_VALUE_FLOATS / 2];
     for (uint32_t j = 0; j < n; j++) {
         if (ids[j] == MODEL_BIAS_ID)
             continue;
-        float *row = t->state + (size_t)j * sk;
+        float *row = t->w.state + (size_t)j * sk;
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, gr);
-        if (seen_set_add(&t->seen, ids[j]) && !store_lookup(t->store, ids[j], row))
-            init_row(t, ids[j], row);
+        train__work_repeat(&t->w, t->store, ids[j], false, row, init_row, t);
         if (t->net.wide)
             adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);
         for (uint32_t k = 0; k < d; k++)
@@ -497,10 +467,16 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     return 0;
 }
 
+int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float *p)
+{
+    return update(t, ids, values, n, label, 1.0f, p);
+}
+
 int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                        float label, float *p_out, float *g_rows, float *g_bias, float *g_dense)
 {
-    if (n > t->cap) {
+    if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
         if (rc != 0)
             return rc;
@@ -514,8 +490,8 @@ int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values,
     for (uint32_t j = 0; j < n; j++) {
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, g_rows + (size_t)j * t->K);
-        if (ids[j] != MODEL_BIAS_ID && !t->found[j]) {
-            int rc = store_upsert(t->store, ids[j], t->state + (size_t)j * t->sk);
+        if (ids[j] != MODEL_BIAS_ID && !t->w.found[j]) {
+            int rc = store_upsert(t->store, ids[j], t->w.state + (size_t)j * t->sk);
             if (rc < 0)
                 return rc;
         }
@@ -539,5 +515,47 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
         }
         return -1;
     }
-    return train_export_rows(t->store, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
+    return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
 }
+
+/* ---- train_ops_t -------------------------------------------------------------- */
+
+static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
+{
+    return train_dnn_create(&o->dnn, (train_dnn_t **)impl, why, why_len);
+}
+static void ops_destroy(void *impl) { train_dnn_destroy(impl); }
+static int ops_reserve(void *impl, uint32_t n) { return train_dnn_reserve(impl, n); }
+static float ops_predict(void *impl, const uint64_t *ids, const float *values, uint32_t n)
+{
+    return train_dnn_predict(impl, ids, values, n);
+}
+static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return update(impl, ids, values, n, label, weight, p);
+}
+static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
+                      store_error_t *err)
+{
+    return train_dnn_export(impl, dir, meta, err);
+}
+static const store_t *ops_store(const void *impl) { return train_dnn_store(impl); }
+static void ops_describe(const void *impl, char *buf, size_t len)
+{
+    const train_dnn_options_t *o = &((const train_dnn_t *)impl)->opt;
+    char hid[96] = "";
+    for (uint32_t l = 0, n = 0; l < o->n_hidden && n < sizeof hid; l++)
+        n += (uint32_t)snprintf(hid + n, sizeof hid - n, "%s%u", l ? "," : "", o->hidden[l]);
+    snprintf(buf, len,
+             "dnn fields=%u dim=%u hidden=%s wide=%d lr=%g (adagrad) lr_dense=%g (adam) l2=%g "
+             "init_stdev=%g seed=%llu",
+             o->fields, o->dim, hid[0] ? hid : "none", (int)o->wide, o->lr_sparse, o->lr_dense,
+             o->l2, o->init_stdev, (unsigned long long)o->seed);
+}
+
+const train_ops_t train__dnn_ops = {
+    .kind = STORE_MODEL_DNN, .name = "dnn", .create = ops_create, .destroy = ops_destroy,
+    .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
+    .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+};

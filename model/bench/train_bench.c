@@ -1,14 +1,15 @@
 /*
  * train_bench.c — training throughput on one thread, without the reader.
  *
- *   train_bench --data FILE [--format libffm] [--model lr|ffm] [--epochs 3]
+ *   train_bench --data FILE [--format libffm] [--model lr|fm|ffm|dnn] [--epochs 3]
  *               [--optimizer ftrl|adagrad|sgd] [--fields F] [--k 4] [--json]
  *
  * Parses the whole file into memory first (ids, values, labels), then runs
- * `epochs` passes of the trainer's update over it with the tuned defaults
- * (tltrain's), timing each pass with two clock reads: so the figure is the
- * optimizer's alone, with no parsing and no per-sample timer in it (tltrain's
- * "in updates" figure reads the clock around every sample).  Prints, per
+ * `epochs` passes of train_update() (train.h: the interface tltrain and the
+ * server drive) over it with the tuned defaults (tltrain's), timing each
+ * pass with two clock reads: so the figure is the optimizer's alone, with
+ * no parsing and no per-sample timer in it (tltrain's "in updates" figure
+ * reads the clock around every sample).  Prints, per
  * epoch, seconds and feature updates per second (one update per feature of
  * a sample; the bias's step is not counted), and the best epoch.  Epoch 1
  * includes growing the trainer's store as ids arrive; later epochs only
@@ -18,9 +19,8 @@
  *
  * THREAD SAFETY: a program; single-threaded.
  */
-#include "ffm_train.h"
-#include "reader.h"
-#include "train.h"
+#include "model/reader.h"
+#include "model/train.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -125,7 +125,8 @@ static uint64_t distinct_ids(const struct data *d)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: train_bench --data FILE [--format libffm|libsvm|criteo] [--model lr|ffm]\n"
+    fprintf(f, "usage: train_bench --data FILE [--format libffm|libsvm|criteo]\n"
+               "                   [--model lr|fm|ffm|dnn]\n"
                "                   [--epochs 3] [--optimizer ftrl|adagrad|sgd] [--fields F]\n"
                "                   [--k 4] [--no-presize] [--json]\n");
 }
@@ -178,13 +179,24 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int is_ffm = strcmp(model, "ffm") == 0;
-    if (!path || (!is_ffm && strcmp(model, "lr") != 0)) {
+    store_model_kind_t kind = STORE_MODEL_LR;
+    static const char *const kinds[] = {"lr", "fm", "ffm", "dnn"};
+    static const store_model_kind_t kind_of[] = {STORE_MODEL_LR, STORE_MODEL_FM, STORE_MODEL_FFM,
+                                                 STORE_MODEL_DNN};
+    int known = 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (strcmp(model, kinds[i]) == 0) {
+            kind = kind_of[i];
+            known = 1;
+        }
+    if (!path || !known) {
         fprintf(stderr, "train_bench: %s\n", !path ? "--data FILE is required"
-                                                   : "--model must be lr or ffm");
+                                                   : "--model must be lr, fm, ffm or dnn");
         usage(stderr);
         return 2;
     }
+    if (kind != STORE_MODEL_LR && opt_kind == TRAIN_FTRL)
+        opt_kind = TRAIN_ADAGRAD; /* tltrain's default for fm and ffm */
 
     struct data d = {0};
     double t0 = now_sec();
@@ -195,33 +207,34 @@ int main(int argc, char **argv)
             path, (unsigned long long)d.samples, (unsigned long long)d.features,
             (unsigned long long)distinct, now_sec() - t0);
 
-    train_lr_t *lr = NULL;
-    train_ffm_t *ffm = NULL;
-    char why[256];
-    int rc;
-    if (is_ffm) {
-        train_ffm_options_t o;
-        train_ffm_defaults(&o);
-        o.fields = fields ? (uint32_t)fields : d.max_field + 1;
-        o.k = (uint32_t)k;
-        o.expected_keys = keys;
-        rc = train_ffm_create(&o, &ffm, why, sizeof why);
-        if (rc == 0)
-            rc = train_ffm_reserve(ffm, d.max_n);
-        fprintf(stderr, "train_bench: ffm, %u fields, k = %u, Adagrad\n", o.fields, o.k);
-    } else {
-        train_lr_options_t o;
-        train_lr_defaults(opt_kind, &o);
-        o.expected_keys = keys;
-        rc = train_lr_create(&o, &lr, why, sizeof why);
-        if (rc == 0)
-            rc = train_lr_reserve(lr, d.max_n);
-        fprintf(stderr, "train_bench: lr, %s\n", train_optimizer_name(opt_kind));
+    train_options_t o;
+    train_defaults(kind, opt_kind, &o);
+    uint32_t *nf = train_options_fields(&o);
+    if (nf)
+        *nf = fields ? (uint32_t)fields : d.max_field + 1;
+    switch (kind) { /* --k and the sizing hint, in each kind's struct */
+    case STORE_MODEL_FM:
+        o.fm.k = (uint32_t)k;
+        o.fm.expected_keys = keys;
+        break;
+    case STORE_MODEL_FFM:
+        o.ffm.k = (uint32_t)k;
+        o.ffm.expected_keys = keys;
+        break;
+    case STORE_MODEL_DNN: o.dnn.expected_keys = keys; break;
+    default: o.lr.expected_keys = keys; break;
     }
+    train_t *t = NULL;
+    char why[256];
+    int rc = train_create(&o, &t, why, sizeof why);
+    if (rc == 0)
+        rc = train_reserve(t, d.max_n);
     if (rc != 0) {
         fprintf(stderr, "train_bench: cannot create the trainer: %s\n", why);
         return 1;
     }
+    train_describe(t, why, sizeof why);
+    fprintf(stderr, "train_bench: %s\n", why);
 
     double best = 0, sink = 0;
     for (long ep = 1; ep <= epochs; ep++) {
@@ -230,9 +243,10 @@ int main(int argc, char **argv)
             const uint64_t *ids = d.ids + d.start[i];
             const float *vals = d.values + d.start[i];
             uint32_t n = (uint32_t)(d.start[i + 1] - d.start[i]);
+            const codec_block_t sample = {.ids = ids, .values = vals, .n = n};
+            const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
             float p;
-            rc = is_ffm ? train_ffm_update(ffm, ids, vals, n, d.labels[i], &p)
-                        : train_lr_update(lr, ids, vals, n, d.labels[i], &p);
+            rc = train_update(t, &sample, &none, 1, &d.labels[i], NULL, &p);
             if (rc != 0) {
                 fprintf(stderr, "train_bench: update failed at sample %llu: %s\n",
                         (unsigned long long)i, strerror(-rc));
@@ -251,8 +265,7 @@ int main(int argc, char **argv)
     if (json)
         printf("{\"model\":\"%s\",\"samples\":%llu,\"features\":%llu,\"best_updates_per_s\":%.0f}\n",
                model, (unsigned long long)d.samples, (unsigned long long)d.features, best);
-    train_lr_destroy(lr);
-    train_ffm_destroy(ffm);
+    train_destroy(t);
     free(d.ids);
     free(d.values);
     free(d.start);

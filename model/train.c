@@ -1,0 +1,354 @@
+/*
+ * train.c — the trainer handle of train.h: a train_t is a kind's table of
+ * functions (train_ops_t) and its state, plus the one thing every kind
+ * needs from a caller that holds samples the way the server does: the
+ * shared block and an item block joined into one run of features.  Also
+ * what the kinds share: the option checks (train__check_all), the state
+ * store's creation (train__store_create), the work space's growth rule
+ * (train__grow), and for LR, FM and DNN, whose state is a store, the
+ * per-sample work space (train__work_t: the sample's rows, one batched
+ * load that initialises new ids, the seen-set behind the repeat rule).
+ *
+ * Joining: a sample's features are the shared block's then the item's.
+ * When one of the two is empty the other is passed as it is (no copy:
+ * tltrain's samples, all in the shared block, cost nothing); otherwise both
+ * are copied into the handle's buffers, values filled with 1 where a block
+ * has none (x = 1 is what NULL values mean, and a product with 1.0 is
+ * exact, so the arithmetic does not change).
+ *
+ * THREAD SAFETY: one writer thread per train_t (train.h).
+ */
+#include "train_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct train {
+    const train_ops_t *ops;
+    void *impl;          /* owned: the kind's state */
+    train_options_t opt; /* as created */
+    uint32_t cap;        /* features ids/values hold */
+    uint64_t *ids;       /* cap: a joined sample's ids */
+    float *values;       /* cap: its values */
+};
+
+int train_optimizer_parse(const char *name, train_optimizer_t *out)
+{
+    if (strcmp(name, "ftrl") == 0)
+        *out = TRAIN_FTRL;
+    else if (strcmp(name, "adagrad") == 0)
+        *out = TRAIN_ADAGRAD;
+    else if (strcmp(name, "sgd") == 0)
+        *out = TRAIN_SGD;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *train_optimizer_name(train_optimizer_t opt)
+{
+    static const char *const names[] = {"ftrl", "adagrad", "sgd"};
+    return (unsigned)opt <= TRAIN_SGD ? names[opt] : "?";
+}
+
+/* ---- shared by the kinds ------------------------------------------------------ */
+
+const char *train__check_all(const train__check_t *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = c[i].value;
+        if (!isfinite(v) || (c[i].positive ? !(v > 0) : !(v >= 0)))
+            return c[i].why;
+    }
+    return NULL;
+}
+
+int train__refuse(const char *bad, char *why, size_t why_len)
+{
+    if (why_len)
+        snprintf(why, why_len, "%s", bad);
+    return -EINVAL;
+}
+
+__attribute__((cold)) int train__store_create(uint32_t value_floats, uint32_t shards,
+                                              uint64_t expected_keys, store_t **out, char *why,
+                                              size_t why_len)
+{
+    store_options_t so = {.value_floats = value_floats,
+                          .dtype = STORE_DTYPE_F32,
+                          .shards = shards,
+                          .expected_keys = expected_keys};
+    int rc = store_create(&so, out);
+    if (rc != 0 && why_len)
+        snprintf(why, why_len, "could not create the trainer store: %s", strerror(-rc));
+    return rc;
+}
+
+uint32_t train__grow(uint32_t cap, uint32_t n)
+{
+    if (!cap)
+        cap = 64;
+    while (cap < n) {
+        if (cap > UINT32_MAX / 2)
+            return 0;
+        cap *= 2;
+    }
+    return cap;
+}
+
+int train__work_reserve(train__work_t *w, uint32_t n)
+{
+    if (n <= w->cap && w->state)
+        return 0;
+    uint32_t cap = train__grow(w->cap, n);
+    if (!cap || seen_set_reserve(&w->seen, cap) != 0)
+        return -ENOMEM;
+    float *st = malloc((size_t)cap * w->sk * sizeof *st);
+    uint8_t *found = malloc(cap);
+    if (!st || !found) {
+        free(st);
+        free(found);
+        return -ENOMEM;
+    }
+    free(w->state);
+    free(w->found);
+    w->state = st;
+    w->found = found;
+    w->cap = cap;
+    return 0;
+}
+
+void train__work_free(train__work_t *w)
+{
+    free(w->state);
+    free(w->found);
+    seen_set_free(&w->seen);
+    memset(w, 0, sizeof *w);
+}
+
+void train__work_load(train__work_t *w, const store_t *s, const uint64_t *ids, uint32_t n,
+                      train__init_fn init, const void *ctx)
+{
+    store_lookup_batch(s, ids, n, w->state, w->found);
+    for (uint32_t j = 0; j < n; j++)
+        if (!w->found[j])
+            init(ctx, ids[j], w->state + (size_t)j * w->sk);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+const train_ops_t *train_ops_for(store_model_kind_t kind)
+{
+    switch (kind) {
+    case STORE_MODEL_LR:
+        return &train__lr_ops;
+    case STORE_MODEL_FM:
+        return &train__fm_ops;
+    case STORE_MODEL_FFM:
+        return &train__ffm_ops;
+    case STORE_MODEL_DNN:
+        return &train__dnn_ops;
+    default:
+        return NULL;
+    }
+}
+
+int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    switch (kind) {
+    case STORE_MODEL_LR:
+        train_lr_defaults(opt, &o->lr);
+        return 0;
+    case STORE_MODEL_FM:
+        train_fm_defaults(opt, &o->fm);
+        return 0;
+    case STORE_MODEL_FFM:
+        train_ffm_defaults(&o->ffm);
+        o->ffm.optimizer = opt;
+        return 0;
+    case STORE_MODEL_DNN:
+        train_dnn_defaults(&o->dnn);
+        return 0;
+    default:
+        return -EINVAL;
+    }
+}
+
+train_optimizer_t train_default_optimizer(store_model_kind_t kind)
+{
+    return kind == STORE_MODEL_LR ? TRAIN_FTRL : TRAIN_ADAGRAD;
+}
+
+uint32_t train_default_epochs(const train_options_t *o)
+{
+    switch (o->kind) {
+    case STORE_MODEL_FM: /* ftrl/sgd: untuned, they overfit the small sets from pass 2 */
+        return o->fm.optimizer == TRAIN_ADAGRAD ? TRAIN_FM_DEFAULT_EPOCHS : 1;
+    case STORE_MODEL_FFM:
+        return TRAIN_FFM_DEFAULT_EPOCHS;
+    case STORE_MODEL_DNN:
+        return TRAIN_DNN_DEFAULT_EPOCHS;
+    default:
+        return 3;
+    }
+}
+
+uint32_t *train_options_fields(train_options_t *o)
+{
+    return o->kind == STORE_MODEL_FFM   ? &o->ffm.fields
+           : o->kind == STORE_MODEL_DNN ? &o->dnn.fields
+                                        : NULL;
+}
+
+/* ---- the handle --------------------------------------------------------------- */
+
+__attribute__((cold)) int train_create(const train_options_t *o, train_t **out, char *why,
+                                       size_t why_len)
+{
+    const train_ops_t *ops = train_ops_for(o->kind);
+    if (!ops)
+        return train__refuse("no trainer for this model kind", why, why_len);
+    train_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    t->ops = ops;
+    t->opt = *o;
+    int rc = ops->create(o, &t->impl, why, why_len);
+    if (rc == 0 && (rc = ops->reserve(t->impl, 64)) != 0 && why_len)
+        snprintf(why, why_len, "could not size the trainer's work space: %s", strerror(-rc));
+    if (rc != 0) {
+        train_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void train_destroy(train_t *t)
+{
+    if (!t)
+        return;
+    if (t->impl)
+        t->ops->destroy(t->impl);
+    free(t->ids);
+    free(t->values);
+    free(t);
+}
+
+const train_ops_t *train_ops(const train_t *t)
+{
+    return t->ops;
+}
+const train_options_t *train_options(const train_t *t)
+{
+    return &t->opt;
+}
+const store_t *train_store(const train_t *t)
+{
+    return t->ops->store(t->impl);
+}
+
+void train_describe(const train_t *t, char *buf, size_t len)
+{
+    t->ops->describe(t->impl, buf, len);
+}
+
+/* Grows the join buffers to n features: 0 or -ENOMEM (unchanged). */
+static int join_reserve(train_t *t, uint32_t n)
+{
+    if (n <= t->cap)
+        return 0;
+    uint32_t cap = train__grow(t->cap, n);
+    if (!cap)
+        return -ENOMEM;
+    uint64_t *ids = realloc(t->ids, (size_t)cap * sizeof *ids);
+    if (!ids)
+        return -ENOMEM;
+    t->ids = ids;
+    float *values = realloc(t->values, (size_t)cap * sizeof *values);
+    if (!values)
+        return -ENOMEM;
+    t->values = values;
+    t->cap = cap;
+    return 0;
+}
+
+int train_reserve(train_t *t, uint32_t n)
+{
+    return t->ops->reserve(t->impl, n);
+}
+
+static void copy_values(float *dst, const codec_block_t *b)
+{
+    if (b->values)
+        memcpy(dst, b->values, (size_t)b->n * sizeof *dst);
+    else
+        for (uint32_t j = 0; j < b->n; j++)
+            dst[j] = 1.0f;
+}
+
+/* The sample (shared, item) as one run: *ids, *values (NULL = all 1), *n.
+ * 0 or -ENOMEM (more features than fit in 32 bits, or no memory). */
+static int join(train_t *t, const codec_block_t *shared, const codec_block_t *item,
+                const uint64_t **ids, const float **values, uint32_t *n)
+{
+    const codec_block_t *one = !item || item->n == 0 ? shared : shared->n == 0 ? item : NULL;
+    if (one) {
+        *ids = one->ids;
+        *values = one->values;
+        *n = one->n;
+        return 0;
+    }
+    uint64_t total = (uint64_t)shared->n + item->n;
+    if (total > UINT32_MAX || join_reserve(t, (uint32_t)total) != 0)
+        return -ENOMEM;
+    memcpy(t->ids, shared->ids, (size_t)shared->n * sizeof *t->ids);
+    memcpy(t->ids + shared->n, item->ids, (size_t)item->n * sizeof *t->ids);
+    if (shared->values || item->values) {
+        copy_values(t->values, shared);
+        copy_values(t->values + shared->n, item);
+        *values = t->values;
+    } else {
+        *values = NULL;
+    }
+    *ids = t->ids;
+    *n = (uint32_t)total;
+    return 0;
+}
+
+float train_predict(train_t *t, const codec_block_t *shared, const codec_block_t *item)
+{
+    const uint64_t *ids;
+    const float *values;
+    uint32_t n;
+    if (join(t, shared, item, &ids, &values, &n) != 0)
+        return NAN;
+    return t->ops->predict(t->impl, ids, values, n);
+}
+
+int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *items,
+                 uint32_t n_items, const float *labels, const float *weights, float *p)
+{
+    for (uint32_t i = 0; i < n_items; i++) {
+        const uint64_t *ids;
+        const float *values;
+        uint32_t n;
+        int rc = join(t, shared, &items[i], &ids, &values, &n);
+        if (rc == 0)
+            rc = t->ops->update(t->impl, ids, values, n, labels[i], weights ? weights[i] : 1.0f,
+                                p ? &p[i] : NULL);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err)
+{
+    return t->ops->export_snapshot(t->impl, dir, meta, err);
+}

@@ -1,0 +1,251 @@
+/*
+ * test_train_ops.c — the one trainer interface (model/train.h), every kind
+ * through train_t only, as the server's online trainer will drive it:
+ *
+ *   - samples given as a shared block plus item blocks train; once every id
+ *     has a row (new ids start non-zero in FM, FFM, DNN, but predict counts
+ *     an unseen id as 0, as served), each prediction an update reports is
+ *     train_predict()'s before that step;
+ *   - what the scoring path reads is what the updates wrote: the trainer's
+ *     export, loaded with model_load(), scores every sample with
+ *     model_score() bit for bit as train_predict() (sample as the shared
+ *     block) and to rounding when the sample is split into shared + item;
+ *     for the kinds whose state is a store (LR, FM, DNN) each served row is
+ *     the prefix of the row in the trainer's live store (train_store());
+ *   - weights NULL is weight 1 everywhere, bit for bit;
+ *   - bad options are refused with a sentence, by kind.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "model/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { SAMPLES = 400, NS = 6, NI = 4, NF = NS + NI, FIELDS = 4 };
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Samples: NS shared features then NI item features, ids over FIELDS
+ * fields (field in the top byte), a few repeats, values in (0, 1]. */
+struct data {
+    uint64_t ids[SAMPLES][NF];
+    float vals[SAMPLES][NF];
+    float labels[SAMPLES];
+};
+
+static void make_data(struct data *d)
+{
+    uint64_t s = 0x2545f4914f6cdd1dULL;
+    for (int i = 0; i < SAMPLES; i++) {
+        for (int j = 0; j < NF; j++) {
+            d->ids[i][j] = ((uint64_t)(j % FIELDS) << 56) | (rnd(&s) % 40 + 1);
+            d->vals[i][j] = (float)(rnd(&s) % 1000 + 1) / 1000.0f;
+        }
+        d->labels[i] = (d->ids[i][0] & 3) == 0 ? 1.0f : 0.0f;
+    }
+}
+
+static void options_for(store_model_kind_t kind, train_options_t *o)
+{
+    /* Adagrad for every kind: LR's state row then starts with w, as FM's,
+     * FFM's and DNN's start with their serving rows */
+    assert_int_equal(train_defaults(kind, TRAIN_ADAGRAD, o), 0);
+    uint32_t *f = train_options_fields(o);
+    if (f)
+        *f = FIELDS;
+    if (kind == STORE_MODEL_FFM)
+        o->ffm.k = 2;
+    if (kind == STORE_MODEL_DNN) {
+        o->dnn.dim = 4;
+        o->dnn.n_hidden = 1;
+        o->dnn.hidden[0] = 8;
+    }
+}
+
+static const store_model_kind_t kinds[] = {STORE_MODEL_LR, STORE_MODEL_FM, STORE_MODEL_FFM,
+                                           STORE_MODEL_DNN};
+
+static void test_scores_as_served(void **state)
+{
+    (void)state;
+    struct data *d = malloc(sizeof *d);
+    assert_non_null(d);
+    make_data(d);
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        train_options_t o;
+        options_for(kinds[ki], &o);
+        train_t *t;
+        char why[256];
+        if (train_create(&o, &t, why, sizeof why) != 0)
+            fail_msg("create: %s", why);
+        const char *name = train_ops(t)->name;
+        assert_int_equal(train_ops(t)->kind, kinds[ki]);
+        /* two passes: the first creates every id's row */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < SAMPLES; i++) {
+                codec_block_t shared = {.ids = d->ids[i], .values = d->vals[i], .n = NS};
+                codec_block_t item = {.ids = d->ids[i] + NS, .values = d->vals[i] + NS, .n = NI};
+                codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+                float before = train_predict(t, &shared, &item), p;
+                float again = train_predict(t, &whole, NULL);
+                assert_memory_equal(&before, &again, sizeof before); /* one run either way */
+                assert_int_equal(train_update(t, &shared, &item, 1, &d->labels[i], NULL, &p), 0);
+                if (pass == 1 && memcmp(&p, &before, sizeof p) != 0)
+                    fail_msg("%s sample %d: update saw %.9g, predict %.9g", name, i, p, before);
+            }
+        }
+        codec_block_t shared = {.ids = d->ids[0], .values = d->vals[0], .n = NS};
+        codec_block_t items[2] = {{.ids = d->ids[0] + NS, .values = d->vals[0] + NS, .n = NI},
+                                  {.ids = d->ids[1] + NS, .values = NULL, .n = NI}};
+        float labels[2] = {1, 0}, p2[2];
+        assert_int_equal(train_update(t, &shared, items, 2, labels, NULL, p2), 0);
+        assert_true(p2[0] > 0 && p2[0] < 1 && p2[1] > 0 && p2[1] < 1);
+
+        char dir[400];
+        const char *tmp = getenv("TL_TEST_TMP");
+        if (!tmp || !*tmp || strlen(tmp) > 300)
+            tmp = "/tmp";
+        snprintf(dir, sizeof dir, "%s/train_ops_%d_%s", tmp, (int)getpid(), name);
+        char cmd[1000];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && rm -rf '%s'", tmp, dir);
+        assert_int_equal(system(cmd), 0);
+        store_meta_t meta = {.model_name = "ops", .version = 3};
+        store_error_t err;
+        if (train_export(t, dir, &meta, &err) != 0)
+            fail_msg("%s export: %s", name, err.msg);
+        model_t *m;
+        if (model_load(dir, 1, &m, &err) != 0)
+            fail_msg("%s model_load: %s", name, err.msg);
+        assert_int_equal(model_meta(m)->model_kind, kinds[ki]);
+        model_scratch_t *sc;
+        assert_int_equal(model_scratch_create(NF, &sc), 0);
+        assert_true(model_scratch_fit(sc, m, NF) >= 0);
+        for (int i = 0; i < SAMPLES; i++) {
+            codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+            codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+            float served, mine = train_predict(t, &whole, NULL);
+            assert_int_equal(model_score(m, &whole, &none, 1, &served, sc), 0);
+            if (memcmp(&served, &mine, sizeof served) != 0)
+                fail_msg("%s sample %d: served %.9g, trainer %.9g", name, i, served, mine);
+            codec_block_t sh = {.ids = d->ids[i], .values = d->vals[i], .n = NS};
+            codec_block_t it = {.ids = d->ids[i] + NS, .values = d->vals[i] + NS, .n = NI};
+            assert_int_equal(model_score(m, &sh, &it, 1, &served, sc), 0);
+            mine = train_predict(t, &sh, &it);
+            if (fabsf(served - mine) > 1e-6f)
+                fail_msg("%s sample %d split: served %.9g, trainer %.9g", name, i, served, mine);
+        }
+        /* the live store's rows start with the served rows */
+        const store_t *live = train_store(t);
+        if (kinds[ki] == STORE_MODEL_FFM) {
+            assert_null(live);
+        } else {
+            assert_non_null(live);
+            const store_t *served = model_store(m);
+            const uint32_t K = store_value_floats(served);
+            float a[STORE_MAX_VALUE_FLOATS], b[STORE_MAX_VALUE_FLOATS];
+            for (int i = 0; i < SAMPLES; i++)
+                for (int j = 0; j < NF; j++) {
+                    memset(a, 0, sizeof a);
+                    memset(b, 0, sizeof b);
+                    assert_int_equal(store_lookup(live, d->ids[i][j], a), 1);
+                    store_lookup(served, d->ids[i][j], b); /* absent: an all-zero row */
+                    assert_memory_equal(a, b, K * sizeof *a);
+                }
+        }
+        model_scratch_destroy(sc);
+        model_destroy(m);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+        train_destroy(t);
+    }
+    free(d);
+}
+
+static void test_weight_one(void **state)
+{
+    (void)state;
+    struct data *d = malloc(sizeof *d);
+    assert_non_null(d);
+    make_data(d);
+    const float ones[1] = {1.0f};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        train_options_t o;
+        options_for(kinds[ki], &o);
+        train_t *a, *b;
+        assert_int_equal(train_create(&o, &a, NULL, 0), 0);
+        assert_int_equal(train_create(&o, &b, NULL, 0), 0);
+        for (int i = 0; i < SAMPLES; i++) {
+            codec_block_t shared = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+            codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+            float pa, pb;
+            assert_int_equal(train_update(a, &shared, &none, 1, &d->labels[i], NULL, &pa), 0);
+            assert_int_equal(train_update(b, &shared, &none, 1, &d->labels[i], ones, &pb), 0);
+            assert_memory_equal(&pa, &pb, sizeof pa);
+        }
+        /* a weight 2 step moves the prediction further than a weight 1 step */
+        codec_block_t shared = {.ids = d->ids[0], .values = d->vals[0], .n = NF};
+        float y = 1, two = 2, p0 = train_predict(a, &shared, NULL);
+        assert_int_equal(train_update(a, &shared, NULL, 0, &y, NULL, NULL), 0); /* no items */
+        codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+        assert_int_equal(train_update(a, &shared, &none, 1, &y, NULL, NULL), 0);
+        assert_int_equal(train_update(b, &shared, &none, 1, &y, &two, NULL), 0);
+        float pa = train_predict(a, &shared, NULL), pb = train_predict(b, &shared, NULL);
+        assert_true(pa > p0);
+        assert_true(pb > pa);
+        train_destroy(a);
+        train_destroy(b);
+    }
+    free(d);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        train_options_t o;
+        options_for(kinds[ki], &o);
+        switch (kinds[ki]) {
+        case STORE_MODEL_LR: o.lr.alpha = 0; break;
+        case STORE_MODEL_FM: o.fm.l2_v = -1; break;
+        case STORE_MODEL_FFM: o.ffm.beta = NAN; break;
+        default: o.dnn.lr_dense = INFINITY; break;
+        }
+        train_t *t = NULL;
+        char why[256] = "";
+        assert_int_equal(train_create(&o, &t, why, sizeof why), -EINVAL);
+        assert_null(t);
+        assert_true(strstr(why, "must be") != NULL);
+    }
+    train_options_t o;
+    assert_int_equal(train_defaults((store_model_kind_t)99, TRAIN_FTRL, &o), -EINVAL);
+    o.kind = (store_model_kind_t)99;
+    train_t *t = NULL;
+    assert_int_equal(train_create(&o, &t, NULL, 0), -EINVAL);
+    assert_null(train_ops_for((store_model_kind_t)99));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scores_as_served),
+        cmocka_unit_test(test_weight_one),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
