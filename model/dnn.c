@@ -32,7 +32,7 @@
  * Pooling runs in float in feature order, the wide sums in double in
  * feature order, and single-threaded BLAS is deterministic for a given
  * shape: the same request always gives the same floats, which is what lets
- * an export score bit for bit as the trainer predicted (dnn_train.c scores
+ * an export score bit for bit as the trainer predicted (train_dnn.c scores
  * through this very function with the sample as the shared block and one
  * empty item).
  *

@@ -2,7 +2,7 @@
  * dnn.h — a Wide & Deep network: its description (layer sizes and dense
  * weights, carried in a snapshot's extras) and the scoring forward pass over
  * rows already fetched from the store.  No store access here: model.c looks
- * the rows up, dnn_train.c keeps its own.
+ * the rows up, train_dnn.c keeps its own.
  *
  * The sparse part is the store, one row of K = 1 + dim fp32 per id:
  *

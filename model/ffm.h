@@ -1,7 +1,7 @@
 /*
  * ffm.h — the field-aware factorization machine (FFM) scoring kernel: pure
  * arithmetic on parameter rows already fetched from the store, shared by
- * model.c (serving) and ffm_train.c (the trainer's predictions), so that an
+ * model.c (serving) and train_ffm.c (the trainer's predictions), so that an
  * exported model scores bit for bit what the trainer predicted.
  *
  * An FFM with F fields and k factors keeps K = 1 + F*k floats per feature id:

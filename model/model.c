@@ -45,7 +45,7 @@
  * That is O(k (shared + sum of item sizes)) per request instead of
  * O(k items (shared + item)).  Sums run in double, in block order, so that
  * the same request always gives the same float; the trainers (train_lr.c,
- * fm_train.c) use the same order so that exports score bit for bit as they
+ * train_fm.c) use the same order so that exports score bit for bit as they
  * predicted.
  *
  * THREAD SAFETY: the model is read-only; each thread scores with its own
@@ -200,21 +200,22 @@ int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
     store_t *s;
     store_meta_t meta;
     store_extras_t x;
-    if (store_snapshot_load_ex(dir, threads, &s, &meta, &x, err) != 0)
-        return -1;
+    int rc = store_snapshot_load_ex(dir, threads, &s, &meta, &x, err);
+    if (rc != 0)
+        return rc; /* the store's -errno */
     char why[400];
-    int rc = model_make(s, &meta, &x, out, why, sizeof why);
+    rc = model_make(s, &meta, &x, out, why, sizeof why);
     if (rc != 0) {
         store_destroy(s);
         store_extras_free(&x);
         if (err) {
             memset(err, 0, sizeof *err);
-            err->code = STORE_E_MODEL;
+            err->code = rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL;
             err->offset = -1;
             snprintf(err->msg, sizeof err->msg, "%s: model kind %s is not servable: %s", dir,
                      store_model_kind_name(meta.model_kind), why);
         }
-        return -1;
+        return rc == -ENOMEM ? rc : store_errc_errno(STORE_E_MODEL);
     }
     return 0;
 }
@@ -407,7 +408,7 @@ static inline double fm_block_any(const codec_block_t *b, const float *w, uint32
     }
 }
 
-/* Sum of x^2 over one block, in feature order (fm_train.c sums a sample
+/* Sum of x^2 over one block, in feature order (train_fm.c sums a sample
  * the same way). */
 static inline double fm_block_sq(const codec_block_t *b)
 {
@@ -422,7 +423,7 @@ static inline double fm_block_sq(const codec_block_t *b)
 }
 
 /* FM: w holds K = k + 1 floats per id in lookup order (bias row first).
- * The margin is the same expression, in the same order, as fm_train.c's
+ * The margin is the same expression, in the same order, as train_fm.c's
  * forward(), so that exports score bit for bit as the trainer predicted. */
 static void fm_score(const codec_block_t *shared, const codec_block_t *items, uint32_t n_items,
                      const float *w, uint32_t k, bool norm, float *scores)

@@ -41,8 +41,11 @@ int model_from_store(store_t *s, const store_meta_t *meta, model_t **out);
 
 /* Loads the snapshot in dir (store_snapshot_load_ex) and wraps it: any kind.
  * FFM reads params fields, k, norm (K must be 1 + fields x k); DNN reads its
- * params and layers (dnn.h).  On failure returns -1 and fills *err with a
- * sentence naming what is wrong; nothing stays allocated. */
+ * params and layers (dnn.h).  On failure returns -errno and fills *err
+ * with a sentence naming what is wrong: the store's errors as
+ * store_snapshot_load_ex returns them, -ENOMEM, or -EBADMSG with code
+ * STORE_E_MODEL when the snapshot is sound but its model is one this build
+ * cannot score.  Nothing stays allocated. */
 int model_load(const char *dir, int threads, model_t **out, store_error_t *err);
 
 /* The model's hyper-parameters and dense arrays (FM: maybe "norm"; LR:

@@ -179,9 +179,9 @@ static int put_record(void *ctx, uint64_t key, const void *raw)
  * The loader rebuilds shard i in a store created for the snapshot's total
  * entries with each sub-table reserved for its exact count (create_store,
  * build_shard), and its ordered fill is fastest when the file lists the
- * records in that store's bucket order.  A store sized that way (tlsnap gen,
- * the trainers' exports) already has that order and is written as it is.
- * One that grew, or was sized for more keys than it holds, has other
+ * records in that store's bucket order.  A store sized that way (the
+ * trainers' exports) already has that order and is written as it is.  One
+ * that grew, or was sized for more keys than it holds, has other
  * sub-table sizes, and its order would send most records aside at load (3x
  * slower: store_bench --expected-keys).  Such a shard is first inserted into
  * a store sized as the loader will size it (the same calls, the same seed)

@@ -9,7 +9,7 @@
  * makes them; tlsnap's gen command only says so.
  *
  * info checks the MANIFEST with store_snapshot_read_meta(), then decodes it
- * again with manifest_decode() (store/'s internal API: tlsnap lives here) to
+ * again with store__manifest_decode() (store/'s internal API: tlsnap lives here) to
  * list K, dtype and the shard files; it reads no shard file.
  *
  * verify loads with store_snapshot_load() (which checks every checksum,
@@ -256,7 +256,7 @@ static uint64_t count_arg(const char *cmd, const char *usage, const char *name, 
 
 /* Reads dir/MANIFEST (at most MANIFEST_MAX_BYTES) and decodes it.  Returns 0
  * or -1 with a message printed.  On success m->shards is owned by the caller
- * (manifest_free). */
+ * (store__manifest_free). */
 static int read_manifest(const char *dir, manifest_t *m)
 {
     char path[4096];
