@@ -286,8 +286,10 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
                  uint32_t n_items, const float *labels, const float *weights, float *p);
 
 /* Writes the current weights as a serving snapshot of the trainer's kind
- * into dir (meta's model_kind is replaced by it).  Blocks.  0, or -1 with
- * *err filled. */
+ * into dir (meta's model_kind is replaced by it).  Blocks.  0, or -errno
+ * with *err filled: the store's (store_snapshot_write_ex), -ENOMEM, or
+ * -EINVAL with code STORE_E_MODEL when the model's params do not fit a
+ * snapshot's extras. */
 int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err);
 
 /* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */

@@ -513,7 +513,7 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
             snprintf(err->msg, sizeof err->msg,
                      "%s: the network does not fit a snapshot's extras", dir);
         }
-        return -1;
+        return -EINVAL; /* the params do not fit a snapshot's extras */
     }
     return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
 }

@@ -75,7 +75,7 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
         err->code = STORE_E_NOMEM;
         snprintf(err->msg, sizeof err->msg, "%s: cannot create the export store: %s", dir,
                  strerror(-rc));
-        return -1;
+        return rc;
     }
     float bias[STORE_MAX_VALUE_FLOATS] = {0};
     rc = store_upsert(c.out, MODEL_BIAS_ID, bias); /* present even when never trained */
@@ -87,13 +87,13 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
         store_destroy(c.out);
         err->code = STORE_E_NOMEM;
         snprintf(err->msg, sizeof err->msg, "%s: export store full: %s", dir, strerror(-c.rc));
-        return -1;
+        return c.rc;
     }
     store_meta_t m = *meta;
     m.model_kind = kind;
     rc = store_snapshot_write_ex(c.out, dir, &m, x, err);
     store_destroy(c.out);
-    return rc == 0 ? 0 : -1;
+    return rc; /* 0 or the store's -errno */
 }
 
 int train__export_rows(const store_t *state, uint32_t first, uint32_t K, store_model_kind_t kind,

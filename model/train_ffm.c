@@ -523,7 +523,7 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
             err->code = STORE_E_MODEL;
             snprintf(err->msg, sizeof err->msg, "%s: cannot record the FFM params", dir);
         }
-        return -1;
+        return -EINVAL; /* the params do not fit a snapshot's extras */
     }
     return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }

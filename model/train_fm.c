@@ -378,7 +378,7 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
             err->code = STORE_E_MODEL;
             snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
         }
-        return -1;
+        return -EINVAL; /* the params do not fit a snapshot's extras */
     }
     return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }

@@ -65,7 +65,8 @@ static void want_out(struct ep_state *st, conn_t *c, bool on)
     epoll_ctl(st->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* Writes what the socket takes.  Returns 0, or -1 when the peer is gone. */
+/* Writes what the socket takes.  Returns 0, or -errno (send's) when the peer
+ * is gone. */
 static int flush_out(worker_t *w, struct ep_state *st, conn_t *c)
 {
     while (c->out_off < c->out_len) {
@@ -80,7 +81,7 @@ static int flush_out(worker_t *w, struct ep_state *st, conn_t *c)
             want_out(st, c, true);
             return 0;
         }
-        return -1;
+        return n < 0 ? -errno : -EPIPE;
     }
     want_out(st, c, false);
     return 0;
