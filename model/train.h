@@ -37,7 +37,7 @@
  *
  * ERRORS: -EINVAL with a sentence for bad options, -ENOMEM when the state or
  * the work space cannot grow (the model is then partially updated); exports
- * return -1 with a store_error_t naming what failed.
+ * return -errno with a store_error_t naming what failed.
  */
 #ifndef TL_MODEL_TRAIN_H
 #define TL_MODEL_TRAIN_H
