@@ -196,8 +196,8 @@ static const char usage_rewrite[] =
     "and writes the same model, version, params and dense arrays as a new\n"
     "snapshot in DST (created; it must not hold a snapshot yet).  The new one\n"
     "records its store's hash seed and lists records in the loader's bucket\n"
-    "order, so it loads on the fast path: use it on snapshots written before\n"
-    "2026-11-25 (no hash seed) or by a store that grew.\n"
+    "order, so it loads on the fast path: use it on snapshots written without\n"
+    "a hash seed (tlsnap info says so) or by a store that grew.\n"
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
