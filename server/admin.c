@@ -217,12 +217,19 @@ static void reply_error(struct evhttp_request *req, int code, const char *fmt, .
     reply_json(req, code, json_pack("{s:s}", "error", msg));
 }
 
+/* {"name","version","kind","keys"}: one version, as GET /v1/models lists it
+ * and a ?wait=1 load answers it. */
+static json_t *version_json(const char *name, uint64_t version, const char *kind, uint64_t keys)
+{
+    return json_pack("{s:s, s:I, s:s, s:I}", "name", name, "version", (json_int_t)version, "kind",
+                     kind, "keys", (json_int_t)keys);
+}
+
 static json_t *model_json(const model_t *m)
 {
     const store_meta_t *meta = model_meta(m);
-    return json_pack("{s:s, s:I, s:s, s:I}", "name", meta->model_name, "version",
-                     (json_int_t)meta->version, "kind", store_model_kind_name(meta->model_kind),
-                     "keys", (json_int_t)store_count(model_store(m)));
+    return version_json(meta->model_name, meta->version, store_model_kind_name(meta->model_kind),
+                        store_count(model_store(m)));
 }
 
 /* ---- GET endpoints ---------------------------------------------------------- */
@@ -503,16 +510,9 @@ static int valid_name(const char *s, size_t n)
 /* The JSON of a load's status (GET .../{name}:load). */
 static json_t *load_json(const loader_status_t *st)
 {
-    uint64_t end = st->finished_ns;
-    if (!end) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        end = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    }
     json_t *j = json_pack("{s:s, s:I, s:s, s:s, s:I}", "model", st->model, "load",
                           (json_int_t)st->id, "state", loader_state_name(st->state), "path",
-                          st->path, "elapsed_ms",
-                          (json_int_t)((end - st->queued_ns) / 1000000u));
+                          st->path, "elapsed_ms", (json_int_t)loader_elapsed_ms(st));
     if (j && st->state == LOADER_DONE)
         json_object_set_new(j, "version", json_integer((json_int_t)st->version));
     if (j && st->state == LOADER_FAILED)
@@ -529,10 +529,7 @@ static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
     if (evcon) /* back to the normal idle timeout for what follows on this connection */
         evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
     if (st->state == LOADER_DONE)
-        reply_json(req, 200,
-                   json_pack("{s:s, s:I, s:s, s:I}", "name", st->model, "version",
-                             (json_int_t)st->version, "kind", st->kind, "keys",
-                             (json_int_t)st->keys));
+        reply_json(req, 200, version_json(st->model, st->version, st->kind, st->keys));
     else
         reply_error(req, st->shutdown ? 503 : 409, "%s", st->error);
 }

@@ -98,6 +98,12 @@ const char *loader_state_name(loader_state_t st)
     return "?";
 }
 
+uint64_t loader_elapsed_ms(const loader_status_t *st)
+{
+    uint64_t end = st->finished_ns ? st->finished_ns : now_ns();
+    return (end - st->queued_ns) / 1000000u;
+}
+
 /* The record of model name, or NULL.  L.lock held. */
 static record_t *find(const char *name)
 {

@@ -221,6 +221,10 @@ int loader_submit(const char *name, const char *dir, uint64_t version, loader_st
  * none (since start, among the last LOADER_MODELS_MAX names). */
 int loader_status(const char *name, loader_status_t *out);
 
+/* Milliseconds from st's acceptance to its end, or to now while it is
+ * queued or running. */
+uint64_t loader_elapsed_ms(const loader_status_t *st);
+
 typedef struct loader_metrics {
     uint64_t ok, failed;    /* loads ended DONE / FAILED */
     double last_seconds;    /* the last ended load, loading to end (0: none yet) */
