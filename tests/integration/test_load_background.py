@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -30,7 +31,6 @@ import harness  # noqa: E402
 from harness import TLSERVE, TLSYNTH, http  # noqa: E402
 
 TOKEN = "secret"
-AUTH = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
 SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9}
 
 
@@ -166,7 +166,7 @@ class LoadBackground(unittest.TestCase):
                       extra=("--kind", "fm", "--value-floats", "9"))
         corrupt(cls.bad)
         cls.others = []
-        for i in range(harness_queue_max() + 1):
+        for i in range(queue_max() + 1):
             p = os.path.join(d, f"q{i}", "1")
             make_snapshot(p, 10, f"q{i}", 1, seed=100 + i)
             cls.others.append((f"q{i}", p))
@@ -298,7 +298,7 @@ class LoadBackground(unittest.TestCase):
         wait_state(port, "demo", ("loading", "done"))  # off the queue (the loader is niced)
         # While it is loading (a {LOAD_KEYS}-key load takes a while; the checks
         # below are skipped if it has already ended): a second load of the same model gets
-        # 409 naming it, and the queue takes harness_queue_max() loads, one more gets 503.
+        # 409 naming it, and the queue takes queue_max() loads, one more gets 503.
         answers = [post_load(port, "demo", self.v3)]
         answers += [post_load(port, name, path) for name, path in self.others]
         still = load_status(port, "demo")[1]["state"] == "loading"
@@ -310,7 +310,7 @@ class LoadBackground(unittest.TestCase):
                 self.assertEqual(status, 202, body)
             status, _, body = answers[-1]
             self.assertEqual(status, 503, body)
-            self.assertIn(f"limit {harness_queue_max()}", json.loads(body)["error"])
+            self.assertIn(f"limit {queue_max()}", json.loads(body)["error"])
         else:
             print("\nthe load ended before the queue filled: 409/503 not checked", file=sys.stderr)
         for name, _ in self.others[:-1]:
@@ -353,9 +353,14 @@ class LoadBackground(unittest.TestCase):
                 srv.proc.wait()
 
 
-def harness_queue_max():
+def queue_max():
     """LOADER_QUEUE_MAX in server/server.h: loads that may wait behind the running one."""
-    return 4
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server",
+                          "server.h")
+    with open(header, encoding="utf-8") as f:
+        m = re.search(r"^#define LOADER_QUEUE_MAX (\d+)", f.read(), re.M)
+    assert m, f"no LOADER_QUEUE_MAX in {header}"
+    return int(m.group(1))
 
 
 def bench(keys):
