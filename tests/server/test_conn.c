@@ -25,7 +25,8 @@
  *   - payload errors (truncated, trailing bytes, bad varint, name, items,
  *     order, values; unknown model or version, decided after the payload
  *     decodes): ERROR with the request's id, the connection stays usable;
- *   - OVERLOADED, SHUTTING_DOWN, the idle clock, an allocation failure.
+ *   - OVERLOADED, SHUTTING_DOWN, the idle clock, an allocation failure;
+ *   - the scratch sized once per version a worker pins (server_model_t.gen).
  *
  * conn.c is #included (STYLE.md: a unit test may reach statics) so that its
  * malloc/realloc can be made to fail on demand.
@@ -1150,6 +1151,43 @@ static void test_no_model(void **state)
     finish();
 }
 
+/* The scratch follows the version: a worker sizes it for each version it
+ * pins for the first time (server_model_t.gen), before scoring with it, and
+ * not again for the requests after. */
+static void test_scratch_follows_version(void **state)
+{
+    (void)state;
+    start(NULL);
+    conn_t *c = open_conn();
+    bytes_t b = {0};
+    put_predict(&b, 1, MODEL_NAME, 0);
+    server_model_t *first = server_model_acquire(&srv);
+    assert_non_null(first);
+    uint64_t gen1 = first->gen;
+    server_model_release(first);
+    assert_true(gen1 > 0);
+    assert_int_equal(w.scratch_gen, 0);
+    assert_int_equal(feed(c, &b), 0);
+    expect_scores(c, 1);
+    assert_int_equal(w.scratch_gen, gen1);
+
+    /* the same snapshot opened again is another version handle */
+    server_model_t *sm;
+    store_error_t err;
+    assert_int_equal(server_model_open(&srv, model_dir, &sm, &err), 0);
+    assert_true(sm->gen > gen1);
+    server_model_retire(server_model_swap(&srv, sm));
+    assert_int_equal(feed(c, &b), 0);
+    expect_scores(c, 1);
+    assert_int_equal(w.scratch_gen, sm->gen);
+    assert_int_equal(feed(c, &b), 0);
+    expect_scores(c, 1);
+    assert_int_equal(w.scratch_gen, sm->gen);
+    conn_free(&w, c);
+    free(b.p);
+    finish();
+}
+
 /* ---- load shedding ----------------------------------------------------------------------- */
 
 /* --max-inflight counts responses queued on the worker and not yet sent:
@@ -1255,6 +1293,7 @@ int main(void)
         cmocka_unit_test(test_output_backlog),
         cmocka_unit_test(test_bad_payloads),
         cmocka_unit_test(test_no_model),
+        cmocka_unit_test(test_scratch_follows_version),
         cmocka_unit_test(test_overloaded),
         cmocka_unit_test(test_shutting_down),
         cmocka_unit_test(test_out_of_memory_output),
