@@ -56,21 +56,17 @@
 
 #define LOADER_NICE 10 /* added to the process's nice value, for this thread and its helpers */
 
-typedef struct record {
-    loader_status_t st; /* st.id == 0: free */
-} record_t;
-
 static struct loader {
     server_t *srv;
     loader_done_fn *done;
     void *done_arg;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t wake;                 /* queue not empty, or stopping */
-    bool running;                        /* loader_start .. loader_stop */
-    bool stopping;                       /* no new loads; the thread exits */
-    record_t records[LOADER_MODELS_MAX]; /* latest load per model name */
-    record_t *queue[LOADER_QUEUE_MAX];   /* FIFO ring of queued records */
+    pthread_cond_t wake;                        /* queue not empty, or stopping */
+    bool running;                               /* loader_start .. loader_stop */
+    bool stopping;                              /* no new loads; the thread exits */
+    loader_status_t records[LOADER_MODELS_MAX]; /* latest load per model name; id 0: free */
+    loader_status_t *queue[LOADER_QUEUE_MAX];   /* FIFO ring of queued records */
     unsigned qhead, qlen;
     uint64_t last_id;
     loader_metrics_t metrics;
@@ -105,40 +101,49 @@ uint64_t loader_elapsed_ms(const loader_status_t *st)
 }
 
 /* The record of model name, or NULL.  L.lock held. */
-static record_t *find(const char *name)
+static loader_status_t *find(const char *name)
 {
     for (int i = 0; i < LOADER_MODELS_MAX; i++)
-        if (L.records[i].st.id && strcmp(L.records[i].st.model, name) == 0)
+        if (L.records[i].id && strcmp(L.records[i].model, name) == 0)
             return &L.records[i];
     return NULL;
 }
 
 /* A free record, else the one whose load ended first.  L.lock held. */
-static record_t *take(void)
+static loader_status_t *take(void)
 {
-    record_t *best = NULL;
+    loader_status_t *best = NULL;
     for (int i = 0; i < LOADER_MODELS_MAX; i++) {
-        record_t *r = &L.records[i];
-        if (!r->st.id)
+        loader_status_t *r = &L.records[i];
+        if (!r->id)
             return r;
-        if (r->st.finished_ns && (!best || r->st.finished_ns < best->st.finished_ns))
+        if (r->finished_ns && (!best || r->finished_ns < best->finished_ns))
             best = r;
     }
     return best; /* never NULL: at most LOADER_QUEUE_MAX + 1 are unfinished */
 }
 
-/* Marks r ended and counts it.  L.lock held. */
-static void finish(record_t *r, loader_state_t state, uint64_t started_ns)
+/* Takes the oldest queued record off the queue.  L.lock held, L.qlen > 0. */
+static loader_status_t *pop(void)
 {
-    r->st.state = state;
-    r->st.finished_ns = now_ns();
+    loader_status_t *r = L.queue[L.qhead];
+    L.qhead = (L.qhead + 1) % LOADER_QUEUE_MAX;
+    L.qlen--;
+    return r;
+}
+
+/* Marks r ended and counts it.  L.lock held. */
+static void finish(loader_status_t *r, loader_state_t state, uint64_t started_ns)
+{
+    r->state = state;
+    r->finished_ns = now_ns();
     if (state == LOADER_DONE)
         L.metrics.ok++;
     else
         L.metrics.failed++;
     L.metrics.in_progress--;
     if (started_ns)
-        L.metrics.last_seconds = (double)(r->st.finished_ns - started_ns) * 1e-9;
+        L.metrics.last_seconds = (double)(r->finished_ns - started_ns) * 1e-9;
 }
 
 static void *loader_main(void *arg)
@@ -158,16 +163,14 @@ static void *loader_main(void *arg)
             pthread_cond_wait(&L.wake, &L.lock);
         if (L.qlen == 0) /* stopping: loader_stop emptied the queue */
             break;
-        record_t *r = L.queue[L.qhead];
-        L.qhead = (L.qhead + 1) % LOADER_QUEUE_MAX;
-        L.qlen--;
-        r->st.state = LOADER_LOADING;
-        char dir[sizeof r->st.path];
-        memcpy(dir, r->st.path, sizeof dir); /* the record is only read by others now */
-        uint64_t id = r->st.id, t0 = now_ns();
+        loader_status_t *r = pop();
+        r->state = LOADER_LOADING;
+        char dir[sizeof r->path];
+        memcpy(dir, r->path, sizeof dir); /* the record is only read by others now */
+        uint64_t id = r->id, t0 = now_ns();
         pthread_mutex_unlock(&L.lock);
 
-        LOG(LL_INFO, "load %llu: loading %s from %s", (unsigned long long)id, r->st.model, dir);
+        LOG(LL_INFO, "load %llu: loading %s from %s", (unsigned long long)id, r->model, dir);
         server_model_t *sm = NULL, *old = NULL;
         store_error_t err;
         int rc = server_model_open(srv, dir, &sm, &err);
@@ -175,27 +178,27 @@ static void *loader_main(void *arg)
         pthread_mutex_lock(&L.lock);
         if (rc != 0) {
             if (err.msg[0])
-                snprintf(r->st.error, sizeof r->st.error, "cannot load snapshot %s (%s): %s", dir,
+                snprintf(r->error, sizeof r->error, "cannot load snapshot %s (%s): %s", dir,
                          store_errc_name(err.code), err.msg);
             else
-                snprintf(r->st.error, sizeof r->st.error, "cannot load snapshot %s: %s", dir,
+                snprintf(r->error, sizeof r->error, "cannot load snapshot %s: %s", dir,
                          strerror(rc < 0 ? -rc : EIO));
             finish(r, LOADER_FAILED, t0);
         } else if (L.stopping) {
-            snprintf(r->st.error, sizeof r->st.error,
+            snprintf(r->error, sizeof r->error,
                      "the server is shutting down: the version loaded from %s was discarded", dir);
-            r->st.shutdown = true;
+            r->shutdown = true;
             finish(r, LOADER_FAILED, t0);
         } else {
             const store_meta_t *meta = model_meta(sm->model);
-            r->st.version = meta->version;
-            snprintf(r->st.kind, sizeof r->st.kind, "%s", store_model_kind_name(meta->model_kind));
-            r->st.keys = store_count(model_store(sm->model));
+            r->version = meta->version;
+            snprintf(r->kind, sizeof r->kind, "%s", store_model_kind_name(meta->model_kind));
+            r->keys = store_count(model_store(sm->model));
             old = server_model_swap(srv, sm); /* DONE only once requests see it */
             sm = NULL;
             finish(r, LOADER_DONE, t0);
         }
-        loader_status_t copy = r->st;
+        loader_status_t copy = *r;
         pthread_mutex_unlock(&L.lock);
 
         if (copy.state == LOADER_DONE)
@@ -243,15 +246,13 @@ void loader_stop(void)
     }
     L.stopping = true;
     while (L.qlen) {
-        record_t *r = L.queue[L.qhead];
-        L.qhead = (L.qhead + 1) % LOADER_QUEUE_MAX;
-        L.qlen--;
-        snprintf(r->st.error, sizeof r->st.error,
+        loader_status_t *r = pop();
+        snprintf(r->error, sizeof r->error,
                  "the server is shutting down: the load of %s was dropped before it started",
-                 r->st.path);
-        r->st.shutdown = true;
+                 r->path);
+        r->shutdown = true;
         finish(r, LOADER_FAILED, 0);
-        dropped[n++] = r->st;
+        dropped[n++] = *r;
     }
     pthread_cond_signal(&L.wake);
     pthread_mutex_unlock(&L.lock);
@@ -271,28 +272,28 @@ int loader_submit(const char *name, const char *dir, uint64_t version, loader_st
 {
     int rc = 0;
     pthread_mutex_lock(&L.lock);
-    record_t *r = find(name);
+    loader_status_t *r = find(name);
     if (!L.running || L.stopping) {
         rc = -ECANCELED;
-    } else if (r && !r->st.finished_ns) {
-        *out = r->st;
+    } else if (r && !r->finished_ns) {
+        *out = *r;
         rc = -EBUSY;
     } else if (L.qlen == LOADER_QUEUE_MAX) {
         rc = -EAGAIN;
     } else {
         if (!r)
             r = take();
-        memset(&r->st, 0, sizeof r->st);
-        r->st.id = ++L.last_id;
-        r->st.state = LOADER_QUEUED;
-        snprintf(r->st.model, sizeof r->st.model, "%s", name);
-        snprintf(r->st.path, sizeof r->st.path, "%s", dir);
-        r->st.version = version;
-        r->st.queued_ns = now_ns();
+        memset(r, 0, sizeof *r);
+        r->id = ++L.last_id;
+        r->state = LOADER_QUEUED;
+        snprintf(r->model, sizeof r->model, "%s", name);
+        snprintf(r->path, sizeof r->path, "%s", dir);
+        r->version = version;
+        r->queued_ns = now_ns();
         L.queue[(L.qhead + L.qlen) % LOADER_QUEUE_MAX] = r;
         L.qlen++;
         L.metrics.in_progress++;
-        *out = r->st;
+        *out = *r;
         pthread_cond_signal(&L.wake);
     }
     pthread_mutex_unlock(&L.lock);
@@ -302,9 +303,9 @@ int loader_submit(const char *name, const char *dir, uint64_t version, loader_st
 int loader_status(const char *name, loader_status_t *out)
 {
     pthread_mutex_lock(&L.lock);
-    record_t *r = find(name);
+    loader_status_t *r = find(name);
     if (r)
-        *out = r->st;
+        *out = *r;
     pthread_mutex_unlock(&L.lock);
     return r ? 0 : -ENOENT;
 }
