@@ -121,14 +121,15 @@ static struct admin {
     struct evhttp *http;
     struct event *done_ev;       /* activated by the loader when a load ends */
     struct event *stop_ev;       /* activated by admin_stop */
-    pthread_mutex_t ended_lock;  /* protects ended */
-    ended_t *ended;              /* loads ended, not yet seen by the admin thread */
+    pthread_mutex_t ended_lock;  /* protects ended and ended_tail */
+    ended_t *ended;              /* loads ended, not yet seen by the admin thread, oldest first */
+    ended_t **ended_tail;        /* where the next one is linked */
     waiter_t *waiters;           /* ?wait=1 requests; admin thread only */
     _Atomic bool stopping;       /* admin_stop has begun */
     bool answered_stopping;      /* a waiter was answered after that; admin thread only */
     pthread_t thread;
     bool running;                /* main thread only */
-} A = {.ended_lock = PTHREAD_MUTEX_INITIALIZER};
+} A = {.ended_lock = PTHREAD_MUTEX_INITIALIZER, .ended_tail = &A.ended};
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -541,32 +542,25 @@ static int drain_ended(void)
     pthread_mutex_lock(&A.ended_lock);
     ended_t *e = A.ended;
     A.ended = NULL;
+    A.ended_tail = &A.ended;
     pthread_mutex_unlock(&A.ended_lock);
 
-    /* The list is newest first; answer in the order the loads ended. */
-    ended_t *rev = NULL;
-    while (e) {
-        ended_t *next = e->next;
-        e->next = rev;
-        rev = e;
-        e = next;
-    }
     int answered = 0;
-    while (rev) {
+    while (e) { /* in the order the loads ended */
         for (waiter_t **pw = &A.waiters; *pw;) {
             waiter_t *w = *pw;
-            if (w->load != rev->st.id) {
+            if (w->load != e->st.id) {
                 pw = &w->next;
                 continue;
             }
-            answer_waiter(w->req, &rev->st);
+            answer_waiter(w->req, &e->st);
             answered++;
             *pw = w->next;
             free(w);
         }
-        ended_t *next = rev->next;
-        free(rev);
-        rev = next;
+        ended_t *next = e->next;
+        free(e);
+        e = next;
     }
     return answered;
 }
@@ -585,9 +579,10 @@ static void on_load_ended(const loader_status_t *st, void *arg)
     if (!e)
         abort(); /* a few KB on the control plane */
     e->st = *st;
+    e->next = NULL;
     pthread_mutex_lock(&A.ended_lock);
-    e->next = A.ended;
-    A.ended = e;
+    *A.ended_tail = e;
+    A.ended_tail = &e->next;
     pthread_mutex_unlock(&A.ended_lock);
     event_active(A.done_ev, EV_READ, 0); /* thread-safe: the base is notifiable */
 }
@@ -947,6 +942,7 @@ void admin_stop(server_t *srv)
         A.ended = e->next;
         free(e);
     }
+    A.ended_tail = &A.ended;
     pthread_mutex_unlock(&A.ended_lock);
     A.http = NULL;
     A.done_ev = A.stop_ev = NULL;
