@@ -145,9 +145,9 @@ void server_model_release(server_model_t *sm);
 
 /* Loads the snapshot in dir into a new version handle, not yet active
  * (*out holds the one reference; give it to server_model_swap, or drop it
- * with server_model_release).  Blocks for the whole load.  Returns 0; the
- * model layer's nonzero code with *err (not NULL) filled by it when the
- * snapshot is refused; -ENOMEM (err->msg left empty) when the handle cannot
+ * with server_model_release).  Blocks for the whole load.  Returns 0;
+ * model_load's -errno with *err (not NULL) filled by it when the snapshot
+ * cannot be loaded; -ENOMEM with err->msg left empty when the handle cannot
  * be allocated. */
 int server_model_open(server_t *srv, const char *dir, server_model_t **out, store_error_t *err);
 
