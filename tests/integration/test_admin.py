@@ -119,10 +119,20 @@ class AdminTest(unittest.TestCase):
         self.assertEqual(m['tlserve_request_latency_seconds_bucket{le="+Inf"}'],
                          m["tlserve_request_latency_seconds_count"])
         self.assertIn("tlserve_request_latency_seconds_sum", m)
+        for q in ("0.5", "0.9", "0.99", "0.999"):
+            self.assertIn(f'tlserve_request_latency_quantile_seconds{{quantile="{q}"}}', m)
+        self.assertIn("# TYPE tlserve_errors_by_code_total counter", text)
+        self.assertIn("# TYPE tlserve_lookup_splits_total counter", text)
         self.assertIn("tlserve_inflight", m)
         self.assertIn("tlserve_connections", m)
         self.assertEqual(m['tlserve_model_info{name="demo",version="1",kind="lr"}'], 1)
         self.assertEqual(m["tlserve_model_keys"], 1000)
+        # The --model load at start is not an admin load: the load metrics start at 0.
+        self.assertIn("# TYPE tlserve_model_loads_total counter", text)
+        self.assertEqual(m['tlserve_model_loads_total{result="ok"}'], 0)
+        self.assertEqual(m['tlserve_model_loads_total{result="failed"}'], 0)
+        self.assertEqual(m["tlserve_model_load_seconds"], 0)
+        self.assertEqual(m["tlserve_model_loads_in_progress"], 0)
         if os.environ.get("TL_SANITIZE") != "1":  # sanitizer builds do not link jemalloc
             self.assertGreater(m["tlserve_jemalloc_allocated_bytes"], 0)
             self.assertGreater(m["tlserve_jemalloc_resident_bytes"], 0)
@@ -161,6 +171,11 @@ class AdminTest(unittest.TestCase):
         m = parse_metrics(srv.get("/metrics")[2].decode())
         self.assertEqual(m['tlserve_model_info{name="demo",version="2",kind="lr"}'], 1)
         self.assertEqual(m["tlserve_model_keys"], 2000)
+        # Only the accepted load counts: the refusals above were answered before the queue.
+        self.assertEqual(m['tlserve_model_loads_total{result="ok"}'], 1)
+        self.assertEqual(m['tlserve_model_loads_total{result="failed"}'], 0)
+        self.assertGreater(m["tlserve_model_load_seconds"], 0)
+        self.assertEqual(m["tlserve_model_loads_in_progress"], 0)
 
     def test_load_refused_without_configured_token(self):
         srv = self.start(self.v1, token=None)
