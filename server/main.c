@@ -78,6 +78,7 @@ int main(int argc, char **argv)
 
     if (cfg->model_dir[0]) {
         store_error_t err;
+        LOG(LL_INFO, "loading model from %s", cfg->model_dir); /* the swap's line has no path */
         rc = server_model_load(srv, cfg->model_dir, &err);
         if (rc != 0) {
             LOG(LL_ERROR, "cannot load model from %s: %s", cfg->model_dir,
