@@ -438,7 +438,7 @@ static void on_metrics(struct evhttp_request *req)
         inflight += atomic_load_explicit(&srv->metrics[w].inflight, memory_order_relaxed);
         conns += atomic_load_explicit(&srv->metrics[w].connections, memory_order_relaxed);
     }
-    metrics_gauge(b, "inflight", "Requests being processed", inflight);
+    metrics_gauge(b, "inflight", "Answers queued and not yet sent, all workers", inflight);
     metrics_gauge(b, "connections", "Open data plane connections", conns);
     metrics_counter(b, srv, "lookup_splits_total",
                     "Requests whose lookups the lookup threads shared (--lookup-threads)",

@@ -72,16 +72,16 @@ int server_config_load(server_config_t *cfg, int argc, char **argv);
 /* Counters, defined once: struct fields, reset and Prometheus text come from
  * this list (X-macro).  Per worker, written by that worker only (relaxed),
  * summed by the admin thread. */
-#define SERVER_COUNTERS(X)                                              \
-    X(requests_total, "Requests decoded (all types)")                   \
-    X(predict_total, "PREDICT requests answered with scores")           \
-    X(items_total, "Items scored")                                      \
-    X(errors_total, "ERROR frames sent (all codes; by code: tlserve_errors_by_code_total)")                    \
-    X(overloaded_total, "Requests refused with OVERLOADED")             \
-    X(connections_accepted_total, "Connections accepted")               \
-    X(connections_closed_total, "Connections closed")                   \
-    X(bytes_in_total, "Bytes received on the data plane")               \
-    X(bytes_out_total, "Bytes sent on the data plane")
+#define SERVER_COUNTERS(X)                                                                  \
+    X(requests_total, "Requests decoded (all types)")                                       \
+    X(predict_total, "PREDICT requests answered with scores")                               \
+    X(items_total, "Items scored")                                                          \
+    X(errors_total, "ERROR frames sent (all codes; by code: tlserve_errors_by_code_total)") \
+    X(overloaded_total, "Requests refused with OVERLOADED")                                 \
+    X(connections_accepted_total, "Connections accepted")                                   \
+    X(connections_closed_total, "Connections closed")                                       \
+    X(bytes_in_total, "Bytes received on the data plane")                                   \
+    X(bytes_out_total, "Bytes queued for sending on the data plane")
 
 #define SERVER_MAX_ERROR_CODES 32
 
