@@ -218,7 +218,8 @@ void loader_stop(void);
 int loader_submit(const char *name, const char *dir, uint64_t version, loader_status_t *out);
 
 /* The latest load of model name into *out: 0, or -ENOENT when there was
- * none (since start, among the last LOADER_MODELS_MAX names). */
+ * none (since start, among the last LOADER_MODELS_MAX names).  Never waits
+ * for a load. */
 int loader_status(const char *name, loader_status_t *out);
 
 /* Milliseconds from st's acceptance to its end, or to now while it is
@@ -231,8 +232,11 @@ typedef struct loader_metrics {
     int64_t in_progress;    /* loads queued or running */
 } loader_metrics_t;
 
+/* Copies the load counters into *out.  Takes the loader's lock for the
+ * copy only (it is never held across a load): never waits for a load. */
 void loader_get_metrics(loader_metrics_t *out);
 
+/* "queued", "loading", "done" or "failed": a static string. */
 const char *loader_state_name(loader_state_t st);
 
 /* ---- planes ------------------------------------------------------------------- */
