@@ -1289,6 +1289,17 @@ class TestClient(WireErrorMixin, unittest.TestCase):
         finally:
             srv.close()
 
+    def test_send_timeout_closes(self):
+        lsock = socket.create_server(("127.0.0.1", 0))   # accepts nothing, reads nothing
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=0.3)
+            with self.assertRaises(w.Timeout):
+                c.send_raw(bytes(64 << 20))               # more than the socket buffers hold
+            self.assertIsNone(c.sock, "a half-written frame closes the connection")
+            self.assertRaises(w.ConnectionClosed, c.ping)
+        finally:
+            lsock.close()
+
     def test_predict_many(self):
         srv = FakeServer(batch=2)
         try:
