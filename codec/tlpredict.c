@@ -13,7 +13,6 @@
  */
 #include "tlclient.h"
 
-#include "store/store.h"
 #include "store/synthetic.h"
 
 #include <errno.h>
