@@ -142,9 +142,9 @@ void codec_write_header(uint8_t out[CODEC_HEADER_SIZE], const codec_header_t *hd
  * between its ids and the next block's): model_score checks, looks the ids
  * up in place when they happen to be, and gathers them otherwise. */
 typedef struct codec_block {
-    const uint64_t *ids;  /* n ids, strictly increasing */
-    const float *values;  /* n finite values, or NULL = all 1.0 */
-    uint32_t n;    /* 0..CODEC_MAX_BLOCK_FEATURES */
+    const uint64_t *ids; /* n ids, strictly increasing */
+    const float *values; /* n finite values, or NULL = all 1.0 */
+    uint32_t n;          /* 0..CODEC_MAX_BLOCK_FEATURES */
 } codec_block_t;
 
 typedef struct codec_predict {

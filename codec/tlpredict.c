@@ -5,15 +5,14 @@
  *
  * Request shape (the "standard request" by default): `items` items, one
  * shared block of `shared` ids and one block of `per-item` ids per item.
- * Ids are tlsynth model's synthetic keys, store_synthetic_key(i, seed) (store.h), for i
- * drawn uniformly from [0, key-space): with the same --seed as the model,
- * every id is a key the model knows.
+ * Ids are tlsynth model's synthetic keys, store_synthetic_key(i, seed)
+ * (store/synthetic.h), for i drawn uniformly from [0, key-space): with the
+ * same --seed as the model, every id is a key the model knows.
  *
  * THREAD SAFETY: a program; single-threaded.
  */
 #include "tlclient.h"
 
-#include "store/store.h"
 #include "store/synthetic.h"
 
 #include <errno.h>

@@ -146,8 +146,10 @@ __attribute__((format(printf, 4, 5))) static int send_error(conn_t *c, uint64_t 
     codec_errmsg_t e = {(uint16_t)code, (uint16_t)n, msg};
     size_t need = CODEC_HEADER_SIZE + 4 + (size_t)n, len;
     uint8_t *dst = out_room(c, need);
-    if (!dst || codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
-        return -1;
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
+        return -EINVAL; /* sized above: a bug */
     c->out_len += len;
     return 0;
 }
@@ -232,10 +234,11 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     codec_predict_t req;
     codec_error_t err;
     size_t bound = codec_arena_bound(h->payload_len);
-    if (grow(&w->arena.base, &w->arena.cap, bound, 1) != 0)
-        return -1;
+    int rc = grow(&w->arena.base, &w->arena.cap, bound, 1);
+    if (rc != 0)
+        return rc;
     codec_arena_reset(&w->arena);
-    int rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
+    rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
     if (rc != CODEC_OK)
         return send_error(c, h->request_id, rc, "%s", err.msg);
     if (w->o->model && strcmp(req.name, w->o->model) != 0)
@@ -250,9 +253,9 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     for (uint32_t i = 0; i < req.items; i++)
         total += req.item[i].n;
     size_t cap = w->keys_cap;
-    if (grow(&w->keys, &cap, total, sizeof *w->keys) != 0 ||
-        grow(&w->w, &w->keys_cap, total, sizeof *w->w) != 0)
-        return -1;
+    if ((rc = grow(&w->keys, &cap, total, sizeof *w->keys)) != 0 ||
+        (rc = grow(&w->w, &w->keys_cap, total, sizeof *w->w)) != 0)
+        return rc;
     uint64_t *k = w->keys;
     *k++ = 0; /* MODEL_BIAS_ID */
     memcpy(k, req.shared.ids, (size_t)req.shared.n * sizeof *k);
@@ -275,8 +278,10 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     codec_result_t res = {w->o->version, req.items, w->scores};
     size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;
     uint8_t *dst = out_room(c, need);
-    if (!dst || codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK)
-        return -1;
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK)
+        return -EINVAL; /* sized above, scores from model_lr_scores: a bug */
     c->out_len += len;
     w->requests++;
     return 0;
@@ -291,14 +296,16 @@ static int answer_ping(conn_t *c, const codec_header_t *h, const uint8_t *payloa
         return send_error(c, h->request_id, rc, "%s", err.msg);
     size_t need = CODEC_HEADER_SIZE + p.len, len;
     uint8_t *dst = out_room(c, need);
-    if (!dst || codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
-        return -1;
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
+        return -EINVAL; /* decoded above: a bug */
     c->out_len += len;
     return 0;
 }
 
-/* Writes what it can without blocking.  Returns 0, or -1 when the peer is
- * gone (EPIPE, ECONNRESET, ...). */
+/* Writes what it can without blocking.  Returns 0, or send's -errno when
+ * the peer is gone (-EPIPE, -ECONNRESET, ...). */
 static int flush(conn_t *c)
 {
     while (c->out_off < c->out_len) {
@@ -311,15 +318,17 @@ static int flush(conn_t *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return 0;
-        return -1;
+        return n < 0 ? -errno : -EPIPE;
     }
     c->out_off = c->out_len = 0;
     return 0;
 }
 
 /* Answers every complete frame in c->in, in order, flushing after each so
- * that a client that went away stops costing Redis work.  Returns 0, or -1
- * to drop the connection (after a framing-error frame was queued). */
+ * that a client that went away stops costing Redis work.  Returns 0, or a
+ * -errno to drop the connection: -EPROTO after a framing-error frame was
+ * queued, -ENOBUFS when the client leaves over MAX_BACKLOG unread, or the
+ * failure of an answer or of the flush. */
 static int process(worker_t *w, conn_t *c)
 {
     size_t pos = 0;
@@ -331,7 +340,7 @@ static int process(worker_t *w, conn_t *c)
         if (e != CODEC_OK) {
             send_error(c, 0, e, "%s; closing the connection", err.msg);
             c->closing = true;
-            rc = -1;
+            rc = -EPROTO;
             break;
         }
         size_t frame = CODEC_HEADER_SIZE + (size_t)h.payload_len;
@@ -347,9 +356,8 @@ static int process(worker_t *w, conn_t *c)
             a = send_error(c, h.request_id, CODEC_E_UNKNOWN_TYPE,
                            "message type %u is not a request this server accepts", h.type);
         pos += frame;
-        if (a != 0 || flush(c) != 0) {
+        if ((rc = a) != 0 || (rc = flush(c)) != 0) {
             c->closing = true;
-            rc = -1;
             break;
         }
     }
@@ -359,7 +367,7 @@ static int process(worker_t *w, conn_t *c)
     }
     if (c->out_len - c->out_off > MAX_BACKLOG) {
         c->closing = true;
-        rc = -1;
+        rc = -ENOBUFS;
     }
     return rc;
 }

@@ -13,7 +13,6 @@
 #include "workload.h"
 
 #include "codec/codec.h"
-#include "store/store.h"
 #include "store/synthetic.h"
 
 #include <errno.h>

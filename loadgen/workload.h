@@ -28,7 +28,7 @@ typedef struct workload_opts {
     uint32_t per_item;  /* ids per item block */
     uint64_t key_space; /* ids are key(i), i in [0, key_space) */
     double zipf;        /* Zipf exponent over the key space; 0 = uniform */
-    uint64_t seed;      /* the model's tlsnap seed */
+    uint64_t seed;      /* the model's tlsynth model --seed */
     unsigned pool;      /* distinct requests to cycle */
 } workload_opts_t;
 

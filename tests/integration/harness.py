@@ -19,11 +19,10 @@ import unittest
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "codec",
-                                "python"))
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "codec", "python"))
 import tlserve  # noqa: E402  (the client package, codec/python, not installed)
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))
 TLSERVE = os.path.join(BUILD, "server", "tlserve")
 TLSNAP = os.path.join(BUILD, "store", "tlsnap")

@@ -8,15 +8,24 @@ which is what users run (--no-index makes "offline" certain rather than a proper
 host), then, in a fresh interpreter that sees only SITE, imports tlserve, checks it came from
 SITE, and scores requests against a real tlserve on a `temp_model` model: the scores must
 equal those of the in-tree package, and an unknown model must raise ModelNotFoundError.
+TestBuildBackend calls the in-tree backend's hooks directly: the wheel's RECORD digests and
+METADATA, byte-identical rebuilds, and its TOML reader for Pythons without tomllib.
 """
 
+import base64
+import csv
+import hashlib
+import importlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402,F401  (puts codec/python on sys.path)
@@ -109,6 +118,68 @@ class TestPipInstall(unittest.TestCase):
         with open(os.path.join(SRC, "pyproject.toml")) as f:
             text = f.read()
         self.assertIn('version = "%s"' % tlserve.__version__, text)
+
+
+class TestBuildBackend(unittest.TestCase):
+    """The in-tree backend's archives, built by calling its hooks as pip does."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(SRC, "_build_backend"))
+        try:
+            cls.backend = importlib.import_module("tlserve_build")
+        finally:
+            sys.path.pop(0)
+
+    def build(self, hook):
+        d = tempfile.mkdtemp(prefix="tl_backend_")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, getattr(self.backend, hook)(d))
+        with open(path, "rb") as f:
+            return path, f.read()
+
+    def test_wheel_record(self):
+        path, _ = self.build("build_wheel")
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            stem = "tlserve_client-%s" % tlserve.__version__
+            self.assertEqual(os.path.basename(path), stem + "-py3-none-any.whl")
+            record = stem + ".dist-info/RECORD"
+            rows = list(csv.reader(io.StringIO(z.read(record).decode())))
+            self.assertEqual(sorted(r[0] for r in rows), sorted(names))
+            for name, digest, size in rows:
+                if name == record:
+                    self.assertEqual((digest, size), ("", ""))
+                    continue
+                data = z.read(name)
+                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                self.assertEqual((digest, int(size)), ("sha256=" + want.decode(), len(data)),
+                                 name)
+            meta = z.read(stem + ".dist-info/METADATA").decode()
+        for line in ("Name: tlserve-client", "Version: " + tlserve.__version__,
+                     "Requires-Python: >=3.8", "License: MIT",
+                     "Classifier: License :: OSI Approved :: MIT License"):
+            self.assertIn(line + "\n", meta)
+        self.assertIn("tlserve/client.py", names)
+
+    def test_reproducible(self):
+        for hook in ("build_wheel", "build_sdist"):
+            a = self.build(hook)[1]
+            self.assertEqual(self.build(hook)[1], a, hook)
+        path, data = self.build("build_sdist")
+        self.assertEqual(data[4:8], bytes(4), "the gzip header holds a build time")
+        with tarfile.open(path) as t:
+            self.assertIn("tlserve_client-%s/PKG-INFO" % tlserve.__version__, t.getnames())
+
+    def test_parser_without_tomllib(self):
+        # Python 3.8-3.10 have no tomllib: the backend's own reader must see the same table
+        try:
+            import tomllib
+        except ImportError:
+            self.skipTest("no tomllib to compare with")
+        with open(os.path.join(SRC, "pyproject.toml"), encoding="utf-8") as f:
+            text = f.read()
+        self.assertEqual(self.backend._parse_project(text), tomllib.loads(text)["project"])
 
 
 if __name__ == "__main__":

@@ -1289,6 +1289,17 @@ class TestClient(WireErrorMixin, unittest.TestCase):
         finally:
             srv.close()
 
+    def test_send_timeout_closes(self):
+        lsock = socket.create_server(("127.0.0.1", 0))   # accepts nothing, reads nothing
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=0.3)
+            with self.assertRaises(w.Timeout):
+                c.send_raw(bytes(64 << 20))               # more than the socket buffers hold
+            self.assertIsNone(c.sock, "a half-written frame closes the connection")
+            self.assertRaises(w.ConnectionClosed, c.ping)
+        finally:
+            lsock.close()
+
     def test_predict_many(self):
         srv = FakeServer(batch=2)
         try:
@@ -1305,12 +1316,16 @@ class TestClient(WireErrorMixin, unittest.TestCase):
                 self.assertEqual(res[1].code, E.NO_ITEMS)
                 self.assertEqual([len(r.scores) for r in res[2:]], [2, 1, 3])
                 self.assertEqual(c.in_flight(), 0)
+                # without return_exceptions a refusal stops the sending, as a server error
+                # does: the two requests in flight are drained, the one after is not sent
+                before = len(srv.received)
                 with self.assertRaises(w.MalformedError):
-                    c.predict_many("ctr", reqs[:3], window=2)
+                    c.predict_many("ctr", [reqs[0], reqs[2], reqs[1], reqs[3]], window=2)
                 self.assertEqual(c.in_flight(), 0)
                 self.assertEqual(c.ping(b"still in step"), b"still in step")
         finally:
             srv.close()
+        self.assertEqual([h.type for h, _ in srv.received[before:]], [1, 1, 8])
 
     def test_predict_many_server_error_drains(self):
         srv = FakeServer(batch=1)

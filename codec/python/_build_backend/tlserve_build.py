@@ -17,6 +17,7 @@ sdist.  Builds are reproducible: entries are sorted and dated 1980-01-01.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import os
@@ -30,27 +31,45 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def _project() -> dict:
-    """pyproject.toml's [project] table (tomllib where there is one, 3.11+; else the subset
-    of TOML this file uses: `key = "string"` lines)."""
+    """pyproject.toml's [project] table (tomllib where there is one, 3.11+; else
+    _parse_project, which reads the subset of TOML this file uses)."""
     path = os.path.join(ROOT, "pyproject.toml")
     try:
         import tomllib
     except ImportError:
-        tomllib = None
-    if tomllib is not None:
-        with open(path, "rb") as f:
-            return tomllib.load(f)["project"]
-    out, section = {}, None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            m = re.match(r"^\[([^\]]+)\]$", line)
-            if m:
-                section = m.group(1)
-            elif section == "project":
-                m = re.match(r'^([A-Za-z0-9_-]+)\s*=\s*"([^"]*)"\s*$', line)
-                if m:
-                    out[m.group(1)] = m.group(2)
+        with open(path, encoding="utf-8") as f:
+            return _parse_project(f.read())
+    with open(path, "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def _parse_project(text: str) -> dict:
+    """The [project] table of a pyproject.toml whose values there are strings (`k = "v"`),
+    inline tables of strings (`k = {text = "v"}`) or arrays of strings, one line or many."""
+    out, section, array = {}, None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if array is not None:                     # inside a multi-line array
+            array += re.findall(r'"([^"]*)"', line)
+            if line.endswith("]"):
+                array = None
+            continue
+        m = re.match(r"^\[([^\]]+)\]$", line)
+        if m:
+            section = m.group(1)
+            continue
+        m = re.match(r"^([A-Za-z0-9_-]+)\s*=\s*(.*)$", line) if section == "project" else None
+        if not m:
+            continue
+        key, v = m.groups()
+        if v.startswith('"'):
+            out[key] = re.match(r'"([^"]*)"', v).group(1)
+        elif v.startswith("{"):
+            out[key] = dict(re.findall(r'([A-Za-z0-9_-]+)\s*=\s*"([^"]*)"', v))
+        elif v.startswith("["):
+            out[key] = re.findall(r'"([^"]*)"', v)
+            if not v.endswith("]"):
+                array = out[key]
     return out
 
 
@@ -165,8 +184,10 @@ def build_sdist(sdist_directory, config_settings=None):
             files.append((rel, f.read()))
     files += _sources()
     name = stem + ".tar.gz"
-    with tarfile.open(os.path.join(sdist_directory, name), "w:gz",
-                      format=tarfile.PAX_FORMAT) as t:
+    # the gzip header's time and file name fixed too (tarfile's "w:gz" writes the clock's)
+    with open(os.path.join(sdist_directory, name), "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as t:
         for n, d in sorted(files):
             info = tarfile.TarInfo("%s/%s" % (stem, n))
             info.size, info.mode, info.mtime = len(d), 0o644, 315532800

@@ -261,6 +261,8 @@ class Client:
                     out[nxt] = e
                     first_error = first_error or e
                 nxt += 1
+                if first_error is not None and not return_exceptions:
+                    nxt = len(reqs)           # send nothing more; drain what is in flight
             if not sent:
                 continue
             i, rid = sent.pop(0)
@@ -270,8 +272,8 @@ class Client:
             except ServerError as e:
                 out[i] = e
                 first_error = first_error or e
-            if first_error is not None and not return_exceptions:
-                nxt = len(reqs)               # send nothing more; drain what is in flight
+                if not return_exceptions:
+                    nxt = len(reqs)
         if first_error is not None and not return_exceptions:
             raise first_error
         return out

@@ -96,7 +96,7 @@ DEFINED_FLAGS[MsgType.LOOKUP] = LOOKUP_FLAG_PARTIAL_SUMS
 # Conventions: a varint cut off by the end of the payload is TRUNCATED (like every field that
 # runs past the payload); only one over 10 bytes or 64 bits is BAD_VARINT.
 VARINT_TRUNCATED_ERROR = ErrorCode.TRUNCATED
-# Feature block: block_flags with a bit other than bit 0 set.
+# Feature block: block_flags with a bit other than bits 0 and 1 (values, fixed ids) set.
 BLOCK_FLAGS_ERROR = ErrorCode.BAD_VALUE
 # TRAIN: 0 samples / more than MAX_ITEMS samples.
 TRAIN_NO_SAMPLES_ERROR = ErrorCode.NO_ITEMS
