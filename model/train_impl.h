@@ -12,8 +12,8 @@
  * scores such requests bit for bit as the trainer predicted; update writes
  * the prediction made BEFORE its step to *p (when non-NULL), new ids
  * already initialised, and returns 0 or -ENOMEM (partially updated).
- * create returns 0, -EINVAL (a sentence in why) or -ENOMEM; export 0 or -1
- * with *err filled.
+ * create returns 0, -EINVAL (a sentence in why) or -ENOMEM; export 0 or
+ * -errno with *err filled (train_export's contract).
  */
 #ifndef TL_MODEL_TRAIN_IMPL_H
 #define TL_MODEL_TRAIN_IMPL_H
