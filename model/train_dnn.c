@@ -505,16 +505,8 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
                                            const store_meta_t *meta, store_error_t *err)
 {
     store_extras_t x = {0};
-    if (model_dnn_net_to_extras(&t->net, &x) != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg,
-                     "%s: the network does not fit a snapshot's extras", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+    if (model_dnn_net_to_extras(&t->net, &x) != 0)
+        return train__export_refuse(dir, "the network does not fit a snapshot's extras", err);
     return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
 }
 

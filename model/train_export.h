@@ -25,6 +25,11 @@ int train__export_rows(const store_t *state, uint32_t first, uint32_t K,
                        store_model_kind_t kind, const store_extras_t *x, const char *dir,
                        const store_meta_t *meta, store_error_t *err);
 
+/* The refusal of an export whose params (x) did not fit a snapshot's
+ * extras: *err (when non-NULL) gets code STORE_E_MODEL and "dir: what";
+ * returns -EINVAL. */
+int train__export_refuse(const char *dir, const char *what, store_error_t *err);
+
 /* The same (first = 0) for a trainer whose state rows live in a row table. */
 int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_kind_t kind,
                         const store_extras_t *x, const char *dir, const store_meta_t *meta,

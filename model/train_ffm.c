@@ -516,15 +516,8 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
     snprintf(fields, sizeof fields, "%u", t->F);
     snprintf(k, sizeof k, "%u", t->k);
     if (store_extras_set(&x, "fields", fields) != 0 || store_extras_set(&x, "k", k) != 0 ||
-        store_extras_set(&x, "norm", t->opt.norm ? "1" : "0") != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg, "%s: cannot record the FFM params", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+        store_extras_set(&x, "norm", t->opt.norm ? "1" : "0") != 0)
+        return train__export_refuse(dir, "cannot record the FFM params", err);
     return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
 

@@ -371,15 +371,8 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
     /* "norm" only when on: a snapshot without it scores unnormalised, as
      * every FM snapshot written before normalisation existed does */
     store_extras_t x = {0};
-    if (t->opt.norm && store_extras_set(&x, "norm", "1") != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+    if (t->opt.norm && store_extras_set(&x, "norm", "1") != 0)
+        return train__export_refuse(dir, "cannot record the FM params", err);
     return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
 
