@@ -275,6 +275,10 @@ typedef struct train_ops {
 /* The table of a kind, NULL when nobody trains it. */
 const train_ops_t *train_ops_for(store_model_kind_t kind);
 
+/* The table whose name is name ("lr", "fm", "ffm", "dnn"), NULL when none:
+ * for a command line's --model. */
+const train_ops_t *train_ops_named(const char *name);
+
 /* ---- the trainer (one writer thread) ----------------------------------------- */
 
 typedef struct train train_t; /* opaque */
