@@ -424,8 +424,8 @@ static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, doub
 }
 
 /* One step on logloss x weight. */
-static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float weight, float *p_out)
 {
     if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
@@ -465,12 +465,6 @@ static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint
     }
     adam(t); /* every gradient above was taken at the weights of the forward pass */
     return 0;
-}
-
-int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
 }
 
 int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
@@ -525,7 +519,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_dnn_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -433,8 +433,8 @@ static void step_v(const train_ffm_t *t, float *row)
 }
 
 /* One step on logloss x weight. */
-static int update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float weight, float *p_out)
 {
     if (n > t->cap || !t->live) {
         int rc = train_ffm_reserve(t, n);
@@ -469,12 +469,6 @@ static int update(train_ffm_t *t, const uint64_t *ids, const float *values, uint
         mask_block(t, fj, 1);
     }
     return 0;
-}
-
-int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
 }
 
 int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
@@ -536,7 +530,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_ffm_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -317,8 +317,8 @@ static void step(const train_fm_t *t, float *row, double gw, const double *gv, b
 }
 
 /* One step on logloss x weight. */
-static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float weight, float *p_out)
 {
     if (n > t->w.cap || !t->w.state) {
         int rc = train_fm_reserve(t, n);
@@ -359,12 +359,6 @@ static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint3
     return 0;
 }
 
-int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
-}
-
 __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
                                           const store_meta_t *meta, store_error_t *err)
 {
@@ -391,7 +385,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_fm_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -9,8 +9,9 @@
  * The typed calls keep the contract of train.h's: one writer thread;
  * predictions computed exactly as model_score() computes them for a request
  * whose shared block is the sample and whose item is empty, so an export
- * scores such requests bit for bit as the trainer predicted; update writes
- * the prediction made BEFORE its step to *p (when non-NULL), new ids
+ * scores such requests bit for bit as the trainer predicted; update takes
+ * one step on logloss x weight (the function train_ops_t's update calls),
+ * writes the prediction made BEFORE its step to *p (when non-NULL), new ids
  * already initialised, and returns 0 or -ENOMEM (partially updated).
  * create returns 0, -EINVAL (a sentence in why) or -ENOMEM; export 0 or
  * -errno with *err filled (train_export's contract).
@@ -105,7 +106,7 @@ void train_lr_destroy(train_lr_t *t);
 float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_lr_reserve(train_lr_t *t, uint32_t n);
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
+                    float label, float weight, float *p);
 /* LR serving snapshot: value_floats 1, bias under MODEL_BIAS_ID, zero
  * weights omitted. */
 int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
@@ -122,7 +123,7 @@ void train_fm_destroy(train_fm_t *t);
 float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_fm_reserve(train_fm_t *t, uint32_t n);
 int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
+                    float label, float weight, float *p);
 /* FM serving snapshot: value_floats 1 + k, rows [w | v], bias row
  * [bias | 0..0], all-zero rows omitted, param norm when on. */
 int train_fm_export(const train_fm_t *t, const char *dir, const store_meta_t *meta,
@@ -138,7 +139,7 @@ void train_ffm_destroy(train_ffm_t *t);
 int train_ffm_reserve(train_ffm_t *t, uint32_t n);
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p);
+                     float label, float weight, float *p);
 /* FFM serving snapshot: value_floats 1 + F k, rows [w | v], bias row
  * [bias | 0..0], all-zero rows omitted; params fields, k, norm. */
 int train_ffm_export(const train_ffm_t *t, const char *dir, const store_meta_t *meta,
@@ -166,7 +167,7 @@ int train_dnn_reserve(train_dnn_t *t, uint32_t n);
 /* A feature whose id is MODEL_BIAS_ID counts with e = 0 and w = the bias
  * but is not stepped (the bias takes its own step). */
 int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p);
+                     float label, float weight, float *p);
 /* The gradient of the sample's logloss at the current parameters, without a
  * step (new ids are initialised as by an update, and stored): g_rows gets
  * n rows of 1 + d floats, d loss / d [w | e] of each feature occurrence
