@@ -210,19 +210,6 @@ void train_ffm_destroy(train_ffm_t *t)
     free(t);
 }
 
-uint32_t train_ffm_fields(const train_ffm_t *t)
-{
-    return t->F;
-}
-uint32_t train_ffm_k(const train_ffm_t *t)
-{
-    return t->k;
-}
-uint64_t train_ffm_count(const train_ffm_t *t)
-{
-    return train__row_table_count(t->table);
-}
-
 int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out)
 {
     const float *row = train__row_table_find(t->table, id);

@@ -180,7 +180,6 @@ void train_fm_destroy(train_fm_t *t)
 }
 
 const store_t *train_fm_store(const train_fm_t *t) { return t->store; }
-uint32_t train_fm_k(const train_fm_t *t) { return t->k; }
 
 int train_fm_reserve(train_fm_t *t, uint32_t n)
 {

@@ -129,7 +129,6 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
 int train_fm_export(const train_fm_t *t, const char *dir, const store_meta_t *meta,
                     store_error_t *err);
 const store_t *train_fm_store(const train_fm_t *t);
-uint32_t train_fm_k(const train_fm_t *t);
 
 /* ---- FFM (train_ffm.c) ------------------------------------------------------- */
 
@@ -147,9 +146,6 @@ int train_ffm_export(const train_ffm_t *t, const char *dir, const store_meta_t *
 /* Copies id's serving row [w | v] (1 + F k floats) into out: 1, or 0 when
  * the trainer has no row for id. */
 int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out);
-uint64_t train_ffm_count(const train_ffm_t *t);
-uint32_t train_ffm_fields(const train_ffm_t *t);
-uint32_t train_ffm_k(const train_ffm_t *t);
 /* For tests: the derivatives of the margin (not of the loss) at the current
  * parameters, new ids initialised as an update would (nothing is created or
  * written).  *d_bias = 1; grad gets 1 + F k doubles per feature,
