@@ -69,7 +69,6 @@
 #include "ffm_step.h"
 #include "model.h"
 #include "row_table.h"
-#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <errno.h>
@@ -251,13 +250,9 @@ static void init_row(const train_ffm_t *t, uint64_t id, float *row)
     memset(row, 0, (size_t)t->sk * sizeof *row);
     if (t->opt.init_stdev == 0)
         return;
-    /* seed and id through separate rounds (store_mix64(0) = 0: seed ^ id
-     * alone would start id == seed at v = 0) */
-    const uint64_t h = store_mix64(store_mix64(t->opt.seed ^ STORE_PHI) ^ id);
-    for (uint32_t c = 0; c < t->K - 1; c++) {
-        double u = (double)(store_mix64(h + 2 * (uint64_t)c + 1) >> 11) * 0x1.0p-53; /* [0, 1) */
-        row[1 + c] = (float)(t->opt.init_stdev * u);
-    }
+    const uint64_t h = train__init_hash(t->opt.seed, id);
+    for (uint32_t c = 0; c < t->K - 1; c++)
+        row[1 + c] = (float)(t->opt.init_stdev * train__uniform(h, c));
 }
 
 /* Asks for a row's cache lines (it is read, then stepped, soon): the

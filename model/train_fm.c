@@ -61,7 +61,6 @@
 #include "train_impl.h"
 #include "model.h"
 #include "sigmoid.h"
-#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <errno.h>
@@ -186,23 +185,13 @@ int train_fm_reserve(train_fm_t *t, uint32_t n)
     return train__work_reserve(&t->w, n);
 }
 
-/* N(0, 1) from (seed, id, f) by Box-Muller: the same for any sample order. */
-static double gauss(uint64_t seed, uint64_t id, uint32_t f)
-{
-    uint64_t h = store_mix64(store_mix64(seed ^ STORE_PHI) ^ id);
-    uint64_t a = store_mix64(h + 2 * (uint64_t)f + 1), b = store_mix64(h + 2 * (uint64_t)f + 2);
-    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(b >> 11) * 0x1.0p-53;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 /* A new id's state row (train__init_fn; ctx is the trainer). */
 static void init_row(const void *ctx, uint64_t id, float *row)
 {
     const train_fm_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     for (uint32_t f = 0; f < t->k; f++)
-        row[1 + f] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, f));
+        row[1 + f] = (float)(t->opt.init_stdev * train__gauss(t->opt.seed, id, f));
 }
 
 /* The margin's probability from the n rows in t->w.state (stride sk) and the

@@ -4,7 +4,7 @@
  * drive directly, and what the kinds share (train.c): the option
  * checks, the state store's creation, the work space's growth rule, and
  * the per-sample work space of the store-backed kinds with its load step
- * and repeat rule.
+ * and repeat rule, and the hash draws a new id's initial values come from.
  *
  * The typed calls keep the contract of train.h's: one writer thread;
  * predictions computed exactly as model_score() computes them for a request
@@ -20,8 +20,10 @@
 #define TL_MODEL_TRAIN_IMPL_H
 
 #include "seen_set.h"
+#include "store/synthetic.h"
 #include "train.h"
 
+#include <math.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -92,6 +94,31 @@ static inline void train__work_repeat(train__work_t *w, const store_t *s, uint64
                 memset(row, 0, (size_t)w->sk * sizeof *row);
         }
     }
+}
+
+/* A new id's initial values are draws from a hash of (seed, id), so they do
+ * not depend on the order samples arrive in.  seed and id go through
+ * separate rounds (store_mix64(0) = 0: seed ^ id alone would start id ==
+ * seed at 0). */
+static inline uint64_t train__init_hash(uint64_t seed, uint64_t id)
+{
+    return store_mix64(store_mix64(seed ^ STORE_PHI) ^ id);
+}
+
+/* Draw i of h, uniform in [0, 1). */
+static inline double train__uniform(uint64_t h, uint64_t i)
+{
+    return (double)(store_mix64(h + 2 * i + 1) >> 11) * 0x1.0p-53;
+}
+
+/* Draw i of (seed, key), N(0, 1) by Box-Muller. */
+static inline double train__gauss(uint64_t seed, uint64_t key, uint64_t i)
+{
+    uint64_t h = train__init_hash(seed, key);
+    uint64_t a = store_mix64(h + 2 * i + 1), b = store_mix64(h + 2 * i + 2);
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 extern const train_ops_t train__lr_ops, train__fm_ops, train__ffm_ops, train__dnn_ops;
