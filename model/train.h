@@ -34,9 +34,9 @@
  *         in the trainer's memory that Adam steps in place
  *
  * The bias is the row under MODEL_BIAS_ID, its weight where an id's w is.
- * So a live scorer can read today the stores of LR, FM and
- * DNN (train_store()) with store_lookup_batch, taking each row's served
- * floats at the offsets above; model_score() cannot point at such a store,
+ * So a live scorer can read today the stores of LR, FM and DNN
+ * (train_store()) with store_lookup_batch, taking each row's served floats
+ * at the offsets above; model_score() cannot point at such a store,
  * since it takes K from the store and the trainer's K is the state's.  The
  * online trainer that scores what it trains needs: a scorer that reads a
  * row's served floats out of a wider row (an offset for LR-FTRL, or its row
