@@ -432,13 +432,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
         return 2;
     }
-    static const char *const kind_names[] = {"lr", "fm", "ffm", "dnn"};
-    static const store_model_kind_t kinds[] = {STORE_MODEL_LR, STORE_MODEL_FM, STORE_MODEL_FFM,
-                                               STORE_MODEL_DNN};
-    const train_ops_t *ops = NULL;
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-        if (strcmp(model, kind_names[i]) == 0)
-            ops = train_ops_for(kinds[i]);
+    const train_ops_t *ops = train_ops_named(model);
     if (!ops) {
         fprintf(stderr, "tltrain: --model: '%s' is not lr, fm, ffm or dnn\n", model);
         return 2;

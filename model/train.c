@@ -140,20 +140,24 @@ void train__work_load(train__work_t *w, const store_t *s, const uint64_t *ids, u
 
 /* ---- options ------------------------------------------------------------------ */
 
+/* Every kind that trains: a new kind is one file and one entry here. */
+static const train_ops_t *const all_ops[] = {&train__lr_ops, &train__fm_ops, &train__ffm_ops,
+                                             &train__dnn_ops};
+
 const train_ops_t *train_ops_for(store_model_kind_t kind)
 {
-    switch (kind) {
-    case STORE_MODEL_LR:
-        return &train__lr_ops;
-    case STORE_MODEL_FM:
-        return &train__fm_ops;
-    case STORE_MODEL_FFM:
-        return &train__ffm_ops;
-    case STORE_MODEL_DNN:
-        return &train__dnn_ops;
-    default:
-        return NULL;
-    }
+    for (size_t i = 0; i < sizeof all_ops / sizeof *all_ops; i++)
+        if (all_ops[i]->kind == kind)
+            return all_ops[i];
+    return NULL;
+}
+
+const train_ops_t *train_ops_named(const char *name)
+{
+    for (size_t i = 0; i < sizeof all_ops / sizeof *all_ops; i++)
+        if (strcmp(all_ops[i]->name, name) == 0)
+            return all_ops[i];
+    return NULL;
 }
 
 int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options_t *o)

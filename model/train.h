@@ -16,24 +16,46 @@
  * BEFORE the step), then takes one optimizer step on logloss x weight.
  *
  * Predictions are the scoring path's: a trainer computes p with the
- * arithmetic model_score() runs (model.c, ffm.c, dnn.c) on the serving rows
- * it keeps as the prefix of its state rows, so an export scores a sample
- * given as the shared block with an empty item bit for bit as the trainer
- * predicted it (with a non-empty item the sums run in one pass over both
- * blocks, which model_score splits in two: equal to rounding).
+ * arithmetic model_score() runs (model.c, ffm.c, dnn.c) on the serving
+ * floats of its state rows, so an export scores a sample given as the
+ * shared block with an empty item bit for bit as the trainer predicted it
+ * (with a non-empty item the sums run in one pass over both blocks, which
+ * model_score splits in two: equal to rounding).
+ *
+ * WHERE THE SERVED WEIGHTS ARE.  An update writes the very floats that
+ * export copies out and model_score then reads, but inside state rows that
+ * are wider than serving rows (the rows and K of each kind are below):
+ *
+ *   LR    store_t; the weight is float 2 of FTRL's [z | n | w], float 0 of
+ *         Adagrad's [w | G] and of SGD's [w]: FTRL's is NOT a prefix
+ *   FM    store_t; the serving row [w | v] is the first 1 + k floats
+ *   FFM   a private row table (train_ffm.c says why); [w | v] the first 1 + F k
+ *   DNN   store_t; [w | e] the first 1 + d floats; the MLP is a dense array
+ *         in the trainer's memory that Adam steps in place
+ *
+ * The bias is the row under MODEL_BIAS_ID, its weight where an id's w is.
+ * So a live scorer can read today the stores of LR, FM and DNN
+ * (train_store()) with store_lookup_batch, taking each row's served floats
+ * at the offsets above; model_score() cannot point at such a store,
+ * since it takes K from the store and the trainer's K is the state's.  The
+ * online trainer that scores what it trains needs: a scorer that reads a
+ * row's served floats out of a wider row (an offset for LR-FTRL, or its row
+ * reordered to [w | z | n]), FFM's rows in a store_t, and a published copy
+ * of the DNN's MLP (swapped whole, as model versions are) rather than the
+ * array being stepped.
  *
  * THREAD SAFETY
  *   One writer: a train_t is driven by one thread (update, reserve,
- *   predict and export all reuse its work space).  The trainer's state is a
- *   store_t for LR, FM and DNN (train_store()): store.h's rule holds, one
- *   writer per store shard (the trainer owns every shard of its store) and
- *   any number of lock-free readers (store_lookup_batch, as model_score
- *   reads): neither side waits for the other.  A reader may see a row of
- *   more than one float halfway through its update (old and new floats
- *   mixed; store.h promises untorn reads for one-float rows only), which
- *   scoring tolerates as it tolerates the sample's own step.  FFM keeps its
- *   rows in a row table stepped in place (train_ffm.c says why): only the
- *   writer may read it (train_store() is NULL).
+ *   predict and export all reuse its work space).  LR's, FM's and DNN's
+ *   state is a store_t (train_store()): store.h's rule holds, one writer
+ *   per store shard (the trainer owns every shard of its store) and any
+ *   number of lock-free readers (store_lookup_batch): neither side waits
+ *   for the other.  A reader may see a row of more than one float halfway
+ *   through its update (old and new floats mixed; store.h promises untorn
+ *   reads for one-float rows only), which scoring tolerates as it
+ *   tolerates the sample's own step.  FFM's row table and the DNN's MLP
+ *   are stepped in place without a publication protocol: only the writer
+ *   may read them (train_store() is NULL for FFM).
  *
  * ERRORS: -EINVAL with a sentence for bad options, -ENOMEM when the state or
  * the work space cannot grow (the model is then partially updated); exports
@@ -241,7 +263,7 @@ typedef struct train_ops {
     int (*update)(void *impl, const uint64_t *ids, const float *values, uint32_t n, float label,
                   float weight, float *p);
     /* Serving snapshot into dir (store_snapshot_write rules); blocks.  0, or
-     * -1 with *err filled. */
+     * -errno with *err filled (train_export). */
     int (*export_snapshot)(const void *impl, const char *dir, const store_meta_t *meta,
                            store_error_t *err);
     /* The state store (NULL when the kind keeps no store_t). */
@@ -252,6 +274,10 @@ typedef struct train_ops {
 
 /* The table of a kind, NULL when nobody trains it. */
 const train_ops_t *train_ops_for(store_model_kind_t kind);
+
+/* The table whose name is name ("lr", "fm", "ffm", "dnn"), NULL when none:
+ * for a command line's --model. */
+const train_ops_t *train_ops_named(const char *name);
 
 /* ---- the trainer (one writer thread) ----------------------------------------- */
 

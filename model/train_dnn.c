@@ -50,7 +50,6 @@
  */
 #include "train_impl.h"
 #include "model.h"
-#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <cblas.h>
@@ -112,16 +111,6 @@ static void *alloc_floats(size_t n)
     return p;
 }
 
-/* N(0, 1) from (seed, key, i) by Box-Muller: the same for any order. */
-static double gauss(uint64_t seed, uint64_t key, uint64_t i)
-{
-    uint64_t h = store_mix64(store_mix64(seed ^ STORE_PHI) ^ key);
-    uint64_t a = store_mix64(h + 2 * i + 1), b = store_mix64(h + 2 * i + 2);
-    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(b >> 11) * 0x1.0p-53;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 /* A new id's state row (train__init_fn; ctx is the trainer). */
 static void init_row(const void *ctx, uint64_t id, float *row)
 {
@@ -130,7 +119,7 @@ static void init_row(const void *ctx, uint64_t id, float *row)
     if (id == MODEL_BIAS_ID)
         return; /* served as [b | 0..0] */
     for (uint32_t k = 0; k < t->d; k++)
-        row[1 + k] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, k));
+        row[1 + k] = (float)(t->opt.init_stdev * train__gauss(t->opt.seed, id, k));
 }
 
 /* The MLP's starting weights: a function of (seed, layer, index) only. */
@@ -143,7 +132,7 @@ static void init_dense(train_dnn_t *t)
         float *W = (float *)n->W[l];
         uint64_t key = UINT64_C(0xd1b54a32d192ed03) * (l + 1);
         for (size_t i = 0; i < (size_t)fi * fo; i++)
-            W[i] = (float)(sd * gauss(t->opt.seed, key, i));
+            W[i] = (float)(sd * train__gauss(t->opt.seed, key, i));
         memset((float *)n->b[l], 0, fo * sizeof(float));
     }
 }
@@ -424,8 +413,8 @@ static inline void sparse_grad(const train_dnn_t *t, uint64_t id, double x, doub
 }
 
 /* One step on logloss x weight. */
-static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float weight, float *p_out)
 {
     if (n > t->rows_cap || !t->rows) {
         int rc = train_dnn_reserve(t, n);
@@ -467,12 +456,6 @@ static int update(train_dnn_t *t, const uint64_t *ids, const float *values, uint
     return 0;
 }
 
-int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
-}
-
 int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
                        float label, float *p_out, float *g_rows, float *g_bias, float *g_dense)
 {
@@ -505,16 +488,8 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
                                            const store_meta_t *meta, store_error_t *err)
 {
     store_extras_t x = {0};
-    if (model_dnn_net_to_extras(&t->net, &x) != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg,
-                     "%s: the network does not fit a snapshot's extras", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+    if (model_dnn_net_to_extras(&t->net, &x) != 0)
+        return train__export_refuse(dir, "the network does not fit a snapshot's extras", err);
     return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
 }
 
@@ -533,7 +508,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_dnn_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -2,12 +2,14 @@
  * train_export.c — train__export_rows / train__export_table (train_export.h):
  * the export step of every kind: one fp32 store the size of the trainer's
  * state, filled with each row's served floats by visiting its rows (a
- * store's shards or a row table), then store_snapshot_write_ex.
+ * store's shards or a row table), then store_snapshot_write_ex; and
+ * train__export_refuse, the one refusal when a kind's params do not fit.
  * Cold code: it runs once per export.
  */
 #include "train_export.h"
 #include "model.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -94,6 +96,18 @@ static int export_from(const struct source *src, uint32_t shards, uint64_t count
     rc = store_snapshot_write_ex(c.out, dir, &m, x, err);
     store_destroy(c.out);
     return rc; /* 0 or the store's -errno */
+}
+
+__attribute__((cold)) int train__export_refuse(const char *dir, const char *what,
+                                               store_error_t *err)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->offset = -1;
+        err->code = STORE_E_MODEL;
+        snprintf(err->msg, sizeof err->msg, "%s: %s", dir, what);
+    }
+    return -EINVAL;
 }
 
 int train__export_rows(const store_t *state, uint32_t first, uint32_t K, store_model_kind_t kind,

@@ -69,7 +69,6 @@
 #include "ffm_step.h"
 #include "model.h"
 #include "row_table.h"
-#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <errno.h>
@@ -210,19 +209,6 @@ void train_ffm_destroy(train_ffm_t *t)
     free(t);
 }
 
-uint32_t train_ffm_fields(const train_ffm_t *t)
-{
-    return t->F;
-}
-uint32_t train_ffm_k(const train_ffm_t *t)
-{
-    return t->k;
-}
-uint64_t train_ffm_count(const train_ffm_t *t)
-{
-    return train__row_table_count(t->table);
-}
-
 int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out)
 {
     const float *row = train__row_table_find(t->table, id);
@@ -264,13 +250,9 @@ static void init_row(const train_ffm_t *t, uint64_t id, float *row)
     memset(row, 0, (size_t)t->sk * sizeof *row);
     if (t->opt.init_stdev == 0)
         return;
-    /* seed and id through separate rounds (store_mix64(0) = 0: seed ^ id
-     * alone would start id == seed at v = 0) */
-    const uint64_t h = store_mix64(store_mix64(t->opt.seed ^ STORE_PHI) ^ id);
-    for (uint32_t c = 0; c < t->K - 1; c++) {
-        double u = (double)(store_mix64(h + 2 * (uint64_t)c + 1) >> 11) * 0x1.0p-53; /* [0, 1) */
-        row[1 + c] = (float)(t->opt.init_stdev * u);
-    }
+    const uint64_t h = train__init_hash(t->opt.seed, id);
+    for (uint32_t c = 0; c < t->K - 1; c++)
+        row[1 + c] = (float)(t->opt.init_stdev * train__uniform(h, c));
 }
 
 /* Asks for a row's cache lines (it is read, then stepped, soon): the
@@ -433,8 +415,8 @@ static void step_v(const train_ffm_t *t, float *row)
 }
 
 /* One step on logloss x weight. */
-static int update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                     float label, float weight, float *p_out)
 {
     if (n > t->cap || !t->live) {
         int rc = train_ffm_reserve(t, n);
@@ -469,12 +451,6 @@ static int update(train_ffm_t *t, const uint64_t *ids, const float *values, uint
         mask_block(t, fj, 1);
     }
     return 0;
-}
-
-int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
 }
 
 int train_ffm_margin_gradient(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
@@ -516,15 +492,8 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
     snprintf(fields, sizeof fields, "%u", t->F);
     snprintf(k, sizeof k, "%u", t->k);
     if (store_extras_set(&x, "fields", fields) != 0 || store_extras_set(&x, "k", k) != 0 ||
-        store_extras_set(&x, "norm", t->opt.norm ? "1" : "0") != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg, "%s: cannot record the FFM params", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+        store_extras_set(&x, "norm", t->opt.norm ? "1" : "0") != 0)
+        return train__export_refuse(dir, "cannot record the FFM params", err);
     return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
 
@@ -543,7 +512,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_ffm_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -61,7 +61,6 @@
 #include "train_impl.h"
 #include "model.h"
 #include "sigmoid.h"
-#include "store/synthetic.h"
 #include "train_export.h"
 
 #include <errno.h>
@@ -180,21 +179,10 @@ void train_fm_destroy(train_fm_t *t)
 }
 
 const store_t *train_fm_store(const train_fm_t *t) { return t->store; }
-uint32_t train_fm_k(const train_fm_t *t) { return t->k; }
 
 int train_fm_reserve(train_fm_t *t, uint32_t n)
 {
     return train__work_reserve(&t->w, n);
-}
-
-/* N(0, 1) from (seed, id, f) by Box-Muller: the same for any sample order. */
-static double gauss(uint64_t seed, uint64_t id, uint32_t f)
-{
-    uint64_t h = store_mix64(store_mix64(seed ^ STORE_PHI) ^ id);
-    uint64_t a = store_mix64(h + 2 * (uint64_t)f + 1), b = store_mix64(h + 2 * (uint64_t)f + 2);
-    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(b >> 11) * 0x1.0p-53;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 /* A new id's state row (train__init_fn; ctx is the trainer). */
@@ -203,7 +191,7 @@ static void init_row(const void *ctx, uint64_t id, float *row)
     const train_fm_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
     for (uint32_t f = 0; f < t->k; f++)
-        row[1 + f] = (float)(t->opt.init_stdev * gauss(t->opt.seed, id, f));
+        row[1 + f] = (float)(t->opt.init_stdev * train__gauss(t->opt.seed, id, f));
 }
 
 /* The margin's probability from the n rows in t->w.state (stride sk) and the
@@ -317,8 +305,8 @@ static void step(const train_fm_t *t, float *row, double gw, const double *gv, b
 }
 
 /* One step on logloss x weight. */
-static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float weight, float *p_out)
 {
     if (n > t->w.cap || !t->w.state) {
         int rc = train_fm_reserve(t, n);
@@ -359,27 +347,14 @@ static int update(train_fm_t *t, const uint64_t *ids, const float *values, uint3
     return 0;
 }
 
-int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
-}
-
 __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
                                           const store_meta_t *meta, store_error_t *err)
 {
     /* "norm" only when on: a snapshot without it scores unnormalised, as
      * every FM snapshot written before normalisation existed does */
     store_extras_t x = {0};
-    if (t->opt.norm && store_extras_set(&x, "norm", "1") != 0) {
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->offset = -1;
-            err->code = STORE_E_MODEL;
-            snprintf(err->msg, sizeof err->msg, "%s: cannot record the FM params", dir);
-        }
-        return -EINVAL; /* the params do not fit a snapshot's extras */
-    }
+    if (t->opt.norm && store_extras_set(&x, "norm", "1") != 0)
+        return train__export_refuse(dir, "cannot record the FM params", err);
     return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
 
@@ -398,7 +373,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_fm_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

@@ -4,23 +4,26 @@
  * drive directly, and what the kinds share (train.c): the option
  * checks, the state store's creation, the work space's growth rule, and
  * the per-sample work space of the store-backed kinds with its load step
- * and repeat rule.
+ * and repeat rule, and the hash draws a new id's initial values come from.
  *
  * The typed calls keep the contract of train.h's: one writer thread;
  * predictions computed exactly as model_score() computes them for a request
  * whose shared block is the sample and whose item is empty, so an export
- * scores such requests bit for bit as the trainer predicted; update writes
- * the prediction made BEFORE its step to *p (when non-NULL), new ids
+ * scores such requests bit for bit as the trainer predicted; update takes
+ * one step on logloss x weight (the function train_ops_t's update calls),
+ * writes the prediction made BEFORE its step to *p (when non-NULL), new ids
  * already initialised, and returns 0 or -ENOMEM (partially updated).
- * create returns 0, -EINVAL (a sentence in why) or -ENOMEM; export 0 or -1
- * with *err filled.
+ * create returns 0, -EINVAL (a sentence in why) or -ENOMEM; export 0 or
+ * -errno with *err filled (train_export's contract).
  */
 #ifndef TL_MODEL_TRAIN_IMPL_H
 #define TL_MODEL_TRAIN_IMPL_H
 
 #include "seen_set.h"
+#include "store/synthetic.h"
 #include "train.h"
 
+#include <math.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -93,6 +96,31 @@ static inline void train__work_repeat(train__work_t *w, const store_t *s, uint64
     }
 }
 
+/* A new id's initial values are draws from a hash of (seed, id), so they do
+ * not depend on the order samples arrive in.  seed and id go through
+ * separate rounds (store_mix64(0) = 0: seed ^ id alone would start id ==
+ * seed at 0). */
+static inline uint64_t train__init_hash(uint64_t seed, uint64_t id)
+{
+    return store_mix64(store_mix64(seed ^ STORE_PHI) ^ id);
+}
+
+/* Draw i of h, uniform in [0, 1). */
+static inline double train__uniform(uint64_t h, uint64_t i)
+{
+    return (double)(store_mix64(h + 2 * i + 1) >> 11) * 0x1.0p-53;
+}
+
+/* Draw i of (seed, key), N(0, 1) by Box-Muller. */
+static inline double train__gauss(uint64_t seed, uint64_t key, uint64_t i)
+{
+    uint64_t h = train__init_hash(seed, key);
+    uint64_t a = store_mix64(h + 2 * i + 1), b = store_mix64(h + 2 * i + 2);
+    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 extern const train_ops_t train__lr_ops, train__fm_ops, train__ffm_ops, train__dnn_ops;
 
 /* ---- LR (train_lr.c) --------------------------------------------------------- */
@@ -105,7 +133,7 @@ void train_lr_destroy(train_lr_t *t);
 float train_lr_predict(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_lr_reserve(train_lr_t *t, uint32_t n);
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
+                    float label, float weight, float *p);
 /* LR serving snapshot: value_floats 1, bias under MODEL_BIAS_ID, zero
  * weights omitted. */
 int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *meta,
@@ -122,13 +150,12 @@ void train_fm_destroy(train_fm_t *t);
 float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_fm_reserve(train_fm_t *t, uint32_t n);
 int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p);
+                    float label, float weight, float *p);
 /* FM serving snapshot: value_floats 1 + k, rows [w | v], bias row
  * [bias | 0..0], all-zero rows omitted, param norm when on. */
 int train_fm_export(const train_fm_t *t, const char *dir, const store_meta_t *meta,
                     store_error_t *err);
 const store_t *train_fm_store(const train_fm_t *t);
-uint32_t train_fm_k(const train_fm_t *t);
 
 /* ---- FFM (train_ffm.c) ------------------------------------------------------- */
 
@@ -138,7 +165,7 @@ void train_ffm_destroy(train_ffm_t *t);
 int train_ffm_reserve(train_ffm_t *t, uint32_t n);
 float train_ffm_predict(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n);
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p);
+                     float label, float weight, float *p);
 /* FFM serving snapshot: value_floats 1 + F k, rows [w | v], bias row
  * [bias | 0..0], all-zero rows omitted; params fields, k, norm. */
 int train_ffm_export(const train_ffm_t *t, const char *dir, const store_meta_t *meta,
@@ -146,9 +173,6 @@ int train_ffm_export(const train_ffm_t *t, const char *dir, const store_meta_t *
 /* Copies id's serving row [w | v] (1 + F k floats) into out: 1, or 0 when
  * the trainer has no row for id. */
 int train_ffm_weights(const train_ffm_t *t, uint64_t id, float *out);
-uint64_t train_ffm_count(const train_ffm_t *t);
-uint32_t train_ffm_fields(const train_ffm_t *t);
-uint32_t train_ffm_k(const train_ffm_t *t);
 /* For tests: the derivatives of the margin (not of the loss) at the current
  * parameters, new ids initialised as an update would (nothing is created or
  * written).  *d_bias = 1; grad gets 1 + F k doubles per feature,
@@ -166,7 +190,7 @@ int train_dnn_reserve(train_dnn_t *t, uint32_t n);
 /* A feature whose id is MODEL_BIAS_ID counts with e = 0 and w = the bias
  * but is not stepped (the bias takes its own step). */
 int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                     float label, float *p);
+                     float label, float weight, float *p);
 /* The gradient of the sample's logloss at the current parameters, without a
  * step (new ids are initialised as by an update, and stored): g_rows gets
  * n rows of 1 + d floats, d loss / d [w | e] of each feature occurrence

@@ -199,8 +199,8 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
 }
 
 /* One step on logloss x weight. */
-static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                  float label, float weight, float *p_out)
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float weight, float *p_out)
 {
     if (n > t->w.cap || !t->w.state) {
         int rc = train_lr_reserve(t, n);
@@ -235,12 +235,6 @@ static int update(train_lr_t *t, const uint64_t *ids, const float *values, uint3
     return 0;
 }
 
-int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
-                    float label, float *p)
-{
-    return update(t, ids, values, n, label, 1.0f, p);
-}
-
 __attribute__((cold)) int train_lr_export(const train_lr_t *t, const char *dir,
                                           const store_meta_t *meta, store_error_t *err)
 {
@@ -264,7 +258,7 @@ static float ops_predict(void *impl, const uint64_t *ids, const float *values, u
 static int ops_update(void *impl, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    return update(impl, ids, values, n, label, weight, p);
+    return train_lr_update(impl, ids, values, n, label, weight, p);
 }
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)

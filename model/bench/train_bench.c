@@ -144,6 +144,7 @@ int main(int argc, char **argv)
     const char *path = NULL, *model = "lr";
     reader_format_t fmt = READER_LIBFFM;
     train_optimizer_t opt_kind = TRAIN_FTRL;
+    bool opt_given = false;
     long epochs = 3, fields = 0, k = 4;
     int json = 0, presize = 1, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -167,6 +168,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
+            opt_given = true;
             break;
         case 'e': epochs = strtol(optarg, &e, 10); break;
         case 'F': fields = strtol(optarg, &e, 10); break;
@@ -179,24 +181,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    store_model_kind_t kind = STORE_MODEL_LR;
-    static const char *const kinds[] = {"lr", "fm", "ffm", "dnn"};
-    static const store_model_kind_t kind_of[] = {STORE_MODEL_LR, STORE_MODEL_FM, STORE_MODEL_FFM,
-                                                 STORE_MODEL_DNN};
-    int known = 0;
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-        if (strcmp(model, kinds[i]) == 0) {
-            kind = kind_of[i];
-            known = 1;
-        }
-    if (!path || !known) {
+    const train_ops_t *ops = train_ops_named(model);
+    if (!path || !ops) {
         fprintf(stderr, "train_bench: %s\n", !path ? "--data FILE is required"
                                                    : "--model must be lr, fm, ffm or dnn");
         usage(stderr);
         return 2;
     }
-    if (kind != STORE_MODEL_LR && opt_kind == TRAIN_FTRL)
-        opt_kind = TRAIN_ADAGRAD; /* tltrain's default for fm and ffm */
+    const store_model_kind_t kind = ops->kind;
+    if (!opt_given)
+        opt_kind = train_default_optimizer(kind); /* tltrain's default */
 
     struct data d = {0};
     double t0 = now_sec();

@@ -305,7 +305,7 @@ static void gradient_check(const uint32_t *hidden, uint32_t nh, bool wide)
     }
     /* a few steps move the bias, w and the MLP's biases off their start */
     for (int i = 0; i < 5; i++)
-        assert_int_equal(train_dnn_update(t, ids, vals, N, (float)(i & 1), NULL), 0);
+        assert_int_equal(train_dnn_update(t, ids, vals, N, (float)(i & 1), 1.0f, NULL), 0);
 
     const float y = 1.0f;
     float g_rows[N * K], g_bias, p;
@@ -558,7 +558,7 @@ static void test_export_roundtrip(void **state)
             if (i % 10 == 0)
                 ids[i][NF - 1] = ids[i][0]; /* a repeated id */
             float y = ((ids[i][0] ^ ids[i][1]) & 3) == 0 ? 1.0f : 0.0f;
-            assert_int_equal(train_dnn_update(t, ids[i], vals[i], NF, y, NULL), 0);
+            assert_int_equal(train_dnn_update(t, ids[i], vals[i], NF, y, 1.0f, NULL), 0);
         }
         char dir[512];
         snprintf(dir, sizeof dir, "%s/tl_dnn_export_%d_%d",
@@ -692,7 +692,7 @@ static int run_file(train_dnn_t *t, const char *path, int train, metrics_result_
         if (!t)
             continue;
         if (train)
-            train_dnn_update(t, s.ids, s.values, s.n, s.label, NULL);
+            train_dnn_update(t, s.ids, s.values, s.n, s.label, 1.0f, NULL);
         else
             metrics_add(m, train_dnn_predict(t, s.ids, s.values, s.n), s.label);
     }

@@ -391,7 +391,7 @@ static void test_gradient_fd(void **state)
         ids[8] = ids[3]; /* a repeated id */
         vals[10] = 0;    /* no gradient at all */
         train_ffm_t *t = make_ffm(TRAIN_SGD, F, KF, 0.05, 0.0, 0.3, norm);
-        assert_int_equal(train_ffm_update(t, ids, vals, N, 1.0f, NULL), 0);
+        assert_int_equal(train_ffm_update(t, ids, vals, N, 1.0f, 1.0f, NULL), 0);
 
         double rows[N * K], x[N], bias, db;
         uint32_t fld[N];
@@ -479,7 +479,7 @@ static void test_sgd_step_by_hand(void **state)
     const uint64_t ids[2] = {(UINT64_C(0) << 56) | 1, (UINT64_C(1) << 56) | 2};
     const float vals[2] = {0.5f, 2.0f};
     const double xa = 0.5, xb = 2.0;
-    assert_int_equal(train_ffm_update(t, ids, vals, 2, 1.0f, NULL), 0);
+    assert_int_equal(train_ffm_update(t, ids, vals, 2, 1.0f, 1.0f, NULL), 0);
 
     float b0[K], a0[K], c0[K], b1[K], a1[K], c1[K];
     assert_int_equal(train_ffm_weights(t, MODEL_BIAS_ID, b0), 1);
@@ -493,7 +493,7 @@ static void test_sgd_step_by_hand(void **state)
     double margin = b0[0] + s * (a0[0] * xa + c0[0] * xb) + s2 * dot * xa * xb;
     double p = sigmoid_d(margin);
     float pout;
-    assert_int_equal(train_ffm_update(t, ids, vals, 2, 0.0f, &pout), 0);
+    assert_int_equal(train_ffm_update(t, ids, vals, 2, 0.0f, 1.0f, &pout), 0);
     assert_float_equal(pout, p, 1e-6);
     const double g = (double)pout; /* label 0 */
     assert_int_equal(train_ffm_weights(t, MODEL_BIAS_ID, b1), 1);
@@ -553,7 +553,7 @@ static void test_export_roundtrip(void **state)
                 ids[i][NF - 1] = ids[i][0]; /* a repeated id */
             float y = ((ids[i][0] ^ ids[i][1]) & 3) == 0 ? 1.0f : 0.0f;
             if (i < ROWS - 50) /* the last rows keep unseen ids */
-                assert_int_equal(train_ffm_update(t, ids[i], vals[i], NF, y, NULL), 0);
+                assert_int_equal(train_ffm_update(t, ids[i], vals[i], NF, y, 1.0f, NULL), 0);
         }
         char dir[512];
         snprintf(dir, sizeof dir, "/tmp/tl_ffm_export_%d_%zu", (int)getpid(), ci);
@@ -625,7 +625,7 @@ static void test_seeded_init(void **state)
         opt.seed = i == 2 ? 99 : 1;
         train_ffm_t *t;
         assert_int_equal(train_ffm_create(&opt, &t, NULL, 0), 0);
-        assert_int_equal(train_ffm_update(t, ids, NULL, 3, 1.0f, &p[i]), 0);
+        assert_int_equal(train_ffm_update(t, ids, NULL, 3, 1.0f, 1.0f, &p[i]), 0);
         train_ffm_destroy(t);
     }
     assert_memory_equal(&p[0], &p[1], sizeof p[0]);
@@ -701,7 +701,7 @@ static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *ma
                 if ((uint32_t)(s.ids[j] >> 56) > *max_field)
                     *max_field = (uint32_t)(s.ids[j] >> 56);
         } else if (!m) {
-            train_ffm_update(t, s.ids, s.values, s.n, s.label, NULL);
+            train_ffm_update(t, s.ids, s.values, s.n, s.label, 1.0f, NULL);
         } else {
             metrics_add(m, train_ffm_predict(t, s.ids, s.values, s.n), s.label);
         }

@@ -113,7 +113,7 @@ static void gradient_fd(bool norm, double l2, double l2_v, double l2_v_freq)
         fail_msg("train_fm_create: %s", why);
     float p;
     /* a first step moves w and the bias off 0 */
-    assert_int_equal(train_fm_update(t, ids, vals, N, 1.0f, &p), 0);
+    assert_int_equal(train_fm_update(t, ids, vals, N, 1.0f, 1.0f, &p), 0);
 
     const store_t *st = train_fm_store(t);
     double before[N * R], after[N * R], bias0, bias1;
@@ -130,7 +130,7 @@ static void gradient_fd(bool norm, double l2, double l2_v, double l2_v_freq)
     assert_float_equal(pred, sigmoid_d(naive_margin(bias0, before, x, N, K)), 1e-6);
 
     /* SGD, alpha 1: param_new = param - (g * d margin / d param + L2 term) */
-    assert_int_equal(train_fm_update(t, ids, vals, N, 0.0f, &p), 0);
+    assert_int_equal(train_fm_update(t, ids, vals, N, 0.0f, 1.0f, &p), 0);
     assert_true(p == pred);
     double g = (double)p - 0.0;
     assert_int_equal(store_lookup(st, MODEL_BIAS_ID, row), 1);
@@ -346,7 +346,7 @@ static void test_export_roundtrip(void **state)
             if (i % 97 == 5)
                 memset(vals[i], 0, sizeof vals[i]); /* |x| = 0: s = 1 */
             float y = ((ids[i][0] ^ ids[i][1]) & 3) == 0 ? 1.0f : 0.0f;
-            assert_int_equal(train_fm_update(t, ids[i], vals[i], NF, y, NULL), 0);
+            assert_int_equal(train_fm_update(t, ids[i], vals[i], NF, y, 1.0f, NULL), 0);
         }
         char dir[512];
         snprintf(dir, sizeof dir, "/tmp/tl_fm_export_%d_%s_%d", (int)getpid(),
@@ -492,7 +492,7 @@ static int run_file(train_fm_t *t, const char *path, int train, metrics_result_t
     int rc;
     while ((rc = reader_next(r, &s)) == 1) {
         if (train) {
-            if (train_fm_update(t, s.ids, s.values, s.n, s.label, NULL) != 0) {
+            if (train_fm_update(t, s.ids, s.values, s.n, s.label, 1.0f, NULL) != 0) {
                 rc = -1;
                 break;
             }

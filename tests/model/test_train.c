@@ -69,14 +69,14 @@ static void test_ftrl_by_hand(void **state)
     const uint64_t ids1[] = {A_ID, B_ID};
     const float x1[] = {1.0f, 2.0f};
     float p;
-    assert_int_equal(train_lr_update(t, ids1, x1, 2, 1.0f, &p), 0);
+    assert_int_equal(train_lr_update(t, ids1, x1, 2, 1.0f, 1.0f, &p), 0);
     assert_true(p == 0.5f);
     state_is(t, MODEL_BIAS_ID, -0.5, 0.25, 0.0333333351);
     state_is(t, A_ID, -0.5, 0.25, 0.025);
     state_is(t, B_ID, -1.0, 1.0, 0.0428571440);
 
     const uint64_t ids2[] = {A_ID};
-    assert_int_equal(train_lr_update(t, ids2, NULL, 1, 0.0f, &p), 0);
+    assert_int_equal(train_lr_update(t, ids2, NULL, 1, 0.0f, 1.0f, &p), 0);
     assert_float_equal(p, 0.514579177, 1e-7);
     state_is(t, MODEL_BIAS_ID, -0.0579174533, 0.514791727, 0.0033722152);
     state_is(t, A_ID, -0.0397932939, 0.514791727, 0.0);
@@ -95,14 +95,14 @@ static void test_adagrad_sgd(void **state)
     const float x[] = {2.0f};
     /* Adagrad (lr .1, eps 0, l2 0): g = -0.5 * 2 = -1; G = 1; w = 0.1. */
     train_lr_t *t = make(TRAIN_ADAGRAD, 0.1, 0.0, 0.0, 0.0);
-    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, NULL), 0);
+    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, 1.0f, NULL), 0);
     float st[2];
     assert_int_equal(store_lookup(train_lr_store(t), A_ID, st), 1);
     assert_float_equal(st[0], 0.1, 1e-7);
     assert_float_equal(st[1], 1.0, 1e-7);
     /* second step: p = sigmoid(0.1 [bias: g=-0.5, G=.25 -> .1] + 0.2) */
     float p;
-    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, &p), 0);
+    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, 1.0f, &p), 0);
     double pe = 1.0 / (1.0 + exp(-0.3));
     assert_float_equal(p, pe, 1e-6);
     double g = (pe - 1) * 2, G = 1 + g * g;
@@ -112,7 +112,7 @@ static void test_adagrad_sgd(void **state)
 
     /* SGD (lr .1, l2 .5): w = 0 - .1 * (-1 + 0) = 0.1; then bias .05. */
     t = make(TRAIN_SGD, 0.1, 0.0, 0.0, 0.5);
-    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, NULL), 0);
+    assert_int_equal(train_lr_update(t, ids, x, 1, 1.0f, 1.0f, NULL), 0);
     assert_float_equal(train_lr_weight(t, A_ID), 0.1, 1e-7);
     assert_float_equal(train_lr_weight(t, MODEL_BIAS_ID), 0.05, 1e-7);
     train_lr_destroy(t);
@@ -124,7 +124,7 @@ static void test_repeated_id(void **state)
     /* {A, A} must equal two sequential FTRL steps on A with the same g. */
     train_lr_t *t = make(TRAIN_FTRL, 0.1, 1.0, 0.0, 0.0);
     const uint64_t ids[] = {A_ID, A_ID};
-    assert_int_equal(train_lr_update(t, ids, NULL, 2, 1.0f, NULL), 0);
+    assert_int_equal(train_lr_update(t, ids, NULL, 2, 1.0f, 1.0f, NULL), 0);
     /* step 1: z=-.5 n=.25 w=.5/15; step 2: g=-.5 again, n=.5,
      * sigma=(sqrt(.5)-.5)/.1, z=-1 - sigma*w */
     double w1 = 0.5 / 15, sigma = (sqrt(0.5) - 0.5) / 0.1, z = -1 - sigma * w1;
@@ -161,7 +161,7 @@ static void test_export_roundtrip(void **state)
                 vals[i][j] = (float)(rnd(&s) % 1000) / 1000.0f;
             }
             float y = (ids[i][0] & 7) < 2 ? 1.0f : 0.0f;
-            assert_int_equal(train_lr_update(t, ids[i], vals[i], NF, y, NULL), 0);
+            assert_int_equal(train_lr_update(t, ids[i], vals[i], NF, y, 1.0f, NULL), 0);
         }
         const char *tmp = getenv("TL_TEST_TMP");
         char dir[512];
@@ -230,7 +230,7 @@ static int run_file(train_lr_t *t, const char *path, int train, metrics_result_t
     int rc;
     while ((rc = reader_next(r, &s)) == 1) {
         if (train)
-            train_lr_update(t, s.ids, s.values, s.n, s.label, NULL);
+            train_lr_update(t, s.ids, s.values, s.n, s.label, 1.0f, NULL);
         else
             metrics_add(m, train_lr_predict(t, s.ids, s.values, s.n), s.label);
     }

@@ -11,7 +11,8 @@
  *     model_score() bit for bit as train_predict() (sample as the shared
  *     block) and to rounding when the sample is split into shared + item;
  *     for the kinds whose state is a store (LR, FM, DNN) each served row is
- *     the prefix of the row in the trainer's live store (train_store());
+ *     the prefix of the row in the trainer's live store (train_store()),
+ *     and LR-FTRL's served weight is float 2 of its [z | n | w] row;
  *   - weights NULL is weight 1 everywhere, bit for bit;
  *   - bad options are refused with a sentence, by kind.
  */
@@ -177,6 +178,58 @@ static void test_scores_as_served(void **state)
     free(d);
 }
 
+/* LR-FTRL, LR's default: the state row is [z | n | w], so the served weight
+ * is float 2 of the live row, not its prefix (train.h, WHERE THE SERVED
+ * WEIGHTS ARE). */
+static void test_lr_ftrl_served_float(void **state)
+{
+    (void)state;
+    struct data *d = malloc(sizeof *d);
+    assert_non_null(d);
+    make_data(d);
+    train_options_t o;
+    assert_int_equal(train_defaults(STORE_MODEL_LR, TRAIN_FTRL, &o), 0);
+    o.lr.l1 = 0; /* every touched id keeps a non-zero w, so every row is served */
+    train_t *t;
+    char why[256];
+    if (train_create(&o, &t, why, sizeof why) != 0)
+        fail_msg("create: %s", why);
+    for (int i = 0; i < SAMPLES; i++) {
+        codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+        assert_int_equal(train_update(t, &whole, NULL, 1, &d->labels[i], NULL, NULL), 0);
+    }
+    char dir[400];
+    const char *tmp = getenv("TL_TEST_TMP");
+    if (!tmp || !*tmp || strlen(tmp) > 300)
+        tmp = "/tmp";
+    snprintf(dir, sizeof dir, "%s/train_ops_%d_lr_ftrl", tmp, (int)getpid());
+    char cmd[1000];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && rm -rf '%s'", tmp, dir);
+    assert_int_equal(system(cmd), 0);
+    store_meta_t meta = {.model_name = "ops", .version = 1};
+    store_error_t err;
+    if (train_export(t, dir, &meta, &err) != 0)
+        fail_msg("export: %s", err.msg);
+    model_t *m;
+    if (model_load(dir, 1, &m, &err) != 0)
+        fail_msg("model_load: %s", err.msg);
+    const store_t *live = train_store(t), *served = model_store(m);
+    assert_int_equal(store_value_floats(live), 3);
+    assert_int_equal(store_value_floats(served), 1);
+    for (int i = 0; i < SAMPLES; i++)
+        for (int j = 0; j < NF; j++) {
+            float a[3] = {0, 0, 0}, b = 0;
+            assert_int_equal(store_lookup(live, d->ids[i][j], a), 1);
+            store_lookup(served, d->ids[i][j], &b); /* absent: w = 0 */
+            assert_memory_equal(&a[2], &b, sizeof b);
+        }
+    model_destroy(m);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    train_destroy(t);
+    free(d);
+}
+
 static void test_weight_one(void **state)
 {
     (void)state;
@@ -244,6 +297,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scores_as_served),
+        cmocka_unit_test(test_lr_ftrl_served_float),
         cmocka_unit_test(test_weight_one),
         cmocka_unit_test(test_bad_options),
     };
