@@ -46,6 +46,7 @@
  */
 #include "model/dnn.h"
 #include "model/tlsynth.h"
+#include "store/cli.h"
 #include "store/store.h"
 #include "store/synthetic.h"
 
@@ -65,7 +66,7 @@
 
 #define MAX_THREADS 1024
 #define MAX_MLP_WIDTHS (STORE_MAX_DENSE / 2 + 1) /* two arrays per layer */
-#define MAX_PATH 4096
+#define MAX_PATH STORE_CLI_MAX_PATH
 #define FILL_BATCH 256 /* keys of one shard warmed by one batched lookup */
 
 static const char usage_text[] =
@@ -113,69 +114,6 @@ static void gen_value(uint64_t key, uint64_t seed, uint32_t k, float *out)
     }
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
-}
-
-/* "12.3 MB" style, decimal units. */
-static const char *human_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1000.0 && u < 4) {
-        v /= 1000.0;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
-    return buf;
-}
-
-/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
- * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
- * -EINVAL (not a number, unknown suffix, overflow). */
-static int parse_count(const char *s, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -EINVAL;
-    uint64_t mul = 1;
-    if (*end != '\0') {
-        const char *sfx = "kMGT";
-        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
-        if (p == NULL)
-            return -EINVAL;
-        int power = (int)(p - sfx) + 1;
-        uint64_t base = 1000;
-        end++;
-        if (*end == 'i') {
-            base = 1024;
-            end++;
-        }
-        if (*end != '\0')
-            return -EINVAL;
-        for (int i = 0; i < power; i++)
-            mul *= base;
-    }
-    if (v != 0 && mul > UINT64_MAX / v)
-        return -EINVAL;
-    *out = (uint64_t)v * mul;
-    return 0;
-}
-
 /* Sum of the sizes of the regular files directly inside dir (0 when dir
  * cannot be read); *files their number. */
 static uint64_t dir_bytes(const char *dir, unsigned *files)
@@ -197,52 +135,6 @@ static uint64_t dir_bytes(const char *dir, unsigned *files)
 out:
     *files = n;
     return total;
-}
-
-/* The parent directories one run created, so that a failure can remove
- * them again: prefix lengths of the path, in the order they were made. */
-struct made_dirs {
-    uint32_t n;
-    uint32_t len[64]; /* deeper ones are created but not recorded (left behind) */
-};
-
-/* Creates the missing parent directories of path (mode 0755), like
- * "mkdir -p $(dirname path)"; the last component is left to the snapshot
- * writer.  Records what it created in *made.  Returns 0 or -errno. */
-static int mkdir_parents(const char *path, struct made_dirs *made)
-{
-    char buf[MAX_PATH];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    while (n > 1 && buf[n - 1] == '/')
-        buf[--n] = '\0'; /* "a/b/" names b */
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) == 0) {
-            if (made->n < sizeof made->len / sizeof made->len[0])
-                made->len[made->n++] = (uint32_t)(p - buf);
-        } else if (errno != EEXIST) {
-            return -errno;
-        }
-        *p = '/';
-    }
-    return 0;
-}
-
-/* Removes the directories mkdir_parents created, deepest first (rmdir: only
- * while empty). */
-static void undo_parents(const char *path, const struct made_dirs *made)
-{
-    char buf[MAX_PATH];
-    for (uint32_t i = made->n; i-- > 0;) {
-        memcpy(buf, path, made->len[i]);
-        buf[made->len[i]] = '\0';
-        rmdir(buf);
-    }
 }
 
 static __attribute__((cold)) void print_store_error(const char *dir, const store_error_t *err)
@@ -289,7 +181,7 @@ static int flag(int argc, char **argv, int *i, const char *name, const char **va
 static uint64_t count_arg(const char *name, const char *v, uint64_t min, uint64_t max)
 {
     uint64_t x;
-    if (parse_count(v, &x) != 0)
+    if (store_cli_parse_count(v, &x) != 0)
         usage_error("%s: '%s' is not a count (digits with an optional k/M/G/T suffix)", name, v);
     if (x < min || x > max)
         usage_error("%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x, min, max);
@@ -592,7 +484,7 @@ int tlsynth_model_main(int argc, char **argv)
     if (k == 0)
         k = kind == STORE_MODEL_LR ? 1 : 8;
     if (threads == 0)
-        threads = cpu_count();
+        threads = store_cli_cpu_count(MAX_THREADS);
     if (threads > shards)
         threads = shards; /* a thread without a shard would only burn CPU */
 
@@ -614,7 +506,7 @@ int tlsynth_model_main(int argc, char **argv)
 
     int ret = 1;
     store_t *s = NULL;
-    struct made_dirs made = {0};
+    struct store_cli_made_dirs made = {0};
     char hb[32], hb2[32];
 
     printf("tlsynth model: model %s v%" PRIu64 " (%s), %" PRIu64 " keys x %" PRIu64 " %s, %" PRIu64
@@ -628,16 +520,16 @@ int tlsynth_model_main(int argc, char **argv)
         fprintf(stderr, "tlsynth model: store_create: %s\n", strerror(-rc));
         goto out;
     }
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (fill(s, keys, seed, (uint32_t)threads) != 0)
         goto out;
-    double filled = now_sec() - t0;
+    double filled = store_cli_now_sec() - t0;
     store_stats_t st;
     store_stats(s, &st);
     printf("  fill   %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled,
            filled > 0 ? (double)keys / filled / 1e6 : 0.0);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
-           human_bytes(st.table_bytes, hb, sizeof hb),
+           store_cli_human_bytes(st.table_bytes, hb, sizeof hb),
            keys ? (double)st.table_bytes / (double)keys : 0.0, st.subtables, st.stashed);
     fflush(stdout);
 
@@ -645,30 +537,30 @@ int tlsynth_model_main(int argc, char **argv)
     snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
     if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
         goto out;
-    rc = mkdir_parents(out_dir, &made);
+    rc = store_cli_mkdir_parents(out_dir, &made);
     if (rc != 0) {
         fprintf(stderr, "tlsynth model: cannot create the parent directories of %s: %s\n",
                 out_dir, strerror(-rc));
         goto out;
     }
     store_error_t err = {0};
-    t0 = now_sec();
+    t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, out_dir, &meta, &extras, &err) != 0) {
         print_store_error(out_dir, &err);
         goto out;
     }
-    double wr = now_sec() - t0;
+    double wr = store_cli_now_sec() - t0;
     unsigned files;
     uint64_t bytes = dir_bytes(out_dir, &files);
-    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", human_bytes(bytes, hb, sizeof hb),
-           files, wr, human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
+    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", store_cli_human_bytes(bytes, hb, sizeof hb),
+           files, wr, store_cli_human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
            out_dir);
     printf("  total  %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled + wr,
            filled + wr > 0 ? (double)keys / (filled + wr) / 1e6 : 0.0);
     ret = 0;
 out:
     if (ret != 0)
-        undo_parents(out_dir, &made);
+        store_cli_undo_parents(out_dir, &made);
     for (uint32_t l = 0; l < extras.n_dense; l++)
         free(extras.dense[l].data); /* make_mlp's arrays */
     if (s)

@@ -27,8 +27,10 @@
  * THREAD SAFETY: a command-line program; verify's threads only read.
  * Exit status: 0 ok, 1 failure, 2 usage.
  */
+#include "store/cli.h"
 #include "store/manifest.h"
 #include "store/store.h"
+#include "store/store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,115 +44,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef __cold
-#define __cold __attribute__((__cold__))
-#endif
-#ifndef __noreturn
-#define __noreturn __attribute__((noreturn))
-#endif
-
 #define MAX_THREADS 1024
 #define LOOKUP_BATCH 256
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
-}
 
 static const char *dtype_name(store_dtype_t d)
 {
     return d == STORE_DTYPE_F16 ? "f16" : "f32";
 }
 
-/* "12.3 MB" style, decimal units; buf must hold 32 bytes. */
-static const char *human_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1000.0 && u < 4) {
-        v /= 1000.0;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
-    return buf;
-}
-
-/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
- * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
- * -EINVAL (not a number, unknown suffix, overflow). */
-static int parse_count(const char *s, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -EINVAL;
-    uint64_t mul = 1;
-    if (*end != '\0') {
-        const char *sfx = "kMGT";
-        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
-        if (p == NULL)
-            return -EINVAL;
-        int power = (int)(p - sfx) + 1;
-        uint64_t base = 1000;
-        end++;
-        if (*end == 'i') {
-            base = 1024;
-            end++;
-        }
-        if (*end != '\0')
-            return -EINVAL;
-        for (int i = 0; i < power; i++)
-            mul *= base;
-    }
-    if (v != 0 && mul > UINT64_MAX / v)
-        return -EINVAL;
-    *out = (uint64_t)v * mul;
-    return 0;
-}
-
-/* Creates the missing parent directories of path (mode 0755), like
- * "mkdir -p $(dirname path)"; the last component is left to
- * store_snapshot_write.  Returns 0 or -errno. */
-static int mkdir_parents(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    while (n > 1 && buf[n - 1] == '/')
-        buf[--n] = '\0'; /* "a/b/" names b */
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-            int e = errno;
-            *p = '/';
-            return -e;
-        }
-        *p = '/';
-    }
-    return 0;
-}
-
 /* "tlsnap verify: DIR: checksum: shard-00002.tls: ..." (the store's message
  * names the file inside dir and the offset). */
-static __cold void print_store_error(const char *cmd, const char *dir, const store_error_t *err)
+static cold void print_store_error(const char *cmd, const char *dir, const store_error_t *err)
 {
     fprintf(stderr, "tlsnap %s: %s: %s: %s\n", cmd, dir, store_errc_name(err->code),
             err->msg[0] ? err->msg : "(no message)");
@@ -201,7 +107,7 @@ static const char usage_rewrite[] =
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
-static __cold __noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+static cold _Noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "tlsnap%s%s: ", cmd ? " " : "", cmd ? cmd : "");
@@ -243,7 +149,7 @@ static uint64_t count_arg(const char *cmd, const char *usage, const char *name, 
                           uint64_t min, uint64_t max)
 {
     uint64_t x;
-    if (parse_count(v, &x) != 0)
+    if (store_cli_parse_count(v, &x) != 0)
         usage_error(cmd, usage, "%s: '%s' is not a count (digits with an optional k/M/G/T suffix)",
                     name, v);
     if (x < min || x > max)
@@ -363,7 +269,7 @@ static int cmd_info(int argc, char **argv)
         printf("  hash seed  %#" PRIx64 " (loads in bucket order)\n", m.hash_seed);
     else
         printf("  hash seed  none (loads at random, slower; 'tlsnap rewrite' adds one)\n");
-    printf("  data       %s in shard files\n", human_bytes(bytes, hb, sizeof hb));
+    printf("  data       %s in shard files\n", store_cli_human_bytes(bytes, hb, sizeof hb));
     for (uint32_t i = 0; i < m.n_params; i++)
         printf("  param      %s = %s\n", m.params[i].key, m.params[i].value);
     for (uint32_t i = 0; i < m.n_dense; i++)
@@ -446,7 +352,7 @@ static int lookup_check(const store_t *s, uint32_t threads, uint64_t entries)
         fprintf(stderr, "tlsnap verify: out of memory\n");
         goto out;
     }
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     uint32_t started = 0;
     for (uint32_t t = 0; t < threads; t++) {
         jobs[t].s = s;
@@ -470,7 +376,7 @@ static int lookup_check(const store_t *s, uint32_t threads, uint64_t entries)
     }
     if (started < threads)
         goto out;
-    double dt = now_sec() - t0;
+    double dt = store_cli_now_sec() - t0;
     if (bad) {
         fprintf(stderr,
                 "tlsnap verify: lookup: %" PRIu64 " of %" PRIu64
@@ -520,19 +426,19 @@ static int cmd_verify(int argc, char **argv)
     if (dir == NULL)
         usage_error(C, U, "DIR is required");
 
-    uint32_t nthreads = threads ? (uint32_t)threads : cpu_count();
+    uint32_t nthreads = threads ? (uint32_t)threads : store_cli_cpu_count(MAX_THREADS);
     store_t *s = NULL;
     store_meta_t meta;
     store_error_t err = {0};
     char hb[32];
     int ret = 1;
 
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
         print_store_error(C, dir, &err);
         goto out;
     }
-    double dt = now_sec() - t0;
+    double dt = store_cli_now_sec() - t0;
     uint64_t n = store_count(s);
     store_stats_t st;
     store_stats(s, &st);
@@ -543,7 +449,7 @@ static int cmd_verify(int argc, char **argv)
            "checksums ok\n",
            n, dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, nthreads);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
-           human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
+           store_cli_human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
            st.subtables, st.stashed);
     fflush(stdout);
     if (lookup && lookup_check(s, nthreads, n) != 0)
@@ -590,12 +496,12 @@ static int cmd_rewrite(int argc, char **argv)
     store_error_t err = {0};
     int ret = 1;
 
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (store_snapshot_load_ex(src, (int)threads, &s, &meta, &x, &err) != 0) {
         print_store_error(C, src, &err);
         return 1;
     }
-    double load_s = now_sec() - t0;
+    double load_s = store_cli_now_sec() - t0;
     uint64_t n = store_count(s);
     printf("tlsnap rewrite: %s: model %s v%" PRIu64 " (%s), %" PRIu64 " entries, %u x %s, "
            "%u shards, %u params, %u dense arrays; loaded in %.3f s\n",
@@ -603,19 +509,19 @@ static int cmd_rewrite(int argc, char **argv)
            store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s), x.n_params,
            x.n_dense, load_s);
     fflush(stdout);
-    int e = mkdir_parents(dst);
+    int e = store_cli_mkdir_parents(dst, NULL);
     if (e != 0) {
         fprintf(stderr, "tlsnap %s: %s: cannot create its parent directories: %s\n", C, dst,
                 strerror(-e));
         goto out;
     }
-    t0 = now_sec();
+    t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, dst, &meta, &x, &err) != 0) {
         print_store_error(C, dst, &err);
         goto out;
     }
     printf("  wrote  %s in %.3f s (hash seed %#" PRIx64 ", bucket order)\n", dst,
-           now_sec() - t0, store_hash_seed(s));
+           store_cli_now_sec() - t0, store_hash_seed(s));
     printf("OK\n");
     ret = 0;
 out:
