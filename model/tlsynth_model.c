@@ -28,14 +28,14 @@
  * owns the shards s with s % T == t.  Every thread walks all N indices and
  * keeps the keys of its own shards (regenerating a key is a few ns, far
  * cheaper than handing keys between threads): a first walk counts its
- * shards' keys and reserves each shard once, so the fill never grows a
- * table; a second buffers keys per shard and inserts them FILL_BATCH at a
- * time: one store_lookup_batch (which prefetches across the batch) brings
- * their buckets into cache, then store_upsert writes each without waiting
- * on memory, nearly as fast as the loader's bulk insert.  Only store.h's
- * public calls: the snapshot writer lays each shard out in the loader's
- * bucket order whatever order the keys went in (re-placing it first, as it
- * was not sized sub-table by sub-table), so the files load as fast as any.
+ * shards' keys per sub-table and reserves each sub-table exactly
+ * (store_reserve_shard_exact), so the fill never grows a table and the
+ * store has the loader's layout: the snapshot writer writes each shard in
+ * its bucket order as it is, with no re-layout, and the files load on the
+ * fast path.  A second walk buffers keys per shard and inserts them
+ * FILL_BATCH at a time: one store_lookup_batch (which prefetches across the
+ * batch) brings their buckets into cache, then store_upsert writes each
+ * without waiting on memory, nearly as fast as the loader's bulk insert.
  *
  * Failure leaves nothing behind: options are checked before anything is
  * created, the snapshot writer removes its own files when it fails, and the
@@ -245,24 +245,28 @@ static void *fill_thread(void *arg)
     struct fill_job *j = arg;
     const uint32_t shards = store_shards(j->s), k = store_value_floats(j->s),
                    mine = (shards - j->tid + j->nthreads - 1) / j->nthreads;
-    uint64_t counts[STORE_MAX_SHARDS] = {0};
+    const uint32_t subs = store_subs_per_shard(j->s);
     size_t fill[STORE_MAX_SHARDS] = {0};
+    uint64_t *counts = calloc((size_t)mine * subs, sizeof *counts);    /* [my shard][sub] */
     uint64_t *bufs = malloc((size_t)mine * FILL_BATCH * sizeof *bufs); /* [my shard][key] */
     float *out = malloc((size_t)FILL_BATCH * k * sizeof *out);         /* lookup's output */
     uint8_t found[FILL_BATCH];
-    if (bufs == NULL || out == NULL) {
+    if (counts == NULL || bufs == NULL || out == NULL) {
         j->rc = -ENOMEM;
         goto out;
     }
 
-    /* walk 1: keys per shard of mine, so that each is sized once */
+    /* walk 1: keys per sub-table of my shards, so that each is sized once,
+     * exactly, as the loader sizes it */
     for (uint64_t i = 0; i < j->keys; i++) {
-        uint32_t sh = store_shard_of(j->s, store_synthetic_key(i, j->seed));
+        uint64_t key = store_synthetic_key(i, j->seed);
+        uint32_t sh = store_shard_of(j->s, key);
         if (sh % j->nthreads == j->tid)
-            counts[sh]++;
+            counts[(size_t)(sh / j->nthreads) * subs + store_sub_of(j->s, key)]++;
     }
     for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads) {
-        if ((j->rc = store_reserve_shard(j->s, sh, counts[sh])) < 0)
+        const uint64_t *c = counts + (size_t)(sh / j->nthreads) * subs;
+        if ((j->rc = store_reserve_shard_exact(j->s, sh, c, NULL)) < 0)
             goto out;
     }
 
@@ -288,6 +292,7 @@ static void *fill_thread(void *arg)
             goto out;
     }
 out:
+    free(counts);
     free(bufs);
     free(out);
     return NULL;

@@ -127,11 +127,6 @@ cold void store__snap_fail_value(store_error_t *err, const char *file, uint64_t 
 store_options_t store__snap_loader_options(uint32_t K, store_dtype_t dt, uint32_t shards,
                                            uint64_t total, uint64_t seed);
 
-/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
- * of them (no growth while filling).  0, or -errno with *bad the sub-table
- * that could not be reserved. */
-int store__snap_reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad);
-
 /* Opens dir (O_DIRECTORY).  The fd, or -1 with *err filled (STORE_E_IO). */
 int store__snap_open_dir(const char *dir, store_error_t *err);
 

@@ -410,7 +410,7 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
     }
 
     uint32_t bad_sub;
-    if ((e = store__snap_reserve_exact(s, i, counts, &bad_sub)) != 0) {
+    if ((e = store_reserve_shard_exact(s, i, counts, &bad_sub)) != 0) {
         store__snap_fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
                          "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", bad_sub,
                          counts[bad_sub], ERRTEXT(-e));
