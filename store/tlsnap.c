@@ -9,8 +9,9 @@
  * makes them; tlsnap's gen command only says so.
  *
  * info checks the MANIFEST with store_snapshot_read_meta(), then decodes it
- * again with store__manifest_decode() (store/'s internal API: tlsnap lives here) to
- * list K, dtype and the shard files; it reads no shard file.
+ * again with the loader's store__snap_read_manifest() (store/'s internal
+ * API: tlsnap lives here) to list K, dtype and the shard files; it reads no
+ * shard file.
  *
  * verify loads with store_snapshot_load() (which checks every checksum,
  * count and key), then re-reads every entry: it iterates each shard and looks
@@ -29,18 +30,17 @@
  */
 #include "store/cli.h"
 #include "store/manifest.h"
+#include "store/snapshot_internal.h"
 #include "store/store.h"
 #include "store/store_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -160,53 +160,19 @@ static uint64_t count_arg(const char *cmd, const char *usage, const char *name, 
 
 /* ---- info ----------------------------------------------------------------- */
 
-/* Reads dir/MANIFEST (at most MANIFEST_MAX_BYTES) and decodes it.  Returns 0
- * or -1 with a message printed.  On success m->shards is owned by the caller
- * (store__manifest_free). */
+/* Reads and decodes dir/MANIFEST with the loader's own reader.  Returns 0
+ * or -1 with a message printed.  On success m->shards is owned by the
+ * caller (store__manifest_free). */
 static int read_manifest(const char *dir, manifest_t *m)
 {
-    char path[4096];
-    int ret = -1, fd = -1;
-    uint8_t *buf = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_FILE_NAME);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        fprintf(stderr, "tlsnap info: %s: %s\n", path, strerror(errno));
-        goto out;
-    }
-    if (st.st_size <= 0 || (uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
-        fprintf(stderr, "tlsnap info: %s: size %lld is outside 1..%u\n", path,
-                (long long)st.st_size, MANIFEST_MAX_BYTES);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    buf = malloc(len);
-    if (buf == NULL) {
-        fprintf(stderr, "tlsnap info: out of memory\n");
-        goto out;
-    }
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            fprintf(stderr, "tlsnap info: %s: read: %s\n", path, r < 0 ? strerror(errno) : "short");
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    char why[512] = "";
-    if (store__manifest_decode(buf, len, m, why, sizeof why) != 0) {
-        fprintf(stderr, "tlsnap info: %s: %s\n", path, why);
-        goto out;
-    }
-    ret = 0;
-out:
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    return ret;
+    store_error_t err = {0};
+    int dirfd = store__snap_open_dir(dir, &err);
+    int rc = dirfd < 0 ? -1 : store__snap_read_manifest(dirfd, dir, m, &err);
+    if (dirfd >= 0)
+        close(dirfd);
+    if (rc != 0)
+        print_store_error("info", dir, &err);
+    return rc;
 }
 
 static int cmd_info(int argc, char **argv)
