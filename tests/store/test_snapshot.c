@@ -33,6 +33,7 @@
 #include "store/manifest.h"
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "store/synthetic.h"
 
 #define SENTINEL ((store_t *)(uintptr_t)0x5eed)
 
@@ -153,19 +154,11 @@ static int count_tmp(const char *dir)
 
 /* ---- stores --------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* A random finite float: any finite bit pattern for f32 (subnormals and -0
  * included), a value that fits fp16 for f16. */
 static float random_value(uint64_t *rng, store_dtype_t dt)
 {
-    uint64_t r = splitmix(rng);
+    uint64_t r = store_splitmix64(rng);
     if (dt == STORE_DTYPE_F32) {
         uint32_t b = (uint32_t)r;
         if ((b & 0x7f800000u) == 0x7f800000u)
@@ -188,7 +181,7 @@ static store_t *make_store(uint32_t K, store_dtype_t dt, uint32_t shards, size_t
     uint64_t krng = seed, vrng = value_seed;
     float v[STORE_MAX_VALUE_FLOATS];
     for (size_t i = 0; i < nkeys; i++) {
-        uint64_t key = splitmix(&krng);
+        uint64_t key = store_splitmix64(&krng);
         if (i % 7 == 0)
             key = i; /* small, sequential ids too */
         for (uint32_t j = 0; j < K; j++)
@@ -880,7 +873,7 @@ static void craft_init(struct craft *c, uint32_t K, store_dtype_t dt, uint32_t s
 static uint64_t craft_key(struct craft *c, uint32_t shard)
 {
     for (;;) {
-        uint64_t k = splitmix(&c->rng);
+        uint64_t k = store_splitmix64(&c->rng);
         if (store_shard_of(c->router, k) == shard)
             return k;
     }
