@@ -517,6 +517,42 @@ static void test_round_trip_small_shapes(void **state)
     round_trip(4, STORE_DTYPE_F32, 8, 0);    /* every shard empty */
 }
 
+/* A store created for its final count and sized with
+ * store_reserve_shard_exact before it is filled has the loader's layout, so
+ * the writer writes its shards as they are (no re-layout). */
+static void test_reserve_exact_has_loader_layout(void **state)
+{
+    (void)state;
+    const uint32_t shards = 4;
+    const uint64_t n = 60000, seed = 7;
+    store_options_t opt = {.value_floats = 2, .dtype = STORE_DTYPE_F32, .shards = shards,
+                           .expected_keys = n};
+    store_t *s = NULL, *t = NULL;
+    assert_int_equal(store_create(&opt, &s), 0);
+    const uint32_t subs = store_subs_per_shard(s);
+    uint64_t *counts = calloc((size_t)shards * subs, sizeof *counts);
+    assert_non_null(counts);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t key = store_synthetic_key(i, seed);
+        counts[(size_t)store_shard_of(s, key) * subs + store_sub_of(s, key)]++;
+    }
+    for (uint32_t sh = 0; sh < shards; sh++)
+        assert_int_equal(store_reserve_shard_exact(s, sh, counts + (size_t)sh * subs, NULL), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        float v[2] = {(float)i, -(float)i};
+        assert_int_equal(store_upsert(s, store_synthetic_key(i, seed), v), 1);
+    }
+    opt.hash_seed = store_hash_seed(s); /* the loader's store for this snapshot */
+    assert_int_equal(store_create(&opt, &t), 0);
+    for (uint32_t sh = 0; sh < shards; sh++) {
+        assert_int_equal(store_reserve_shard_exact(t, sh, counts + (size_t)sh * subs, NULL), 0);
+        assert_true(store_shard_layout_equal(s, t, sh));
+    }
+    store_destroy(t);
+    store_destroy(s);
+    free(counts);
+}
+
 static void test_created_now_and_threads_default(void **state)
 {
     (void)state;
@@ -1312,6 +1348,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_k16_f16_1shard),
         cmocka_unit_test(test_round_trip_k16_f16_16shards),
         cmocka_unit_test(test_round_trip_small_shapes),
+        cmocka_unit_test(test_reserve_exact_has_loader_layout),
         cmocka_unit_test(test_created_now_and_threads_default),
         cmocka_unit_test(test_write_refuses_existing_manifest),
         cmocka_unit_test(test_write_refuses_bad_meta),
