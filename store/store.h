@@ -187,8 +187,9 @@ uint32_t store_sub_of(const store_t *s, uint64_t key);
  * with store_sub_of), as the snapshot loader sizes a shard.  A store created
  * with expected_keys = its final count and filled after this has the
  * loader's layout, so store_snapshot_write writes it as it is (a store sized
- * otherwise is re-laid out shard by shard first).  Returns 0, or -ENOMEM or
- * -EINVAL with *bad_sub (may be NULL) the sub-table that failed. */
+ * otherwise is re-laid out shard by shard first).  Returns 0, -EINVAL for a
+ * shard out of range, or -ENOMEM with *bad_sub (may be NULL) the sub-table
+ * that could not be sized. */
 int store_reserve_shard_exact(store_t *s, uint32_t shard, const uint64_t *counts,
                               uint32_t *bad_sub);
 
