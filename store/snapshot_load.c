@@ -409,7 +409,7 @@ static int build_shard(store_t *s, const manifest_t *m, uint32_t i, struct shard
         goto out;
     }
 
-    uint32_t bad_sub;
+    uint32_t bad_sub = 0; /* set with -ENOMEM; i is in range */
     if ((e = store_reserve_shard_exact(s, i, counts, &bad_sub)) != 0) {
         store__snap_fail(err, e == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID, file, -1,
                          "cannot reserve sub-table %" PRIu32 " for %" PRIu64 " keys: %s", bad_sub,

@@ -254,9 +254,8 @@ static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *bu
     } else if (e == 0) {
         store_foreach_raw(s, i, relay_count, &r);
     }
-    uint32_t bad_sub;
     if (e == 0)
-        e = store_reserve_shard_exact(r.t, i, r.counts, &bad_sub);
+        e = store_reserve_shard_exact(r.t, i, r.counts, NULL);
     if (e == 0 && store_shard_layout_equal(s, r.t, i)) {
         free(r.counts);
         store_destroy(r.t);
