@@ -145,48 +145,7 @@ static __attribute__((cold)) void print_store_error(const char *dir, const store
 
 /* ---- flags ------------------------------------------------------------------ */
 
-static __attribute__((cold, noreturn, format(printf, 1, 2))) void usage_error(const char *fmt,
-                                                                              ...)
-{
-    va_list ap;
-    fprintf(stderr, "tlsynth model: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", usage_text);
-    exit(2);
-}
-
-/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
- * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
- * A matching flag without a value is a usage error. */
-static int flag(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        usage_error("option %s needs a value", name);
-    *val = argv[++*i];
-    return 1;
-}
-
-static uint64_t count_arg(const char *name, const char *v, uint64_t min, uint64_t max)
-{
-    uint64_t x;
-    if (store_cli_parse_count(v, &x) != 0)
-        usage_error("%s: '%s' is not a count (digits with an optional k/M/G/T suffix)", name, v);
-    if (x < min || x > max)
-        usage_error("%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x, min, max);
-    return x;
-}
+static const store_cli_usage_t usage = {"tlsynth model", usage_text};
 
 static int valid_name(const char *s)
 {
@@ -409,29 +368,31 @@ int tlsynth_model_main(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage_text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--keys", &v)) {
-            keys = count_arg("--keys", v, 0, UINT64_MAX / 2);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--keys", &v)) {
+            keys = store_cli_count_arg(&usage, "--keys", v, 0, UINT64_MAX / 2);
             have_keys = 1;
-        } else if (flag(argc, argv, &i, "--out", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--out", &v)) {
             out_dir = v;
-        } else if (flag(argc, argv, &i, "--value-floats", &v)) {
-            k = count_arg("--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
-        } else if (flag(argc, argv, &i, "--dtype", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--value-floats", &v)) {
+            k = store_cli_count_arg(&usage, "--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--dtype", &v)) {
             if (strcmp(v, "f32") == 0)
                 dtype = STORE_DTYPE_F32;
             else if (strcmp(v, "f16") == 0)
                 dtype = STORE_DTYPE_F16;
             else
-                usage_error("--dtype: '%s' is neither f32 nor f16", v);
-        } else if (flag(argc, argv, &i, "--shards", &v)) {
-            shards = count_arg("--shards", v, 1, STORE_MAX_SHARDS);
+                store_cli_usage_error(&usage, "--dtype: '%s' is neither f32 nor f16", v);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--shards", &v)) {
+            shards = store_cli_count_arg(&usage, "--shards", v, 1, STORE_MAX_SHARDS);
             if (shards & (shards - 1))
-                usage_error("--shards: %" PRIu64 " is not a power of two", shards);
-        } else if (flag(argc, argv, &i, "--name", &v)) {
+                store_cli_usage_error(&usage, "--shards: %" PRIu64 " is not a power of two",
+                                      shards);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--name", &v)) {
             if (!valid_name(v))
-                usage_error("--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
+                store_cli_usage_error(&usage,
+                                      "--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
             name = v;
-        } else if (flag(argc, argv, &i, "--kind", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--kind", &v)) {
             if (strcmp(v, "lr") == 0)
                 kind = STORE_MODEL_LR;
             else if (strcmp(v, "fm") == 0)
@@ -441,25 +402,28 @@ int tlsynth_model_main(int argc, char **argv)
             else if (strcmp(v, "dnn") == 0)
                 kind = STORE_MODEL_DNN;
             else
-                usage_error("--kind: '%s' is not one of lr, fm, ffm, dnn", v);
-        } else if (flag(argc, argv, &i, "--version", &v)) {
-            version = count_arg("--version", v, 1, UINT64_MAX);
-        } else if (flag(argc, argv, &i, "--seed", &v)) {
-            seed = count_arg("--seed", v, 0, UINT64_MAX);
-        } else if (flag(argc, argv, &i, "--threads", &v)) {
-            threads = count_arg("--threads", v, 1, MAX_THREADS);
-        } else if (flag(argc, argv, &i, "--param", &v)) {
+                store_cli_usage_error(&usage, "--kind: '%s' is not one of lr, fm, ffm, dnn", v);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--version", &v)) {
+            version = store_cli_count_arg(&usage, "--version", v, 1, UINT64_MAX);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--seed", &v)) {
+            seed = store_cli_count_arg(&usage, "--seed", v, 0, UINT64_MAX);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&usage, "--threads", v, 1, MAX_THREADS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--param", &v)) {
             char key[STORE_PARAM_KEY_MAX];
             const char *eq = strchr(v, '=');
             if (!eq || eq == v || (size_t)(eq - v) >= sizeof key)
-                usage_error("--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
+                store_cli_usage_error(&usage,
+                                      "--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
             memcpy(key, v, (size_t)(eq - v));
             key[eq - v] = '\0';
             if (store_extras_set(&extras, key, eq + 1) != 0)
-                usage_error("--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
-                            "bytes, at most %d params",
-                            v, STORE_MAX_PARAMS);
-        } else if (flag(argc, argv, &i, "--mlp", &v)) {
+                store_cli_usage_error(
+                    &usage,
+                    "--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
+                    "bytes, at most %d params",
+                    v, STORE_MAX_PARAMS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--mlp", &v)) {
             mlp_n = 0;
             for (const char *p = v; *p;) {
                 char *e;
@@ -467,25 +431,26 @@ int tlsynth_model_main(int argc, char **argv)
                 unsigned long w = strtoul(p, &e, 10);
                 if (e == p || errno || w < 1 || w > 65536 || mlp_n == MAX_MLP_WIDTHS ||
                     (*e && *e != ','))
-                    usage_error("--mlp: '%s' is not a list of 2..%d widths 1..65536", v,
-                                MAX_MLP_WIDTHS);
+                    store_cli_usage_error(&usage,
+                                          "--mlp: '%s' is not a list of 2..%d widths 1..65536", v,
+                                          MAX_MLP_WIDTHS);
                 mlp[mlp_n++] = (uint32_t)w;
                 p = *e ? e + 1 : e;
             }
             if (mlp_n < 2)
-                usage_error("--mlp: '%s' needs at least two widths", v);
+                store_cli_usage_error(&usage, "--mlp: '%s' needs at least two widths", v);
         } else if (argv[i][0] == '-') {
-            usage_error("unknown option '%s'", argv[i]);
+            store_cli_usage_error(&usage, "unknown option '%s'", argv[i]);
         } else {
-            usage_error("unexpected argument '%s'", argv[i]);
+            store_cli_usage_error(&usage, "unexpected argument '%s'", argv[i]);
         }
     }
     if (!have_keys)
-        usage_error("--keys N is required");
+        store_cli_usage_error(&usage, "--keys N is required");
     if (out_dir == NULL || out_dir[0] == '\0')
-        usage_error("--out DIR is required");
+        store_cli_usage_error(&usage, "--out DIR is required");
     if (strlen(out_dir) >= MAX_PATH)
-        usage_error("--out: the path is longer than %d bytes", MAX_PATH - 1);
+        store_cli_usage_error(&usage, "--out: the path is longer than %d bytes", MAX_PATH - 1);
     if (k == 0)
         k = kind == STORE_MODEL_LR ? 1 : 8;
     if (threads == 0)
@@ -501,7 +466,7 @@ int tlsynth_model_main(int argc, char **argv)
     };
     char why[256] = "";
     if (store_options_check(&opt, why, sizeof why) != 0)
-        usage_error("bad store options: %s", why[0] ? why : "(no reason given)");
+        store_cli_usage_error(&usage, "bad store options: %s", why[0] ? why : "(no reason given)");
 
     /* fail before a long fill rather than after it */
     if (holds_snapshot(out_dir)) {

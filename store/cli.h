@@ -1,18 +1,22 @@
 /*
  * cli.h — small helpers of the command-line tools that make and inspect
- * snapshots (tlsnap in store/, tlsynth model in model/): counts with k/M/G
- * suffixes, sizes in human units, the core count, wall time, and
- * "mkdir -p" for a snapshot's parent directories.
+ * snapshots (tlsnap in store/, tlsynth model in model/): flags and counts
+ * with k/M/G suffixes (a bad one is a usage error: exit status 2), sizes in
+ * human units, the core count, wall time, and "mkdir -p" for a snapshot's
+ * parent directories.
  *
  * Header-only (static inline) so that a tool includes it without linking
  * anything.  Not part of the store's interface (store.h): the store never
  * calls these.  THREAD SAFETY: pure functions of their arguments, except
- * store_cli_mkdir_parents, which creates directories.
+ * store_cli_mkdir_parents, which creates directories, and the usage errors,
+ * which exit.
  */
 #ifndef TL_STORE_CLI_H
 #define TL_STORE_CLI_H
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +26,27 @@
 #include <unistd.h>
 
 #define STORE_CLI_MAX_PATH 4096
+
+/* Whom a usage error names and what it prints after the reason: e.g.
+ * {"tlsnap verify", usage_verify}. */
+typedef struct store_cli_usage {
+    const char *prog; /* "tlsnap verify", "tlsynth model" */
+    const char *text; /* the command's usage text */
+} store_cli_usage_t;
+
+/* Prints "<prog>: <reason>", a blank line and the usage text to stderr and
+ * exits with status 2. */
+static inline __attribute__((cold, format(printf, 2, 3))) _Noreturn void
+store_cli_usage_error(const store_cli_usage_t *u, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", u->prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n%s", u->text);
+    exit(2);
+}
 
 /* Monotonic wall time in seconds. */
 static inline double store_cli_now_sec(void)
@@ -87,6 +112,43 @@ static inline int store_cli_parse_count(const char *s, uint64_t *out)
         return -EINVAL;
     *out = (uint64_t)v * mul;
     return 0;
+}
+
+/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
+ * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
+ * A matching flag without a value is a usage error. */
+static inline int store_cli_flag(const store_cli_usage_t *u, int argc, char **argv, int *i,
+                                 const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        store_cli_usage_error(u, "option %s needs a value", name);
+    *val = argv[++*i];
+    return 1;
+}
+
+/* The count v (store_cli_parse_count) of flag `name`, in min..max; anything
+ * else is a usage error. */
+static inline uint64_t store_cli_count_arg(const store_cli_usage_t *u, const char *name,
+                                           const char *v, uint64_t min, uint64_t max)
+{
+    uint64_t x;
+    if (store_cli_parse_count(v, &x) != 0)
+        store_cli_usage_error(u, "%s: '%s' is not a count (digits with an optional k/M/G/T suffix)",
+                              name, v);
+    if (x < min || x > max)
+        store_cli_usage_error(u, "%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x,
+                              min, max);
+    return x;
 }
 
 /* The parent directories one store_cli_mkdir_parents call created, so that

@@ -107,55 +107,9 @@ static const char usage_rewrite[] =
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
-static cold _Noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "tlsnap%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", usage);
-    exit(2);
-}
-
 static int is_help(const char *a)
 {
     return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
-}
-
-/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
- * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
- * A matching flag without a value is a usage error. */
-static int flag(int argc, char **argv, int *i, const char *name, const char **val, const char *cmd,
-                const char *usage)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        usage_error(cmd, usage, "option %s needs a value", name);
-    *val = argv[++*i];
-    return 1;
-}
-
-static uint64_t count_arg(const char *cmd, const char *usage, const char *name, const char *v,
-                          uint64_t min, uint64_t max)
-{
-    uint64_t x;
-    if (store_cli_parse_count(v, &x) != 0)
-        usage_error(cmd, usage, "%s: '%s' is not a count (digits with an optional k/M/G/T suffix)",
-                    name, v);
-    if (x < min || x > max)
-        usage_error(cmd, usage, "%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x,
-                    min, max);
-    return x;
 }
 
 /* ---- info ----------------------------------------------------------------- */
@@ -178,24 +132,25 @@ static int read_manifest(const char *dir, manifest_t *m)
 static int cmd_info(int argc, char **argv)
 {
     static const char *C = "info";
-    const char *U = usage_info, *dir = NULL;
+    const store_cli_usage_t U = {"tlsnap info", usage_info};
+    const char *dir = NULL;
     int brief = 0;
     for (int i = 0; i < argc; i++) {
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
         } else if (strcmp(argv[i], "--brief") == 0) {
             brief = 1;
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (dir != NULL) {
-            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (one DIR only)", argv[i]);
         } else {
             dir = argv[i];
         }
     }
     if (dir == NULL)
-        usage_error(C, U, "DIR is required");
+        store_cli_usage_error(&U, "DIR is required");
 
     store_meta_t meta;
     uint64_t entries = 0;
@@ -369,28 +324,29 @@ out:
 static int cmd_verify(int argc, char **argv)
 {
     static const char *C = "verify";
-    const char *U = usage_verify, *dir = NULL;
+    const store_cli_usage_t U = {"tlsnap verify", usage_verify};
+    const char *dir = NULL;
     uint64_t threads = 0;
     int lookup = 1;
     for (int i = 0; i < argc; i++) {
         const char *v;
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
-            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (store_cli_flag(&U, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&U, "--threads", v, 0, MAX_THREADS);
         } else if (strcmp(argv[i], "--no-lookup") == 0) {
             lookup = 0;
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (dir != NULL) {
-            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (one DIR only)", argv[i]);
         } else {
             dir = argv[i];
         }
     }
     if (dir == NULL)
-        usage_error(C, U, "DIR is required");
+        store_cli_usage_error(&U, "DIR is required");
 
     uint32_t nthreads = threads ? (uint32_t)threads : store_cli_cpu_count(MAX_THREADS);
     store_t *s = NULL;
@@ -433,27 +389,28 @@ out:
 static int cmd_rewrite(int argc, char **argv)
 {
     static const char *C = "rewrite";
-    const char *U = usage_rewrite, *src = NULL, *dst = NULL;
+    const store_cli_usage_t U = {"tlsnap rewrite", usage_rewrite};
+    const char *src = NULL, *dst = NULL;
     uint64_t threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *v;
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
-            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (store_cli_flag(&U, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&U, "--threads", v, 0, MAX_THREADS);
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (src == NULL) {
             src = argv[i];
         } else if (dst == NULL) {
             dst = argv[i];
         } else {
-            usage_error(C, U, "unexpected argument '%s' (SRC and DST only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (SRC and DST only)", argv[i]);
         }
     }
     if (src == NULL || dst == NULL)
-        usage_error(C, U, "SRC and DST are required");
+        store_cli_usage_error(&U, "SRC and DST are required");
 
     store_t *s = NULL;
     store_meta_t meta;
@@ -498,10 +455,12 @@ out:
 
 /* ---- main ----------------------------------------------------------------- */
 
+static const store_cli_usage_t usage_main_u = {"tlsnap", usage_main};
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        usage_error(NULL, usage_main, "a command is required");
+        store_cli_usage_error(&usage_main_u, "a command is required");
     const char *cmd = argv[1];
     if (is_help(cmd) || strcmp(cmd, "help") == 0) {
         const char *topic = argc > 2 ? argv[2] : "";
@@ -522,5 +481,5 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 2, argv + 2);
     if (strcmp(cmd, "rewrite") == 0)
         return cmd_rewrite(argc - 2, argv + 2);
-    usage_error(NULL, usage_main, "unknown command '%s'", cmd);
+    store_cli_usage_error(&usage_main_u, "unknown command '%s'", cmd);
 }
