@@ -137,12 +137,6 @@ out:
     return total;
 }
 
-static __attribute__((cold)) void print_store_error(const char *dir, const store_error_t *err)
-{
-    fprintf(stderr, "tlsynth model: %s: %s: %s\n", dir, store_errc_name(err->code),
-            err->msg[0] ? err->msg : "(no message)");
-}
-
 /* ---- flags ------------------------------------------------------------------ */
 
 static const store_cli_usage_t usage = {"tlsynth model", usage_text};
@@ -516,7 +510,7 @@ int tlsynth_model_main(int argc, char **argv)
     store_error_t err = {0};
     t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, out_dir, &meta, &extras, &err) != 0) {
-        print_store_error(out_dir, &err);
+        store_cli_print_error(usage.prog, out_dir, &err);
         goto out;
     }
     double wr = store_cli_now_sec() - t0;

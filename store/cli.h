@@ -14,6 +14,8 @@
 #ifndef TL_STORE_CLI_H
 #define TL_STORE_CLI_H
 
+#include "store/store.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -112,6 +114,15 @@ static inline int store_cli_parse_count(const char *s, uint64_t *out)
         return -EINVAL;
     *out = (uint64_t)v * mul;
     return 0;
+}
+
+/* Prints "<prog>: <dir>: <CODE>: <message>" for a failed snapshot call
+ * (the store's message names the file inside dir and the offset). */
+static inline __attribute__((cold)) void store_cli_print_error(const char *prog, const char *dir,
+                                                               const store_error_t *err)
+{
+    fprintf(stderr, "%s: %s: %s: %s\n", prog, dir, store_errc_name(err->code),
+            err->msg[0] ? err->msg : "(no message)");
 }
 
 /* Returns 1 when argv[*i] is the flag `name` given as "--name V" or

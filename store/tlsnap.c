@@ -54,14 +54,6 @@ static const char *dtype_name(store_dtype_t d)
     return d == STORE_DTYPE_F16 ? "f16" : "f32";
 }
 
-/* "tlsnap verify: DIR: checksum: shard-00002.tls: ..." (the store's message
- * names the file inside dir and the offset). */
-static cold void print_store_error(const char *cmd, const char *dir, const store_error_t *err)
-{
-    fprintf(stderr, "tlsnap %s: %s: %s: %s\n", cmd, dir, store_errc_name(err->code),
-            err->msg[0] ? err->msg : "(no message)");
-}
-
 /* ---- usage and flags ------------------------------------------------------ */
 
 static const char usage_main[] =
@@ -125,13 +117,12 @@ static int read_manifest(const char *dir, manifest_t *m)
     if (dirfd >= 0)
         close(dirfd);
     if (rc != 0)
-        print_store_error("info", dir, &err);
+        store_cli_print_error("tlsnap info", dir, &err);
     return rc;
 }
 
 static int cmd_info(int argc, char **argv)
 {
-    static const char *C = "info";
     const store_cli_usage_t U = {"tlsnap info", usage_info};
     const char *dir = NULL;
     int brief = 0;
@@ -156,7 +147,7 @@ static int cmd_info(int argc, char **argv)
     uint64_t entries = 0;
     store_error_t err = {0};
     if (store_snapshot_read_meta(dir, &meta, &entries, &err) != 0) {
-        print_store_error(C, dir, &err);
+        store_cli_print_error(U.prog, dir, &err);
         return 1;
     }
     manifest_t m = {0};
@@ -323,7 +314,6 @@ out:
 
 static int cmd_verify(int argc, char **argv)
 {
-    static const char *C = "verify";
     const store_cli_usage_t U = {"tlsnap verify", usage_verify};
     const char *dir = NULL;
     uint64_t threads = 0;
@@ -357,7 +347,7 @@ static int cmd_verify(int argc, char **argv)
 
     double t0 = store_cli_now_sec();
     if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
-        print_store_error(C, dir, &err);
+        store_cli_print_error(U.prog, dir, &err);
         goto out;
     }
     double dt = store_cli_now_sec() - t0;
@@ -388,7 +378,6 @@ out:
 
 static int cmd_rewrite(int argc, char **argv)
 {
-    static const char *C = "rewrite";
     const store_cli_usage_t U = {"tlsnap rewrite", usage_rewrite};
     const char *src = NULL, *dst = NULL;
     uint64_t threads = 0;
@@ -421,7 +410,7 @@ static int cmd_rewrite(int argc, char **argv)
 
     double t0 = store_cli_now_sec();
     if (store_snapshot_load_ex(src, (int)threads, &s, &meta, &x, &err) != 0) {
-        print_store_error(C, src, &err);
+        store_cli_print_error(U.prog, src, &err);
         return 1;
     }
     double load_s = store_cli_now_sec() - t0;
@@ -434,13 +423,13 @@ static int cmd_rewrite(int argc, char **argv)
     fflush(stdout);
     int e = store_cli_mkdir_parents(dst, NULL);
     if (e != 0) {
-        fprintf(stderr, "tlsnap %s: %s: cannot create its parent directories: %s\n", C, dst,
+        fprintf(stderr, "%s: %s: cannot create its parent directories: %s\n", U.prog, dst,
                 strerror(-e));
         goto out;
     }
     t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, dst, &meta, &x, &err) != 0) {
-        print_store_error(C, dst, &err);
+        store_cli_print_error(U.prog, dst, &err);
         goto out;
     }
     printf("  wrote  %s in %.3f s (hash seed %#" PRIx64 ", bucket order)\n", dst,
