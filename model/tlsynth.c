@@ -63,7 +63,6 @@
  * THREAD SAFETY: a single-threaded program; nothing is shared.
  */
 #include "model/tlsynth.h"
-#include "store/store.h"
 #include "store/synthetic.h"
 
 #include <errno.h>

@@ -28,14 +28,14 @@
  * owns the shards s with s % T == t.  Every thread walks all N indices and
  * keeps the keys of its own shards (regenerating a key is a few ns, far
  * cheaper than handing keys between threads): a first walk counts its
- * shards' keys and reserves each shard once, so the fill never grows a
- * table; a second buffers keys per shard and inserts them FILL_BATCH at a
- * time: one store_lookup_batch (which prefetches across the batch) brings
- * their buckets into cache, then store_upsert writes each without waiting
- * on memory, nearly as fast as the loader's bulk insert.  Only store.h's
- * public calls: the snapshot writer lays each shard out in the loader's
- * bucket order whatever order the keys went in (re-placing it first, as it
- * was not sized sub-table by sub-table), so the files load as fast as any.
+ * shards' keys per sub-table and reserves each sub-table exactly
+ * (store_reserve_shard_exact), so the fill never grows a table and the
+ * store has the loader's layout: the snapshot writer writes each shard in
+ * its bucket order as it is, with no re-layout, and the files load on the
+ * fast path.  A second walk buffers keys per shard and inserts them
+ * FILL_BATCH at a time: one store_lookup_batch (which prefetches across the
+ * batch) brings their buckets into cache, then store_upsert writes each
+ * without waiting on memory, nearly as fast as the loader's bulk insert.
  *
  * Failure leaves nothing behind: options are checked before anything is
  * created, the snapshot writer removes its own files when it fails, and the
@@ -46,6 +46,7 @@
  */
 #include "model/dnn.h"
 #include "model/tlsynth.h"
+#include "store/cli.h"
 #include "store/store.h"
 #include "store/synthetic.h"
 
@@ -65,7 +66,7 @@
 
 #define MAX_THREADS 1024
 #define MAX_MLP_WIDTHS (STORE_MAX_DENSE / 2 + 1) /* two arrays per layer */
-#define MAX_PATH 4096
+#define MAX_PATH STORE_CLI_MAX_PATH
 #define FILL_BATCH 256 /* keys of one shard warmed by one batched lookup */
 
 static const char usage_text[] =
@@ -113,69 +114,6 @@ static void gen_value(uint64_t key, uint64_t seed, uint32_t k, float *out)
     }
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
-}
-
-/* "12.3 MB" style, decimal units. */
-static const char *human_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1000.0 && u < 4) {
-        v /= 1000.0;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
-    return buf;
-}
-
-/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
- * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
- * -EINVAL (not a number, unknown suffix, overflow). */
-static int parse_count(const char *s, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -EINVAL;
-    uint64_t mul = 1;
-    if (*end != '\0') {
-        const char *sfx = "kMGT";
-        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
-        if (p == NULL)
-            return -EINVAL;
-        int power = (int)(p - sfx) + 1;
-        uint64_t base = 1000;
-        end++;
-        if (*end == 'i') {
-            base = 1024;
-            end++;
-        }
-        if (*end != '\0')
-            return -EINVAL;
-        for (int i = 0; i < power; i++)
-            mul *= base;
-    }
-    if (v != 0 && mul > UINT64_MAX / v)
-        return -EINVAL;
-    *out = (uint64_t)v * mul;
-    return 0;
-}
-
 /* Sum of the sizes of the regular files directly inside dir (0 when dir
  * cannot be read); *files their number. */
 static uint64_t dir_bytes(const char *dir, unsigned *files)
@@ -199,102 +137,9 @@ out:
     return total;
 }
 
-/* The parent directories one run created, so that a failure can remove
- * them again: prefix lengths of the path, in the order they were made. */
-struct made_dirs {
-    uint32_t n;
-    uint32_t len[64]; /* deeper ones are created but not recorded (left behind) */
-};
-
-/* Creates the missing parent directories of path (mode 0755), like
- * "mkdir -p $(dirname path)"; the last component is left to the snapshot
- * writer.  Records what it created in *made.  Returns 0 or -errno. */
-static int mkdir_parents(const char *path, struct made_dirs *made)
-{
-    char buf[MAX_PATH];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    while (n > 1 && buf[n - 1] == '/')
-        buf[--n] = '\0'; /* "a/b/" names b */
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) == 0) {
-            if (made->n < sizeof made->len / sizeof made->len[0])
-                made->len[made->n++] = (uint32_t)(p - buf);
-        } else if (errno != EEXIST) {
-            return -errno;
-        }
-        *p = '/';
-    }
-    return 0;
-}
-
-/* Removes the directories mkdir_parents created, deepest first (rmdir: only
- * while empty). */
-static void undo_parents(const char *path, const struct made_dirs *made)
-{
-    char buf[MAX_PATH];
-    for (uint32_t i = made->n; i-- > 0;) {
-        memcpy(buf, path, made->len[i]);
-        buf[made->len[i]] = '\0';
-        rmdir(buf);
-    }
-}
-
-static __attribute__((cold)) void print_store_error(const char *dir, const store_error_t *err)
-{
-    fprintf(stderr, "tlsynth model: %s: %s: %s\n", dir, store_errc_name(err->code),
-            err->msg[0] ? err->msg : "(no message)");
-}
-
 /* ---- flags ------------------------------------------------------------------ */
 
-static __attribute__((cold, noreturn, format(printf, 1, 2))) void usage_error(const char *fmt,
-                                                                              ...)
-{
-    va_list ap;
-    fprintf(stderr, "tlsynth model: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", usage_text);
-    exit(2);
-}
-
-/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
- * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
- * A matching flag without a value is a usage error. */
-static int flag(int argc, char **argv, int *i, const char *name, const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        usage_error("option %s needs a value", name);
-    *val = argv[++*i];
-    return 1;
-}
-
-static uint64_t count_arg(const char *name, const char *v, uint64_t min, uint64_t max)
-{
-    uint64_t x;
-    if (parse_count(v, &x) != 0)
-        usage_error("%s: '%s' is not a count (digits with an optional k/M/G/T suffix)", name, v);
-    if (x < min || x > max)
-        usage_error("%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x, min, max);
-    return x;
-}
+static const store_cli_usage_t usage = {"tlsynth model", usage_text};
 
 static int valid_name(const char *s)
 {
@@ -353,24 +198,28 @@ static void *fill_thread(void *arg)
     struct fill_job *j = arg;
     const uint32_t shards = store_shards(j->s), k = store_value_floats(j->s),
                    mine = (shards - j->tid + j->nthreads - 1) / j->nthreads;
-    uint64_t counts[STORE_MAX_SHARDS] = {0};
+    const uint32_t subs = store_subs_per_shard(j->s);
     size_t fill[STORE_MAX_SHARDS] = {0};
+    uint64_t *counts = calloc((size_t)mine * subs, sizeof *counts);    /* [my shard][sub] */
     uint64_t *bufs = malloc((size_t)mine * FILL_BATCH * sizeof *bufs); /* [my shard][key] */
     float *out = malloc((size_t)FILL_BATCH * k * sizeof *out);         /* lookup's output */
     uint8_t found[FILL_BATCH];
-    if (bufs == NULL || out == NULL) {
+    if (counts == NULL || bufs == NULL || out == NULL) {
         j->rc = -ENOMEM;
         goto out;
     }
 
-    /* walk 1: keys per shard of mine, so that each is sized once */
+    /* walk 1: keys per sub-table of my shards, so that each is sized once,
+     * exactly, as the loader sizes it */
     for (uint64_t i = 0; i < j->keys; i++) {
-        uint32_t sh = store_shard_of(j->s, store_synthetic_key(i, j->seed));
+        uint64_t key = store_synthetic_key(i, j->seed);
+        uint32_t sh = store_shard_of(j->s, key);
         if (sh % j->nthreads == j->tid)
-            counts[sh]++;
+            counts[(size_t)(sh / j->nthreads) * subs + store_sub_of(j->s, key)]++;
     }
     for (uint32_t sh = j->tid; sh < shards; sh += j->nthreads) {
-        if ((j->rc = store_reserve_shard(j->s, sh, counts[sh])) < 0)
+        const uint64_t *c = counts + (size_t)(sh / j->nthreads) * subs;
+        if ((j->rc = store_reserve_shard_exact(j->s, sh, c, NULL)) < 0)
             goto out;
     }
 
@@ -396,6 +245,7 @@ static void *fill_thread(void *arg)
             goto out;
     }
 out:
+    free(counts);
     free(bufs);
     free(out);
     return NULL;
@@ -512,29 +362,31 @@ int tlsynth_model_main(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage_text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--keys", &v)) {
-            keys = count_arg("--keys", v, 0, UINT64_MAX / 2);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--keys", &v)) {
+            keys = store_cli_count_arg(&usage, "--keys", v, 0, UINT64_MAX / 2);
             have_keys = 1;
-        } else if (flag(argc, argv, &i, "--out", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--out", &v)) {
             out_dir = v;
-        } else if (flag(argc, argv, &i, "--value-floats", &v)) {
-            k = count_arg("--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
-        } else if (flag(argc, argv, &i, "--dtype", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--value-floats", &v)) {
+            k = store_cli_count_arg(&usage, "--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--dtype", &v)) {
             if (strcmp(v, "f32") == 0)
                 dtype = STORE_DTYPE_F32;
             else if (strcmp(v, "f16") == 0)
                 dtype = STORE_DTYPE_F16;
             else
-                usage_error("--dtype: '%s' is neither f32 nor f16", v);
-        } else if (flag(argc, argv, &i, "--shards", &v)) {
-            shards = count_arg("--shards", v, 1, STORE_MAX_SHARDS);
+                store_cli_usage_error(&usage, "--dtype: '%s' is neither f32 nor f16", v);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--shards", &v)) {
+            shards = store_cli_count_arg(&usage, "--shards", v, 1, STORE_MAX_SHARDS);
             if (shards & (shards - 1))
-                usage_error("--shards: %" PRIu64 " is not a power of two", shards);
-        } else if (flag(argc, argv, &i, "--name", &v)) {
+                store_cli_usage_error(&usage, "--shards: %" PRIu64 " is not a power of two",
+                                      shards);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--name", &v)) {
             if (!valid_name(v))
-                usage_error("--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
+                store_cli_usage_error(&usage,
+                                      "--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
             name = v;
-        } else if (flag(argc, argv, &i, "--kind", &v)) {
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--kind", &v)) {
             if (strcmp(v, "lr") == 0)
                 kind = STORE_MODEL_LR;
             else if (strcmp(v, "fm") == 0)
@@ -544,25 +396,28 @@ int tlsynth_model_main(int argc, char **argv)
             else if (strcmp(v, "dnn") == 0)
                 kind = STORE_MODEL_DNN;
             else
-                usage_error("--kind: '%s' is not one of lr, fm, ffm, dnn", v);
-        } else if (flag(argc, argv, &i, "--version", &v)) {
-            version = count_arg("--version", v, 1, UINT64_MAX);
-        } else if (flag(argc, argv, &i, "--seed", &v)) {
-            seed = count_arg("--seed", v, 0, UINT64_MAX);
-        } else if (flag(argc, argv, &i, "--threads", &v)) {
-            threads = count_arg("--threads", v, 1, MAX_THREADS);
-        } else if (flag(argc, argv, &i, "--param", &v)) {
+                store_cli_usage_error(&usage, "--kind: '%s' is not one of lr, fm, ffm, dnn", v);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--version", &v)) {
+            version = store_cli_count_arg(&usage, "--version", v, 1, UINT64_MAX);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--seed", &v)) {
+            seed = store_cli_count_arg(&usage, "--seed", v, 0, UINT64_MAX);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&usage, "--threads", v, 1, MAX_THREADS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--param", &v)) {
             char key[STORE_PARAM_KEY_MAX];
             const char *eq = strchr(v, '=');
             if (!eq || eq == v || (size_t)(eq - v) >= sizeof key)
-                usage_error("--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
+                store_cli_usage_error(&usage,
+                                      "--param: '%s' is not KEY=VALUE with a 1..31 byte key", v);
             memcpy(key, v, (size_t)(eq - v));
             key[eq - v] = '\0';
             if (store_extras_set(&extras, key, eq + 1) != 0)
-                usage_error("--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
-                            "bytes, at most %d params",
-                            v, STORE_MAX_PARAMS);
-        } else if (flag(argc, argv, &i, "--mlp", &v)) {
+                store_cli_usage_error(
+                    &usage,
+                    "--param: '%s': keys are [A-Za-z0-9_.-], values < 128 printable "
+                    "bytes, at most %d params",
+                    v, STORE_MAX_PARAMS);
+        } else if (store_cli_flag(&usage, argc, argv, &i, "--mlp", &v)) {
             mlp_n = 0;
             for (const char *p = v; *p;) {
                 char *e;
@@ -570,29 +425,30 @@ int tlsynth_model_main(int argc, char **argv)
                 unsigned long w = strtoul(p, &e, 10);
                 if (e == p || errno || w < 1 || w > 65536 || mlp_n == MAX_MLP_WIDTHS ||
                     (*e && *e != ','))
-                    usage_error("--mlp: '%s' is not a list of 2..%d widths 1..65536", v,
-                                MAX_MLP_WIDTHS);
+                    store_cli_usage_error(&usage,
+                                          "--mlp: '%s' is not a list of 2..%d widths 1..65536", v,
+                                          MAX_MLP_WIDTHS);
                 mlp[mlp_n++] = (uint32_t)w;
                 p = *e ? e + 1 : e;
             }
             if (mlp_n < 2)
-                usage_error("--mlp: '%s' needs at least two widths", v);
+                store_cli_usage_error(&usage, "--mlp: '%s' needs at least two widths", v);
         } else if (argv[i][0] == '-') {
-            usage_error("unknown option '%s'", argv[i]);
+            store_cli_usage_error(&usage, "unknown option '%s'", argv[i]);
         } else {
-            usage_error("unexpected argument '%s'", argv[i]);
+            store_cli_usage_error(&usage, "unexpected argument '%s'", argv[i]);
         }
     }
     if (!have_keys)
-        usage_error("--keys N is required");
+        store_cli_usage_error(&usage, "--keys N is required");
     if (out_dir == NULL || out_dir[0] == '\0')
-        usage_error("--out DIR is required");
+        store_cli_usage_error(&usage, "--out DIR is required");
     if (strlen(out_dir) >= MAX_PATH)
-        usage_error("--out: the path is longer than %d bytes", MAX_PATH - 1);
+        store_cli_usage_error(&usage, "--out: the path is longer than %d bytes", MAX_PATH - 1);
     if (k == 0)
         k = kind == STORE_MODEL_LR ? 1 : 8;
     if (threads == 0)
-        threads = cpu_count();
+        threads = store_cli_cpu_count(MAX_THREADS);
     if (threads > shards)
         threads = shards; /* a thread without a shard would only burn CPU */
 
@@ -604,7 +460,7 @@ int tlsynth_model_main(int argc, char **argv)
     };
     char why[256] = "";
     if (store_options_check(&opt, why, sizeof why) != 0)
-        usage_error("bad store options: %s", why[0] ? why : "(no reason given)");
+        store_cli_usage_error(&usage, "bad store options: %s", why[0] ? why : "(no reason given)");
 
     /* fail before a long fill rather than after it */
     if (holds_snapshot(out_dir)) {
@@ -614,7 +470,7 @@ int tlsynth_model_main(int argc, char **argv)
 
     int ret = 1;
     store_t *s = NULL;
-    struct made_dirs made = {0};
+    struct store_cli_made_dirs made = {0};
     char hb[32], hb2[32];
 
     printf("tlsynth model: model %s v%" PRIu64 " (%s), %" PRIu64 " keys x %" PRIu64 " %s, %" PRIu64
@@ -628,16 +484,16 @@ int tlsynth_model_main(int argc, char **argv)
         fprintf(stderr, "tlsynth model: store_create: %s\n", strerror(-rc));
         goto out;
     }
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (fill(s, keys, seed, (uint32_t)threads) != 0)
         goto out;
-    double filled = now_sec() - t0;
+    double filled = store_cli_now_sec() - t0;
     store_stats_t st;
     store_stats(s, &st);
     printf("  fill   %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled,
            filled > 0 ? (double)keys / filled / 1e6 : 0.0);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
-           human_bytes(st.table_bytes, hb, sizeof hb),
+           store_cli_human_bytes(st.table_bytes, hb, sizeof hb),
            keys ? (double)st.table_bytes / (double)keys : 0.0, st.subtables, st.stashed);
     fflush(stdout);
 
@@ -645,30 +501,30 @@ int tlsynth_model_main(int argc, char **argv)
     snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
     if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
         goto out;
-    rc = mkdir_parents(out_dir, &made);
+    rc = store_cli_mkdir_parents(out_dir, &made);
     if (rc != 0) {
         fprintf(stderr, "tlsynth model: cannot create the parent directories of %s: %s\n",
                 out_dir, strerror(-rc));
         goto out;
     }
     store_error_t err = {0};
-    t0 = now_sec();
+    t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, out_dir, &meta, &extras, &err) != 0) {
-        print_store_error(out_dir, &err);
+        store_cli_print_error(usage.prog, out_dir, &err);
         goto out;
     }
-    double wr = now_sec() - t0;
+    double wr = store_cli_now_sec() - t0;
     unsigned files;
     uint64_t bytes = dir_bytes(out_dir, &files);
-    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", human_bytes(bytes, hb, sizeof hb),
-           files, wr, human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
+    printf("  write  %s in %u files in %.3f s  (%s/s)  -> %s\n", store_cli_human_bytes(bytes, hb, sizeof hb),
+           files, wr, store_cli_human_bytes(wr > 0 ? (uint64_t)((double)bytes / wr) : 0, hb2, sizeof hb2),
            out_dir);
     printf("  total  %" PRIu64 " keys in %.3f s  (%.2f M keys/s)\n", keys, filled + wr,
            filled + wr > 0 ? (double)keys / (filled + wr) / 1e6 : 0.0);
     ret = 0;
 out:
     if (ret != 0)
-        undo_parents(out_dir, &made);
+        store_cli_undo_parents(out_dir, &made);
     for (uint32_t l = 0; l < extras.n_dense; l++)
         free(extras.dense[l].data); /* make_mlp's arrays */
     if (s)

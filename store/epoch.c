@@ -23,6 +23,7 @@
  * thread; store__epoch_synchronize may run concurrently with itself.
  */
 #include "epoch.h"
+#include "store_internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -64,7 +65,7 @@ static void make_key(void)
     }
 }
 
-__attribute__((cold)) static struct epoch_slot *claim_slot(void)
+static cold struct epoch_slot *claim_slot(void)
 {
     pthread_once(&slot_key_once, make_key);
     for (uint32_t i = 0; i < EPOCH_MAX_THREADS; i++) {
@@ -87,7 +88,7 @@ void store__epoch_enter(void)
 {
     if (my_depth++ > 0)
         return;
-    if (__builtin_expect(my_slot == NULL, 0))
+    if (unlikely(my_slot == NULL))
         my_slot = claim_slot();
     /* acquire: seeing epoch g implies seeing the pointer stores made before g */
     uint64_t e = atomic_load_explicit(&global_epoch, memory_order_acquire);

@@ -2,7 +2,7 @@
  * extras.c — building and reading a store_extras_t (store.h): the named
  * hyper-parameters and dense arrays a snapshot carries beside its sparse
  * table.  Writing and loading them is snapshot_write.c's and
- * snapshot_load.c's job; this file only keeps the table well formed, with
+ * snapshot_meta.c's job; this file only keeps the table well formed, with
  * the same rules manifest.cc enforces on disk, so that a writer learns
  * about a bad key when it sets it, not when the snapshot is half written.
  *
@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool name_ok(const char *s, size_t max)
@@ -86,4 +87,13 @@ const store_dense_t *store_extras_dense(const store_extras_t *x, const char *nam
         if (strncmp(x->dense[i].name, name, STORE_DENSE_NAME_MAX) == 0)
             return &x->dense[i];
     return NULL;
+}
+
+void store_extras_free(store_extras_t *x)
+{
+    if (!x)
+        return;
+    for (uint32_t i = 0; i < x->n_dense && i < STORE_MAX_DENSE; i++)
+        free(x->dense[i].data);
+    memset(x, 0, sizeof *x);
 }

@@ -243,23 +243,6 @@ store_options_t store__snap_loader_options(uint32_t K, store_dtype_t dt, uint32_
                              .hash_seed = seed};
 }
 
-/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
- * of them (no growth while filling).  0, or -errno with *bad the sub-table
- * that could not be reserved. */
-int store__snap_reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad)
-{
-    for (uint32_t u = 0; u < store_subs_per_shard(s); u++) {
-        if (counts[u] == 0)
-            continue;
-        int e = store_reserve_sub(s, i, u, counts[u]);
-        if (e) {
-            *bad = u;
-            return e;
-        }
-    }
-    return 0;
-}
-
 int store__snap_open_dir(const char *dir, store_error_t *err)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -1,7 +1,7 @@
 /*
  * snapshot_internal.h — what the snapshot files (snapshot.c: format, names
- * and shared helpers; snapshot_load.c; snapshot_write.c) share, and their
- * entry points for store/'s own tests and fuzz targets: the shard file
+ * and shared helpers; snapshot_load.c; snapshot_meta.c; snapshot_write.c)
+ * share, and their entry points for store/'s own tests and fuzz targets: the shard file
  * header codec and the loader's in-memory path (the same verification and
  * build code that store_snapshot_load runs on mmap windows of real files).
  * Not for other folders: they use store.h.
@@ -127,13 +127,18 @@ cold void store__snap_fail_value(store_error_t *err, const char *file, uint64_t 
 store_options_t store__snap_loader_options(uint32_t K, store_dtype_t dt, uint32_t shards,
                                            uint64_t total, uint64_t seed);
 
-/* Reserves every sub-table of shard i that gets keys for exactly counts[u]
- * of them (no growth while filling).  0, or -errno with *bad the sub-table
- * that could not be reserved. */
-int store__snap_reserve_exact(store_t *s, uint32_t i, const uint64_t *counts, uint32_t *bad);
-
 /* Opens dir (O_DIRECTORY).  The fd, or -1 with *err filled (STORE_E_IO). */
 int store__snap_open_dir(const char *dir, store_error_t *err);
+
+/* Reads and decodes dir's MANIFEST (dirfd open on dir; dir for messages).
+ * Returns 0 with *m filled (store__manifest_free it) or -1 with *err filled
+ * (snapshot_meta.c). */
+int store__snap_read_manifest(int dirfd, const char *dir, manifest_t *m, store_error_t *err);
+
+/* Fills x from m: the params, and every dense file read and verified (data
+ * malloc'd: store_extras_free).  0, or -1 with *err filled and x empty
+ * (snapshot_meta.c). */
+int store__snap_load_extras(int dirfd, const manifest_t *m, store_extras_t *x, store_error_t *err);
 
 /* Index of the first NaN or infinity among n floats, or n. */
 size_t store__snap_first_nonfinite(const float *v, size_t n);

@@ -180,7 +180,8 @@ static int put_record(void *ctx, uint64_t key, const void *raw)
  * entries with each sub-table reserved for its exact count (create_store,
  * build_shard), and its ordered fill is fastest when the file lists the
  * records in that store's bucket order.  A store sized that way (the
- * trainers' exports) already has that order and is written as it is.  One
+ * trainers' exports; store_reserve_shard_exact after a count, as tlsynth
+ * model does) already has that order and is written as it is.  One
  * that grew, or was sized for more keys than it holds, has other
  * sub-table sizes, and its order would send most records aside at load (3x
  * slower: store_bench --expected-keys).  Such a shard is first inserted into
@@ -253,9 +254,8 @@ static int relay_shard(const store_t *s, uint32_t i, uint64_t total, uint8_t *bu
     } else if (e == 0) {
         store_foreach_raw(s, i, relay_count, &r);
     }
-    uint32_t bad_sub;
     if (e == 0)
-        e = store__snap_reserve_exact(r.t, i, r.counts, &bad_sub);
+        e = store_reserve_shard_exact(r.t, i, r.counts, NULL);
     if (e == 0 && store_shard_layout_equal(s, r.t, i)) {
         free(r.counts);
         store_destroy(r.t);

@@ -176,6 +176,23 @@ int store_delete(store_t *s, uint64_t key);
  * them causes no growth.  Returns 0 or -ENOMEM. */
 int store_reserve_shard(store_t *s, uint32_t shard, uint64_t keys);
 
+/* Sub-tables: every shard has the same power-of-two number of them, fixed
+ * at store_create() from expected_keys; store_sub_of says which one of its
+ * shard a key goes to.  Pure functions of the store's shape: any thread. */
+uint32_t store_subs_per_shard(const store_t *s);
+uint32_t store_sub_of(const store_t *s, uint64_t key);
+
+/* Sizes each sub-table u of shard for exactly counts[u] keys (counts has
+ * store_subs_per_shard(s) entries; the keys the caller will insert, counted
+ * with store_sub_of), as the snapshot loader sizes a shard.  A store created
+ * with expected_keys = its final count and filled after this has the
+ * loader's layout, so store_snapshot_write writes it as it is (a store sized
+ * otherwise is re-laid out shard by shard first).  Returns 0, -EINVAL for a
+ * shard out of range, or -ENOMEM with *bad_sub (may be NULL) the sub-table
+ * that could not be sized. */
+int store_reserve_shard_exact(store_t *s, uint32_t shard, const uint64_t *counts,
+                              uint32_t *bad_sub);
+
 /* ---- iteration (no concurrent writer on the shard) -------------------- */
 
 /* Calls fn(ctx, key, value) for every entry of shard, value as K fp32

@@ -69,11 +69,8 @@ void store_filler_counts(const store_filler_t *f, uint64_t *in_order, uint64_t *
  * with no concurrent writer. */
 int store_key_buckets(const store_t *s, uint64_t key, uint64_t cand[2], uint64_t *holder);
 
-/* Sub-tables: every shard has the same power-of-two number of them, fixed at
- * store_create() from expected_keys.  The loader counts keys per sub-table
- * and reserves each exactly, so that a load never grows a table. */
-uint32_t store_subs_per_shard(const store_t *s);
-uint32_t store_sub_of(const store_t *s, uint64_t key);
+/* Sizes one sub-table for `keys` entries (store_reserve_shard_exact, in
+ * store.h, does it for each sub-table of a shard).  0 or -ENOMEM/-EINVAL. */
 int store_reserve_sub(store_t *s, uint32_t shard, uint32_t sub, uint64_t keys);
 /* Keys in one sub-table (its buckets and stash); 0 when out of range.  Two
  * stores with the same shard and sub-table counts split keys alike. */

@@ -518,3 +518,21 @@ int store_reserve_shard(store_t *s, uint32_t shard, uint64_t keys)
     }
     return 0;
 }
+
+int store_reserve_shard_exact(store_t *s, uint32_t shard, const uint64_t *counts,
+                              uint32_t *bad_sub)
+{
+    if (shard >= s->nshards)
+        return -EINVAL;
+    for (uint32_t u = 0; u < s->nsubs; u++) {
+        if (counts[u] == 0)
+            continue;
+        int rc = store_reserve_sub(s, shard, u, counts[u]);
+        if (rc) {
+            if (bad_sub)
+                *bad_sub = u;
+            return rc;
+        }
+    }
+    return 0;
+}

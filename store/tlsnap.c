@@ -9,8 +9,9 @@
  * makes them; tlsnap's gen command only says so.
  *
  * info checks the MANIFEST with store_snapshot_read_meta(), then decodes it
- * again with store__manifest_decode() (store/'s internal API: tlsnap lives here) to
- * list K, dtype and the shard files; it reads no shard file.
+ * again with the loader's store__snap_read_manifest() (store/'s internal
+ * API: tlsnap lives here) to list K, dtype and the shard files; it reads no
+ * shard file.
  *
  * verify loads with store_snapshot_load() (which checks every checksum,
  * count and key), then re-reads every entry: it iterates each shard and looks
@@ -27,133 +28,30 @@
  * THREAD SAFETY: a command-line program; verify's threads only read.
  * Exit status: 0 ok, 1 failure, 2 usage.
  */
+#include "store/cli.h"
 #include "store/manifest.h"
+#include "store/snapshot_internal.h"
 #include "store/store.h"
+#include "store/store_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef __cold
-#define __cold __attribute__((__cold__))
-#endif
-#ifndef __noreturn
-#define __noreturn __attribute__((noreturn))
-#endif
 
 #define MAX_THREADS 1024
 #define LOOKUP_BATCH 256
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint32_t)n;
-}
-
 static const char *dtype_name(store_dtype_t d)
 {
     return d == STORE_DTYPE_F16 ? "f16" : "f32";
-}
-
-/* "12.3 MB" style, decimal units; buf must hold 32 bytes. */
-static const char *human_bytes(uint64_t b, char *buf, size_t len)
-{
-    static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1000.0 && u < 4) {
-        v /= 1000.0;
-        u++;
-    }
-    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
-    return buf;
-}
-
-/* Parses an unsigned count with an optional suffix: k/K, M, G, T (powers of
- * 1000) or Ki, Mi, Gi, Ti (powers of 1024).  "10M" = 10000000.  Returns 0 or
- * -EINVAL (not a number, unknown suffix, overflow). */
-static int parse_count(const char *s, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -EINVAL; /* also refuses "-1", which strtoull would wrap */
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -EINVAL;
-    uint64_t mul = 1;
-    if (*end != '\0') {
-        const char *sfx = "kMGT";
-        const char *p = strchr(sfx, *end == 'K' ? 'k' : *end);
-        if (p == NULL)
-            return -EINVAL;
-        int power = (int)(p - sfx) + 1;
-        uint64_t base = 1000;
-        end++;
-        if (*end == 'i') {
-            base = 1024;
-            end++;
-        }
-        if (*end != '\0')
-            return -EINVAL;
-        for (int i = 0; i < power; i++)
-            mul *= base;
-    }
-    if (v != 0 && mul > UINT64_MAX / v)
-        return -EINVAL;
-    *out = (uint64_t)v * mul;
-    return 0;
-}
-
-/* Creates the missing parent directories of path (mode 0755), like
- * "mkdir -p $(dirname path)"; the last component is left to
- * store_snapshot_write.  Returns 0 or -errno. */
-static int mkdir_parents(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, n + 1);
-    while (n > 1 && buf[n - 1] == '/')
-        buf[--n] = '\0'; /* "a/b/" names b */
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-            int e = errno;
-            *p = '/';
-            return -e;
-        }
-        *p = '/';
-    }
-    return 0;
-}
-
-/* "tlsnap verify: DIR: checksum: shard-00002.tls: ..." (the store's message
- * names the file inside dir and the offset). */
-static __cold void print_store_error(const char *cmd, const char *dir, const store_error_t *err)
-{
-    fprintf(stderr, "tlsnap %s: %s: %s: %s\n", cmd, dir, store_errc_name(err->code),
-            err->msg[0] ? err->msg : "(no message)");
 }
 
 /* ---- usage and flags ------------------------------------------------------ */
@@ -201,135 +99,55 @@ static const char usage_rewrite[] =
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
-static __cold __noreturn void usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "tlsnap%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", usage);
-    exit(2);
-}
-
 static int is_help(const char *a)
 {
     return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
 }
 
-/* Returns 1 when argv[*i] is the flag `name` given as "--name V" or
- * "--name=V" (then *val points at V and *i is past it), 0 when it is not.
- * A matching flag without a value is a usage error. */
-static int flag(int argc, char **argv, int *i, const char *name, const char **val, const char *cmd,
-                const char *usage)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        usage_error(cmd, usage, "option %s needs a value", name);
-    *val = argv[++*i];
-    return 1;
-}
-
-static uint64_t count_arg(const char *cmd, const char *usage, const char *name, const char *v,
-                          uint64_t min, uint64_t max)
-{
-    uint64_t x;
-    if (parse_count(v, &x) != 0)
-        usage_error(cmd, usage, "%s: '%s' is not a count (digits with an optional k/M/G/T suffix)",
-                    name, v);
-    if (x < min || x > max)
-        usage_error(cmd, usage, "%s: %" PRIu64 " is out of range %" PRIu64 "..%" PRIu64, name, x,
-                    min, max);
-    return x;
-}
-
 /* ---- info ----------------------------------------------------------------- */
 
-/* Reads dir/MANIFEST (at most MANIFEST_MAX_BYTES) and decodes it.  Returns 0
- * or -1 with a message printed.  On success m->shards is owned by the caller
- * (store__manifest_free). */
+/* Reads and decodes dir/MANIFEST with the loader's own reader.  Returns 0
+ * or -1 with a message printed.  On success m->shards is owned by the
+ * caller (store__manifest_free). */
 static int read_manifest(const char *dir, manifest_t *m)
 {
-    char path[4096];
-    int ret = -1, fd = -1;
-    uint8_t *buf = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_FILE_NAME);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        fprintf(stderr, "tlsnap info: %s: %s\n", path, strerror(errno));
-        goto out;
-    }
-    if (st.st_size <= 0 || (uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
-        fprintf(stderr, "tlsnap info: %s: size %lld is outside 1..%u\n", path,
-                (long long)st.st_size, MANIFEST_MAX_BYTES);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    buf = malloc(len);
-    if (buf == NULL) {
-        fprintf(stderr, "tlsnap info: out of memory\n");
-        goto out;
-    }
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            fprintf(stderr, "tlsnap info: %s: read: %s\n", path, r < 0 ? strerror(errno) : "short");
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    char why[512] = "";
-    if (store__manifest_decode(buf, len, m, why, sizeof why) != 0) {
-        fprintf(stderr, "tlsnap info: %s: %s\n", path, why);
-        goto out;
-    }
-    ret = 0;
-out:
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    return ret;
+    store_error_t err = {0};
+    int dirfd = store__snap_open_dir(dir, &err);
+    int rc = dirfd < 0 ? -1 : store__snap_read_manifest(dirfd, dir, m, &err);
+    if (dirfd >= 0)
+        close(dirfd);
+    if (rc != 0)
+        store_cli_print_error("tlsnap info", dir, &err);
+    return rc;
 }
 
 static int cmd_info(int argc, char **argv)
 {
-    static const char *C = "info";
-    const char *U = usage_info, *dir = NULL;
+    const store_cli_usage_t U = {"tlsnap info", usage_info};
+    const char *dir = NULL;
     int brief = 0;
     for (int i = 0; i < argc; i++) {
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
         } else if (strcmp(argv[i], "--brief") == 0) {
             brief = 1;
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (dir != NULL) {
-            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (one DIR only)", argv[i]);
         } else {
             dir = argv[i];
         }
     }
     if (dir == NULL)
-        usage_error(C, U, "DIR is required");
+        store_cli_usage_error(&U, "DIR is required");
 
     store_meta_t meta;
     uint64_t entries = 0;
     store_error_t err = {0};
     if (store_snapshot_read_meta(dir, &meta, &entries, &err) != 0) {
-        print_store_error(C, dir, &err);
+        store_cli_print_error(U.prog, dir, &err);
         return 1;
     }
     manifest_t m = {0};
@@ -363,7 +181,7 @@ static int cmd_info(int argc, char **argv)
         printf("  hash seed  %#" PRIx64 " (loads in bucket order)\n", m.hash_seed);
     else
         printf("  hash seed  none (loads at random, slower; 'tlsnap rewrite' adds one)\n");
-    printf("  data       %s in shard files\n", human_bytes(bytes, hb, sizeof hb));
+    printf("  data       %s in shard files\n", store_cli_human_bytes(bytes, hb, sizeof hb));
     for (uint32_t i = 0; i < m.n_params; i++)
         printf("  param      %s = %s\n", m.params[i].key, m.params[i].value);
     for (uint32_t i = 0; i < m.n_dense; i++)
@@ -446,7 +264,7 @@ static int lookup_check(const store_t *s, uint32_t threads, uint64_t entries)
         fprintf(stderr, "tlsnap verify: out of memory\n");
         goto out;
     }
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     uint32_t started = 0;
     for (uint32_t t = 0; t < threads; t++) {
         jobs[t].s = s;
@@ -470,7 +288,7 @@ static int lookup_check(const store_t *s, uint32_t threads, uint64_t entries)
     }
     if (started < threads)
         goto out;
-    double dt = now_sec() - t0;
+    double dt = store_cli_now_sec() - t0;
     if (bad) {
         fprintf(stderr,
                 "tlsnap verify: lookup: %" PRIu64 " of %" PRIu64
@@ -496,43 +314,43 @@ out:
 
 static int cmd_verify(int argc, char **argv)
 {
-    static const char *C = "verify";
-    const char *U = usage_verify, *dir = NULL;
+    const store_cli_usage_t U = {"tlsnap verify", usage_verify};
+    const char *dir = NULL;
     uint64_t threads = 0;
     int lookup = 1;
     for (int i = 0; i < argc; i++) {
         const char *v;
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
-            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (store_cli_flag(&U, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&U, "--threads", v, 0, MAX_THREADS);
         } else if (strcmp(argv[i], "--no-lookup") == 0) {
             lookup = 0;
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (dir != NULL) {
-            usage_error(C, U, "unexpected argument '%s' (one DIR only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (one DIR only)", argv[i]);
         } else {
             dir = argv[i];
         }
     }
     if (dir == NULL)
-        usage_error(C, U, "DIR is required");
+        store_cli_usage_error(&U, "DIR is required");
 
-    uint32_t nthreads = threads ? (uint32_t)threads : cpu_count();
+    uint32_t nthreads = threads ? (uint32_t)threads : store_cli_cpu_count(MAX_THREADS);
     store_t *s = NULL;
     store_meta_t meta;
     store_error_t err = {0};
     char hb[32];
     int ret = 1;
 
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
-        print_store_error(C, dir, &err);
+        store_cli_print_error(U.prog, dir, &err);
         goto out;
     }
-    double dt = now_sec() - t0;
+    double dt = store_cli_now_sec() - t0;
     uint64_t n = store_count(s);
     store_stats_t st;
     store_stats(s, &st);
@@ -543,7 +361,7 @@ static int cmd_verify(int argc, char **argv)
            "checksums ok\n",
            n, dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, nthreads);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
-           human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
+           store_cli_human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
            st.subtables, st.stashed);
     fflush(stdout);
     if (lookup && lookup_check(s, nthreads, n) != 0)
@@ -560,28 +378,28 @@ out:
 
 static int cmd_rewrite(int argc, char **argv)
 {
-    static const char *C = "rewrite";
-    const char *U = usage_rewrite, *src = NULL, *dst = NULL;
+    const store_cli_usage_t U = {"tlsnap rewrite", usage_rewrite};
+    const char *src = NULL, *dst = NULL;
     uint64_t threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *v;
         if (is_help(argv[i])) {
-            fputs(U, stdout);
+            fputs(U.text, stdout);
             return 0;
-        } else if (flag(argc, argv, &i, "--threads", &v, C, U)) {
-            threads = count_arg(C, U, "--threads", v, 0, MAX_THREADS);
+        } else if (store_cli_flag(&U, argc, argv, &i, "--threads", &v)) {
+            threads = store_cli_count_arg(&U, "--threads", v, 0, MAX_THREADS);
         } else if (argv[i][0] == '-') {
-            usage_error(C, U, "unknown option '%s'", argv[i]);
+            store_cli_usage_error(&U, "unknown option '%s'", argv[i]);
         } else if (src == NULL) {
             src = argv[i];
         } else if (dst == NULL) {
             dst = argv[i];
         } else {
-            usage_error(C, U, "unexpected argument '%s' (SRC and DST only)", argv[i]);
+            store_cli_usage_error(&U, "unexpected argument '%s' (SRC and DST only)", argv[i]);
         }
     }
     if (src == NULL || dst == NULL)
-        usage_error(C, U, "SRC and DST are required");
+        store_cli_usage_error(&U, "SRC and DST are required");
 
     store_t *s = NULL;
     store_meta_t meta;
@@ -590,12 +408,12 @@ static int cmd_rewrite(int argc, char **argv)
     store_error_t err = {0};
     int ret = 1;
 
-    double t0 = now_sec();
+    double t0 = store_cli_now_sec();
     if (store_snapshot_load_ex(src, (int)threads, &s, &meta, &x, &err) != 0) {
-        print_store_error(C, src, &err);
+        store_cli_print_error(U.prog, src, &err);
         return 1;
     }
-    double load_s = now_sec() - t0;
+    double load_s = store_cli_now_sec() - t0;
     uint64_t n = store_count(s);
     printf("tlsnap rewrite: %s: model %s v%" PRIu64 " (%s), %" PRIu64 " entries, %u x %s, "
            "%u shards, %u params, %u dense arrays; loaded in %.3f s\n",
@@ -603,19 +421,19 @@ static int cmd_rewrite(int argc, char **argv)
            store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s), x.n_params,
            x.n_dense, load_s);
     fflush(stdout);
-    int e = mkdir_parents(dst);
+    int e = store_cli_mkdir_parents(dst, NULL);
     if (e != 0) {
-        fprintf(stderr, "tlsnap %s: %s: cannot create its parent directories: %s\n", C, dst,
+        fprintf(stderr, "%s: %s: cannot create its parent directories: %s\n", U.prog, dst,
                 strerror(-e));
         goto out;
     }
-    t0 = now_sec();
+    t0 = store_cli_now_sec();
     if (store_snapshot_write_ex(s, dst, &meta, &x, &err) != 0) {
-        print_store_error(C, dst, &err);
+        store_cli_print_error(U.prog, dst, &err);
         goto out;
     }
     printf("  wrote  %s in %.3f s (hash seed %#" PRIx64 ", bucket order)\n", dst,
-           now_sec() - t0, store_hash_seed(s));
+           store_cli_now_sec() - t0, store_hash_seed(s));
     printf("OK\n");
     ret = 0;
 out:
@@ -626,10 +444,12 @@ out:
 
 /* ---- main ----------------------------------------------------------------- */
 
+static const store_cli_usage_t usage_main_u = {"tlsnap", usage_main};
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        usage_error(NULL, usage_main, "a command is required");
+        store_cli_usage_error(&usage_main_u, "a command is required");
     const char *cmd = argv[1];
     if (is_help(cmd) || strcmp(cmd, "help") == 0) {
         const char *topic = argc > 2 ? argv[2] : "";
@@ -650,5 +470,5 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 2, argv + 2);
     if (strcmp(cmd, "rewrite") == 0)
         return cmd_rewrite(argc - 2, argv + 2);
-    usage_error(NULL, usage_main, "unknown command '%s'", cmd);
+    store_cli_usage_error(&usage_main_u, "unknown command '%s'", cmd);
 }

@@ -16,7 +16,8 @@
  * from the slot, no weights buffer), prefetching PREFETCH ids ahead, on one
  * core, and prints p50/p90/p99/max.  Then the same with ids from 2048 keys
  * (all in cache): the arithmetic alone.  Uses no project code but the mixer
- * of store/synthetic.h, writes no file; the values are arbitrary.  A benchmark: it never fails on timing.
+ * of store/synthetic.h, writes no file; the values are arbitrary.  A
+ * benchmark: it never fails on timing.
  *
  * THREAD SAFETY: a program; single-threaded.
  */

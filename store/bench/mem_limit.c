@@ -6,7 +6,6 @@
  */
 #include "mem_limit.h"
 
-#include "store/store.h"
 #include "store/synthetic.h"
 
 #include <stdint.h>

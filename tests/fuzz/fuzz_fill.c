@@ -166,9 +166,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(counts, 0, subs * sizeof *counts);
         for (size_t i = 0; i < l[sh].n; i++)
             counts[store_sub_of(t, key_at(&l[sh], i))]++;
-        for (uint32_t u = 0; u < subs; u++)
-            if (counts[u])
-                check(store_reserve_sub(t, sh, u, counts[u]) == 0, "store_reserve_sub");
+        check(store_reserve_shard_exact(t, sh, counts, NULL) == 0, "store_reserve_shard_exact");
         store_filler_t *f = NULL;
         check(store_filler_new(t, sh, &f) == 0, "store_filler_new");
         size_t k = 0;

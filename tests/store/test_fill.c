@@ -130,9 +130,7 @@ static int fill(const store_t *src, const struct recs *recs, uint64_t seed, stor
         memset(counts, 0, subs * sizeof *counts);
         for (size_t i = 0; i < recs[sh].n; i++)
             counts[store_sub_of(*t, get_key(&recs[sh], i))]++;
-        for (uint32_t u = 0; u < subs; u++)
-            if (counts[u])
-                assert_int_equal(store_reserve_sub(*t, sh, u, counts[u]), 0);
+        assert_int_equal(store_reserve_shard_exact(*t, sh, counts, NULL), 0);
         store_filler_t *f = NULL;
         assert_int_equal(store_filler_new(*t, sh, &f), 0);
         /* in pieces, as the loader hands them over */

@@ -33,6 +33,7 @@
 #include "store/manifest.h"
 #include "store/store.h"
 #include "store/store_internal.h"
+#include "store/synthetic.h"
 
 #define SENTINEL ((store_t *)(uintptr_t)0x5eed)
 
@@ -153,19 +154,11 @@ static int count_tmp(const char *dir)
 
 /* ---- stores --------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* A random finite float: any finite bit pattern for f32 (subnormals and -0
  * included), a value that fits fp16 for f16. */
 static float random_value(uint64_t *rng, store_dtype_t dt)
 {
-    uint64_t r = splitmix(rng);
+    uint64_t r = store_splitmix64(rng);
     if (dt == STORE_DTYPE_F32) {
         uint32_t b = (uint32_t)r;
         if ((b & 0x7f800000u) == 0x7f800000u)
@@ -188,7 +181,7 @@ static store_t *make_store(uint32_t K, store_dtype_t dt, uint32_t shards, size_t
     uint64_t krng = seed, vrng = value_seed;
     float v[STORE_MAX_VALUE_FLOATS];
     for (size_t i = 0; i < nkeys; i++) {
-        uint64_t key = splitmix(&krng);
+        uint64_t key = store_splitmix64(&krng);
         if (i % 7 == 0)
             key = i; /* small, sequential ids too */
         for (uint32_t j = 0; j < K; j++)
@@ -522,6 +515,42 @@ static void test_round_trip_small_shapes(void **state)
     round_trip(7, STORE_DTYPE_F32, 2, 3000);
     round_trip(1, STORE_DTYPE_F16, 8, 2000); /* 10-byte records */
     round_trip(4, STORE_DTYPE_F32, 8, 0);    /* every shard empty */
+}
+
+/* A store created for its final count and sized with
+ * store_reserve_shard_exact before it is filled has the loader's layout, so
+ * the writer writes its shards as they are (no re-layout). */
+static void test_reserve_exact_has_loader_layout(void **state)
+{
+    (void)state;
+    const uint32_t shards = 4;
+    const uint64_t n = 60000, seed = 7;
+    store_options_t opt = {.value_floats = 2, .dtype = STORE_DTYPE_F32, .shards = shards,
+                           .expected_keys = n};
+    store_t *s = NULL, *t = NULL;
+    assert_int_equal(store_create(&opt, &s), 0);
+    const uint32_t subs = store_subs_per_shard(s);
+    uint64_t *counts = calloc((size_t)shards * subs, sizeof *counts);
+    assert_non_null(counts);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t key = store_synthetic_key(i, seed);
+        counts[(size_t)store_shard_of(s, key) * subs + store_sub_of(s, key)]++;
+    }
+    for (uint32_t sh = 0; sh < shards; sh++)
+        assert_int_equal(store_reserve_shard_exact(s, sh, counts + (size_t)sh * subs, NULL), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        float v[2] = {(float)i, -(float)i};
+        assert_int_equal(store_upsert(s, store_synthetic_key(i, seed), v), 1);
+    }
+    opt.hash_seed = store_hash_seed(s); /* the loader's store for this snapshot */
+    assert_int_equal(store_create(&opt, &t), 0);
+    for (uint32_t sh = 0; sh < shards; sh++) {
+        assert_int_equal(store_reserve_shard_exact(t, sh, counts + (size_t)sh * subs, NULL), 0);
+        assert_true(store_shard_layout_equal(s, t, sh));
+    }
+    store_destroy(t);
+    store_destroy(s);
+    free(counts);
 }
 
 static void test_created_now_and_threads_default(void **state)
@@ -880,7 +909,7 @@ static void craft_init(struct craft *c, uint32_t K, store_dtype_t dt, uint32_t s
 static uint64_t craft_key(struct craft *c, uint32_t shard)
 {
     for (;;) {
-        uint64_t k = splitmix(&c->rng);
+        uint64_t k = store_splitmix64(&c->rng);
         if (store_shard_of(c->router, k) == shard)
             return k;
     }
@@ -1319,6 +1348,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_k16_f16_1shard),
         cmocka_unit_test(test_round_trip_k16_f16_16shards),
         cmocka_unit_test(test_round_trip_small_shapes),
+        cmocka_unit_test(test_reserve_exact_has_loader_layout),
         cmocka_unit_test(test_created_now_and_threads_default),
         cmocka_unit_test(test_write_refuses_existing_manifest),
         cmocka_unit_test(test_write_refuses_bad_meta),
