@@ -12,6 +12,7 @@
  */
 #include "codec/tlclient.h"
 #include "model/model.h"
+#include "store/synthetic.h" /* store_splitmix64 */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -33,14 +34,6 @@ static int collect(void *ctx, uint64_t key, const float *value)
     if (k->n < MAX_KNOWN)
         k->ids[k->n++] = key;
     return k->n < MAX_KNOWN ? 0 : 1;
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 int main(int argc, char **argv)
@@ -94,7 +87,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < requests; r++) {
         bool with_values = r % 2;
         for (size_t j = 0; j < SHARED + ITEMS * PER; j++) {
-            uint64_t x = rng(&seed);
+            uint64_t x = store_splitmix64(&seed);
             ids[j] = x % 4 ? k.ids[x % k.n] : x; /* 1 in 4 unknown */
             vals[j] = (float)(x % 1000) / 250.0f - 2.0f;
         }
