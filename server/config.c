@@ -34,7 +34,8 @@
  *   allowed, then server_config_load() returns -1.  Unknown flags, unknown
  *   file keys or sections, positional arguments, numbers with trailing junk
  *   and unparseable addresses are all refused: a typo in a config must not
- *   silently leave a default in force.
+ *   silently leave a default in force.  For the same reason --config must
+ *   name a regular file: a directory reads as an empty file.
  *
  * THREAD SAFETY
  *   Runs on the main thread before any other thread starts; it also sets
@@ -52,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 int server_log_level = LL_INFO;
 
@@ -276,14 +278,39 @@ bad:
     return 0;
 }
 
+/* Opens path and checks, on the open file (no race with a rename), that it
+ * is a regular file: reading a directory yields no lines, so a config that
+ * is a directory would leave every default in force without a word. */
+static FILE *open_config(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tlserve: --config: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fprintf(stderr, "tlserve: --config: cannot stat '%s': %s\n", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "tlserve: --config: '%s' is %s, not a regular file (give the INI file)\n",
+                path, S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
 static int load_file(server_config_t *cfg, const char *path)
 {
     file_ctx_t fc = {.cfg = cfg};
-    int line = ini_parse(path, on_key, &fc);
-    if (line == -1) {
-        fprintf(stderr, "tlserve: --config: cannot open '%s': %s\n", path, strerror(errno));
+    FILE *f = open_config(path);
+    if (!f)
         return -1;
-    }
+    int line = ini_parse_file(f, on_key, &fc);
+    fclose(f);
     if (line == -2) {
         fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
         return -1;

@@ -244,6 +244,24 @@ static void test_bad_file(void **state)
     }
 }
 
+/* A --config that is not a regular file is refused, not read as empty. */
+static void test_config_not_a_file(void **state)
+{
+    (void)state;
+    server_config_t c;
+    const char *path = write_file("dir.ini", "");
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s.d", path);
+    unlink(path);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    expect_error(load(&c, "--config", dir, NULL), "--config", dir, "directory",
+                 "not a regular file", NULL);
+    rmdir(dir);
+    expect_error(load(&c, "--config", "/dev/null", NULL), "/dev/null", "not a regular file",
+                 NULL);
+    expect_error(load(&c, "--config", dir, NULL), dir, "cannot open", NULL);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -259,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_defaults),        cmocka_unit_test(test_flags),
         cmocka_unit_test(test_file_then_flags), cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_config_not_a_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
