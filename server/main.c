@@ -7,10 +7,16 @@
  *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ┘
  *
  * SIGNALS
- *   SIGTERM and SIGINT are blocked before any thread exists (so every thread
- *   inherits the mask) and taken synchronously with sigwait() here: no
- *   handler runs in a random thread.  A second signal during the drain is
- *   ignored; workers_stop() bounds the drain.  A model load running at the
+ *   SIGTERM and SIGINT are taken synchronously with sigwait() here: no
+ *   handler runs in a random thread.  The kernel gives a process-directed
+ *   signal to any thread that does not block it, and only main's sigwait()
+ *   unblocks it, so every thread must block them.  Threads inherit the
+ *   mask of their creator, and some exist before main(): OpenBLAS starts its
+ *   thread pool in its library constructor, which runs before this
+ *   program's constructors (a constructor here would leave that thread
+ *   unblocked).  So the mask is set from .preinit_array, which runs before
+ *   any library's initializer.  A second signal during the drain then stays
+ *   pending, ignored; workers_stop() bounds the drain.  A model load running at the
  *   signal is let finish and discarded (loader.c), queued ones are dropped:
  *   the drain then lasts as long as the rest of that load.  SIGPIPE is ignored: a peer
  *   that closes early must not kill the process (evhttp writes with send()).
@@ -37,6 +43,27 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The signals main() takes with sigwait(). */
+static void stop_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+}
+
+/* Blocks the stop signals in the calling (the only) thread; see SIGNALS. */
+cold static void block_stop_signals(void)
+{
+    sigset_t set;
+    stop_signals(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+/* Run before the initializers of the shared libraries (ld.so) and before
+ * this program's constructors; a constructor would be too late. */
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_block)(void) =
+    block_stop_signals;
+
 static int cpu_count(void)
 {
     cpu_set_t set;
@@ -49,10 +76,8 @@ static int cpu_count(void)
 int main(int argc, char **argv)
 {
     sigset_t stop_set;
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGTERM);
-    sigaddset(&stop_set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    stop_signals(&stop_set);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL); /* already, from preinit; no harm */
     signal(SIGPIPE, SIG_IGN);
 
     server_t *srv = calloc(1, sizeof *srv);

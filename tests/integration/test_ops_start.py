@@ -66,5 +66,73 @@ class ConfigNotAFile(unittest.TestCase):
         self.assertIn("not a regular file", err)
 
 
+def thread_sigblk(pid):
+    """{tid: blocked signal mask} of every thread of pid."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("SigBlk:"):
+                        out[int(tid)] = int(line.split()[1], 16)
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return out
+
+
+class SecondSigterm(unittest.TestCase):
+    """A second SIGTERM during the drain is ignored: exit 0, not death by the signal."""
+
+    def test_every_thread_blocks_the_stop_signals(self):
+        srv = harness.Server(MODEL_DIR, "--workers", "1")
+        try:
+            want = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
+            masks = thread_sigblk(srv.proc.pid)
+            self.assertGreater(len(masks), 1, masks)
+            for tid, mask in masks.items():
+                if tid == srv.proc.pid:
+                    continue  # main: in sigwait(), which unblocks them while it waits
+                self.assertEqual(mask & want, want,
+                                 "thread %d does not block SIGTERM/SIGINT (SigBlk %x)"
+                                 % (tid, mask))
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_second_sigterm_during_the_drain(self):
+        # The epoll driver holds the drain open for its deadline while a peer does not read.
+        srv = harness.Server(MODEL_DIR, "--workers", "1", "--force-epoll",
+                             "--max-inflight", "4096")
+        sock = socket.socket()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", srv.port))
+            # 16 KB answers: 800 are far more than the socket buffers hold.  Sending stops
+            # early if the server stops reading (back-pressure): its queue is full then.
+            sock.settimeout(2)
+            big = tlserve.encode_frame(MsgType.PREDICT, 1, tlserve.encode_predict(
+                MODEL, [model_key(0)], [[model_key(1 + i)] for i in range(4096)]))
+            try:
+                for _ in range(800):
+                    sock.sendall(big)
+            except socket.timeout:
+                pass
+            deadline = time.monotonic() + 20
+            while srv.metric("tlserve_bytes_out_total") < 8 << 20:
+                self.assertLess(time.monotonic(), deadline, "answers were not queued")
+                time.sleep(0.05)
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            self.assertIsNone(srv.proc.poll(), "drain ended before the second SIGTERM")
+            srv.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = srv.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                rc = None
+            self.assertEqual(rc, 0, srv.output())
+        finally:
+            sock.close()
+            srv.stop()
+
+
 if __name__ == "__main__":
     unittest.main()
