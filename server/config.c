@@ -5,7 +5,8 @@
  * THE TABLE
  *   Each row names one field of server_config_t:
  *
- *     { name, type, min, max, default, help, offset, size, check }
+ *     { name, type, min, max, default, help, offset, size, check, allowed,
+ *       env, secret }
  *
  *   name     the flag without "--", words joined by '-' ("admin-port"); the
  *            file key is the same name, and '_' is accepted for '-' in both
@@ -16,12 +17,25 @@
  *   min/max  the allowed range of an int.
  *   default  text, applied through the same parser as a flag: a default that
  *            broke its own range would fail at start, not go unnoticed.
+ *   env      an environment variable that sets it too, or NULL.
+ *   secret   a value that must not be given as a flag: argv is readable by
+ *            every local user (/proc/PID/cmdline), so a flag is taken but
+ *            warned about.
  *
  * ORDER OF SOURCES
- *   defaults  ->  --config FILE (INI, keys in [server])  ->  flags.
+ *   defaults -> --config FILE (INI, keys in [server]) -> environment -> flags.
  *   --config is found by a first pass over argv, so "--port 1 --config f"
  *   still lets the flag win over the file.  --help anywhere prints the
  *   table and wins over everything (even a bad flag before it).
+ *
+ * THE ADMIN TOKEN
+ *   Whoever holds it can make the server load any directory it can read, so
+ *   it is taken from where other users cannot see it: --admin-token-file
+ *   (read once here; one trailing newline stripped; missing, unreadable,
+ *   empty or not a regular file is an error; readable by others is a
+ *   warning) or TLSERVE_ADMIN_TOKEN.  --admin-token still works, with a
+ *   warning.  A token and a token file together are refused: which one is
+ *   in force must not depend on a precedence rule the operator forgot.
  *
  * FLAGS
  *   "--name value" or "--name=value".  A bool flag takes a value only in the
@@ -76,48 +90,57 @@ typedef struct cfg_entry {
     size_t size;         /* CFG_STRING: size of the char array */
     cfg_check_fn check;  /* CFG_STRING: extra validation, or NULL */
     const char *allowed; /* CFG_STRING: allowed values for --help, or NULL */
+    const char *env;     /* environment variable that sets it, or NULL */
+    bool secret;         /* warn when given as a flag (visible in /proc/PID/cmdline) */
 } cfg_entry_t;
 
 static int check_addr(const char *v, char *why, size_t why_len);
 static int check_level(const char *v, char *why, size_t why_len);
+static int check_token(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
 static const cfg_entry_t table[] = {
     {"model", CFG_STRING, 0, 0, "",
      "snapshot directory to serve at start (empty: none until loaded)", F(model_dir), NULL,
-     "a directory path"},
+     "a directory path", NULL, false},
     {"bind", CFG_STRING, 0, 0, "127.0.0.1", "data plane address (IPv4 or IPv6 literal)", F(bind),
-     check_addr, "an IP address"},
-    {"port", CFG_INT, 1, 65535, "7070", "data plane TCP port", F(port), NULL, NULL},
+     check_addr, "an IP address", NULL, false},
+    {"port", CFG_INT, 1, 65535, "7070", "data plane TCP port", F(port), NULL, NULL, NULL, false},
     {"admin-bind", CFG_STRING, 0, 0, "127.0.0.1", "admin plane (HTTP) address", F(admin_bind),
-     check_addr, "an IP address"},
-    {"admin-port", CFG_INT, 1, 65535, "7071", "admin plane TCP port", F(admin_port), NULL, NULL},
+     check_addr, "an IP address", NULL, false},
+    {"admin-port", CFG_INT, 1, 65535, "7071", "admin plane TCP port", F(admin_port), NULL, NULL,
+     NULL, false},
     {"admin-token", CFG_STRING, 0, 0, "",
-     "Bearer token for state-changing admin calls (empty: refuse them)", F(admin_token), NULL,
-     "a string"},
+     "Bearer token for state-changing admin calls (empty: refuse them); prefer the file or "
+     "the environment",
+     F(admin_token), check_token, "a string", "TLSERVE_ADMIN_TOKEN", true},
+    {"admin-token-file", CFG_STRING, 0, 0, "",
+     "file holding the admin token (read at start, trailing newline stripped; mode 0600)",
+     F(admin_token_file), NULL, "a file path", NULL, false},
     {"workers", CFG_INT, 0, 1024, "0", "data plane threads (0: one per core)", F(workers), NULL,
-     NULL},
+     NULL, NULL, false},
     {"lookup-threads", CFG_INT, 0, 64, "0",
-     "helper threads that split one request's lookups with its worker (0: none)",
-     F(lookup_threads), NULL, NULL},
+     "helper threads that split one request's lookups with its worker (0: none)", F(lookup_threads),
+     NULL, NULL, NULL, false},
     {"load-threads", CFG_INT, 0, 1024, "0", "snapshot loader threads (0: one per core)",
-     F(load_threads), NULL, NULL},
+     F(load_threads), NULL, NULL, NULL, false},
     {"max-inflight", CFG_INT, 1, 1 << 20, "256", "requests in flight per worker before OVERLOADED",
-     F(max_inflight), NULL, NULL},
+     F(max_inflight), NULL, NULL, NULL, false},
     {"max-connections", CFG_INT, 1, 1 << 20, "1024", "connections per worker", F(max_connections),
-     NULL, NULL},
+     NULL, NULL, NULL, false},
     {"max-frame-bytes", CFG_INT, 1024, CODEC_MAX_PAYLOAD, "16777216",
-     "largest accepted frame payload in bytes", F(max_frame_bytes), NULL, NULL},
+     "largest accepted frame payload in bytes", F(max_frame_bytes), NULL, NULL, NULL, false},
     {"max-input-bytes", CFG_INT, 65536, 1 << 30, "268435456",
      "received bytes a worker may hold for unanswered frames, all connections together",
-     F(max_input_bytes), NULL, NULL},
+     F(max_input_bytes), NULL, NULL, NULL, false},
     {"idle-timeout-ms", CFG_INT, 1, 3600000, "10000",
-     "close a connection whose partial frame is older than this", F(idle_timeout_ms), NULL, NULL},
+     "close a connection whose partial frame is older than this", F(idle_timeout_ms), NULL, NULL,
+     NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
-     F(force_epoll), NULL, NULL},
+     F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
-     "error|warn|info|debug"},
+     "error|warn|info|debug", NULL, false},
 };
 
 #define NTABLE (sizeof table / sizeof table[0])
@@ -142,6 +165,26 @@ static int check_level(const char *v, char *why, size_t why_len)
             return 0;
     snprintf(why, why_len, "'%s' is not a log level (allowed: error, warn, info, debug)", v);
     return -1;
+}
+
+/* A token is compared with what follows "Bearer " less its surrounding
+ * blanks (admin.c): one with blanks at its ends or control characters in it
+ * could never match, so it is refused rather than silently useless. */
+static int check_token(const char *v, char *why, size_t why_len)
+{
+    size_t n = strlen(v);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            snprintf(why, why_len, "the token has a control character (byte 0x%02x at %zu)", ch, i);
+            return -1;
+        }
+    }
+    if (n > 0 && (v[0] == ' ' || v[n - 1] == ' ')) {
+        snprintf(why, why_len, "the token starts or ends with a blank");
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- lookup and set ------------------------------------------------------- */
@@ -327,6 +370,73 @@ static int load_file(server_config_t *cfg, const char *path)
     return 0;
 }
 
+/* ---- the admin token file ------------------------------------------------------ */
+
+/* Reads cfg->admin_token_file into cfg->admin_token.  Returns 0, or -1 with
+ * the reason on stderr.  Warns (LL_WARN) when others may read the file. */
+static int read_token_file(server_config_t *cfg)
+{
+    const char *path = cfg->admin_token_file;
+    char buf[sizeof cfg->admin_token + 2]; /* the longest token, "\r\n" */
+    char why[400];
+    int rc = -1;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tlserve: --admin-token-file: cannot open '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "tlserve: --admin-token-file: '%s' is not a regular file\n", path);
+        goto out;
+    }
+    size_t n = fread(buf, 1, sizeof buf, f);
+    if (ferror(f)) {
+        fprintf(stderr, "tlserve: --admin-token-file: cannot read '%s': %s\n", path,
+                strerror(errno));
+        goto out;
+    }
+    if (n == sizeof buf) {
+        fprintf(stderr,
+                "tlserve: --admin-token-file: '%s' is too long (a token is at most %zu bytes)\n",
+                path, sizeof cfg->admin_token - 1);
+        goto out;
+    }
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    buf[n] = '\0';
+    if (n == 0) {
+        fprintf(stderr, "tlserve: --admin-token-file: '%s' is empty (it must hold the token)\n",
+                path);
+        goto out;
+    }
+    if (n >= sizeof cfg->admin_token) {
+        fprintf(stderr,
+                "tlserve: --admin-token-file: '%s' is too long (a token is at most %zu bytes)\n",
+                path, sizeof cfg->admin_token - 1);
+        goto out;
+    }
+    if (memchr(buf, '\0', n) || check_token(buf, why, sizeof why) != 0) {
+        fprintf(stderr, "tlserve: --admin-token-file: '%s': %s\n", path,
+                memchr(buf, '\0', n) ? "the token has a NUL byte" : why);
+        goto out;
+    }
+    memcpy(cfg->admin_token, buf, n + 1);
+    if (st.st_mode & S_IROTH)
+        LOG(LL_WARN,
+            "--admin-token-file: '%s' is readable by every local user (mode %04o): "
+            "chmod o-r it",
+            path, (unsigned)(st.st_mode & 07777));
+    rc = 0;
+out:
+    memset(buf, 0, sizeof buf);
+    fclose(f);
+    return rc;
+}
+
 /* ---- --help -------------------------------------------------------------------- */
 
 static void print_help(FILE *f)
@@ -359,7 +469,8 @@ static void print_help(FILE *f)
             snprintf(range, sizeof range, "%s", e->allowed ? e->allowed : "a string");
             break;
         }
-        fprintf(f, "  %-18s %-12s %-24s %s\n", flag, e->def[0] ? e->def : "\"\"", range, e->help);
+        fprintf(f, "  %-18s %-12s %-24s %s%s%s%s\n", flag, e->def[0] ? e->def : "\"\"", range,
+                e->help, e->env ? " (env " : "", e->env ? e->env : "", e->env ? ")" : "");
     }
 }
 
@@ -416,7 +527,16 @@ int server_config_load(server_config_t *cfg, int argc, char **argv)
     if (config_path && load_file(cfg, config_path) != 0)
         return -1;
 
+    for (size_t i = 0; i < NTABLE; i++) {
+        const char *v = table[i].env ? getenv(table[i].env) : NULL;
+        if (v && set_value(cfg, &table[i], v, why, sizeof why) != 0) {
+            fprintf(stderr, "tlserve: $%s: %s\n", table[i].env, why);
+            return -1;
+        }
+    }
+
     /* Pass 2: flags, in order; the last one given for a setting wins. */
+    const cfg_entry_t *secret_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *name, *val;
         size_t name_len;
@@ -447,10 +567,27 @@ int server_config_load(server_config_t *cfg, int argc, char **argv)
             fprintf(stderr, "tlserve: --%s: %s\n", e->name, why);
             return -1;
         }
+        if (e->secret)
+            secret_flag = e;
     }
 
     for (int l = 0; l < (int)(sizeof level_names / sizeof level_names[0]); l++)
         if (strcmp(cfg->log_level, level_names[l]) == 0)
             server_log_level = l;
+
+    if (cfg->admin_token_file[0]) {
+        if (cfg->admin_token[0]) {
+            fprintf(stderr, "tlserve: --admin-token-file: an admin token is given as well "
+                            "(--admin-token, TLSERVE_ADMIN_TOKEN or the config file): give one\n");
+            return -1;
+        }
+        if (read_token_file(cfg) != 0)
+            return -1;
+    }
+    if (secret_flag)
+        LOG(LL_WARN,
+            "--%s on the command line is visible to every local user in "
+            "/proc/PID/cmdline: use --admin-token-file or $%s",
+            secret_flag->name, secret_flag->env ? secret_flag->env : "the config file");
     return 0;
 }

@@ -50,6 +50,7 @@ typedef struct server_config {
     char admin_bind[64];       /* admin plane address, default 127.0.0.1 */
     int admin_port;            /* admin plane port */
     char admin_token[256];     /* Bearer token for state-changing admin calls ("" = refuse them) */
+    char admin_token_file[1024]; /* file the token was read from at start ("" = none) */
     int workers;               /* data-plane threads, 0 = one per core */
     int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
     int load_threads;          /* snapshot loader threads, 0 = one per core */
@@ -62,9 +63,12 @@ typedef struct server_config {
     char log_level[16];        /* error, warn, info, debug */
 } server_config_t;
 
-/* Fills defaults, then the file (when path != NULL), then argv flags.  On a
- * bad value prints a message naming the setting and returns -1; on --help
- * prints the settings table and returns 1; 0 when ready to run. */
+/* Fills defaults, then the --config file, then the environment (settings
+ * that have a variable), then argv flags; then reads --admin-token-file
+ * into admin_token.  On a bad value prints a message naming the setting
+ * and returns -1; on --help prints the settings table and returns 1; 0
+ * when ready to run.  Warnings (a token on the command line, a token file
+ * others can read) go to stderr and do not fail. */
 int server_config_load(server_config_t *cfg, int argc, char **argv);
 
 /* ---- metrics ------------------------------------------------------------------ */

@@ -134,5 +134,70 @@ class SecondSigterm(unittest.TestCase):
             srv.stop()
 
 
+class AdminToken(unittest.TestCase):
+    """The admin token from --admin-token-file or TLSERVE_ADMIN_TOKEN; --admin-token warned."""
+
+    def load_status(self, srv, token):
+        """Status of a load call with `token` (a body the API refuses, so nothing loads):
+        401/403 when the token is refused, 400 when it was taken."""
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer " + token}
+        return harness.http(srv.admin_port, "/v1/models/%s:load" % MODEL, "POST", b"{}",
+                            headers)[0]
+
+    def test_token_file(self):
+        d = tempfile.mkdtemp(prefix="tlserve-token-")
+        try:
+            path = os.path.join(d, "token")
+            with open(path, "w") as f:
+                f.write("from-a-file\n")
+            os.chmod(path, 0o600)
+            srv = harness.Server(None, "--admin-token-file", path, wait="/healthz")
+            try:
+                self.assertEqual(self.load_status(srv, "wrong"), 401)
+                self.assertEqual(self.load_status(srv, "from-a-file"), 400)
+                self.assertNotIn("readable by", srv.output())
+            finally:
+                self.assertEqual(srv.stop(), 0)
+            os.chmod(path, 0o644)
+            srv = harness.Server(None, "--admin-token-file", path, wait="/healthz")
+            try:
+                self.assertIn("readable by every local user", srv.output())
+            finally:
+                self.assertEqual(srv.stop(), 0)
+            rc, err = run_tlserve("--admin-token-file", path, "--admin-token", "x")
+            self.assertEqual(rc, 2, err)
+            for text in ("", "\n"):
+                with open(path, "w") as f:
+                    f.write(text)
+                rc, err = run_tlserve("--admin-token-file", path)
+                self.assertEqual(rc, 2, err)
+                self.assertIn("empty", err)
+            rc, err = run_tlserve("--admin-token-file", os.path.join(d, "none"))
+            self.assertEqual(rc, 2, err)
+            self.assertIn("cannot open", err)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_token_from_environment(self):
+        os.environ["TLSERVE_ADMIN_TOKEN"] = "from-the-env"
+        try:
+            srv = harness.Server(None, wait="/healthz")
+        finally:
+            del os.environ["TLSERVE_ADMIN_TOKEN"]
+        try:
+            self.assertEqual(self.load_status(srv, "wrong"), 401)
+            self.assertEqual(self.load_status(srv, "from-the-env"), 400)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_token_on_the_command_line_is_warned(self):
+        srv = harness.Server(None, token="on-argv", wait="/healthz")
+        try:
+            self.assertEqual(self.load_status(srv, "on-argv"), 400)
+            self.assertIn("/proc/PID/cmdline", srv.output())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

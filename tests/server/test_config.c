@@ -262,6 +262,55 @@ static void test_config_not_a_file(void **state)
     expect_error(load(&c, "--config", dir, NULL), dir, "cannot open", NULL);
 }
 
+/* The admin token from a file, the environment or a flag (warned). */
+static void test_admin_token_sources(void **state)
+{
+    (void)state;
+    server_config_t c;
+    unsetenv("TLSERVE_ADMIN_TOKEN");
+
+    const char *path = write_file("token", "s3cret\n");
+    char file[1100];
+    snprintf(file, sizeof file, "%s", path);
+    chmod(file, 0600);
+    assert_int_equal(load(&c, "--admin-token-file", file, NULL), 0);
+    assert_string_equal(c.admin_token, "s3cret");
+    assert_string_equal(errbuf, "");
+
+    write_file("token", "crlf\r\n");
+    chmod(file, 0644);
+    assert_int_equal(load(&c, "--admin-token-file", file, NULL), 0);
+    assert_string_equal(c.admin_token, "crlf");
+    if (!strstr(errbuf, "readable by every local user") || !strstr(errbuf, file))
+        fail_msg("no warning about a world-readable token file: '%s'", errbuf);
+
+    write_file("token", "\n");
+    expect_error(load(&c, "--admin-token-file", file, NULL), "--admin-token-file", file, "empty",
+                 NULL);
+    write_file("token", "two\nlines\n");
+    expect_error(load(&c, "--admin-token-file", file, NULL), file, "control character", NULL);
+    unlink(file);
+    expect_error(load(&c, "--admin-token-file", file, NULL), file, "cannot open", NULL);
+
+    write_file("token", "x\n");
+    expect_error(load(&c, "--admin-token-file", file, "--admin-token", "y", NULL),
+                 "--admin-token-file", "give one", NULL);
+
+    setenv("TLSERVE_ADMIN_TOKEN", "fromenv", 1);
+    assert_int_equal(load(&c, NULL), 0);
+    assert_string_equal(c.admin_token, "fromenv");
+    assert_string_equal(errbuf, "");
+    expect_error(load(&c, "--admin-token-file", file, NULL), "give one", NULL);
+    unsetenv("TLSERVE_ADMIN_TOKEN");
+    unlink(file);
+
+    assert_int_equal(load(&c, "--admin-token", "onargv", NULL), 0);
+    assert_string_equal(c.admin_token, "onargv");
+    if (!strstr(errbuf, "/proc/PID/cmdline") || !strstr(errbuf, "--admin-token-file"))
+        fail_msg("no warning about a token on the command line: '%s'", errbuf);
+    expect_error(load(&c, "--admin-token", " padded", NULL), "--admin-token", "blank", NULL);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -277,7 +326,7 @@ int main(void)
         cmocka_unit_test(test_defaults),        cmocka_unit_test(test_flags),
         cmocka_unit_test(test_file_then_flags), cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
-        cmocka_unit_test(test_config_not_a_file),
+        cmocka_unit_test(test_config_not_a_file), cmocka_unit_test(test_admin_token_sources),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
