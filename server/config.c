@@ -123,7 +123,9 @@ static const cfg_entry_t table[] = {
     {"lookup-threads", CFG_INT, 0, 64, "0",
      "helper threads that split one request's lookups with its worker (0: none)", F(lookup_threads),
      NULL, NULL, NULL, false},
-    {"load-threads", CFG_INT, 0, 1024, "0", "snapshot loader threads (0: one per core)",
+    {"load-threads", CFG_INT, 0, 1024, "0",
+     "snapshot loader threads (0: one per core for --model at start, then the cores "
+     "left by the workers and lookup threads, at least 1)",
      F(load_threads), NULL, NULL, NULL, false},
     {"max-inflight", CFG_INT, 1, 1 << 20, "256", "requests in flight per worker before OVERLOADED",
      F(max_inflight), NULL, NULL, NULL, false},

@@ -53,7 +53,7 @@ typedef struct server_config {
     char admin_token_file[1024]; /* file the token was read from at start ("" = none) */
     int workers;               /* data-plane threads, 0 = one per core */
     int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
-    int load_threads;          /* snapshot loader threads, 0 = one per core */
+    int load_threads;          /* snapshot loader threads; 0 = auto, resolved by main (LOAD THREADS) */
     int max_inflight;          /* requests in flight per worker before OVERLOADED */
     int max_connections;       /* connections per worker */
     int max_frame_bytes;       /* largest accepted payload */

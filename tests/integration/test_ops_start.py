@@ -199,5 +199,29 @@ class AdminToken(unittest.TestCase):
             self.assertEqual(srv.stop(), 0)
 
 
+class LoadThreads(unittest.TestCase):
+    """By default loads get the cores the workers and lookup helpers leave, at least 1."""
+
+    def threads_logged(self, *flags):
+        srv = harness.Server(MODEL_DIR, *flags)
+        try:
+            for line in srv.output().splitlines():
+                if "model loads use" in line:
+                    return int(line.split("model loads use ")[1].split()[0])
+            self.fail("no 'model loads use N threads' line: " + srv.output())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_default_leaves_the_workers_their_cores(self):
+        cores = len(os.sched_getaffinity(0))
+        self.assertEqual(self.threads_logged(), 1)  # one worker per core by default
+        self.assertEqual(self.threads_logged("--workers", "1"), max(1, cores - 1))
+        self.assertEqual(self.threads_logged("--workers", "1", "--lookup-threads", "1"),
+                         max(1, cores - 2))
+
+    def test_flag_overrides(self):
+        self.assertEqual(self.threads_logged("--workers", "1", "--load-threads", "3"), 3)
+
+
 if __name__ == "__main__":
     unittest.main()
