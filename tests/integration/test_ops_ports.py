@@ -2,6 +2,8 @@
 
 - A data port that cannot be bound makes tlserve exit 1 at once, every time, naming the address
   (it must never hang in the admin plane's shutdown).
+- The data port belongs to one process: a second tlserve on it exits 1 with "address in use",
+  and the first keeps serving.
 """
 
 import os
@@ -67,6 +69,33 @@ class DataPortTaken(unittest.TestCase):
                               "127.0.0.1:%d" % (i, port))
                 self.assertEqual(r.returncode, 1, "run %d: %s" % (i, r.stdout))
                 self.assertIn("127.0.0.1:%d" % port, r.stdout)
+
+
+class SecondServer(unittest.TestCase):
+    def test_second_on_same_port_refused(self):
+        first = harness.Server(MODEL_DIR, "--workers", "2")
+        try:
+            admin = admin_port_besides(first.port)
+            while admin == first.admin_port:
+                admin = admin_port_besides(first.port)
+            try:
+                r = subprocess.run([TLSERVE, "--model", MODEL_DIR, "--port", str(first.port),
+                                    "--admin-port", str(admin), "--workers", "2"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", timeout=20)
+            except subprocess.TimeoutExpired:
+                self.fail("a second tlserve on data port %d kept running" % first.port)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("address in use", r.stdout.lower())
+            self.assertIn("127.0.0.1:%d" % first.port, r.stdout)
+            # The first one still serves, on every new connection.
+            for _ in range(20):
+                with first.client() as c:
+                    res = c.predict(MODEL, [model_key(0)], [[model_key(1)]])
+                    self.assertEqual(len(res.scores), 1)
+            self.assertEqual(http(first.admin_port, "/readyz")[0], 200)
+        finally:
+            self.assertEqual(first.stop(timeout=20), 0, first.output())
 
 
 if __name__ == "__main__":
