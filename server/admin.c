@@ -4,8 +4,10 @@
  * background loads (loader.c), whose thread it starts and stops.
  *
  * ENDPOINTS
- *   GET  /healthz                 200 "ok" while the process runs
+ *   GET  /healthz                 200 "ok" while the process runs, 503
+ *                                 "draining" once SIGTERM/SIGINT is seen
  *   GET  /readyz                  200 when a model is active, else 503
+ *                                 (also 503 "draining" once draining)
  *   GET  /metrics                 Prometheus text format (below)
  *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
@@ -239,14 +241,22 @@ static json_t *model_json(const model_t *m)
 
 /* ---- GET endpoints ---------------------------------------------------------- */
 
+/* Both say 503 from the moment main sets srv->stopping (SIGTERM/SIGINT),
+ * before the drain: a load balancer polling either stops sending new work
+ * while the workers finish what they hold. */
 static void on_healthz(struct evhttp_request *req)
 {
-    reply_text(req, 200, "ok\n");
+    if (atomic_load(&A.srv->stopping))
+        reply_text(req, 503, "draining\n");
+    else
+        reply_text(req, 200, "ok\n");
 }
 
 static void on_readyz(struct evhttp_request *req)
 {
-    if (atomic_load(&A.srv->active))
+    if (atomic_load(&A.srv->stopping))
+        reply_text(req, 503, "draining\n");
+    else if (atomic_load(&A.srv->active))
         reply_text(req, 200, "ready\n");
     else
         reply_text(req, 503, "no model loaded\n");

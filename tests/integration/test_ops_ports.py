@@ -4,6 +4,8 @@
   (it must never hang in the admin plane's shutdown).
 - The data port belongs to one process: a second tlserve on it exits 1 with "address in use",
   and the first keeps serving.
+- /healthz and /readyz answer 503 from the moment draining starts (SIGTERM), while a peer that
+  does not read keeps the drain open.
 """
 
 import os
@@ -96,6 +98,48 @@ class SecondServer(unittest.TestCase):
             self.assertEqual(http(first.admin_port, "/readyz")[0], 200)
         finally:
             self.assertEqual(first.stop(timeout=20), 0, first.output())
+
+
+class DrainingNotHealthy(unittest.TestCase):
+    def test_health_503_while_draining(self):
+        srv = harness.Server(MODEL_DIR, "--workers", "1")
+        peer = None
+        try:
+            self.assertEqual(srv.get("/healthz")[0], 200)
+            # A peer that pipelines requests and never reads: its answers back up, so the drain
+            # has output it cannot finish.
+            peer = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+            peer.connect(("127.0.0.1", srv.port))
+            # 4,096 items a request: 16 KiB of scores an answer, so the backlog outgrows the
+            # kernel's socket buffers (tcp_wmem max, 4 MiB by default).
+            items = [[model_key(i)] for i in range(4096)]
+            payload = tlserve.encode_predict(MODEL, [model_key(KEYS - 1)], items)
+            frame = b"".join(tlserve.encode_frame(tlserve.MsgType.PREDICT, rid, payload)
+                             for rid in range(1, 65))
+            # From a thread: the server may stop reading this peer (back-pressure), so the send
+            # may block until the peer is closed below.
+            sender = threading.Thread(target=send_quietly, args=(peer, frame * 16), daemon=True)
+            sender.start()
+            time.sleep(1.0)
+            srv.proc.send_signal(signal.SIGTERM)
+            seen = {}
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(seen) < 2 and srv.proc.poll() is None:
+                for path in ("/healthz", "/readyz"):
+                    try:
+                        if http(srv.admin_port, path, timeout=2.0)[0] == 503:
+                            seen[path] = True
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+            self.assertEqual(sorted(seen), ["/healthz", "/readyz"],
+                             "not both 503 before exit (exit %s): %s"
+                             % (srv.proc.poll(), srv.output()))
+        finally:
+            if peer:
+                peer.close()
+            srv.stop(timeout=30)
 
 
 if __name__ == "__main__":
