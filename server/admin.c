@@ -4,8 +4,10 @@
  * background loads (loader.c), whose thread it starts and stops.
  *
  * ENDPOINTS
- *   GET  /healthz                 200 "ok" while the process runs
+ *   GET  /healthz                 200 "ok" while the process runs, 503
+ *                                 "draining" once SIGTERM/SIGINT is seen
  *   GET  /readyz                  200 when a model is active, else 503
+ *                                 (also 503 "draining" once draining)
  *   GET  /metrics                 Prometheus text format (below)
  *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
@@ -103,6 +105,7 @@
 #define ADMIN_MAX_HEADERS (16 * 1024)
 #define ADMIN_TIMEOUT_S 30
 #define ADMIN_WAIT_TIMEOUT_S 3600 /* a ?wait=1 connection: as long as a load may take */
+#define ADMIN_STOP_CHECK_MS 50    /* stop_ev's period: the bound on a lost wakeup */
 
 typedef struct ended {
     loader_status_t st;
@@ -120,12 +123,15 @@ static struct admin {
     struct event_base *base;
     struct evhttp *http;
     struct event *done_ev;       /* activated by the loader when a load ends */
-    struct event *stop_ev;       /* activated by admin_stop */
+    struct event *stop_ev;       /* timer every ADMIN_STOP_CHECK_MS, also activated by admin_stop */
     pthread_mutex_t ended_lock;  /* protects ended and ended_tail */
     ended_t *ended;              /* loads ended, not yet seen by the admin thread, oldest first */
     ended_t **ended_tail;        /* where the next one is linked */
     waiter_t *waiters;           /* ?wait=1 requests; admin thread only */
     _Atomic bool stopping;       /* admin_stop has begun */
+    _Atomic bool stop_requested; /* the loader has stopped: leave the loop (admin_stop sets it) */
+    bool stop_handled;           /* on_stop_ev has acted on it; admin thread only */
+    int stop_ticks;              /* stop_ev runs since then; admin thread only */
     bool answered_stopping;      /* a waiter was answered after that; admin thread only */
     pthread_t thread;
     bool running;                /* main thread only */
@@ -235,14 +241,22 @@ static json_t *model_json(const model_t *m)
 
 /* ---- GET endpoints ---------------------------------------------------------- */
 
+/* Both say 503 from the moment main sets srv->stopping (SIGTERM/SIGINT),
+ * before the drain: a load balancer polling either stops sending new work
+ * while the workers finish what they hold. */
 static void on_healthz(struct evhttp_request *req)
 {
-    reply_text(req, 200, "ok\n");
+    if (atomic_load(&A.srv->stopping))
+        reply_text(req, 503, "draining\n");
+    else
+        reply_text(req, 200, "ok\n");
 }
 
 static void on_readyz(struct evhttp_request *req)
 {
-    if (atomic_load(&A.srv->active))
+    if (atomic_load(&A.srv->stopping))
+        reply_text(req, 503, "draining\n");
+    else if (atomic_load(&A.srv->active))
         reply_text(req, 200, "ready\n");
     else
         reply_text(req, 503, "no model loaded\n");
@@ -817,13 +831,33 @@ static cold int listen_on(const char *addr, int port)
     return fd;
 }
 
-/* stop_ev: answers the requests still waiting (their loads were dropped or
- * discarded: loader_stop has ended them all) and leaves the loop, after a
- * moment to flush when a waiter was answered since admin_stop began (a
- * reply goes out on a later turn of the loop than the one that made it). */
+/* stop_ev, once A.stop_requested is set: answers the requests still
+ * waiting (their loads were dropped or discarded: loader_stop has ended them
+ * all) and leaves the loop, after a moment to flush when a waiter was
+ * answered since admin_stop began (a reply goes out on a later turn of the
+ * loop than the one that made it).
+ *
+ * Why a timer and a flag, not only an activation: the stop must hold
+ * whatever point the admin thread has reached when admin_stop runs (not yet
+ * in event_base_dispatch, inside it, or between two turns), e.g. when the
+ * data port cannot be bound right after admin_start.  The flag is state, not
+ * an event: the first turn of the loop that runs stop_ev (admin_stop's
+ * event_active, or the timer at most ADMIN_STOP_CHECK_MS later, which is
+ * armed before the thread starts) sees it and leaves; later ticks break
+ * again should the loop still run past the flush moment.  Nothing can be
+ * lost. */
 static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;
+    if (!atomic_load(&A.stop_requested))
+        return;
+    if (A.stop_handled) {
+        /* Still looping after the flush moment: break again (idempotent). */
+        if (++A.stop_ticks * ADMIN_STOP_CHECK_MS > 200)
+            event_base_loopbreak(A.base);
+        return;
+    }
+    A.stop_handled = true;
     int answered = drain_ended();
     while (A.waiters) {
         waiter_t *w = A.waiters;
@@ -868,8 +902,11 @@ int admin_start(server_t *srv)
     if (!A.base)
         goto fail;
     A.done_ev = event_new(A.base, -1, 0, on_done_ev, NULL);
-    A.stop_ev = event_new(A.base, -1, 0, on_stop_ev, NULL);
+    A.stop_ev = event_new(A.base, -1, EV_PERSIST, on_stop_ev, NULL);
     if (!A.done_ev || !A.stop_ev)
+        goto fail;
+    struct timeval check = {0, ADMIN_STOP_CHECK_MS * 1000};
+    if (event_add(A.stop_ev, &check) != 0)
         goto fail;
     A.http = evhttp_new(A.base);
     if (!A.http)
@@ -930,6 +967,7 @@ void admin_stop(server_t *srv)
         return;
     atomic_store(&A.stopping, true);
     loader_stop();
+    atomic_store(&A.stop_requested, true);
     event_active(A.stop_ev, EV_READ, 0); /* from main: the base is notifiable (evthread) */
     pthread_join(A.thread, NULL);
     evhttp_free(A.http);
@@ -949,5 +987,8 @@ void admin_stop(server_t *srv)
     A.base = NULL;
     A.running = false;
     atomic_store(&A.stopping, false);
+    atomic_store(&A.stop_requested, false);
+    A.stop_handled = false;
+    A.stop_ticks = 0;
     A.answered_stopping = false;
 }

@@ -8,6 +8,21 @@
  * when io_uring cannot be set up (EPERM/ENOSYS, e.g. Docker's default
  * seccomp profile) or --force-epoll says so; the fallback is logged.
  *
+ * ONE OWNER PER PORT
+ *   SO_REUSEPORT would also let a second tlserve (same user) bind the port
+ *   and take a share of the connections.  So before the workers' sockets,
+ *   workers_start binds a guard socket on the address: SO_REUSEADDR, no
+ *   SO_REUSEPORT, never listening, held until workers_stop.  Linux's bind
+ *   rules then give:
+ *     guard vs a listening socket of another process   EADDRINUSE (we exit 1)
+ *     our workers (REUSEADDR+REUSEPORT) vs our guard   allowed: the guard
+ *                                                      has REUSEADDR and
+ *                                                      does not listen
+ *     another process's guard vs our listening workers EADDRINUSE
+ *   Left open: two processes that both bind their guards before either
+ *   listens (starts within the same few hundred microseconds) can still
+ *   share the port.
+ *
  * THREAD SAFETY: called from the main thread only.
  */
 #include "log.h"
@@ -23,26 +38,58 @@
 #include <unistd.h>
 
 static worker_t *workers;
+static int guard_fd = -1; /* see ONE OWNER PER PORT; main thread only */
+
+static int sockaddr_of(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    memset(ss, 0, sizeof *ss);
+    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        *len = sizeof *s4;
+    } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *s6;
+    } else {
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The guard (ONE OWNER PER PORT): a bound, never listening socket without
+ * SO_REUSEPORT.  Returns the fd or -errno (-EADDRINUSE: another owner). */
+static cold int bind_guard(const char *addr, int port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = sockaddr_of(addr, port, &ss, &len);
+    if (rc < 0)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
 
 /* A listening socket on an IPv4 or IPv6 literal, SO_REUSEPORT so that every
  * worker can have its own.  Returns the fd or -errno. */
 static int listen_on(const char *addr, int port)
 {
-    struct sockaddr_storage ss = {0};
+    struct sockaddr_storage ss;
     socklen_t len;
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-        len = sizeof *s4;
-    } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        len = sizeof *s6;
-    } else {
-        return -EINVAL;
-    }
+    int rc = sockaddr_of(addr, port, &ss, &len);
+    if (rc < 0)
+        return rc;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -117,6 +164,20 @@ int workers_start(server_t *srv)
         return -ENOMEM;
     for (int i = 0; i < srv->nworkers; i++)
         workers[i].listen_fd = -1;
+    guard_fd = bind_guard(srv->cfg.bind, srv->cfg.port);
+    if (guard_fd < 0) {
+        int rc = guard_fd;
+        guard_fd = -1;
+        if (rc == -EADDRINUSE)
+            LOG(LL_ERROR, "data plane: cannot listen on %s:%d: address in use (another process "
+                          "holds it)", srv->cfg.bind, srv->cfg.port);
+        else
+            LOG(LL_ERROR, "data plane: cannot listen on %s:%d: %s", srv->cfg.bind,
+                srv->cfg.port, strerror(-rc));
+        free(workers);
+        workers = NULL;
+        return rc;
+    }
     for (int i = 0; i < srv->nworkers; i++) {
         int rc = worker_init(srv, &workers[i], i);
         if (rc < 0) {
@@ -124,6 +185,8 @@ int workers_start(server_t *srv)
                 strerror(-rc));
             for (int j = 0; j <= i; j++)
                 worker_fini(&workers[j]);
+            close(guard_fd);
+            guard_fd = -1;
             free(workers);
             workers = NULL;
             return rc;
@@ -145,6 +208,8 @@ void workers_stop(server_t *srv)
         pthread_join(workers[i].thread, NULL);
     for (int i = 0; i < srv->nworkers; i++)
         worker_fini(&workers[i]);
+    close(guard_fd);
+    guard_fd = -1;
     free(workers);
     workers = NULL;
 }
