@@ -95,7 +95,7 @@ static int reserve(uint8_t **buf, size_t *cap, size_t need)
 static uint8_t *out_room(conn_t *c, size_t bytes)
 {
     if (c->out_off == c->out_len && !c->send_busy)
-        c->out_off = c->out_len = 0; /* all sent: start over */
+        c->out_off = c->out_len = c->out_done = 0; /* all sent: start over */
     size_t need = c->out_len + bytes;
     if (need <= c->out_cap)
         return c->out + c->out_len;
@@ -128,12 +128,26 @@ static void queued_one(worker_t *w, conn_t *c, size_t frame_len)
 void conn_sent(worker_t *w, conn_t *c, size_t n)
 {
     c->out_off += n;
-    if (c->out_off >= c->out_len) { /* everything queued has gone */
-        w->inflight -= c->queued;
-        atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
-        c->queued = 0;
-        c->out_off = c->out_len = 0;
+    /* Release every response whose last byte has gone: walk our own frame
+     * headers from out_done (c->out still holds the sent bytes). */
+    uint32_t done = 0;
+    while (c->queued > done && c->out_off - c->out_done >= CODEC_HEADER_SIZE) {
+        codec_header_t h;
+        if (codec_parse_header(c->out + c->out_done, CODEC_HEADER_SIZE, &h, NULL) != CODEC_OK)
+            break; /* cannot happen: we built it; released when out empties */
+        size_t end = c->out_done + CODEC_HEADER_SIZE + (size_t)h.payload_len;
+        if (end > c->out_off)
+            break;
+        c->out_done = end;
+        done++;
     }
+    if (c->out_off >= c->out_len) { /* everything queued has gone */
+        done = c->queued;
+        c->out_off = c->out_len = c->out_done = 0;
+    }
+    c->queued -= done;
+    w->inflight -= done;
+    atomic_fetch_sub_explicit(&w->m->inflight, done, memory_order_relaxed);
 }
 
 bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)

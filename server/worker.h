@@ -35,6 +35,8 @@ typedef struct conn {
     size_t out_off, out_len, out_cap;
     uint8_t *out_sending;      /* io_uring: the buffer a send in flight reads, when out
                                   has been reallocated since; freed when the send completes */
+    size_t out_done;           /* end of the last response fully sent: the next frame
+                                  boundary in [out_done, out_off] that conn_sent releases */
     uint32_t queued;           /* responses in out not yet fully sent */
     uint64_t partial_since_ms; /* first byte of an incomplete frame, 0 = none */
     bool closing;              /* framing lost or peer gone: close once flushed */
@@ -80,7 +82,11 @@ typedef struct worker {
  * Never blocks; allocates only to grow c's buffers. */
 int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len);
 
-/* The driver sent n more bytes of c->out. */
+/* The driver sent n more bytes of c->out.  Each response counts against
+ * max-inflight until its last byte is sent, one by one: a driver that sends
+ * while more responses are being queued (io_uring: a send in flight while
+ * the next burst is answered) releases what it sent, not only when c->out
+ * empties. */
 void conn_sent(worker_t *w, conn_t *c, size_t n);
 
 /* True when c holds a partial frame older than the idle timeout. */

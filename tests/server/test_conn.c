@@ -1220,6 +1220,47 @@ static void test_overloaded(void **state)
     finish();
 }
 
+/* A response stops counting against --max-inflight once its last byte is
+ * sent, even while later responses are still queued behind it: the io_uring
+ * driver's send completes for the bytes it took while the next burst has
+ * been answered into c->out.  A partial send of a frame releases nothing. */
+static void test_inflight_released_per_response(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--max-inflight", "4", NULL});
+    conn_t *c = open_conn();
+    bytes_t x = {0};
+    for (uint64_t id = 1; id <= 3; id++)
+        put_ping(&x, id, "burst");
+    assert_int_equal(feed(c, &x), 0);
+    size_t first_burst = c->out_len; /* what a send in flight took */
+    size_t one = first_burst / 3;
+    assert_int_equal(w.inflight, 3);
+    x.len = 0;
+    put_ping(&x, 4, "next");
+    assert_int_equal(feed(c, &x), 0); /* answered while the send is in flight */
+    assert_int_equal(w.inflight, 4);
+    conn_sent(&w, c, one - 1); /* part of the first frame */
+    assert_int_equal(w.inflight, 4);
+    conn_sent(&w, c, first_burst - (one - 1)); /* the send completes */
+    assert_int_equal(w.inflight, 1);
+    assert_int_equal(c->queued, 1);
+    assert_int_equal(atomic_load(&w.m->inflight), 1);
+    x.len = 0;
+    for (uint64_t id = 5; id <= 7; id++)
+        put_ping(&x, id, "burst");
+    assert_int_equal(feed(c, &x), 0); /* 4 queued: under the limit, no OVERLOADED */
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 0);
+    expect_pong(c, 4, "next");
+    for (uint64_t id = 5; id <= 7; id++)
+        expect_pong(c, id, "burst");
+    expect_nothing(c);
+    assert_int_equal(w.inflight, 0);
+    conn_free(&w, c);
+    free(x.p);
+    finish();
+}
+
 /* Draining: requests get SHUTTING_DOWN, PING is still answered. */
 static void test_shutting_down(void **state)
 {
@@ -1295,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_no_model),
         cmocka_unit_test(test_scratch_follows_version),
         cmocka_unit_test(test_overloaded),
+        cmocka_unit_test(test_inflight_released_per_response),
         cmocka_unit_test(test_shutting_down),
         cmocka_unit_test(test_out_of_memory_output),
         cmocka_unit_test(test_out_of_memory_input),
