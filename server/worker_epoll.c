@@ -6,7 +6,9 @@
  *
  * Per event: read up to 64 KiB into the worker's buffer and feed it to the
  * connection (conn.c); then write as much of the connection's output as the
- * socket takes, and ask for EPOLLOUT only while output is pending.  A
+ * socket takes, and ask for EPOLLOUT only while output is pending; once the
+ * connection is closing (the peer's EOF, or framing lost) stop asking for
+ * input, which a half-closed peer would keep signalling.  A
  * connection whose partial frame is older than idle-timeout-ms is closed, so
  * a client sending a byte a second holds a file descriptor, never a thread.
  *
@@ -59,9 +61,14 @@ static void drop(worker_t *w, struct ep_state *st, conn_t *c)
     conn_free(w, c);
 }
 
+/* Level-triggered: a closing connection (EOF seen, or framing lost) is no
+ * longer polled for input, or a half-closed peer's EPOLLIN/EPOLLRDHUP, which
+ * stays raised, would wake the loop at once for ever while its output waits
+ * for the peer to read. */
 static void want_out(struct ep_state *st, conn_t *c, bool on)
 {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0), .data.fd = c->fd};
+    uint32_t in = c->closing ? 0 : EPOLLIN | EPOLLRDHUP;
+    struct epoll_event ev = {.events = in | (on ? EPOLLOUT : 0), .data.fd = c->fd};
     epoll_ctl(st->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 

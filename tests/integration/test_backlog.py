@@ -120,6 +120,23 @@ class Backlog:
         finally:
             self.assertEqual(srv.stop(), 0)
 
+    def test_half_closed_peer_that_does_not_read_does_not_spin(self):
+        srv = self.server("--max-inflight", "100000")
+        try:
+            sock = stuck_peer(srv.port)
+            time.sleep(1.0)  # let the worker answer what it has read
+            sock.shutdown(socket.SHUT_WR)
+            time.sleep(0.5)
+            before = cpu_seconds(srv.proc.pid)
+            time.sleep(2.0)
+            used = cpu_seconds(srv.proc.pid) - before
+            self.assertLess(used, 0.5, "tlserve used %.2f s of CPU in 2 s with a half-closed "
+                                       "peer that does not read" % used)
+            self.assertIsNone(srv.proc.poll())
+            sock.close()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
 class BacklogUring(Backlog, unittest.TestCase):
     extra = ()
 
