@@ -13,7 +13,9 @@
  * user_data = conn pointer | op (pointers are 8-aligned, the op takes the
  * low 2 bits; accept and the timer carry a NULL pointer).  A connection is
  * freed only when no operation on it is in flight: closing it shuts the
- * socket down, which ends its multishot recv, and waits for its send.
+ * socket down, which ends its multishot recv, and waits for its send.  Past
+ * the drain deadline (SIGTERM + 5 s) every connection is shut down at once:
+ * a send to a peer that does not read then fails instead of waiting for ever.
  *
  * Provided buffers: BUFS buffers of BUF_BYTES in buffer group 0; each recv
  * completion names its buffer, conn_feed copies the bytes out (frames are
@@ -234,9 +236,23 @@ static bool on_tick(worker_t *w, struct uring_state *st, uint64_t *drain_deadlin
     }
     if (st->live == NULL)
         return false;
-    if (now > *drain_deadline) /* peers that never read: give up on them */
-        for (conn_t *c = st->live; c; c = c->next)
+    if (now > *drain_deadline) { /* peers that never read: give up on them */
+        /* A send to a peer that does not read never completes by itself, and
+         * maybe_close waits for it: shutting the socket down makes the kernel
+         * fail it (EPIPE) and ends the recv, so every op completes and the
+         * connection is freed on its completions. */
+        for (conn_t *c = st->live, *next; c; c = next) {
+            next = c->next;
             c->closing = c->dead = true;
+            if (!c->shut) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->shut = true;
+            }
+            maybe_close(w, st, c);
+        }
+        if (now > *drain_deadline + 2000)
+            return false; /* still not done: the ring's teardown cancels the rest */
+    }
     return true;
 }
 

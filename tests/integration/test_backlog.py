@@ -137,6 +137,28 @@ class Backlog:
         finally:
             self.assertEqual(srv.stop(), 0)
 
+    def test_sigterm_with_a_peer_that_does_not_read_exits_within_the_drain_deadline(self):
+        srv = self.server("--max-inflight", "100000")
+        sock = None
+        try:
+            sock = stuck_peer(srv.port)
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = srv.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                rc = None
+            self.assertIsNotNone(rc, "tlserve still running 15 s after SIGTERM: %s"
+                                 % srv.output()[-2000:])
+            self.assertEqual(rc, 0, srv.output()[-2000:])
+            self.assertLess(time.monotonic() - t0, 15)
+        finally:
+            if sock:
+                sock.close()
+            srv.stop()
+
+
 class BacklogUring(Backlog, unittest.TestCase):
     extra = ()
 
