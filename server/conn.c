@@ -19,6 +19,14 @@
  * -ENOMEM when a buffer cannot grow, -EINVAL when a frame we built does not
  * encode (a bug), and conn_feed's reasons to close (worker.h).
  *
+ * BACK-PRESSURE: besides the worker's --max-inflight (past it, OVERLOADED),
+ * each connection may hold only its share (worker.h) of unsent responses.
+ * At the share the remaining frames wait unanswered in c->in and the driver
+ * stops reading the socket (c->paused) until conn_resume, so a peer that
+ * pipelines and never reads is slowed down by TCP, not the worker's other
+ * peers refused.  A response counts until its last byte is sent
+ * (conn_sent walks the frames it queued), not until c->out empties.
+ *
  * THREAD SAFETY: a connection belongs to one worker thread.
  */
 #include "worker.h"
@@ -148,6 +156,21 @@ void conn_sent(worker_t *w, conn_t *c, size_t n)
     c->queued -= done;
     w->inflight -= done;
     atomic_fetch_sub_explicit(&w->m->inflight, done, memory_order_relaxed);
+}
+
+uint32_t conn_inflight_share(const worker_t *w)
+{
+    int share = w->srv->cfg.max_inflight / CONN_INFLIGHT_SHARE;
+    return share > 0 ? (uint32_t)share : UINT32_MAX; /* too small a limit to share */
+}
+
+int conn_resume(worker_t *w, conn_t *c)
+{
+    if (!c->paused || c->closing || c->queued >= conn_inflight_share(w))
+        return 0;
+    c->paused = false;
+    int rc = conn_feed(w, c, NULL, 0);
+    return rc < 0 ? rc : 1;
 }
 
 bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)
@@ -322,11 +345,19 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         return rc;
     }
     w->in_bytes += c->in_cap - before;
-    memcpy(c->in + c->in_len, data, len);
+    if (len)
+        memcpy(c->in + c->in_len, data, len);
     c->in_len += len;
 
     size_t pos = 0;
+    uint32_t share = conn_inflight_share(w);
     while (c->in_len - pos >= CODEC_HEADER_SIZE) {
+        if (c->queued >= share) { /* back-pressure: the rest waits for the peer to read */
+            if (!c->paused)
+                atomic_fetch_add_explicit(&w->m->backpressure_total, 1, memory_order_relaxed);
+            c->paused = true;
+            break;
+        }
         codec_header_t h;
         codec_error_t err;
         int e = codec_parse_header(c->in + pos, c->in_len - pos, &h, &err);
@@ -356,7 +387,7 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
     }
-    if (c->in_len == 0)
+    if (c->in_len == 0 || c->paused) /* paused: we are the ones not reading */
         c->partial_since_ms = 0;
     else if (pos > 0 || c->partial_since_ms == 0)
         c->partial_since_ms = worker_now_ms();
