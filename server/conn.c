@@ -19,6 +19,14 @@
  * -ENOMEM when a buffer cannot grow, -EINVAL when a frame we built does not
  * encode (a bug), and conn_feed's reasons to close (worker.h).
  *
+ * BACK-PRESSURE: besides the worker's --max-inflight (past it, OVERLOADED),
+ * each connection may hold only its share (worker.h) of unsent responses.
+ * At the share the remaining frames wait unanswered in c->in and the driver
+ * stops reading the socket (c->paused) until conn_resume, so a peer that
+ * pipelines and never reads is slowed down by TCP, not the worker's other
+ * peers refused.  A response counts until its last byte is sent
+ * (conn_sent walks the frames it queued), not until c->out empties.
+ *
  * THREAD SAFETY: a connection belongs to one worker thread.
  */
 #include "worker.h"
@@ -95,7 +103,7 @@ static int reserve(uint8_t **buf, size_t *cap, size_t need)
 static uint8_t *out_room(conn_t *c, size_t bytes)
 {
     if (c->out_off == c->out_len && !c->send_busy)
-        c->out_off = c->out_len = 0; /* all sent: start over */
+        c->out_off = c->out_len = c->out_done = 0; /* all sent: start over */
     size_t need = c->out_len + bytes;
     if (need <= c->out_cap)
         return c->out + c->out_len;
@@ -128,12 +136,41 @@ static void queued_one(worker_t *w, conn_t *c, size_t frame_len)
 void conn_sent(worker_t *w, conn_t *c, size_t n)
 {
     c->out_off += n;
-    if (c->out_off >= c->out_len) { /* everything queued has gone */
-        w->inflight -= c->queued;
-        atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
-        c->queued = 0;
-        c->out_off = c->out_len = 0;
+    /* Release every response whose last byte has gone: walk our own frame
+     * headers from out_done (c->out still holds the sent bytes). */
+    uint32_t done = 0;
+    while (c->queued > done && c->out_off - c->out_done >= CODEC_HEADER_SIZE) {
+        codec_header_t h;
+        if (codec_parse_header(c->out + c->out_done, CODEC_HEADER_SIZE, &h, NULL) != CODEC_OK)
+            break; /* cannot happen: we built it; released when out empties */
+        size_t end = c->out_done + CODEC_HEADER_SIZE + (size_t)h.payload_len;
+        if (end > c->out_off)
+            break;
+        c->out_done = end;
+        done++;
     }
+    if (c->out_off >= c->out_len) { /* everything queued has gone */
+        done = c->queued;
+        c->out_off = c->out_len = c->out_done = 0;
+    }
+    c->queued -= done;
+    w->inflight -= done;
+    atomic_fetch_sub_explicit(&w->m->inflight, done, memory_order_relaxed);
+}
+
+uint32_t conn_inflight_share(const worker_t *w)
+{
+    int share = w->srv->cfg.max_inflight / CONN_INFLIGHT_SHARE;
+    return share > 0 ? (uint32_t)share : UINT32_MAX; /* too small a limit to share */
+}
+
+int conn_resume(worker_t *w, conn_t *c)
+{
+    if (!c->paused || c->closing || c->queued >= conn_inflight_share(w))
+        return 0;
+    c->paused = false;
+    int rc = conn_feed(w, c, NULL, 0);
+    return rc < 0 ? rc : 1;
 }
 
 bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)
@@ -308,11 +345,19 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         return rc;
     }
     w->in_bytes += c->in_cap - before;
-    memcpy(c->in + c->in_len, data, len);
+    if (len)
+        memcpy(c->in + c->in_len, data, len);
     c->in_len += len;
 
     size_t pos = 0;
+    uint32_t share = conn_inflight_share(w);
     while (c->in_len - pos >= CODEC_HEADER_SIZE) {
+        if (c->queued >= share) { /* back-pressure: the rest waits for the peer to read */
+            if (!c->paused)
+                atomic_fetch_add_explicit(&w->m->backpressure_total, 1, memory_order_relaxed);
+            c->paused = true;
+            break;
+        }
         codec_header_t h;
         codec_error_t err;
         int e = codec_parse_header(c->in + pos, c->in_len - pos, &h, &err);
@@ -342,7 +387,7 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
     }
-    if (c->in_len == 0)
+    if (c->in_len == 0 || c->paused) /* paused: we are the ones not reading */
         c->partial_since_ms = 0;
     else if (pos > 0 || c->partial_since_ms == 0)
         c->partial_since_ms = worker_now_ms();

@@ -85,7 +85,8 @@ int server_config_load(server_config_t *cfg, int argc, char **argv);
     X(connections_accepted_total, "Connections accepted")                                   \
     X(connections_closed_total, "Connections closed")                                       \
     X(bytes_in_total, "Bytes received on the data plane")                                   \
-    X(bytes_out_total, "Bytes queued for sending on the data plane")
+    X(bytes_out_total, "Bytes queued for sending on the data plane")                        \
+    X(backpressure_total, "Times a connection reached its share of max-inflight and stopped being read")
 
 #define SERVER_MAX_ERROR_CODES 32
 

@@ -35,6 +35,8 @@ typedef struct conn {
     size_t out_off, out_len, out_cap;
     uint8_t *out_sending;      /* io_uring: the buffer a send in flight reads, when out
                                   has been reallocated since; freed when the send completes */
+    size_t out_done;           /* end of the last response fully sent: the next frame
+                                  boundary in [out_done, out_off] that conn_sent releases */
     uint32_t queued;           /* responses in out not yet fully sent */
     uint64_t partial_since_ms; /* first byte of an incomplete frame, 0 = none */
     bool closing;              /* framing lost or peer gone: close once flushed */
@@ -43,6 +45,10 @@ typedef struct conn {
     int ops;                   /* io_uring: operations in flight on this conn */
     bool shut;                 /* io_uring: shutdown() issued to end the recv */
     bool dead;                 /* the peer is gone: drop queued output */
+    bool paused;               /* queued reached the connection's share of max-inflight:
+                                  frames wait in `in` unanswered and the driver stops
+                                  reading until conn_resume (back-pressure) */
+    bool recv_cancel;          /* io_uring: a cancel of the recv is in flight (paused) */
     struct conn *prev, *next;  /* the driver's list of live connections */
 } conn_t;
 
@@ -77,10 +83,33 @@ typedef struct worker {
  *   -ENOMEM   a buffer could not grow (received bytes may be lost)
  *   -EINVAL   a response did not encode (a bug)
  *   -EPIPE    c was closing already; the bytes are ignored
+ * When c's unsent responses reach its share (conn_inflight_share), the
+ * frames after that wait in c->in and c->paused is set: the driver stops
+ * reading c until conn_resume.  len may be 0 (just answer what waits).
  * Never blocks; allocates only to grow c's buffers. */
 int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len);
 
-/* The driver sent n more bytes of c->out. */
+/* A connection may hold at most this share of the worker's --max-inflight
+ * (1/CONN_INFLIGHT_SHARE of it; no share under a limit of
+ * CONN_INFLIGHT_SHARE, where only the worker's limit holds) in unsent
+ * responses; past it
+ * conn_feed stops answering and sets c->paused, so that one peer that
+ * pipelines and never reads cannot make its worker refuse everyone else. */
+#define CONN_INFLIGHT_SHARE 4
+uint32_t conn_inflight_share(const worker_t *w);
+
+/* When c is paused and its unsent responses are back under its share,
+ * answers the frames that waited in c->in (as conn_feed does) and clears
+ * c->paused unless the share is reached again.  Returns 1 when it resumed
+ * (the driver must send and may read again), 0 when there was nothing to
+ * do, or conn_feed's -errno (c->closing is then set).  Never blocks. */
+int conn_resume(worker_t *w, conn_t *c);
+
+/* The driver sent n more bytes of c->out.  Each response counts against
+ * max-inflight until its last byte is sent, one by one: a driver that sends
+ * while more responses are being queued (io_uring: a send in flight while
+ * the next burst is answered) releases what it sent, not only when c->out
+ * empties. */
 void conn_sent(worker_t *w, conn_t *c, size_t n);
 
 /* True when c holds a partial frame older than the idle timeout. */

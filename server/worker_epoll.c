@@ -6,7 +6,10 @@
  *
  * Per event: read up to 64 KiB into the worker's buffer and feed it to the
  * connection (conn.c); then write as much of the connection's output as the
- * socket takes, and ask for EPOLLOUT only while output is pending.  A
+ * socket takes, and ask for EPOLLOUT only while output is pending; once the
+ * connection is closing (the peer's EOF, or framing lost) stop asking for
+ * input, which a half-closed peer would keep signalling, nor while it is
+ * paused (its share of max-inflight unsent: back-pressure, conn.c).  A
  * connection whose partial frame is older than idle-timeout-ms is closed, so
  * a client sending a byte a second holds a file descriptor, never a thread.
  *
@@ -59,9 +62,15 @@ static void drop(worker_t *w, struct ep_state *st, conn_t *c)
     conn_free(w, c);
 }
 
+/* Level-triggered: a closing connection (EOF seen, or framing lost) is no
+ * longer polled for input, or a half-closed peer's EPOLLIN/EPOLLRDHUP, which
+ * stays raised, would wake the loop at once for ever while its output waits
+ * for the peer to read.  Nor is a paused one (back-pressure, conn.c): its
+ * output is pending, so EPOLLOUT wakes it. */
 static void want_out(struct ep_state *st, conn_t *c, bool on)
 {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0), .data.fd = c->fd};
+    uint32_t in = c->closing || c->paused ? 0 : EPOLLIN | EPOLLRDHUP;
+    struct epoll_event ev = {.events = in | (on ? EPOLLOUT : 0), .data.fd = c->fd};
     epoll_ctl(st->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
@@ -85,6 +94,18 @@ static int flush_out(worker_t *w, struct ep_state *st, conn_t *c)
     }
     want_out(st, c, false);
     return 0;
+}
+
+/* Sends what the socket takes; while that lets a paused connection resume,
+ * answers the frames that waited and sends again.  Drops c when the peer is
+ * gone or c is closing with nothing left to send. */
+static void flush_or_drop(worker_t *w, struct ep_state *st, conn_t *c)
+{
+    int rc = flush_out(w, st, c);
+    while (rc == 0 && conn_resume(w, c) != 0)
+        rc = flush_out(w, st, c);
+    if (rc != 0 || (c->closing && c->out_off == c->out_len))
+        drop(w, st, c);
 }
 
 static void accept_all(worker_t *w, struct ep_state *st)
@@ -117,6 +138,8 @@ static void on_readable(worker_t *w, struct ep_state *st, conn_t *c, uint8_t *bu
         if (n > 0) {
             if (conn_feed(w, c, buf, (size_t)n) < 0)
                 break; /* -errno, closing: flush what is queued, then drop */
+            if (c->paused)
+                break; /* back-pressure: read again once the peer has read */
             if ((size_t)n < READ_CHUNK)
                 break;
             continue;
@@ -128,8 +151,7 @@ static void on_readable(worker_t *w, struct ep_state *st, conn_t *c, uint8_t *bu
         c->closing = true; /* EOF or error */
         break;
     }
-    if (flush_out(w, st, c) != 0 || (c->closing && c->out_off == c->out_len))
-        drop(w, st, c);
+    flush_or_drop(w, st, c);
 }
 
 int worker_run_epoll(worker_t *w)
@@ -174,8 +196,7 @@ int worker_run_epoll(worker_t *w)
             if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
                 on_readable(w, &st, c, buf);
             } else if (evs[i].events & EPOLLOUT) {
-                if (flush_out(w, &st, c) != 0 || (c->closing && c->out_off == c->out_len))
-                    drop(w, &st, c);
+                flush_or_drop(w, &st, c);
             }
         }
         uint64_t now = worker_now_ms();

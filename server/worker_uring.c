@@ -5,15 +5,20 @@
  *   conn --multishot recv into a provided buffer ring--> conn_feed (conn.c)
  *   conn->out --send--> peer, one send in flight per connection
  *   a 100 ms timeout op: stop flag, stalled partial frames, drain
+ *   back-pressure (conn.c paused the conn): cancel its recv, re-arm it once
+ *   a send brings its backlog under its share
  *
  * Completions are drained in batches (io_uring_for_each_cqe, then one
  * io_uring_cq_advance) and the SQEs they produce go out with the next
  * io_uring_submit_and_wait: one syscall per loop, not per request.
  *
  * user_data = conn pointer | op (pointers are 8-aligned, the op takes the
- * low 2 bits; accept and the timer carry a NULL pointer).  A connection is
+ * low 2 bits; accept and the timer carry a NULL pointer, a recv's cancel
+ * carries OP_TIMER with its conn).  A connection is
  * freed only when no operation on it is in flight: closing it shuts the
- * socket down, which ends its multishot recv, and waits for its send.
+ * socket down, which ends its multishot recv, and waits for its send.  Past
+ * the drain deadline (SIGTERM + 5 s) every connection is shut down at once:
+ * a send to a peer that does not read then fails instead of waiting for ever.
  *
  * Provided buffers: BUFS buffers of BUF_BYTES in buffer group 0; each recv
  * completion names its buffer, conn_feed copies the bytes out (frames are
@@ -108,6 +113,31 @@ static void try_send(struct uring_state *st, conn_t *c)
     c->ops++;
 }
 
+/* Back-pressure (conn.c paused c): cancel its multishot recv.  The cancel's
+ * own completion carries c with OP_TIMER and is ignored (c may be freed by
+ * then: it is not looked at); the recv ends with -ECANCELED. */
+static void stop_recv(struct uring_state *st, conn_t *c)
+{
+    if (!c->paused || !c->recv_armed || c->recv_cancel || c->closing)
+        return;
+    struct io_uring_sqe *sqe = sqe_get(st);
+    if (!sqe)
+        return; /* the recv goes on; conn_feed keeps the frames unanswered */
+    io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)c | OP_RECV, 0);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_TIMER);
+    c->recv_cancel = true;
+}
+
+/* After a send: a paused c whose backlog went under its share answers the
+ * frames that waited and reads again. */
+static void resume(worker_t *w, struct uring_state *st, conn_t *c)
+{
+    if (conn_resume(w, c) <= 0)
+        return;
+    if (!c->paused && !c->recv_armed && !c->closing)
+        arm_recv(st, c);
+}
+
 static void unlink_conn(struct uring_state *st, conn_t *c)
 {
     if (c->prev)
@@ -175,16 +205,26 @@ static void on_recv(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
     if (!more) {
         c->recv_armed = false;
         c->ops--;
+        if (cqe->res == -ECANCELED && c->recv_cancel) { /* stop_recv's doing */
+            c->recv_cancel = false;
+            if (!c->paused && !c->closing)
+                arm_recv(st, c); /* resumed meanwhile */
+            try_send(st, c);
+            maybe_close(w, st, c);
+            return;
+        }
+        c->recv_cancel = false;
     }
     if (cqe->res > 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
         unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
         if (!c->closing) /* on -errno conn_feed sets c->closing, read below */
             conn_feed(w, c, st->bufs + (size_t)bid * BUF_BYTES, (size_t)cqe->res);
         recycle(st, bid);
-        if (!more && !c->closing)
+        if (!more && !c->closing && !c->paused)
             arm_recv(st, c); /* the kernel ended the multishot: start another */
+        stop_recv(st, c);
     } else if (cqe->res == -ENOBUFS) {
-        if (!more && !c->closing)
+        if (!more && !c->closing && !c->paused)
             arm_recv(st, c); /* all buffers were busy: try again */
     } else if (!more) {
         c->closing = true; /* EOF or error */
@@ -201,9 +241,10 @@ static void on_send(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
     c->ops--;
     free(c->out_sending); /* the buffer that send read, if out moved meanwhile */
     c->out_sending = NULL;
-    if (cqe->res > 0)
+    if (cqe->res > 0) {
         conn_sent(w, c, (size_t)cqe->res);
-    else if (cqe->res != -EAGAIN && cqe->res != -EINTR)
+        resume(w, st, c);
+    } else if (cqe->res != -EAGAIN && cqe->res != -EINTR)
         c->closing = c->dead = true;
     try_send(st, c);
     maybe_close(w, st, c);
@@ -234,9 +275,23 @@ static bool on_tick(worker_t *w, struct uring_state *st, uint64_t *drain_deadlin
     }
     if (st->live == NULL)
         return false;
-    if (now > *drain_deadline) /* peers that never read: give up on them */
-        for (conn_t *c = st->live; c; c = c->next)
+    if (now > *drain_deadline) { /* peers that never read: give up on them */
+        /* A send to a peer that does not read never completes by itself, and
+         * maybe_close waits for it: shutting the socket down makes the kernel
+         * fail it (EPIPE) and ends the recv, so every op completes and the
+         * connection is freed on its completions. */
+        for (conn_t *c = st->live, *next; c; c = next) {
+            next = c->next;
             c->closing = c->dead = true;
+            if (!c->shut) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->shut = true;
+            }
+            maybe_close(w, st, c);
+        }
+        if (now > *drain_deadline + 2000)
+            return false; /* still not done: the ring's teardown cancels the rest */
+    }
     return true;
 }
 
@@ -305,6 +360,8 @@ int worker_run_uring(worker_t *w)
                 on_send(w, &st, c, cqe);
                 break;
             case OP_TIMER:
+                if (c)
+                    break; /* a stop_recv cancel's completion */
                 running = on_tick(w, &st, &drain_deadline);
                 if (running)
                     arm_timer(&st);

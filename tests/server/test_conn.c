@@ -675,11 +675,12 @@ static void test_partial_frame_clock(void **state)
 }
 
 /* Many frames in one buffer, good and bad mixed: answered in order, each
- * with its own id; the next feed goes on where this one stopped. */
+ * with its own id; the next feed goes on where this one stopped.  (A
+ * --max-inflight whose per-connection share holds all 200.) */
 static void test_pipelined(void **state)
 {
     (void)state;
-    start(NULL);
+    start((const char *const[]){"--max-inflight", "1024", NULL});
     conn_t *c = open_conn();
     bytes_t b = {0};
     for (uint64_t i = 0; i < 200; i++) {
@@ -1220,6 +1221,91 @@ static void test_overloaded(void **state)
     finish();
 }
 
+/* A response stops counting against --max-inflight once its last byte is
+ * sent, even while later responses are still queued behind it: the io_uring
+ * driver's send completes for the bytes it took while the next burst has
+ * been answered into c->out.  A partial send of a frame releases nothing. */
+static void test_inflight_released_per_response(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--max-inflight", "16", NULL}); /* a share of 4 */
+    conn_t *c = open_conn();
+    bytes_t x = {0};
+    for (uint64_t id = 1; id <= 3; id++)
+        put_ping(&x, id, "burst");
+    assert_int_equal(feed(c, &x), 0);
+    size_t first_burst = c->out_len; /* what a send in flight took */
+    size_t one = first_burst / 3;
+    assert_int_equal(w.inflight, 3);
+    x.len = 0;
+    put_ping(&x, 4, "next");
+    assert_int_equal(feed(c, &x), 0); /* answered while the send is in flight */
+    assert_int_equal(w.inflight, 4);
+    conn_sent(&w, c, one - 1); /* part of the first frame */
+    assert_int_equal(w.inflight, 4);
+    conn_sent(&w, c, first_burst - (one - 1)); /* the send completes */
+    assert_int_equal(w.inflight, 1);
+    assert_int_equal(c->queued, 1);
+    assert_int_equal(atomic_load(&w.m->inflight), 1);
+    x.len = 0;
+    for (uint64_t id = 5; id <= 7; id++)
+        put_ping(&x, id, "burst");
+    assert_int_equal(feed(c, &x), 0); /* 4 queued: all answered, nothing held back */
+    assert_false(c->paused);
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 0);
+    expect_pong(c, 4, "next");
+    for (uint64_t id = 5; id <= 7; id++)
+        expect_pong(c, id, "burst");
+    expect_nothing(c);
+    assert_int_equal(w.inflight, 0);
+    conn_free(&w, c);
+    free(x.p);
+    finish();
+}
+
+/* Back-pressure: a connection holds at most its share (max-inflight / 4) of
+ * unsent responses; the frames after that wait unanswered (no OVERLOADED)
+ * and c->paused tells the driver to stop reading, while another connection
+ * of the worker is still served.  conn_resume answers what waited once the
+ * peer has read. */
+static void test_connection_share(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--max-inflight", "16", NULL}); /* a share of 4 */
+    assert_int_equal(conn_inflight_share(&w), 4);
+    conn_t *a = open_conn(), *b = open_conn();
+    bytes_t x = {0};
+    for (uint64_t id = 1; id <= 6; id++)
+        put_ping(&x, id, "a");
+    assert_int_equal(feed(a, &x), 0);
+    assert_true(a->paused);
+    assert_int_equal(a->queued, 4);
+    assert_true(a->in_len > 0); /* pings 5 and 6 wait */
+    assert_int_equal(a->partial_since_ms, 0); /* not the peer's stall */
+    assert_int_equal(conn_resume(&w, a), 0);  /* still at its share */
+    assert_int_equal(atomic_load(&w.m->backpressure_total), 1);
+    x.len = 0;
+    put_ping(&x, 7, "b");
+    assert_int_equal(feed(b, &x), 0);
+    expect_pong(b, 7, "b"); /* the other peer is served */
+    assert_false(b->paused);
+    expect_pong(a, 1, "a"); /* the peer reads one */
+    assert_int_equal(conn_resume(&w, a), 1);
+    assert_true(a->paused); /* ping 5 answered: at its share again */
+    for (uint64_t id = 2; id <= 5; id++)
+        expect_pong(a, id, "a");
+    assert_int_equal(conn_resume(&w, a), 1);
+    assert_false(a->paused);
+    expect_pong(a, 6, "a");
+    expect_nothing(a);
+    assert_int_equal(a->in_len, 0);
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 0);
+    conn_free(&w, a);
+    conn_free(&w, b);
+    free(x.p);
+    finish();
+}
+
 /* Draining: requests get SHUTTING_DOWN, PING is still answered. */
 static void test_shutting_down(void **state)
 {
@@ -1295,6 +1381,8 @@ int main(void)
         cmocka_unit_test(test_no_model),
         cmocka_unit_test(test_scratch_follows_version),
         cmocka_unit_test(test_overloaded),
+        cmocka_unit_test(test_inflight_released_per_response),
+        cmocka_unit_test(test_connection_share),
         cmocka_unit_test(test_shutting_down),
         cmocka_unit_test(test_out_of_memory_output),
         cmocka_unit_test(test_out_of_memory_input),
