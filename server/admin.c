@@ -429,6 +429,29 @@ static void metrics_jemalloc(struct evbuffer *b)
 #endif
 }
 
+/* The process's resident set, the figure the OOM killer and a container's
+ * limit see, next to jemalloc's own (which counts neither the store's mapped
+ * tables nor pages jemalloc has given back).  Prometheus's conventional
+ * name; read from /proc/self/statm (resident pages), left out when that
+ * cannot be read. */
+static void metrics_process(struct evbuffer *b)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (n != 2 || page <= 0)
+        return;
+    evbuffer_add_printf(b,
+                        "# HELP process_resident_memory_bytes Resident memory of the process "
+                        "(VmRSS)\n# TYPE process_resident_memory_bytes gauge\n"
+                        "process_resident_memory_bytes %llu\n",
+                        resident * (unsigned long long)page);
+}
+
 static void on_metrics(struct evhttp_request *req)
 {
     server_t *srv = A.srv;
@@ -460,6 +483,7 @@ static void on_metrics(struct evhttp_request *req)
     metrics_model(b, srv);
     metrics_loads(b);
     metrics_jemalloc(b);
+    metrics_process(b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, 200, "OK", b);

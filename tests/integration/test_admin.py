@@ -136,6 +136,14 @@ class AdminTest(unittest.TestCase):
         if os.environ.get("TL_SANITIZE") != "1":  # sanitizer builds do not link jemalloc
             self.assertGreater(m["tlserve_jemalloc_allocated_bytes"], 0)
             self.assertGreater(m["tlserve_jemalloc_resident_bytes"], 0)
+        # The process's RSS, as the kernel reports it (read just after the scrape: the two
+        # may differ by what the process touched in between, not by a factor).
+        with open(f"/proc/{srv.proc.pid}/status") as f:
+            vmrss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        self.assertIn("# TYPE process_resident_memory_bytes gauge", text)
+        rss = m["process_resident_memory_bytes"]
+        self.assertGreater(rss, vmrss / 2)
+        self.assertLess(rss, vmrss * 2)
 
     def test_load(self):
         srv = self.start(self.v1)
