@@ -79,6 +79,7 @@ static void *test_realloc_(void *p, size_t n)
 
 #include "server/server.h"
 #include "server/worker.h"
+#include "tests/test_fs.h"
 
 /* ---- fixture -------------------------------------------------------------- */
 
@@ -95,41 +96,6 @@ static codec_arena_t rd;             /* decodes what conn.c queued */
 static float weight_of(uint64_t id)
 {
     return (float)((int)(id % 7) - 3) / 8.0f;
-}
-
-static void mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0755);
-            *p = '/';
-        }
-    }
-    mkdir(buf, 0755);
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* Parses flags (NULL-terminated, after "tlserve") into srv.cfg with the real
@@ -164,7 +130,7 @@ static int group_setup(void **state)
     const char *root = getenv("TL_TEST_TMP");
     if (!root || !root[0])
         root = "/tmp/tl_test_tmp";
-    mkdir_p(root);
+    test_mkdir_p(root);
     snprintf(model_dir, sizeof model_dir, "%s/connXXXXXX", root);
     assert_non_null(mkdtemp(model_dir));
     store_meta_t meta = {
@@ -188,7 +154,7 @@ static int group_teardown(void **state)
     model_scratch_destroy(ref_scratch);
     free(rd.base);
     free(srv.metrics);
-    rm_rf(model_dir);
+    test_rm_rf(model_dir);
     return 0;
 }
 

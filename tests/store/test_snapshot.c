@@ -34,24 +34,11 @@
 #include "store/store.h"
 #include "store/store_internal.h"
 #include "store/synthetic.h"
+#include "tests/test_fs.h"
 
 #define SENTINEL ((store_t *)(uintptr_t)0x5eed)
 
 /* ---- scratch files ------------------------------------------------------ */
-
-static void mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0755);
-            *p = '/';
-        }
-    }
-    mkdir(buf, 0755);
-}
 
 /* A fresh empty directory; out must hold PATH_MAX bytes. */
 static void scratch_dir(char *out)
@@ -59,30 +46,9 @@ static void scratch_dir(char *out)
     const char *root = getenv("TL_TEST_TMP");
     if (!root || !root[0])
         root = "/tmp/tl_test_tmp";
-    mkdir_p(root);
+    test_mkdir_p(root);
     snprintf(out, PATH_MAX, "%s/snapXXXXXX", root);
     assert_non_null(mkdtemp(out));
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 static void path_of(char *out, const char *dir, const char *file)
@@ -395,7 +361,7 @@ static void test_extras_round_trip(void **state)
     free(more);
     free(buf);
     free(w0);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_extras_refused(void **state)
@@ -434,7 +400,7 @@ static void test_extras_refused(void **state)
     assert_false(file_exists(dir, "shard-00000.tls"));
     assert_false(file_exists(dir, "dense-00.tld"));
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* ---- round trips ------------------------------------------------------------- */
@@ -481,7 +447,7 @@ static void round_trip(uint32_t K, store_dtype_t dt, uint32_t shards, size_t nke
         store_destroy(l);
     }
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_round_trip_k1_f32_1shard(void **state)
@@ -570,7 +536,7 @@ static void test_created_now_and_threads_default(void **state)
     assert_same_store(s, l);
     store_destroy(l);
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* ---- write refusals ------------------------------------------------------- */
@@ -597,7 +563,7 @@ static void test_write_refuses_existing_manifest(void **state)
     store_destroy(l);
     store_destroy(s2);
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_write_refuses_bad_meta(void **state)
@@ -625,7 +591,7 @@ static void test_write_refuses_bad_meta(void **state)
     assert_int_equal(store_snapshot_write(s, snap, &bad[0], &err), -EINVAL);
     assert_int_equal(err.code, STORE_E_INVALID);
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_write_refuses_nan(void **state)
@@ -649,7 +615,7 @@ static void test_write_refuses_nan(void **state)
     /* nothing left behind; the directory write created is gone too */
     assert_false(file_exists(dir, "v"));
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_bad_arguments(void **state)
@@ -704,7 +670,7 @@ static int fixture_teardown(void **state)
 {
     struct fixture *f = *state;
     store_destroy(f->s);
-    rm_rf(f->root);
+    test_rm_rf(f->root);
     free(f);
     return 0;
 }
@@ -1028,7 +994,7 @@ static void test_crafted_valid(void **state)
     assert_true(v[0] == 2.5f && v[1] == 3.5f && v[2] == 4.5f);
     store_destroy(s);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_duplicate(void **state)
@@ -1052,7 +1018,7 @@ static void test_crafted_duplicate(void **state)
     snprintf(want, sizeof want, "key 0x%llx appears twice", (unsigned long long)k);
     assert_non_null(strstr(err.msg, want));
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* Rewrites dir's MANIFEST with shard 0's xxh3 set to that of `file`. */
@@ -1114,7 +1080,7 @@ static void test_duplicate_in_written_snapshot(void **state)
     free(orig);
     free(morig);
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_wrong_shard(void **state)
@@ -1129,7 +1095,7 @@ static void test_crafted_wrong_shard(void **state)
     craft_write(&c, dir, 0);
     expect_load_error(dir, 2, STORE_E_WRONG_SHARD, "shard-00000.tls", (int64_t)off);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_nan_f32(void **state)
@@ -1149,7 +1115,7 @@ static void test_crafted_nan_f32(void **state)
     assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "NaN"));
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_inf_f16(void **state)
@@ -1168,7 +1134,7 @@ static void test_crafted_inf_f16(void **state)
     assert_int_equal(store_snapshot_load(dir, 1, &s, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "-inf"));
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* Errors come out in file order: a duplicate before a NaN wins. */
@@ -1187,7 +1153,7 @@ static void test_crafted_first_error_by_offset(void **state)
     craft_write(&c, dir, 0);
     expect_load_error(dir, 1, STORE_E_DUPLICATE, "shard-00000.tls", (int64_t)dup);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_header_entries_mismatch(void **state)
@@ -1208,7 +1174,7 @@ static void test_crafted_header_entries_mismatch(void **state)
     assert_non_null(strstr(err.msg, "6"));
     assert_non_null(strstr(err.msg, "5"));
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* Shard 0's file under shard 1's name (same size): the header says so. */
@@ -1224,7 +1190,7 @@ static void test_crafted_swapped_shard_files(void **state)
     craft_write(&c, dir, 1);
     expect_load_error(dir, 2, STORE_E_MISMATCH, "shard-00001.tls", 12);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 static void test_crafted_header_fields(void **state)
@@ -1268,7 +1234,7 @@ static void test_crafted_header_fields(void **state)
     craft_write(&c, dir, 1);
     expect_load_error(dir, 2, STORE_E_HEADER, "shard-00001.tls", 0);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* A delta's manifest is listed by read_meta but not loaded as a model. */
@@ -1289,7 +1255,7 @@ static void test_crafted_delta_refused(void **state)
     assert_int_equal(meta.parent_version, 8);
     assert_int_equal(entries, 10);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* Errors far into a file (several mmap windows in, records straddling the
@@ -1320,7 +1286,7 @@ static void test_crafted_errors_in_later_windows(void **state)
     craft_write(&c, dir, 0);
     expect_load_error(dir, 2, STORE_E_DUPLICATE, "shard-00000.tls", (int64_t)dup);
     craft_free(&c);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 /* Many shards, two threads, one bad shard late in the order: the error is
@@ -1337,7 +1303,7 @@ static void test_parallel_error(void **state)
     for (int threads = 1; threads <= 4; threads++)
         expect_load_error(dir, threads, STORE_E_CHECKSUM, "shard-00013.tls", -1);
     store_destroy(s);
-    rm_rf(dir);
+    test_rm_rf(dir);
 }
 
 int main(void)
