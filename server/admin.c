@@ -298,6 +298,22 @@ static void metrics_counter(struct evbuffer *b, const server_t *srv, const char 
         metrics_error_codes(b, srv);
 }
 
+/* Connections the server closed on its own, by reason (server_reap_t). */
+static void metrics_reaped(struct evbuffer *b, const server_t *srv)
+{
+    evbuffer_add_printf(b, "# HELP tlserve_connections_reaped_total Connections the server "
+                           "closed: idle, slow partial frame, output stuck, over "
+                           "--max-output-bytes, evicted for a new one\n"
+                           "# TYPE tlserve_connections_reaped_total counter\n");
+    for (int r = 0; r < SERVER_REAP_REASONS; r++) {
+        uint64_t v = 0;
+        for (int w = 0; w < srv->nworkers; w++)
+            v += atomic_load_explicit(&srv->metrics[w].reaped[r], memory_order_relaxed);
+        evbuffer_add_printf(b, "tlserve_connections_reaped_total{reason=\"%s\"} %" PRIu64 "\n",
+                            server_reap_names[r], v);
+    }
+}
+
 static void metrics_gauge(struct evbuffer *b, const char *name, const char *help, int64_t v)
 {
     evbuffer_add_printf(b,
@@ -470,13 +486,19 @@ static void on_metrics(struct evhttp_request *req)
     SERVER_COUNTERS(X)
 #undef X
     metrics_latency(b, srv);
-    int64_t inflight = 0, conns = 0;
+    metrics_reaped(b, srv);
+    int64_t inflight = 0, conns = 0, out_bytes = 0;
     for (int w = 0; w < srv->nworkers; w++) {
         inflight += atomic_load_explicit(&srv->metrics[w].inflight, memory_order_relaxed);
         conns += atomic_load_explicit(&srv->metrics[w].connections, memory_order_relaxed);
+        out_bytes += atomic_load_explicit(&srv->metrics[w].output_bytes, memory_order_relaxed);
     }
     metrics_gauge(b, "inflight", "Answers queued and not yet sent, all workers", inflight);
     metrics_gauge(b, "connections", "Open data plane connections", conns);
+    metrics_gauge(b, "output_buffer_bytes",
+                  "Output buffer bytes held for data plane connections (--max-output-bytes per "
+                  "worker)",
+                  out_bytes);
     metrics_counter(b, srv, "lookup_splits_total",
                     "Requests whose lookups the lookup threads shared (--lookup-threads)",
                     store_team_splits(srv->team));

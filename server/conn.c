@@ -19,13 +19,36 @@
  * -ENOMEM when a buffer cannot grow, -EINVAL when a frame we built does not
  * encode (a bug), and conn_feed's reasons to close (worker.h).
  *
- * BACK-PRESSURE: besides the worker's --max-inflight (past it, OVERLOADED),
- * each connection may hold only its share (worker.h) of unsent responses.
- * At the share the remaining frames wait unanswered in c->in and the driver
+ * BACK-PRESSURE: a connection may hold --max-inflight unsent responses.  At
+ * the limit the remaining frames wait unanswered in c->in and the driver
  * stops reading the socket (c->paused) until conn_resume, so a peer that
- * pipelines and never reads is slowed down by TCP, not the worker's other
- * peers refused.  A response counts until its last byte is sent
- * (conn_sent walks the frames it queued), not until c->out empties.
+ * pipelines and never reads is slowed down by TCP and costs its own
+ * requests only: no limit is shared by a worker's connections, whose
+ * unsent answers are that peer's problem.  A response counts until its
+ * last byte is sent (conn_sent walks the frames it queued), not until
+ * c->out empties.
+ *
+ * MEMORY: a worker's input buffers together are held under
+ * --max-input-bytes (past it the connection asking for more gets
+ * OVERLOADED and closes) and its output buffers under --max-output-bytes
+ * (past it the connections with the most unsent bytes are closed:
+ * conn_shed).  Buffers grow to the largest frame or backlog seen and are
+ * given back once the connection has been quiet for a second (conn_trim).
+ *
+ * A PEER THAT HAS GONE: frames that were received before the peer closed
+ * (or half-closed: either ends the conversation, as in Redis and memcached)
+ * are not answered once that is known.  The kernel knows before we read the
+ * end of the stream, so while a connection has answers queued and unsent
+ * (a pipelining peer, or one that closed), every CONN_PEER_CHECK-th frame
+ * asks it (worker_peer_gone: one getsockopt per that many answers, none for
+ * a peer that reads as it sends).
+ *
+ * REAPING: on the drivers' tick, conn_reap_reason names connections to
+ * close: a partial frame older than --frame-timeout-ms (a slow sender),
+ * output that made no progress for --send-timeout-ms (a peer that does not
+ * read), nothing received or awaited for --idle-timeout-ms.  At
+ * --max-connections, the longest idle connection makes room for a new one
+ * (conn_evictable; sockets.c).
  *
  * THREAD SAFETY: a connection belongs to one worker thread.
  */
@@ -53,12 +76,33 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+const char *const server_reap_names[SERVER_REAP_REASONS] = {
+    [SERVER_REAP_IDLE] = "idle",
+    [SERVER_REAP_FRAME_TIMEOUT] = "frame_timeout",
+    [SERVER_REAP_SEND_TIMEOUT] = "send_timeout",
+    [SERVER_REAP_OUTPUT_CAP] = "output_cap",
+    [SERVER_REAP_EVICTED] = "evicted",
+};
+
+/* The output buffers' bytes held by w changed by delta (capacity, not use:
+ * it is what the allocator holds). */
+static void out_bytes_add(worker_t *w, ptrdiff_t delta)
+{
+    w->out_bytes += (size_t)delta;
+    atomic_fetch_add_explicit(&w->m->output_bytes, delta, memory_order_relaxed);
+}
+
 conn_t *conn_new(worker_t *w, int fd)
 {
     conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->fd = fd;
+    c->active_ms = w->now_ms;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
     w->nconns++;
     atomic_fetch_add_explicit(&w->m->connections, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m->connections_accepted_total, 1, memory_order_relaxed);
@@ -71,10 +115,17 @@ void conn_free(worker_t *w, conn_t *c)
         close(c->fd);
     w->inflight -= c->queued;
     atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     w->nconns--;
     atomic_fetch_sub_explicit(&w->m->connections, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m->connections_closed_total, 1, memory_order_relaxed);
     w->in_bytes -= c->in_cap;
+    out_bytes_add(w, -(ptrdiff_t)(c->out_cap + c->out_sending_cap));
     free(c->in);
     free(c->out);
     free(c->out_sending);
@@ -100,7 +151,7 @@ static int reserve(uint8_t **buf, size_t *cap, size_t need)
 /* Room for a frame of up to `bytes` at the end of c->out.  While an io_uring
  * send is in flight the kernel reads c->out, so growing must not free it:
  * the old buffer is kept in out_sending until that send completes. */
-static uint8_t *out_room(conn_t *c, size_t bytes)
+static uint8_t *out_room(worker_t *w, conn_t *c, size_t bytes)
 {
     if (c->out_off == c->out_len && !c->send_busy)
         c->out_off = c->out_len = c->out_done = 0; /* all sent: start over */
@@ -115,17 +166,23 @@ static uint8_t *out_room(conn_t *c, size_t bytes)
         return NULL;
     if (c->out_len)
         memcpy(p, c->out, c->out_len);
-    if (c->send_busy && !c->out_sending)
+    if (c->send_busy && !c->out_sending) {
         c->out_sending = c->out; /* the send in flight still reads it */
-    else
+        c->out_sending_cap = c->out_cap;
+    } else {
         free(c->out);
+        out_bytes_add(w, -(ptrdiff_t)c->out_cap);
+    }
     c->out = p;
     c->out_cap = n;
+    out_bytes_add(w, (ptrdiff_t)n);
     return c->out + c->out_len;
 }
 
 static void queued_one(worker_t *w, conn_t *c, size_t frame_len)
 {
+    if (c->out_off == c->out_len)
+        c->send_wait_ms = w->now_ms; /* output pending from now on */
     c->out_len += frame_len;
     c->queued++;
     w->inflight++;
@@ -136,6 +193,8 @@ static void queued_one(worker_t *w, conn_t *c, size_t frame_len)
 void conn_sent(worker_t *w, conn_t *c, size_t n)
 {
     c->out_off += n;
+    if (n > 0)
+        c->active_ms = c->send_wait_ms = w->now_ms;
     /* Release every response whose last byte has gone: walk our own frame
      * headers from out_done (c->out still holds the sent bytes). */
     uint32_t done = 0;
@@ -158,25 +217,121 @@ void conn_sent(worker_t *w, conn_t *c, size_t n)
     atomic_fetch_sub_explicit(&w->m->inflight, done, memory_order_relaxed);
 }
 
-uint32_t conn_inflight_share(const worker_t *w)
+void conn_send_ended(worker_t *w, conn_t *c)
 {
-    int share = w->srv->cfg.max_inflight / CONN_INFLIGHT_SHARE;
-    return share > 0 ? (uint32_t)share : UINT32_MAX; /* too small a limit to share */
+    if (!c->out_sending)
+        return;
+    free(c->out_sending);
+    out_bytes_add(w, -(ptrdiff_t)c->out_sending_cap);
+    c->out_sending = NULL;
+    c->out_sending_cap = 0;
 }
 
 int conn_resume(worker_t *w, conn_t *c)
 {
-    if (!c->paused || c->closing || c->queued >= conn_inflight_share(w))
+    if (!c->paused || c->closing || c->queued >= (uint32_t)w->srv->cfg.max_inflight)
         return 0;
     c->paused = false;
     int rc = conn_feed(w, c, NULL, 0);
     return rc < 0 ? rc : 1;
 }
 
-bool conn_stalled(const worker_t *w, const conn_t *c, uint64_t now_ms)
+int conn_reap_reason(const worker_t *w, const conn_t *c, uint64_t now_ms)
 {
-    return c->partial_since_ms &&
-           now_ms - c->partial_since_ms > (uint64_t)w->srv->cfg.idle_timeout_ms;
+    const server_config_t *cfg = &w->srv->cfg;
+    if (c->dead)
+        return -1; /* being closed already */
+    /* "now > since + timeout": the clocks are read at different moments of
+     * a loop round, so now may be a little before since. */
+    if (c->partial_since_ms && now_ms > c->partial_since_ms + (uint64_t)cfg->frame_timeout_ms)
+        return SERVER_REAP_FRAME_TIMEOUT;
+    if (c->out_off < c->out_len) /* output pending: is it moving? */
+        return now_ms > c->send_wait_ms + (uint64_t)cfg->send_timeout_ms ? SERVER_REAP_SEND_TIMEOUT
+                                                                           : -1;
+    if (c->in_len == 0 && !c->closing && now_ms > c->active_ms + (uint64_t)cfg->idle_timeout_ms)
+        return SERVER_REAP_IDLE;
+    return -1;
+}
+
+/* Drops c's buffers: for a connection being closed whose output nobody will
+ * read.  The output stays while an io_uring send reads it. */
+static void drop_buffers(worker_t *w, conn_t *c)
+{
+    w->in_bytes -= c->in_cap;
+    free(c->in);
+    c->in = NULL;
+    c->in_len = c->in_cap = 0;
+    c->partial_since_ms = 0;
+    if (c->send_busy)
+        return;
+    w->inflight -= c->queued;
+    atomic_fetch_sub_explicit(&w->m->inflight, c->queued, memory_order_relaxed);
+    c->queued = 0;
+    out_bytes_add(w, -(ptrdiff_t)c->out_cap);
+    free(c->out);
+    c->out = NULL;
+    c->out_off = c->out_len = c->out_done = c->out_cap = 0;
+}
+
+void conn_reap(worker_t *w, conn_t *c, server_reap_t reason)
+{
+    c->closing = c->dead = true;
+    c->paused = false;
+    drop_buffers(w, c);
+    atomic_fetch_add_explicit(&w->m->reaped[reason], 1, memory_order_relaxed);
+}
+
+void conn_trim(worker_t *w, conn_t *c, uint64_t now_ms)
+{
+    if (now_ms < c->active_ms + 1000)
+        return;
+    if (c->in_len == 0 && c->in_cap > 0) {
+        w->in_bytes -= c->in_cap;
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
+    if (c->out_off == c->out_len && c->out_cap > 0 && !c->send_busy) {
+        out_bytes_add(w, -(ptrdiff_t)c->out_cap);
+        free(c->out);
+        c->out = NULL;
+        c->out_off = c->out_len = c->out_done = c->out_cap = 0;
+    }
+}
+
+conn_t *conn_evictable(const worker_t *w, uint64_t now_ms)
+{
+    conn_t *best = NULL;
+    for (conn_t *c = w->conns; c; c = c->next) {
+        if (c->closing || c->in_len || c->out_off < c->out_len || c->paused)
+            continue; /* busy, or on its way out already */
+        if (now_ms >= c->active_ms + CONN_EVICT_IDLE_MS &&
+            (!best || c->active_ms < best->active_ms))
+            best = c;
+    }
+    return best;
+}
+
+/* Past --max-output-bytes: closes the connections with the most unsent
+ * output (the peers that do not read) until the rest fit.  A connection
+ * whose send is in flight keeps its buffer until the send ends, so it is
+ * counted as given back. */
+static void conn_shed(worker_t *w)
+{
+    size_t cap = (size_t)w->srv->cfg.max_output_bytes, freed = 0;
+    while (w->out_bytes - freed > cap) {
+        conn_t *worst = NULL;
+        for (conn_t *c = w->conns; c; c = c->next)
+            if (!c->dead && c->out_cap &&
+                (!worst || c->out_len - c->out_off > worst->out_len - worst->out_off))
+                worst = c;
+        if (!worst)
+            return;
+        size_t held = worst->out_cap;
+        conn_reap(w, worst, SERVER_REAP_OUTPUT_CAP);
+        if (worst->out_cap)
+            freed += held; /* a send still reads it: gone when it ends */
+    }
 }
 
 /* Queues an ERROR frame; counts it.  Returns 0, -ENOMEM (c->out cannot
@@ -195,7 +350,7 @@ __attribute__((format(printf, 5, 6))) static int send_error(worker_t *w, conn_t 
         n = sizeof msg - 1;
     codec_errmsg_t e = {(uint16_t)code, (uint16_t)n, msg};
     size_t need = CODEC_HEADER_SIZE + 4 + (size_t)n, len;
-    uint8_t *dst = out_room(c, need);
+    uint8_t *dst = out_room(w, c, need);
     if (!dst)
         return -ENOMEM;
     if (codec_encode_errmsg(dst, need, id, &e, &len, NULL) != CODEC_OK)
@@ -257,7 +412,7 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     }
     codec_result_t res = {meta->version, req.items, w->scores};
     size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;
-    uint8_t *dst = out_room(c, need);
+    uint8_t *dst = out_room(w, c, need);
     if (!dst || codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK) {
         rc = dst ? -EINVAL : -ENOMEM;
         goto out;
@@ -279,7 +434,7 @@ static int answer_ping(worker_t *w, conn_t *c, const codec_header_t *h, const ui
     if (rc != CODEC_OK)
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     size_t need = CODEC_HEADER_SIZE + p.len, len;
-    uint8_t *dst = out_room(c, need);
+    uint8_t *dst = out_room(w, c, need);
     if (!dst)
         return -ENOMEM;
     if (codec_encode_ping(dst, need, CODEC_PONG, h->request_id, &p, &len, NULL) != CODEC_OK)
@@ -297,11 +452,6 @@ static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t
     int rc;
     if (atomic_load_explicit(&w->srv->stopping, memory_order_relaxed) && h->type != CODEC_PING) {
         rc = send_error(w, c, h->request_id, CODEC_E_SHUTTING_DOWN, "the server is shutting down");
-    } else if (w->inflight >= w->srv->cfg.max_inflight) {
-        atomic_fetch_add_explicit(&w->m->overloaded_total, 1, memory_order_relaxed);
-        rc = send_error(w, c, h->request_id, CODEC_E_OVERLOADED,
-                        "%lld responses are queued on this worker (limit %d); retry later",
-                        (long long)w->inflight, w->srv->cfg.max_inflight);
     } else if (h->type == CODEC_PREDICT) {
         rc = answer_predict(w, c, h, payload);
     } else if (h->type == CODEC_PING) {
@@ -322,6 +472,8 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
     if (c->closing)
         return -EPIPE; /* closing already: ignore the rest */
     atomic_fetch_add_explicit(&w->m->bytes_in_total, len, memory_order_relaxed);
+    if (len)
+        c->active_ms = w->now_ms;
     /* Input buffers grow to the largest frame a connection sends; the sum
      * over a worker's connections is capped, or many clients each sending
      * the start of a large frame could exhaust memory. */
@@ -350,12 +502,17 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
     c->in_len += len;
 
     size_t pos = 0;
-    uint32_t share = conn_inflight_share(w);
+    uint32_t limit = (uint32_t)w->srv->cfg.max_inflight;
     while (c->in_len - pos >= CODEC_HEADER_SIZE) {
-        if (c->queued >= share) { /* back-pressure: the rest waits for the peer to read */
+        if (c->queued >= limit) { /* back-pressure: the rest waits for the peer to read */
             if (!c->paused)
                 atomic_fetch_add_explicit(&w->m->backpressure_total, 1, memory_order_relaxed);
             c->paused = true;
+            break;
+        }
+        if (unlikely(c->queued && c->queued % CONN_PEER_CHECK == 0) && worker_peer_gone(c->fd)) {
+            c->closing = c->dead = true; /* the rest would be answered for nobody */
+            rc = -EPIPE;
             break;
         }
         codec_header_t h;
@@ -390,10 +547,11 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
     if (c->in_len == 0 || c->paused) /* paused: we are the ones not reading */
         c->partial_since_ms = 0;
     else if (pos > 0 || c->partial_since_ms == 0)
-        c->partial_since_ms = worker_now_ms();
-    if (c->out_len - c->out_off > CONN_MAX_BACKLOG) { /* the peer does not read */
-        c->closing = true;
-        rc = -ENOBUFS;
+        c->partial_since_ms = w->now_ms ? w->now_ms : 1; /* 0 means none */
+    if (w->out_bytes > (size_t)w->srv->cfg.max_output_bytes) {
+        conn_shed(w);
+        if (c->dead && rc == 0)
+            rc = -ENOBUFS; /* c was the worst */
     }
     return rc;
 }

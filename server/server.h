@@ -54,11 +54,14 @@ typedef struct server_config {
     int workers;               /* data-plane threads, 0 = one per core */
     int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
     int load_threads;          /* snapshot loader threads; 0 = auto, resolved by main (LOAD THREADS) */
-    int max_inflight;          /* requests in flight per worker before OVERLOADED */
+    int max_inflight;          /* per connection: answers queued and unsent before it is not read */
     int max_connections;       /* connections per worker */
     int max_frame_bytes;       /* largest accepted payload */
     int max_input_bytes;       /* per worker: input buffers of all its connections together */
-    int idle_timeout_ms;       /* a connection with a partial frame this long is closed */
+    int max_output_bytes;      /* per worker: output buffers; past it the largest backlog closes */
+    int frame_timeout_ms;      /* a connection with a partial frame this long is closed */
+    int idle_timeout_ms;       /* a connection that sends and awaits nothing this long is closed */
+    int send_timeout_ms;       /* a connection whose output makes no progress this long is closed */
     bool force_epoll;          /* use the epoll data plane even if io_uring works */
     char log_level[16];        /* error, warn, info, debug */
 } server_config_t;
@@ -86,9 +89,24 @@ int server_config_load(server_config_t *cfg, int argc, char **argv);
     X(connections_closed_total, "Connections closed")                                       \
     X(bytes_in_total, "Bytes received on the data plane")                                   \
     X(bytes_out_total, "Bytes queued for sending on the data plane")                        \
-    X(backpressure_total, "Times a connection reached its share of max-inflight and stopped being read")
+    X(backpressure_total, "Times a connection reached --max-inflight unsent answers and stopped being read") \
+    X(connections_refused_total, "Connections refused at accept (ERROR frame, then closed): at --max-connections with none idle to evict, or draining") \
+    X(accept_errors_total, "accept() failures (out of file descriptors: EMFILE/ENFILE, or other)")
 
 #define SERVER_MAX_ERROR_CODES 32
+
+/* Why the server closed a connection that had not asked for it
+ * (tlserve_connections_reaped_total{reason}). */
+typedef enum server_reap {
+    SERVER_REAP_IDLE,          /* nothing sent or awaited for --idle-timeout-ms */
+    SERVER_REAP_FRAME_TIMEOUT, /* a partial frame older than --frame-timeout-ms */
+    SERVER_REAP_SEND_TIMEOUT,  /* output made no progress for --send-timeout-ms */
+    SERVER_REAP_OUTPUT_CAP,    /* the largest backlog when --max-output-bytes was passed */
+    SERVER_REAP_EVICTED,       /* the longest idle, closed for a new connection at the limit */
+    SERVER_REAP_REASONS
+} server_reap_t;
+
+extern const char *const server_reap_names[SERVER_REAP_REASONS];
 
 /* Request latency histogram, log-linear in nanoseconds: values below 16 ns
  * have a bucket each; above, every power of two is split into 16 buckets
@@ -123,8 +141,10 @@ typedef struct server_metrics {
     _Atomic uint64_t errors_by_code[SERVER_MAX_ERROR_CODES];
     _Atomic uint64_t latency_bucket[SERVER_LAT_BUCKETS]; /* frame complete -> response encoded */
     _Atomic uint64_t latency_ns_sum;
+    _Atomic uint64_t reaped[SERVER_REAP_REASONS]; /* connections closed by the server, by reason */
     _Atomic int64_t inflight;
     _Atomic int64_t connections;
+    _Atomic int64_t output_bytes; /* output buffer bytes held (max-output-bytes) */
     char pad[64];
 } server_metrics_t;
 

@@ -9,9 +9,11 @@
  * socket takes, and ask for EPOLLOUT only while output is pending; once the
  * connection is closing (the peer's EOF, or framing lost) stop asking for
  * input, which a half-closed peer would keep signalling, nor while it is
- * paused (its share of max-inflight unsent: back-pressure, conn.c).  A
- * connection whose partial frame is older than idle-timeout-ms is closed, so
- * a client sending a byte a second holds a file descriptor, never a thread.
+ * paused (--max-inflight unsent: back-pressure, conn.c).  Every 100 ms the
+ * connections conn_reap_reason names (slow partial frames, output that does
+ * not move, idle ones) are closed and quiet ones trimmed, so a client
+ * sending a byte a second holds a file descriptor for a while, never a
+ * thread.
  *
  * THREAD SAFETY: everything here belongs to the worker thread.
  */
@@ -102,8 +104,15 @@ static int flush_out(worker_t *w, struct ep_state *st, conn_t *c)
 static void flush_or_drop(worker_t *w, struct ep_state *st, conn_t *c)
 {
     int rc = flush_out(w, st, c);
-    while (rc == 0 && conn_resume(w, c) != 0)
+    while (rc == 0 && c->paused && !c->closing) {
+        if (worker_peer_gone(c->fd)) { /* the frames that wait would be scored for nobody */
+            c->closing = true;
+            break;
+        }
+        if (conn_resume(w, c) == 0)
+            break;
         rc = flush_out(w, st, c);
+    }
     if (rc != 0 || (c->closing && c->out_off == c->out_len))
         drop(w, st, c);
 }
@@ -112,22 +121,17 @@ static void accept_all(worker_t *w, struct ep_state *st)
 {
     for (;;) {
         int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        conn_t *evicted;
+        conn_t *c = worker_admit(w, fd < 0 ? -errno : fd, &evicted);
+        if (evicted)
+            drop(w, st, evicted);
         if (fd < 0)
             return; /* EAGAIN, or an error the next round retries */
-        if (w->nconns >= w->srv->cfg.max_connections) {
-            close(fd);
+        if (!c)
             continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn_t *c = conn_new(w, fd);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = fd};
-        if (!c || track(st, c) != 0 || epoll_ctl(st->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            if (c)
-                drop(w, st, c);
-            else
-                close(fd);
-        }
+        if (track(st, c) != 0 || epoll_ctl(st->ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+            drop(w, st, c);
     }
 }
 
@@ -165,7 +169,8 @@ int worker_run_epoll(worker_t *w)
     struct epoll_event lev = {.events = EPOLLIN, .data.fd = w->listen_fd};
     epoll_ctl(st.ep, EPOLL_CTL_ADD, w->listen_fd, &lev);
     bool listening = true;
-    uint64_t drain_deadline = 0, last_scan = worker_now_ms();
+    w->now_ms = worker_now_ms();
+    uint64_t drain_deadline = 0, last_scan = w->now_ms;
     struct epoll_event evs[MAX_EVENTS];
 
     for (;;) {
@@ -177,13 +182,13 @@ int worker_run_epoll(worker_t *w)
         }
         if (stopping) {
             bool pending = false;
-            for (int fd = 0; fd < st.by_fd_cap; fd++)
-                if (st.by_fd[fd] && st.by_fd[fd]->out_off < st.by_fd[fd]->out_len)
-                    pending = true;
+            for (conn_t *c = w->conns; c && !pending; c = c->next)
+                pending = c->out_off < c->out_len && !c->dead;
             if (!pending || worker_now_ms() > drain_deadline)
                 break;
         }
         int n = epoll_wait(st.ep, evs, MAX_EVENTS, TICK_MS);
+        w->now_ms = worker_now_ms();
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
             if (fd == w->listen_fd) {
@@ -199,19 +204,23 @@ int worker_run_epoll(worker_t *w)
                 flush_or_drop(w, &st, c);
             }
         }
-        uint64_t now = worker_now_ms();
+        uint64_t now = w->now_ms;
         if (now - last_scan >= TICK_MS) {
             last_scan = now;
-            for (int fd = 0; fd < st.by_fd_cap; fd++) {
-                conn_t *c = st.by_fd[fd];
-                if (c && conn_stalled(w, c, now))
-                    drop(w, &st, c); /* a partial frame that stopped arriving */
+            for (conn_t *c = w->conns, *next; c; c = next) {
+                next = c->next;
+                int why = conn_reap_reason(w, c, now);
+                if (why >= 0)
+                    conn_reap(w, c, (server_reap_t)why);
+                if (c->dead) /* reaped now, or shed by conn_feed (--max-output-bytes) */
+                    drop(w, &st, c);
+                else
+                    conn_trim(w, c, now);
             }
         }
     }
-    for (int fd = 0; fd < st.by_fd_cap; fd++)
-        if (st.by_fd[fd])
-            drop(w, &st, st.by_fd[fd]);
+    while (w->conns)
+        drop(w, &st, w->conns);
     free(st.by_fd);
     free(buf);
     close(st.ep);

@@ -4,7 +4,7 @@
  *   listen socket (SO_REUSEPORT, one per worker) --multishot accept--> conn
  *   conn --multishot recv into a provided buffer ring--> conn_feed (conn.c)
  *   conn->out --send--> peer, one send in flight per connection
- *   a 100 ms timeout op: stop flag, stalled partial frames, drain
+ *   a 100 ms timeout op: stop flag, reaping (conn.c), trimming, drain
  *   back-pressure (conn.c paused the conn): cancel its recv, re-arm it once
  *   a send brings its backlog under its share
  *
@@ -51,7 +51,6 @@ struct uring_state {
     struct io_uring ring;
     struct io_uring_buf_ring *br;
     uint8_t *bufs;
-    conn_t *live;          /* list of connections */
     bool accepting;
     struct __kernel_timespec tick;
 };
@@ -128,42 +127,39 @@ static void stop_recv(struct uring_state *st, conn_t *c)
     c->recv_cancel = true;
 }
 
-/* After a send: a paused c whose backlog went under its share answers the
- * frames that waited and reads again. */
+/* After a send: a paused c whose backlog went under --max-inflight answers
+ * the frames that waited and reads again, unless its peer has gone: then
+ * they would be scored for nobody. */
 static void resume(worker_t *w, struct uring_state *st, conn_t *c)
 {
+    if (!c->paused || c->closing)
+        return;
+    if (worker_peer_gone(c->fd)) {
+        c->closing = true;
+        return;
+    }
     if (conn_resume(w, c) <= 0)
         return;
     if (!c->paused && !c->recv_armed && !c->closing)
         arm_recv(st, c);
 }
 
-static void unlink_conn(struct uring_state *st, conn_t *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        st->live = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-}
-
 /* Closes c once its output is sent (or the peer is gone) and every
  * operation on it has completed. */
-static void maybe_close(worker_t *w, struct uring_state *st, conn_t *c)
+static void maybe_close(worker_t *w, conn_t *c)
 {
-    if (!c->closing || c->send_busy)
+    if (!c->closing)
         return;
     if (c->out_off < c->out_len && !c->dead)
         return; /* still sending */
-    if (c->recv_armed && !c->shut) {
-        shutdown(c->fd, SHUT_RDWR); /* ends the multishot recv */
+    if ((c->recv_armed || c->send_busy) && !c->shut) {
+        /* Ends the multishot recv, and fails a send that waits for a peer
+         * that does not read (a reaped connection's). */
+        shutdown(c->fd, SHUT_RDWR);
         c->shut = true;
     }
-    if (c->ops == 0) {
-        unlink_conn(st, c);
+    if (c->ops == 0)
         conn_free(w, c);
-    }
 }
 
 static void recycle(struct uring_state *st, unsigned bid)
@@ -177,26 +173,12 @@ static void on_accept(worker_t *w, struct uring_state *st, struct io_uring_cqe *
 {
     if (!(cqe->flags & IORING_CQE_F_MORE))
         st->accepting = false; /* re-armed on the next tick unless stopping */
-    if (cqe->res < 0)
-        return;
-    int fd = cqe->res;
-    if (w->nconns >= w->srv->cfg.max_connections ||
-        atomic_load_explicit(&w->srv->stopping, memory_order_relaxed)) {
-        close(fd);
-        return;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    conn_t *c = conn_new(w, fd);
-    if (!c) {
-        close(fd);
-        return;
-    }
-    c->next = st->live;
-    if (st->live)
-        st->live->prev = c;
-    st->live = c;
-    arm_recv(st, c);
+    conn_t *evicted;
+    conn_t *c = worker_admit(w, cqe->res, &evicted);
+    if (evicted)
+        maybe_close(w, evicted); /* reaped: shut down, freed when its recv ends */
+    if (c)
+        arm_recv(st, c);
 }
 
 static void on_recv(worker_t *w, struct uring_state *st, conn_t *c, struct io_uring_cqe *cqe)
@@ -210,7 +192,7 @@ static void on_recv(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
             if (!c->paused && !c->closing)
                 arm_recv(st, c); /* resumed meanwhile */
             try_send(st, c);
-            maybe_close(w, st, c);
+            maybe_close(w, c);
             return;
         }
         c->recv_cancel = false;
@@ -232,37 +214,39 @@ static void on_recv(worker_t *w, struct uring_state *st, conn_t *c, struct io_ur
             c->dead = true;
     }
     try_send(st, c);
-    maybe_close(w, st, c);
+    maybe_close(w, c);
 }
 
 static void on_send(worker_t *w, struct uring_state *st, conn_t *c, struct io_uring_cqe *cqe)
 {
     c->send_busy = false;
     c->ops--;
-    free(c->out_sending); /* the buffer that send read, if out moved meanwhile */
-    c->out_sending = NULL;
+    conn_send_ended(w, c); /* frees the buffer that send read, if out moved meanwhile */
     if (cqe->res > 0) {
         conn_sent(w, c, (size_t)cqe->res);
         resume(w, st, c);
     } else if (cqe->res != -EAGAIN && cqe->res != -EINTR)
         c->closing = c->dead = true;
     try_send(st, c);
-    maybe_close(w, st, c);
+    maybe_close(w, c);
 }
 
-/* Every 100 ms: stalled partial frames, re-arming accept, draining. */
+/* Every 100 ms: reaping, trimming, re-arming accept, draining. */
 static bool on_tick(worker_t *w, struct uring_state *st, uint64_t *drain_deadline)
 {
-    uint64_t now = worker_now_ms();
+    uint64_t now = w->now_ms;
     bool stopping = atomic_load_explicit(&w->srv->stopping, memory_order_relaxed);
-    for (conn_t *c = st->live, *next; c; c = next) {
+    for (conn_t *c = w->conns, *next; c; c = next) {
         next = c->next;
-        if (conn_stalled(w, c, now))
-            c->closing = c->dead = true;
+        int why = conn_reap_reason(w, c, now);
+        if (why >= 0)
+            conn_reap(w, c, (server_reap_t)why);
+        else
+            conn_trim(w, c, now);
         if (stopping && c->out_off >= c->out_len)
             c->closing = true; /* nothing left to send: done */
         try_send(st, c);
-        maybe_close(w, st, c);
+        maybe_close(w, c);
     }
     if (!stopping) {
         if (!st->accepting)
@@ -273,21 +257,21 @@ static bool on_tick(worker_t *w, struct uring_state *st, uint64_t *drain_deadlin
         *drain_deadline = now + 5000;
         shutdown(w->listen_fd, SHUT_RDWR); /* ends the multishot accept */
     }
-    if (st->live == NULL)
+    if (w->conns == NULL)
         return false;
     if (now > *drain_deadline) { /* peers that never read: give up on them */
         /* A send to a peer that does not read never completes by itself, and
          * maybe_close waits for it: shutting the socket down makes the kernel
          * fail it (EPIPE) and ends the recv, so every op completes and the
          * connection is freed on its completions. */
-        for (conn_t *c = st->live, *next; c; c = next) {
+        for (conn_t *c = w->conns, *next; c; c = next) {
             next = c->next;
             c->closing = c->dead = true;
             if (!c->shut) {
                 shutdown(c->fd, SHUT_RDWR);
                 c->shut = true;
             }
-            maybe_close(w, st, c);
+            maybe_close(w, c);
         }
         if (now > *drain_deadline + 2000)
             return false; /* still not done: the ring's teardown cancels the rest */
@@ -334,6 +318,7 @@ int worker_run_uring(worker_t *w)
     int rc = setup(&st);
     if (rc < 0)
         return rc; /* the caller falls back to epoll */
+    w->now_ms = worker_now_ms();
     arm_accept(w, &st);
     arm_timer(&st);
     uint64_t drain_deadline = 0;
@@ -342,6 +327,7 @@ int worker_run_uring(worker_t *w)
         rc = io_uring_submit_and_wait(&st.ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
             break;
+        w->now_ms = worker_now_ms();
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0;
         io_uring_for_each_cqe(&st.ring, head, cqe)
@@ -373,10 +359,8 @@ int worker_run_uring(worker_t *w)
     /* Tear the ring down first (it cancels what is in flight), then free
      * whatever connections are left. */
     io_uring_queue_exit(&st.ring);
-    for (conn_t *c = st.live, *next; c; c = next) {
-        next = c->next;
-        conn_free(w, c);
-    }
+    while (w->conns)
+        conn_free(w, w->conns);
     munmap(st.br, BUFS * sizeof(struct io_uring_buf));
     free(st.bufs);
     return 0;

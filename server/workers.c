@@ -23,6 +23,12 @@
  *   listens (starts within the same few hundred microseconds) can still
  *   share the port.
  *
+ * FILE DESCRIPTORS
+ *   Every connection is a descriptor: workers x --max-connections of them,
+ *   plus a few per worker.  workers_start raises the soft RLIMIT_NOFILE
+ *   toward that (up to the hard limit) and warns when it stays below;
+ *   connections past it are refused with a word (sockets.c).
+ *
  * THREAD SAFETY: called from the main thread only.
  */
 #include "log.h"
@@ -34,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -125,11 +132,38 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* FILE DESCRIPTORS: raise the soft limit toward what the connections need. */
+static cold void fit_fd_limit(const server_t *srv)
+{
+    rlim_t need = (rlim_t)srv->nworkers * (rlim_t)srv->cfg.max_connections +
+                  (rlim_t)srv->nworkers * 4 + 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (rl.rlim_cur > was && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        LOG(LL_INFO, "file descriptor limit raised from %llu to %llu", (unsigned long long)was,
+            (unsigned long long)rl.rlim_cur);
+    else
+        rl.rlim_cur = was;
+    if (rl.rlim_cur < need)
+        LOG(LL_WARN,
+            "file descriptor limit %llu (hard %llu) is below the %llu that %d workers x "
+            "--max-connections %d need: connections past it are refused (raise ulimit -n, or "
+            "lower --max-connections)",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+            (unsigned long long)need, srv->nworkers, srv->cfg.max_connections);
+}
+
 static int worker_init(server_t *srv, worker_t *w, int id)
 {
     w->srv = srv;
     w->id = id;
     w->m = &srv->metrics[id];
+    int rc = worker_spare_open(w);
+    if (rc < 0)
+        return rc;
     size_t arena = codec_arena_bound((size_t)srv->cfg.max_frame_bytes);
     w->arena.base = mmap(NULL, arena, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (w->arena.base == MAP_FAILED) {
@@ -148,6 +182,7 @@ static int worker_init(server_t *srv, worker_t *w, int id)
 
 static void worker_fini(worker_t *w)
 {
+    worker_spare_close(w);
     if (w->listen_fd >= 0)
         close(w->listen_fd);
     if (w->arena.base)
@@ -163,7 +198,8 @@ int workers_start(server_t *srv)
     if (!workers)
         return -ENOMEM;
     for (int i = 0; i < srv->nworkers; i++)
-        workers[i].listen_fd = -1;
+        workers[i].listen_fd = workers[i].spare_fd = -1;
+    fit_fd_limit(srv);
     guard_fd = bind_guard(srv->cfg.bind, srv->cfg.port);
     if (guard_fd < 0) {
         int rc = guard_fd;

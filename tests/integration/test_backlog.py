@@ -2,13 +2,13 @@
 
 What a worker owes its peers when output queues up, on both data-plane drivers (io_uring and
 --force-epoll), against the real tlserve over loopback:
-- a client that keeps fewer than --max-inflight requests in flight is never told OVERLOADED: a response
+- a client that keeps fewer than --max-inflight requests in flight is never held back: a response
   stops counting against --max-inflight once it is sent, even while later ones queue behind it;
 - a peer that half-closes (shutdown(SHUT_WR)) and never reads its large backlog does not spin
   the worker: the process uses far less than a core while it stays connected;
 - SIGTERM with a peer that never reads exits 0 within the drain deadline (5 s) plus a margin;
-- such a peer holds only its share of the worker's --max-inflight (back-pressure: the worker
-  stops reading it), so the worker's other clients are still answered.
+- such a peer holds only --max-inflight unsent answers (back-pressure: the worker stops reading
+  it), so the worker's other clients are still answered.
 Bounds on time are generous: only a hang or a spin crosses them.
 """
 
@@ -82,8 +82,8 @@ class Backlog:
         # small receive buffer: the worker's output never empties, its sends are partial and
         # new answers queue behind them while the client reads one answer and sends one
         # request.  A response that has been sent must stop counting, or the count passes 256
-        # while 200 are unanswered and the worker answers OVERLOADED.
-        srv = self.server()
+        # while 200 are unanswered and the worker stops reading a client that is reading.
+        srv = self.server("--max-inflight", "256")
         try:
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -121,6 +121,8 @@ class Backlog:
                     sent += more
             sock.close()
             self.assertEqual(errors, {}, "with at most %d requests in flight" % window)
+            self.assertEqual(srv.metric("tlserve_backpressure_total"), 0,
+                             "held back with at most %d of 256 in flight" % window)
         finally:
             self.assertEqual(srv.stop(), 0)
 
@@ -164,9 +166,9 @@ class Backlog:
 
 
     def test_a_peer_that_does_not_read_does_not_make_the_worker_refuse_others(self):
-        # One worker, the default --max-inflight (256): the stuck peer's 1000 answers do not
-        # fit in the socket buffers, but it may hold only its share of the worker's limit,
-        # so 10 new clients on the same worker are all answered.
+        # One worker, the default --max-inflight (128): the stuck peer's 1000 answers do not
+        # fit in the socket buffers, but it may hold only 128 unsent before it is not read,
+        # and no limit of the worker's is shared: 10 new clients on it are all answered.
         srv = self.server()
         try:
             sock = stuck_peer(srv.port, requests=1000)

@@ -156,7 +156,7 @@ class BadInput(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server(MODEL_DIR, "--workers", "1", "--idle-timeout-ms", "1500")
+        cls.srv = Server(MODEL_DIR, "--workers", "1", "--frame-timeout-ms", "1500")
 
     @classmethod
     def tearDownClass(cls):
@@ -279,7 +279,7 @@ class BadInput(unittest.TestCase):
             c.send_raw(tlserve.pack_header(MsgType.PING, 1, 10)[:10])
             c.settimeout(10)
             t0 = time.time()
-            self.assertEqual(c.sock.recv(1), b"")  # idle timeout 1.5 s
+            self.assertEqual(c.sock.recv(1), b"")  # frame timeout 1.5 s
             self.assertLess(time.time() - t0, 8)
 
 
@@ -323,51 +323,6 @@ class InputBudget(unittest.TestCase):
         finally:
             for s in socks:
                 s.close()
-            self.assertEqual(srv.stop(), 0)
-
-
-class Overload(unittest.TestCase):
-    """Beyond --max-inflight queued responses a worker answers OVERLOADED at once."""
-
-    def test_overloaded_when_the_client_does_not_read(self):
-        srv = Server(MODEL_DIR, "--workers", "1", "--max-inflight", "2")
-        try:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills fast
-            sock.connect(("127.0.0.1", srv.port))
-            sock.settimeout(20)
-            # 4096-item answers are 16 KB each: a few fill the socket buffers, then the
-            # worker's queue reaches its limit of 2 and the rest are refused
-            frame_ids = []
-            big = tlserve.encode_predict(MODEL, [model_key(0)],
-                                        [[model_key(1 + i)] for i in range(4096)])
-            for rid in range(1, 201):
-                sock.sendall(tlserve.encode_frame(MsgType.PREDICT, rid, big))
-                frame_ids.append(rid)
-            kinds = {}
-            buf = b""
-            while sum(kinds.values()) < len(frame_ids):
-                while len(buf) < tlserve.HEADER_SIZE:
-                    buf += sock.recv(1 << 20)
-                h = tlserve.parse_header(buf[:tlserve.HEADER_SIZE])
-                while len(buf) < tlserve.HEADER_SIZE + h.payload_len:
-                    buf += sock.recv(1 << 20)
-                payload = buf[tlserve.HEADER_SIZE:tlserve.HEADER_SIZE + h.payload_len]
-                buf = buf[tlserve.HEADER_SIZE + h.payload_len:]
-                if h.type == MsgType.ERROR:
-                    kinds.setdefault(tlserve.decode_error(payload).code, 0)
-                    kinds[tlserve.decode_error(payload).code] += 1
-                else:
-                    self.assertEqual(h.type, MsgType.PREDICT_RESULT)
-                    kinds["ok"] = kinds.get("ok", 0) + 1
-            sock.close()
-            self.assertGreater(kinds.get("ok", 0), 0, kinds)
-            self.assertGreater(kinds.get(ErrorCode.OVERLOADED, 0), 0, kinds)
-            self.assertEqual(set(kinds) - {"ok", ErrorCode.OVERLOADED}, set(), kinds)
-            self.assertGreater(srv.metric("tlserve_overloaded_total"), 0)
-            with srv.client() as c:  # and it still serves
-                self.assertEqual(len(c.predict(MODEL, *request(items=2)).scores), 2)
-        finally:
             self.assertEqual(srv.stop(), 0)
 
 

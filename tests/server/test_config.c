@@ -109,10 +109,13 @@ static void test_defaults(void **state)
     assert_string_equal(c.admin_token, "");
     assert_int_equal(c.workers, 0);
     assert_int_equal(c.load_threads, 0);
-    assert_int_equal(c.max_inflight, 256);
+    assert_int_equal(c.max_inflight, 128);
     assert_int_equal(c.max_connections, 1024);
     assert_int_equal(c.max_frame_bytes, 16 << 20);
-    assert_int_equal(c.idle_timeout_ms, 10000);
+    assert_int_equal(c.max_output_bytes, 128 << 20);
+    assert_int_equal(c.frame_timeout_ms, 10000);
+    assert_int_equal(c.idle_timeout_ms, 20000);
+    assert_int_equal(c.send_timeout_ms, 10000);
     assert_false(c.force_epoll);
     assert_string_equal(c.log_level, "info");
     assert_int_equal(server_log_level, LL_INFO);
@@ -126,6 +129,8 @@ static void test_flags(void **state)
                           "::1", "--admin-bind=0.0.0.0", "--admin-token", "s3cret", "--workers",
                           "4", "--load-threads=2", "--max-inflight", "8", "--max-connections", "16",
                           "--max-frame-bytes", "1024", "--idle-timeout-ms", "50", "--force-epoll",
+                          "--frame-timeout-ms", "60", "--send-timeout-ms", "70",
+                          "--max-output-bytes", "65536",
                           "--log-level", "debug", NULL),
                      0);
     assert_string_equal(c.model_dir, "/m/1");
@@ -140,6 +145,9 @@ static void test_flags(void **state)
     assert_int_equal(c.max_connections, 16);
     assert_int_equal(c.max_frame_bytes, 1024);
     assert_int_equal(c.idle_timeout_ms, 50);
+    assert_int_equal(c.frame_timeout_ms, 60);
+    assert_int_equal(c.send_timeout_ms, 70);
+    assert_int_equal(c.max_output_bytes, 65536);
     assert_true(c.force_epoll);
     assert_int_equal(server_log_level, LL_DEBUG);
 
@@ -173,7 +181,7 @@ static void test_file_then_flags(void **state)
     assert_int_equal(c.workers, 5);         /* flag */
     assert_false(c.force_epoll);            /* flag */
     assert_string_equal(c.bind, "0.0.0.0"); /* file */
-    assert_int_equal(c.max_inflight, 256);  /* default */
+    assert_int_equal(c.max_inflight, 128);  /* default */
     assert_int_equal(server_log_level, LL_WARN);
 
     assert_int_equal(load(&c,

@@ -21,11 +21,13 @@
  *   - framing errors (bad magic, version, header, payload over the codec's or
  *     --max-frame-bytes): one ERROR with request id 0, the connection closes
  *     and later bytes are ignored; --max-input-bytes: OVERLOADED and close;
- *     the output backlog cap;
+ *     --max-output-bytes: the largest backlog is closed;
  *   - payload errors (truncated, trailing bytes, bad varint, name, items,
  *     order, values; unknown model or version, decided after the payload
  *     decodes): ERROR with the request's id, the connection stays usable;
- *   - OVERLOADED, SHUTTING_DOWN, the idle clock, an allocation failure;
+ *   - per-connection back-pressure (no worker-wide OVERLOADED),
+ *     SHUTTING_DOWN, reaping (slow frame, stuck output, idle), buffer
+ *     trimming, eviction at the connection limit, an allocation failure;
  *   - the scratch sized once per version a worker pins (server_model_t.gen).
  *
  * conn.c is #included (STYLE.md: a unit test may reach statics) so that its
@@ -186,6 +188,9 @@ static void finish(void)
     assert_int_equal(w.nconns, 0);
     assert_int_equal(w.inflight, 0);
     assert_int_equal(w.in_bytes, 0);
+    assert_int_equal(w.out_bytes, 0);
+    assert_int_equal(atomic_load(&w.m->output_bytes), 0);
+    assert_null(w.conns);
     assert_int_equal(atomic_load(&w.m->inflight), 0);
     assert_int_equal(atomic_load(&w.m->connections), 0);
     free(w.arena.base);
@@ -613,36 +618,135 @@ static void test_split_every_byte(void **state)
 }
 
 /* A frame arrives in pieces: nothing is answered until its last byte, the
- * partial frame starts the idle clock, the last byte stops it. */
+ * partial frame starts the frame clock (--frame-timeout-ms), the last byte
+ * stops it. */
 static void test_partial_frame_clock(void **state)
 {
     (void)state;
-    start((const char *const[]){"--idle-timeout-ms", "1000", NULL});
+    start((const char *const[]){"--frame-timeout-ms", "1000", "--idle-timeout-ms", "3600000",
+                                NULL});
+    uint64_t now = worker_now_ms();
+    w.now_ms = now;
     conn_t *c = open_conn();
     bytes_t b = {0};
     put_ping(&b, 9, "x");
-    uint64_t now = worker_now_ms();
-    assert_false(conn_stalled(&w, c, now + 5000));  /* nothing pending */
-    assert_int_equal(conn_feed(&w, c, b.p, 10), 0); /* inside the header */
+    assert_int_equal(conn_reap_reason(&w, c, now + 5000), -1); /* nothing pending */
+    assert_int_equal(conn_feed(&w, c, b.p, 10), 0);            /* inside the header */
     expect_nothing(c);
     assert_true(c->partial_since_ms != 0);
-    assert_false(conn_stalled(&w, c, c->partial_since_ms + 1000));
-    assert_true(conn_stalled(&w, c, c->partial_since_ms + 1001));
+    assert_int_equal(conn_reap_reason(&w, c, c->partial_since_ms + 1000), -1);
+    assert_int_equal(conn_reap_reason(&w, c, c->partial_since_ms + 1001),
+                     SERVER_REAP_FRAME_TIMEOUT);
     assert_int_equal(conn_feed(&w, c, b.p + 10, b.len - 11), 0); /* all but the last byte */
     expect_nothing(c);
     assert_true(c->partial_since_ms != 0);
     assert_int_equal(conn_feed(&w, c, b.p + b.len - 1, 1), 0);
     expect_pong(c, 9, "x");
     assert_int_equal(c->partial_since_ms, 0);
-    assert_false(conn_stalled(&w, c, now + 1000000));
+    assert_int_equal(conn_reap_reason(&w, c, now + 1000000), -1);
     conn_free(&w, c);
+    free(b.p);
+    finish();
+}
+
+/* The other two clocks.  Output that does not move for --send-timeout-ms
+ * (a peer that does not read): SEND_TIMEOUT, and every byte sent restarts
+ * it.  Nothing received, answered or sent for --idle-timeout-ms: IDLE, and
+ * a received byte restarts it.  conn_reap counts the reason and drops the
+ * buffers (the peer will read nothing more). */
+static void test_send_and_idle_clocks(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--send-timeout-ms", "500", "--idle-timeout-ms", "2000", NULL});
+    w.now_ms = 10000;
+    conn_t *c = open_conn();
+    assert_int_equal(conn_reap_reason(&w, c, 12000), -1);
+    assert_int_equal(conn_reap_reason(&w, c, 12001), SERVER_REAP_IDLE);
+    bytes_t b = {0};
+    put_ping(&b, 1, "one");
+    put_ping(&b, 2, "two");
+    w.now_ms = 11000;
+    assert_int_equal(feed(c, &b), 0); /* two answers queued at 11000, unsent */
+    assert_int_equal(conn_reap_reason(&w, c, 11500), -1);
+    assert_int_equal(conn_reap_reason(&w, c, 11501), SERVER_REAP_SEND_TIMEOUT);
+    w.now_ms = 11400;
+    conn_sent(&w, c, 3); /* progress, however small, restarts the clock */
+    assert_int_equal(conn_reap_reason(&w, c, 11900), -1);
+    assert_int_equal(conn_reap_reason(&w, c, 11901), SERVER_REAP_SEND_TIMEOUT);
+    assert_int_equal(conn_reap_reason(&w, c, 20000), SERVER_REAP_SEND_TIMEOUT); /* not idle */
+    conn_reap(&w, c, SERVER_REAP_SEND_TIMEOUT);
+    assert_true(c->closing && c->dead);
+    assert_int_equal(c->queued, 0);
+    assert_int_equal(w.inflight, 0);
+    assert_int_equal(w.out_bytes, 0);
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_SEND_TIMEOUT]), 1);
+    assert_int_equal(conn_reap_reason(&w, c, 99999), -1); /* reaped once */
+    conn_free(&w, c);
+    free(b.p);
+    finish();
+}
+
+/* A connection quiet for a second gives its buffers back; one that is
+ * busy, or was active less than a second ago, keeps them. */
+static void test_trim(void **state)
+{
+    (void)state;
+    start(NULL);
+    w.now_ms = 5000;
+    conn_t *c = open_conn();
+    bytes_t b = {0};
+    put_ping(&b, 1, "x");
+    assert_int_equal(feed(c, &b), 0);
+    assert_true(c->in_cap > 0 && c->out_cap > 0);
+    assert_int_equal(w.out_bytes, c->out_cap);
+    conn_trim(&w, c, 5999); /* output pending, and active 999 ms ago */
+    assert_true(c->in_cap > 0 && c->out_cap > 0);
+    expect_pong(c, 1, "x");
+    conn_trim(&w, c, 5999);
+    assert_true(c->out_cap > 0);
+    conn_trim(&w, c, 6000);
+    assert_int_equal(c->in_cap, 0);
+    assert_int_equal(c->out_cap, 0);
+    assert_int_equal(w.in_bytes, 0);
+    assert_int_equal(w.out_bytes, 0);
+    expect_usable(c); /* buffers grow again on demand */
+    conn_free(&w, c);
+    free(b.p);
+    finish();
+}
+
+/* At the connection limit the longest idle connection may go, if it has
+ * been idle CONN_EVICT_IDLE_MS; one with input, output or a pause is busy. */
+static void test_evictable(void **state)
+{
+    (void)state;
+    start(NULL);
+    w.now_ms = 1000;
+    conn_t *old = open_conn();
+    w.now_ms = 1500;
+    conn_t *young = open_conn();
+    w.now_ms = 1200;
+    conn_t *busy = open_conn();
+    bytes_t b = {0};
+    put_ping(&b, 1, "x");
+    b.len -= 1; /* a partial frame */
+    assert_int_equal(feed(busy, &b), 0);
+    assert_null(conn_evictable(&w, 1999)); /* none idle a whole second */
+    assert_ptr_equal(conn_evictable(&w, 2000), old);
+    assert_ptr_equal(conn_evictable(&w, 9000), old);
+    conn_reap(&w, old, SERVER_REAP_EVICTED);
+    assert_ptr_equal(conn_evictable(&w, 9000), young); /* a reaped one is not picked twice */
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_EVICTED]), 1);
+    conn_free(&w, old);
+    conn_free(&w, young);
+    conn_free(&w, busy);
     free(b.p);
     finish();
 }
 
 /* Many frames in one buffer, good and bad mixed: answered in order, each
  * with its own id; the next feed goes on where this one stopped.  (A
- * --max-inflight whose per-connection share holds all 200.) */
+ * --max-inflight that holds all 200.) */
 static void test_pipelined(void **state)
 {
     (void)state;
@@ -877,36 +981,59 @@ static void test_max_input_bytes(void **state)
     finish();
 }
 
-/* A peer that sends but never reads: once more than CONN_MAX_BACKLOG bytes
- * of responses wait, the connection closes (-ENOBUFS). */
-static void test_output_backlog(void **state)
+/* Peers that send but never read: once a worker's output buffers pass
+ * --max-output-bytes, the connection with the most unsent bytes is closed
+ * (reaped, buffers dropped), whether or not it is the one being fed;
+ * the others go on. */
+static void test_output_cap(void **state)
 {
     (void)state;
-    start((const char *const[]){"--max-inflight", "1048576", NULL});
-    bytes_t p = {0}, f = {0};
+    start((const char *const[]){"--max-inflight", "1048576", "--max-output-bytes", "262144",
+                                NULL});
+    bytes_t p = {0}, f = {0}, ping = {0};
     put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
     for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
         put_block(&p, NULL, NULL, 0);
     put_frame(&f, CODEC_PREDICT, 0, 1, &p);
+    put_ping(&ping, 5, "small");
     size_t resp = CODEC_HEADER_SIZE + 8 + codec_varint_size(CODEC_MAX_ITEMS) + 4 * CODEC_MAX_ITEMS;
-    size_t want = CONN_MAX_BACKLOG / resp + 1; /* the first count over the cap */
-    conn_t *c = open_conn();
-    size_t n = 0;
+    conn_t *hog = open_conn(), *small = open_conn(), *next = open_conn();
+    assert_int_equal(feed(small, &ping), 0); /* a little unsent output */
     int rc = 0;
-    while (rc == 0 && n < 2 * want) {
-        rc = feed(c, &f);
+    size_t n = 0;
+    while (rc == 0 && n < 64) {
+        rc = feed(hog, &f);
         n++;
     }
-    assert_int_equal(rc, -ENOBUFS);
-    assert_int_equal(n, want);
-    assert_true(c->closing);
-    assert_int_equal(c->out_len - c->out_off, want * resp);
-    assert_int_equal(atomic_load(&w.m->predict_total), want);
-    conn_sent(&w, c, want * resp); /* the peer reads at last: what comes later is ignored */
-    expect_closed(c, &f);
-    conn_free(&w, c);
+    assert_int_equal(rc, -ENOBUFS); /* the hog was the worst: itself closed */
+    assert_true(hog->closing && hog->dead);
+    assert_true(n * resp > 262144 / 2); /* it held a fair part of the cap first */
+    assert_int_equal(hog->out_cap, 0);
+    assert_int_equal(hog->queued, 0);
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_OUTPUT_CAP]), 1);
+    assert_true(w.out_bytes <= 262144);
+    assert_false(small->closing);
+    expect_pong(small, 5, "small");
+
+    /* Now the worst is another connection: next's feed closes small's backlog. */
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(feed(small, &f), 0);
+    rc = 0;
+    n = 0;
+    while (rc == 0 && !small->dead && n < 64) {
+        rc = feed(next, &ping);
+        n++;
+    }
+    assert_true(small->dead);
+    assert_int_equal(rc, 0);
+    assert_false(next->closing);
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_OUTPUT_CAP]), 2);
+    conn_free(&w, hog);
+    conn_free(&w, small);
+    conn_free(&w, next);
     free(p.p);
     free(f.p);
+    free(ping.p);
     finish();
 }
 
@@ -1157,32 +1284,39 @@ static void test_scratch_follows_version(void **state)
 
 /* ---- load shedding ----------------------------------------------------------------------- */
 
-/* --max-inflight counts responses queued on the worker and not yet sent:
- * past it a request gets OVERLOADED at once (with its id), and once the
- * driver has sent the backlog requests are served again. */
-static void test_overloaded(void **state)
+/* --max-inflight is a connection's own limit: one peer's unsent answers,
+ * however many, never get another peer OVERLOADED (there is no worker-wide
+ * count to refuse by); the worker's total shows in the inflight gauge. */
+static void test_no_worker_wide_overload(void **state)
 {
     (void)state;
     start((const char *const[]){"--max-inflight", "2", NULL});
-    conn_t *a = open_conn(), *b = open_conn();
+    conn_t *a = open_conn(), *b = open_conn(), *d = open_conn();
     bytes_t x = {0};
-    put_ping(&x, 1, "a");
+    for (uint64_t id = 1; id <= 3; id++)
+        put_ping(&x, id, "a");
     assert_int_equal(feed(a, &x), 0);
+    assert_true(a->paused);
     x.len = 0;
-    put_predict(&x, 2, MODEL_NAME, 0);
-    put_ping(&x, 3, "b");
-    assert_int_equal(feed(b, &x), 0); /* the worker's count, not the connection's */
-    assert_int_equal(w.inflight, 3);
-    assert_int_equal(atomic_load(&w.m->inflight), 3);
+    put_predict(&x, 4, MODEL_NAME, 0);
+    put_ping(&x, 5, "b");
+    assert_int_equal(feed(b, &x), 0);
+    assert_int_equal(feed(d, &x), 0);
+    assert_int_equal(w.inflight, 6);
+    assert_int_equal(atomic_load(&w.m->inflight), 6);
+    expect_scores(b, 4);
+    expect_pong(b, 5, "b");
+    expect_scores(d, 4);
+    expect_pong(d, 5, "b");
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 0);
     expect_pong(a, 1, "a");
-    expect_scores(b, 2);
-    expect_error(b, 3, CODEC_E_OVERLOADED);
-    assert_int_equal(atomic_load(&w.m->overloaded_total), 1);
+    expect_pong(a, 2, "a");
+    assert_int_equal(conn_resume(&w, a), 1);
+    expect_pong(a, 3, "a");
     assert_int_equal(w.inflight, 0);
-    assert_false(b->closing);
-    expect_usable(b);
     conn_free(&w, a);
     conn_free(&w, b);
+    conn_free(&w, d);
     free(x.p);
     finish();
 }
@@ -1194,7 +1328,7 @@ static void test_overloaded(void **state)
 static void test_inflight_released_per_response(void **state)
 {
     (void)state;
-    start((const char *const[]){"--max-inflight", "16", NULL}); /* a share of 4 */
+    start((const char *const[]){"--max-inflight", "4", NULL});
     conn_t *c = open_conn();
     bytes_t x = {0};
     for (uint64_t id = 1; id <= 3; id++)
@@ -1229,16 +1363,15 @@ static void test_inflight_released_per_response(void **state)
     finish();
 }
 
-/* Back-pressure: a connection holds at most its share (max-inflight / 4) of
- * unsent responses; the frames after that wait unanswered (no OVERLOADED)
+/* Back-pressure: a connection holds at most --max-inflight unsent
+ * responses; the frames after that wait unanswered (no OVERLOADED)
  * and c->paused tells the driver to stop reading, while another connection
  * of the worker is still served.  conn_resume answers what waited once the
  * peer has read. */
 static void test_connection_share(void **state)
 {
     (void)state;
-    start((const char *const[]){"--max-inflight", "16", NULL}); /* a share of 4 */
-    assert_int_equal(conn_inflight_share(&w), 4);
+    start((const char *const[]){"--max-inflight", "4", NULL});
     conn_t *a = open_conn(), *b = open_conn();
     bytes_t x = {0};
     for (uint64_t id = 1; id <= 6; id++)
@@ -1248,7 +1381,7 @@ static void test_connection_share(void **state)
     assert_int_equal(a->queued, 4);
     assert_true(a->in_len > 0); /* pings 5 and 6 wait */
     assert_int_equal(a->partial_since_ms, 0); /* not the peer's stall */
-    assert_int_equal(conn_resume(&w, a), 0);  /* still at its share */
+    assert_int_equal(conn_resume(&w, a), 0);  /* still at the limit */
     assert_int_equal(atomic_load(&w.m->backpressure_total), 1);
     x.len = 0;
     put_ping(&x, 7, "b");
@@ -1257,7 +1390,7 @@ static void test_connection_share(void **state)
     assert_false(b->paused);
     expect_pong(a, 1, "a"); /* the peer reads one */
     assert_int_equal(conn_resume(&w, a), 1);
-    assert_true(a->paused); /* ping 5 answered: at its share again */
+    assert_true(a->paused); /* ping 5 answered: at the limit again */
     for (uint64_t id = 2; id <= 5; id++)
         expect_pong(a, id, "a");
     assert_int_equal(conn_resume(&w, a), 1);
@@ -1338,15 +1471,18 @@ int main(void)
         cmocka_unit_test(test_train_lookup_unknown_type),
         cmocka_unit_test(test_split_every_byte),
         cmocka_unit_test(test_partial_frame_clock),
+        cmocka_unit_test(test_send_and_idle_clocks),
+        cmocka_unit_test(test_trim),
+        cmocka_unit_test(test_evictable),
         cmocka_unit_test(test_pipelined),
         cmocka_unit_test(test_framing_errors),
         cmocka_unit_test(test_max_frame_bytes),
         cmocka_unit_test(test_max_input_bytes),
-        cmocka_unit_test(test_output_backlog),
+        cmocka_unit_test(test_output_cap),
         cmocka_unit_test(test_bad_payloads),
         cmocka_unit_test(test_no_model),
         cmocka_unit_test(test_scratch_follows_version),
-        cmocka_unit_test(test_overloaded),
+        cmocka_unit_test(test_no_worker_wide_overload),
         cmocka_unit_test(test_inflight_released_per_response),
         cmocka_unit_test(test_connection_share),
         cmocka_unit_test(test_shutting_down),

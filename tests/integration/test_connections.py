@@ -1,0 +1,359 @@
+"""What the server does with connections that cost it without asking anything, on both data-plane
+drivers (io_uring and --force-epoll), against the real tlserve over loopback:
+- back-pressure instead of refusal: a client pipelining far past --max-inflight before reading
+  gets every answer, none OVERLOADED (the limit is the connection's own, not the worker's);
+- a connection that sends nothing is closed after --idle-timeout-ms, one that keeps talking is
+  not; one whose unsent answers do not move is closed after --send-timeout-ms; past
+  --max-output-bytes the largest backlog is closed, and the output buffers stay under the cap;
+- at --max-connections the longest idle connection makes room for a new one, and with none idle
+  the new one is told why (an ERROR frame, OVERLOADED) before the close;
+- out of file descriptors, new clients are refused at once with an ERROR frame (not left in the
+  accept queue), the failure is counted and logged, and the server serves again once
+  descriptors are free; a start with too low a limit says so;
+- a client that pipelines a thousand requests and closes without reading is not scored for:
+  the worker stops at its first batch.
+Each counts in /metrics (tlserve_connections_reaped_total{reason}, ..._refused_total,
+tlserve_accept_errors_total).  Time bounds are generous: only a hang crosses them.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import tempfile
+import time
+import unittest
+
+import harness
+from harness import TLSERVE, TLSYNTH, Server, model_key, require, temp_model, tlserve
+
+MsgType = tlserve.MsgType
+ErrorCode = tlserve.ErrorCode
+MODEL = "ctr"
+MODEL_DIR = None
+_TMP = None
+
+
+def setUpModule():
+    global MODEL_DIR, _TMP
+    require(TLSERVE, TLSYNTH)
+    _TMP, MODEL_DIR = temp_model("tlconns", 1000, MODEL)
+
+
+def tearDownModule():
+    if _TMP:
+        shutil.rmtree(_TMP, ignore_errors=True)
+
+
+def big_predict():
+    """4096 items: a ~16 KB answer, so a few hundred unread ones overflow the socket buffers."""
+    return tlserve.encode_predict(MODEL, [model_key(0)],
+                                  [[model_key(1 + i % 1000)] for i in range(4096)])
+
+
+def read_frame(sock, buf):
+    """One frame from sock (buf: bytes already read); returns (header, payload, rest) or
+    (None, None, buf) at EOF."""
+    while len(buf) < tlserve.HEADER_SIZE:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return None, None, buf
+        buf += chunk
+    h = tlserve.parse_header(buf[:tlserve.HEADER_SIZE])
+    end = tlserve.HEADER_SIZE + h.payload_len
+    while len(buf) < end:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return None, None, buf
+        buf += chunk
+    return h, buf[tlserve.HEADER_SIZE:end], buf[end:]
+
+
+def expect_refusal(test, sock, code=ErrorCode.OVERLOADED):
+    """sock was refused: one ERROR frame (id 0, `code`), then EOF.  Returns the message."""
+    sock.settimeout(5)
+    h, payload, rest = read_frame(sock, b"")
+    test.assertIsNotNone(h, "closed without an ERROR frame")
+    test.assertEqual(h.type, MsgType.ERROR)
+    test.assertEqual(h.request_id, 0)
+    err = tlserve.decode_error(payload)
+    test.assertEqual(err.code, code, err.message)
+    test.assertEqual(rest, b"")
+    test.assertEqual(sock.recv(1), b"")
+    return err.message
+
+
+def eof_within(sock, seconds):
+    """True when the server closes sock within `seconds` (reset counts as closed)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def stuck_peer(port, requests):
+    """Sends `requests` large PREDICTs and reads nothing; stops sending when the server stops
+    reading (back-pressure)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(1)
+    frame = big_predict()
+    try:
+        for rid in range(1, requests + 1):
+            sock.sendall(tlserve.encode_frame(MsgType.PREDICT, rid, frame))
+    except socket.timeout:
+        pass
+    except (ConnectionResetError, BrokenPipeError):
+        pass  # closed already (past --max-output-bytes)
+    return sock
+
+
+def wait_for(pred, seconds, step=0.05):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+class Connections:
+    """The tests, run once per driver (the subclasses set `extra`)."""
+
+    extra = ()
+
+    def server(self, *flags):
+        return Server(MODEL_DIR, "--workers", "1", *(list(self.extra) + list(flags)))
+
+    def reaped(self, srv, reason):
+        return srv.metric('tlserve_connections_reaped_total{reason="%s"}' % reason)
+
+    def test_pipelining_past_max_inflight_is_slowed_not_refused(self):
+        srv = self.server("--max-inflight", "2")
+        try:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", srv.port))
+            sock.settimeout(20)
+            big = big_predict()
+            sock.sendall(b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, big)
+                                  for rid in range(1, 201)))
+            buf, ids = b"", []
+            while len(ids) < 200:
+                h, payload, buf = read_frame(sock, buf)
+                self.assertIsNotNone(h, "closed after %d answers" % len(ids))
+                self.assertEqual(h.type, MsgType.PREDICT_RESULT,
+                                 h.type == MsgType.ERROR and tlserve.decode_error(payload))
+                ids.append(h.request_id)
+            sock.close()
+            self.assertEqual(ids, list(range(1, 201)))
+            self.assertEqual(srv.metric("tlserve_overloaded_total"), 0)
+            self.assertGreater(srv.metric("tlserve_backpressure_total"), 0)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_idle_connection_is_reaped_and_a_talking_one_is_not(self):
+        srv = self.server("--idle-timeout-ms", "1000")
+        try:
+            with srv.client() as talker:
+                talker.ping(b"hello")
+                idle = socket.create_connection(("127.0.0.1", srv.port))
+                idle.settimeout(0.3)
+                t0 = time.monotonic()
+                closed = False
+                while not closed and time.monotonic() - t0 < 10:
+                    talker.ping(b"x")  # a ping every 300 ms: never idle a second
+                    try:
+                        closed = idle.recv(1) == b""
+                    except socket.timeout:
+                        pass
+                self.assertTrue(closed, "an idle connection was not closed")
+                self.assertGreater(time.monotonic() - t0, 0.8)
+                talker.ping(b"still here")
+            idle.close()
+            self.assertEqual(self.reaped(srv, "idle"), 1)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_output_that_does_not_move_is_closed_after_send_timeout(self):
+        srv = self.server("--send-timeout-ms", "1000", "--max-inflight", "100000")
+        try:
+            sock = stuck_peer(srv.port, 400)
+            self.assertTrue(wait_for(lambda: self.reaped(srv, "send_timeout") == 1, 10))
+            self.assertTrue(wait_for(lambda: srv.metric("tlserve_connections") == 0, 5))
+            self.assertTrue(wait_for(lambda: srv.metric("tlserve_output_buffer_bytes") == 0, 5))
+            sock.close()
+            with srv.client() as c:
+                c.ping(b"after")
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_the_largest_backlog_is_closed_past_max_output_bytes(self):
+        cap = 1 << 20
+        srv = self.server("--max-output-bytes", str(cap), "--max-inflight", "100000",
+                          "--send-timeout-ms", "60000")
+        try:
+            peers = [stuck_peer(srv.port, 300) for _ in range(3)]
+            self.assertTrue(wait_for(lambda: self.reaped(srv, "output_cap") >= 1, 10))
+            # a connection may pass the cap by one buffer's growth before it is closed
+            self.assertLessEqual(srv.metric("tlserve_output_buffer_bytes"), 2 * cap)
+            with srv.client() as c:
+                c.ping(b"still serving")
+            for p in peers:
+                p.close()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_at_the_limit_a_new_client_is_told_why(self):
+        srv = self.server("--max-connections", "2")
+        try:
+            with srv.client() as a, srv.client() as b:
+                a.ping(b"a")
+                b.ping(b"b")  # both just active: neither may be evicted
+                c = socket.create_connection(("127.0.0.1", srv.port))
+                msg = expect_refusal(self, c)
+                self.assertIn("limit 2", msg)
+                c.close()
+                a.ping(b"a")
+                b.ping(b"b")
+            self.assertGreaterEqual(srv.metric("tlserve_connections_refused_total"), 1)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_at_the_limit_the_longest_idle_connection_makes_room(self):
+        srv = self.server("--max-connections", "2")
+        try:
+            first = socket.create_connection(("127.0.0.1", srv.port))
+            time.sleep(0.2)
+            second = socket.create_connection(("127.0.0.1", srv.port))
+            time.sleep(1.3)  # both idle past a second, `first` the longest
+            with srv.client() as c:
+                c.ping(b"let in")
+                self.assertTrue(eof_within(first, 5), "the longest idle was not evicted")
+                second.settimeout(0.3)
+                with self.assertRaises(socket.timeout):
+                    second.recv(1)  # still open
+                c.ping(b"again")
+            self.assertEqual(self.reaped(srv, "evicted"), 1)
+            self.assertEqual(srv.metric("tlserve_connections_refused_total"), 0)
+            first.close()
+            second.close()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_out_of_file_descriptors_clients_are_refused_at_once(self):
+        # tlserve under `ulimit -n 24` with room for 100 connections: it says so at start,
+        # then clients past the descriptors it has get an ERROR frame at once.
+        tmp = tempfile.mkdtemp(prefix="tlfds")
+        wrapper = os.path.join(tmp, "tlserve")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nulimit -n 24 || exit 3\nexec "%s" "$@"\n' % TLSERVE)
+        os.chmod(wrapper, stat.S_IRWXU)
+        saved, harness.TLSERVE = harness.TLSERVE, wrapper
+        socks = []
+        try:
+            srv = self.server("--max-connections", "100")
+        finally:
+            harness.TLSERVE = saved
+        try:
+            refused = 0
+            for _ in range(24):
+                s = socket.create_connection(("127.0.0.1", srv.port))
+                socks.append(s)
+                s.settimeout(5)
+                s.sendall(tlserve.encode_frame(MsgType.PING, 1, tlserve.encode_ping(b"p")))
+                h, payload, _ = read_frame(s, b"")
+                self.assertIsNotNone(h, "closed without an answer")
+                if h.type == MsgType.ERROR:
+                    err = tlserve.decode_error(payload)
+                    self.assertEqual(err.code, ErrorCode.OVERLOADED)
+                    self.assertIn("file descriptors", err.message)
+                    self.assertEqual(s.recv(1), b"")
+                    refused += 1
+                else:
+                    self.assertEqual(h.type, MsgType.PONG)
+            self.assertGreater(refused, 0)
+            for s in socks:
+                s.close()
+            socks = []
+            self.assertTrue(wait_for(lambda: srv.metric("tlserve_connections") == 0, 5))
+            self.assertGreater(srv.metric("tlserve_accept_errors_total"), 0)
+            self.assertGreaterEqual(srv.metric("tlserve_connections_refused_total"), refused)
+            with srv.client() as c:  # descriptors are free again
+                c.ping(b"back")
+            out = srv.output()
+            self.assertIn("file descriptor limit 24", out)
+            self.assertIn("out of file descriptors", out)
+        finally:
+            for s in socks:
+                s.close()
+            self.assertEqual(srv.stop(), 0)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_a_closed_peer_is_not_scored_for(self):
+        # The server is stopped (SIGSTOP) while a client sends 1000 requests and closes, so
+        # that all of them wait in the kernel with the close behind them; once it runs again
+        # it must not score them for nobody.  The old server scored all 1000.
+        srv = self.server()
+        sock = None
+        try:
+            req = tlserve.encode_predict(MODEL, [model_key(j) for j in range(30)],
+                                         [[model_key(30 + i * 10 + j) for j in range(10)]
+                                          for i in range(2)])
+            stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
+                              for rid in range(1, 1001))
+            with srv.client() as c:  # warm: the worker has scored with this model
+                c.predict(MODEL, [model_key(0)], [[model_key(1)]])
+            before = srv.metric("tlserve_predict_total")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            sock.connect(("127.0.0.1", srv.port))
+            srv.proc.send_signal(signal.SIGSTOP)
+            sock.settimeout(10)
+            sock.sendall(stream)
+            sock.close()
+            sock = None
+            time.sleep(0.3)
+            srv.proc.send_signal(signal.SIGCONT)
+            self.assertTrue(wait_for(lambda: srv.metric("tlserve_connections") == 0, 10))
+            scored = srv.metric("tlserve_predict_total") - before
+            # What arrives before the close is answered: up to --max-inflight (128) unsent
+            # answers, plus one check interval (16), before the worker stops reading it and
+            # the close is known.
+            self.assertLessEqual(scored, 128 + 16, "%d of 1000 scored for nobody" % scored)
+            with srv.client() as c:  # a client that reads gets all it asks for
+                res = c.predict_many(MODEL, [([model_key(0)], [[model_key(1)]])] * 300, window=200)
+                self.assertEqual(len(list(res)), 300)
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
+            if sock:
+                sock.close()
+            self.assertEqual(srv.stop(), 0)
+
+    def test_a_start_below_the_descriptors_needed_warns(self):
+        srv = self.server("--max-connections", str(1 << 20), "--workers", "2")
+        try:
+            with srv.client() as c:
+                c.ping(b"up")
+            out = srv.output()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        self.assertIn("file descriptor limit", out)
+        self.assertIn("--max-connections 1048576 need", out)
+
+
+class ConnectionsUring(Connections, unittest.TestCase):
+    extra = ()
+
+
+class ConnectionsEpoll(Connections, unittest.TestCase):
+    extra = ("--force-epoll",)
+
+
+if __name__ == "__main__":
+    unittest.main()
