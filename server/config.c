@@ -225,8 +225,7 @@ int server_path_under_root(const char *root, const char *path, char *resolved, s
 {
     char rroot[PATH_MAX], rpath[PATH_MAX];
     if (!realpath(root, rroot)) {
-        snprintf(why, why_len, "the model root '%s' cannot be resolved: %s", root,
-                 strerror(errno));
+        snprintf(why, why_len, "the model root '%s' cannot be resolved: %s", root, strerror(errno));
         return -1;
     }
     if (!realpath(path, rpath)) {

@@ -198,8 +198,12 @@ static model_t *make_fm(uint32_t K)
     return m;
 }
 
-/* Scores ITEMS items of PER ids behind SHARED shared ids with sc. */
-enum { SC_ITEMS = 40, SC_SHARED = 25, SC_PER = 30 };
+/* Scores SC_ITEMS items of SC_PER ids behind SC_SHARED shared ids with sc. */
+enum {
+    SC_ITEMS = 40,
+    SC_SHARED = 25,
+    SC_PER = 30
+};
 static void score_fixed(const model_t *m, model_scratch_t *sc, float *scores)
 {
     uint64_t shared_ids[SC_SHARED], item_ids[SC_ITEMS][SC_PER];
