@@ -48,6 +48,20 @@
  * train_fm.c) use the same order so that exports score bit for bit as they
  * predicted.
  *
+ * THE SCRATCH
+ *   A thread's work space for one request: the gathered ids, the looked-up
+ *   rows and the kind's work space (FFM accumulators, DNN activations).  A
+ *   server sizes it for its largest request, so the rows dominate: K floats
+ *   for each of up to CODEC_MAX_REQUEST_FEATURES ids is 4 MiB for LR and
+ *   324 MiB for an FFM with K = 81.  It is sized once per model version
+ *   (model_scratch_fit), never per request, and it follows the model both
+ *   ways: grown when a model needs more, reallocated to the model's size
+ *   when it holds more than twice what the model needs, so that a worker
+ *   that once served a wide model does not keep that memory after a narrow
+ *   one replaced it.  Buffers of 1 MiB and more are mapped on their own, so
+ *   that freeing one unmaps it at once instead of leaving it to a general
+ *   allocator that may keep it for reuse.
+ *
  * THREAD SAFETY: the model is read-only; each thread scores with its own
  * scratch (model.h).
  */
@@ -63,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct model {
     store_t *store;          /* owned */
@@ -75,6 +90,9 @@ struct model {
     dnn_net_t dnn;           /* DNN: points into extras */
     size_t work_bytes;       /* per-request work space beyond the rows */
 };
+
+/* Scratch buffers from this size up are mapped on their own (buf_alloc). */
+#define SCRATCH_MMAP_MIN ((size_t)1 << 20)
 
 struct model_scratch {
     size_t cap;         /* ids the key array holds, bias included */
@@ -248,55 +266,112 @@ int model_scratch_create(size_t max_features, model_scratch_t **out)
     return 0;
 }
 
-int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats)
+/* A scratch buffer of n bytes: mapped on its own when large, so that
+ * freeing it unmaps it at once (a general allocator may keep a freed large
+ * block, and its address space, for reuse), from the heap when small. */
+static void *buf_alloc(size_t n)
 {
-    if (value_floats == 0)
-        value_floats = 1;
-    size_t cap = max_features + 1;
-    if (cap < max_features || cap > SIZE_MAX / sizeof(float) / value_floats)
-        return -ENOMEM;
-    size_t fcap = cap * value_floats;
-    if (cap <= sc->cap && fcap <= sc->fcap)
-        return 0;
-    if (cap < sc->cap)
-        cap = sc->cap;
-    if (fcap < sc->fcap)
-        fcap = sc->fcap;
-    uint64_t *keys = cap > sc->cap ? malloc(cap * sizeof *keys) : NULL;
-    float *weights = fcap > sc->fcap ? malloc(fcap * sizeof *weights) : NULL;
-    if ((cap > sc->cap && !keys) || (fcap > sc->fcap && !weights)) {
-        free(keys);
-        free(weights);
+    if (n < SCRATCH_MMAP_MIN)
+        return malloc(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Frees what buf_alloc(n) returned (n decides how it was allocated). */
+static void buf_free(void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (n < SCRATCH_MMAP_MIN)
+        free(p);
+    else
+        munmap(p, n);
+}
+
+/* Makes sc hold exactly cap ids, fcap floats and wbytes of work space,
+ * replacing only the buffers whose size changes.  All or nothing: returns
+ * 1 when it replaced any, 0 when every size already matched, -ENOMEM with
+ * sc unchanged. */
+static int scratch_resize(model_scratch_t *sc, size_t cap, size_t fcap, size_t wbytes)
+{
+    const bool nk = cap != sc->cap, nw = fcap != sc->fcap, nx = wbytes != sc->wbytes;
+    uint64_t *keys = nk ? buf_alloc(cap * sizeof *keys) : NULL;
+    float *weights = nw ? buf_alloc(fcap * sizeof *weights) : NULL;
+    void *work = nx && wbytes ? buf_alloc(wbytes) : NULL;
+    if ((nk && !keys) || (nw && !weights) || (nx && wbytes && !work)) {
+        buf_free(keys, cap * sizeof *keys);
+        buf_free(weights, fcap * sizeof *weights);
+        buf_free(work, wbytes);
         return -ENOMEM;
     }
-    if (keys) {
-        free(sc->keys);
+    if (nk) {
+        buf_free(sc->keys, sc->cap * sizeof *sc->keys);
         sc->keys = keys;
         sc->cap = cap;
     }
-    if (weights) {
-        free(sc->weights);
+    if (nw) {
+        buf_free(sc->weights, sc->fcap * sizeof *sc->weights);
         sc->weights = weights;
         sc->fcap = fcap;
     }
-    return 1;
+    if (nx) {
+        buf_free(sc->work, sc->wbytes);
+        sc->work = work;
+        sc->wbytes = wbytes;
+    }
+    return nk || nw || nx;
+}
+
+/* The ids and floats for max_features features of value_floats floats
+ * each (the bias row included); -ENOMEM when the byte sizes overflow. */
+static int scratch_need(size_t max_features, uint32_t value_floats, size_t *cap, size_t *fcap)
+{
+    if (value_floats == 0)
+        value_floats = 1;
+    size_t c = max_features + 1;
+    if (c < max_features || c > SIZE_MAX / sizeof(float) / value_floats ||
+        c > SIZE_MAX / sizeof(uint64_t))
+        return -ENOMEM;
+    *cap = c;
+    *fcap = c * value_floats;
+    return 0;
+}
+
+int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats)
+{
+    size_t cap, fcap;
+    if (scratch_need(max_features, value_floats, &cap, &fcap) != 0)
+        return -ENOMEM;
+    if (cap <= sc->cap && fcap <= sc->fcap)
+        return 0;
+    return scratch_resize(sc, cap > sc->cap ? cap : sc->cap, fcap > sc->fcap ? fcap : sc->fcap,
+                          sc->wbytes);
 }
 
 int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features)
 {
-    int grew = model_scratch_reserve(sc, max_features, model_value_floats(m));
-    if (grew < 0)
-        return grew;
-    if (m->work_bytes > sc->wbytes) {
-        void *w = malloc(m->work_bytes);
-        if (!w)
-            return -ENOMEM;
-        free(sc->work);
-        sc->work = w;
-        sc->wbytes = m->work_bytes;
-        grew = 1;
+    size_t cap, fcap;
+    if (scratch_need(max_features, model_value_floats(m), &cap, &fcap) != 0)
+        return -ENOMEM;
+    const size_t wbytes = m->work_bytes;
+    const size_t need = cap * sizeof(uint64_t) + fcap * sizeof(float) + wbytes;
+    /* Holding more than twice what m needs: give the rest back.  Should
+     * that fail, fall through to the growing rule: the buffers may still
+     * fit m (only the memory is not returned). */
+    if (model_scratch_bytes(sc) / 2 > need) {
+        int rc = scratch_resize(sc, cap, fcap, wbytes);
+        if (rc >= 0)
+            return rc;
     }
-    return grew;
+    if (cap <= sc->cap && fcap <= sc->fcap && wbytes <= sc->wbytes)
+        return 0;
+    return scratch_resize(sc, cap > sc->cap ? cap : sc->cap, fcap > sc->fcap ? fcap : sc->fcap,
+                          wbytes > sc->wbytes ? wbytes : sc->wbytes);
+}
+
+size_t model_scratch_bytes(const model_scratch_t *sc)
+{
+    return sc->cap * sizeof *sc->keys + sc->fcap * sizeof *sc->weights + sc->wbytes;
 }
 
 void model_scratch_set_team(model_scratch_t *sc, store_team_t *team)
@@ -308,9 +383,9 @@ void model_scratch_destroy(model_scratch_t *sc)
 {
     if (!sc)
         return;
-    free(sc->keys);
-    free(sc->weights);
-    free(sc->work);
+    buf_free(sc->keys, sc->cap * sizeof *sc->keys);
+    buf_free(sc->weights, sc->fcap * sizeof *sc->weights);
+    buf_free(sc->work, sc->wbytes);
     free(sc);
 }
 

@@ -77,12 +77,23 @@ void model_scratch_set_team(model_scratch_t *sc, store_team_t *team);
  * model_score() said -E2BIG. */
 int model_scratch_reserve(model_scratch_t *sc, size_t max_features, uint32_t value_floats);
 
-/* Grows sc for model m and requests of up to max_features features: the
- * rows (model_value_floats floats per key) and the kind's work space (FFM
- * accumulators, DNN activations).  1 when it grew, 0 when it was large
- * enough, -ENOMEM (sc unchanged and usable).  Allocates: call it when a
- * model is swapped in, or once when model_score() said -E2BIG. */
+/* Sizes sc for model m and requests of up to max_features features: the
+ * rows (model_value_floats floats per key), the ids and the kind's work
+ * space (FFM accumulators, DNN activations).  Grows sc when it holds less
+ * than m needs; reallocates it to exactly m's size when it holds more than
+ * twice the bytes m needs, giving the rest back to the system (after a
+ * narrow model replaced a wide one).  Returns 1 when it reallocated (grew
+ * or shrank), 0 when sc was left as it was (no allocation), -ENOMEM when it
+ * had to grow and could not (sc unchanged and usable for the model it was
+ * sized for).  A shrink that finds no memory keeps the larger buffers
+ * (and grows only what m still lacks): giving memory back is best effort,
+ * never a failure.  Allocates: call it when a model is swapped
+ * in, or once when model_score() said -E2BIG, never per request. */
 int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features);
+
+/* Bytes sc holds now (ids, rows and work space together).  For metrics and
+ * tests; never allocates. */
+size_t model_scratch_bytes(const model_scratch_t *sc);
 
 /* Floats per key of m's store (1 for LR, 1 + k for FM). */
 uint32_t model_value_floats(const model_t *m);

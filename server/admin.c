@@ -26,7 +26,10 @@
  *   configured (state-changing calls are off), 401 without or with a wrong
  *   token (compared in constant time for a given token length), 400 when the
  *   request is malformed (body not JSON, no "path", bad model name in the
- *   URL, a wait= other than 1/true/0/false), 409 when the manifest cannot be
+ *   URL, a wait= other than 1/true/0/false), 403 when --model-root is set
+ *   and the path does not resolve (realpath) to a path strictly under the
+ *   root's (the root itself, '..' escapes and symlinks out are refused; the
+ *   resolved path is the one loaded), 409 when the manifest cannot be
  *   read or names another model than the URL (snapshots are write-once
  *   directories, so the manifest read here is the one the loader loads).
  *   Then the load is queued for the loader thread:
@@ -87,6 +90,7 @@
 #include <event2/thread.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -705,7 +709,21 @@ static void on_load(struct evhttp_request *req, const char *name)
                     sizeof dir);
         return;
     }
-    snprintf(dir, sizeof dir, "%s", path);
+    if (srv->cfg.model_root[0]) {
+        /* Loaded from the resolved path, so that a symlink swapped after
+         * this check cannot lead the loader elsewhere. */
+        char why[2 * PATH_MAX + 256];
+        if (server_path_under_root(srv->cfg.model_root, path, dir, sizeof dir, why,
+                                   sizeof why) != 0) {
+            LOG(LL_WARN, "admin: load %s refused: %s", name, why);
+            reply_error(req, 403, "loads are restricted to --model-root '%s': %s",
+                        srv->cfg.model_root, why);
+            json_decref(j);
+            return;
+        }
+    } else {
+        snprintf(dir, sizeof dir, "%s", path);
+    }
     json_decref(j);
 
     store_meta_t meta;

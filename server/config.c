@@ -37,6 +37,12 @@
  *   warning.  A token and a token file together are refused: which one is
  *   in force must not depend on a precedence rule the operator forgot.
  *
+ * THE MODEL ROOT
+ *   --model-root limits what the token can load: admin loads (admin.c) and
+ *   --model must resolve (realpath: symlinks and '..' followed) to a path
+ *   strictly under the root's real path, with a '/' boundary.  The root
+ *   must exist as a directory when the settings are read.
+ *
  * FLAGS
  *   "--name value" or "--name=value".  A bool flag takes a value only in the
  *   "=" form: "--force-epoll" alone means true, "--force-epoll=false" false
@@ -62,6 +68,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +104,7 @@ typedef struct cfg_entry {
 static int check_addr(const char *v, char *why, size_t why_len);
 static int check_level(const char *v, char *why, size_t why_len);
 static int check_token(const char *v, char *why, size_t why_len);
+static int check_root(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -104,6 +112,10 @@ static const cfg_entry_t table[] = {
     {"model", CFG_STRING, 0, 0, "",
      "snapshot directory to serve at start (empty: none until loaded)", F(model_dir), NULL,
      "a directory path", NULL, false},
+    {"model-root", CFG_STRING, 0, 0, "",
+     "load only snapshots whose real path lies under this directory (--model and admin loads; "
+     "empty: any)",
+     F(model_root), check_root, "a directory path", NULL, false},
     {"bind", CFG_STRING, 0, 0, "127.0.0.1", "data plane address (IPv4 or IPv6 literal)", F(bind),
      check_addr, "an IP address", NULL, false},
     {"port", CFG_INT, 1, 65535, "7070", "data plane TCP port", F(port), NULL, NULL, NULL, false},
@@ -199,6 +211,57 @@ static int check_token(const char *v, char *why, size_t why_len)
         snprintf(why, why_len, "the token starts or ends with a blank");
         return -1;
     }
+    return 0;
+}
+
+/* The model root must name an existing directory: a typo must not leave
+ * every load refused (or, resolved later, a different tree allowed). */
+static int check_root(const char *v, char *why, size_t why_len)
+{
+    if (!*v)
+        return 0;
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(v, real) || stat(real, &st) != 0) {
+        snprintf(why, why_len, "cannot resolve '%s': %s", v, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "'%s' is not a directory", v);
+        return -1;
+    }
+    return 0;
+}
+
+int server_path_under_root(const char *root, const char *path, char *resolved, size_t len,
+                           char *why, size_t why_len)
+{
+    char rroot[PATH_MAX], rpath[PATH_MAX];
+    if (!realpath(root, rroot)) {
+        snprintf(why, why_len, "the model root '%s' cannot be resolved: %s", root, strerror(errno));
+        return -1;
+    }
+    if (!realpath(path, rpath)) {
+        snprintf(why, why_len, "'%s' cannot be resolved: %s", path, strerror(errno));
+        return -1;
+    }
+    /* realpath never ends in '/' except for "/" itself: under root means
+     * root's path, a '/', then at least one byte (so "/models2" is not
+     * under "/models" and the root itself is not under itself). */
+    size_t n = strlen(rroot);
+    bool under = n == 1 ? rpath[1] != '\0'
+                        : strncmp(rpath, rroot, n) == 0 && rpath[n] == '/' && rpath[n + 1] != '\0';
+    if (!under) {
+        snprintf(why, why_len, "'%s' resolves to '%s', which is not under the model root '%s'",
+                 path, rpath, rroot);
+        return -1;
+    }
+    if (strlen(rpath) >= len) {
+        snprintf(why, why_len, "'%s' resolves to a path of %zu bytes (at most %zu)", path,
+                 strlen(rpath), len - 1);
+        return -1;
+    }
+    memcpy(resolved, rpath, strlen(rpath) + 1);
     return 0;
 }
 
@@ -598,6 +661,15 @@ int server_config_load(server_config_t *cfg, int argc, char **argv)
         }
         if (read_token_file(cfg) != 0)
             return -1;
+    }
+    if (cfg->model_root[0] && cfg->model_dir[0]) {
+        char real[sizeof cfg->model_dir];
+        if (server_path_under_root(cfg->model_root, cfg->model_dir, real, sizeof real, why,
+                                   sizeof why) != 0) {
+            fprintf(stderr, "tlserve: --model '%s' is not under --model-root '%s': %s\n",
+                    cfg->model_dir, cfg->model_root, why);
+            return -1;
+        }
     }
     if (secret_flag)
         LOG(LL_WARN,

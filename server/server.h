@@ -45,6 +45,7 @@
 
 typedef struct server_config {
     char model_dir[1024];      /* snapshot to serve at start ("" = none) */
+    char model_root[1024];     /* loads only from under this directory's real path ("" = any) */
     char bind[64];             /* data plane address, default 127.0.0.1 */
     int port;                  /* data plane port */
     char admin_bind[64];       /* admin plane address, default 127.0.0.1 */
@@ -73,6 +74,14 @@ typedef struct server_config {
  * when ready to run.  Warnings (a token on the command line, a token file
  * others can read) go to stderr and do not fail. */
 int server_config_load(server_config_t *cfg, int argc, char **argv);
+
+/* Whether path, resolved with realpath() (symlinks and '..' followed),
+ * lies strictly under root's real path: 0 with the resolved path in
+ * resolved (len bytes), else -1 with why naming the path, what it resolved
+ * to and the root (outside, the root itself, unresolvable, too long).
+ * Reads the filesystem; any thread. */
+int server_path_under_root(const char *root, const char *path, char *resolved, size_t len,
+                           char *why, size_t why_len);
 
 /* ---- metrics ------------------------------------------------------------------ */
 

@@ -40,8 +40,9 @@ class Server(harness.Server):
     """A tlserve that is started, not yet up (see wait_up); one worker and the admin token by
     default, and load() for the token-protected load endpoint."""
 
-    def __init__(self, model_dir: str | None, token: str | None = TOKEN, workers: int = 1):
-        super().__init__(model_dir, "--workers", str(workers), token=token, wait=None)
+    def __init__(self, model_dir: str | None, *extra: str, token: str | None = TOKEN,
+                 workers: int = 1):
+        super().__init__(model_dir, "--workers", str(workers), *extra, token=token, wait=None)
 
     def load(self, name: str, body: bytes, token: str | None):
         """POST .../{name}:load?wait=1: answered when the load has ended, as a synchronous load
@@ -65,13 +66,21 @@ class AdminTest(unittest.TestCase):
         gen_model(cls.v1, 1000, "demo", version=1)
         gen_model(cls.v2, 2000, "demo", version=2, seed=7)
         gen_model(cls.other, 10, "other", version=1)
+        # --model-root tests: the root holds demo/1 and demo/2 (and links); the same model
+        # outside it would load but for the root.
+        cls.root = os.path.join(cls.tmp.name, "demo")
+        cls.outside = os.path.join(cls.tmp.name, "outside", "demo", "3")
+        gen_model(cls.outside, 10, "demo", version=3)
+        os.symlink("../outside/demo/3", os.path.join(cls.root, "link_out"))
+        os.symlink("2", os.path.join(cls.root, "link_in"))
+        gen_model(os.path.join(cls.tmp.name, "demo2", "3"), 10, "demo", version=3)
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def start(self, model_dir, **kw) -> Server:
-        srv = Server(model_dir, **kw)
+    def start(self, model_dir, *extra, **kw) -> Server:
+        srv = Server(model_dir, *extra, **kw)
         self.addCleanup(srv.stop, timeout=5.0, check=True)
         srv.wait_up("/readyz" if model_dir is not None else "/healthz", timeout=15.0)
         return srv
@@ -184,6 +193,58 @@ class AdminTest(unittest.TestCase):
         self.assertEqual(m['tlserve_model_loads_total{result="failed"}'], 0)
         self.assertGreater(m["tlserve_model_load_seconds"], 0)
         self.assertEqual(m["tlserve_model_loads_in_progress"], 0)
+
+    def test_model_root(self):
+        srv = self.start(self.v1, "--model-root", self.root)
+        refused = [self.outside,                                    # outside
+                   os.path.join(self.root, "..", "outside", "demo", "3"),  # a '..' escape
+                   os.path.join(self.root, "link_out"),             # a symlink out
+                   self.root,                                       # the root itself
+                   os.path.join(self.tmp.name, "demo2", "3"),      # a sibling sharing the prefix
+                   os.path.join(self.root, "none")]                 # nothing there
+        for path in refused:
+            status, _, body = srv.load("demo", json.dumps({"path": path}).encode(), TOKEN)
+            self.assertEqual(status, 403, (path, body))
+            err = json.loads(body)["error"]
+            self.assertIn(self.root, err)
+            self.assertIn(path, err)
+            # Still the token first: no token is 401 whatever the path.
+            self.assertEqual(srv.load("demo", json.dumps({"path": path}).encode(), None)[0], 401)
+        self.assertEqual(json.loads(srv.get("/v1/models")[2])["models"][0]["version"], 1)
+        m = parse_metrics(srv.get("/metrics")[2].decode())
+        self.assertEqual(m['tlserve_model_loads_total{result="ok"}'], 0)
+        self.assertEqual(m['tlserve_model_loads_total{result="failed"}'], 0)
+
+        # Inside, waited for (200), and through a symlink that stays inside, queued (202).
+        status, _, body = srv.load("demo", json.dumps({"path": self.v2}).encode(), TOKEN)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["version"], 2)
+        status, _, body = http(srv.admin_port, "/v1/models/demo:load", "POST",
+                               json.dumps({"path": os.path.join(self.root, "link_in")}).encode(),
+                               {"Authorization": f"Bearer {TOKEN}"})
+        self.assertEqual(status, 202, body)
+        deadline = time.monotonic() + 30
+        while True:
+            st = json.loads(http(srv.admin_port, "/v1/models/demo:load", "GET")[2])
+            if st["state"] in ("done", "failed") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(st["state"], "done", st)
+        self.assertEqual(st["path"], os.path.realpath(self.v2))  # the resolved path is loaded
+
+        # Without the root the same outside path loads: the refusals above were the root's.
+        srv2 = self.start(self.v1)
+        status, _, body = srv2.load("demo", json.dumps({"path": self.outside}).encode(), TOKEN)
+        self.assertEqual(status, 200, body)
+
+    def test_model_root_at_start(self):
+        proc = subprocess.run([TLSERVE, "--model", self.outside, "--model-root", self.root,
+                               "--port", str(free_port()), "--admin-port", str(free_port())],
+                              capture_output=True, timeout=30)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn(self.outside.encode(), proc.stderr)
+        self.assertIn(self.root.encode(), proc.stderr)
+        self.assertIn(b"--model-root", proc.stderr)
 
     def test_load_refused_without_configured_token(self):
         srv = self.start(self.v1, token=None)

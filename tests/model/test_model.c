@@ -4,7 +4,8 @@
  * the test itself put in the store.  Scores must be equal exactly (same
  * order of additions), unknown ids must count 0, and the guard rails
  * (-E2BIG, -ENOTSUP) must hold: which kinds and widths a model accepts, and
- * a scratch that must grow before it can score an FM model.
+ * a scratch that must grow before it can score an FM model and that gives
+ * its memory back when fitted to a narrower model afterwards.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,6 +179,117 @@ static void test_scratch_reserve(void **state)
     model_destroy(m);
 }
 
+/* An FM model of width K (k = K - 1) over the ids id_of(1..NKEYS). */
+static model_t *make_fm(uint32_t K)
+{
+    store_options_t opt = {.value_floats = K, .shards = 4, .expected_keys = NKEYS + 1};
+    store_t *s;
+    assert_int_equal(store_create(&opt, &s), 0);
+    float row[1 + MODEL_FM_MAX_K];
+    for (uint32_t i = 0; i <= NKEYS; i++) {
+        uint64_t id = i ? id_of(i) : MODEL_BIAS_ID;
+        for (uint32_t f = 0; f < K; f++)
+            row[f] = weight_of(id + f * 977) / 8.0f;
+        assert_int_equal(store_upsert(s, id, row), 1);
+    }
+    store_meta_t meta = {.model_name = "fm", .model_kind = STORE_MODEL_FM, .version = 1};
+    model_t *m;
+    assert_int_equal(model_from_store(s, &meta, &m), 0);
+    return m;
+}
+
+/* Scores SC_ITEMS items of SC_PER ids behind SC_SHARED shared ids with sc. */
+enum {
+    SC_ITEMS = 40,
+    SC_SHARED = 25,
+    SC_PER = 30
+};
+static void score_fixed(const model_t *m, model_scratch_t *sc, float *scores)
+{
+    uint64_t shared_ids[SC_SHARED], item_ids[SC_ITEMS][SC_PER];
+    codec_block_t items[SC_ITEMS];
+    for (uint32_t j = 0; j < SC_SHARED; j++)
+        shared_ids[j] = id_of(1 + j * 11);
+    for (uint32_t i = 0; i < SC_ITEMS; i++) {
+        for (uint32_t j = 0; j < SC_PER; j++)
+            item_ids[i][j] = id_of(1 + (i * 97 + j * 13) % (NKEYS + 300)); /* some unknown */
+        items[i] = (codec_block_t){item_ids[i], NULL, SC_PER};
+    }
+    codec_block_t shared = {shared_ids, NULL, SC_SHARED};
+    assert_int_equal(model_score(m, &shared, items, SC_ITEMS, scores, sc), 0);
+}
+
+/* A scratch follows its model both ways: fitted to a wide FM model it
+ * grows, fitted to LR afterwards it gives the rows back (its size drops to
+ * what LR needs), and it still scores as a fresh scratch does; fitting
+ * again to the same model allocates nothing. */
+static void test_scratch_fit_shrinks(void **state)
+{
+    (void)state;
+    enum { MAXF = 100000 }; /* rows of the FM model: 26 MB, mapped buffers */
+    const uint32_t K = 1 + MODEL_FM_MAX_K;
+    model_t *fm = make_fm(K), *lr = make_model(0.75f);
+    model_scratch_t *sc, *fresh;
+    assert_int_equal(model_scratch_create(MAXF, &sc), 0);
+    const size_t lr_bytes = model_scratch_bytes(sc);
+    assert_int_equal(lr_bytes, (MAXF + 1) * (sizeof(uint64_t) + sizeof(float)));
+
+    assert_int_equal(model_scratch_fit(sc, fm, MAXF), 1);
+    const size_t fm_bytes = model_scratch_bytes(sc);
+    assert_int_equal(fm_bytes, (MAXF + 1) * (sizeof(uint64_t) + K * sizeof(float)));
+    assert_int_equal(model_scratch_fit(sc, fm, MAXF), 0);
+    float got[SC_ITEMS], want[SC_ITEMS];
+    score_fixed(fm, sc, got);
+    assert_int_equal(model_scratch_create(MAXF, &fresh), 0);
+    assert_int_equal(model_scratch_fit(fresh, fm, MAXF), 1);
+    score_fixed(fm, fresh, want);
+    assert_memory_equal(got, want, sizeof got);
+    model_scratch_destroy(fresh);
+
+    /* LR after FM: back to LR's size, same scores as a fresh LR scratch. */
+    assert_int_equal(model_scratch_fit(sc, lr, MAXF), 1);
+    assert_int_equal(model_scratch_bytes(sc), lr_bytes);
+    assert_true(model_scratch_bytes(sc) < fm_bytes / 10);
+    assert_int_equal(model_scratch_fit(sc, lr, MAXF), 0);
+    score_fixed(lr, sc, got);
+    assert_int_equal(model_scratch_create(MAXF, &fresh), 0);
+    score_fixed(lr, fresh, want);
+    assert_memory_equal(got, want, sizeof got);
+    model_scratch_destroy(fresh);
+
+    /* The narrow scratch refuses a request of the wide model's rows that
+     * the LR rows cannot hold, until it is fitted again. */
+    enum { WIDE = (MAXF + 1) / (1 + MODEL_FM_MAX_K) + 1 };
+    static uint64_t ids[WIDE + 1];
+    for (uint32_t j = 0; j <= WIDE; j++)
+        ids[j] = id_of(1 + j % NKEYS);
+    float one;
+    codec_block_t shared = {ids, NULL, WIDE}, item = {ids + WIDE, NULL, 1};
+    assert_int_equal(model_score(fm, &shared, &item, 1, &one, sc), -E2BIG);
+    assert_int_equal(model_scratch_fit(sc, fm, MAXF), 1);
+    assert_int_equal(model_scratch_bytes(sc), fm_bytes);
+    assert_int_equal(model_score(fm, &shared, &item, 1, &one, sc), 0);
+    score_fixed(fm, sc, got);
+    assert_int_equal(model_scratch_create(MAXF, &fresh), 0);
+    assert_int_equal(model_scratch_fit(fresh, fm, MAXF), 1);
+    score_fixed(fm, fresh, want);
+    assert_memory_equal(got, want, sizeof got);
+    model_scratch_destroy(fresh);
+
+    /* Within twice the need it is kept: an FM k = 32 model fits in the
+     * k = 64 scratch (65 vs 33 floats a row, under twice) without a new
+     * allocation. */
+    model_t *fm33 = make_fm(33);
+    assert_int_equal(model_scratch_fit(sc, fm33, MAXF), 0);
+    assert_int_equal(model_scratch_bytes(sc), fm_bytes);
+    score_fixed(fm33, sc, got);
+    model_destroy(fm33);
+
+    model_scratch_destroy(sc);
+    model_destroy(fm);
+    model_destroy(lr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -185,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_unknown_ids_and_extremes),
         cmocka_unit_test(test_kinds_accepted),
         cmocka_unit_test(test_scratch_reserve),
+        cmocka_unit_test(test_scratch_fit_shrinks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

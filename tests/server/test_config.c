@@ -18,8 +18,10 @@
 
 #include "server/log.h"
 #include "server/server.h"
+#include "tests/test_fs.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,7 @@ static void test_defaults(void **state)
     assert_int_equal(load(&c, NULL), 0);
     assert_string_equal(errbuf, "");
     assert_string_equal(c.model_dir, "");
+    assert_string_equal(c.model_root, "");
     assert_string_equal(c.bind, "127.0.0.1");
     assert_string_equal(c.admin_bind, "127.0.0.1");
     assert_int_equal(c.port, 7070);
@@ -319,6 +322,91 @@ static void test_admin_token_sources(void **state)
     expect_error(load(&c, "--admin-token", " padded", NULL), "--admin-token", "blank", NULL);
 }
 
+/* --model-root: the root must be a directory; --model must resolve to a
+ * path strictly under it ('..' escapes, symlinks out, the root itself and a
+ * sibling sharing its prefix are refused); server_path_under_root, which
+ * the admin load uses too, gives the resolved path. */
+static void test_model_root(void **state)
+{
+    (void)state;
+    server_config_t c;
+    const char *tmp = getenv("TL_TEST_TMP");
+    char base[512], models[600], inside[700], models2[600], outside[600], p[900], q[900];
+    snprintf(base, sizeof base, "%s/test_config_%d_root", tmp && *tmp ? tmp : "/tmp",
+             (int)getpid());
+    test_rm_rf(base);
+    snprintf(models, sizeof models, "%s/models", base);
+    snprintf(inside, sizeof inside, "%s/a/1", models);
+    snprintf(models2, sizeof models2, "%s/models2/x", base);
+    snprintf(outside, sizeof outside, "%s/outside", base);
+    test_mkdir_p(inside);
+    test_mkdir_p(models2);
+    test_mkdir_p(outside);
+    snprintf(p, sizeof p, "%s/link_out", models);
+    assert_int_equal(symlink("../outside", p), 0);
+    snprintf(p, sizeof p, "%s/link_in", models);
+    assert_int_equal(symlink("a/1", p), 0);
+    snprintf(p, sizeof p, "%s/rootlink", base);
+    assert_int_equal(symlink("models", p), 0);
+
+    /* The root itself. */
+    snprintf(p, sizeof p, "%s/missing", base);
+    expect_error(load(&c, "--model-root", p, NULL), "--model-root", p, "cannot resolve", NULL);
+    snprintf(p, sizeof p, "%s/a/1/file", models);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    expect_error(load(&c, "--model-root", p, NULL), "--model-root", p, "not a directory", NULL);
+
+    /* Inside: directly, through a symlink in the root, through a root that
+     * is itself a symlink, and under "/". */
+    assert_int_equal(load(&c, "--model-root", models, "--model", inside, NULL), 0);
+    assert_string_equal(c.model_root, models);
+    assert_string_equal(c.model_dir, inside);
+    assert_string_equal(errbuf, "");
+    snprintf(p, sizeof p, "%s/link_in", models);
+    assert_int_equal(load(&c, "--model-root", models, "--model", p, NULL), 0);
+    snprintf(q, sizeof q, "%s/rootlink", base);
+    assert_int_equal(load(&c, "--model-root", q, "--model", inside, NULL), 0);
+    assert_int_equal(load(&c, "--model-root", "/", "--model", outside, NULL), 0);
+    /* Without --model either may be given alone; without a root, anything. */
+    assert_int_equal(load(&c, "--model-root", models, NULL), 0);
+    assert_int_equal(load(&c, "--model", outside, NULL), 0);
+
+    /* Outside: the config error names both. */
+    const char *bad[] = {outside, models, "..", "../outside", "link_out", "../models2/x",
+                         "nothing"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i][0] == '/')
+            snprintf(p, sizeof p, "%s", bad[i]);
+        else
+            snprintf(p, sizeof p, "%s/%s", models, bad[i]);
+        expect_error(load(&c, "--model-root", models, "--model", p, NULL), "--model-root",
+                     "--model", models, p, NULL);
+    }
+    assert_int_equal(load(&c, "--model", outside, "--model-root", "/", NULL), 0);
+    expect_error(load(&c, "--model", "/", "--model-root", "/", NULL), "--model-root", NULL);
+
+    /* The helper: the resolved path, a '/' boundary, a size limit. */
+    char real[1024], why[1024];
+    snprintf(p, sizeof p, "%s/link_in", models);
+    assert_int_equal(server_path_under_root(models, p, real, sizeof real, why, sizeof why), 0);
+    char want[PATH_MAX];
+    assert_non_null(realpath(inside, want));
+    assert_string_equal(real, want);
+    assert_int_equal(server_path_under_root(models, models2, real, sizeof real, why, sizeof why),
+                     -1);
+    if (!strstr(why, "not under the model root"))
+        fail_msg("why: '%s'", why);
+    snprintf(p, sizeof p, "%s/link_out", models);
+    assert_int_equal(server_path_under_root(models, p, real, sizeof real, why, sizeof why), -1);
+    assert_non_null(realpath(outside, want));
+    if (!strstr(why, want) || !strstr(why, p))
+        fail_msg("why does not name '%s' and '%s': '%s'", p, want, why);
+    assert_int_equal(server_path_under_root(models, inside, real, 4, why, sizeof why), -1);
+    test_rm_rf(base);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -335,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_file_then_flags), cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
         cmocka_unit_test(test_config_not_a_file), cmocka_unit_test(test_admin_token_sources),
+        cmocka_unit_test(test_model_root),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
