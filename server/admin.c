@@ -77,6 +77,11 @@
  *   Ended loads travel from the loader thread to the admin thread through
  *   A.ended (a list under A.ended_lock) and done_ev; the waiting requests are
  *   touched by the admin thread only.
+ *
+ * OUT OF DESCRIPTORS
+ *   A failed accept pauses the admin listener for ADMIN_ACCEPT_PAUSE_MS
+ *   (libevent would retry at once, spinning the thread while the process is
+ *   out of descriptors), counted in tlserve_accept_errors_total.
  */
 #include "log.h"
 #include "server.h"
@@ -87,6 +92,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -128,6 +134,9 @@ static struct admin {
     struct evhttp *http;
     struct event *done_ev;       /* activated by the loader when a load ends */
     struct event *stop_ev;       /* timer every ADMIN_STOP_CHECK_MS, also activated by admin_stop */
+    struct evconnlistener *listener; /* evhttp's, for the accept-error pause */
+    struct event *accept_ev;     /* re-enables the listener after an accept error */
+    uint64_t accept_warned;      /* accept errors when last logged; admin thread only */
     pthread_mutex_t ended_lock;  /* protects ended and ended_tail */
     ended_t *ended;              /* loads ended, not yet seen by the admin thread, oldest first */
     ended_t **ended_tail;        /* where the next one is linked */
@@ -910,6 +919,35 @@ static cold int listen_on(const char *addr, int port)
  * armed before the thread starts) sees it and leaves; later ticks break
  * again should the loop still run past the flush moment.  Nothing can be
  * lost. */
+/* An accept of the admin socket failed (out of file descriptors, most
+ * often): libevent would retry at once, for ever, while the error lasts.
+ * Pause accepting for ADMIN_ACCEPT_PAUSE_MS instead; count and log (once a
+ * second at most) like the data plane (sockets.c). */
+#define ADMIN_ACCEPT_PAUSE_MS 100
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    (void)arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    atomic_fetch_add_explicit(&A.srv->metrics[0].accept_errors_total, 1, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&A.srv->metrics[0].accept_errors_total, memory_order_relaxed);
+    if (n - A.accept_warned >= 10 || A.accept_warned == 0) {
+        A.accept_warned = n;
+        LOG(LL_WARN, "admin: accept failed: %s; pausing accepts for %d ms", strerror(err),
+            ADMIN_ACCEPT_PAUSE_MS);
+    }
+    evconnlistener_disable(lev);
+    struct timeval pause = {0, ADMIN_ACCEPT_PAUSE_MS * 1000};
+    event_add(A.accept_ev, &pause);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    evconnlistener_enable(A.listener);
+}
+
 static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;
@@ -983,13 +1021,19 @@ int admin_start(server_t *srv)
     evhttp_set_allowed_methods(A.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                            EVHTTP_REQ_PATCH);
-    if (!evhttp_accept_socket_with_handle(A.http, fd)) {
+    struct evhttp_bound_socket *bound = evhttp_accept_socket_with_handle(A.http, fd);
+    if (!bound) {
         rc = -EINVAL;
         LOG(LL_ERROR, "admin: evhttp cannot accept on %s:%d", srv->cfg.admin_bind,
             srv->cfg.admin_port);
         goto fail;
     }
     fd = -1; /* evhttp owns it now */
+    A.listener = evhttp_bound_socket_get_listener(bound);
+    A.accept_ev = event_new(A.base, -1, 0, on_accept_resume, NULL);
+    if (!A.accept_ev)
+        goto fail;
+    evconnlistener_set_error_cb(A.listener, on_accept_error);
     rc = loader_start(srv, on_load_ended, NULL);
     if (rc != 0)
         goto fail;
@@ -1011,12 +1055,14 @@ fail:
         event_free(A.done_ev);
     if (A.stop_ev)
         event_free(A.stop_ev);
+    if (A.accept_ev)
+        event_free(A.accept_ev);
     if (A.base)
         event_base_free(A.base);
     if (fd >= 0)
         close(fd);
     A.http = NULL;
-    A.done_ev = A.stop_ev = NULL;
+    A.done_ev = A.stop_ev = A.accept_ev = NULL;
     A.base = NULL;
     return rc;
 }
@@ -1037,6 +1083,7 @@ void admin_stop(server_t *srv)
     evhttp_free(A.http);
     event_free(A.done_ev);
     event_free(A.stop_ev);
+    event_free(A.accept_ev);
     event_base_free(A.base);
     pthread_mutex_lock(&A.ended_lock); /* nothing can add to it now */
     while (A.ended) {
@@ -1047,7 +1094,7 @@ void admin_stop(server_t *srv)
     A.ended_tail = &A.ended;
     pthread_mutex_unlock(&A.ended_lock);
     A.http = NULL;
-    A.done_ev = A.stop_ev = NULL;
+    A.done_ev = A.stop_ev = A.accept_ev = NULL;
     A.base = NULL;
     A.running = false;
     atomic_store(&A.stopping, false);

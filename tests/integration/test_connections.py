@@ -22,6 +22,7 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 import unittest
 
@@ -111,6 +112,13 @@ def stuck_peer(port, requests):
     except (ConnectionResetError, BrokenPipeError):
         pass  # closed already (past --max-output-bytes)
     return sock
+
+
+def cpu_seconds(pid):
+    """utime + stime of the whole process, from /proc/PID/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stopped(pid):
@@ -287,9 +295,24 @@ class Connections:
                 else:
                     self.assertEqual(h.type, MsgType.PONG)
             self.assertGreater(refused, 0)
+            # The admin plane is out of descriptors too: its accept pauses instead of spinning
+            # the process, and the request is answered once descriptors are free.
+            result = {}
+            def get_health():
+                try:
+                    result["status"] = harness.http(srv.admin_port, "/healthz", timeout=10)[0]
+                except OSError as e:
+                    result["status"] = e
+            getter = threading.Thread(target=get_health)
+            cpu0 = cpu_seconds(srv.proc.pid)
+            getter.start()
+            time.sleep(1.0)
+            self.assertLess(cpu_seconds(srv.proc.pid) - cpu0, 0.5, "spinning while out of fds")
             for s in socks:
                 s.close()
             socks = []
+            getter.join()
+            self.assertEqual(result.get("status"), 200)
             self.assertTrue(wait_for(lambda: srv.metric("tlserve_connections") == 0, 5))
             self.assertGreater(srv.metric("tlserve_accept_errors_total"), 0)
             self.assertGreaterEqual(srv.metric("tlserve_connections_refused_total"), refused)
