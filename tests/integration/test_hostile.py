@@ -129,14 +129,17 @@ class RssSampler(threading.Thread):
                 self.missing += 1
 
 
-def sample(metrics, name):
-    """The value of one sample of /metrics (name with its labels), or a failure that names it
-    and the samples of the same family there are."""
-    if name in metrics:
-        return metrics[name]
-    family = name.split("{")[0]
+def sample(metrics, family, **labels):
+    """The sum of the /metrics samples of `family` that carry every label of `labels` (others
+    too, e.g. per worker), or a failure that names what was asked and the related samples."""
+    want = ['%s="%s"' % kv for kv in labels.items()]
+    found = [v for k, v in metrics.items()
+             if k.split("{")[0] == family and all(w in k for w in want)]
+    if found:
+        return sum(found)
     near = sorted(k for k in metrics if k.split("{")[0] == family or "connections" in k)
-    raise AssertionError("%s is not in /metrics; samples there: %s" % (name, ", ".join(near)))
+    raise AssertionError("%s{%s} is not in /metrics; related samples there: %s"
+                         % (family, ",".join(want), ", ".join(near) or "none"))
 
 
 class Hostile(unittest.TestCase):
@@ -231,17 +234,22 @@ class Hostile(unittest.TestCase):
                             " bound %s" % (sampler.peak / 2**20, what))
             self.assertLess(hwm, bound, "VmHWM %.1f MiB; bound %s" % (hwm / 2**20, what))
 
-        with self.subTest("hostile peers refused and reaped"):
-            reaped = 'tlserve_connections_reaped_total{reason="%s"}'
+        with self.subTest("hostile peers closed by the server, as they saw it"):
+            self.assertGreater(stats["pipeliner_closed"], 0, stats)
+            self.assertGreater(stats["loris_closed"], 0, stats)
+            self.assertGreater(stats["idle_closed"], 0, stats)
+            self.assertGreater(stats["garbage_error_frames"], 0, stats)
+
+        with self.subTest("hostile peers refused and reaped, by /metrics"):
+            reaped = "tlserve_connections_reaped_total"
             self.assertGreater(sample(metrics, "tlserve_connections_refused_total"), 0)
             self.assertGreater(stats["idle_error_frames"], 0,
                                "no refused connection got an ERROR frame: %s" % stats)
-            self.assertGreater(sample(metrics, reaped % "idle"), 0)
-            self.assertGreater(sample(metrics, reaped % "evicted"), 0)
-            self.assertGreater(sample(metrics, reaped % "frame_timeout"), 0)  # the slow-loris
-            self.assertGreater(sample(metrics, reaped % "send_timeout")
-                               + sample(metrics, reaped % "output_cap"), 0)  # the pipeliners
-            self.assertGreater(stats["garbage_error_frames"], 0, stats)
+            self.assertGreater(sample(metrics, reaped, reason="idle"), 0)
+            self.assertGreater(sample(metrics, reaped, reason="evicted"), 0)
+            self.assertGreater(sample(metrics, reaped, reason="frame_timeout"), 0)  # slow-loris
+            self.assertGreater(sample(metrics, reaped, reason="send_timeout")
+                               + sample(metrics, reaped, reason="output_cap"), 0)  # pipeliners
 
         with self.subTest("SIGTERM exits 0 within the drain deadline"):
             self.assertIsNotNone(rc, "tlserve still running %.0f s after SIGTERM: %s"
