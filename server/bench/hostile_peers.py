@@ -317,9 +317,14 @@ def tlgen_run(tlgen, port, model, key_space, duration, rate=TLGEN_RATE, warmup=1
 
 
 def phase_line(name, doc):
-    return ("%-22s p50 %8.0f us  p99 %8.0f us  max %8.0f us  ok %d/%d  errors %d  disconnects %d"
+    line = ("%-22s p50 %8.0f us  p99 %8.0f us  max %8.0f us  ok %d/%d  errors %d  disconnects %d"
             % (name, doc["p50_us"], doc["p99_us"], doc["max_us"], doc["ok"], doc["scheduled"],
                doc["errors"], doc["disconnects"]))
+    if doc["errors"]:
+        line += " (%s)" % ", ".join("%s %d" % kv for kv in doc["errors_by_code"].items() if kv[1])
+    if not doc["valid"]:
+        line += "  INVALID: " + doc["invalid_reason"]
+    return line
 
 
 def bench(argv):
