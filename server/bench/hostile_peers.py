@@ -26,6 +26,7 @@ without hostile peers, then with them, on one server; one line per phase, the p9
 peak RSS (VmHWM) against the caps.  Standard library only.
 """
 
+import errno
 import heapq
 import os
 import re
@@ -126,10 +127,11 @@ def parse_metrics(text):
 
 
 class _Peer:
-    __slots__ = ("kind", "sock", "out", "off", "left")
+    __slots__ = ("kind", "sock", "out", "off", "left", "gen")
 
     def __init__(self, kind):
         self.kind, self.sock, self.out, self.off, self.left = kind, None, b"", 0, 0
+        self.gen = 0  # connections so far: a timer of an earlier connection is stale
 
 
 class HostilePeers:
@@ -144,7 +146,7 @@ class HostilePeers:
         self.counts.update(pipeliner_bytes_sent=0, idle_error_frames=0, loris_bytes_sent=0,
                            garbage_error_frames=0, connect_failures=0)
         self._sel = selectors.DefaultSelector()
-        self._timers = []  # heap of (when, seq, peer)
+        self._timers = []  # heap of (when, seq, peer, the peer's gen when it was set)
         self._seq = 0
         self._stop = threading.Event()
         self._thread = None
@@ -191,14 +193,16 @@ class HostilePeers:
 
     def _at(self, when, peer):
         self._seq += 1
-        heapq.heappush(self._timers, (when, self._seq, peer))
+        heapq.heappush(self._timers, (when, self._seq, peer, peer.gen))
 
     def _run(self):
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
                 while self._timers and self._timers[0][0] <= now:
-                    _, _, p = heapq.heappop(self._timers)
+                    _, _, p, gen = heapq.heappop(self._timers)
+                    if gen != p.gen:
+                        continue
                     if p.sock is None:
                         self._connect(p)
                     elif p.kind == "loris":
@@ -221,7 +225,7 @@ class HostilePeers:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.setblocking(False)
         err = s.connect_ex(("127.0.0.1", self.port))
-        if err not in (0, 115):  # EINPROGRESS
+        if err not in (0, errno.EINPROGRESS):
             s.close()
             self.counts["connect_failures"] += 1
             self._at(time.monotonic() + AGAIN[p.kind], p)
@@ -244,6 +248,7 @@ class HostilePeers:
         self._sel.unregister(p.sock)
         p.sock.close()
         p.sock = None
+        p.gen += 1
         self.counts[p.kind + "_closed"] += 1
         self._at(time.monotonic() + AGAIN[p.kind], p)
 

@@ -138,8 +138,9 @@ def sample(metrics, family, **labels):
     if found:
         return sum(found)
     near = sorted(k for k in metrics if k.split("{")[0] == family or "connections" in k)
-    raise AssertionError("%s{%s} is not in /metrics; related samples there: %s"
-                         % (family, ",".join(want), ", ".join(near) or "none"))
+    asked = family + ("{%s}" % ",".join(want) if want else "")
+    raise AssertionError("%s is not in /metrics; related samples there: %s"
+                         % (asked, ", ".join(near) or "none"))
 
 
 class Hostile(unittest.TestCase):
