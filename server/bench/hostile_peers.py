@@ -369,8 +369,12 @@ def bench(argv):
         if hostile is None:
             sys.exit("hostile: tlgen printed no JSON (exit %d):\n%s" % (rc, out))
         print(phase_line("with hostile peers", hostile))
-        print("p99 with/without: %.2f (target <= 1.5)"
-              % (hostile["p99_us"] / max(base["p99_us"], 1.0)))
+        if hostile["ok"] and not hostile["errors"]:
+            print("p99 with/without: %.2f (target <= 1.5)"
+                  % (hostile["p99_us"] / max(base["p99_us"], 1.0)))
+        else:
+            print("p99 with/without: not comparable: %d of %d requests failed with the hostile "
+                  "peers" % (hostile["errors"], hostile["scheduled"]))
         hwm_kib = status_kib(srv.proc.pid, "VmHWM")
         caps = WORKERS * (MAX_INPUT_BYTES + MAX_OUTPUT_BYTES)
         print("peak RSS (VmHWM) %.1f MiB; bound: start RSS %.1f MiB + workers x (max-input + "
