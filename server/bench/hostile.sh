@@ -12,13 +12,14 @@
 #      and reap counters, and how long SIGTERM took with the hostile peers connected.
 # Figures, not a test: it never fails on timing.  The server and the peers share the host's
 # cores, so on a small host the ratio includes the CPU the hostile peers' own requests take.
-# Usage: server/bench/hostile.sh [--duration S] [--rate R] [BUILD_DIR]
+# Usage: server/bench/hostile.sh [--duration S] [--rate R] [--force-epoll] [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/../.."
 ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration|--rate) ARGS+=("$1" "$2"); shift 2 ;;
+    --force-epoll) ARGS+=("$1"); shift ;;
     *) break ;;
   esac
 done

@@ -342,6 +342,7 @@ def bench(argv):
     ap = argparse.ArgumentParser(description="tlgen p50/p99 without and with the hostile mix")
     ap.add_argument("--duration", type=int, default=20, help="measured seconds per phase")
     ap.add_argument("--rate", type=int, default=TLGEN_RATE)
+    ap.add_argument("--force-epoll", action="store_true", help="tlserve's epoll data plane")
     a = ap.parse_args(argv)
     tlgen = os.path.join(harness.BUILD, "loadgen", "tlgen")
     harness.require(harness.TLSERVE, harness.TLSYNTH, tlgen)
@@ -349,6 +350,8 @@ def bench(argv):
     if why:
         sys.exit("hostile: " + why)
     flags, missing = supported_flags(harness.TLSERVE)
+    if a.force_epoll:
+        flags.append("--force-epoll")
     keys = 20000
     tmp, model_dir = harness.temp_model("tlhostile", keys, "ctr")
     srv = peers = None
