@@ -29,6 +29,7 @@ peak RSS (VmHWM) against the caps.  Standard library only.
 import errno
 import heapq
 import os
+import random
 import re
 import resource
 import selectors
@@ -69,7 +70,7 @@ GARBAGE = 8
 PIPELINE_ITEMS = 4096
 FDS_NEEDED = IDLE + PIPELINERS + LORIS + GARBAGE + 512  # + tlgen, the checker, Python itself
 
-# pauses before a closed peer connects again (seconds)
+# pauses before a closed peer connects again (seconds, +-50% at random)
 AGAIN = {"pipeliner": 1.0, "idle": 3.0, "loris": 0.5, "garbage": 0.25}
 
 # tlgen's well-behaved workload (small requests: the host has 2 cores shared with others)
@@ -148,6 +149,7 @@ class HostilePeers:
         self._sel = selectors.DefaultSelector()
         self._timers = []  # heap of (when, seq, peer, the peer's gen when it was set)
         self._seq = 0
+        self._rng = random.Random(42)
         self._stop = threading.Event()
         self._thread = None
         self._peers = ([_Peer("pipeliner") for _ in range(pipeliners)]
@@ -228,7 +230,7 @@ class HostilePeers:
         if err not in (0, errno.EINPROGRESS):
             s.close()
             self.counts["connect_failures"] += 1
-            self._at(time.monotonic() + AGAIN[p.kind], p)
+            self._at(time.monotonic() + self._again(p), p)
             return
         p.sock, p.off, p.left = s, 0, 0
         self.counts[p.kind + "_connects"] += 1
@@ -250,7 +252,12 @@ class HostilePeers:
         p.sock = None
         p.gen += 1
         self.counts[p.kind + "_closed"] += 1
-        self._at(time.monotonic() + AGAIN[p.kind], p)
+        self._at(time.monotonic() + self._again(p), p)
+
+    def _again(self, p):
+        """The pause before p connects again: AGAIN[kind] +-50%, so peers the server closed
+        together do not come back together."""
+        return AGAIN[p.kind] * self._rng.uniform(0.5, 1.5)
 
     def _send(self, p, data):
         try:
@@ -321,6 +328,13 @@ def tlgen_run(tlgen, port, model, key_space, duration, rate=TLGEN_RATE, warmup=1
     return r.returncode, r.stdout, doc
 
 
+def cpu_seconds(pid):
+    """utime + stime of a whole process (every thread), from /proc/PID/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def phase_line(name, doc):
     line = ("%-22s p50 %8.0f us  p99 %8.0f us  max %8.0f us  ok %d/%d  errors %d  disconnects %d"
             % (name, doc["p50_us"], doc["p99_us"], doc["max_us"], doc["ok"], doc["scheduled"],
@@ -333,6 +347,7 @@ def phase_line(name, doc):
 
 
 def bench(argv):
+    global PIPELINE_ITEMS
     import argparse
     import shutil
     import signal
@@ -343,7 +358,12 @@ def bench(argv):
     ap.add_argument("--duration", type=int, default=20, help="measured seconds per phase")
     ap.add_argument("--rate", type=int, default=TLGEN_RATE)
     ap.add_argument("--force-epoll", action="store_true", help="tlserve's epoll data plane")
+    ap.add_argument("--pipeliners", type=int, default=PIPELINERS,
+                    help="peers that pipeline and never read (0: the rest of the mix alone)")
+    ap.add_argument("--pipeline-items", type=int, default=PIPELINE_ITEMS,
+                    help="items per pipelined PREDICT (what each costs the server to score)")
     a = ap.parse_args(argv)
+    PIPELINE_ITEMS = a.pipeline_items
     tlgen = os.path.join(harness.BUILD, "loadgen", "tlgen")
     harness.require(harness.TLSERVE, harness.TLSYNTH, tlgen)
     why = raise_nofile()
@@ -361,17 +381,28 @@ def bench(argv):
         print("tlserve %s" % " ".join(flags))
         if missing:
             print("  (this binary lacks %s: run without them)" % ", ".join(missing))
+        def cpu():  # (tlserve's CPU seconds, this process's: the hostile driver's)
+            t = os.times()
+            return cpu_seconds(srv.proc.pid), t.user + t.system
+
+        c0 = cpu()
         rc, out, base = tlgen_run(tlgen, srv.port, "ctr", keys, a.duration, a.rate)
         if base is None:
             sys.exit("hostile: tlgen printed no JSON (exit %d):\n%s" % (rc, out))
-        print(phase_line("without hostile peers", base), flush=True)
-        peers = HostilePeers(srv.port, "ctr", harness.model_key)
+        c1 = cpu()
+        print(phase_line("without hostile peers", base)
+              + "  cpu/s: tlserve %.2f" % ((c1[0] - c0[0]) / (a.duration + 1)), flush=True)
+        peers = HostilePeers(srv.port, "ctr", harness.model_key, pipeliners=a.pipeliners)
         peers.start()
         time.sleep(1.5)  # the idle sockets are in (and idle for a second) before tlgen connects
+        c1 = cpu()
         rc, out, hostile = tlgen_run(tlgen, srv.port, "ctr", keys, a.duration, a.rate)
         if hostile is None:
             sys.exit("hostile: tlgen printed no JSON (exit %d):\n%s" % (rc, out))
-        print(phase_line("with hostile peers", hostile))
+        c2 = cpu()
+        print(phase_line("with hostile peers", hostile)
+              + "  cpu/s: tlserve %.2f, hostile driver %.2f"
+              % ((c2[0] - c1[0]) / (a.duration + 1), (c2[1] - c1[1]) / (a.duration + 1)))
         if hostile["ok"] and not hostile["errors"]:
             print("p99 with/without: %.2f (target <= 1.5)"
                   % (hostile["p99_us"] / max(base["p99_us"], 1.0)))
