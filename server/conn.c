@@ -29,10 +29,10 @@
  * c->out empties.
  *
  * MEMORY: a worker's input buffers together are held under
- * --max-input-bytes (past it the connection asking for more gets
- * OVERLOADED and closes) and its output buffers under --max-output-bytes
- * (past it the connections with the most unsent bytes are closed:
- * conn_shed).  Buffers grow to the largest frame or backlog seen and are
+ * --max-input-bytes and its output buffers under --max-output-bytes.  Past
+ * either, the connections holding the most are closed (conn_shed_input,
+ * conn_shed): the cost falls on the hogs, not on whoever asks next; a
+ * connection that holds the most input itself gets OVERLOADED and closes.  Buffers grow to the largest frame or backlog seen and are
  * given back once the connection has been quiet for a second (conn_trim).
  *
  * A PEER THAT HAS GONE: frames that were received before the peer closed
@@ -81,6 +81,7 @@ const char *const server_reap_names[SERVER_REAP_REASONS] = {
     [SERVER_REAP_FRAME_TIMEOUT] = "frame_timeout",
     [SERVER_REAP_SEND_TIMEOUT] = "send_timeout",
     [SERVER_REAP_OUTPUT_CAP] = "output_cap",
+    [SERVER_REAP_INPUT_CAP] = "input_cap",
     [SERVER_REAP_EVICTED] = "evicted",
 };
 
@@ -312,26 +313,60 @@ conn_t *conn_evictable(const worker_t *w, uint64_t now_ms)
     return best;
 }
 
+static size_t unsent(const conn_t *c)
+{
+    return c->out_len - c->out_off;
+}
+
 /* Past --max-output-bytes: closes the connections with the most unsent
  * output (the peers that do not read) until the rest fit.  A connection
- * whose send is in flight keeps its buffer until the send ends, so it is
- * counted as given back. */
+ * being closed whose send is in flight keeps its buffer until the send
+ * ends: it counts as given back, or one peer's close would cost others
+ * theirs.  A connection with nothing unsent is never closed for it; if the
+ * rest still do not fit, their idle buffers are given back at once. */
 static void conn_shed(worker_t *w)
 {
-    size_t cap = (size_t)w->srv->cfg.max_output_bytes, freed = 0;
-    while (w->out_bytes - freed > cap) {
+    size_t cap = (size_t)w->srv->cfg.max_output_bytes, dying = 0;
+    for (conn_t *c = w->conns; c; c = c->next)
+        if (c->dead)
+            dying += c->out_cap + c->out_sending_cap;
+    while (w->out_bytes - dying > cap) {
         conn_t *worst = NULL;
         for (conn_t *c = w->conns; c; c = c->next)
-            if (!c->dead && c->out_cap &&
-                (!worst || c->out_len - c->out_off > worst->out_len - worst->out_off))
+            if (!c->dead && unsent(c) && (!worst || unsent(c) > unsent(worst)))
                 worst = c;
         if (!worst)
-            return;
-        size_t held = worst->out_cap;
+            break;
         conn_reap(w, worst, SERVER_REAP_OUTPUT_CAP);
-        if (worst->out_cap)
-            freed += held; /* a send still reads it: gone when it ends */
+        dying += worst->out_cap + worst->out_sending_cap; /* what a send still reads */
     }
+    for (conn_t *c = w->conns; c && w->out_bytes - dying > cap; c = c->next)
+        if (!c->dead && !unsent(c) && !c->send_busy && c->out_cap) {
+            out_bytes_add(w, -(ptrdiff_t)c->out_cap);
+            free(c->out);
+            c->out = NULL;
+            c->out_off = c->out_len = c->out_done = c->out_cap = 0;
+        }
+}
+
+/* Growing c's input buffer by `grow` bytes would take the worker past
+ * --max-input-bytes: closes the other connections holding the most input
+ * (peers whose frames wait unanswered because they do not read, or that
+ * send the starts of large frames) until it fits.  Returns false when c
+ * itself holds the most: then c is the one refused. */
+static bool conn_shed_input(worker_t *w, conn_t *c, size_t grow)
+{
+    size_t cap = (size_t)w->srv->cfg.max_input_bytes;
+    while (w->in_bytes + grow > cap) {
+        conn_t *worst = NULL;
+        for (conn_t *o = w->conns; o; o = o->next)
+            if (!o->dead && o->in_cap && (!worst || o->in_cap > worst->in_cap))
+                worst = o;
+        if (!worst || worst == c || worst->in_cap <= c->in_cap)
+            return false;
+        conn_reap(w, worst, SERVER_REAP_INPUT_CAP);
+    }
+    return true;
 }
 
 /* Queues an ERROR frame; counts it.  Returns 0, -ENOMEM (c->out cannot
@@ -482,7 +517,8 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         size_t after = before ? before : 4096;
         while (after < c->in_len + len)
             after *= 2;
-        if (w->in_bytes - before + after > (size_t)w->srv->cfg.max_input_bytes) {
+        if (w->in_bytes - before + after > (size_t)w->srv->cfg.max_input_bytes &&
+            !conn_shed_input(w, c, after - before)) {
             atomic_fetch_add_explicit(&w->m->overloaded_total, 1, memory_order_relaxed);
             send_error(w, c, 0, CODEC_E_OVERLOADED,
                        "this worker holds %zu bytes of unanswered input (limit %d); closing",

@@ -111,6 +111,7 @@ typedef enum server_reap {
     SERVER_REAP_FRAME_TIMEOUT, /* a partial frame older than --frame-timeout-ms */
     SERVER_REAP_SEND_TIMEOUT,  /* output made no progress for --send-timeout-ms */
     SERVER_REAP_OUTPUT_CAP,    /* the largest backlog when --max-output-bytes was passed */
+    SERVER_REAP_INPUT_CAP,     /* the most input held when --max-input-bytes would be passed */
     SERVER_REAP_EVICTED,       /* the longest idle, closed for a new connection at the limit */
     SERVER_REAP_REASONS
 } server_reap_t;

@@ -925,8 +925,22 @@ static void test_max_frame_bytes(void **state)
 }
 
 /* --max-input-bytes: the input buffers of all a worker's connections
- * together.  A connection whose buffer would pass it gets OVERLOADED (id 0)
- * and closes; its buffer goes back to the budget when it is freed. */
+ * together.  When a connection's buffer would pass it, the connections
+ * holding more input than it are closed (reaped, input_cap) until it fits;
+ * when it holds the most itself it gets OVERLOADED (id 0) and closes.  A
+ * closed connection's buffer goes back to the budget at once. */
+static void fill_to_budget(conn_t *a, const bytes_t *hdr, const bytes_t *chunk)
+{
+    assert_int_equal(feed(a, hdr), 0);
+    size_t held = CODEC_HEADER_SIZE;
+    while (held + chunk->len <= 65536) {
+        assert_int_equal(feed(a, chunk), 0);
+        held += chunk->len;
+    }
+    assert_int_equal(conn_feed(&w, a, chunk->p, 65536 - held), 0);
+    expect_nothing(a);
+}
+
 static void test_max_input_bytes(void **state)
 {
     (void)state;
@@ -938,37 +952,42 @@ static void test_max_input_bytes(void **state)
     grow(&chunk, 1000);
     memset(chunk.p, 0, chunk.len);
 
-    /* a grows to exactly the budget (65536 bytes held), then one byte more */
+    /* a grows to exactly the budget (65536 bytes held) */
     conn_t *a = open_conn();
-    assert_int_equal(feed(a, &hdr), 0);
-    assert_int_equal(w.in_bytes, 4096);
-    size_t held = CODEC_HEADER_SIZE;
-    while (held + chunk.len <= 65536) {
-        assert_int_equal(feed(a, &chunk), 0);
-        held += chunk.len;
-    }
-    assert_int_equal(conn_feed(&w, a, chunk.p, 65536 - held), 0);
+    fill_to_budget(a, &hdr, &chunk);
     assert_int_equal(w.in_bytes, 65536);
-    expect_nothing(a);
 
-    /* b cannot get even its first 4096 bytes while a holds the budget */
+    /* b needs its first 4096 bytes: a, holding the most, is closed for it */
     conn_t *b = open_conn();
     bytes_t ping = {0};
     put_ping(&ping, 6, "b");
-    assert_int_equal(feed(b, &ping), -ENOBUFS);
-    assert_true(b->closing);
-    expect_error(b, 0, CODEC_E_OVERLOADED);
-    expect_closed(b, &ping);
-    conn_free(&w, b);
-    assert_int_equal(atomic_load(&w.m->overloaded_total), 1);
-
-    assert_int_equal(conn_feed(&w, a, chunk.p, 1), -ENOBUFS);
-    assert_true(a->closing);
-    expect_error(a, 0, CODEC_E_OVERLOADED);
-    expect_closed(a, &chunk);
-    assert_int_equal(atomic_load(&w.m->overloaded_total), 2);
-    assert_int_equal(errors_of(CODEC_E_OVERLOADED), 2);
+    assert_int_equal(feed(b, &ping), 0);
+    expect_pong(b, 6, "b");
+    assert_true(a->closing && a->dead);
+    assert_int_equal(a->in_cap, 0);
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_INPUT_CAP]), 1);
+    assert_int_equal(w.in_bytes, b->in_cap);
     conn_free(&w, a);
+
+    /* a2 holds all but b's buffer, then wants more: it holds the most itself */
+    conn_t *a2 = open_conn();
+    assert_int_equal(feed(a2, &hdr), 0);
+    size_t held = CODEC_HEADER_SIZE;
+    int rc = 0;
+    while (rc == 0) {
+        rc = feed(a2, &chunk);
+        held += chunk.len;
+    }
+    assert_int_equal(rc, -ENOBUFS);
+    assert_true(a2->closing);
+    assert_false(b->closing);
+    expect_error(a2, 0, CODEC_E_OVERLOADED);
+    expect_closed(a2, &chunk);
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 1);
+    assert_int_equal(errors_of(CODEC_E_OVERLOADED), 1);
+    conn_free(&w, a2);
+    expect_usable(b);
+    conn_free(&w, b);
     assert_int_equal(w.in_bytes, 0);
 
     conn_t *c = open_conn(); /* the budget is back */
@@ -1031,6 +1050,54 @@ static void test_output_cap(void **state)
     conn_free(&w, hog);
     conn_free(&w, small);
     conn_free(&w, next);
+    free(p.p);
+    free(f.p);
+    free(ping.p);
+    finish();
+}
+
+/* The io_uring case: the hog is closed while its send is in flight, so its
+ * buffer stays until the send ends.  That buffer counts as given back: the
+ * next feeds do not close anyone else for it, and a connection with nothing
+ * unsent is never closed for the cap (its idle buffer is given back
+ * instead). */
+static void test_output_cap_spares_readers(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--max-inflight", "1048576", "--max-output-bytes", "262144",
+                                NULL});
+    bytes_t p = {0}, f = {0}, ping = {0};
+    put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
+    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
+        put_block(&p, NULL, NULL, 0);
+    put_frame(&f, CODEC_PREDICT, 0, 1, &p);
+    put_ping(&ping, 5, "r");
+    conn_t *reader = open_conn(), *hog = open_conn();
+    for (int i = 0; i < 4; i++) /* reader's buffer grows to ~64 KB, then is all read */
+        assert_int_equal(feed(reader, &f), 0);
+    for (int i = 0; i < 4; i++) {
+        codec_msg_t m;
+        next_frame(reader, &m);
+        assert_int_equal(m.hdr.type, CODEC_PREDICT_RESULT);
+    }
+    assert_true(reader->out_cap >= 65536);
+    hog->send_busy = true; /* a send of the hog's is in flight from here on */
+    int rc = 0;
+    for (int n = 0; rc == 0 && n < 64; n++)
+        rc = feed(hog, &f);
+    assert_int_equal(rc, -ENOBUFS);
+    assert_true(hog->dead);
+    assert_true(hog->out_cap > 0); /* kept for the send */
+    assert_false(reader->closing);
+    for (int i = 0; i < 8; i++) { /* the reader goes on: nobody is closed for the hog's buffer */
+        assert_int_equal(feed(reader, &ping), 0);
+        expect_pong(reader, 5, "r");
+    }
+    assert_false(reader->closing);
+    assert_int_equal(atomic_load(&w.m->reaped[SERVER_REAP_OUTPUT_CAP]), 1);
+    hog->send_busy = false; /* the send ends (failed: the socket was shut down) */
+    conn_free(&w, hog);
+    conn_free(&w, reader);
     free(p.p);
     free(f.p);
     free(ping.p);
@@ -1479,6 +1546,7 @@ int main(void)
         cmocka_unit_test(test_max_frame_bytes),
         cmocka_unit_test(test_max_input_bytes),
         cmocka_unit_test(test_output_cap),
+        cmocka_unit_test(test_output_cap_spares_readers),
         cmocka_unit_test(test_bad_payloads),
         cmocka_unit_test(test_no_model),
         cmocka_unit_test(test_scratch_follows_version),
