@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hostile.sh — what the hostile client mix costs a well-behaved client, in one run on one server:
 #   1. tlsynth model: a 20,000-key LR model in a temp dir;
-#   2. tlserve with the settings of the hostile integration test (hostile_peers.py FLAGS:
+#   2. tlserve with the settings of the hostile integration test, warmed with the mix's largest
+#      request on every worker before RSS at start is taken (hostile_peers.py FLAGS:
 #      2 workers, --max-input-bytes 4 MiB and --max-output-bytes 8 MiB per worker,
 #      --idle-timeout-ms 4000, --send-timeout-ms 2000, --frame-timeout-ms 2000);
 #   3. tlgen at a steady rate (default 200 req/s, 4 connections, 50-item requests) for

@@ -16,7 +16,8 @@ It asserts (each as a subtest, so one run reports every failure):
   - the well-behaved clients got no error, timeout or failed or lost connection, and every
     checked answer is the expected one;
   - the server's RSS (process_resident_memory_bytes sampled through the run, and VmHWM at the
-    end) stays under RSS at start + workers x (max-input + max-output) + RSS_SLACK (48 MiB);
+    end) stays under RSS at start (after every worker answered the mix's largest request once)
+    + workers x (max-input + max-output) + RSS_SLACK (48 MiB);
   - the hostile peers were refused with an ERROR frame and reaped, by the server's metrics
     (tlserve_connections_refused_total, tlserve_connections_reaped_total by reason);
   - SIGTERM with the hostile peers still connected exits 0 within the drain deadline (5 s) + 3 s.
@@ -154,6 +155,7 @@ class Hostile(unittest.TestCase):
         rc = None
         try:
             pid = srv.proc.pid
+            hp.warm(srv.port, MODEL, model_key)
             start_rss = hp.status_kib(pid, "VmRSS") * 1024
             with srv.client() as c:
                 expected = [list(c.predict(MODEL, s, i).scores) for s, i in checked_requests()]
