@@ -143,6 +143,10 @@ static const cfg_entry_t table[] = {
      "answers one connection may have queued and unsent; at it the worker stops reading that "
      "connection until they drain (back-pressure)",
      F(max_inflight), NULL, NULL, NULL, false},
+    {"max-unsent-bytes", CFG_INT, 4096, 1 << 30, "262144",
+     "answer bytes one connection may have queued and unsent; at it the worker stops reading "
+     "that connection until they drain, as at --max-inflight",
+     F(max_unsent_bytes), NULL, NULL, NULL, false},
     {"max-connections", CFG_INT, 1, 1 << 20, "1024", "connections per worker", F(max_connections),
      NULL, NULL, NULL, false},
     {"max-frame-bytes", CFG_INT, 1024, CODEC_MAX_PAYLOAD, "16777216",

@@ -19,8 +19,10 @@
  * -ENOMEM when a buffer cannot grow, -EINVAL when a frame we built does not
  * encode (a bug), and conn_feed's reasons to close (worker.h).
  *
- * BACK-PRESSURE: a connection may hold --max-inflight unsent responses.  At
- * the limit the remaining frames wait unanswered in c->in and the driver
+ * BACK-PRESSURE: a connection may hold --max-inflight unsent responses, or
+ * --max-unsent-bytes of them (large answers: a peer that does not read
+ * costs the scoring of a few, not of --max-inflight).  At the limit the
+ * remaining frames wait unanswered in c->in and the driver
  * stops reading the socket (c->paused) until conn_resume, so a peer that
  * pipelines and never reads is slowed down by TCP and costs its own
  * requests only: no limit is shared by a worker's connections, whose
@@ -228,9 +230,16 @@ void conn_send_ended(worker_t *w, conn_t *c)
     c->out_sending_cap = 0;
 }
 
+/* Back-pressure: c may not be answered further until its peer reads. */
+static bool over_limit(const worker_t *w, const conn_t *c)
+{
+    return c->queued >= (uint32_t)w->srv->cfg.max_inflight ||
+           c->out_len - c->out_off >= (size_t)w->srv->cfg.max_unsent_bytes;
+}
+
 int conn_resume(worker_t *w, conn_t *c)
 {
-    if (!c->paused || c->closing || c->queued >= (uint32_t)w->srv->cfg.max_inflight)
+    if (!c->paused || c->closing || over_limit(w, c))
         return 0;
     c->paused = false;
     int rc = conn_feed(w, c, NULL, 0);
@@ -538,9 +547,8 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
     c->in_len += len;
 
     size_t pos = 0;
-    uint32_t limit = (uint32_t)w->srv->cfg.max_inflight;
     while (c->in_len - pos >= CODEC_HEADER_SIZE) {
-        if (c->queued >= limit) { /* back-pressure: the rest waits for the peer to read */
+        if (over_limit(w, c)) { /* back-pressure: the rest waits for the peer to read */
             if (!c->paused)
                 atomic_fetch_add_explicit(&w->m->backpressure_total, 1, memory_order_relaxed);
             c->paused = true;

@@ -56,6 +56,7 @@ typedef struct server_config {
     int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
     int load_threads;          /* snapshot loader threads; 0 = auto, resolved by main (LOAD THREADS) */
     int max_inflight;          /* per connection: answers queued and unsent before it is not read */
+    int max_unsent_bytes;      /* per connection: unsent answer bytes before it is not read */
     int max_connections;       /* connections per worker */
     int max_frame_bytes;       /* largest accepted payload */
     int max_input_bytes;       /* per worker: input buffers of all its connections together */

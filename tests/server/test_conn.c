@@ -1472,6 +1472,43 @@ static void test_connection_share(void **state)
     finish();
 }
 
+/* Back-pressure by bytes: large answers reach --max-unsent-bytes long before
+ * --max-inflight, and the connection is paused there. */
+static void test_unsent_bytes_limit(void **state)
+{
+    (void)state;
+    start((const char *const[]){"--max-unsent-bytes", "40000", NULL});
+    bytes_t p = {0}, f = {0};
+    put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
+    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
+        put_block(&p, NULL, NULL, 0);
+    for (int i = 0; i < 5; i++)
+        put_frame(&f, CODEC_PREDICT, 0, (uint64_t)i + 1, &p);
+    conn_t *c = open_conn();
+    assert_int_equal(feed(c, &f), 0);
+    assert_true(c->paused);
+    assert_int_equal(c->queued, 3); /* 3 x ~16 KB passes 40000; the 4th waits */
+    assert_int_equal(atomic_load(&w.m->predict_total), 3);
+    assert_int_equal(conn_resume(&w, c), 0); /* nothing read yet */
+    codec_msg_t m;
+    next_frame(c, &m); /* the peer reads one: 2 x 16 KB unsent, under the limit */
+    assert_int_equal(conn_resume(&w, c), 1);
+    assert_true(c->paused); /* the 4th answered: at the limit again */
+    assert_int_equal(atomic_load(&w.m->predict_total), 4);
+    for (int i = 0; i < 3; i++)
+        next_frame(c, &m);
+    assert_int_equal(conn_resume(&w, c), 1);
+    assert_false(c->paused);
+    assert_int_equal(atomic_load(&w.m->predict_total), 5);
+    next_frame(c, &m);
+    assert_int_equal(m.hdr.request_id, 5);
+    assert_int_equal(atomic_load(&w.m->overloaded_total), 0);
+    conn_free(&w, c);
+    free(p.p);
+    free(f.p);
+    finish();
+}
+
 /* Draining: requests get SHUTTING_DOWN, PING is still answered. */
 static void test_shutting_down(void **state)
 {
@@ -1553,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_no_worker_wide_overload),
         cmocka_unit_test(test_inflight_released_per_response),
         cmocka_unit_test(test_connection_share),
+        cmocka_unit_test(test_unsent_bytes_limit),
         cmocka_unit_test(test_shutting_down),
         cmocka_unit_test(test_out_of_memory_output),
         cmocka_unit_test(test_out_of_memory_input),
