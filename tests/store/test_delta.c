@@ -862,17 +862,30 @@ static void test_kill_at_random_times(void **state)
     char root[PATH_MAX], dir[PATH_MAX];
     scratch_dir(root);
     path2(dir, root, "2");
+    /* how long a whole write takes here, so the kills land inside it */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        kill_child(dir, 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long span_us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    if (span_us < 100)
+        span_us = 100;
     srand(42);
-    for (int run = 0; run < 12; run++) {
+    for (int run = 0; run < 24; run++) {
         test_rm_rf(root);
         test_mkdir_p(root);
-        pid_t pid = fork();
+        pid = fork();
         assert_true(pid >= 0);
         if (pid == 0)
             kill_child(dir, 0);
-        usleep((useconds_t)(rand() % 60000));
+        usleep((useconds_t)(rand() % (span_us + span_us / 4)));
         kill(pid, SIGKILL);
-        int status = 0;
         assert_int_equal(waitpid(pid, &status, 0), pid);
         check_after_kill(root, dir);
     }
