@@ -11,7 +11,8 @@
  * A version is full (store_snapshot_write) or a delta (this header).  A
  * delta's MANIFEST has kind DELTA, the parent's version, the producer ("tlsnap
  * diff", "tltrain", "online"), the layout it was written for (model name and
- * kind, K, dtype, shard count, hash seed: all equal to the parent's), and per
+ * kind, K, dtype, shard count: all equal to the parent's; the parent's hash
+ * seed, informative), and per
  * shard the upsert and delete counts, the file size and XXH3 (format:
  * store/delta_format.c).  Its format_version is 2, so a reader of full
  * snapshots only refuses it, and store_snapshot_load says it is a delta.
@@ -51,14 +52,21 @@ extern "C" {
 #define STORE_CHAIN_MAX 4096  /* links in a chain (full + deltas) */
 
 /* What a delta must share with its parent and with the store it is applied
- * to.  Fill it from the parent (store_delta_layout_of) rather than by hand. */
+ * to.  Fill it from the parent (store_delta_layout_of) rather than by hand.
+ *
+ * The hash seed is recorded but never refuses a delta: it places keys in
+ * buckets inside a shard and does not choose the shard (that is the top
+ * bits of the key's hash and the shard count), so a delta applies the same
+ * to any store of the model.  Two stores holding the same version may have
+ * different seeds (a full snapshot written by a trainer, the same version
+ * rebuilt from a chain), and refusing on it would refuse a sound delta. */
 typedef struct store_delta_layout {
     char model_name[64];           /* [A-Za-z0-9_.-]+, NUL-terminated */
     store_model_kind_t model_kind; /* LR, FM, FFM, DNN */
     uint32_t value_floats;         /* K: 1..STORE_MAX_VALUE_FLOATS */
     store_dtype_t dtype;           /* storage type of the values */
     uint32_t shards;               /* power of two, 1..STORE_MAX_SHARDS */
-    uint64_t hash_seed;            /* the parent's store_hash_seed; 0 = not recorded */
+    uint64_t hash_seed;            /* the parent's store_hash_seed (informative, see above) */
 } store_delta_layout_t;
 
 /* The layout of a loaded store s whose meta is meta (its model name and
@@ -152,8 +160,8 @@ int store_delta_foreach(const store_delta_t *d, uint32_t shard, store_delta_upse
 
 /* Applies d to s, whose meta is *meta: refuses (STORE_E_MISMATCH, nothing
  * changed) a delta whose parent_version is not meta->version, or whose model
- * name, kind, K, dtype, shard count or hash seed (when both are recorded)
- * differ from s's, or that deletes a key s does not hold; then upserts and
+ * name, kind, K, dtype or shard count differ from s's, or that deletes a key
+ * s does not hold; then upserts and
  * deletes shard by shard and sets meta->version and meta->created_unix to the
  * delta's (parent_version stays 0: s now holds a whole model).  Returns 0 or
  * store_errc_errno(err->code) < 0.  On -ENOMEM (STORE_E_NOMEM) s is partly

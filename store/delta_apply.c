@@ -6,7 +6,7 @@
  *
  * APPLY checks everything that can refuse the delta before it changes a
  * key: the parent version, the layout (model name and kind, K, dtype,
- * shards, hash seed when both record one), and that every deleted key is
+ * shards; not the hash seed, which delta.h explains), and that every deleted key is
  * present (a delete of an absent key means the delta was made against
  * something else).  Only an allocation failure can stop it halfway; that is
  * reported as such and the store must be discarded.  Serving does not use
@@ -179,7 +179,6 @@ int store_delta_diff(const store_t *old_s, const store_meta_t *old_meta, const s
     store_delta_layout_t lo, ln;
     store_delta_layout_of(old_s, old_meta, &lo);
     store_delta_layout_of(new_s, new_meta, &ln);
-    ln.hash_seed = lo.hash_seed; /* placement only: NEW may have its own */
     char why[256];
     if (store__delta_layout_diff(&lo, &ln, why, sizeof why) != 0) {
         store__snap_fail(err, STORE_E_MISMATCH, "", -1,

@@ -72,8 +72,7 @@ int store__delta_open_mem(const manifest_t *m, const uint8_t *const *files, cons
 void store__delta_layout_of_manifest(const manifest_t *m, store_delta_layout_t *out);
 
 /* Names the first field in which a and b differ ("K 4 vs 8"), into why;
- * returns 0 when equal.  Hash seeds are compared only when both are
- * non-zero. */
+ * returns 0 when equal.  The hash seed is not compared: see delta.h. */
 int store__delta_layout_diff(const store_delta_layout_t *a, const store_delta_layout_t *b,
                              char *why, size_t len);
 
