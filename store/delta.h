@@ -106,7 +106,9 @@ int store_delta_del(store_delta_writer_t *w, uint64_t key);
  * fsyncs of the header above; created_unix is now.  Frees w whatever the
  * outcome.  On failure removes the temporary directory and returns
  * store_errc_errno(err->code) < 0: -EEXIST when dir appeared meanwhile,
- * -EIO, -ENOMEM.  Blocks (writes and fsyncs). */
+ * -EIO, -ENOMEM, -EINVAL (a path too long).  One failure comes after the
+ * rename: -EIO naming the parent directory's fsync, with the version in
+ * place, whole, but perhaps not durable.  Blocks (writes and fsyncs). */
 int store_delta_commit(store_delta_writer_t *w, store_error_t *err);
 
 /* Drops w and everything recorded.  NULL is a no-op.  Never blocks. */

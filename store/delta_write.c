@@ -472,6 +472,11 @@ int store_delta_commit(store_delta_writer_t *w, store_error_t *err)
                       w->name, (long)getpid());
     int tmpfd = -1, pfd = -1, made = 0;
     uint8_t *buf = tn > 0 && (size_t)tn < sizeof tmp ? malloc(WRITE_BUF_BYTES) : NULL;
+    if (tn <= 0 || (size_t)tn >= sizeof tmp) {
+        store__snap_fail(err, STORE_E_INVALID, "", -1, "%s: the temporary path is too long",
+                         w->dir);
+        goto fail;
+    }
     if (!buf) {
         store__snap_fail(err, STORE_E_NOMEM, "", -1, "out of memory for the write buffer");
         goto fail;
