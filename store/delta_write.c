@@ -287,7 +287,8 @@ static void settle_shard(store_delta_writer_t *w, uint32_t i, uint64_t *ups, uin
 {
     struct op_arena *a = &w->ops[i];
     const size_t ob = w->op_bytes;
-    qsort(a->p, a->n, ob, cmp_op);
+    if (a->n > 1) /* a shard with no ops has no arena */
+        qsort(a->p, a->n, ob, cmp_op);
     size_t keep = 0;
     for (size_t r = 0; r < a->n; r++) {
         uint64_t k, kn;
