@@ -968,6 +968,13 @@ static void test_seed_corpus(void **state)
     f->r.n_shards = 3;
     put_raw(dir, "bad-shard-count", &f->r);
     free(f);
+
+    manifest_t m;
+    manifest_shard_t sh[4];
+    delta_of(&m, sh);
+    encode_ok(&m, &buf, &len);
+    put(dir, "valid-delta-4shard", buf, len);
+    free(buf);
 }
 
 int main(void)
