@@ -46,8 +46,7 @@ static int read_file(int dirfd, const manifest_shard_t *ms, uint8_t **out, store
     *out = NULL;
     int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        store__snap_fail(err, errno == ENOENT ? STORE_E_TRUNCATED : STORE_E_IO, file, -1,
-                         "cannot open: %s", ERRTEXT(errno));
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
         return -1;
     }
     int rc = -1;
