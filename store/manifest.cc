@@ -72,6 +72,11 @@ static_assert((int)STORE_DTYPE_F32 == (int)fbm::ValueType_F32 &&
                   (int)STORE_DTYPE_F16 == (int)fbm::ValueType_F16 &&
                   fbm::ValueType_MAX == fbm::ValueType_F16,
               "ValueType values must equal store_dtype_t");
+static_assert((int)MANIFEST_KIND_FULL == (int)fbm::VersionKind_FULL &&
+                  (int)MANIFEST_KIND_DELTA == (int)fbm::VersionKind_DELTA &&
+                  fbm::VersionKind_MAX == fbm::VersionKind_DELTA,
+              "VersionKind values must equal manifest_kind_t");
+static_assert(sizeof(((manifest_t *)nullptr)->producer) == NAME_MAX_LEN + 1, "producer size");
 
 /* Where a refusal's sentence goes; why may be NULL. */
 struct Why {
@@ -210,6 +215,9 @@ struct Head {
     uint32_t shard_count;
     bool shards_present; /* the shards list exists */
     size_t shards_len;   /* its length */
+    uint64_t kind;       /* VersionKind, raw */
+    uint64_t parent_version;
+    Str producer;        /* may be absent */
 };
 
 struct Shard {
@@ -217,6 +225,7 @@ struct Shard {
     Str file;
     uint64_t entries;
     uint64_t bytes;
+    uint64_t deletes;
 };
 
 /* A param and a dense file, read from either side. */
@@ -310,9 +319,36 @@ bool check_extras(size_t n_params, ParamAt param_at, size_t n_dense, DenseAt den
  * Returns true, or false with why filled. */
 template <class ShardAt> bool check_fields(const Head &h, ShardAt shard_at, Why &w)
 {
-    if (h.format_version != MANIFEST_FORMAT_VERSION)
-        return say(w, "manifest: format_version is %" PRIu32 ", expected %d", h.format_version,
-                   MANIFEST_FORMAT_VERSION);
+    if (h.format_version != MANIFEST_FORMAT_VERSION &&
+        h.format_version != MANIFEST_FORMAT_VERSION_DELTA)
+        return say(w, "manifest: format_version is %" PRIu32 ", expected %d (full) or %d (delta)",
+                   h.format_version, MANIFEST_FORMAT_VERSION, MANIFEST_FORMAT_VERSION_DELTA);
+    if (h.kind > fbm::VersionKind_MAX)
+        return say(w, "manifest: version_kind is %" PRIu64 ", expected 0..%d (FULL, DELTA)",
+                   h.kind, (int)fbm::VersionKind_MAX);
+    const bool delta = h.kind == fbm::VersionKind_DELTA;
+    if (delta != (h.format_version == MANIFEST_FORMAT_VERSION_DELTA))
+        return say(w, "manifest: version_kind is %s but format_version is %" PRIu32
+                      ", expected %d",
+                   delta ? "DELTA" : "FULL", h.format_version,
+                   delta ? MANIFEST_FORMAT_VERSION_DELTA : MANIFEST_FORMAT_VERSION);
+    if (delta && (h.parent_version == 0 || h.parent_version == h.version))
+        return say(w, "manifest: a delta's parent_version is %" PRIu64
+                      ", expected > 0 and not its own version %" PRIu64,
+                   h.parent_version, h.version);
+    if (h.producer.present) {
+        if (h.producer.unterminated || h.producer.n > MANIFEST_PRODUCER_MAX - 1)
+            return say(w, "manifest: producer %s is over the %d-byte limit", quote(h.producer).s,
+                       MANIFEST_PRODUCER_MAX - 1);
+        for (size_t c = 0; c < h.producer.n; c++) {
+            unsigned char ch = (unsigned char)h.producer.p[c];
+            if (ch < 0x20 || ch > 0x7e)
+                return say(w,
+                           "manifest: producer %s has byte 0x%02x at offset %zu; only printable "
+                           "ASCII is allowed",
+                           quote(h.producer).s, ch, c);
+        }
+    }
     if (!check_name("model_name", h.model_name, w))
         return false;
     if (str_eq(h.model_name, ".") || str_eq(h.model_name, ".."))
@@ -367,12 +403,27 @@ template <class ShardAt> bool check_fields(const Head &h, ShardAt shard_at, Why 
                        "manifest: shards[%" PRIu32 "].entries is %" PRIu64
                        ": %u + that many x %" PRIu64 " bytes overflows 64 bits",
                        i, s.entries, SHARD_HEADER_BYTES, rec);
-        const uint64_t want = SHARD_HEADER_BYTES + s.entries * rec;
-        if (s.bytes != want)
+        if (!delta && s.deletes != 0)
+            return say(w, "manifest: shards[%" PRIu32 "].deletes is %" PRIu64
+                          " in a full snapshot, expected 0",
+                       i, s.deletes);
+        const uint64_t up = SHARD_HEADER_BYTES + s.entries * rec;
+        if (s.deletes > (UINT64_MAX - up) / 8)
+            return say(w,
+                       "manifest: shards[%" PRIu32 "].deletes is %" PRIu64
+                       ": the file size overflows 64 bits",
+                       i, s.deletes);
+        const uint64_t want = up + s.deletes * 8;
+        if (s.bytes != want && !delta)
             return say(w,
                        "manifest: shards[%" PRIu32 "].bytes is %" PRIu64 " but %u + %" PRIu64
                        " entries x %" PRIu64 " bytes = %" PRIu64,
                        i, s.bytes, SHARD_HEADER_BYTES, s.entries, rec, want);
+        if (s.bytes != want)
+            return say(w,
+                       "manifest: shards[%" PRIu32 "].bytes is %" PRIu64 " but %u + %" PRIu64
+                       " upserts x %" PRIu64 " bytes + %" PRIu64 " deletes x 8 = %" PRIu64,
+                       i, s.bytes, SHARD_HEADER_BYTES, s.entries, rec, s.deletes, want);
     }
     return true;
 }
@@ -412,13 +463,19 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
         m->shard_count,
         m->shards != nullptr,
         m->shards ? m->shard_count : 0,
+        raw_enum(&m->kind),
+        m->meta.parent_version,
+        str_of(m->producer),
     };
     auto shard_at = [m](uint32_t i) {
         const manifest_shard_t &s = m->shards[i];
-        return Shard{s.index, str_of(s.file), s.entries, s.bytes};
+        return Shard{s.index, str_of(s.file), s.entries, s.bytes, s.deletes};
     };
     if (!check_fields(h, shard_at, w))
         return -EINVAL;
+    if (h.kind == fbm::VersionKind_DELTA && m->n_dense > 0)
+        return fail(w, -EINVAL, "manifest: a delta has %" PRIu32 " dense_files, expected none",
+                    m->n_dense);
     auto param_at = [m](size_t i) {
         return Param{str_of(m->params[i].key), str_of(m->params[i].value)};
     };
@@ -435,7 +492,8 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
     for (uint32_t i = 0; i < m->shard_count; i++) {
         const manifest_shard_t &s = m->shards[i];
         auto file = fbb.CreateString(s.file, strlen(s.file));
-        shards.push_back(fbm::CreateShardFile(fbb, s.index, file, s.entries, s.bytes, s.xxh3));
+        shards.push_back(
+            fbm::CreateShardFile(fbb, s.index, file, s.entries, s.bytes, s.xxh3, s.deletes));
     }
     auto shard_vec = fbb.CreateVector(shards);
     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fbm::Param>>> param_vec = 0;
@@ -459,11 +517,15 @@ int encode(const manifest_t *m, uint8_t **buf, size_t *len, Why &w)
         }
         dense_vec = fbb.CreateVector(dense);
     }
+    flatbuffers::Offset<flatbuffers::String> producer = 0;
+    if (h.producer.n > 0)
+        producer = fbb.CreateString(m->producer, h.producer.n);
     auto name = fbb.CreateString(m->meta.model_name, h.model_name.n);
     auto root = fbm::CreateManifest(fbb, m->format_version, name, (fbm::ModelKind)h.model_kind,
                                     m->meta.version, m->meta.parent_version, m->meta.created_unix,
                                     m->value_floats, (fbm::ValueType)h.value_type, m->shard_count,
-                                    shard_vec, param_vec, dense_vec, m->hash_seed);
+                                    shard_vec, param_vec, dense_vec, m->hash_seed,
+                                    (fbm::VersionKind)h.kind, producer);
     fbm::FinishManifestBuffer(fbb, root);
 
     const size_t n = fbb.GetSize();
@@ -536,13 +598,17 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
         mf->format_version(), str_of(mf->model_name()), (uint64_t)mf->model_kind(),
         mf->version(),        mf->value_floats(),       (uint64_t)mf->value_type(),
         mf->shard_count(),    list != nullptr,          list ? (size_t)list->size() : 0,
+        (uint64_t)mf->version_kind(), mf->parent_version(), str_of(mf->producer()),
     };
     auto shard_at = [list](uint32_t i) {
         const fbm::ShardFile *s = list->Get(i);
-        return Shard{s->index(), str_of(s->file()), s->entries(), s->bytes()};
+        return Shard{s->index(), str_of(s->file()), s->entries(), s->bytes(), s->deletes()};
     };
     if (!check_fields(h, shard_at, w))
         return -EBADMSG;
+    if (h.kind == fbm::VersionKind_DELTA && mf->dense_files() && mf->dense_files()->size() > 0)
+        return fail(w, -EBADMSG, "manifest: a delta has %" PRIu32 " dense_files, expected none",
+                    (uint32_t)mf->dense_files()->size());
     const auto *plist = mf->params();
     const auto *dlist = mf->dense_files();
     const size_t n_params = plist ? plist->size() : 0, n_dense = dlist ? dlist->size() : 0;
@@ -567,6 +633,7 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
         shards[i].entries = s->entries();
         shards[i].bytes = s->bytes();
         shards[i].xxh3 = s->xxh3();
+        shards[i].deletes = s->deletes();
     }
     out->format_version = h.format_version;
     memcpy(out->meta.model_name, h.model_name.p, h.model_name.n);
@@ -579,6 +646,8 @@ int decode(const uint8_t *buf, size_t len, manifest_t *out, Why &w)
     out->dtype = (store_dtype_t)h.value_type;
     out->shard_count = h.shard_count;
     out->shards = shards;
+    out->kind = (manifest_kind_t)h.kind;
+    memcpy(out->producer, h.producer.p, h.producer.n); /* < 64: checked */
     out->n_params = (uint32_t)n_params; /* lengths and sizes checked above */
     for (size_t i = 0; i < n_params; i++) {
         const fbm::Param *p = plist->Get((flatbuffers::uoffset_t)i);

@@ -710,11 +710,13 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
         return store_errc_errno(err->code);
     manifest_t m;
     int rc = store__snap_read_manifest(dirfd, dir, &m, err);
-    if (rc == 0 && m.meta.parent_version != 0) {
+    if (rc == 0 && (m.kind == MANIFEST_KIND_DELTA || m.meta.parent_version != 0)) {
         /* a delta's records are changes against its parent, not a model */
         store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
-                         "parent_version is %" PRIu64 ": a delta, not a full snapshot",
-                         m.meta.parent_version);
+                         "version %" PRIu64 " is a delta of %" PRIu64
+                         ", not a full snapshot: load it through the chain "
+                         "(store_version_chain, store_delta_apply)",
+                         m.meta.version, m.meta.parent_version);
         store__manifest_free(&m);
         rc = -1;
     }

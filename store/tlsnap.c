@@ -1,9 +1,20 @@
 /*
- * tlsnap.c — the snapshot tool: inspect, check and rewrite store snapshots.
+ * tlsnap.c — the snapshot tool: inspect, check and rewrite store snapshots
+ * and delta versions (store/delta.h).
  *
- *   tlsnap info   DIR                        print the manifest
- *   tlsnap verify DIR [--threads T]          full load (checksums, keys) + lookups
+ *   tlsnap info   DIR                        print the manifest (full or delta)
+ *   tlsnap verify DIR [--threads T]          full load (checksums, keys) + lookups;
+ *                                            a delta: every file and record checked
  *   tlsnap rewrite SRC DST [--threads T]     load SRC, write it again as DST
+ *   tlsnap diff OLD NEW OUT                  the delta NEW - OLD, as version NEW of parent OLD
+ *   tlsnap compact BASE DELTA... OUT         fold a chain into one full version
+ *
+ * diff loads both full snapshots, refuses two models whose layout, params or
+ * dense arrays differ (a delta carries sparse keys only), and writes
+ * store_delta_diff's delta (producer "tlsnap diff").  compact loads BASE,
+ * applies each delta in order with store_delta_apply (which refuses a delta
+ * whose parent is not the version in hand) and writes the result as a full
+ * snapshot with the last delta's version and BASE's params and dense arrays.
  *
  * Synthetic models are the model layer's business: `tlsynth model` (model/)
  * makes them; tlsnap's gen command only says so.
@@ -29,6 +40,7 @@
  * Exit status: 0 ok, 1 failure, 2 usage.
  */
 #include "store/cli.h"
+#include "store/delta.h"
 #include "store/manifest.h"
 #include "store/snapshot_internal.h"
 #include "store/store.h"
@@ -63,6 +75,8 @@ static const char usage_main[] =
     "  info    print a snapshot's manifest\n"
     "  verify  load a snapshot fully (checksums, keys) and re-read every entry\n"
     "  rewrite load a snapshot and write it again (hash seed, bucket order)\n"
+    "  diff    write the delta between two full snapshots\n"
+    "  compact fold a full snapshot and its deltas into one full snapshot\n"
     "\n"
     "'tlsnap <command> --help' describes a command's options.  Synthetic models:\n"
     "'tlsynth model' (tlsynth model --help).\n";
@@ -82,6 +96,9 @@ static const char usage_verify[] =
     "Loads the snapshot in DIR fully with store_snapshot_load (every checksum,\n"
     "count and key is checked), prints entries, load time and rate, then\n"
     "iterates every shard and looks each key up again, comparing values.\n"
+    "A delta (tlsnap info says \"delta of\") is opened with every file and\n"
+    "record checked (checksums, sorted unique keys, shards, finite values)\n"
+    "and its upserts and deletes per shard are printed.\n"
     "Exit status 0 when everything checks out, 1 with the reason otherwise.\n"
     "\n"
     "  --threads T       loader and lookup threads (default 0 = one per core)\n"
@@ -96,6 +113,27 @@ static const char usage_rewrite[] =
     "records its store's hash seed and lists records in the loader's bucket\n"
     "order, so it loads on the fast path: use it on snapshots written without\n"
     "a hash seed (tlsnap info says so) or by a store that grew.\n"
+    "\n"
+    "  --threads T       loader threads (default 0 = one per core)\n";
+
+static const char usage_diff[] =
+    "usage: tlsnap diff OLD NEW OUT [--threads T]\n"
+    "\n"
+    "Loads the full snapshots OLD and NEW (same model name, kind, K, dtype,\n"
+    "shard count, params and dense arrays) and writes into OUT (created\n"
+    "atomically; it must not exist) the delta of version NEW against parent\n"
+    "OLD: NEW's keys that OLD lacks or holds with other values as upserts,\n"
+    "OLD's keys that NEW lacks as deletes.  Producer \"tlsnap diff\".\n"
+    "\n"
+    "  --threads T       loader threads (default 0 = one per core)\n";
+
+static const char usage_compact[] =
+    "usage: tlsnap compact BASE DELTA... OUT [--threads T]\n"
+    "\n"
+    "Loads the full snapshot BASE, applies each DELTA in order (each must be\n"
+    "a delta of the version before it: same model and layout, every deleted\n"
+    "key present) and writes the result into OUT as one full snapshot with the\n"
+    "last delta's version and BASE's params and dense arrays.\n"
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
@@ -166,13 +204,22 @@ static int cmd_info(int argc, char **argv)
     printf("%s\n", dir);
     printf("  model      %s\n", meta.model_name);
     printf("  kind       %s\n", store_model_kind_name(meta.model_kind));
+    const int delta = m.kind == MANIFEST_KIND_DELTA;
+    uint64_t deletes = 0;
+    for (uint32_t i = 0; i < m.shard_count; i++)
+        deletes += m.shards[i].deletes;
     if (meta.parent_version)
-        printf("  version    %" PRIu64 " (delta of %" PRIu64 ")\n", meta.version,
-               meta.parent_version);
+        printf("  version    %" PRIu64 " (%s of %" PRIu64 ")\n", meta.version,
+               delta ? "delta" : "full snapshot naming a parent", meta.parent_version);
     else
         printf("  version    %" PRIu64 " (full)\n", meta.version);
     printf("  created    %s (%" PRIu64 ")\n", created, meta.created_unix);
-    printf("  entries    %" PRIu64 "\n", entries);
+    if (m.producer[0])
+        printf("  producer   %s\n", m.producer);
+    if (delta)
+        printf("  changes    %" PRIu64 " upserts, %" PRIu64 " deletes\n", entries, deletes);
+    else
+        printf("  entries    %" PRIu64 "\n", entries);
     printf("  values     %u x %s (%u B/entry with key)\n", m.value_floats, dtype_name(m.dtype),
            8 + m.value_floats * (m.dtype == STORE_DTYPE_F16 ? 2u : 4u));
     printf("  shards     %u\n", m.shard_count);
@@ -187,7 +234,15 @@ static int cmd_info(int argc, char **argv)
     for (uint32_t i = 0; i < m.n_dense; i++)
         printf("  dense      %-16s %10" PRIu64 " floats  %016" PRIx64 "  %s\n", m.dense[i].name,
                (m.dense[i].bytes - DENSE_HEADER_BYTES) / 4, m.dense[i].xxh3, m.dense[i].file);
-    if (!brief && m.shard_count > 0) {
+    if (!brief && m.shard_count > 0 && delta) {
+        printf("\n  %5s  %12s  %12s  %14s  %-16s  %s\n", "shard", "upserts", "deletes", "bytes",
+               "xxh3", "file");
+        for (uint32_t i = 0; i < m.shard_count; i++) {
+            const manifest_shard_t *sh = &m.shards[i];
+            printf("  %5u  %12" PRIu64 "  %12" PRIu64 "  %14" PRIu64 "  %016" PRIx64 "  %s\n",
+                   sh->index, sh->entries, sh->deletes, sh->bytes, sh->xxh3, sh->file);
+        }
+    } else if (!brief && m.shard_count > 0) {
         printf("\n  %5s  %12s  %14s  %-16s  %s\n", "shard", "entries", "bytes", "xxh3", "file");
         for (uint32_t i = 0; i < m.shard_count; i++) {
             const manifest_shard_t *sh = &m.shards[i];
@@ -312,6 +367,35 @@ out:
     return ret;
 }
 
+/* verify on a delta: store_delta_open checks every file and record. */
+static int verify_delta(const char *dir)
+{
+    store_delta_t *d = NULL;
+    store_error_t err = {0};
+    double t0 = store_cli_now_sec();
+    if (store_delta_open(dir, &d, &err) != 0) {
+        store_cli_print_error("tlsnap verify", dir, &err);
+        return 1;
+    }
+    const store_delta_info_t *in = store_delta_info(d);
+    printf("tlsnap verify: %s: model %s v%" PRIu64 " (%s), delta of v%" PRIu64 " by \"%s\", "
+           "%u x %s, %u shards\n",
+           dir, in->meta.model_name, in->meta.version, store_model_kind_name(in->meta.model_kind),
+           in->meta.parent_version, in->producer, in->layout.value_floats,
+           dtype_name(in->layout.dtype), in->layout.shards);
+    printf("  check  %" PRIu64 " upserts, %" PRIu64 " deletes in %.3f s: checksums, order, "
+           "uniqueness, shards and values ok\n",
+           in->upserts, in->deletes, store_cli_now_sec() - t0);
+    for (uint32_t i = 0; i < in->layout.shards; i++) {
+        uint64_t u = 0, dl = 0;
+        store_delta_shard_counts(d, i, &u, &dl);
+        printf("  shard %5u  %12" PRIu64 " upserts  %12" PRIu64 " deletes\n", i, u, dl);
+    }
+    printf("OK\n");
+    store_delta_close(d);
+    return 0;
+}
+
 static int cmd_verify(int argc, char **argv)
 {
     const store_cli_usage_t U = {"tlsnap verify", usage_verify};
@@ -344,6 +428,8 @@ static int cmd_verify(int argc, char **argv)
     store_error_t err = {0};
     char hb[32];
     int ret = 1;
+    if (store_snapshot_read_meta(dir, &meta, NULL, &err) == 0 && meta.parent_version != 0)
+        return verify_delta(dir);
 
     double t0 = store_cli_now_sec();
     if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
@@ -442,6 +528,166 @@ out:
     return ret;
 }
 
+/* ---- diff and compact ----------------------------------------------------- */
+
+/* Names the first difference between two models' params and dense arrays
+ * into why; 0 when they are the same. */
+static int extras_differ(const store_extras_t *a, const store_extras_t *b, char *why, size_t len)
+{
+    if (a->n_params != b->n_params || a->n_dense != b->n_dense) {
+        snprintf(why, len, "%u params and %u dense arrays vs %u and %u", a->n_params, a->n_dense,
+                 b->n_params, b->n_dense);
+        return 1;
+    }
+    for (uint32_t i = 0; i < a->n_params; i++) {
+        const char *v = store_extras_get(b, a->params[i].key);
+        if (!v || strcmp(v, a->params[i].value) != 0) {
+            snprintf(why, len, "param %s is \"%s\" vs \"%s\"", a->params[i].key,
+                     a->params[i].value, v ? v : "(absent)");
+            return 1;
+        }
+    }
+    for (uint32_t i = 0; i < a->n_dense; i++) {
+        const store_dense_t *d = store_extras_dense(b, a->dense[i].name);
+        if (!d || d->count != a->dense[i].count ||
+            memcmp(d->data, a->dense[i].data, d->count * sizeof(float)) != 0) {
+            snprintf(why, len, "dense array %s differs", a->dense[i].name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Parses "PATH... [--threads T]" into paths (at most max).  Returns the
+ * number of paths. */
+static int parse_paths(const store_cli_usage_t *U, int argc, char **argv, const char **paths,
+                       int max, uint64_t *threads)
+{
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (is_help(argv[i])) {
+            fputs(U->text, stdout);
+            exit(0);
+        } else if (store_cli_flag(U, argc, argv, &i, "--threads", &v)) {
+            *threads = store_cli_count_arg(U, "--threads", v, 0, MAX_THREADS);
+        } else if (argv[i][0] == '-') {
+            store_cli_usage_error(U, "unknown option '%s'", argv[i]);
+        } else if (n == max) {
+            store_cli_usage_error(U, "too many arguments ('%s')", argv[i]);
+        } else {
+            paths[n++] = argv[i];
+        }
+    }
+    return n;
+}
+
+static int cmd_diff(int argc, char **argv)
+{
+    const store_cli_usage_t U = {"tlsnap diff", usage_diff};
+    const char *p[3];
+    uint64_t threads = 0;
+    if (parse_paths(&U, argc, argv, p, 3, &threads) != 3)
+        store_cli_usage_error(&U, "OLD, NEW and OUT are required");
+    store_t *a = NULL, *b = NULL;
+    store_meta_t ma, mb;
+    store_extras_t xa, xb;
+    memset(&xa, 0, sizeof xa);
+    memset(&xb, 0, sizeof xb);
+    store_error_t err = {0};
+    int ret = 1;
+    if (store_snapshot_load_ex(p[0], (int)threads, &a, &ma, &xa, &err) != 0) {
+        store_cli_print_error(U.prog, p[0], &err);
+        goto out;
+    }
+    if (store_snapshot_load_ex(p[1], (int)threads, &b, &mb, &xb, &err) != 0) {
+        store_cli_print_error(U.prog, p[1], &err);
+        goto out;
+    }
+    char why[256];
+    if (extras_differ(&xa, &xb, why, sizeof why)) {
+        fprintf(stderr, "%s: %s and %s: %s; a delta carries sparse keys only\n", U.prog, p[0],
+                p[1], why);
+        goto out;
+    }
+    if (store_cli_mkdir_parents(p[2], NULL) != 0) {
+        fprintf(stderr, "%s: %s: cannot create its parent directories\n", U.prog, p[2]);
+        goto out;
+    }
+    uint64_t ups = 0, dels = 0;
+    double t0 = store_cli_now_sec();
+    if (store_delta_diff(a, &ma, b, &mb, p[2], "tlsnap diff", &ups, &dels, &err) != 0) {
+        store_cli_print_error(U.prog, p[2], &err);
+        goto out;
+    }
+    printf("tlsnap diff: %s: model %s v%" PRIu64 " -> v%" PRIu64 ": %" PRIu64 " upserts, %" PRIu64
+           " deletes, written in %.3f s\nOK\n",
+           p[2], ma.model_name, ma.version, mb.version, ups, dels, store_cli_now_sec() - t0);
+    ret = 0;
+out:
+    store_extras_free(&xa);
+    store_extras_free(&xb);
+    store_destroy(a);
+    store_destroy(b);
+    return ret;
+}
+
+#define COMPACT_MAX_PATHS 1026 /* BASE, up to 1024 deltas, OUT */
+
+static int cmd_compact(int argc, char **argv)
+{
+    const store_cli_usage_t U = {"tlsnap compact", usage_compact};
+    static const char *p[COMPACT_MAX_PATHS];
+    uint64_t threads = 0;
+    int n = parse_paths(&U, argc, argv, p, COMPACT_MAX_PATHS, &threads);
+    if (n < 3)
+        store_cli_usage_error(&U, "BASE, at least one DELTA and OUT are required");
+    store_t *s = NULL;
+    store_meta_t meta;
+    store_extras_t x;
+    memset(&x, 0, sizeof x);
+    store_error_t err = {0};
+    int ret = 1;
+    if (store_snapshot_load_ex(p[0], (int)threads, &s, &meta, &x, &err) != 0) {
+        store_cli_print_error(U.prog, p[0], &err);
+        goto out;
+    }
+    printf("tlsnap compact: %s: model %s v%" PRIu64 ", %" PRIu64 " entries\n", p[0],
+           meta.model_name, meta.version, store_count(s));
+    for (int i = 1; i < n - 1; i++) {
+        store_delta_t *d = NULL;
+        if (store_delta_open(p[i], &d, &err) != 0) {
+            store_cli_print_error(U.prog, p[i], &err);
+            goto out;
+        }
+        const store_delta_info_t *in = store_delta_info(d);
+        uint64_t ups = in->upserts, dels = in->deletes;
+        int rc = store_delta_apply(s, &meta, d, &err);
+        store_delta_close(d);
+        if (rc != 0) {
+            store_cli_print_error(U.prog, p[i], &err);
+            goto out;
+        }
+        printf("  apply  %s: v%" PRIu64 ", %" PRIu64 " upserts, %" PRIu64 " deletes -> %" PRIu64
+               " entries\n",
+               p[i], meta.version, ups, dels, store_count(s));
+    }
+    if (store_cli_mkdir_parents(p[n - 1], NULL) != 0) {
+        fprintf(stderr, "%s: %s: cannot create its parent directories\n", U.prog, p[n - 1]);
+        goto out;
+    }
+    if (store_snapshot_write_ex(s, p[n - 1], &meta, &x, &err) != 0) {
+        store_cli_print_error(U.prog, p[n - 1], &err);
+        goto out;
+    }
+    printf("  wrote  %s: full version %" PRIu64 "\nOK\n", p[n - 1], meta.version);
+    ret = 0;
+out:
+    store_extras_free(&x);
+    store_destroy(s);
+    return ret;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static const store_cli_usage_t usage_main_u = {"tlsnap", usage_main};
@@ -456,6 +702,8 @@ int main(int argc, char **argv)
         fputs(strcmp(topic, "info") == 0     ? usage_info
               : strcmp(topic, "verify") == 0 ? usage_verify
               : strcmp(topic, "rewrite") == 0 ? usage_rewrite
+              : strcmp(topic, "diff") == 0    ? usage_diff
+              : strcmp(topic, "compact") == 0 ? usage_compact
                                              : usage_main,
               stdout);
         return 0;
@@ -470,5 +718,9 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 2, argv + 2);
     if (strcmp(cmd, "rewrite") == 0)
         return cmd_rewrite(argc - 2, argv + 2);
+    if (strcmp(cmd, "diff") == 0)
+        return cmd_diff(argc - 2, argv + 2);
+    if (strcmp(cmd, "compact") == 0)
+        return cmd_compact(argc - 2, argv + 2);
     store_cli_usage_error(&usage_main_u, "unknown command '%s'", cmd);
 }
