@@ -358,20 +358,21 @@ static void conn_shed(worker_t *w)
         }
 }
 
-/* Growing c's input buffer by `grow` bytes would take the worker past
- * --max-input-bytes: closes the other connections holding the most input
- * (peers whose frames wait unanswered because they do not read, or that
- * send the starts of large frames) until it fits.  Returns false when c
- * itself holds the most: then c is the one refused. */
-static bool conn_shed_input(worker_t *w, conn_t *c, size_t grow)
+/* Growing c's input buffer to `after` bytes would take the worker past
+ * --max-input-bytes: closes the other connections holding more input than
+ * c would (peers whose frames wait unanswered because they do not read,
+ * or that sent the start of a larger frame), the largest first, until it
+ * fits.  Returns false when none holds more: then c is the one refused, so
+ * peers holding as much as it asks keep what they have. */
+static bool conn_shed_input(worker_t *w, conn_t *c, size_t after)
 {
     size_t cap = (size_t)w->srv->cfg.max_input_bytes;
-    while (w->in_bytes + grow > cap) {
+    while (w->in_bytes - c->in_cap + after > cap) {
         conn_t *worst = NULL;
         for (conn_t *o = w->conns; o; o = o->next)
-            if (!o->dead && o->in_cap && (!worst || o->in_cap > worst->in_cap))
+            if (!o->dead && o != c && (!worst || o->in_cap > worst->in_cap))
                 worst = o;
-        if (!worst || worst == c || worst->in_cap <= c->in_cap)
+        if (!worst || worst->in_cap <= after)
             return false;
         conn_reap(w, worst, SERVER_REAP_INPUT_CAP);
     }
@@ -527,7 +528,7 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
         while (after < c->in_len + len)
             after *= 2;
         if (w->in_bytes - before + after > (size_t)w->srv->cfg.max_input_bytes &&
-            !conn_shed_input(w, c, after - before)) {
+            !conn_shed_input(w, c, after)) {
             atomic_fetch_add_explicit(&w->m->overloaded_total, 1, memory_order_relaxed);
             send_error(w, c, 0, CODEC_E_OVERLOADED,
                        "this worker holds %zu bytes of unanswered input (limit %d); closing",

@@ -83,7 +83,7 @@ class Backlog:
         # new answers queue behind them while the client reads one answer and sends one
         # request.  A response that has been sent must stop counting, or the count passes 256
         # while 200 are unanswered and the worker stops reading a client that is reading.
-        srv = self.server("--max-inflight", "256")
+        srv = self.server("--max-inflight", "256", "--max-unsent-bytes", str(1 << 30))
         try:
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

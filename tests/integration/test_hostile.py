@@ -254,7 +254,8 @@ class Hostile(unittest.TestCase):
             self.assertGreater(sample(metrics, reaped, reason="evicted"), 0)
             self.assertGreater(sample(metrics, reaped, reason="frame_timeout"), 0)  # slow-loris
             self.assertGreater(sample(metrics, reaped, reason="send_timeout")
-                               + sample(metrics, reaped, reason="output_cap"), 0)  # pipeliners
+                               + sample(metrics, reaped, reason="output_cap")
+                               + sample(metrics, reaped, reason="input_cap"), 0)  # pipeliners
 
         with self.subTest("SIGTERM exits 0 within the drain deadline"):
             self.assertIsNotNone(rc, "tlserve still running %.0f s after SIGTERM: %s"

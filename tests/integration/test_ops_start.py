@@ -101,7 +101,7 @@ class SecondSigterm(unittest.TestCase):
     def test_second_sigterm_during_the_drain(self):
         # The epoll driver holds the drain open for its deadline while a peer does not read.
         srv = harness.Server(MODEL_DIR, "--workers", "1", "--force-epoll",
-                             "--max-inflight", "4096")
+                             "--max-inflight", "4096", "--max-unsent-bytes", str(1 << 30))
         sock = socket.socket()
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -285,8 +285,9 @@ class BadInput(unittest.TestCase):
 
 class InputBudget(unittest.TestCase):
     """Many clients each sending the start of a large frame cannot make a worker hold more
-    than --max-input-bytes: past it, connections get OVERLOADED and are closed, and the
-    server goes on serving."""
+    than --max-input-bytes: past it, a connection that would hold as much as the others (none
+    holds more to be closed for it) gets OVERLOADED and is closed, and the server goes on
+    serving."""
 
     def test_partial_frames_over_the_budget_are_refused(self):
         srv = Server(MODEL_DIR, "--workers", "1", "--max-input-bytes", "65536")
