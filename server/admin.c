@@ -316,7 +316,7 @@ static void metrics_reaped(struct evbuffer *b, const server_t *srv)
 {
     evbuffer_add_printf(b, "# HELP tlserve_connections_reaped_total Connections the server "
                            "closed: idle, slow partial frame, output stuck, over "
-                           "--max-output-bytes, evicted for a new one\n"
+                           "--max-output-bytes or --max-input-bytes, evicted for a new one\n"
                            "# TYPE tlserve_connections_reaped_total counter\n");
     for (int r = 0; r < SERVER_REAP_REASONS; r++) {
         uint64_t v = 0;
