@@ -147,6 +147,10 @@ static const cfg_entry_t table[] = {
      "answer bytes one connection may have queued and unsent; at it the worker stops reading "
      "that connection until they drain, as at --max-inflight",
      F(max_unsent_bytes), NULL, NULL, NULL, false},
+    {"send-buffer-bytes", CFG_INT, 0, 1 << 30, "262144",
+     "each connection's kernel send buffer (SO_SNDBUF; the kernel doubles it); 0: the kernel's "
+     "autotuning, up to net.ipv4.tcp_wmem's maximum",
+     F(send_buffer_bytes), NULL, NULL, NULL, false},
     {"max-connections", CFG_INT, 1, 1 << 20, "1024", "connections per worker", F(max_connections),
      NULL, NULL, NULL, false},
     {"max-frame-bytes", CFG_INT, 1024, CODEC_MAX_PAYLOAD, "16777216",

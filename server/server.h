@@ -57,6 +57,7 @@ typedef struct server_config {
     int load_threads;          /* snapshot loader threads; 0 = auto, resolved by main (LOAD THREADS) */
     int max_inflight;          /* per connection: answers queued and unsent before it is not read */
     int max_unsent_bytes;      /* per connection: unsent answer bytes before it is not read */
+    int send_buffer_bytes;     /* per connection SO_SNDBUF, 0 = the kernel's autotuning */
     int max_connections;       /* connections per worker */
     int max_frame_bytes;       /* largest accepted payload */
     int max_input_bytes;       /* per worker: input buffers of all its connections together */

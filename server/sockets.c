@@ -18,6 +18,13 @@
  * Failures are counted (tlserve_accept_errors_total) and logged at most
  * once a second per worker.
  *
+ * KERNEL BUFFERS: a new connection's send buffer is set to
+ * --send-buffer-bytes.  What the kernel holds for a peer that does not read
+ * is answers the worker scored for nobody, in memory no cap of ours
+ * counts: with autotuning (up to 4 MiB on Debian) that is 256 answers of
+ * 4,096 items per such peer, with the default a few dozen; a request and
+ * answer server on a LAN needs no more to keep its links busy.
+ *
  * THREAD SAFETY: called from the worker's own thread.
  */
 #define _GNU_SOURCE /* accept4 */
@@ -128,6 +135,9 @@ conn_t *worker_admit(worker_t *w, int fd, conn_t **evicted)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int sndbuf = w->srv->cfg.send_buffer_bytes;
+    if (sndbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     conn_t *c = conn_new(w, fd);
     if (!c)
         worker_refuse(w, fd, CODEC_E_OVERLOADED, "the server is out of memory");

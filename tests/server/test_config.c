@@ -117,6 +117,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_frame_bytes, 16 << 20);
     assert_int_equal(c.max_output_bytes, 128 << 20);
     assert_int_equal(c.max_unsent_bytes, 256 << 10);
+    assert_int_equal(c.send_buffer_bytes, 256 << 10);
     assert_int_equal(c.frame_timeout_ms, 10000);
     assert_int_equal(c.idle_timeout_ms, 20000);
     assert_int_equal(c.send_timeout_ms, 10000);
