@@ -158,8 +158,12 @@ class Connections:
             sock.connect(("127.0.0.1", srv.port))
             sock.settimeout(20)
             big = big_predict()
-            sock.sendall(b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, big)
-                                  for rid in range(1, 201)))
+            stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, big)
+                              for rid in range(1, 201))
+            # All 200 go out from a thread while this one reads, as a pipelining client must:
+            # one that sends everything before reading waits on the server, which waits on it.
+            sender = threading.Thread(target=sock.sendall, args=(stream,))
+            sender.start()
             buf, ids = b"", []
             while len(ids) < 200:
                 h, payload, buf = read_frame(sock, buf)
@@ -167,6 +171,7 @@ class Connections:
                 self.assertEqual(h.type, MsgType.PREDICT_RESULT,
                                  h.type == MsgType.ERROR and tlserve.decode_error(payload))
                 ids.append(h.request_id)
+            sender.join()
             sock.close()
             self.assertEqual(ids, list(range(1, 201)))
             self.assertEqual(srv.metric("tlserve_overloaded_total"), 0)
