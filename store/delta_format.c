@@ -51,27 +51,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-/* The key scrambler of tl_hash_map_impl.h (private to the table): a
- * store's shard is the top log2(shards) bits of it.  test_delta pins
- * store__delta_shard_of to store_shard_of. */
-static inline uint64_t mix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
-uint32_t store__delta_shard_of(uint64_t key, uint32_t shards)
-{
-    if (shards <= 1)
-        return 0;
-    unsigned bits = (unsigned)__builtin_ctz(shards);
-    return (uint32_t)(mix64(key) >> (64 - bits));
-}
-
 static uint32_t value_bytes_of(const manifest_t *m)
 {
     return m->value_floats * (m->dtype == STORE_DTYPE_F16 ? 2u : 4u);
@@ -176,10 +155,10 @@ int store__delta_check_file(const manifest_t *m, uint32_t i, const uint8_t *p, s
     for (uint64_t r = 0; r < ms->entries; r++) {
         const uint64_t off = SHARD_HEADER_BYTES + r * rec;
         uint64_t key = get_le64(up + r * rec);
-        if (store__delta_shard_of(key, shards) != i) {
+        if (store__shard_of_key(key, shards) != i) {
             store__snap_fail(err, STORE_E_WRONG_SHARD, file, (int64_t)off,
                              "upsert key 0x%" PRIx64 " belongs to shard %" PRIu32, key,
-                             store__delta_shard_of(key, shards));
+                             store__shard_of_key(key, shards));
             return -1;
         }
         if (r > 0) {
@@ -205,10 +184,10 @@ int store__delta_check_file(const manifest_t *m, uint32_t i, const uint8_t *p, s
     for (uint64_t r = 0; r < ms->deletes; r++) {
         const uint64_t off = del_at + r * 8;
         uint64_t key = get_le64(del + r * 8);
-        if (store__delta_shard_of(key, shards) != i) {
+        if (store__shard_of_key(key, shards) != i) {
             store__snap_fail(err, STORE_E_WRONG_SHARD, file, (int64_t)off,
                              "deleted key 0x%" PRIx64 " belongs to shard %" PRIu32, key,
-                             store__delta_shard_of(key, shards));
+                             store__shard_of_key(key, shards));
             return -1;
         }
         if (r > 0) {

@@ -8,6 +8,7 @@
 #define TL_STORE_DELTA_INTERNAL_H
 
 #include "delta.h"
+#include "store_internal.h"
 #include "snapshot_internal.h"
 
 #include <stdint.h>
@@ -47,9 +48,9 @@ struct store_delta {
     struct delta_shard *shard; /* info.layout.shards of them */
 };
 
-/* The shard that owns key in a store of `shards` shards (a power of two):
- * the same as store_shard_of, without a store. */
-uint32_t store__delta_shard_of(uint64_t key, uint32_t shards);
+/* The shard of a key in any store of `shards` shards: store__shard_of_key
+ * (store_internal.h). */
+
 
 /* Encodes a delta shard header for shard i of m with the given counts. */
 void store__delta_header_encode(const manifest_t *m, uint32_t i, uint64_t upserts,

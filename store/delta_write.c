@@ -200,7 +200,7 @@ int store_delta_begin(const char *dir, const store_delta_layout_t *parent,
 /* Appends an op to key's shard; returns the op's value pointer or NULL. */
 static uint8_t *append_op(store_delta_writer_t *w, uint64_t key, int is_del)
 {
-    struct op_arena *a = &w->ops[store__delta_shard_of(key, w->m.shard_count)];
+    struct op_arena *a = &w->ops[store__shard_of_key(key, w->m.shard_count)];
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
         if (cap > SIZE_MAX / w->op_bytes)

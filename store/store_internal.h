@@ -23,6 +23,12 @@
 #define cpu_relax() ((void)0)
 #endif
 
+/* The shard of key in any store of `shards` shards (a power of two): the
+ * top log2(shards) bits of the table's key mix, without a store at hand
+ * (delta files are split by shard before any store exists); equal to
+ * store_shard_of of every such store. */
+uint32_t store__shard_of_key(uint64_t key, uint32_t shards);
+
 /* Bytes of one value as stored: K*4 (fp32) or K*2 (fp16). */
 size_t store_value_bytes(const store_t *s);
 

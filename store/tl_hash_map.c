@@ -382,6 +382,14 @@ uint32_t store_shard_of(const store_t *s, uint64_t key)
     return shard;
 }
 
+uint32_t store__shard_of_key(uint64_t key, uint32_t shards)
+{
+    if (shards <= 1)
+        return 0;
+    unsigned bits = (unsigned)__builtin_ctz(shards);
+    return (uint32_t)(mix64(key) >> (64 - bits));
+}
+
 uint32_t store_sub_of(const store_t *s, uint64_t key)
 {
     uint32_t shard, sub;

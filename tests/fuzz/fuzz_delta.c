@@ -76,7 +76,7 @@ static int on_up(void *ctx, uint64_t key, const float *v)
 {
     struct walk *w = ctx;
     check(w->ups == 0 || key > w->last, "upserts not strictly ascending", NULL);
-    check(store__delta_shard_of(key, w->shards) == w->shard, "upsert in the wrong shard", NULL);
+    check(store__shard_of_key(key, w->shards) == w->shard, "upsert in the wrong shard", NULL);
     for (uint32_t j = 0; j < w->K; j++)
         check(isfinite(v[j]), "a non-finite value accepted", NULL);
     w->last = key;
@@ -88,7 +88,7 @@ static int on_del(void *ctx, uint64_t key)
 {
     struct walk *w = ctx;
     check(w->dels == 0 || key > w->last, "deletes not strictly ascending", NULL);
-    check(store__delta_shard_of(key, w->shards) == w->shard, "delete in the wrong shard", NULL);
+    check(store__shard_of_key(key, w->shards) == w->shard, "delete in the wrong shard", NULL);
     w->last = key;
     w->dels++;
     return 0;
