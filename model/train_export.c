@@ -331,28 +331,31 @@ static int export_matches(const char *pdir, const store_t *ps, const store_meta_
                     dtype_name(a.dtype), a.shards, b.model_name,
                     store_model_kind_name(b.model_kind), b.value_floats, dtype_name(b.dtype),
                     b.shards);
-    if (px->n_params != ex->n_params || px->n_dense != ex->n_dense)
-        return fail(err, STORE_E_MISMATCH,
-                    "parent %s has %u params and %u dense arrays but this export %u and %u: a "
-                    "delta carries sparse keys only; write a full version (--export)",
-                    pdir, px->n_params, px->n_dense, ex->n_params, ex->n_dense);
-    for (uint32_t i = 0; i < ex->n_params; i++) { /* keys are distinct: same count, same set */
-        const char *v = store_extras_get(px, ex->params[i].key);
-        if (!v || strcmp(v, ex->params[i].value) != 0)
+    for (int side = 0; side < 2; side++) { /* each side's params found, equal, in the other */
+        const store_extras_t *from = side ? px : ex, *other = side ? ex : px;
+        for (uint32_t i = 0; i < from->n_params; i++) {
+            const char *v = store_extras_get(other, from->params[i].key);
+            if (v && strcmp(v, from->params[i].value) == 0)
+                continue;
+            const char *pv = side ? from->params[i].value : v;
+            const char *ev = side ? v : from->params[i].value;
             return fail(err, STORE_E_MISMATCH,
-                        "param %s is \"%s\" in parent %s but \"%s\" in this export: a delta "
-                        "cannot change params; write a full version (--export)",
-                        ex->params[i].key, v ? v : "(absent)", pdir, ex->params[i].value);
-    }
-    for (uint32_t i = 0; i < ex->n_dense; i++) {
-        const store_dense_t *d = store_extras_dense(px, ex->dense[i].name);
-        if (!d || d->count != ex->dense[i].count ||
-            memcmp(d->data, ex->dense[i].data, d->count * sizeof(float)) != 0)
+                        "param %s is %s%s%s in parent %s but %s%s%s in this export: a delta "
+                        "carries sparse keys only; write a full version (--export)",
+                        from->params[i].key, pv ? "\"" : "", pv ? pv : "absent", pv ? "\"" : "",
+                        pdir, ev ? "\"" : "", ev ? ev : "absent", ev ? "\"" : "");
+        }
+        for (uint32_t i = 0; i < from->n_dense; i++) {
+            const store_dense_t *d = store_extras_dense(other, from->dense[i].name);
+            if (d && d->count == from->dense[i].count &&
+                memcmp(d->data, from->dense[i].data, d->count * sizeof(float)) == 0)
+                continue;
             return fail(err, STORE_E_MISMATCH,
-                        "dense array %s differs between parent %s and this export: a delta "
-                        "carries sparse keys only (a DNN's MLP cannot be in one); write a full "
-                        "version (--export)",
-                        ex->dense[i].name, pdir);
+                        "dense array %s %s between parent %s and this export: a delta carries "
+                        "sparse keys only (a DNN's MLP cannot be in one); write a full version "
+                        "(--export)",
+                        from->dense[i].name, d ? "differs" : "is in only one", pdir);
+        }
     }
     return 0;
 }

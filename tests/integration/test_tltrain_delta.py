@@ -20,7 +20,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BUILD, REPO, TLSNAP, require  # noqa: E402
+from harness import BUILD, REPO, TLSNAP, TLSYNTH, require  # noqa: E402
 
 TLTRAIN = os.path.join(BUILD, "model", "tltrain")
 DATA = os.environ.get("TL_SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
@@ -56,7 +56,7 @@ def tlsnap(*args):
 class TltrainDelta(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        require(TLTRAIN, TLSNAP)
+        require(TLTRAIN, TLSNAP, TLSYNTH)
         if not os.path.exists(SVM) or not os.path.exists(FFM):
             raise unittest.SkipTest("no test data at %s" % DATA)
 
@@ -145,6 +145,17 @@ class TltrainDelta(unittest.TestCase):
                          "libsvm", "--model", "fm", "--name", "lr", "--version", "9",
                          "--export-delta", out, "--parent", v1)
         self.assertEqual(r.stdout, "")
+        # the same model and kind stored otherwise (tlsynth): 4 shards, f16; both sides named
+        for name, extra, words in (("shards4", ["--shards", "4"], ["4 shards", "16 shards"]),
+                                   ("f16", ["--dtype", "f16"], ["K=1, f16", "K=1, f32"])):
+            parent = self.path("synth", name, "1")
+            r = subprocess.run([TLSYNTH, "model", "--keys", "1000", "--out", parent, "--name",
+                                "lr", "--kind", "lr", "--value-floats", "1", *extra],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.refused(1, out, words, *base, "--version", "9", "--export-delta", out,
+                         "--parent", parent)
         # a missing parent
         self.refused(1, out, ["parent", "no-such"], *base, "--version", "9",
                      "--export-delta", out, "--parent", os.path.join(repo, "no-such"))
@@ -158,6 +169,10 @@ class TltrainDelta(unittest.TestCase):
         # the same model and kind with another width: refused after training, K of both sides
         self.refused(1, out, ["K=5", "K=9"], *base, "--k", "8", "--epochs", "1", "--version",
                      "9", "--export-delta", out, "--parent", os.path.join(repo, "1"))
+        # the same layout with other params (no instance normalisation): a full version needed
+        self.refused(1, out, ["param norm", "--export"], *base, "--no-norm", "--epochs", "1",
+                     "--version", "9", "--export-delta", out, "--parent",
+                     os.path.join(repo, "1"))
 
     def test_dnn_refused(self):
         base = ["--train", FFM, "--format", "libffm", "--model", "dnn", "--dim", "4",
