@@ -90,7 +90,8 @@ static void usage(FILE *f)
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
             "  --version N      snapshot version (default 1)\n"
             "  --export-delta OUT  write what training changed since --parent as a delta\n"
-            "                   version into OUT (e.g. <repo>/<model>/<N>; must not exist):\n"
+            "                   version into OUT (e.g. <repo>/<model>/<N>, N = --version;\n"
+            "                   must not exist):\n"
             "                   upserts are the ids whose exported value differs from the\n"
             "                   parent's (bitwise), deletes the parent's ids the export lacks;\n"
             "                   parent = the parent's version, producer \"tltrain\".  With\n"
@@ -100,7 +101,7 @@ static void usage(FILE *f)
             "                   whose chain of deltas resolves; same --name, model, K, dtype,\n"
             "                   shards and params; --version must be above P.  Checked before\n"
             "                   training.  A DNN's MLP cannot be in a delta: refused unless\n"
-            "                   unchanged (use --export).  Exit 2 when the parent is refused\n"
+            "                   unchanged (use --export).  Exit 2 when the parent or OUT is refused\n"
             "                   before training, 1 when it is missing or refused after\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
             "  --threads T      accepted for LIBFFM/xLearn compatibility; training runs on one\n"
@@ -495,9 +496,12 @@ int main(int argc, char **argv)
     if (parent_dir) { /* refuse a wrong parent before training, not after */
         store_error_t se;
         uint64_t pv;
-        if (train__delta_check_parent(parent_dir, &meta, &pv, &se) != 0) {
-            fprintf(stderr, "tltrain: --parent: %s\n", se.msg);
-            return se.code == STORE_E_INVALID || se.code == STORE_E_MISMATCH ? 2 : 1;
+        if (train__delta_check(parent_dir, delta_dir, &meta, &pv, &se) != 0) {
+            fprintf(stderr, "tltrain: --export-delta: %s\n", se.msg);
+            return se.code == STORE_E_INVALID || se.code == STORE_E_MISMATCH ||
+                           se.code == STORE_E_EXISTS
+                       ? 2
+                       : 1;
         }
         fprintf(stderr, "tltrain: delta parent %s: version %llu\n", parent_dir,
                 (unsigned long long)pv);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct export_ctx {
@@ -264,8 +265,8 @@ static int parent_check(const struct parent_src *p, const store_meta_t *meta, st
     return 0;
 }
 
-int train__delta_check_parent(const char *parent_dir, const store_meta_t *meta,
-                              uint64_t *parent_version, store_error_t *err)
+int train__delta_check(const char *parent_dir, const char *out, const store_meta_t *meta,
+                       uint64_t *parent_version, store_error_t *err)
 {
     store_error_t local;
     if (!err)
@@ -275,10 +276,22 @@ int train__delta_check_parent(const char *parent_dir, const store_meta_t *meta,
     if (rc != 0)
         return rc;
     rc = parent_check(&p, meta, err);
-    if (rc == 0 && parent_version)
-        *parent_version = p.version;
     parent_src_free(&p);
-    return rc;
+    if (rc != 0)
+        return rc;
+    char scratch[PATH_MAX_LEN];
+    uint64_t named;
+    if (split_version_dir(out, scratch, sizeof scratch, &named) && named != meta->version)
+        return fail(err, STORE_E_INVALID,
+                    "%s is named version %" PRIu64 " but --version is %" PRIu64
+                    ": a repository refuses a directory holding another version than its name",
+                    out, named, meta->version);
+    struct stat st;
+    if (stat(out, &st) == 0)
+        return fail(err, STORE_E_EXISTS, "%s already exists", out);
+    if (parent_version)
+        *parent_version = p.version;
+    return 0;
 }
 
 /* Loads the parent: its full version (with its extras, which deltas never

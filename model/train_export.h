@@ -52,13 +52,16 @@ int train__export_table(const train__row_table_t *rows, uint32_t K, store_model_
  * names both sides of a layout or params mismatch, STORE_E_INVALID a
  * version not above the parent's. */
 
-/* The cheap check before training (manifests only): parent_dir is a full
+/* The cheap checks before training (manifests only): parent_dir is a full
  * version, or a version whose chain resolves, of model meta->model_name and
  * kind meta->model_kind, and meta->version is above its version (set in
- * *parent_version).  0, or store_errc_errno(err->code) < 0 with *err filled.
- * Blocks (reads manifests). */
-int train__delta_check_parent(const char *parent_dir, const store_meta_t *meta,
-                              uint64_t *parent_version, store_error_t *err);
+ * *parent_version); out (the delta's directory) does not exist and, when
+ * its name is a version number, names meta->version (a repository reader
+ * refuses a directory holding another version than its name).  0, or
+ * store_errc_errno(err->code) < 0 with *err filled.  Blocks (reads
+ * manifests). */
+int train__delta_check(const char *parent_dir, const char *out, const store_meta_t *meta,
+                       uint64_t *parent_version, store_error_t *err);
 
 /* Writes what t changed since parent_dir as the delta version meta->version
  * (parent: parent_dir's version, producer "tltrain") into out, which must
@@ -68,7 +71,7 @@ int train__delta_check_parent(const char *parent_dir, const store_meta_t *meta,
  * removed whatever the outcome.  Loads the parent (its chain: full load +
  * delta applies) and the export, so peak memory is both models.  *upserts,
  * *deletes (may be NULL) get the counts.  0, or store_errc_errno(err->code)
- * < 0 with *err filled (refusals as train__delta_check_parent, plus a
+ * < 0 with *err filled (refusals as train__delta_check, plus a
  * layout, params or dense-array mismatch; the store's load and write
  * errors).  Blocks. */
 int train__export_delta(const train_t *t, const char *parent_dir, const char *full_dir,

@@ -137,6 +137,14 @@ class TltrainDelta(unittest.TestCase):
         r = self.refused(2, out, ["--version 1 must be above the parent's version 1"], *base,
                          "--version", "1", "--export-delta", out, "--parent", v1)
         self.assertEqual(r.stdout, "")
+        # OUT named by another version than --version, or already there
+        self.refused(2, os.path.join(repo, "8"), ["named version 8 but --version is 9"], *base,
+                     "--version", "9", "--export-delta", os.path.join(repo, "8"), "--parent", v1)
+        r = tltrain(*base, "--version", "2", "--export-delta", os.path.join(repo, "2"),
+                    "--parent", v1)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("already exists", r.stderr)
+        self.assertEqual(r.stdout, "")
         # another model name, another kind: refused before training, both sides named
         r = self.refused(2, out, ["model lr (lr)", "model other (lr)"], *base, "--name", "other",
                          "--version", "9", "--export-delta", out, "--parent", v1)
