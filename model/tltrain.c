@@ -8,7 +8,7 @@
  *           [--k K] [--l2-v X] [--init-stdev X] [--seed N]
  *           [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]
  *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
- *           [--json] [--help]
+ *           [--export-delta OUT --parent DIR] [--json] [--help]
  *
  * Every model kind is driven through train.h's one trainer interface
  * (train_t): the epoch and evaluation loops, the export and the first pass
@@ -25,6 +25,7 @@
 #include "model.h"
 #include "reader.h"
 #include "train.h"
+#include "train_export.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -43,6 +44,7 @@ static void usage(FILE *f)
             "               [--k K] [--l2-v X] [--init-stdev X] [--seed N]\n"
             "               [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]\n"
             "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
+            "               [--export-delta OUT --parent DIR]\n"
             "               [--threads T] [--skip-bad] [--json] [--help]\n"
             "       tltrain predict --model-dir DIR --data FILE --format F [--out FILE] [--json]\n"
             "\n"
@@ -87,6 +89,20 @@ static void usage(FILE *f)
             "                   FM: 1 + k floats per id, FFM: 1 + fields x k)\n"
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
             "  --version N      snapshot version (default 1)\n"
+            "  --export-delta OUT  write what training changed since --parent as a delta\n"
+            "                   version into OUT (e.g. <repo>/<model>/<N>, N = --version;\n"
+            "                   must not exist):\n"
+            "                   upserts are the ids whose exported value differs from the\n"
+            "                   parent's (bitwise), deletes the parent's ids the export lacks;\n"
+            "                   parent = the parent's version, producer \"tltrain\".  With\n"
+            "                   --export, that full export is the one diffed.  Training still\n"
+            "                   starts from scratch (a snapshot lacks the optimizer state)\n"
+            "  --parent DIR     the parent version: a full snapshot, or <repo>/<model>/<P>\n"
+            "                   whose chain of deltas resolves; same --name, model, K, dtype,\n"
+            "                   shards and params; --version must be above P.  Checked before\n"
+            "                   training.  A DNN's MLP cannot be in a delta: refused unless\n"
+            "                   unchanged (use --export).  Exit 2 when the parent or OUT is refused\n"
+            "                   before training, 1 when it is missing or refused after\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
             "  --threads T      accepted for LIBFFM/xLearn compatibility; training runs on one\n"
             "                   thread (T > 1 prints a note)\n"
@@ -299,7 +315,7 @@ int main(int argc, char **argv)
            O_EPOCHS, O_EXPORT, O_NAME, O_VERSION, O_SKIP, O_JSON, O_K, O_L2V, O_INIT, O_SEED };
     enum { O_DIM = 512, O_HIDDEN, O_WIDE, O_NO_WIDE, O_FIELDS, O_LR_DENSE };
     enum { O_NORM = 768, O_NO_NORM };
-    enum { O_THREADS = 1024 };
+    enum { O_THREADS = 1024, O_EXPORT_DELTA, O_PARENT };
     static const struct option longopts[] = {
         {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
         {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
@@ -315,10 +331,13 @@ int main(int argc, char **argv)
         {"wide", no_argument, 0, O_WIDE},           {"no-wide", no_argument, 0, O_NO_WIDE},
         {"fields", required_argument, 0, O_FIELDS}, {"lr-dense", required_argument, 0, O_LR_DENSE},
         {"threads", required_argument, 0, O_THREADS},
+        {"export-delta", required_argument, 0, O_EXPORT_DELTA},
+        {"parent", required_argument, 0, O_PARENT},
         {"norm", no_argument, 0, O_NORM},           {"no-norm", no_argument, 0, O_NO_NORM},
         {0, 0, 0, 0}};
     const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
     const char *optimizer = NULL, *export_dir = NULL, *name = NULL;
+    const char *delta_dir = NULL, *parent_dir = NULL; /* --export-delta, --parent */
     double lr = -1, beta = -1, l1 = -1, l2 = -1, l2v = -1, init_sd = -1;
     long k = 4;
     unsigned long long seed = 1;
@@ -380,6 +399,8 @@ int main(int argc, char **argv)
             }
             break;
         case O_EXPORT: export_dir = optarg; break;
+        case O_EXPORT_DELTA: delta_dir = optarg; break;
+        case O_PARENT: parent_dir = optarg; break;
         case O_NAME: name = optarg; break;
         case O_VERSION:
             version = strtoull(optarg, &e, 10);
@@ -427,6 +448,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --train, --format and --model are required (see --help)\n");
         return 2;
     }
+    if (!delta_dir != !parent_dir) {
+        fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");
+        return 2;
+    }
     reader_options_t ro = {.skip_bad = skip_bad};
     if (reader_format_parse(format, &ro.format) != 0) {
         fprintf(stderr, "tltrain: --format: '%s' is not libsvm, libffm or criteo\n", format);
@@ -468,6 +493,19 @@ int main(int argc, char **argv)
         return 2;
     }
     strcpy(meta.model_name, name);
+    if (parent_dir) { /* refuse a wrong parent before training, not after */
+        store_error_t se;
+        uint64_t pv;
+        if (train__delta_check(parent_dir, delta_dir, &meta, &pv, &se) != 0) {
+            fprintf(stderr, "tltrain: --export-delta: %s\n", se.msg);
+            return se.code == STORE_E_INVALID || se.code == STORE_E_MISMATCH ||
+                           se.code == STORE_E_EXISTS
+                       ? 2
+                       : 1;
+        }
+        fprintf(stderr, "tltrain: delta parent %s: version %llu\n", parent_dir,
+                (unsigned long long)pv);
+    }
 
     int status = 1;
     char err[512];
@@ -529,6 +567,20 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "tltrain: exported %s version %llu to %s\n", meta.model_name, version,
                 export_dir);
+    }
+    if (delta_dir) {
+        store_error_t se;
+        uint64_t ups = 0, dels = 0;
+        if (train__export_delta(t, parent_dir, export_dir, delta_dir, &meta, &ups, &dels, &se) !=
+            0) {
+            fprintf(stderr, "tltrain: export-delta: %s\n", se.msg);
+            goto out;
+        }
+        fprintf(stderr,
+                "tltrain: exported %s version %llu to %s as a delta of %s: %llu upserts, %llu "
+                "deletes\n",
+                meta.model_name, version, delta_dir, parent_dir, (unsigned long long)ups,
+                (unsigned long long)dels);
     }
     if (json) {
         printf("{");
