@@ -356,8 +356,10 @@ static void on_repo_load_ended(const loader_status_t *st, void *arg)
         add_refusal(st->version, S.loading_sig, st->error);
         S.metrics.refused++;
         S.pending = true; /* try the next lower version */
-        LOG(LL_WARN, "repo: version %" PRIu64 " of %s refused: %s", st->version, S.model,
-            st->error);
+        LOG(LL_WARN,
+            "repo: version %" PRIu64 " of %s refused (load %" PRIu64 " above says why); not "
+            "tried again until its files or a lower version's change",
+            st->version, S.model, st->id);
     }
     wake();
     pthread_mutex_unlock(&S.lock);
