@@ -387,13 +387,28 @@ static uint64_t active_version(server_t *srv, char *name, size_t len)
     return v;
 }
 
-static void scan(uint64_t *versions, uint64_t *prefix)
+/* One scan; *versions and *prefix (*cap entries each) grow with the
+ * listing. */
+static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
 {
     if (S.ino >= 0) {
         inotify_add_watch(S.ino, S.dir, REPO_WATCH_MASK);
         inotify_add_watch(S.ino, S.model_dir, REPO_WATCH_MASK);
     }
-    long n = store_version_list(S.model_dir, versions, REPO_VERSIONS_MAX);
+    long n = store_version_list(S.model_dir, *versions_p, *cap);
+    if (n > (long)*cap) {
+        size_t want = (size_t)n + 256;
+        uint64_t *v = realloc(*versions_p, want * sizeof *v);
+        if (v)
+            *versions_p = v;
+        uint64_t *p = v ? realloc(*prefix_p, want * sizeof *p) : NULL;
+        if (p) {
+            *prefix_p = p;
+            *cap = want;
+            n = store_version_list(S.model_dir, *versions_p, *cap);
+        }
+    }
+    uint64_t *versions = *versions_p, *prefix = *prefix_p;
     pthread_mutex_lock(&S.lock);
     S.metrics.scans++;
     if (n < 0) {
@@ -412,10 +427,10 @@ static void scan(uint64_t *versions, uint64_t *prefix)
     S.readable = true;
     pthread_mutex_unlock(&S.lock);
 
-    if (n > REPO_VERSIONS_MAX) {
-        LOG(LL_WARN, "repo: %s holds %ld versions; only the %d lowest are considered", S.model_dir,
-            n, REPO_VERSIONS_MAX);
-        n = REPO_VERSIONS_MAX;
+    if (n > (long)*cap) {
+        LOG(LL_WARN, "repo: no memory to list the %ld versions of %s; only the %zu lowest are "
+            "considered", n, S.model_dir, *cap);
+        n = (long)*cap;
     }
     uint64_t h = 0x7265706f;
     for (long i = 0; i < n; i++) {
@@ -500,17 +515,18 @@ static void scan(uint64_t *versions, uint64_t *prefix)
 static void *repo_main(void *arg)
 {
     (void)arg;
-    uint64_t *versions = malloc(REPO_VERSIONS_MAX * sizeof *versions);
-    uint64_t *prefix = malloc(REPO_VERSIONS_MAX * sizeof *prefix);
+    size_t cap = REPO_VERSIONS_START;
+    uint64_t *versions = malloc(cap * sizeof *versions);
+    uint64_t *prefix = malloc(cap * sizeof *prefix);
     if (!versions || !prefix)
-        abort(); /* 64 KiB of control plane */
+        abort(); /* a few KiB of control plane */
     for (;;) {
         pthread_mutex_lock(&S.lock);
         bool stop = S.stopping;
         pthread_mutex_unlock(&S.lock);
         if (stop)
             break;
-        scan(versions, prefix);
+        scan(&versions, &prefix, &cap);
         struct pollfd p[2] = {{.fd = S.wake[0], .events = POLLIN}, {.fd = S.ino, .events = POLLIN}};
         int rc = poll(p, S.ino >= 0 ? 2 : 1, REPO_RESCAN_MS);
         if (rc <= 0)

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #define REPO_RESCAN_MS 2000   /* periodic rescan: the fallback when inotify misses or overflows */
-#define REPO_VERSIONS_MAX 4096 /* versions of the model considered per scan (the smallest) */
+#define REPO_VERSIONS_START 256 /* listing entries first allocated; grows with the model */
 #define REPO_REFUSED_MAX 64   /* refusals remembered (the oldest is forgotten first) */
 
 /* Which model of the repository cfg->model_repo to serve: cfg->model_name
