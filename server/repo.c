@@ -81,6 +81,7 @@ static struct repo {
     uint64_t loading;       /* version queued or loading (0: none) */
     uint64_t loading_sig;   /* its prefix signature when queued */
     unsigned n_refused;
+    uint64_t refused_floor;                   /* versions <= it count as refused (forgotten ones) */
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
     uint64_t refused_sig[REPO_REFUSED_MAX];   /* prefix signature at refusal */
     repo_metrics_t metrics;
@@ -204,9 +205,9 @@ int repo_pick_model(const server_config_t *cfg, char *model, size_t len, char *w
 
 /* ---- the chain loader (loader thread) ----------------------------------------- */
 
-static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
+static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
+static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
 {
     memset(err, 0, sizeof *err);
     err->code = code;
@@ -231,7 +232,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
     char path[1200];
     int rc;
     if (!chain)
-        return fail(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
+        return set_err(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
                     version);
     rc = store_version_chain(model_dir, version, chain, err);
     if (rc != 0)
@@ -250,7 +251,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
             goto out;
     }
     if (strcmp(meta.model_name, model) != 0) {
-        rc = fail(err, STORE_E_MISMATCH,
+        rc = set_err(err, STORE_E_MISMATCH,
                   "version %" PRIu64 " holds model '%s', not '%s' (its repository directory)",
                   chain->versions[0], meta.model_name, model);
         goto out;
@@ -259,7 +260,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
         if (x.n_params || x.n_dense) {
             /* model_from_store takes no extras: a model that needs them
              * cannot be rebuilt from a store here yet. */
-            rc = fail(err, STORE_E_MODEL,
+            rc = set_err(err, STORE_E_MODEL,
                       "version %" PRIu64 " is a delta over a %s model with params or dense "
                       "arrays, which this build cannot rebuild from a chain (fold it with "
                       "tlsnap compact)",
@@ -278,7 +279,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
         }
         rc = model_from_store(s, &meta, &m);
         if (rc != 0) {
-            rc = fail(err, rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL,
+            rc = set_err(err, rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL,
                       "version %" PRIu64 ": model kind %s cannot be served from a chain: %s",
                       version, store_model_kind_name(meta.model_kind), strerror(-rc));
             goto out;
@@ -287,7 +288,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
     }
     rc = server_model_wrap(m, out);
     if (rc != 0)
-        rc = fail(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64, version);
+        rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64, version);
     else
         m = NULL;
 out:
@@ -313,6 +314,8 @@ static void wake(void)
 static int is_refused(void *arg, uint64_t version)
 {
     (void)arg;
+    if (version <= S.refused_floor)
+        return 1;
     for (unsigned i = 0; i < S.n_refused; i++)
         if (S.refused[i].version == version)
             return 1;
@@ -330,6 +333,10 @@ static void add_refusal(uint64_t version, uint64_t sig, const char *error)
             return;
         }
     if (S.n_refused == REPO_REFUSED_MAX) {
+        /* Forgetting the lowest must not make it a candidate again (with
+         * every higher one refused it would be retried forever). */
+        if (S.refused[0].version > S.refused_floor)
+            S.refused_floor = S.refused[0].version;
         memmove(&S.refused[0], &S.refused[1], (REPO_REFUSED_MAX - 1) * sizeof S.refused[0]);
         memmove(&S.refused_sig[0], &S.refused_sig[1], (REPO_REFUSED_MAX - 1) * sizeof S.refused_sig[0]);
         S.n_refused--;
@@ -361,7 +368,7 @@ static void on_repo_load_ended(const loader_status_t *st, void *arg)
             "tried again until its files or a lower version's change",
             st->version, S.model, st->id);
     }
-    wake();
+    wake(); /* also after a success: a version that appeared meanwhile is picked at once */
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -559,6 +566,8 @@ int repo_start(server_t *srv, const char *model)
     S.pending = true;
     S.listing_sig = 0;
     S.loading = 0;
+    S.n_refused = 0;
+    S.refused_floor = 0;
     pthread_mutex_unlock(&S.lock);
     if (pipe2(S.wake, O_NONBLOCK | O_CLOEXEC) != 0)
         return -errno;

@@ -30,7 +30,8 @@
 
 #define REPO_RESCAN_MS 2000   /* periodic rescan: the fallback when inotify misses or overflows */
 #define REPO_VERSIONS_START 256 /* listing entries first allocated; grows with the model */
-#define REPO_REFUSED_MAX 64   /* refusals remembered (the oldest is forgotten first) */
+#define REPO_REFUSED_MAX 64   /* refusals listed; past it the lowest is dropped from the list
+                               * but stays refused (a floor) until restart */
 
 /* Which model of the repository cfg->model_repo to serve: cfg->model_name
  * when set, else the only model directory in it.  Returns 0 with the name

@@ -4,6 +4,7 @@
  * deltas rebuilt into the exact model the writer meant, a gap and a model
  * of another name refused with their reasons).  No threads, no sockets.
  */
+#define _GNU_SOURCE /* repo.c is included: pipe2 */
 /* cmocka needs these first, in this order */
 /* clang-format off */
 #include <stdarg.h>
@@ -13,7 +14,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include "server/repo.h"
+#include "server/repo.c" /* static helpers: add_refusal, is_refused */
 #include "store/delta.h"
 #include "tests/test_fs.h"
 
@@ -45,6 +46,33 @@ static void test_pick_version(void **state)
     assert_int_equal(repo_pick_version(v, 0, NULL, NULL), 0);
     const uint64_t odd[] = {1, 3};
     assert_int_equal(repo_pick_version(odd, 2, refuse_odd, NULL), 0);
+}
+
+/* Refusals: listed ascending, replaced in place, and past REPO_REFUSED_MAX
+ * the lowest leaves the list but stays refused (else, with every higher
+ * version refused, it would be loaded and refused forever). */
+static void test_refusals(void **state)
+{
+    (void)state;
+    S.n_refused = 0;
+    S.refused_floor = 0;
+    add_refusal(5, 1, "five");
+    add_refusal(3, 1, "three");
+    add_refusal(5, 2, "five again");
+    assert_int_equal(S.n_refused, 2);
+    assert_int_equal(S.refused[0].version, 3);
+    assert_string_equal(S.refused[1].error, "five again");
+    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 4));
+    for (uint64_t v = 10; v < 10 + REPO_REFUSED_MAX; v++)
+        add_refusal(v, 1, "many");
+    assert_int_equal(S.n_refused, REPO_REFUSED_MAX);
+    assert_int_equal(S.refused[0].version, 10);
+    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 7));
+    assert_false(is_refused(NULL, 10 + REPO_REFUSED_MAX));
+    const uint64_t v[] = {3, 5, 10, 11};
+    assert_int_equal(repo_pick_version(v, 4, is_refused, NULL), 0);
+    S.n_refused = 0;
+    S.refused_floor = 0;
 }
 
 static void test_pick_model(void **state)
@@ -188,6 +216,7 @@ int main(void)
     test_mkdir_p(base);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pick_version),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pick_model),
         cmocka_unit_test(test_open_chain),
     };
