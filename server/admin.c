@@ -9,7 +9,10 @@
  *   GET  /readyz                  200 when a model is active, else 503
  *                                 (also 503 "draining" once draining)
  *   GET  /metrics                 Prometheus text format (below)
- *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}
+ *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}, and
+ *                                 with --model-repo "repository": {"dir","model",
+ *                                 "readable","latest","loading","refused":
+ *                                 [{"version","error"}]} (repo.h)
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
  *                                 "Authorization: Bearer <admin-token>";
  *                                 202 and queued, or ?wait=1 (LOAD)
@@ -68,7 +71,8 @@
  *   tlserve_model_loads_total{result="ok|failed"} (loads accepted with 202 or
  *   wait, by how they ended), tlserve_model_load_seconds (the last ended
  *   load, loading to end) and tlserve_model_loads_in_progress (queued or
- *   running).
+ *   running).  The repository: tlserve_model_versions_refused_total,
+ *   tlserve_model_repo_errors_total, tlserve_model_repo_scans_total.
  *
  * THREAD SAFETY
  *   admin_start/admin_stop run on the main thread; every handler runs on the
@@ -84,6 +88,7 @@
  *   out of descriptors), counted in tlserve_accept_errors_total.
  */
 #include "log.h"
+#include "repo.h"
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -275,6 +280,30 @@ static void on_readyz(struct evhttp_request *req)
         reply_text(req, 503, "no model loaded\n");
 }
 
+/* {"dir","model","readable","latest","loading","refused":[{"version","error"}]}:
+ * the repository's state (repo.h), or NULL without --model-repo. */
+static json_t *repo_json(void)
+{
+    repo_status_t *rs = malloc(sizeof *rs);
+    if (!rs)
+        return NULL;
+    repo_get_status(rs);
+    json_t *j = NULL;
+    if (rs->enabled) {
+        json_t *refused = json_array();
+        for (unsigned i = 0; i < rs->n_refused; i++)
+            json_array_append_new(refused,
+                                  json_pack("{s:I, s:s}", "version",
+                                            (json_int_t)rs->refused[i].version, "error",
+                                            rs->refused[i].error));
+        j = json_pack("{s:s, s:s, s:b, s:I, s:I, s:o}", "dir", rs->dir, "model", rs->model,
+                      "readable", rs->readable, "latest", (json_int_t)rs->latest, "loading",
+                      (json_int_t)rs->loading, "refused", refused);
+    }
+    free(rs);
+    return j;
+}
+
 static void on_models(struct evhttp_request *req)
 {
     json_t *list = json_array();
@@ -283,7 +312,11 @@ static void on_models(struct evhttp_request *req)
         json_array_append_new(list, model_json(sm->model));
         server_model_release(sm);
     }
-    reply_json(req, 200, json_pack("{s:o}", "models", list));
+    json_t *body = json_pack("{s:o}", "models", list);
+    json_t *repo = repo_json();
+    if (repo)
+        json_object_set_new(body, "repository", repo);
+    reply_json(req, 200, body);
 }
 
 /* ERROR frames by wire code, a family of its own so that sum() over
@@ -434,6 +467,21 @@ static void metrics_loads(struct evbuffer *b)
                         "tlserve_model_load_seconds %.6f\n",
                         lm.ok, lm.failed, lm.last_seconds);
     metrics_gauge(b, "model_loads_in_progress", "Model loads queued or running", lm.in_progress);
+    repo_metrics_t rm;
+    repo_get_metrics(&rm);
+    evbuffer_add_printf(b,
+                        "# HELP tlserve_model_versions_refused_total Repository versions refused "
+                        "(each once per change of its files)\n"
+                        "# TYPE tlserve_model_versions_refused_total counter\n"
+                        "tlserve_model_versions_refused_total %" PRIu64 "\n"
+                        "# HELP tlserve_model_repo_errors_total Times the model repository became "
+                        "unreadable or vanished\n"
+                        "# TYPE tlserve_model_repo_errors_total counter\n"
+                        "tlserve_model_repo_errors_total %" PRIu64 "\n"
+                        "# HELP tlserve_model_repo_scans_total Scans of the model repository\n"
+                        "# TYPE tlserve_model_repo_scans_total counter\n"
+                        "tlserve_model_repo_scans_total %" PRIu64 "\n",
+                        rm.refused, rm.repo_errors, rm.scans);
 }
 
 static void metrics_jemalloc(struct evbuffer *b)

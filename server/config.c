@@ -41,7 +41,8 @@
  *   --model-root limits what the token can load: admin loads (admin.c) and
  *   --model must resolve (realpath: symlinks and '..' followed) to a path
  *   strictly under the root's real path, with a '/' boundary.  The root
- *   must exist as a directory when the settings are read.
+ *   must exist as a directory when the settings are read.  --model-repo
+ *   must lie under it too, and is then watched by its real path.
  *
  * FLAGS
  *   "--name value" or "--name=value".  A bool flag takes a value only in the
@@ -105,6 +106,7 @@ static int check_addr(const char *v, char *why, size_t why_len);
 static int check_level(const char *v, char *why, size_t why_len);
 static int check_token(const char *v, char *why, size_t why_len);
 static int check_root(const char *v, char *why, size_t why_len);
+static int check_model_name(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -116,6 +118,13 @@ static const cfg_entry_t table[] = {
      "load only snapshots whose real path lies under this directory (--model and admin loads; "
      "empty: any)",
      F(model_root), check_root, "a directory path", NULL, false},
+    {"model-repo", CFG_STRING, 0, 0, "",
+     "model repository <dir>/<model>/<version>/ to serve the latest version of and watch "
+     "(not with --model; under --model-root when set)",
+     F(model_repo), check_root, "a directory path", NULL, false},
+    {"model-name", CFG_STRING, 0, 0, "",
+     "the model of --model-repo to serve (empty: the only one it holds)", F(model_name),
+     check_model_name, "[A-Za-z0-9_.-]+", NULL, false},
     {"bind", CFG_STRING, 0, 0, "127.0.0.1", "data plane address (IPv4 or IPv6 literal)", F(bind),
      check_addr, "an IP address", NULL, false},
     {"port", CFG_INT, 1, 65535, "7070", "data plane TCP port", F(port), NULL, NULL, NULL, false},
@@ -238,6 +247,24 @@ static int check_root(const char *v, char *why, size_t why_len)
         snprintf(why, why_len, "'%s' is not a directory", v);
         return -1;
     }
+    return 0;
+}
+
+static int check_model_name(const char *v, char *why, size_t why_len)
+{
+    if (!*v)
+        return 0;
+    if (v[0] == '.') {
+        snprintf(why, why_len, "'%s' starts with '.' (a model directory name may not)", v);
+        return -1;
+    }
+    for (const char *c = v; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == '-')) {
+            snprintf(why, why_len, "'%s' has a character outside [A-Za-z0-9_.-] at byte %zu", v,
+                     (size_t)(c - v));
+            return -1;
+        }
     return 0;
 }
 
@@ -678,6 +705,25 @@ int server_config_load(server_config_t *cfg, int argc, char **argv)
                     cfg->model_dir, cfg->model_root, why);
             return -1;
         }
+    }
+    if (cfg->model_repo[0] && cfg->model_dir[0]) {
+        fprintf(stderr, "tlserve: --model and --model-repo together: serve one snapshot "
+                        "(--model) or a repository (--model-repo), not both\n");
+        return -1;
+    }
+    if (cfg->model_name[0] && !cfg->model_repo[0]) {
+        fprintf(stderr, "tlserve: --model-name '%s' needs --model-repo\n", cfg->model_name);
+        return -1;
+    }
+    if (cfg->model_root[0] && cfg->model_repo[0]) {
+        char real[sizeof cfg->model_repo];
+        if (server_path_under_root(cfg->model_root, cfg->model_repo, real, sizeof real, why,
+                                   sizeof why) != 0) {
+            fprintf(stderr, "tlserve: --model-repo '%s' is not under --model-root '%s': %s\n",
+                    cfg->model_repo, cfg->model_root, why);
+            return -1;
+        }
+        memcpy(cfg->model_repo, real, sizeof real); /* watched by its real path */
     }
     if (secret_flag)
         LOG(LL_WARN,

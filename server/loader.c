@@ -31,6 +31,13 @@
  *   priority it competes with the admin thread (and the workers) for the
  *   CPU and /healthz answers late; niced, it takes what they leave.
  *
+ * HOOKS
+ *   A load queued with loader_submit_job may bring its own open function
+ *   (how its version is built: a repository chain, repo.c) and its own done
+ *   hook (told before the global one, so the repository watcher learns
+ *   about its loads without the admin plane knowing it exists).  Admin
+ *   loads have neither and open one snapshot directory.
+ *
  * SHUTDOWN
  *   loader_stop fails the queued loads at once (shutdown = true), lets the
  *   running load finish (model_load cannot be interrupted half-way), then
@@ -56,6 +63,15 @@
 
 #define LOADER_NICE 10 /* added to the process's nice value, for this thread and its helpers */
 
+/* A record's own way to open its version and its own done hook (loader_job_t);
+ * set with the record, read by the loader thread after it pops the record. */
+struct hooks {
+    loader_open_fn *open; /* NULL: server_model_open(path) */
+    void *open_arg;
+    loader_done_fn *done; /* NULL: none */
+    void *done_arg;
+};
+
 static struct loader {
     server_t *srv;
     loader_done_fn *done;
@@ -66,6 +82,7 @@ static struct loader {
     bool running;                               /* loader_start .. loader_stop */
     bool stopping;                              /* no new loads; the thread exits */
     loader_status_t records[LOADER_MODELS_MAX]; /* latest load per model name; id 0: free */
+    struct hooks hooks[LOADER_MODELS_MAX];      /* records[i]'s open and done hooks */
     loader_status_t *queue[LOADER_QUEUE_MAX];   /* FIFO ring of queued records */
     unsigned qhead, qlen;
     uint64_t last_id;
@@ -164,6 +181,7 @@ static void *loader_main(void *arg)
         if (L.qlen == 0) /* stopping: loader_stop emptied the queue */
             break;
         loader_status_t *r = pop();
+        struct hooks hk = L.hooks[r - L.records];
         r->state = LOADER_LOADING;
         char dir[sizeof r->path];
         memcpy(dir, r->path, sizeof dir); /* the record is only read by others now */
@@ -173,15 +191,23 @@ static void *loader_main(void *arg)
         LOG(LL_INFO, "load %llu: loading %s from %s", (unsigned long long)id, r->model, dir);
         server_model_t *sm = NULL, *old = NULL;
         store_error_t err;
-        int rc = server_model_open(srv, dir, &sm, &err);
+        int rc;
+        if (hk.open) {
+            memset(&err, 0, sizeof err);
+            err.offset = -1;
+            rc = hk.open(srv, r, hk.open_arg, &sm, &err); /* r is stable: see RECORDS */
+        } else {
+            rc = server_model_open(srv, dir, &sm, &err);
+        }
 
         pthread_mutex_lock(&L.lock);
         if (rc != 0) {
+            const char *what = hk.open ? "version" : "snapshot";
             if (err.msg[0])
-                snprintf(r->error, sizeof r->error, "cannot load snapshot %s (%s): %s", dir,
+                snprintf(r->error, sizeof r->error, "cannot load %s %s (%s): %s", what, dir,
                          store_errc_name(err.code), err.msg);
             else
-                snprintf(r->error, sizeof r->error, "cannot load snapshot %s: %s", dir,
+                snprintf(r->error, sizeof r->error, "cannot load %s %s: %s", what, dir,
                          strerror(rc < 0 ? -rc : EIO));
             finish(r, LOADER_FAILED, t0);
         } else if (L.stopping) {
@@ -210,6 +236,8 @@ static void *loader_main(void *arg)
         else
             LOG(LL_WARN, "load %llu: %s (the current version keeps serving)",
                 (unsigned long long)id, copy.error);
+        if (hk.done)
+            hk.done(&copy, hk.done_arg);
         if (L.done)
             L.done(&copy, L.done_arg);
         server_model_release(sm); /* discarded at shutdown */
@@ -238,6 +266,7 @@ int loader_start(server_t *srv, loader_done_fn *done, void *arg)
 void loader_stop(void)
 {
     loader_status_t dropped[LOADER_QUEUE_MAX];
+    struct hooks dropped_hooks[LOADER_QUEUE_MAX];
     unsigned n = 0;
     pthread_mutex_lock(&L.lock);
     if (!L.running) {
@@ -252,6 +281,7 @@ void loader_stop(void)
                  r->path);
         r->shutdown = true;
         finish(r, LOADER_FAILED, 0);
+        dropped_hooks[n] = L.hooks[r - L.records];
         dropped[n++] = *r;
     }
     pthread_cond_signal(&L.wake);
@@ -259,6 +289,8 @@ void loader_stop(void)
 
     for (unsigned i = 0; i < n; i++) {
         LOG(LL_INFO, "load %llu: %s", (unsigned long long)dropped[i].id, dropped[i].error);
+        if (dropped_hooks[i].done)
+            dropped_hooks[i].done(&dropped[i], dropped_hooks[i].done_arg);
         if (L.done)
             L.done(&dropped[i], L.done_arg);
     }
@@ -270,6 +302,13 @@ void loader_stop(void)
 
 int loader_submit(const char *name, const char *dir, uint64_t version, loader_status_t *out)
 {
+    loader_job_t job = {.name = name, .dir = dir, .version = version};
+    return loader_submit_job(&job, out);
+}
+
+int loader_submit_job(const loader_job_t *job, loader_status_t *out)
+{
+    const char *name = job->name, *dir = job->dir;
     int rc = 0;
     pthread_mutex_lock(&L.lock);
     loader_status_t *r = find(name);
@@ -288,8 +327,10 @@ int loader_submit(const char *name, const char *dir, uint64_t version, loader_st
         r->state = LOADER_QUEUED;
         snprintf(r->model, sizeof r->model, "%s", name);
         snprintf(r->path, sizeof r->path, "%s", dir);
-        r->version = version;
+        r->version = job->version;
         r->queued_ns = now_ns();
+        L.hooks[r - L.records] =
+            (struct hooks){job->open, job->open_arg, job->done, job->done_arg};
         L.queue[(L.qhead + L.qlen) % LOADER_QUEUE_MAX] = r;
         L.qlen++;
         L.metrics.in_progress++;

@@ -2,7 +2,7 @@
  * main.c — tlserve: parse the config, load the first model, start the admin
  * plane and the data plane, wait for SIGTERM/SIGINT, drain, exit.
  *
- *   main ── config ── model (optional) ── lookup team ── admin + loader ── workers ── sigwait
+ *   main ── config ── model (optional) ── lookup team ── admin + loader ── repo ── workers ── sigwait
  *                                                                                        │
  *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ┘
  *
@@ -35,13 +35,21 @@
  *   unprefixed, so it replaces malloc/free) and /metrics reports its
  *   stats.allocated / stats.resident.
  *
+ * MODEL REPOSITORY
+ *   With --model-repo nothing is loaded here: the watcher (repo.c), started
+ *   once the loader runs, queues the latest version, and /readyz says 503
+ *   until it is active.  It is stopped first at the drain, so that it
+ *   queues nothing while the loader stops.
+ *
  * EXIT STATUS
  *   0 after a clean drain or --help; 1 when the model, the admin plane or
  *   the data plane cannot start (the reason is on stderr); 2 for a bad
- *   setting (config.c names it).
+ *   setting (config.c names it) or a repository whose model cannot be
+ *   chosen (none, or several without --model-name).
  */
 #define _GNU_SOURCE
 #include "log.h"
+#include "repo.h"
 #include "server.h"
 
 #include <errno.h>
@@ -99,6 +107,7 @@ int main(int argc, char **argv)
     }
     const server_config_t *cfg = &srv->cfg;
     int status = 1;
+    char repo_model[64] = "";
 
     srv->nworkers = cfg->workers > 0 ? cfg->workers : cpu_count();
     size_t mbytes = (size_t)srv->nworkers * sizeof(server_metrics_t);
@@ -119,6 +128,15 @@ int main(int argc, char **argv)
                 err.msg[0] ? err.msg : strerror(rc < 0 ? -rc : EIO));
             goto out;
         }
+    } else if (cfg->model_repo[0]) {
+        char why[2400];
+        if (repo_pick_model(cfg, repo_model, sizeof repo_model, why, sizeof why) != 0) {
+            LOG(LL_ERROR, "%s", why);
+            status = 2;
+            goto out;
+        }
+        LOG(LL_INFO, "--model-repo: model %s from %s: not ready until its latest version loads",
+            repo_model, cfg->model_repo);
     } else {
         LOG(LL_INFO, "no --model: not ready until one is loaded through the admin API");
     }
@@ -150,9 +168,18 @@ int main(int argc, char **argv)
         LOG(LL_ERROR, "admin plane did not start: %s", strerror(-rc));
         goto out;
     }
+    if (repo_model[0]) {
+        rc = repo_start(srv, repo_model);
+        if (rc != 0) {
+            LOG(LL_ERROR, "the repository watcher did not start: %s", strerror(-rc));
+            admin_stop(srv);
+            goto out;
+        }
+    }
     rc = workers_start(srv);
     if (rc != 0) {
         LOG(LL_ERROR, "data plane did not start: %s", strerror(-rc));
+        repo_stop();
         admin_stop(srv);
         goto out;
     }
@@ -164,6 +191,7 @@ int main(int argc, char **argv)
         ;
     LOG(LL_INFO, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     atomic_store(&srv->stopping, true);
+    repo_stop(); /* queues nothing more; before the loader stops */
     workers_stop(srv);
     admin_stop(srv);
     status = 0;

@@ -196,6 +196,20 @@ void server_model_retire(server_model_t *old)
     server_model_release(old);
 }
 
+int server_model_wrap(model_t *m, server_model_t **out)
+{
+    /* Own cache line: refs is written by every worker on every request. */
+    server_model_t *sm = aligned_alloc(64, 64);
+    if (!sm)
+        return -ENOMEM;
+    _Static_assert(sizeof(server_model_t) <= 64, "server_model_t fits its line");
+    sm->model = m;
+    atomic_init(&sm->refs, 1); /* the caller's, then the server's while active */
+    sm->gen = atomic_fetch_add(&last_gen, 1) + 1;
+    *out = sm;
+    return 0;
+}
+
 int server_model_open(server_t *srv, const char *dir, server_model_t **out, store_error_t *err)
 {
     model_t *m = NULL;
@@ -204,18 +218,10 @@ int server_model_open(server_t *srv, const char *dir, server_model_t **out, stor
     int rc = model_load(dir, srv->cfg.load_threads, &m, err);
     if (rc != 0)
         return rc;
-    /* Own cache line: refs is written by every worker on every request. */
-    server_model_t *sm = aligned_alloc(64, 64);
-    if (!sm) {
+    rc = server_model_wrap(m, out);
+    if (rc != 0)
         model_destroy(m);
-        return -ENOMEM;
-    }
-    _Static_assert(sizeof(server_model_t) <= 64, "server_model_t fits its line");
-    sm->model = m;
-    atomic_init(&sm->refs, 1); /* the caller's, then the server's while active */
-    sm->gen = atomic_fetch_add(&last_gen, 1) + 1;
-    *out = sm;
-    return 0;
+    return rc;
 }
 
 server_model_t *server_model_swap(server_t *srv, server_model_t *sm)

@@ -46,6 +46,8 @@
 typedef struct server_config {
     char model_dir[1024];      /* snapshot to serve at start ("" = none) */
     char model_root[1024];     /* loads only from under this directory's real path ("" = any) */
+    char model_repo[1024];     /* model repository to serve from and watch (repo.h; "" = none) */
+    char model_name[64];       /* the repository's model to serve ("" = its only one) */
     char bind[64];             /* data plane address, default 127.0.0.1 */
     int port;                  /* data plane port */
     char admin_bind[64];       /* admin plane address, default 127.0.0.1 */
@@ -188,7 +190,13 @@ void server_model_release(server_model_t *sm);
  * be allocated. */
 int server_model_open(server_t *srv, const char *dir, server_model_t **out, store_error_t *err);
 
-/* Makes sm (from server_model_open; its reference becomes the server's)
+/* Wraps m (the handle takes it over) into a new version handle, not yet
+ * active, holding the caller's one reference, as server_model_open does
+ * for a snapshot: for versions built otherwise (a chain, repo.c).  Returns
+ * 0, or -ENOMEM with m still the caller's.  Never blocks. */
+int server_model_wrap(model_t *m, server_model_t **out);
+
+/* Makes sm (from server_model_open or _wrap; its reference becomes the server's)
  * the active version and returns the previous one (NULL when none), which
  * the caller must pass to server_model_retire.  Never blocks.  One caller
  * at a time: main before the admin plane starts, then the loader thread. */
@@ -245,6 +253,31 @@ int loader_start(server_t *srv, loader_done_fn *done, void *arg);
  * interrupted), discards its version instead of swapping it in, and joins.
  * Blocks for the rest of the running load. */
 void loader_stop(void);
+
+/* How a load builds its version, on the loader thread, in place of
+ * server_model_open(srv, st->path): for versions that are not one snapshot
+ * directory (a chain of a repository, repo.c).  Same contract as
+ * server_model_open: 0 with *out holding one reference, or -errno with
+ * *err naming what was wrong (err->msg empty for a bare resource failure).
+ * May block for as long as the load takes. */
+typedef int loader_open_fn(server_t *srv, const loader_status_t *st, void *arg,
+                           server_model_t **out, store_error_t *err);
+
+/* One load to queue (loader_submit_job).  Strings are copied. */
+typedef struct loader_job {
+    const char *name;       /* model name (the caller checked it against the manifest) */
+    const char *dir;        /* directory shown as the load's path (and opened when open is NULL) */
+    uint64_t version;       /* the version expected, for the status until DONE */
+    loader_open_fn *open;   /* NULL: server_model_open(dir) */
+    void *open_arg;
+    loader_done_fn *done;   /* NULL, or also told when THIS load ends, before the global done */
+    void *done_arg;
+} loader_job_t;
+
+/* Queues job: loader_submit with a custom open and an own done hook (both
+ * run on the loader thread, or done on loader_stop's thread for a dropped
+ * load).  Returns as loader_submit. */
+int loader_submit_job(const loader_job_t *job, loader_status_t *out);
 
 /* Queues a load of the snapshot in dir as model name (the caller has checked
  * the name against the manifest).  Never blocks on a load.  Returns 0 with

@@ -81,6 +81,12 @@ static const char *write_file(const char *name, const char *text)
     return path;
 }
 
+static const char *tmpdir_or_tmp(void)
+{
+    const char *t = getenv("TL_TEST_TMP");
+    return t && *t ? t : "/tmp";
+}
+
 /* Asserts the last load failed with one line containing every string given. */
 static void expect_error(int rc, ...)
 {
@@ -409,6 +415,42 @@ static void test_model_root(void **state)
     test_rm_rf(base);
 }
 
+/* --model-repo: an existing directory, not with --model, under --model-root
+ * when set (then kept as its real path); --model-name needs it and is a
+ * model directory name. */
+static void test_model_repo(void **state)
+{
+    (void)state;
+    server_config_t c;
+    char base[512], repo[600], real[PATH_MAX], p[700];
+    snprintf(base, sizeof base, "%s/test_config_%d_repo", tmpdir_or_tmp(), (int)getpid());
+    test_rm_rf(base);
+    snprintf(repo, sizeof repo, "%s/root/repo", base);
+    test_mkdir_p(repo);
+    assert_int_equal(load(&c, NULL), 0);
+    assert_string_equal(c.model_repo, "");
+    assert_string_equal(c.model_name, "");
+    assert_int_equal(load(&c, "--model-repo", repo, "--model-name", "m.1_x-y", NULL), 0);
+    assert_string_equal(c.model_repo, repo);
+    assert_string_equal(c.model_name, "m.1_x-y");
+    snprintf(p, sizeof p, "%s/missing", base);
+    expect_error(load(&c, "--model-repo", p, NULL), "--model-repo", p, "cannot resolve", NULL);
+    expect_error(load(&c, "--model-repo", repo, "--model", repo, NULL), "--model and --model-repo",
+                 NULL);
+    expect_error(load(&c, "--model-name", "m", NULL), "--model-name", "needs --model-repo", NULL);
+    expect_error(load(&c, "--model-repo", repo, "--model-name", "a/b", NULL), "--model-name",
+                 "a/b", NULL);
+    expect_error(load(&c, "--model-repo", repo, "--model-name", ".hidden", NULL), "--model-name",
+                 NULL);
+    snprintf(p, sizeof p, "%s/root", base);
+    assert_int_equal(load(&c, "--model-root", p, "--model-repo", repo, NULL), 0);
+    assert_non_null(realpath(repo, real));
+    assert_string_equal(c.model_repo, real);
+    expect_error(load(&c, "--model-root", repo, "--model-repo", p, NULL), "--model-repo",
+                 "not under --model-root", NULL);
+    test_rm_rf(base);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -425,7 +467,7 @@ int main(void)
         cmocka_unit_test(test_file_then_flags), cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
         cmocka_unit_test(test_config_not_a_file), cmocka_unit_test(test_admin_token_sources),
-        cmocka_unit_test(test_model_root),
+        cmocka_unit_test(test_model_root),      cmocka_unit_test(test_model_repo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,97 @@
+/*
+ * repo.h — serving from a model repository (--model-repo DIR): the watcher
+ * that discovers versions of <DIR>/<model>/<version>/ while the server runs,
+ * and the chain loader that builds a version from its full snapshot and its
+ * deltas (store/delta.h).  Internal to server/.
+ *
+ * POLICY (today: latest)
+ *   The server serves the highest version of the model that resolves and
+ *   loads.  A version that does not (corrupt file, a gap in its chain, a
+ *   foreign parent, another model, a NaN...) is REFUSED: logged once with
+ *   the reason, counted, listed by repo_get_status, and not tried again
+ *   until the files of it or of a lower version change; the next lower
+ *   version is tried instead, and the active version keeps serving.
+ *   An explicit admin load wins until the repository changes again.
+ *
+ * THREADS
+ *   One watcher thread (repo_start .. repo_stop) scans on inotify events
+ *   and every REPO_RESCAN_MS; it never loads anything itself: it queues
+ *   loads to the loader thread (loader_submit_job) with repo_open_version
+ *   as their open function, and learns their end through the job's done
+ *   hook.  repo_get_status/_metrics may be called from any thread.
+ */
+#ifndef TL_SERVER_REPO_H
+#define TL_SERVER_REPO_H
+
+#include "server.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define REPO_RESCAN_MS 2000   /* periodic rescan: the fallback when inotify misses or overflows */
+#define REPO_VERSIONS_START 256 /* listing entries first allocated; grows with the model */
+#define REPO_REFUSED_MAX 64   /* refusals listed; past it the lowest is dropped from the list
+                               * but stays refused (a floor) until restart */
+
+/* Which model of the repository cfg->model_repo to serve: cfg->model_name
+ * when set, else the only model directory in it.  Returns 0 with the name
+ * in model (len bytes), or -1 with why naming the repository and the
+ * problem (unreadable, no model, several models without --model-name).
+ * Reads the directory; for main before anything starts. */
+int repo_pick_model(const server_config_t *cfg, char *model, size_t len, char *why,
+                    size_t why_len);
+
+/* The version to serve among versions[0..n) (ascending): the highest one
+ * for which refused(arg, version) is 0; 0 when none.  Pure. */
+uint64_t repo_pick_version(const uint64_t *versions, size_t n,
+                           int (*refused)(void *arg, uint64_t version), void *arg);
+
+/* Builds version `version` of the model in model_dir ("<repo>/<model>"):
+ * resolves its chain (store_version_chain), loads the chain's full
+ * snapshot into a new store and applies the deltas in order
+ * (store_delta_apply), then wraps it as a handle not yet active (*out holds
+ * one reference, as server_model_open).  Every manifest must name the
+ * model of model_dir's last path component.  Returns 0, or -errno with
+ * *err naming the version and what was wrong.  Blocks for the whole load.
+ * Memory: the whole new version (the active one stays resident beside it). */
+int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
+                      server_model_t **out, store_error_t *err);
+
+/* Starts the watcher on srv->cfg.model_repo for model (repo_pick_model);
+ * the loader must be running (admin_start).  The first scan runs at once
+ * and queues the latest version.  0 or -errno. */
+int repo_start(server_t *srv, const char *model);
+
+/* Stops and joins the watcher (before loader_stop).  No-op when not
+ * started. */
+void repo_stop(void);
+
+typedef struct repo_refusal {
+    uint64_t version;
+    char error[2048]; /* the loader's sentence: the version's path, the store's code and message */
+} repo_refusal_t;
+
+typedef struct repo_status {
+    bool enabled;            /* --model-repo given and the watcher running */
+    char dir[1024];          /* the repository */
+    char model[64];          /* the model served from it */
+    bool readable;           /* the last scan could list the model's versions */
+    uint64_t latest;         /* highest version seen by the last scan (0: none) */
+    uint64_t loading;        /* version queued or loading now (0: none) */
+    unsigned n_refused;
+    repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
+} repo_status_t;
+
+/* A copy of the watcher's state (about 140 KiB: allocate it).  Takes the
+ * watcher's lock for the copy only; never waits for a scan or a load. */
+void repo_get_status(repo_status_t *out);
+
+typedef struct repo_metrics {
+    uint64_t refused;     /* versions refused (each once per change of its files) */
+    uint64_t repo_errors; /* times the repository became unreadable or vanished */
+    uint64_t scans;       /* scans done */
+} repo_metrics_t;
+
+void repo_get_metrics(repo_metrics_t *out);
+
+#endif /* TL_SERVER_REPO_H */

@@ -1,0 +1,245 @@
+"""tlserve --model-repo: the latest version of a repository served, deltas discovered under load.
+
+A repository <tmp>/repo/rm/ starts with a full version 1 (tlsynth).  While a client keeps
+scoring, version 2 appears as a delta (tlsnap diff against a second tlsynth model, version 2):
+the server must pick it up by itself, every answer during the switch must equal the offline
+scores of the version it names (1 or 2, never a mix, no failed request), and afterwards the
+scores must equal those of a second tlserve serving the full version 2.  Then a corrupt delta
+3 (a flipped byte in a shard file, renamed in whole) and a delta 5 whose parent 4 is missing
+are refused with their reasons in /v1/models and counted, while version 2 keeps serving; a
+restart on the repository serves version 2 again with the same scores.  Bad settings
+(--model with --model-repo, several models without --model-name) are refused at start.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import harness
+from harness import TLSERVE, TLSNAP, TLSYNTH, Server, gen_model, model_key, require
+
+NAME = "rm"
+KEYS = 20000
+SEEDS = {1: 42, 2: 43, 3: 44, 4: 45, 5: 46}
+
+
+def tlsnap(*args):
+    r = subprocess.run([TLSNAP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("tlsnap %s: %s" % (" ".join(args), r.stderr))
+
+
+def request():
+    """One request with keys of every seed used, so that each version scores it differently."""
+    shared = sorted(model_key(i, SEEDS[1]) for i in range(50))
+    items = [sorted(model_key(100 * j + i, seed) for i in range(20) for seed in SEEDS.values())
+             for j in range(8)]
+    return shared, items
+
+
+def models(srv):
+    status, _, body = srv.get("/v1/models")
+    assert status == 200, body
+    return json.loads(body)
+
+
+class Scorer(threading.Thread):
+    """Scores one request in a loop until stopped; keeps (version, scores) and any failure."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.answers = []
+        self.failures = []
+        self.halt = threading.Event()
+
+    def run(self):
+        shared, items = request()
+        try:
+            c = harness.tlserve.Client("127.0.0.1", self.port, timeout=10)
+        except Exception as e:  # noqa: BLE001  (a failure is what the test counts)
+            self.failures.append(repr(e))
+            return
+        with c:
+            while not self.halt.is_set():
+                try:
+                    r = c.predict(NAME, shared, items)
+                    self.answers.append((r.version, list(r.scores)))
+                except Exception as e:  # noqa: BLE001
+                    self.failures.append(repr(e))
+                    return
+                time.sleep(0.002)
+
+    def stop(self):
+        self.halt.set()
+        self.join(30)
+
+
+class ModelRepo(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require(TLSERVE, TLSNAP, TLSYNTH)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tl_repo_")
+        self.repo = os.path.join(self.tmp, "repo")
+        self.mdir = os.path.join(self.repo, NAME)
+        os.makedirs(self.mdir)
+        self.full = {}  # version -> a full snapshot outside the repository
+        for v in SEEDS:
+            self.full[v] = os.path.join(self.tmp, "full", str(v))
+            gen_model(self.full[v], KEYS, NAME, version=v, seed=SEEDS[v])
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def serve(self, *args, model=None, **kw):
+        s = Server(model, *args, **kw)
+        self.servers.append(s)
+        return s
+
+    def scores_of_full(self, v):
+        """Offline scores of full version v: a second tlserve serving it."""
+        s = self.serve(model=self.full[v])
+        shared, items = request()
+        with s.client() as c:
+            r = c.predict(NAME, shared, items)
+        s.stop()
+        self.assertEqual(r.version, v)
+        return list(r.scores)
+
+    def wait_for(self, srv, pred, what, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = models(srv)
+            if pred(m):
+                return m
+            time.sleep(0.05)
+        self.fail("timed out waiting for %s: %s\n%s" % (what, models(srv), srv.output()))
+
+    def add_delta(self, old, new, corrupt=False):
+        """Writes diff(full old, full new) to a staging directory on the same filesystem,
+        corrupts it when asked, then renames it to <mdir>/<new>: it appears whole."""
+        os.makedirs(os.path.join(self.tmp, "stage"), exist_ok=True)
+        stage = os.path.join(self.tmp, "stage", str(new))
+        tlsnap("diff", self.full[old], self.full[new], stage)
+        if corrupt:
+            files = [f for f in os.listdir(stage) if f != "MANIFEST"]
+            victim = max(files, key=lambda f: os.path.getsize(os.path.join(stage, f)))
+            path = os.path.join(stage, victim)
+            with open(path, "r+b") as f:
+                f.seek(os.path.getsize(path) // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0x40]))
+        os.rename(stage, os.path.join(self.mdir, str(new)))
+
+    def test_deltas_under_load_refusals_and_restart(self):
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        want = {1: None, 2: self.scores_of_full(2)}
+        srv = self.serve("--model-repo", self.repo)
+        self.assertEqual(models(srv)["models"][0]["version"], 1)
+        shared, items = request()
+        with srv.client() as c:
+            want[1] = list(c.predict(NAME, shared, items).scores)
+        self.assertNotEqual(want[1], want[2])
+
+        scorer = Scorer(srv.port)
+        scorer.start()
+        time.sleep(0.3)
+        self.add_delta(1, 2)
+        self.wait_for(srv, lambda m: m["models"] and m["models"][0]["version"] == 2, "version 2")
+        time.sleep(0.3)
+        scorer.stop()
+        self.assertEqual(scorer.failures, [])
+        self.assertGreater(len(scorer.answers), 10)
+        self.assertEqual(scorer.answers[-1][0], 2)
+        for version, scores in scorer.answers:
+            self.assertIn(version, (1, 2))
+            self.assertEqual(scores, want[version], "version %d answered other scores" % version)
+        with srv.client() as c:
+            r = c.predict(NAME, shared, items)
+        self.assertEqual((r.version, list(r.scores)), (2, want[2]))
+
+        # A corrupt delta 3: refused with the reason; version 2 keeps serving.
+        self.add_delta(2, 3, corrupt=True)
+        m = self.wait_for(srv, lambda m: any(x["version"] == 3
+                                             for x in m["repository"]["refused"]), "refusal of 3")
+        err3 = [x["error"] for x in m["repository"]["refused"] if x["version"] == 3][0]
+        self.assertIn("/3", err3)
+        self.assertRegex(err3, "xxh3|checksum|XXH3|CORRUPT|corrupt")
+        self.assertEqual(m["models"][0]["version"], 2)
+
+        # A delta 5 whose parent 4 is not in the repository.
+        self.add_delta(4, 5)
+        m = self.wait_for(srv, lambda m: any(x["version"] == 5
+                                             for x in m["repository"]["refused"]), "refusal of 5")
+        err5 = [x["error"] for x in m["repository"]["refused"] if x["version"] == 5][0]
+        self.assertIn("4", err5)
+        self.assertEqual(m["models"][0]["version"], 2)
+        self.assertEqual(m["repository"]["latest"], 5)
+        self.assertEqual(srv.metric("tlserve_model_versions_refused_total"), 2)
+        # Never retried while unchanged: the count stays after several rescans.
+        time.sleep(4.5)
+        self.assertEqual(srv.metric("tlserve_model_versions_refused_total"), 2)
+        with srv.client() as c:
+            r = c.predict(NAME, shared, items)
+        self.assertEqual((r.version, list(r.scores)), (2, want[2]))
+        log = srv.output()
+        self.assertEqual(log.count("version 3 of rm refused"), 1, log)
+        srv.stop()
+
+        # Restart on the repository: version 2 (a chain 1 -> 2) again, the same scores.
+        srv = self.serve("--model-repo", self.repo)
+        self.assertEqual(models(srv)["models"][0]["version"], 2)
+        with srv.client() as c:
+            r = c.predict(NAME, shared, items)
+        self.assertEqual((r.version, list(r.scores)), (2, want[2]))
+        m = self.wait_for(srv, lambda m: len(m["repository"]["refused"]) == 2, "refusals")
+        self.assertEqual([x["version"] for x in m["repository"]["refused"]], [3, 5])
+
+    def test_vanishing_repository_keeps_serving(self):
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo)
+        moved = self.repo + ".away"
+        os.rename(self.repo, moved)
+        self.wait_for(srv, lambda m: not m["repository"]["readable"], "unreadable")
+        self.assertGreaterEqual(srv.metric("tlserve_model_repo_errors_total"), 1)
+        shared, items = request()
+        with srv.client() as c:
+            self.assertEqual(c.predict(NAME, shared, items).version, 1)
+        os.rename(moved, self.repo)
+        self.add_delta(1, 2)
+        self.wait_for(srv, lambda m: m["models"][0]["version"] == 2, "version 2 after return")
+
+    def test_bad_settings(self):
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        r = subprocess.run([TLSERVE, "--model", self.full[1], "--model-repo", self.repo],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("--model and --model-repo", r.stdout)
+        os.makedirs(os.path.join(self.repo, "other"))
+        r = subprocess.run([TLSERVE, "--model-repo", self.repo, "--port", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("--model-name", r.stdout)
+        srv = self.serve("--model-repo", self.repo, "--model-name", NAME)
+        self.assertEqual(models(srv)["repository"]["model"], NAME)
+        root = os.path.join(self.tmp, "full")
+        r = subprocess.run([TLSERVE, "--model-repo", self.repo, "--model-root", root],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("not under --model-root", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,226 @@
+/*
+ * test_repo.c — server/repo.c alone: which version the policy picks, which
+ * model a repository names, and the chain loader (a full version and two
+ * deltas rebuilt into the exact model the writer meant, a gap and a model
+ * of another name refused with their reasons).  No threads, no sockets.
+ */
+#define _GNU_SOURCE /* repo.c is included: pipe2 */
+/* cmocka needs these first, in this order */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include "server/repo.c" /* static helpers: add_refusal, is_refused */
+#include "store/delta.h"
+#include "tests/test_fs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char base[512];
+
+static const char *tmpdir(void)
+{
+    const char *t = getenv("TL_TEST_TMP");
+    return t && *t ? t : "/tmp";
+}
+
+static int refuse_odd(void *arg, uint64_t v)
+{
+    (void)arg;
+    return (int)(v & 1);
+}
+
+static void test_pick_version(void **state)
+{
+    (void)state;
+    const uint64_t v[] = {1, 2, 3, 7, 9};
+    assert_int_equal(repo_pick_version(v, 5, NULL, NULL), 9);
+    assert_int_equal(repo_pick_version(v, 5, refuse_odd, NULL), 2);
+    assert_int_equal(repo_pick_version(v, 0, NULL, NULL), 0);
+    const uint64_t odd[] = {1, 3};
+    assert_int_equal(repo_pick_version(odd, 2, refuse_odd, NULL), 0);
+}
+
+/* Refusals: listed ascending, replaced in place, and past REPO_REFUSED_MAX
+ * the lowest leaves the list but stays refused (else, with every higher
+ * version refused, it would be loaded and refused forever). */
+static void test_refusals(void **state)
+{
+    (void)state;
+    S.n_refused = 0;
+    S.refused_floor = 0;
+    add_refusal(5, 1, "five");
+    add_refusal(3, 1, "three");
+    add_refusal(5, 2, "five again");
+    assert_int_equal(S.n_refused, 2);
+    assert_int_equal(S.refused[0].version, 3);
+    assert_string_equal(S.refused[1].error, "five again");
+    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 4));
+    for (uint64_t v = 10; v < 10 + REPO_REFUSED_MAX; v++)
+        add_refusal(v, 1, "many");
+    assert_int_equal(S.n_refused, REPO_REFUSED_MAX);
+    assert_int_equal(S.refused[0].version, 10);
+    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 7));
+    assert_false(is_refused(NULL, 10 + REPO_REFUSED_MAX));
+    const uint64_t v[] = {3, 5, 10, 11};
+    assert_int_equal(repo_pick_version(v, 4, is_refused, NULL), 0);
+    S.n_refused = 0;
+    S.refused_floor = 0;
+}
+
+static void test_pick_model(void **state)
+{
+    (void)state;
+    server_config_t c;
+    memset(&c, 0, sizeof c);
+    char model[64], why[2400], p[1100];
+    snprintf(c.model_repo, sizeof c.model_repo, "%s/pick", base);
+    test_mkdir_p(c.model_repo);
+    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_non_null(strstr(why, "no model"));
+    snprintf(p, sizeof p, "%s/.tmp-x-1", c.model_repo); /* ignored */
+    test_mkdir_p(p);
+    snprintf(p, sizeof p, "%s/alpha", c.model_repo);
+    test_mkdir_p(p);
+    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), 0);
+    assert_string_equal(model, "alpha");
+    snprintf(p, sizeof p, "%s/beta", c.model_repo);
+    test_mkdir_p(p);
+    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_non_null(strstr(why, "--model-name"));
+    snprintf(c.model_name, sizeof c.model_name, "beta");
+    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), 0);
+    assert_string_equal(model, "beta");
+    snprintf(c.model_name, sizeof c.model_name, "%s", "");
+    snprintf(c.model_repo, sizeof c.model_repo, "%s/missing", base);
+    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_non_null(strstr(why, "cannot read"));
+}
+
+static float weight(uint64_t k, uint64_t version)
+{
+    return (float)((k * 7 + version * 13) % 101) / 100.0f - 0.5f;
+}
+
+/* <base>/chain/<name>/1 full (keys 1..1000), 2 a delta (keys 1..100
+ * rewritten, 901..1000 deleted, 2001..2050 added), 3 a delta (key 1
+ * rewritten, 2001 deleted). */
+static void write_chain(const char *model_dir, const char *name)
+{
+    store_options_t o = {.value_floats = 1, .shards = 4};
+    store_t *s;
+    assert_int_equal(store_create(&o, &s), 0);
+    for (uint64_t k = 1; k <= 1000; k++) {
+        float w = weight(k, 1);
+        assert_int_equal(store_upsert(s, k, &w), 1);
+    }
+    store_meta_t meta = {.model_kind = STORE_MODEL_LR, .version = 1};
+    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
+    char dir[800];
+    store_error_t err;
+    snprintf(dir, sizeof dir, "%s/1", model_dir);
+    assert_int_equal(store_snapshot_write(s, dir, &meta, &err), 0);
+    store_delta_layout_t layout;
+    store_delta_layout_of(s, &meta, &layout);
+    store_destroy(s);
+
+    store_delta_writer_t *w;
+    snprintf(dir, sizeof dir, "%s/2", model_dir);
+    assert_int_equal(store_delta_begin(dir, &layout, 1, 2, "test", &w, &err), 0);
+    for (uint64_t k = 1; k <= 100; k++) {
+        float v = weight(k, 2);
+        assert_int_equal(store_delta_put(w, k, &v), 0);
+    }
+    for (uint64_t k = 901; k <= 1000; k++)
+        assert_int_equal(store_delta_del(w, k), 0);
+    for (uint64_t k = 2001; k <= 2050; k++) {
+        float v = weight(k, 2);
+        assert_int_equal(store_delta_put(w, k, &v), 0);
+    }
+    assert_int_equal(store_delta_commit(w, &err), 0);
+
+    snprintf(dir, sizeof dir, "%s/3", model_dir);
+    assert_int_equal(store_delta_begin(dir, &layout, 2, 3, "test", &w, &err), 0);
+    float v = weight(1, 3);
+    assert_int_equal(store_delta_put(w, 1, &v), 0);
+    assert_int_equal(store_delta_del(w, 2001), 0);
+    assert_int_equal(store_delta_commit(w, &err), 0);
+}
+
+static void test_open_chain(void **state)
+{
+    (void)state;
+    server_t srv;
+    memset(&srv, 0, sizeof srv);
+    srv.cfg.load_threads = 1;
+    char model_dir[700];
+    snprintf(model_dir, sizeof model_dir, "%s/chain/cm", base);
+    test_mkdir_p(model_dir);
+    write_chain(model_dir, "cm");
+
+    server_model_t *sm = NULL;
+    store_error_t err;
+    assert_int_equal(repo_open_version(&srv, model_dir, 3, &sm, &err), 0);
+    const store_t *s = model_store(sm->model);
+    assert_int_equal(model_meta(sm->model)->version, 3);
+    assert_int_equal(store_count(s), 1000 - 100 + 50 - 1);
+    float got;
+    assert_int_equal(store_lookup(s, 1, &got), 1);
+    assert_true(got == weight(1, 3));
+    assert_int_equal(store_lookup(s, 50, &got), 1);
+    assert_true(got == weight(50, 2));
+    assert_int_equal(store_lookup(s, 500, &got), 1);
+    assert_true(got == weight(500, 1));
+    assert_int_equal(store_lookup(s, 950, &got), 0);
+    assert_int_equal(store_lookup(s, 2001, &got), 0);
+    assert_int_equal(store_lookup(s, 2002, &got), 1);
+    assert_true(got == weight(2002, 2));
+    server_model_release(sm);
+
+    /* A full version alone. */
+    assert_int_equal(repo_open_version(&srv, model_dir, 1, &sm, &err), 0);
+    assert_int_equal(store_count(model_store(sm->model)), 1000);
+    server_model_release(sm);
+
+    /* A gap: version 2 gone, 3 names it. */
+    char from[800], to[800];
+    snprintf(from, sizeof from, "%s/2", model_dir);
+    snprintf(to, sizeof to, "%s/chain/away-2", base);
+    assert_int_equal(rename(from, to), 0);
+    sm = NULL;
+    assert_true(repo_open_version(&srv, model_dir, 3, &sm, &err) < 0);
+    assert_null(sm);
+    assert_non_null(strstr(err.msg, "missing"));
+    assert_int_equal(rename(to, from), 0);
+
+    /* The model directory's name must be the manifests' model. */
+    snprintf(to, sizeof to, "%s/chain/other", base);
+    assert_int_equal(rename(model_dir, to), 0);
+    assert_true(repo_open_version(&srv, to, 3, &sm, &err) < 0);
+    assert_null(sm);
+    if (!strstr(err.msg, "holds model 'cm', not 'other'"))
+        fail_msg("err: %s", err.msg);
+}
+
+int main(void)
+{
+    snprintf(base, sizeof base, "%s/test_repo_%d", tmpdir(), (int)getpid());
+    test_rm_rf(base);
+    test_mkdir_p(base);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pick_version),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_pick_model),
+        cmocka_unit_test(test_open_chain),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rm_rf(base);
+    return rc;
+}
