@@ -213,6 +213,37 @@ int model_from_store(store_t *s, const store_meta_t *meta, model_t **out)
     return model_make(s, meta, NULL, out, why, sizeof why);
 }
 
+/* model_make's failure rc, as a store error naming what (where: the
+ * snapshot's directory or the version's description). */
+static int model_fail(int rc, const char *where, const store_meta_t *meta, const char *why,
+                      store_error_t *err)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->code = rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL;
+        err->offset = -1;
+        snprintf(err->msg, sizeof err->msg, "%s: model kind %s is not servable: %s", where,
+                 store_model_kind_name(meta->model_kind), why);
+    }
+    return rc == -ENOMEM ? rc : store_errc_errno(STORE_E_MODEL);
+}
+
+int model_from_store_ex(store_t *s, const store_meta_t *meta, store_extras_t *x, model_t **out,
+                        store_error_t *err)
+{
+    if (!s || !meta || !x || !out)
+        return -EINVAL;
+    char why[400];
+    int rc = model_make(s, meta, x, out, why, sizeof why);
+    if (rc != 0) {
+        char where[96];
+        snprintf(where, sizeof where, "model '%s' version %llu", meta->model_name,
+                 (unsigned long long)meta->version);
+        return model_fail(rc, where, meta, why, err);
+    }
+    return 0;
+}
+
 int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
 {
     store_t *s;
@@ -226,14 +257,7 @@ int model_load(const char *dir, int threads, model_t **out, store_error_t *err)
     if (rc != 0) {
         store_destroy(s);
         store_extras_free(&x);
-        if (err) {
-            memset(err, 0, sizeof *err);
-            err->code = rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL;
-            err->offset = -1;
-            snprintf(err->msg, sizeof err->msg, "%s: model kind %s is not servable: %s", dir,
-                     store_model_kind_name(meta.model_kind), why);
-        }
-        return rc == -ENOMEM ? rc : store_errc_errno(STORE_E_MODEL);
+        return model_fail(rc, dir, &meta, why, err);
     }
     return 0;
 }

@@ -39,6 +39,15 @@ typedef struct model_scratch model_scratch_t; /* opaque: per-thread work space *
  * on failure s is still the caller's. */
 int model_from_store(store_t *s, const store_meta_t *meta, model_t **out);
 
+/* model_from_store plus the snapshot's extras x (params, dense arrays): any
+ * kind, for a store built other than by model_load (a full snapshot with
+ * deltas applied: the extras are the full snapshot's, since deltas carry
+ * none).  On success the model owns s and x's arrays (*x is zeroed); on
+ * failure both stay the caller's and *err (may be NULL) says what is wrong
+ * (STORE_E_MODEL: a model this build cannot score; STORE_E_NOMEM). */
+int model_from_store_ex(store_t *s, const store_meta_t *meta, store_extras_t *x, model_t **out,
+                        store_error_t *err);
+
 /* Loads the snapshot in dir (store_snapshot_load_ex) and wraps it: any kind.
  * FFM reads params fields, k, norm (K must be 1 + fields x k); DNN reads its
  * params and layers (dnn.h).  On failure returns -errno and fills *err

@@ -257,16 +257,6 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
         goto out;
     }
     if (chain->n > 1) {
-        if (x.n_params || x.n_dense) {
-            /* model_from_store takes no extras: a model that needs them
-             * cannot be rebuilt from a store here yet. */
-            rc = set_err(err, STORE_E_MODEL,
-                      "version %" PRIu64 " is a delta over a %s model with params or dense "
-                      "arrays, which this build cannot rebuild from a chain (fold it with "
-                      "tlsnap compact)",
-                      version, store_model_kind_name(meta.model_kind));
-            goto out;
-        }
         for (uint32_t i = 1; i < chain->n; i++) {
             store_delta_t *d = NULL;
             snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[i]);
@@ -277,14 +267,12 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
             if (rc != 0)
                 goto out;
         }
-        rc = model_from_store(s, &meta, &m);
-        if (rc != 0) {
-            rc = set_err(err, rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_MODEL,
-                      "version %" PRIu64 ": model kind %s cannot be served from a chain: %s",
-                      version, store_model_kind_name(meta.model_kind), strerror(-rc));
+        /* The extras (params, dense arrays) are the full snapshot's: deltas
+         * carry none, and their producers refuse a change of params. */
+        rc = model_from_store_ex(s, &meta, &x, &m, err);
+        if (rc != 0)
             goto out;
-        }
-        s = NULL; /* the model owns it */
+        s = NULL; /* the model owns it and x's arrays */
     }
     rc = server_model_wrap(m, out);
     if (rc != 0)

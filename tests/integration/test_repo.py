@@ -207,6 +207,29 @@ class ModelRepo(unittest.TestCase):
         m = self.wait_for(srv, lambda m: len(m["repository"]["refused"]) == 2, "refusals")
         self.assertEqual([x["version"] for x in m["repository"]["refused"]], [3, 5])
 
+    def test_chain_over_a_model_with_params(self):
+        # FFM (params fields, k, norm): a chain is rebuilt with the full version's params.
+        ffm = ["--kind", "ffm", "--value-floats", "33", "--param", "fields=8", "--param", "k=4",
+               "--param", "norm=1", "--shards", "4", "--keys", "5000", "--name", NAME]
+        for v in (1, 2):
+            self.full[v] = os.path.join(self.tmp, "ffm", str(v))
+            r = subprocess.run([TLSYNTH, "model", "--out", self.full[v], "--version", str(v),
+                                "--seed", str(SEEDS[v]), *ffm],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        self.add_delta(1, 2)
+        srv = self.serve("--model-repo", self.repo)
+        self.wait_for(srv, lambda m: m["models"] and m["models"][0]["version"] == 2,
+                      "version 2 (an FFM chain) active")
+        shared, items = request()
+        with srv.client() as c:
+            got = c.predict(NAME, shared, items)
+        self.assertEqual(got.version, 2)
+        self.assertEqual(list(got.scores), self.scores_of_full(2))
+        self.assertEqual(models(srv)["repository"]["refused"], [])
+
     def test_vanishing_repository_keeps_serving(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo)
