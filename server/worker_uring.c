@@ -173,6 +173,8 @@ static void on_accept(worker_t *w, struct uring_state *st, struct io_uring_cqe *
 {
     if (!(cqe->flags & IORING_CQE_F_MORE))
         st->accepting = false; /* re-armed on the next tick unless stopping */
+    if (cqe->res < 0 && atomic_load_explicit(&w->srv->stopping, memory_order_relaxed))
+        return; /* the drain shut the listening socket down: not an accept failure */
     conn_t *evicted;
     conn_t *c = worker_admit(w, cqe->res, &evicted);
     if (evicted)

@@ -372,6 +372,21 @@ class Connections:
                 sock.close()
             self.assertEqual(srv.stop(), 0)
 
+    def test_a_clean_stop_logs_no_accept_failure(self):
+        # The drain shuts the listening sockets down; the accept that ends with it is not an
+        # accept failure (no warning, no count).
+        srv = self.server("--workers", "2")
+        try:
+            with srv.client() as c:
+                c.ping(b"x")
+            srv.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(srv.proc.wait(timeout=10), 0)
+            out = srv.output()
+        finally:
+            srv.stop()
+        self.assertIn("stopped", out)
+        self.assertNotIn("accept failed", out)
+
     def test_a_start_below_the_descriptors_needed_warns(self):
         srv = self.server("--max-connections", str(1 << 20), "--workers", "2")
         try:
