@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import time
+import unittest
 
 import harness
 import test_repo as tr
@@ -28,7 +29,15 @@ TOKEN = "rollback-test-token"
 NAME = tr.NAME
 
 
-class Rollback(tr.ModelRepo):
+class Rollback(unittest.TestCase):
+    # test_repo's fixture and helpers (not its tests): a repository dir, full versions 1..5.
+    setUp = tr.ModelRepo.setUp
+    tearDown = tr.ModelRepo.tearDown
+    serve = tr.ModelRepo.serve
+    scores_of_full = tr.ModelRepo.scores_of_full
+    wait_for = tr.ModelRepo.wait_for
+    add_delta = tr.ModelRepo.add_delta
+
     @classmethod
     def setUpClass(cls):
         require(TLSERVE, TLSNAP, TLSYNTH, TLCTL)
@@ -240,5 +249,4 @@ class Rollback(tr.ModelRepo):
 
 
 if __name__ == "__main__":
-    import unittest
     unittest.main()
