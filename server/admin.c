@@ -23,8 +23,8 @@
  *                                 activate and pin, or unpin (admin_models.c)
  *   GET  /v1/models/{name}/versions  every version known and its state
  *                                 (admin_models.c)
- *   /v1/models also lists each model's "standby" versions and, with a
- *   repository, its "pinned" version (0: none) and "rolled_back" ones.
+ *   /v1/models' "repository" also shows the "pinned" version (0: none) and
+ *   the "rolled_back" ones.
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
  *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
  *   No handler waits for a load: health, readiness, metrics and the model
@@ -337,9 +337,7 @@ static void on_models(struct evhttp_request *req)
     json_t *list = json_array();
     server_model_t *sm = server_model_acquire(A.srv);
     if (sm) {
-        json_t *mj = model_json(sm->model);
-        json_object_set_new(mj, "standby", admin__standby_json(A.srv));
-        json_array_append_new(list, mj);
+        json_array_append_new(list, model_json(sm->model));
         server_model_release(sm);
     }
     json_t *body = json_pack("{s:o}", "models", list);

@@ -32,7 +32,4 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
 void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);
 
-/* The kept standby versions as a JSON array of version numbers. */
-json_t *admin__standby_json(server_t *srv);
-
 #endif /* TL_SERVER_ADMIN_IMPL_H */

@@ -80,16 +80,6 @@ static int load_under_way(const char *name, uint64_t *version)
     return 0;
 }
 
-json_t *admin__standby_json(server_t *srv)
-{
-    server_kept_t kept[SERVER_KEEP_VERSIONS_MAX];
-    size_t n = server_model_standby(srv, kept, SERVER_KEEP_VERSIONS_MAX);
-    json_t *a = json_array();
-    for (size_t i = 0; i < n && i < SERVER_KEEP_VERSIONS_MAX; i++)
-        json_array_append_new(a, json_integer((json_int_t)kept[i].version));
-    return a;
-}
-
 void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *name)
 {
     if (admin__check_auth(req) != 0)

@@ -202,6 +202,13 @@ static const char *jstr(json_t *o, const char *k, const char *dflt)
     return s ? s : dflt;
 }
 
+static int get_versions(const char *model, json_t **j)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s/versions", model);
+    return call("GET", path, NULL, j, NULL);
+}
+
 static int cmd_status(void)
 {
     json_t *j;
@@ -220,12 +227,15 @@ static int cmd_status(void)
     {
         char sb[128] = "-";
         size_t off = 0, k;
-        json_t *v;
-        json_array_foreach(json_object_get(m, "standby"), k, v)
-        {
-            if (off < sizeof sb - 24)
-                off += (size_t)snprintf(sb + off, sizeof sb - off, "%s%lld", k ? "," : "",
-                                        (long long)json_integer_value(v));
+        json_t *vj, *v;
+        if (get_versions(jstr(m, "name", "?"), &vj) == 0) {
+            json_array_foreach(json_object_get(vj, "versions"), k, v)
+            {
+                if (strcmp(jstr(v, "state", ""), "standby") == 0 && off < sizeof sb - 24)
+                    off += (size_t)snprintf(sb + off, sizeof sb - off, "%s%lld", off ? "," : "",
+                                            jint(v, "version"));
+            }
+            json_decref(vj);
         }
         printf("%-20s %-10lld %-8s %-12lld %s\n", jstr(m, "name", "?"), jint(m, "version"),
                jstr(m, "kind", "?"), jint(m, "keys"), sb);
@@ -241,13 +251,6 @@ static int cmd_status(void)
     }
     json_decref(j);
     return 0;
-}
-
-static int get_versions(const char *model, json_t **j)
-{
-    char path[256];
-    snprintf(path, sizeof path, "/v1/models/%s/versions", model);
-    return call("GET", path, NULL, j, NULL);
 }
 
 static int cmd_versions(const char *model)
