@@ -63,6 +63,32 @@ static void usage(FILE *f)
             "            3 cannot connect to the admin plane\n");
 }
 
+/* Parses an HTTP/1.x reply read to EOF (buf[len] is NUL): 0 with the
+ * status code (100..599) and the body's offset, or -1 when buf is not a
+ * whole status line and header block.  The body is what follows the
+ * headers: the server closes the connection after it (Connection: close)
+ * and does not chunk these replies. */
+static int parse_reply(const char *buf, size_t len, int *code, size_t *body_at)
+{
+    if (len < 12 || strncmp(buf, "HTTP/1.", 7) != 0 || (buf[7] != '0' && buf[7] != '1') ||
+        buf[8] != ' ')
+        return -1;
+    int c = 0;
+    for (int i = 9; i < 12; i++) {
+        if (buf[i] < '0' || buf[i] > '9')
+            return -1;
+        c = c * 10 + (buf[i] - '0');
+    }
+    if (c < 100 || c > 599)
+        return -1;
+    const char *sep = strstr(buf, "\r\n\r\n"); /* stops at a NUL inside: then -1 */
+    if (!sep)
+        return -1;
+    *code = c;
+    *body_at = (size_t)(sep - buf) + 4;
+    return 0;
+}
+
 /* One HTTP exchange.  Returns the status code with *body (malloc'd, NUL
  * terminated, the caller frees) or -1 when the server cannot be reached or
  * did not answer HTTP. */
@@ -133,15 +159,13 @@ static int http(const char *method, const char *path, const char *payload, char 
         len += (size_t)r;
     }
     buf[len] = '\0';
-    int code = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (len < 12 || strncmp(buf, "HTTP/1.", 7) != 0 || sscanf(buf + 8, " %3d", &code) != 1 ||
-        code < 100 || code > 599 || !sep) {
+    int code;
+    size_t at;
+    if (parse_reply(buf, len, &code, &at) != 0) {
         fprintf(stderr, "tlctl: %s:%s did not answer HTTP\n", O.host, O.port);
         goto out;
     }
-    /* Connection: close and no chunking from evhttp for these replies. */
-    *body = strdup(sep + 4);
+    *body = strdup(buf + at);
     status = *body ? code : -1;
 out:
     free(buf);
