@@ -4,7 +4,7 @@
  * and the chain loader that builds a version from its full snapshot and its
  * deltas (store/delta.h).  Internal to server/.
  *
- * POLICY (today: latest)
+ * POLICY (latest, unless pinned)
  *   The server serves the highest version of the model that resolves and
  *   loads.  A version that does not (corrupt file, a gap in its chain, a
  *   foreign parent, another model, a NaN...) is REFUSED: logged once with
@@ -12,6 +12,10 @@
  *   until the files of it or of a lower version change; the next lower
  *   version is tried instead, and the active version keeps serving.
  *   An explicit admin load wins until the repository changes again.
+ *   Two admin overrides (below): a PIN (repo_activate) suspends the policy
+ *   until repo_unpin, and a ROLLED-BACK version is refused until activated.
+ *   A version the policy picks that is still kept loaded as a standby
+ *   (model_registry.c) is made active by a pointer swap, not loaded.
  *
  * THREADS
  *   One watcher thread (repo_start .. repo_stop) scans on inotify events
