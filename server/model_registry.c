@@ -79,6 +79,12 @@
  *   The exchange of srv->active and the standby list are under R.lock, a
  *   leaf lock (the loader calls the swap with its own lock held; nothing
  *   is taken while holding R.lock, and it is never held while waiting).
+ *   One server per process: the list belongs to the server of the last
+ *   swap (R.srv), whose keep_versions it reads.  A rollback that lands
+ *   between the loader's swap and its retire sees the new version active
+ *   and the previous one not yet kept; it rolls back to an older standby
+ *   and the loader's retire then keeps that previous version: every
+ *   handle stays owned exactly once, only the order of the list differs.
  *   server_model_acquire/_release: any thread, lock-free (acquire may retry
  *   while a swap is under way).  server_model_open: any thread, blocks for
  *   the whole load.  server_model_swap and _retire: one thread at a time,
