@@ -115,12 +115,11 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
         return;
     }
     repo_rolled_back(name, from, to); /* -ENOENT without a repository: nothing to record */
-    LOG(LL_INFO, "admin: %s rolled back from version %" PRIu64 " to %" PRIu64 " (%" PRIu64
-        " us)", name, from, to, swap_us);
+    LOG(LL_INFO, "admin: %s rolled back from version %" PRIu64 " to %" PRIu64 " (%" PRIu64 " us)",
+        name, from, to, swap_us);
     admin__reply_json(req, 200,
                       json_pack("{s:s, s:I, s:I, s:I}", "model", name, "version", (json_int_t)to,
-                                "rolled_back", (json_int_t)from, "swap_us",
-                                (json_int_t)swap_us));
+                                "rolled_back", (json_int_t)from, "swap_us", (json_int_t)swap_us));
 }
 
 /* {"version": N} -> 1 with *v, {"version": "latest"} -> 0; -1 after a 400. */
@@ -208,11 +207,14 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
                                     (json_int_t)version, "load", (json_int_t)st.id, "state",
                                     loader_state_name(st.state), "status", status, "pinned", 1));
     } else if (rc == -ENOENT) {
-        admin__reply_error(req, 404, "version %" PRIu64 " of model '%s' is not in the repository %s",
-                           version, name, dir);
+        admin__reply_error(req, 404,
+                           "version %" PRIu64 " of model '%s' is not in the repository %s", version,
+                           name, dir);
     } else if (rc == -EBUSY) {
-        admin__reply_error(req, 409, "a load of another version of model '%s' is under way; "
-                           "retry when it has ended", name);
+        admin__reply_error(req, 409,
+                           "a load of another version of model '%s' is under way; "
+                           "retry when it has ended",
+                           name);
     } else if (rc == -EAGAIN) {
         admin__reply_error(req, 503, "the load queue is full (limit %d loads waiting); retry later",
                            LOADER_QUEUE_MAX);
@@ -314,16 +316,16 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
     qsort(rows, n, sizeof *rows, by_version_desc);
     json_t *list = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_t *o = json_pack("{s:I, s:s}", "version", (json_int_t)rows[i].version, "state",
-                              rows[i].state);
+        json_t *o =
+            json_pack("{s:I, s:s}", "version", (json_int_t)rows[i].version, "state", rows[i].state);
         if (rows[i].reason)
             json_object_set_new(o, "reason", json_string(rows[i].reason));
         json_array_append_new(list, o);
     }
     uint64_t pinned = in_repo ? rs->pinned : 0;
-    json_t *body = json_pack("{s:s, s:b, s:i, s:b, s:o}", "model", name, "pinned", pinned != 0,
-                             "keep_versions", srv->cfg.keep_versions, "repository", in_repo,
-                             "versions", list);
+    json_t *body =
+        json_pack("{s:s, s:b, s:i, s:b, s:o}", "model", name, "pinned", pinned != 0,
+                  "keep_versions", srv->cfg.keep_versions, "repository", in_repo, "versions", list);
     if (pinned)
         json_object_set_new(body, "pinned_version", json_integer((json_int_t)pinned));
     admin__reply_json(req, 200, body);

@@ -116,8 +116,8 @@ static int http(const char *method, const char *path, const char *payload, char 
     }
     freeaddrinfo(ai);
     if (fd < 0) {
-        fprintf(stderr, "tlctl: cannot connect to the admin plane at %s:%s: %s\n", O.host,
-                O.port, strerror(errno));
+        fprintf(stderr, "tlctl: cannot connect to the admin plane at %s:%s: %s\n", O.host, O.port,
+                strerror(errno));
         return -1;
     }
     size_t plen = payload ? strlen(payload) : 0;
@@ -176,8 +176,7 @@ out:
 
 /* GET/POST path; parses the reply into *j.  Returns 0 (2xx), EXIT_REFUSED
  * after printing the server's error, or EXIT_CONNECT. */
-static int call(const char *method, const char *path, const char *payload, json_t **j,
-                int *status)
+static int call(const char *method, const char *path, const char *payload, json_t **j, int *status)
 {
     char *body;
     *j = NULL;
@@ -265,8 +264,7 @@ static int cmd_status(void)
                jstr(m, "kind", "?"), jint(m, "keys"), sb);
     }
     json_t *r = json_object_get(j, "repository");
-    if (json_is_object(r))
-    {
+    if (json_is_object(r)) {
         char pin[48] = "latest policy";
         if (jint(r, "pinned"))
             snprintf(pin, sizeof pin, "pinned to version %lld", jint(r, "pinned"));
@@ -395,9 +393,9 @@ static void diff_states(const char *model, json_t **prev, json_t *cur)
             time_t t = time(NULL);
             strftime(ts, sizeof ts, "%H:%M:%S", localtime(&t));
             if (O.json) {
-                json_t *o = json_pack("{s:s, s:s, s:I, s:s?, s:s}", "time", ts, "model", model,
-                                      "version", (json_int_t)jint(v, "version"), "from", old,
-                                      "state", st);
+                json_t *o =
+                    json_pack("{s:s, s:s, s:I, s:s?, s:s}", "time", ts, "model", model, "version",
+                              (json_int_t)jint(v, "version"), "from", old, "state", st);
                 print_json(o);
                 json_decref(o);
             } else {
@@ -517,8 +515,7 @@ int main(int argc, char **argv)
     char **a = argv + i + 1;
     int na = left - 1;
     if (na >= 1 && !valid_model(a[0])) { /* every command's first argument is a model */
-        fprintf(stderr, "tlctl: bad model name '%s' (1..63 characters of [A-Za-z0-9_.-])\n",
-                a[0]);
+        fprintf(stderr, "tlctl: bad model name '%s' (1..63 characters of [A-Za-z0-9_.-])\n", a[0]);
         return EXIT_USAGE;
     }
     if (strcmp(cmd, "status") == 0 && na == 0)

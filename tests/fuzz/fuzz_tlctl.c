@@ -34,10 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             json_array_foreach(json_object_get(j, "versions"), i, m)
             {
                 sum += jint(m, "version");
-                sum += (long long)strlen(jstr(m, "state", "?")) + (long long)strlen(jstr(m, "reason", ""));
+                sum += (long long)strlen(jstr(m, "state", "?")) +
+                       (long long)strlen(jstr(m, "reason", ""));
             }
-            json_array_foreach(json_object_get(j, "models"), i, m)
-                sum += jint(m, "keys") + (long long)strlen(jstr(m, "name", "?"));
+            json_array_foreach(json_object_get(j, "models"), i, m) sum +=
+                jint(m, "keys") + (long long)strlen(jstr(m, "name", "?"));
             json_t *prev = NULL;
             O.json = false;
             FILE *saved = stdout;
