@@ -34,12 +34,13 @@
  *   new one, as for a full load.  A scan stats every file of every version.
  *
  * THREAD SAFETY
- *   One static state (one repository per process), under S.lock; the
+ *   One state (repo_impl.h; one repository per process), under S.lock; the
  *   watcher drops it to list and stat the directories.  The done hook runs
  *   on the loader thread (or loader_stop's) and only takes the lock.
  */
 #define _GNU_SOURCE
 #include "repo.h"
+#include "repo_impl.h"
 
 #include "log.h"
 #include "store/delta.h"
@@ -62,35 +63,9 @@
     (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | \
      IN_ATTRIB | IN_CLOSE_WRITE)
 
-static struct repo {
-    pthread_mutex_t lock;
-    server_t *srv;
-    pthread_t thread;
-    bool running;           /* repo_start .. repo_stop */
-    bool stopping;          /* the watcher exits at its next wake */
-    int wake[2];            /* pipe: repo_stop and the done hook wake the watcher */
-    int ino;                /* inotify fd, -1 when unavailable */
-    char dir[1024];         /* the repository (immutable while running) */
-    char model[64];         /* the model served (immutable while running) */
-    char model_dir[1100];   /* dir/model */
-    bool readable;          /* the last scan listed the versions */
-    bool pending;           /* pick and queue at the next scan: the listing changed or a load failed */
-    bool said_none;         /* "no servable version" logged since the last change */
-    uint64_t listing_sig;   /* signature of the last listing (0: none yet) */
-    uint64_t latest;        /* highest version in the last listing */
-    uint64_t loading;       /* version queued or loading (0: none) */
-    uint64_t loading_sig;   /* its prefix signature when queued */
-    unsigned n_refused;
-    uint64_t refused_floor;                   /* versions <= it count as refused (forgotten ones) */
-    repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
-    uint64_t refused_sig[REPO_REFUSED_MAX];   /* prefix signature at refusal */
-    uint64_t pinned;        /* version pinned by the admin (0: latest policy) */
-    unsigned n_rolled_back;
-    uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; refused until activated */
-    repo_metrics_t metrics;
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}, .ino = -1};
+struct repo S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}, .ino = -1};
 
-static uint64_t mix(uint64_t h, uint64_t v)
+uint64_t repo__mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     h ^= h >> 31;
@@ -100,16 +75,16 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t stat_sig(uint64_t h, const struct stat *st)
 {
-    h = mix(h, (uint64_t)st->st_ino);
-    h = mix(h, (uint64_t)st->st_size);
-    h = mix(h, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
-    return mix(h, (uint64_t)st->st_ctim.tv_nsec);
+    h = repo__mix(h, (uint64_t)st->st_ino);
+    h = repo__mix(h, (uint64_t)st->st_size);
+    h = repo__mix(h, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
+    return repo__mix(h, (uint64_t)st->st_ctim.tv_nsec);
 }
 
 /* Signature of one version directory: its stat and its files' (in
  * directory order, which changes only when the directory does).  0 when
  * it cannot be read (a changed state too). */
-static uint64_t version_sig(const char *model_dir, uint64_t v)
+uint64_t repo__version_sig(const char *model_dir, uint64_t v)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, v);
@@ -117,7 +92,7 @@ static uint64_t version_sig(const char *model_dir, uint64_t v)
     if (fd < 0)
         return 0;
     struct stat st;
-    uint64_t h = mix(0x5eed, v);
+    uint64_t h = repo__mix(0x5eed, v);
     if (fstat(fd, &st) == 0)
         h = stat_sig(h, &st);
     DIR *d = fdopendir(fd);
@@ -132,7 +107,7 @@ static uint64_t version_sig(const char *model_dir, uint64_t v)
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
             h = stat_sig(h, &st);
         for (const char *c = e->d_name; *c; c++)
-            h = mix(h, (unsigned char)*c);
+            h = repo__mix(h, (unsigned char)*c);
     }
     closedir(d);
     return h;
@@ -293,7 +268,7 @@ out:
 /* ---- the watcher ---------------------------------------------------------------- */
 
 /* Wakes the watcher.  S.lock held (repo_stop closes the pipe under it). */
-static void wake(void)
+void repo__wake(void)
 {
     if (S.wake[1] >= 0) {
         char c = 1;
@@ -347,7 +322,7 @@ static void add_refusal(uint64_t version, uint64_t sig, const char *error)
 }
 
 /* loader_done_fn of the watcher's loads (loader thread, or loader_stop's). */
-static void on_repo_load_ended(const loader_status_t *st, void *arg)
+void repo__load_ended(const loader_status_t *st, void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&S.lock);
@@ -362,11 +337,11 @@ static void on_repo_load_ended(const loader_status_t *st, void *arg)
             "tried again until its files or a lower version's change",
             st->version, S.model, st->id);
     }
-    wake(); /* also after a success: a version that appeared meanwhile is picked at once */
+    repo__wake(); /* also after a success: a version that appeared meanwhile is picked at once */
     pthread_mutex_unlock(&S.lock);
 }
 
-static int repo_open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
+int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                      store_error_t *err)
 {
     (void)arg;
@@ -435,10 +410,10 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
     }
     uint64_t h = 0x7265706f;
     for (long i = 0; i < n; i++) {
-        h = mix(h, version_sig(S.model_dir, versions[i]));
+        h = repo__mix(h, repo__version_sig(S.model_dir, versions[i]));
         prefix[i] = h;
     }
-    uint64_t listing = mix(h, (uint64_t)n) | 2; /* never 0 or 1 */
+    uint64_t listing = repo__mix(h, (uint64_t)n) | 2; /* never 0 or 1 */
 
     char active_name[64];
     uint64_t active = active_version(S.srv, active_name, sizeof active_name);
@@ -504,8 +479,8 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
     loader_job_t job = {.name = S.model,
                         .dir = path,
                         .version = target,
-                        .open = repo_open,
-                        .done = on_repo_load_ended};
+                        .open = repo__open,
+                        .done = repo__load_ended};
     loader_status_t st;
     S.loading = target; /* before the submit: the done hook may run at once */
     S.loading_sig = prefix[at];
@@ -603,7 +578,7 @@ void repo_stop(void)
     bool running = S.running;
     S.stopping = true;
     if (running)
-        wake();
+        repo__wake();
     pthread_mutex_unlock(&S.lock);
     if (!running)
         return;
@@ -644,187 +619,4 @@ void repo_get_metrics(repo_metrics_t *out)
     pthread_mutex_lock(&S.lock);
     *out = S.metrics;
     pthread_mutex_unlock(&S.lock);
-}
-
-/* ---- admin: rollback, activate, pin ------------------------------------------ */
-
-/* 1 when the watcher runs and serves model.  S.lock held. */
-static int serves(const char *model)
-{
-    return S.running && strcmp(S.model, model) == 0;
-}
-
-static void forget_rolled_back(uint64_t version)
-{
-    for (unsigned i = 0; i < S.n_rolled_back; i++)
-        if (S.rolled_back[i] == version) {
-            memmove(&S.rolled_back[i], &S.rolled_back[i + 1],
-                    (S.n_rolled_back - i - 1) * sizeof S.rolled_back[0]);
-            S.n_rolled_back--;
-            return;
-        }
-}
-
-int repo__add_rolled_back(uint64_t version)
-{
-    forget_rolled_back(version);
-    int dropped = 0;
-    if (S.n_rolled_back == REPO_ROLLED_BACK_MAX) {
-        /* The lowest goes: the one least likely to be picked again. */
-        memmove(&S.rolled_back[0], &S.rolled_back[1],
-                (REPO_ROLLED_BACK_MAX - 1) * sizeof S.rolled_back[0]);
-        S.n_rolled_back--;
-        dropped = 1;
-    }
-    unsigned at = S.n_rolled_back;
-    while (at > 0 && S.rolled_back[at - 1] > version)
-        at--;
-    memmove(&S.rolled_back[at + 1], &S.rolled_back[at],
-            (S.n_rolled_back - at) * sizeof S.rolled_back[0]);
-    S.rolled_back[at] = version;
-    S.n_rolled_back++;
-    return dropped;
-}
-
-int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
-{
-    pthread_mutex_lock(&S.lock);
-    int rc = -ENOENT;
-    if (serves(model)) {
-        repo__add_rolled_back(from);
-        if (S.pinned == from)
-            S.pinned = to;
-        rc = 0;
-        LOG(LL_INFO, "repo: %s version %" PRIu64 " rolled back: refused by the policy until "
-            "activated again", model, from);
-    }
-    pthread_mutex_unlock(&S.lock);
-    return rc;
-}
-
-int repo_loading(const char *model, uint64_t *version)
-{
-    pthread_mutex_lock(&S.lock);
-    int busy = serves(model) && S.loading != 0;
-    *version = busy ? S.loading : 0;
-    pthread_mutex_unlock(&S.lock);
-    return busy;
-}
-
-long repo_list_versions(const char *model, uint64_t *out, size_t cap)
-{
-    char dir[sizeof S.model_dir];
-    pthread_mutex_lock(&S.lock);
-    int ok = serves(model);
-    snprintf(dir, sizeof dir, "%s", S.model_dir);
-    pthread_mutex_unlock(&S.lock);
-    if (!ok)
-        return -ENOENT;
-    return store_version_list(dir, out, cap);
-}
-
-int repo_activate(const char *model, uint64_t version, loader_status_t *st)
-{
-    char dir[sizeof S.model_dir];
-    pthread_mutex_lock(&S.lock);
-    int ok = serves(model);
-    snprintf(dir, sizeof dir, "%s", S.model_dir);
-    pthread_mutex_unlock(&S.lock);
-    if (!ok)
-        return -ENODEV;
-    /* The listing, read without the lock, decides whether it exists. */
-    size_t cap = REPO_VERSIONS_START;
-    uint64_t *v = NULL;
-    long n;
-    for (;;) {
-        free(v);
-        v = malloc(cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        n = store_version_list(dir, v, cap);
-        if (n < 0 || (size_t)n <= cap)
-            break;
-        cap = (size_t)n + 256;
-    }
-    long at = -1;
-    uint64_t h = 0x7265706f, sig = 0;
-    for (long i = 0; i < n; i++) {
-        h = mix(h, version_sig(dir, v[i]));
-        if (v[i] == version) {
-            at = i;
-            sig = h; /* the prefix signature, as scan computes it */
-        }
-    }
-    free(v);
-    if (at < 0)
-        return n < 0 ? (int)n : -ENOENT;
-
-    pthread_mutex_lock(&S.lock);
-    int rc;
-    uint64_t from;
-    if (!serves(model)) {
-        rc = -ENODEV;
-        goto out;
-    }
-    if (S.loading && S.loading != version) {
-        rc = -EBUSY;
-        goto out;
-    }
-    /* An explicit activation overrides a rollback or a refusal of it. */
-    forget_rolled_back(version);
-    for (unsigned i = 0; i < S.n_refused; i++)
-        if (S.refused[i].version == version) {
-            memmove(&S.refused[i], &S.refused[i + 1], (S.n_refused - i - 1) * sizeof S.refused[0]);
-            memmove(&S.refused_sig[i], &S.refused_sig[i + 1],
-                    (S.n_refused - i - 1) * sizeof S.refused_sig[0]);
-            S.n_refused--;
-            break;
-        }
-    S.pinned = version;
-    if (S.loading == version) {
-        rc = 1; /* already on its way */
-        loader_status(model, st);
-        goto out;
-    }
-    if (server_model_activate_kept(S.srv, model, version, &from) == 0) {
-        rc = 0;
-        goto out;
-    }
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
-    loader_job_t job = {.name = S.model,
-                        .dir = path,
-                        .version = version,
-                        .open = repo_open,
-                        .done = on_repo_load_ended};
-    S.loading = version;
-    S.loading_sig = sig;
-    rc = loader_submit_job(&job, st);
-    if (rc == 0) {
-        rc = 1;
-        LOG(LL_INFO, "repo: load %" PRIu64 " of %s version %" PRIu64 " queued (activated by the "
-            "admin; pinned)", st->id, model, version);
-    } else {
-        S.loading = 0;
-    }
-out:
-    pthread_mutex_unlock(&S.lock);
-    return rc;
-}
-
-int repo_unpin(const char *model)
-{
-    pthread_mutex_lock(&S.lock);
-    int rc = -ENODEV;
-    if (serves(model)) {
-        if (S.pinned)
-            LOG(LL_INFO, "repo: %s unpinned from version %" PRIu64 ": latest policy", model,
-                S.pinned);
-        S.pinned = 0;
-        S.pending = true;
-        wake();
-        rc = 0;
-    }
-    pthread_mutex_unlock(&S.lock);
-    return rc;
 }

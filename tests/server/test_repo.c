@@ -15,6 +15,7 @@
 /* clang-format on */
 
 #include "server/repo.c" /* static helpers: add_refusal, is_refused */
+#include "server/repo_admin.c"
 #include "store/delta.h"
 #include "tests/test_fs.h"
 
@@ -327,7 +328,7 @@ static void test_rolled_back(void **state)
     assert_int_equal(S.n_rolled_back, REPO_ROLLED_BACK_MAX);
     assert_false(is_refused(NULL, 3)); /* the lowest went */
     assert_true(is_refused(NULL, 100));
-    forget_rolled_back(100);
+    repo__forget_rolled_back(100);
     assert_false(is_refused(NULL, 100));
     S.n_rolled_back = 0;
 }
