@@ -17,6 +17,14 @@
  *                                 "Authorization: Bearer <admin-token>";
  *                                 202 and queued, or ?wait=1 (LOAD)
  *   GET  /v1/models/{name}:load   the latest load of that model (LOAD)
+ *   POST /v1/models/{name}:rollback  token; the newest standby version
+ *                                 becomes active (admin_models.c)
+ *   POST /v1/models/{name}:activate  token; body {"version": N|"latest"}:
+ *                                 activate and pin, or unpin (admin_models.c)
+ *   GET  /v1/models/{name}/versions  every version known and its state
+ *                                 (admin_models.c)
+ *   /v1/models' "repository" also shows the "pinned" version (0: none) and
+ *   the "rolled_back" ones.
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
  *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
  *   No handler waits for a load: health, readiness, metrics and the model
@@ -87,6 +95,7 @@
  *   (libevent would retry at once, spinning the thread while the process is
  *   out of descriptors), counted in tlserve_accept_errors_total.
  */
+#include "admin_impl.h"
 #include "log.h"
 #include "repo.h"
 #include "server.h"
@@ -257,6 +266,21 @@ static json_t *model_json(const model_t *m)
                         store_count(model_store(m)));
 }
 
+void admin__reply_json(struct evhttp_request *req, int code, json_t *j)
+{
+    reply_json(req, code, j);
+}
+
+void admin__reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    reply_error(req, code, "%s", msg);
+}
+
 /* ---- GET endpoints ---------------------------------------------------------- */
 
 /* Both say 503 from the moment main sets srv->stopping (SIGTERM/SIGINT),
@@ -296,9 +320,13 @@ static json_t *repo_json(void)
                                   json_pack("{s:I, s:s}", "version",
                                             (json_int_t)rs->refused[i].version, "error",
                                             rs->refused[i].error));
-        j = json_pack("{s:s, s:s, s:b, s:I, s:I, s:o}", "dir", rs->dir, "model", rs->model,
-                      "readable", rs->readable, "latest", (json_int_t)rs->latest, "loading",
-                      (json_int_t)rs->loading, "refused", refused);
+        json_t *rb = json_array();
+        for (unsigned i = 0; i < rs->n_rolled_back; i++)
+            json_array_append_new(rb, json_integer((json_int_t)rs->rolled_back[i]));
+        j = json_pack("{s:s, s:s, s:b, s:I, s:I, s:o, s:I, s:o}", "dir", rs->dir, "model",
+                      rs->model, "readable", rs->readable, "latest", (json_int_t)rs->latest,
+                      "loading", (json_int_t)rs->loading, "refused", refused, "pinned",
+                      (json_int_t)rs->pinned, "rolled_back", rb);
     }
     free(rs);
     return j;
@@ -616,6 +644,24 @@ static int check_auth(struct evhttp_request *req)
     return -1;
 }
 
+int admin__check_auth(struct evhttp_request *req)
+{
+    return check_auth(req);
+}
+
+long admin__body(struct evhttp_request *req, char *buf, size_t max)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if (len > max) {
+        reply_error(req, 413, "body of %zu bytes is over the %zu byte limit", len, max);
+        return -1;
+    }
+    evbuffer_copyout(in, buf, len);
+    buf[len] = '\0';
+    return (long)len;
+}
+
 static int valid_name(const char *s, size_t n)
 {
     if (n == 0 || n >= sizeof((store_meta_t *)0)->model_name)
@@ -860,6 +906,39 @@ static void method_not_allowed(struct evhttp_request *req, const char *allow)
     reply_error(req, 405, "method not allowed; use %s", allow);
 }
 
+/* Routes {name}:rollback, {name}:activate and {name}/versions (rest is the
+ * path after "/v1/models/"); 1 when it answered, 0 when rest is none of
+ * them. */
+static int lifecycle_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
+{
+    static const struct {
+        const char *suffix;
+        bool post;
+        void (*fn)(server_t *, struct evhttp_request *, const char *);
+    } calls[] = {{":rollback", true, admin__on_rollback},
+                 {":activate", true, admin__on_activate},
+                 {"/versions", false, admin__on_versions}};
+    size_t len = strlen(rest);
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        size_t sl = strlen(calls[i].suffix);
+        if (len <= sl || strcmp(rest + len - sl, calls[i].suffix) != 0)
+            continue;
+        size_t n = len - sl;
+        if (calls[i].post ? m != EVHTTP_REQ_POST : !is_get(m)) {
+            method_not_allowed(req, calls[i].post ? "POST" : "GET, HEAD");
+        } else if (!valid_name(rest, n)) {
+            reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
+        } else {
+            char nm[64];
+            memcpy(nm, rest, n);
+            nm[n] = '\0';
+            calls[i].fn(A.srv, req, nm);
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     (void)arg;
@@ -884,6 +963,9 @@ static void on_request(struct evhttp_request *req, void *arg)
         is_get(m) ? on_metrics(req) : method_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/models/") == 0) {
         is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
+               lifecycle_call(req, m, path + sizeof models_prefix - 1)) {
+        /* answered: :rollback, :activate, /versions */
     } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
                strlen(path) > sizeof models_prefix - 1 + sizeof load_suffix - 1 &&
                strcmp(path + strlen(path) - (sizeof load_suffix - 1), load_suffix) == 0) {

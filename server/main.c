@@ -197,6 +197,7 @@ int main(int argc, char **argv)
     status = 0;
 out:
     /* No thread is left that could acquire: drop the server's reference. */
+    server_model_drop_standby(srv);
     server_model_release(atomic_exchange(&srv->active, NULL));
     store_team_destroy(srv->team);
     free(srv->metrics);

@@ -60,7 +60,31 @@
  *   back at thread exit (pthread key destructor).  Slots are never unlinked,
  *   so the loader's scan may walk the list while threads come and go.
  *
+ * STANDBY
+ *   server_model_retire does not drop a swapped-out version at once: it
+ *   pushes it on a short list of standby versions (newest first, at most
+ *   cfg.keep_versions), and retires the one that falls off the end.  A
+ *   rollback or an activation of a kept version is then a pointer exchange
+ *   under the registry lock: no load, no copy.  The version it replaces is
+ *   either pushed on the list (activate) or retired (rollback).  Retires
+ *   that follow an admin call run on a detached thread, so that the retire
+ *   wait never holds the admin thread.  Memory: keep_versions whole
+ *   versions beside the active one.
+ *
+ *     active ──> v3          standby: [v2] [v1]      (keep_versions 2)
+ *     swap v4:   active ──> v4, standby: [v3] [v2],  v1 retired
+ *     rollback:  active ──> v3, standby: [v2],       v4 retired
+ *
  * THREAD SAFETY
+ *   The exchange of srv->active and the standby list are under R.lock, a
+ *   leaf lock (the loader calls the swap with its own lock held; nothing
+ *   is taken while holding R.lock, and it is never held while waiting).
+ *   One server per process: the list belongs to the server of the last
+ *   swap (R.srv), whose keep_versions it reads.  A rollback that lands
+ *   between the loader's swap and its retire sees the new version active
+ *   and the previous one not yet kept; it rolls back to an older standby
+ *   and the loader's retire then keeps that previous version: every
+ *   handle stays owned exactly once, only the order of the list differs.
  *   server_model_acquire/_release: any thread, lock-free (acquire may retry
  *   while a swap is under way).  server_model_open: any thread, blocks for
  *   the whole load.  server_model_swap and _retire: one thread at a time,
@@ -100,6 +124,13 @@ static _Thread_local hazard_t *my_slot; /* this thread's slot, NULL before first
 static pthread_key_t slot_key;          /* destructor gives the slot back */
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t last_gen;       /* server_model_t.gen of the newest handle */
+
+static struct registry {
+    pthread_mutex_t lock;                             /* orders swaps; guards the list */
+    server_model_t *standby[SERVER_KEEP_VERSIONS_MAX]; /* newest first; server's refs */
+    size_t n;                                         /* standby entries in use */
+    server_t *srv;                                    /* set by the first swap */
+} R = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void slot_give_back(void *p)
 {
@@ -175,7 +206,9 @@ void server_model_release(server_model_t *sm)
         destroy(sm);
 }
 
-void server_model_retire(server_model_t *old)
+/* Drops the server's reference to old after the hazard scan and the
+ * bounded wait for its requests. */
+static void retire_now(server_model_t *old)
 {
     if (!old)
         return;
@@ -194,6 +227,194 @@ void server_model_retire(server_model_t *old)
             "old model version still pinned by requests after %d ms; the last one frees it",
             RETIRE_WAIT_MS);
     server_model_release(old);
+}
+
+static void *retire_thread(void *arg)
+{
+    retire_now(arg);
+    return NULL;
+}
+
+/* Retires old on a detached thread (the caller must not wait); inline when
+ * no thread can be started. */
+static void retire_async(server_model_t *old)
+{
+    if (!old)
+        return;
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, retire_thread, old) != 0)
+        retire_now(old);
+    pthread_attr_destroy(&a);
+}
+
+static int same_version(const server_model_t *a, const server_model_t *b)
+{
+    const store_meta_t *ma = model_meta(a->model), *mb = model_meta(b->model);
+    return ma->version == mb->version && strcmp(ma->model_name, mb->model_name) == 0;
+}
+
+/* Unlinks standby[i] and returns it.  R.lock held. */
+static server_model_t *unlink_standby(size_t i)
+{
+    server_model_t *sm = R.standby[i];
+    memmove(&R.standby[i], &R.standby[i + 1], (R.n - i - 1) * sizeof R.standby[0]);
+    R.n--;
+    return sm;
+}
+
+/* Pushes old (the server's reference) as the newest standby; fills drop[]
+ * with what no longer fits or duplicates the active version or old, and
+ * returns how many.  R.lock held. */
+static size_t push_standby(server_t *srv, server_model_t *old,
+                           server_model_t *drop[SERVER_KEEP_VERSIONS_MAX + 1])
+{
+    size_t nd = 0;
+    server_model_t *active = atomic_load(&srv->active);
+    size_t keep = (size_t)(srv->cfg.keep_versions < 0 ? 0 : srv->cfg.keep_versions);
+    if (keep > SERVER_KEEP_VERSIONS_MAX)
+        keep = SERVER_KEEP_VERSIONS_MAX;
+    if (keep == 0 || (active && same_version(active, old))) {
+        drop[nd++] = old;
+        return nd;
+    }
+    for (size_t i = 0; i < R.n;) {
+        if (same_version(R.standby[i], old) || (active && same_version(R.standby[i], active)))
+            drop[nd++] = unlink_standby(i);
+        else
+            i++;
+    }
+    if (R.n == keep)
+        drop[nd++] = unlink_standby(R.n - 1);
+    memmove(&R.standby[1], &R.standby[0], R.n * sizeof R.standby[0]);
+    R.standby[0] = old;
+    R.n++;
+    return nd;
+}
+
+void server_model_retire(server_model_t *old)
+{
+    if (!old)
+        return;
+    server_model_t *drop[SERVER_KEEP_VERSIONS_MAX + 1];
+    pthread_mutex_lock(&R.lock);
+    size_t nd = R.srv ? push_standby(R.srv, old, drop) : (drop[0] = old, 1);
+    pthread_mutex_unlock(&R.lock);
+    for (size_t i = 0; i < nd; i++)
+        retire_now(drop[i]);
+}
+
+static void kept_info(const server_model_t *sm, server_kept_t *k)
+{
+    const store_meta_t *meta = model_meta(sm->model);
+    snprintf(k->name, sizeof k->name, "%s", meta->model_name);
+    k->version = meta->version;
+    snprintf(k->kind, sizeof k->kind, "%s", store_model_kind_name(meta->model_kind));
+    k->keys = store_count(model_store(sm->model));
+}
+
+size_t server_model_standby(server_t *srv, server_kept_t *out, size_t max)
+{
+    (void)srv;
+    pthread_mutex_lock(&R.lock);
+    size_t n = R.n;
+    for (size_t i = 0; i < n && i < max; i++)
+        kept_info(R.standby[i], &out[i]);
+    pthread_mutex_unlock(&R.lock);
+    return n;
+}
+
+/* The active version's manifest name and version; 0 when none.  R.lock
+ * held (the active handle cannot be retired meanwhile). */
+static uint64_t active_locked(server_t *srv, const char **name)
+{
+    server_model_t *a = atomic_load(&srv->active);
+    if (!a)
+        return 0;
+    const store_meta_t *meta = model_meta(a->model);
+    *name = meta->model_name;
+    return meta->version;
+}
+
+int server_model_rollback(server_t *srv, const char *name, uint64_t *from, uint64_t *to)
+{
+    const char *an = "";
+    int rc = 0;
+    server_model_t *old = NULL;
+    pthread_mutex_lock(&R.lock);
+    uint64_t av = active_locked(srv, &an);
+    if (av == 0 || strcmp(an, name) != 0) {
+        rc = -ENOENT;
+        goto out;
+    }
+    size_t i = 0;
+    while (i < R.n && strcmp(model_meta(R.standby[i]->model)->model_name, name) != 0)
+        i++;
+    if (i == R.n) {
+        rc = -ESRCH;
+        goto out;
+    }
+    server_model_t *sm = unlink_standby(i);
+    old = atomic_exchange(&srv->active, sm);
+    *from = av;
+    *to = model_meta(sm->model)->version;
+out:
+    pthread_mutex_unlock(&R.lock);
+    if (old) {
+        LOG(LL_INFO, "model %s rolled back from version %llu to kept version %llu", name,
+            (unsigned long long)*from, (unsigned long long)*to);
+        retire_async(old);
+    }
+    return rc;
+}
+
+int server_model_activate_kept(server_t *srv, const char *name, uint64_t version,
+                               uint64_t *from)
+{
+    const char *an = "";
+    int rc = 0;
+    server_model_t *old = NULL, *drop[SERVER_KEEP_VERSIONS_MAX + 1];
+    size_t nd = 0;
+    pthread_mutex_lock(&R.lock);
+    uint64_t av = active_locked(srv, &an);
+    *from = av;
+    if (av == version && strcmp(an, name) == 0)
+        goto out;
+    size_t i = 0;
+    while (i < R.n && !(model_meta(R.standby[i]->model)->version == version &&
+                        strcmp(model_meta(R.standby[i]->model)->model_name, name) == 0))
+        i++;
+    if (i == R.n) {
+        rc = -ESRCH;
+        goto out;
+    }
+    server_model_t *sm = unlink_standby(i);
+    old = atomic_exchange(&srv->active, sm);
+    if (old)
+        nd = push_standby(srv, old, drop);
+out:
+    pthread_mutex_unlock(&R.lock);
+    if (rc == 0 && old)
+        LOG(LL_INFO, "model %s version %llu active again (kept); version %llu is standby", name,
+            (unsigned long long)version, (unsigned long long)av);
+    for (size_t k = 0; k < nd; k++)
+        retire_async(drop[k]);
+    return rc;
+}
+
+void server_model_drop_standby(server_t *srv)
+{
+    (void)srv;
+    pthread_mutex_lock(&R.lock);
+    server_model_t *drop[SERVER_KEEP_VERSIONS_MAX];
+    size_t n = R.n;
+    memcpy(drop, R.standby, n * sizeof drop[0]);
+    R.n = 0;
+    pthread_mutex_unlock(&R.lock);
+    for (size_t i = 0; i < n; i++)
+        retire_now(drop[i]);
 }
 
 int server_model_wrap(model_t *m, server_model_t **out)
@@ -226,7 +447,10 @@ int server_model_open(server_t *srv, const char *dir, server_model_t **out, stor
 
 server_model_t *server_model_swap(server_t *srv, server_model_t *sm)
 {
+    pthread_mutex_lock(&R.lock);
+    R.srv = srv;
     server_model_t *old = atomic_exchange(&srv->active, sm);
+    pthread_mutex_unlock(&R.lock);
     const store_meta_t *meta = model_meta(sm->model);
     LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active", meta->model_name,
         (unsigned long long)meta->version, store_model_kind_name(meta->model_kind),

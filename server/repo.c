@@ -34,12 +34,13 @@
  *   new one, as for a full load.  A scan stats every file of every version.
  *
  * THREAD SAFETY
- *   One static state (one repository per process), under S.lock; the
+ *   One state (repo_impl.h; one repository per process), under S.lock; the
  *   watcher drops it to list and stat the directories.  The done hook runs
  *   on the loader thread (or loader_stop's) and only takes the lock.
  */
 #define _GNU_SOURCE
 #include "repo.h"
+#include "repo_impl.h"
 
 #include "log.h"
 #include "store/delta.h"
@@ -62,32 +63,9 @@
     (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | \
      IN_ATTRIB | IN_CLOSE_WRITE)
 
-static struct repo {
-    pthread_mutex_t lock;
-    server_t *srv;
-    pthread_t thread;
-    bool running;           /* repo_start .. repo_stop */
-    bool stopping;          /* the watcher exits at its next wake */
-    int wake[2];            /* pipe: repo_stop and the done hook wake the watcher */
-    int ino;                /* inotify fd, -1 when unavailable */
-    char dir[1024];         /* the repository (immutable while running) */
-    char model[64];         /* the model served (immutable while running) */
-    char model_dir[1100];   /* dir/model */
-    bool readable;          /* the last scan listed the versions */
-    bool pending;           /* pick and queue at the next scan: the listing changed or a load failed */
-    bool said_none;         /* "no servable version" logged since the last change */
-    uint64_t listing_sig;   /* signature of the last listing (0: none yet) */
-    uint64_t latest;        /* highest version in the last listing */
-    uint64_t loading;       /* version queued or loading (0: none) */
-    uint64_t loading_sig;   /* its prefix signature when queued */
-    unsigned n_refused;
-    uint64_t refused_floor;                   /* versions <= it count as refused (forgotten ones) */
-    repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
-    uint64_t refused_sig[REPO_REFUSED_MAX];   /* prefix signature at refusal */
-    repo_metrics_t metrics;
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}, .ino = -1};
+struct repo S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}, .ino = -1};
 
-static uint64_t mix(uint64_t h, uint64_t v)
+uint64_t repo__mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     h ^= h >> 31;
@@ -97,16 +75,16 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t stat_sig(uint64_t h, const struct stat *st)
 {
-    h = mix(h, (uint64_t)st->st_ino);
-    h = mix(h, (uint64_t)st->st_size);
-    h = mix(h, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
-    return mix(h, (uint64_t)st->st_ctim.tv_nsec);
+    h = repo__mix(h, (uint64_t)st->st_ino);
+    h = repo__mix(h, (uint64_t)st->st_size);
+    h = repo__mix(h, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
+    return repo__mix(h, (uint64_t)st->st_ctim.tv_nsec);
 }
 
 /* Signature of one version directory: its stat and its files' (in
  * directory order, which changes only when the directory does).  0 when
  * it cannot be read (a changed state too). */
-static uint64_t version_sig(const char *model_dir, uint64_t v)
+uint64_t repo__version_sig(const char *model_dir, uint64_t v)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, v);
@@ -114,7 +92,7 @@ static uint64_t version_sig(const char *model_dir, uint64_t v)
     if (fd < 0)
         return 0;
     struct stat st;
-    uint64_t h = mix(0x5eed, v);
+    uint64_t h = repo__mix(0x5eed, v);
     if (fstat(fd, &st) == 0)
         h = stat_sig(h, &st);
     DIR *d = fdopendir(fd);
@@ -129,7 +107,7 @@ static uint64_t version_sig(const char *model_dir, uint64_t v)
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
             h = stat_sig(h, &st);
         for (const char *c = e->d_name; *c; c++)
-            h = mix(h, (unsigned char)*c);
+            h = repo__mix(h, (unsigned char)*c);
     }
     closedir(d);
     return h;
@@ -290,7 +268,7 @@ out:
 /* ---- the watcher ---------------------------------------------------------------- */
 
 /* Wakes the watcher.  S.lock held (repo_stop closes the pipe under it). */
-static void wake(void)
+void repo__wake(void)
 {
     if (S.wake[1] >= 0) {
         char c = 1;
@@ -304,6 +282,9 @@ static int is_refused(void *arg, uint64_t version)
     (void)arg;
     if (version <= S.refused_floor)
         return 1;
+    for (unsigned i = 0; i < S.n_rolled_back; i++)
+        if (S.rolled_back[i] == version)
+            return 1;
     for (unsigned i = 0; i < S.n_refused; i++)
         if (S.refused[i].version == version)
             return 1;
@@ -341,7 +322,7 @@ static void add_refusal(uint64_t version, uint64_t sig, const char *error)
 }
 
 /* loader_done_fn of the watcher's loads (loader thread, or loader_stop's). */
-static void on_repo_load_ended(const loader_status_t *st, void *arg)
+void repo__load_ended(const loader_status_t *st, void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&S.lock);
@@ -356,11 +337,11 @@ static void on_repo_load_ended(const loader_status_t *st, void *arg)
             "tried again until its files or a lower version's change",
             st->version, S.model, st->id);
     }
-    wake(); /* also after a success: a version that appeared meanwhile is picked at once */
+    repo__wake(); /* also after a success: a version that appeared meanwhile is picked at once */
     pthread_mutex_unlock(&S.lock);
 }
 
-static int repo_open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
+int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                      store_error_t *err)
 {
     (void)arg;
@@ -429,10 +410,10 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
     }
     uint64_t h = 0x7265706f;
     for (long i = 0; i < n; i++) {
-        h = mix(h, version_sig(S.model_dir, versions[i]));
+        h = repo__mix(h, repo__version_sig(S.model_dir, versions[i]));
         prefix[i] = h;
     }
-    uint64_t listing = mix(h, (uint64_t)n) | 2; /* never 0 or 1 */
+    uint64_t listing = repo__mix(h, (uint64_t)n) | 2; /* never 0 or 1 */
 
     char active_name[64];
     uint64_t active = active_version(S.srv, active_name, sizeof active_name);
@@ -462,7 +443,7 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
             i++;
         }
     }
-    if (!S.pending || S.loading) {
+    if (!S.pending || S.loading || S.pinned) {
         pthread_mutex_unlock(&S.lock);
         return;
     }
@@ -482,6 +463,14 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
         pthread_mutex_unlock(&S.lock);
         return;
     }
+    uint64_t from;
+    if (server_model_activate_kept(S.srv, S.model, target, &from) == 0) {
+        S.pending = false; /* kept loaded: made active by a pointer swap, no load */
+        LOG(LL_INFO, "repo: %s version %" PRIu64 " active again (it was kept loaded)", S.model,
+            target);
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
     long at = 0;
     while (versions[at] != target)
         at++;
@@ -490,8 +479,8 @@ static void scan(uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
     loader_job_t job = {.name = S.model,
                         .dir = path,
                         .version = target,
-                        .open = repo_open,
-                        .done = on_repo_load_ended};
+                        .open = repo__open,
+                        .done = repo__load_ended};
     loader_status_t st;
     S.loading = target; /* before the submit: the done hook may run at once */
     S.loading_sig = prefix[at];
@@ -556,6 +545,8 @@ int repo_start(server_t *srv, const char *model)
     S.loading = 0;
     S.n_refused = 0;
     S.refused_floor = 0;
+    S.pinned = 0;
+    S.n_rolled_back = 0;
     pthread_mutex_unlock(&S.lock);
     if (pipe2(S.wake, O_NONBLOCK | O_CLOEXEC) != 0)
         return -errno;
@@ -587,7 +578,7 @@ void repo_stop(void)
     bool running = S.running;
     S.stopping = true;
     if (running)
-        wake();
+        repo__wake();
     pthread_mutex_unlock(&S.lock);
     if (!running)
         return;
@@ -616,6 +607,9 @@ void repo_get_status(repo_status_t *out)
         out->loading = S.loading;
         out->n_refused = S.n_refused;
         memcpy(out->refused, S.refused, S.n_refused * sizeof S.refused[0]);
+        out->pinned = S.pinned;
+        out->n_rolled_back = S.n_rolled_back;
+        memcpy(out->rolled_back, S.rolled_back, S.n_rolled_back * sizeof S.rolled_back[0]);
     }
     pthread_mutex_unlock(&S.lock);
 }

@@ -4,7 +4,7 @@
  * and the chain loader that builds a version from its full snapshot and its
  * deltas (store/delta.h).  Internal to server/.
  *
- * POLICY (today: latest)
+ * POLICY (latest, unless pinned)
  *   The server serves the highest version of the model that resolves and
  *   loads.  A version that does not (corrupt file, a gap in its chain, a
  *   foreign parent, another model, a NaN...) is REFUSED: logged once with
@@ -12,6 +12,10 @@
  *   until the files of it or of a lower version change; the next lower
  *   version is tried instead, and the active version keeps serving.
  *   An explicit admin load wins until the repository changes again.
+ *   Two admin overrides (below): a PIN (repo_activate) suspends the policy
+ *   until repo_unpin, and a ROLLED-BACK version is refused until activated.
+ *   A version the policy picks that is still kept loaded as a standby
+ *   (model_registry.c) is made active by a pointer swap, not loaded.
  *
  * THREADS
  *   One watcher thread (repo_start .. repo_stop) scans on inotify events
@@ -30,6 +34,7 @@
 
 #define REPO_RESCAN_MS 2000   /* periodic rescan: the fallback when inotify misses or overflows */
 #define REPO_VERSIONS_START 256 /* listing entries first allocated; grows with the model */
+#define REPO_ROLLED_BACK_MAX 16 /* rolled-back versions remembered (the lowest is forgotten) */
 #define REPO_REFUSED_MAX 64   /* refusals listed; past it the lowest is dropped from the list
                                * but stays refused (a floor) until restart */
 
@@ -80,6 +85,9 @@ typedef struct repo_status {
     uint64_t loading;        /* version queued or loading now (0: none) */
     unsigned n_refused;
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
+    uint64_t pinned;         /* version pinned by the admin (0: the latest policy) */
+    unsigned n_rolled_back;
+    uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; "rollback by admin" */
 } repo_status_t;
 
 /* A copy of the watcher's state (about 140 KiB: allocate it).  Takes the
@@ -93,5 +101,47 @@ typedef struct repo_metrics {
 } repo_metrics_t;
 
 void repo_get_metrics(repo_metrics_t *out);
+
+/* ---- the admin's calls (rollback, activate, pin) ----------------------------
+ *
+ * PINNING
+ *   repo_activate pins the version: the watcher stops picking (the latest
+ *   policy is suspended) until repo_unpin; refusals are still recorded.
+ * ROLLED BACK
+ *   A version replaced by a rollback is refused by the policy (listed, not
+ *   picked) whatever its files do, until an explicit repo_activate of it.
+ *   The model argument must be the one served (else -ENODEV/-ENOENT).
+ *   Every call takes the watcher's lock briefly; none waits for a load. */
+
+/* Records that a rollback replaced version from by version to: from is
+ * refused with "rollback by admin"; a pin on from moves to to.  0, or
+ * -ENOENT when the repository does not serve model. */
+int repo_rolled_back(const char *model, uint64_t from, uint64_t to);
+
+/* 1 with *version when a load of the watcher (or of repo_activate) is
+ * queued or running for model; else 0. */
+int repo_loading(const char *model, uint64_t *version);
+
+/* The versions of model in the repository, ascending, into out[0..cap):
+ * the count (may exceed cap), -ENOENT when not served, or the listing's
+ * -errno.  Reads the directory. */
+long repo_list_versions(const char *model, uint64_t *out, size_t cap);
+
+/* Activates version of model and pins it: 0 when it was active or kept
+ * (a pointer swap, done on return); 1 with *st when a background load of
+ * it was queued (or was already under way); -ENOENT when the repository
+ * has no such version; -ENODEV when the repository does not serve model;
+ * -EBUSY when a load of another version is under way; the loader's
+ * -EAGAIN/-ECANCELED; -ENOMEM.  Clears a rollback or refusal of version.
+ * Reads the directory (stats the versions' files). */
+int repo_activate(const char *model, uint64_t version, loader_status_t *st);
+
+/* Unpins model: the latest policy applies again at once (the watcher is
+ * woken).  0, or -ENODEV when the repository does not serve model. */
+int repo_unpin(const char *model);
+
+/* Adds version to the rolled-back list (S.lock held or single-threaded):
+ * 1 when the lowest had to be forgotten, else 0.  For unit tests. */
+int repo__add_rolled_back(uint64_t version);
 
 #endif /* TL_SERVER_REPO_H */

@@ -48,6 +48,7 @@ typedef struct server_config {
     char model_root[1024];     /* loads only from under this directory's real path ("" = any) */
     char model_repo[1024];     /* model repository to serve from and watch (repo.h; "" = none) */
     char model_name[64];       /* the repository's model to serve ("" = its only one) */
+    int keep_versions;         /* swapped-out versions kept loaded for rollback (0..4) */
     char bind[64];             /* data plane address, default 127.0.0.1 */
     int port;                  /* data plane port */
     char admin_bind[64];       /* admin plane address, default 127.0.0.1 */
@@ -211,6 +212,45 @@ void server_model_retire(server_model_t *old);
 /* open + swap + retire, for main's first model.  Returns as
  * server_model_open. */
 int server_model_load(server_t *srv, const char *dir, store_error_t *err);
+
+/* ---- standby versions and rollback (model_registry.c) --------------------------
+ *
+ * server_model_retire keeps the swapped-out version loaded as a STANDBY
+ * instead of dropping it, up to cfg.keep_versions of them (newest first);
+ * the oldest past that limit, and a standby of the same name and version as
+ * the one made active, are retired as before.  A standby holds the server's
+ * reference, so making it active again is one pointer swap.  The functions
+ * below may be called from any thread (a registry lock orders them with
+ * the loader's swap); none blocks on a load, and none waits for requests:
+ * a version they drop is retired on a short-lived thread of its own. */
+#define SERVER_KEEP_VERSIONS_MAX 4
+
+typedef struct server_kept {
+    char name[64];     /* manifest model name */
+    uint64_t version;  /* manifest version */
+    char kind[16];     /* store_model_kind_name */
+    uint64_t keys;
+} server_kept_t;
+
+/* Copies the standby versions, newest first, into out[0..max); returns how
+ * many there are (may exceed max). */
+size_t server_model_standby(server_t *srv, server_kept_t *out, size_t max);
+
+/* Rollback of model name: makes its newest standby the active version and
+ * drops the version it replaced (not kept: it was rolled back).  Returns 0
+ * with *from (the replaced version) and *to; -ENOENT when the active model
+ * is not name; -ESRCH when no standby of name is kept. */
+int server_model_rollback(server_t *srv, const char *name, uint64_t *from, uint64_t *to);
+
+/* Makes the kept standby (name, version) active; the replaced version
+ * becomes the newest standby.  0 with *from the replaced version (0: none);
+ * -ESRCH when that version is not kept; 0 and nothing done when it is
+ * already active (*from = version). */
+int server_model_activate_kept(server_t *srv, const char *name, uint64_t version,
+                               uint64_t *from);
+
+/* Retires every standby (main, at exit, after the loader stopped). */
+void server_model_drop_standby(server_t *srv);
 
 /* ---- background loads (loader.c) --------------------------------------------- */
 

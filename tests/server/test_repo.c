@@ -15,6 +15,7 @@
 /* clang-format on */
 
 #include "server/repo.c" /* static helpers: add_refusal, is_refused */
+#include "server/repo_admin.c"
 #include "store/delta.h"
 #include "tests/test_fs.h"
 
@@ -209,6 +210,129 @@ static void test_open_chain(void **state)
         fail_msg("err: %s", err.msg);
 }
 
+/* The registry's standby list (model_registry.c): versions kept after a
+ * swap, up to keep_versions, newest first; rollback and activation of a
+ * kept version are pointer swaps; what falls off the list is retired. */
+static size_t standby_versions(server_t *srv, uint64_t *v)
+{
+    server_kept_t k[SERVER_KEEP_VERSIONS_MAX];
+    size_t n = server_model_standby(srv, k, SERVER_KEEP_VERSIONS_MAX);
+    for (size_t i = 0; i < n; i++)
+        v[i] = k[i].version;
+    return n;
+}
+
+static uint64_t active_version_of(server_t *srv)
+{
+    server_model_t *sm = server_model_acquire(srv);
+    uint64_t v = sm ? model_meta(sm->model)->version : 0;
+    server_model_release(sm);
+    return v;
+}
+
+static void test_standby_and_rollback(void **state)
+{
+    (void)state;
+    server_t srv;
+    memset(&srv, 0, sizeof srv);
+    srv.cfg.load_threads = 1;
+    srv.cfg.keep_versions = 2;
+    atomic_init(&srv.active, NULL);
+    char model_dir[700];
+    snprintf(model_dir, sizeof model_dir, "%s/standby/sb", base);
+    test_mkdir_p(model_dir);
+    write_chain(model_dir, "sb");
+    server_model_t *h[4] = {0};
+    store_error_t err;
+    for (int v = 1; v <= 3; v++)
+        assert_int_equal(repo_open_version(&srv, model_dir, (uint64_t)v, &h[v], &err), 0);
+
+    uint64_t sb[SERVER_KEEP_VERSIONS_MAX], from = 0, to = 0;
+    server_model_retire(server_model_swap(&srv, h[1]));
+    assert_int_equal(standby_versions(&srv, sb), 0);
+    server_model_retire(server_model_swap(&srv, h[2]));
+    server_model_retire(server_model_swap(&srv, h[3]));
+    assert_int_equal(standby_versions(&srv, sb), 2);
+    assert_int_equal(sb[0], 2);
+    assert_int_equal(sb[1], 1);
+
+    assert_int_equal(server_model_rollback(&srv, "other", &from, &to), -ENOENT);
+    assert_int_equal(active_version_of(&srv), 3);
+    assert_int_equal(server_model_rollback(&srv, "sb", &from, &to), 0);
+    assert_int_equal(from, 3);
+    assert_int_equal(to, 2);
+    assert_int_equal(active_version_of(&srv), 2);
+    assert_int_equal(standby_versions(&srv, sb), 1); /* 3 was rolled back: not kept */
+    assert_int_equal(sb[0], 1);
+
+    assert_int_equal(server_model_activate_kept(&srv, "sb", 3, &from), -ESRCH);
+    assert_int_equal(server_model_activate_kept(&srv, "sb", 1, &from), 0);
+    assert_int_equal(from, 2);
+    assert_int_equal(active_version_of(&srv), 1);
+    assert_int_equal(standby_versions(&srv, sb), 1);
+    assert_int_equal(sb[0], 2);
+    assert_int_equal(server_model_activate_kept(&srv, "sb", 1, &from), 0); /* already active */
+    assert_int_equal(from, 1);
+    assert_int_equal(active_version_of(&srv), 1);
+
+    assert_int_equal(server_model_rollback(&srv, "sb", &from, &to), 0);
+    assert_int_equal(active_version_of(&srv), 2);
+    assert_int_equal(server_model_rollback(&srv, "sb", &from, &to), -ESRCH);
+    assert_int_equal(active_version_of(&srv), 2);
+
+    /* keep_versions 1: the older standby is retired when a newer one comes. */
+    srv.cfg.keep_versions = 1;
+    assert_int_equal(repo_open_version(&srv, model_dir, 3, &h[3], &err), 0);
+    server_model_retire(server_model_swap(&srv, h[3]));
+    assert_int_equal(repo_open_version(&srv, model_dir, 1, &h[1], &err), 0);
+    server_model_retire(server_model_swap(&srv, h[1]));
+    assert_int_equal(standby_versions(&srv, sb), 1);
+    assert_int_equal(sb[0], 3);
+    /* The same version loaded again is not kept twice. */
+    assert_int_equal(repo_open_version(&srv, model_dir, 3, &h[3], &err), 0);
+    server_model_retire(server_model_swap(&srv, h[3]));
+    assert_int_equal(standby_versions(&srv, sb), 1);
+    assert_int_equal(sb[0], 1);
+
+    /* keep_versions 0: nothing kept. */
+    srv.cfg.keep_versions = 0;
+    server_model_drop_standby(&srv);
+    assert_int_equal(repo_open_version(&srv, model_dir, 2, &h[2], &err), 0);
+    server_model_retire(server_model_swap(&srv, h[2]));
+    assert_int_equal(standby_versions(&srv, sb), 0);
+    server_model_release(atomic_exchange(&srv.active, NULL));
+    usleep(100000); /* the rollbacks' retire threads */
+}
+
+/* Rolled-back versions: ascending, refused by the policy, the lowest
+ * forgotten past REPO_ROLLED_BACK_MAX. */
+static void test_rolled_back(void **state)
+{
+    (void)state;
+    S.n_refused = 0;
+    S.refused_floor = 0;
+    S.n_rolled_back = 0;
+    assert_int_equal(repo__add_rolled_back(5), 0);
+    assert_int_equal(repo__add_rolled_back(3), 0);
+    assert_int_equal(repo__add_rolled_back(5), 0); /* once */
+    assert_int_equal(S.n_rolled_back, 2);
+    assert_int_equal(S.rolled_back[0], 3);
+    assert_true(is_refused(NULL, 3));
+    assert_true(is_refused(NULL, 5));
+    assert_false(is_refused(NULL, 4));
+    const uint64_t v[] = {1, 3, 4, 5};
+    assert_int_equal(repo_pick_version(v, 4, is_refused, NULL), 4);
+    for (uint64_t k = 10; k < 10 + REPO_ROLLED_BACK_MAX - 2; k++)
+        assert_int_equal(repo__add_rolled_back(k), 0);
+    assert_int_equal(repo__add_rolled_back(100), 1);
+    assert_int_equal(S.n_rolled_back, REPO_ROLLED_BACK_MAX);
+    assert_false(is_refused(NULL, 3)); /* the lowest went */
+    assert_true(is_refused(NULL, 100));
+    repo__forget_rolled_back(100);
+    assert_false(is_refused(NULL, 100));
+    S.n_rolled_back = 0;
+}
+
 int main(void)
 {
     snprintf(base, sizeof base, "%s/test_repo_%d", tmpdir(), (int)getpid());
@@ -219,6 +343,8 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pick_model),
         cmocka_unit_test(test_open_chain),
+        cmocka_unit_test(test_standby_and_rollback),
+        cmocka_unit_test(test_rolled_back),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rm_rf(base);

@@ -1,0 +1,35 @@
+/*
+ * admin_impl.h — what admin.c shares with admin_models.c (the version
+ * lifecycle endpoints).  Private to the admin plane: both files run their
+ * handlers on the admin thread only.
+ */
+#ifndef TL_SERVER_ADMIN_IMPL_H
+#define TL_SERVER_ADMIN_IMPL_H
+
+#include "server.h"
+
+#include <event2/http.h>
+#include <jansson.h>
+
+/* Sends j (consumed) as a JSON body with status code. */
+void admin__reply_json(struct evhttp_request *req, int code, json_t *j);
+
+/* {"error": msg} with status code (non-printable bytes become '?'). */
+void admin__reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* 0 when the request carries the admin token; else replies 401/403 and
+ * returns -1. */
+int admin__check_auth(struct evhttp_request *req);
+
+/* The request body (at most max bytes) copied NUL-terminated into buf;
+ * its length, or -1 after replying 413. */
+long admin__body(struct evhttp_request *req, char *buf, size_t max);
+
+/* POST /v1/models/{name}:rollback, POST .../{name}:activate and
+ * GET .../{name}/versions (admin_models.c).  name is validated. */
+void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *name);
+void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *name);
+void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);
+
+#endif /* TL_SERVER_ADMIN_IMPL_H */

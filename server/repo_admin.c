@@ -1,0 +1,218 @@
+/*
+ * repo_admin.c — the admin's overrides of the repository's policy (repo.h:
+ * PINNING, ROLLED BACK): a version refused because a rollback replaced it,
+ * a pin that suspends the latest policy, an activation that swaps in a
+ * kept version or queues the load of one on disk.
+ *
+ *   rolled_back: [3] [5] [9]   ascending, at most REPO_ROLLED_BACK_MAX;
+ *                              is_refused (repo.c) consults it
+ *   pinned:      7 (0: none)   scan (repo.c) picks nothing while set
+ *
+ * THREAD SAFETY
+ *   Called from the admin thread; every call takes S.lock (repo_impl.h)
+ *   for its update only.  repo_activate lists and stats the versions
+ *   without the lock, then takes it (and, under it, the registry's leaf
+ *   lock for a kept version, or the loader's for a queued load: the same
+ *   order as the watcher's scan).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "repo.h"
+#include "repo_impl.h"
+
+#include "log.h"
+#include "store/delta.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- admin: rollback, activate, pin ------------------------------------------ */
+
+/* 1 when the watcher runs and serves model.  S.lock held. */
+static int serves(const char *model)
+{
+    return S.running && strcmp(S.model, model) == 0;
+}
+
+void repo__forget_rolled_back(uint64_t version)
+{
+    for (unsigned i = 0; i < S.n_rolled_back; i++)
+        if (S.rolled_back[i] == version) {
+            memmove(&S.rolled_back[i], &S.rolled_back[i + 1],
+                    (S.n_rolled_back - i - 1) * sizeof S.rolled_back[0]);
+            S.n_rolled_back--;
+            return;
+        }
+}
+
+int repo__add_rolled_back(uint64_t version)
+{
+    repo__forget_rolled_back(version);
+    int dropped = 0;
+    if (S.n_rolled_back == REPO_ROLLED_BACK_MAX) {
+        /* The lowest goes: the one least likely to be picked again. */
+        memmove(&S.rolled_back[0], &S.rolled_back[1],
+                (REPO_ROLLED_BACK_MAX - 1) * sizeof S.rolled_back[0]);
+        S.n_rolled_back--;
+        dropped = 1;
+    }
+    unsigned at = S.n_rolled_back;
+    while (at > 0 && S.rolled_back[at - 1] > version)
+        at--;
+    memmove(&S.rolled_back[at + 1], &S.rolled_back[at],
+            (S.n_rolled_back - at) * sizeof S.rolled_back[0]);
+    S.rolled_back[at] = version;
+    S.n_rolled_back++;
+    return dropped;
+}
+
+int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
+{
+    pthread_mutex_lock(&S.lock);
+    int rc = -ENOENT;
+    if (serves(model)) {
+        repo__add_rolled_back(from);
+        if (S.pinned == from)
+            S.pinned = to;
+        rc = 0;
+        LOG(LL_INFO,
+            "repo: %s version %" PRIu64 " rolled back: refused by the policy until "
+            "activated again",
+            model, from);
+    }
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
+
+int repo_loading(const char *model, uint64_t *version)
+{
+    pthread_mutex_lock(&S.lock);
+    int busy = serves(model) && S.loading != 0;
+    *version = busy ? S.loading : 0;
+    pthread_mutex_unlock(&S.lock);
+    return busy;
+}
+
+long repo_list_versions(const char *model, uint64_t *out, size_t cap)
+{
+    char dir[sizeof S.model_dir];
+    pthread_mutex_lock(&S.lock);
+    int ok = serves(model);
+    snprintf(dir, sizeof dir, "%s", S.model_dir);
+    pthread_mutex_unlock(&S.lock);
+    if (!ok)
+        return -ENOENT;
+    return store_version_list(dir, out, cap);
+}
+
+int repo_activate(const char *model, uint64_t version, loader_status_t *st)
+{
+    char dir[sizeof S.model_dir];
+    pthread_mutex_lock(&S.lock);
+    int ok = serves(model);
+    snprintf(dir, sizeof dir, "%s", S.model_dir);
+    pthread_mutex_unlock(&S.lock);
+    if (!ok)
+        return -ENODEV;
+    /* The listing, read without the lock, decides whether it exists. */
+    size_t cap = REPO_VERSIONS_START;
+    uint64_t *v = NULL;
+    long n;
+    for (;;) {
+        free(v);
+        v = malloc(cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        n = store_version_list(dir, v, cap);
+        if (n < 0 || (size_t)n <= cap)
+            break;
+        cap = (size_t)n + 256;
+    }
+    long at = -1;
+    uint64_t h = 0x7265706f, sig = 0;
+    for (long i = 0; i < n; i++) {
+        h = repo__mix(h, repo__version_sig(dir, v[i]));
+        if (v[i] == version) {
+            at = i;
+            sig = h; /* the prefix signature, as scan computes it */
+        }
+    }
+    free(v);
+    if (at < 0)
+        return n < 0 ? (int)n : -ENOENT;
+
+    pthread_mutex_lock(&S.lock);
+    int rc;
+    uint64_t from;
+    if (!serves(model)) {
+        rc = -ENODEV;
+        goto out;
+    }
+    if (S.loading && S.loading != version) {
+        rc = -EBUSY;
+        goto out;
+    }
+    /* An explicit activation overrides a rollback or a refusal of it. */
+    repo__forget_rolled_back(version);
+    for (unsigned i = 0; i < S.n_refused; i++)
+        if (S.refused[i].version == version) {
+            memmove(&S.refused[i], &S.refused[i + 1], (S.n_refused - i - 1) * sizeof S.refused[0]);
+            memmove(&S.refused_sig[i], &S.refused_sig[i + 1],
+                    (S.n_refused - i - 1) * sizeof S.refused_sig[0]);
+            S.n_refused--;
+            break;
+        }
+    S.pinned = version;
+    if (S.loading == version) {
+        rc = 1; /* already on its way */
+        loader_status(model, st);
+        goto out;
+    }
+    if (server_model_activate_kept(S.srv, model, version, &from) == 0) {
+        rc = 0;
+        goto out;
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
+    loader_job_t job = {.name = S.model,
+                        .dir = path,
+                        .version = version,
+                        .open = repo__open,
+                        .done = repo__load_ended};
+    S.loading = version;
+    S.loading_sig = sig;
+    rc = loader_submit_job(&job, st);
+    if (rc == 0) {
+        rc = 1;
+        LOG(LL_INFO,
+            "repo: load %" PRIu64 " of %s version %" PRIu64 " queued (activated by the "
+            "admin; pinned)",
+            st->id, model, version);
+    } else {
+        S.loading = 0;
+    }
+out:
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
+
+int repo_unpin(const char *model)
+{
+    pthread_mutex_lock(&S.lock);
+    int rc = -ENODEV;
+    if (serves(model)) {
+        if (S.pinned)
+            LOG(LL_INFO, "repo: %s unpinned from version %" PRIu64 ": latest policy", model,
+                S.pinned);
+        S.pinned = 0;
+        S.pending = true;
+        repo__wake();
+        rc = 0;
+    }
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
