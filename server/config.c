@@ -191,7 +191,7 @@ static const cfg_entry_t table[] = {
      "gate: refuse a version with a value that is NaN, infinite or larger than this in magnitude",
      F(gate_max_abs), NULL, NULL, NULL, false},
     {"gate-allow-kind-change", CFG_BOOL, 0, 1, "false",
-     "gate: let a version change the active one's model name, kind or floats per key",
+     "gate: let a version change the active one's kind or floats per key",
      F(gate_allow_kind_change), NULL, NULL, NULL, false},
     {"gate-sample", CFG_INT, 0, 65536, "1000",
      "gate: live PREDICT requests kept for shadow scoring (0: none, sanity only)",

@@ -9,9 +9,12 @@
  *   shard per task, cfg.load_threads threads taking shards from a shared
  *   counter) and must be finite with |v| <= --gate-max-abs; the dense arrays
  *   of its extras (DNN layers) likewise.  The first bad value stops the pass
- *   and is named (key, float index, value).  Against the active version:
- *   the same model name, kind and floats per key, unless
- *   --gate-allow-kind-change.
+ *   and is named (key, float index, value).  Against the active version of
+ *   the same model name: the same kind and floats per key, unless
+ *   --gate-allow-kind-change.  A candidate of another model name (the
+ *   server holds one active model: loading "b" replaces "a") has no active
+ *   version to compare with: only its values are checked, as for a first
+ *   load.
  *
  * SHADOW SCORING
  *   The sample (the workers' rings, see gate.h) is copied out, each payload
@@ -360,8 +363,7 @@ static int check_shape(const server_t *srv, const model_t *cand, const model_t *
     if (!act || srv->cfg.gate_allow_kind_change)
         return 0;
     const store_meta_t *c = model_meta(cand), *a = model_meta(act);
-    if (strcmp(c->model_name, a->model_name) != 0 || c->model_kind != a->model_kind ||
-        model_value_floats(cand) != model_value_floats(act)) {
+    if (c->model_kind != a->model_kind || model_value_floats(cand) != model_value_floats(act)) {
         snprintf(v->msg, sizeof v->msg,
                  "sanity: the candidate is model '%s' kind %s with %u floats per key, the active "
                  "version %llu is '%s' kind %s with %u (pass --gate-allow-kind-change to allow it)",
@@ -499,6 +501,8 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
     server_model_t *act = server_model_acquire(srv);
     const model_t *cand = candidate->model, *am = act ? act->model : NULL;
     const store_meta_t *cm = model_meta(cand);
+    if (am && strcmp(model_meta(am)->model_name, cm->model_name) != 0)
+        am = NULL; /* another model: no active version of this one to compare with */
     int rc = check_shape(srv, cand, am, v);
     if (rc == 0)
         rc = check_values(srv, cand, v);

@@ -8,8 +8,8 @@
  *   answer_predict: decoded OK           open candidate
  *     gate_sample_offer(ring, payload)   gate_check(srv, candidate, &verdict)
  *       one branch; sampled: memcpy        1. sanity: every store value finite and
- *       into the worker's own ring            |v| <= --gate-max-abs; name, kind, K
- *                                             as the active version's
+ *       into the worker's own ring            |v| <= --gate-max-abs; kind and K
+ *                                             as the active version's (same name)
  *                                          2. shadow: replay the sample through the
  *                                             active and the candidate; refuse on mean
  *                                             shift or PSI past their bounds

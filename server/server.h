@@ -72,7 +72,7 @@ typedef struct server_config {
     /* validation gate (gate.h) */
     bool gate;                 /* check candidates before they go live (false: never) */
     double gate_max_abs;       /* sanity: largest |value| in a candidate's store */
-    bool gate_allow_kind_change; /* sanity: a candidate may change name, kind or width */
+    bool gate_allow_kind_change; /* sanity: a candidate may change kind or width */
     int gate_sample;           /* live PREDICT requests kept for shadow scoring, 0 = none */
     int gate_slot_bytes;       /* largest sampled payload; larger requests are not sampled */
     double gate_max_mean_shift; /* shadow: largest relative move of the mean prediction */
