@@ -159,9 +159,15 @@ int gate_sample_copy(uint8_t **buf, uint32_t *lens, int max)
     *buf = NULL;
     int n = 0;
     pthread_mutex_lock(&G.lock);
+    /* Sized by what the slots hold now, not by their capacity (--gate-sample
+     * x --gate-slot-bytes); a slot rewritten longer meanwhile is skipped. */
     size_t cap = 0;
     for (int i = 0; i < G.nrings; i++)
-        cap += G.rings[i].slot_bytes * G.rings[i].nslots;
+        for (uint32_t k = 0; k < G.rings[i].nslots; k++) {
+            uint32_t len = atomic_load_explicit(&slot_at(&G.rings[i], k)->len,
+                                                memory_order_relaxed);
+            cap += len <= G.rings[i].slot_bytes ? len : 0;
+        }
     uint8_t *out = cap ? malloc(cap) : NULL;
     if (cap && !out) {
         pthread_mutex_unlock(&G.lock);
@@ -176,9 +182,10 @@ int gate_sample_copy(uint8_t **buf, uint32_t *lens, int max)
             if (seq == 0 || (seq & 1))
                 continue;
             uint32_t len = atomic_load_explicit(&s->len, memory_order_relaxed);
-            if (len > r->slot_bytes)
+            if (len > r->slot_bytes || len > cap - off)
                 continue;
-            memcpy(out + off, s->bytes, len);
+            if (len)
+                memcpy(out + off, s->bytes, len);
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq)
                 continue; /* rewritten while copied */

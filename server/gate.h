@@ -93,7 +93,7 @@ gate_ring_t *gate_sample_ring(int i);
  * gate reading them to finish.  Safe to call twice. */
 void gate_sample_stop(void);
 
-/* Copies up to max stable sampled payloads (newest last in each ring) into
+/* Copies up to max stable sampled payloads (slot order, ring by ring) into
  * one buffer the caller frees: *buf holds them back to back, lens[i] their
  * sizes.  Returns the count (0 when none), or -ENOMEM.  Loader thread. */
 int gate_sample_copy(uint8_t **buf, uint32_t *lens, int max);
