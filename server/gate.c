@@ -182,10 +182,9 @@ int gate_sample_copy(uint8_t **buf, uint32_t *lens, int max)
             if (seq == 0 || (seq & 1))
                 continue;
             uint32_t len = atomic_load_explicit(&s->len, memory_order_relaxed);
-            if (len > r->slot_bytes || len > cap - off)
-                continue;
-            if (len)
-                memcpy(out + off, s->bytes, len);
+            if (len == 0 || len > r->slot_bytes || len > cap - off)
+                continue; /* an empty payload is no PREDICT */
+            memcpy(out + off, s->bytes, len);
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq)
                 continue; /* rewritten while copied */
