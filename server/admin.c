@@ -43,6 +43,9 @@
  *   resolved path is the one loaded), 409 when the manifest cannot be
  *   read or names another model than the URL (snapshots are write-once
  *   directories, so the manifest read here is the one the loader loads).
+ *   The body may say "force": true to skip the validation gate (gate.h) for
+ *   this load; without it a version the gate refuses ends the load FAILED
+ *   (409 for ?wait=1) with the gate's reason and figures.
  *   Then the load is queued for the loader thread:
  *     202 Accepted, Location: /v1/models/{name}:load, body
  *       {"model","load":<id>,"state":"queued","status":"/v1/models/{name}:load"}
@@ -96,6 +99,7 @@
  *   out of descriptors), counted in tlserve_accept_errors_total.
  */
 #include "admin_impl.h"
+#include "gate.h"
 #include "log.h"
 #include "repo.h"
 #include "server.h"
@@ -510,6 +514,8 @@ static void metrics_loads(struct evbuffer *b)
                         "# TYPE tlserve_model_repo_scans_total counter\n"
                         "tlserve_model_repo_scans_total %" PRIu64 "\n",
                         rm.refused, rm.repo_errors, rm.scans);
+    char gate[2048];
+    evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
 }
 
 static void metrics_jemalloc(struct evbuffer *b)
@@ -803,6 +809,14 @@ static void on_load(struct evhttp_request *req, const char *name)
     }
     json_t *jp = json_is_object(j) ? json_object_get(j, "path") : NULL;
     const char *path = json_string_value(jp);
+    /* "force": true skips the validation gate (gate.h): ops' override. */
+    json_t *jf = json_is_object(j) ? json_object_get(j, "force") : NULL;
+    if (jf && !json_is_boolean(jf)) {
+        json_decref(j);
+        reply_error(req, 400, "\"force\" must be true or false (true skips the validation gate)");
+        return;
+    }
+    bool force = jf && json_is_true(jf);
     char dir[sizeof srv->cfg.model_dir];
     if (!path || path[0] == '\0' || strlen(path) >= sizeof dir) {
         json_decref(j);
@@ -845,7 +859,8 @@ static void on_load(struct evhttp_request *req, const char *name)
     }
 
     loader_status_t st;
-    int rc = loader_submit(name, dir, meta.version, &st);
+    loader_job_t job = {.name = name, .dir = dir, .version = meta.version, .force = force};
+    int rc = loader_submit_job(&job, &st);
     if (rc == -EBUSY) {
         reply_error(req, 409,
                     "load %" PRIu64 " of model '%s' (from %s) is still %s; one load per model at "
@@ -862,8 +877,9 @@ static void on_load(struct evhttp_request *req, const char *name)
         reply_error(req, 503, "the server is shutting down: no new loads");
         return;
     }
-    LOG(LL_INFO, "admin: load %" PRIu64 " of %s version %" PRIu64 " from %s queued%s", st.id,
-        name, meta.version, dir, wait ? " (the caller waits)" : "");
+    LOG(LL_INFO, "admin: load %" PRIu64 " of %s version %" PRIu64 " from %s queued%s%s", st.id,
+        name, meta.version, dir, force ? " (forced: no validation gate)" : "",
+        wait ? " (the caller waits)" : "");
     if (wait) {
         /* Answered by drain_ended: the load cannot have ended before this
          * handler returns, since ended loads are seen on this thread. */

@@ -13,8 +13,9 @@
  *            places ("admin_port", "--admin_port").
  *   type     CFG_INT (long long parsed, range-checked, stored as int),
  *            CFG_BOOL (true/false, yes/no, on/off, 1/0), CFG_STRING (length
- *            < size, checked by `check` when set).
- *   min/max  the allowed range of an int.
+ *            < size, checked by `check` when set), CFG_DOUBLE (strtod, finite,
+ *            range-checked, stored as double).
+ *   min/max  the allowed range of an int or a double.
  *   default  text, applied through the same parser as a flag: a default that
  *            broke its own range would fail at start, not go unnoticed.
  *   env      an environment variable that sets it too, or NULL.
@@ -70,6 +71,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +84,8 @@ int server_log_level = LL_INFO;
 typedef enum cfg_type {
     CFG_INT,
     CFG_BOOL,
-    CFG_STRING
+    CFG_STRING,
+    CFG_DOUBLE /* a finite number in [min, max] */
 } cfg_type_t;
 
 /* Extra check of a string value; returns 0 or -1 with why filled. */
@@ -184,6 +187,28 @@ static const cfg_entry_t table[] = {
      "close a connection whose unsent answers make no progress for this long (a peer that "
      "does not read)",
      F(send_timeout_ms), NULL, NULL, NULL, false},
+    {"gate", CFG_BOOL, 0, 1, "true",
+     "check each candidate version (sanity, shadow scoring) before it goes live", F(gate), NULL,
+     NULL, NULL, false},
+    {"gate-max-abs", CFG_DOUBLE, 0, 1000000000000LL, "1e4",
+     "gate: refuse a version with a value that is NaN, infinite or larger than this in magnitude",
+     F(gate_max_abs), NULL, NULL, NULL, false},
+    {"gate-allow-kind-change", CFG_BOOL, 0, 1, "false",
+     "gate: let a version change the active one's kind or floats per key",
+     F(gate_allow_kind_change), NULL, NULL, NULL, false},
+    {"gate-sample", CFG_INT, 0, 65536, "1000",
+     "gate: live PREDICT requests kept for shadow scoring (0: none, sanity only)",
+     F(gate_sample), NULL, NULL, NULL, false},
+    {"gate-slot-bytes", CFG_INT, 64, 16777216, "65536",
+     "gate: largest PREDICT payload kept in the sample (larger ones are not sampled)",
+     F(gate_slot_bytes), NULL, NULL, NULL, false},
+    {"gate-max-mean-shift", CFG_DOUBLE, 0, 1000000, "0.5",
+     "gate: refuse a version whose mean prediction on the sample moves by more than this "
+     "fraction of the active's",
+     F(gate_max_mean_shift), NULL, NULL, NULL, false},
+    {"gate-max-psi", CFG_DOUBLE, 0, 1000000, "0.25",
+     "gate: refuse a version whose score distribution on the sample has a PSI over this",
+     F(gate_max_psi), NULL, NULL, NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
@@ -390,6 +415,23 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
         memcpy(field, v, n + 1);
         return 0;
     }
+    case CFG_DOUBLE: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (*v == '\0' || *v == ' ' || *v == '\t' || *end != '\0' || errno == ERANGE ||
+            !isfinite(x)) {
+            snprintf(why, why_len, "'%s' is not a number (allowed %lld..%lld)", v, e->min,
+                     e->max);
+            return -1;
+        }
+        if (x < (double)e->min || x > (double)e->max) {
+            snprintf(why, why_len, "%g is out of range (allowed %lld..%lld)", x, e->min, e->max);
+            return -1;
+        }
+        *(double *)field = x;
+        return 0;
+    }
     }
     snprintf(why, why_len, "internal error: bad type");
     return -1;
@@ -583,6 +625,9 @@ static void print_help(FILE *f)
             break;
         case CFG_STRING:
             snprintf(range, sizeof range, "%s", e->allowed ? e->allowed : "a string");
+            break;
+        case CFG_DOUBLE:
+            snprintf(range, sizeof range, "%lld..%lld (real)", e->min, e->max);
             break;
         }
         fprintf(f, "  %-18s %-12s %-24s %s%s%s%s\n", flag, e->def[0] ? e->def : "\"\"", range,

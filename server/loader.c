@@ -38,6 +38,12 @@
  *   about its loads without the admin plane knowing it exists).  Admin
  *   loads have neither and open one snapshot directory.
  *
+ * GATE
+ *   Between the open and the swap, the candidate passes the validation gate
+ *   (gate_check, on this thread, without L.lock) unless its job is forced;
+ *   a refusal fails the load with the gate's message and the version is
+ *   released unserved.
+ *
  * SHUTDOWN
  *   loader_stop fails the queued loads at once (shutdown = true), lets the
  *   running load finish (model_load cannot be interrupted half-way), then
@@ -49,6 +55,7 @@
  *   are protected by L.lock; the loader thread drops the lock for the load
  *   and the retire wait.  done() is called without the lock.
  */
+#include "gate.h"
 #include "log.h"
 #include "server.h"
 
@@ -70,6 +77,7 @@ struct hooks {
     void *open_arg;
     loader_done_fn *done; /* NULL: none */
     void *done_arg;
+    bool force;           /* skip the validation gate */
 };
 
 static struct loader {
@@ -199,6 +207,9 @@ static void *loader_main(void *arg)
         } else {
             rc = server_model_open(srv, dir, &sm, &err);
         }
+        /* The gate (gate.h) before the swap: a refused version is never served. */
+        gate_verdict_t gv;
+        bool refused = rc == 0 && !hk.force && gate_check(srv, sm, &gv) != 0;
 
         pthread_mutex_lock(&L.lock);
         if (rc != 0) {
@@ -209,6 +220,10 @@ static void *loader_main(void *arg)
             else
                 snprintf(r->error, sizeof r->error, "cannot load %s %s: %s", what, dir,
                          strerror(rc < 0 ? -rc : EIO));
+            finish(r, LOADER_FAILED, t0);
+        } else if (refused) {
+            snprintf(r->error, sizeof r->error, "version %llu from %s refused by the gate: %s",
+                     (unsigned long long)model_meta(sm->model)->version, dir, gv.msg);
             finish(r, LOADER_FAILED, t0);
         } else if (L.stopping) {
             snprintf(r->error, sizeof r->error,
@@ -240,7 +255,7 @@ static void *loader_main(void *arg)
             hk.done(&copy, hk.done_arg);
         if (L.done)
             L.done(&copy, L.done_arg);
-        server_model_release(sm); /* discarded at shutdown */
+        server_model_release(sm); /* discarded at shutdown, or refused by the gate */
         server_model_retire(old);
 
         pthread_mutex_lock(&L.lock);
@@ -330,7 +345,7 @@ int loader_submit_job(const loader_job_t *job, loader_status_t *out)
         r->version = job->version;
         r->queued_ns = now_ns();
         L.hooks[r - L.records] =
-            (struct hooks){job->open, job->open_arg, job->done, job->done_arg};
+            (struct hooks){job->open, job->open_arg, job->done, job->done_arg, job->force};
         L.queue[(L.qhead + L.qlen) % LOADER_QUEUE_MAX] = r;
         L.qlen++;
         L.metrics.in_progress++;

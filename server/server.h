@@ -70,6 +70,14 @@ typedef struct server_config {
     int send_timeout_ms;       /* a connection whose output makes no progress this long is closed */
     bool force_epoll;          /* use the epoll data plane even if io_uring works */
     char log_level[16];        /* error, warn, info, debug */
+    /* validation gate (gate.h) */
+    bool gate;                 /* check candidates before they go live (false: never) */
+    double gate_max_abs;       /* sanity: largest |value| in a candidate's store */
+    bool gate_allow_kind_change; /* sanity: a candidate may change kind or width */
+    int gate_sample;           /* live PREDICT requests kept for shadow scoring, 0 = none */
+    int gate_slot_bytes;       /* largest sampled payload; larger requests are not sampled */
+    double gate_max_mean_shift; /* shadow: largest relative move of the mean prediction */
+    double gate_max_psi;       /* shadow: largest PSI of the score distribution */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings
@@ -312,6 +320,7 @@ typedef struct loader_job {
     void *open_arg;
     loader_done_fn *done;   /* NULL, or also told when THIS load ends, before the global done */
     void *done_arg;
+    bool force;             /* skip the validation gate (gate.h): ops' override */
 } loader_job_t;
 
 /* Queues job: loader_submit with a custom open and an own done hook (both

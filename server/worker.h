@@ -18,6 +18,7 @@
 #define TL_SERVER_WORKER_H
 
 #include "codec/codec.h"
+#include "gate.h"
 #include "server.h"
 
 #include <pthread.h>
@@ -68,6 +69,7 @@ typedef struct worker {
     uint64_t scratch_gen;      /* server_model_t.gen the scratch is sized for, 0 = none */
     codec_block_t *blocks;     /* CODEC_MAX_ITEMS */
     float *scores;             /* CODEC_MAX_ITEMS */
+    gate_ring_t *sample;       /* this worker's sample of PREDICT payloads (gate.h), NULL = off */
     uint64_t now_ms;           /* the driver's clock, read once per loop round */
     int64_t inflight;          /* responses queued on this worker's connections */
     size_t in_bytes;           /* capacity of all its connections' input buffers */

@@ -228,6 +228,14 @@ int workers_start(server_t *srv)
             return rc;
         }
     }
+    /* The gate's sample of live requests (gate.h): without it only sanity runs. */
+    int rc = gate_sample_start(srv->nworkers, srv->cfg.gate ? srv->cfg.gate_sample : 0,
+                               (size_t)srv->cfg.gate_slot_bytes);
+    if (rc < 0)
+        LOG(LL_WARN, "gate: no sample of live requests (%s): candidates get sanity checks only",
+            strerror(-rc));
+    for (int i = 0; i < srv->nworkers; i++)
+        workers[i].sample = gate_sample_ring(i);
     for (int i = 0; i < srv->nworkers; i++)
         pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
     LOG(LL_INFO, "data plane: %d workers and %d lookup threads on %s:%d", srv->nworkers,
@@ -244,6 +252,7 @@ void workers_stop(server_t *srv)
         pthread_join(workers[i].thread, NULL);
     for (int i = 0; i < srv->nworkers; i++)
         worker_fini(&workers[i]);
+    gate_sample_stop();
     close(guard_fd);
     guard_fd = -1;
     free(workers);

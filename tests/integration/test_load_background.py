@@ -176,7 +176,9 @@ class LoadBackground(unittest.TestCase):
         cls.tmp.cleanup()
 
     def start(self, model_dir=None):
-        srv = harness.Server(model_dir or self.v1, "--workers", "1", token=TOKEN)
+        # Swaps kinds on purpose (the gate refuses that by default).
+        srv = harness.Server(model_dir or self.v1, "--workers", "1", "--gate-allow-kind-change",
+                             token=TOKEN)
         self.addCleanup(srv.stop, timeout=60.0)
         return srv
 

@@ -76,7 +76,8 @@ class ScratchTest(unittest.TestCase):
         self.assertTrue(all(0.0 < s < 1.0 for s in res.scores), res.scores)
 
     def test_narrow_model_gives_the_scratch_back(self):
-        srv = harness.Server(self.lr1, "--workers", "1", token=TOKEN)
+        srv = harness.Server(self.lr1, "--workers", "1", "--gate-allow-kind-change",
+                             "--gate-sample", "0", token=TOKEN)  # unrelated models on purpose
         self.addCleanup(srv.stop)
         jemalloc = os.environ.get("TL_SANITIZE") != "1"  # sanitizer builds do not link it
         pid = srv.proc.pid
