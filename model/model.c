@@ -572,8 +572,8 @@ int model_score(const model_t *m, const codec_block_t *shared, const codec_block
 
     /* The decoder lays a request's blocks out back to back; then the ids are
      * looked up where they are.  Otherwise they are gathered first. */
-    const uint64_t *next = shared->ids + shared->n;
     bool contiguous = shared->n > 0;
+    const uint64_t *next = contiguous ? shared->ids + shared->n : NULL; /* NULL + 0 is UB */
     for (uint32_t i = 0; i < n_items && contiguous; i++) {
         contiguous = items[i].n == 0 || items[i].ids == next;
         next += items[i].n;

@@ -200,7 +200,8 @@ static const cfg_entry_t table[] = {
      "gate: live PREDICT requests kept for shadow scoring (0: none, sanity only)",
      F(gate_sample), NULL, NULL, NULL, false},
     {"gate-slot-bytes", CFG_INT, 64, 16777216, "65536",
-     "gate: largest PREDICT payload kept in the sample (larger ones are not sampled)",
+     "gate: largest PREDICT payload kept in the sample (a larger one keeps its shared block "
+     "and first items)",
      F(gate_slot_bytes), NULL, NULL, NULL, false},
     {"gate-max-mean-shift", CFG_DOUBLE, 0, 1000000, "0.5",
      "gate: refuse a version whose mean prediction on the sample moves by more than this "

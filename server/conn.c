@@ -421,7 +421,7 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     int rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
     if (rc != CODEC_OK)
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
-    gate_sample_offer(w->sample, payload, h->payload_len); /* the gate's shadow sample */
+    gate_sample_offer(w->sample, payload, h->payload_len, &req); /* the gate's shadow sample */
 
     server_model_t *sm = server_model_acquire(w->srv);
     if (!sm)

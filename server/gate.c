@@ -78,9 +78,28 @@ static gate_slot_t *slot_at(const gate_ring_t *r, uint32_t i)
     return (gate_slot_t *)(r->base + (size_t)i * r->stride);
 }
 
-void gate__ring_put(gate_ring_t *r, const uint8_t *payload, size_t len)
+/* A request too large for a slot is kept as its shared block and as many of
+ * its first items as fit, re-encoded into the slot (frame header, then moved
+ * over it): shadow scoring compares item scores, and a ranking request's
+ * size is in its hundreds of items, so a sample of large requests is not
+ * lost.  Returns the payload length, or 0 when not even one item fits. */
+static size_t put_truncated(uint8_t *dst, size_t cap, const codec_predict_t *req)
 {
-    if (len > r->slot_bytes) {
+    codec_predict_t part = *req;
+    size_t len;
+    while (part.items > 0) {
+        if (codec_encode_predict(dst, cap, 0, &part, &len, NULL) == CODEC_OK) {
+            memmove(dst, dst + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE);
+            return len - CODEC_HEADER_SIZE;
+        }
+        part.items /= 2;
+    }
+    return 0;
+}
+
+void gate__ring_put(gate_ring_t *r, const uint8_t *payload, size_t len, const codec_predict_t *req)
+{
+    if (len > r->slot_bytes && (!req || r->slot_bytes <= CODEC_HEADER_SIZE)) {
         r->skipped++;
         return;
     }
@@ -88,7 +107,14 @@ void gate__ring_put(gate_ring_t *r, const uint8_t *payload, size_t len)
     uint32_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    memcpy(s->bytes, payload, len);
+    if (len <= r->slot_bytes) {
+        memcpy(s->bytes, payload, len);
+    } else {
+        len = put_truncated(s->bytes, r->slot_bytes, req);
+        if (len == 0) { /* the slot is left empty: its seq moves on, its length 0 */
+            r->skipped++;
+        }
+    }
     atomic_store_explicit(&s->len, (uint32_t)len, memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq + 2, memory_order_release);
     r->head = r->head + 1 == r->nslots ? 0 : r->head + 1;

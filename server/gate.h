@@ -62,21 +62,23 @@ typedef struct gate_ring {
     uint64_t skipped;   /* requests sampled but over slot_bytes */
 } gate_ring_t;
 
-/* Copies len payload bytes into the ring's next slot (library-private: call
- * gate_sample_offer). */
-void gate__ring_put(gate_ring_t *r, const uint8_t *payload, size_t len);
+/* Copies len payload bytes into the ring's next slot, or, when they do not
+ * fit and req (the decoded request) is given, re-encodes its shared block
+ * and as many first items as fit (library-private: call gate_sample_offer). */
+void gate__ring_put(gate_ring_t *r, const uint8_t *payload, size_t len, const codec_predict_t *req);
 
-/* Offers one decoded PREDICT payload to a worker's ring (r NULL: sampling
- * off).  Every request while the ring is not full, then one in
- * GATE_SAMPLE_EVERY; payloads over the slot size are skipped.  No lock, no
- * allocation, never blocks. */
-static inline void gate_sample_offer(gate_ring_t *r, const uint8_t *payload, size_t len)
+/* Offers one decoded PREDICT (its payload bytes and the decoded request) to
+ * a worker's ring (r NULL: sampling off).  Every request while the ring is
+ * not full, then one in GATE_SAMPLE_EVERY; one larger than a slot is kept as
+ * its shared block and first items.  No lock, no allocation, never blocks. */
+static inline void gate_sample_offer(gate_ring_t *r, const uint8_t *payload, size_t len,
+                                     const codec_predict_t *req)
 {
     if (!r)
         return;
     if (r->filled == r->nslots && (++r->tick & (GATE_SAMPLE_EVERY - 1)) != 0)
         return;
-    gate__ring_put(r, payload, len);
+    gate__ring_put(r, payload, len, req);
 }
 
 /* Creates the rings of nworkers workers holding `total` requests together

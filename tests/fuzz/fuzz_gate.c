@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pos += size - pos >= 2 ? 2 : size - pos;
         if (len > size - pos)
             len = size - pos;
-        gate_sample_offer(r, data + pos, len);
+        gate_sample_offer(r, data + pos, len, NULL);
         offered++;
         pos += len;
     }

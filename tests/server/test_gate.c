@@ -169,25 +169,25 @@ static void test_ring_wraps_skips_and_samples(void **state)
     uint8_t p[32];
     for (int i = 0; i < 4; i++) { /* every request until the ring is full */
         memset(p, i, sizeof p);
-        gate_sample_offer(r, p, 10);
+        gate_sample_offer(r, p, 10, NULL);
     }
     assert_int_equal(r->filled, 4);
     assert_int_equal(r->head, 0);
     memset(p, 7, sizeof p);
     for (int i = 0; i < GATE_SAMPLE_EVERY - 1; i++) /* then 1 in 16: these are not */
-        gate_sample_offer(r, p, 10);
+        gate_sample_offer(r, p, 10, NULL);
     assert_int_equal(r->head, 0);
     memset(p, 9, sizeof p);
-    gate_sample_offer(r, p, 12); /* the 16th is: it wraps over slot 0 */
+    gate_sample_offer(r, p, 12, NULL); /* the 16th is: it wraps over slot 0 */
     assert_int_equal(r->head, 1);
     for (int i = 0; i < GATE_SAMPLE_EVERY - 1; i++)
-        gate_sample_offer(r, p, 10);
-    gate_sample_offer(r, p, 17); /* sampled, but over the 16-byte slot: skipped */
+        gate_sample_offer(r, p, 10, NULL);
+    gate_sample_offer(r, p, 17, NULL); /* sampled, but over the 16-byte slot: skipped */
     assert_int_equal(r->skipped, 1);
     assert_int_equal(r->head, 1);
     memset(p, 5, sizeof p);
     for (int i = 0; i < GATE_SAMPLE_EVERY; i++)
-        gate_sample_offer(r, p, 10);
+        gate_sample_offer(r, p, 10, NULL);
     assert_int_equal(r->head, 2);
 
     uint8_t *buf;
@@ -209,7 +209,7 @@ static void test_ring_wraps_skips_and_samples(void **state)
     assert_null(gate_sample_ring(0));
     assert_int_equal(gate_sample_copy(&buf, lens, 16), 0);
     assert_null(buf);
-    gate_sample_offer(NULL, p, 10); /* sampling off: a no-op */
+    gate_sample_offer(NULL, p, 10, NULL); /* sampling off: a no-op */
     assert_int_equal(gate_sample_start(0, 8, 16), -EINVAL);
     assert_int_equal(gate_sample_start(1, 0, 16), 0);
     assert_null(gate_sample_ring(0));
@@ -273,7 +273,54 @@ static void offer_request(gate_ring_t *r, const char *name, uint64_t first)
     uint8_t frame[512];
     size_t len;
     assert_int_equal(codec_encode_predict(frame, sizeof frame, 1, &req, &len, NULL), CODEC_OK);
-    gate_sample_offer(r, frame + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE);
+    gate_sample_offer(r, frame + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, NULL);
+}
+
+/* A request larger than a slot is kept as its shared block and its first
+ * items, re-encoded: the slot decodes to a PREDICT with the same name,
+ * shared block and leading items. */
+static void test_large_request_kept_truncated(void **state)
+{
+    (void)state;
+    enum { ITEMS = 400 };
+    assert_int_equal(gate_sample_start(1, 4, 1024), 0);
+    gate_ring_t *r = gate_sample_ring(0);
+    static uint64_t ids[ITEMS];
+    static codec_block_t items[ITEMS];
+    static uint64_t sh[3] = {1, 2, 3};
+    for (uint32_t i = 0; i < ITEMS; i++) {
+        ids[i] = 10 + i;
+        items[i] = (codec_block_t){&ids[i], NULL, 1};
+    }
+    codec_predict_t req = {.items = ITEMS, .shared = {sh, NULL, 3}, .item = items};
+    snprintf(req.name, sizeof req.name, "ctr");
+    static uint8_t frame[16384];
+    size_t len;
+    assert_int_equal(codec_encode_predict(frame, sizeof frame, 1, &req, &len, NULL), CODEC_OK);
+    assert_true(len - CODEC_HEADER_SIZE > 1024);
+    gate_sample_offer(r, frame + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, NULL);
+    assert_int_equal(r->skipped, 1); /* without the decoded request: skipped */
+    gate_sample_offer(r, frame + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, &req);
+    assert_int_equal(r->skipped, 1);
+
+    uint8_t *buf = NULL;
+    uint32_t lens[4];
+    int n = gate_sample_copy(&buf, lens, 4);
+    assert_int_equal(n, 1);
+    assert_true(lens[0] <= 1024);
+    static uint8_t arena_mem[1 << 16];
+    codec_arena_t arena = {.base = arena_mem, .cap = sizeof arena_mem};
+    codec_predict_t got;
+    assert_int_equal(codec_decode_predict(buf, lens[0], &arena, &got, NULL), CODEC_OK);
+    assert_string_equal(got.name, "ctr");
+    assert_int_equal(got.shared.n, 3);
+    assert_true(got.items > 8 && got.items < ITEMS);
+    for (uint32_t i = 0; i < got.items; i++) {
+        assert_int_equal(got.item[i].n, 1);
+        assert_int_equal(got.item[i].ids[0], 10 + i);
+    }
+    free(buf);
+    gate_sample_stop();
 }
 
 static void test_shadow_refuses_a_shifted_candidate(void **state)
@@ -331,6 +378,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sanity_refuses_kind_or_width_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ring_wraps_skips_and_samples, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psi_and_mean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_request_kept_truncated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shadow_refuses_a_shifted_candidate, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
