@@ -26,6 +26,10 @@ int admin__check_auth(struct evhttp_request *req);
  * its length, or -1 after replying 413. */
 long admin__body(struct evhttp_request *req, char *buf, size_t max);
 
+/* Appends the /metrics text to b (admin_metrics.c). */
+struct evbuffer;
+void admin__metrics(server_t *srv, struct evbuffer *b);
+
 /* POST /v1/models/{name}:rollback, POST .../{name}:activate and
  * GET .../{name}/versions (admin_models.c).  name is validated. */
 void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *name);
