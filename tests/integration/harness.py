@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,25 @@ def mix64(z):
 def model_key(i, seed=SEED):
     """tlsynth model's key i (store_synthetic_key, store/synthetic.h)."""
     return mix64((i + seed * PHI) & M64)
+
+
+SHARD_HEADER = 64  # shard file header bytes (store/snapshot.c)
+
+
+def snapshot_records(snap):
+    """Every full shard file's records (key + value bytes) of the snapshot in snap, sorted: the
+    model as a comparable set, whatever the shard files' bucket order."""
+    recs = []
+    for name in sorted(os.listdir(snap)):
+        if not name.startswith("shard-"):
+            continue
+        with open(os.path.join(snap, name), "rb") as f:
+            data = f.read()
+        entries, = struct.unpack_from("<Q", data, 32)
+        size = (len(data) - SHARD_HEADER) // entries if entries else 0
+        recs += [data[SHARD_HEADER + i * size:SHARD_HEADER + (i + 1) * size]
+                 for i in range(entries)]
+    return sorted(recs)
 
 
 def gen_model(out, keys, name, version=1, seed=SEED, shards=4):

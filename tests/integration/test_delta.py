@@ -11,16 +11,14 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_delta.py
 
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TLSNAP, TLSYNTH, SEED, require  # noqa: E402
+from harness import TLSNAP, TLSYNTH, SEED, require, SHARD_HEADER, snapshot_records  # noqa: E402
 
-HEADER = 64  # shard file header bytes (store/snapshot.c, store/delta_format.c)
 DNN = ["--kind", "dnn", "--value-floats", "5", "--param", "fields=6", "--param", "dim=4",
        "--param", "hidden=16,8", "--param", "wide=1", "--mlp", "24,16,8,1"]
 
@@ -37,20 +35,6 @@ def synth(out, keys, version, seed=SEED, extra=()):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     if r.returncode != 0:
         raise AssertionError("tlsynth: %s" % r.stderr)
-
-
-def records(snap):
-    """Every full shard file's records, sorted: the model as a set of (key, value) bytes."""
-    recs = []
-    for name in sorted(os.listdir(snap)):
-        if not name.startswith("shard-"):
-            continue
-        with open(os.path.join(snap, name), "rb") as f:
-            data = f.read()
-        entries, = struct.unpack_from("<Q", data, 32)
-        size = (len(data) - HEADER) // entries if entries else 0
-        recs += [data[HEADER + i * size:HEADER + (i + 1) * size] for i in range(entries)]
-    return sorted(recs)
 
 
 class TlsnapDelta(unittest.TestCase):
@@ -105,12 +89,12 @@ class TlsnapDelta(unittest.TestCase):
 
         one = os.path.join(self.tmp, "AB")
         self.ok("compact", a, self.path("2"), one)
-        self.assertEqual(records(one), records(b))
+        self.assertEqual(snapshot_records(one), snapshot_records(b))
         self.ok("verify", one)
         two = os.path.join(self.tmp, "ABC")
         out = self.ok("compact", a, self.path("2"), self.path("3"), two)
         self.assertIn("-> 9000 entries", out)
-        self.assertEqual(records(two), records(c))
+        self.assertEqual(snapshot_records(two), snapshot_records(c))
         self.assertIn("version    3 (full)", self.ok("info", two))
         self.ok("verify", two)
         # no temporaries left in the repository
@@ -123,7 +107,7 @@ class TlsnapDelta(unittest.TestCase):
         self.ok("diff", a, b, self.path("2"))
         out = os.path.join(self.tmp, "AB")
         self.ok("compact", a, self.path("2"), out)
-        self.assertEqual(records(out), records(b))
+        self.assertEqual(snapshot_records(out), snapshot_records(b))
         dense = [n for n in os.listdir(b) if n.startswith("dense-")]
         self.assertEqual(len(dense), 6)
         for n in dense:
@@ -154,15 +138,15 @@ class TlsnapDelta(unittest.TestCase):
         # a corrupt delta
         victim = os.path.join(self.path("2"), "delta-00001.tld")
         with open(victim, "r+b") as f:
-            f.seek(HEADER + 3)
+            f.seek(SHARD_HEADER + 3)
             byte = f.read(1)
-            f.seek(HEADER + 3)
+            f.seek(SHARD_HEADER + 3)
             f.write(bytes([byte[0] ^ 0x10]))
         self.refused("delta-00001.tld", "verify", self.path("2"))
         self.refused("hash to", "compact", a, self.path("2"), os.path.join(self.tmp, "Y"))
         # truncated
         with open(victim, "r+b") as f:
-            f.truncate(HEADER + 5)
+            f.truncate(SHARD_HEADER + 5)
         self.refused("the manifest says", "verify", self.path("2"))
         # usage
         r = run("compact", a, os.path.join(self.tmp, "Z"))

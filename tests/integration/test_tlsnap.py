@@ -9,16 +9,14 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlsnap.py
 
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TLSNAP, TLSYNTH, SEED, require  # noqa: E402
+from harness import TLSNAP, TLSYNTH, SEED, require, SHARD_HEADER, snapshot_records  # noqa: E402
 
-HEADER = 64  # shard file header bytes (store/snapshot.c)
 DNN = ["--kind", "dnn", "--value-floats", "5", "--param", "fields=6", "--param", "dim=4",
        "--param", "hidden=16,8", "--param", "wide=1", "--mlp", "24,16,8,1"]
 
@@ -35,16 +33,8 @@ def synth(*args):
 
 def shard_records(snap):
     """Every shard file's records as a sorted list of bytes, and the record count."""
-    recs = []
-    for name in sorted(os.listdir(snap)):
-        if not name.startswith("shard-"):
-            continue
-        with open(os.path.join(snap, name), "rb") as f:
-            data = f.read()
-        entries, = struct.unpack_from("<Q", data, 32)
-        size = (len(data) - HEADER) // entries if entries else 0
-        recs += [data[HEADER + i * size:HEADER + (i + 1) * size] for i in range(entries)]
-    return sorted(recs), len(recs)
+    recs = snapshot_records(snap)
+    return recs, len(recs)
 
 
 def info_body(snap):
@@ -108,9 +98,9 @@ class TlsnapRewrite(unittest.TestCase):
     def test_refuses_a_corrupt_src_and_writes_nothing(self):
         shard = os.path.join(self.src, "shard-00001.tls")
         with open(shard, "r+b") as f:
-            f.seek(HEADER + 100)
+            f.seek(SHARD_HEADER + 100)
             b = f.read(1)
-            f.seek(HEADER + 100)
+            f.seek(SHARD_HEADER + 100)
             f.write(bytes([b[0] ^ 0x40]))
         dst = os.path.join(self.tmp, "dst")
         r = run("rewrite", self.src, dst)

@@ -13,16 +13,14 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlsynth.py
 import hashlib
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TLSNAP, TLSYNTH, require  # noqa: E402
+from harness import TLSNAP, TLSYNTH, require, snapshot_records  # noqa: E402
 
-HEADER = 64  # shard file header bytes (store/snapshot.c)
 
 # name: (options, record count, sha256 of the sorted records [:16], `tlsnap info` lines) —
 # the figures are those tlsnap's gen command gave for the same options.
@@ -71,16 +69,8 @@ def synth(*args):
 
 def records_digest(snap):
     """The record count and sha256[:16] of every shard file's records, sorted."""
-    recs = []
-    for name in sorted(os.listdir(snap)):
-        if not name.startswith("shard-"):
-            continue
-        with open(os.path.join(snap, name), "rb") as f:
-            data = f.read()
-        entries, = struct.unpack_from("<Q", data, 32)
-        size = (len(data) - HEADER) // entries if entries else 0
-        recs += [data[HEADER + i * size:HEADER + (i + 1) * size] for i in range(entries)]
-    return len(recs), hashlib.sha256(b"".join(sorted(recs))).hexdigest()[:16]
+    recs = snapshot_records(snap)
+    return len(recs), hashlib.sha256(b"".join(recs)).hexdigest()[:16]
 
 
 class TlsynthModel(unittest.TestCase):

@@ -13,34 +13,18 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tltrain_delta
 
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BUILD, REPO, TLSNAP, TLSYNTH, require  # noqa: E402
+from harness import BUILD, REPO, TLSNAP, TLSYNTH, require, snapshot_records  # noqa: E402
 
 TLTRAIN = os.path.join(BUILD, "model", "tltrain")
 DATA = os.environ.get("TL_SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 SVM = os.path.join(DATA, "criteo_tiny", "train.svm")
 FFM = os.path.join(DATA, "criteo_tiny", "train.ffm")
-HEADER = 64  # shard file header bytes (store/snapshot.c)
-
-
-def records(snap):
-    """Every full shard file's records, sorted: the model as a set of (key, value) bytes."""
-    recs = []
-    for name in sorted(os.listdir(snap)):
-        if not name.startswith("shard-"):
-            continue
-        with open(os.path.join(snap, name), "rb") as f:
-            data = f.read()
-        entries, = struct.unpack_from("<Q", data, 32)
-        size = (len(data) - HEADER) // entries if entries else 0
-        recs += [data[HEADER + i * size:HEADER + (i + 1) * size] for i in range(entries)]
-    return sorted(recs)
 
 
 def tltrain(*args):
@@ -106,17 +90,17 @@ class TltrainDelta(unittest.TestCase):
         comp = self.path("comp2")
         r = tlsnap("compact", v1, os.path.join(repo, "2"), comp)
         self.assertEqual(r.returncode, 0, r.stderr)
-        want = records(full2)
+        want = snapshot_records(full2)
         self.assertGreater(len(want), 100)
-        self.assertNotEqual(records(v1), want, "the second training changed nothing")
-        self.assertEqual(records(comp), want)
+        self.assertNotEqual(snapshot_records(v1), want, "the second training changed nothing")
+        self.assertEqual(snapshot_records(comp), want)
         # without --export: the export goes to a temporary directory, removed after
         dsolo = self.path("solo", model, "2")
         self.ok(*base, *second, "--version", "2", "--export-delta", dsolo, "--parent", v1)
         self.assertEqual(sorted(os.listdir(os.path.dirname(dsolo))), ["2"])
         comp = self.path("comp2solo")
         self.assertEqual(tlsnap("compact", v1, dsolo, comp).returncode, 0)
-        self.assertEqual(records(comp), want)
+        self.assertEqual(snapshot_records(comp), want)
         # a parent that is itself a delta: its chain (1 <- 2) resolves in the repository
         full3 = self.path("full3")
         self.ok(*base, *first, "--epochs", "2", "--export", full3, "--version", "3",
@@ -125,7 +109,7 @@ class TltrainDelta(unittest.TestCase):
         comp = self.path("comp3")
         r = tlsnap("compact", v1, os.path.join(repo, "2"), os.path.join(repo, "3"), comp)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(records(comp), records(full3))
+        self.assertEqual(snapshot_records(comp), snapshot_records(full3))
         self.assertEqual([n for n in os.listdir(repo) if n.startswith(".tmp-")], [])
         return base, repo
 
