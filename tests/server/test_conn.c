@@ -1000,6 +1000,15 @@ static void test_max_input_bytes(void **state)
     finish();
 }
 
+/* The payload of a PREDICT with CODEC_MAX_ITEMS empty items (and an empty
+ * shared block): small to send, the largest answer to queue (~16 KB). */
+static void put_widest_predict(bytes_t *p)
+{
+    put_predict_head(p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
+    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
+        put_block(p, NULL, NULL, 0);
+}
+
 /* Peers that send but never read: once a worker's output buffers pass
  * --max-output-bytes, the connection with the most unsent bytes is closed
  * (reaped, buffers dropped), whether or not it is the one being fed;
@@ -1010,9 +1019,7 @@ static void test_output_cap(void **state)
     start((const char *const[]){"--max-inflight", "1048576", "--max-output-bytes", "262144",
                                 NULL});
     bytes_t p = {0}, f = {0}, ping = {0};
-    put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
-    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
-        put_block(&p, NULL, NULL, 0);
+    put_widest_predict(&p);
     put_frame(&f, CODEC_PREDICT, 0, 1, &p);
     put_ping(&ping, 5, "small");
     size_t resp = CODEC_HEADER_SIZE + 8 + codec_varint_size(CODEC_MAX_ITEMS) + 4 * CODEC_MAX_ITEMS;
@@ -1067,9 +1074,7 @@ static void test_output_cap_spares_readers(void **state)
     start((const char *const[]){"--max-inflight", "1048576", "--max-output-bytes", "262144",
                                 NULL});
     bytes_t p = {0}, f = {0}, ping = {0};
-    put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
-    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
-        put_block(&p, NULL, NULL, 0);
+    put_widest_predict(&p);
     put_frame(&f, CODEC_PREDICT, 0, 1, &p);
     put_ping(&ping, 5, "r");
     conn_t *reader = open_conn(), *hog = open_conn();
@@ -1479,9 +1484,7 @@ static void test_unsent_bytes_limit(void **state)
     (void)state;
     start((const char *const[]){"--max-unsent-bytes", "40000", NULL});
     bytes_t p = {0}, f = {0};
-    put_predict_head(&p, MODEL_NAME, 0, CODEC_MAX_ITEMS);
-    for (uint32_t i = 0; i <= CODEC_MAX_ITEMS; i++)
-        put_block(&p, NULL, NULL, 0);
+    put_widest_predict(&p);
     for (int i = 0; i < 5; i++)
         put_frame(&f, CODEC_PREDICT, 0, (uint64_t)i + 1, &p);
     conn_t *c = open_conn();
