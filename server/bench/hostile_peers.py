@@ -339,13 +339,6 @@ def tlgen_run(tlgen, port, model, key_space, duration, rate=TLGEN_RATE, warmup=1
     return r.returncode, r.stdout, doc
 
 
-def cpu_seconds(pid):
-    """utime + stime of a whole process (every thread), from /proc/PID/stat."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def phase_line(name, doc):
     line = ("%-22s p50 %8.0f us  p99 %8.0f us  max %8.0f us  ok %d/%d  errors %d  disconnects %d"
             % (name, doc["p50_us"], doc["p99_us"], doc["max_us"], doc["ok"], doc["scheduled"],
@@ -395,7 +388,7 @@ def bench(argv):
             print("  (this binary lacks %s: run without them)" % ", ".join(missing))
         def cpu():  # (tlserve's CPU seconds, this process's: the hostile driver's)
             t = os.times()
-            return cpu_seconds(srv.proc.pid), t.user + t.system
+            return harness.cpu_seconds(srv.proc.pid), t.user + t.system
 
         c0 = cpu()
         rc, out, base = tlgen_run(tlgen, srv.port, "ctr", keys, a.duration, a.rate)
@@ -417,7 +410,7 @@ def bench(argv):
                 sys.exit("hostile: tlgen printed no JSON (exit %d):\n%s" % (rc, out))
             print(phase_line("floor: peers on a decoy", floor)
                   + "  cpu/s: decoy tlserve %.2f"
-                  % (cpu_seconds(decoy.proc.pid) / (a.duration + 2.5)), flush=True)
+                  % (harness.cpu_seconds(decoy.proc.pid) / (a.duration + 2.5)), flush=True)
         finally:
             if peers:
                 peers.stop()

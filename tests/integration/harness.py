@@ -58,6 +58,20 @@ def model_key(i, seed=SEED):
     return mix64((i + seed * PHI) & M64)
 
 
+def cpu_seconds(pid):
+    """utime + stime of a whole process (every thread), from /proc/PID/stat."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def widest_predict(model):
+    """A PREDICT payload of 4096 one-key items: small to send, a ~16 KB answer, so a few
+    hundred unread answers are more than the loopback socket buffers hold."""
+    return tlserve.encode_predict(model, [model_key(0)],
+                                  [[model_key(1 + i % 1000)] for i in range(4096)])
+
+
 SHARD_HEADER = 64  # shard file header bytes (store/snapshot.c)
 
 

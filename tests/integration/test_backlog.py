@@ -20,7 +20,8 @@ import subprocess
 import time
 import unittest
 
-from harness import TLSERVE, TLSYNTH, Server, model_key, require, temp_model, tlserve
+from harness import (TLSERVE, TLSYNTH, Server, cpu_seconds, model_key, require, temp_model,
+                     tlserve, widest_predict)
 
 MsgType = tlserve.MsgType
 MODEL = "ctr"
@@ -39,20 +40,6 @@ def tearDownModule():
         shutil.rmtree(_TMP, ignore_errors=True)
 
 
-def cpu_seconds(pid):
-    """utime + stime of the whole process (every thread), from /proc/PID/stat."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def big_predict():
-    """A PREDICT with 4096 items: its answer is ~16 KB, so a few hundred unread ones are more
-    than the loopback socket buffers hold."""
-    return tlserve.encode_predict(MODEL, [model_key(0)],
-                                  [[model_key(1 + i % 1000)] for i in range(4096)])
-
-
 def stuck_peer(port, requests=400):
     """A connected socket that has sent `requests` large PREDICTs and reads nothing: the server
     holds megabytes of output for it that cannot go out."""
@@ -60,7 +47,7 @@ def stuck_peer(port, requests=400):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
     sock.settimeout(2)
-    frame = big_predict()
+    frame = widest_predict(MODEL)
     try:
         for rid in range(1, requests + 1):
             sock.sendall(tlserve.encode_frame(MsgType.PREDICT, rid, frame))
@@ -89,7 +76,7 @@ class Backlog:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect(("127.0.0.1", srv.port))
             sock.settimeout(20)
-            req = big_predict()
+            req = widest_predict(MODEL)
             window, total = 200, 3000
             sock.sendall(b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
                                   for rid in range(1, window + 1)))

@@ -27,7 +27,8 @@ import time
 import unittest
 
 import harness
-from harness import TLSERVE, TLSYNTH, Server, model_key, require, temp_model, tlserve
+from harness import (TLSERVE, TLSYNTH, Server, cpu_seconds, model_key, require, temp_model,
+                     tlserve, widest_predict)
 
 MsgType = tlserve.MsgType
 ErrorCode = tlserve.ErrorCode
@@ -45,12 +46,6 @@ def setUpModule():
 def tearDownModule():
     if _TMP:
         shutil.rmtree(_TMP, ignore_errors=True)
-
-
-def big_predict():
-    """4096 items: a ~16 KB answer, so a few hundred unread ones overflow the socket buffers."""
-    return tlserve.encode_predict(MODEL, [model_key(0)],
-                                  [[model_key(1 + i % 1000)] for i in range(4096)])
 
 
 def read_frame(sock, buf):
@@ -103,7 +98,7 @@ def stuck_peer(port, requests):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
     sock.settimeout(1)
-    frame = big_predict()
+    frame = widest_predict(MODEL)
     try:
         for rid in range(1, requests + 1):
             sock.sendall(tlserve.encode_frame(MsgType.PREDICT, rid, frame))
@@ -112,13 +107,6 @@ def stuck_peer(port, requests):
     except (ConnectionResetError, BrokenPipeError):
         pass  # closed already (past --max-output-bytes)
     return sock
-
-
-def cpu_seconds(pid):
-    """utime + stime of the whole process, from /proc/PID/stat."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stopped(pid):
@@ -157,7 +145,7 @@ class Connections:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect(("127.0.0.1", srv.port))
             sock.settimeout(20)
-            big = big_predict()
+            big = widest_predict(MODEL)
             stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, big)
                               for rid in range(1, 201))
             # All 200 go out from a thread while this one reads, as a pipelining client must:
