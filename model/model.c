@@ -66,30 +66,21 @@
  * scratch (model.h).
  */
 #include "model.h"
+#include "model_impl.h"
+#include "overlay.h"
 #include "sigmoid.h"
 
 #include "dnn.h"
 #include "ffm.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-struct model {
-    store_t *store;          /* owned */
-    store_meta_t meta;
-    store_extras_t extras;   /* owned (dense arrays): params and layers */
-    uint32_t ffm_fields;     /* FFM: F, k, instance normalisation */
-    uint32_t ffm_k;
-    bool ffm_norm;
-    bool fm_norm;            /* FM: instance normalisation (param norm) */
-    dnn_net_t dnn;           /* DNN: points into extras */
-    size_t work_bytes;       /* per-request work space beyond the rows */
-};
 
 /* Scratch buffers from this size up are mapped on their own (buf_alloc). */
 #define SCRATCH_MMAP_MIN ((size_t)1 << 20)
@@ -122,7 +113,7 @@ static int64_t param_uint(const store_extras_t *x, const char *key, int64_t lo, 
 static int model_setup(model_t *m, char *why, size_t why_len)
 {
     const uint32_t K = store_value_floats(m->store);
-    const store_extras_t *x = &m->extras;
+    const store_extras_t *x = &m->base->extras;
     switch (m->meta.model_kind) {
     case STORE_MODEL_LR:
         if (K == 1)
@@ -186,17 +177,24 @@ static int model_make(store_t *s, const store_meta_t *meta, store_extras_t *x, m
                       char *why, size_t why_len)
 {
     model_t *m = calloc(1, sizeof *m);
-    if (!m) {
+    struct model_base *b = calloc(1, sizeof *b);
+    if (!m || !b) {
+        free(m);
+        free(b);
         snprintf(why, why_len, "out of memory");
         return -ENOMEM;
     }
+    b->store = s;
+    atomic_init(&b->sharers, 1);
+    if (x)
+        b->extras = *x;
+    m->base = b;
     m->store = s;
     m->meta = *meta;
-    if (x)
-        m->extras = *x;
     int rc = model_setup(m, why, why_len);
     if (rc != 0) {
-        free(m); /* s and x stay the caller's */
+        free(b); /* s and x stay the caller's */
+        free(m);
         return rc;
     }
     if (x)
@@ -266,12 +264,17 @@ void model_destroy(model_t *m)
 {
     if (!m)
         return;
-    store_destroy(m->store);
-    store_extras_free(&m->extras);
+    for (uint32_t i = 0; i < m->n_overlays; i++)
+        model_overlay_unref(m->overlays[i]);
+    if (atomic_fetch_sub_explicit(&m->base->sharers, 1, memory_order_acq_rel) == 1) {
+        store_destroy(m->base->store);
+        store_extras_free(&m->base->extras);
+        free(m->base);
+    }
     free(m);
 }
 
-const store_extras_t *model_extras(const model_t *m) { return &m->extras; }
+const store_extras_t *model_extras(const model_t *m) { return &m->base->extras; }
 
 const store_meta_t *model_meta(const model_t *m) { return &m->meta; }
 const store_t *model_store(const model_t *m) { return m->store; }
@@ -579,8 +582,13 @@ int model_score(const model_t *m, const codec_block_t *shared, const codec_block
         next += items[i].n;
     }
     if (contiguous) {
+        static const uint64_t bias_id = MODEL_BIAS_ID;
         store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
         store_team_lookup(sc->team, m->store, shared->ids, total - 1, sc->weights + K, NULL);
+        for (uint32_t o = m->n_overlays; o-- > 0;) { /* the first overlay writes last: it wins */
+            model_overlay_lookup(m->overlays[o], &bias_id, 1, sc->weights, NULL);
+            model_overlay_lookup(m->overlays[o], shared->ids, total - 1, sc->weights + K, NULL);
+        }
     } else {
         uint64_t *k = sc->keys;
         *k++ = MODEL_BIAS_ID;
@@ -593,6 +601,8 @@ int model_score(const model_t *m, const codec_block_t *shared, const codec_block
             k += items[i].n;
         }
         store_team_lookup(sc->team, m->store, sc->keys, total, sc->weights, NULL);
+        for (uint32_t o = m->n_overlays; o-- > 0;)
+            model_overlay_lookup(m->overlays[o], sc->keys, total, sc->weights, NULL);
     }
 
     switch (m->meta.model_kind) {

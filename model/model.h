@@ -104,6 +104,10 @@ int model_scratch_fit(model_scratch_t *sc, const model_t *m, size_t max_features
  * tests; never allocates. */
 size_t model_scratch_bytes(const model_scratch_t *sc);
 
+/* Keys of this version: its store's count, or for a version with overlays
+ * (a delta served over its parent: overlay.h) the count its deltas left. */
+uint64_t model_key_count(const model_t *m);
+
 /* Floats per key of m's store (1 for LR, 1 + k for FM). */
 uint32_t model_value_floats(const model_t *m);
 

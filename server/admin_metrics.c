@@ -152,7 +152,7 @@ static void metrics_model(struct evbuffer *b, server_t *srv)
         evbuffer_add_printf(
             b, "tlserve_model_info{name=\"%s\",version=\"%" PRIu64 "\",kind=\"%s\"} 1\n",
             meta->model_name, meta->version, store_model_kind_name(meta->model_kind));
-        keys = store_count(model_store(sm->model));
+        keys = model_key_count(sm->model);
         server_model_release(sm);
     }
     metrics_gauge(b, "model_keys", "Keys in the active model (0 when none)", (int64_t)keys);
@@ -189,6 +189,30 @@ static void metrics_loads(struct evbuffer *b)
                         "# TYPE tlserve_model_repo_scans_total counter\n"
                         "tlserve_model_repo_scans_total %" PRIu64 "\n",
                         rm.refused, rm.repo_errors, rm.scans);
+    server_fold_metrics_t fm;
+    server_model_fold_metrics(&fm);
+    evbuffer_add_printf(b,
+                        "# HELP tlserve_delta_overlays_total Delta versions that went live as an "
+                        "overlay over the active version\n"
+                        "# TYPE tlserve_delta_overlays_total counter\n"
+                        "tlserve_delta_overlays_total %" PRIu64 "\n"
+                        "# HELP tlserve_delta_overlay_keys_total Delta keys those overlays took\n"
+                        "# TYPE tlserve_delta_overlay_keys_total counter\n"
+                        "tlserve_delta_overlay_keys_total %" PRIu64 "\n"
+                        "# HELP tlserve_delta_apply_seconds The last overlay's time: delta files "
+                        "read and verified, overlay built\n"
+                        "# TYPE tlserve_delta_apply_seconds gauge\n"
+                        "tlserve_delta_apply_seconds %.6f\n"
+                        "# HELP tlserve_delta_folds_total Overlays folded into the base "
+                        "(result=done|stopped)\n"
+                        "# TYPE tlserve_delta_folds_total counter\n"
+                        "tlserve_delta_folds_total{result=\"done\"} %" PRIu64 "\n"
+                        "tlserve_delta_folds_total{result=\"stopped\"} %" PRIu64 "\n"
+                        "# HELP tlserve_delta_fold_seconds The last fold's time\n"
+                        "# TYPE tlserve_delta_fold_seconds gauge\n"
+                        "tlserve_delta_fold_seconds %.6f\n",
+                        rm.overlay_applies, rm.overlay_keys, rm.last_apply_seconds, fm.folds,
+                        fm.aborted, fm.last_seconds);
     char gate[2048];
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
 }

@@ -43,6 +43,7 @@
 
 #include "codec/codec.h"
 #include "log.h"
+#include "model/overlay.h"
 
 #include <errno.h>
 #include <math.h>
@@ -342,9 +343,56 @@ static void *sanity_main(void *arg)
     return NULL;
 }
 
-/* The values pass: 0, or -EPERM with msg naming the first bad value. */
-static int check_values(const server_t *srv, const model_t *m, gate_verdict_t *v)
+struct overlay_visit {
+    uint32_t K;
+    float max_abs;
+    uint64_t checked, bad_key;
+    uint32_t bad_index;
+    float bad_value;
+};
+
+static int visit_overlay(void *ctx, uint64_t key, const float *value)
 {
+    struct overlay_visit *o = ctx;
+    const uint32_t K = o->K;
+    for (uint32_t i = 0; value && i < K; i++) {
+        if (!isfinite(value[i]) || fabsf(value[i]) > o->max_abs) {
+            o->bad_key = key;
+            o->bad_index = i;
+            o->bad_value = value[i];
+            return 1;
+        }
+    }
+    o->checked += value ? K : 0;
+    return 0;
+}
+
+/* A delta served as an overlay over the active version (model/overlay.h):
+ * only its values are new, so only they are checked.  Loader thread only. */
+static int check_overlay(const server_t *srv, model_overlay_t *ov, gate_verdict_t *v)
+{
+    struct overlay_visit o = {.K = model_overlay_value_floats(ov),
+                              .max_abs = (float)srv->cfg.gate_max_abs};
+    int bad = model_overlay_foreach(ov, visit_overlay, &o);
+    v->values_checked = o.checked;
+    if (bad) {
+        snprintf(v->msg, sizeof v->msg,
+                 "sanity: key %llu float %u of the delta is %g (values must be finite, "
+                 "|value| <= --gate-max-abs %g)",
+                 (unsigned long long)o.bad_key, o.bad_index, (double)o.bad_value,
+                 srv->cfg.gate_max_abs);
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* The values pass: 0, or -EPERM with msg naming the first bad value. */
+static int check_values(const server_t *srv, const model_t *m, const model_t *act,
+                        gate_verdict_t *v)
+{
+    model_overlay_t *ov[MODEL_OVERLAYS_MAX];
+    if (act && model_same_base(m, act) && model_overlays(m, ov) > model_overlays(act, NULL))
+        return check_overlay(srv, ov[0], v);
     const store_t *st = model_store(m);
     double max_abs = srv->cfg.gate_max_abs;
     struct sanity s = {.store = st, .nshards = store_shards(st), .max_abs = (float)max_abs,
@@ -537,7 +585,7 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
         am = NULL; /* another model: no active version of this one to compare with */
     int rc = check_shape(srv, cand, am, v);
     if (rc == 0)
-        rc = check_values(srv, cand, v);
+        rc = check_values(srv, cand, am, v);
     if (rc == 0 && am && srv->cfg.gate_sample > 0) {
         rc = shadow(cand, am, v);
         if (rc == -ENOMEM)

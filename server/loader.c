@@ -234,7 +234,7 @@ static void *loader_main(void *arg)
             const store_meta_t *meta = model_meta(sm->model);
             r->version = meta->version;
             snprintf(r->kind, sizeof r->kind, "%s", store_model_kind_name(meta->model_kind));
-            r->keys = store_count(model_store(sm->model));
+            r->keys = model_key_count(sm->model);
             old = server_model_swap(srv, sm); /* DONE only once requests see it */
             sm = NULL;
             finish(r, LOADER_DONE, t0);
@@ -257,6 +257,8 @@ static void *loader_main(void *arg)
             L.done(&copy, L.done_arg);
         server_model_release(sm); /* discarded at shutdown, or refused by the gate */
         server_model_retire(old);
+        if (copy.state == LOADER_DONE)
+            server_model_fold(srv); /* a delta's overlay into the base (model/overlay.h) */
 
         pthread_mutex_lock(&L.lock);
     }

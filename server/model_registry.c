@@ -98,6 +98,7 @@
  *   does not invent store error codes).
  */
 #include "log.h"
+#include "model/overlay.h"
 #include "server.h"
 
 #include <errno.h>
@@ -109,6 +110,7 @@
 #include <time.h>
 
 #define RETIRE_WAIT_MS 5000
+#define FOLD_WAIT_MS 30000
 
 typedef struct hazard {
     _Atomic(server_model_t *)
@@ -312,7 +314,7 @@ static void kept_info(const server_model_t *sm, server_kept_t *k)
     snprintf(k->name, sizeof k->name, "%s", meta->model_name);
     k->version = meta->version;
     snprintf(k->kind, sizeof k->kind, "%s", store_model_kind_name(meta->model_kind));
-    k->keys = store_count(model_store(sm->model));
+    k->keys = model_key_count(sm->model);
 }
 
 size_t server_model_standby(server_t *srv, server_kept_t *out, size_t max)
@@ -454,8 +456,172 @@ server_model_t *server_model_swap(server_t *srv, server_model_t *sm)
     const store_meta_t *meta = model_meta(sm->model);
     LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active", meta->model_name,
         (unsigned long long)meta->version, store_model_kind_name(meta->model_kind),
-        (unsigned long long)store_count(model_store(sm->model)));
+        (unsigned long long)model_key_count(sm->model));
     return old;
+}
+
+/* ---- the fold (model/overlay.h) -------------------------------------------------------- */
+
+static struct {
+    _Atomic uint64_t folds, aborted, keys;
+    _Atomic uint64_t last_keys, last_us;
+} F;
+
+void server_model_fold_metrics(server_fold_metrics_t *out)
+{
+    out->folds = atomic_load(&F.folds);
+    out->aborted = atomic_load(&F.aborted);
+    out->keys = atomic_load(&F.keys);
+    out->last_keys = atomic_load(&F.last_keys);
+    out->last_seconds = (double)atomic_load(&F.last_us) * 1e-6;
+}
+
+/* A handle for m, or NULL (logged). */
+static server_model_t *wrap_or_log(model_t *m)
+{
+    server_model_t *sm = NULL;
+    if (m && server_model_wrap(m, &sm) == 0)
+        return sm;
+    model_destroy(m);
+    LOG(LL_WARN, "fold: no memory for a version handle");
+    return NULL;
+}
+
+/* Step 2: every kept version on a's base gets undo appended; the replaced
+ * handles are retired.  Returns how many now hold it, or -errno (the fold
+ * stops: what was replaced is still exact). */
+static int give_standbys_undo(server_t *srv, server_model_t *a, model_overlay_t *undo)
+{
+    server_model_t *old[SERVER_KEEP_VERSIONS_MAX];
+    size_t nold = 0;
+    int rc = 0;
+    pthread_mutex_lock(&R.lock);
+    if (atomic_load(&srv->active) != a)
+        rc = -EAGAIN; /* rolled back or replaced meanwhile: the next delta folds */
+    for (size_t i = 0; i < R.n && rc == 0; i++) {
+        server_model_t *sb = R.standby[i];
+        if (!model_same_base(sb->model, a->model))
+            continue;
+        model_overlay_t *ov[MODEL_OVERLAYS_MAX];
+        uint32_t n = model_overlays(sb->model, ov);
+        if (n + 1 > MODEL_OVERLAYS_MAX) {
+            rc = -E2BIG;
+            break;
+        }
+        ov[n] = undo;
+        model_t *dm = NULL;
+        if (model_derive(sb->model, NULL, ov, n + 1, model_key_count(sb->model), &dm) != 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        server_model_t *nsm = wrap_or_log(dm);
+        if (!nsm) {
+            rc = -ENOMEM;
+            break;
+        }
+        R.standby[i] = nsm;
+        old[nold++] = sb;
+    }
+    pthread_mutex_unlock(&R.lock);
+    for (size_t i = 0; i < nold; i++)
+        retire_now(old[i]);
+    return rc < 0 ? rc : (int)nold;
+}
+
+/* Step 4: a's place (active or kept) goes to fresh; a retires.  Where a is
+ * in neither any more, fresh is dropped. */
+static void replace_handle(server_t *srv, server_model_t *a, server_model_t *fresh)
+{
+    server_model_t *gone = NULL;
+    pthread_mutex_lock(&R.lock);
+    if (atomic_load(&srv->active) == a) {
+        gone = atomic_exchange(&srv->active, fresh);
+    } else {
+        for (size_t i = 0; i < R.n && !gone; i++)
+            if (R.standby[i] == a) {
+                gone = a;
+                R.standby[i] = fresh;
+            }
+    }
+    pthread_mutex_unlock(&R.lock);
+    if (!gone)
+        server_model_release(fresh);
+    retire_now(gone);
+}
+
+int server_model_fold(server_t *srv)
+{
+    server_model_t *a = server_model_acquire(srv);
+    if (!a || model_overlays(a->model, NULL) == 0) {
+        server_model_release(a);
+        return 0;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const store_meta_t *meta = model_meta(a->model);
+    uint64_t keys = 0;
+    model_overlay_t *ov[MODEL_OVERLAYS_MAX], *undo = NULL;
+    uint32_t nov = model_overlays(a->model, ov);
+    for (uint32_t i = 0; i < nov; i++)
+        keys += model_overlay_count(ov[i]);
+    const char *why = NULL;
+    int rc = model_fold_undo(a->model, &undo);
+    if (rc != 0) {
+        why = "no memory for the undo";
+        goto out;
+    }
+    rc = give_standbys_undo(srv, a, undo);
+    if (rc < 0) {
+        why = rc == -EAGAIN ? "the version is no longer active" : "a kept version has too many overlays or no memory";
+        goto out;
+    }
+    /* No reader of the base may lack the overlay or the undo of a key about
+     * to be written: wait until its versions are exactly a and the kept ones
+     * just made (older handles finish their requests and go). */
+    uint32_t want = 1 + (uint32_t)rc;
+    struct timespec ms = {0, 1000000};
+    for (int waited = 0; model_base_sharers(a->model) > want; waited++) {
+        if (waited == FOLD_WAIT_MS) {
+            rc = -ETIMEDOUT;
+            why = "versions on the same base still pinned after the wait";
+            goto out;
+        }
+        nanosleep(&ms, NULL);
+    }
+    rc = model_fold_write(a->model, srv->cfg.load_threads);
+    if (rc != 0) {
+        why = "no memory to grow the base (the overlay keeps serving)";
+        goto out;
+    }
+    model_t *folded = NULL;
+    if (model_derive(a->model, NULL, NULL, 0, 0, &folded) != 0) {
+        rc = -ENOMEM;
+        why = "no memory for the folded version";
+        goto out;
+    }
+    server_model_t *fresh = wrap_or_log(folded);
+    if (fresh)
+        replace_handle(srv, a, fresh);
+out:
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t us = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000u +
+                  (uint64_t)((t1.tv_nsec - t0.tv_nsec) / 1000);
+    if (rc >= 0) {
+        atomic_fetch_add(&F.folds, 1);
+        atomic_fetch_add(&F.keys, keys);
+        atomic_store(&F.last_keys, keys);
+        atomic_store(&F.last_us, us);
+        LOG(LL_INFO, "model %s version %llu: %llu overlay keys folded into the base in %.3f s",
+            meta->model_name, (unsigned long long)meta->version, (unsigned long long)keys,
+            (double)us * 1e-6);
+    } else {
+        atomic_fetch_add(&F.aborted, 1);
+        LOG(LL_WARN, "model %s version %llu: fold stopped: %s; it serves with its overlay",
+            meta->model_name, (unsigned long long)meta->version, why);
+    }
+    model_overlay_unref(undo);
+    server_model_release(a);
+    return rc < 0 ? rc : 0;
 }
 
 int server_model_load(server_t *srv, const char *dir, store_error_t *err)

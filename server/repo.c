@@ -43,6 +43,7 @@
 #include "repo_impl.h"
 
 #include "log.h"
+#include "model/overlay.h"
 #include "store/delta.h"
 
 #include <dirent.h>
@@ -57,6 +58,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define REPO_WATCH_MASK                                                                     \
@@ -71,6 +73,23 @@ uint64_t repo__mix(uint64_t h, uint64_t v)
     h ^= h >> 31;
     h *= 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 29);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void note_apply(uint64_t keys, double seconds)
+{
+    pthread_mutex_lock(&S.lock);
+    S.metrics.overlay_applies++;
+    S.metrics.overlay_keys += keys;
+    S.metrics.last_apply_keys = keys;
+    S.metrics.last_apply_seconds = seconds;
+    pthread_mutex_unlock(&S.lock);
 }
 
 static uint64_t stat_sig(uint64_t h, const struct stat *st)
@@ -197,6 +216,71 @@ static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
     return store_errc_errno(code);
 }
 
+/* The chain's deltas after the active version, as one overlay over it
+ * (overlay.h): memory and time of the deltas, not of the model.  Applies when
+ * the active version is a link of the chain (same model, version and
+ * manifest time: the very version of this repository) and not the last.
+ * Returns -ENOENT when it does not apply (the caller rebuilds the chain),
+ * else 0 or the refusal. */
+static int open_over_active(server_t *srv, const char *model, const char *model_dir,
+                            const store_chain_t *chain, server_model_t **out, store_error_t *err)
+{
+    server_model_t *act = server_model_acquire(srv);
+    if (!act)
+        return -ENOENT;
+    const store_meta_t *am = model_meta(act->model);
+    uint32_t at = chain->n;
+    if (strcmp(am->model_name, model) == 0)
+        for (uint32_t i = 0; i + 1 < chain->n; i++)
+            if (chain->versions[i] == am->version && chain->created_unix[i] == am->created_unix)
+                at = i;
+    if (at == chain->n) {
+        server_model_release(act);
+        return -ENOENT;
+    }
+    uint32_t n = chain->n - 1 - at;
+    store_delta_t **d = calloc(n, sizeof *d);
+    model_t *m = NULL;
+    int rc = d ? 0 : set_err(err, STORE_E_NOMEM, "no memory for %u deltas", n);
+    uint64_t t0 = now_ns(), keys = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[at + 1 + i]);
+        rc = store_delta_open(path, &d[i], err);
+        if (rc == 0)
+            keys += store_delta_info(d[i])->upserts + store_delta_info(d[i])->deletes;
+    }
+    uint64_t t1 = now_ns();
+    if (rc == 0)
+        rc = model_apply_deltas(act->model, d, n, &m, err);
+    for (uint32_t i = 0; d && i < n; i++)
+        store_delta_close(d[i]);
+    free(d);
+    if (rc == -E2BIG) { /* too many overlays stacked: rebuild */
+        LOG(LL_INFO, "repo: %s", err->msg);
+        rc = -ENOENT;
+    }
+    if (rc == 0) {
+        uint64_t t2 = now_ns();
+        rc = server_model_wrap(m, out);
+        if (rc != 0) {
+            model_destroy(m);
+            rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64,
+                         chain->versions[chain->n - 1]);
+        } else {
+            double s = (double)(t2 - t0) * 1e-9;
+            LOG(LL_INFO,
+                "repo: version %" PRIu64 " = version %" PRIu64 " + %u delta(s), %" PRIu64
+                " keys as an overlay in %.3f s (read and verified %.3f s; %.1f M keys/s)",
+                chain->versions[chain->n - 1], am->version, n, keys, s,
+                (double)(t1 - t0) * 1e-9, s > 0 ? (double)keys / s * 1e-6 : 0.0);
+            note_apply(keys, s);
+        }
+    }
+    server_model_release(act);
+    return rc;
+}
+
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
                       server_model_t **out, store_error_t *err)
 {
@@ -215,6 +299,9 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
     rc = store_version_chain(model_dir, version, chain, err);
     if (rc != 0)
         goto out;
+    rc = open_over_active(srv, model, model_dir, chain, out, err);
+    if (rc != -ENOENT)
+        goto out; /* applied as an overlay, or refused */
     store_meta_t meta;
     snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[0]);
     if (chain->n == 1) {

@@ -98,6 +98,10 @@ typedef struct repo_metrics {
     uint64_t refused;     /* versions refused (each once per change of its files) */
     uint64_t repo_errors; /* times the repository became unreadable or vanished */
     uint64_t scans;       /* scans done */
+    uint64_t overlay_applies;     /* versions opened as an overlay over the active one */
+    uint64_t overlay_keys;        /* delta keys (upserts + deletes) those overlays took */
+    uint64_t last_apply_keys;     /* the last one's keys and time: delta files read and */
+    double last_apply_seconds;    /* verified, overlay built (gate and swap not included) */
 } repo_metrics_t;
 
 void repo_get_metrics(repo_metrics_t *out);

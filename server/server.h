@@ -188,6 +188,21 @@ typedef struct server {
     _Atomic bool stopping;              /* SIGTERM seen: drain */
 } server_t;
 
+/* The background pass after a delta went live as an overlay (model/overlay.h):
+ * writes the active version's overlays into its base, gives the kept
+ * versions on that base the undo, and replaces the active handle by one
+ * without overlays.  Loader thread only (it is the base's one writer); never
+ * changes a value any version returns.  0 when folded or nothing to fold,
+ * -errno when it stopped (logged; the overlay keeps serving). */
+int server_model_fold(server_t *srv);
+
+typedef struct server_fold_metrics {
+    uint64_t folds, aborted, keys; /* folds done and stopped; overlay keys folded */
+    uint64_t last_keys;
+    double last_seconds;
+} server_fold_metrics_t;
+void server_model_fold_metrics(server_fold_metrics_t *out);
+
 server_model_t *server_model_acquire(server_t *srv);  /* NULL when none */
 void server_model_release(server_model_t *sm);
 

@@ -190,6 +190,9 @@ typedef struct store_chain {
     uint32_t n;                         /* links: 1 (a full version) .. STORE_CHAIN_MAX */
     uint64_t versions[STORE_CHAIN_MAX]; /* versions[0] is full, the rest deltas, in order;
                                          * versions[n-1] is the one asked for */
+    uint64_t created_unix[STORE_CHAIN_MAX]; /* each link's manifest created time: with the
+                                             * version, tells a loaded version from another
+                                             * of the same number */
 } store_chain_t;
 
 /* Resolves the chain leading to `version` in model_dir ("<repo>/<model>"):
@@ -201,7 +204,7 @@ typedef struct store_chain {
  * STORE_CHAIN_MAX is STORE_E_MISMATCH (missing: STORE_E_NO_MANIFEST) naming
  * the version.  Reads manifests only (not the shard files: opening each
  * link verifies those).  Returns 0 with *out filled, or
- * store_errc_errno(err->code) < 0.  *out is about 32 KiB: allocate it.
+ * store_errc_errno(err->code) < 0.  *out is about 64 KiB: allocate it.
  * Blocks. */
 int store_version_chain(const char *model_dir, uint64_t version, store_chain_t *out,
                         store_error_t *err);

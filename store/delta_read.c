@@ -436,6 +436,7 @@ int store_version_chain(const char *model_dir, uint64_t version, store_chain_t *
             store__manifest_free(&m);
             return store_errc_errno(err->code);
         }
+        out->created_unix[out->n] = m.meta.created_unix;
         out->versions[out->n++] = v;
         const int delta = m.kind == MANIFEST_KIND_DELTA;
         const uint64_t parent = m.meta.parent_version;
@@ -450,6 +451,9 @@ int store_version_chain(const char *model_dir, uint64_t version, store_chain_t *
         uint64_t t = out->versions[i];
         out->versions[i] = out->versions[j];
         out->versions[j] = t;
+        t = out->created_unix[i];
+        out->created_unix[i] = out->created_unix[j];
+        out->created_unix[j] = t;
     }
     return 0;
 }

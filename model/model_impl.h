@@ -1,0 +1,41 @@
+/*
+ * model_impl.h — the model's struct, shared by model.c (loading, scoring) and
+ * model_version.c (versions made of a base and overlays: overlay.h).
+ *
+ * Several versions may share one base (store and extras); the base is freed
+ * with the last of them.  The kind fields (FFM's F and k, the DNN's net,
+ * which points into the base's extras) are the same for every version of a
+ * base and are copied with the struct.
+ */
+#ifndef TL_MODEL_IMPL_H
+#define TL_MODEL_IMPL_H
+
+#include "dnn.h"
+#include "model.h"
+#include "overlay.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+struct model_base {
+    store_t *store;           /* owned by the base */
+    store_extras_t extras;    /* owned (dense arrays): params and layers */
+    _Atomic uint32_t sharers; /* versions alive on this base */
+};
+
+struct model {
+    struct model_base *base;  /* shared, refcounted by sharers */
+    store_t *store;           /* base->store, read on every request */
+    store_meta_t meta;
+    model_overlay_t *overlays[MODEL_OVERLAYS_MAX]; /* first match wins; a reference each */
+    uint32_t n_overlays;
+    uint64_t keys;           /* keys of this version when it has overlays */
+    uint32_t ffm_fields;     /* FFM: F, k, instance normalisation */
+    uint32_t ffm_k;
+    bool ffm_norm;
+    bool fm_norm;            /* FM: instance normalisation (param norm) */
+    dnn_net_t dnn;           /* DNN: points into base->extras */
+    size_t work_bytes;       /* per-request work space beyond the rows */
+};
+
+#endif /* TL_MODEL_IMPL_H */

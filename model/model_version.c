@@ -1,0 +1,389 @@
+/*
+ * model_version.c — versions made of a shared base and overlays (overlay.h):
+ * deriving one, turning a chain of deltas into one overlay over the active
+ * version, and the fold that writes overlays into the base.
+ *
+ * A delta is checked as it is turned into an overlay: its layout against the
+ * parent's, its parent link, and every delete against the version it
+ * applies to (a delete of an absent key refuses the delta, as
+ * store_delta_apply does for a rebuild).  The same pass counts the keys the
+ * new version holds.  Presence is asked of the parent in batches
+ * (store_lookup_batch, then the parent's overlays) so that a million-key
+ * delta costs a few batched probes per key, not a cache miss each.
+ */
+#define _GNU_SOURCE
+#include "model_impl.h"
+#include "overlay.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keys per batched presence query: at most 1 MiB of looked-up floats. */
+#define BATCH_FLOATS ((size_t)1 << 18)
+#define BATCH_KEYS_MAX 8192
+
+static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->code = code;
+        err->offset = -1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return store_errc_errno(code);
+}
+
+int model_derive(const model_t *m, const store_meta_t *meta, model_overlay_t *const *ov,
+                 uint32_t n, uint64_t keys, model_t **out)
+{
+    if (!m || !out || n > MODEL_OVERLAYS_MAX || (n && !ov))
+        return -EINVAL;
+    model_t *d = malloc(sizeof *d);
+    if (!d)
+        return -ENOMEM;
+    *d = *m;
+    atomic_fetch_add_explicit(&m->base->sharers, 1, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++)
+        d->overlays[i] = model_overlay_ref(ov[i]);
+    d->n_overlays = n;
+    d->keys = keys;
+    if (meta)
+        d->meta = *meta;
+    *out = d;
+    return 0;
+}
+
+uint32_t model_overlays(const model_t *m, model_overlay_t **ov)
+{
+    if (ov)
+        memcpy(ov, m->overlays, m->n_overlays * sizeof *ov);
+    return m->n_overlays;
+}
+
+uint64_t model_key_count(const model_t *m)
+{
+    return m->n_overlays ? m->keys : store_count(m->store);
+}
+
+int model_same_base(const model_t *a, const model_t *b)
+{
+    return a && b && a->base == b->base;
+}
+
+uint32_t model_base_sharers(const model_t *m)
+{
+    return atomic_load_explicit(&m->base->sharers, memory_order_acquire);
+}
+
+/* Presence of keys in a version: the base, then its overlays (last first). */
+static void version_lookup(const model_t *m, const uint64_t *keys, size_t n, float *vals,
+                           uint8_t *found)
+{
+    store_lookup_batch(m->store, keys, n, vals, found);
+    for (uint32_t o = m->n_overlays; o-- > 0;)
+        model_overlay_lookup(m->overlays[o], keys, n, vals, found);
+}
+
+/* ---- a chain of deltas -> one overlay ------------------------------------------------ */
+
+struct apply {
+    const model_t *parent;
+    model_overlay_t *ov;
+    bool later_delta;    /* not the chain's first: the overlay may hold the key already */
+    uint64_t keys;       /* keys of the version being built */
+    uint64_t version;    /* the delta being applied, for messages */
+    uint64_t *pend;      /* first-touched keys whose presence the parent answers */
+    uint8_t *pend_del;   /* 1: a delete (must be present), 0: an upsert */
+    uint8_t *found;
+    float *vals;
+    size_t npend, cap;
+    uint64_t bad_key;    /* a delete of an absent key */
+    int bad;
+};
+
+static void resolve(struct apply *a)
+{
+    if (a->npend == 0)
+        return;
+    version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
+    for (size_t i = 0; i < a->npend; i++) {
+        if (a->pend_del[i]) {
+            if (!a->found[i] && !a->bad) {
+                a->bad = 1;
+                a->bad_key = a->pend[i];
+            }
+            a->keys -= a->found[i];
+        } else {
+            a->keys += !a->found[i];
+        }
+    }
+    a->npend = 0;
+}
+
+/* One key of a delta: was it in the version before?  Counted now when the
+ * overlay knows, else queued for the parent's batched answer. */
+static void touch(struct apply *a, uint64_t key, bool del)
+{
+    if (a->later_delta) {
+        float tmp[STORE_MAX_VALUE_FLOATS];
+        int st = model_overlay_get(a->ov, key, tmp);
+        if (st == 1) { /* present */
+            a->keys -= del;
+            return;
+        }
+        if (st == 2) { /* deleted by an earlier delta of the chain */
+            if (del && !a->bad) {
+                a->bad = 1;
+                a->bad_key = key;
+            }
+            a->keys += !del;
+            return;
+        }
+    }
+    a->pend[a->npend] = key;
+    a->pend_del[a->npend] = del;
+    if (++a->npend == a->cap)
+        resolve(a);
+}
+
+static int on_upsert(void *ctx, uint64_t key, const float *value)
+{
+    struct apply *a = ctx;
+    touch(a, key, false);
+    return model_overlay_put(a->ov, key, value) < 0 ? -ENOSPC : 0;
+}
+
+static int on_delete(void *ctx, uint64_t key)
+{
+    struct apply *a = ctx;
+    touch(a, key, true);
+    return model_overlay_put(a->ov, key, NULL) < 0 ? -ENOSPC : 0;
+}
+
+/* The delta's layout and link against the version it applies to. */
+static int check_delta(const model_t *parent, uint64_t parent_version, const store_delta_t *d,
+                       store_error_t *err)
+{
+    const store_delta_info_t *in = store_delta_info(d);
+    const store_delta_layout_t *l = &in->layout;
+    const store_meta_t *pm = &parent->meta;
+    unsigned long long v = (unsigned long long)in->meta.version;
+    if (in->meta.parent_version != parent_version)
+        return fail(err, STORE_E_MISMATCH,
+                    "delta version %llu applies to version %llu, not to version %llu", v,
+                    (unsigned long long)in->meta.parent_version,
+                    (unsigned long long)parent_version);
+    if (strcmp(l->model_name, pm->model_name) != 0 || l->model_kind != pm->model_kind)
+        return fail(err, STORE_E_MISMATCH,
+                    "delta version %llu is for model '%s' kind %s, the version it applies to is "
+                    "'%s' kind %s",
+                    v, l->model_name, store_model_kind_name(l->model_kind), pm->model_name,
+                    store_model_kind_name(pm->model_kind));
+    if (l->value_floats != store_value_floats(parent->store) ||
+        l->dtype != store_dtype(parent->store) || l->shards != store_shards(parent->store))
+        return fail(err, STORE_E_MISMATCH,
+                    "delta version %llu has %u floats per key, dtype %d and %u shards; the "
+                    "version it applies to has %u, %d and %u",
+                    v, l->value_floats, (int)l->dtype, l->shards,
+                    store_value_floats(parent->store), (int)store_dtype(parent->store),
+                    store_shards(parent->store));
+    return 0;
+}
+
+int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t n, model_t **out,
+                       store_error_t *err)
+{
+    if (!parent || !d || n == 0 || !out)
+        return fail(err, STORE_E_INVALID, "model_apply_deltas: no parent or no delta");
+    if (parent->n_overlays + 1 > MODEL_OVERLAYS_MAX) {
+        fail(err, STORE_E_MISMATCH, "version %llu already has %u overlays",
+             (unsigned long long)parent->meta.version, parent->n_overlays);
+        return -E2BIG; /* the caller rebuilds instead */
+    }
+    uint64_t total = 0, prev = parent->meta.version;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = check_delta(parent, prev, d[i], err);
+        if (rc != 0)
+            return rc;
+        const store_delta_info_t *in = store_delta_info(d[i]);
+        total += in->upserts + in->deletes;
+        prev = in->meta.version;
+    }
+    const uint32_t K = store_value_floats(parent->store);
+    struct apply a = {.parent = parent, .keys = model_key_count(parent)};
+    a.cap = BATCH_FLOATS / K;
+    if (a.cap > BATCH_KEYS_MAX)
+        a.cap = BATCH_KEYS_MAX;
+    if (a.cap == 0)
+        a.cap = 1;
+    a.pend = malloc(a.cap * sizeof *a.pend);
+    a.pend_del = malloc(a.cap);
+    a.found = malloc(a.cap);
+    a.vals = malloc(a.cap * K * sizeof *a.vals);
+    int rc = model_overlay_create(K, total, &a.ov);
+    if (rc != 0 || !a.pend || !a.pend_del || !a.found || !a.vals) {
+        rc = fail(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
+                  (unsigned long long)total);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n && rc == 0 && !a.bad; i++) {
+        const store_delta_info_t *in = store_delta_info(d[i]);
+        a.later_delta = i > 0;
+        a.version = in->meta.version;
+        for (uint32_t s = 0; s < in->layout.shards && rc == 0; s++)
+            rc = store_delta_foreach(d[i], s, on_upsert, on_delete, &a);
+        resolve(&a); /* before the next delta: its keys may be these */
+        if (rc != 0) {
+            rc = fail(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
+                      (unsigned long long)a.version);
+        } else if (a.bad) {
+            rc = fail(err, STORE_E_MISMATCH,
+                      "delta version %llu deletes key %llu, which the version it applies to "
+                      "does not hold",
+                      (unsigned long long)a.version, (unsigned long long)a.bad_key);
+        }
+    }
+    if (rc == 0) {
+        model_overlay_t *ov[MODEL_OVERLAYS_MAX];
+        ov[0] = a.ov;
+        memcpy(ov + 1, parent->overlays, parent->n_overlays * sizeof *ov);
+        const store_delta_info_t *last = store_delta_info(d[n - 1]);
+        store_meta_t meta = parent->meta;
+        meta.version = last->meta.version;
+        meta.created_unix = last->meta.created_unix;
+        meta.parent_version = 0;
+        if (model_derive(parent, &meta, ov, parent->n_overlays + 1, a.keys, out) != 0)
+            rc = fail(err, STORE_E_NOMEM, "no memory for version %llu",
+                      (unsigned long long)meta.version);
+    }
+out:
+    model_overlay_unref(a.ov);
+    free(a.pend);
+    free(a.pend_del);
+    free(a.found);
+    free(a.vals);
+    return rc;
+}
+
+/* ---- the fold ------------------------------------------------------------------------ */
+
+struct undo {
+    const model_t *m;
+    model_overlay_t *undo;
+    uint64_t *keys;
+    uint8_t *found;
+    float *vals;
+    size_t n, cap;
+};
+
+static void undo_flush(struct undo *u)
+{
+    const uint32_t K = store_value_floats(u->m->store);
+    store_lookup_batch(u->m->store, u->keys, u->n, u->vals, u->found);
+    for (size_t i = 0; i < u->n; i++)
+        (void)model_overlay_put(u->undo, u->keys[i], u->found[i] ? u->vals + i * K : NULL);
+    u->n = 0;
+}
+
+static int undo_key(void *ctx, uint64_t key, const float *value)
+{
+    (void)value;
+    struct undo *u = ctx;
+    u->keys[u->n] = key;
+    if (++u->n == u->cap)
+        undo_flush(u);
+    return 0;
+}
+
+int model_fold_undo(const model_t *m, model_overlay_t **undo)
+{
+    const uint32_t K = store_value_floats(m->store);
+    uint64_t total = 0;
+    for (uint32_t o = 0; o < m->n_overlays; o++)
+        total += model_overlay_count(m->overlays[o]);
+    struct undo u = {.m = m};
+    u.cap = BATCH_FLOATS / K;
+    if (u.cap > BATCH_KEYS_MAX)
+        u.cap = BATCH_KEYS_MAX;
+    if (u.cap == 0)
+        u.cap = 1;
+    u.keys = malloc(u.cap * sizeof *u.keys);
+    u.found = malloc(u.cap);
+    u.vals = malloc(u.cap * K * sizeof *u.vals);
+    int rc = model_overlay_create(K, total, &u.undo);
+    if (rc == 0 && u.keys && u.found && u.vals) {
+        for (uint32_t o = 0; o < m->n_overlays; o++)
+            model_overlay_foreach(m->overlays[o], undo_key, &u);
+        undo_flush(&u);
+        *undo = u.undo;
+        u.undo = NULL;
+    } else {
+        rc = -ENOMEM;
+    }
+    model_overlay_unref(u.undo);
+    free(u.keys);
+    free(u.found);
+    free(u.vals);
+    return rc;
+}
+
+struct writer {
+    const model_t *m;
+    uint32_t part, parts; /* this thread writes the shards s with s % parts == part */
+    int rc;
+};
+
+static int write_key(void *ctx, uint64_t key, const float *value)
+{
+    struct writer *w = ctx;
+    store_t *s = w->m->store;
+    if (store_shard_of(s, key) % w->parts != w->part)
+        return 0;
+    if (value)
+        return store_upsert(s, key, value) < 0 ? -ENOMEM : 0;
+    store_delete(s, key);
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    struct writer *w = arg;
+    for (uint32_t o = w->m->n_overlays; o-- > 0 && w->rc == 0;)
+        w->rc = model_overlay_foreach(w->m->overlays[o], write_key, w);
+    return NULL;
+}
+
+int model_fold_write(const model_t *m, int threads)
+{
+    uint32_t parts = threads < 1 ? 1 : threads > 16 ? 16 : (uint32_t)threads;
+    if (parts > store_shards(m->store))
+        parts = store_shards(m->store);
+    struct writer w[16];
+    pthread_t th[16];
+    uint32_t started = 0;
+    for (uint32_t p = 0; p < parts; p++)
+        w[p] = (struct writer){.m = m, .part = p, .parts = parts};
+    for (uint32_t p = 1; p < parts; p++) /* shards are disjoint: one writer each */
+        if (pthread_create(&th[p], NULL, writer_main, &w[p]) == 0)
+            started |= 1u << p;
+        else
+            writer_main(&w[p]);
+    writer_main(&w[0]);
+    int rc = w[0].rc;
+    for (uint32_t p = 1; p < parts; p++) {
+        if (started & (1u << p))
+            pthread_join(th[p], NULL);
+        if (w[p].rc != 0)
+            rc = w[p].rc;
+    }
+    return rc;
+}

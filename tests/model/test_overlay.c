@@ -1,0 +1,284 @@
+/*
+ * test_overlay.c — a delta served as an overlay (model/overlay.h) scores
+ * exactly as the model rebuilt with store_delta_apply, and the fold changes
+ * no value of any version.
+ *
+ *   - the table: puts, overwrites, deletes, the bias key 0, its capacity, a
+ *     batched lookup against a reference for 50,000 random keys;
+ *   - an FM model (K = 5) and a chain of two deltas written with the delta
+ *     writer (upserts of every third key, inserts, deletes; the second
+ *     delta deletes a key the first upserted and re-inserts one it deleted):
+ *     the overlay version's scores and key count equal the rebuilt model's,
+ *     request by request, float for float;
+ *   - a delete of a key the parent lacks, a broken parent link and a delta
+ *     of another width are refused, naming the key or the version;
+ *   - the fold: the parent with the undo appended, and the folded version,
+ *     score exactly as before the base was written.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/model.h"
+#include "model/overlay.h"
+#include "store/delta.h"
+#include "tests/test_fs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KF 5         /* FM: w + 4 factors */
+#define NKEYS 6000
+#define SHARDS 4
+
+static uint64_t id_of(uint32_t i) { return ((uint64_t)(i % 7) << 56) | (i * 0x9e3779b97f4a7c15ULL >> 8); }
+
+static void value_of(uint64_t id, uint32_t salt, float *v)
+{
+    for (uint32_t j = 0; j < KF; j++)
+        v[j] = (float)((int64_t)((id >> (j * 5)) % 61) - 30) / (64.0f + (float)salt) * (j ? 0.25f : 1.0f);
+}
+
+static store_t *make_store(void)
+{
+    store_options_t opt = {.value_floats = KF, .shards = SHARDS, .expected_keys = NKEYS + 1};
+    store_t *s;
+    assert_int_equal(store_create(&opt, &s), 0);
+    float v[KF];
+    for (uint32_t i = 1; i <= NKEYS; i++) {
+        value_of(id_of(i), 0, v);
+        assert_int_equal(store_upsert(s, id_of(i), v), 1);
+    }
+    value_of(0, 0, v);
+    assert_int_equal(store_upsert(s, MODEL_BIAS_ID, v), 1);
+    return s;
+}
+
+static const store_meta_t META = {.model_name = "ov", .model_kind = STORE_MODEL_FM, .version = 1};
+
+static model_t *make_model(void)
+{
+    model_t *m;
+    assert_int_equal(model_from_store(make_store(), &META, &m), 0);
+    return m;
+}
+
+static void scratch(char *out)
+{
+    const char *root = getenv("TL_TEST_TMP");
+    if (!root || !root[0])
+        root = "/tmp/tl_test_tmp";
+    test_mkdir_p(root);
+    snprintf(out, PATH_MAX, "%s/overlayXXXXXX", root);
+    assert_non_null(mkdtemp(out));
+}
+
+/* Delta `version` over `parent`: upserts ids [a, b) with salt, deletes the listed ids. */
+static store_delta_t *write_delta(const char *root, const model_t *m, uint64_t parent,
+                                  uint64_t version, uint32_t a, uint32_t b, uint32_t step,
+                                  uint32_t salt, const uint64_t *dels, size_t ndel)
+{
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/%llu", root, (unsigned long long)version);
+    store_delta_layout_t lay;
+    store_delta_layout_of(model_store(m), model_meta(m), &lay);
+    store_delta_writer_t *w;
+    store_error_t err;
+    assert_int_equal(store_delta_begin(dir, &lay, parent, version, "test", &w, &err), 0);
+    float v[KF];
+    for (uint32_t i = a; i < b; i += step) {
+        value_of(id_of(i), salt, v);
+        assert_int_equal(store_delta_put(w, id_of(i), v), 0);
+    }
+    for (size_t i = 0; i < ndel; i++)
+        assert_int_equal(store_delta_del(w, dels[i]), 0);
+    assert_int_equal(store_delta_commit(w, &err), 0);
+    store_delta_t *d;
+    assert_int_equal(store_delta_open(dir, &d, &err), 0);
+    return d;
+}
+
+/* Scores of 40 requests (shared block + 8 items over ids 1..NKEYS+200, some absent). */
+static void score_all(const model_t *m, float *out)
+{
+    model_scratch_t *sc;
+    assert_int_equal(model_scratch_create(4096, &sc), 0);
+    assert_true(model_scratch_fit(sc, m, 4096) >= 0);
+    uint64_t ids[9][24];
+    float xs[9][24];
+    for (uint32_t r = 0; r < 40; r++) {
+        codec_block_t blocks[9];
+        for (uint32_t b = 0; b < 9; b++) {
+            for (uint32_t j = 0; j < 24; j++) {
+                uint32_t i = 1 + (r * 997 + b * 131 + j * 61) % (NKEYS + 200);
+                ids[b][j] = id_of(i);
+                xs[b][j] = 1.0f;
+            }
+            blocks[b] = (codec_block_t){.n = 24, .ids = ids[b], .values = xs[b]};
+        }
+        assert_int_equal(model_score(m, &blocks[0], &blocks[1], 8, out + r * 8, sc), 0);
+    }
+    model_scratch_destroy(sc);
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    model_overlay_t *o;
+    assert_int_equal(model_overlay_create(2, 50000, &o), 0);
+    float v[2] = {1.5f, -2.0f}, got[2];
+    assert_int_equal(model_overlay_get(o, 7, got), 0);
+    assert_int_equal(model_overlay_put(o, 7, v), 1);
+    assert_int_equal(model_overlay_put(o, 0, v), 1);
+    assert_int_equal(model_overlay_put(o, 0, NULL), 0);
+    assert_int_equal(model_overlay_get(o, 0, got), 2);
+    v[0] = 3.0f;
+    assert_int_equal(model_overlay_put(o, 7, v), 0);
+    assert_int_equal(model_overlay_get(o, 7, got), 1);
+    assert_true(got[0] == 3.0f && got[1] == -2.0f);
+    assert_int_equal(model_overlay_count(o), 2);
+    assert_int_equal(model_overlay_deletes(o), 1);
+    /* 50,000 random keys, every fifth deleted, against a reference array. */
+    uint64_t *keys = malloc(100000 * sizeof *keys);
+    float *out = malloc(100000 * 2 * sizeof *out);
+    uint8_t *found = malloc(100000);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 100000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        keys[i] = x | 1; /* odd: never 0 or 7 */
+    }
+    for (int i = 2; i < 50000; i++) {
+        float w[2] = {(float)i, (float)-i};
+        assert_int_equal(model_overlay_put(o, keys[i], i % 5 ? w : NULL), 1);
+    }
+    assert_int_equal(model_overlay_put(o, 12345, v), -ENOSPC);
+    for (int i = 0; i < 100000; i++) {
+        out[2 * i] = out[2 * i + 1] = 42.0f;
+        found[i] = 9;
+    }
+    model_overlay_lookup(o, keys, 100000, out, found);
+    for (int i = 0; i < 100000; i++) {
+        if (i < 2 || i >= 50000) {
+            assert_true(out[2 * i] == 42.0f && found[i] == 9); /* untouched */
+        } else if (i % 5) {
+            assert_true(out[2 * i] == (float)i && out[2 * i + 1] == (float)-i && found[i] == 1);
+        } else {
+            assert_true(out[2 * i] == 0.0f && out[2 * i + 1] == 0.0f && found[i] == 0);
+        }
+    }
+    free(keys);
+    free(out);
+    free(found);
+    model_overlay_unref(o);
+}
+
+static void test_deltas_as_overlay_equal_rebuild(void **state)
+{
+    (void)state;
+    char root[PATH_MAX];
+    scratch(root);
+    model_t *parent = make_model();
+    /* Delta 2: every third key re-valued, 300 new keys, 50 deletes (incl. the bias);
+     * delta 3: deletes one key delta 2 upserted, re-inserts one it deleted. */
+    uint64_t del2[50], del3[1] = {id_of(4)};
+    for (int i = 0; i < 50; i++)
+        del2[i] = i == 0 ? MODEL_BIAS_ID : id_of(2 + 3 * (uint32_t)i);
+    store_delta_t *d2 = write_delta(root, parent, 1, 2, 1, NKEYS + 301, 3, 1, del2, 50);
+    store_delta_t *d3 = write_delta(root, parent, 2, 3, 5, 6, 1, 2, del3, 1);
+    store_delta_t *d[2] = {d2, d3};
+
+    model_t *ov = NULL;
+    store_error_t err;
+    assert_int_equal(model_apply_deltas(parent, d, 2, &ov, &err), 0);
+    assert_int_equal(model_meta(ov)->version, 3);
+    assert_int_equal(model_overlays(ov, NULL), 1);
+
+    /* The rebuild: a fresh copy of the parent with both deltas applied. */
+    store_t *rs = make_store();
+    store_meta_t rmeta = META;
+    assert_int_equal(store_delta_apply(rs, &rmeta, d2, &err), 0);
+    assert_int_equal(store_delta_apply(rs, &rmeta, d3, &err), 0);
+    model_t *rebuilt;
+    assert_int_equal(model_from_store(rs, &rmeta, &rebuilt), 0);
+    assert_int_equal(model_key_count(ov), store_count(model_store(rebuilt)));
+
+    float *a = malloc(320 * sizeof *a), *b = malloc(320 * sizeof *b), *p0 = malloc(320 * sizeof *p0);
+    score_all(ov, a);
+    score_all(rebuilt, b);
+    assert_memory_equal(a, b, 320 * sizeof *a);
+    score_all(parent, p0);
+    assert_memory_not_equal(a, p0, 320 * sizeof *a);
+
+    /* The fold: parent + undo, then the base written, then the folded version. */
+    model_overlay_t *undo;
+    assert_int_equal(model_fold_undo(ov, &undo), 0);
+    model_t *kept;
+    assert_int_equal(model_derive(parent, NULL, &undo, 1, model_key_count(parent), &kept), 0);
+    assert_int_equal(model_base_sharers(parent), 3);
+    assert_int_equal(model_fold_write(ov, 2), 0);
+    model_t *folded;
+    assert_int_equal(model_derive(ov, NULL, NULL, 0, 0, &folded), 0);
+    assert_int_equal(model_key_count(folded), model_key_count(ov));
+    score_all(folded, b);
+    assert_memory_equal(a, b, 320 * sizeof *a);
+    score_all(ov, b); /* overlay over the written base: the same */
+    assert_memory_equal(a, b, 320 * sizeof *a);
+    score_all(kept, b); /* the parent through the undo: its own scores */
+    assert_memory_equal(p0, b, 320 * sizeof *a);
+    assert_int_equal(model_key_count(kept), NKEYS + 1);
+
+    model_overlay_unref(undo);
+    model_destroy(kept);
+    model_destroy(folded);
+    model_destroy(ov);
+    model_destroy(rebuilt);
+    store_delta_close(d2);
+    store_delta_close(d3);
+    model_destroy(parent);
+    free(a);
+    free(b);
+    free(p0);
+    test_rm_rf(root);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    char root[PATH_MAX];
+    scratch(root);
+    model_t *parent = make_model();
+    uint64_t absent[1] = {id_of(NKEYS + 50)};
+    store_delta_t *bad_del = write_delta(root, parent, 1, 2, 1, 10, 1, 1, absent, 1);
+    model_t *out = NULL;
+    store_error_t err;
+    assert_int_equal(model_apply_deltas(parent, &bad_del, 1, &out, &err), -EBADMSG);
+    assert_int_equal(err.code, STORE_E_MISMATCH);
+    char want[64];
+    snprintf(want, sizeof want, "deletes key %llu", (unsigned long long)absent[0]);
+    assert_non_null(strstr(err.msg, want));
+    assert_null(out);
+    store_delta_t *gap = write_delta(root, parent, 5, 6, 1, 10, 1, 1, NULL, 0);
+    assert_int_equal(model_apply_deltas(parent, &gap, 1, &out, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "applies to version 5, not to version 1"));
+    store_delta_close(bad_del);
+    store_delta_close(gap);
+    model_destroy(parent);
+    test_rm_rf(root);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_deltas_as_overlay_equal_rebuild),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
