@@ -434,10 +434,19 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         goto out;
     }
     if (req.version != 0 && req.version != meta->version) {
-        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_VERSION,
-                        "model '%s' version %llu is not loaded (active: %llu)", req.name,
-                        (unsigned long long)req.version, (unsigned long long)meta->version);
-        goto out;
+        /* Pinned to a version kept for rollback (cold: the registry's lock). */
+        server_model_t *kept = server_model_acquire_kept(w->srv, req.name, req.version);
+        if (!kept) {
+            rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_VERSION,
+                            "model '%s' version %llu is not loaded (active: %llu; kept "
+                            "versions: GET /v1/models/%s/versions)",
+                            req.name, (unsigned long long)req.version,
+                            (unsigned long long)meta->version, req.name);
+            goto out;
+        }
+        server_model_release(sm);
+        sm = kept;
+        meta = model_meta(sm->model);
     }
     for (uint32_t i = 0; i < req.items; i++)
         w->blocks[i] = (codec_block_t){req.item[i].ids, req.item[i].values, req.item[i].n};

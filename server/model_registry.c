@@ -328,6 +328,22 @@ size_t server_model_standby(server_t *srv, server_kept_t *out, size_t max)
     return n;
 }
 
+server_model_t *server_model_acquire_kept(server_t *srv, const char *name, uint64_t version)
+{
+    (void)srv;
+    server_model_t *sm = NULL;
+    pthread_mutex_lock(&R.lock);
+    for (size_t i = 0; i < R.n && !sm; i++) {
+        const store_meta_t *m = model_meta(R.standby[i]->model);
+        if (m->version == version && strcmp(m->model_name, name) == 0) {
+            sm = R.standby[i];
+            atomic_fetch_add_explicit(&sm->refs, 1, memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&R.lock);
+    return sm;
+}
+
 /* The active version's manifest name and version; 0 when none.  R.lock
  * held (the active handle cannot be retired meanwhile). */
 static uint64_t active_locked(server_t *srv, const char **name)

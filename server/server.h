@@ -204,6 +204,10 @@ typedef struct server_fold_metrics {
 void server_model_fold_metrics(server_fold_metrics_t *out);
 
 server_model_t *server_model_acquire(server_t *srv);  /* NULL when none */
+/* A reference to kept (standby) version `version` of model name, for a
+ * request that pins it; NULL when it is not kept.  Takes the registry's
+ * lock: for the rare pinned request, not the active path. */
+server_model_t *server_model_acquire_kept(server_t *srv, const char *name, uint64_t version);
 void server_model_release(server_model_t *sm);
 
 /* Loads the snapshot in dir into a new version handle, not yet active

@@ -21,6 +21,7 @@ import time
 import unittest
 
 import harness
+import tlserve
 from harness import TLSERVE, TLSNAP, TLSYNTH, Server, gen_model, model_key, require
 
 NAME = "rm"
@@ -265,6 +266,19 @@ class ModelRepo(unittest.TestCase):
         fresh.stop()
         self.assertGreater(keys1, 0)
         self.assertGreater(keys2, 0)
+
+        # A request may pin a kept version (they read through the folds' undos): exact;
+        # a version that is not loaded is UNKNOWN_VERSION.
+        kept = [x["version"] for x in json.loads(
+            srv.get("/v1/models/rm/versions")[2])["versions"] if x["state"] == "standby"]
+        self.assertEqual(len(kept), 2, kept)
+        with srv.client() as c:
+            for v in kept:
+                r = c.predict(NAME, shared, items, version=v)
+                self.assertEqual((r.version, list(r.scores)), (v, want[v]))
+            with self.assertRaises(tlserve.ModelNotFoundError) as e:
+                c.predict(NAME, shared, items, version=99)
+            self.assertIn("version 99 is not loaded", str(e.exception))
 
         # Rollbacks land on kept versions that read through the folds' undos: exact.
         auth = {"Authorization": "Bearer " + token}
