@@ -98,75 +98,88 @@ static void version_lookup(const model_t *m, const uint64_t *keys, size_t n, flo
 struct apply {
     const model_t *parent;
     model_overlay_t *ov;
+    uint32_t K;
     bool later_delta;    /* not the chain's first: the overlay may hold the key already */
     uint64_t keys;       /* keys of the version being built */
-    uint64_t version;    /* the delta being applied, for messages */
-    uint64_t *pend;      /* first-touched keys whose presence the parent answers */
+    /* The chunk of the delta read so far, put into the overlay in one batch. */
+    uint64_t *ckeys;
+    uint8_t *cdel;
+    float *cvals;
+    size_t cn, cap;
+    /* Its first-touched keys, whose presence the parent answers in one batch. */
+    uint64_t *pend;
     uint8_t *pend_del;   /* 1: a delete (must be present), 0: an upsert */
     uint8_t *found;
     float *vals;
-    size_t npend, cap;
+    size_t npend;
     uint64_t bad_key;    /* a delete of an absent key */
-    int bad;
+    int bad, full;
 };
 
-static void resolve(struct apply *a)
+static void flush(struct apply *a)
 {
-    if (a->npend == 0)
-        return;
-    version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
-    for (size_t i = 0; i < a->npend; i++) {
-        if (a->pend_del[i]) {
-            if (!a->found[i] && !a->bad) {
-                a->bad = 1;
-                a->bad_key = a->pend[i];
+    if (a->npend) {
+        version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
+        for (size_t i = 0; i < a->npend; i++) {
+            if (a->pend_del[i]) {
+                if (!a->found[i] && !a->bad) {
+                    a->bad = 1;
+                    a->bad_key = a->pend[i];
+                }
+                a->keys -= a->found[i];
+            } else {
+                a->keys += !a->found[i];
             }
-            a->keys -= a->found[i];
-        } else {
-            a->keys += !a->found[i];
         }
+        a->npend = 0;
     }
-    a->npend = 0;
+    if (a->cn && model_overlay_put_batch(a->ov, a->ckeys, a->cn, a->cvals, a->cdel) != 0)
+        a->full = 1;
+    a->cn = 0;
 }
 
-/* One key of a delta: was it in the version before?  Counted now when the
- * overlay knows, else queued for the parent's batched answer. */
-static void touch(struct apply *a, uint64_t key, bool del)
+/* One key of a delta: counted now when the overlay knows whether the version
+ * held it, else queued for the parent's batched answer; then queued for the
+ * overlay. */
+static int take(struct apply *a, uint64_t key, const float *value)
 {
+    bool del = !value;
     if (a->later_delta) {
         float tmp[STORE_MAX_VALUE_FLOATS];
         int st = model_overlay_get(a->ov, key, tmp);
         if (st == 1) { /* present */
             a->keys -= del;
-            return;
-        }
-        if (st == 2) { /* deleted by an earlier delta of the chain */
+        } else if (st == 2) { /* deleted by an earlier delta of the chain */
             if (del && !a->bad) {
                 a->bad = 1;
                 a->bad_key = key;
             }
             a->keys += !del;
-            return;
         }
+        if (st != 0)
+            goto queue;
     }
     a->pend[a->npend] = key;
     a->pend_del[a->npend] = del;
-    if (++a->npend == a->cap)
-        resolve(a);
+    a->npend++;
+queue:
+    a->ckeys[a->cn] = key;
+    a->cdel[a->cn] = del;
+    if (value)
+        memcpy(a->cvals + a->cn * a->K, value, a->K * sizeof *value);
+    if (++a->cn == a->cap)
+        flush(a);
+    return a->full ? -ENOSPC : 0;
 }
 
 static int on_upsert(void *ctx, uint64_t key, const float *value)
 {
-    struct apply *a = ctx;
-    touch(a, key, false);
-    return model_overlay_put(a->ov, key, value) < 0 ? -ENOSPC : 0;
+    return take(ctx, key, value);
 }
 
 static int on_delete(void *ctx, uint64_t key)
 {
-    struct apply *a = ctx;
-    touch(a, key, true);
-    return model_overlay_put(a->ov, key, NULL) < 0 ? -ENOSPC : 0;
+    return take(ctx, key, NULL);
 }
 
 /* The delta's layout and link against the version it applies to. */
@@ -219,18 +232,22 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
         prev = in->meta.version;
     }
     const uint32_t K = store_value_floats(parent->store);
-    struct apply a = {.parent = parent, .keys = model_key_count(parent)};
+    struct apply a = {.parent = parent, .K = K, .keys = model_key_count(parent)};
     a.cap = BATCH_FLOATS / K;
     if (a.cap > BATCH_KEYS_MAX)
         a.cap = BATCH_KEYS_MAX;
     if (a.cap == 0)
         a.cap = 1;
+    a.ckeys = malloc(a.cap * sizeof *a.ckeys);
+    a.cdel = malloc(a.cap);
+    a.cvals = malloc(a.cap * K * sizeof *a.cvals);
     a.pend = malloc(a.cap * sizeof *a.pend);
     a.pend_del = malloc(a.cap);
     a.found = malloc(a.cap);
     a.vals = malloc(a.cap * K * sizeof *a.vals);
     int rc = model_overlay_create(K, total, &a.ov);
-    if (rc != 0 || !a.pend || !a.pend_del || !a.found || !a.vals) {
+    if (rc != 0 || !a.ckeys || !a.cdel || !a.cvals || !a.pend || !a.pend_del || !a.found ||
+        !a.vals) {
         rc = fail(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
                   (unsigned long long)total);
         goto out;
@@ -238,18 +255,17 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     for (uint32_t i = 0; i < n && rc == 0 && !a.bad; i++) {
         const store_delta_info_t *in = store_delta_info(d[i]);
         a.later_delta = i > 0;
-        a.version = in->meta.version;
         for (uint32_t s = 0; s < in->layout.shards && rc == 0; s++)
             rc = store_delta_foreach(d[i], s, on_upsert, on_delete, &a);
-        resolve(&a); /* before the next delta: its keys may be these */
-        if (rc != 0) {
+        flush(&a); /* before the next delta: its keys may be these */
+        if (rc != 0 || a.full) {
             rc = fail(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
-                      (unsigned long long)a.version);
+                      (unsigned long long)in->meta.version);
         } else if (a.bad) {
             rc = fail(err, STORE_E_MISMATCH,
                       "delta version %llu deletes key %llu, which the version it applies to "
                       "does not hold",
-                      (unsigned long long)a.version, (unsigned long long)a.bad_key);
+                      (unsigned long long)in->meta.version, (unsigned long long)a.bad_key);
         }
     }
     if (rc == 0) {
@@ -267,6 +283,9 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     }
 out:
     model_overlay_unref(a.ov);
+    free(a.ckeys);
+    free(a.cdel);
+    free(a.cvals);
     free(a.pend);
     free(a.pend_del);
     free(a.found);
@@ -287,10 +306,10 @@ struct undo {
 
 static void undo_flush(struct undo *u)
 {
-    const uint32_t K = store_value_floats(u->m->store);
     store_lookup_batch(u->m->store, u->keys, u->n, u->vals, u->found);
     for (size_t i = 0; i < u->n; i++)
-        (void)model_overlay_put(u->undo, u->keys[i], u->found[i] ? u->vals + i * K : NULL);
+        u->found[i] = !u->found[i]; /* now: deleted */
+    (void)model_overlay_put_batch(u->undo, u->keys, u->n, u->vals, u->found); /* sized for all */
     u->n = 0;
 }
 

@@ -4,19 +4,23 @@
  * undo) and then read by every request of the versions that hold it.
  *
  * LAYOUT
- *   keys[slots]    u64, 0 = empty (key 0, the bias, lives in its own slot)
- *   vals[slots*K]  the values, by slot
- *   dels[slots/64] one bit per slot: the key is deleted (vals unused)
+ *   slots[n]   one slot = key (u64, 0 = empty) | deleted (u32) | K floats,
+ *              padded to 8 bytes: a probe that finds its key has its value
+ *              in the same line (an LR slot is 16 bytes)
+ *   key 0 (the bias) lives in a slot of its own beside the table
  *
- *   slots = max_keys / 0.7 (not a power of two: the slot is the high half of
- *   hash x slots), linear probing.  A request's keys mostly miss (a delta is
- *   a few percent of the model), and a miss at 0.7 reads about 6 slots of
- *   one or two lines; the lookup hashes a group of keys and prefetches their
- *   first lines before it probes the previous group, as the store's batch
- *   does, so the misses overlap.  The hash is mixed with a per-process random
- *   seed: a crafted delta cannot line its keys up into one long probe run.
+ *   n = max_keys / 0.7 (not a power of two: the slot is the high half of
+ *   hash x n), linear probing; the table is mapped with transparent huge
+ *   pages where the kernel allows them (random probes of a table of tens of
+ *   megabytes miss the TLB otherwise).  A request's keys mostly miss (a
+ *   delta is a few percent of the model), and a miss at 0.7 reads a few
+ *   slots of one or two lines.  Lookups and batched puts hash a group of
+ *   keys and prefetch their first lines before they probe the previous
+ *   group, as the store's batch does, so the misses overlap.  The hash is
+ *   mixed with a per-process random seed: a crafted delta cannot line its
+ *   keys up into one long probe run.
  *
- * Memory: about 1.43 x (8 + 4K) bytes per key, plus the slot bits.
+ * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key.
  */
 #define _GNU_SOURCE
 #include "overlay.h"
@@ -27,22 +31,32 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 
 #define OVERLAY_LOAD 0.7
 #define OVERLAY_GROUP 16
+#define FILTER_BITS_PER_KEY 8
+#define HUGE_MIN ((size_t)2 << 20) /* tables from 2 MiB up are mapped (huge pages) */
 
 struct model_overlay {
     _Atomic uint32_t refs;
     uint32_t K;
-    uint64_t slots, max_keys, count, deletes;
-    uint64_t *keys;
-    float *vals;
-    uint64_t *dels;
+    size_t stride;  /* bytes per slot */
+    uint64_t nslots, max_keys, count, deletes;
+    uint8_t *slots; /* nslots * stride */
+    size_t map_bytes; /* > 0: slots is an mmap of that size; 0: calloc */
+    uint64_t *filter;            /* FILTER_BITS_PER_KEY bits a key, two set per key */
+    uint64_t filter_mask;        /* words - 1 (a power of two) */
     bool has_zero, zero_deleted; /* key 0 (the bias row) */
     float *zero_val;             /* K floats */
 };
+
+#define SLOT(o, s) ((o)->slots + (s) * (o)->stride)
+#define SLOT_KEY(p) (*(uint64_t *)(p))
+#define SLOT_DEL(p) (*(uint32_t *)((p) + 8))
+#define SLOT_VAL(p) ((float *)((p) + 12))
 
 static uint64_t seed;
 static pthread_once_t seed_once = PTHREAD_ONCE_INIT;
@@ -58,20 +72,51 @@ static void seed_init(void)
     seed = s | 1;
 }
 
-static inline uint64_t slot_of(const model_overlay_t *o, uint64_t key)
+static inline uint64_t hash_of(uint64_t key)
 {
     uint64_t h = key ^ seed;
     h ^= h >> 30;
     h *= 0xBF58476D1CE4E5B9ull;
     h ^= h >> 27;
     h *= 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    return (uint64_t)(((unsigned __int128)h * o->slots) >> 64);
+    return h ^ (h >> 31);
 }
 
-static inline bool is_deleted(const model_overlay_t *o, uint64_t slot)
+static inline uint64_t slot_of_hash(const model_overlay_t *o, uint64_t h)
 {
-    return (o->dels[slot >> 6] >> (slot & 63)) & 1;
+    return (uint64_t)(((unsigned __int128)h * o->nslots) >> 64);
+}
+
+static inline uint64_t slot_of(const model_overlay_t *o, uint64_t key)
+{
+    return slot_of_hash(o, hash_of(key));
+}
+
+/* The filter: one 64-bit word a key, two bits in it (a blocked Bloom filter
+ * of one word: one cache line read, about 5% false positives at 8 bits a
+ * key).  Word from the low bits of the hash, bits from the middle ones; the
+ * slot comes from the high bits. */
+static inline uint64_t filter_bits(uint64_t h)
+{
+    return (UINT64_C(1) << ((h >> 20) & 63)) | (UINT64_C(1) << ((h >> 26) & 63));
+}
+
+static inline bool maybe_has(const model_overlay_t *o, uint64_t h)
+{
+    uint64_t b = filter_bits(h);
+    return (o->filter[h & o->filter_mask] & b) == b;
+}
+
+static inline uint64_t next_slot(const model_overlay_t *o, uint64_t s)
+{
+    return s + 1 == o->nslots ? 0 : s + 1;
+}
+
+static inline void prefetch_slot(const model_overlay_t *o, uint64_t s)
+{
+    const uint8_t *p = SLOT(o, s);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + o->stride - 1); /* a wide or straddling slot's last line */
 }
 
 int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
@@ -79,21 +124,36 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     if (K == 0 || K > STORE_MAX_VALUE_FLOATS || !out)
         return -EINVAL;
     pthread_once(&seed_once, seed_init);
-    uint64_t slots = (uint64_t)((double)max_keys / OVERLAY_LOAD) + 16;
-    if (slots > (UINT64_C(1) << 40) / K) /* far past any memory: refuse before multiplying */
+    size_t stride = (12 + 4 * (size_t)K + 7) & ~(size_t)7;
+    uint64_t nslots = (uint64_t)((double)max_keys / OVERLAY_LOAD) + 16;
+    if (nslots > (UINT64_C(1) << 42) / stride) /* far past any memory: refuse before multiplying */
         return -ENOMEM;
     model_overlay_t *o = calloc(1, sizeof *o);
     if (!o)
         return -ENOMEM;
     atomic_init(&o->refs, 1);
     o->K = K;
-    o->slots = slots;
+    o->stride = stride;
+    o->nslots = nslots;
     o->max_keys = max_keys;
-    o->keys = calloc(slots, sizeof *o->keys); /* zero pages: untouched slots cost nothing */
-    o->vals = malloc(slots * K * sizeof *o->vals);
-    o->dels = calloc((slots + 63) / 64, sizeof *o->dels);
+    size_t bytes = nslots * stride;
+    if (bytes >= HUGE_MIN) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            (void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort */
+            o->slots = p;
+            o->map_bytes = bytes;
+        }
+    } else {
+        o->slots = calloc(nslots, stride);
+    }
+    uint64_t words = 8;
+    while (words * 64 < max_keys * FILTER_BITS_PER_KEY)
+        words *= 2;
+    o->filter_mask = words - 1;
+    o->filter = calloc(words, sizeof *o->filter);
     o->zero_val = calloc(K, sizeof *o->zero_val);
-    if (!o->keys || !o->vals || !o->dels || !o->zero_val) {
+    if (!o->slots || !o->filter || !o->zero_val) {
         model_overlay_unref(o);
         return -ENOMEM;
     }
@@ -101,38 +161,75 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     return 0;
 }
 
-int model_overlay_put(model_overlay_t *o, uint64_t key, const float *value)
+/* Puts key (not 0, hash h) at or after its slot. */
+static int put_at(model_overlay_t *o, uint64_t key, uint64_t h, const float *value)
 {
-    const uint32_t K = o->K;
-    if (key == 0) {
-        int fresh = !o->has_zero;
-        if (fresh && o->count >= o->max_keys)
-            return -ENOSPC;
-        o->deletes += (uint64_t)(!value) - (uint64_t)(o->has_zero && o->zero_deleted);
-        o->count += (uint64_t)fresh;
-        o->has_zero = true;
-        o->zero_deleted = !value;
-        if (value)
-            memcpy(o->zero_val, value, K * sizeof *value);
-        return fresh;
+    uint64_t s = slot_of_hash(o, h);
+    uint8_t *p = SLOT(o, s);
+    while (SLOT_KEY(p) != 0 && SLOT_KEY(p) != key) {
+        s = next_slot(o, s);
+        p = SLOT(o, s);
     }
-    uint64_t s = slot_of(o, key);
-    while (o->keys[s] != 0 && o->keys[s] != key)
-        s = s + 1 == o->slots ? 0 : s + 1;
-    int fresh = o->keys[s] == 0;
+    int fresh = SLOT_KEY(p) == 0;
     if (fresh && o->count >= o->max_keys)
-        return -ENOSPC; /* also keeps one slot empty: probes end */
-    bool was_del = !fresh && is_deleted(o, s);
-    o->keys[s] = key;
+        return -ENOSPC; /* also keeps a slot empty: probes end */
+    bool was_del = !fresh && SLOT_DEL(p);
+    if (fresh)
+        o->filter[h & o->filter_mask] |= filter_bits(h);
+    SLOT_KEY(p) = key;
+    SLOT_DEL(p) = !value;
     o->count += (uint64_t)fresh;
     o->deletes += (uint64_t)(!value) - (uint64_t)was_del;
-    if (value) {
-        o->dels[s >> 6] &= ~(UINT64_C(1) << (s & 63));
-        memcpy(o->vals + s * K, value, K * sizeof *value);
-    } else {
-        o->dels[s >> 6] |= UINT64_C(1) << (s & 63);
-    }
+    if (value)
+        memcpy(SLOT_VAL(p), value, o->K * sizeof *value);
     return fresh;
+}
+
+static int put_zero(model_overlay_t *o, const float *value)
+{
+    int fresh = !o->has_zero;
+    if (fresh && o->count >= o->max_keys)
+        return -ENOSPC;
+    o->deletes += (uint64_t)(!value) - (uint64_t)(o->has_zero && o->zero_deleted);
+    o->count += (uint64_t)fresh;
+    o->has_zero = true;
+    o->zero_deleted = !value;
+    if (value)
+        memcpy(o->zero_val, value, o->K * sizeof *value);
+    return fresh;
+}
+
+int model_overlay_put(model_overlay_t *o, uint64_t key, const float *value)
+{
+    return key == 0 ? put_zero(o, value) : put_at(o, key, hash_of(key), value);
+}
+
+int model_overlay_put_batch(model_overlay_t *o, const uint64_t *keys, size_t n,
+                            const float *values, const uint8_t *deleted)
+{
+    const uint32_t K = o->K;
+    uint64_t slot[2][OVERLAY_GROUP]; /* the keys' hashes */
+    size_t g = 0, cur = 0;
+    for (size_t start = 0; start < n + OVERLAY_GROUP; start += OVERLAY_GROUP, cur ^= 1) {
+        size_t m = start < n ? (n - start < OVERLAY_GROUP ? n - start : OVERLAY_GROUP) : 0;
+        for (size_t j = 0; j < m; j++) {
+            uint64_t h = hash_of(keys[start + j]);
+            slot[cur][j] = h;
+            prefetch_slot(o, slot_of_hash(o, h));
+        }
+        if (start > 0) {
+            size_t prev = start - OVERLAY_GROUP;
+            for (size_t j = 0; j < g; j++) {
+                size_t i = prev + j;
+                const float *v = deleted[i] ? NULL : values + i * K;
+                int rc = keys[i] == 0 ? put_zero(o, v) : put_at(o, keys[i], slot[cur ^ 1][j], v);
+                if (rc < 0)
+                    return rc;
+            }
+        }
+        g = m;
+    }
+    return 0;
 }
 
 int model_overlay_get(const model_overlay_t *o, uint64_t key, float *out)
@@ -145,18 +242,19 @@ int model_overlay_get(const model_overlay_t *o, uint64_t key, float *out)
         memcpy(out, o->zero_val, o->K * sizeof *out);
         return 1;
     }
-    uint64_t s = slot_of(o, key);
-    for (;;) {
-        uint64_t k = o->keys[s];
-        if (k == 0)
+    uint64_t h = hash_of(key);
+    if (!maybe_has(o, h))
+        return 0;
+    for (uint64_t s = slot_of_hash(o, h);; s = next_slot(o, s)) {
+        const uint8_t *p = SLOT(o, s);
+        if (SLOT_KEY(p) == 0)
             return 0;
-        if (k == key) {
-            if (is_deleted(o, s))
+        if (SLOT_KEY(p) == key) {
+            if (SLOT_DEL(p))
                 return 2;
-            memcpy(out, o->vals + s * o->K, o->K * sizeof *out);
+            memcpy(out, SLOT_VAL(p), o->K * sizeof *out);
             return 1;
         }
-        s = s + 1 == o->slots ? 0 : s + 1;
     }
 }
 
@@ -175,19 +273,19 @@ static inline void put_row(const model_overlay_t *o, uint64_t key, uint64_t s, f
             *found = !o->zero_deleted;
         return;
     }
-    for (;;) {
-        uint64_t k = o->keys[s];
-        if (k == 0)
+    const uint8_t *p;
+    for (;; s = next_slot(o, s)) {
+        p = SLOT(o, s);
+        if (SLOT_KEY(p) == 0)
             return;
-        if (k == key)
+        if (SLOT_KEY(p) == key)
             break;
-        s = s + 1 == o->slots ? 0 : s + 1;
     }
-    bool del = is_deleted(o, s);
+    bool del = SLOT_DEL(p) != 0;
     if (del)
         memset(row, 0, o->K * sizeof *row);
     else
-        memcpy(row, o->vals + s * o->K, o->K * sizeof *row);
+        memcpy(row, SLOT_VAL(p), o->K * sizeof *row);
     if (found)
         *found = !del;
 }
@@ -198,23 +296,32 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
     const uint32_t K = o->K;
     if (o->count == 0)
         return;
+    /* Round r filters group r and prefetches the slots of the keys that may
+     * be there, then probes those of group r - 1.  Most keys are not in a
+     * delta: the filter's one word (a table of a byte per delta key, hot in
+     * cache) turns them away without touching the table. */
+    uint32_t idx[2][OVERLAY_GROUP];
     uint64_t slot[2][OVERLAY_GROUP];
     size_t g = 0, cur = 0;
-    /* Round r hashes and prefetches group r, then probes group r - 1. */
     for (size_t start = 0; start < n + OVERLAY_GROUP; start += OVERLAY_GROUP, cur ^= 1) {
-        size_t m = start < n ? (n - start < OVERLAY_GROUP ? n - start : OVERLAY_GROUP) : 0;
+        size_t m = start < n ? (n - start < OVERLAY_GROUP ? n - start : OVERLAY_GROUP) : 0, c = 0;
         for (size_t j = 0; j < m; j++) {
-            uint64_t s = slot_of(o, keys[start + j]);
-            slot[cur][j] = s;
-            __builtin_prefetch(&o->keys[s]);
+            uint64_t key = keys[start + j], h = hash_of(key);
+            if (key == 0 || maybe_has(o, h)) {
+                uint64_t s = slot_of_hash(o, h);
+                idx[cur][c] = (uint32_t)j;
+                slot[cur][c++] = s;
+                prefetch_slot(o, s);
+            }
         }
         if (start > 0) {
             size_t prev = start - OVERLAY_GROUP;
-            for (size_t j = 0; j < g; j++)
-                put_row(o, keys[prev + j], slot[cur ^ 1][j], out + (prev + j) * K,
-                        found ? found + prev + j : NULL);
+            for (size_t j = 0; j < g; j++) {
+                size_t i = prev + idx[cur ^ 1][j];
+                put_row(o, keys[i], slot[cur ^ 1][j], out + i * K, found ? found + i : NULL);
+            }
         }
-        g = m;
+        g = c;
     }
 }
 
@@ -223,10 +330,11 @@ int model_overlay_foreach(const model_overlay_t *o, model_overlay_fn fn, void *c
     int rc;
     if (o->has_zero && (rc = fn(ctx, 0, o->zero_deleted ? NULL : o->zero_val)) != 0)
         return rc;
-    for (uint64_t s = 0; s < o->slots; s++) {
-        if (o->keys[s] == 0)
+    for (uint64_t s = 0; s < o->nslots; s++) {
+        const uint8_t *p = SLOT(o, s);
+        if (SLOT_KEY(p) == 0)
             continue;
-        rc = fn(ctx, o->keys[s], is_deleted(o, s) ? NULL : o->vals + s * o->K);
+        rc = fn(ctx, SLOT_KEY(p), SLOT_DEL(p) ? NULL : SLOT_VAL(p));
         if (rc != 0)
             return rc;
     }
@@ -239,8 +347,7 @@ uint32_t model_overlay_value_floats(const model_overlay_t *o) { return o->K; }
 
 size_t model_overlay_bytes(const model_overlay_t *o)
 {
-    return sizeof *o + o->slots * (sizeof *o->keys + o->K * sizeof *o->vals) +
-           (o->slots + 63) / 64 * sizeof *o->dels + o->K * sizeof *o->zero_val;
+    return sizeof *o + o->nslots * o->stride + o->K * sizeof *o->zero_val;
 }
 
 model_overlay_t *model_overlay_ref(model_overlay_t *o)
@@ -254,9 +361,11 @@ void model_overlay_unref(model_overlay_t *o)
 {
     if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1)
         return;
-    free(o->keys);
-    free(o->vals);
-    free(o->dels);
+    if (o->map_bytes)
+        munmap(o->slots, o->map_bytes);
+    else
+        free(o->slots);
+    free(o->filter);
     free(o->zero_val);
     free(o);
 }

@@ -70,6 +70,13 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out);
  * max_keys.  Builder only, before the overlay is shared. */
 int model_overlay_put(model_overlay_t *o, uint64_t key, const float *value);
 
+/* model_overlay_put for n keys, with the table's lines prefetched a group
+ * ahead (a delta's keys land at random slots): key i -> values[i*K..], or a
+ * delete when deleted[i].  0 or -ENOSPC (the keys before the one that did
+ * not fit are in). */
+int model_overlay_put_batch(model_overlay_t *o, const uint64_t *keys, size_t n,
+                            const float *values, const uint8_t *deleted);
+
 /* One key: 1 and out[0..K) filled when o holds a value, 2 when o deletes it
  * (out untouched), 0 when o says nothing of it. */
 int model_overlay_get(const model_overlay_t *o, uint64_t key, float *out);

@@ -492,6 +492,11 @@ void server_model_fold_metrics(server_fold_metrics_t *out)
     out->last_seconds = (double)atomic_load(&F.last_us) * 1e-6;
 }
 
+static double secs(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) * 1e-9;
+}
+
 /* A handle for m, or NULL (logged). */
 static server_model_t *wrap_or_log(model_t *m)
 {
@@ -544,9 +549,10 @@ static int give_standbys_undo(server_t *srv, server_model_t *a, model_overlay_t 
     return rc < 0 ? rc : (int)nold;
 }
 
-/* Step 4: a's place (active or kept) goes to fresh; a retires.  Where a is
- * in neither any more, fresh is dropped. */
-static void replace_handle(server_t *srv, server_model_t *a, server_model_t *fresh)
+/* Step 4: a's place (active or kept) goes to fresh.  Returns a (the
+ * server's reference, for the caller to retire) or NULL when a is in neither
+ * any more (fresh is dropped). */
+static server_model_t *replace_handle(server_t *srv, server_model_t *a, server_model_t *fresh)
 {
     server_model_t *gone = NULL;
     pthread_mutex_lock(&R.lock);
@@ -562,7 +568,7 @@ static void replace_handle(server_t *srv, server_model_t *a, server_model_t *fre
     pthread_mutex_unlock(&R.lock);
     if (!gone)
         server_model_release(fresh);
-    retire_now(gone);
+    return gone;
 }
 
 int server_model_fold(server_t *srv)
@@ -572,7 +578,8 @@ int server_model_fold(server_t *srv)
         server_model_release(a);
         return 0;
     }
-    struct timespec t0, t1;
+    struct timespec t0, t1, t_undo = {0, 0}, t_wait = {0, 0}, t_write = {0, 0};
+    server_model_t *gone = NULL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const store_meta_t *meta = model_meta(a->model);
     uint64_t keys = 0;
@@ -586,6 +593,7 @@ int server_model_fold(server_t *srv)
         why = "no memory for the undo";
         goto out;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t_undo);
     rc = give_standbys_undo(srv, a, undo);
     if (rc < 0) {
         why = rc == -EAGAIN ? "the version is no longer active" : "a kept version has too many overlays or no memory";
@@ -604,6 +612,7 @@ int server_model_fold(server_t *srv)
         }
         nanosleep(&ms, NULL);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t_wait);
     rc = model_fold_write(a->model, srv->cfg.load_threads);
     if (rc != 0) {
         why = "no memory to grow the base (the overlay keeps serving)";
@@ -615,9 +624,10 @@ int server_model_fold(server_t *srv)
         why = "no memory for the folded version";
         goto out;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t_write);
     server_model_t *fresh = wrap_or_log(folded);
     if (fresh)
-        replace_handle(srv, a, fresh);
+        gone = replace_handle(srv, a, fresh);
 out:
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t us = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000u +
@@ -627,16 +637,20 @@ out:
         atomic_fetch_add(&F.keys, keys);
         atomic_store(&F.last_keys, keys);
         atomic_store(&F.last_us, us);
-        LOG(LL_INFO, "model %s version %llu: %llu overlay keys folded into the base in %.3f s",
+        LOG(LL_INFO,
+            "model %s version %llu: %llu overlay keys folded into the base in %.3f s (undo "
+            "%.3f s, drain %.3f s, write %.3f s)",
             meta->model_name, (unsigned long long)meta->version, (unsigned long long)keys,
-            (double)us * 1e-6);
+            (double)us * 1e-6, secs(&t0, &t_undo), secs(&t_undo, &t_wait),
+            secs(&t_wait, &t_write));
     } else {
         atomic_fetch_add(&F.aborted, 1);
         LOG(LL_WARN, "model %s version %llu: fold stopped: %s; it serves with its overlay",
             meta->model_name, (unsigned long long)meta->version, why);
     }
     model_overlay_unref(undo);
-    server_model_release(a);
+    server_model_release(a); /* before the retire, which waits for a's requests */
+    retire_now(gone);
     return rc < 0 ? rc : 0;
 }
 
