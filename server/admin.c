@@ -346,9 +346,7 @@ static int token_equal(const char *given, size_t glen, const char *want)
     return diff == 0;
 }
 
-/* Returns 0 when the request carries the configured token, else replies
- * (401/403) and returns -1. */
-static int check_auth(struct evhttp_request *req)
+int admin__check_auth(struct evhttp_request *req)
 {
     const char *want = A.srv->cfg.admin_token;
     if (want[0] == '\0') {
@@ -374,11 +372,6 @@ static int check_auth(struct evhttp_request *req)
     LOG(LL_WARN, "admin: refused %s %s (%s)", "POST", evhttp_request_get_uri(req),
         h ? "wrong token" : "no token");
     return -1;
-}
-
-int admin__check_auth(struct evhttp_request *req)
-{
-    return check_auth(req);
 }
 
 long admin__body(struct evhttp_request *req, char *buf, size_t max)
@@ -500,33 +493,38 @@ static void method_not_allowed(struct evhttp_request *req, const char *allow)
     reply_error(req, 405, "method not allowed; use %s", allow);
 }
 
-/* Routes {name}:rollback, {name}:activate and {name}/versions (rest is the
- * path after "/v1/models/"); 1 when it answered, 0 when rest is none of
- * them. */
-static int lifecycle_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
+/* Routes the calls on one model: {name}:load, {name}:rollback,
+ * {name}:activate and {name}/versions (rest is the path after
+ * "/v1/models/"); 1 when it answered, 0 when rest is none of them.  A
+ * method without a handler gets 405 with the entry's Allow. */
+static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
 {
+    typedef void (*handler_fn)(server_t *, struct evhttp_request *, const char *);
     static const struct {
         const char *suffix;
-        bool post;
-        void (*fn)(server_t *, struct evhttp_request *, const char *);
-    } calls[] = {{":rollback", true, admin__on_rollback},
-                 {":activate", true, admin__on_activate},
-                 {"/versions", false, admin__on_versions}};
+        const char *allow;
+        handler_fn post; /* NULL: POST not allowed */
+        handler_fn get;  /* GET and HEAD; NULL: not allowed */
+    } calls[] = {{":rollback", "POST", admin__on_rollback, NULL},
+                 {":activate", "POST", admin__on_activate, NULL},
+                 {"/versions", "GET, HEAD", NULL, admin__on_versions},
+                 {":load", "GET, HEAD, POST", admin__on_load, admin__on_load_status}};
     size_t len = strlen(rest);
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         size_t sl = strlen(calls[i].suffix);
         if (len <= sl || strcmp(rest + len - sl, calls[i].suffix) != 0)
             continue;
         size_t n = len - sl;
-        if (calls[i].post ? m != EVHTTP_REQ_POST : !is_get(m)) {
-            method_not_allowed(req, calls[i].post ? "POST" : "GET, HEAD");
+        handler_fn fn = m == EVHTTP_REQ_POST ? calls[i].post : is_get(m) ? calls[i].get : NULL;
+        if (!fn) {
+            method_not_allowed(req, calls[i].allow);
         } else if (!valid_name(rest, n)) {
             reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
         } else {
             char nm[64];
             memcpy(nm, rest, n);
             nm[n] = '\0';
-            calls[i].fn(A.srv, req, nm);
+            fn(A.srv, req, nm);
         }
         return 1;
     }
@@ -541,7 +539,6 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
     char *path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL; /* "%3A" -> ':' */
     static const char models_prefix[] = "/v1/models/";
-    static const char load_suffix[] = ":load";
 
     if (!path) {
         reply_error(req, 400, "cannot parse the request URI");
@@ -558,23 +555,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/models/") == 0) {
         is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
     } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
-               lifecycle_call(req, m, path + sizeof models_prefix - 1)) {
-        /* answered: :rollback, :activate, /versions */
-    } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
-               strlen(path) > sizeof models_prefix - 1 + sizeof load_suffix - 1 &&
-               strcmp(path + strlen(path) - (sizeof load_suffix - 1), load_suffix) == 0) {
-        const char *name = path + sizeof models_prefix - 1;
-        size_t n = strlen(name) - (sizeof load_suffix - 1);
-        if (m != EVHTTP_REQ_POST && !is_get(m)) {
-            method_not_allowed(req, "GET, HEAD, POST");
-        } else if (!valid_name(name, n)) {
-            reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
-        } else {
-            char nm[64];
-            memcpy(nm, name, n);
-            nm[n] = '\0';
-            m == EVHTTP_REQ_POST ? admin__on_load(A.srv, req, nm) : admin__on_load_status(A.srv, req, nm);
-        }
+               model_call(req, m, path + sizeof models_prefix - 1)) {
+        /* answered: :load, :rollback, :activate, /versions */
     } else {
         reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
                     path);
@@ -628,21 +610,6 @@ static cold int listen_on(const char *addr, int port)
     return fd;
 }
 
-/* stop_ev, once A.stop_requested is set: answers the requests still
- * waiting (their loads were dropped or discarded: loader_stop has ended them
- * all) and leaves the loop, after a moment to flush when a waiter was
- * answered since admin_stop began (a reply goes out on a later turn of the
- * loop than the one that made it).
- *
- * Why a timer and a flag, not only an activation: the stop must hold
- * whatever point the admin thread has reached when admin_stop runs (not yet
- * in event_base_dispatch, inside it, or between two turns), e.g. when the
- * data port cannot be bound right after admin_start.  The flag is state, not
- * an event: the first turn of the loop that runs stop_ev (admin_stop's
- * event_active, or the timer at most ADMIN_STOP_CHECK_MS later, which is
- * armed before the thread starts) sees it and leaves; later ticks break
- * again should the loop still run past the flush moment.  Nothing can be
- * lost. */
 /* An accept of the admin socket failed (out of file descriptors, most
  * often): libevent would retry at once, for ever, while the error lasts.
  * Pause accepting for ADMIN_ACCEPT_PAUSE_MS instead; count and log (once a
@@ -672,6 +639,21 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
     evconnlistener_enable(A.listener);
 }
 
+/* stop_ev, once A.stop_requested is set: answers the requests still
+ * waiting (their loads were dropped or discarded: loader_stop has ended them
+ * all) and leaves the loop, after a moment to flush when a waiter was
+ * answered since admin_stop began (a reply goes out on a later turn of the
+ * loop than the one that made it).
+ *
+ * Why a timer and a flag, not only an activation: the stop must hold
+ * whatever point the admin thread has reached when admin_stop runs (not yet
+ * in event_base_dispatch, inside it, or between two turns), e.g. when the
+ * data port cannot be bound right after admin_start.  The flag is state, not
+ * an event: the first turn of the loop that runs stop_ev (admin_stop's
+ * event_active, or the timer at most ADMIN_STOP_CHECK_MS later, which is
+ * armed before the thread starts) sees it and leaves; later ticks break
+ * again should the loop still run past the flush moment.  Nothing can be
+ * lost. */
 static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;
