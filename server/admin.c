@@ -15,8 +15,8 @@
  *                                 [{"version","error"}]} (repo.h)
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
  *                                 "Authorization: Bearer <admin-token>";
- *                                 202 and queued, or ?wait=1 (LOAD)
- *   GET  /v1/models/{name}:load   the latest load of that model (LOAD)
+ *                                 202 and queued, or ?wait=1 (admin_load.c)
+ *   GET  /v1/models/{name}:load   the latest load of that model (admin_load.c)
  *   POST /v1/models/{name}:rollback  token; the newest standby version
  *                                 becomes active (admin_models.c)
  *   POST /v1/models/{name}:activate  token; body {"version": N|"latest"}:
@@ -32,38 +32,11 @@
  *   snapshot's small manifest before it queues, so the admin plane answers
  *   within milliseconds during a load.
  *
- * LOAD
- *   The cheap checks run here, synchronously: 403 when no admin token is
- *   configured (state-changing calls are off), 401 without or with a wrong
- *   token (compared in constant time for a given token length), 400 when the
- *   request is malformed (body not JSON, no "path", bad model name in the
- *   URL, a wait= other than 1/true/0/false), 403 when --model-root is set
- *   and the path does not resolve (realpath) to a path strictly under the
- *   root's (the root itself, '..' escapes and symlinks out are refused; the
- *   resolved path is the one loaded), 409 when the manifest cannot be
- *   read or names another model than the URL (snapshots are write-once
- *   directories, so the manifest read here is the one the loader loads).
- *   The body may say "force": true to skip the validation gate (gate.h) for
- *   this load; without it a version the gate refuses ends the load FAILED
- *   (409 for ?wait=1) with the gate's reason and figures.
- *   Then the load is queued for the loader thread:
- *     202 Accepted, Location: /v1/models/{name}:load, body
- *       {"model","load":<id>,"state":"queued","status":"/v1/models/{name}:load"}
- *     409 when a load of the same model is still queued or running (one at a
- *       time per model; the body names it): retry when it has ended
- *     503 when LOADER_QUEUE_MAX loads are already waiting (the body names the
- *       limit), or when the server is shutting down.
- *   GET .../{name}:load answers 200 with {"model","load","state":"queued|
- *   loading|done|failed","path","version" (done),"error" (failed),
- *   "elapsed_ms" (accepted to ended, or to now)}, 404 when that model had no
- *   load since start.  With ?wait=1 (or wait=true) the request is kept open,
- *   not answered and not blocking: the loader reports the end of each load
- *   through done_ev (event_active from its thread), and the handler answers
- *   the waiting requests of that load as a synchronous load always did: 200
- *   and the new model's JSON, or 409 with the store's error; 503 when the
- *   server shut down first.  A client that leaves while waiting costs
- *   nothing: evhttp detaches its request, and the late reply frees it.  The
- *   old version keeps serving until the swap; DONE is reported after it.
+ * WAITING LOADS
+ *   A POST ...:load with ?wait=1 is queued by admin_load.c and then kept
+ *   here (admin__wait_for_load) until the loader reports the end of its load
+ *   through done_ev; it is answered 200 with the new version's JSON, 409
+ *   with the load's error, or 503 when the server shuts down first.
  *
  * METRICS (the text is built by admin_metrics.c)
  *   Counters come from SERVER_COUNTERS (X-macro) summed over the workers,
@@ -125,7 +98,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define ADMIN_MAX_BODY (64 * 1024)
 #define ADMIN_MAX_HEADERS (16 * 1024)
 #define ADMIN_TIMEOUT_S 30
 #define ADMIN_WAIT_TIMEOUT_S 3600 /* a ?wait=1 connection: as long as a load may take */
@@ -361,7 +333,7 @@ static void on_metrics(struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-/* ---- /v1/models/{name}:load ---------------------------------------------------- */
+/* ---- auth, bodies, waiting loads --------------------------------------------------- */
 
 /* 1 when given (glen bytes) equals want; the time taken depends on want's
  * length only, not on where the first difference is. */
@@ -374,9 +346,7 @@ static int token_equal(const char *given, size_t glen, const char *want)
     return diff == 0;
 }
 
-/* Returns 0 when the request carries the configured token, else replies
- * (401/403) and returns -1. */
-static int check_auth(struct evhttp_request *req)
+int admin__check_auth(struct evhttp_request *req)
 {
     const char *want = A.srv->cfg.admin_token;
     if (want[0] == '\0') {
@@ -402,11 +372,6 @@ static int check_auth(struct evhttp_request *req)
     LOG(LL_WARN, "admin: refused %s %s (%s)", "POST", evhttp_request_get_uri(req),
         h ? "wrong token" : "no token");
     return -1;
-}
-
-int admin__check_auth(struct evhttp_request *req)
-{
-    return check_auth(req);
 }
 
 long admin__body(struct evhttp_request *req, char *buf, size_t max)
@@ -435,18 +400,6 @@ static int valid_name(const char *s, size_t n)
     return 1;
 }
 
-/* The JSON of a load's status (GET .../{name}:load). */
-static json_t *load_json(const loader_status_t *st)
-{
-    json_t *j = json_pack("{s:s, s:I, s:s, s:s, s:I}", "model", st->model, "load",
-                          (json_int_t)st->id, "state", loader_state_name(st->state), "path",
-                          st->path, "elapsed_ms", (json_int_t)loader_elapsed_ms(st));
-    if (j && st->state == LOADER_DONE)
-        json_object_set_new(j, "version", json_integer((json_int_t)st->version));
-    if (j && st->state == LOADER_FAILED)
-        json_object_set_new(j, "error", json_string(st->error));
-    return j;
-}
 
 /* Answers a ?wait=1 request for the ended load st as a synchronous load. */
 static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
@@ -514,154 +467,18 @@ static void on_load_ended(const loader_status_t *st, void *arg)
     event_active(A.done_ev, EV_READ, 0); /* thread-safe: the base is notifiable */
 }
 
-/* wait= in the query: 1 to wait, 0 not to, -1 for a value we do not know. */
-static int want_wait(struct evhttp_request *req)
+void admin__wait_for_load(struct evhttp_request *req, uint64_t load)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
-    if (!q)
-        return 0;
-    struct evkeyvalq kv; /* initialised by evhttp_parse_query_str */
-    if (evhttp_parse_query_str(q, &kv) != 0)
-        return -1;
-    const char *v = evhttp_find_header(&kv, "wait");
-    int rc = !v ? 0
-             : (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)  ? 1
-             : (strcmp(v, "0") == 0 || strcmp(v, "false") == 0) ? 0
-                                                                 : -1;
-    evhttp_clear_headers(&kv);
-    return rc;
+    /* Answered by drain_ended: the load cannot have ended before the
+     * caller's handler returns, since ended loads are seen on this thread. */
+    waiter_t *w = malloc(sizeof *w);
+    if (!w)
+        abort();
+    *w = (waiter_t){req, load, A.waiters};
+    A.waiters = w;
+    evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
 }
 
-static void on_load(struct evhttp_request *req, const char *name)
-{
-    server_t *srv = A.srv;
-    if (check_auth(req) != 0)
-        return;
-    int wait = want_wait(req);
-    if (wait < 0) {
-        reply_error(req, 400, "bad query: use ?wait=1 (or true) to wait for the load, or nothing");
-        return;
-    }
-
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    if (len > ADMIN_MAX_BODY) {
-        reply_error(req, 413, "body of %zu bytes is over the %d byte limit", len, ADMIN_MAX_BODY);
-        return;
-    }
-    char body[ADMIN_MAX_BODY + 1];
-    evbuffer_copyout(in, body, len);
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr);
-    if (!j) {
-        reply_error(req, 400,
-                    "body is not JSON (line %d, column %d: %s); expected "
-                    "{\"path\": \"/dir/of/snapshot\"}",
-                    jerr.line, jerr.column, jerr.text);
-        return;
-    }
-    json_t *jp = json_is_object(j) ? json_object_get(j, "path") : NULL;
-    const char *path = json_string_value(jp);
-    /* "force": true skips the validation gate (gate.h): ops' override. */
-    json_t *jf = json_is_object(j) ? json_object_get(j, "force") : NULL;
-    if (jf && !json_is_boolean(jf)) {
-        json_decref(j);
-        reply_error(req, 400, "\"force\" must be true or false (true skips the validation gate)");
-        return;
-    }
-    bool force = jf && json_is_true(jf);
-    char dir[sizeof srv->cfg.model_dir];
-    if (!path || path[0] == '\0' || strlen(path) >= sizeof dir) {
-        json_decref(j);
-        reply_error(req, 400,
-                    "body needs \"path\": a non-empty string shorter than %zu bytes "
-                    "(the snapshot directory)",
-                    sizeof dir);
-        return;
-    }
-    if (srv->cfg.model_root[0]) {
-        /* Loaded from the resolved path, so that a symlink swapped after
-         * this check cannot lead the loader elsewhere. */
-        char why[2 * PATH_MAX + 256];
-        if (server_path_under_root(srv->cfg.model_root, path, dir, sizeof dir, why,
-                                   sizeof why) != 0) {
-            LOG(LL_WARN, "admin: load %s refused: %s", name, why);
-            reply_error(req, 403, "loads are restricted to --model-root '%s': %s",
-                        srv->cfg.model_root, why);
-            json_decref(j);
-            return;
-        }
-    } else {
-        snprintf(dir, sizeof dir, "%s", path);
-    }
-    json_decref(j);
-
-    store_meta_t meta;
-    uint64_t entries;
-    store_error_t err;
-    if (store_snapshot_read_meta(dir, &meta, &entries, &err) != 0) {
-        LOG(LL_WARN, "admin: load %s from %s refused: %s", name, dir, err.msg);
-        reply_error(req, 409, "cannot read snapshot %s (%s): %s", dir, store_errc_name(err.code),
-                    err.msg);
-        return;
-    }
-    if (strcmp(meta.model_name, name) != 0) {
-        reply_error(req, 409, "snapshot %s holds model '%s', not '%s' named in the URL", dir,
-                    meta.model_name, name);
-        return;
-    }
-
-    loader_status_t st;
-    loader_job_t job = {.name = name, .dir = dir, .version = meta.version, .force = force};
-    int rc = loader_submit_job(&job, &st);
-    if (rc == -EBUSY) {
-        reply_error(req, 409,
-                    "load %" PRIu64 " of model '%s' (from %s) is still %s; one load per model at "
-                    "a time: poll GET /v1/models/%s:load and retry when it has ended",
-                    st.id, name, st.path, loader_state_name(st.state), name);
-        return;
-    }
-    if (rc == -EAGAIN) {
-        reply_error(req, 503, "the load queue is full (limit %d loads waiting); retry later",
-                    LOADER_QUEUE_MAX);
-        return;
-    }
-    if (rc != 0) {
-        reply_error(req, 503, "the server is shutting down: no new loads");
-        return;
-    }
-    LOG(LL_INFO, "admin: load %" PRIu64 " of %s version %" PRIu64 " from %s queued%s%s", st.id,
-        name, meta.version, dir, force ? " (forced: no validation gate)" : "",
-        wait ? " (the caller waits)" : "");
-    if (wait) {
-        /* Answered by drain_ended: the load cannot have ended before this
-         * handler returns, since ended loads are seen on this thread. */
-        waiter_t *w = malloc(sizeof *w);
-        if (!w)
-            abort();
-        *w = (waiter_t){req, st.id, A.waiters};
-        A.waiters = w;
-        evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
-        return;
-    }
-    char status[128];
-    snprintf(status, sizeof status, "/v1/models/%s:load", name);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Location", status);
-    reply_json(req, 202,
-               json_pack("{s:s, s:I, s:s, s:s}", "model", name, "load", (json_int_t)st.id,
-                         "state", loader_state_name(st.state), "status", status));
-}
-
-static void on_load_status(struct evhttp_request *req, const char *name)
-{
-    loader_status_t st;
-    if (loader_status(name, &st) != 0) {
-        reply_error(req, 404, "model '%s' had no load since this server started", name);
-        return;
-    }
-    reply_json(req, 200, load_json(&st));
-}
 
 /* ---- routing ------------------------------------------------------------------ */
 
@@ -676,33 +493,38 @@ static void method_not_allowed(struct evhttp_request *req, const char *allow)
     reply_error(req, 405, "method not allowed; use %s", allow);
 }
 
-/* Routes {name}:rollback, {name}:activate and {name}/versions (rest is the
- * path after "/v1/models/"); 1 when it answered, 0 when rest is none of
- * them. */
-static int lifecycle_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
+/* Routes the calls on one model: {name}:load, {name}:rollback,
+ * {name}:activate and {name}/versions (rest is the path after
+ * "/v1/models/"); 1 when it answered, 0 when rest is none of them.  A
+ * method without a handler gets 405 with the entry's Allow. */
+static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
 {
+    typedef void (*handler_fn)(server_t *, struct evhttp_request *, const char *);
     static const struct {
         const char *suffix;
-        bool post;
-        void (*fn)(server_t *, struct evhttp_request *, const char *);
-    } calls[] = {{":rollback", true, admin__on_rollback},
-                 {":activate", true, admin__on_activate},
-                 {"/versions", false, admin__on_versions}};
+        const char *allow;
+        handler_fn post; /* NULL: POST not allowed */
+        handler_fn get;  /* GET and HEAD; NULL: not allowed */
+    } calls[] = {{":rollback", "POST", admin__on_rollback, NULL},
+                 {":activate", "POST", admin__on_activate, NULL},
+                 {"/versions", "GET, HEAD", NULL, admin__on_versions},
+                 {":load", "GET, HEAD, POST", admin__on_load, admin__on_load_status}};
     size_t len = strlen(rest);
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         size_t sl = strlen(calls[i].suffix);
         if (len <= sl || strcmp(rest + len - sl, calls[i].suffix) != 0)
             continue;
         size_t n = len - sl;
-        if (calls[i].post ? m != EVHTTP_REQ_POST : !is_get(m)) {
-            method_not_allowed(req, calls[i].post ? "POST" : "GET, HEAD");
+        handler_fn fn = m == EVHTTP_REQ_POST ? calls[i].post : is_get(m) ? calls[i].get : NULL;
+        if (!fn) {
+            method_not_allowed(req, calls[i].allow);
         } else if (!valid_name(rest, n)) {
             reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
         } else {
             char nm[64];
             memcpy(nm, rest, n);
             nm[n] = '\0';
-            calls[i].fn(A.srv, req, nm);
+            fn(A.srv, req, nm);
         }
         return 1;
     }
@@ -717,7 +539,6 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
     char *path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL; /* "%3A" -> ':' */
     static const char models_prefix[] = "/v1/models/";
-    static const char load_suffix[] = ":load";
 
     if (!path) {
         reply_error(req, 400, "cannot parse the request URI");
@@ -734,23 +555,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/models/") == 0) {
         is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
     } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
-               lifecycle_call(req, m, path + sizeof models_prefix - 1)) {
-        /* answered: :rollback, :activate, /versions */
-    } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
-               strlen(path) > sizeof models_prefix - 1 + sizeof load_suffix - 1 &&
-               strcmp(path + strlen(path) - (sizeof load_suffix - 1), load_suffix) == 0) {
-        const char *name = path + sizeof models_prefix - 1;
-        size_t n = strlen(name) - (sizeof load_suffix - 1);
-        if (m != EVHTTP_REQ_POST && !is_get(m)) {
-            method_not_allowed(req, "GET, HEAD, POST");
-        } else if (!valid_name(name, n)) {
-            reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
-        } else {
-            char nm[64];
-            memcpy(nm, name, n);
-            nm[n] = '\0';
-            m == EVHTTP_REQ_POST ? on_load(req, nm) : on_load_status(req, nm);
-        }
+               model_call(req, m, path + sizeof models_prefix - 1)) {
+        /* answered: :load, :rollback, :activate, /versions */
     } else {
         reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
                     path);
@@ -804,21 +610,6 @@ static cold int listen_on(const char *addr, int port)
     return fd;
 }
 
-/* stop_ev, once A.stop_requested is set: answers the requests still
- * waiting (their loads were dropped or discarded: loader_stop has ended them
- * all) and leaves the loop, after a moment to flush when a waiter was
- * answered since admin_stop began (a reply goes out on a later turn of the
- * loop than the one that made it).
- *
- * Why a timer and a flag, not only an activation: the stop must hold
- * whatever point the admin thread has reached when admin_stop runs (not yet
- * in event_base_dispatch, inside it, or between two turns), e.g. when the
- * data port cannot be bound right after admin_start.  The flag is state, not
- * an event: the first turn of the loop that runs stop_ev (admin_stop's
- * event_active, or the timer at most ADMIN_STOP_CHECK_MS later, which is
- * armed before the thread starts) sees it and leaves; later ticks break
- * again should the loop still run past the flush moment.  Nothing can be
- * lost. */
 /* An accept of the admin socket failed (out of file descriptors, most
  * often): libevent would retry at once, for ever, while the error lasts.
  * Pause accepting for ADMIN_ACCEPT_PAUSE_MS instead; count and log (once a
@@ -848,6 +639,21 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
     evconnlistener_enable(A.listener);
 }
 
+/* stop_ev, once A.stop_requested is set: answers the requests still
+ * waiting (their loads were dropped or discarded: loader_stop has ended them
+ * all) and leaves the loop, after a moment to flush when a waiter was
+ * answered since admin_stop began (a reply goes out on a later turn of the
+ * loop than the one that made it).
+ *
+ * Why a timer and a flag, not only an activation: the stop must hold
+ * whatever point the admin thread has reached when admin_stop runs (not yet
+ * in event_base_dispatch, inside it, or between two turns), e.g. when the
+ * data port cannot be bound right after admin_start.  The flag is state, not
+ * an event: the first turn of the loop that runs stop_ev (admin_stop's
+ * event_active, or the timer at most ADMIN_STOP_CHECK_MS later, which is
+ * armed before the thread starts) sees it and leaves; later ticks break
+ * again should the loop still run past the flush moment.  Nothing can be
+ * lost. */
 static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what, (void)arg;

@@ -1,7 +1,8 @@
 /*
- * admin_impl.h — what admin.c shares with admin_models.c (the version
- * lifecycle endpoints).  Private to the admin plane: both files run their
- * handlers on the admin thread only.
+ * admin_impl.h — what admin.c (the admin thread, routing, replies) shares
+ * with admin_load.c (the :load endpoint), admin_models.c (the version
+ * lifecycle endpoints) and admin_metrics.c.  Private to the admin plane:
+ * every function here runs on the admin thread only.
  */
 #ifndef TL_SERVER_ADMIN_IMPL_H
 #define TL_SERVER_ADMIN_IMPL_H
@@ -10,6 +11,11 @@
 
 #include <event2/http.h>
 #include <jansson.h>
+#include <stdint.h>
+
+/* The largest request body evhttp reads (413 above it), and the load
+ * body's buffer. */
+#define ADMIN_MAX_BODY (64 * 1024)
 
 /* Sends j (consumed) as a JSON body with status code. */
 void admin__reply_json(struct evhttp_request *req, int code, json_t *j);
@@ -35,5 +41,16 @@ void admin__metrics(server_t *srv, struct evbuffer *b);
 void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);
+
+/* Keeps req open until the load with that id ends, then answers it (200
+ * with the version's JSON, 409 with the load's error, 503 on shutdown).
+ * Takes req: the caller must not reply to it.  Call only from the handler
+ * that queued the load, before it returns. */
+void admin__wait_for_load(struct evhttp_request *req, uint64_t load);
+
+/* POST and GET /v1/models/{name}:load (admin_load.c).  name is validated
+ * (1..63 characters of [A-Za-z0-9_.-]); each answers req. */
+void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name);
+void admin__on_load_status(server_t *srv, struct evhttp_request *req, const char *name);
 
 #endif /* TL_SERVER_ADMIN_IMPL_H */

@@ -38,6 +38,18 @@ static int serves(const char *model)
     return S.running && strcmp(S.model, model) == 0;
 }
 
+/* Copies the served model's directory (S.model_dir) into dir under
+ * S.lock, for calls that then read the disk without the lock.  1 when the
+ * watcher runs and serves model, else 0 (dir is filled either way). */
+static int model_dir_of(const char *model, char dir[static sizeof S.model_dir])
+{
+    pthread_mutex_lock(&S.lock);
+    int ok = serves(model);
+    snprintf(dir, sizeof S.model_dir, "%s", S.model_dir);
+    pthread_mutex_unlock(&S.lock);
+    return ok;
+}
+
 void repo__forget_rolled_back(uint64_t version)
 {
     for (unsigned i = 0; i < S.n_rolled_back; i++)
@@ -100,10 +112,7 @@ int repo_loading(const char *model, uint64_t *version)
 long repo_list_versions(const char *model, uint64_t *out, size_t cap)
 {
     char dir[sizeof S.model_dir];
-    pthread_mutex_lock(&S.lock);
-    int ok = serves(model);
-    snprintf(dir, sizeof dir, "%s", S.model_dir);
-    pthread_mutex_unlock(&S.lock);
+    int ok = model_dir_of(model, dir);
     if (!ok)
         return -ENOENT;
     return store_version_list(dir, out, cap);
@@ -112,10 +121,7 @@ long repo_list_versions(const char *model, uint64_t *out, size_t cap)
 int repo_activate(const char *model, uint64_t version, loader_status_t *st)
 {
     char dir[sizeof S.model_dir];
-    pthread_mutex_lock(&S.lock);
-    int ok = serves(model);
-    snprintf(dir, sizeof dir, "%s", S.model_dir);
-    pthread_mutex_unlock(&S.lock);
+    int ok = model_dir_of(model, dir);
     if (!ok)
         return -ENODEV;
     /* The listing, read without the lock, decides whether it exists. */

@@ -5,9 +5,9 @@
  *
  * OPEN reads the MANIFEST with the snapshot loader's reader
  * (store__snap_read_manifest: size limit, checksum, every field), refuses a
- * full version, then reads each shard file whole into memory (open
- * O_NONBLOCK: a FIFO in its place cannot hang us; a regular file of the
- * manifest's size) and hands it to store__delta_check_file.  A delta is
+ * full version, then reads each shard file whole into memory (store__open_sized: a
+ * regular file of the manifest's size, a FIFO cannot hang us;
+ * store__pread_all) and hands it to store__delta_check_file.  A delta is
  * small next to its model, so holding it whole costs what applying it
  * costs anyway, and a caller never starts applying a delta that turns out
  * bad halfway.
@@ -38,32 +38,17 @@
 
 /* ---- open ---------------------------------------------------------------- */
 
-/* Reads file (n bytes expected) whole into *out (malloc'd).  The size must
+/* Reads ms's file (ms->bytes expected) whole into *out (malloc'd).  The size must
  * match; 0 or -1 with *err filled. */
 static int read_file(int dirfd, const manifest_shard_t *ms, uint8_t **out, store_error_t *err)
 {
     const char *file = ms->file;
     *out = NULL;
-    int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+    int fd = store__open_sized(dirfd, file, ms->bytes, err);
+    if (fd < 0)
         return -1;
-    }
     int rc = -1;
     uint8_t *buf = NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        store__snap_fail(err, STORE_E_IO, file, -1, "not a readable regular file");
-        goto out;
-    }
-    if ((uint64_t)st.st_size != ms->bytes) {
-        store__snap_fail(err, (uint64_t)st.st_size < ms->bytes ? STORE_E_TRUNCATED : STORE_E_SIZE,
-                         file, (int64_t)((uint64_t)st.st_size < ms->bytes ? (uint64_t)st.st_size
-                                                                          : ms->bytes),
-                         "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size,
-                         ms->bytes);
-        goto out;
-    }
     if (ms->bytes > SIZE_MAX / 2) {
         store__snap_fail(err, STORE_E_NOMEM, file, -1, "%" PRIu64 " bytes do not fit in memory",
                          ms->bytes);
@@ -75,24 +60,8 @@ static int read_file(int dirfd, const manifest_shard_t *ms, uint8_t **out, store
                          ms->bytes);
         goto out;
     }
-    uint64_t got = 0;
-    while (got < ms->bytes) {
-        size_t want = ms->bytes - got > (1u << 24) ? (1u << 24) : (size_t)(ms->bytes - got);
-        ssize_t r = pread(fd, buf + got, want, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            store__snap_fail(err, STORE_E_IO, file, (int64_t)got, "cannot read: %s",
-                             ERRTEXT(errno));
-            goto out;
-        }
-        if (r == 0) {
-            store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)got,
-                             "shrank while being read");
-            goto out;
-        }
-        got += (uint64_t)r;
-    }
+    if (store__pread_all(fd, buf, ms->bytes, 0, file, err) != 0)
+        goto out;
     *out = buf;
     buf = NULL;
     rc = 0;

@@ -140,6 +140,22 @@ int store__snap_read_manifest(int dirfd, const char *dir, manifest_t *m, store_e
  * (snapshot_meta.c). */
 int store__snap_load_extras(int dirfd, const manifest_t *m, store_extras_t *x, store_error_t *err);
 
+/* Opens file under dirfd for reading (O_NONBLOCK: a FIFO in its place
+ * cannot hang the caller) and checks that it is a regular file of exactly
+ * bytes bytes, the size its manifest gives.  The fd (the caller closes it),
+ * or -1 with *err filled: STORE_E_IO (cannot open, not a regular file),
+ * STORE_E_TRUNCATED (shorter; offset: its size) or STORE_E_SIZE (longer;
+ * offset: bytes).  Does not block on a FIFO; stats the file (snapshot_meta.c). */
+int store__open_sized(int dirfd, const char *file, uint64_t bytes, store_error_t *err);
+
+/* Reads exactly len bytes of fd at file offset off into buf, at most 16 MiB
+ * per pread(2), retrying EINTR.  0, or -1 with *err filled naming file and
+ * the offset reached: STORE_E_IO (a read failed) or STORE_E_TRUNCATED (the
+ * file ended first: it shrank after it was checked).  Blocks on the disk
+ * (snapshot_meta.c). */
+int store__pread_all(int fd, void *buf, uint64_t len, uint64_t off, const char *file,
+                     store_error_t *err);
+
 /* Index of the first NaN or infinity among n floats, or n. */
 size_t store__snap_first_nonfinite(const float *v, size_t n);
 

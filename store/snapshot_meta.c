@@ -7,8 +7,10 @@
  * Each file is opened O_NONBLOCK (a FIFO in its place cannot hang the
  * load), must be a regular file of the size the manifest says, and is read
  * with read(2)/pread(2) in one buffer.  A dense file is hashed as it comes
- * in; its header and values are looked at only once the checksum holds.
- * Errors name the file and byte offset, as the loader's do.
+ * in, 16 MiB at a time; its header and values are looked at only once the
+ * checksum holds.  Errors name the file and byte offset, as the loader's do.
+ * The two steps for a file of known size (store__open_sized,
+ * store__pread_all) serve delta_read.c's shard files too.
  *
  * THREAD SAFETY: reentrant; no global state.
  */
@@ -27,6 +29,57 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+/* ---- reading a file of known size ---------------------------------------- */
+
+int store__open_sized(int dirfd, const char *file, uint64_t bytes, store_error_t *err)
+{
+    int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        store__snap_fail(err, STORE_E_IO, file, -1, "not a readable regular file");
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size != bytes) {
+        store__snap_fail(err, size < bytes ? STORE_E_TRUNCATED : STORE_E_SIZE, file,
+                         (int64_t)(size < bytes ? size : bytes),
+                         "%" PRIu64 " bytes, the manifest says %" PRIu64, size, bytes);
+        goto fail;
+    }
+    return fd;
+fail:
+    close(fd);
+    return -1;
+}
+
+int store__pread_all(int fd, void *buf, uint64_t len, uint64_t off, const char *file,
+                     store_error_t *err)
+{
+    uint64_t got = 0;
+    while (got < len) {
+        size_t want = len - got > (1u << 24) ? (1u << 24) : (size_t)(len - got);
+        ssize_t r = pread(fd, (uint8_t *)buf + got, want, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            store__snap_fail(err, STORE_E_IO, file, (int64_t)(off + got), "cannot read: %s",
+                             ERRTEXT(errno));
+            return -1;
+        }
+        if (r == 0) {
+            store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)(off + got),
+                             "shrank while being read");
+            return -1;
+        }
+        got += (uint64_t)r;
+    }
+    return 0;
+}
 
 /* ---- MANIFEST ------------------------------------------------------------ */
 
@@ -105,28 +158,9 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
         (md->bytes - DENSE_HEADER_BYTES) / 4; /* store__manifest_decode checked */
     float *data = NULL;
     int rc = -1;
-    int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        store__snap_fail(err, STORE_E_IO, file, -1, "cannot open: %s", ERRTEXT(errno));
+    int fd = store__open_sized(dirfd, file, md->bytes, err);
+    if (fd < 0)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        store__snap_fail(err, STORE_E_IO, file, -1, "not a readable regular file");
-        goto out;
-    }
-    if ((uint64_t)st.st_size < md->bytes) {
-        store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)st.st_size,
-                         "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size,
-                         md->bytes);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > md->bytes) {
-        store__snap_fail(err, STORE_E_SIZE, file, (int64_t)md->bytes,
-                         "%" PRIu64 " bytes, the manifest says %" PRIu64, (uint64_t)st.st_size,
-                         md->bytes);
-        goto out;
-    }
     uint8_t head[DENSE_HEADER_BYTES];
     data = malloc(count * sizeof *data);
     if (!data) {
@@ -144,22 +178,12 @@ static int read_dense(int dirfd, const manifest_dense_t *md, store_dense_t *d, s
         uint8_t *dst = off < DENSE_HEADER_BYTES ? head + off
                                                 : (uint8_t *)data + (off - DENSE_HEADER_BYTES);
         uint64_t want = off < DENSE_HEADER_BYTES ? DENSE_HEADER_BYTES - off : md->bytes - off;
-        if (want > (1u << 24))
+        if (want > (1u << 24)) /* hashed while still in cache */
             want = 1u << 24;
-        ssize_t r = pread(fd, dst, (size_t)want, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            store__snap_fail(err, STORE_E_IO, file, (int64_t)off, "cannot read: %s",
-                             ERRTEXT(errno));
+        if (store__pread_all(fd, dst, want, off, file, err) != 0)
             goto out;
-        }
-        if (r == 0) {
-            store__snap_fail(err, STORE_E_TRUNCATED, file, (int64_t)off, "shrank while being read");
-            goto out;
-        }
-        XXH3_64bits_update(&xxh, dst, (size_t)r);
-        off += (uint64_t)r;
+        XXH3_64bits_update(&xxh, dst, (size_t)want);
+        off += want;
     }
     uint64_t sum = XXH3_64bits_digest(&xxh);
     if (sum != md->xxh3) {
