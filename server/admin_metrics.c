@@ -189,7 +189,7 @@ static void metrics_loads(struct evbuffer *b)
                         "# TYPE tlserve_model_repo_scans_total counter\n"
                         "tlserve_model_repo_scans_total %" PRIu64 "\n",
                         rm.refused, rm.repo_errors, rm.scans);
-    char gate[2048];
+    char gate[4096];
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
 }
 
