@@ -625,9 +625,12 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
     v->pass = rc == 0;
     if (v->pass) {
         char eval[256] = "";
-        if (v->eval)
+        if (v->eval && !isnan(v->eval_logloss_active))
             snprintf(eval, sizeof eval, ", eval logloss %.6f (active %.6f) on %u rows",
                      v->eval_logloss_candidate, v->eval_logloss_active, v->eval_rows);
+        else if (v->eval)
+            snprintf(eval, sizeof eval, ", eval logloss %.6f on %u rows (no active version)",
+                     v->eval_logloss_candidate, v->eval_rows);
         snprintf(v->msg, sizeof v->msg,
                  "passed: %llu values checked, mean_active %.6f, mean_candidate %.6f, "
                  "mean_shift %.4f, psi %.4f, n_sampled %u%s%s",
