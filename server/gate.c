@@ -534,7 +534,7 @@ static int check_eval(const server_t *srv, const model_t *cand, const model_t *a
     int rc = gate_eval_run(&srv->cfg, cand, act, &r);
     v->eval_logloss_active = NAN;
     if (rc != 0) {
-        snprintf(v->msg, sizeof v->msg, "eval: cannot score %s: %s", r.file, strerror(-rc));
+        snprintf(v->msg, sizeof v->msg, "eval: cannot score %.600s: %s", r.file, strerror(-rc));
         return rc == -ENOMEM ? -ENOMEM : -EPERM;
     }
     if (!r.ran)
@@ -547,7 +547,7 @@ static int check_eval(const server_t *srv, const model_t *cand, const model_t *a
     if (!r.refused)
         return 0;
     snprintf(v->msg, sizeof v->msg,
-             "eval: logloss %.6f on %s (%u rows) is worse than the active version's %.6f by more "
+             "eval: logloss %.6f on %.600s (%u rows) is worse than the active version's %.6f by more "
              "than %g (--gate-max-logloss-increase)%s",
              r.logloss_candidate, r.file, r.rows, r.logloss_active, r.bound,
              r.stale ? "; the file changed and did not read: its earlier rows were used" : "");

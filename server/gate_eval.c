@@ -69,7 +69,7 @@ struct gate_eval {
     float *value;
     uint64_t features, cap_features;
     uint32_t cap_rows;
-    char name[256];
+    char name[1024];
 };
 
 static struct {
@@ -86,10 +86,10 @@ static double now_s(void)
 }
 
 static int set_error(gate_eval_error_t *err, gate_eval_errc_t code, uint64_t line, int rc,
-                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static int set_error(gate_eval_error_t *err, gate_eval_errc_t code, uint64_t line, int rc,
-                const char *fmt, ...)
+                     const char *fmt, ...)
 {
     err->code = code;
     err->line = line;
@@ -133,9 +133,9 @@ static int sniff(const char *buf, size_t len, const char *name, reader_format_t 
             }
             int shown = q - p > 40 ? 40 : (int)(q - p);
             return set_error(err, GATE_EVAL_FORMAT, line, -EINVAL,
-                        "%s:%llu: the first feature '%.*s' is neither idx:val (libsvm) "
-                        "nor field:idx:val (libffm)",
-                        name, (unsigned long long)line, shown, buf + p);
+                             "%s:%llu: the first feature '%.*s' is neither idx:val (libsvm) "
+                             "nor field:idx:val (libffm)",
+                             name, (unsigned long long)line, shown, buf + p);
         }
         i = eol + 1;
         line++;
@@ -206,21 +206,20 @@ static int read_rows(reader_t *r, gate_eval_t *e, uint32_t max_rows, gate_eval_e
         }
         if (s.n > GATE_EVAL_MAX_ROW_FEATURES)
             return set_error(err, GATE_EVAL_TOO_BIG, line, -EINVAL,
-                        "%s:%llu: %u features in one row (at most %u)", e->name,
-                        (unsigned long long)line, s.n, GATE_EVAL_MAX_ROW_FEATURES);
+                             "%s:%llu: %u features in one row (at most %u)", e->name,
+                             (unsigned long long)line, s.n, GATE_EVAL_MAX_ROW_FEATURES);
         if (e->features + s.n > limit)
             return set_error(err, GATE_EVAL_TOO_BIG, line, -EINVAL,
-                        "%s:%llu: more than %llu features in the first %u rows (%u per "
-                        "row on average at most)",
-                        e->name, (unsigned long long)line, (unsigned long long)limit,
-                        e->rows + 1, GATE_EVAL_FEATURES_PER_ROW);
+                             "%s:%llu: more than %llu features in the first %u rows (%u per "
+                             "row on average at most)",
+                             e->name, (unsigned long long)line, (unsigned long long)limit,
+                             e->rows + 1, GATE_EVAL_FEATURES_PER_ROW);
         if (e->rows == e->cap_rows && grow_rows(e, max_rows) != 0)
             return set_error(err, GATE_EVAL_NOMEM, line, -ENOMEM, "%s: out of memory at line %llu",
-                        e->name, (unsigned long long)line);
-        if (e->features + s.n > e->cap_features &&
-            grow_features(e, e->features + s.n, limit) != 0)
+                             e->name, (unsigned long long)line);
+        if (e->features + s.n > e->cap_features && grow_features(e, e->features + s.n, limit) != 0)
             return set_error(err, GATE_EVAL_NOMEM, line, -ENOMEM, "%s: out of memory at line %llu",
-                        e->name, (unsigned long long)line);
+                             e->name, (unsigned long long)line);
         e->label[e->rows] = s.label;
         e->start[e->rows] = (uint32_t)e->features;
         if (s.n) {
@@ -233,10 +232,11 @@ static int read_rows(reader_t *r, gate_eval_t *e, uint32_t max_rows, gate_eval_e
         e->rows++;
     }
     if (got < 0)
-        return set_error(err, got == -ENOMEM ? GATE_EVAL_NOMEM : got == -EINVAL || got == -E2BIG
-                                                             ? GATE_EVAL_FORMAT
-                                                             : GATE_EVAL_IO,
-                    reader_line(r), got, "%s", reader_error(r));
+        return set_error(err,
+                         got == -ENOMEM                    ? GATE_EVAL_NOMEM
+                         : got == -EINVAL || got == -E2BIG ? GATE_EVAL_FORMAT
+                                                           : GATE_EVAL_IO,
+                         reader_line(r), got, "%s", reader_error(r));
     if (e->rows == 0)
         return set_error(err, GATE_EVAL_EMPTY, 0, -EINVAL, "%s: no labeled row", e->name);
     e->start[e->rows] = (uint32_t)e->features;
@@ -244,15 +244,13 @@ static int read_rows(reader_t *r, gate_eval_t *e, uint32_t max_rows, gate_eval_e
 }
 
 /* Both loaders: sniffed bytes -> format -> reader -> rows. */
-static int load(const char *path, const void *data, size_t len, const char *name,
-                const char *head, size_t head_len, uint32_t max_rows, gate_eval_t **out,
-                gate_eval_error_t *err)
+static int load(const char *path, const void *data, size_t len, const char *name, const char *head,
+                size_t head_len, uint32_t max_rows, gate_eval_t **out, gate_eval_error_t *err)
 {
     *out = NULL;
     if (max_rows == 0 || max_rows > UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW)
-        return set_error(err, GATE_EVAL_TOO_BIG, 0, -EINVAL,
-                    "%s: max_rows %u is outside 1..%u", name, max_rows,
-                    UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW);
+        return set_error(err, GATE_EVAL_TOO_BIG, 0, -EINVAL, "%s: max_rows %u is outside 1..%u",
+                         name, max_rows, UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW);
     gate_eval_t *e = calloc(1, sizeof *e);
     if (!e)
         return set_error(err, GATE_EVAL_NOMEM, 0, -ENOMEM, "%s: out of memory", name);
@@ -283,12 +281,11 @@ int gate_eval_load_mem(const void *data, size_t len, const char *name, uint32_t 
                        gate_eval_t **out, gate_eval_error_t *err)
 {
     memset(err, 0, sizeof *err);
-    return load(NULL, data, len, name, data, len < SNIFF_BYTES ? len : SNIFF_BYTES, max_rows,
-                out, err);
+    return load(NULL, data, len, name, data, len < SNIFF_BYTES ? len : SNIFF_BYTES, max_rows, out,
+                err);
 }
 
-int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out,
-                   gate_eval_error_t *err)
+int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out, gate_eval_error_t *err)
 {
     memset(err, 0, sizeof *err);
     *out = NULL;
@@ -329,9 +326,18 @@ out:
     return rc;
 }
 
-uint32_t gate_eval_rows(const gate_eval_t *e) { return e->rows; }
-bool gate_eval_truncated(const gate_eval_t *e) { return e->truncated; }
-const char *gate_eval_name(const gate_eval_t *e) { return e->name; }
+uint32_t gate_eval_rows(const gate_eval_t *e)
+{
+    return e->rows;
+}
+bool gate_eval_truncated(const gate_eval_t *e)
+{
+    return e->truncated;
+}
+const char *gate_eval_name(const gate_eval_t *e)
+{
+    return e->name;
+}
 const char *gate_eval_format(const gate_eval_t *e)
 {
     return e->format == READER_LIBFFM ? "libffm" : "libsvm";
@@ -427,8 +433,9 @@ static void refresh(const server_config_t *cfg, gate_eval_result_t *r)
     gate_eval_t *e;
     gate_eval_error_t err;
     if (gate_eval_load(cfg->gate_eval_file, (uint32_t)cfg->gate_eval_max_rows, &e, &err) != 0) {
-        LOG(LL_WARN, "gate: the evaluation file changed and does not read (%s): the %u rows "
-                     "read before are used",
+        LOG(LL_WARN,
+            "gate: the evaluation file changed and does not read (%s): the %u rows "
+            "read before are used",
             err.msg, E.rows->rows);
         r->stale = true;
         return;
@@ -468,8 +475,8 @@ int gate_eval_run(const server_config_t *cfg, const model_t *cand, const model_t
     if (rc != 0)
         return rc;
     r->ran = true;
-    r->refused = r->have_active && gate_eval_worse(r->logloss_candidate, r->logloss_active,
-                                                   r->bound);
+    r->refused =
+        r->have_active && gate_eval_worse(r->logloss_candidate, r->logloss_active, r->bound);
     return 0;
 }
 

@@ -59,17 +59,17 @@ typedef struct gate_eval gate_eval_t; /* opaque: the rows of one file */
 
 typedef enum gate_eval_errc {
     GATE_EVAL_OK = 0,
-    GATE_EVAL_IO,       /* cannot open or read the file */
-    GATE_EVAL_FORMAT,   /* neither libsvm nor libffm, or a line the reader refuses */
-    GATE_EVAL_EMPTY,    /* no row */
-    GATE_EVAL_TOO_BIG,  /* a row or the whole over the feature bounds above */
+    GATE_EVAL_IO,      /* cannot open or read the file */
+    GATE_EVAL_FORMAT,  /* neither libsvm nor libffm, or a line the reader refuses */
+    GATE_EVAL_EMPTY,   /* no row */
+    GATE_EVAL_TOO_BIG, /* a row or the whole over the feature bounds above */
     GATE_EVAL_NOMEM,
 } gate_eval_errc_t;
 
 typedef struct gate_eval_error {
     gate_eval_errc_t code;
     uint64_t line;  /* 1-based line of the problem, 0 when none */
-    char msg[512];  /* a sentence naming the file, the line and what was wrong */
+    char msg[1280]; /* a sentence naming the file, the line and what was wrong */
 } gate_eval_error_t;
 
 /* ---- one file's rows (pure: no global state) ------------------------------ */
@@ -78,8 +78,7 @@ typedef struct gate_eval_error {
  * into memory.  Returns 0 with *out (the caller frees it with
  * gate_eval_free), -EINVAL (bad input: err says what and where), -errno
  * (I/O), or -ENOMEM; err is filled on every failure.  Blocks (read(2)). */
-int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out,
-                   gate_eval_error_t *err);
+int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out, gate_eval_error_t *err);
 
 /* The same over a memory buffer the caller keeps alive during the call;
  * name stands for the file in messages.  For tests and the fuzz target. */
@@ -89,8 +88,8 @@ int gate_eval_load_mem(const void *data, size_t len, const char *name, uint32_t 
 void gate_eval_free(gate_eval_t *e); /* NULL: nothing */
 
 uint32_t gate_eval_rows(const gate_eval_t *e);
-bool gate_eval_truncated(const gate_eval_t *e); /* rows past max_rows were left unread */
-const char *gate_eval_name(const gate_eval_t *e); /* the path (or name) it was read from */
+bool gate_eval_truncated(const gate_eval_t *e);     /* rows past max_rows were left unread */
+const char *gate_eval_name(const gate_eval_t *e);   /* the path (or name) it was read from */
 const char *gate_eval_format(const gate_eval_t *e); /* "libsvm" or "libffm" */
 
 /* Mean logloss of model m over e's rows (each scored as its own request,
@@ -124,7 +123,7 @@ typedef struct gate_eval_result {
     double logloss_active;    /* of the active version; NAN when have_active is false */
     double bound;             /* --gate-max-logloss-increase */
     double seconds;           /* reading (when changed) and scoring */
-    char file[256];           /* the file's path, for messages */
+    char file[1024];          /* the file's path, for messages */
 } gate_eval_result_t;
 
 /* Scores the configured rows with cand and, when not NULL, active (same

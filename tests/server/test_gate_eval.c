@@ -167,7 +167,8 @@ static void test_refuses_bad_files(void **state)
     (void)state;
     refuse("", "empty.svm", 10, GATE_EVAL_EMPTY, 0, "no labeled row");
     refuse("\n\n", "blank.svm", 10, GATE_EVAL_EMPTY, 0, "no labeled row");
-    refuse("1 abc\n", "words.svm", 10, GATE_EVAL_FORMAT, 1, "words.svm:1: the first feature 'abc' is neither idx:val");
+    refuse("1 abc\n", "words.svm", 10, GATE_EVAL_FORMAT, 1,
+           "words.svm:1: the first feature 'abc' is neither idx:val");
     refuse("1 1:2:3:4\n", "colons.svm", 10, GATE_EVAL_FORMAT, 1, "neither idx:val");
     refuse("1 3:1\n0 4:1\n2 5:1\n", "label.svm", 10, GATE_EVAL_FORMAT, 3, "label.svm:3:");
     refuse("1 3:1\n0 1:4:1\n", "mixed.svm", 10, GATE_EVAL_FORMAT, 2, "mixed.svm:2:");
