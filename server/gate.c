@@ -547,8 +547,8 @@ static int check_eval(const server_t *srv, const model_t *cand, const model_t *a
     if (!r.refused)
         return 0;
     snprintf(v->msg, sizeof v->msg,
-             "eval: logloss %.6f on %.600s (%u rows) is worse than the active version's %.6f by more "
-             "than %g (--gate-max-logloss-increase)%s",
+             "eval: logloss %.6f on %.600s (%u rows) is worse than the active version's %.6f "
+             "by more than %g (--gate-max-logloss-increase)%s",
              r.logloss_candidate, r.file, r.rows, r.logloss_active, r.bound,
              r.stale ? "; the file changed and did not read: its earlier rows were used" : "");
     return -EPERM;
