@@ -213,7 +213,7 @@ static void metrics_loads(struct evbuffer *b)
                         "tlserve_delta_fold_seconds %.6f\n",
                         rm.overlay_applies, rm.overlay_keys, rm.last_apply_seconds, fm.folds,
                         fm.aborted, fm.last_seconds);
-    char gate[2048];
+    char gate[4096];
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
 }
 

@@ -110,6 +110,7 @@ static int check_level(const char *v, char *why, size_t why_len);
 static int check_token(const char *v, char *why, size_t why_len);
 static int check_root(const char *v, char *why, size_t why_len);
 static int check_model_name(const char *v, char *why, size_t why_len);
+static int check_eval_file(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -210,6 +211,18 @@ static const cfg_entry_t table[] = {
     {"gate-max-psi", CFG_DOUBLE, 0, 1000000, "0.25",
      "gate: refuse a version whose score distribution on the sample has a PSI over this",
      F(gate_max_psi), NULL, NULL, NULL, false},
+    {"gate-eval-file", CFG_STRING, 0, 0, "",
+     "gate: labeled libsvm or libffm file; refuse a version whose logloss on it is worse than "
+     "the active's by more than --gate-max-logloss-increase (read at start: a bad file stops "
+     "the server)",
+     F(gate_eval_file), check_eval_file, "a file path", NULL, false},
+    {"gate-eval-max-rows", CFG_INT, 1, 10000000, "100000",
+     "gate: rows of --gate-eval-file held in memory and scored (the first ones)",
+     F(gate_eval_max_rows), NULL, NULL, NULL, false},
+    {"gate-max-logloss-increase", CFG_DOUBLE, 0, 1000000, "0.01",
+     "gate: refuse a version whose logloss on --gate-eval-file exceeds the active's by more "
+     "than this (absolute)",
+     F(gate_max_logloss_increase), NULL, NULL, NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
@@ -294,6 +307,24 @@ static int check_model_name(const char *v, char *why, size_t why_len)
                      (size_t)(c - v));
             return -1;
         }
+    return 0;
+}
+
+/* The evaluation file must be a readable regular file; its rows are read
+ * (and checked line by line) when the server starts (gate_eval.h). */
+static int check_eval_file(const char *v, char *why, size_t why_len)
+{
+    struct stat st;
+    if (!*v)
+        return 0;
+    if (stat(v, &st) != 0) {
+        snprintf(why, why_len, "cannot open '%s': %s", v, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_len, "'%s' is not a regular file", v);
+        return -1;
+    }
     return 0;
 }
 

@@ -27,6 +27,12 @@
  *   with the bins the deciles of the active's scores (a_i ~ 0.1 each) and
  *   empty bins counted as 1e-4 so that the logarithm stays finite.
  *
+ * EVALUATION FILE
+ *   With --gate-eval-file, last: gate_eval.h scores its labeled rows with the
+ *   candidate and the active version (or the candidate alone on a first
+ *   load) and refuses when logloss_c > logloss_a + --gate-max-logloss-increase.
+ *   Runs only when sanity and shadow passed: the first refusal is the reason.
+ *
  * RING SLOTS
  *   ring: [slot 0][slot 1]...[slot n-1], stride = 8 + slot_bytes rounded to 64
  *   slot: [seq u32][len u32][payload ... slot_bytes]
@@ -42,6 +48,7 @@
 #include "gate.h"
 
 #include "codec/codec.h"
+#include "gate_eval.h"
 #include "log.h"
 #include "model/overlay.h"
 
@@ -63,6 +70,11 @@ static struct gate_state {
     int nrings;
     uint64_t passed, refused; /* verdicts */
     double last_psi, last_shift, last_seconds;
+    bool eval_ran;                       /* some check scored the evaluation file */
+    uint64_t eval_version_c, eval_version_a; /* of the last check that scored it */
+    double eval_logloss_c, eval_logloss_a;   /* a: NAN without an active version */
+    uint32_t eval_rows;
+    double eval_seconds;
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static double now_s(void)
@@ -556,11 +568,54 @@ out:
     return rc;
 }
 
+/* ---- the evaluation file ------------------------------------------------------------ */
+
+/* Scores --gate-eval-file (gate_eval.h) with cand and act (NULL: first
+ * load, nothing to compare with): 0 (also when no file is configured),
+ * -EPERM with msg when cand is worse by more than the bound, -ENOMEM or
+ * -EPERM when it could not score (a version that was not checked is not
+ * served). */
+static int check_eval(const server_t *srv, const model_t *cand, const model_t *act,
+                      gate_verdict_t *v)
+{
+    gate_eval_result_t r;
+    int rc = gate_eval_run(&srv->cfg, cand, act, &r);
+    v->eval_logloss_active = NAN;
+    if (rc != 0) {
+        snprintf(v->msg, sizeof v->msg, "eval: cannot score %.600s: %s", r.file, strerror(-rc));
+        return rc == -ENOMEM ? -ENOMEM : -EPERM;
+    }
+    if (!r.ran)
+        return 0;
+    v->eval = true;
+    v->eval_rows = r.rows;
+    v->eval_logloss_candidate = r.logloss_candidate;
+    v->eval_logloss_active = r.logloss_active;
+    v->eval_seconds = r.seconds;
+    if (!r.refused)
+        return 0;
+    snprintf(v->msg, sizeof v->msg,
+             "eval: logloss %.6f on %.600s (%u rows) is worse than the active version's %.6f "
+             "by more than %g (--gate-max-logloss-increase)%s",
+             r.logloss_candidate, r.file, r.rows, r.logloss_active, r.bound,
+             r.stale ? "; the file changed and did not read: its earlier rows were used" : "");
+    return -EPERM;
+}
+
 /* ---- the check -------------------------------------------------------------------- */
 
-static void count(const gate_verdict_t *v)
+static void count(const gate_verdict_t *v, uint64_t version_c, uint64_t version_a)
 {
     pthread_mutex_lock(&G.lock);
+    if (v->eval) {
+        G.eval_ran = true;
+        G.eval_version_c = version_c;
+        G.eval_version_a = version_a;
+        G.eval_logloss_c = v->eval_logloss_candidate;
+        G.eval_logloss_a = v->eval_logloss_active;
+        G.eval_rows = v->eval_rows;
+        G.eval_seconds = v->eval_seconds;
+    }
     if (v->pass)
         G.passed++;
     else
@@ -612,21 +667,32 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
             rc = -EPERM;
         }
     }
+    if (rc == 0)
+        rc = check_eval(srv, cand, am, v);
     v->seconds = now_s() - t0;
     v->pass = rc == 0;
-    if (v->pass)
+    if (v->pass) {
+        char eval[256] = "";
+        if (v->eval && !isnan(v->eval_logloss_active))
+            snprintf(eval, sizeof eval, ", eval logloss %.6f (active %.6f) on %u rows",
+                     v->eval_logloss_candidate, v->eval_logloss_active, v->eval_rows);
+        else if (v->eval)
+            snprintf(eval, sizeof eval, ", eval logloss %.6f on %u rows (no active version)",
+                     v->eval_logloss_candidate, v->eval_rows);
         snprintf(v->msg, sizeof v->msg,
                  "passed: %llu values checked, mean_active %.6f, mean_candidate %.6f, "
-                 "mean_shift %.4f, psi %.4f, n_sampled %u%s",
+                 "mean_shift %.4f, psi %.4f, n_sampled %u%s%s",
                  (unsigned long long)v->values_checked, v->mean_active, v->mean_candidate,
                  v->mean_shift, v->psi, v->n_sampled,
-                 v->shadow ? "" : " (no shadow scoring: no active version or empty sample)");
+                 v->shadow ? "" : " (no shadow scoring: no active version or empty sample)",
+                 eval);
+    }
     LOG(v->pass ? LL_INFO : LL_WARN, "gate: %s version %llu %s; %.3f s", cm->model_name,
         (unsigned long long)cm->version, v->pass ? v->msg : "refused", v->seconds);
     if (!v->pass)
         LOG(LL_WARN, "gate: %s version %llu refused: %s", cm->model_name,
             (unsigned long long)cm->version, v->msg);
-    count(v);
+    count(v, cm->version, am ? model_meta(am)->version : 0);
     server_model_release(act);
     return rc;
 }
@@ -653,6 +719,30 @@ size_t gate_metrics_format(char *buf, size_t len)
                      "tlserve_gate_seconds %.6f\n",
                      (unsigned long long)G.passed, (unsigned long long)G.refused, G.last_psi,
                      isfinite(G.last_shift) ? G.last_shift : 1e308, G.last_seconds);
+    if (n >= 0 && (size_t)n < len && G.eval_ran) {
+        int m = snprintf(buf + n, len - (size_t)n,
+                         "# HELP tlserve_gate_eval_logloss Logloss on --gate-eval-file of the "
+                         "last candidate that scored it and of the active version then\n"
+                         "# TYPE tlserve_gate_eval_logloss gauge\n"
+                         "tlserve_gate_eval_logloss{role=\"candidate\",version=\"%llu\"} %.6f\n",
+                         (unsigned long long)G.eval_version_c, G.eval_logloss_c);
+        if (m >= 0 && !isnan(G.eval_logloss_a) && (size_t)(n + m) < len)
+            m += snprintf(buf + n + m, len - (size_t)(n + m),
+                          "tlserve_gate_eval_logloss{role=\"active\",version=\"%llu\"} %.6f\n",
+                          (unsigned long long)G.eval_version_a, G.eval_logloss_a);
+        if (m >= 0 && (size_t)(n + m) < len)
+            m += snprintf(buf + n + m, len - (size_t)(n + m),
+                          "# HELP tlserve_gate_eval_rows Rows of --gate-eval-file the last "
+                          "check scored with each version\n"
+                          "# TYPE tlserve_gate_eval_rows gauge\n"
+                          "tlserve_gate_eval_rows %u\n"
+                          "# HELP tlserve_gate_eval_seconds Time the last check spent on "
+                          "--gate-eval-file\n"
+                          "# TYPE tlserve_gate_eval_seconds gauge\n"
+                          "tlserve_gate_eval_seconds %.6f\n",
+                          G.eval_rows, G.eval_seconds);
+        n = m < 0 ? n : n + m;
+    }
     pthread_mutex_unlock(&G.lock);
     if (n < 0)
         return 0;

@@ -13,6 +13,10 @@
  *                                          2. shadow: replay the sample through the
  *                                             active and the candidate; refuse on mean
  *                                             shift or PSI past their bounds
+ *                                          3. eval (--gate-eval-file, gate_eval.h):
+ *                                             logloss of both on labeled rows; refuse
+ *                                             when the candidate's is worse by more
+ *                                             than --gate-max-logloss-increase
  *                                        pass: swap in; refuse: the load FAILS with
  *                                        verdict.msg (never served)
  *
@@ -112,6 +116,11 @@ typedef struct gate_verdict {
     double mean_candidate;   /* of the candidate */
     double mean_shift;       /* |mean_candidate - mean_active| / mean_active */
     double psi;              /* population stability index, 10 decile bins of the active's */
+    bool eval;               /* the evaluation file was scored (--gate-eval-file) */
+    uint32_t eval_rows;      /* its rows scored by each version */
+    double eval_logloss_candidate; /* mean logloss of the candidate on them */
+    double eval_logloss_active;    /* of the active version; NAN without one (first load) */
+    double eval_seconds;     /* scoring them (and re-reading the file when it changed) */
     double seconds;          /* the whole check */
     char msg[1024];          /* refused: why, with the numbers; passed: the numbers */
 } gate_verdict_t;

@@ -48,6 +48,7 @@
  *   chosen (none, or several without --model-name).
  */
 #define _GNU_SOURCE
+#include "gate_eval.h"
 #include "log.h"
 #include "repo.h"
 #include "server.h"
@@ -118,6 +119,12 @@ int main(int argc, char **argv)
     memset(srv->metrics, 0, mbytes);
     atomic_init(&srv->active, NULL);
     atomic_init(&srv->stopping, false);
+
+    /* The gate's evaluation file is untrusted input: a bad one stops the start. */
+    if (gate_eval_start(cfg) != 0) {
+        status = 2;
+        goto out;
+    }
 
     if (cfg->model_dir[0]) {
         store_error_t err;
@@ -200,6 +207,7 @@ out:
     server_model_drop_standby(srv);
     server_model_release(atomic_exchange(&srv->active, NULL));
     store_team_destroy(srv->team);
+    gate_eval_stop();
     free(srv->metrics);
     free(srv);
     if (status == 0)

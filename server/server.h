@@ -78,6 +78,9 @@ typedef struct server_config {
     int gate_slot_bytes;       /* largest sampled payload; larger requests are not sampled */
     double gate_max_mean_shift; /* shadow: largest relative move of the mean prediction */
     double gate_max_psi;       /* shadow: largest PSI of the score distribution */
+    char gate_eval_file[1024]; /* labeled libsvm/libffm file (gate_eval.h; "" = none) */
+    int gate_eval_max_rows;    /* rows of it held in memory (the first ones) */
+    double gate_max_logloss_increase; /* eval: refuse cand > active + this (absolute) */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings
