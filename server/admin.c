@@ -235,7 +235,7 @@ static json_t *model_json(const model_t *m)
 {
     const store_meta_t *meta = model_meta(m);
     return version_json(meta->model_name, meta->version, store_model_kind_name(meta->model_kind),
-                        store_count(model_store(m)));
+                        model_key_count(m));
 }
 
 void admin__reply_json(struct evhttp_request *req, int code, json_t *j)
