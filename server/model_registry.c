@@ -61,9 +61,12 @@
  *   so the loader's scan may walk the list while threads come and go.
  *
  * STANDBY
- *   server_model_retire does not drop a swapped-out version at once: it
- *   pushes it on a short list of standby versions (newest first, at most
- *   cfg.keep_versions), and retires the one that falls off the end.  A
+ *   server_model_swap does not drop the swapped-out version: in the same
+ *   step as the exchange (under R.lock, so no listing sees it neither active
+ *   nor kept) it pushes it on a short list of standby versions (newest
+ *   first, at most cfg.keep_versions) with a reference of the registry's
+ *   own, and queues the one that falls off the end; server_model_retire
+ *   then drops the caller's reference and retires what was queued.  A
  *   rollback or an activation of a kept version is then a pointer exchange
  *   under the registry lock: no load, no copy.  The version it replaces is
  *   either pushed on the list (activate) or retired (rollback).  Retires
@@ -80,11 +83,8 @@
  *   leaf lock (the loader calls the swap with its own lock held; nothing
  *   is taken while holding R.lock, and it is never held while waiting).
  *   One server per process: the list belongs to the server of the last
- *   swap (R.srv), whose keep_versions it reads.  A rollback that lands
- *   between the loader's swap and its retire sees the new version active
- *   and the previous one not yet kept; it rolls back to an older standby
- *   and the loader's retire then keeps that previous version: every
- *   handle stays owned exactly once, only the order of the list differs.
+ *   swap (R.srv), whose keep_versions it reads.  A rollback right after a
+ *   swap finds the previous version already kept.
  *   server_model_acquire/_release: any thread, lock-free (acquire may retry
  *   while a swap is under way).  server_model_open: any thread, blocks for
  *   the whole load.  server_model_swap and _retire: one thread at a time,
@@ -132,6 +132,9 @@ static struct registry {
     server_model_t *standby[SERVER_KEEP_VERSIONS_MAX]; /* newest first; server's refs */
     size_t n;                                         /* standby entries in use */
     server_t *srv;                                    /* set by the first swap */
+    server_model_t *pending[2 * (SERVER_KEEP_VERSIONS_MAX + 1)]; /* dropped by swaps, for
+                                                       * the next server_model_retire */
+    size_t npending;
 } R = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void slot_give_back(void *p)
@@ -296,14 +299,31 @@ static size_t push_standby(server_t *srv, server_model_t *old,
     return nd;
 }
 
+/* 1 when sm is in the standby list or waiting to be retired.  R.lock held. */
+static int registry_holds(const server_model_t *sm)
+{
+    for (size_t i = 0; i < R.n; i++)
+        if (R.standby[i] == sm)
+            return 1;
+    for (size_t i = 0; i < R.npending; i++)
+        if (R.pending[i] == sm)
+            return 1;
+    return 0;
+}
+
 void server_model_retire(server_model_t *old)
 {
-    if (!old)
-        return;
-    server_model_t *drop[SERVER_KEEP_VERSIONS_MAX + 1];
+    server_model_t *drop[2 * (SERVER_KEEP_VERSIONS_MAX + 1)];
     pthread_mutex_lock(&R.lock);
-    size_t nd = R.srv ? push_standby(R.srv, old, drop) : (drop[0] = old, 1);
+    int held = old && registry_holds(old);
+    size_t nd = R.npending;
+    memcpy(drop, R.pending, nd * sizeof drop[0]);
+    R.npending = 0;
     pthread_mutex_unlock(&R.lock);
+    if (held)
+        server_model_release(old); /* the swap's reference; the registry holds another */
+    else
+        retire_now(old);
     for (size_t i = 0; i < nd; i++)
         retire_now(drop[i]);
 }
@@ -468,6 +488,13 @@ server_model_t *server_model_swap(server_t *srv, server_model_t *sm)
     pthread_mutex_lock(&R.lock);
     R.srv = srv;
     server_model_t *old = atomic_exchange(&srv->active, sm);
+    /* Kept (or queued to retire) in the same step as the exchange: no listing
+     * sees the old version neither active nor kept.  The registry takes a
+     * reference of its own; the caller's goes with server_model_retire. */
+    if (old && R.npending + SERVER_KEEP_VERSIONS_MAX + 1 <= sizeof R.pending / sizeof R.pending[0]) {
+        atomic_fetch_add_explicit(&old->refs, 1, memory_order_relaxed);
+        R.npending += push_standby(srv, old, R.pending + R.npending);
+    }
     pthread_mutex_unlock(&R.lock);
     const store_meta_t *meta = model_meta(sm->model);
     LOG(LL_INFO, "model %s version %llu (%s, %llu keys) active", meta->model_name,

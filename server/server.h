@@ -228,15 +228,20 @@ int server_model_open(server_t *srv, const char *dir, server_model_t **out, stor
 int server_model_wrap(model_t *m, server_model_t **out);
 
 /* Makes sm (from server_model_open or _wrap; its reference becomes the server's)
- * the active version and returns the previous one (NULL when none), which
- * the caller must pass to server_model_retire.  Never blocks.  One caller
- * at a time: main before the admin plane starts, then the loader thread. */
+ * the active version, keeps the previous one as a standby (or queues it to
+ * be retired) in the same step, and returns it (NULL when none) with a
+ * reference the caller must pass to server_model_retire.  Never blocks.  One
+ * caller at a time: main before the admin plane starts, then the loader
+ * thread. */
 server_model_t *server_model_swap(server_t *srv, server_model_t *sm);
 
-/* Drops the server's reference to a swapped-out version (NULL: no-op).
- * Blocks: until no thread is pinning it half-way (nanoseconds), then up to
- * a bounded wait (RETIRE_WAIT_MS) for in-flight requests to let go, so that
- * the free usually happens here and not on a worker. */
+/* Drops the reference server_model_swap returned with old (NULL: no
+ * handle) and retires the versions the swaps dropped; a version nothing
+ * else holds (one taken out of srv->active by hand) is retired too.  A
+ * retire blocks until no thread is pinning the version half-way
+ * (nanoseconds), then up to a bounded wait (RETIRE_WAIT_MS) for in-flight
+ * requests to let go, so that the free usually happens here and not on a
+ * worker. */
 void server_model_retire(server_model_t *old);
 
 /* open + swap + retire, for main's first model.  Returns as
@@ -245,7 +250,7 @@ int server_model_load(server_t *srv, const char *dir, store_error_t *err);
 
 /* ---- standby versions and rollback (model_registry.c) --------------------------
  *
- * server_model_retire keeps the swapped-out version loaded as a STANDBY
+ * server_model_swap keeps the swapped-out version loaded as a STANDBY
  * instead of dropping it, up to cfg.keep_versions of them (newest first);
  * the oldest past that limit, and a standby of the same name and version as
  * the one made active, are retired as before.  A standby holds the server's
