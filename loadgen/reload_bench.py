@@ -357,6 +357,26 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
             extra = "; apply rate %.2fM keys/s" % (nkeys / dt / 1e6)
         L.append("- v%d %s: first answer with it %.3f s after the rename (/v1/models said active "
                  "after %.3f s)%s." % (v, kind, dt, t_act - t_ren, extra))
+    # tlserve's own account (its log): load to active, and the gate's share of it
+    import re
+    active_s, gate_s = {}, {}
+    for line in open(os.path.join(OUT, "tlserve.log"), errors="replace"):
+        m = re.search(r"load \d+: \S+ version (\d+) active after ([\d.]+) s", line)
+        if m:
+            active_s[int(m.group(1))] = float(m.group(2))
+        m = re.search(r"gate: \S+ version (\d+) passed: .*; ([\d.]+) s", line)
+        if m:
+            gate_s[int(m.group(1))] = float(m.group(2))
+    if active_s:
+        L.append("")
+        L.append("tlserve's log (load start to active; the gate's part): " + "; ".join(
+            "v%d %s%s" % (v, "%.3f s" % active_s[v],
+                          " (gate %.3f s)" % gate_s[v] if v in gate_s else "")
+            for v, *_ in wins if v in active_s) + ".")
+        dl = sorted(nk / active_s[v] for v, k, nk, *_ in wins if k == "delta" and active_s.get(v))
+        if dl:
+            L.append("Delta apply rate by tlserve's log (changed keys / load-to-active): median "
+                     "%.2fM keys/s." % (dl[len(dl) // 2] / 1e6))
     if deltas:
         dts = sorted(w[4] - w[3] for w in deltas)
         L.append("")
