@@ -27,6 +27,7 @@ the same denominator.
 
 Usage: loadgen/bench.sh reload   (or python3 loadgen/reload_bench.py)
 Env:   KEYS=100M  MAX_RPS=<req/s> (skip the search)  STEADY=10 AFTER=10 GAP=4 FULL_GAP=auto
+       ALLOW=auto (s a version may take to go live: sizes the run; 2 x version 1's load + 2)
        DELTAS=10  DELTA_PCT=1  INTERVAL_MS=100  CONNECTIONS=4  TIMEOUT_MS=10000
        P99_BOUND_US=2000  SEARCH_FROM=20  SEARCH_DURATION=3  BUILD=build-release
        SERVE_ARGS="--workers 1 --lookup-threads 1"  RESULTS=results/<date>_reload  KEEP_WORK=1
@@ -205,10 +206,13 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
     PROCS.append(srv)
     say("tlserve --model-repo %s --keep-versions 1 %s on :%d" % (repo, " ".join(SERVE_ARGS), port))
     deadline = time.time() + 600
+    t_start = time.time()
     while active_version(admin) != 1:
         if srv.poll() is not None or time.time() > deadline:
             die("tlserve did not serve version 1 (see %s/tlserve.log)" % OUT)
         time.sleep(0.2)
+    load_s = time.time() - t_start
+    say("version 1 live %.1f s after tlserve started" % load_s)
 
     std = [tlgen, "--port", port, "--model", MODEL, "--connections", CONNECTIONS, "--items", 200,
            "--shared", 300, "--per-item", 200, "--key-space", KEYS, "--seed", 42,
@@ -225,8 +229,10 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
     rate = max(1, round(max_rps / 2))
     say("max rate %.0f req/s; running at %d req/s" % (max_rps, rate))
 
-    # the run: long enough for the whole schedule when each version goes live in time
-    total = STEADY + FULL_GAP + NDELTAS * GAP + AFTER + 2
+    # the run: long enough for the whole schedule when each version takes at most ALLOW s to go
+    # live (default: twice version 1's start-up load + 2 s; a delta may cost a full rebuild)
+    allow = float(env("ALLOW", "0")) or 2 * load_s + 2
+    total = STEADY + FULL_GAP + NDELTAS * GAP + AFTER + (1 + NDELTAS) * allow
     ivf = os.path.join(OUT, "intervals.jsonl")
     gen_out = os.path.join(OUT, "tlgen.txt")
     samples, stop = [], threading.Event()
@@ -324,7 +330,8 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
                                                merge(inside(w[3], w[4]))[1], 99) or 0)
         rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[4]))))
     rows.append(("after", merge(lambda s, e: s >= after_start)))
-
+    end = (ivs[-1]["start_unix_ms"] / 1000 + step) if ivs else after_start
+    short = end - after_start < AFTER / 2
     sp = [pctl(steady[0], steady[1], q) for q in (50, 99, 99.9)]
     L = ["# Reload under load — %s" % STAMP, ""]
     L.append("- LR, %s keys, `tlserve --model-repo --keep-versions 1 %s`; tlgen standard request "
@@ -346,6 +353,10 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
         ratio = " / ".join("%.2fx" % (x / y) if x and y else "-" for x, y in zip(p, sp))
         L.append("| %s | %d | %s | %s | %s | %d | %s |" % (
             name, sched, *("%.0f" % x if x is not None else "-" for x in p), err, ratio))
+    if short:
+        L.append("")
+        L.append("**The after window is %.1f s, under AFTER/2: versions went live slower than "
+                 "ALLOW allowed; run again with a larger ALLOW.**" % max(0.0, end - after_start))
     L.append("")
     L.append("tlgen over the whole run: %d scheduled, %d answered, %d errors, valid %s (`tlgen.txt`)."
              % (gen_json["scheduled"], gen_json["ok"], gen_json["errors"], gen_json["valid"]))
