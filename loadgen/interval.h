@@ -21,7 +21,9 @@
  *    "versions":{"7":123,"8":4},"b":[[index,count],...]}
  * (errors: every request due in it that did not get a well-formed answer:
  * ERROR frames, timeouts, connection failures, unsent, backlogged, skipped,
- * bad responses; versions: answers per version, at most IVAL_NVER distinct
+ * bad responses; the same sum as tlgen's "errors" except a response stream
+ * it cannot frame, which its total counts once more beside the connection
+ * errors of the requests in flight; versions: answers per version, at most IVAL_NVER distinct
  * ones per interval plus "other"), and last
  *   {"first_seen":{"7":unix_ms,...}}: the first answer carrying each version
  * (by the time it was read; at most IVAL_NFIRST versions).  unix_ms are

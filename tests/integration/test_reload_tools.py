@@ -124,6 +124,25 @@ class Intervals(unittest.TestCase):
             r = subprocess.run(base + extra, capture_output=True, text=True, timeout=10)
             self.assertEqual(r.returncode, 2, (extra, r.stderr))
 
+    def test_errors_by_interval(self):
+        srv = Server(None, "--model-repo", self.repo, "--keep-versions", "1")
+        try:
+            ivf = os.path.join(self.tmp, "err.jsonl")
+            r = subprocess.run([TLGEN, "--port", str(srv.port), "--model", "no_such_model",
+                                "--rate", "100", "--duration", "1", "--items", "10", "--shared",
+                                "20", "--per-item", "10", "--json", "--interval-ms", "250",
+                                "--interval-out", ivf], capture_output=True, text=True, timeout=60)
+        finally:
+            srv.stop()
+        run = json.loads(r.stdout.strip().splitlines()[-1])
+        ivs = [json.loads(x) for x in open(ivf).read().strip().splitlines()[1:-1]]
+        self.assertGreater(run["errors"], 50)
+        self.assertEqual(run["ok"], 0)
+        self.assertEqual(len(ivs), 4)
+        self.assertEqual(sum(i["errors"] for i in ivs), run["errors"])
+        self.assertEqual(sum(i["scheduled"] for i in ivs), run["scheduled"])
+        self.assertTrue(all(i["ok"] == 0 and i["b"] == [] and i["versions"] == {} for i in ivs))
+
     def test_intervals_around_a_delta(self):
         stage = os.path.join(self.tmp, "stage")
         d2 = os.path.join(stage, "2")
