@@ -148,7 +148,9 @@ int main(int argc, char **argv)
         uint64_t entries = 0;
         store_error_t err2 = {0};
         if (store_snapshot_read_meta(parent, &meta, &entries, &err2) != 0) {
-            store_cli_print_error("mkdelta", parent, e == -EBADMSG ? &err : &err2);
+            /* neither a delta nor a full version: say why each reader refused it */
+            store_cli_print_error("mkdelta (as a full version)", parent, &err2);
+            store_cli_print_error("mkdelta (as a delta)", parent, &err);
             return 1;
         }
         if (entries < keys - (seq - 1) * dels)
