@@ -115,7 +115,8 @@ typedef struct thr {
 /* Per-interval accounting (--interval-ms) of a counted request due at `due`. */
 #define IV_SCHED(t, due) \
     ((t)->st->iv ? ivals_scheduled((t)->st->iv, (due) - (t)->run->measure_ns) : (void)0)
-#define IV_ERR(t, due) ((t)->st->iv ? ivals_error((t)->st->iv, (due) - (t)->run->measure_ns) : (void)0)
+#define IV_ERR(t, due) \
+    ((t)->st->iv ? ivals_error((t)->st->iv, (due) - (t)->run->measure_ns) : (void)0)
 
 uint64_t tlgen_now_ns(void)
 {

@@ -169,15 +169,17 @@ int ivals_write(const ivals_t *v, uint64_t origin_mono_ns, FILE *f)
     int64_t shift = ns_of(CLOCK_REALTIME) - ns_of(CLOCK_MONOTONIC);
     double origin_ms = ((double)origin_mono_ns + (double)shift) / 1e6;
     double step_ms = (double)v->interval_ns / 1e6;
-    fprintf(f, "{\"interval_ms\":%.3f,\"origin_unix_ms\":%.3f,\"intervals\":%u,\"bucket_sub\":%d,"
-               "\"buckets\":%d}\n",
+    fprintf(f,
+            "{\"interval_ms\":%.3f,\"origin_unix_ms\":%.3f,\"intervals\":%u,\"bucket_sub\":%d,"
+            "\"buckets\":%d}\n",
             step_ms, origin_ms, v->n, IVAL_SUB, IVAL_BUCKETS);
     for (uint32_t i = 0; i < v->n; i++) {
         const ival_t *iv = &v->iv[i];
         if (iv->scheduled == 0 && iv->ok == 0 && iv->errors == 0)
             continue;
-        fprintf(f, "{\"i\":%u,\"start_unix_ms\":%.3f,\"scheduled\":%llu,\"ok\":%llu,\"errors\":%llu,"
-                   "\"versions\":{",
+        fprintf(f,
+                "{\"i\":%u,\"start_unix_ms\":%.3f,\"scheduled\":%llu,\"ok\":%llu,\"errors\":%llu,"
+                "\"versions\":{",
                 i, origin_ms + step_ms * i, (unsigned long long)iv->scheduled,
                 (unsigned long long)iv->ok, (unsigned long long)iv->errors);
         for (uint32_t k = 0; k < iv->nver; k++)

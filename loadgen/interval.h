@@ -39,26 +39,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define IVAL_SUB 64        /* sub-buckets per power of two */
-#define IVAL_BUCKETS 1984  /* indices 0 .. (36 - 5) * 64 - 1 */
-#define IVAL_NVER 4        /* distinct versions counted per interval */
-#define IVAL_NFIRST 64     /* versions whose first answer is remembered */
+#define IVAL_SUB 64       /* sub-buckets per power of two */
+#define IVAL_BUCKETS 1984 /* indices 0 .. (36 - 5) * 64 - 1 */
+#define IVAL_NVER 4       /* distinct versions counted per interval */
+#define IVAL_NFIRST 64    /* versions whose first answer is remembered */
 
 typedef struct ival {
-    uint64_t scheduled;            /* requests due in the interval */
-    uint64_t ok;                   /* well-formed answers */
-    uint64_t errors;               /* everything else (see the header) */
-    uint64_t ver[IVAL_NVER];       /* versions seen, in first-seen order */
-    uint64_t ver_n[IVAL_NVER];     /* answers per ver[] entry */
-    uint64_t ver_other;            /* answers with a version beyond the IVAL_NVER first */
-    uint32_t nver;                 /* used entries of ver[] */
+    uint64_t scheduled;        /* requests due in the interval */
+    uint64_t ok;               /* well-formed answers */
+    uint64_t errors;           /* everything else (see the header) */
+    uint64_t ver[IVAL_NVER];   /* versions seen, in first-seen order */
+    uint64_t ver_n[IVAL_NVER]; /* answers per ver[] entry */
+    uint64_t ver_other;        /* answers with a version beyond the IVAL_NVER first */
+    uint32_t nver;             /* used entries of ver[] */
 } ival_t;
 
 typedef struct ivals {
-    uint64_t interval_ns; /* > 0 */
-    uint32_t n;           /* intervals */
-    ival_t *iv;           /* n (owned) */
-    uint32_t *b;          /* n * IVAL_BUCKETS latency counts (owned) */
+    uint64_t interval_ns;            /* > 0 */
+    uint32_t n;                      /* intervals */
+    ival_t *iv;                      /* n (owned) */
+    uint32_t *b;                     /* n * IVAL_BUCKETS latency counts (owned) */
     uint64_t first_ver[IVAL_NFIRST]; /* versions seen, any order */
     uint64_t first_rx[IVAL_NFIRST];  /* monotonic ns of the first answer with first_ver[i] */
     uint32_t nfirst;

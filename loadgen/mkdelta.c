@@ -129,8 +129,9 @@ int main(int argc, char **argv)
                               seq, dels);
     uint64_t live = keys - seq * dels; /* indices [0, live) hold keys no delete removed */
     if (ups > live)
-        store_cli_usage_error(&U, "--upserts %" PRIu64 " is more than the %" PRIu64
-                              " keys left to upsert", ups, live);
+        store_cli_usage_error(
+            &U, "--upserts %" PRIu64 " is more than the %" PRIu64 " keys left to upsert", ups,
+            live);
 
     /* the parent's layout and version */
     store_delta_layout_t lay;
@@ -154,8 +155,9 @@ int main(int argc, char **argv)
             return 1;
         }
         if (entries < keys - (seq - 1) * dels)
-            fprintf(stderr, "mkdelta: warning: %s holds %" PRIu64 " keys, fewer than --keys "
-                            "minus earlier deletes: is --keys the tlsynth model's?\n",
+            fprintf(stderr,
+                    "mkdelta: warning: %s holds %" PRIu64 " keys, fewer than --keys "
+                    "minus earlier deletes: is --keys the tlsynth model's?\n",
                     parent, entries);
         snprintf(lay.model_name, sizeof lay.model_name, "%s", meta.model_name);
         lay.model_kind = meta.model_kind;
