@@ -112,6 +112,12 @@ typedef struct thr {
     sched_t sched;
 } thr_t;
 
+/* Per-interval accounting (--interval-ms) of a counted request due at `due`. */
+#define IV_SCHED(t, due) \
+    ((t)->st->iv ? ivals_scheduled((t)->st->iv, (due) - (t)->run->measure_ns) : (void)0)
+#define IV_ERR(t, due) \
+    ((t)->st->iv ? ivals_error((t)->st->iv, (due) - (t)->run->measure_ns) : (void)0)
+
 uint64_t tlgen_now_ns(void)
 {
     struct timespec ts;
@@ -171,8 +177,10 @@ __attribute__((cold)) static void conn_down(thr_t *t, unsigned i, uint64_t now)
     for (uint64_t s = t->tail; s < t->next_seq && c->outstanding > 0; s++) {
         slot_t *sl = &t->slots[s & t->mask];
         if (sl->live && sl->conn == i) {
-            if (sl->counted)
+            if (sl->counted) {
                 t->st->conn_errors++;
+                IV_ERR(t, sl->due_ns);
+            }
             resolve(t, sl);
         }
     }
@@ -243,8 +251,10 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
 {
     tlgen_stats_t *st = t->st;
     bool counted = due >= t->run->measure_ns;
-    if (counted)
+    if (counted) {
         st->scheduled++;
+        IV_SCHED(t, due);
+    }
     unsigned i = 0, k;
     for (k = 0; k < t->nconns; k++) {
         i = (t->rr + k) % t->nconns;
@@ -252,8 +262,10 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
             break;
     }
     if (k == t->nconns) { /* nothing to send on */
-        if (counted)
+        if (counted) {
             st->unsent++;
+            IV_ERR(t, due);
+        }
         return;
     }
     t->rr = i + 1;
@@ -263,15 +275,19 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
     unsigned p = (unsigned)((seq + t->id) % wl->n);
     size_t len = wl->lens[p];
     if (c->out_len - c->out_off + len > MAX_BACKLOG) { /* the server is not reading */
-        if (counted)
+        if (counted) {
             st->backlogged++;
+            IV_ERR(t, due);
+        }
         return;
     }
     while (seq - t->tail > t->mask) { /* ring full: the oldest has waited > timeout anyway */
         slot_t *old = &t->slots[t->tail & t->mask];
         if (old->live) {
-            if (old->counted)
+            if (old->counted) {
                 st->timeouts++;
+                IV_ERR(t, old->due_ns);
+            }
             resolve(t, old);
         }
         t->tail++;
@@ -332,7 +348,13 @@ static void on_frame(thr_t *t, unsigned ci, const codec_header_t *h, int rc, con
         hist_record(&st->corrected, rx - sl->due_ns);
         hist_record(&st->from_send, rx - sl->sent_ns);
         hist_record(&st->uncorrected, rx - start);
-    } else if (rc == CODEC_OK && h->type == CODEC_ERROR) {
+        if (st->iv)
+            ivals_ok(st->iv, sl->due_ns - t->run->measure_ns, rx - sl->due_ns, m->u.result.version,
+                     rx);
+        return;
+    }
+    IV_ERR(t, sl->due_ns);
+    if (rc == CODEC_OK && h->type == CODEC_ERROR) {
         uint16_t code = m->u.error.code;
         if (code < TLGEN_NCODES)
             st->err_code[code]++;
@@ -437,8 +459,10 @@ static void expire(thr_t *t, uint64_t now, bool force)
         if (sl->live) {
             if (!force && now - sl->due_ns < t->timeout_ns)
                 break;
-            if (sl->counted)
+            if (sl->counted) {
                 t->st->timeouts++;
+                IV_ERR(t, sl->due_ns);
+            }
             resolve(t, sl);
         }
         t->tail++;
@@ -496,6 +520,8 @@ int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned
                 if (due >= run->measure_ns) {
                     st->scheduled++;
                     st->skipped++;
+                    IV_SCHED(&t, due);
+                    IV_ERR(&t, due);
                 }
             sending = false;
         }

@@ -113,7 +113,16 @@ static int run_threads(tlgen_run_t *run, int *fds, tlgen_stats_t *all)
         j->fds = fds + next;
         next += j->nconns;
         tlgen_stats_init(&j->st);
-        int e = pthread_create(&tids[t], NULL, job_main, j);
+        int e = tlgen_stats_intervals(&j->st, o);
+        if (e != 0) {
+            fprintf(stderr, "tlgen: no memory for the intervals of thread %u\n", t);
+            tlgen_stats_free(&j->st);
+            for (unsigned i = next - j->nconns; i < o->connections; i++)
+                close(fds[i]);
+            rc = e;
+            break;
+        }
+        e = pthread_create(&tids[t], NULL, job_main, j);
         if (e != 0) {
             fprintf(stderr, "tlgen: cannot start thread %u: %s\n", t, strerror(e));
             tlgen_stats_free(&j->st);

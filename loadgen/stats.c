@@ -7,6 +7,8 @@
  */
 #include "tlgen.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tlgen_stats_init(tlgen_stats_t *s)
@@ -18,8 +20,36 @@ void tlgen_stats_init(tlgen_stats_t *s)
     hist_init(&s->lag);
 }
 
+int tlgen_stats_intervals(tlgen_stats_t *s, const tlgen_opts_t *o)
+{
+    if (o->interval_ms <= 0)
+        return 0;
+    uint64_t step = (uint64_t)(o->interval_ms * 1e6);
+    if (step == 0)
+        step = 1;
+    uint64_t n = ((uint64_t)(o->duration_s * 1e9) + step - 1) / step;
+    if (n == 0)
+        n = 1;
+    if (n > UINT32_MAX)
+        return -EINVAL;
+    s->iv = calloc(1, sizeof *s->iv);
+    if (!s->iv)
+        return -ENOMEM;
+    int e = ivals_init(s->iv, step, (uint32_t)n);
+    if (e != 0) {
+        free(s->iv);
+        s->iv = NULL;
+    }
+    return e;
+}
+
 void tlgen_stats_free(tlgen_stats_t *s)
 {
+    if (s->iv) {
+        ivals_free(s->iv);
+        free(s->iv);
+        s->iv = NULL;
+    }
     hist_free(&s->corrected);
     hist_free(&s->from_send);
     hist_free(&s->uncorrected);
@@ -32,6 +62,8 @@ void tlgen_stats_merge(tlgen_stats_t *d, const tlgen_stats_t *s)
     hist_merge(&d->from_send, &s->from_send);
     hist_merge(&d->uncorrected, &s->uncorrected);
     hist_merge(&d->lag, &s->lag);
+    if (d->iv && s->iv)
+        ivals_merge(d->iv, s->iv);
     d->scheduled += s->scheduled;
     d->sent += s->sent;
     d->ok += s->ok;

@@ -24,6 +24,7 @@
 #define TL_LOADGEN_TLGEN_H
 
 #include "hist.h"
+#include "interval.h"
 #include "workload.h"
 
 #include <stdbool.h>
@@ -58,6 +59,8 @@ typedef struct tlgen_opts {
     double search_p99_us;                /* TLGEN_SEARCH: the corrected p99 bound (us) */
     double search_from, search_to;       /* TLGEN_SEARCH: first probe, highest probe */
     workload_opts_t wl;                  /* request shape */
+    double interval_ms;                  /* > 0: per-interval statistics (interval.h), one run */
+    const char *interval_out;            /* where they go (--interval-out; required with it) */
 } tlgen_opts_t;
 
 /* Per-thread counters and histograms.  Everything counts only requests due
@@ -82,6 +85,7 @@ typedef struct tlgen_stats {
     uint64_t late;                   /* responses to requests already timed out or unknown ids */
     uint64_t frame_errors;           /* ERROR frames with request id 0 (server closed the conn) */
     uint64_t disconnects;            /* connections lost during the run */
+    ivals_t *iv;                     /* per-interval statistics, or NULL (owned) */
 } tlgen_stats_t;
 
 /* What every driver thread reads (read-only during the run). */
@@ -97,7 +101,10 @@ typedef struct tlgen_run {
 
 void tlgen_stats_init(tlgen_stats_t *s);
 void tlgen_stats_free(tlgen_stats_t *s);
-/* Adds src into dst (histograms bucket by bucket). */
+/* Sets up s->iv for o's --interval-ms over o's measured window (nothing
+ * when it is 0).  Returns 0 or -ENOMEM.  Freed by tlgen_stats_free. */
+int tlgen_stats_intervals(tlgen_stats_t *s, const tlgen_opts_t *o);
+/* Adds src into dst (histograms bucket by bucket; intervals when both have them). */
 void tlgen_stats_merge(tlgen_stats_t *dst, const tlgen_stats_t *src);
 
 uint64_t tlgen_now_ns(void);
