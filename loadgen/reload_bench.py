@@ -409,6 +409,14 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
         dp = max(peak(w[3], w[5] + 0.5) for w in deltas)
         mem.append("during delta applies at most %.0f MiB (+%.0f MiB over steady; a delta's files: "
                    "%.1f MiB)" % (dp / 1024, (dp - st_peak) / 1024, delta_bytes / 2**20))
+        # Per delta: the peak from its rename to the end of its quiet gap (the fold runs
+        # there) over the RSS of the second before the rename (what was resident then,
+        # the kept version included).  Bound: 3 x the delta's files + one shard (16 shards).
+        grow = max(peak(w[3], w[3] + GAP * 0.9) - peak(w[3] - 1.0, w[3]) for w in deltas)
+        bound = 3 * delta_bytes / 1024 + st_peak / 16
+        mem.append("growth during a delta (its rename to the end of its gap, over the second "
+                   "before) at most +%.1f MiB, bound 3 x files + one shard = %.1f MiB"
+                   % (grow / 1024, bound / 1024))
     mem.append("VmHWM at the end %.0f MiB" % (hwm / 1024))
     L.append("Memory (tlserve VmRSS every 50 ms): " + "; ".join(mem) + ".")
     L.append("")

@@ -296,32 +296,44 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
     const uint32_t K = o->K;
     if (o->count == 0)
         return;
-    /* Round r filters group r and prefetches the slots of the keys that may
-     * be there, then probes those of group r - 1.  Most keys are not in a
-     * delta: the filter's one word (a table of a byte per delta key, hot in
-     * cache) turns them away without touching the table. */
-    uint32_t idx[2][OVERLAY_GROUP];
-    uint64_t slot[2][OVERLAY_GROUP];
-    size_t g = 0, cur = 0;
-    for (size_t start = 0; start < n + OVERLAY_GROUP; start += OVERLAY_GROUP, cur ^= 1) {
-        size_t m = start < n ? (n - start < OVERLAY_GROUP ? n - start : OVERLAY_GROUP) : 0, c = 0;
+    /* Three stages a group apart: round r hashes group r and prefetches its
+     * filter words, filters group r - 1 and prefetches the slots of the keys
+     * that may be there, and probes those of group r - 2.  Most keys are not
+     * in a delta: the filter (a byte per delta key) turns them away without
+     * touching the table. */
+    enum { G = OVERLAY_GROUP };
+    uint64_t hash[3][G];
+    uint32_t idx[3][G];
+    size_t cand[3] = {0, 0, 0};
+    for (size_t r = 0, start = 0; start < n + 2 * G; r++, start += G) {
+        size_t a = r % 3, b = (r + 2) % 3, c = (r + 1) % 3; /* groups r, r - 1, r - 2 */
+        size_t m = start < n ? (n - start < G ? n - start : G) : 0;
         for (size_t j = 0; j < m; j++) {
-            uint64_t key = keys[start + j], h = hash_of(key);
-            if (key == 0 || maybe_has(o, h)) {
-                uint64_t s = slot_of_hash(o, h);
-                idx[cur][c] = (uint32_t)j;
-                slot[cur][c++] = s;
-                prefetch_slot(o, s);
+            uint64_t h = hash_of(keys[start + j]);
+            hash[a][j] = h;
+            __builtin_prefetch(&o->filter[h & o->filter_mask]);
+        }
+        if (start >= G) {
+            size_t base = start - G, k = 0;
+            size_t mb = base >= n ? 0 : n - base < G ? n - base : G;
+            for (size_t j = 0; j < mb; j++) {
+                uint64_t h = hash[b][j];
+                if (keys[base + j] == 0 || maybe_has(o, h)) {
+                    idx[b][k] = (uint32_t)j;
+                    hash[b][k++] = h; /* compacted in place: k <= j */
+                    prefetch_slot(o, slot_of_hash(o, h));
+                }
+            }
+            cand[b] = k;
+        }
+        if (start >= 2 * G) {
+            size_t base = start - 2 * G;
+            for (size_t j = 0; j < cand[c]; j++) {
+                size_t i = base + idx[c][j];
+                put_row(o, keys[i], slot_of_hash(o, hash[c][j]), out + i * K,
+                        found ? found + i : NULL);
             }
         }
-        if (start > 0) {
-            size_t prev = start - OVERLAY_GROUP;
-            for (size_t j = 0; j < g; j++) {
-                size_t i = prev + idx[cur ^ 1][j];
-                put_row(o, keys[i], slot[cur ^ 1][j], out + i * K, found ? found + i : NULL);
-            }
-        }
-        g = c;
     }
 }
 

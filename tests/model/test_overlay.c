@@ -163,7 +163,8 @@ static void test_table(void **state)
         out[2 * i] = out[2 * i + 1] = 42.0f;
         found[i] = 9;
     }
-    model_overlay_lookup(o, keys, 100000, out, found);
+    model_overlay_lookup(o, keys, 99999, out, found); /* not a multiple of the group */
+    model_overlay_lookup(o, keys + 99999, 1, out + 2 * 99999, found + 99999);
     for (int i = 0; i < 100000; i++) {
         if (i < 2 || i >= 50000) {
             assert_true(out[2 * i] == 42.0f && found[i] == 9); /* untouched */
