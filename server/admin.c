@@ -270,7 +270,7 @@ static void on_readyz(struct evhttp_request *req)
 {
     if (atomic_load(&A.srv->stopping))
         reply_text(req, 503, "draining\n");
-    else if (atomic_load(&A.srv->active))
+    else if (server_model_any_active(A.srv))
         reply_text(req, 200, "ready\n");
     else
         reply_text(req, 503, "no model loaded\n");
@@ -307,10 +307,14 @@ static json_t *repo_json(void)
 static void on_models(struct evhttp_request *req)
 {
     json_t *list = json_array();
-    server_model_t *sm = server_model_acquire(A.srv);
-    if (sm) {
-        json_array_append_new(list, model_json(sm->model));
-        server_model_release(sm);
+    char names[SERVER_MODELS_MAX][64];
+    size_t n = server_model_names(A.srv, names, SERVER_MODELS_MAX);
+    for (size_t i = 0; i < n && i < SERVER_MODELS_MAX; i++) {
+        server_model_t *sm = server_model_acquire_named(A.srv, names[i]);
+        if (sm) {
+            json_array_append_new(list, model_json(sm->model));
+            server_model_release(sm);
+        }
     }
     json_t *body = json_pack("{s:o}", "models", list);
     json_t *repo = repo_json();

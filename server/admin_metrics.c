@@ -144,18 +144,23 @@ static void metrics_model(struct evbuffer *b, server_t *srv)
 {
     evbuffer_add_printf(b, "# HELP tlserve_model_info The active model version (value is 1)\n"
                            "# TYPE tlserve_model_info gauge\n");
-    server_model_t *sm = server_model_acquire(srv);
+    char names[SERVER_MODELS_MAX][64];
+    size_t n = server_model_names(srv, names, SERVER_MODELS_MAX);
     uint64_t keys = 0;
-    if (sm) {
+    for (size_t i = 0; i < n && i < SERVER_MODELS_MAX; i++) {
+        server_model_t *sm = server_model_acquire_named(srv, names[i]);
+        if (!sm)
+            continue;
         /* Names are [A-Za-z0-9_.-] (store-checked): no label escaping needed. */
         const store_meta_t *meta = model_meta(sm->model);
         evbuffer_add_printf(
             b, "tlserve_model_info{name=\"%s\",version=\"%" PRIu64 "\",kind=\"%s\"} 1\n",
             meta->model_name, meta->version, store_model_kind_name(meta->model_kind));
-        keys = model_key_count(sm->model);
+        keys += model_key_count(sm->model);
         server_model_release(sm);
     }
-    metrics_gauge(b, "model_keys", "Keys in the active model (0 when none)", (int64_t)keys);
+    metrics_gauge(b, "model_keys", "Keys in the active versions of all models (0 when none)",
+                  (int64_t)keys);
 }
 
 static void metrics_loads(struct evbuffer *b)

@@ -50,17 +50,13 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The active model's name into name (len bytes) and its version; 0 when
- * none is active. */
-static uint64_t active_of(server_t *srv, char *name, size_t len)
+/* The active version of model name; 0 when it has none. */
+static uint64_t active_of(server_t *srv, const char *name)
 {
     uint64_t v = 0;
-    name[0] = '\0';
-    server_model_t *sm = server_model_acquire(srv);
+    server_model_t *sm = server_model_acquire_named(srv, name);
     if (sm) {
-        const store_meta_t *meta = model_meta(sm->model);
-        snprintf(name, len, "%s", meta->model_name);
-        v = meta->version;
+        v = model_meta(sm->model)->version;
         server_model_release(sm);
     }
     return v;
@@ -84,11 +80,9 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
 {
     if (admin__check_auth(req) != 0)
         return;
-    char active[64];
-    uint64_t av = active_of(srv, active, sizeof active);
-    if (av == 0 || strcmp(active, name) != 0) {
-        admin__reply_error(req, 404, "model '%s' is not the active model%s%s", name,
-                           av ? ": the active one is " : "", av ? active : "");
+    uint64_t av = active_of(srv, name);
+    if (av == 0) {
+        admin__reply_error(req, 404, "model '%s' has no active version on this server", name);
         return;
     }
     uint64_t busy;
@@ -111,7 +105,7 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
         return;
     }
     if (rc != 0) {
-        admin__reply_error(req, 404, "model '%s' is not the active model", name);
+        admin__reply_error(req, 404, "model '%s' has no active version on this server", name);
         return;
     }
     repo_rolled_back(name, from, to); /* -ENOENT without a repository: nothing to record */
@@ -154,8 +148,7 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
     int which = parse_activate(req, &version);
     if (which < 0)
         return;
-    char active[64];
-    uint64_t av = active_of(srv, active, sizeof active);
+    uint64_t av = active_of(srv, name);
     repo_status_t *rs = malloc(sizeof *rs);
     if (!rs) {
         admin__reply_error(req, 503, "no memory");
@@ -166,7 +159,7 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
     char dir[sizeof rs->dir];
     snprintf(dir, sizeof dir, "%s", rs->dir);
     free(rs);
-    if (!in_repo && (av == 0 || strcmp(active, name) != 0)) {
+    if (!in_repo && av == 0) {
         admin__reply_error(req, 404, "model '%s' is neither active nor served from a repository",
                            name);
         return;
@@ -248,9 +241,8 @@ static int by_version_desc(const void *a, const void *b)
 
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name)
 {
-    char active[64];
-    uint64_t av = active_of(srv, active, sizeof active);
-    bool is_active = av && strcmp(active, name) == 0;
+    uint64_t av = active_of(srv, name);
+    bool is_active = av != 0;
     repo_status_t *rs = malloc(sizeof *rs);
     uint64_t *listing = NULL;
     row_t *rows = NULL;
@@ -279,10 +271,10 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
         if (nl < 0)
             nl = 0; /* unreadable: the loaded versions are still listed */
     }
-    server_kept_t kept[SERVER_KEEP_VERSIONS_MAX];
-    size_t nk = server_model_standby(srv, kept, SERVER_KEEP_VERSIONS_MAX);
-    if (nk > SERVER_KEEP_VERSIONS_MAX)
-        nk = SERVER_KEEP_VERSIONS_MAX;
+    server_kept_t kept[SERVER_KEPT_MAX];
+    size_t nk = server_model_standby(srv, kept, SERVER_KEPT_MAX);
+    if (nk > SERVER_KEPT_MAX)
+        nk = SERVER_KEPT_MAX;
     size_t max = (size_t)nl + nk + 2 + REPO_REFUSED_MAX + REPO_ROLLED_BACK_MAX, n = 0;
     rows = calloc(max, sizeof *rows);
     if (!rows)

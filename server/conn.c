@@ -413,6 +413,27 @@ static void record_latency(worker_t *w, uint64_t ns)
     atomic_fetch_add_explicit(&w->m->latency_ns_sum, ns, memory_order_relaxed);
 }
 
+/* UNKNOWN_MODEL naming what this server holds (cold: the models' names). */
+static cold int send_unknown_model(worker_t *w, conn_t *c, uint64_t id, const char *name)
+{
+    char names[SERVER_MODELS_MAX][64], list[512] = "";
+    size_t n = server_model_names(w->srv, names, SERVER_MODELS_MAX), off = 0;
+    size_t live = 0;
+    for (size_t i = 0; i < n && i < SERVER_MODELS_MAX && off < sizeof list - 70; i++) {
+        server_model_t *sm = server_model_acquire_named(w->srv, names[i]);
+        if (!sm)
+            continue; /* no version live */
+        server_model_release(sm);
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s'%s'", live++ ? ", " : "",
+                                names[i]);
+    }
+    if (live == 0)
+        return send_error(w, c, id, CODEC_E_UNKNOWN_MODEL,
+                          "unknown model '%s': no model is loaded", name);
+    return send_error(w, c, id, CODEC_E_UNKNOWN_MODEL, "unknown model '%s' (this server has %s)",
+                      name, list);
+}
+
 static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
 {
     codec_predict_t req;
@@ -423,16 +444,10 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     gate_sample_offer(w->sample, payload, h->payload_len, &req); /* the gate's shadow sample */
 
-    server_model_t *sm = server_model_acquire(w->srv);
+    server_model_t *sm = server_model_acquire_named(w->srv, req.name);
     if (!sm)
-        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_MODEL,
-                          "unknown model '%s': no model is loaded", req.name);
+        return send_unknown_model(w, c, h->request_id, req.name);
     const store_meta_t *meta = model_meta(sm->model);
-    if (strcmp(meta->model_name, req.name) != 0) {
-        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_MODEL,
-                        "unknown model '%s' (this server has '%s')", req.name, meta->model_name);
-        goto out;
-    }
     if (req.version != 0 && req.version != meta->version) {
         /* Pinned to a version kept for rollback (cold: the registry's lock). */
         server_model_t *kept = server_model_acquire_kept(w->srv, req.name, req.version);

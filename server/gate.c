@@ -633,11 +633,10 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
     if (!srv->cfg.gate)
         return 0;
     double t0 = now_s();
-    server_model_t *act = server_model_acquire(srv);
-    const model_t *cand = candidate->model, *am = act ? act->model : NULL;
+    const model_t *cand = candidate->model;
     const store_meta_t *cm = model_meta(cand);
-    if (am && strcmp(model_meta(am)->model_name, cm->model_name) != 0)
-        am = NULL; /* another model: no active version of this one to compare with */
+    server_model_t *act = server_model_acquire_named(srv, cm->model_name);
+    const model_t *am = act ? act->model : NULL;
     int rc = check_shape(srv, cand, am, v);
     if (rc == 0)
         rc = check_values(srv, cand, am, v);

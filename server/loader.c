@@ -230,6 +230,11 @@ static void *loader_main(void *arg)
                      "the server is shutting down: the version loaded from %s was discarded", dir);
             r->shutdown = true;
             finish(r, LOADER_FAILED, t0);
+        } else if (server_model_reserve(srv, model_meta(sm->model)->model_name) != 0) {
+            snprintf(r->error, sizeof r->error,
+                     "model '%s' from %s is not served: this server holds %d models already",
+                     model_meta(sm->model)->model_name, dir, SERVER_MODELS_MAX);
+            finish(r, LOADER_FAILED, t0);
         } else {
             const store_meta_t *meta = model_meta(sm->model);
             r->version = meta->version;
@@ -258,7 +263,7 @@ static void *loader_main(void *arg)
         server_model_release(sm); /* discarded at shutdown, or refused by the gate */
         server_model_retire(old);
         if (copy.state == LOADER_DONE)
-            server_model_fold(srv); /* a delta's overlay into the base (model/overlay.h) */
+            server_model_fold(srv, copy.model); /* a delta's overlay into the base (overlay.h) */
 
         pthread_mutex_lock(&L.lock);
     }

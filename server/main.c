@@ -117,7 +117,7 @@ int main(int argc, char **argv)
     if (!srv->metrics)
         abort();
     memset(srv->metrics, 0, mbytes);
-    atomic_init(&srv->active, NULL);
+    atomic_init(&srv->nmodels, 0);
     atomic_init(&srv->stopping, false);
 
     /* The gate's evaluation file is untrusted input: a bad one stops the start. */
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
 out:
     /* No thread is left that could acquire: drop the server's reference. */
     server_model_drop_standby(srv);
-    server_model_release(atomic_exchange(&srv->active, NULL));
+    server_model_drop_all(srv);
     store_team_destroy(srv->team);
     gate_eval_stop();
     free(srv->metrics);

@@ -1,6 +1,14 @@
 /*
- * model_registry.c — the active model version: acquire, release, open, swap,
- * retire.
+ * model_registry.c — the active version of each model: acquire, release,
+ * open, swap, retire, kept versions, rollback and the fold.
+ *
+ * MODELS
+ *   The server holds up to SERVER_MODELS_MAX models, one slot each
+ *   (server.h: an active pointer and a name), claimed under R.lock at the
+ *   model's first swap and published by a release store of srv->nmodels; a
+ *   request finds its model's slot by a scan of the names (a few compares)
+ *   and pins the slot's active version as below.  Everything that follows
+ *   holds per slot; "srv->active" is the slot's pointer.
  *
  * WHAT IT SOLVES
  *   Workers pin the active version per request with a reference count
@@ -129,10 +137,10 @@ static _Atomic uint64_t last_gen;       /* server_model_t.gen of the newest hand
 
 static struct registry {
     pthread_mutex_t lock;                             /* orders swaps; guards the list */
-    server_model_t *standby[SERVER_KEEP_VERSIONS_MAX]; /* newest first; server's refs */
+    server_model_t *standby[SERVER_KEPT_MAX];         /* newest first; server's refs */
     size_t n;                                         /* standby entries in use */
     server_t *srv;                                    /* set by the first swap */
-    server_model_t *pending[2 * (SERVER_KEEP_VERSIONS_MAX + 1)]; /* dropped by swaps, for
+    server_model_t *pending[2 * (SERVER_KEPT_MAX + 1)]; /* dropped by swaps, for
                                                        * the next server_model_retire */
     size_t npending;
 } R = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -177,24 +185,101 @@ got:
     return h;
 }
 
-server_model_t *server_model_acquire(server_t *srv)
+static server_model_t *acquire_slot(server_slot_t *ms)
 {
     hazard_t *h = my_slot;
     if (unlikely(h == NULL))
         h = slot_claim();
     server_model_t *sm;
     for (;;) {
-        sm = atomic_load(&srv->active);
+        sm = atomic_load(&ms->active);
         if (!sm)
             break; /* clear the slot below: a stale hazard would stall a retire */
         atomic_store(&h->ptr, sm);
-        if (atomic_load(&srv->active) == sm) {
+        if (atomic_load(&ms->active) == sm) {
             atomic_fetch_add_explicit(&sm->refs, 1, memory_order_relaxed);
             break;
         }
     }
     atomic_store_explicit(&h->ptr, NULL, memory_order_release);
     return sm;
+}
+
+/* The slot of model name, or NULL.  Any thread: names are written before the
+ * count that publishes them. */
+static server_slot_t *slot_named(server_t *srv, const char *name)
+{
+    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(srv->models[i].name, name) == 0)
+            return &srv->models[i];
+    return NULL;
+}
+
+/* The slot of model name, claimed when new; NULL when all are taken.  R.lock
+ * held (claims are serialised). */
+static server_slot_t *slot_claim_locked(server_t *srv, const char *name)
+{
+    server_slot_t *ms = slot_named(srv, name);
+    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_relaxed);
+    if (ms || n == SERVER_MODELS_MAX)
+        return ms;
+    ms = &srv->models[n];
+    snprintf(ms->name, sizeof ms->name, "%s", name);
+    atomic_store_explicit(&ms->active, NULL, memory_order_relaxed);
+    atomic_store_explicit(&srv->nmodels, n + 1, memory_order_release);
+    return ms;
+}
+
+server_model_t *server_model_acquire_named(server_t *srv, const char *name)
+{
+    server_slot_t *ms = slot_named(srv, name);
+    return ms ? acquire_slot(ms) : NULL;
+}
+
+server_model_t *server_model_acquire(server_t *srv)
+{
+    return atomic_load_explicit(&srv->nmodels, memory_order_acquire) ? acquire_slot(&srv->models[0])
+                                                                      : NULL;
+}
+
+size_t server_model_names(server_t *srv, char (*names)[64], size_t max)
+{
+    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n && i < max; i++)
+        memcpy(names[i], srv->models[i].name, sizeof names[i]);
+    return n;
+}
+
+int server_model_any_active(server_t *srv)
+{
+    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load(&srv->models[i].active))
+            return 1;
+    return 0;
+}
+
+int server_model_reserve(server_t *srv, const char *name)
+{
+    pthread_mutex_lock(&R.lock);
+    server_slot_t *ms = slot_claim_locked(srv, name);
+    pthread_mutex_unlock(&R.lock);
+    return ms ? 0 : -ENOSPC;
+}
+
+void server_model_drop_all(server_t *srv)
+{
+    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++)
+        server_model_release(atomic_exchange(&srv->models[i].active, NULL));
+}
+
+/* The active handle of sm's model (NULL when none).  R.lock held. */
+static server_model_t *active_of(server_t *srv, const server_model_t *sm)
+{
+    server_slot_t *ms = slot_named(srv, model_meta(sm->model)->model_name);
+    return ms ? atomic_load(&ms->active) : NULL;
 }
 
 static void destroy(server_model_t *sm)
@@ -274,10 +359,11 @@ static server_model_t *unlink_standby(size_t i)
  * with what no longer fits or duplicates the active version or old, and
  * returns how many.  R.lock held. */
 static size_t push_standby(server_t *srv, server_model_t *old,
-                           server_model_t *drop[SERVER_KEEP_VERSIONS_MAX + 1])
+                           server_model_t *drop[SERVER_KEPT_MAX + 1])
 {
     size_t nd = 0;
-    server_model_t *active = atomic_load(&srv->active);
+    server_model_t *active = active_of(srv, old);
+    const char *name = model_meta(old->model)->model_name;
     size_t keep = (size_t)(srv->cfg.keep_versions < 0 ? 0 : srv->cfg.keep_versions);
     if (keep > SERVER_KEEP_VERSIONS_MAX)
         keep = SERVER_KEEP_VERSIONS_MAX;
@@ -291,8 +377,14 @@ static size_t push_standby(server_t *srv, server_model_t *old,
         else
             i++;
     }
-    if (R.n == keep)
-        drop[nd++] = unlink_standby(R.n - 1);
+    size_t mine = 0, oldest = 0; /* this model's kept versions; its oldest one */
+    for (size_t i = 0; i < R.n; i++)
+        if (strcmp(model_meta(R.standby[i]->model)->model_name, name) == 0) {
+            mine++;
+            oldest = i;
+        }
+    if (mine == keep || R.n == SERVER_KEPT_MAX)
+        drop[nd++] = unlink_standby(mine ? oldest : R.n - 1);
     memmove(&R.standby[1], &R.standby[0], R.n * sizeof R.standby[0]);
     R.standby[0] = old;
     R.n++;
@@ -313,7 +405,7 @@ static int registry_holds(const server_model_t *sm)
 
 void server_model_retire(server_model_t *old)
 {
-    server_model_t *drop[2 * (SERVER_KEEP_VERSIONS_MAX + 1)];
+    server_model_t *drop[2 * (SERVER_KEPT_MAX + 1)];
     pthread_mutex_lock(&R.lock);
     int held = old && registry_holds(old);
     size_t nd = R.npending;
@@ -364,26 +456,23 @@ server_model_t *server_model_acquire_kept(server_t *srv, const char *name, uint6
     return sm;
 }
 
-/* The active version's manifest name and version; 0 when none.  R.lock
- * held (the active handle cannot be retired meanwhile). */
-static uint64_t active_locked(server_t *srv, const char **name)
+/* Model name's slot and its active version (0 when none).  R.lock held (the
+ * active handle cannot be retired meanwhile). */
+static uint64_t active_locked(server_t *srv, const char *name, server_slot_t **ms)
 {
-    server_model_t *a = atomic_load(&srv->active);
-    if (!a)
-        return 0;
-    const store_meta_t *meta = model_meta(a->model);
-    *name = meta->model_name;
-    return meta->version;
+    *ms = slot_named(srv, name);
+    server_model_t *a = *ms ? atomic_load(&(*ms)->active) : NULL;
+    return a ? model_meta(a->model)->version : 0;
 }
 
 int server_model_rollback(server_t *srv, const char *name, uint64_t *from, uint64_t *to)
 {
-    const char *an = "";
+    server_slot_t *ms;
     int rc = 0;
     server_model_t *old = NULL;
     pthread_mutex_lock(&R.lock);
-    uint64_t av = active_locked(srv, &an);
-    if (av == 0 || strcmp(an, name) != 0) {
+    uint64_t av = active_locked(srv, name, &ms);
+    if (av == 0) {
         rc = -ENOENT;
         goto out;
     }
@@ -395,7 +484,7 @@ int server_model_rollback(server_t *srv, const char *name, uint64_t *from, uint6
         goto out;
     }
     server_model_t *sm = unlink_standby(i);
-    old = atomic_exchange(&srv->active, sm);
+    old = atomic_exchange(&ms->active, sm);
     *from = av;
     *to = model_meta(sm->model)->version;
 out:
@@ -411,14 +500,14 @@ out:
 int server_model_activate_kept(server_t *srv, const char *name, uint64_t version,
                                uint64_t *from)
 {
-    const char *an = "";
+    server_slot_t *ms;
     int rc = 0;
-    server_model_t *old = NULL, *drop[SERVER_KEEP_VERSIONS_MAX + 1];
+    server_model_t *old = NULL, *drop[SERVER_KEPT_MAX + 1];
     size_t nd = 0;
     pthread_mutex_lock(&R.lock);
-    uint64_t av = active_locked(srv, &an);
+    uint64_t av = active_locked(srv, name, &ms);
     *from = av;
-    if (av == version && strcmp(an, name) == 0)
+    if (av == version)
         goto out;
     size_t i = 0;
     while (i < R.n && !(model_meta(R.standby[i]->model)->version == version &&
@@ -429,7 +518,8 @@ int server_model_activate_kept(server_t *srv, const char *name, uint64_t version
         goto out;
     }
     server_model_t *sm = unlink_standby(i);
-    old = atomic_exchange(&srv->active, sm);
+    ms = slot_claim_locked(srv, name); /* kept, so it was live: the slot exists */
+    old = atomic_exchange(&ms->active, sm);
     if (old)
         nd = push_standby(srv, old, drop);
 out:
@@ -446,7 +536,7 @@ void server_model_drop_standby(server_t *srv)
 {
     (void)srv;
     pthread_mutex_lock(&R.lock);
-    server_model_t *drop[SERVER_KEEP_VERSIONS_MAX];
+    server_model_t *drop[SERVER_KEPT_MAX];
     size_t n = R.n;
     memcpy(drop, R.standby, n * sizeof drop[0]);
     R.n = 0;
@@ -487,11 +577,18 @@ server_model_t *server_model_swap(server_t *srv, server_model_t *sm)
 {
     pthread_mutex_lock(&R.lock);
     R.srv = srv;
-    server_model_t *old = atomic_exchange(&srv->active, sm);
+    server_slot_t *ms = slot_claim_locked(srv, model_meta(sm->model)->model_name);
+    if (!ms) { /* no server_model_reserve: refuse rather than replace another model */
+        pthread_mutex_unlock(&R.lock);
+        LOG(LL_ERROR, "model %s not made active: the server holds %d models already",
+            model_meta(sm->model)->model_name, SERVER_MODELS_MAX);
+        return sm;
+    }
+    server_model_t *old = atomic_exchange(&ms->active, sm);
     /* Kept (or queued to retire) in the same step as the exchange: no listing
      * sees the old version neither active nor kept.  The registry takes a
      * reference of its own; the caller's goes with server_model_retire. */
-    if (old && R.npending + SERVER_KEEP_VERSIONS_MAX + 1 <= sizeof R.pending / sizeof R.pending[0]) {
+    if (old && R.npending + SERVER_KEPT_MAX + 1 <= sizeof R.pending / sizeof R.pending[0]) {
         atomic_fetch_add_explicit(&old->refs, 1, memory_order_relaxed);
         R.npending += push_standby(srv, old, R.pending + R.npending);
     }
@@ -540,11 +637,11 @@ static server_model_t *wrap_or_log(model_t *m)
  * stops: what was replaced is still exact). */
 static int give_standbys_undo(server_t *srv, server_model_t *a, model_overlay_t *undo)
 {
-    server_model_t *old[SERVER_KEEP_VERSIONS_MAX];
+    server_model_t *old[SERVER_KEPT_MAX];
     size_t nold = 0;
     int rc = 0;
     pthread_mutex_lock(&R.lock);
-    if (atomic_load(&srv->active) != a)
+    if (active_of(srv, a) != a)
         rc = -EAGAIN; /* rolled back or replaced meanwhile: the next delta folds */
     for (size_t i = 0; i < R.n && rc == 0; i++) {
         server_model_t *sb = R.standby[i];
@@ -583,8 +680,9 @@ static server_model_t *replace_handle(server_t *srv, server_model_t *a, server_m
 {
     server_model_t *gone = NULL;
     pthread_mutex_lock(&R.lock);
-    if (atomic_load(&srv->active) == a) {
-        gone = atomic_exchange(&srv->active, fresh);
+    server_slot_t *ms = slot_named(srv, model_meta(a->model)->model_name);
+    if (ms && atomic_load(&ms->active) == a) {
+        gone = atomic_exchange(&ms->active, fresh);
     } else {
         for (size_t i = 0; i < R.n && !gone; i++)
             if (R.standby[i] == a) {
@@ -598,9 +696,9 @@ static server_model_t *replace_handle(server_t *srv, server_model_t *a, server_m
     return gone;
 }
 
-int server_model_fold(server_t *srv)
+int server_model_fold(server_t *srv, const char *name)
 {
-    server_model_t *a = server_model_acquire(srv);
+    server_model_t *a = server_model_acquire_named(srv, name);
     if (!a || model_overlays(a->model, NULL) == 0) {
         server_model_release(a);
         return 0;

@@ -225,7 +225,7 @@ static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
 static int open_over_active(server_t *srv, const char *model, const char *model_dir,
                             const store_chain_t *chain, server_model_t **out, store_error_t *err)
 {
-    server_model_t *act = server_model_acquire(srv);
+    server_model_t *act = server_model_acquire_named(srv, model);
     if (!act)
         return -ENOENT;
     const store_meta_t *am = model_meta(act->model);
@@ -438,7 +438,7 @@ int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model
 /* The active version's model name and version (0 when none). */
 static uint64_t active_version(server_t *srv, char *name, size_t len)
 {
-    server_model_t *sm = server_model_acquire(srv);
+    server_model_t *sm = server_model_acquire_named(srv, S.model);
     uint64_t v = 0;
     name[0] = '\0';
     if (sm) {

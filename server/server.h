@@ -182,9 +182,19 @@ typedef struct server_model {
     uint64_t gen; /* unique per version handle, > 0; immutable (workers' scratch key) */
 } server_model_t;
 
+/* Models served at once: one slot each, claimed by name at the model's first
+ * swap and never given back (names are few and long-lived). */
+#define SERVER_MODELS_MAX 16
+
+typedef struct server_slot {
+    _Atomic(server_model_t *) active; /* NULL until a version of this model is live */
+    char name[64];                    /* written once, before nmodels counts the slot */
+} server_slot_t;
+
 typedef struct server {
     server_config_t cfg;
-    _Atomic(server_model_t *) active;   /* NULL until a model is loaded */
+    server_slot_t models[SERVER_MODELS_MAX];
+    _Atomic uint32_t nmodels;           /* slots claimed (release: their names are set) */
     int nworkers;
     store_team_t *team;                 /* lookup helpers (main: start to exit), NULL: none */
     server_metrics_t *metrics;          /* [nworkers] */
@@ -197,7 +207,7 @@ typedef struct server {
  * without overlays.  Loader thread only (it is the base's one writer); never
  * changes a value any version returns.  0 when folded or nothing to fold,
  * -errno when it stopped (logged; the overlay keeps serving). */
-int server_model_fold(server_t *srv);
+int server_model_fold(server_t *srv, const char *name);
 
 typedef struct server_fold_metrics {
     uint64_t folds, aborted, keys; /* folds done and stopped; overlay keys folded */
@@ -206,7 +216,22 @@ typedef struct server_fold_metrics {
 } server_fold_metrics_t;
 void server_model_fold_metrics(server_fold_metrics_t *out);
 
+/* A reference to the active version of model name (server_model_release it);
+ * NULL when the server has no live version of that model.  Lock-free: a scan
+ * of the claimed slots' names, then the hazard-slot pin of model_registry.c. */
+server_model_t *server_model_acquire_named(server_t *srv, const char *name);
+/* The same for the first model the server served (one-model servers, tests). */
 server_model_t *server_model_acquire(server_t *srv);  /* NULL when none */
+/* Names of the models with a slot, in the order they first went live; returns
+ * how many (at most max are copied). */
+size_t server_model_names(server_t *srv, char (*names)[64], size_t max);
+/* 1 when some model has a live version. */
+int server_model_any_active(server_t *srv);
+/* Claims a slot for model name unless it has one: 0, or -ENOSPC when the
+ * server holds SERVER_MODELS_MAX models already.  Call before a swap. */
+int server_model_reserve(server_t *srv, const char *name);
+/* Drops every slot's active version (shutdown: no thread acquires any more). */
+void server_model_drop_all(server_t *srv);
 /* A reference to kept (standby) version `version` of model name, for a
  * request that pins it; NULL when it is not kept.  Takes the registry's
  * lock: for the rare pinned request, not the active path. */
@@ -259,6 +284,7 @@ int server_model_load(server_t *srv, const char *dir, store_error_t *err);
  * the loader's swap); none blocks on a load, and none waits for requests:
  * a version they drop is retired on a short-lived thread of its own. */
 #define SERVER_KEEP_VERSIONS_MAX 4
+#define SERVER_KEPT_MAX (SERVER_KEEP_VERSIONS_MAX * SERVER_MODELS_MAX) /* all models' */
 
 typedef struct server_kept {
     char name[64];     /* manifest model name */

@@ -152,7 +152,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    server_model_release(atomic_exchange(&srv.active, NULL));
+    server_model_release(atomic_exchange(&srv.models[0].active, NULL));
     model_scratch_destroy(ref_scratch);
     free(rd.base);
     free(srv.metrics);
@@ -1300,14 +1300,14 @@ static void test_no_model(void **state)
 {
     (void)state;
     start(NULL);
-    server_model_t *sm = atomic_exchange(&srv.active, NULL);
+    server_model_t *sm = atomic_exchange(&srv.models[0].active, NULL);
     conn_t *c = open_conn();
     bytes_t b = {0};
     put_predict(&b, 70, MODEL_NAME, 0);
     assert_int_equal(feed(c, &b), 0);
     expect_error_naming(c, 70, CODEC_E_UNKNOWN_MODEL, "no model");
     expect_usable(c);
-    atomic_store(&srv.active, sm);
+    atomic_store(&srv.models[0].active, sm);
     b.len = 0;
     put_predict(&b, 71, MODEL_NAME, 0);
     assert_int_equal(feed(c, &b), 0);

@@ -96,14 +96,14 @@ static int setup(void **state)
     assert_non_null(mkdtemp(dir));
     configure(NULL);
     srv.nworkers = 1;
-    atomic_store(&srv.active, NULL);
+    atomic_store(&srv.models[0].active, NULL);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    server_model_retire(atomic_exchange(&srv.active, NULL));
+    server_model_retire(atomic_exchange(&srv.models[0].active, NULL));
     gate_eval_stop();
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);

@@ -237,7 +237,8 @@ static void test_standby_and_rollback(void **state)
     memset(&srv, 0, sizeof srv);
     srv.cfg.load_threads = 1;
     srv.cfg.keep_versions = 2;
-    atomic_init(&srv.active, NULL);
+    atomic_init(&srv.models[0].active, NULL);
+    atomic_init(&srv.nmodels, 0);
     char model_dir[700];
     snprintf(model_dir, sizeof model_dir, "%s/standby/sb", base);
     test_mkdir_p(model_dir);
@@ -300,7 +301,7 @@ static void test_standby_and_rollback(void **state)
     assert_int_equal(repo_open_version(&srv, model_dir, 2, &h[2], &err), 0);
     server_model_retire(server_model_swap(&srv, h[2]));
     assert_int_equal(standby_versions(&srv, sb), 0);
-    server_model_release(atomic_exchange(&srv.active, NULL));
+    server_model_release(atomic_exchange(&srv.models[0].active, NULL));
     usleep(100000); /* the rollbacks' retire threads */
 }
 
