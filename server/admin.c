@@ -100,6 +100,7 @@
  */
 #include "admin_impl.h"
 #include "gate.h"
+#include "guard.h"
 #include "log.h"
 #include "repo.h"
 #include "server.h"
@@ -337,7 +338,11 @@ static void on_models(struct evhttp_request *req)
     json_t *list = json_array();
     server_model_t *sm = server_model_acquire(A.srv);
     if (sm) {
-        json_array_append_new(list, model_json(sm->model));
+        json_t *o = model_json(sm->model);
+        json_t *g = admin__guard_json(model_meta(sm->model)->model_name);
+        if (g)
+            json_object_set_new(o, "guard", g);
+        json_array_append_new(list, o);
         server_model_release(sm);
     }
     json_t *body = json_pack("{s:o}", "models", list);
@@ -938,6 +943,9 @@ int admin_start(server_t *srv)
     if (rc != 0)
         goto fail;
     loader = true;
+    rc = guard_start(srv); /* after the loader: its swaps arm the guard */
+    if (rc != 0)
+        goto fail;
     rc = pthread_create(&A.thread, NULL, admin_main, NULL);
     if (rc != 0) {
         rc = -rc;
@@ -947,6 +955,7 @@ int admin_start(server_t *srv)
     LOG(LL_INFO, "admin plane on http://%s:%d", srv->cfg.admin_bind, srv->cfg.admin_port);
     return 0;
 fail:
+    guard_stop();
     if (loader)
         loader_stop();
     if (A.http)
@@ -976,6 +985,7 @@ void admin_stop(server_t *srv)
     if (!A.running)
         return;
     atomic_store(&A.stopping, true);
+    guard_stop(); /* no rollback of its own during the drain */
     loader_stop();
     atomic_store(&A.stop_requested, true);
     event_active(A.stop_ev, EV_READ, 0); /* from main: the base is notifiable (evthread) */

@@ -13,6 +13,7 @@
  */
 #include "admin_impl.h"
 #include "gate.h"
+#include "guard.h"
 #include "repo.h"
 #include "server.h"
 
@@ -191,6 +192,8 @@ static void metrics_loads(struct evbuffer *b)
                         rm.refused, rm.repo_errors, rm.scans);
     char gate[2048];
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
+    char guard[2048];
+    evbuffer_add(b, guard, guard_metrics_format(guard, sizeof guard));
 }
 
 static void metrics_jemalloc(struct evbuffer *b)

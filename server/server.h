@@ -78,6 +78,11 @@ typedef struct server_config {
     int gate_slot_bytes;       /* largest sampled payload; larger requests are not sampled */
     double gate_max_mean_shift; /* shadow: largest relative move of the mean prediction */
     double gate_max_psi;       /* shadow: largest PSI of the score distribution */
+    /* post-swap guard (guard.h) */
+    int guard_window_ms;       /* how long a loaded version is watched, 0 = never */
+    int guard_min_requests;    /* no verdict on fewer requests */
+    double guard_max_error_rate; /* failed / scored PREDICTs above it: roll back */
+    double guard_max_mean_ratio; /* mean prediction new/old or old/new above it: roll back */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings
@@ -157,6 +162,20 @@ static inline uint64_t server_lat_bucket_low(unsigned i)
     return (uint64_t)(SERVER_LAT_SUB + i % SERVER_LAT_SUB) << (msb - 4);
 }
 
+/* Per worker and version generation: what the post-swap guard judges a
+ * version by (guard.h: guard_account writes, guard.c sums).  gen 0: unused
+ * or being recycled. */
+#define SERVER_TALLY_SLOTS 4
+
+typedef struct server_tally {
+    _Atomic uint64_t gen;       /* server_model_t.gen counted here */
+    _Atomic uint64_t requests;  /* PREDICTs that reached scoring */
+    _Atomic uint64_t failed;    /* of them, failed by scoring or with a non-finite score */
+    _Atomic uint64_t items;     /* items with a finite score */
+    _Atomic uint64_t bad_items; /* items with a non-finite score */
+    _Atomic double sum;         /* sum of the finite scores */
+} server_tally_t;
+
 typedef struct server_metrics {
 #define X(name, help) _Atomic uint64_t name;
     SERVER_COUNTERS(X)
@@ -168,6 +187,7 @@ typedef struct server_metrics {
     _Atomic int64_t inflight;
     _Atomic int64_t connections;
     _Atomic int64_t output_bytes; /* output buffer bytes held (max-output-bytes) */
+    server_tally_t tally[SERVER_TALLY_SLOTS]; /* written by this worker only (guard.h) */
     char pad[64];
 } server_metrics_t;
 
