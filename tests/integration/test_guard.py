@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -205,6 +206,36 @@ class Guard(unittest.TestCase):
         self.assertEqual(srv.metric("tlserve_guard_rollbacks_total"), 0)
         traffic.stop()
         self.assertEqual(traffic.failed, [])
+
+    def test_repository_does_not_pick_the_rolled_back_version_again(self):
+        repo = tempfile.mkdtemp(prefix="tl_guard_repo_")
+        self.addCleanup(shutil.rmtree, repo, True)
+        os.makedirs(os.path.join(repo, NAME))
+        shutil.copytree(self.v1, os.path.join(repo, NAME, "1"))
+        # The gate's shadow scoring would refuse version 2 itself: off, so the guard is tested.
+        srv = harness.Server(None, "--model-repo", repo, "--workers", "2", "--gate-sample", "0",
+                             "--guard-window-ms", str(WINDOW_MS), "--guard-min-requests", "50",
+                             token=TOKEN)
+        self.addCleanup(srv.stop, timeout=60.0)
+        traffic = Traffic(srv)
+        traffic.start()
+        self.addCleanup(traffic.stop)
+        traffic.wait_ok(300)
+        stage = os.path.join(repo, ".stage2")
+        shutil.copytree(self.v2, stage)
+        os.rename(stage, os.path.join(repo, NAME, "2"))  # appears whole; the watcher loads it
+        g = self.wait_guard(srv, "rolled_back", 30.0)
+        self.assertEqual((g["version"], g["rolled_back_to"]), (2, 1))
+        time.sleep(1.5)  # a rescan or two: 2 stays refused
+        self.assertEqual(models(srv)[0]["version"], 1)
+        body = json.loads(srv.get("/v1/models/%s/versions" % NAME)[2])
+        states = {v["version"]: v["state"] for v in body["versions"]}
+        self.assertEqual(states[2], "rolled_back")
+        self.assertEqual(states[1], "active")
+        self.assertEqual(srv.metric("tlserve_guard_rollbacks_total"), 1)
+        traffic.stop()
+        self.assertEqual(traffic.failed, [])
+        self.assertEqual(set(traffic.versions), {1, 2})
 
     def test_bad_settings(self):
         for flag, value in (("--guard-window-ms", "-5"), ("--guard-max-error-rate", "2"),
