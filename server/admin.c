@@ -338,11 +338,7 @@ static void on_models(struct evhttp_request *req)
     json_t *list = json_array();
     server_model_t *sm = server_model_acquire(A.srv);
     if (sm) {
-        json_t *o = model_json(sm->model);
-        json_t *g = admin__guard_json(model_meta(sm->model)->model_name);
-        if (g)
-            json_object_set_new(o, "guard", g);
-        json_array_append_new(list, o);
+        json_array_append_new(list, model_json(sm->model));
         server_model_release(sm);
     }
     json_t *body = json_pack("{s:o}", "models", list);

@@ -37,8 +37,8 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);
 
 /* The post-swap guard's state for model name (guard.h) as a new JSON object
- * {"state", "version", ...}; NULL when the guard is off or its last watch
- * was of another model. */
+ * {"state", "version", ...} for GET /v1/models/NAME/versions; NULL when the
+ * guard is off or its last watch was of another model. */
 json_t *admin__guard_json(const char *name);
 
 #endif /* TL_SERVER_ADMIN_IMPL_H */

@@ -243,6 +243,7 @@ void guard_arm(server_t *srv, const server_model_t *next)
     G.gen = next->gen;
     memset(&G.st.counts, 0, sizeof G.st.counts);
     memset(&G.st.last, 0, sizeof G.st.last);
+    G.st.last.mean = G.st.last.base_mean = G.st.last.base_error_rate = G.st.last.ratio = NAN;
     snprintf(G.st.model, sizeof G.st.model, "%s", meta->model_name);
     G.st.version = meta->version;
     G.st.rolled_back_to = 0;
