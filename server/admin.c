@@ -73,6 +73,7 @@
  */
 #include "admin_impl.h"
 #include "gate.h"
+#include "guard.h"
 #include "log.h"
 #include "repo.h"
 #include "server.h"
@@ -748,6 +749,9 @@ int admin_start(server_t *srv)
     if (rc != 0)
         goto fail;
     loader = true;
+    rc = guard_start(srv); /* after the loader: its swaps arm the guard */
+    if (rc != 0)
+        goto fail;
     rc = pthread_create(&A.thread, NULL, admin_main, NULL);
     if (rc != 0) {
         rc = -rc;
@@ -757,6 +761,7 @@ int admin_start(server_t *srv)
     LOG(LL_INFO, "admin plane on http://%s:%d", srv->cfg.admin_bind, srv->cfg.admin_port);
     return 0;
 fail:
+    guard_stop();
     if (loader)
         loader_stop();
     if (A.http)
@@ -786,6 +791,7 @@ void admin_stop(server_t *srv)
     if (!A.running)
         return;
     atomic_store(&A.stopping, true);
+    guard_stop(); /* no rollback of its own during the drain */
     loader_stop();
     atomic_store(&A.stop_requested, true);
     event_active(A.stop_ev, EV_READ, 0); /* from main: the base is notifiable (evthread) */

@@ -52,5 +52,9 @@ void admin__wait_for_load(struct evhttp_request *req, uint64_t load);
  * (1..63 characters of [A-Za-z0-9_.-]); each answers req. */
 void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_load_status(server_t *srv, struct evhttp_request *req, const char *name);
+/* The post-swap guard's state for model name (guard.h) as a new JSON object
+ * {"state", "version", ...} for GET /v1/models/NAME/versions; NULL when the
+ * guard is off or its last watch was of another model. */
+json_t *admin__guard_json(const char *name);
 
 #endif /* TL_SERVER_ADMIN_IMPL_H */

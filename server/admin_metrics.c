@@ -13,6 +13,7 @@
  */
 #include "admin_impl.h"
 #include "gate.h"
+#include "guard.h"
 #include "repo.h"
 #include "server.h"
 
@@ -220,6 +221,8 @@ static void metrics_loads(struct evbuffer *b)
                         fm.aborted, fm.last_seconds);
     char gate[4096];
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
+    char guard[2048];
+    evbuffer_add(b, guard, guard_metrics_format(guard, sizeof guard));
 }
 
 static void metrics_jemalloc(struct evbuffer *b)

@@ -32,11 +32,13 @@
  * for :activate).  Nothing waits for a load.
  */
 #include "admin_impl.h"
+#include "guard.h"
 #include "log.h"
 #include "repo.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -314,12 +316,15 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
             json_object_set_new(o, "reason", json_string(rows[i].reason));
         json_array_append_new(list, o);
     }
+    json_t *guard = admin__guard_json(name);
     uint64_t pinned = in_repo ? rs->pinned : 0;
     json_t *body =
         json_pack("{s:s, s:b, s:i, s:b, s:o}", "model", name, "pinned", pinned != 0,
                   "keep_versions", srv->cfg.keep_versions, "repository", in_repo, "versions", list);
     if (pinned)
         json_object_set_new(body, "pinned_version", json_integer((json_int_t)pinned));
+    if (guard)
+        json_object_set_new(body, "guard", guard);
     admin__reply_json(req, 200, body);
     goto out;
 nomem:
@@ -328,4 +333,38 @@ out:
     free(rows);
     free(listing);
     free(rs);
+}
+
+/* A double as JSON: null when not finite (NaN: unknown; Inf: a zero mean). */
+static json_t *num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+json_t *admin__guard_json(const char *name)
+{
+    guard_status_t st;
+    guard_get_status(&st);
+    if (!st.enabled)
+        return NULL;
+    if (st.state != GUARD_IDLE && strcmp(st.model, name) != 0)
+        return NULL;
+    json_t *g = json_pack("{s:s}", "state", guard_state_name(st.state));
+    if (st.state == GUARD_IDLE)
+        return g;
+    json_object_set_new(g, "version", json_integer((json_int_t)st.version));
+    if (st.state == GUARD_WATCHING)
+        json_object_set_new(g, "remaining_ms", json_integer((json_int_t)st.remaining_ms));
+    if (st.state == GUARD_ROLLED_BACK)
+        json_object_set_new(g, "rolled_back_to", json_integer((json_int_t)st.rolled_back_to));
+    json_object_set_new(g, "requests", json_integer((json_int_t)st.counts.requests));
+    json_object_set_new(g, "failed", json_integer((json_int_t)st.counts.failed));
+    json_object_set_new(g, "error_rate", num(st.last.error_rate));
+    json_object_set_new(g, "mean", num(st.last.mean));
+    json_object_set_new(g, "baseline_mean", num(st.last.base_mean));
+    json_object_set_new(g, "mean_ratio", num(st.last.ratio));
+    if (st.last.why[0])
+        json_object_set_new(g, "reason", json_string(st.last.why));
+    json_object_set_new(g, "rollbacks", json_integer((json_int_t)st.rollbacks));
+    return g;
 }

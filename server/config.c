@@ -223,6 +223,20 @@ static const cfg_entry_t table[] = {
      "gate: refuse a version whose logloss on --gate-eval-file exceeds the active's by more "
      "than this (absolute)",
      F(gate_max_logloss_increase), NULL, NULL, NULL, false},
+    {"guard-window-ms", CFG_INT, 0, 86400000, "30000",
+     "guard: how long a version made live by a load is watched, rolled back by itself when out "
+     "of bounds (0: no guard)",
+     F(guard_window_ms), NULL, NULL, NULL, false},
+    {"guard-min-requests", CFG_INT, 1, 1000000000, "100",
+     "guard: scored requests needed before a verdict (and for the previous version's baseline)",
+     F(guard_min_requests), NULL, NULL, NULL, false},
+    {"guard-max-error-rate", CFG_DOUBLE, 0, 1, "0.01",
+     "guard: roll back when this fraction of the new version's requests fail (internal error "
+     "or non-finite score)",
+     F(guard_max_error_rate), NULL, NULL, NULL, false},
+    {"guard-max-mean-ratio", CFG_DOUBLE, 1, 1000000, "1.5",
+     "guard: roll back when the mean prediction new/old or old/new exceeds this",
+     F(guard_max_mean_ratio), NULL, NULL, NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,

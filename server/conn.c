@@ -56,6 +56,8 @@
  */
 #include "worker.h"
 
+#include "guard.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -475,6 +477,7 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         w->scratch_gen = sm->gen;
     rc = model_score(sm->model, &shared, w->blocks, req.items, w->scores, w->scratch);
     if (rc != 0) {
+        guard_account(w->m, sm->gen, NULL, 0, true); /* failed by scoring (guard.h) */
         rc = send_error(w, c, h->request_id, CODEC_E_TOO_MANY_FEATURES,
                         "request has more features than this worker's scratch holds "
                         "(or the scratch could not grow for this model)");
@@ -484,10 +487,12 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     size_t need = CODEC_HEADER_SIZE + 8 + CODEC_MAX_VARINT + 4 * (size_t)req.items, len;
     uint8_t *dst = out_room(w, c, need);
     if (!dst || codec_encode_result(dst, need, h->request_id, &res, &len, &err) != CODEC_OK) {
+        guard_account(w->m, sm->gen, NULL, 0, true);
         rc = dst ? -EINVAL : -ENOMEM;
         goto out;
     }
     queued_one(w, c, len);
+    guard_account(w->m, sm->gen, w->scores, req.items, false); /* non-finite: failed */
     atomic_fetch_add_explicit(&w->m->predict_total, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m->items_total, req.items, memory_order_relaxed);
     rc = 0;

@@ -56,6 +56,7 @@
  *   and the retire wait.  done() is called without the lock.
  */
 #include "gate.h"
+#include "guard.h"
 #include "log.h"
 #include "server.h"
 
@@ -240,6 +241,7 @@ static void *loader_main(void *arg)
             r->version = meta->version;
             snprintf(r->kind, sizeof r->kind, "%s", store_model_kind_name(meta->model_kind));
             r->keys = model_key_count(sm->model);
+            guard_arm(srv, sm); /* the post-swap guard watches it (guard.h) */
             old = server_model_swap(srv, sm); /* DONE only once requests see it */
             sm = NULL;
             finish(r, LOADER_DONE, t0);

@@ -81,6 +81,11 @@ typedef struct server_config {
     char gate_eval_file[1024]; /* labeled libsvm/libffm file (gate_eval.h; "" = none) */
     int gate_eval_max_rows;    /* rows of it held in memory (the first ones) */
     double gate_max_logloss_increase; /* eval: refuse cand > active + this (absolute) */
+    /* post-swap guard (guard.h) */
+    int guard_window_ms;       /* how long a loaded version is watched, 0 = never */
+    int guard_min_requests;    /* no verdict on fewer requests */
+    double guard_max_error_rate; /* failed / scored PREDICTs above it: roll back */
+    double guard_max_mean_ratio; /* mean prediction new/old or old/new above it: roll back */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings
@@ -160,6 +165,20 @@ static inline uint64_t server_lat_bucket_low(unsigned i)
     return (uint64_t)(SERVER_LAT_SUB + i % SERVER_LAT_SUB) << (msb - 4);
 }
 
+/* Per worker and version generation: what the post-swap guard judges a
+ * version by (guard.h: guard_account writes, guard.c sums).  gen 0: unused
+ * or being recycled. */
+#define SERVER_TALLY_SLOTS 4
+
+typedef struct server_tally {
+    _Atomic uint64_t gen;       /* server_model_t.gen counted here */
+    _Atomic uint64_t requests;  /* PREDICTs that reached scoring */
+    _Atomic uint64_t failed;    /* of them, failed by scoring or with a non-finite score */
+    _Atomic uint64_t items;     /* items with a finite score */
+    _Atomic uint64_t bad_items; /* items with a non-finite score */
+    _Atomic double sum;         /* sum of the finite scores */
+} server_tally_t;
+
 typedef struct server_metrics {
 #define X(name, help) _Atomic uint64_t name;
     SERVER_COUNTERS(X)
@@ -171,6 +190,7 @@ typedef struct server_metrics {
     _Atomic int64_t inflight;
     _Atomic int64_t connections;
     _Atomic int64_t output_bytes; /* output buffer bytes held (max-output-bytes) */
+    server_tally_t tally[SERVER_TALLY_SLOTS]; /* written by this worker only (guard.h) */
     char pad[64];
 } server_metrics_t;
 
