@@ -84,6 +84,13 @@ uint32_t model_base_sharers(const model_t *m)
     return atomic_load_explicit(&m->base->sharers, memory_order_acquire);
 }
 
+/* Keys per batch for K floats a key: BATCH_FLOATS of them, 1..BATCH_KEYS_MAX. */
+static size_t batch_keys(uint32_t K)
+{
+    size_t n = BATCH_FLOATS / K;
+    return n > BATCH_KEYS_MAX ? BATCH_KEYS_MAX : n ? n : 1;
+}
+
 /* Presence of keys in a version: the base, then its overlays (last first). */
 static void version_lookup(const model_t *m, const uint64_t *keys, size_t n, float *vals,
                            uint8_t *found)
@@ -233,11 +240,7 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     }
     const uint32_t K = store_value_floats(parent->store);
     struct apply a = {.parent = parent, .K = K, .keys = model_key_count(parent)};
-    a.cap = BATCH_FLOATS / K;
-    if (a.cap > BATCH_KEYS_MAX)
-        a.cap = BATCH_KEYS_MAX;
-    if (a.cap == 0)
-        a.cap = 1;
+    a.cap = batch_keys(K);
     a.ckeys = malloc(a.cap * sizeof *a.ckeys);
     a.cdel = malloc(a.cap);
     a.cvals = malloc(a.cap * K * sizeof *a.cvals);
@@ -330,11 +333,7 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     for (uint32_t o = 0; o < m->n_overlays; o++)
         total += model_overlay_count(m->overlays[o]);
     struct undo u = {.m = m};
-    u.cap = BATCH_FLOATS / K;
-    if (u.cap > BATCH_KEYS_MAX)
-        u.cap = BATCH_KEYS_MAX;
-    if (u.cap == 0)
-        u.cap = 1;
+    u.cap = batch_keys(K);
     u.keys = malloc(u.cap * sizeof *u.keys);
     u.found = malloc(u.cap);
     u.vals = malloc(u.cap * K * sizeof *u.vals);
