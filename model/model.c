@@ -563,48 +563,86 @@ static void fm_score(const codec_block_t *shared, const codec_block_t *items, ui
     }
 }
 
-int model_score(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
-                uint32_t n_items, float *scores, model_scratch_t *sc)
+/* Checks that sc holds the request for m: 0 with its id count in *total
+ * (bias included), or -E2BIG. */
+static int fits(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
+                uint32_t n_items, const model_scratch_t *sc, size_t *total)
 {
     const uint32_t K = store_value_floats(m->store);
-    size_t total = 1 + shared->n;
+    size_t t = 1 + shared->n;
     for (uint32_t i = 0; i < n_items; i++)
-        total += items[i].n;
-    if (total > sc->cap || total > sc->fcap / K || m->work_bytes > sc->wbytes)
-        return -E2BIG;
+        t += items[i].n;
+    *total = t;
+    return t > sc->cap || t > sc->fcap / K || m->work_bytes > sc->wbytes ? -E2BIG : 0;
+}
 
-    /* The decoder lays a request's blocks out back to back; then the ids are
-     * looked up where they are.  Otherwise they are gathered first. */
+/* Where the request's ids lie: after the bias, back to back from *ids
+ * (total - 1 of them), as the decoder leaves them; or gathered with the bias
+ * into sc->keys (*ids = NULL). */
+static const uint64_t *request_ids(const codec_block_t *shared, const codec_block_t *items,
+                                   uint32_t n_items, model_scratch_t *sc)
+{
     bool contiguous = shared->n > 0;
     const uint64_t *next = contiguous ? shared->ids + shared->n : NULL; /* NULL + 0 is UB */
     for (uint32_t i = 0; i < n_items && contiguous; i++) {
         contiguous = items[i].n == 0 || items[i].ids == next;
         next += items[i].n;
     }
-    if (contiguous) {
-        static const uint64_t bias_id = MODEL_BIAS_ID;
-        store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
-        store_team_lookup(sc->team, m->store, shared->ids, total - 1, sc->weights + K, NULL);
-        for (uint32_t o = m->n_overlays; o-- > 0;) { /* the first overlay writes last: it wins */
-            model_overlay_lookup(m->overlays[o], &bias_id, 1, sc->weights, NULL);
-            model_overlay_lookup(m->overlays[o], shared->ids, total - 1, sc->weights + K, NULL);
-        }
-    } else {
-        uint64_t *k = sc->keys;
-        *k++ = MODEL_BIAS_ID;
-        if (shared->n) /* memcpy from NULL is undefined even for 0 bytes */
-            memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
-        k += shared->n;
-        for (uint32_t i = 0; i < n_items; i++) {
-            if (items[i].n)
-                memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
-            k += items[i].n;
-        }
-        store_team_lookup(sc->team, m->store, sc->keys, total, sc->weights, NULL);
-        for (uint32_t o = m->n_overlays; o-- > 0;)
-            model_overlay_lookup(m->overlays[o], sc->keys, total, sc->weights, NULL);
+    if (contiguous)
+        return shared->ids;
+    uint64_t *k = sc->keys;
+    *k++ = MODEL_BIAS_ID;
+    if (shared->n) /* memcpy from NULL is undefined even for 0 bytes */
+        memcpy(k, shared->ids, (size_t)shared->n * sizeof *k);
+    k += shared->n;
+    for (uint32_t i = 0; i < n_items; i++) {
+        if (items[i].n)
+            memcpy(k, items[i].ids, (size_t)items[i].n * sizeof *k);
+        k += items[i].n;
     }
+    return NULL;
+}
 
+/* Overlays ov[first..n) over the rows (the first one writes last: it
+ * wins); ids as request_ids said. */
+static void overlay_rows(model_overlay_t *const *ov, uint32_t first, uint32_t n,
+                         const uint64_t *ids, size_t total, uint32_t K, model_scratch_t *sc)
+{
+    static const uint64_t bias_id = MODEL_BIAS_ID;
+    for (uint32_t o = n; o-- > first;) {
+        if (ids) {
+            model_overlay_lookup(ov[o], &bias_id, 1, sc->weights, NULL);
+            model_overlay_lookup(ov[o], ids, total - 1, sc->weights + K, NULL);
+        } else {
+            model_overlay_lookup(ov[o], sc->keys, total, sc->weights, NULL);
+        }
+    }
+}
+
+/* The ONE batched lookup: the rows of every id of the request into
+ * sc->weights, through m's base and all its overlays.  Returns the ids as
+ * request_ids does. */
+static const uint64_t *lookup_rows(const model_t *m, const codec_block_t *shared,
+                                   const codec_block_t *items, uint32_t n_items, size_t total,
+                                   model_scratch_t *sc)
+{
+    const uint32_t K = store_value_floats(m->store);
+    const uint64_t *ids = request_ids(shared, items, n_items, sc);
+    if (ids) {
+        store_lookup(m->store, MODEL_BIAS_ID, sc->weights);
+        store_team_lookup(sc->team, m->store, ids, total - 1, sc->weights + K, NULL);
+    } else {
+        store_team_lookup(sc->team, m->store, sc->keys, total, sc->weights, NULL);
+    }
+    overlay_rows(m->overlays, 0, m->n_overlays, ids, total, K, sc);
+    return ids;
+}
+
+/* m's kind's scorer on the rows in sc->weights (read only). */
+static void score_rows(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
+                       uint32_t n_items, float *scores, model_scratch_t *sc)
+{
+    const uint32_t K = store_value_floats(m->store);
     switch (m->meta.model_kind) {
     case STORE_MODEL_FM:
         fm_score(shared, items, n_items, sc->weights, K - 1, m->fm_norm, scores);
@@ -619,5 +657,36 @@ int model_score(const model_t *m, const codec_block_t *shared, const codec_block
     default:
         model_lr_scores(sc->weights, shared, items, n_items, scores);
     }
+}
+
+int model_score(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
+                uint32_t n_items, float *scores, model_scratch_t *sc)
+{
+    size_t total;
+    if (fits(m, shared, items, n_items, sc, &total) != 0)
+        return -E2BIG;
+    lookup_rows(m, shared, items, n_items, total, sc);
+    score_rows(m, shared, items, n_items, scores, sc);
+    return 0;
+}
+
+int model_score_pair(const model_t *m, const model_t *next, const codec_block_t *shared,
+                     const codec_block_t *items, uint32_t n_items, float *scores,
+                     float *next_scores, model_scratch_t *sc)
+{
+    size_t total;
+    bool over = model_same_base(m, next) && next->n_overlays == m->n_overlays + 1 &&
+                memcmp(next->overlays + 1, m->overlays,
+                       m->n_overlays * sizeof m->overlays[0]) == 0;
+    if (!over) {
+        int rc = model_score(m, shared, items, n_items, scores, sc);
+        return rc ? rc : model_score(next, shared, items, n_items, next_scores, sc);
+    }
+    if (fits(m, shared, items, n_items, sc, &total) != 0)
+        return -E2BIG;
+    const uint64_t *ids = lookup_rows(m, shared, items, n_items, total, sc);
+    score_rows(m, shared, items, n_items, scores, sc);
+    overlay_rows(next->overlays, 0, 1, ids, total, store_value_floats(m->store), sc);
+    score_rows(next, shared, items, n_items, next_scores, sc);
     return 0;
 }

@@ -129,6 +129,16 @@ uint32_t model_value_floats(const model_t *m);
 int model_score(const model_t *m, const codec_block_t *shared, const codec_block_t *items,
                 uint32_t n_items, float *scores, model_scratch_t *sc);
 
+/* model_score of the same request with m and with next, into scores and
+ * next_scores: the same floats as two model_score calls.  When next is m
+ * plus one overlay (a delta served over m: overlay.h) the ids are looked up
+ * once and only the overlay is applied between the two scorings (the gate's
+ * shadow scoring of a delta); otherwise it is two model_score calls.
+ * Returns 0 or -E2BIG as model_score. */
+int model_score_pair(const model_t *m, const model_t *next, const codec_block_t *shared,
+                     const codec_block_t *items, uint32_t n_items, float *scores,
+                     float *next_scores, model_scratch_t *sc);
+
 /* The LR arithmetic of model_score on weights already fetched, one per id
  * in the order [bias | shared ids | item 0 ids | item 1 ids ...]: for a
  * service that keeps its weights elsewhere (loadgen's Redis peer) and must

@@ -501,7 +501,7 @@ static int shadow(const model_t *cand, const model_t *act, gate_verdict_t *v)
     codec_arena_t arena = {0};
     model_scratch_t *sc = NULL;
     codec_block_t *blocks = malloc(CODEC_MAX_ITEMS * sizeof *blocks);
-    float *scores = malloc(CODEC_MAX_ITEMS * sizeof *scores);
+    float *scores = malloc(2 * CODEC_MAX_ITEMS * sizeof *scores); /* active's, candidate's */
     struct floats fa = {0}, fc = {0};
     int rc = -ENOMEM;
     if (!lens || !blocks || !scores)
@@ -532,15 +532,12 @@ static int shadow(const model_t *cand, const model_t *act, gate_verdict_t *v)
         for (uint32_t k = 0; k < req.items; k++)
             blocks[k] = (codec_block_t){req.item[k].ids, req.item[k].values, req.item[k].n};
         codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
-        if (model_score(act, &shared, blocks, req.items, scores, sc) != 0)
+        /* One lookup for both when the candidate is a delta over act (overlay.h). */
+        if (model_score_pair(act, cand, &shared, blocks, req.items, scores,
+                             scores + CODEC_MAX_ITEMS, sc) != 0)
             continue;
-        if (floats_add(&fa, scores, req.items) != 0)
-            goto out;
-        if (model_score(cand, &shared, blocks, req.items, scores, sc) != 0) {
-            fa.n -= req.items;
-            continue;
-        }
-        if (floats_add(&fc, scores, req.items) != 0)
+        if (floats_add(&fa, scores, req.items) != 0 ||
+            floats_add(&fc, scores + CODEC_MAX_ITEMS, req.items) != 0)
             goto out;
         v->n_sampled++;
     }

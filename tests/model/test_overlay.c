@@ -12,6 +12,8 @@
  *     request by request, float for float;
  *   - a delete of a key the parent lacks, a broken parent link and a delta
  *     of another width are refused, naming the key or the version;
+ *   - model_score_pair (one lookup for a version and its delta) gives both
+ *     model_score results;
  *   - the fold: the parent with the undo appended, and the folded version,
  *     score exactly as before the base was written.
  */
@@ -128,6 +130,32 @@ static void score_all(const model_t *m, float *out)
     model_scratch_destroy(sc);
 }
 
+/* score_all's requests through model_score_pair(m, next). */
+static void score_pair_all(const model_t *m, const model_t *next, float *out, float *out_next)
+{
+    model_scratch_t *sc;
+    assert_int_equal(model_scratch_create(4096, &sc), 0);
+    assert_true(model_scratch_fit(sc, m, 4096) >= 0);
+    assert_true(model_scratch_fit(sc, next, 4096) >= 0);
+    uint64_t ids[9][24];
+    float xs[9][24];
+    for (uint32_t r = 0; r < 40; r++) {
+        codec_block_t blocks[9];
+        for (uint32_t b = 0; b < 9; b++) {
+            for (uint32_t j = 0; j < 24; j++) {
+                uint32_t i = 1 + (r * 997 + b * 131 + j * 61) % (NKEYS + 200);
+                ids[b][j] = id_of(i);
+                xs[b][j] = 1.0f;
+            }
+            blocks[b] = (codec_block_t){.n = 24, .ids = ids[b], .values = xs[b]};
+        }
+        assert_int_equal(model_score_pair(m, next, &blocks[0], &blocks[1], 8, out + r * 8,
+                                          out_next + r * 8, sc),
+                         0);
+    }
+    model_scratch_destroy(sc);
+}
+
 static void test_table(void **state)
 {
     (void)state;
@@ -216,6 +244,16 @@ static void test_deltas_as_overlay_equal_rebuild(void **state)
     assert_memory_equal(a, b, 320 * sizeof *a);
     score_all(parent, p0);
     assert_memory_not_equal(a, p0, 320 * sizeof *a);
+    /* The gate's pair: one lookup, the overlay between the scorings; and the fallback. */
+    float *pa = malloc(320 * sizeof *pa), *pb = malloc(320 * sizeof *pb);
+    score_pair_all(parent, ov, pa, pb);
+    assert_memory_equal(pa, p0, 320 * sizeof *a);
+    assert_memory_equal(pb, a, 320 * sizeof *a);
+    score_pair_all(rebuilt, parent, pa, pb); /* not an overlay of it: two scorings */
+    assert_memory_equal(pa, a, 320 * sizeof *a);
+    assert_memory_equal(pb, p0, 320 * sizeof *a);
+    free(pa);
+    free(pb);
 
     /* The fold: parent + undo, then the base written, then the folded version. */
     model_overlay_t *undo;
