@@ -16,9 +16,10 @@ the version is active, then waits GAP seconds (FULL_GAP after the full one) befo
 Windows (from tlgen --interval-ms, intervals by due time, merged by adding buckets):
   steady    the measured start .. the full version's rename
   swap      rename of version 2 .. the first answer carrying version 2
-  delta N   rename of version N .. the first answer carrying it (all ten merged in one row,
-            and the worst single one)
-  after     the last version live + 1 s .. the end
+  delta N   rename of version N .. its overlay folded into the model (tlserve's
+            tlserve_delta_folds_total, polled; the first answer carrying it when later): all
+            ten merged in one row, and the worst single one
+  after     the last version live and folded + 1 s .. the end
 An interval belongs to a window when it lies in it; boundary intervals count in the
 reload window (an interval overlapping a reload is not steady).  Memory: tlserve's VmRSS
 sampled every 50 ms (peak in steady, peak during each reload) and its VmHWM at the end.
@@ -107,6 +108,18 @@ def active_version(port):
     except Exception:
         return None
     return None
+
+
+def folds_done(port):
+    """tlserve_delta_folds_total{result="done"} (None when /metrics does not answer)."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('tlserve_delta_folds_total{result="done"}'):
+                    return int(float(line.rsplit(" ", 1)[1]))
+    except Exception:
+        return None
+    return 0
 
 
 def rss_sampler(pid, samples, stop):
@@ -247,6 +260,7 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
     at = start + STEADY
     for v, kind, nkeys in versions:
         time.sleep(max(0.0, at - time.time()))
+        folds0 = folds_done(admin)
         os.rename(os.path.join(stage, MODEL, str(v)), os.path.join(repo, MODEL, str(v)))
         t_ren = time.time()
         while True:
@@ -259,8 +273,19 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
                 die("version %d not live 300 s after its rename" % v)
             time.sleep(0.01)
         t_act = time.time()
-        events.append((v, kind, nkeys, t_ren, t_act))
-        say("version %d (%s) live %.3f s after its rename" % (v, kind, t_act - t_ren))
+        # A delta's apply ends when its overlay is folded into the model (the background
+        # pass after the swap): the window runs to there.
+        t_fold = t_act
+        while kind == "delta" and folds0 is not None and time.time() - t_act < 60:
+            f = folds_done(admin)
+            if f is not None and f > folds0:
+                t_fold = time.time()
+                break
+            time.sleep(0.01)
+        events.append((v, kind, nkeys, t_ren, t_act, t_fold))
+        say("version %d (%s) live %.3f s after its rename%s" % (
+            v, kind, t_act - t_ren,
+            ", folded after %.3f s" % (t_fold - t_ren) if t_fold > t_act else ""))
         at = t_act + (FULL_GAP if kind == "full" else GAP)
     gen.wait()
     stop.set()
@@ -295,11 +320,11 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
 
     # window edges in unix s; a reload window ends at the first answer with its version
     wins = []
-    for v, kind, nkeys, t_ren, t_act in events:
+    for v, kind, nkeys, t_ren, t_act, t_fold in events:
         live = first_seen.get(v, t_act)
-        wins.append((v, kind, nkeys, t_ren, max(live, t_ren), t_act))
+        wins.append((v, kind, nkeys, t_ren, max(live, t_ren), t_act, max(live, t_fold)))
     steady_end = wins[0][3]
-    after_start = wins[-1][4] + 1.0
+    after_start = max(wins[-1][4], wins[-1][6]) + 1.0
 
     def merge(pred):
         b, tot, err, sched = {}, 0, 0, 0
@@ -324,11 +349,11 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
     for w in full:
         rows.append(("full swap (v%d)" % w[0], merge(inside(w[3], w[4]))))
     if deltas:
-        rows.append(("delta applies (%d merged)" % len(deltas),
-                     merge(lambda s, e: any(e > w[3] and s < w[4] for w in deltas))))
-        worst = max(deltas, key=lambda w: pctl(merge(inside(w[3], w[4]))[0],
-                                               merge(inside(w[3], w[4]))[1], 99) or 0)
-        rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[4]))))
+        rows.append(("delta applies to folded (%d merged)" % len(deltas),
+                     merge(lambda s, e: any(e > w[3] and s < w[6] for w in deltas))))
+        worst = max(deltas, key=lambda w: pctl(merge(inside(w[3], w[6]))[0],
+                                               merge(inside(w[3], w[6]))[1], 99) or 0)
+        rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[6]))))
     rows.append(("after", merge(lambda s, e: s >= after_start)))
     end = (ivs[-1]["start_unix_ms"] / 1000 + step) if ivs else after_start
     short = end - after_start < AFTER / 2
@@ -361,7 +386,7 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
     L.append("tlgen over the whole run: %d scheduled, %d answered, %d errors, valid %s (`tlgen.txt`)."
              % (gen_json["scheduled"], gen_json["ok"], gen_json["errors"], gen_json["valid"]))
     L.append("")
-    for v, kind, nkeys, t_ren, live, t_act in wins:
+    for v, kind, nkeys, t_ren, live, t_act, _ in wins:
         dt = live - t_ren
         extra = ""
         if kind == "delta" and dt > 0:
@@ -406,7 +431,7 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
     for w in full:
         mem.append("during the full swap %.0f MiB" % (peak(w[3], w[5] + 0.5) / 1024))
     if deltas:
-        dp = max(peak(w[3], w[5] + 0.5) for w in deltas)
+        dp = max(peak(w[3], w[6] + 0.5) for w in deltas)
         mem.append("during delta applies at most %.0f MiB (+%.0f MiB over steady; a delta's files: "
                    "%.1f MiB)" % (dp / 1024, (dp - st_peak) / 1024, delta_bytes / 2**20))
         # Per delta: the peak from its rename to the end of its quiet gap (the fold runs

@@ -155,6 +155,10 @@ static const cfg_entry_t table[] = {
      "snapshot loader threads (0: one per core for --model at start, then the cores "
      "left by the workers and lookup threads, at least 1)",
      F(load_threads), NULL, NULL, NULL, false},
+    {"load-sched-idle", CFG_BOOL, 0, 1, "true",
+     "run loads, the gate's checks and folds as SCHED_IDLE: only on CPU the workers leave "
+     "(false: nice +10, a share even when the workers are busy)",
+     F(load_sched_idle), NULL, NULL, NULL, false},
     {"max-inflight", CFG_INT, 1, 1 << 20, "128",
      "answers one connection may have queued and unsent; at it the worker stops reading that "
      "connection until they drain (back-pressure)",

@@ -26,10 +26,15 @@
  *
  * PRIORITY
  *   The loader thread lowers its own scheduling priority (nice LOADER_NICE)
- *   before it loads anything; the snapshot loader's helper threads inherit
- *   it.  A load is bulk work that may take every core for seconds: at equal
- *   priority it competes with the admin thread (and the workers) for the
- *   CPU and /healthz answers late; niced, it takes what they leave.
+ *   before it loads anything, and with --load-sched-idle (the default) runs
+ *   as SCHED_IDLE; the threads it starts (the snapshot loader's, the gate's,
+ *   the fold's) inherit both.  A load, a gate's shadow scoring or a fold is
+ *   bulk work that may take every core for seconds: at equal priority it
+ *   competes with the admin thread and the workers for the CPU, and on a
+ *   machine of few cores a request's split lookup (store_team) waits for
+ *   it; niced it still takes a tenth of a core from them, as SCHED_IDLE it
+ *   takes only what they leave (and under a CPU-bound load it barely
+ *   progresses: turn the option off to give loads their nice share).
  *
  * HOOKS
  *   A load queued with loader_submit_job may bring its own open function
@@ -55,6 +60,7 @@
  *   are protected by L.lock; the loader thread drops the lock for the load
  *   and the retire wait.  done() is called without the lock.
  */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include "gate.h"
 #include "guard.h"
 #include "log.h"
@@ -66,6 +72,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -183,6 +190,12 @@ static void *loader_main(void *arg)
     if (!(nice == -1 && errno) && setpriority(PRIO_PROCESS, tid, nice + LOADER_NICE) != 0)
         LOG(LL_WARN, "loader: cannot lower its priority: %s (loads compete with the admin plane)",
             strerror(errno));
+    if (srv->cfg.load_sched_idle) {
+        struct sched_param sp = {.sched_priority = 0};
+        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+            LOG(LL_WARN, "loader: cannot run as SCHED_IDLE (loads stay at nice +%d)",
+                LOADER_NICE);
+    }
     pthread_mutex_lock(&L.lock);
     for (;;) {
         while (!L.stopping && L.qlen == 0)

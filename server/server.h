@@ -58,6 +58,7 @@ typedef struct server_config {
     int workers;               /* data-plane threads, 0 = one per core */
     int lookup_threads;        /* helpers that split a request's lookups, 0 = none */
     int load_threads;          /* snapshot loader threads; 0 = auto, resolved by main (LOAD THREADS) */
+    bool load_sched_idle;      /* the loader (and its threads) as SCHED_IDLE (loader.c) */
     int max_inflight;          /* per connection: answers queued and unsent before it is not read */
     int max_unsent_bytes;      /* per connection: unsent answer bytes before it is not read */
     int send_buffer_bytes;     /* per connection SO_SNDBUF, 0 = the kernel's autotuning */
