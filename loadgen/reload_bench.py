@@ -351,6 +351,10 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
     if deltas:
         rows.append(("delta applies to folded (%d merged)" % len(deltas),
                      merge(lambda s, e: any(e > w[3] and s < w[6] for w in deltas))))
+        rows.append(("  of which rename to live",
+                     merge(lambda s, e: any(e > w[3] and s < w[4] for w in deltas))))
+        rows.append(("  of which live to folded",
+                     merge(lambda s, e: any(e > w[4] and s < w[6] for w in deltas))))
         worst = max(deltas, key=lambda w: pctl(merge(inside(w[3], w[6]))[0],
                                                merge(inside(w[3], w[6]))[1], 99) or 0)
         rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[6]))))

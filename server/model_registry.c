@@ -105,6 +105,7 @@
  *   resource failure here is -errno and leaves err->msg empty (this file
  *   does not invent store error codes).
  */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include "log.h"
 #include "model/overlay.h"
 #include "server.h"
@@ -696,6 +697,30 @@ static server_model_t *replace_handle(server_t *srv, server_model_t *a, server_m
     return gone;
 }
 
+/* model_fold_write under SCHED_OTHER when the loader runs as SCHED_IDLE
+ * (--load-sched-idle), back to SCHED_IDLE after.  The writes of inserts and
+ * deletes hold a sub-table's version odd for a moment, and readers retry
+ * until it is even: a SCHED_IDLE writer preempted there (any worker waking
+ * preempts it) leaves the workers spinning until a core is idle, up to a
+ * second under load.  At the loader's nice it is back within a time slice. */
+static int fold_write_normal_policy(const model_t *m, int threads)
+{
+    int policy;
+    struct sched_param sp;
+    bool idle = pthread_getschedparam(pthread_self(), &policy, &sp) == 0 && policy == SCHED_IDLE;
+    struct sched_param normal = {.sched_priority = 0};
+    int err = idle ? pthread_setschedparam(pthread_self(), SCHED_OTHER, &normal) : 0;
+    if (err) {
+        LOG(LL_WARN, "fold: cannot leave SCHED_IDLE for the writes (%s): requests may stall on "
+                     "a preempted write", strerror(err));
+        idle = false;
+    }
+    int rc = model_fold_write(m, threads); /* its writer threads inherit the policy */
+    if (idle)
+        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    return rc;
+}
+
 int server_model_fold(server_t *srv, const char *name)
 {
     server_model_t *a = server_model_acquire_named(srv, name);
@@ -738,7 +763,7 @@ int server_model_fold(server_t *srv, const char *name)
         nanosleep(&ms, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t_wait);
-    rc = model_fold_write(a->model, srv->cfg.load_threads);
+    rc = fold_write_normal_policy(a->model, srv->cfg.load_threads);
     if (rc != 0) {
         why = "no memory to grow the base (the overlay keeps serving)";
         goto out;
