@@ -12,9 +12,10 @@
  * THREAD SAFETY
  *   Called from the admin thread; every call takes R.lock (repo_impl.h)
  *   for its update only, and touches the state of its model argument
- *   only.  repo_activate lists and stats the versions without the lock, then takes it (and, under it, the registry's leaf
- *   lock for a kept version, or the loader's for a queued load: the same
- *   order as the watcher's scan).
+ *   only.  repo_activate lists and stats the versions without the lock,
+ *   then takes it (and, under it, the registry's leaf lock for a kept
+ *   version, or the loader's for a queued load: the same order as the
+ *   watcher's scan).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -164,7 +165,8 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     repo__forget_rolled_back(r, version);
     for (unsigned i = 0; i < r->n_refused; i++)
         if (r->refused[i].version == version) {
-            memmove(&r->refused[i], &r->refused[i + 1], (r->n_refused - i - 1) * sizeof r->refused[0]);
+            memmove(&r->refused[i], &r->refused[i + 1],
+                    (r->n_refused - i - 1) * sizeof r->refused[0]);
             memmove(&r->refused_sig[i], &r->refused_sig[i + 1],
                     (r->n_refused - i - 1) * sizeof r->refused_sig[0]);
             r->n_refused--;

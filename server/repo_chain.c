@@ -108,8 +108,8 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
             LOG(LL_INFO,
                 "repo: version %" PRIu64 " = version %" PRIu64 " + %u delta(s), %" PRIu64
                 " keys as an overlay in %.3f s (read and verified %.3f s; %.1f M keys/s)",
-                chain->versions[chain->n - 1], am->version, n, keys, s,
-                (double)(t1 - t0) * 1e-9, s > 0 ? (double)keys / s * 1e-6 : 0.0);
+                chain->versions[chain->n - 1], am->version, n, keys, s, (double)(t1 - t0) * 1e-9,
+                s > 0 ? (double)keys / s * 1e-6 : 0.0);
             repo__note_apply(keys, s);
         }
     }
@@ -117,8 +117,8 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
     return rc;
 }
 
-int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
-                      server_model_t **out, store_error_t *err)
+int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
+                      store_error_t *err)
 {
     const char *slash = strrchr(model_dir, '/');
     const char *model = slash ? slash + 1 : model_dir;
@@ -131,7 +131,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
     int rc;
     if (!chain)
         return set_err(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
-                    version);
+                       version);
     rc = store_version_chain(model_dir, version, chain, err);
     if (rc != 0)
         goto out;
@@ -153,8 +153,8 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
     }
     if (strcmp(meta.model_name, model) != 0) {
         rc = set_err(err, STORE_E_MISMATCH,
-                  "version %" PRIu64 " holds model '%s', not '%s' (its repository directory)",
-                  chain->versions[0], meta.model_name, model);
+                     "version %" PRIu64 " holds model '%s', not '%s' (its repository directory)",
+                     chain->versions[0], meta.model_name, model);
         goto out;
     }
     if (chain->n > 1) {

@@ -46,15 +46,15 @@ struct repo {
     pthread_mutex_t lock;
     server_t *srv;
     pthread_t thread;
-    bool running;   /* repo_start .. repo_stop */
-    bool stopping;  /* the watcher exits at its next wake */
-    bool fixed;     /* --model-name: serve that model only, never pick up new ones */
-    int wake[2];    /* pipe: repo_stop and the done hook wake the watcher */
-    int ino;        /* inotify fd, -1 when unavailable */
-    char dir[1024]; /* the repository (immutable while running) */
-    unsigned n_models;                             /* models[0 .. n_models) in use */
-    struct repo_model models[SERVER_MODELS_MAX];   /* in the order first listed */
-    repo_metrics_t metrics;                        /* all models' */
+    bool running;      /* repo_start .. repo_stop */
+    bool stopping;     /* the watcher exits at its next wake */
+    bool fixed;        /* --model-name: serve that model only, never pick up new ones */
+    int wake[2];       /* pipe: repo_stop and the done hook wake the watcher */
+    int ino;           /* inotify fd, -1 when unavailable */
+    char dir[1024];    /* the repository (immutable while running) */
+    unsigned n_models; /* models[0 .. n_models) in use */
+    struct repo_model models[SERVER_MODELS_MAX]; /* in the order first listed */
+    repo_metrics_t metrics;                      /* all models' */
 };
 
 #define R repo__state
