@@ -12,7 +12,8 @@
  *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}, and
  *                                 with --model-repo "repository": {"dir","model",
  *                                 "readable","latest","loading","refused":
- *                                 [{"version","error"}]} (repo.h)
+ *                                 [{"version","error"}]} of its first model (repo.h),
+ *                                 and "repositories": [...] that of every model
  *   POST /v1/models/{name}:load   body {"path":"/dir/of/snapshot"}; needs
  *                                 "Authorization: Bearer <admin-token>";
  *                                 202 and queued, or ?wait=1 (admin_load.c)
@@ -277,16 +278,16 @@ static void on_readyz(struct evhttp_request *req)
         reply_text(req, 503, "no model loaded\n");
 }
 
-/* {"dir","model","readable","latest","loading","refused":[{"version","error"}]}:
- * the repository's state (repo.h), or NULL without --model-repo. */
-static json_t *repo_json(void)
+/* {"dir","model","readable","latest","loading","refused":[{"version","error"}],
+ * "pinned","rolled_back":[...]}: the repository's state of model (repo.h),
+ * or NULL when it does not serve it. */
+static json_t *repo_model_json(const char *model)
 {
     repo_status_t *rs = malloc(sizeof *rs);
     if (!rs)
         return NULL;
-    repo_get_status(rs);
     json_t *j = NULL;
-    if (rs->enabled) {
+    if (repo_get_status(model, rs) == 0) {
         json_t *refused = json_array();
         for (unsigned i = 0; i < rs->n_refused; i++)
             json_array_append_new(refused,
@@ -305,6 +306,27 @@ static json_t *repo_json(void)
     return j;
 }
 
+/* Sets "repository" (the first model's state: what a client of a
+ * one-model repository reads) and "repositories" (every model's, in the
+ * order served) in body; neither without --model-repo. */
+static void repo_json(json_t *body)
+{
+    char names[SERVER_MODELS_MAX][64];
+    unsigned n = repo_models(names, SERVER_MODELS_MAX);
+    if (n == 0)
+        return;
+    json_t *all = json_array();
+    for (unsigned i = 0; i < n && i < SERVER_MODELS_MAX; i++) {
+        json_t *j = repo_model_json(names[i]);
+        if (j)
+            json_array_append_new(all, j);
+    }
+    json_t *first = json_array_size(all) ? json_incref(json_array_get(all, 0)) : NULL;
+    if (first)
+        json_object_set_new(body, "repository", first);
+    json_object_set_new(body, "repositories", all);
+}
+
 static void on_models(struct evhttp_request *req)
 {
     json_t *list = json_array();
@@ -318,9 +340,7 @@ static void on_models(struct evhttp_request *req)
         }
     }
     json_t *body = json_pack("{s:o}", "models", list);
-    json_t *repo = repo_json();
-    if (repo)
-        json_object_set_new(body, "repository", repo);
+    repo_json(body);
     reply_json(req, 200, body);
 }
 

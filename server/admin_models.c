@@ -156,8 +156,7 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
         admin__reply_error(req, 503, "no memory");
         return;
     }
-    repo_get_status(rs);
-    bool in_repo = rs->enabled && strcmp(rs->model, name) == 0;
+    bool in_repo = repo_get_status(name, rs) == 0 && strcmp(rs->model, name) == 0;
     char dir[sizeof rs->dir];
     snprintf(dir, sizeof dir, "%s", rs->dir);
     free(rs);
@@ -250,8 +249,7 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
     row_t *rows = NULL;
     if (!rs)
         goto nomem;
-    repo_get_status(rs);
-    bool in_repo = rs->enabled && strcmp(rs->model, name) == 0;
+    bool in_repo = repo_get_status(name, rs) == 0 && strcmp(rs->model, name) == 0;
     if (!in_repo && !is_active) {
         admin__reply_error(req, 404, "model '%s' is neither active nor served from a repository",
                            name);

@@ -127,7 +127,7 @@ static const cfg_entry_t table[] = {
      "(not with --model; under --model-root when set)",
      F(model_repo), check_root, "a directory path", NULL, false},
     {"model-name", CFG_STRING, 0, 0, "",
-     "the model of --model-repo to serve (empty: the only one it holds)", F(model_name),
+     "the one model of --model-repo to serve (empty: every one it holds)", F(model_name),
      check_model_name, "[A-Za-z0-9_.-]+", NULL, false},
     {"keep-versions", CFG_INT, 0, SERVER_KEEP_VERSIONS_MAX, "1",
      "swapped-out versions kept loaded for an instant rollback (each costs its memory)",

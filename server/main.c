@@ -37,15 +37,18 @@
  *
  * MODEL REPOSITORY
  *   With --model-repo nothing is loaded here: the watcher (repo.c), started
- *   once the loader runs, queues the latest version, and /readyz says 503
- *   until it is active.  It is stopped first at the drain, so that it
+ *   once the loader runs, queues the latest version of every model of the
+ *   repository (or of --model-name's alone), and /readyz says 503 until
+ *   one of them is active (a client of a model not yet live gets
+ *   UNKNOWN_MODEL).  It is stopped first at the drain, so that it
  *   queues nothing while the loader stops.
  *
  * EXIT STATUS
  *   0 after a clean drain or --help; 1 when the model, the admin plane or
  *   the data plane cannot start (the reason is on stderr); 2 for a bad
- *   setting (config.c names it) or a repository whose model cannot be
- *   chosen (none, or several without --model-name).
+ *   setting (config.c names it) or a repository whose models cannot be
+ *   served (unreadable, none, or more than SERVER_MODELS_MAX without
+ *   --model-name).
  */
 #define _GNU_SOURCE
 #include "gate_eval.h"
@@ -108,7 +111,8 @@ int main(int argc, char **argv)
     }
     const server_config_t *cfg = &srv->cfg;
     int status = 1;
-    char repo_model[64] = "";
+    char repo_models[SERVER_MODELS_MAX][64];
+    int n_repo_models = 0;
 
     srv->nworkers = cfg->workers > 0 ? cfg->workers : cpu_count();
     size_t mbytes = (size_t)srv->nworkers * sizeof(server_metrics_t);
@@ -137,13 +141,16 @@ int main(int argc, char **argv)
         }
     } else if (cfg->model_repo[0]) {
         char why[2400];
-        if (repo_pick_model(cfg, repo_model, sizeof repo_model, why, sizeof why) != 0) {
+        n_repo_models = repo_list_models(cfg, repo_models, SERVER_MODELS_MAX, why, sizeof why);
+        if (n_repo_models < 0) {
             LOG(LL_ERROR, "%s", why);
             status = 2;
             goto out;
         }
-        LOG(LL_INFO, "--model-repo: model %s from %s: not ready until its latest version loads",
-            repo_model, cfg->model_repo);
+        LOG(LL_INFO,
+            "--model-repo: %d model(s) from %s (%s%s): not ready until one's latest version "
+            "loads",
+            n_repo_models, cfg->model_repo, repo_models[0], n_repo_models > 1 ? ", ..." : "");
     } else {
         LOG(LL_INFO, "no --model: not ready until one is loaded through the admin API");
     }
@@ -175,8 +182,8 @@ int main(int argc, char **argv)
         LOG(LL_ERROR, "admin plane did not start: %s", strerror(-rc));
         goto out;
     }
-    if (repo_model[0]) {
-        rc = repo_start(srv, repo_model);
+    if (n_repo_models > 0) {
+        rc = repo_start(srv, (const char(*)[64])repo_models, (unsigned)n_repo_models);
         if (rc != 0) {
             LOG(LL_ERROR, "the repository watcher did not start: %s", strerror(-rc));
             admin_stop(srv);

@@ -4,6 +4,16 @@
  * and the chain loader that builds a version from its full snapshot and its
  * deltas (store/delta.h).  Internal to server/.
  *
+ * MODELS
+ *   Every model directory of DIR is served (at most SERVER_MODELS_MAX; more
+ *   are refused at the start), each with its own policy state below: its
+ *   active version, pin, refusals and rolled-back versions never affect
+ *   another model's.  --model-name X serves X only.  A model directory that
+ *   appears while running is picked up at the next scan (not with
+ *   --model-name; not past SERVER_MODELS_MAX).  Calls that take a model
+ *   name find that model's state, and answer -ENODEV/-ENOENT for a model
+ *   the repository does not serve.
+ *
  * POLICY (latest, unless pinned)
  *   The server serves the highest version of the model that resolves and
  *   loads.  A version that does not (corrupt file, a gap in its chain, a
@@ -18,8 +28,8 @@
  *   (model_registry.c) is made active by a pointer swap, not loaded.
  *
  * THREADS
- *   One watcher thread (repo_start .. repo_stop) scans on inotify events
- *   and every REPO_RESCAN_MS; it never loads anything itself: it queues
+ *   One watcher thread (repo_start .. repo_stop) scans every model on
+ *   inotify events and every REPO_RESCAN_MS; it never loads anything itself: it queues
  *   loads to the loader thread (loader_submit_job) with repo_open_version
  *   as their open function, and learns their end through the job's done
  *   hook.  repo_get_status/_metrics may be called from any thread.
@@ -38,13 +48,15 @@
 #define REPO_REFUSED_MAX 64   /* refusals listed; past it the lowest is dropped from the list
                                * but stays refused (a floor) until restart */
 
-/* Which model of the repository cfg->model_repo to serve: cfg->model_name
- * when set, else the only model directory in it.  Returns 0 with the name
- * in model (len bytes), or -1 with why naming the repository and the
- * problem (unreadable, no model, several models without --model-name).
- * Reads the directory; for main before anything starts. */
-int repo_pick_model(const server_config_t *cfg, char *model, size_t len, char *why,
-                    size_t why_len);
+/* The models of the repository cfg->model_repo to serve: cfg->model_name
+ * alone when set, else every model directory in it (names that are not
+ * valid model names, and temporary directories, are skipped), sorted.
+ * Returns their count (1..cap) with the names in models[0..count), or -1
+ * with why naming the repository and the problem (unreadable, no model,
+ * more than cap models).  Reads the directory; for main before anything
+ * starts, and for the watcher's look for new models. */
+int repo_list_models(const server_config_t *cfg, char (*models)[64], unsigned cap, char *why,
+                     size_t why_len);
 
 /* The version to serve among versions[0..n) (ascending): the highest one
  * for which refused(arg, version) is 0; 0 when none.  Pure. */
@@ -62,14 +74,21 @@ uint64_t repo_pick_version(const uint64_t *versions, size_t n,
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version,
                       server_model_t **out, store_error_t *err);
 
-/* Starts the watcher on srv->cfg.model_repo for model (repo_pick_model);
- * the loader must be running (admin_start).  The first scan runs at once
- * and queues the latest version.  0 or -errno. */
-int repo_start(server_t *srv, const char *model);
+/* Starts the watcher on srv->cfg.model_repo for models[0..n)
+ * (repo_list_models; 1 <= n <= SERVER_MODELS_MAX, else -EINVAL); the loader
+ * must be running (admin_start).  The first scan runs at once and queues
+ * each model's latest version.  0 or -errno. */
+int repo_start(server_t *srv, const char (*models)[64], unsigned n);
 
 /* Stops and joins the watcher (before loader_stop).  No-op when not
- * started. */
+ * started.  The models' states stay allocated: a load dropped by
+ * loader_stop still reports to them. */
 void repo_stop(void);
+
+/* The names of the models served, in the order they were first listed
+ * (the first is the start's first), into names[0..cap): their count (may
+ * exceed cap), 0 when the watcher does not run.  Never waits for a scan. */
+unsigned repo_models(char (*names)[64], unsigned cap);
 
 typedef struct repo_refusal {
     uint64_t version;
@@ -79,7 +98,7 @@ typedef struct repo_refusal {
 typedef struct repo_status {
     bool enabled;            /* --model-repo given and the watcher running */
     char dir[1024];          /* the repository */
-    char model[64];          /* the model served from it */
+    char model[64];          /* the model this state is of */
     bool readable;           /* the last scan could list the model's versions */
     uint64_t latest;         /* highest version seen by the last scan (0: none) */
     uint64_t loading;        /* version queued or loading now (0: none) */
@@ -90,10 +109,13 @@ typedef struct repo_status {
     uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; "rollback by admin" */
 } repo_status_t;
 
-/* A copy of the watcher's state (about 140 KiB: allocate it).  Takes the
- * watcher's lock for the copy only; never waits for a scan or a load. */
-void repo_get_status(repo_status_t *out);
+/* A copy of the state of model (NULL: the first model served) into *out
+ * (about 140 KiB: allocate it): 0, or -ENOENT with out->enabled false when
+ * the watcher does not run or does not serve model.  Takes the watcher's
+ * lock for the copy only; never waits for a scan or a load. */
+int repo_get_status(const char *model, repo_status_t *out);
 
+/* Summed over every model of the repository. */
 typedef struct repo_metrics {
     uint64_t refused;     /* versions refused (each once per change of its files) */
     uint64_t repo_errors; /* times the repository became unreadable or vanished */
@@ -114,8 +136,9 @@ void repo_get_metrics(repo_metrics_t *out);
  * ROLLED BACK
  *   A version replaced by a rollback is refused by the policy (listed, not
  *   picked) whatever its files do, until an explicit repo_activate of it.
- *   The model argument must be the one served (else -ENODEV/-ENOENT).
- *   Every call takes the watcher's lock briefly; none waits for a load. */
+ *   Each call acts on the state of its model argument only, which must be
+ *   served from the repository (else -ENODEV/-ENOENT).  Every call takes
+ *   the watcher's lock briefly; none waits for a load. */
 
 /* Records that a rollback replaced version from by version to: from is
  * refused with "rollback by admin"; a pin on from moves to to.  0, or
@@ -143,9 +166,5 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st);
 /* Unpins model: the latest policy applies again at once (the watcher is
  * woken).  0, or -ENODEV when the repository does not serve model. */
 int repo_unpin(const char *model);
-
-/* Adds version to the rolled-back list (S.lock held or single-threaded):
- * 1 when the lowest had to be forgotten, else 0.  For unit tests. */
-int repo__add_rolled_back(uint64_t version);
 
 #endif /* TL_SERVER_REPO_H */

@@ -4,16 +4,18 @@
  * a pin that suspends the latest policy, an activation that swaps in a
  * kept version or queues the load of one on disk.
  *
+ *   per model (struct repo_model):
  *   rolled_back: [3] [5] [9]   ascending, at most REPO_ROLLED_BACK_MAX;
  *                              is_refused (repo.c) consults it
- *   pinned:      7 (0: none)   scan (repo.c) picks nothing while set
+ *   pinned:      7 (0: none)   scan (repo.c) picks nothing for it while set
  *
  * THREAD SAFETY
- *   Called from the admin thread; every call takes S.lock (repo_impl.h)
- *   for its update only.  repo_activate lists and stats the versions
- *   without the lock, then takes it (and, under it, the registry's leaf
- *   lock for a kept version, or the loader's for a queued load: the same
- *   order as the watcher's scan).
+ *   Called from the admin thread; every call takes R.lock (repo_impl.h)
+ *   for its update only, and touches the state of its model argument
+ *   only.  repo_activate lists and stats the versions without the lock,
+ *   then takes it (and, under it, the registry's leaf lock for a kept
+ *   version, or the loader's for a queued load: the same order as the
+ *   watcher's scan).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,86 +34,82 @@
 
 /* ---- admin: rollback, activate, pin ------------------------------------------ */
 
-/* 1 when the watcher runs and serves model.  S.lock held. */
-static int serves(const char *model)
+/* Copies the directory of model into dir under R.lock, for calls that
+ * then read the disk without the lock.  1 when the watcher runs and serves
+ * model, else 0 (dir empty). */
+static int model_dir_of(const char *model, char dir[static sizeof R.models[0].model_dir])
 {
-    return S.running && strcmp(S.model, model) == 0;
+    pthread_mutex_lock(&R.lock);
+    const struct repo_model *r = repo__find(model);
+    snprintf(dir, sizeof R.models[0].model_dir, "%s", r ? r->model_dir : "");
+    pthread_mutex_unlock(&R.lock);
+    return r != NULL;
 }
 
-/* Copies the served model's directory (S.model_dir) into dir under
- * S.lock, for calls that then read the disk without the lock.  1 when the
- * watcher runs and serves model, else 0 (dir is filled either way). */
-static int model_dir_of(const char *model, char dir[static sizeof S.model_dir])
+void repo__forget_rolled_back(struct repo_model *r, uint64_t version)
 {
-    pthread_mutex_lock(&S.lock);
-    int ok = serves(model);
-    snprintf(dir, sizeof S.model_dir, "%s", S.model_dir);
-    pthread_mutex_unlock(&S.lock);
-    return ok;
-}
-
-void repo__forget_rolled_back(uint64_t version)
-{
-    for (unsigned i = 0; i < S.n_rolled_back; i++)
-        if (S.rolled_back[i] == version) {
-            memmove(&S.rolled_back[i], &S.rolled_back[i + 1],
-                    (S.n_rolled_back - i - 1) * sizeof S.rolled_back[0]);
-            S.n_rolled_back--;
+    for (unsigned i = 0; i < r->n_rolled_back; i++)
+        if (r->rolled_back[i] == version) {
+            memmove(&r->rolled_back[i], &r->rolled_back[i + 1],
+                    (r->n_rolled_back - i - 1) * sizeof r->rolled_back[0]);
+            r->n_rolled_back--;
             return;
         }
 }
 
-int repo__add_rolled_back(uint64_t version)
+int repo__add_rolled_back(struct repo_model *r, uint64_t version)
 {
-    repo__forget_rolled_back(version);
+    repo__forget_rolled_back(r, version);
     int dropped = 0;
-    if (S.n_rolled_back == REPO_ROLLED_BACK_MAX) {
+    if (r->n_rolled_back == REPO_ROLLED_BACK_MAX) {
         /* The lowest goes: the one least likely to be picked again. */
-        memmove(&S.rolled_back[0], &S.rolled_back[1],
-                (REPO_ROLLED_BACK_MAX - 1) * sizeof S.rolled_back[0]);
-        S.n_rolled_back--;
+        memmove(&r->rolled_back[0], &r->rolled_back[1],
+                (REPO_ROLLED_BACK_MAX - 1) * sizeof r->rolled_back[0]);
+        r->n_rolled_back--;
         dropped = 1;
     }
-    unsigned at = S.n_rolled_back;
-    while (at > 0 && S.rolled_back[at - 1] > version)
+    unsigned at = r->n_rolled_back;
+    while (at > 0 && r->rolled_back[at - 1] > version)
         at--;
-    memmove(&S.rolled_back[at + 1], &S.rolled_back[at],
-            (S.n_rolled_back - at) * sizeof S.rolled_back[0]);
-    S.rolled_back[at] = version;
-    S.n_rolled_back++;
+    memmove(&r->rolled_back[at + 1], &r->rolled_back[at],
+            (r->n_rolled_back - at) * sizeof r->rolled_back[0]);
+    r->rolled_back[at] = version;
+    r->n_rolled_back++;
     return dropped;
 }
 
 int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
 {
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&R.lock);
     int rc = -ENOENT;
-    if (serves(model)) {
-        repo__add_rolled_back(from);
-        if (S.pinned == from)
-            S.pinned = to;
+    struct repo_model *r = repo__find(model);
+    if (r) {
+        repo__add_rolled_back(r, from);
+        if (r->pinned == from)
+            r->pinned = to;
         rc = 0;
         LOG(LL_INFO,
             "repo: %s version %" PRIu64 " rolled back: refused by the policy until "
             "activated again",
             model, from);
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&R.lock);
     return rc;
 }
 
 int repo_loading(const char *model, uint64_t *version)
 {
-    pthread_mutex_lock(&S.lock);
-    int busy = serves(model) && S.loading != 0;
-    *version = busy ? S.loading : 0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&R.lock);
+    const struct repo_model *r = repo__find(model);
+    int busy = r && r->loading != 0;
+    *version = busy ? r->loading : 0;
+    pthread_mutex_unlock(&R.lock);
     return busy;
 }
 
 long repo_list_versions(const char *model, uint64_t *out, size_t cap)
 {
-    char dir[sizeof S.model_dir];
+    char dir[sizeof R.models[0].model_dir];
     int ok = model_dir_of(model, dir);
     if (!ok)
         return -ENOENT;
@@ -120,7 +118,7 @@ long repo_list_versions(const char *model, uint64_t *out, size_t cap)
 
 int repo_activate(const char *model, uint64_t version, loader_status_t *st)
 {
-    char dir[sizeof S.model_dir];
+    char dir[sizeof R.models[0].model_dir];
     int ok = model_dir_of(model, dir);
     if (!ok)
         return -ENODEV;
@@ -151,46 +149,50 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     if (at < 0)
         return n < 0 ? (int)n : -ENOENT;
 
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&R.lock);
     int rc;
     uint64_t from;
-    if (!serves(model)) {
+    struct repo_model *r = repo__find(model);
+    if (!r) {
         rc = -ENODEV;
         goto out;
     }
-    if (S.loading && S.loading != version) {
+    if (r->loading && r->loading != version) {
         rc = -EBUSY;
         goto out;
     }
     /* An explicit activation overrides a rollback or a refusal of it. */
-    repo__forget_rolled_back(version);
-    for (unsigned i = 0; i < S.n_refused; i++)
-        if (S.refused[i].version == version) {
-            memmove(&S.refused[i], &S.refused[i + 1], (S.n_refused - i - 1) * sizeof S.refused[0]);
-            memmove(&S.refused_sig[i], &S.refused_sig[i + 1],
-                    (S.n_refused - i - 1) * sizeof S.refused_sig[0]);
-            S.n_refused--;
+    repo__forget_rolled_back(r, version);
+    for (unsigned i = 0; i < r->n_refused; i++)
+        if (r->refused[i].version == version) {
+            memmove(&r->refused[i], &r->refused[i + 1],
+                    (r->n_refused - i - 1) * sizeof r->refused[0]);
+            memmove(&r->refused_sig[i], &r->refused_sig[i + 1],
+                    (r->n_refused - i - 1) * sizeof r->refused_sig[0]);
+            r->n_refused--;
             break;
         }
-    S.pinned = version;
-    if (S.loading == version) {
+    r->pinned = version;
+    if (r->loading == version) {
         rc = 1; /* already on its way */
         loader_status(model, st);
         goto out;
     }
-    if (server_model_activate_kept(S.srv, model, version, &from) == 0) {
+    if (server_model_activate_kept(R.srv, model, version, &from) == 0) {
         rc = 0;
         goto out;
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
-    loader_job_t job = {.name = S.model,
+    loader_job_t job = {.name = r->model,
                         .dir = path,
                         .version = version,
                         .open = repo__open,
-                        .done = repo__load_ended};
-    S.loading = version;
-    S.loading_sig = sig;
+                        .open_arg = r,
+                        .done = repo__load_ended,
+                        .done_arg = r};
+    r->loading = version;
+    r->loading_sig = sig;
     rc = loader_submit_job(&job, st);
     if (rc == 0) {
         rc = 1;
@@ -199,26 +201,27 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
             "admin; pinned)",
             st->id, model, version);
     } else {
-        S.loading = 0;
+        r->loading = 0;
     }
 out:
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&R.lock);
     return rc;
 }
 
 int repo_unpin(const char *model)
 {
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&R.lock);
     int rc = -ENODEV;
-    if (serves(model)) {
-        if (S.pinned)
+    struct repo_model *r = repo__find(model);
+    if (r) {
+        if (r->pinned)
             LOG(LL_INFO, "repo: %s unpinned from version %" PRIu64 ": latest policy", model,
-                S.pinned);
-        S.pinned = 0;
-        S.pending = true;
+                r->pinned);
+        r->pinned = 0;
+        r->pending = true;
         repo__wake();
         rc = 0;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&R.lock);
     return rc;
 }

@@ -1,7 +1,16 @@
 /*
  * repo_impl.h — the watcher's state and helpers shared by repo.c (the
- * watcher, the chain loader) and repo_admin.c (the admin's rollback,
- * activate and pin).  Private to those two files and their unit test.
+ * watcher), repo_chain.c (the chain loader) and repo_admin.c (the admin's
+ * rollback, activate and pin).  Private to those files and their unit test.
+ *
+ *   struct repo R (one per process): dir, thread, inotify, wake pipe, lock, metrics
+ *     models[0 .. n_models): struct repo_model, one per model directory served:
+ *       name, dir, listing signature, latest, loading, refusals, pin, rolled back
+ *
+ * A model's state is passed explicitly (struct repo_model *r); slots are
+ * only appended (a model that appears while running), never removed or
+ * moved, so a pointer to one stays valid for the life of the process (the
+ * loader's done hook may run after repo_stop, from loader_stop).
  */
 #ifndef TL_SERVER_REPO_IMPL_H
 #define TL_SERVER_REPO_IMPL_H
@@ -10,19 +19,11 @@
 
 #include <pthread.h>
 
-/* One repository per process.  Every field is protected by S.lock, except
- * the immutable-while-running ones marked so. */
-struct repo {
-    pthread_mutex_t lock;
-    server_t *srv;
-    pthread_t thread;
-    bool running;         /* repo_start .. repo_stop */
-    bool stopping;        /* the watcher exits at its next wake */
-    int wake[2];          /* pipe: repo_stop and the done hook wake the watcher */
-    int ino;              /* inotify fd, -1 when unavailable */
-    char dir[1024];       /* the repository (immutable while running) */
-    char model[64];       /* the model served (immutable while running) */
-    char model_dir[1100]; /* dir/model */
+/* One model of the repository: its own policy state.  Every field is
+ * protected by R.lock, except the immutable ones marked so. */
+struct repo_model {
+    char model[64];       /* the model's name (immutable once listed) */
+    char model_dir[1100]; /* <repo>/<model> (immutable once listed) */
     bool readable;        /* the last scan listed the versions */
     bool pending;   /* pick and queue at the next scan: the listing changed or a load failed */
     bool said_none; /* "no servable version" logged since the last change */
@@ -37,24 +38,50 @@ struct repo {
     uint64_t pinned;                          /* version pinned by the admin (0: latest policy) */
     unsigned n_rolled_back;
     uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; refused until activated */
-    repo_metrics_t metrics;
 };
 
-#define S repo__state
-extern struct repo S;
+/* One repository per process.  Every field is protected by R.lock, except
+ * the immutable-while-running ones marked so. */
+struct repo {
+    pthread_mutex_t lock;
+    server_t *srv;
+    pthread_t thread;
+    bool running;      /* repo_start .. repo_stop */
+    bool stopping;     /* the watcher exits at its next wake */
+    bool fixed;        /* --model-name: serve that model only, never pick up new ones */
+    int wake[2];       /* pipe: repo_stop and the done hook wake the watcher */
+    int ino;           /* inotify fd, -1 when unavailable */
+    char dir[1024];    /* the repository (immutable while running) */
+    unsigned n_models; /* models[0 .. n_models) in use */
+    struct repo_model models[SERVER_MODELS_MAX]; /* in the order first listed */
+    repo_metrics_t metrics;                      /* all models' */
+};
 
+#define R repo__state
+extern struct repo R;
+
+/* The state of model, or NULL when the watcher does not run or does not
+ * serve it.  R.lock held; the pointer stays valid (see above). */
+struct repo_model *repo__find(const char *model);
 /* Hash step of the version signatures (repo.c: SIGNATURES). */
 uint64_t repo__mix(uint64_t h, uint64_t v);
 /* Signature of one version directory; 0 when unreadable. */
 uint64_t repo__version_sig(const char *model_dir, uint64_t v);
-/* Wakes the watcher.  S.lock held. */
+/* Wakes the watcher.  R.lock held. */
 void repo__wake(void);
-/* loader_done_fn of the watcher's loads and of repo_activate's. */
+/* Counts an overlay apply of keys delta keys that took seconds (takes R.lock). */
+void repo__note_apply(uint64_t keys, double seconds);
+/* loader_done_fn of the watcher's loads and of repo_activate's: arg is the
+ * model's struct repo_model. */
 void repo__load_ended(const loader_status_t *st, void *arg);
-/* loader_open_fn: repo_open_version of S.model_dir. */
+/* loader_open_fn: repo_open_version of the model_dir of arg (the model's
+ * struct repo_model; model_dir is immutable, read without the lock). */
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                store_error_t *err);
-/* Drops version from the rolled-back list (no-op when absent).  S.lock held. */
-void repo__forget_rolled_back(uint64_t version);
+/* Drops version from r's rolled-back list (no-op when absent).  R.lock held. */
+void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
+/* Adds version to r's rolled-back list (R.lock held or single-threaded):
+ * 1 when the lowest had to be forgotten, else 0. */
+int repo__add_rolled_back(struct repo_model *r, uint64_t version);
 
 #endif /* TL_SERVER_REPO_IMPL_H */

@@ -8,7 +8,8 @@ scores must equal those of a second tlserve serving the full version 2.  Then a 
 3 (a flipped byte in a shard file, renamed in whole) and a delta 5 whose parent 4 is missing
 are refused with their reasons in /v1/models and counted, while version 2 keeps serving; a
 restart on the repository serves version 2 again with the same scores.  Bad settings
-(--model with --model-repo, several models without --model-name) are refused at start.
+(--model with --model-repo, more models than a server serves) are refused at start;
+several models are all served, or the one --model-name names.
 """
 
 import json
@@ -336,12 +337,24 @@ class ModelRepo(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn("--model and --model-repo", r.stdout)
         os.makedirs(os.path.join(self.repo, "other"))
+        # Several models without --model-name: every one is served (test_repo_models.py).
+        srv = self.serve("--model-repo", self.repo)
+        m = models(srv)
+        self.assertEqual(sorted(x["model"] for x in m["repositories"]), ["other", NAME])
+        self.assertEqual([x["name"] for x in m["models"]], [NAME])
+        srv.stop()
+        srv = self.serve("--model-repo", self.repo, "--model-name", NAME)
+        self.assertEqual(models(srv)["repository"]["model"], NAME)
+        self.assertEqual([x["model"] for x in models(srv)["repositories"]], [NAME])
+        srv.stop()
+        # More models than one server serves (16): refused at start, naming the way out.
+        for i in range(15):
+            os.makedirs(os.path.join(self.repo, "m%02d" % i))
         r = subprocess.run([TLSERVE, "--model-repo", self.repo, "--port", "1"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
         self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("17 models", r.stdout)
         self.assertIn("--model-name", r.stdout)
-        srv = self.serve("--model-repo", self.repo, "--model-name", NAME)
-        self.assertEqual(models(srv)["repository"]["model"], NAME)
         root = os.path.join(self.tmp, "full")
         r = subprocess.run([TLSERVE, "--model-repo", self.repo, "--model-root", root],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)

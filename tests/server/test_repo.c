@@ -1,6 +1,7 @@
 /*
  * test_repo.c — server/repo.c alone: which version the policy picks, which
- * model a repository names, and the chain loader (a full version and two
+ * models a repository serves (each with its own policy state), and the
+ * chain loader (a full version and two
  * deltas rebuilt into the exact model the writer meant, a gap and a model
  * of another name refused with their reasons).  No threads, no sockets.
  */
@@ -14,8 +15,9 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include "server/repo.c" /* static helpers: add_refusal, is_refused */
+#include "server/repo.c" /* static helpers: add_refusal, is_refused, add_model */
 #include "server/repo_admin.c"
+#include "server/repo_chain.c"
 #include "store/delta.h"
 #include "tests/test_fs.h"
 
@@ -52,57 +54,135 @@ static void test_pick_version(void **state)
 /* Refusals: listed ascending, replaced in place, and past REPO_REFUSED_MAX
  * the lowest leaves the list but stays refused (else, with every higher
  * version refused, it would be loaded and refused forever). */
+static struct repo_model ma, mb; /* two models' states (about 140 KiB each) */
+
 static void test_refusals(void **state)
 {
     (void)state;
-    S.n_refused = 0;
-    S.refused_floor = 0;
-    add_refusal(5, 1, "five");
-    add_refusal(3, 1, "three");
-    add_refusal(5, 2, "five again");
-    assert_int_equal(S.n_refused, 2);
-    assert_int_equal(S.refused[0].version, 3);
-    assert_string_equal(S.refused[1].error, "five again");
-    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 4));
+    struct repo_model *r = &ma;
+    memset(r, 0, sizeof *r);
+    add_refusal(r, 5, 1, "five");
+    add_refusal(r, 3, 1, "three");
+    add_refusal(r, 5, 2, "five again");
+    assert_int_equal(r->n_refused, 2);
+    assert_int_equal(r->refused[0].version, 3);
+    assert_string_equal(r->refused[1].error, "five again");
+    assert_true(is_refused(r, 3) && is_refused(r, 5) && !is_refused(r, 4));
     for (uint64_t v = 10; v < 10 + REPO_REFUSED_MAX; v++)
-        add_refusal(v, 1, "many");
-    assert_int_equal(S.n_refused, REPO_REFUSED_MAX);
-    assert_int_equal(S.refused[0].version, 10);
-    assert_true(is_refused(NULL, 3) && is_refused(NULL, 5) && !is_refused(NULL, 7));
-    assert_false(is_refused(NULL, 10 + REPO_REFUSED_MAX));
+        add_refusal(r, v, 1, "many");
+    assert_int_equal(r->n_refused, REPO_REFUSED_MAX);
+    assert_int_equal(r->refused[0].version, 10);
+    assert_true(is_refused(r, 3) && is_refused(r, 5) && !is_refused(r, 7));
+    assert_false(is_refused(r, 10 + REPO_REFUSED_MAX));
     const uint64_t v[] = {3, 5, 10, 11};
-    assert_int_equal(repo_pick_version(v, 4, is_refused, NULL), 0);
-    S.n_refused = 0;
-    S.refused_floor = 0;
+    assert_int_equal(repo_pick_version(v, 4, is_refused, r), 0);
+    /* Another model's state is untouched by all of it. */
+    memset(&mb, 0, sizeof mb);
+    assert_false(is_refused(&mb, 3) || is_refused(&mb, 5) || is_refused(&mb, 11));
+    assert_int_equal(repo_pick_version(v, 4, is_refused, &mb), 11);
+    memset(r, 0, sizeof *r);
 }
 
-static void test_pick_model(void **state)
+static void test_list_models(void **state)
 {
     (void)state;
     server_config_t c;
     memset(&c, 0, sizeof c);
-    char model[64], why[2400], p[1100];
+    char models[SERVER_MODELS_MAX][64], why[2400], p[1100];
     snprintf(c.model_repo, sizeof c.model_repo, "%s/pick", base);
     test_mkdir_p(c.model_repo);
-    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_int_equal(repo_list_models(&c, models, SERVER_MODELS_MAX, why, sizeof why), -1);
     assert_non_null(strstr(why, "no model"));
     snprintf(p, sizeof p, "%s/.tmp-x-1", c.model_repo); /* ignored */
     test_mkdir_p(p);
-    snprintf(p, sizeof p, "%s/alpha", c.model_repo);
-    test_mkdir_p(p);
-    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), 0);
-    assert_string_equal(model, "alpha");
     snprintf(p, sizeof p, "%s/beta", c.model_repo);
     test_mkdir_p(p);
-    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_int_equal(repo_list_models(&c, models, SERVER_MODELS_MAX, why, sizeof why), 1);
+    assert_string_equal(models[0], "beta");
+    snprintf(p, sizeof p, "%s/alpha", c.model_repo);
+    test_mkdir_p(p);
+    /* Several: all of them, sorted. */
+    assert_int_equal(repo_list_models(&c, models, SERVER_MODELS_MAX, why, sizeof why), 2);
+    assert_string_equal(models[0], "alpha");
+    assert_string_equal(models[1], "beta");
+    /* More than the server serves: refused, naming the count and the way out. */
+    assert_int_equal(repo_list_models(&c, models, 1, why, sizeof why), -1);
+    assert_non_null(strstr(why, "2 models"));
     assert_non_null(strstr(why, "--model-name"));
     snprintf(c.model_name, sizeof c.model_name, "beta");
-    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), 0);
-    assert_string_equal(model, "beta");
+    assert_int_equal(repo_list_models(&c, models, SERVER_MODELS_MAX, why, sizeof why), 1);
+    assert_string_equal(models[0], "beta");
     snprintf(c.model_name, sizeof c.model_name, "%s", "");
     snprintf(c.model_repo, sizeof c.model_repo, "%s/missing", base);
-    assert_int_equal(repo_pick_model(&c, model, sizeof model, why, sizeof why), -1);
+    assert_int_equal(repo_list_models(&c, models, SERVER_MODELS_MAX, why, sizeof why), -1);
     assert_non_null(strstr(why, "cannot read"));
+}
+
+/* The per-model states: found by name only while running, added once,
+ * at most SERVER_MODELS_MAX; the admin's calls act on their model only. */
+static void test_models_state(void **state)
+{
+    (void)state;
+    snprintf(R.dir, sizeof R.dir, "%s/pick", base);
+    R.n_models = 0;
+    assert_int_equal(add_model("alpha"), 0);
+    assert_int_equal(add_model("beta"), 0);
+    assert_int_equal(add_model("alpha"), -EEXIST);
+    assert_null(repo__find("alpha")); /* not running */
+    R.running = true;
+    struct repo_model *a = repo__find("alpha"), *b = repo__find("beta");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_ptr_not_equal(a, b);
+    assert_null(repo__find("gamma"));
+    assert_null(repo__find(NULL));
+    char want[1200];
+    snprintf(want, sizeof want, "%s/beta", R.dir);
+    assert_string_equal(b->model_dir, want);
+    assert_int_equal(repo_rolled_back("beta", 4, 3), 0);
+    assert_int_equal(repo_rolled_back("gamma", 4, 3), -ENOENT);
+    assert_true(is_refused(b, 4));
+    assert_false(is_refused(a, 4));
+    b->pinned = 4;
+    assert_int_equal(repo_rolled_back("beta", 4, 3), 0);
+    assert_int_equal(b->pinned, 3); /* the pin follows the rollback */
+    assert_int_equal(a->pinned, 0);
+    a->loading = 7;
+    uint64_t v = 0;
+    assert_int_equal(repo_loading("alpha", &v), 1);
+    assert_int_equal(v, 7);
+    assert_int_equal(repo_loading("beta", &v), 0);
+    assert_int_equal(repo_unpin("gamma"), -ENODEV);
+    assert_int_equal(repo_unpin("beta"), 0);
+    assert_int_equal(b->pinned, 0);
+    repo_status_t *rs = malloc(sizeof *rs);
+    assert_non_null(rs);
+    assert_int_equal(repo_get_status("beta", rs), 0);
+    assert_true(rs->enabled);
+    assert_string_equal(rs->model, "beta");
+    assert_int_equal(rs->n_rolled_back, 1);
+    assert_int_equal(rs->loading, 0);
+    assert_int_equal(repo_get_status(NULL, rs), 0); /* the first model */
+    assert_string_equal(rs->model, "alpha");
+    assert_int_equal(rs->loading, 7);
+    assert_int_equal(rs->n_rolled_back, 0);
+    assert_int_equal(repo_get_status("gamma", rs), -ENOENT);
+    assert_false(rs->enabled);
+    char names[SERVER_MODELS_MAX][64];
+    assert_int_equal(repo_models(names, SERVER_MODELS_MAX), 2);
+    assert_string_equal(names[1], "beta");
+    for (unsigned i = 2; i < SERVER_MODELS_MAX; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "m%u", i);
+        assert_int_equal(add_model(n), 0);
+    }
+    assert_int_equal(add_model("one-too-many"), -ENOSPC);
+    assert_int_equal(repo_models(names, SERVER_MODELS_MAX), SERVER_MODELS_MAX);
+    R.running = false;
+    assert_int_equal(repo_get_status(NULL, rs), -ENOENT);
+    assert_int_equal(repo_models(names, SERVER_MODELS_MAX), 0);
+    free(rs);
+    R.n_models = 0;
 }
 
 static float weight(uint64_t k, uint64_t version)
@@ -310,28 +390,27 @@ static void test_standby_and_rollback(void **state)
 static void test_rolled_back(void **state)
 {
     (void)state;
-    S.n_refused = 0;
-    S.refused_floor = 0;
-    S.n_rolled_back = 0;
-    assert_int_equal(repo__add_rolled_back(5), 0);
-    assert_int_equal(repo__add_rolled_back(3), 0);
-    assert_int_equal(repo__add_rolled_back(5), 0); /* once */
-    assert_int_equal(S.n_rolled_back, 2);
-    assert_int_equal(S.rolled_back[0], 3);
-    assert_true(is_refused(NULL, 3));
-    assert_true(is_refused(NULL, 5));
-    assert_false(is_refused(NULL, 4));
+    struct repo_model *r = &ma;
+    memset(r, 0, sizeof *r);
+    assert_int_equal(repo__add_rolled_back(r, 5), 0);
+    assert_int_equal(repo__add_rolled_back(r, 3), 0);
+    assert_int_equal(repo__add_rolled_back(r, 5), 0); /* once */
+    assert_int_equal(r->n_rolled_back, 2);
+    assert_int_equal(r->rolled_back[0], 3);
+    assert_true(is_refused(r, 3));
+    assert_true(is_refused(r, 5));
+    assert_false(is_refused(r, 4));
     const uint64_t v[] = {1, 3, 4, 5};
-    assert_int_equal(repo_pick_version(v, 4, is_refused, NULL), 4);
+    assert_int_equal(repo_pick_version(v, 4, is_refused, r), 4);
     for (uint64_t k = 10; k < 10 + REPO_ROLLED_BACK_MAX - 2; k++)
-        assert_int_equal(repo__add_rolled_back(k), 0);
-    assert_int_equal(repo__add_rolled_back(100), 1);
-    assert_int_equal(S.n_rolled_back, REPO_ROLLED_BACK_MAX);
-    assert_false(is_refused(NULL, 3)); /* the lowest went */
-    assert_true(is_refused(NULL, 100));
-    repo__forget_rolled_back(100);
-    assert_false(is_refused(NULL, 100));
-    S.n_rolled_back = 0;
+        assert_int_equal(repo__add_rolled_back(r, k), 0);
+    assert_int_equal(repo__add_rolled_back(r, 100), 1);
+    assert_int_equal(r->n_rolled_back, REPO_ROLLED_BACK_MAX);
+    assert_false(is_refused(r, 3)); /* the lowest went */
+    assert_true(is_refused(r, 100));
+    repo__forget_rolled_back(r, 100);
+    assert_false(is_refused(r, 100));
+    memset(r, 0, sizeof *r);
 }
 
 int main(void)
@@ -342,7 +421,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pick_version),
         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_pick_model),
+        cmocka_unit_test(test_list_models),
+        cmocka_unit_test(test_models_state),
         cmocka_unit_test(test_open_chain),
         cmocka_unit_test(test_standby_and_rollback),
         cmocka_unit_test(test_rolled_back),

@@ -1,0 +1,189 @@
+/*
+ * repo_chain.c — the chain loader of the model repository (repo.h:
+ * repo_open_version): builds a version from its chain, the full snapshot
+ * and the deltas after it, on the loader thread.  When the model's active
+ * version is a link of the chain, only the deltas after it are read and
+ * applied as an overlay over it (model/overlay.h); otherwise the chain is
+ * rebuilt in a new store.
+ *
+ *   <repo>/<model>/3 (full) ── 5 (delta of 3) ── 8 (delta of 5)
+ *   active = 5:  overlay(8) over the active model         (memory of the delta)
+ *   else:        load 3, apply 5 and 8, wrap as a model   (memory of a full load)
+ *
+ * THREAD SAFETY
+ *   Runs on the loader thread; touches no watcher state but the metrics
+ *   (repo__note_apply, under the repository's lock).  Several models'
+ *   chains never load at once: the loader runs one load at a time.
+ */
+#define _GNU_SOURCE
+#include "repo.h"
+#include "repo_impl.h"
+
+#include "log.h"
+#include "model/overlay.h"
+#include "store/delta.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
+{
+    memset(err, 0, sizeof *err);
+    err->code = code;
+    err->offset = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return store_errc_errno(code);
+}
+
+/* The chain's deltas after the active version, as one overlay over it
+ * (overlay.h): memory and time of the deltas, not of the model.  Applies when
+ * the active version is a link of the chain (same model, version and
+ * manifest time: the very version of this repository) and not the last.
+ * Returns -ENOENT when it does not apply (the caller rebuilds the chain),
+ * else 0 or the refusal. */
+static int open_over_active(server_t *srv, const char *model, const char *model_dir,
+                            const store_chain_t *chain, server_model_t **out, store_error_t *err)
+{
+    server_model_t *act = server_model_acquire_named(srv, model);
+    if (!act)
+        return -ENOENT;
+    const store_meta_t *am = model_meta(act->model);
+    uint32_t at = chain->n;
+    if (strcmp(am->model_name, model) == 0)
+        for (uint32_t i = 0; i + 1 < chain->n; i++)
+            if (chain->versions[i] == am->version && chain->created_unix[i] == am->created_unix)
+                at = i;
+    if (at == chain->n) {
+        server_model_release(act);
+        return -ENOENT;
+    }
+    uint32_t n = chain->n - 1 - at;
+    store_delta_t **d = calloc(n, sizeof *d);
+    model_t *m = NULL;
+    int rc = d ? 0 : set_err(err, STORE_E_NOMEM, "no memory for %u deltas", n);
+    uint64_t t0 = now_ns(), keys = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[at + 1 + i]);
+        rc = store_delta_open(path, &d[i], err);
+        if (rc == 0)
+            keys += store_delta_info(d[i])->upserts + store_delta_info(d[i])->deletes;
+    }
+    uint64_t t1 = now_ns();
+    if (rc == 0)
+        rc = model_apply_deltas(act->model, d, n, &m, err);
+    for (uint32_t i = 0; d && i < n; i++)
+        store_delta_close(d[i]);
+    free(d);
+    if (rc == -E2BIG) { /* too many overlays stacked: rebuild */
+        LOG(LL_INFO, "repo: %s", err->msg);
+        rc = -ENOENT;
+    }
+    if (rc == 0) {
+        uint64_t t2 = now_ns();
+        rc = server_model_wrap(m, out);
+        if (rc != 0) {
+            model_destroy(m);
+            rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64,
+                         chain->versions[chain->n - 1]);
+        } else {
+            double s = (double)(t2 - t0) * 1e-9;
+            LOG(LL_INFO,
+                "repo: version %" PRIu64 " = version %" PRIu64 " + %u delta(s), %" PRIu64
+                " keys as an overlay in %.3f s (read and verified %.3f s; %.1f M keys/s)",
+                chain->versions[chain->n - 1], am->version, n, keys, s, (double)(t1 - t0) * 1e-9,
+                s > 0 ? (double)keys / s * 1e-6 : 0.0);
+            repo__note_apply(keys, s);
+        }
+    }
+    server_model_release(act);
+    return rc;
+}
+
+int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
+                      store_error_t *err)
+{
+    const char *slash = strrchr(model_dir, '/');
+    const char *model = slash ? slash + 1 : model_dir;
+    store_chain_t *chain = malloc(sizeof *chain);
+    store_t *s = NULL;
+    store_extras_t x;
+    memset(&x, 0, sizeof x);
+    model_t *m = NULL;
+    char path[1200];
+    int rc;
+    if (!chain)
+        return set_err(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
+                       version);
+    rc = store_version_chain(model_dir, version, chain, err);
+    if (rc != 0)
+        goto out;
+    rc = open_over_active(srv, model, model_dir, chain, out, err);
+    if (rc != -ENOENT)
+        goto out; /* applied as an overlay, or refused */
+    store_meta_t meta;
+    snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[0]);
+    if (chain->n == 1) {
+        /* A full version: loaded with its extras, as an admin load is. */
+        rc = model_load(path, srv->cfg.load_threads, &m, err);
+        if (rc != 0)
+            goto out;
+        meta = *model_meta(m);
+    } else {
+        rc = store_snapshot_load_ex(path, srv->cfg.load_threads, &s, &meta, &x, err);
+        if (rc != 0)
+            goto out;
+    }
+    if (strcmp(meta.model_name, model) != 0) {
+        rc = set_err(err, STORE_E_MISMATCH,
+                     "version %" PRIu64 " holds model '%s', not '%s' (its repository directory)",
+                     chain->versions[0], meta.model_name, model);
+        goto out;
+    }
+    if (chain->n > 1) {
+        for (uint32_t i = 1; i < chain->n; i++) {
+            store_delta_t *d = NULL;
+            snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[i]);
+            rc = store_delta_open(path, &d, err);
+            if (rc == 0)
+                rc = store_delta_apply(s, &meta, d, err);
+            store_delta_close(d);
+            if (rc != 0)
+                goto out;
+        }
+        /* The extras (params, dense arrays) are the full snapshot's: deltas
+         * carry none, and their producers refuse a change of params. */
+        rc = model_from_store_ex(s, &meta, &x, &m, err);
+        if (rc != 0)
+            goto out;
+        s = NULL; /* the model owns it and x's arrays */
+    }
+    rc = server_model_wrap(m, out);
+    if (rc != 0)
+        rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64, version);
+    else
+        m = NULL;
+out:
+    model_destroy(m);
+    store_destroy(s);
+    store_extras_free(&x);
+    free(chain);
+    return rc;
+}
