@@ -107,53 +107,49 @@ static store_delta_t *write_delta(const char *root, const model_t *m, uint64_t p
     return d;
 }
 
-/* Scores of 40 requests (shared block + 8 items over ids 1..NKEYS+200, some absent). */
-static void score_all(const model_t *m, float *out)
+/* Request r of 40: a shared block and 8 items of 24 ids over 1..NKEYS+200,
+ * some absent. */
+static void request_of(uint32_t r, uint64_t ids[9][24], float xs[9][24], codec_block_t blocks[9])
+{
+    for (uint32_t b = 0; b < 9; b++) {
+        for (uint32_t j = 0; j < 24; j++) {
+            uint32_t i = 1 + (r * 997 + b * 131 + j * 61) % (NKEYS + 200);
+            ids[b][j] = id_of(i);
+            xs[b][j] = 1.0f;
+        }
+        blocks[b] = (codec_block_t){.n = 24, .ids = ids[b], .values = xs[b]};
+    }
+}
+
+/* The 40 requests' scores with m, and with next when next != NULL (through
+ * model_score_pair). */
+static void score_requests(const model_t *m, const model_t *next, float *out, float *out_next)
 {
     model_scratch_t *sc;
     assert_int_equal(model_scratch_create(4096, &sc), 0);
     assert_true(model_scratch_fit(sc, m, 4096) >= 0);
+    if (next)
+        assert_true(model_scratch_fit(sc, next, 4096) >= 0);
     uint64_t ids[9][24];
     float xs[9][24];
+    codec_block_t blocks[9];
     for (uint32_t r = 0; r < 40; r++) {
-        codec_block_t blocks[9];
-        for (uint32_t b = 0; b < 9; b++) {
-            for (uint32_t j = 0; j < 24; j++) {
-                uint32_t i = 1 + (r * 997 + b * 131 + j * 61) % (NKEYS + 200);
-                ids[b][j] = id_of(i);
-                xs[b][j] = 1.0f;
-            }
-            blocks[b] = (codec_block_t){.n = 24, .ids = ids[b], .values = xs[b]};
-        }
-        assert_int_equal(model_score(m, &blocks[0], &blocks[1], 8, out + r * 8, sc), 0);
+        request_of(r, ids, xs, blocks);
+        if (next)
+            assert_int_equal(model_score_pair(m, next, &blocks[0], &blocks[1], 8, out + r * 8,
+                                              out_next + r * 8, sc),
+                             0);
+        else
+            assert_int_equal(model_score(m, &blocks[0], &blocks[1], 8, out + r * 8, sc), 0);
     }
     model_scratch_destroy(sc);
 }
 
-/* score_all's requests through model_score_pair(m, next). */
+static void score_all(const model_t *m, float *out) { score_requests(m, NULL, out, NULL); }
+
 static void score_pair_all(const model_t *m, const model_t *next, float *out, float *out_next)
 {
-    model_scratch_t *sc;
-    assert_int_equal(model_scratch_create(4096, &sc), 0);
-    assert_true(model_scratch_fit(sc, m, 4096) >= 0);
-    assert_true(model_scratch_fit(sc, next, 4096) >= 0);
-    uint64_t ids[9][24];
-    float xs[9][24];
-    for (uint32_t r = 0; r < 40; r++) {
-        codec_block_t blocks[9];
-        for (uint32_t b = 0; b < 9; b++) {
-            for (uint32_t j = 0; j < 24; j++) {
-                uint32_t i = 1 + (r * 997 + b * 131 + j * 61) % (NKEYS + 200);
-                ids[b][j] = id_of(i);
-                xs[b][j] = 1.0f;
-            }
-            blocks[b] = (codec_block_t){.n = 24, .ids = ids[b], .values = xs[b]};
-        }
-        assert_int_equal(model_score_pair(m, next, &blocks[0], &blocks[1], 8, out + r * 8,
-                                          out_next + r * 8, sc),
-                         0);
-    }
-    model_scratch_destroy(sc);
+    score_requests(m, next, out, out_next);
 }
 
 static void test_table(void **state)
