@@ -22,6 +22,9 @@
  *                                 becomes active (admin_models.c)
  *   POST /v1/models/{name}:activate  token; body {"version": N|"latest"}:
  *                                 activate and pin, or unpin (admin_models.c)
+ *   POST /v1/models/{name}:refuse    token; body {"version": N, "reason": "..."}:
+ *                                 never serve N (rolled back first when active,
+ *                                 dropped when kept) until activated (admin_models.c)
  *   GET  /v1/models/{name}/versions  every version known and its state
  *                                 (admin_models.c)
  *   /v1/models' "repository" also shows the "pinned" version (0: none) and
@@ -531,6 +534,7 @@ static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const 
         handler_fn post; /* NULL: POST not allowed */
         handler_fn get;  /* GET and HEAD; NULL: not allowed */
     } calls[] = {{":rollback", "POST", admin__on_rollback, NULL},
+                 {":refuse", "POST", admin__on_refuse, NULL},
                  {":activate", "POST", admin__on_activate, NULL},
                  {"/versions", "GET, HEAD", NULL, admin__on_versions},
                  {":load", "GET, HEAD, POST", admin__on_load, admin__on_load_status}};

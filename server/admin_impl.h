@@ -38,6 +38,7 @@ void admin__metrics(server_t *srv, struct evbuffer *b);
 
 /* POST /v1/models/{name}:rollback, POST .../{name}:activate and
  * GET .../{name}/versions (admin_models.c).  name is validated. */
+void admin__on_refuse(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);

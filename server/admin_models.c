@@ -118,6 +118,89 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
                                 "rolled_back", (json_int_t)from, "swap_us", (json_int_t)swap_us));
 }
 
+/* {"version": N, "reason": "..."} of :refuse: 0 with *v and why (printable
+ * ASCII, at most 200 bytes; "" when absent), -1 after a 400. */
+static int parse_refuse(struct evhttp_request *req, uint64_t *v, char why[201])
+{
+    char body[ACTIVATE_MAX_BODY + 1];
+    long len = admin__body(req, body, ACTIVATE_MAX_BODY);
+    if (len < 0)
+        return -1;
+    json_error_t jerr;
+    json_t *j = json_loadb(body, (size_t)len, 0, &jerr);
+    json_t *jv = json_is_object(j) ? json_object_get(j, "version") : NULL;
+    json_t *jr = json_is_object(j) ? json_object_get(j, "reason") : NULL;
+    const char *r = json_is_string(jr) ? json_string_value(jr) : "";
+    bool ok = json_is_integer(jv) && json_integer_value(jv) > 0 && (!jr || json_is_string(jr)) &&
+              strlen(r) <= 200;
+    for (const char *c = r; ok && *c; c++)
+        ok = *c >= 0x20 && *c < 0x7f;
+    if (ok) {
+        *v = (uint64_t)json_integer_value(jv);
+        snprintf(why, 201, "%s", r);
+    }
+    json_decref(j);
+    if (!ok)
+        admin__reply_error(req, 400,
+                           "body must be {\"version\": N} (N > 0) with an optional \"reason\" "
+                           "(at most 200 printable ASCII characters)");
+    return ok ? 0 : -1;
+}
+
+void admin__on_refuse(server_t *srv, struct evhttp_request *req, const char *name)
+{
+    if (admin__check_auth(req) != 0)
+        return;
+    uint64_t version;
+    char why[201];
+    if (parse_refuse(req, &version, why) != 0)
+        return;
+    repo_status_t *rs = malloc(sizeof *rs);
+    if (!rs) {
+        admin__reply_error(req, 503, "no memory");
+        return;
+    }
+    bool in_repo = repo_get_status(name, rs) == 0;
+    free(rs);
+    if (!in_repo) {
+        admin__reply_error(req, 404,
+                           "model '%s' is not served from a repository: refusing a version needs "
+                           "--model-repo (roll back or load another version instead)",
+                           name);
+        return;
+    }
+    uint64_t busy;
+    if (load_under_way(name, &busy) && busy == version) {
+        admin__reply_error(req, 409,
+                           "version %" PRIu64 " of model '%s' is loading: retry when the load has "
+                           "ended",
+                           version, name);
+        return;
+    }
+    uint64_t to = 0;
+    if (active_of(srv, name) == version) {
+        uint64_t from;
+        int rc = server_model_rollback(srv, name, &from, &to);
+        if (rc != 0) {
+            admin__reply_error(req, 409,
+                               "version %" PRIu64 " of model '%s' is active and no earlier "
+                               "version is kept loaded to take its place: activate another "
+                               "version first",
+                               version, name);
+            return;
+        }
+    } else {
+        (void)server_model_drop_kept(srv, name, version); /* -ESRCH: not kept, fine */
+    }
+    repo_refuse(name, version, why);
+    LOG(LL_INFO, "admin: %s version %" PRIu64 " refused%s%s%s", name, version,
+        to ? " (rolled back to its kept version)" : "", why[0] ? ": " : "", why);
+    admin__reply_json(req, 200,
+                      json_pack("{s:s, s:I, s:b, s:I}", "model", name, "version",
+                                (json_int_t)version, "refused", 1, "rolled_back_to",
+                                (json_int_t)to));
+}
+
 /* {"version": N} -> 1 with *v, {"version": "latest"} -> 0; -1 after a 400. */
 static int parse_activate(struct evhttp_request *req, uint64_t *v)
 {

@@ -534,6 +534,21 @@ out:
     return rc;
 }
 
+int server_model_drop_kept(server_t *srv, const char *name, uint64_t version)
+{
+    (void)srv;
+    server_model_t *sm = NULL;
+    pthread_mutex_lock(&R.lock);
+    for (size_t i = 0; i < R.n && !sm; i++) {
+        const store_meta_t *m = model_meta(R.standby[i]->model);
+        if (m->version == version && strcmp(m->model_name, name) == 0)
+            sm = unlink_standby(i);
+    }
+    pthread_mutex_unlock(&R.lock);
+    retire_async(sm);
+    return sm ? 0 : -ESRCH;
+}
+
 void server_model_drop_standby(server_t *srv)
 {
     (void)srv;

@@ -235,12 +235,13 @@ static int is_refused(void *arg, uint64_t version)
 
 /* Records the refusal of version in r (R.lock held): kept ascending by
  * version, the lowest forgotten when full. */
-static void add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, const char *error)
+void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, const char *error)
 {
     for (unsigned i = 0; i < r->n_refused; i++)
         if (r->refused[i].version == version) {
             snprintf(r->refused[i].error, sizeof r->refused[i].error, "%s", error);
             r->refused_sig[i] = sig;
+            r->refused[i].by_admin = false;
             return;
         }
     if (r->n_refused == REPO_REFUSED_MAX) {
@@ -260,6 +261,7 @@ static void add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, co
     memmove(&r->refused_sig[at + 1], &r->refused_sig[at],
             (r->n_refused - at) * sizeof r->refused_sig[0]);
     r->refused[at].version = version;
+    r->refused[at].by_admin = false;
     snprintf(r->refused[at].error, sizeof r->refused[at].error, "%s", error);
     r->refused_sig[at] = sig;
     r->n_refused++;
@@ -273,7 +275,7 @@ void repo__load_ended(const loader_status_t *st, void *arg)
     if (r->loading == st->version)
         r->loading = 0;
     if (st->state == LOADER_FAILED && !st->shutdown) {
-        add_refusal(r, st->version, r->loading_sig, st->error);
+        repo__add_refusal(r, st->version, r->loading_sig, st->error);
         R.metrics.refused++;
         r->pending = true; /* try the next lower version */
         LOG(LL_WARN,
@@ -403,7 +405,7 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
         for (long j = 0; j < n; j++)
             if (versions[j] == r->refused[i].version)
                 at = j;
-        if (at < 0 || prefix[at] != r->refused_sig[i]) {
+        if (!r->refused[i].by_admin && (at < 0 || prefix[at] != r->refused_sig[i])) {
             LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: it will be tried again if picked",
                 r->model, r->refused[i].version, at < 0 ? "is gone" : "or a lower one changed");
             memmove(&r->refused[i], &r->refused[i + 1],

@@ -92,6 +92,7 @@ unsigned repo_models(char (*names)[64], unsigned cap);
 
 typedef struct repo_refusal {
     uint64_t version;
+    bool by_admin;    /* refused by the admin (repo_refuse): kept until activated */
     char error[2048]; /* the loader's sentence: the version's path, the store's code and message */
 } repo_refusal_t;
 
@@ -162,6 +163,14 @@ long repo_list_versions(const char *model, uint64_t *out, size_t cap);
  * -EAGAIN/-ECANCELED; -ENOMEM.  Clears a rollback or refusal of version.
  * Reads the directory (stats the versions' files). */
 int repo_activate(const char *model, uint64_t version, loader_status_t *st);
+
+/* Refuses version of model for good (the admin's :refuse): refused by the
+ * policy, listed with "refused by admin: why", whatever its files do, until
+ * repo_activate names it; a pin on it is lifted (the latest policy picks
+ * again).  The caller takes it off the served and kept versions
+ * (model_registry.c).  0, or -ENODEV when the repository does not serve
+ * model. */
+int repo_refuse(const char *model, uint64_t version, const char *why);
 
 /* Unpins model: the latest policy applies again at once (the watcher is
  * woken).  0, or -ENODEV when the repository does not serve model. */

@@ -225,3 +225,32 @@ int repo_unpin(const char *model)
     pthread_mutex_unlock(&R.lock);
     return rc;
 }
+
+int repo_refuse(const char *model, uint64_t version, const char *why)
+{
+    pthread_mutex_lock(&R.lock);
+    int rc = -ENODEV;
+    struct repo_model *r = repo__find(model);
+    if (r) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "refused by admin%s%s", why && why[0] ? ": " : "",
+                 why ? why : "");
+        repo__forget_rolled_back(r, version); /* refused now, not rolled back */
+        repo__add_refusal(r, version, 0, msg);
+        for (unsigned i = 0; i < r->n_refused; i++)
+            if (r->refused[i].version == version)
+                r->refused[i].by_admin = true;
+        if (r->pinned == version) {
+            LOG(LL_INFO, "repo: %s unpinned from refused version %" PRIu64 ": latest policy",
+                model, version);
+            r->pinned = 0;
+        }
+        r->pending = true;
+        repo__wake();
+        rc = 0;
+        LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: never served until activated", model,
+            version, msg);
+    }
+    pthread_mutex_unlock(&R.lock);
+    return rc;
+}

@@ -84,4 +84,9 @@ void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
  * 1 when the lowest had to be forgotten, else 0. */
 int repo__add_rolled_back(struct repo_model *r, uint64_t version);
 
+/* Records the refusal of version in r with its prefix signature sig (a
+ * load's, forgotten when the files change; by_admin false), kept ascending,
+ * the lowest forgotten when full.  R.lock held. */
+void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, const char *error);
+
 #endif /* TL_SERVER_REPO_IMPL_H */

@@ -318,6 +318,10 @@ typedef struct server_kept {
  * many there are (may exceed max). */
 size_t server_model_standby(server_t *srv, server_kept_t *out, size_t max);
 
+/* Takes kept version `version` of model name off the standby list and
+ * retires it (on a thread of its own): 0, or -ESRCH when it is not kept. */
+int server_model_drop_kept(server_t *srv, const char *name, uint64_t version);
+
 /* Rollback of model name: makes its newest standby the active version and
  * drops the version it replaced (not kept: it was rolled back).  Returns 0
  * with *from (the replaced version) and *to; -ENOENT when the active model

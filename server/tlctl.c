@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "  versions MODEL             every version of MODEL and its state\n"
             "  activate MODEL VERSION     make VERSION active and pin it (\"latest\": unpin)\n"
             "  rollback MODEL             make the standby version active at once\n"
+            "  refuse MODEL VERSION [WHY] never serve VERSION (rolled back first when active);\n"
+            "                             \"tlctl activate MODEL VERSION\" lifts it\n"
             "  watch [MODEL]              print a line per version state change (1 s polls)\n"
             "options:\n"
             "  --admin HOST:PORT          the admin plane (default 127.0.0.1:7071)\n"
@@ -368,6 +370,40 @@ static int cmd_rollback(const char *model)
     return 0;
 }
 
+static int cmd_refuse(const char *model, const char *version, const char *why)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(version, &end, 10);
+    if (errno || *end || end == version || v == 0 || version[0] == '-') {
+        fprintf(stderr, "tlctl: VERSION must be a positive integer, not '%s'\n", version);
+        return EXIT_USAGE;
+    }
+    json_t *body = json_pack("{s:I, s:s}", "version", (json_int_t)v, "reason", why ? why : "");
+    char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!payload) {
+        fprintf(stderr, "tlctl: out of memory\n");
+        return 1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s:refuse", model);
+    json_t *j;
+    int rc = call("POST", path, payload, &j, NULL);
+    free(payload);
+    if (rc)
+        return rc;
+    if (O.json)
+        print_json(j);
+    else if (jint(j, "rolled_back_to"))
+        printf("model %s: version %llu refused; version %lld active\n", model, v,
+               jint(j, "rolled_back_to"));
+    else
+        printf("model %s: version %llu refused\n", model, v);
+    json_decref(j);
+    return 0;
+}
+
 static void on_sigint(int sig)
 {
     (void)sig;
@@ -526,6 +562,8 @@ int main(int argc, char **argv)
         return cmd_activate(a[0], a[1]);
     if (strcmp(cmd, "rollback") == 0 && na == 1)
         return cmd_rollback(a[0]);
+    if (strcmp(cmd, "refuse") == 0 && (na == 2 || na == 3))
+        return cmd_refuse(a[0], a[1], na == 3 ? a[2] : NULL);
     if (strcmp(cmd, "watch") == 0 && na <= 1)
         return cmd_watch(na ? a[0] : NULL);
     usage(stderr);

@@ -232,6 +232,54 @@ class Rollback(unittest.TestCase):
         self.assertRegex(wout, r"rm version 1: standby -> active")
         srv.stop()
 
+    def test_refuse(self):
+        # :refuse / tlctl refuse: the active version is rolled back and never picked again
+        # (whatever rescans and new listings), a kept one is dropped, nothing kept -> 409,
+        # activate lifts it; without a token 401; a bad body 400.
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        want = {1: self.scores_of_full(1), 3: self.scores_of_full(3)}
+        srv = self.serve("--model-repo", self.repo, "--guard-window-ms", "0", token=TOKEN)
+        self.wait_active(srv, 1)
+        self.add_delta(1, 2)
+        self.wait_active(srv, 2)
+        r = self.tlctl(srv, "refuse", NAME, "2", token=None)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("401", r.stderr)
+        st, _, body = harness.http(srv.admin_port, "/v1/models/rm:refuse", "POST",
+                                   b'{"version": "two"}', {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 400, body)
+        r = self.tlctl(srv, "--json", "refuse", NAME, "2", "ctr far off in the A/B")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual((out["version"], out["refused"], out["rolled_back_to"]), (2, True, 1))
+        self.assertEqual(self.active(srv), 1)
+        shared, items = tr.request()
+        with srv.client() as c:
+            self.assertEqual(list(c.predict(NAME, shared, items).scores), want[1])
+        _, vs = self.versions(srv)
+        self.assertEqual(vs[2]["state"], "refused")
+        self.assertEqual(vs[2]["reason"], "refused by admin: ctr far off in the A/B")
+        time.sleep(4.5)  # two rescans: still refused, 1 still active
+        self.assertEqual(self.active(srv), 1)
+        # Nothing kept to take 1's place: 409, nothing changes.
+        r = self.tlctl(srv, "refuse", NAME, "1")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no earlier version is kept", r.stderr)
+        self.assertEqual(self.active(srv), 1)
+        # A new version 3 (a delta of 2, whose chain passes through the refused 2) is served:
+        # a refusal is of that version, not of its files.
+        self.add_delta(2, 3)
+        self.wait_active(srv, 3)
+        with srv.client() as c:
+            self.assertEqual(list(c.predict(NAME, shared, items).scores), want[3])
+        # Activating 2 lifts the refusal.
+        r = self.tlctl(srv, "activate", NAME, "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_active(srv, 2)
+        _, vs = self.versions(srv)
+        self.assertEqual(vs[2]["state"], "active")
+        self.assertIn("refused by admin", srv.output())
+
     def test_no_standby_without_keep(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo, "--keep-versions", "0", token=TOKEN)

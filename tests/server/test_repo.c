@@ -15,7 +15,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include "server/repo.c" /* static helpers: add_refusal, is_refused, add_model */
+#include "server/repo.c" /* static helpers: is_refused, add_model; repo__add_refusal */
 #include "server/repo_admin.c"
 #include "server/repo_chain.c"
 #include "store/delta.h"
@@ -61,15 +61,15 @@ static void test_refusals(void **state)
     (void)state;
     struct repo_model *r = &ma;
     memset(r, 0, sizeof *r);
-    add_refusal(r, 5, 1, "five");
-    add_refusal(r, 3, 1, "three");
-    add_refusal(r, 5, 2, "five again");
+    repo__add_refusal(r, 5, 1, "five");
+    repo__add_refusal(r, 3, 1, "three");
+    repo__add_refusal(r, 5, 2, "five again");
     assert_int_equal(r->n_refused, 2);
     assert_int_equal(r->refused[0].version, 3);
     assert_string_equal(r->refused[1].error, "five again");
     assert_true(is_refused(r, 3) && is_refused(r, 5) && !is_refused(r, 4));
     for (uint64_t v = 10; v < 10 + REPO_REFUSED_MAX; v++)
-        add_refusal(r, v, 1, "many");
+        repo__add_refusal(r, v, 1, "many");
     assert_int_equal(r->n_refused, REPO_REFUSED_MAX);
     assert_int_equal(r->refused[0].version, 10);
     assert_true(is_refused(r, 3) && is_refused(r, 5) && !is_refused(r, 7));
