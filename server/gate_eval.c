@@ -374,7 +374,9 @@ int gate_eval_logloss(const gate_eval_t *e, const model_t *m, double *logloss)
     int rc = 0;
     for (uint32_t i = 0; i < e->rows; i++) {
         uint32_t a = e->start[i], n = e->start[i + 1] - a;
-        codec_block_t shared = {e->id + a, e->value + a, n}, item = {NULL, NULL, 0};
+        /* A row of no features (or a file of none): no pointer arithmetic on NULL. */
+        codec_block_t shared = {n ? e->id + a : NULL, n ? e->value + a : NULL, n};
+        codec_block_t item = {NULL, NULL, 0};
         float p;
         rc = model_score(m, &shared, &item, 1, &p, sc);
         if (rc != 0)
