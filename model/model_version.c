@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,22 +24,6 @@
 /* Keys per batched presence query: at most 1 MiB of looked-up floats. */
 #define BATCH_FLOATS ((size_t)1 << 18)
 #define BATCH_KEYS_MAX 8192
-
-static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(store_error_t *err, store_errc_t code, const char *fmt, ...)
-{
-    if (err) {
-        memset(err, 0, sizeof *err);
-        err->code = code;
-        err->offset = -1;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return store_errc_errno(code);
-}
 
 int model_derive(const model_t *m, const store_meta_t *meta, model_overlay_t *const *ov,
                  uint32_t n, uint64_t keys, model_t **out)
@@ -198,19 +181,19 @@ static int check_delta(const model_t *parent, uint64_t parent_version, const sto
     const store_meta_t *pm = &parent->meta;
     unsigned long long v = (unsigned long long)in->meta.version;
     if (in->meta.parent_version != parent_version)
-        return fail(err, STORE_E_MISMATCH,
+        return store_error_set(err, STORE_E_MISMATCH,
                     "delta version %llu applies to version %llu, not to version %llu", v,
                     (unsigned long long)in->meta.parent_version,
                     (unsigned long long)parent_version);
     if (strcmp(l->model_name, pm->model_name) != 0 || l->model_kind != pm->model_kind)
-        return fail(err, STORE_E_MISMATCH,
+        return store_error_set(err, STORE_E_MISMATCH,
                     "delta version %llu is for model '%s' kind %s, the version it applies to is "
                     "'%s' kind %s",
                     v, l->model_name, store_model_kind_name(l->model_kind), pm->model_name,
                     store_model_kind_name(pm->model_kind));
     if (l->value_floats != store_value_floats(parent->store) ||
         l->dtype != store_dtype(parent->store) || l->shards != store_shards(parent->store))
-        return fail(err, STORE_E_MISMATCH,
+        return store_error_set(err, STORE_E_MISMATCH,
                     "delta version %llu has %u floats per key, dtype %d and %u shards; the "
                     "version it applies to has %u, %d and %u",
                     v, l->value_floats, (int)l->dtype, l->shards,
@@ -223,9 +206,9 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
                        store_error_t *err)
 {
     if (!parent || !d || n == 0 || !out)
-        return fail(err, STORE_E_INVALID, "model_apply_deltas: no parent or no delta");
+        return store_error_set(err, STORE_E_INVALID, "model_apply_deltas: no parent or no delta");
     if (parent->n_overlays + 1 > MODEL_OVERLAYS_MAX) {
-        fail(err, STORE_E_MISMATCH, "version %llu already has %u overlays",
+        store_error_set(err, STORE_E_MISMATCH, "version %llu already has %u overlays",
              (unsigned long long)parent->meta.version, parent->n_overlays);
         return -E2BIG; /* the caller rebuilds instead */
     }
@@ -251,7 +234,7 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     int rc = model_overlay_create(K, total, &a.ov);
     if (rc != 0 || !a.ckeys || !a.cdel || !a.cvals || !a.pend || !a.pend_del || !a.found ||
         !a.vals) {
-        rc = fail(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
+        rc = store_error_set(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
                   (unsigned long long)total);
         goto out;
     }
@@ -262,10 +245,10 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
             rc = store_delta_foreach(d[i], s, on_upsert, on_delete, &a);
         flush(&a); /* before the next delta: its keys may be these */
         if (rc != 0 || a.full) {
-            rc = fail(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
+            rc = store_error_set(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
                       (unsigned long long)in->meta.version);
         } else if (a.bad) {
-            rc = fail(err, STORE_E_MISMATCH,
+            rc = store_error_set(err, STORE_E_MISMATCH,
                       "delta version %llu deletes key %llu, which the version it applies to "
                       "does not hold",
                       (unsigned long long)in->meta.version, (unsigned long long)a.bad_key);
@@ -281,7 +264,7 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
         meta.created_unix = last->meta.created_unix;
         meta.parent_version = 0;
         if (model_derive(parent, &meta, ov, parent->n_overlays + 1, a.keys, out) != 0)
-            rc = fail(err, STORE_E_NOMEM, "no memory for version %llu",
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory for version %llu",
                       (unsigned long long)meta.version);
     }
 out:

@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,19 +157,6 @@ struct parent_src {
     uint64_t version;                 /* the parent's version (the chain's last link) */
 };
 
-static __attribute__((format(printf, 3, 4))) int fail(store_error_t *err, store_errc_t code,
-                                                      const char *fmt, ...)
-{
-    va_list ap;
-    memset(err, 0, sizeof *err);
-    err->offset = -1;
-    err->code = code;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return store_errc_errno(code);
-}
-
 static void parent_src_free(struct parent_src *p)
 {
     free(p->chain);
@@ -219,7 +205,7 @@ static int parent_resolve(const char *dir, struct parent_src *p, store_error_t *
     if (split_version_dir(dir, p->model_dir, sizeof p->model_dir, &v)) {
         p->chain = malloc(sizeof *p->chain);
         if (!p->chain)
-            return fail(err, STORE_E_NOMEM, "%s: out of memory", dir);
+            return store_error_set(err, STORE_E_NOMEM, "%s: out of memory", dir);
         if (store_version_chain(p->model_dir, v, p->chain, err) == 0) {
             char head[PATH_MAX_LEN + 32];
             snprintf(head, sizeof head, "%s/%" PRIu64, p->model_dir, p->chain->versions[0]);
@@ -253,12 +239,12 @@ static int parent_check(const struct parent_src *p, const store_meta_t *meta, st
 {
     if (strcmp(p->head.model_name, meta->model_name) != 0 ||
         p->head.model_kind != meta->model_kind)
-        return fail(err, STORE_E_MISMATCH,
+        return store_error_set(err, STORE_E_MISMATCH,
                     "parent %s is model %s (%s) but this export is model %s (%s)", p->dir,
                     p->head.model_name, store_model_kind_name(p->head.model_kind),
                     meta->model_name, store_model_kind_name(meta->model_kind));
     if (meta->version <= p->version)
-        return fail(err, STORE_E_INVALID,
+        return store_error_set(err, STORE_E_INVALID,
                     "--version %" PRIu64 " must be above the parent's version %" PRIu64
                     " (%s)",
                     meta->version, p->version, p->dir);
@@ -282,13 +268,13 @@ int train__delta_check(const char *parent_dir, const char *out, const store_meta
     char scratch[PATH_MAX_LEN];
     uint64_t named;
     if (split_version_dir(out, scratch, sizeof scratch, &named) && named != meta->version)
-        return fail(err, STORE_E_INVALID,
+        return store_error_set(err, STORE_E_INVALID,
                     "%s is named version %" PRIu64 " but --version is %" PRIu64
                     ": a repository refuses a directory holding another version than its name",
                     out, named, meta->version);
     struct stat st;
     if (stat(out, &st) == 0)
-        return fail(err, STORE_E_EXISTS, "%s already exists", out);
+        return store_error_set(err, STORE_E_EXISTS, "%s already exists", out);
     if (parent_version)
         *parent_version = p.version;
     return 0;
@@ -337,7 +323,7 @@ static int export_matches(const char *pdir, const store_t *ps, const store_meta_
     store_delta_layout_of(es, em, &b);
     if (strcmp(a.model_name, b.model_name) != 0 || a.model_kind != b.model_kind ||
         a.value_floats != b.value_floats || a.dtype != b.dtype || a.shards != b.shards)
-        return fail(err, STORE_E_MISMATCH,
+        return store_error_set(err, STORE_E_MISMATCH,
                     "parent %s is model %s (%s, K=%u, %s, %u shards) but this export is "
                     "model %s (%s, K=%u, %s, %u shards)",
                     pdir, a.model_name, store_model_kind_name(a.model_kind), a.value_floats,
@@ -352,7 +338,7 @@ static int export_matches(const char *pdir, const store_t *ps, const store_meta_
                 continue;
             const char *pv = side ? from->params[i].value : v;
             const char *ev = side ? v : from->params[i].value;
-            return fail(err, STORE_E_MISMATCH,
+            return store_error_set(err, STORE_E_MISMATCH,
                         "param %s is %s%s%s in parent %s but %s%s%s in this export: a delta "
                         "carries sparse keys only; write a full version (--export)",
                         from->params[i].key, pv ? "\"" : "", pv ? pv : "absent", pv ? "\"" : "",
@@ -363,7 +349,7 @@ static int export_matches(const char *pdir, const store_t *ps, const store_meta_
             if (d && d->count == from->dense[i].count &&
                 memcmp(d->data, from->dense[i].data, d->count * sizeof(float)) == 0)
                 continue;
-            return fail(err, STORE_E_MISMATCH,
+            return store_error_set(err, STORE_E_MISMATCH,
                         "dense array %s %s between parent %s and this export: a delta carries "
                         "sparse keys only (a DNN's MLP cannot be in one); write a full version "
                         "(--export)",
@@ -409,7 +395,7 @@ int train__export_delta(const train_t *t, const char *parent_dir, const char *fu
         goto out;
     rc = store_cli_mkdir_parents(out, NULL);
     if (rc != 0) {
-        rc = fail(err, STORE_E_IO, "%s: cannot create its parent directories: %s", out,
+        rc = store_error_set(err, STORE_E_IO, "%s: cannot create its parent directories: %s", out,
                   strerror(-rc));
         goto out;
     }
@@ -422,7 +408,7 @@ int train__export_delta(const train_t *t, const char *parent_dir, const char *fu
         while (b > 0 && out[b - 1] != '/')
             b--;
         if (b >= PATH_MAX_LEN) {
-            rc = fail(err, STORE_E_INVALID, "%s: path too long", out);
+            rc = store_error_set(err, STORE_E_INVALID, "%s: path too long", out);
             goto out;
         }
         snprintf(tmp, sizeof tmp, "%.*s.tmp-tltrain-%" PRIu64 "-%ld", (int)b, out,

@@ -537,6 +537,17 @@ static void *repo_main(void *arg)
     return NULL;
 }
 
+/* Closes the wake pipe and the inotify fd (R.lock held; the watcher gone). */
+static void close_fds_locked(void)
+{
+    close(R.wake[0]);
+    close(R.wake[1]);
+    R.wake[0] = R.wake[1] = -1;
+    if (R.ino >= 0)
+        close(R.ino);
+    R.ino = -1;
+}
+
 int repo_start(server_t *srv, const char (*models)[64], unsigned n)
 {
     if (n == 0 || n > SERVER_MODELS_MAX)
@@ -564,12 +575,7 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
     if (rc != 0) {
         pthread_mutex_lock(&R.lock);
         R.running = false;
-        close(R.wake[0]);
-        close(R.wake[1]);
-        R.wake[0] = R.wake[1] = -1;
-        if (R.ino >= 0)
-            close(R.ino);
-        R.ino = -1;
+        close_fds_locked();
         pthread_mutex_unlock(&R.lock);
         return rc;
     }
@@ -592,12 +598,7 @@ void repo_stop(void)
     pthread_join(R.thread, NULL);
     pthread_mutex_lock(&R.lock);
     R.running = false;
-    close(R.wake[0]);
-    close(R.wake[1]);
-    R.wake[0] = R.wake[1] = -1;
-    if (R.ino >= 0)
-        close(R.ino);
-    R.ino = -1;
+    close_fds_locked();
     pthread_mutex_unlock(&R.lock);
 }
 

@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +35,6 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int set_err(store_error_t *err, store_errc_t code, const char *fmt, ...)
-{
-    memset(err, 0, sizeof *err);
-    err->code = code;
-    err->offset = -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return store_errc_errno(code);
 }
 
 /* The chain's deltas after the active version, as one overlay over it
@@ -77,7 +62,7 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
     uint32_t n = chain->n - 1 - at;
     store_delta_t **d = calloc(n, sizeof *d);
     model_t *m = NULL;
-    int rc = d ? 0 : set_err(err, STORE_E_NOMEM, "no memory for %u deltas", n);
+    int rc = d ? 0 : store_error_set(err, STORE_E_NOMEM, "no memory for %u deltas", n);
     uint64_t t0 = now_ns(), keys = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         char path[1200];
@@ -101,7 +86,7 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
         rc = server_model_wrap(m, out);
         if (rc != 0) {
             model_destroy(m);
-            rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64,
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64,
                          chain->versions[chain->n - 1]);
         } else {
             double s = (double)(t2 - t0) * 1e-9;
@@ -130,7 +115,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, se
     char path[1200];
     int rc;
     if (!chain)
-        return set_err(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
+        return store_error_set(err, STORE_E_NOMEM, "no memory to resolve the chain of version %" PRIu64,
                        version);
     rc = store_version_chain(model_dir, version, chain, err);
     if (rc != 0)
@@ -152,7 +137,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, se
             goto out;
     }
     if (strcmp(meta.model_name, model) != 0) {
-        rc = set_err(err, STORE_E_MISMATCH,
+        rc = store_error_set(err, STORE_E_MISMATCH,
                      "version %" PRIu64 " holds model '%s', not '%s' (its repository directory)",
                      chain->versions[0], meta.model_name, model);
         goto out;
@@ -177,7 +162,7 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, se
     }
     rc = server_model_wrap(m, out);
     if (rc != 0)
-        rc = set_err(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64, version);
+        rc = store_error_set(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64, version);
     else
         m = NULL;
 out:

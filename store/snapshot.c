@@ -94,6 +94,20 @@ cold __attribute__((format(printf, 5, 6))) void store__snap_fail(store_error_t *
     }
 }
 
+int store_error_set(store_error_t *err, store_errc_t code, const char *fmt, ...)
+{
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->code = code;
+        err->offset = -1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return store_errc_errno(code);
+}
+
 /* ---- names -------------------------------------------------------------- */
 
 const char *store_errc_name(store_errc_t code)

@@ -278,6 +278,12 @@ const char *store_errc_name(store_errc_t code);
  * store_error_t themselves and return as these calls do. */
 int store_errc_errno(store_errc_t code);
 
+/* Fills *err (NULL: nothing) with code, no file, offset -1 and the formatted
+ * message, for an error found outside a file (a model layer's refusal, a
+ * chain that does not apply); returns store_errc_errno(code). */
+int store_error_set(store_error_t *err, store_errc_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- snapshot extras: hyper-parameters and dense arrays ----------------
  *
  * Beside its sparse table a model version may carry named hyper-parameters
