@@ -20,6 +20,10 @@ Windows (from tlgen --interval-ms, intervals by due time, merged by adding bucke
             tlserve_delta_folds_total, polled; the first answer carrying it when later): all
             ten merged in one row, and the worst single one
   after     the last version live and folded + 1 s .. the end
+  quiet     every interval outside [rename, window end + 1 s] of every version: steady, the
+            gaps between versions and after, pooled.  The same-run floor: what this machine
+            gives when nothing is loading, measured between the reloads rather than only
+            before them (a noisy machine drifts over a run of minutes).
 An interval belongs to a window when it lies in it; boundary intervals count in the
 reload window (an interval overlapping a reload is not steady).  Memory: tlserve's VmRSS
 sampled every 50 ms (peak in steady, peak during each reload) and its VmHWM at the end.
@@ -27,7 +31,7 @@ Apply rate: the delta's keys / (first answer with it - its rename); time to firs
 the same denominator.
 
 Usage: loadgen/bench.sh reload   (or python3 loadgen/reload_bench.py)
-Env:   KEYS=100M  MAX_RPS=<req/s> (skip the search)  STEADY=10 AFTER=10 GAP=4 FULL_GAP=auto
+Env:   KEYS=100M  MAX_RPS=<req/s> (skip the search)  STEADY=30 AFTER=10 GAP=4 FULL_GAP=auto
        ALLOW=auto (s a version may take to go live: sizes the run; 2 x version 1's load + 2)
        DELTAS=10  DELTA_PCT=1  INTERVAL_MS=100  CONNECTIONS=4  TIMEOUT_MS=10000
        P99_BOUND_US=2000  SEARCH_FROM=20  SEARCH_DURATION=3  BUILD=build-release
@@ -48,7 +52,7 @@ def count(s):
 
 
 KEYS = count(env("KEYS", "100M"))
-STEADY = float(env("STEADY", "10"))
+STEADY = float(env("STEADY", "30"))
 AFTER = float(env("AFTER", "10"))
 GAP = float(env("GAP", "4"))
 FULL_GAP = float(env("FULL_GAP", "0")) or max(6.0, KEYS / 5e6)
@@ -359,9 +363,13 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
                                                merge(inside(w[3], w[6]))[1], 99) or 0)
         rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[6]))))
     rows.append(("after", merge(lambda s, e: s >= after_start)))
+    busy = [(w[3], max(w[4], w[6]) + 1.0) for w in wins]
+    quiet = merge(lambda s, e: all(e <= a or s >= z for a, z in busy))
+    rows.append(("quiet (steady + gaps + after)", quiet))
     end = (ivs[-1]["start_unix_ms"] / 1000 + step) if ivs else after_start
     short = end - after_start < AFTER / 2
     sp = [pctl(steady[0], steady[1], q) for q in (50, 99, 99.9)]
+    qp = [pctl(quiet[0], quiet[1], q) for q in (50, 99, 99.9)]
     L = ["# Reload under load — %s" % STAMP, ""]
     L.append("- LR, %s keys, `tlserve --model-repo --keep-versions 1 %s`; tlgen standard request "
              "at %d req/s (half of the max rate %.0f req/s with p99 <= %s us), %s connections; "
@@ -375,13 +383,17 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
                 FULL_GAP, GAP))
     L.append("- Machine: %d cores; load average before: %s." % (os.cpu_count(), LOADAVG))
     L.append("")
-    L.append("| window | requests | p50 us | p99 us | p99.9 us | errors | p50 / p99 / p99.9 vs steady |")
-    L.append("|---|---|---|---|---|---|---|")
+    L.append("| window | requests | p50 us | p99 us | p99.9 us | errors | p50 / p99 / p99.9 vs steady "
+             "| vs quiet |")
+    L.append("|---|---|---|---|---|---|---|---|")
+
+    def ratios(p, base):
+        return " / ".join("%.2fx" % (x / y) if x and y else "-" for x, y in zip(p, base))
     for name, (b, tot, err, sched) in rows:
         p = [pctl(b, tot, q) for q in (50, 99, 99.9)]
-        ratio = " / ".join("%.2fx" % (x / y) if x and y else "-" for x, y in zip(p, sp))
-        L.append("| %s | %d | %s | %s | %s | %d | %s |" % (
-            name, sched, *("%.0f" % x if x is not None else "-" for x in p), err, ratio))
+        L.append("| %s | %d | %s | %s | %s | %d | %s | %s |" % (
+            name, sched, *("%.0f" % x if x is not None else "-" for x in p), err, ratios(p, sp),
+            ratios(p, qp)))
     if short:
         L.append("")
         L.append("**The after window is %.1f s, under AFTER/2: versions went live slower than "

@@ -21,7 +21,11 @@
  *   decoded again (it came off the wire: it is checked like any request),
  *   and scored with the active version and with the candidate, with the
  *   gate's own arena and scratch.  Requests for another model name are
- *   skipped.  Over all items:
+ *   skipped.  Of each request at most --gate-items-per-request items are
+ *   scored, spread evenly over its list: the cost is a lookup of every id
+ *   scored, and the statistics below need thousands of scores, not the
+ *   200,000 of a thousand full requests; the shared block is looked up for
+ *   every request.  Over the items scored:
  *     mean shift = |mean_c - mean_a| / mean_a       > --gate-max-mean-shift: refuse
  *     PSI = sum over bins (c_i - a_i) ln(c_i / a_i)  > --gate-max-psi: refuse
  *   with the bins the deciles of the active's scores (a_i ~ 0.1 each) and
@@ -491,9 +495,10 @@ static int floats_add(struct floats *f, const float *x, size_t n)
     return 0;
 }
 
-/* Replays the sample through act and cand: 0 with the figures in v (n_sampled
- * 0 when there was nothing to replay), or -ENOMEM. */
-static int shadow(const model_t *cand, const model_t *act, gate_verdict_t *v)
+/* Replays the sample through act and cand, at most cap_items items of each
+ * request (0: all): 0 with the figures in v (n_sampled 0 when there was
+ * nothing to replay), or -ENOMEM. */
+static int shadow(const model_t *cand, const model_t *act, int cap_items, gate_verdict_t *v)
 {
     enum { MAX_SAMPLE = 1 << 16 };
     uint32_t *lens = malloc(MAX_SAMPLE * sizeof *lens);
@@ -521,6 +526,7 @@ static int shadow(const model_t *cand, const model_t *act, gate_verdict_t *v)
             goto out;
     }
     const char *name = model_meta(cand)->model_name;
+    const uint32_t per_req = cap_items > 0 ? (uint32_t)cap_items : CODEC_MAX_ITEMS;
     size_t off = 0;
     for (int i = 0; i < n; off += lens[i], i++) {
         codec_predict_t req;
@@ -529,15 +535,20 @@ static int shadow(const model_t *cand, const model_t *act, gate_verdict_t *v)
         if (codec_decode_predict(buf + off, lens[i], &arena, &req, &err) != CODEC_OK ||
             strcmp(req.name, name) != 0)
             continue;
-        for (uint32_t k = 0; k < req.items; k++)
-            blocks[k] = (codec_block_t){req.item[k].ids, req.item[k].values, req.item[k].n};
+        /* Items spread evenly over the request: positions differ (a ranked
+         * list's head and tail), and every request counts alike. */
+        uint32_t take = req.items < per_req ? req.items : per_req;
+        for (uint32_t k = 0; k < take; k++) {
+            uint32_t at = (uint32_t)((uint64_t)k * req.items / take);
+            blocks[k] = (codec_block_t){req.item[at].ids, req.item[at].values, req.item[at].n};
+        }
         codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
         /* One lookup for both when the candidate is a delta over act (overlay.h). */
-        if (model_score_pair(act, cand, &shared, blocks, req.items, scores,
-                             scores + CODEC_MAX_ITEMS, sc) != 0)
+        if (model_score_pair(act, cand, &shared, blocks, take, scores, scores + CODEC_MAX_ITEMS,
+                             sc) != 0)
             continue;
-        if (floats_add(&fa, scores, req.items) != 0 ||
-            floats_add(&fc, scores + CODEC_MAX_ITEMS, req.items) != 0)
+        if (floats_add(&fa, scores, take) != 0 ||
+            floats_add(&fc, scores + CODEC_MAX_ITEMS, take) != 0)
             goto out;
         v->n_sampled++;
     }
@@ -638,7 +649,7 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
     if (rc == 0)
         rc = check_values(srv, cand, am, v);
     if (rc == 0 && am && srv->cfg.gate_sample > 0) {
-        rc = shadow(cand, am, v);
+        rc = shadow(cand, am, srv->cfg.gate_items_per_request, v);
         if (rc == -ENOMEM)
             snprintf(v->msg, sizeof v->msg, "out of memory for the shadow scoring");
     }

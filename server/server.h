@@ -76,6 +76,7 @@ typedef struct server_config {
     double gate_max_abs;       /* sanity: largest |value| in a candidate's store */
     bool gate_allow_kind_change; /* sanity: a candidate may change kind or width */
     int gate_sample;           /* live PREDICT requests kept for shadow scoring, 0 = none */
+    int gate_items_per_request; /* items of each sampled request scored, 0 = all */
     int gate_slot_bytes;       /* largest sampled payload; larger requests are not sampled */
     double gate_max_mean_shift; /* shadow: largest relative move of the mean prediction */
     double gate_max_psi;       /* shadow: largest PSI of the score distribution */

@@ -343,6 +343,13 @@ static void test_shadow_refuses_a_shifted_candidate(void **state)
     assert_int_equal(v.n_items, 400);
     assert_true(v.mean_shift < 0.05);
     assert_true(v.psi < 0.25);
+    /* --gate-items-per-request caps the items scored of each request */
+    int cap = srv.cfg.gate_items_per_request;
+    srv.cfg.gate_items_per_request = 1;
+    assert_int_equal(gate_check(&srv, same, &v), 0);
+    assert_int_equal(v.n_sampled, 200);
+    assert_int_equal(v.n_items, 200);
+    srv.cfg.gate_items_per_request = cap;
 
     server_model_t *x10 = make_model("ctr", 0, -1.0f, 10, 0, 0); /* weights x10 */
     assert_int_equal(gate_check(&srv, x10, &v), -EPERM);
