@@ -270,6 +270,8 @@ typedef struct train_ops {
     const store_t *(*store)(const void *impl);
     /* One line of hyper-parameters, for logs. */
     void (*describe)(const void *impl, char *buf, size_t len);
+    /* train_attach_live; NULL when the kind cannot write a served store. */
+    int (*attach_live)(void *impl, store_t *live, char *why, size_t why_len);
 } train_ops_t;
 
 /* The table of a kind, NULL when nobody trains it. */
@@ -317,6 +319,20 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
  * -EINVAL with code STORE_E_MODEL when the model's params do not fit a
  * snapshot's extras. */
 int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err);
+
+/* Makes live, a served store of the trainer's kind (its serving rows: LR's
+ * one fp32 float per key), the model the trainer learns in place, for the
+ * server's online learning: each step also writes the new served floats of
+ * every id it touched into live (a key new to live is inserted), and an id
+ * the trainer's state lacks starts from live's served floats with zero
+ * optimizer statistics (train_lr.c says how FTRL's z is chosen so that the
+ * served weight does not move before the id's first step), so training
+ * continues the served model rather than starting from zero.  The caller
+ * must be live's only writer while attached (store.h: one writer per
+ * shard); readers never wait.  live NULL detaches.  0, or -EINVAL with a
+ * sentence in why: a kind that cannot (today: LR only; FM, FFM and the DNN
+ * refuse), or a store of another shape. */
+int train_attach_live(train_t *t, store_t *live, char *why, size_t why_len);
 
 /* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */
 const store_t *train_store(const train_t *t);

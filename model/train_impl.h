@@ -141,6 +141,7 @@ int train_lr_export(const train_lr_t *t, const char *dir, const store_meta_t *me
 const store_t *train_lr_store(const train_lr_t *t);
 /* Weight of one id as the trainer would serve it (0 when absent). */
 float train_lr_weight(const train_lr_t *t, uint64_t id);
+int train_lr_attach_live(train_lr_t *t, store_t *live, char *why, size_t why_len);
 
 /* ---- FM (train_fm.c) --------------------------------------------------------- */
 

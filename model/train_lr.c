@@ -27,6 +27,14 @@
  *
  * A sample's weight scales g (weight 1 is exact: the same arithmetic).
  *
+ * LIVE (train_attach_live): each step also writes the id's new w into the
+ * served store, and an id the state lacks starts from the served w with
+ * zero statistics: Adagrad [w | 0], SGD [w], FTRL n = 0 and the z whose w
+ * is the served one, z = -w D - sign(w) l1 with D = beta / alpha + l2 the
+ * denominator at n = 0 (n = 1 instead when beta and l2 are both 0, where
+ * n = 0 gives every z the weight 0).  The float w itself is kept, so the
+ * served value does not move until the id's first step.
+ *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
  * stamps: no clearing) and re-read from the store before their step.
@@ -51,6 +59,8 @@ struct train_lr {
     train__work_t w;    /* the current sample's state rows (k floats each) */
     float bias[3];      /* the bias's state, as last written to the store: the
                            store copy is never read back on the hot path */
+    store_t *live;      /* not owned, NULL = none: the served store written
+                           through (train_attach_live) */
 };
 
 void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
@@ -136,13 +146,49 @@ float train_lr_weight(const train_lr_t *t, uint64_t id)
     return weight_of(t, st);
 }
 
+/* The state row of an id whose served weight is w and which the state
+ * lacks (LIVE above); l1 and l2 are 0 for the bias. */
+static void state_from_weight(const train_lr_t *t, float w, double l1, double l2, float *row)
+{
+    switch (t->opt.optimizer) {
+    case TRAIN_FTRL: {
+        double n0 = t->opt.beta == 0 && l2 == 0 ? 1 : 0;
+        double d = (t->opt.beta + sqrt(n0)) / t->opt.alpha + l2;
+        row[0] = w == 0 ? 0.0f : (float)(-(double)w * d - copysign(l1, (double)w));
+        row[1] = (float)n0;
+        row[2] = w;
+        break;
+    }
+    case TRAIN_ADAGRAD:
+        row[0] = w;
+        row[1] = 0;
+        break;
+    case TRAIN_SGD:
+        row[0] = w;
+        break;
+    }
+}
+
+/* train__init_fn for an id the state lacks: from the served store. */
+static void init_from_live(const void *ctx, uint64_t id, float *row)
+{
+    const train_lr_t *t = ctx;
+    float w = 0;
+    store_lookup(t->live, id, &w);
+    bool bias = id == MODEL_BIAS_ID;
+    state_from_weight(t, w, bias ? 0 : t->opt.l1, bias ? 0 : t->opt.l2, row);
+}
+
 /* Looks up bias + features into bst / t->w.state and returns the margin's
  * probability, summed as model_score() sums. */
 static float forward(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float *bst)
 {
     memcpy(bst, t->bias, sizeof t->bias);
-    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
+    if (t->live)
+        train__work_load(&t->w, t->store, ids, n, init_from_live, t);
+    else
+        store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     const uint32_t k = t->k;
     const float *st = t->w.state + (k == 3 ? 2 : 0);
     double sum = 0;
@@ -215,6 +261,8 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
 
     step(t, bst, g, 0, 0);
     int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
+    if (rc >= 0 && t->live)
+        rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[t->k == 3 ? 2 : 0]);
     if (rc < 0)
         return rc;
     memcpy(t->bias, bst, sizeof t->bias);
@@ -224,9 +272,12 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
         float *st = t->w.state + (size_t)j * k;
-        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st, NULL, NULL);
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st,
+                           t->live ? init_from_live : NULL, t);
         step(t, st, values ? g * values[j] : g, l1, l2);
         rc = store_upsert(t->store, ids[j], st);
+        if (rc >= 0 && t->live)
+            rc = store_upsert(t->live, ids[j], &st[k == 3 ? 2 : 0]);
         if (rc < 0)
             return rc;
         if (ids[j] == MODEL_BIAS_ID) /* a sample may name the bias's id: keep the cache */
@@ -241,6 +292,24 @@ __attribute__((cold)) int train_lr_export(const train_lr_t *t, const char *dir,
     /* the served weight: w, after z and n with FTRL */
     return train__export_rows(t->store, t->k == 3 ? 2 : 0, 1, STORE_MODEL_LR, NULL, dir, meta,
                               err);
+}
+
+__attribute__((cold)) int train_lr_attach_live(train_lr_t *t, store_t *live, char *why,
+                                               size_t why_len)
+{
+    if (live && (store_value_floats(live) != 1 || store_dtype(live) != STORE_DTYPE_F32))
+        return train__refuse("the served store of an LR model has one fp32 float per key",
+                             why, why_len);
+    t->live = live;
+    if (!live)
+        return 0;
+    /* the bias's cached state: from the served bias unless trained already */
+    float st[3];
+    if (!store_lookup(t->store, MODEL_BIAS_ID, st)) {
+        init_from_live(t, MODEL_BIAS_ID, st);
+        memcpy(t->bias, st, sizeof st);
+    }
+    return 0;
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */
@@ -273,8 +342,14 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->alpha, o->beta, o->l1, o->l2);
 }
 
+static int ops_attach_live(void *impl, store_t *live, char *why, size_t why_len)
+{
+    return train_lr_attach_live(impl, live, why, why_len);
+}
+
 const train_ops_t train__lr_ops = {
     .kind = STORE_MODEL_LR, .name = "lr", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+    .attach_live = ops_attach_live,
 };

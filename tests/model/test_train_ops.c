@@ -14,7 +14,11 @@
  *     the prefix of the row in the trainer's live store (train_store()),
  *     and LR-FTRL's served weight is float 2 of its [z | n | w] row;
  *   - weights NULL is weight 1 everywhere, bit for bit;
- *   - bad options are refused with a sentence, by kind.
+ *   - bad options are refused with a sentence, by kind;
+ *   - LR learns into a served store (train_attach_live): a fresh trainer
+ *     over the served weights of another predicts exactly as that one did,
+ *     and after its steps every served weight equals its state's, new ids
+ *     inserted; the kinds that cannot refuse.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -267,6 +271,119 @@ static void test_weight_one(void **state)
     free(d);
 }
 
+/* Copies the served float (at offset off of each state row) into a K=1 store. */
+struct served_copy {
+    store_t *dst;
+    uint32_t off;
+};
+
+static int copy_served(void *ctx, uint64_t key, const float *row)
+{
+    struct served_copy *c = ctx;
+    return store_upsert(c->dst, key, &row[c->off]) < 0 ? -1 : 0;
+}
+
+/* Checks that live holds exactly the served floats of the state rows. */
+static int check_served(void *ctx, uint64_t key, const float *row)
+{
+    struct served_copy *c = ctx;
+    float w = NAN;
+    if (!store_lookup(c->dst, key, &w) || memcmp(&w, &row[c->off], sizeof w) != 0)
+        fail_msg("key %llu: served %.9g, state %.9g", (unsigned long long)key, w, row[c->off]);
+    return 0;
+}
+
+static void for_every_row(const store_t *s, store_visit_fn fn, struct served_copy *c)
+{
+    for (uint32_t sh = 0; sh < store_shards(s); sh++)
+        assert_int_equal(store_foreach(s, sh, fn, c), 0);
+}
+
+static void test_lr_learns_into_a_served_store(void **state)
+{
+    (void)state;
+    struct data *d = malloc(sizeof *d);
+    assert_non_null(d);
+    make_data(d);
+    const train_optimizer_t opts[] = {TRAIN_FTRL, TRAIN_ADAGRAD, TRAIN_SGD};
+    for (size_t oi = 0; oi < 3; oi++) {
+        train_options_t o;
+        assert_int_equal(train_defaults(STORE_MODEL_LR, opts[oi], &o), 0);
+        const uint32_t off = opts[oi] == TRAIN_FTRL ? 2 : 0;
+        train_t *a, *b;
+        char why[256];
+        assert_int_equal(train_create(&o, &a, why, sizeof why), 0);
+        assert_int_equal(train_create(&o, &b, why, sizeof why), 0);
+        for (int i = 0; i < SAMPLES; i++) {
+            codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+            assert_int_equal(train_update(a, &whole, NULL, 1, &d->labels[i], NULL, NULL), 0);
+        }
+        store_options_t so = {.value_floats = 1};
+        store_t *live;
+        assert_int_equal(store_create(&so, &live), 0);
+        struct served_copy c = {live, off};
+        for_every_row(train_store(a), copy_served, &c);
+
+        assert_int_equal(train_attach_live(b, live, why, sizeof why), 0);
+        /* before any step b predicts what a (whose weights live serves) predicts */
+        for (int i = 0; i < SAMPLES; i++) {
+            codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+            float pa = train_predict(a, &whole, NULL), pb = train_predict(b, &whole, NULL);
+            if (memcmp(&pa, &pb, sizeof pa) != 0)
+                fail_msg("%s sample %d: served %.9g, attached trainer %.9g",
+                         train_optimizer_name(opts[oi]), i, pa, pb);
+        }
+        /* steps on a positive sample with an id live lacks: the served
+         * prediction rises, the new id is inserted, every served weight is
+         * the state's */
+        uint64_t ids[NF + 1];
+        memcpy(ids, d->ids[1], sizeof d->ids[1]);
+        ids[NF] = (3ULL << 56) | 999; /* above every other id of field 3 */
+        codec_block_t pos = {.ids = ids, .values = NULL, .n = NF + 1};
+        float before = train_predict(b, &pos, NULL), one = 1, after = 0;
+        float w999 = 0;
+        assert_int_equal(store_lookup(live, ids[NF], &w999), 0);
+        for (int r = 0; r < 20; r++)
+            assert_int_equal(train_update(b, &pos, NULL, 1, &one, NULL, NULL), 0);
+        after = train_predict(b, &pos, NULL);
+        assert_true(after > before);
+        assert_int_equal(store_lookup(live, ids[NF], &w999), 1);
+        assert_true(w999 != 0);
+        for (int i = 0; i < SAMPLES; i++) { /* and the rest of the data again */
+            codec_block_t whole = {.ids = d->ids[i], .values = d->vals[i], .n = NF};
+            assert_int_equal(train_update(b, &whole, NULL, 1, &d->labels[i], NULL, NULL), 0);
+        }
+        for_every_row(train_store(b), check_served, &c);
+
+        store_options_t so2 = {.value_floats = 2};
+        store_t *wide;
+        assert_int_equal(store_create(&so2, &wide), 0);
+        assert_int_equal(train_attach_live(a, wide, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "one fp32 float"));
+        assert_int_equal(train_attach_live(b, NULL, why, sizeof why), 0); /* detach */
+        store_destroy(wide);
+        train_destroy(a);
+        train_destroy(b);
+        store_destroy(live);
+    }
+    /* the kinds that cannot yet */
+    for (size_t ki = 1; ki < sizeof kinds / sizeof *kinds; ki++) {
+        train_options_t o;
+        options_for(kinds[ki], &o);
+        train_t *t;
+        char why[256];
+        assert_int_equal(train_create(&o, &t, why, sizeof why), 0);
+        store_options_t so = {.value_floats = 1};
+        store_t *live;
+        assert_int_equal(store_create(&so, &live), 0);
+        assert_int_equal(train_attach_live(t, live, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "online"));
+        train_destroy(t);
+        store_destroy(live);
+    }
+    free(d);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -300,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_lr_ftrl_served_float),
         cmocka_unit_test(test_weight_one),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_lr_learns_into_a_served_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
