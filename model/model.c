@@ -278,6 +278,7 @@ const store_extras_t *model_extras(const model_t *m) { return &m->base->extras; 
 
 const store_meta_t *model_meta(const model_t *m) { return &m->meta; }
 const store_t *model_store(const model_t *m) { return m->store; }
+store_t *model_base_store(model_t *m) { return m->store; }
 uint32_t model_value_floats(const model_t *m) { return store_value_floats(m->store); }
 
 int model_scratch_create(size_t max_features, model_scratch_t **out)

@@ -64,6 +64,11 @@ const store_extras_t *model_extras(const model_t *m);
 void model_destroy(model_t *m);
 
 const store_meta_t *model_meta(const model_t *m);
+/* The base's store itself, for its one writer (the fold of a delta, the
+ * server's online trainer), which must keep to store.h's rule: one writer
+ * per shard while readers score.  Every version sharing the base (model_derive)
+ * sees the writes. */
+store_t *model_base_store(model_t *m);
 const store_t *model_store(const model_t *m);
 
 /* Work space for requests of up to max_features features in all blocks

@@ -14,12 +14,14 @@
 #include "admin_impl.h"
 #include "gate.h"
 #include "guard.h"
+#include "online.h"
 #include "repo.h"
 #include "server.h"
 
 #include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -223,6 +225,11 @@ static void metrics_loads(struct evbuffer *b)
     evbuffer_add(b, gate, gate_metrics_format(gate, sizeof gate));
     char guard[2048];
     evbuffer_add(b, guard, guard_metrics_format(guard, sizeof guard));
+    enum { ONLINE_TEXT = 64 << 10 }; /* 13 families, up to 16 models */
+    char *online = malloc(ONLINE_TEXT);
+    if (online)
+        evbuffer_add(b, online, online_metrics_format(online, ONLINE_TEXT));
+    free(online);
 }
 
 static void metrics_jemalloc(struct evbuffer *b)

@@ -111,6 +111,7 @@ static int check_token(const char *v, char *why, size_t why_len);
 static int check_root(const char *v, char *why, size_t why_len);
 static int check_model_name(const char *v, char *why, size_t why_len);
 static int check_eval_file(const char *v, char *why, size_t why_len);
+static int check_optimizer(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -245,6 +246,30 @@ static const cfg_entry_t table[] = {
     {"guard-max-mean-ratio", CFG_DOUBLE, 1, 1000000, "1.5",
      "guard: roll back when the mean prediction new/old or old/new exceeds this",
      F(guard_max_mean_ratio), NULL, NULL, NULL, false},
+    {"online", CFG_BOOL, 0, 1, "false",
+     "online learning: TRAIN frames train the served model in place (LR models)",
+     F(online), NULL, NULL, NULL, false},
+    {"online-optimizer", CFG_STRING, 0, 0, "ftrl", "online learning: ftrl, adagrad or sgd",
+     F(online_optimizer), check_optimizer, "ftrl|adagrad|sgd", NULL, false},
+    {"online-alpha", CFG_DOUBLE, -1, 1000000, "-1",
+     "online learning: learning rate (< 0: the optimizer's default, as tltrain's)",
+     F(online_alpha), NULL, NULL, NULL, false},
+    {"online-beta", CFG_DOUBLE, -1, 1000000, "-1",
+     "online learning: FTRL beta, Adagrad epsilon (< 0: the optimizer's default)",
+     F(online_beta), NULL, NULL, NULL, false},
+    {"online-l1", CFG_DOUBLE, -1, 1000000, "-1",
+     "online learning: FTRL L1 (< 0: the optimizer's default)", F(online_l1), NULL, NULL,
+     NULL, false},
+    {"online-l2", CFG_DOUBLE, -1, 1000000, "-1",
+     "online learning: L2 (< 0: the optimizer's default)", F(online_l2), NULL, NULL, NULL,
+     false},
+    {"online-queue-bytes", CFG_INT, 65536, 1 << 30, "67108864",
+     "online learning: TRAIN payload bytes queued per model before OVERLOADED",
+     F(online_queue_bytes), NULL, NULL, NULL, false},
+    {"online-max-samples-per-s", CFG_INT, 0, 1 << 30, "0",
+     "online learning: samples per second a model learns before TRAIN gets OVERLOADED "
+     "(0: no cap)",
+     F(online_max_samples_per_s), NULL, NULL, NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
@@ -272,6 +297,14 @@ static int check_level(const char *v, char *why, size_t why_len)
         if (strcmp(v, level_names[i]) == 0)
             return 0;
     snprintf(why, why_len, "'%s' is not a log level (allowed: error, warn, info, debug)", v);
+    return -1;
+}
+
+static int check_optimizer(const char *v, char *why, size_t why_len)
+{
+    if (strcmp(v, "ftrl") == 0 || strcmp(v, "adagrad") == 0 || strcmp(v, "sgd") == 0)
+        return 0;
+    snprintf(why, why_len, "'%s' is not an optimizer (allowed: ftrl, adagrad, sgd)", v);
     return -1;
 }
 

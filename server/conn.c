@@ -57,6 +57,7 @@
 #include "worker.h"
 
 #include "guard.h"
+#include "online.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -501,6 +502,44 @@ out:
     return rc;
 }
 
+/* TRAIN: checked as the wire says, then queued for the model's trainer
+ * (online.h) and acknowledged; refusals say why. */
+static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
+{
+    if (!w->srv->cfg.online)
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
+                          "TRAIN: online learning is not enabled on this server (--online)");
+    codec_train_t req;
+    codec_error_t err;
+    codec_arena_reset(&w->arena);
+    int rc = codec_decode_train(payload, h->payload_len, &w->arena, &req, &err);
+    if (rc != CODEC_OK)
+        return send_error(w, c, h->request_id, rc, "%s", err.msg);
+    char why[256];
+    switch (online_submit(w->srv, &req, h->flags, payload, h->payload_len, why, sizeof why)) {
+    case ONLINE_QUEUED:
+        break;
+    case ONLINE_NO_MODEL:
+        return send_unknown_model(w, c, h->request_id, req.name);
+    case ONLINE_FULL:
+    case ONLINE_RATE:
+    case ONLINE_TOO_BIG:
+    case ONLINE_NOMEM:
+        return send_error(w, c, h->request_id, CODEC_E_OVERLOADED, "%s", why);
+    default: /* ONLINE_OFF, ONLINE_KIND */
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "%s", why);
+    }
+    codec_train_ack_t ack = {req.samples};
+    size_t need = CODEC_HEADER_SIZE + CODEC_MAX_VARINT, len;
+    uint8_t *dst = out_room(w, c, need);
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_train_ack(dst, need, h->request_id, &ack, &len, NULL) != CODEC_OK)
+        return -EINVAL;
+    queued_one(w, c, len);
+    return 0;
+}
+
 static int answer_ping(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
 {
     codec_ping_t p;
@@ -532,8 +571,7 @@ static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t
     } else if (h->type == CODEC_PING) {
         rc = answer_ping(w, c, h, payload);
     } else if (h->type == CODEC_TRAIN) {
-        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
-                        "TRAIN: online learning is not enabled on this server");
+        rc = answer_train(w, c, h, payload);
     } else {
         rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
                         "message type %u is not a request this server accepts", h->type);

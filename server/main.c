@@ -53,6 +53,7 @@
 #define _GNU_SOURCE
 #include "gate_eval.h"
 #include "log.h"
+#include "online.h"
 #include "repo.h"
 #include "server.h"
 
@@ -177,6 +178,12 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    char why[256];
+    rc = online_start(srv, why, sizeof why);
+    if (rc != 0) {
+        LOG(LL_ERROR, "online learning: %s", why);
+        goto out;
+    }
     rc = admin_start(srv);
     if (rc != 0) {
         LOG(LL_ERROR, "admin plane did not start: %s", strerror(-rc));
@@ -207,12 +214,14 @@ int main(int argc, char **argv)
     atomic_store(&srv->stopping, true);
     repo_stop(); /* queues nothing more; before the loader stops */
     workers_stop(srv);
+    online_stop(); /* no worker submits any more; learns what is queued */
     admin_stop(srv);
     status = 0;
 out:
     /* No thread is left that could acquire: drop the server's reference. */
     server_model_drop_standby(srv);
     server_model_drop_all(srv);
+    online_stop();
     store_team_destroy(srv->team);
     gate_eval_stop();
     free(srv->metrics);

@@ -88,6 +88,9 @@ int server_model_fold(server_t *srv, const char *name)
     }
     struct timespec t0, t1, t_undo = {0, 0}, t_wait = {0, 0}, t_write = {0, 0};
     server_model_t *gone = NULL;
+    /* the base's one writer: the online trainer (online.h) waits meanwhile */
+    server_slot_t *slot = server_slot_named(srv, name);
+    pthread_mutex_lock(&slot->writer);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const store_meta_t *meta = model_meta(a->model);
     uint64_t keys = 0;
@@ -156,6 +159,7 @@ out:
         LOG(LL_WARN, "model %s version %llu: fold stopped: %s; it serves with its overlay",
             meta->model_name, (unsigned long long)meta->version, why);
     }
+    pthread_mutex_unlock(&slot->writer);
     model_overlay_unref(undo);
     server_model_release(a); /* before the retire, which waits for a's requests */
     server__retire_now(gone);

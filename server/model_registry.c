@@ -218,6 +218,11 @@ static server_slot_t *slot_named(server_t *srv, const char *name)
     return NULL;
 }
 
+server_slot_t *server_slot_named(server_t *srv, const char *name)
+{
+    return slot_named(srv, name);
+}
+
 /* The slot of model name, claimed when new; NULL when all are taken.  R.lock
  * held (claims are serialised). */
 static server_slot_t *slot_claim_locked(server_t *srv, const char *name)
@@ -228,6 +233,7 @@ static server_slot_t *slot_claim_locked(server_t *srv, const char *name)
         return ms;
     ms = &srv->models[n];
     snprintf(ms->name, sizeof ms->name, "%s", name);
+    pthread_mutex_init(&ms->writer, NULL);
     atomic_store_explicit(&ms->active, NULL, memory_order_relaxed);
     atomic_store_explicit(&srv->nmodels, n + 1, memory_order_release);
     return ms;

@@ -31,6 +31,7 @@
 
 #include "model/model.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -88,6 +89,12 @@ typedef struct server_config {
     int guard_min_requests;    /* no verdict on fewer requests */
     double guard_max_error_rate; /* failed / scored PREDICTs above it: roll back */
     double guard_max_mean_ratio; /* mean prediction new/old or old/new above it: roll back */
+    /* online learning (online.h) */
+    bool online;               /* TRAIN frames train the served model */
+    char online_optimizer[16]; /* ftrl, adagrad, sgd */
+    double online_alpha, online_beta, online_l1, online_l2; /* < 0: the optimizer's default */
+    int online_queue_bytes;    /* per model: TRAIN payloads queued before OVERLOADED */
+    int online_max_samples_per_s; /* per model, 0 = no cap */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings
@@ -211,6 +218,8 @@ typedef struct server_model {
 typedef struct server_slot {
     _Atomic(server_model_t *) active; /* NULL until a version of this model is live */
     char name[64];                    /* written once, before nmodels counts the slot */
+    pthread_mutex_t writer; /* held by whoever writes the active version's base: the fold
+                             * of a delta, the online trainer (online.h) */
 } server_slot_t;
 
 typedef struct server {
@@ -222,6 +231,10 @@ typedef struct server {
     server_metrics_t *metrics;          /* [nworkers] */
     _Atomic bool stopping;              /* SIGTERM seen: drain */
 } server_t;
+
+/* The slot of model name (claimed by its first version), NULL when none.
+ * Lock-free; slots are never released. */
+server_slot_t *server_slot_named(server_t *srv, const char *name);
 
 /* The background pass after a delta went live as an overlay (model/overlay.h):
  * writes the active version's overlays into its base, gives the kept

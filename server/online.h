@@ -1,0 +1,81 @@
+/*
+ * online.h — online learning inside the server (--online): TRAIN frames
+ * queued by the workers, one trainer thread per model that learns them into
+ * the model being served, and the figures of that learning.
+ *
+ * THE PATH OF A SAMPLE
+ *   worker: TRAIN decoded (the wire's checks) -> online_submit copies the
+ *   payload into the model's bounded queue (one lock per frame) and the
+ *   worker answers TRAIN_ACK; a full queue or the samples/s cap answers
+ *   OVERLOADED, so a client that sends faster than the trainer learns is
+ *   told so rather than queued without bound.
+ *   trainer thread (one per model, started by the model's first TRAIN):
+ *   takes the queued frames in arrival order, decodes each again (its own
+ *   arena), and steps the trainer (model/train.h, attached with
+ *   train_attach_live to the store of the active version): every sample is
+ *   scored before it is learned (progressive validation), and each new
+ *   weight is written into the served store as it is computed, so the next
+ *   PREDICT that reads it scores with it.  Readers never wait for the
+ *   trainer (store.h: one writer per shard, lock-free readers).
+ *
+ * VERSIONS
+ *   The trainer writes the base of the active version.  It holds its
+ *   model's writer lock (server_slot_writer_lock) for a bounded batch, and
+ *   the fold of a delta holds the same lock for its undo and writes: the
+ *   base has one writer at a time.  While the active version has overlays
+ *   (a delta not yet folded) the trainer waits: the overlay would hide its
+ *   writes.  When the active version changes (a new version, a rollback, a
+ *   fold), the trainer starts over from the new one's weights (a fresh
+ *   optimizer state; train.h: LIVE), so it never writes stale state over a
+ *   version's values.  Versions kept for rollback on the same base see the
+ *   online writes.
+ *
+ * KINDS: LR (FTRL, Adagrad, SGD).  A TRAIN for a model of another kind is
+ * refused with a sentence; the other kinds need a scorer over their wider
+ * state rows first (train.h).
+ *
+ * THREAD SAFETY: online_submit from any worker; online_metrics_format from
+ * the admin thread; online_start/online_stop from main.
+ */
+#ifndef TL_SERVER_ONLINE_H
+#define TL_SERVER_ONLINE_H
+
+#include "codec/codec.h"
+#include "server.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Checks the --online-* settings (optimizer name, its parameters) and
+ * remembers srv.  0, or -EINVAL with a sentence in why.  Trainer threads
+ * start with their model's first TRAIN. */
+int online_start(server_t *srv, char *why, size_t why_len);
+
+/* Lets each trainer learn what is queued (up to a second), then joins the
+ * threads and frees everything.  Idempotent. */
+void online_stop(void);
+
+/* Outcomes of online_submit. */
+enum {
+    ONLINE_QUEUED = 0,
+    ONLINE_OFF = 1,       /* --online is false */
+    ONLINE_NO_MODEL = 2,  /* no active version of that name */
+    ONLINE_KIND = 3,      /* the model's kind does not learn online */
+    ONLINE_FULL = 4,      /* the queue has no room (OVERLOADED) */
+    ONLINE_RATE = 5,      /* over --online-max-samples-per-s (OVERLOADED) */
+    ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */
+    ONLINE_NOMEM = 7,     /* the model's trainer could not start */
+};
+
+/* Queues a decoded TRAIN (req, for its name and counts; payload and flags
+ * are what is queued) for its model's trainer.  Returns an ONLINE_* code;
+ * when not ONLINE_QUEUED, why holds the sentence for the ERROR frame.
+ * No allocation after the model's first TRAIN; one lock. */
+int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
+                  uint32_t len, char *why, size_t why_len);
+
+/* The tlserve_online_* families (Prometheus text) into buf; the length
+ * written (truncated output is cut at a line). */
+size_t online_metrics_format(char *buf, size_t len);
+
+#endif /* TL_SERVER_ONLINE_H */
