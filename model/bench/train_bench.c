@@ -14,7 +14,9 @@
  * a sample; the bias's step is not counted), and the best epoch.  Epoch 1
  * includes growing the trainer's store as ids arrive; later epochs only
  * update.  The trainer's store is sized for the file's distinct ids up
- * front (--no-presize grows it as tltrain does).  A benchmark: it never fails
+ * front (--no-presize grows it as tltrain does).  --live (LR) attaches a
+ * served store (train_attach_live), as the server's online trainer does:
+ * every step also writes the new weight there.  A benchmark: it never fails
  * on timing.
  *
  * THREAD SAFETY: a program; single-threaded.
@@ -128,7 +130,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: train_bench --data FILE [--format libffm|libsvm|criteo]\n"
                "                   [--model lr|fm|ffm|dnn]\n"
                "                   [--epochs 3] [--optimizer ftrl|adagrad|sgd] [--fields F]\n"
-               "                   [--k 4] [--no-presize] [--json]\n");
+               "                   [--k 4] [--no-presize] [--live] [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -139,6 +141,7 @@ int main(int argc, char **argv)
         {"optimizer", required_argument, 0, 'o'}, {"fields", required_argument, 0, 'F'},
         {"k", required_argument, 0, 'k'},      {"no-presize", no_argument, 0, 'n'},
         {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {"live", no_argument, 0, 'L'},
         {0, 0, 0, 0},
     };
     const char *path = NULL, *model = "lr";
@@ -146,7 +149,7 @@ int main(int argc, char **argv)
     train_optimizer_t opt_kind = TRAIN_FTRL;
     bool opt_given = false;
     long epochs = 3, fields = 0, k = 4;
-    int json = 0, presize = 1, c;
+    int json = 0, presize = 1, live = 0, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *e = NULL;
         switch (c) {
@@ -154,6 +157,7 @@ int main(int argc, char **argv)
         case 'm': model = optarg; break;
         case 'j': json = 1; break;
         case 'n': presize = 0; break;
+        case 'L': live = 1; break;
         case 'h': usage(stdout); return 0;
         case 'f':
             if (reader_format_parse(optarg, &fmt) != 0) {
@@ -223,6 +227,15 @@ int main(int argc, char **argv)
     int rc = train_create(&o, &t, why, sizeof why);
     if (rc == 0)
         rc = train_reserve(t, d.max_n);
+    store_t *served = NULL;
+    if (rc == 0 && live) {
+        store_options_t so = {.value_floats = 1, .expected_keys = keys};
+        rc = store_create(&so, &served);
+        if (rc == 0)
+            rc = train_attach_live(t, served, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "no memory for the served store");
+    }
     if (rc != 0) {
         fprintf(stderr, "train_bench: cannot create the trainer: %s\n", why);
         return 1;
@@ -260,6 +273,7 @@ int main(int argc, char **argv)
         printf("{\"model\":\"%s\",\"samples\":%llu,\"features\":%llu,\"best_updates_per_s\":%.0f}\n",
                model, (unsigned long long)d.samples, (unsigned long long)d.features, best);
     train_destroy(t);
+    store_destroy(served);
     free(d.ids);
     free(d.values);
     free(d.start);
