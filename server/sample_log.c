@@ -1,7 +1,7 @@
 /*
- * sample_log.c — the local sample log (sample_log.h): segment files of
- * checksummed records, appended in batches, recovered on open, read from any
- * position, trimmed by whole segments.
+ * sample_log.c — the local sample log's writer (sample_log.h): segment files
+ * of checksummed records, appended in batches, recovered on open, trimmed by
+ * whole segments.  The parser and the readers are sample_log_read.c's.
  *
  * A RECORD on disk (little-endian), the body being a codec TRAIN payload so
  * that the codec's encoder validates what is written and its decoder checks
@@ -27,13 +27,14 @@
  * one segment: a torn write can only leave a prefix of the batch at the end
  * of the newest segment, which open truncates (sample_log.h, OPENING).
  *
- * THREAD SAFETY: sample_log_t is single-threaded (sample_log.h); readers own
- * their fd and buffer.  A reader never trusts the file size it saw earlier:
- * it reads, and a short read is the end (or corruption when a later segment
- * exists, since a finished segment is complete).
+ * OPEN checks every segment's records by length, checksum and position
+ * (contiguity within and across segments), not by the codec's body rules:
+ * those are the readers' (every record read is decoded anyway).
+ *
+ * THREAD SAFETY: sample_log_t is single-threaded (sample_log.h).
  */
 #define _GNU_SOURCE
-#include "sample_log.h"
+#include "sample_log_impl.h"
 
 #include <dirent.h>
 #include <endian.h>
@@ -49,11 +50,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
-
-#define SEG_NAME_LEN 25                    /* 20 digits + ".slog" */
-#define BATCH_MAX ((size_t)1 << 30)        /* bytes of one append's batch */
-#define BODY_MAX (SAMPLE_LOG_REC_MAX - 16u) /* largest body_len */
-#define FLAG_WEIGHTS 0x1u
 
 struct sample_log {
     char dir[PATH_MAX];
@@ -71,22 +67,9 @@ struct sample_log {
     uint64_t last_sync_ms;   /* sample_log_sync_if_due's clock */
 };
 
-struct sample_log_reader {
-    char dir[PATH_MAX];
-    int fd;            /* the segment being read */
-    uint64_t seg;      /* its first position */
-    uint64_t off;      /* byte offset of the next record in it */
-    uint64_t pos;      /* position of the next record */
-    uint8_t *buf;      /* one record */
-    size_t buf_cap;
-};
-
 /* ---- helpers ---------------------------------------------------------------- */
 
-static int fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const char *file,
-                int64_t offset, const char *fmt, ...) __attribute__((cold, format(printf, 6, 7)));
-
-static int fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const char *file,
+int sample_log__fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const char *file,
                 int64_t offset, const char *fmt, ...)
 {
     if (err) {
@@ -99,42 +82,6 @@ static int fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const c
         va_end(ap);
     }
     return rc;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
-
-static uint32_t check_of(const uint8_t *rec, uint32_t body_len)
-{
-    return (uint32_t)XXH3_64bits(rec + 8, 8 + (size_t)body_len);
-}
-
-static void seg_name(char out[SEG_NAME_LEN + 1], uint64_t first)
-{
-    snprintf(out, SEG_NAME_LEN + 1, "%020llu.slog", (unsigned long long)first);
 }
 
 /* 1 and *first when name is a segment's name, else 0. */
@@ -162,7 +109,7 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The segments of dir, ascending, into a malloc'ed *out (caller frees). */
-static int list_segments(const char *dir, uint64_t **out, size_t *n, size_t *cap)
+int sample_log__list_segments(const char *dir, uint64_t **out, size_t *n, size_t *cap)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -202,7 +149,7 @@ out:
 }
 
 /* pread of exactly n bytes unless the file ends: returns bytes read or -errno. */
-static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
+ssize_t sample_log__pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
     size_t got = 0;
     while (got < n) {
@@ -219,7 +166,7 @@ static ssize_t pread_full(int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)got;
 }
 
-static int grow(uint8_t **buf, size_t *cap, size_t need)
+int sample_log__grow(uint8_t **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;
@@ -231,87 +178,6 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
         return -ENOMEM;
     *buf = nb;
     *cap = nc;
-    return 0;
-}
-
-static void *arena_alloc(codec_arena_t *a, size_t n)
-{
-    size_t at = (a->used + 7) & ~(size_t)7;
-    if (at > a->cap || a->cap - at < n)
-        return NULL;
-    a->used = at + n;
-    return a->base + at;
-}
-
-/* ---- the record parser ------------------------------------------------------ */
-
-size_t sample_log_arena_bound(void)
-{
-    return codec_arena_bound(CODEC_MAX_PAYLOAD) + 4u * CODEC_MAX_ITEMS + 64;
-}
-
-int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_arena_t *arena,
-                     sample_log_rec_t *rec, uint64_t *pos, size_t *rec_len,
-                     sample_log_error_t *err)
-{
-    if (len < 16)
-        return SAMPLE_LOG_END;
-    uint32_t body_len = get32(buf);
-    if (body_len < 8 || body_len > BODY_MAX)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 0,
-                    "record length %u is outside 8..%u", body_len, (unsigned)BODY_MAX);
-    if (len - 16 < body_len)
-        return SAMPLE_LOG_END;
-    uint32_t want = check_of(buf, body_len), got = get32(buf + 4);
-    if (want != got)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 0,
-                    "record checksum %08x does not match its bytes (%08x)", got, want);
-    uint64_t p = get64(buf + 8);
-    if (want_pos != UINT64_MAX && p != want_pos)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 0,
-                    "record position %llu where %llu was due (a gap or a misplaced record)",
-                    (unsigned long long)p, (unsigned long long)want_pos);
-    uint32_t pay_len = get32(buf + 16), flags = get32(buf + 20);
-    if (flags & ~FLAG_WEIGHTS)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 20,
-                    "record flags %#x have undefined bits", flags);
-    if (pay_len > body_len - 8)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 16,
-                    "record payload length %u is over its body's %u bytes", pay_len,
-                    body_len - 8);
-    codec_error_t cerr = {0};
-    int rc = codec_decode_train(buf + 24, pay_len, arena, &rec->train, &cerr);
-    if (rc == CODEC_E_INTERNAL)
-        return -ENOMEM;
-    if (rc)
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 24 + (int64_t)cerr.offset,
-                    "record body refused by the codec: %s", cerr.msg);
-    uint32_t samples = rec->train.samples;
-    size_t rest = body_len - 8 - pay_len;
-    if (rest != ((flags & FLAG_WEIGHTS) ? 4 * (size_t)samples : 0))
-        return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 24 + (int64_t)pay_len,
-                    "record has %zu bytes after its payload where its flags want %zu", rest,
-                    (flags & FLAG_WEIGHTS) ? 4 * (size_t)samples : 0);
-    float *w = arena_alloc(arena, 4 * (size_t)samples);
-    if (!w)
-        return -ENOMEM;
-    const uint8_t *wp = buf + 24 + pay_len;
-    for (uint32_t i = 0; i < samples; i++) {
-        if (flags & FLAG_WEIGHTS) {
-            uint32_t bits = get32(wp + 4 * (size_t)i);
-            memcpy(&w[i], &bits, 4);
-            if (!isfinite(w[i]) || w[i] < 0.0f)
-                return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL,
-                            24 + (int64_t)pay_len + 4 * (int64_t)i,
-                            "record sample[%u] weight is not finite and >= 0", i);
-        } else {
-            w[i] = 1.0f;
-        }
-    }
-    rec->weights = w;
-    if (pos)
-        *pos = p;
-    *rec_len = 16 + (size_t)body_len;
     return 0;
 }
 
@@ -333,7 +199,7 @@ static int zero_tail(int fd, uint64_t off, uint64_t size, uint8_t *tmp, size_t t
 {
     while (off < size) {
         size_t n = size - off < tmp_cap ? (size_t)(size - off) : tmp_cap;
-        ssize_t k = pread_full(fd, tmp, n, off);
+        ssize_t k = sample_log__pread_full(fd, tmp, n, off);
         if (k <= 0)
             return k < 0 ? (int)k : 0;
         for (ssize_t i = 0; i < k; i++)
@@ -357,7 +223,7 @@ static int scan_segment(int fd, uint64_t first, uint8_t **buf, size_t *cap, stru
     s->end = SCAN_CLEAN;
     s->bad_check = false;
     int rc;
-    if ((rc = grow(buf, cap, 4096)))
+    if ((rc = sample_log__grow(buf, cap, 4096)))
         return rc;
     while (s->good < s->size) {
         uint64_t left = s->size - s->good;
@@ -368,7 +234,7 @@ static int scan_segment(int fd, uint64_t first, uint8_t **buf, size_t *cap, stru
                      (unsigned long long)left);
             return 0;
         }
-        ssize_t k = pread_full(fd, h, 16, s->good);
+        ssize_t k = sample_log__pread_full(fd, h, 16, s->good);
         if (k < 16)
             return k < 0 ? (int)k : -EIO;
         uint32_t body_len = get32(h);
@@ -384,9 +250,9 @@ static int scan_segment(int fd, uint64_t first, uint8_t **buf, size_t *cap, stru
                      (unsigned long long)left, 16ull + body_len);
             return 0;
         }
-        if ((rc = grow(buf, cap, 16 + (size_t)body_len)))
+        if ((rc = sample_log__grow(buf, cap, 16 + (size_t)body_len)))
             return rc;
-        k = pread_full(fd, *buf, 16 + (size_t)body_len, s->good);
+        k = sample_log__pread_full(fd, *buf, 16 + (size_t)body_len, s->good);
         if (k < (ssize_t)(16 + (size_t)body_len))
             return k < 0 ? (int)k : -EIO;
         if (check_of(*buf, body_len) != get32(*buf + 4)) {
@@ -427,7 +293,7 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
         seg_name(name, log->segs[i]);
         int fd = openat(log->dirfd, name, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
-            return fail(err, -errno, SAMPLE_LOG_E_IO, name, -1, "%s/%s: open: %s", log->dir,
+            return sample_log__fail(err, -errno, SAMPLE_LOG_E_IO, name, -1, "%s/%s: open: %s", log->dir,
                         name, strerror(errno));
         int rc = scan_segment(fd, log->segs[i], &log->buf, &log->buf_cap, &s);
         if (rc == 0 && s.end != SCAN_CLEAN && last) {
@@ -437,7 +303,7 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
             bool to_end = false;
             if (s.end == SCAN_BAD && s.bad_check) {
                 uint8_t h[4];
-                if (pread_full(fd, h, 4, s.good) == 4)
+                if (sample_log__pread_full(fd, h, 4, s.good) == 4)
                     to_end = s.good + 16 + get32(h) == s.size;
             }
             if (z < 0)
@@ -447,16 +313,16 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
         }
         close(fd);
         if (rc)
-            return fail(err, rc, SAMPLE_LOG_E_IO, name, -1, "%s/%s: read: %s", log->dir, name,
+            return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, name, -1, "%s/%s: read: %s", log->dir, name,
                         strerror(-rc));
         if (s.end == SCAN_BAD || (s.end == SCAN_TORN && !last))
-            return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, name, (int64_t)s.good,
+            return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, name, (int64_t)s.good,
                         "%s/%s is corrupt at byte offset %llu: %s", log->dir, name,
                         (unsigned long long)s.good, s.why);
         if (!last && s.next != log->segs[i + 1]) {
             char next[SEG_NAME_LEN + 1];
             seg_name(next, log->segs[i + 1]);
-            return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, next, 0,
+            return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, next, 0,
                         "%s/%s: positions jump from %llu (end of %s) to %llu (a gap)", log->dir,
                         next, (unsigned long long)s.next, name,
                         (unsigned long long)log->segs[i + 1]);
@@ -468,7 +334,7 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
                     int e = wfd < 0 ? -wfd : errno;
                     if (wfd >= 0)
                         close(wfd);
-                    return fail(err, -e, SAMPLE_LOG_E_IO, name, (int64_t)s.good,
+                    return sample_log__fail(err, -e, SAMPLE_LOG_E_IO, name, (int64_t)s.good,
                                 "%s/%s: truncating the torn tail at %llu: %s", log->dir, name,
                                 (unsigned long long)s.good, strerror(e));
                 }
@@ -491,11 +357,11 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
     if (c.sync_interval_ms == 0)
         c.sync_interval_ms = SAMPLE_LOG_SYNC_INTERVAL_DEFAULT;
     if (c.segment_bytes < SAMPLE_LOG_SEGMENT_MIN || c.sync > SAMPLE_LOG_SYNC_EVERY_APPEND)
-        return fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
+        return sample_log__fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
                     "sample log config: segment_bytes under %u or an unknown sync policy",
                     SAMPLE_LOG_SEGMENT_MIN);
     if (strlen(dir) >= PATH_MAX - SEG_NAME_LEN - 2)
-        return fail(err, -ENAMETOOLONG, SAMPLE_LOG_E_IO, NULL, -1, "sample log dir too long");
+        return sample_log__fail(err, -ENAMETOOLONG, SAMPLE_LOG_E_IO, NULL, -1, "sample log dir too long");
     sample_log_t *log = calloc(1, sizeof *log);
     if (!log)
         return -ENOMEM;
@@ -506,22 +372,22 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
     uint64_t torn = 0;
     int rc;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        rc = fail(err, -errno, SAMPLE_LOG_E_IO, NULL, -1, "%s: mkdir: %s", dir, strerror(errno));
+        rc = sample_log__fail(err, -errno, SAMPLE_LOG_E_IO, NULL, -1, "%s: mkdir: %s", dir, strerror(errno));
         goto fail_out;
     }
     log->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (log->dirfd < 0) {
-        rc = fail(err, -errno, SAMPLE_LOG_E_IO, NULL, -1, "%s: open: %s", dir, strerror(errno));
+        rc = sample_log__fail(err, -errno, SAMPLE_LOG_E_IO, NULL, -1, "%s: open: %s", dir, strerror(errno));
         goto fail_out;
     }
     if (flock(log->dirfd, LOCK_EX | LOCK_NB) < 0) {
         rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-        fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: another writer holds the log (%s)", dir,
+        sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: another writer holds the log (%s)", dir,
              strerror(-rc));
         goto fail_out;
     }
-    if ((rc = list_segments(dir, &log->segs, &log->nsegs, &log->segs_cap))) {
-        fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: listing: %s", dir, strerror(-rc));
+    if ((rc = sample_log__list_segments(dir, &log->segs, &log->nsegs, &log->segs_cap))) {
+        sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: listing: %s", dir, strerror(-rc));
         goto fail_out;
     }
     if (log->nsegs == 0) {
@@ -534,7 +400,7 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
         log->segs[log->nsegs++] = 0;
         if ((log->fd = open_segment(log, 0, O_CREAT | O_EXCL)) < 0 || fsync(log->dirfd) < 0) {
             rc = log->fd < 0 ? log->fd : -errno;
-            fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: creating the first segment: %s", dir,
+            sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: creating the first segment: %s", dir,
                  strerror(-rc));
             goto fail_out;
         }
@@ -542,7 +408,7 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
         if ((rc = recover(log, &torn, err)))
             goto fail_out;
         if ((log->fd = open_segment(log, log->segs[log->nsegs - 1], 0)) < 0) {
-            rc = fail(err, log->fd, SAMPLE_LOG_E_IO, NULL, -1, "%s: opening the last segment: %s",
+            rc = sample_log__fail(err, log->fd, SAMPLE_LOG_E_IO, NULL, -1, "%s: opening the last segment: %s",
                       dir, strerror(-log->fd));
             goto fail_out;
         }
@@ -624,29 +490,29 @@ static int encode_batch(sample_log_t *log, const sample_log_rec_t *recs, size_t 
                 break;
             size_t need = off + flen + 4 * (size_t)r->train.samples;
             if (need > BATCH_MAX)
-                return fail(err, -E2BIG, SAMPLE_LOG_E_TOO_LARGE, NULL, -1,
+                return sample_log__fail(err, -E2BIG, SAMPLE_LOG_E_TOO_LARGE, NULL, -1,
                             "sample log: batch of %zu records is over %zu bytes at record %zu", n,
                             BATCH_MAX, i);
-            if ((rc = grow(&log->buf, &log->buf_cap, need)))
+            if ((rc = sample_log__grow(&log->buf, &log->buf_cap, need)))
                 return rc;
         }
         if (rc == CODEC_E_TOO_MANY_ITEMS || rc == CODEC_E_TOO_MANY_FEATURES ||
             rc == CODEC_E_FRAME_TOO_LARGE)
-            return fail(err, -E2BIG, SAMPLE_LOG_E_TOO_LARGE, NULL, -1,
+            return sample_log__fail(err, -E2BIG, SAMPLE_LOG_E_TOO_LARGE, NULL, -1,
                         "sample log: record %zu is too large: %s", i, cerr.msg);
         if (rc)
-            return fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
+            return sample_log__fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
                         "sample log: record %zu refused: %s", i, cerr.msg);
         uint32_t samples = r->train.samples;
         size_t wbytes = r->weights ? 4 * (size_t)samples : 0;
-        if ((rc = grow(&log->buf, &log->buf_cap, off + flen + wbytes)))
+        if ((rc = sample_log__grow(&log->buf, &log->buf_cap, off + flen + wbytes)))
             return rc;
         uint8_t *rec = log->buf + off;
         if (r->weights) {
             for (uint32_t k = 0; k < samples; k++) {
                 float w = r->weights[k];
                 if (!isfinite(w) || w < 0.0f)
-                    return fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
+                    return sample_log__fail(err, -EINVAL, SAMPLE_LOG_E_RECORD, NULL, -1,
                                 "sample log: record %zu sample[%u] weight is not finite and >= 0",
                                 i, k);
                 uint32_t bits;
@@ -673,7 +539,7 @@ static int roll(sample_log_t *log, sample_log_error_t *err)
     bool sync = log->cfg.sync != SAMPLE_LOG_SYNC_NEVER;
     int rc;
     if (sync && (rc = sample_log_sync(log)))
-        return fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: fdatasync before roll: %s",
+        return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: fdatasync before roll: %s",
                     log->dir, strerror(-rc));
     if (log->nsegs == log->segs_cap) {
         size_t nc = log->segs_cap ? 2 * log->segs_cap : 16;
@@ -692,7 +558,7 @@ static int roll(sample_log_t *log, sample_log_error_t *err)
             close(fd);
             unlinkat(log->dirfd, name, 0);
         }
-        return fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: starting a segment at %llu: %s",
+        return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: starting a segment at %llu: %s",
                     log->dir, (unsigned long long)log->next_pos, strerror(-rc));
     }
     close(log->fd);
@@ -707,7 +573,7 @@ int sample_log_append(sample_log_t *log, const sample_log_rec_t *recs, size_t n,
                       uint64_t *first_pos, sample_log_error_t *err)
 {
     if (log->broken)
-        return fail(err, -EIO, SAMPLE_LOG_E_IO, NULL, -1,
+        return sample_log__fail(err, -EIO, SAMPLE_LOG_E_IO, NULL, -1,
                     "%s: a failed write could not be cut back; reopen the log", log->dir);
     if (n == 0 || !recs) {
         if (first_pos)
@@ -730,7 +596,7 @@ int sample_log_append(sample_log_t *log, const sample_log_rec_t *recs, size_t n,
             int e = k < 0 ? errno : EIO;
             if (ftruncate(log->fd, (off_t)log->seg_size) < 0)
                 log->broken = true;
-            return fail(err, -e, SAMPLE_LOG_E_IO, NULL, -1, "%s: write: %s", log->dir,
+            return sample_log__fail(err, -e, SAMPLE_LOG_E_IO, NULL, -1, "%s: write: %s", log->dir,
                         strerror(e));
         }
         done += (size_t)k;
@@ -741,7 +607,7 @@ int sample_log_append(sample_log_t *log, const sample_log_rec_t *recs, size_t n,
     log->next_pos += n;
     log->dirty = true;
     if (log->cfg.sync == SAMPLE_LOG_SYNC_EVERY_APPEND && (rc = sample_log_sync(log)))
-        return fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: fdatasync: %s", log->dir,
+        return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: fdatasync: %s", log->dir,
                     strerror(-rc));
     return 0;
 }
@@ -764,186 +630,4 @@ int sample_log_trim(sample_log_t *log, uint64_t before_pos)
     memmove(log->segs, log->segs + k, (log->nsegs - k) * sizeof *log->segs);
     log->nsegs -= k;
     return (int)k;
-}
-
-/* ---- readers ---------------------------------------------------------------- */
-
-static int reader_switch(sample_log_reader_t *r, uint64_t first)
-{
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%020llu.slog", r->dir, (unsigned long long)first);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (r->fd >= 0)
-        close(r->fd);
-    r->fd = fd;
-    r->seg = first;
-    r->off = 0;
-    return 0;
-}
-
-/* 1 when the segment after the current one exists (so it is complete). */
-static int next_segment_exists(const sample_log_reader_t *r)
-{
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%020llu.slog", r->dir, (unsigned long long)r->pos);
-    return r->pos != r->seg && access(path, F_OK) == 0;
-}
-
-static int reader_corrupt(const sample_log_reader_t *r, sample_log_error_t *err, const char *why)
-{
-    char name[SEG_NAME_LEN + 1];
-    seg_name(name, r->seg);
-    return fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, name, (int64_t)r->off,
-                "%s/%s is corrupt at byte offset %llu: %s", r->dir, name,
-                (unsigned long long)r->off, why);
-}
-
-/* Reads the record at r->off into r->buf: 0 and *len, END, or -errno. */
-static int reader_fetch(sample_log_reader_t *r, size_t *len, sample_log_error_t *err)
-{
-    for (;;) {
-        uint8_t h[16];
-        ssize_t k = pread_full(r->fd, h, 16, r->off);
-        if (k < 0)
-            return (int)k;
-        if (k == 0 && next_segment_exists(r)) {
-            int rc = reader_switch(r, r->pos);
-            if (rc)
-                return rc;
-            continue;
-        }
-        size_t need = 16;
-        if (k == 16) {
-            uint32_t body_len = get32(h);
-            if (body_len < 8 || body_len > BODY_MAX)
-                return reader_corrupt(r, err, "a record length out of range");
-            need = 16 + (size_t)body_len;
-            int rc = grow(&r->buf, &r->buf_cap, need);
-            if (rc)
-                return rc;
-            k = pread_full(r->fd, r->buf, need, r->off);
-            if (k < 0)
-                return (int)k;
-        }
-        if ((size_t)k < need)
-            return next_segment_exists(r) ? reader_corrupt(r, err, "a partial record")
-                                          : SAMPLE_LOG_END;
-        *len = need;
-        return 0;
-    }
-}
-
-int sample_log_next(sample_log_reader_t *r, codec_arena_t *arena, sample_log_rec_t *rec,
-                    uint64_t *pos, sample_log_error_t *err)
-{
-    size_t len = 0, rec_len = 0;
-    int rc = reader_fetch(r, &len, err);
-    if (rc)
-        return rc;
-    sample_log_error_t perr;
-    rc = sample_log_parse(r->buf, len, r->pos, arena, rec, pos, &rec_len, &perr);
-    if (rc == -EBADMSG) {
-        /* A newest record failing its checksum is the torn tail the next
-         * writer's open truncates: the end, as it will be. */
-        struct stat st;
-        if (strstr(perr.msg, "checksum") && !next_segment_exists(r) && fstat(r->fd, &st) == 0 &&
-            r->off + len == (uint64_t)st.st_size)
-            return SAMPLE_LOG_END;
-        return reader_corrupt(r, err, perr.msg);
-    }
-    if (rc)
-        return rc;
-    r->off += rec_len;
-    r->pos++;
-    return 0;
-}
-
-int sample_log_reader_open(const char *dir, uint64_t from_pos, sample_log_reader_t **out,
-                           sample_log_error_t *err)
-{
-    if (strlen(dir) >= PATH_MAX - SEG_NAME_LEN - 2)
-        return fail(err, -ENAMETOOLONG, SAMPLE_LOG_E_IO, NULL, -1, "sample log dir too long");
-    uint64_t *segs = NULL;
-    size_t n = 0;
-    int rc = list_segments(dir, &segs, &n, NULL);
-    if (rc)
-        return fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: listing: %s", dir, strerror(-rc));
-    sample_log_reader_t *r = calloc(1, sizeof *r);
-    if (!r) {
-        free(segs);
-        return -ENOMEM;
-    }
-    snprintf(r->dir, sizeof r->dir, "%s", dir);
-    r->fd = -1;
-    if (n == 0 || from_pos < segs[0]) {
-        rc = fail(err, -ERANGE, SAMPLE_LOG_E_POSITION, NULL, -1,
-                  "%s: position %llu is before the first kept record (%llu)", dir,
-                  (unsigned long long)from_pos, n ? (unsigned long long)segs[0] : 0ull);
-        goto out;
-    }
-    size_t lo = 0, hi = n; /* the last segment whose first position is <= from_pos */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (segs[mid] <= from_pos)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    if ((rc = reader_switch(r, segs[lo]))) {
-        fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: opening a segment: %s", dir,
-             strerror(-rc));
-        goto out;
-    }
-    r->pos = segs[lo];
-    struct stat st;
-    if (fstat(r->fd, &st) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    while (r->pos < from_pos) { /* skip by headers: the checksums are next's job */
-        uint8_t h[16];
-        ssize_t k = pread_full(r->fd, h, 16, r->off);
-        if (k < 0) {
-            rc = (int)k;
-            goto out;
-        }
-        if (k < 16 || r->off + 16 + get32(h) > (uint64_t)st.st_size) {
-            rc = fail(err, -ERANGE, SAMPLE_LOG_E_POSITION, NULL, -1,
-                      "%s: position %llu is after the end (%llu)", dir,
-                      (unsigned long long)from_pos, (unsigned long long)r->pos);
-            goto out;
-        }
-        uint32_t body_len = get32(h);
-        if (body_len < 8 || body_len > BODY_MAX || get64(h + 8) != r->pos) {
-            rc = reader_corrupt(r, err, "a bad record length or position while seeking");
-            goto out;
-        }
-        r->off += 16 + (uint64_t)body_len;
-        r->pos++;
-    }
-out:
-    free(segs);
-    if (rc) {
-        sample_log_reader_close(r);
-        return rc;
-    }
-    *out = r;
-    return 0;
-}
-
-uint64_t sample_log_reader_pos(const sample_log_reader_t *r)
-{
-    return r->pos;
-}
-
-void sample_log_reader_close(sample_log_reader_t *r)
-{
-    if (!r)
-        return;
-    if (r->fd >= 0)
-        close(r->fd);
-    free(r->buf);
-    free(r);
 }

@@ -532,6 +532,9 @@ static void kill9_loses_nothing(void **state)
         if (rc)
             fail_msg("round %d: %s", round, err.msg);
         uint64_t end = sample_log_next_pos(log);
+        print_message("round %d: %llu acknowledged, %llu on disk, %llu torn bytes cut\n", round,
+                      (unsigned long long)acked, (unsigned long long)end,
+                      (unsigned long long)torn);
         assert_true(end >= acked);
         sample_log_close(log);
         assert_int_equal(read_all(dir, 0), end); /* every record intact, contiguous */
