@@ -134,7 +134,8 @@ int sample_log__list_segments(const char *dir, uint64_t **out, size_t *n, size_t
         }
         a[k++] = first;
     }
-    qsort(a, k, sizeof *a, cmp_u64);
+    if (k > 1)
+        qsort(a, k, sizeof *a, cmp_u64);
 out:
     closedir(d);
     if (rc) {

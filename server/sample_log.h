@@ -130,8 +130,10 @@ int sample_log_close(sample_log_t *log);
 
 /* Appends recs[0..n) as positions next_pos.. next_pos + n - 1, with one
  * write() (the batch lives in one segment; a batch that does not fit what is
- * left of the current segment starts a new one).  Every record is checked
- * first: one refused record refuses the batch, nothing is written, and *err
+ * left of the current segment starts a new one, and a batch larger than
+ * segment_bytes gets a segment of its own; a batch over 1 GiB is -E2BIG).
+ * Every record is checked first: one refused record refuses the batch,
+ * nothing is written, and *err
  * names the record's index.  On success *first_pos (may be NULL) is the
  * first record's position; the records survive a kill -9 from then on.  On a
  * failed write the file is cut back to where it was; if even that fails the
@@ -167,7 +169,10 @@ uint64_t sample_log_first_pos(const sample_log_t *log);
 /* Opens a reader of the log in dir that starts at position from_pos: the
  * segment whose name is the largest <= from_pos (a binary search over the
  * sorted names), then a scan within it.  from_pos may equal the end (the
- * reader returns END until more is appended).  -ERANGE
+ * reader returns END until more is appended).  A reader follows the
+ * writer into new segments by name; a segment trimmed under it stays
+ * readable through its open fd, but reader_open racing a trim may get
+ * -ENOENT.  -ERANGE
  * (SAMPLE_LOG_E_POSITION) when from_pos is before the first kept record or
  * after the end; -EBADMSG on a corrupt record on the way.  Blocks on disk
  * I/O.  The caller owns *out. */

@@ -486,7 +486,7 @@ static void kill9_loses_nothing(void **state)
     char *dir = tmpdir("kill");
     srand(17);
     uint64_t acked = 0; /* records the children reported appended */
-    for (int round = 0; round < 6; round++) {
+    for (int round = 0; round < 10; round++) {
         int pfd[2];
         assert_int_equal(pipe(pfd), 0);
         pid_t pid = fork();
@@ -515,7 +515,7 @@ static void kill9_loses_nothing(void **state)
             }
         }
         close(pfd[1]);
-        usleep((useconds_t)(1000 + rand() % 20000));
+        usleep((useconds_t)(3000 + rand() % 30000));
         kill(pid, SIGKILL);
         int status;
         waitpid(pid, &status, 0);
