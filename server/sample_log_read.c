@@ -148,6 +148,22 @@ static int reader_corrupt(const sample_log_reader_t *r, sample_log_error_t *err,
                 (unsigned long long)r->off, why);
 }
 
+/* 1 when the current segment is zero from r->off to its end, 0 if not,
+ * -errno. */
+static int zero_to_end(sample_log_reader_t *r)
+{
+    uint8_t tmp[4096];
+    for (uint64_t off = r->off;;) {
+        ssize_t k = sample_log__pread_full(r->fd, tmp, sizeof tmp, off);
+        if (k <= 0)
+            return k < 0 ? (int)k : 1;
+        for (ssize_t i = 0; i < k; i++)
+            if (tmp[i])
+                return 0;
+        off += (uint64_t)k;
+    }
+}
+
 /* Reads the record at r->off into r->buf: 0 and *len, END, or -errno. */
 static int reader_fetch(sample_log_reader_t *r, size_t *len, sample_log_error_t *err)
 {
@@ -166,7 +182,9 @@ static int reader_fetch(sample_log_reader_t *r, size_t *len, sample_log_error_t 
         if (k == 16) {
             uint32_t body_len = get32(h);
             if (body_len < 8 || body_len > BODY_MAX)
-                return reader_corrupt(r, err, "a record length out of range");
+                return !next_segment_exists(r) && zero_to_end(r) == 1
+                           ? SAMPLE_LOG_END /* a power cut's zero pages: open cuts them */
+                           : reader_corrupt(r, err, "a record length out of range");
             need = 16 + (size_t)body_len;
             int rc = sample_log__grow(&r->buf, &r->buf_cap, need);
             if (rc)
