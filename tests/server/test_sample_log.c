@@ -580,6 +580,36 @@ static void parse_partial_is_end(void **state)
     test_rm_rf(dir);
 }
 
+static void sync_policies(void **state)
+{
+    (void)state;
+    char *dir = tmpdir("sync");
+    sample_log_t *log;
+    sample_log_error_t err;
+    /* INTERVAL (the zero config): due only when dirty and the interval passed. */
+    const sample_log_config_t iv = {.segment_bytes = 8192, .sync_interval_ms = 100};
+    assert_int_equal(sample_log_open(dir, &iv, &log, NULL, &err), 0);
+    assert_int_equal(sample_log_sync_if_due(log, 1000), 0); /* clean */
+    append_range(log, 0, 10, 3);
+    assert_int_equal(sample_log_sync_if_due(log, 1000), 1);
+    append_range(log, 10, 20, 3);
+    assert_int_equal(sample_log_sync_if_due(log, 1050), 0); /* too soon */
+    assert_int_equal(sample_log_sync_if_due(log, 1100), 1);
+    assert_int_equal(sample_log_sync_if_due(log, 5000), 0); /* clean again */
+    assert_int_equal(sample_log_close(log), 0);
+    /* EVERY_APPEND: flushed before append returns, nothing left to sync. */
+    const sample_log_config_t ea = {.segment_bytes = 8192, .sync = SAMPLE_LOG_SYNC_EVERY_APPEND};
+    assert_int_equal(sample_log_open(dir, &ea, &log, NULL, &err), 0);
+    append_range(log, 20, 120, 5);
+    assert_int_equal(sample_log_sync_if_due(log, 10000), 0);
+    assert_int_equal(sample_log_close(log), 0);
+    assert_int_equal(read_all(dir, 0), 120);
+    /* A bad config is refused. */
+    const sample_log_config_t bad = {.segment_bytes = 100};
+    assert_int_equal(sample_log_open(dir, &bad, &log, NULL, &err), -EINVAL);
+    test_rm_rf(dir);
+}
+
 int main(void)
 {
     arena.cap = sample_log_arena_bound();
@@ -592,6 +622,7 @@ int main(void)
         cmocka_unit_test(middle_corruption_refused),
         cmocka_unit_test(kill9_loses_nothing),
         cmocka_unit_test(parse_partial_is_end),
+        cmocka_unit_test(sync_policies),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(arena.base);
