@@ -70,6 +70,7 @@
  *   callbacks run under the lock (documented in the header: copy, do not
  *   call back).  Nothing allocates after create.
  */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE, getrandom */
 #include "impression_log.h"
 
 #include <errno.h>
