@@ -435,6 +435,7 @@ static _Atomic uint8_t t_neg[T_THREADS][T_IMPS][T_ITEMS]; /* negative emits */
 static uint8_t t_ok[T_THREADS][T_IMPS][T_ITEMS];          /* OK returned (one writer each) */
 static _Atomic uint64_t t_clock, t_bad, t_put_fail;
 static _Atomic int t_done;
+static _Atomic uint32_t t_progress[T_THREADS]; /* impressions put by each */
 static impression_log_t *t_log;
 
 static uint64_t t_id(uint32_t th, uint32_t i)
@@ -460,6 +461,16 @@ static void t_emit(const impression_sample_t *s, void *ctx)
         atomic_fetch_add(&t_neg[th][i][j], 1);
 }
 
+/* Feedback on item j of thread th's impression p, times times; t_ok[th][p][j]
+ * has one writer: th itself for j = p % 4, th's feeder for the other. */
+static void t_feed(uint32_t th, uint32_t p, uint32_t j, int times)
+{
+    for (int k = 0; k < times; k++)
+        if (impression_log_feedback(t_log, t_id(th, p), th, j, (float)(p & 1), 1.0f,
+                                    atomic_load(&t_clock), t_emit, NULL) == IMPRESSION_FB_OK)
+            t_ok[th][p][j]++;
+}
+
 static void *t_worker(void *arg)
 {
     uint32_t th = (uint32_t)(uintptr_t)arg, peer = (th + 1) % T_THREADS;
@@ -478,21 +489,17 @@ static void *t_worker(void *arg)
             atomic_fetch_add(&t_put_fail, 1);
         if (i % 64 == 0)
             atomic_fetch_add(&t_clock, 1);
-        /* feedback on the peer's impression T_LAG back (maybe not yet put, maybe gone) */
+        atomic_store(&t_progress[th], i + 1);
+        /* its own impression T_LAG back, item p % 4; one in 5 twice (a duplicate) */
         if (i >= T_LAG) {
-            uint32_t p = i - T_LAG, j = (p * 7) % T_ITEMS;
-            for (int twice = 0; twice < (p % 5 == 0 ? 2 : 1); twice++) {
-                impression_log_fb_t st = impression_log_feedback(
-                    t_log, t_id(peer, p), peer, j, 1.0f, 1.0f, atomic_load(&t_clock), t_emit, NULL);
-                if (st == IMPRESSION_FB_OK)
-                    t_ok[peer][p][j]++;
-            }
-            if (p % 3 == 0) /* a second item */
-                if (impression_log_feedback(t_log, t_id(peer, p), peer, (j + 1) % T_ITEMS, 0.0f,
-                                            1.0f, atomic_load(&t_clock), t_emit, NULL) ==
-                    IMPRESSION_FB_OK)
-                    t_ok[peer][p][(j + 1) % T_ITEMS]++;
+            uint32_t p = i - T_LAG, j = p % T_ITEMS;
+            t_feed(th, p, j, p % 5 == 0 ? 2 : 1);
         }
+        /* the peer's newest but T_LAG, item p % 4 + 2 (from another thread: the peer may
+         * be stalled, so the same one again and again: duplicates; or gone: unknown) */
+        uint32_t pp = atomic_load(&t_progress[peer]);
+        if (pp > T_LAG)
+            t_feed(peer, pp - T_LAG, (pp - T_LAG + 2) % T_ITEMS, 1);
     }
     return NULL;
 }
@@ -514,7 +521,7 @@ static void threads_exactly_once(void **state)
     c.max_bytes = 64 * 16384; /* 16 KiB stripes: ~100 entries each, so eviction happens too */
     c.stripes = 64;
     c.max_entries = 64 * 200;
-    c.window_ms = 20;         /* ~1,300 puts per thread */
+    c.window_ms = 10;         /* the clock ticks every 64 puts of a thread */
     c.evict_emit = t_emit;
     assert_int_equal(impression_log_create(&c, &t_log), 0);
     pthread_t w[T_THREADS], ex;
