@@ -19,6 +19,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+static void check_stripe(impression_log_t *log, struct stripe *s);
+
 /* ---- a sink that keeps copies of what was emitted -------------------------------- */
 
 #define REC_MAX 4096
@@ -337,6 +339,7 @@ static void eviction_oldest_first(void **state)
         if (next_evict > 0)
             assert_true(index_find(s, next_evict - 1, (uint32_t)hash_id(log, next_evict - 1)) < 0);
         assert_true(s->bytes <= s->cap);
+        check_stripe(log, s);
     }
     assert_true(next_evict > 400); /* it did wrap many times */
     /* an evicted one is unknown; a held one joins with its exact block */
@@ -597,6 +600,194 @@ static void hostile_ids(void **state)
     impression_log_destroy(log);
 }
 
+
+/* ---- random operations against the ring's invariants ------------------------------- */
+
+/* Walks a stripe's ring from head to tail: every entry inside the arena and
+ * its segment, times monotonic, blocks inside their entry, labeled bits
+ * counted, the index pointing at each and holding nothing else. */
+static void check_stripe(impression_log_t *log, struct stripe *s)
+{
+    uint64_t off = s->head, bytes = 0, last_t = 0;
+    bool wrapped = s->wrapped;
+    if (s->count == 0) {
+        assert_int_equal(s->head, 0);
+        assert_int_equal(s->tail, 0);
+        assert_false(s->wrapped);
+    }
+    for (uint64_t n = 0; n < s->count; n++) {
+        if (wrapped && off == s->wrap_end) {
+            off = 0;
+            wrapped = false;
+        }
+        uint64_t end = wrapped ? s->wrap_end : s->tail;
+        assert_true(off + sizeof(struct entry) <= end);
+        struct entry *e = (struct entry *)(s->arena + off);
+        assert_true(e->size % 8 == 0 && off + e->size <= end);
+        assert_true(e->t_ms >= last_t);
+        last_t = e->t_ms;
+        assert_true(e->n_items >= 1 && e->n_labeled <= e->n_items);
+        uint32_t bits = 0;
+        for (uint32_t w = 0; w < (e->n_items + 63) / 64; w++)
+            bits += (uint32_t)__builtin_popcountll(bitmap_of(e)[w]);
+        assert_int_equal(bits, e->n_labeled);
+        codec_block_t sh = shared_of(e);
+        assert_true((const uint8_t *)sh.ids + block_bytes(&sh) <= (uint8_t *)e + e->size);
+        for (uint32_t i = 0; i < e->n_items; i++) {
+            codec_block_t b = item_of(e, i);
+            assert_true((const uint8_t *)b.ids >= (const uint8_t *)sh.ids + block_bytes(&sh));
+            assert_true((const uint8_t *)b.ids + block_bytes(&b) <= (uint8_t *)e + e->size);
+        }
+        int64_t sl = index_find(s, e->id, (uint32_t)hash_id(log, e->id));
+        assert_true(sl >= 0);
+        assert_int_equal(((uint64_t)s->index[sl].off8 - 1) * 8, off);
+        bytes += e->size;
+        off += e->size;
+    }
+    if (s->count)
+        assert_int_equal(off, s->tail);
+    assert_int_equal(bytes, s->bytes);
+    uint64_t used = 0;
+    for (uint64_t i = 0; i <= s->mask; i++)
+        used += s->index[i].off8 != 0;
+    assert_int_equal(used, s->count);
+}
+
+#define R_IDS 6000u
+#define R_ITEMS 70u /* past 64: a bitmap of two words */
+
+static uint8_t r_ok[R_IDS][R_ITEMS], r_fb[R_IDS][R_ITEMS], r_neg[R_IDS][R_ITEMS];
+static uint32_t r_nitems[R_IDS]; /* 0: not logged */
+static uint64_t r_bad;
+
+static uint32_t r_hash(uint64_t id, uint32_t item)
+{
+    uint64_t h = (id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)item * 0xBF58476D1CE4E5B9ull);
+    return (uint32_t)(h >> 33);
+}
+
+/* The block of item (UINT32_MAX: shared) of impression id, into ids/vals. */
+static codec_block_t r_block(uint64_t id, uint32_t item, uint64_t *ids, float *vals)
+{
+    uint32_t h = r_hash(id, item), n = h % 21;
+    for (uint32_t k = 0; k < n; k++) {
+        ids[k] = id * 100000 + (uint64_t)item * 64 + k;
+        vals[k] = (float)(k + item);
+    }
+    return (codec_block_t){ids, (h >> 8) & 1 ? vals : NULL, n};
+}
+
+static bool r_same(const codec_block_t *got, uint64_t id, uint32_t item)
+{
+    uint64_t ids[32];
+    float vals[32];
+    codec_block_t w = r_block(id, item, ids, vals);
+    if (got->n != w.n || (got->values != NULL) != (w.values != NULL))
+        return false;
+    if (w.n && memcmp(got->ids, w.ids, 8 * (size_t)w.n) != 0)
+        return false;
+    return !(w.values && w.n && memcmp(got->values, w.values, 4 * (size_t)w.n) != 0);
+}
+
+static void r_emit(const impression_sample_t *s, void *ctx)
+{
+    (void)ctx;
+    uint64_t id = s->impression_id;
+    if (id >= R_IDS || s->item >= r_nitems[id] || s->n_items != r_nitems[id] ||
+        s->version != id + 7 || !r_same(&s->shared, id, UINT32_MAX) || !r_same(&s->block, id, s->item)) {
+        r_bad++;
+        return;
+    }
+    if (s->src == IMPRESSION_SRC_FEEDBACK)
+        r_fb[id][s->item]++;
+    else
+        r_neg[id][s->item]++;
+}
+
+static void random_ops(void **state)
+{
+    (void)state;
+    impression_log_config_t c = impression_log_config_default();
+    c.max_bytes = 4 * 8192; /* 8 KiB stripes: wraps and evictions all the time */
+    c.stripes = 4;
+    c.max_entries = 4 * 40;
+    c.window_ms = 30;
+    c.evict_emit = r_emit;
+    impression_log_t *log = NULL;
+    assert_int_equal(impression_log_create(&c, &log), 0);
+    uint64_t rnd = 12345, now = 0, next_id = 0, put_ok = 0, too_big = 0;
+    static uint64_t ids[R_ITEMS + 1][32];
+    static float vals[R_ITEMS + 1][32];
+    codec_block_t items[R_ITEMS];
+    for (int op = 0; op < 40000 && next_id < R_IDS; op++) {
+        rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(rnd >> 33);
+        now += r % 3;
+        if (r % 100 < 45) { /* a new impression */
+            uint64_t id = next_id++;
+            uint32_t n_items = 1 + (r >> 8) % R_ITEMS;
+            codec_block_t sh = r_block(id, UINT32_MAX, ids[R_ITEMS], vals[R_ITEMS]);
+            uint64_t size = sizeof(struct entry) + 8 * ((n_items + 63) / 64) + 8 * (uint64_t)n_items +
+                            block_bytes(&sh);
+            for (uint32_t i = 0; i < n_items; i++) {
+                items[i] = r_block(id, i, ids[i], vals[i]);
+                size += block_bytes(&items[i]);
+            }
+            r_nitems[id] = n_items; /* before the put: its evictions emit from inside it */
+            int rc = impression_log_put(log, id, 1, id + 7, now, &sh, items, n_items);
+            if (size > 8192) {
+                assert_int_equal(rc, -E2BIG);
+                r_nitems[id] = 0;
+                too_big++;
+            } else {
+                assert_int_equal(rc, 0);
+                put_ok++;
+            }
+        } else if (r % 100 < 50 && next_id > 0) { /* a duplicate of a held one */
+            uint64_t id = next_id - 1 - (r >> 8) % (next_id < 50 ? next_id : 50);
+            struct stripe *s = stripe_of(log, hash_id(log, id));
+            if (index_find(s, id, (uint32_t)hash_id(log, id)) >= 0)
+                assert_int_equal(impression_log_put(log, id, 1, 0, now, &SHARED, ITEMS, 1), -EEXIST);
+        } else if (r % 100 < 95 && next_id > 0) { /* feedback, maybe out of range or gone */
+            uint64_t id = next_id - 1 - (r >> 8) % (next_id < 20 ? next_id : 20);
+            uint32_t item = (r >> 16) % (R_ITEMS + 2);
+            impression_log_fb_t st = impression_log_feedback(log, id, 1, item, (float)(r & 1), 1.0f,
+                                                             now, r_emit, NULL);
+            if (st == IMPRESSION_FB_OK)
+                r_ok[id][item]++;
+            else if (st == IMPRESSION_FB_ITEM_OUT_OF_RANGE)
+                assert_true(item >= r_nitems[id] && r_nitems[id] > 0);
+            else
+                assert_true(st == IMPRESSION_FB_UNKNOWN_IMPRESSION || st == IMPRESSION_FB_DUPLICATE);
+        } else {
+            impression_log_expire(log, now, r_emit, NULL);
+        }
+        for (uint32_t i = 0; i < log->nstripes; i++)
+            check_stripe(log, &log->stripes[i]);
+    }
+    impression_log_expire(log, UINT64_MAX, r_emit, NULL);
+    assert_int_equal(r_bad, 0);
+    uint64_t ok = 0, neg = 0;
+    for (uint64_t id = 0; id < next_id; id++)
+        for (uint32_t i = 0; i < r_nitems[id]; i++) {
+            if (r_ok[id][i] > 1 || r_fb[id][i] != r_ok[id][i] || r_neg[id][i] != 1 - r_ok[id][i])
+                fail_msg("impression %" PRIu64 " item %u: ok %u, emitted %u, negatives %u", id, i,
+                         r_ok[id][i], r_fb[id][i], r_neg[id][i]);
+            ok += r_ok[id][i];
+            neg += r_neg[id][i];
+        }
+    impression_log_stats_t st;
+    impression_log_stats(log, &st);
+    assert_int_equal(st.puts, put_ok);
+    assert_int_equal(st.refused_too_big, too_big);
+    assert_int_equal(st.fb_ok, ok);
+    assert_int_equal(st.negatives_emitted, neg);
+    print_message("random: %" PRIu64 " puts, %" PRIu64 " too big, %" PRIu64 " evicted, %" PRIu64
+                  " expired, %" PRIu64 " joined\n", put_ok, too_big, st.evicted, st.expired, ok);
+    assert_true(st.evicted > 100 && st.expired > 100 && ok > 100 && too_big > 0);
+    impression_log_destroy(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -608,6 +799,7 @@ int main(void)
         cmocka_unit_test(window_expiry),
         cmocka_unit_test(threads_exactly_once),
         cmocka_unit_test(hostile_ids),
+        cmocka_unit_test(random_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
