@@ -101,10 +101,10 @@ struct slot {
 _Static_assert(sizeof(struct slot) == 16, "slot grew");
 
 struct entry {
-    uint64_t id;            /* impression id */
-    uint64_t version;       /* model version that scored it */
-    uint64_t t_ms;          /* logged at (monotonic per stripe) */
-    uint32_t size;          /* bytes of the entry, a multiple of 8 */
+    uint64_t id;      /* impression id */
+    uint64_t version; /* model version that scored it */
+    uint64_t t_ms;    /* logged at (monotonic per stripe) */
+    uint32_t size;    /* bytes of the entry, a multiple of 8 */
     uint32_t model_id;
     uint32_t n_items;       /* >= 1 */
     uint32_t n_labeled;     /* items with feedback */
@@ -121,19 +121,19 @@ struct item_desc {
 struct stripe {
     pthread_mutex_t lock;
     /* Protected by lock: */
-    uint8_t *arena;        /* cap bytes (a slice of the log's mapping) */
-    uint64_t cap;          /* a multiple of 8 */
-    uint64_t head;         /* offset of the oldest entry */
-    uint64_t tail;         /* where the next entry goes */
-    uint64_t wrap_end;     /* wrapped: end of the data before offset 0 */
-    bool wrapped;          /* data is [head, wrap_end) + [0, tail) */
-    uint64_t count;        /* entries held */
-    uint64_t bytes;        /* bytes they use */
-    uint64_t last_t;       /* the newest entry's t_ms */
-    struct slot *index;    /* mask + 1 slots */
+    uint8_t *arena;     /* cap bytes (a slice of the log's mapping) */
+    uint64_t cap;       /* a multiple of 8 */
+    uint64_t head;      /* offset of the oldest entry */
+    uint64_t tail;      /* where the next entry goes */
+    uint64_t wrap_end;  /* wrapped: end of the data before offset 0 */
+    bool wrapped;       /* data is [head, wrap_end) + [0, tail) */
+    uint64_t count;     /* entries held */
+    uint64_t bytes;     /* bytes they use */
+    uint64_t last_t;    /* the newest entry's t_ms */
+    struct slot *index; /* mask + 1 slots */
     uint32_t mask;
-    uint32_t max_entries;  /* count bound, <= (mask + 1) / 2 */
-    uint32_t probe_max;    /* longest probe seen */
+    uint32_t max_entries; /* count bound, <= (mask + 1) / 2 */
+    uint32_t probe_max;   /* longest probe seen */
 #define STRIPE_FIELD_(name, help) uint64_t name;
     IMPRESSION_LOG_COUNTERS(STRIPE_FIELD_)
 #undef STRIPE_FIELD_
@@ -142,14 +142,14 @@ struct stripe {
 struct impression_log {
     struct stripe *stripes; /* nstripes, 64-byte aligned */
     uint32_t nstripes;
-    uint32_t stripe_shift;  /* 64 - log2(nstripes); 64 when one stripe */
-    uint64_t k0, k1;        /* SipHash key */
+    uint32_t stripe_shift; /* 64 - log2(nstripes); 64 when one stripe */
+    uint64_t k0, k1;       /* SipHash key */
     uint64_t window_ms;
     bool emit_negatives;
     float negative_weight;
     impression_log_emit_fn evict_emit;
     void *evict_ctx;
-    uint8_t *arena_map;     /* one mapping for all arenas */
+    uint8_t *arena_map; /* one mapping for all arenas */
     size_t arena_map_len;
     struct slot *index_map; /* one mapping for all indexes */
     size_t index_map_len;
@@ -158,12 +158,22 @@ struct impression_log {
 /* ---- hashing ------------------------------------------------------------------ */
 
 #define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                   \
-    do {                                                                           \
-        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                  \
-        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                     \
-        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                     \
-        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                  \
+#define SIPROUND           \
+    do {                   \
+        v0 += v1;          \
+        v1 = ROTL(v1, 13); \
+        v1 ^= v0;          \
+        v0 = ROTL(v0, 32); \
+        v2 += v3;          \
+        v3 = ROTL(v3, 16); \
+        v3 ^= v2;          \
+        v0 += v3;          \
+        v3 = ROTL(v3, 21); \
+        v3 ^= v0;          \
+        v2 += v1;          \
+        v1 = ROTL(v1, 17); \
+        v1 ^= v2;          \
+        v2 = ROTL(v2, 32); \
     } while (0)
 
 /* SipHash-1-3 of one 8-byte message: the id. */
@@ -424,8 +434,8 @@ COLD int impression_log_create(const impression_log_config_t *cfg, impression_lo
     uint32_t ns = cfg->stripes ? cfg->stripes : STRIPES_DEFAULT;
     if (ns > STRIPES_MAX || (ns & (ns - 1)) != 0 || cfg->window_ms == 0)
         return -EINVAL;
-    if (cfg->emit_negatives &&
-        !(isfinite(cfg->negative_weight) && cfg->negative_weight > 0 && cfg->negative_weight <= MAX_WEIGHT))
+    if (cfg->emit_negatives && !(isfinite(cfg->negative_weight) && cfg->negative_weight > 0 &&
+                                 cfg->negative_weight <= MAX_WEIGHT))
         return -EINVAL;
     uint64_t cap = cfg->max_bytes / ns / 8 * 8;
     if (cap < STRIPE_MIN_BYTES || cap > STRIPE_MAX_BYTES)
@@ -581,13 +591,20 @@ out:
 const char *impression_log_fb_str(impression_log_fb_t st)
 {
     switch (st) {
-    case IMPRESSION_FB_OK: return "ok";
-    case IMPRESSION_FB_UNKNOWN_IMPRESSION: return "unknown impression (never logged, expired or evicted)";
-    case IMPRESSION_FB_ITEM_OUT_OF_RANGE: return "item index out of range";
-    case IMPRESSION_FB_WRONG_MODEL: return "impression logged for another model";
-    case IMPRESSION_FB_DUPLICATE: return "item already has feedback";
-    case IMPRESSION_FB_BAD_VALUE: return "label not in [0, 1] or weight not in (0, 1e6]";
-    case IMPRESSION_FB_COUNT_: break;
+    case IMPRESSION_FB_OK:
+        return "ok";
+    case IMPRESSION_FB_UNKNOWN_IMPRESSION:
+        return "unknown impression (never logged, expired or evicted)";
+    case IMPRESSION_FB_ITEM_OUT_OF_RANGE:
+        return "item index out of range";
+    case IMPRESSION_FB_WRONG_MODEL:
+        return "impression logged for another model";
+    case IMPRESSION_FB_DUPLICATE:
+        return "item already has feedback";
+    case IMPRESSION_FB_BAD_VALUE:
+        return "label not in [0, 1] or weight not in (0, 1e6]";
+    case IMPRESSION_FB_COUNT_:
+        break;
     }
     return "unknown status";
 }

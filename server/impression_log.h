@@ -56,25 +56,25 @@ typedef struct impression_sample {
     uint64_t version;       /* the model version that scored the impression */
     uint64_t impression_ms; /* when it was logged (the put's clock, made monotonic per stripe) */
     uint32_t model_id;
-    uint32_t item;          /* index of the item in its PREDICT */
-    uint32_t n_items;       /* items of the impression */
-    float label;            /* [0, 1]; 0 for negatives */
-    float weight;           /* > 0; cfg.negative_weight for negatives */
+    uint32_t item;    /* index of the item in its PREDICT */
+    uint32_t n_items; /* items of the impression */
+    float label;      /* [0, 1]; 0 for negatives */
+    float weight;     /* > 0; cfg.negative_weight for negatives */
     impression_src_t src;
-    codec_block_t shared;   /* the user/context block, as put (values NULL when none were) */
-    codec_block_t block;    /* the item's block, as put */
+    codec_block_t shared; /* the user/context block, as put (values NULL when none were) */
+    codec_block_t block;  /* the item's block, as put */
 } impression_sample_t;
 
 /* Called with a sample while the stripe is locked: copy, do not call the log. */
 typedef void (*impression_log_emit_fn)(const impression_sample_t *s, void *ctx);
 
 typedef struct impression_log_config {
-    uint64_t max_bytes;       /* entry bytes over all stripes (each gets max_bytes / stripes) */
-    uint64_t max_entries;     /* impressions held at most; 0 = max_bytes / 1024 */
-    uint64_t window_ms;       /* feedback window: older entries expire */
-    uint32_t stripes;         /* a power of two in 1..4096; 0 = 64 */
-    bool emit_negatives;      /* expiry and eviction emit a negative per unlabeled item */
-    float negative_weight;    /* weight of those negatives, > 0 and finite (1 is usual) */
+    uint64_t max_bytes;    /* entry bytes over all stripes (each gets max_bytes / stripes) */
+    uint64_t max_entries;  /* impressions held at most; 0 = max_bytes / 1024 */
+    uint64_t window_ms;    /* feedback window: older entries expire */
+    uint32_t stripes;      /* a power of two in 1..4096; 0 = 64 */
+    bool emit_negatives;   /* expiry and eviction emit a negative per unlabeled item */
+    float negative_weight; /* weight of those negatives, > 0 and finite (1 is usual) */
     /* The sink for the negatives of entries evicted early by a put (called on
      * the putting worker's thread, stripe locked, same rules as any emit).
      * NULL: those negatives are counted in negatives_dropped instead. */
@@ -116,12 +116,12 @@ int impression_log_put(impression_log_t *log, uint64_t impression_id, uint32_t m
                        const codec_block_t *items, uint32_t n_items);
 
 typedef enum impression_log_fb {
-    IMPRESSION_FB_OK = 0,              /* joined: emit was called once */
-    IMPRESSION_FB_UNKNOWN_IMPRESSION,  /* never logged, expired (past the window) or evicted */
-    IMPRESSION_FB_ITEM_OUT_OF_RANGE,   /* item >= the impression's item count */
-    IMPRESSION_FB_WRONG_MODEL,         /* logged for another model id */
-    IMPRESSION_FB_DUPLICATE,           /* this item already had its feedback */
-    IMPRESSION_FB_BAD_VALUE,           /* label not in [0, 1] or weight not in (0, 1e6], or NaN */
+    IMPRESSION_FB_OK = 0,             /* joined: emit was called once */
+    IMPRESSION_FB_UNKNOWN_IMPRESSION, /* never logged, expired (past the window) or evicted */
+    IMPRESSION_FB_ITEM_OUT_OF_RANGE,  /* item >= the impression's item count */
+    IMPRESSION_FB_WRONG_MODEL,        /* logged for another model id */
+    IMPRESSION_FB_DUPLICATE,          /* this item already had its feedback */
+    IMPRESSION_FB_BAD_VALUE,          /* label not in [0, 1] or weight not in (0, 1e6], or NaN */
     IMPRESSION_FB_COUNT_
 } impression_log_fb_t;
 
@@ -158,20 +158,20 @@ impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t n
 /* ---- metrics ---------------------------------------------------------------- */
 
 /* The counters, defined once: X(name, help).  All count since create. */
-#define IMPRESSION_LOG_COUNTERS(X)                                                       \
-    X(puts, "impressions logged")                                                        \
-    X(refused_duplicate, "puts refused: impression id already held")                     \
-    X(refused_too_big, "puts refused: entry larger than a stripe")                       \
-    X(refused_invalid, "puts refused: bad arguments")                                    \
-    X(fb_ok, "feedback joined to its impression")                                        \
-    X(fb_unknown, "feedback for an unknown, expired or evicted impression")              \
-    X(fb_out_of_range, "feedback for an item index out of range")                        \
-    X(fb_wrong_model, "feedback naming another model")                                   \
-    X(fb_duplicate, "feedback for an item that already had it")                          \
-    X(fb_bad_value, "feedback with a label or weight out of range")                      \
-    X(expired, "impressions expired at the end of the window")                           \
-    X(evicted, "impressions evicted early to make room")                                 \
-    X(negatives_emitted, "negatives emitted for unlabeled items")                        \
+#define IMPRESSION_LOG_COUNTERS(X)                                          \
+    X(puts, "impressions logged")                                           \
+    X(refused_duplicate, "puts refused: impression id already held")        \
+    X(refused_too_big, "puts refused: entry larger than a stripe")          \
+    X(refused_invalid, "puts refused: bad arguments")                       \
+    X(fb_ok, "feedback joined to its impression")                           \
+    X(fb_unknown, "feedback for an unknown, expired or evicted impression") \
+    X(fb_out_of_range, "feedback for an item index out of range")           \
+    X(fb_wrong_model, "feedback naming another model")                      \
+    X(fb_duplicate, "feedback for an item that already had it")             \
+    X(fb_bad_value, "feedback with a label or weight out of range")         \
+    X(expired, "impressions expired at the end of the window")              \
+    X(evicted, "impressions evicted early to make room")                    \
+    X(negatives_emitted, "negatives emitted for unlabeled items")           \
     X(negatives_dropped, "negatives not emitted: no sink (evict_emit or emit NULL)")
 
 typedef struct impression_log_stats {

@@ -177,7 +177,8 @@ int main(int argc, char **argv)
 
     /* memory: the entry plus its share of the index (2 slots of 16 B an entry at full load,
      * sized by max_entries, by default one per KiB of max_bytes) */
-    double index_per_entry = 16.0 * 2 * (double)(c.max_bytes / 1024) / ((double)c.max_bytes / entry_bytes);
+    double index_per_entry =
+        16.0 * 2 * (double)(c.max_bytes / 1024) / ((double)c.max_bytes / entry_bytes);
     double per_imp = entry_bytes + index_per_entry;
     double fit = (double)(UINT64_C(1) << 30) / per_imp;
     printf("memory: %.0f B an impression (%.0f entry + %.0f index); 1 GiB holds %.0f impressions"

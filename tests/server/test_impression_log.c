@@ -6,11 +6,11 @@
  * expires (every OK emitted once, every other item one negative), and ids
  * built to collide under a plain mask keeping probes short.
  */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include "server/impression_log.c"
 
@@ -238,8 +238,9 @@ static void statuses(void **state)
         {1, 7, 2, 1, 1, 101, IMPRESSION_FB_UNKNOWN_IMPRESSION}, /* late, not yet popped */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        impression_log_fb_t got = impression_log_feedback(log, cases[i].id, cases[i].model,
-            cases[i].item, cases[i].label, cases[i].weight, cases[i].now, sink_emit, k);
+        impression_log_fb_t got =
+            impression_log_feedback(log, cases[i].id, cases[i].model, cases[i].item, cases[i].label,
+                                    cases[i].weight, cases[i].now, sink_emit, k);
         if (got != cases[i].want)
             fail_msg("case %zu: got %s, want %s", i, impression_log_fb_str(got),
                      impression_log_fb_str(cases[i].want));
@@ -272,7 +273,8 @@ static void put_refusals(void **state)
     assert_int_equal(impression_log_put(log, 5, 1, 1, 0, &SHARED, ITEMS, 4), 0);
     /* a duplicate: refused, the first kept */
     assert_int_equal(impression_log_put(log, 5, 2, 2, 0, &SHARED_NOVALS, ITEMS + 1, 1), -EEXIST);
-    assert_int_equal(impression_log_feedback(log, 5, 1, 3, 1, 1, 0, sink_emit, k), IMPRESSION_FB_OK);
+    assert_int_equal(impression_log_feedback(log, 5, 1, 3, 1, 1, 0, sink_emit, k),
+                     IMPRESSION_FB_OK);
     assert_rec(&k->r[0], &SHARED, &ITEMS[3]);
     assert_int_equal(k->r[0].s.version, 1);
 
@@ -524,7 +526,7 @@ static void threads_exactly_once(void **state)
     c.max_bytes = 64 * 16384; /* 16 KiB stripes: ~100 entries each, so eviction happens too */
     c.stripes = 64;
     c.max_entries = 64 * 200;
-    c.window_ms = 10;         /* the clock ticks every 64 puts of a thread */
+    c.window_ms = 10; /* the clock ticks every 64 puts of a thread */
     c.evict_emit = t_emit;
     assert_int_equal(impression_log_create(&c, &t_log), 0);
     pthread_t w[T_THREADS], ex;
@@ -545,8 +547,8 @@ static void threads_exactly_once(void **state)
             for (uint32_t j = 0; j < T_ITEMS; j++) {
                 uint8_t f = atomic_load(&t_fb[t][i][j]), n = atomic_load(&t_neg[t][i][j]);
                 if (t_ok[t][i][j] > 1 || f != t_ok[t][i][j] || n != 1 - t_ok[t][i][j])
-                    fail_msg("thread %d impression %u item %u: ok %u, emitted %u, negatives %u",
-                             t, i, j, t_ok[t][i][j], f, n);
+                    fail_msg("thread %d impression %u item %u: ok %u, emitted %u, negatives %u", t,
+                             i, j, t_ok[t][i][j], f, n);
                 ok += f;
                 neg += n;
             }
@@ -561,8 +563,9 @@ static void threads_exactly_once(void **state)
     assert_int_equal(st.negatives_dropped, 0);
     assert_true(ok > 0);
     assert_true(st.fb_duplicate > 0);
-    print_message("threads: %" PRIu64 " joined, %" PRIu64 " negatives, %" PRIu64 " expired, %" PRIu64
-                  " evicted, %" PRIu64 " unknown, %" PRIu64 " duplicate, probe max %u\n",
+    print_message("threads: %" PRIu64 " joined, %" PRIu64 " negatives, %" PRIu64
+                  " expired, %" PRIu64 " evicted, %" PRIu64 " unknown, %" PRIu64
+                  " duplicate, probe max %u\n",
                   ok, neg, st.expired, st.evicted, st.fb_unknown, st.fb_duplicate, st.probe_max);
     impression_log_destroy(t_log);
 }
@@ -579,7 +582,8 @@ static void hostile_ids(void **state)
     assert_int_equal(impression_log_create(&c, &log), 0);
     const uint64_t n = 150000;
     for (uint64_t i = 1; i <= n; i++)
-        assert_int_equal(impression_log_put(log, i << 32, 1, 1, 0, &SHARED_NOVALS, ITEMS + 1, 1), 0);
+        assert_int_equal(impression_log_put(log, i << 32, 1, 1, 0, &SHARED_NOVALS, ITEMS + 1, 1),
+                         0);
     impression_log_stats_t st;
     impression_log_stats(log, &st);
     assert_int_equal(st.entries, n);
@@ -599,7 +603,6 @@ static void hostile_ids(void **state)
     assert_true(st.probe_max <= 64);
     impression_log_destroy(log);
 }
-
 
 /* ---- random operations against the ring's invariants ------------------------------- */
 
@@ -694,7 +697,8 @@ static void r_emit(const impression_sample_t *s, void *ctx)
     (void)ctx;
     uint64_t id = s->impression_id;
     if (id >= R_IDS || s->item >= r_nitems[id] || s->n_items != r_nitems[id] ||
-        s->version != id + 7 || !r_same(&s->shared, id, UINT32_MAX) || !r_same(&s->block, id, s->item)) {
+        s->version != id + 7 || !r_same(&s->shared, id, UINT32_MAX) ||
+        !r_same(&s->block, id, s->item)) {
         r_bad++;
         return;
     }
@@ -727,8 +731,8 @@ static void random_ops(void **state)
             uint64_t id = next_id++;
             uint32_t n_items = 1 + (r >> 8) % R_ITEMS;
             codec_block_t sh = r_block(id, UINT32_MAX, ids[R_ITEMS], vals[R_ITEMS]);
-            uint64_t size = sizeof(struct entry) + 8 * ((n_items + 63) / 64) + 8 * (uint64_t)n_items +
-                            block_bytes(&sh);
+            uint64_t size = sizeof(struct entry) + 8 * ((n_items + 63) / 64) +
+                            8 * (uint64_t)n_items + block_bytes(&sh);
             for (uint32_t i = 0; i < n_items; i++) {
                 items[i] = r_block(id, i, ids[i], vals[i]);
                 size += block_bytes(&items[i]);
@@ -747,18 +751,20 @@ static void random_ops(void **state)
             uint64_t id = next_id - 1 - (r >> 8) % (next_id < 50 ? next_id : 50);
             struct stripe *s = stripe_of(log, hash_id(log, id));
             if (index_find(s, id, (uint32_t)hash_id(log, id)) >= 0)
-                assert_int_equal(impression_log_put(log, id, 1, 0, now, &SHARED, ITEMS, 1), -EEXIST);
+                assert_int_equal(impression_log_put(log, id, 1, 0, now, &SHARED, ITEMS, 1),
+                                 -EEXIST);
         } else if (r % 100 < 95 && next_id > 0) { /* feedback, maybe out of range or gone */
             uint64_t id = next_id - 1 - (r >> 8) % (next_id < 20 ? next_id : 20);
             uint32_t item = (r >> 16) % (R_ITEMS + 2);
-            impression_log_fb_t st = impression_log_feedback(log, id, 1, item, (float)(r & 1), 1.0f,
-                                                             now, r_emit, NULL);
+            impression_log_fb_t st =
+                impression_log_feedback(log, id, 1, item, (float)(r & 1), 1.0f, now, r_emit, NULL);
             if (st == IMPRESSION_FB_OK)
                 r_ok[id][item]++;
             else if (st == IMPRESSION_FB_ITEM_OUT_OF_RANGE)
                 assert_true(item >= r_nitems[id] && r_nitems[id] > 0);
             else
-                assert_true(st == IMPRESSION_FB_UNKNOWN_IMPRESSION || st == IMPRESSION_FB_DUPLICATE);
+                assert_true(st == IMPRESSION_FB_UNKNOWN_IMPRESSION ||
+                            st == IMPRESSION_FB_DUPLICATE);
         } else {
             impression_log_expire(log, now, r_emit, NULL);
         }
@@ -783,7 +789,8 @@ static void random_ops(void **state)
     assert_int_equal(st.fb_ok, ok);
     assert_int_equal(st.negatives_emitted, neg);
     print_message("random: %" PRIu64 " puts, %" PRIu64 " too big, %" PRIu64 " evicted, %" PRIu64
-                  " expired, %" PRIu64 " joined\n", put_ok, too_big, st.evicted, st.expired, ok);
+                  " expired, %" PRIu64 " joined\n",
+                  put_ok, too_big, st.evicted, st.expired, ok);
     assert_true(st.evicted > 100 && st.expired > 100 && ok > 100 && too_big > 0);
     impression_log_destroy(log);
 }
