@@ -6,11 +6,12 @@
  * expires (every OK emitted once, every other item one negative), and ids
  * built to collide under a plain mask keeping probes short.
  */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the four above, which it needs */
 
 #include "server/impression_log.c"
 
