@@ -3,7 +3,7 @@
  * on the standard request: a shared block of 300 ids and 200 items of 50 ids
  * (10,300 ids, no values), as a worker logs it.
  *
- *   impression_log_bench [--n N] [--mib M] [--stripes S]
+ *   impression_log_bench [--n N] [--mib M] [--stripes S] [--no-negatives]
  *
  * Prints, one line each: put rate with 1 and 2 threads (impressions/s and MB/s
  * of entry bytes; the log is M MiB, so puts past it evict and their negatives
@@ -105,6 +105,7 @@ int main(int argc, char **argv)
 {
     uint64_t n = 20000, mib = 256;
     uint32_t stripes = 64;
+    bool negatives = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc)
             n = strtoull(argv[++i], NULL, 10);
@@ -112,8 +113,11 @@ int main(int argc, char **argv)
             mib = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--stripes") && i + 1 < argc)
             stripes = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--no-negatives"))
+            negatives = false; /* the put's own cost, without the evicted entries' negatives */
         else {
-            fprintf(stderr, "usage: %s [--n N] [--mib M] [--stripes S]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--n N] [--mib M] [--stripes S] [--no-negatives]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -133,6 +137,7 @@ int main(int argc, char **argv)
     c.stripes = stripes;
     c.window_ms = 1000;
     c.evict_emit = count_emit;
+    c.emit_negatives = negatives;
     int rc = impression_log_create(&c, &log_);
     if (rc != 0) {
         fprintf(stderr, "impression_log_create: %s\n", strerror(-rc));
@@ -153,16 +158,16 @@ int main(int argc, char **argv)
                entry_bytes, mib);
     }
 
-    /* feedback: 4 items of each of the newest impressions of both threads of the last run
+    /* feedback: 50 items of each of the newest impressions of both threads of the last run
      * (ids 2<<32 + [0, n/2) and 2<<32 + [n/2, n)), most of them still held */
     impression_log_stats(log_, &st);
     uint64_t held = st.entries, fb = 0, ok = 0, base = UINT64_C(2) << 32;
     double t0 = now_s();
     for (uint64_t i = 0; i < held * 9 / 10 && i < n; i++) {
         uint64_t id = base + ((i & 1) ? n / 2 : n) - 1 - i / 2;
-        for (uint32_t item = 0; item < 4; item++, fb++)
-            ok += impression_log_feedback(log_, id, 1, (uint32_t)(id * 31 + item * 50) % ITEMS,
-                                          1.0f, 1.0f, 0, count_emit, NULL) == IMPRESSION_FB_OK;
+        for (uint32_t item = 0; item < 50; item++, fb++)
+            ok += impression_log_feedback(log_, id, 1, (uint32_t)(id * 31 + item * 4) % ITEMS, 1.0f,
+                                          1.0f, 0, count_emit, NULL) == IMPRESSION_FB_OK;
     }
     double s = now_s() - t0;
     printf("feedback: %.0f joins/s (%" PRIu64 " calls, %" PRIu64 " OK, emit reads the blocks)\n",
