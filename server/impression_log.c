@@ -91,6 +91,7 @@
 #define STRIPE_MAX_BYTES ((UINT64_C(1) << 35) - 8) /* off8 is u32 in 8-byte units */
 #define ENTRIES_PER_STRIPE_MAX (UINT32_C(1) << 30)
 #define ITEM_VALUES 0x80000000u
+#define MIN_ENTRY_BYTES 64u /* header, one bitmap word, one item's descriptor */
 #define MAX_WEIGHT 1e6f
 
 struct slot {
@@ -117,6 +118,8 @@ struct item_desc {
     uint32_t off; /* of the item's ids, from the entry's start */
     uint32_t n;   /* ids | ITEM_VALUES */
 };
+_Static_assert(MIN_ENTRY_BYTES == sizeof(struct entry) + 8 + sizeof(struct item_desc),
+               "the smallest entry");
 
 struct stripe {
     pthread_mutex_t lock;
@@ -444,6 +447,8 @@ COLD int impression_log_create(const impression_log_config_t *cfg, impression_lo
     uint64_t per = (max_entries + ns - 1) / ns;
     if (per < 1)
         per = 1;
+    if (per > cap / MIN_ENTRY_BYTES) /* no more slots than entries that can fit */
+        per = cap / MIN_ENTRY_BYTES;
     if (per > ENTRIES_PER_STRIPE_MAX)
         per = ENTRIES_PER_STRIPE_MAX;
     uint64_t nslots = 2;

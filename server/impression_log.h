@@ -70,7 +70,7 @@ typedef void (*impression_log_emit_fn)(const impression_sample_t *s, void *ctx);
 
 typedef struct impression_log_config {
     uint64_t max_bytes;    /* entry bytes over all stripes (each gets max_bytes / stripes) */
-    uint64_t max_entries;  /* impressions held at most; 0 = max_bytes / 1024 */
+    uint64_t max_entries;  /* impressions held at most (index: 32 B each); 0 = max_bytes / 1024 */
     uint64_t window_ms;    /* feedback window: older entries expire */
     uint32_t stripes;      /* a power of two in 1..4096; 0 = 64 */
     bool emit_negatives;   /* expiry and eviction emit a negative per unlabeled item */
