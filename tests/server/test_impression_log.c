@@ -119,26 +119,19 @@ static void config_refused(void **state)
 {
     (void)state;
     impression_log_t *log = (impression_log_t *)1;
-    impression_log_config_t c = impression_log_config_default();
-    c.stripes = 3;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    assert_null(log);
-    c = impression_log_config_default();
-    c.stripes = 8192;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    c = impression_log_config_default();
-    c.window_ms = 0;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    c = impression_log_config_default();
-    c.max_bytes = 64 * 4095;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    c = impression_log_config_default();
-    c.negative_weight = NAN;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    c.negative_weight = 0;
-    assert_int_equal(impression_log_create(&c, &log), -EINVAL);
-    c.emit_negatives = false; /* the weight is unused then */
-    assert_int_equal(impression_log_create(&c, &log), 0);
+    impression_log_config_t d = impression_log_config_default(), bad[6] = {d, d, d, d, d, d};
+    bad[0].stripes = 3;
+    bad[1].stripes = 8192;
+    bad[2].window_ms = 0;
+    bad[3].max_bytes = 64 * 4095; /* under 4 KiB a stripe */
+    bad[4].negative_weight = NAN;
+    bad[5].negative_weight = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(impression_log_create(&bad[i], &log), -EINVAL);
+        assert_null(log);
+    }
+    bad[5].emit_negatives = false; /* the weight is unused then */
+    assert_int_equal(impression_log_create(&bad[5], &log), 0);
     impression_log_destroy(log);
     impression_log_destroy(NULL);
 }
