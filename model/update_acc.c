@@ -12,7 +12,8 @@
  *     slots[cap]     u32  dense index + 1            (4 B x 1.34 a key)
  *     keys[max]      u64                             (8 B)
  *     vals[max][K]   f32  the residual               (4K B)
- *     scratch        {mag, idx}, {key, idx}, column  (8 + 16 + 4 B)
+ *     scratch        {mag, idx}, 2 x {key, idx}, column  (8 + 32 + 4 B)
+ *     hist[4][65536] u32  radix sort counts           (1 MB per accumulator)
  *
  * A key whose residual becomes exactly 0 after an encode leaves: the index
  * uses backward-shift deletion (no tombstones, so probes stay short however
@@ -23,7 +24,7 @@
  * of squared gradients, far larger than z's typical entry, and plain |v|
  * would pick keys by n alone although z is what moves the weight.  The top k
  * come from a quickselect (O(n)), then are sorted by key for the delta
- * varints (O(k log k)).
+ * varints (radix, O(k)).
  *
  * THREAD SAFETY
  *   One thread (the trainer) owns an accumulator; nothing locks.
@@ -56,6 +57,8 @@ struct update_acc {
     float *vals;           /* [max_keys * k] residuals */
     struct mag_idx *mags;  /* encode scratch [max_keys] */
     struct key_idx *sel;   /* encode scratch [max_keys] */
+    struct key_idx *tmp;   /* encode scratch [max_keys]: radix sort's other half */
+    uint32_t *hist;        /* encode scratch [4][65536]: radix sort's digit counts */
     float *col;            /* encode scratch [max_keys] */
     double *colmean;       /* encode scratch [k] */
     uint64_t producer;     /* in every message */
@@ -90,9 +93,11 @@ int update_acc_create(update_acc_t **out, const update_acc_config_t *cfg)
     a->vals = malloc(sizeof *a->vals * cfg->max_keys * cfg->k);
     a->mags = malloc(sizeof *a->mags * cfg->max_keys);
     a->sel = malloc(sizeof *a->sel * cfg->max_keys);
+    a->tmp = malloc(sizeof *a->tmp * cfg->max_keys);
+    a->hist = malloc(sizeof *a->hist * 4 * 65536);
     a->col = malloc(sizeof *a->col * cfg->max_keys);
     a->colmean = malloc(sizeof *a->colmean * cfg->k);
-    if (!a->slots || !a->keys || !a->vals || !a->mags || !a->sel || !a->col || !a->colmean) {
+    if (!a->slots || !a->keys || !a->vals || !a->mags || !a->sel || !a->tmp || !a->hist || !a->col || !a->colmean) {
         update_acc_destroy(a);
         return -ENOMEM;
     }
@@ -114,6 +119,8 @@ void update_acc_destroy(update_acc_t *a)
     free(a->vals);
     free(a->mags);
     free(a->sel);
+    free(a->tmp);
+    free(a->hist);
     free(a->col);
     free(a->colmean);
     free(a);
@@ -229,10 +236,34 @@ static void select_top(struct mag_idx *m, uint32_t n, uint32_t top)
     }
 }
 
-static int cmp_key(const void *x, const void *y)
+/* Sort a->sel[0..n) by key: LSD radix, four 16-bit digits, a digit all
+ * keys share skipped (O(n), no comparisons; keys are hashed ids). */
+static void sort_by_key(update_acc_t *a, uint32_t n)
 {
-    uint64_t a = ((const struct key_idx *)x)->key, b = ((const struct key_idx *)y)->key;
-    return (a > b) - (a < b);
+    uint32_t *h = a->hist;
+    memset(h, 0, sizeof *h * 4 * 65536);
+    for (uint32_t i = 0; i < n; i++)
+        for (int d = 0; d < 4; d++)
+            h[d * 65536 + ((a->sel[i].key >> (16 * d)) & 0xffff)]++;
+    struct key_idx *src = a->sel, *dst = a->tmp;
+    for (int d = 0; d < 4; d++) {
+        uint32_t *c = h + d * 65536;
+        if (n == 0 || c[(src[0].key >> (16 * d)) & 0xffff] == n)
+            continue;
+        uint32_t sum = 0;
+        for (uint32_t v = 0; v < 65536; v++) {
+            uint32_t t = c[v];
+            c[v] = sum;
+            sum += t;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            dst[c[(src[i].key >> (16 * d)) & 0xffff]++] = src[i];
+        struct key_idx *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a->sel)
+        memcpy(a->sel, src, sizeof *src * n);
 }
 
 /* Keys an encode with opts would send now; UINT32_MAX for bad opts. */
@@ -287,7 +318,7 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
         for (uint32_t i = 0; i < sel; i++)
             a->sel[i] = (struct key_idx){a->keys[i], i};
     }
-    qsort(a->sel, sel, sizeof *a->sel, cmp_key);
+    sort_by_key(a, sel);
 
     /* 2. header and keys (first key, then gaps) */
     size_t name_end = update__write_header(buf, o->flags, a->producer, a->next_seq, o->base_version, sel, k,
@@ -321,15 +352,19 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
         off += 4 * nchunks * k + ((size_t)k * sel + 7) / 8;
     }
 
-    /* 4. keys whose residual is exactly 0 leave (by key: removal moves entries) */
+    /* 4. keys whose residual is exactly 0 leave; removal moves entries, so
+     *    first gather them (in sel's own slots), then remove by key */
+    uint32_t gone = 0;
     for (uint32_t i = 0; i < sel; i++) {
-        const float *v = update_acc_get(a, a->sel[i].key);
+        const float *v = a->vals + (size_t)a->sel[i].idx * k;
         uint32_t j = 0;
         while (j < k && v[j] == 0.0f)
             j++;
         if (j == k)
-            remove_key(a, a->sel[i].key);
+            a->sel[gone++].key = a->sel[i].key;
     }
+    for (uint32_t i = 0; i < gone; i++)
+        remove_key(a, a->sel[i].key);
     a->next_seq++;
     return (long)update__finish(buf, name_end, off);
 }

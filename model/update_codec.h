@@ -49,10 +49,12 @@
  *       exact (UPDATE_F_EXACT): values f32[count][K], each finite
  *   end u64 XXH3_64bits of every byte before it
  *
- * Message size: 48 + name + keys (1..10 bytes each, ~2-3 at 10% density of
- * hashed ids) + 4*K*ceil(count/C) + ceil(K*count/8) + 8.  For K = 2 and
- * C = 256 that is about 3 bytes a key against 11 for exact f32.
- *
+ * Message size: 48 + name + keys + 4*K*ceil(count/C) + ceil(K*count/8) + 8.
+ * Keys are 64-bit hashed ids, so a gap between sent keys is about
+ * 2^64/count and its varint takes ~7 bytes at 100k keys: keys, not values,
+ * dominate.  For K = 2, C = 256 and 100k keys a key costs ~7.3 B in 1 bit
+ * against ~15 B exact (update_codec_bench).
+
  * THREAD SAFETY
  *   An update_acc_t / update_dense_t belongs to one thread (the trainer);
  *   no call locks.  Decoding and update_msg_foreach touch only the caller's
@@ -113,7 +115,7 @@ typedef struct update_acc update_acc_t; /* opaque */
 
 typedef struct update_acc_config {
     uint32_t k;          /* K: additive values per key, 1..UPDATE_MAX_K */
-    uint32_t max_keys;   /* keys held at most (memory: ~(12 + 4K) * 1.34 B a key) */
+    uint32_t max_keys;   /* keys held at most (memory ~60 + 4K B a key, plus 1 MB) */
     uint64_t producer;   /* this replica's id, in every message */
     uint64_t first_seq;  /* sequence of the first message (a restart resumes here) */
     uint32_t chunk;      /* C: values per scale in 1-bit messages, 1..65535 */
@@ -158,7 +160,7 @@ size_t update_acc_encode_bound(const update_acc_t *acc, const update_encode_opts
  * n) does not decide alone.  The message's sequence is next_seq, which then
  * grows by one.  Returns the message length; -ENOBUFS when cap is under
  * update_acc_encode_bound (nothing changed), -EINVAL for bad opts.  Time
- * O(keys held + k log k); never allocates. */
+ * O(keys held + k); never allocates. */
 long update_acc_encode(update_acc_t *acc, const update_encode_opts_t *opts, uint8_t *buf, size_t cap);
 
 /* ----------------------------------------------------------------- dense */
