@@ -128,8 +128,8 @@ int update_acc_create(update_acc_t **out, const update_acc_config_t *cfg);
 void update_acc_destroy(update_acc_t *acc);
 
 /* Add K increments to key's residual (inserting the key).  Returns 0;
- * -EINVAL when an increment is NaN or infinite (nothing added: one bad
- * sample must not poison every replica); -ENOSPC when the key is new and
+ * -EINVAL when an increment, or the new sum, is NaN or infinite (nothing
+ * added: one bad sample must not poison every replica); -ENOSPC when the key is new and
  * the accumulator holds max_keys keys: nothing was added, the caller
  * flushes (update_acc_encode with UPDATE_F_EXACT and select_count =
  * UINT32_MAX empties the map) and adds again.  Never allocates. */
@@ -143,6 +143,12 @@ const float *update_acc_get(const update_acc_t *acc, uint64_t key);
 int update_acc_foreach(const update_acc_t *acc, int (*fn)(void *ctx, uint64_t key, const float *vals),
                        void *ctx);
 
+/* Keys leave the map only when their residual is exactly 0: always after an
+ * exact message, seldom after a 1-bit one (a sent key keeps its quantization
+ * error).  So in 1-bit mode the map fills with keys of small residuals; the
+ * caller bounds it, e.g. when update_acc_count passes ~90% of max_keys, by
+ * sending that interval's message exact (UPDATE_F_EXACT with the same
+ * selection, or UINT32_MAX to empty the map), and on -ENOSPC at once. */
 typedef struct update_encode_opts {
     uint32_t flags;          /* 0 (1-bit) or UPDATE_F_EXACT */
     uint32_t select_count;   /* keys to send at most; UINT32_MAX = all; 0 = use select_fraction */
