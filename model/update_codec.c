@@ -1,0 +1,439 @@
+/*
+ * update_codec.c — the update message's wire format (update_codec.h draws
+ * it): writing the header and checksum, 1-bit quantization, the dense
+ * encoder with error feedback, and the decoder that trusts nothing.
+ *
+ * Quantization: a chunk of C values v_i becomes one scale s and a sign per
+ * value, q_i = sign(v_i) * s.  The s that minimises the squared error
+ * sum (v_i - sign(v_i) s)^2 is the mean |v_i| (set the derivative
+ * 2 sum (s - |v_i|) to zero), so the mean |v| is both the textbook scale and
+ * the best one; the error v_i - q_i goes back to the sender's residual, so
+ * nothing is lost.  Scales are computed in double and stored as f32; the
+ * sender subtracts exactly the f32 the receiver adds.
+ *
+ * Decoding walks the buffer once for the header, lengths and checksum and
+ * once for the keys (sorted, no overflow), the scales (finite, >= 0) or the
+ * exact values (finite) and the sign padding; it keeps pointers into the
+ * caller's buffer and allocates nothing.  update_msg_foreach walks the keys
+ * again and expands the values, K floats on the stack at a time.
+ *
+ * THREAD SAFETY
+ *   A dense encoder belongs to one thread; decoding is reentrant.
+ */
+#include "model/update_codec_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+enum {
+    H_MAGIC = 0, H_VERSION = 4, H_FLAGS = 6, H_PRODUCER = 8, H_SEQ = 16, H_BASE = 24,
+    H_COUNT = 32, H_K = 36, H_CHUNK = 38, H_BODY = 40, H_NAME_LEN = 44, H_RESERVED = 46,
+};
+_Static_assert(H_RESERVED + 2 == UPDATE_HEADER_BYTES, "update header layout");
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static float getf(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+
+const char *update_errc_name(update_errc_t code)
+{
+    static const char *const names[] = {
+        [UPDATE_OK] = "OK", [UPDATE_E_SIZE] = "SIZE", [UPDATE_E_MAGIC] = "MAGIC",
+        [UPDATE_E_VERSION] = "VERSION", [UPDATE_E_FLAGS] = "FLAGS", [UPDATE_E_LIMIT] = "LIMIT",
+        [UPDATE_E_LENGTH] = "LENGTH", [UPDATE_E_CHECKSUM] = "CHECKSUM", [UPDATE_E_NAME] = "NAME",
+        [UPDATE_E_KEYS] = "KEYS", [UPDATE_E_ORDER] = "ORDER", [UPDATE_E_SCALE] = "SCALE",
+        [UPDATE_E_VALUE] = "VALUE", [UPDATE_E_PADDING] = "PADDING",
+    };
+    if ((unsigned)code < sizeof names / sizeof names[0] && names[code])
+        return names[code];
+    return "?";
+}
+
+/* ------------------------------------------------------------- writing */
+
+static uint64_t chunks_of(uint64_t count, uint64_t chunk) { return (count + chunk - 1) / chunk; }
+
+/* Payload bytes after the keys: exact values, or scales and sign bits. */
+static uint64_t payload_bytes(uint64_t count, uint64_t k, uint64_t chunk, uint32_t flags)
+{
+    if (flags & UPDATE_F_EXACT)
+        return 4 * k * count;
+    return 4 * k * chunks_of(count, chunk) + (k * count + 7) / 8;
+}
+
+size_t update__msg_bound(uint32_t count, uint32_t k, uint32_t chunk, uint32_t flags, size_t name_len)
+{
+    uint64_t keys = (flags & UPDATE_F_DENSE) ? 0 : 10ull * count;
+    return UPDATE_HEADER_BYTES + name_len + keys + payload_bytes(count, k, chunk, flags) + 8;
+}
+
+size_t update__write_header(uint8_t *buf, uint32_t flags, uint64_t producer, uint64_t seq, uint64_t base,
+                            uint32_t count, uint32_t k, uint32_t chunk, const char *model, size_t name_len)
+{
+    put32(buf + H_MAGIC, UPDATE_MAGIC);
+    put16(buf + H_VERSION, UPDATE_FORMAT_VERSION);
+    put16(buf + H_FLAGS, (uint16_t)flags);
+    put64(buf + H_PRODUCER, producer);
+    put64(buf + H_SEQ, seq);
+    put64(buf + H_BASE, base);
+    put32(buf + H_COUNT, count);
+    put16(buf + H_K, (uint16_t)k);
+    put16(buf + H_CHUNK, (uint16_t)chunk);
+    put32(buf + H_BODY, 0);
+    put16(buf + H_NAME_LEN, (uint16_t)name_len);
+    put16(buf + H_RESERVED, 0);
+    memcpy(buf + UPDATE_HEADER_BYTES, model, name_len);
+    return UPDATE_HEADER_BYTES + name_len;
+}
+
+size_t update__finish(uint8_t *buf, size_t name_end, size_t len)
+{
+    put32(buf + H_BODY, (uint32_t)(len - name_end));
+    put64(buf + len, XXH3_64bits(buf, len));
+    return len + 8;
+}
+
+size_t update__put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+int update__name_check(const char *name, size_t *len_out)
+{
+    if (!name)
+        return -EINVAL;
+    size_t len = strnlen(name, UPDATE_NAME_MAX + 1);
+    if (len == 0 || len > UPDATE_NAME_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < len; i++)
+        if (name[i] < 0x21 || name[i] > 0x7e)
+            return -EINVAL;
+    *len_out = len;
+    return 0;
+}
+
+void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits, uint64_t bit0)
+{
+    for (uint32_t c0 = 0, ci = 0; c0 < n; c0 += chunk, ci++) {
+        uint32_t c1 = n - c0 < chunk ? n : c0 + chunk;
+        double sum = 0;
+        for (uint32_t i = c0; i < c1; i++)
+            sum += fabsf(v[i]);
+        float s = (float)(sum / (double)(c1 - c0));
+        memcpy(scales_out + 4 * (size_t)ci, &s, 4);
+        for (uint32_t i = c0; i < c1; i++) {
+            if (signbit(v[i]) && v[i] != 0.0f) {
+                uint64_t b = bit0 + i;
+                bits[b >> 3] |= (uint8_t)(1u << (b & 7));
+                v[i] = v[i] + s;
+            } else {
+                v[i] = v[i] - s;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- decoding */
+
+__attribute__((cold, format(printf, 4, 5))) static int fail(update_error_t *err, update_errc_t code,
+                                                            size_t off, const char *fmt, ...)
+{
+    if (err) {
+        err->code = code;
+        err->offset = off;
+        int n = snprintf(err->msg, sizeof err->msg, "update message: %s at byte %zu: ",
+                         update_errc_name(code), off);
+        if (n > 0 && (size_t)n < sizeof err->msg) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err->msg + n, sizeof err->msg - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return -EBADMSG;
+}
+
+/* Read a LEB128 varint from [*p, end): 0, or -1 (runs past end or 64 bits). */
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 70; shift += 7) {
+        if (*p >= end)
+            return -1;
+        uint8_t b = *(*p)++;
+        if (shift == 63 && b > 1)
+            return -1;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_error_t *err)
+{
+    if (len < 4)
+        return fail(err, UPDATE_E_SIZE, 0, "%zu bytes, under the %u-byte header", len, UPDATE_HEADER_BYTES);
+    if (get32(buf + H_MAGIC) != UPDATE_MAGIC)
+        return fail(err, UPDATE_E_MAGIC, H_MAGIC, "magic 0x%08x is not \"TLUP\"", get32(buf));
+    if (len < UPDATE_HEADER_BYTES + 8)
+        return fail(err, UPDATE_E_SIZE, 0, "%zu bytes, under the %u-byte header and checksum", len,
+                    UPDATE_HEADER_BYTES + 8);
+    unsigned ver = get16(buf + H_VERSION);
+    if (ver != UPDATE_FORMAT_VERSION)
+        return fail(err, UPDATE_E_VERSION, H_VERSION, "format version %u, this build reads %u", ver,
+                    UPDATE_FORMAT_VERSION);
+    m->flags = get16(buf + H_FLAGS);
+    if (m->flags & ~UPDATE_F_ALL)
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "unknown flag bits 0x%x", m->flags & ~UPDATE_F_ALL);
+    if (get16(buf + H_RESERVED) != 0)
+        return fail(err, UPDATE_E_FLAGS, H_RESERVED, "reserved field is %u, not 0", get16(buf + H_RESERVED));
+    m->producer = get64(buf + H_PRODUCER);
+    m->seq = get64(buf + H_SEQ);
+    m->base_version = get64(buf + H_BASE);
+    m->count = get32(buf + H_COUNT);
+    m->k = get16(buf + H_K);
+    m->chunk = get16(buf + H_CHUNK);
+    m->model_len = get16(buf + H_NAME_LEN);
+    if (m->k == 0 || m->k > UPDATE_MAX_K || ((m->flags & UPDATE_F_DENSE) && m->k != 1))
+        return fail(err, UPDATE_E_LIMIT, H_K, "K %u outside 1..%u (1 for a dense vector)", m->k, UPDATE_MAX_K);
+    if (m->chunk == 0)
+        return fail(err, UPDATE_E_LIMIT, H_CHUNK, "chunk size 0");
+    if (m->count > UPDATE_MAX_COUNT)
+        return fail(err, UPDATE_E_LIMIT, H_COUNT, "count %u over the limit %u", m->count, UPDATE_MAX_COUNT);
+    if (m->model_len == 0 || m->model_len > UPDATE_NAME_MAX)
+        return fail(err, UPDATE_E_LIMIT, H_NAME_LEN, "model name length %u outside 1..%u", m->model_len,
+                    UPDATE_NAME_MAX);
+    uint64_t body = get32(buf + H_BODY);
+    uint64_t want = (uint64_t)UPDATE_HEADER_BYTES + m->model_len + body + 8;
+    if (want != len)
+        return fail(err, UPDATE_E_SIZE, H_BODY, "header says %llu bytes (body %llu), the buffer holds %zu",
+                    (unsigned long long)want, (unsigned long long)body, len);
+    uint64_t pay = payload_bytes(m->count, m->k, m->chunk, m->flags);
+    uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? 0 : m->count;
+    uint64_t keys_max = (m->flags & UPDATE_F_DENSE) ? 0 : 10ull * m->count;
+    if (body < pay + keys_min || body > pay + keys_max)
+        return fail(err, UPDATE_E_LENGTH, H_BODY,
+                    "body of %llu bytes cannot hold %u keys with K %u, chunk %u (%llu payload bytes)",
+                    (unsigned long long)body, m->count, m->k, m->chunk, (unsigned long long)pay);
+    uint64_t want_sum = get64(buf + len - 8), sum = XXH3_64bits(buf, len - 8);
+    if (want_sum != sum)
+        return fail(err, UPDATE_E_CHECKSUM, len - 8, "checksum %016llx, the bytes hash to %016llx",
+                    (unsigned long long)want_sum, (unsigned long long)sum);
+    m->model = (const char *)buf + UPDATE_HEADER_BYTES;
+    for (uint32_t i = 0; i < m->model_len; i++)
+        if (m->model[i] < 0x21 || m->model[i] > 0x7e)
+            return fail(err, UPDATE_E_NAME, UPDATE_HEADER_BYTES + i,
+                        "model name byte %u is 0x%02x, not printable ASCII", i, (uint8_t)m->model[i]);
+    m->end = buf + len - 8;
+    m->payload = m->end - pay;
+    m->keys = (m->flags & UPDATE_F_DENSE) ? NULL : buf + UPDATE_HEADER_BYTES + m->model_len;
+    return 0;
+}
+
+int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_error_t *err)
+{
+    update_msg_t m = {0};
+    int rc = check_header(buf, len, &m, err);
+    if (rc)
+        return rc;
+    if (m.keys) {
+        const uint8_t *p = m.keys;
+        uint64_t prev = 0;
+        for (uint32_t i = 0; i < m.count; i++) {
+            size_t off = (size_t)(p - buf);
+            uint64_t gap;
+            if (get_varint(&p, m.payload, &gap))
+                return fail(err, UPDATE_E_KEYS, off, "key %u: varint runs past the key section or 64 bits", i);
+            if (i > 0 && gap == 0)
+                return fail(err, UPDATE_E_ORDER, off, "key %u equals key %u (keys must be strictly ascending)",
+                            i, i - 1);
+            if (gap > UINT64_MAX - prev)
+                return fail(err, UPDATE_E_ORDER, off, "key %u: gap %llu passes 2^64", i, (unsigned long long)gap);
+            prev += gap;
+        }
+        if (p != m.payload)
+            return fail(err, UPDATE_E_LENGTH, (size_t)(p - buf),
+                        "%zu bytes left between the last key and the payload", (size_t)(m.payload - p));
+    }
+    if (m.flags & UPDATE_F_EXACT) {
+        for (uint64_t i = 0; i < (uint64_t)m.count * m.k; i++) {
+            float v = getf(m.payload + 4 * i);
+            if (!isfinite(v))
+                return fail(err, UPDATE_E_VALUE, (size_t)(m.payload - buf) + 4 * i,
+                            "value %llu (key %llu, column %llu) is not finite", (unsigned long long)i,
+                            (unsigned long long)(i / m.k), (unsigned long long)(i % m.k));
+        }
+    } else {
+        uint64_t ns = (uint64_t)m.k * chunks_of(m.count, m.chunk);
+        for (uint64_t i = 0; i < ns; i++) {
+            float s = getf(m.payload + 4 * i);
+            if (!isfinite(s) || signbit(s))
+                return fail(err, UPDATE_E_SCALE, (size_t)(m.payload - buf) + 4 * i,
+                            "scale %llu is %g: must be finite and >= 0", (unsigned long long)i, (double)s);
+        }
+        uint64_t nbits = (uint64_t)m.k * m.count;
+        if (nbits & 7) {
+            const uint8_t *last = m.end - 1;
+            if (*last >> (nbits & 7))
+                return fail(err, UPDATE_E_PADDING, (size_t)(last - buf), "sign padding bits 0x%02x not zero",
+                            *last >> (nbits & 7));
+        }
+    }
+    *msg = m;
+    return 0;
+}
+
+int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key, const float *vals), void *ctx)
+{
+    float vals[UPDATE_MAX_K];
+    const uint8_t *p = m->keys;
+    uint64_t key = 0;
+    uint64_t nchunks = chunks_of(m->count, m->chunk);
+    const uint8_t *bits = m->payload + 4 * (uint64_t)m->k * nchunks;
+    for (uint32_t i = 0; i < m->count; i++) {
+        if (p) {
+            uint64_t gap = 0;
+            if (get_varint(&p, m->payload, &gap))
+                return -EBADMSG; /* not a decoded message */
+            key += gap;
+        } else {
+            key = i;
+        }
+        if (m->flags & UPDATE_F_EXACT) {
+            memcpy(vals, m->payload + 4 * (uint64_t)i * m->k, 4 * (size_t)m->k);
+        } else {
+            for (uint32_t j = 0; j < m->k; j++) {
+                float s = getf(m->payload + 4 * (j * nchunks + i / m->chunk));
+                uint64_t b = (uint64_t)j * m->count + i;
+                vals[j] = (bits[b >> 3] >> (b & 7)) & 1 ? -s : s;
+            }
+        }
+        int rc = fn(ctx, key, vals);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+struct dense_ctx {
+    float *out;
+};
+
+static int dense_put(void *ctx, uint64_t key, const float *vals)
+{
+    ((struct dense_ctx *)ctx)->out[key] = vals[0];
+    return 0;
+}
+
+int update_msg_dense(const update_msg_t *msg, float *out, uint32_t n)
+{
+    if (!(msg->flags & UPDATE_F_DENSE) || msg->count != n || msg->k != 1)
+        return -EINVAL;
+    struct dense_ctx c = {out};
+    return update_msg_foreach(msg, dense_put, &c);
+}
+
+/* --------------------------------------------------------- dense encoder */
+
+struct update_dense {
+    uint32_t n;         /* vector length */
+    uint32_t chunk;     /* values per scale */
+    uint64_t producer;  /* in every message */
+    uint64_t next_seq;  /* sequence of the next message */
+    size_t name_len;
+    char model[UPDATE_NAME_MAX];
+    float *err;         /* n: quantization error carried to the next vector */
+    float *work;        /* n: v + err while quantizing */
+};
+
+int update_dense_create(update_dense_t **out, uint32_t n, uint32_t chunk, uint64_t producer, uint64_t first_seq,
+                        const char *model)
+{
+    size_t name_len;
+    if (n == 0 || n > UPDATE_MAX_COUNT || chunk == 0 || chunk > 0xffff || update__name_check(model, &name_len))
+        return -EINVAL;
+    update_dense_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return -ENOMEM;
+    d->err = calloc(n, sizeof(float));
+    d->work = calloc(n, sizeof(float));
+    if (!d->err || !d->work) {
+        update_dense_destroy(d);
+        return -ENOMEM;
+    }
+    d->n = n;
+    d->chunk = chunk;
+    d->producer = producer;
+    d->next_seq = first_seq;
+    d->name_len = name_len;
+    memcpy(d->model, model, name_len);
+    *out = d;
+    return 0;
+}
+
+void update_dense_destroy(update_dense_t *d)
+{
+    if (!d)
+        return;
+    free(d->err);
+    free(d->work);
+    free(d);
+}
+
+size_t update_dense_bound(const update_dense_t *d, uint32_t flags)
+{
+    return update__msg_bound(d->n, 1, d->chunk, (flags & UPDATE_F_EXACT) | UPDATE_F_DENSE, d->name_len);
+}
+
+const float *update_dense_error(const update_dense_t *d) { return d->err; }
+
+long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version, uint8_t *buf,
+                         size_t cap)
+{
+    if (flags & ~UPDATE_F_EXACT)
+        return -EINVAL;
+    flags |= UPDATE_F_DENSE;
+    size_t need = update_dense_bound(d, flags);
+    if (cap < need)
+        return -ENOBUFS;
+    for (uint32_t i = 0; i < d->n; i++)
+        if (!isfinite(v[i]))
+            return -EINVAL;
+    size_t off = update__write_header(buf, flags, d->producer, d->next_seq, base_version, d->n, 1, d->chunk,
+                                      d->model, d->name_len);
+    size_t name_end = off;
+    if (flags & UPDATE_F_EXACT) {
+        memcpy(buf + off, v, 4 * (size_t)d->n);
+        off += 4 * (size_t)d->n;
+    } else {
+        for (uint32_t i = 0; i < d->n; i++)
+            d->work[i] = v[i] + d->err[i];
+        uint64_t nchunks = chunks_of(d->n, d->chunk);
+        uint8_t *bits = buf + off + 4 * nchunks;
+        memset(bits, 0, (d->n + 7) / 8);
+        update__quantize(d->work, d->n, d->chunk, buf + off, bits, 0);
+        memcpy(d->err, d->work, 4 * (size_t)d->n);
+        off += 4 * nchunks + (d->n + 7) / 8;
+    }
+    d->next_seq++;
+    return (long)update__finish(buf, name_end, off);
+}

@@ -1,0 +1,219 @@
+/*
+ * update_codec.h — the compressed updates replicas exchange in partitioned
+ * mode (1-bit SGD with error feedback, Seide et al. 2014), with no transport
+ * in it: the bus (NATS) carries the bytes this module writes and reads.
+ *
+ *   SPARSE (LR, FM, FFM, the DNN's embeddings): the trainer adds each key's
+ *   additive optimizer statistics (FTRL's dz and dn: K = 2) into an
+ *   accumulator.  Every interval the producer encodes one message: the top-k
+ *   keys by magnitude, each of their K values sent as one sign bit plus a
+ *   per-chunk scale.  What is not sent (unselected keys, the quantization
+ *   error of the selected ones) stays in the accumulator as a residual for
+ *   later intervals: nothing is dropped, only delayed.  Because the values
+ *   are additive, receivers add them in any order.
+ *
+ *   DENSE (the DNN's MLP under 1-bit Adam): a float vector sent as signs and
+ *   per-chunk scales, the sender's quantization error kept in its encoder
+ *   state and added to the next vector (error feedback).  How 1-bit Adam
+ *   uses it (Tang et al. 2021, "1-bit Adam"):
+ *     1. warm-up: plain Adam; replicas exchange their exact gradients
+ *        (update_dense_encode with UPDATE_F_EXACT) and all apply the mean;
+ *     2. then the variance v is frozen (it has stabilised; every replica
+ *        holds the same v because all applied the same means);
+ *     3. each step a replica updates its local momentum
+ *        m = b1*m + (1-b1)*g_local, sends m as 1 bit with error feedback
+ *        (update_dense_encode), decodes every replica's message (its own
+ *        too), sets m = the mean of the decoded momenta and steps
+ *        x -= lr * m / (sqrt(v) + eps).
+ *   The paper's second, receiver-side error feedback belongs to its
+ *   two-stage all-reduce (a server re-compresses the average); on a bus
+ *   every replica broadcasts to every other and nobody re-compresses, so the
+ *   sender's error feedback is the only one needed.  The decoded means are
+ *   identical on every replica, so replicas stay in step.
+ *
+ * MESSAGE (little endian; one layout for sparse, dense, 1-bit and exact):
+ *
+ *    0  u32 magic "TLUP"     4  u16 format version (1)   6  u16 flags
+ *    8  u64 producer id     16  u64 sequence (+1 per message of a producer)
+ *   24  u64 base version    32  u32 count (keys, or the dense length)
+ *   36  u16 K (values/key)  38  u16 chunk C (1-bit: keys per scale)
+ *   40  u32 body bytes (from the end of the name to the checksum)
+ *   44  u16 model name length (1..UPDATE_NAME_MAX)   46 u16 zero
+ *   48  model name bytes (printable ASCII, no NUL)
+ *       keys: count LEB128 varints, the first key then the gaps to the
+ *             next (strictly ascending: every gap >= 1); absent if DENSE
+ *       1-bit: scales f32[K][ceil(count/C)] (column j, chunk c), each
+ *             finite and >= 0; then sign bits, bit (j*count + i) set when
+ *             key i's column j is negative, the value being -scale, else
+ *             +scale; the padding bits of the last byte are zero
+ *       exact (UPDATE_F_EXACT): values f32[count][K], each finite
+ *   end u64 XXH3_64bits of every byte before it
+ *
+ * Message size: 48 + name + keys + 4*K*ceil(count/C) + ceil(K*count/8) + 8.
+ * Keys are 64-bit hashed ids, so a gap between sent keys is about
+ * 2^64/count and its varint takes ~7 bytes at 100k keys: keys, not values,
+ * dominate.  For K = 2, C = 256 and 100k keys a key costs ~7.3 B in 1 bit
+ * against ~15 B exact (update_codec_bench).
+
+ * THREAD SAFETY
+ *   An update_acc_t / update_dense_t belongs to one thread (the trainer);
+ *   no call locks.  Decoding and update_msg_foreach touch only the caller's
+ *   buffer and message struct: any number of threads decode at once.
+ *
+ * ERRORS
+ *   System/resource failures are -errno.  update_msg_decode, on untrusted
+ *   bytes, returns -EBADMSG and fills update_error_t with a code, the byte
+ *   offset and one sentence naming the field that was wrong.
+ */
+#ifndef TL_MODEL_UPDATE_CODEC_H
+#define TL_MODEL_UPDATE_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UPDATE_MAGIC 0x50554c54u  /* "TLUP" */
+#define UPDATE_FORMAT_VERSION 1u
+#define UPDATE_HEADER_BYTES 48u
+#define UPDATE_NAME_MAX 128u      /* model name bytes */
+#define UPDATE_MAX_K 256u         /* values per key */
+#define UPDATE_MAX_COUNT (1u << 28) /* keys (or dense length) per message */
+
+/* Header flags. */
+#define UPDATE_F_EXACT 0x1u /* values are f32, not 1 bit (tests, full resync, warm-up) */
+#define UPDATE_F_DENSE 0x2u /* no keys: key i is the vector's index i, K = 1 */
+#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE)
+
+typedef enum update_errc {
+    UPDATE_OK = 0,
+    UPDATE_E_SIZE,     /* buffer shorter than the header, or than the header says */
+    UPDATE_E_MAGIC,    /* not "TLUP" */
+    UPDATE_E_VERSION,  /* a format version this build does not read */
+    UPDATE_E_FLAGS,    /* unknown flag bits, or a reserved field not zero */
+    UPDATE_E_LIMIT,    /* K, chunk, count or name length out of range */
+    UPDATE_E_LENGTH,   /* body length disagrees with count, K and chunk */
+    UPDATE_E_CHECKSUM, /* XXH3 mismatch */
+    UPDATE_E_NAME,     /* model name not printable ASCII */
+    UPDATE_E_KEYS,     /* a varint runs past its section or past 64 bits */
+    UPDATE_E_ORDER,    /* keys not strictly ascending */
+    UPDATE_E_SCALE,    /* a scale NaN, infinite or negative */
+    UPDATE_E_VALUE,    /* an exact value NaN or infinite */
+    UPDATE_E_PADDING,  /* sign padding bits not zero */
+} update_errc_t;
+
+typedef struct update_error {
+    update_errc_t code;
+    size_t offset;  /* byte offset of the bad field in the message */
+    char msg[256];  /* one sentence: the field, the offset, what was wrong */
+} update_error_t;
+
+const char *update_errc_name(update_errc_t code);
+
+/* ---------------------------------------------------------------- sparse */
+
+typedef struct update_acc update_acc_t; /* opaque */
+
+typedef struct update_acc_config {
+    uint32_t k;          /* K: additive values per key, 1..UPDATE_MAX_K */
+    uint32_t max_keys;   /* keys held at most (memory ~60 + 4K B a key, plus 1 MB) */
+    uint64_t producer;   /* this replica's id, in every message */
+    uint64_t first_seq;  /* sequence of the first message (a restart resumes here) */
+    uint32_t chunk;      /* C: values per scale in 1-bit messages, 1..65535 */
+    const char *model;   /* model name, 1..UPDATE_NAME_MAX printable ASCII (copied) */
+} update_acc_config_t;
+
+/* Create an accumulator; all memory is allocated here, none by add/encode.
+ * Returns 0, -EINVAL (a config field out of range) or -ENOMEM. */
+int update_acc_create(update_acc_t **out, const update_acc_config_t *cfg);
+void update_acc_destroy(update_acc_t *acc);
+
+/* Add K increments to key's residual (inserting the key).  Returns 0;
+ * -EINVAL when an increment, or the new sum, is NaN or infinite (nothing
+ * added: one bad sample must not poison every replica); -ENOSPC when the key is new and
+ * the accumulator holds max_keys keys: nothing was added, the caller
+ * flushes (update_acc_encode with UPDATE_F_EXACT and select_count =
+ * UINT32_MAX empties the map) and adds again.  Never allocates. */
+int update_acc_add(update_acc_t *acc, uint64_t key, const float *inc);
+
+uint32_t update_acc_count(const update_acc_t *acc);  /* keys held */
+uint64_t update_acc_next_seq(const update_acc_t *acc);
+/* key's residual (K floats, valid until the next add/encode), NULL when absent. */
+const float *update_acc_get(const update_acc_t *acc, uint64_t key);
+/* fn(ctx, key, residual) for every key held, in no order; a nonzero return stops. */
+int update_acc_foreach(const update_acc_t *acc, int (*fn)(void *ctx, uint64_t key, const float *vals),
+                       void *ctx);
+
+/* Keys leave the map only when their residual is exactly 0: always after an
+ * exact message, seldom after a 1-bit one (a sent key keeps its quantization
+ * error).  So in 1-bit mode the map fills with keys of small residuals; the
+ * caller bounds it, e.g. when update_acc_count passes ~90% of max_keys, by
+ * sending that interval's message exact (UPDATE_F_EXACT with the same
+ * selection, or UINT32_MAX to empty the map), and on -ENOSPC at once. */
+typedef struct update_encode_opts {
+    uint32_t flags;          /* 0 (1-bit) or UPDATE_F_EXACT */
+    uint32_t select_count;   /* keys to send at most; UINT32_MAX = all; 0 = use select_fraction */
+    float select_fraction;   /* with select_count 0: ceil(fraction * keys held), 0..1 */
+    uint64_t base_version;   /* the model version the updates were made on */
+} update_encode_opts_t;
+
+/* Bytes update_acc_encode may need for the keys held now (an upper bound). */
+size_t update_acc_encode_bound(const update_acc_t *acc, const update_encode_opts_t *opts);
+
+/* Encode one message of the top keys by magnitude into buf[0..cap) and
+ * subtract what it carries from the residuals (keys left at exactly 0 leave
+ * the map).  Magnitude of a key: sum over columns of |v_j| / mean_j, mean_j
+ * the mean |v_j| over the keys held, so that a column of large values (FTRL's
+ * n) does not decide alone.  The message's sequence is next_seq, which then
+ * grows by one.  Returns the message length; -ENOBUFS when cap is under
+ * update_acc_encode_bound (nothing changed), -EINVAL for bad opts.  Time
+ * O(keys held + k); never allocates. */
+long update_acc_encode(update_acc_t *acc, const update_encode_opts_t *opts, uint8_t *buf, size_t cap);
+
+/* ----------------------------------------------------------------- dense */
+
+typedef struct update_dense update_dense_t; /* opaque */
+
+/* An encoder of n-float vectors, chunk C, with its error vector (zero).
+ * producer, first_seq and model as for the accumulator. */
+int update_dense_create(update_dense_t **out, uint32_t n, uint32_t chunk, uint64_t producer,
+                        uint64_t first_seq, const char *model);
+void update_dense_destroy(update_dense_t *d);
+size_t update_dense_bound(const update_dense_t *d, uint32_t flags);  /* exact message size */
+/* Encode v (n floats).  1 bit (flags 0): q = quantize(v + error), error =
+ * (v + error) - q, q sent.  UPDATE_F_EXACT: v sent as is, the error vector
+ * untouched.  Returns the length, -ENOBUFS, or -EINVAL (non-finite v). */
+long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version,
+                         uint8_t *buf, size_t cap);
+const float *update_dense_error(const update_dense_t *d);  /* n floats */
+
+/* ---------------------------------------------------------------- decode */
+
+/* A verified message: header fields, and pointers into the caller's buffer
+ * (which must outlive it).  Nothing is allocated. */
+typedef struct update_msg {
+    uint32_t flags, count, k, chunk;
+    uint64_t producer, seq, base_version;
+    const char *model;       /* not NUL-terminated: model_len bytes */
+    uint32_t model_len;
+    const uint8_t *keys;     /* varint section (NULL if DENSE) */
+    const uint8_t *payload;  /* scales then signs, or exact values */
+    const uint8_t *end;      /* the checksum */
+} update_msg_t;
+
+/* Verify every field of buf[0..len) (header, limits, lengths, checksum,
+ * keys, scales or values, padding) without reading past len.  Returns 0, or
+ * -EBADMSG with *err filled (err may be NULL). */
+int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_error_t *err);
+
+/* Call fn(ctx, key, vals) for each key of a decoded message in ascending
+ * order, vals its K decoded floats (valid during the call).  A nonzero return
+ * stops and is returned; 0 after the last key.  No allocation (vals on the
+ * stack). */
+int update_msg_foreach(const update_msg_t *msg, int (*fn)(void *ctx, uint64_t key, const float *vals),
+                       void *ctx);
+
+/* Decode a DENSE message into out[0..n): -EINVAL unless it is dense with
+ * count == n. */
+int update_msg_dense(const update_msg_t *msg, float *out, uint32_t n);
+
+#endif

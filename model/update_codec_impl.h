@@ -1,0 +1,26 @@
+/*
+ * update_codec_impl.h — helpers shared by update_codec.c (the wire format,
+ * decoding, the dense encoder) and update_acc.c (the sparse accumulator).
+ * Not public: other folders include update_codec.h.
+ */
+#ifndef TL_MODEL_UPDATE_CODEC_IMPL_H
+#define TL_MODEL_UPDATE_CODEC_IMPL_H
+
+#include "model/update_codec.h"
+
+/* Upper bound of a message's bytes (keys counted at 10 varint bytes). */
+size_t update__msg_bound(uint32_t count, uint32_t k, uint32_t chunk, uint32_t flags, size_t name_len);
+/* Write the 48-byte header and the name; returns the offset after the name.
+ * The body length is filled by update__finish. */
+size_t update__write_header(uint8_t *buf, uint32_t flags, uint64_t producer, uint64_t seq, uint64_t base,
+                            uint32_t count, uint32_t k, uint32_t chunk, const char *model, size_t name_len);
+/* Fill the body length (len - name_end) and append the checksum; returns the total length. */
+size_t update__finish(uint8_t *buf, size_t name_end, size_t len);
+size_t update__put_varint(uint8_t *p, uint64_t v);
+int update__name_check(const char *name, size_t *len_out);
+/* 1-bit quantization of v[0..n) in chunks of `chunk`: scales (f32 LE) to
+ * scales_out, sign bit of v[i] at bit (bit0 + i) of bits (pre-zeroed), and
+ * v[i] replaced by its quantization error v[i] - q[i]. */
+void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits, uint64_t bit0);
+
+#endif

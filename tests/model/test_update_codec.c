@@ -1,0 +1,704 @@
+/*
+ * test_update_codec.c — the update messages of partitioned replicas
+ * (model/update_codec.h):
+ *
+ *   - 50 intervals of random sparse increments (fixed seed), 1-bit top-10%
+ *     and exact top-30%: what the receiver applied plus the sender's
+ *     residuals equal the true sums to float rounding, key by key, column by
+ *     column; keys sent exactly leave the map (index consistency checked);
+ *   - exact mode with k = all: the receiver gets the sender's floats bit for
+ *     bit and the accumulator empties;
+ *   - top-k picks the largest, each column counted relative to its mean;
+ *   - producer, sequence, base version, model name, K and chunk round trip;
+ *   - a full accumulator refuses a new key, an exact flush makes room;
+ *   - every decoding refusal, one test each, and no truncation is accepted;
+ *   - a message of 0 keys;
+ *   - dense: error feedback loses nothing; exact dense is bit for bit;
+ *   - 1-bit Adam (exact warm-up, frozen variance, 1-bit momentum with error
+ *     feedback) on a toy quadratic shared by 4 replicas ends within a small
+ *     tolerance of plain Adam.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/update_codec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double unif(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+static update_acc_t *make_acc(uint32_t k, uint32_t max_keys, uint32_t chunk)
+{
+    update_acc_t *acc = NULL;
+    update_acc_config_t cfg = {.k = k, .max_keys = max_keys, .producer = 77, .first_seq = 1000,
+                               .chunk = chunk, .model = "ctr-lr"};
+    assert_int_equal(update_acc_create(&acc, &cfg), 0);
+    return acc;
+}
+
+/* ------------------------------------------------ conservation over time */
+
+#define NU 3000 /* key universe */
+#define KC 2
+
+struct ref {
+    uint64_t keys[NU];   /* sorted */
+    double truth[NU][KC];
+    double applied[NU][KC];
+    double mass[NU][KC]; /* sum of |increments| and |applied|: the rounding scale */
+    uint32_t seen;       /* keys in the last message */
+};
+
+static int find_key(const struct ref *r, uint64_t key)
+{
+    size_t lo = 0, hi = NU;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r->keys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < NU && r->keys[lo] == key ? (int)lo : -1;
+}
+
+static int apply_ref(void *ctx, uint64_t key, const float *vals)
+{
+    struct ref *r = ctx;
+    int i = find_key(r, key);
+    assert_true(i >= 0);
+    for (int j = 0; j < KC; j++) {
+        r->applied[i][j] += vals[j];
+        r->mass[i][j] += fabsf(vals[j]);
+    }
+    r->seen++;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void run_intervals(uint32_t flags, float fraction)
+{
+    static struct ref r;
+    memset(&r, 0, sizeof r);
+    rng_state = 17;
+    for (int i = 0; i < NU; i++)
+        r.keys[i] = rnd() >> (i % 3 ? 20 : 0);
+    qsort(r.keys, NU, sizeof r.keys[0], cmp_u64);
+    update_acc_t *acc = make_acc(KC, NU, 64);
+    update_encode_opts_t o = {.flags = flags, .select_fraction = fraction, .base_version = 5};
+    size_t cap = (size_t)NU * 32 + 1024; /* over any bound for NU keys, K = 2 */
+    uint8_t *buf = malloc(cap);
+    uint64_t seq = 1000;
+    for (int t = 0; t < 50; t++) {
+        for (int s = 0; s < 800; s++) {
+            int i = (int)(rnd() % NU);
+            float inc[KC] = {(float)((unif() - 0.5) * 0.2), (float)(unif() * unif() * 5.0)}; /* dz, dn */
+            assert_int_equal(update_acc_add(acc, r.keys[i], inc), 0);
+            for (int j = 0; j < KC; j++) {
+                r.truth[i][j] += inc[j];
+                r.mass[i][j] += fabsf(inc[j]);
+            }
+        }
+        uint32_t held = update_acc_count(acc);
+        long len = update_acc_encode(acc, &o, buf, cap);
+        assert_true(len > 0);
+        update_msg_t m;
+        update_error_t err;
+        assert_int_equal(update_msg_decode(buf, (size_t)len, &m, &err), 0);
+        assert_int_equal(m.seq, seq++);
+        assert_int_equal(m.producer, 77);
+        assert_int_equal(m.count, (uint32_t)ceil((double)fraction * held));
+        r.seen = 0;
+        assert_int_equal(update_msg_foreach(&m, apply_ref, &r), 0);
+        assert_int_equal(r.seen, m.count);
+        if (flags & UPDATE_F_EXACT)
+            assert_int_equal(update_acc_count(acc), held - m.count);
+    }
+    uint32_t present = 0;
+    for (int i = 0; i < NU; i++) {
+        const float *res = update_acc_get(acc, r.keys[i]);
+        present += res != NULL;
+        for (int j = 0; j < KC; j++) {
+            double got = r.applied[i][j] + (res ? res[j] : 0.0);
+            double tol = 1e-5 * r.mass[i][j] + 1e-30;
+            if (fabs(got - r.truth[i][j]) > tol)
+                fail_msg("key %d col %d: applied + residual %.9g, true sum %.9g (tol %.3g)", i, j, got,
+                         r.truth[i][j], tol);
+        }
+    }
+    assert_int_equal(present, update_acc_count(acc)); /* every held key found by its index */
+    free(buf);
+    update_acc_destroy(acc);
+}
+
+static void test_conservation_onebit(void **state) { (void)state; run_intervals(0, 0.1f); }
+static void test_conservation_exact(void **state) { (void)state; run_intervals(UPDATE_F_EXACT, 0.3f); }
+
+/* ------------------------------------------------------------ exactness */
+
+struct snap {
+    uint64_t keys[4096];
+    float vals[4096][KC];
+    uint32_t n;
+};
+
+static int snap_put(void *ctx, uint64_t key, const float *vals)
+{
+    struct snap *s = ctx;
+    s->keys[s->n] = key;
+    memcpy(s->vals[s->n], vals, sizeof s->vals[0]);
+    s->n++;
+    return 0;
+}
+
+static void test_exact_all_bit_for_bit(void **state)
+{
+    (void)state;
+    static struct snap before, after;
+    before.n = after.n = 0;
+    rng_state = 3;
+    update_acc_t *acc = make_acc(KC, 4096, 128);
+    for (int s = 0; s < 10000; s++) {
+        float inc[KC] = {(float)(unif() - 0.5) * 1e-3f, (float)unif() * 7.0f};
+        assert_int_equal(update_acc_add(acc, rnd() % 2000 + (rnd() & 1 ? 0 : UINT64_MAX - 2000), inc), 0);
+    }
+    update_acc_foreach(acc, snap_put, &before);
+    update_encode_opts_t o = {.flags = UPDATE_F_EXACT, .select_count = UINT32_MAX};
+    size_t cap = update_acc_encode_bound(acc, &o);
+    uint8_t *buf = malloc(cap);
+    long len = update_acc_encode(acc, &o, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(update_acc_count(acc), 0);
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(update_msg_foreach(&m, snap_put, &after), 0);
+    assert_int_equal(after.n, before.n);
+    for (uint32_t i = 0; i < after.n; i++) {
+        uint32_t b = 0;
+        while (before.keys[b] != after.keys[i])
+            b++;
+        assert_memory_equal(before.vals[b], after.vals[i], sizeof after.vals[i]);
+        if (i)
+            assert_true(after.keys[i] > after.keys[i - 1]);
+    }
+    free(buf);
+    update_acc_destroy(acc);
+}
+
+/* ----------------------------------------------------------------- top-k */
+
+static void test_topk_largest(void **state)
+{
+    (void)state;
+    /* K = 2: column 1 is 1000x larger and the same for every key; column 0
+     * orders the keys.  Plain |v| would pick by column 1 (ties); the column
+     * means make column 0 decide. */
+    update_acc_t *acc = make_acc(2, 256, 16);
+    for (uint32_t i = 1; i <= 100; i++) {
+        uint64_t key = (uint64_t)((i * 37) % 101) << 40;
+        float inc[2] = {(i & 1 ? -1.0f : 1.0f) * (float)((i * 37) % 101), 1000.0f};
+        assert_int_equal(update_acc_add(acc, key, inc), 0);
+    }
+    update_encode_opts_t o = {.flags = UPDATE_F_EXACT, .select_count = 10};
+    uint8_t buf[4096];
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    static struct snap got;
+    got.n = 0;
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    update_msg_foreach(&m, snap_put, &got);
+    assert_int_equal(got.n, 10);
+    for (uint32_t i = 0; i < 10; i++) {
+        assert_int_equal(got.keys[i], (uint64_t)(91 + i) << 40);
+        assert_float_equal(fabsf(got.vals[i][0]), (float)(91 + i), 0);
+    }
+    assert_int_equal(update_acc_count(acc), 90);
+    assert_null(update_acc_get(acc, (uint64_t)95 << 40));
+    assert_non_null(update_acc_get(acc, (uint64_t)90 << 40));
+    update_acc_destroy(acc);
+}
+
+/* ------------------------------------------------------- header, limits */
+
+static void test_header_round_trip(void **state)
+{
+    (void)state;
+    update_acc_t *acc = NULL;
+    update_acc_config_t cfg = {.k = 3, .max_keys = 8, .producer = 0xfeedface12345678ull,
+                               .first_seq = UINT64_MAX - 1, .chunk = 5, .model = "m.dnn_v2"};
+    assert_int_equal(update_acc_create(&acc, &cfg), 0);
+    float inc[3] = {1, -2, 3};
+    assert_int_equal(update_acc_add(acc, 42, inc), 0);
+    uint8_t buf[512];
+    update_encode_opts_t o = {.select_count = UINT32_MAX, .base_version = 0x0123456789abcdefull};
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(m.producer, 0xfeedface12345678ull);
+    assert_int_equal(m.seq, UINT64_MAX - 1);
+    assert_int_equal(m.base_version, 0x0123456789abcdefull);
+    assert_int_equal(m.k, 3);
+    assert_int_equal(m.chunk, 5);
+    assert_int_equal(m.count, 1);
+    assert_int_equal(m.flags, 0);
+    assert_int_equal(m.model_len, 8);
+    assert_memory_equal(m.model, "m.dnn_v2", 8);
+    assert_int_equal(update_acc_next_seq(acc), UINT64_MAX);
+    /* one key, 1 bit: each value is its own chunk's scale, so exact, and the key leaves */
+    assert_int_equal(update_acc_count(acc), 0);
+
+    cfg.model = "bad name";
+    update_acc_t *bad = NULL;
+    assert_int_equal(update_acc_create(&bad, &cfg), -EINVAL);
+    cfg.model = "ok";
+    cfg.k = 0;
+    assert_int_equal(update_acc_create(&bad, &cfg), -EINVAL);
+    assert_null(bad);
+    /* non-finite increments are refused, a short buffer changes nothing */
+    float nan_inc[3] = {0, NAN, 0};
+    assert_int_equal(update_acc_add(acc, 7, nan_inc), -EINVAL);
+    assert_int_equal(update_acc_count(acc), 0);
+    assert_int_equal(update_acc_add(acc, 7, inc), 0);
+    assert_int_equal(update_acc_encode(acc, &o, buf, 20), -ENOBUFS);
+    assert_int_equal(update_acc_count(acc), 1);
+    assert_int_equal(update_acc_next_seq(acc), UINT64_MAX);
+    update_encode_opts_t bad_o = {.select_fraction = 1.5f};
+    assert_int_equal(update_acc_encode(acc, &bad_o, buf, sizeof buf), -EINVAL);
+    update_acc_destroy(acc);
+}
+
+static void test_full_then_flush(void **state)
+{
+    (void)state;
+    update_acc_t *acc = make_acc(2, 100, 8);
+    float inc[2] = {0.5f, 1.0f};
+    for (uint64_t k = 0; k < 100; k++)
+        assert_int_equal(update_acc_add(acc, k * 1000003, inc), 0);
+    assert_int_equal(update_acc_add(acc, 5, inc), -ENOSPC);
+    assert_int_equal(update_acc_add(acc, 1000003, inc), 0); /* a held key still adds */
+    assert_float_equal(update_acc_get(acc, 1000003)[0], 1.0f, 0);
+    update_encode_opts_t flush = {.flags = UPDATE_F_EXACT, .select_count = UINT32_MAX};
+    uint8_t buf[4096];
+    assert_true(update_acc_encode(acc, &flush, buf, sizeof buf) > 0);
+    assert_int_equal(update_acc_count(acc), 0);
+    assert_int_equal(update_acc_add(acc, 5, inc), 0);
+    update_acc_destroy(acc);
+}
+
+static void test_zero_keys(void **state)
+{
+    (void)state;
+    update_acc_t *acc = make_acc(2, 16, 8);
+    uint8_t buf[256];
+    for (uint32_t flags = 0; flags <= UPDATE_F_EXACT; flags += UPDATE_F_EXACT) {
+        update_encode_opts_t o = {.flags = flags, .select_fraction = 0.1f};
+        long len = update_acc_encode(acc, &o, buf, sizeof buf);
+        assert_int_equal(len, UPDATE_HEADER_BYTES + 6 + 8);
+        update_msg_t m;
+        assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+        assert_int_equal(m.count, 0);
+        static struct snap s;
+        s.n = 0;
+        assert_int_equal(update_msg_foreach(&m, snap_put, &s), 0);
+        assert_int_equal(s.n, 0);
+    }
+    update_acc_destroy(acc);
+}
+
+/* ------------------------------------------------------------- refusals */
+
+/* A valid message: keys 5 and 9, K = 2, chunk 64; 1 bit or exact. */
+static size_t sample(uint8_t *buf, uint32_t flags)
+{
+    update_acc_t *acc = make_acc(2, 16, 64);
+    float a[2] = {0.25f, 3.0f}, b[2] = {-0.5f, 1.0f};
+    assert_int_equal(update_acc_add(acc, 5, a), 0);
+    assert_int_equal(update_acc_add(acc, 9, b), 0);
+    update_encode_opts_t o = {.flags = flags, .select_count = UINT32_MAX};
+    long len = update_acc_encode(acc, &o, buf, 512);
+    assert_true(len > 0);
+    update_acc_destroy(acc);
+    return (size_t)len;
+}
+
+static void reseal(uint8_t *buf, size_t len)
+{
+    uint64_t h = XXH3_64bits(buf, len - 8);
+    memcpy(buf + len - 8, &h, 8);
+}
+
+static void expect(const uint8_t *buf, size_t len, update_errc_t code, size_t offset)
+{
+    update_msg_t m;
+    update_error_t err = {0};
+    assert_int_equal(update_msg_decode(buf, len, &m, &err), -EBADMSG);
+    if (err.code != code || err.offset != offset)
+        fail_msg("want %s at %zu, got %s at %zu: %s", update_errc_name(code), offset, update_errc_name(err.code),
+                 err.offset, err.msg);
+    assert_non_null(strstr(err.msg, update_errc_name(code)));
+}
+
+#define NAME_AT UPDATE_HEADER_BYTES
+#define KEYS_AT (UPDATE_HEADER_BYTES + 6) /* "ctr-lr" */
+
+static void test_refuse_size(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    expect(buf, len - 1, UPDATE_E_SIZE, 40);
+    expect(buf, 3, UPDATE_E_SIZE, 0);
+    expect(buf, 40, UPDATE_E_SIZE, 0);
+    for (size_t n = 0; n < len; n++) { /* no truncation passes */
+        update_msg_t m;
+        assert_int_equal(update_msg_decode(buf, n, &m, NULL), -EBADMSG);
+    }
+}
+
+static void test_refuse_magic(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[0] ^= 1;
+    expect(buf, len, UPDATE_E_MAGIC, 0);
+}
+
+static void test_refuse_version(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[4] = 2;
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_VERSION, 4);
+}
+
+static void test_refuse_flags(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[6] = 0x8;
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_FLAGS, 6);
+    buf[6] = 0;
+    buf[46] = 1;
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_FLAGS, 46);
+}
+
+static void test_refuse_limits(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    uint8_t k0[2] = {0, 0}, big[4] = {0xff, 0xff, 0xff, 0x7f};
+    memcpy(buf + 36, k0, 2);
+    expect(buf, len, UPDATE_E_LIMIT, 36);
+    len = sample(buf, 0);
+    memcpy(buf + 38, k0, 2);
+    expect(buf, len, UPDATE_E_LIMIT, 38);
+    len = sample(buf, 0);
+    memcpy(buf + 32, big, 4);
+    expect(buf, len, UPDATE_E_LIMIT, 32);
+    len = sample(buf, 0);
+    memcpy(buf + 44, k0, 2);
+    expect(buf, len, UPDATE_E_LIMIT, 44);
+}
+
+static void test_refuse_length(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[32] = 3; /* 3 keys cannot fit 2 varint bytes */
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_LENGTH, 40);
+}
+
+static void test_refuse_checksum(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[KEYS_AT] ^= 2;
+    expect(buf, len, UPDATE_E_CHECKSUM, len - 8);
+}
+
+static void test_refuse_name(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[NAME_AT + 3] = ' ';
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_NAME, NAME_AT + 3);
+}
+
+static void test_refuse_keys(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    assert_int_equal(buf[KEYS_AT], 5);
+    buf[KEYS_AT] = 0x85; /* continues into the second key: the second runs into the payload */
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_KEYS, KEYS_AT + 2);
+}
+
+static void test_refuse_order(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    assert_int_equal(buf[KEYS_AT + 1], 4);
+    buf[KEYS_AT + 1] = 0; /* key 2 == key 1 */
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_ORDER, KEYS_AT + 1);
+}
+
+static void test_refuse_scale(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    size_t scales = len - 8 - 1 - 8; /* 2 scales, 1 sign byte, checksum */
+    float bad[3] = {NAN, INFINITY, -1.0f};
+    for (int i = 0; i < 3; i++) {
+        len = sample(buf, 0);
+        memcpy(buf + scales + 4, &bad[i], 4);
+        reseal(buf, len);
+        expect(buf, len, UPDATE_E_SCALE, scales + 4);
+    }
+}
+
+static void test_refuse_value(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, UPDATE_F_EXACT);
+    float inf = INFINITY;
+    memcpy(buf + len - 8 - 4, &inf, 4);
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_VALUE, len - 12);
+}
+
+static void test_refuse_padding(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = sample(buf, 0);
+    buf[len - 9] |= 0x80; /* 4 sign bits used */
+    reseal(buf, len);
+    expect(buf, len, UPDATE_E_PADDING, len - 9);
+}
+
+/* ----------------------------------------------------------------- dense */
+
+#define DN 300
+
+static void test_dense_error_feedback(void **state)
+{
+    (void)state;
+    update_dense_t *d = NULL;
+    assert_int_equal(update_dense_create(&d, DN, 32, 9, 1, "mlp"), 0);
+    size_t cap = update_dense_bound(d, 0);
+    uint8_t *buf = malloc(update_dense_bound(d, UPDATE_F_EXACT));
+    static double truth[DN], got[DN], mass[DN];
+    float v[DN], out[DN];
+    rng_state = 11;
+    for (int t = 0; t < 40; t++) {
+        for (int i = 0; i < DN; i++) {
+            v[i] = (float)((unif() - 0.3) * (i % 7 + 1));
+            truth[i] += v[i];
+            mass[i] += fabsf(v[i]);
+        }
+        long len = update_dense_encode(d, v, 0, 3, buf, cap);
+        assert_int_equal(len, (long)cap);
+        update_msg_t m;
+        assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+        assert_int_equal(m.seq, (uint64_t)t + 1);
+        assert_int_equal(update_msg_dense(&m, out, DN), 0);
+        for (int i = 0; i < DN; i++) {
+            got[i] += out[i];
+            mass[i] += fabsf(out[i]);
+        }
+    }
+    const float *e = update_dense_error(d);
+    for (int i = 0; i < DN; i++)
+        assert_true(fabs(got[i] + e[i] - truth[i]) <= 1e-5 * mass[i]);
+    /* exact: bit for bit, the error untouched */
+    float e0 = e[0];
+    long len = update_dense_encode(d, v, UPDATE_F_EXACT, 3, buf, update_dense_bound(d, UPDATE_F_EXACT));
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(update_msg_dense(&m, out, DN), 0);
+    assert_memory_equal(out, v, sizeof v);
+    assert_float_equal(update_dense_error(d)[0], e0, 0);
+    assert_int_equal(update_msg_dense(&m, out, DN - 1), -EINVAL);
+    v[7] = NAN;
+    assert_int_equal(update_dense_encode(d, v, 0, 3, buf, cap), -EINVAL);
+    free(buf);
+    update_dense_destroy(d);
+}
+
+/* 1-bit Adam vs plain Adam on f(x) = 1/2 sum_i a_i (x_i - c_i)^2, shared by
+ * W replicas whose local targets differ (their mean is c): each replica's
+ * gradient stays far from zero at the optimum, the hard case for 1 bit.
+ * Learning rate 0.01, x0.1 at half the steps, x0.01 at three quarters. */
+#define AD 64
+#define AW 4
+#ifndef ASTEPS
+#define ASTEPS 3000
+#endif
+#ifndef AWARM
+#define AWARM 300
+#endif
+
+struct quad {
+    float a[AD], c[AD], cw[AW][AD];
+};
+
+static void grad(const struct quad *q, int w, const float *x, float *g)
+{
+    for (int i = 0; i < AD; i++)
+        g[i] = q->a[i] * (x[i] - q->cw[w][i]);
+}
+
+static double loss(const struct quad *q, const float *x)
+{
+    double f = 0;
+    for (int i = 0; i < AD; i++)
+        f += 0.5 * q->a[i] * (x[i] - q->c[i]) * (x[i] - q->c[i]);
+    return f;
+}
+
+static double adam(const struct quad *q, bool onebit)
+{
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float x[AD] = {0}, m[AW][AD] = {{0}}, v[AD] = {0}, g[AD], mean[AD], out[AD];
+    update_dense_t *enc[AW];
+    for (int w = 0; w < AW; w++)
+        assert_int_equal(update_dense_create(&enc[w], AD, 16, (uint64_t)w, 0, "mlp"), 0);
+    size_t cap = update_dense_bound(enc[0], UPDATE_F_EXACT);
+    uint8_t *buf = malloc(cap);
+    for (int t = 1; t <= ASTEPS; t++) {
+        float step_lr = lr * (t > ASTEPS * 3 / 4 ? 0.01f : t > ASTEPS / 2 ? 0.1f : 1.0f);
+        bool compressed = onebit && t > AWARM;
+        memset(mean, 0, sizeof mean);
+        for (int w = 0; w < AW; w++) {
+            grad(q, w, x, g);
+            /* warm-up / plain: exchange gradients exactly; 1 bit: local momentum */
+            float *send = g;
+            if (compressed) {
+                for (int i = 0; i < AD; i++)
+                    m[w][i] = b1 * m[w][i] + (1 - b1) * g[i];
+                send = m[w];
+            }
+            long len = update_dense_encode(enc[w], send, compressed ? 0 : UPDATE_F_EXACT, 0, buf, cap);
+            assert_true(len > 0);
+            update_msg_t msg;
+            assert_int_equal(update_msg_decode(buf, (size_t)len, &msg, NULL), 0);
+            assert_int_equal(update_msg_dense(&msg, out, AD), 0);
+            for (int i = 0; i < AD; i++)
+                mean[i] += out[i] / AW;
+        }
+        for (int i = 0; i < AD; i++) {
+            if (compressed) {
+                for (int w = 0; w < AW; w++)
+                    m[w][i] = mean[i]; /* every replica adopts the decoded mean */
+            } else {
+                m[0][i] = b1 * m[0][i] + (1 - b1) * mean[i];
+                v[i] = b2 * v[i] + (1 - b2) * mean[i] * mean[i];
+                for (int w = 1; w < AW; w++)
+                    m[w][i] = m[0][i];
+            }
+            float mh = m[0][i] / (1 - powf(b1, (float)t));
+            float vh = v[i] / (1 - powf(b2, (float)(compressed ? AWARM : t))); /* frozen */
+            x[i] -= step_lr * mh / (sqrtf(vh) + eps);
+        }
+    }
+    for (int w = 0; w < AW; w++)
+        update_dense_destroy(enc[w]);
+    free(buf);
+    return loss(q, x);
+}
+
+static void test_onebit_adam_quadratic(void **state)
+{
+    (void)state;
+    static struct quad q;
+    rng_state = 23;
+    for (int i = 0; i < AD; i++) {
+        q.a[i] = (float)(0.5 + 4.5 * unif());
+        q.c[i] = (float)(unif() * 4 - 2);
+        float off_sum = 0;
+        for (int w = 0; w < AW; w++) {
+            float off = w < AW - 1 ? (float)(unif() * 2 - 1) : -off_sum;
+            off_sum += off;
+            q.cw[w][i] = q.c[i] + off;
+        }
+    }
+    float zero[AD] = {0};
+    double f0 = loss(&q, zero);
+    double plain = adam(&q, false), onebit = adam(&q, true);
+    print_message("quadratic: f(x0) %.4g, plain Adam %.3g, 1-bit Adam %.3g\n", f0, plain, onebit);
+    /* compression leaves a floor that shrinks with the learning rate (about 30x for each 10x
+     * step of the schedule); after the last step it is ~1.5e-6 of f(x0) */
+    assert_true(plain < 1e-6 * f0);
+    assert_true(fabs(onebit - plain) < 1e-5 * f0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conservation_onebit),
+        cmocka_unit_test(test_conservation_exact),
+        cmocka_unit_test(test_exact_all_bit_for_bit),
+        cmocka_unit_test(test_topk_largest),
+        cmocka_unit_test(test_header_round_trip),
+        cmocka_unit_test(test_full_then_flush),
+        cmocka_unit_test(test_zero_keys),
+        cmocka_unit_test(test_refuse_size),
+        cmocka_unit_test(test_refuse_magic),
+        cmocka_unit_test(test_refuse_version),
+        cmocka_unit_test(test_refuse_flags),
+        cmocka_unit_test(test_refuse_limits),
+        cmocka_unit_test(test_refuse_length),
+        cmocka_unit_test(test_refuse_checksum),
+        cmocka_unit_test(test_refuse_name),
+        cmocka_unit_test(test_refuse_keys),
+        cmocka_unit_test(test_refuse_order),
+        cmocka_unit_test(test_refuse_scale),
+        cmocka_unit_test(test_refuse_value),
+        cmocka_unit_test(test_refuse_padding),
+        cmocka_unit_test(test_dense_error_feedback),
+        cmocka_unit_test(test_onebit_adam_quadratic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
