@@ -129,7 +129,7 @@ static inline void predict_fails(const struct bld *x, int code, uint32_t offset)
     codec_arena_t a = arena_for(x->n);
     codec_predict_t p;
     codec_error_t e = {0};
-    int rc = codec_decode_predict(x->b, x->n, &a, &p, &e);
+    int rc = codec_decode_predict(x->b, x->n, 0, &a, &p, &e);
     if (rc != code || e.offset != offset)
         fail_msg("want %s at %u, got %s at %u: %s", codec_errc_name(code), offset,
                  codec_errc_name(rc), e.offset, e.msg);
