@@ -8,7 +8,8 @@
  *
  * Header-only: every helper is static inline, so each test program (one per
  * codec source: test_varint.c, test_hash.c, test_block.c, test_frame.c,
- * test_predict.c, test_train.c) compiles the ones it uses and exports
+ * test_predict.c, test_train.c, test_feedback.c; and test_tlclient.c)
+ * compiles the ones it uses and exports
  * nothing.  The random generator's state is per program, and each starts
  * from the same seed; codec/bench/codec_bench.c builds its standard request
  * with the same generator and seed, so test_predict.c's first request (the
