@@ -20,6 +20,10 @@
  * THREAD SAFETY: every function is reentrant; share nothing but read-only
  * inputs between threads (an arena belongs to one request at a time).
  *
+ * FLAGS: the encoders derive the header flags from the message (a PREDICT
+ * with impression_id != 0 is sent with CODEC_PREDICT_LOG, a TRAIN with
+ * weights != NULL with CODEC_TRAIN_WEIGHTS), so flags and payload agree.
+ *
  * ERRORS: functions return CODEC_OK (0) or a codec_errc_t, whose values 1..19
  * are the wire's ERROR codes; CODEC_NEED_MORE is local and never on the wire.
  */
@@ -51,6 +55,9 @@ extern "C" {
 #define CODEC_BLOCK_VALUES 0x01u     /* block_flags bit 0: f32 values follow */
 #define CODEC_BLOCK_FIXED 0x02u      /* block_flags bit 1: ids as n u64 LE, not delta varints */
 #define CODEC_LOOKUP_PARTIAL 0x0001u /* LOOKUP frame flag: per-item partial sums */
+#define CODEC_PREDICT_LOG 0x0001u    /* PREDICT frame flag: log the request, u64 impression_id first */
+#define CODEC_TRAIN_WEIGHTS 0x0001u  /* TRAIN frame flag: f32 weight after each label */
+#define CODEC_MAX_WEIGHT 1e6f        /* sample and feedback weights are finite, in [0, 1e6] */
 
 typedef enum codec_type {
     CODEC_PREDICT = 1,
@@ -62,7 +69,18 @@ typedef enum codec_type {
     CODEC_ERROR = 7,
     CODEC_PING = 8,
     CODEC_PONG = 9,
+    CODEC_FEEDBACK = 10,     /* client -> server: labels for logged impressions */
+    CODEC_FEEDBACK_ACK = 11, /* server -> client: accepted count and the refusals */
 } codec_type_t;
+
+/* FEEDBACK_ACK: why the server refused one event (docs/wire.md).  A decoder
+ * refuses any other value with BAD_VALUE. */
+typedef enum codec_refusal {
+    CODEC_REFUSE_UNKNOWN_IMPRESSION = 1, /* never logged, or expired from the impression log */
+    CODEC_REFUSE_ITEM_OUT_OF_RANGE = 2,  /* item >= the logged PREDICT's items */
+    CODEC_REFUSE_WRONG_MODEL = 3,        /* the impression was logged for another model */
+    CODEC_REFUSE_DUPLICATE = 4,          /* this impression item already has this feedback */
+} codec_refusal_t;
 
 typedef enum codec_errc {
     CODEC_OK = 0,
@@ -147,7 +165,12 @@ typedef struct codec_block {
     uint32_t n;          /* 0..CODEC_MAX_BLOCK_FEATURES */
 } codec_block_t;
 
+/* impression_id != 0 is the LOG flag: the encoder sets CODEC_PREDICT_LOG and
+ * sends the id, the decoder fills it from a LOG frame and sets 0 otherwise.
+ * The client chooses it (request ids are unique per connection only); a
+ * FEEDBACK names the impression by it. */
 typedef struct codec_predict {
+    uint64_t impression_id;        /* 0 = not logged; else the client's non-zero id */
     char name[CODEC_MAX_NAME + 1]; /* NUL-terminated */
     uint64_t version;              /* 0 = active */
     uint32_t items;                /* 1..CODEC_MAX_ITEMS */
@@ -166,12 +189,44 @@ typedef struct codec_train {
     uint32_t samples;              /* 1..CODEC_MAX_ITEMS */
     codec_block_t shared;
     float *labels;         /* samples labels, 0.0 or 1.0 (decoded: in the arena) */
+    float *weights;        /* samples weights in [0, 1e6], or NULL = all 1.0; non-NULL is
+                              the WEIGHTS flag (decoded: in the arena) */
     codec_block_t *sample; /* samples blocks (decoded: in the arena) */
 } codec_train_t;
 
 typedef struct codec_train_ack {
     uint32_t accepted; /* 0..CODEC_MAX_ITEMS */
 } codec_train_ack_t;
+
+/* One FEEDBACK event: a label for one item of a logged PREDICT. */
+typedef struct codec_feedback_event {
+    uint64_t impression_id; /* non-zero: the id the LOG PREDICT carried */
+    uint32_t item;          /* index into that PREDICT's items; < CODEC_MAX_ITEMS here, the
+                               server checks it against the logged request */
+    float label;            /* 0.0 or 1.0 */
+    float weight;           /* finite, in [0, CODEC_MAX_WEIGHT] */
+} codec_feedback_event_t;
+
+typedef struct codec_feedback {
+    char name[CODEC_MAX_NAME + 1];  /* NUL-terminated */
+    uint32_t events;                /* 1..CODEC_MAX_ITEMS */
+    codec_feedback_event_t *event;  /* events entries (decoded: in the arena) */
+} codec_feedback_t;
+
+typedef struct codec_refused {
+    uint32_t event; /* index into the FEEDBACK's events; strictly increasing in an ack */
+    uint8_t reason; /* a codec_refusal_t */
+} codec_refused_t;
+
+/* "accepted" promises: each accepted event was joined to its impression and
+ * its sample appended to the server's sample log before this ack was sent,
+ * so it will be trained on even across a crash.  accepted + refused equals
+ * the FEEDBACK's events. */
+typedef struct codec_feedback_ack {
+    uint32_t accepted;        /* events accepted */
+    uint32_t refused;         /* events refused; accepted + refused = 1..CODEC_MAX_ITEMS */
+    codec_refused_t *refusal; /* refused entries, ascending event (decoded: in the arena) */
+} codec_feedback_ack_t;
 
 typedef struct codec_errmsg {
     uint16_t code;    /* 1..65535 (unknown codes are passed through) */
@@ -191,6 +246,8 @@ typedef struct codec_msg {
         codec_result_t result;   /* CODEC_PREDICT_RESULT */
         codec_train_t train;     /* CODEC_TRAIN */
         codec_train_ack_t ack;   /* CODEC_TRAIN_ACK */
+        codec_feedback_t feedback;         /* CODEC_FEEDBACK */
+        codec_feedback_ack_t feedback_ack; /* CODEC_FEEDBACK_ACK */
         codec_errmsg_t error;    /* CODEC_ERROR */
         codec_ping_t ping;       /* CODEC_PING, CODEC_PONG */
     } u;
@@ -201,15 +258,28 @@ typedef struct codec_msg {
  * CODEC_OK or the wire error code with *err filled (err may be NULL).  The
  * output points into payload and arena: both must outlive it.  On error the
  * arena may hold partial data (reset it) and *out is unspecified.  Never
- * blocks, never touches the heap. */
-int codec_decode_predict(const uint8_t *payload, size_t len, codec_arena_t *arena,
+ * blocks, never touches the heap.
+ *
+ * PREDICT and TRAIN take the frame header's flags, because their layout
+ * depends on them (PREDICT_LOG: an impression id first; TRAIN_WEIGHTS: a
+ * weight per sample); flags undefined for the type are BAD_HEADER. */
+int codec_decode_predict(const uint8_t *payload, size_t len, uint16_t flags, codec_arena_t *arena,
                          codec_predict_t *out, codec_error_t *err);
 int codec_decode_result(const uint8_t *payload, size_t len, codec_arena_t *arena,
                         codec_result_t *out, codec_error_t *err);
-int codec_decode_train(const uint8_t *payload, size_t len, codec_arena_t *arena, codec_train_t *out,
-                       codec_error_t *err);
+int codec_decode_train(const uint8_t *payload, size_t len, uint16_t flags, codec_arena_t *arena,
+                       codec_train_t *out, codec_error_t *err);
 int codec_decode_train_ack(const uint8_t *payload, size_t len, codec_train_ack_t *out,
                            codec_error_t *err);
+/* FEEDBACK: per event the impression id must be non-zero, item < MAX_ITEMS,
+ * label 0 or 1 and weight in [0, 1e6] (else BAD_VALUE); whether the
+ * impression and item exist is the server's to check (FEEDBACK_ACK). */
+int codec_decode_feedback(const uint8_t *payload, size_t len, codec_arena_t *arena,
+                          codec_feedback_t *out, codec_error_t *err);
+/* FEEDBACK_ACK: accepted + refused in 1..MAX_ITEMS, refused event indices
+ * ascending and below accepted + refused, reasons 1..4 (else BAD_VALUE). */
+int codec_decode_feedback_ack(const uint8_t *payload, size_t len, codec_arena_t *arena,
+                              codec_feedback_ack_t *out, codec_error_t *err);
 int codec_decode_errmsg(const uint8_t *payload, size_t len, codec_errmsg_t *out,
                         codec_error_t *err);
 int codec_decode_ping(const uint8_t *payload, size_t len, codec_ping_t *out, codec_error_t *err);
@@ -237,6 +307,10 @@ int codec_encode_train(uint8_t *buf, size_t cap, uint64_t request_id, const code
                        size_t *len, codec_error_t *err);
 int codec_encode_train_ack(uint8_t *buf, size_t cap, uint64_t request_id,
                            const codec_train_ack_t *ack, size_t *len, codec_error_t *err);
+int codec_encode_feedback(uint8_t *buf, size_t cap, uint64_t request_id,
+                          const codec_feedback_t *fb, size_t *len, codec_error_t *err);
+int codec_encode_feedback_ack(uint8_t *buf, size_t cap, uint64_t request_id,
+                              const codec_feedback_ack_t *ack, size_t *len, codec_error_t *err);
 int codec_encode_errmsg(uint8_t *buf, size_t cap, uint64_t request_id, const codec_errmsg_t *e,
                         size_t *len, codec_error_t *err);
 /* type is CODEC_PING or CODEC_PONG. */

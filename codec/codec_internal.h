@@ -7,12 +7,13 @@
  * NAMES: the out-of-line helpers are defined in one file and called from
  * others, so they carry the library-private prefix codec__ (block.c:
  * codec__fail, codec__rd_*, codec__wr_name, codec__wr_block,
- * codec__name_check, codec__block_check; frame.c: codec__frame_begin) and
+ * codec__name_check, codec__block_check; frame.c: codec__frame_begin,
+ * codec__defined_flags) and
  * libtlcodec exports nothing but codec_* and codec__* names.  The static
  * inline helpers below are copied into each file that includes this header
  * and export nothing, so they stay short.
  *
- * CALLS go one way: varint.c <- block.c <- frame.c <- predict.c, train.c
+ * CALLS go one way: varint.c <- block.c <- frame.c <- predict.c, train.c, feedback.c
  * <- msg.c (whole-frame dispatch); hash.c calls none of them.
  * likely/unlikely/cold are defined here, once for the library.
  */
@@ -189,7 +190,24 @@ void codec__wr_block(struct wr *w, const codec_block_t *b);
 /* Common tail of every encoder: FRAME_TOO_LARGE / NEED_MORE checks on the
  * payload size, and the header.  Returns CODEC_OK when the caller may write
  * the payload at buf + CODEC_HEADER_SIZE. */
-int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
-                       size_t *len, codec_error_t *err);
+int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint16_t flags, uint64_t request_id,
+                       size_t payload, size_t *len, codec_error_t *err);
+
+/* Header flags defined for a type (0 for none); *known is false for a type
+ * outside 1..11.  The one table of flags for the header parser and the
+ * decoders that take flags. */
+uint16_t codec__defined_flags(uint8_t type, bool *known);
+
+/* Checks a weight (TRAIN_WEIGHTS, FEEDBACK): finite, in [0, CODEC_MAX_WEIGHT]. */
+static inline bool codec__weight_ok(float w)
+{
+    return w >= 0.0f && w <= CODEC_MAX_WEIGHT; /* false for NaN; +inf is over the max */
+}
+
+/* A label: 0.0 or 1.0 (-0.0 compares equal to 0.0). */
+static inline bool codec__label_ok(float l)
+{
+    return l == 0.0f || l == 1.0f;
+}
 
 #endif /* TL_CODEC_INTERNAL_H */

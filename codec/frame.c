@@ -15,7 +15,8 @@
  * the framing errors after which the stream cannot be trusted.  An unknown
  * type is not a framing error: its payload_len is still good, so the reader
  * can skip it and answer UNKNOWN_TYPE on the same connection.  Flags are
- * checked only for known types (LOOKUP defines bit 0, the others nothing).
+ * checked only for known types 1..11 (PREDICT, TRAIN and LOOKUP define bit
+ * 0, the others nothing).
  *
  * ERROR payload:  u16 code | u16 msg_len (<= 1024) | msg
  * PING/PONG:      0..64 opaque bytes
@@ -62,17 +63,28 @@ size_t codec_arena_bound(size_t payload_len)
 {
     /* Each feature costs >= 1 payload byte and <= 12 arena bytes (id + value);
      * each block array entry and its two allocations' alignment <= 24 + 16;
-     * labels or scores 4 per item; slack for the per-array alignment. */
+     * labels and weights, or scores, 8 per item; a FEEDBACK event (>= 17
+     * payload bytes) takes 24 and a FEEDBACK_ACK refusal (>= 2) 8, both under
+     * the block array's share; slack for the per-array alignment. */
     size_t features =
         payload_len < CODEC_MAX_REQUEST_FEATURES ? payload_len : CODEC_MAX_REQUEST_FEATURES;
     return features * 12 + (CODEC_MAX_ITEMS + 1) * (sizeof(codec_block_t) + 16) +
-           CODEC_MAX_ITEMS * 4 + 64;
+           CODEC_MAX_ITEMS * 8 + 64;
 }
 
-static uint16_t defined_flags(uint8_t type, bool *known)
+uint16_t codec__defined_flags(uint8_t type, bool *known)
 {
-    *known = type >= CODEC_PREDICT && type <= CODEC_PONG;
-    return type == CODEC_LOOKUP ? CODEC_LOOKUP_PARTIAL : 0;
+    *known = type >= CODEC_PREDICT && type <= CODEC_FEEDBACK_ACK;
+    switch (type) {
+    case CODEC_PREDICT:
+        return CODEC_PREDICT_LOG;
+    case CODEC_TRAIN:
+        return CODEC_TRAIN_WEIGHTS;
+    case CODEC_LOOKUP:
+        return CODEC_LOOKUP_PARTIAL;
+    default:
+        return 0;
+    }
 }
 
 int codec_parse_header(const uint8_t *buf, size_t len, codec_header_t *hdr, codec_error_t *err)
@@ -97,7 +109,7 @@ int codec_parse_header(const uint8_t *buf, size_t len, codec_header_t *hdr, code
                            "frame: reserved field 0x%08x at offset 20 is not 0", reserved);
     bool known;
     uint16_t flags = get_u16(buf + 6);
-    uint16_t ok = defined_flags(buf[5], &known);
+    uint16_t ok = codec__defined_flags(buf[5], &known);
     if (unlikely(known && (flags & ~ok)))
         return codec__fail(err, CODEC_E_BAD_HEADER, 6,
                            "frame: flags 0x%04x at offset 6 undefined for type %u", flags, buf[5]);
@@ -119,8 +131,8 @@ void codec_write_header(uint8_t out[CODEC_HEADER_SIZE], const codec_header_t *hd
     put_u32(out + 20, 0);
 }
 
-int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_id, size_t payload,
-                       size_t *len, codec_error_t *err)
+int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint16_t flags, uint64_t request_id,
+                       size_t payload, size_t *len, codec_error_t *err)
 {
     if (payload > CODEC_MAX_PAYLOAD)
         return codec__fail(err, CODEC_E_FRAME_TOO_LARGE, CODEC_NO_OFFSET,
@@ -130,7 +142,7 @@ int codec__frame_begin(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_
         return codec__fail(err, CODEC_NEED_MORE, CODEC_NO_OFFSET,
                            "encode: frame needs %zu bytes, buffer has %zu", *len, cap);
     codec_header_t h = {
-        .type = type, .flags = 0, .request_id = request_id, .payload_len = (uint32_t)payload};
+        .type = type, .flags = flags, .request_id = request_id, .payload_len = (uint32_t)payload};
     codec_write_header(buf, &h);
     return CODEC_OK;
 }
@@ -169,7 +181,7 @@ int codec_encode_errmsg(uint8_t *buf, size_t cap, uint64_t request_id, const cod
     if (e->msg_len > CODEC_MAX_ERROR_MSG)
         return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET, "ERROR: msg_len %u is over %u",
                            e->msg_len, CODEC_MAX_ERROR_MSG);
-    int rc = codec__frame_begin(buf, cap, CODEC_ERROR, request_id, 4u + e->msg_len, len, err);
+    int rc = codec__frame_begin(buf, cap, CODEC_ERROR, 0, request_id, 4u + e->msg_len, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
@@ -199,7 +211,7 @@ int codec_encode_ping(uint8_t *buf, size_t cap, uint8_t type, uint64_t request_i
     if (p->len > CODEC_MAX_PING)
         return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
                            "PING: payload of %u bytes is over %u", p->len, CODEC_MAX_PING);
-    int rc = codec__frame_begin(buf, cap, type, request_id, p->len, len, err);
+    int rc = codec__frame_begin(buf, cap, type, 0, request_id, p->len, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};

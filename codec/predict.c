@@ -3,7 +3,14 @@
  *
  * PREDICT payload:
  *
- *   u8 name_len | name | u64 version | varint items | block shared | block item[items]
+ *   [u64 impression_id] | u8 name_len | name | u64 version | varint items |
+ *   block shared | block item[items]
+ *
+ * impression_id is there only with the header flag LOG (0 is BAD_VALUE).
+ * It comes first so that the rest of a logged PREDICT is, byte for byte, a
+ * plain one: the decoder reads it and goes on exactly as for a plain
+ * PREDICT, and whoever keeps raw payloads (the gate's shadow sample, an
+ * impression log) keeps payload + 8 without re-encoding.
  *
  * The decoder reads the fixed fields into codec_predict_t, checks `items`
  * against the limits and against the bytes left (every block is at least 2
@@ -22,12 +29,25 @@
  */
 #include "codec_internal.h"
 
-int codec_decode_predict(const uint8_t *payload, size_t len, codec_arena_t *arena,
+int codec_decode_predict(const uint8_t *payload, size_t len, uint16_t flags, codec_arena_t *arena,
                          codec_predict_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .arena = arena, .err = err, .msg = "PREDICT"};
-    int rc = codec__rd_name(&r, out->name);
-    if (rc)
+    int rc;
+    if (unlikely(flags & ~CODEC_PREDICT_LOG))
+        return codec__fail(err, CODEC_E_BAD_HEADER, CODEC_NO_OFFSET,
+                           "PREDICT: flags 0x%04x undefined", flags);
+    out->impression_id = 0;
+    if (flags & CODEC_PREDICT_LOG) {
+        if ((rc = codec__rd_need(&r, 8, "impression_id")))
+            return rc;
+        out->impression_id = get_u64(payload);
+        if (unlikely(out->impression_id == 0))
+            return codec__fail(err, CODEC_E_BAD_VALUE, 0,
+                               "PREDICT: impression_id 0 at offset 0 (LOG needs a non-zero id)");
+        r.off = 8;
+    }
+    if ((rc = codec__rd_name(&r, out->name)))
         return rc;
     if ((rc = codec__rd_need(&r, 8, "version")))
         return rc;
@@ -60,7 +80,8 @@ int codec_encode_predict(uint8_t *buf, size_t cap, uint64_t request_id, const co
     if (!req->item)
         return codec__fail(err, CODEC_E_INTERNAL, CODEC_NO_OFFSET, "PREDICT: item is NULL");
     uint32_t features = 0;
-    size_t payload = 1 + strlen(req->name) + 8 + codec_varint_size(req->items);
+    size_t logged = req->impression_id ? 8 : 0;
+    size_t payload = logged + 1 + strlen(req->name) + 8 + codec_varint_size(req->items);
     if ((rc = codec__block_check(&req->shared, "PREDICT", "shared block", -1, &features, &payload,
                                  err)))
         return rc;
@@ -68,10 +89,13 @@ int codec_encode_predict(uint8_t *buf, size_t cap, uint64_t request_id, const co
         if ((rc =
                  codec__block_check(&req->item[i], "PREDICT", "item", i, &features, &payload, err)))
             return rc;
-    if ((rc = codec__frame_begin(buf, cap, CODEC_PREDICT, request_id, payload, len, err)))
+    if ((rc = codec__frame_begin(buf, cap, CODEC_PREDICT, logged ? CODEC_PREDICT_LOG : 0,
+                                 request_id, payload, len, err)))
         return rc;
 
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
+    if (logged)
+        wr_u64(&w, req->impression_id);
     codec__wr_name(&w, req->name);
     wr_u64(&w, req->version);
     wr_varint(&w, req->items);
@@ -127,7 +151,7 @@ int codec_encode_result(uint8_t *buf, size_t cap, uint64_t request_id, const cod
             return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
                                "PREDICT_RESULT: score[%u] is not in [0, 1]", i);
     size_t payload = 8 + codec_varint_size(res->items) + (size_t)res->items * 4;
-    int rc = codec__frame_begin(buf, cap, CODEC_PREDICT_RESULT, request_id, payload, len, err);
+    int rc = codec__frame_begin(buf, cap, CODEC_PREDICT_RESULT, 0, request_id, payload, len, err);
     if (rc)
         return rc;
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};

@@ -148,22 +148,43 @@ static int write_all(tlclient_t *c, const uint8_t *p, size_t len, int64_t deadli
     return 0;
 }
 
-int tlclient_send_predict(tlclient_t *c, const codec_predict_t *req, uint64_t *request_id,
-                          codec_error_t *err)
+/* Encodes one request of any type into c->out (grown to fit) and sends it. */
+static int send_msg(tlclient_t *c, codec_msg_t *m, uint64_t *request_id, codec_error_t *err)
 {
-    uint64_t id = c->next_id++;
+    m->hdr.request_id = c->next_id++;
     size_t len = 0;
-    int rc = codec_encode_predict(c->out, c->out_cap, id, req, &len, err);
+    int rc = codec_encode_msg(c->out, c->out_cap, m, &len, err);
     if (rc == CODEC_NEED_MORE) {
         if (grow(&c->out, &c->out_cap, len) != 0)
             return -ENOMEM;
-        rc = codec_encode_predict(c->out, c->out_cap, id, req, &len, err);
+        rc = codec_encode_msg(c->out, c->out_cap, m, &len, err);
     }
     if (rc != CODEC_OK)
         return rc;
     if (request_id)
-        *request_id = id;
+        *request_id = m->hdr.request_id;
     return write_all(c, c->out, len, now_ms() + 60000);
+}
+
+int tlclient_send_predict(tlclient_t *c, const codec_predict_t *req, uint64_t *request_id,
+                          codec_error_t *err)
+{
+    codec_msg_t m = {.hdr.type = CODEC_PREDICT, .u.predict = *req};
+    return send_msg(c, &m, request_id, err);
+}
+
+int tlclient_send_train(tlclient_t *c, const codec_train_t *req, uint64_t *request_id,
+                        codec_error_t *err)
+{
+    codec_msg_t m = {.hdr.type = CODEC_TRAIN, .u.train = *req};
+    return send_msg(c, &m, request_id, err);
+}
+
+int tlclient_send_feedback(tlclient_t *c, const codec_feedback_t *fb, uint64_t *request_id,
+                           codec_error_t *err)
+{
+    codec_msg_t m = {.hdr.type = CODEC_FEEDBACK, .u.feedback = *fb};
+    return send_msg(c, &m, request_id, err);
 }
 
 int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t *err)
@@ -201,6 +222,33 @@ int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t
     }
 }
 
+/* Waits for the answer to request id: 0 with *msg of type `want`, the
+ * server's ERROR code (its message copied into *err), or -errno / -EPROTO.
+ * Frames for other ids (answers to earlier pipelined requests) are skipped. */
+static int await_answer(tlclient_t *c, uint64_t id, uint8_t want, codec_msg_t *msg,
+                        int timeout_ms, codec_error_t *err)
+{
+    for (;;) {
+        int rc = tlclient_recv(c, msg, timeout_ms, err);
+        if (rc < 0)
+            return rc;
+        if (msg->hdr.request_id != id)
+            continue;
+        if (rc > 0) {
+            if (err) {
+                size_t n = msg->u.error.msg_len < sizeof err->msg - 1 ? msg->u.error.msg_len
+                                                                      : sizeof err->msg - 1;
+                err->code = (uint16_t)rc;
+                err->offset = CODEC_NO_OFFSET;
+                memcpy(err->msg, msg->u.error.msg, n);
+                err->msg[n] = '\0';
+            }
+            return rc;
+        }
+        return msg->hdr.type == want ? 0 : -EPROTO;
+    }
+}
+
 int tlclient_predict(tlclient_t *c, const codec_predict_t *req, float *scores, uint64_t *version,
                      int timeout_ms, codec_error_t *err)
 {
@@ -209,30 +257,52 @@ int tlclient_predict(tlclient_t *c, const codec_predict_t *req, float *scores, u
     if (rc != 0)
         return rc;
     codec_msg_t msg;
-    for (;;) {
-        rc = tlclient_recv(c, &msg, timeout_ms, err);
-        if (rc < 0)
-            return rc;
-        if (msg.hdr.request_id != id)
-            continue; /* an answer to an earlier pipelined request */
-        if (rc > 0) {
-            if (err) {
-                size_t n = msg.u.error.msg_len < sizeof err->msg - 1 ? msg.u.error.msg_len
-                                                                     : sizeof err->msg - 1;
-                err->code = (uint16_t)rc;
-                err->offset = CODEC_NO_OFFSET;
-                memcpy(err->msg, msg.u.error.msg, n);
-                err->msg[n] = '\0';
-            }
-            return rc;
-        }
-        if (msg.hdr.type != CODEC_PREDICT_RESULT || msg.u.result.items != req->items)
-            return -EPROTO;
-        memcpy(scores, msg.u.result.scores, (size_t)req->items * sizeof *scores);
-        if (version)
-            *version = msg.u.result.version;
-        return 0;
-    }
+    if ((rc = await_answer(c, id, CODEC_PREDICT_RESULT, &msg, timeout_ms, err)) != 0)
+        return rc;
+    if (msg.u.result.items != req->items)
+        return -EPROTO;
+    memcpy(scores, msg.u.result.scores, (size_t)req->items * sizeof *scores);
+    if (version)
+        *version = msg.u.result.version;
+    return 0;
+}
+
+int tlclient_train(tlclient_t *c, const codec_train_t *req, uint32_t *accepted, int timeout_ms,
+                   codec_error_t *err)
+{
+    uint64_t id;
+    int rc = tlclient_send_train(c, req, &id, err);
+    if (rc != 0)
+        return rc;
+    codec_msg_t msg;
+    if ((rc = await_answer(c, id, CODEC_TRAIN_ACK, &msg, timeout_ms, err)) != 0)
+        return rc;
+    if (msg.u.ack.accepted > req->samples)
+        return -EPROTO;
+    if (accepted)
+        *accepted = msg.u.ack.accepted;
+    return 0;
+}
+
+int tlclient_feedback(tlclient_t *c, const codec_feedback_t *fb, codec_feedback_ack_t *ack,
+                      codec_refused_t *refusals, uint32_t cap, int timeout_ms, codec_error_t *err)
+{
+    uint64_t id;
+    int rc = tlclient_send_feedback(c, fb, &id, err);
+    if (rc != 0)
+        return rc;
+    codec_msg_t msg;
+    if ((rc = await_answer(c, id, CODEC_FEEDBACK_ACK, &msg, timeout_ms, err)) != 0)
+        return rc;
+    const codec_feedback_ack_t *got = &msg.u.feedback_ack;
+    if (got->accepted + got->refused != fb->events)
+        return -EPROTO;
+    uint32_t n = got->refused < cap ? got->refused : cap;
+    if (n)
+        memcpy(refusals, got->refusal, n * sizeof *refusals);
+    *ack = (codec_feedback_ack_t){
+        .accepted = got->accepted, .refused = got->refused, .refusal = n ? refusals : NULL};
+    return 0;
 }
 
 int tlclient_ping(tlclient_t *c, int timeout_ms)

@@ -4,12 +4,15 @@
  * TRAIN payload, PREDICT's shape with a label before each block:
  *
  *   u8 name_len | name | varint samples | block shared |
- *   { f32 label | block features } x samples
+ *   { f32 label | [f32 weight] | block features } x samples
  *
  * A label is 0.0 or 1.0 (-0.0 compares equal to 0.0 and is kept bit for
- * bit); anything else, NaN included, is BAD_VALUE.  `samples` uses the item
- * limits (NO_ITEMS, TOO_MANY_ITEMS) and is checked against the bytes left
- * (at least 6 per sample) before the arena is touched.
+ * bit); anything else, NaN included, is BAD_VALUE.  The weight is there
+ * only with the header flag WEIGHTS: finite, in [0, 1e6], else BAD_VALUE;
+ * without it the decoder leaves weights NULL (all 1.0), as a block without
+ * values.  `samples` uses the item limits (NO_ITEMS, TOO_MANY_ITEMS) and is
+ * checked against the bytes left (at least 6 per sample, 10 with weights)
+ * before the arena is touched.
  *
  * TRAIN_ACK payload:  varint accepted (0..MAX_ITEMS).
  *
@@ -17,36 +20,50 @@
  */
 #include "codec_internal.h"
 
-static bool label_ok(float l)
-{
-    return l == 0.0f || l == 1.0f;
-}
-
-int codec_decode_train(const uint8_t *payload, size_t len, codec_arena_t *arena, codec_train_t *out,
-                       codec_error_t *err)
+int codec_decode_train(const uint8_t *payload, size_t len, uint16_t flags, codec_arena_t *arena,
+                       codec_train_t *out, codec_error_t *err)
 {
     struct rd r = {.p = payload, .len = len, .arena = arena, .err = err, .msg = "TRAIN"};
+    if (unlikely(flags & ~CODEC_TRAIN_WEIGHTS))
+        return codec__fail(err, CODEC_E_BAD_HEADER, CODEC_NO_OFFSET,
+                           "TRAIN: flags 0x%04x undefined", flags);
+    bool weighted = flags & CODEC_TRAIN_WEIGHTS;
     int rc = codec__rd_name(&r, out->name);
     if (rc)
         return rc;
-    if ((rc = codec__rd_count(&r, &out->samples, "samples", 6)))
+    if ((rc = codec__rd_count(&r, &out->samples, "samples", weighted ? 10 : 6)))
         return rc;
     if ((rc = codec__rd_block(&r, &out->shared, "shared block", -1)))
         return rc;
+    out->weights = NULL;
     out->labels = codec__rd_alloc(&r, out->samples * sizeof *out->labels, "labels");
-    out->sample =
-        out->labels ? codec__rd_alloc(&r, out->samples * sizeof *out->sample, "samples") : NULL;
+    if (out->labels && weighted)
+        out->weights = codec__rd_alloc(&r, out->samples * sizeof *out->weights, "weights");
+    out->sample = out->labels && (out->weights || !weighted)
+                      ? codec__rd_alloc(&r, out->samples * sizeof *out->sample, "samples")
+                      : NULL;
     if (!out->sample)
         return r.err ? r.err->code : CODEC_E_INTERNAL;
     for (uint32_t i = 0; i < out->samples; i++) {
         if ((rc = codec__rd_need(&r, 4, "label")))
             return rc;
         float l = get_f32(payload + r.off);
-        if (unlikely(!label_ok(l)))
+        if (unlikely(!codec__label_ok(l)))
             return codec__fail(err, CODEC_E_BAD_VALUE, r.off,
                                "TRAIN: sample[%u] label at offset %zu is not 0 or 1", i, r.off);
         out->labels[i] = l;
         r.off += 4;
+        if (weighted) {
+            if ((rc = codec__rd_need(&r, 4, "weight")))
+                return rc;
+            float wt = get_f32(payload + r.off);
+            if (unlikely(!codec__weight_ok(wt)))
+                return codec__fail(err, CODEC_E_BAD_VALUE, r.off,
+                                   "TRAIN: sample[%u] weight at offset %zu is not in [0, 1e6]", i,
+                                   r.off);
+            out->weights[i] = wt;
+            r.off += 4;
+        }
         if ((rc = codec__rd_block(&r, &out->sample[i], "sample", i)))
             return rc;
     }
@@ -73,15 +90,19 @@ int codec_encode_train(uint8_t *buf, size_t cap, uint64_t request_id, const code
                                  err)))
         return rc;
     for (uint32_t i = 0; i < req->samples; i++) {
-        if (!label_ok(req->labels[i]))
+        if (!codec__label_ok(req->labels[i]))
             return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
                                "TRAIN: sample[%u] label is not 0 or 1", i);
-        payload += 4;
+        if (req->weights && !codec__weight_ok(req->weights[i]))
+            return codec__fail(err, CODEC_E_BAD_VALUE, CODEC_NO_OFFSET,
+                               "TRAIN: sample[%u] weight is not in [0, 1e6]", i);
+        payload += req->weights ? 8 : 4;
         if ((rc = codec__block_check(&req->sample[i], "TRAIN", "sample", i, &features, &payload,
                                      err)))
             return rc;
     }
-    if ((rc = codec__frame_begin(buf, cap, CODEC_TRAIN, request_id, payload, len, err)))
+    if ((rc = codec__frame_begin(buf, cap, CODEC_TRAIN, req->weights ? CODEC_TRAIN_WEIGHTS : 0,
+                                 request_id, payload, len, err)))
         return rc;
 
     struct wr w = {.p = buf, .off = CODEC_HEADER_SIZE};
@@ -90,6 +111,8 @@ int codec_encode_train(uint8_t *buf, size_t cap, uint64_t request_id, const code
     codec__wr_block(&w, &req->shared);
     for (uint32_t i = 0; i < req->samples; i++) {
         wr_f32(&w, req->labels[i]);
+        if (req->weights)
+            wr_f32(&w, req->weights[i]);
         codec__wr_block(&w, &req->sample[i]);
     }
     return CODEC_OK;
@@ -116,7 +139,7 @@ int codec_encode_train_ack(uint8_t *buf, size_t cap, uint64_t request_id,
     if (ack->accepted > CODEC_MAX_ITEMS)
         return codec__fail(err, CODEC_E_TOO_MANY_ITEMS, CODEC_NO_OFFSET,
                            "TRAIN_ACK: accepted %u is over %u", ack->accepted, CODEC_MAX_ITEMS);
-    int rc = codec__frame_begin(buf, cap, CODEC_TRAIN_ACK, request_id,
+    int rc = codec__frame_begin(buf, cap, CODEC_TRAIN_ACK, 0, request_id,
                                 codec_varint_size(ack->accepted), len, err);
     if (rc)
         return rc;

@@ -238,7 +238,7 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     if (rc != 0)
         return rc;
     codec_arena_reset(&w->arena);
-    rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
+    rc = codec_decode_predict(payload, h->payload_len, h->flags, &w->arena, &req, &err);
     if (rc != CODEC_OK)
         return send_error(c, h->request_id, rc, "%s", err.msg);
     if (w->o->model && strcmp(req.name, w->o->model) != 0)

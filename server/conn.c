@@ -442,10 +442,11 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
     codec_predict_t req;
     codec_error_t err;
     codec_arena_reset(&w->arena);
-    int rc = codec_decode_predict(payload, h->payload_len, &w->arena, &req, &err);
+    int rc = codec_decode_predict(payload, h->payload_len, h->flags, &w->arena, &req, &err);
     if (rc != CODEC_OK)
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
-    gate_sample_offer(w->sample, payload, h->payload_len, &req); /* the gate's shadow sample */
+    size_t log_id = req.impression_id ? 8 : 0; /* past it, a LOG PREDICT is a plain one */
+    gate_sample_offer(w->sample, payload + log_id, h->payload_len - log_id, &req);
 
     server_model_t *sm = server_model_acquire_named(w->srv, req.name);
     if (!sm)
@@ -512,7 +513,7 @@ static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const u
     codec_train_t req;
     codec_error_t err;
     codec_arena_reset(&w->arena);
-    int rc = codec_decode_train(payload, h->payload_len, &w->arena, &req, &err);
+    int rc = codec_decode_train(payload, h->payload_len, h->flags, &w->arena, &req, &err);
     if (rc != CODEC_OK)
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     char why[256];
@@ -572,6 +573,9 @@ static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t
         rc = answer_ping(w, c, h, payload);
     } else if (h->type == CODEC_TRAIN) {
         rc = answer_train(w, c, h, payload);
+    } else if (h->type == CODEC_FEEDBACK) {
+        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
+                        "FEEDBACK: impressions are not logged on this server yet");
     } else {
         rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
                         "message type %u is not a request this server accepts", h->type);

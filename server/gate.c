@@ -103,6 +103,7 @@ static gate_slot_t *slot_at(const gate_ring_t *r, uint32_t i)
 static size_t put_truncated(uint8_t *dst, size_t cap, const codec_predict_t *req)
 {
     codec_predict_t part = *req;
+    part.impression_id = 0; /* the ring keeps plain PREDICT payloads */
     size_t len;
     while (part.items > 0) {
         if (codec_encode_predict(dst, cap, 0, &part, &len, NULL) == CODEC_OK) {
@@ -532,7 +533,7 @@ static int shadow(const model_t *cand, const model_t *act, int cap_items, gate_v
         codec_predict_t req;
         codec_error_t err;
         codec_arena_reset(&arena);
-        if (codec_decode_predict(buf + off, lens[i], &arena, &req, &err) != CODEC_OK ||
+        if (codec_decode_predict(buf + off, lens[i], 0, &arena, &req, &err) != CODEC_OK ||
             strcmp(req.name, name) != 0)
             continue;
         /* Items spread evenly over the request: positions differ (a ranked

@@ -402,7 +402,8 @@ static void publish(struct om *q)
 }
 
 /* Learns one queued TRAIN payload. */
-static void learn(struct om *q, const uint8_t *payload, uint32_t len, uint64_t arrival_ns)
+static void learn(struct om *q, const uint8_t *payload, uint32_t len, uint16_t flags,
+                  uint64_t arrival_ns)
 {
     size_t need = codec_arena_bound(len);
     if (need > q->arena.cap) {
@@ -417,12 +418,12 @@ static void learn(struct om *q, const uint8_t *payload, uint32_t len, uint64_t a
     codec_arena_reset(&q->arena);
     codec_train_t req;
     codec_error_t err;
-    if (codec_decode_train(payload, len, &q->arena, &req, &err) != CODEC_OK) {
+    if (codec_decode_train(payload, len, flags, &q->arena, &req, &err) != CODEC_OK) {
         atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed); /* checked at submit */
         return;
     }
     codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
-    if (train_update(q->t, &shared, req.sample, req.samples, req.labels, NULL, q->p) != 0) {
+    if (train_update(q->t, &shared, req.sample, req.samples, req.labels, req.weights, q->p) != 0) {
         atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
         LOG(LL_WARN, "online: model '%s': no memory for a sample's step", q->name);
         return;
@@ -466,9 +467,11 @@ static size_t learn_batch(struct om *q, size_t *tail, size_t avail)
             continue;
         }
         uint64_t arrival;
+        uint16_t flags;
+        memcpy(&flags, q->ring + t + 4, 2);
         memcpy(&arrival, q->ring + t + 8, 8);
         if (can)
-            learn(q, q->ring + t + REC_HDR, len, arrival);
+            learn(q, q->ring + t + REC_HDR, len, flags, arrival);
         else
             atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
         size_t sz = rec_size(len);

@@ -196,7 +196,7 @@ static void ours_decode(struct contestant *c)
 {
     codec_error_t err;
     codec_arena_reset(&c->arena);
-    int rc = codec_decode_predict(c->buf, c->len, &c->arena, &c->ours, &err);
+    int rc = codec_decode_predict(c->buf, c->len, 0, &c->arena, &c->ours, &err);
     if (rc != CODEC_OK)
         die("ours: decode failed: %s: %s", codec_errc_name(rc), err.msg);
 }

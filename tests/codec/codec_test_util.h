@@ -8,7 +8,8 @@
  *
  * Header-only: every helper is static inline, so each test program (one per
  * codec source: test_varint.c, test_hash.c, test_block.c, test_frame.c,
- * test_predict.c, test_train.c) compiles the ones it uses and exports
+ * test_predict.c, test_train.c, test_feedback.c; and test_tlclient.c)
+ * compiles the ones it uses and exports
  * nothing.  The random generator's state is per program, and each starts
  * from the same seed; codec/bench/codec_bench.c builds its standard request
  * with the same generator and seed, so test_predict.c's first request (the
@@ -129,7 +130,7 @@ static inline void predict_fails(const struct bld *x, int code, uint32_t offset)
     codec_arena_t a = arena_for(x->n);
     codec_predict_t p;
     codec_error_t e = {0};
-    int rc = codec_decode_predict(x->b, x->n, &a, &p, &e);
+    int rc = codec_decode_predict(x->b, x->n, 0, &a, &p, &e);
     if (rc != code || e.offset != offset)
         fail_msg("want %s at %u, got %s at %u: %s", codec_errc_name(code), offset,
                  codec_errc_name(rc), e.offset, e.msg);

@@ -146,14 +146,14 @@ static void test_predict_request_limit(void **state)
     codec_arena_t a = arena_for(x.n);
     codec_predict_t p;
     codec_error_t e;
-    assert_int_equal(codec_decode_predict(x.b, x.n, &a, &p, &e), CODEC_OK);
+    assert_int_equal(codec_decode_predict(x.b, x.n, 0, &a, &p, &e), CODEC_OK);
     assert_int_equal(p.items, 16);
     assert_true(p.item[14].ids[CODEC_MAX_BLOCK_FEATURES - 1] == CODEC_MAX_BLOCK_FEATURES);
     assert_true(a.used <= codec_arena_bound(x.n));
 
     /* the same payload with too small an arena: INTERNAL, not a crash */
     codec_arena_t small = arena_new(4096);
-    assert_int_equal(codec_decode_predict(x.b, x.n, &small, &p, &e), CODEC_E_INTERNAL);
+    assert_int_equal(codec_decode_predict(x.b, x.n, 0, &small, &p, &e), CODEC_E_INTERNAL);
     assert_non_null(strstr(e.msg, "arena"));
     free(small.base);
     free(a.base);
@@ -192,7 +192,7 @@ static void test_block_varint_lengths(void **state)
     assert_int_equal(codec_encode_predict(buf, sizeof buf, 1, &p, &len, &e), CODEC_OK);
     codec_arena_t a = {arena_mem, sizeof arena_mem, 0};
     codec_predict_t q;
-    assert_int_equal(codec_decode_predict(buf + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, &a,
+    assert_int_equal(codec_decode_predict(buf + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE, 0, &a,
                                           &q, &e), CODEC_OK);
     assert_int_equal(q.shared.n, 1);
     assert_true(q.shared.ids[0] == top[0]);
@@ -207,7 +207,7 @@ static void test_block_varint_lengths(void **state)
                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
                                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     codec_arena_reset(&a);
-    assert_int_equal(codec_decode_predict(over, sizeof over, &a, &q, &e), CODEC_E_BAD_VARINT);
+    assert_int_equal(codec_decode_predict(over, sizeof over, 0, &a, &q, &e), CODEC_E_BAD_VARINT);
 }
 
 /* Fixed-width ids (block flag bit 1): what the encoder picks for ids spread
@@ -237,7 +237,7 @@ static void test_block_fixed_ids(void **state)
     assert_int_equal(plen, 16 + (size_t)N * 8);
     codec_arena_t a = {arena_mem, sizeof arena_mem, 0};
     codec_predict_t q;
-    assert_int_equal(codec_decode_predict(pl, plen, &a, &q, &e), CODEC_OK);
+    assert_int_equal(codec_decode_predict(pl, plen, 0, &a, &q, &e), CODEC_OK);
     for (uint32_t i = 0; i < N; i++)
         assert_true(q.item[0].ids[i] == ids[i]);
     /* a duplicate id at index 7: UNSORTED at its offset */
@@ -245,11 +245,11 @@ static void test_block_fixed_ids(void **state)
     memcpy(bad, pl, plen);
     memcpy(bad + 16 + 7 * 8, bad + 16 + 6 * 8, 8);
     codec_arena_reset(&a);
-    assert_int_equal(codec_decode_predict(bad, plen, &a, &q, &e), CODEC_E_UNSORTED_FEATURES);
+    assert_int_equal(codec_decode_predict(bad, plen, 0, &a, &q, &e), CODEC_E_UNSORTED_FEATURES);
     assert_int_equal(e.offset, 16 + 7 * 8);
     /* cut short: TRUNCATED before any id is read */
     codec_arena_reset(&a);
-    assert_int_equal(codec_decode_predict(pl, plen - 1, &a, &q, &e), CODEC_E_TRUNCATED);
+    assert_int_equal(codec_decode_predict(pl, plen - 1, 0, &a, &q, &e), CODEC_E_TRUNCATED);
     /* ids of a few bits each stay delta varints */
     for (uint32_t i = 0; i < N; i++)
         ids[i] = 1000 + 3 * i;

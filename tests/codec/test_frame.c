@@ -57,7 +57,9 @@ static void test_header(void **state)
     header(h, CODEC_PREDICT, 0, 1);
     h[23] = 0x80;
     header_fails(h, CODEC_E_BAD_HEADER, 20);
-    header(h, CODEC_PREDICT, 1, 1);
+    header(h, CODEC_PREDICT, 2, 1); /* bit 0 is LOG, bit 1 undefined */
+    header_fails(h, CODEC_E_BAD_HEADER, 6);
+    header(h, CODEC_FEEDBACK, 1, 1); /* FEEDBACK defines no flags */
     header_fails(h, CODEC_E_BAD_HEADER, 6);
     header(h, CODEC_PING, 0x8000, 0);
     header_fails(h, CODEC_E_BAD_HEADER, 6);
@@ -69,9 +71,9 @@ static void test_header(void **state)
     /* unknown types parse (so the payload can be skipped) but do not decode */
     codec_arena_t a = arena_for(16);
     codec_msg_t m;
-    uint8_t types[] = {0, CODEC_LOOKUP, CODEC_LOOKUP_RESULT, 10, 255};
+    uint8_t types[] = {0, CODEC_LOOKUP, CODEC_LOOKUP_RESULT, 12, 255};
     for (size_t i = 0; i < sizeof types; i++) {
-        header(h, types[i], types[i] > 9 ? 0xffff : 0, 16);
+        header(h, types[i], types[i] > 11 ? 0xffff : 0, 16);
         memset(h + 24, 0, 16);
         assert_int_equal(codec_parse_header(h, 24, &hd, &e), CODEC_OK);
         assert_int_equal(codec_decode_frame(h, 39, &a, &m, &e), CODEC_NEED_MORE);

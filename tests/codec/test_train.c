@@ -38,7 +38,7 @@ static void test_train_round_trip(void **state)
         block_seq(&x, 0);
         f32le(&x, 0.5f);
         block_seq(&x, 1);
-        assert_int_equal(codec_decode_train(x.b, x.n, &a2, &tmp, &e), CODEC_E_BAD_VALUE);
+        assert_int_equal(codec_decode_train(x.b, x.n, 0, &a2, &tmp, &e), CODEC_E_BAD_VALUE);
         assert_int_equal(e.offset, label0 + 2);
         x.n = 0;
         name(&x, "ctr");
@@ -46,7 +46,7 @@ static void test_train_round_trip(void **state)
         block_seq(&x, 0);
         f32le(&x, 1.0f);
         block_seq(&x, 1);
-        assert_int_equal(codec_decode_train(x.b, x.n, &a2, &tmp, &e), CODEC_E_TRUNCATED);
+        assert_int_equal(codec_decode_train(x.b, x.n, 0, &a2, &tmp, &e), CODEC_E_TRUNCATED);
         assert_int_equal(e.offset, 4);
         free(x.b);
         free(a2.base);

@@ -3,8 +3,10 @@
  *
  * Each input is decoded twice as one frame (header + payload): as given, and
  * with its header patched to be valid (magic, version, payload_len = the
- * rest of the input, reserved and flags 0, the type byte kept), so that
- * mutations reach the payload decoders instead of dying on the header.  The
+ * rest of the input, reserved 0, the type byte kept, flags cut to bit 0 for
+ * PREDICT (LOG) and TRAIN (WEIGHTS) and 0 for the rest), so that mutations
+ * reach the payload decoders, FEEDBACK and FEEDBACK_ACK included, and both
+ * layouts of PREDICT and TRAIN, instead of dying on the header.  The
  * arena is codec_arena_bound(payload_len), so INTERNAL (arena full) is a bug.
  *
  * Whatever decodes must re-encode (at most 1/7 longer: the encoder writes
@@ -53,7 +55,7 @@ static bool msg_eq(const codec_msg_t *a, const codec_msg_t *b)
     case CODEC_PREDICT: {
         const codec_predict_t *x = &a->u.predict, *y = &b->u.predict;
         if (strcmp(x->name, y->name) || x->version != y->version || x->items != y->items ||
-            !block_eq(&x->shared, &y->shared))
+            x->impression_id != y->impression_id || !block_eq(&x->shared, &y->shared))
             return false;
         for (uint32_t i = 0; i < x->items; i++)
             if (!block_eq(&x->item[i], &y->item[i]))
@@ -69,7 +71,9 @@ static bool msg_eq(const codec_msg_t *a, const codec_msg_t *b)
         const codec_train_t *x = &a->u.train, *y = &b->u.train;
         if (strcmp(x->name, y->name) || x->samples != y->samples ||
             !block_eq(&x->shared, &y->shared) ||
-            memcmp(x->labels, y->labels, x->samples * sizeof(float)) != 0)
+            memcmp(x->labels, y->labels, x->samples * sizeof(float)) != 0 ||
+            (x->weights == NULL) != (y->weights == NULL) ||
+            (x->weights && memcmp(x->weights, y->weights, x->samples * sizeof(float)) != 0))
             return false;
         for (uint32_t i = 0; i < x->samples; i++)
             if (!block_eq(&x->sample[i], &y->sample[i]))
@@ -78,6 +82,28 @@ static bool msg_eq(const codec_msg_t *a, const codec_msg_t *b)
     }
     case CODEC_TRAIN_ACK:
         return a->u.ack.accepted == b->u.ack.accepted;
+    case CODEC_FEEDBACK: {
+        const codec_feedback_t *x = &a->u.feedback, *y = &b->u.feedback;
+        if (strcmp(x->name, y->name) || x->events != y->events)
+            return false;
+        for (uint32_t i = 0; i < x->events; i++) {
+            const codec_feedback_event_t *p = &x->event[i], *q = &y->event[i];
+            if (p->impression_id != q->impression_id || p->item != q->item ||
+                memcmp(&p->label, &q->label, 4) || memcmp(&p->weight, &q->weight, 4))
+                return false;
+        }
+        return true;
+    }
+    case CODEC_FEEDBACK_ACK: {
+        const codec_feedback_ack_t *x = &a->u.feedback_ack, *y = &b->u.feedback_ack;
+        if (x->accepted != y->accepted || x->refused != y->refused)
+            return false;
+        for (uint32_t i = 0; i < x->refused; i++)
+            if (x->refusal[i].event != y->refusal[i].event ||
+                x->refusal[i].reason != y->refusal[i].reason)
+                return false;
+        return true;
+    }
     case CODEC_ERROR:
         return a->u.error.code == b->u.error.code && a->u.error.msg_len == b->u.error.msg_len &&
                memcmp(a->u.error.msg, b->u.error.msg, a->u.error.msg_len) == 0;
@@ -155,8 +181,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!copy)
             return 0;
         memcpy(copy, data, size);
-        codec_header_t h = {
-            .type = data[5], .request_id = 0, .payload_len = (uint32_t)(size - CODEC_HEADER_SIZE)};
+        bool flagged = data[5] == CODEC_PREDICT || data[5] == CODEC_TRAIN;
+        codec_header_t h = {.type = data[5],
+                            .flags = flagged ? (uint16_t)(data[6] & 1) : 0,
+                            .request_id = 0,
+                            .payload_len = (uint32_t)(size - CODEC_HEADER_SIZE)};
         memcpy(&h.request_id, data + 8, sizeof h.request_id);
         codec_write_header(copy, &h);
         one(copy, size);

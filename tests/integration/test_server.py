@@ -219,6 +219,31 @@ class BadInput(unittest.TestCase):
     def test_unknown_type(self):
         self.expect_error(tlserve.pack_header(42, 6, 0), ErrorCode.UNKNOWN_TYPE, closes=False)
 
+    def test_online_learning_types_not_served_yet(self):
+        # TRAIN and FEEDBACK (no trainer yet) and the server-to-client types, flags included
+        train = tlserve.encode_train(MODEL, [], [(1.0, [1])], weights=[0.5])
+        self.expect_error(tlserve.encode_frame(MsgType.TRAIN, 11, train, tlserve.TRAIN_FLAG_WEIGHTS),
+                          ErrorCode.UNKNOWN_TYPE, closes=False)
+        fb = tlserve.encode_feedback(MODEL, [(5, 0, 1.0)])
+        self.expect_error(tlserve.encode_frame(MsgType.FEEDBACK, 12, fb),
+                          ErrorCode.UNKNOWN_TYPE, closes=False)
+        for t in (2, 4, 6, 7, 9, 11):
+            with self.subTest(type=t):
+                self.expect_error(tlserve.pack_header(t, 13, 0), ErrorCode.UNKNOWN_TYPE,
+                                  closes=False)
+
+    def test_logged_predict_is_scored(self):
+        # a LOG PREDICT scores as the same request without the flag (nothing is logged yet)
+        shared, items = request(items=3)
+        with self.srv.client() as c:
+            plain = c.predict(MODEL, shared, items)
+            logged = c.predict(MODEL, shared, items, impression_id=0x1234)
+        self.assertEqual(logged, plain)
+        payload = struct.pack("<Q", 0) + tlserve.encode_predict(MODEL, shared, items)
+        self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 14, payload,
+                                               tlserve.PREDICT_FLAG_LOG),
+                          ErrorCode.BAD_VALUE, closes=False)
+
     def test_unknown_model(self):
         payload = tlserve.encode_predict("no_such_model", *request(items=1))
         self.expect_error(tlserve.encode_frame(MsgType.PREDICT, 7, payload),

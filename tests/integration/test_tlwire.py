@@ -438,7 +438,7 @@ class TestFrameHeader(WireErrorMixin, unittest.TestCase):
                     self.assertEqual(h, w.FrameHeader(t, flags, rid, plen))
 
     def test_unknown_type_is_not_a_header_error(self):
-        for t in (0, 10, 255):
+        for t in (0, 12, 255):
             self.assertEqual(w.parse_header(w.pack_header(t, 5, 3, flags=0xFFFF)).type, t)
 
     def test_short(self):
@@ -464,11 +464,18 @@ class TestFrameHeader(WireErrorMixin, unittest.TestCase):
             self.assertWireError(E.BAD_HEADER, w.parse_header, w.pack_header(1, 1, 0, reserved=r))
 
     def test_undefined_flags(self):
-        for t in (w.MsgType.PREDICT, w.MsgType.PREDICT_RESULT, w.MsgType.TRAIN,
-                  w.MsgType.TRAIN_ACK, w.MsgType.ERROR, w.MsgType.PING, w.MsgType.PONG,
-                  w.MsgType.LOOKUP_RESULT):
+        for t in (w.MsgType.PREDICT_RESULT, w.MsgType.TRAIN_ACK, w.MsgType.ERROR,
+                  w.MsgType.PING, w.MsgType.PONG, w.MsgType.LOOKUP_RESULT, w.MsgType.FEEDBACK,
+                  w.MsgType.FEEDBACK_ACK):
             for f in (1, 2, 0x8000):
                 self.assertWireError(E.BAD_HEADER, w.parse_header, w.pack_header(t, 1, 0, f))
+        # bit 0 is PREDICT's LOG and TRAIN's WEIGHTS; the other bits are undefined
+        for t in (w.MsgType.PREDICT, w.MsgType.TRAIN):
+            for f in (2, 0x8000, 3):
+                self.assertWireError(E.BAD_HEADER, w.parse_header, w.pack_header(t, 1, 0, f))
+            self.assertEqual(w.parse_header(w.pack_header(t, 1, 0, 1)).flags, 1)
+        # types above 11 are unknown: their flags are not checked
+        self.assertEqual(w.parse_header(w.pack_header(12, 1, 0, 0xffff)).flags, 0xffff)
         self.assertWireError(E.BAD_HEADER, w.parse_header, w.pack_header(w.MsgType.LOOKUP, 1, 0, 2))
         w.parse_header(w.pack_header(w.MsgType.LOOKUP, 1, 0, 1))
 
@@ -1040,6 +1047,62 @@ DECODING_ORDER_CASES = [
     ("unknown type", 42, b"abc", E.UNKNOWN_TYPE),
 ]
 
+# (what, type, flags, payload, code): the same for FEEDBACK, FEEDBACK_ACK and the flagged
+# layouts of PREDICT (LOG: impression id first) and TRAIN (WEIGHTS: a weight after each label);
+# the same cases are in tests/codec/test_feedback.c against the C decoder.
+_EV = struct.Struct("<QBff")                     # an event with a 1-byte item varint
+_FB_HEAD = b"\x03ctr"                           # FEEDBACK name "ctr"
+FLAGGED_DECODING_ORDER_CASES = [
+    ("log id cut off", 1, 1, b"\x05\x00\x00\x00", E.TRUNCATED),
+    ("log id 0 before a bad name", 1, 1, struct.pack("<Q", 0) + b"\x00", E.BAD_VALUE),
+    ("log id, then bad name", 1, 1, struct.pack("<Q", 9) + b"\x00", E.BAD_NAME),
+    ("log id, then items 0", 1, 1, struct.pack("<Q", 9) + _P_HEAD + b"\x00", E.NO_ITEMS),
+    ("weights: 1 sample < 10 bytes", 3, 1, _T_HEAD + b"\x01\x00\x00" + struct.pack("<f", 1.0)
+     + b"\x00\x00", E.TRUNCATED),
+    ("weight negative before a bad block", 3, 1, _T_HEAD + b"\x01\x00\x00"
+     + struct.pack("<ff", 1.0, -1.0) + b"\x07\x09", E.BAD_VALUE),
+    ("weight over 1e6", 3, 1, _T_HEAD + b"\x01\x00\x00" + struct.pack("<ff", 1.0, 1.5e6)
+     + b"\x00\x00", E.BAD_VALUE),
+    ("weight NaN", 3, 1, _T_HEAD + b"\x01\x00\x00" + struct.pack("<ff", 1.0, math.nan)
+     + b"\x00\x00", E.BAD_VALUE),
+    ("bad label before its weight", 3, 1, _T_HEAD + b"\x01\x00\x00"
+     + struct.pack("<ff", 0.5, -1.0) + b"\x00\x00", E.BAD_VALUE),
+    ("feedback bad name", 10, 0, b"\x00", E.BAD_NAME),
+    ("feedback events cut off", 10, 0, _FB_HEAD, E.TRUNCATED),
+    ("feedback 0 events", 10, 0, _FB_HEAD + b"\x00" + _EV.pack(0, 0, 2.0, -1.0), E.NO_ITEMS),
+    ("feedback over MAX_ITEMS", 10, 0, _FB_HEAD + w.encode_varint(4097), E.TOO_MANY_ITEMS),
+    ("feedback 2 events < 34 bytes, bad id", 10, 0, _FB_HEAD + b"\x02" + _EV.pack(0, 0, 0.0, 1.0)
+     + b"\x00", E.TRUNCATED),
+    ("feedback id 0 before bad item", 10, 0, _FB_HEAD + b"\x01" + struct.pack("<Q", 0)
+     + w.encode_varint(9999) + struct.pack("<ff", 0.5, -1.0), E.BAD_VALUE),
+    ("feedback item 4096", 10, 0, _FB_HEAD + b"\x01" + struct.pack("<Q", 3)
+     + w.encode_varint(4096) + struct.pack("<ff", 1.0, 1.0), E.BAD_VALUE),
+    ("feedback item over 10 bytes", 10, 0, _FB_HEAD + b"\x01" + struct.pack("<Q", 3)
+     + b"\xff" * 10 + b"\x01" + struct.pack("<ff", 1.0, 1.0), E.BAD_VARINT),
+    ("feedback label before weight", 10, 0, _FB_HEAD + b"\x01" + _EV.pack(3, 1, 0.5, -1.0),
+     E.BAD_VALUE),
+    ("feedback weight inf", 10, 0, _FB_HEAD + b"\x01" + _EV.pack(3, 1, 1.0, math.inf),
+     E.BAD_VALUE),
+    ("feedback weight short after a long item", 10, 0, _FB_HEAD + b"\x01" + struct.pack("<Q", 3)
+     + w.encode_varint(300) + struct.pack("<f", 1.0) + b"\x00\x00\x00", E.TRUNCATED),
+    ("feedback trailing", 10, 0, _FB_HEAD + b"\x01" + _EV.pack(3, 1, -0.0, 0.0) + b"!",
+     E.TRAILING_BYTES),
+    ("ack empty", 11, 0, b"", E.TRUNCATED),
+    ("ack accepted over, nothing after", 11, 0, w.encode_varint(4097), E.TOO_MANY_ITEMS),
+    ("ack refused cut off", 11, 0, b"\x01", E.TRUNCATED),
+    ("ack refused over", 11, 0, b"\x01" + w.encode_varint(4097), E.TOO_MANY_ITEMS),
+    ("ack 0 events", 11, 0, b"\x00\x00", E.NO_ITEMS),
+    ("ack sum over MAX_ITEMS", 11, 0, w.encode_varint(4000) + w.encode_varint(97),
+     E.TOO_MANY_ITEMS),
+    ("ack 2 refusals < 4 bytes", 11, 0, b"\x01\x02\x00\x09\x01", E.TRUNCATED),
+    ("ack not ascending before a bad reason", 11, 0, b"\x01\x02\x01\x01\x01\x09",
+     E.BAD_VALUE),
+    ("ack index = events", 11, 0, b"\x01\x01\x02\x01", E.BAD_VALUE),
+    ("ack reason 0", 11, 0, b"\x01\x01\x01\x00", E.BAD_VALUE),
+    ("ack reason 5", 11, 0, b"\x01\x01\x01\x05", E.BAD_VALUE),
+    ("ack trailing", 11, 0, b"\x01\x01\x00\x03\x00", E.TRAILING_BYTES),
+]
+
 # tests/fuzz/corpus/codec/<name>: the C decoder's verdict on each seed frame (codec_decode_frame,
 # checked by running it).  None: decodes.  bad-truncated is shorter than its payload_len: the C
 # stream decoder says NEED_MORE, the package's whole-frame decoder TRUNCATED.
@@ -1050,6 +1113,8 @@ CORPUS_VERDICTS = {
     "bad-trailing": E.TRAILING_BYTES, "bad-truncated": E.TRUNCATED,
     "bad-truncated-payload": E.TRUNCATED, "bad-type": E.UNKNOWN_TYPE,
     "bad-varint": E.BAD_VARINT, "bad-version": E.BAD_VERSION,
+    "bad-feedback-item": E.BAD_VALUE, "bad-feedback-ack-order": E.BAD_VALUE,
+    "bad-feedback-weight-nan": E.BAD_VALUE,
 }
 
 
@@ -1067,6 +1132,8 @@ class TestCrossCheck(WireErrorMixin, unittest.TestCase):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
+                if line.startswith("frame "):
+                    continue              # frame vectors: test_codec_frame_vectors
                 field, raw, fid = line.split()
                 rows.append((int(field), b"" if raw == "-" else bytes.fromhex(raw), int(fid, 16)))
         self.assertGreaterEqual(len(rows), 11)
@@ -1078,6 +1145,52 @@ class TestCrossCheck(WireErrorMixin, unittest.TestCase):
                (13, b"-1"), (38, b"e5ba7672"), (200, b"tlserve"), (255, b"hello, world"),
                (7, "\u00dcnic\u00f6de".encode())}
         self.assertLessEqual(doc, {(f, r) for f, r, _ in rows})
+
+    def test_codec_frame_vectors(self):
+        # "frame <name> <verdict> <hex>" lines of codec/test_vectors.txt, which the C codec
+        # replays too (tests/codec/test_feedback.c): same verdicts, and a valid frame's payload
+        # re-encodes to the same bytes with this package's encoders.
+        path = os.path.join(REPO, "codec", "test_vectors.txt")
+        rows = []
+        with open(path) as f:
+            for line in f:
+                if line.startswith("frame "):
+                    _, name, verdict, hx = line.split()
+                    rows.append((name, verdict, bytes.fromhex(hx)))
+        self.assertGreaterEqual(len(rows), 20)
+        seen = set()
+        for name, verdict, frame in rows:
+            with self.subTest(name=name):
+                if verdict != "OK":
+                    self.assertWireError(E[verdict], w.decode_message, frame)
+                    continue
+                f, msg = w.decode_message(frame)
+                seen.add(f.type)
+                self.assertEqual(self.reencode(f, msg), f.payload)
+        self.assertLessEqual({w.MsgType.PREDICT, w.MsgType.TRAIN, w.MsgType.FEEDBACK,
+                              w.MsgType.FEEDBACK_ACK}, seen)
+
+    @staticmethod
+    def reencode(f, msg):
+        if f.type == w.MsgType.PREDICT:
+            self_flags = w.predict_flags(msg.impression_id)
+            assert self_flags == f.flags
+            return w.encode_predict(msg.model, msg.shared, msg.items, msg.version,
+                                    impression_id=msg.impression_id)
+        if f.type == w.MsgType.TRAIN:
+            assert w.train_flags(msg.weights) == f.flags
+            return w.encode_train(msg.model, msg.shared, msg.samples, weights=msg.weights)
+        if f.type == w.MsgType.FEEDBACK:
+            return w.encode_feedback(msg.model, msg.events)
+        if f.type == w.MsgType.FEEDBACK_ACK:
+            return w.encode_feedback_ack(msg.accepted, msg.refused)
+        raise AssertionError("no re-encoder for type %d" % f.type)
+
+    def test_flagged_decoding_order_cases(self):
+        for what, mtype, flags, payload, code in FLAGGED_DECODING_ORDER_CASES:
+            with self.subTest(what=what):
+                self.assertWireError(code, w.decode_message,
+                                     w.encode_frame(mtype, 1, payload, flags))
 
     def test_fuzz_corpus(self):
         d = os.path.join(REPO, "tests", "fuzz", "corpus", "codec")
@@ -1117,13 +1230,17 @@ class TestCrossCheck(WireErrorMixin, unittest.TestCase):
 class FakeServer:
     """A loopback stand-in for tlserve, just enough to exercise Client: answers PING with PONG,
     PREDICT with one score per item (0.5) after collecting `batch` requests (then answers them
-    in reverse order), and any bad header with ERROR(id 0) + close."""
+    in reverse order), FEEDBACK by joining its events to the LOG PREDICTs it saw (the refusal
+    reasons UNKNOWN_IMPRESSION, ITEM_OUT_OF_RANGE, WRONG_MODEL, DUPLICATE), and any bad header
+    with ERROR(id 0) + close."""
 
     def __init__(self, batch=1):
         self.batch = batch
         self.lsock = socket.create_server(("127.0.0.1", 0))
         self.port = self.lsock.getsockname()[1]
         self.received = []
+        self.logged = {}        # impression id -> (model, items)
+        self.labelled = set()   # (impression id, item)
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
@@ -1164,9 +1281,11 @@ class FakeServer:
                     c.sendall(w.encode_frame(w.MsgType.PONG, h.request_id, payload))
                 elif h.type == w.MsgType.PREDICT:
                     try:
-                        req = w.decode_predict(payload)
+                        req = w.decode_predict(payload, h.flags)
                         if req.model != "ctr":
                             raise w.WireError(E.UNKNOWN_MODEL, "no model %r" % req.model)
+                        if req.impression_id:
+                            self.logged[req.impression_id] = (req.model, len(req.items))
                         out = w.encode_frame(w.MsgType.PREDICT_RESULT, h.request_id,
                                              w.encode_predict_result(3, [0.5] * len(req.items)))
                     except w.WireError as e:
@@ -1177,9 +1296,33 @@ class FakeServer:
                         for out in reversed(queue):
                             c.sendall(out)
                         queue.clear()
+                elif h.type == w.MsgType.FEEDBACK:
+                    try:
+                        out = w.encode_frame(w.MsgType.FEEDBACK_ACK, h.request_id,
+                                             self.join(w.decode_feedback(payload)))
+                    except w.WireError as e:
+                        out = w.encode_frame(w.MsgType.ERROR, h.request_id,
+                                             w.encode_error(e.code, e.message))
+                    c.sendall(out)
                 else:
                     c.sendall(w.encode_frame(w.MsgType.ERROR, h.request_id,
                                              w.encode_error(E.UNKNOWN_TYPE, "type %d" % h.type)))
+
+    def join(self, fb):
+        refused = []
+        for i, ev in enumerate(fb.events):
+            model, items = self.logged.get(ev.impression_id, (None, 0))
+            if model is None:
+                refused.append((i, w.Refusal.UNKNOWN_IMPRESSION))
+            elif ev.item >= items:
+                refused.append((i, w.Refusal.ITEM_OUT_OF_RANGE))
+            elif model != fb.model:
+                refused.append((i, w.Refusal.WRONG_MODEL))
+            elif (ev.impression_id, ev.item) in self.labelled:
+                refused.append((i, w.Refusal.DUPLICATE))
+            else:
+                self.labelled.add((ev.impression_id, ev.item))
+        return w.encode_feedback_ack(len(fb.events) - len(refused), refused)
 
     def close(self):
         self.lsock.close()
@@ -1187,6 +1330,44 @@ class FakeServer:
 
 
 class TestClient(WireErrorMixin, unittest.TestCase):
+    def test_logged_predict_and_feedback(self):
+        srv = FakeServer()
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                iid = 0xfeedface12345678
+                res = c.predict("ctr", [1], [[2], [3], [4]], impression_id=iid)
+                self.assertEqual(len(res.scores), 3)
+                c.predict("ctr", [1], [[2]])                      # not logged
+                ack = c.feedback("ctr", [w.FeedbackEvent(iid, 2, 1.0),
+                                         (iid, 0, 0.0, 0.25),
+                                         (iid, 3, 1.0),           # out of range
+                                         (77, 0, 1.0),            # never logged
+                                         (iid, 2, 1.0)])          # again
+                self.assertEqual(ack.accepted, 2)
+                self.assertEqual(ack.refused, [
+                    w.Refused(2, w.Refusal.ITEM_OUT_OF_RANGE),
+                    w.Refused(3, w.Refusal.UNKNOWN_IMPRESSION),
+                    w.Refused(4, w.Refusal.DUPLICATE)])
+                ack = c.feedback("ctr2", [(iid, 1, 1.0)])
+                self.assertEqual(ack, w.FeedbackAck(0, [w.Refused(0, w.Refusal.WRONG_MODEL)]))
+                # the encoder refuses before sending: nothing goes out
+                with self.assertRaises(w.MalformedError):
+                    c.feedback("ctr", [(0, 0, 1.0)])
+                with self.assertRaises(w.MalformedError):
+                    c.feedback("ctr", [(iid, 0, 1.0, 2e6)])
+                with self.assertRaises(w.MalformedError):
+                    c.send_train("ctr", [], [(1.0, [1])], weights=[-1.0])
+        finally:
+            srv.close()
+        h0, p0 = srv.received[0]
+        self.assertEqual((h0.type, h0.flags), (w.MsgType.PREDICT, w.PREDICT_FLAG_LOG))
+        self.assertEqual(struct.unpack_from("<Q", p0)[0], 0xfeedface12345678)
+        # after the impression id, the payload is the plain PREDICT's
+        self.assertEqual(p0[8:], w.encode_predict("ctr", [1], [[2], [3], [4]]))
+        self.assertEqual(srv.received[1][0].flags, 0)
+        self.assertEqual([h.type for h, _ in srv.received], [1, 1, 10, 10])
+
+
     def test_predict_and_ping(self):
         srv = FakeServer()
         try:

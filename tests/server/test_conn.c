@@ -848,7 +848,7 @@ static void test_framing_errors(void **state)
 
     f.len = 0;
     put_predict(&f, 5, MODEL_NAME, 0);
-    f.p[6] = 1; /* PREDICT defines no flags */
+    f.p[6] = 2; /* PREDICT defines bit 0 (LOG) only */
     expect_framing_error(&f, CODEC_E_BAD_HEADER);
 
     f.len = 0;

@@ -311,7 +311,7 @@ static void test_large_request_kept_truncated(void **state)
     static uint8_t arena_mem[1 << 16];
     codec_arena_t arena = {.base = arena_mem, .cap = sizeof arena_mem};
     codec_predict_t got;
-    assert_int_equal(codec_decode_predict(buf, lens[0], &arena, &got, NULL), CODEC_OK);
+    assert_int_equal(codec_decode_predict(buf, lens[0], 0, &arena, &got, NULL), CODEC_OK);
     assert_string_equal(got.name, "ctr");
     assert_int_equal(got.shared.n, 3);
     assert_true(got.items > 8 && got.items < ITEMS);

@@ -5,6 +5,8 @@
         a = c.send_predict(...); b = c.send_predict(...)          # pipelined: both in flight
         rb = c.recv_predict_result(b); ra = c.recv_predict_result(a)   # in any order
         many = c.predict_many("ctr", [(shared, items), ...])      # a window of requests in flight
+        c.predict("ctr", shared, items, impression_id=iid)        # logged for feedback:
+        ack = c.feedback("ctr", [(iid, 2, 1.0)])                  # item 2 clicked; FeedbackAck
 
 Pipelining.  A request goes out as one frame with a request id (allocated from 1 upwards
 unless given); answers may come back in any order, matched by id.  A frame for another id that
@@ -37,7 +39,9 @@ from .errors import (FRAMING_ERRORS, ConnectionClosed, ServerError, Timeout, Tls
                      WireError, ErrorCode)
 from .wire import (HEADER_SIZE, U64_MASK, Frame, MsgType, PredictResult, decode_error,
                    decode_pong, decode_predict_result, decode_train_ack, encode_frame,
-                   encode_ping, encode_predict, encode_train, parse_header)
+                   encode_ping, encode_predict, encode_train, parse_header, predict_flags,
+                   train_flags)
+from .feedback import FeedbackAck, decode_feedback_ack, encode_feedback
 
 __all__ = ["Client", "DEFAULT_PORT"]
 
@@ -122,20 +126,35 @@ class Client:
         return request_id
 
     def send_predict(self, model: str, shared, items: Sequence, version: int = 0,
-                     request_id: Optional[int] = None) -> int:
+                     request_id: Optional[int] = None, *, impression_id: int = 0) -> int:
         """Send a PREDICT without waiting; returns its request id for recv_predict_result.
 
         shared: the block every item shares (user, context); items: one block per item.  A
         block is a Block, a list of feature ids, or an (ids, values) pair; lists are sorted
         here.  version 0 scores with the model's active version, another pins that version.
+        impression_id != 0 asks the server to log the request's features under that id, so
+        that a later feedback() can label its items; the caller chooses it, unique over the
+        server's impression window (a request id is only unique on its connection).
         Raises MalformedError before sending if the request breaks the format's limits."""
-        return self.send_frame(MsgType.PREDICT, encode_predict(model, shared, items, version),
-                               request_id)
+        payload = encode_predict(model, shared, items, version, impression_id=impression_id)
+        return self.send_frame(MsgType.PREDICT, payload, request_id,
+                               predict_flags(impression_id))
 
     def send_train(self, model: str, shared, samples: Sequence,
-                   request_id: Optional[int] = None) -> int:
-        """Send a TRAIN (samples: (label 0.0 or 1.0, block) pairs) without waiting."""
-        return self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples), request_id)
+                   request_id: Optional[int] = None, *,
+                   weights: Optional[Sequence[float]] = None) -> int:
+        """Send a TRAIN (samples: (label 0.0 or 1.0, block) pairs; weights: one per sample in
+        [0, 1e6], or None for 1 each) without waiting."""
+        return self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples,
+                                                           weights=weights),
+                               request_id, train_flags(weights))
+
+    def send_feedback(self, model: str, events: Sequence,
+                      request_id: Optional[int] = None) -> int:
+        """Send a FEEDBACK without waiting; returns its request id for recv_feedback_ack.
+        events: FeedbackEvent(impression_id, item, label, weight=1.0) or such tuples, naming
+        items of PREDICTs sent with an impression_id for this model."""
+        return self.send_frame(MsgType.FEEDBACK, encode_feedback(model, events), request_id)
 
     def send_ping(self, payload: bytes = b"", request_id: Optional[int] = None) -> int:
         """Send a PING (payload up to 64 bytes, echoed in the PONG) without waiting."""
@@ -223,12 +242,24 @@ class Client:
         self._expect(f, MsgType.PREDICT_RESULT)
         return decode_predict_result(f.payload)
 
+    def recv_feedback_ack(self, request_id: int, timeout=_KEEP) -> FeedbackAck:
+        """Wait for the answer to a send_feedback: FeedbackAck(accepted, refused), refused
+        being Refused(event index, Refusal reason) in event order.  An accepted event is
+        joined and in the server's sample log.  Raises ServerError for an ERROR answer
+        (OVERLOADED: nothing was accepted, send it again later)."""
+        f = self.wait_for(request_id, timeout)
+        self._expect(f, MsgType.FEEDBACK_ACK)
+        return decode_feedback_ack(f.payload)
+
     # -- round trips ------------------------------------------------------------------------
     def predict(self, model: str, shared, items: Sequence, version: int = 0,
-                request_id: Optional[int] = None, timeout=_KEEP) -> PredictResult:
+                request_id: Optional[int] = None, timeout=_KEEP, *,
+                impression_id: int = 0) -> PredictResult:
         """Score items for one request and wait for the answer (send_predict, then
-        recv_predict_result).  Returns PredictResult(version, scores)."""
-        rid = self.send_predict(model, shared, items, version, request_id)
+        recv_predict_result).  Returns PredictResult(version, scores).  impression_id != 0:
+        the server logs the request under that id for feedback() (see send_predict)."""
+        rid = self.send_predict(model, shared, items, version, request_id,
+                                impression_id=impression_id)
         res = self.recv_predict_result(rid, timeout)
         if len(res.scores) != len(items):
             raise WireError(ErrorCode.INTERNAL, "%d scores for %d items"
@@ -279,13 +310,24 @@ class Client:
         return out
 
     def train(self, model: str, shared, samples: Sequence, request_id: Optional[int] = None,
-              timeout=_KEEP) -> int:
-        """Send labelled samples to the model's online trainer and wait for the TRAIN_ACK;
-        returns how many samples the server accepted."""
-        rid = self.send_train(model, shared, samples, request_id)
+              timeout=_KEEP, *, weights: Optional[Sequence[float]] = None) -> int:
+        """Send labelled samples (optionally weighted) to the model's online trainer and wait
+        for the TRAIN_ACK; returns how many samples the server accepted."""
+        rid = self.send_train(model, shared, samples, request_id, weights=weights)
         f = self.wait_for(rid, timeout)
         self._expect(f, MsgType.TRAIN_ACK)
         return decode_train_ack(f.payload)
+
+    def feedback(self, model: str, events: Sequence, request_id: Optional[int] = None,
+                 timeout=_KEEP) -> FeedbackAck:
+        """Send labels for logged impressions and wait for the FEEDBACK_ACK (send_feedback,
+        then recv_feedback_ack).  The ack's accepted + len(refused) equals len(events)."""
+        rid = self.send_feedback(model, events, request_id)
+        ack = self.recv_feedback_ack(rid, timeout)
+        if ack.accepted + len(ack.refused) != len(events):
+            raise WireError(ErrorCode.INTERNAL, "ack covers %d events of %d"
+                            % (ack.accepted + len(ack.refused), len(events)))
+        return ack
 
     def ping(self, payload: bytes = b"", request_id: Optional[int] = None,
              timeout=_KEEP) -> bytes:

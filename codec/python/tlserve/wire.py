@@ -10,7 +10,10 @@ Contents
   - frame header pack/parse (24 bytes, "TLW1")
   - feature blocks: Block, make_block, encode_block, decode_block
   - payload encoders/decoders for PREDICT, PREDICT_RESULT, TRAIN, TRAIN_ACK, ERROR, PING, PONG,
-    and decode_message for a whole frame
+    and decode_message for a whole frame (FEEDBACK and FEEDBACK_ACK: feedback.py)
+  - header flags that change a payload's layout: PREDICT_FLAG_LOG (an impression id first),
+    TRAIN_FLAG_WEIGHTS (a weight after each label); the decoders of those types take the
+    frame's flags, and predict_flags / train_flags give the flags for what an encoder wrote
 
 Every check raises WireError(code, message) (errors.py), whose class is the code's family.
 Decoders follow docs/wire.md "Decoding order": fields are checked in wire order and the first
@@ -33,6 +36,8 @@ __all__ = [
     "MAGIC", "WIRE_VERSION", "HEADER_SIZE", "HEADER_STRUCT", "MAX_PAYLOAD", "MAX_ITEMS",
     "MAX_BLOCK_FEATURES", "MAX_REQUEST_FEATURES", "MAX_NAME_LEN", "MAX_ERROR_MSG",
     "MAX_PING_PAYLOAD", "BLOCK_FLAG_VALUES", "BLOCK_FLAG_FIXED", "LOOKUP_FLAG_PARTIAL_SUMS",
+    "PREDICT_FLAG_LOG", "TRAIN_FLAG_WEIGHTS", "MAX_WEIGHT", "MIN_BYTES_PER_WEIGHTED_SAMPLE",
+    "predict_flags", "train_flags", "check_weight",
     "U64_MASK", "MsgType", "DEFINED_FLAGS", "VARINT_TRUNCATED_ERROR", "BLOCK_FLAGS_ERROR",
     "TRAIN_NO_SAMPLES_ERROR", "TRAIN_TOO_MANY_SAMPLES_ERROR", "OVERSIZE_FIELD_ERROR",
     "ERROR_CODE_ZERO_ERROR", "MIN_BYTES_PER_DELTA", "MIN_BYTES_PER_DELTA_VALUE",
@@ -66,6 +71,9 @@ MAX_PING_PAYLOAD = 64
 BLOCK_FLAG_VALUES = 0x01
 BLOCK_FLAG_FIXED = 0x02   # ids as n little-endian u64s instead of delta varints
 LOOKUP_FLAG_PARTIAL_SUMS = 0x01
+PREDICT_FLAG_LOG = 0x01       # PREDICT: keep it in the impression log; u64 impression_id first
+TRAIN_FLAG_WEIGHTS = 0x01     # TRAIN: f32 weight after each sample's label
+MAX_WEIGHT = 1e6              # TRAIN and FEEDBACK weights: finite, in [0, 1e6]
 
 U64_MASK = (1 << 64) - 1
 _M64 = U64_MASK
@@ -85,11 +93,15 @@ class MsgType(enum.IntEnum):
     ERROR = 7
     PING = 8
     PONG = 9
+    FEEDBACK = 10
+    FEEDBACK_ACK = 11
 
 
 # Flag bits defined per message type (all others must be 0; BAD_HEADER otherwise).
 DEFINED_FLAGS = {t: 0 for t in MsgType}
 DEFINED_FLAGS[MsgType.LOOKUP] = LOOKUP_FLAG_PARTIAL_SUMS
+DEFINED_FLAGS[MsgType.PREDICT] = PREDICT_FLAG_LOG
+DEFINED_FLAGS[MsgType.TRAIN] = TRAIN_FLAG_WEIGHTS
 
 
 # Codes docs/wire.md gives for cases a reader could get wrong, named so tests can say which.
@@ -111,6 +123,7 @@ MIN_BYTES_PER_DELTA = 1           # feature block without values
 MIN_BYTES_PER_DELTA_VALUE = 5     # feature block with values: 1 per delta + 4 per value
 MIN_BYTES_PER_ITEM_BLOCK = 2      # PREDICT item block: varint n + u8 block_flags
 MIN_BYTES_PER_SAMPLE = 6          # TRAIN sample: f32 label + varint n + u8 block_flags
+MIN_BYTES_PER_WEIGHTED_SAMPLE = 10  # TRAIN sample with WEIGHTS: + f32 weight
 MIN_BYTES_PER_SCORE = 4           # PREDICT_RESULT: f32 score
 
 
@@ -463,12 +476,14 @@ _F32 = struct.Struct("<f")
 
 
 class PredictRequest(NamedTuple):
-    """A decoded PREDICT: model name, pinned version (0: active), shared block, item blocks."""
+    """A decoded PREDICT: model name, pinned version (0: active), shared block, item blocks,
+    and the impression id of a LOG PREDICT (0: not logged)."""
 
     model: str
     version: int
     shared: Block
     items: list
+    impression_id: int = 0
 
 
 class PredictResult(NamedTuple):
@@ -479,11 +494,13 @@ class PredictResult(NamedTuple):
 
 
 class TrainRequest(NamedTuple):
-    """A decoded TRAIN: model name, shared block, (label, block) samples."""
+    """A decoded TRAIN: model name, shared block, (label, block) samples, and one weight per
+    sample when the frame had TRAIN_FLAG_WEIGHTS (None: every weight is 1)."""
 
     model: str
     shared: Block
     samples: list  # of (label, Block)
+    weights: Optional[list] = None
 
 
 class ErrorMessage(NamedTuple):
@@ -502,11 +519,31 @@ def _encode_name(model, out: bytearray, check: bool):
     out += raw
 
 
+def predict_flags(impression_id: int = 0) -> int:
+    """The header flags of a PREDICT encoded with this impression_id: LOG when it is not 0."""
+    return PREDICT_FLAG_LOG if impression_id else 0
+
+
+def train_flags(weights=None) -> int:
+    """The header flags of a TRAIN encoded with these weights: WEIGHTS when not None."""
+    return TRAIN_FLAG_WEIGHTS if weights is not None else 0
+
+
+def check_weight(w, what: str) -> None:
+    """A TRAIN or FEEDBACK weight: finite, in [0, 1e6] (NaN fails both compares)."""
+    if not 0.0 <= w <= MAX_WEIGHT:
+        raise WireError(ErrorCode.BAD_VALUE, "%s %r is not in [0, 1e6]" % (what, w))
+
+
 def encode_predict(model, shared, items: Sequence, version: int = 0, *,
-                   check: bool = True) -> bytes:
+                   impression_id: int = 0, check: bool = True) -> bytes:
     """PREDICT payload.  shared and each item: a Block, an id list or an (ids, values) pair.
-    check=False skips the limit checks (but see encode_block) so tests can send bad requests."""
+    impression_id != 0 makes a LOG PREDICT: the id goes first, and the frame must carry
+    predict_flags(impression_id).  check=False skips the limit checks (but see encode_block)
+    so tests can send bad requests."""
     out = bytearray()
+    if impression_id:
+        out += _U64.pack(impression_id)
     _encode_name(model, out, check)
     out += _U64.pack(version)
     if check:
@@ -521,16 +558,22 @@ def encode_predict(model, shared, items: Sequence, version: int = 0, *,
     return bytes(out)
 
 
-def decode_predict(payload) -> PredictRequest:
-    """PREDICT payload, checked in wire order (name, version, items, blocks, trailing bytes)."""
+def decode_predict(payload, flags: int = 0) -> PredictRequest:
+    """PREDICT payload, checked in wire order (with the LOG flag: the impression id, 0 is
+    BAD_VALUE; then name, version, items, blocks, trailing bytes)."""
     r = _Reader(payload)
+    impression_id = 0
+    if flags & PREDICT_FLAG_LOG:
+        (impression_id,) = r.unpack(_U64, "impression_id")
+        if impression_id == 0:
+            raise WireError(ErrorCode.BAD_VALUE, "impression_id 0 at offset 0 (LOG needs one)")
     model = r.name()
     (version,) = r.unpack(_U64, "version")
     n = r.count("items", MIN_BYTES_PER_ITEM_BLOCK)
     shared = r.block("shared block")
     items = [r.block("item %d" % i) for i in range(n)]
     r.done()
-    return PredictRequest(model, version, shared, items)
+    return PredictRequest(model, version, shared, items, impression_id)
 
 
 def encode_predict_result(version: int, scores: Sequence[float], *, check: bool = True) -> bytes:
@@ -566,8 +609,12 @@ def decode_predict_result(payload, *, check_scores: bool = True) -> PredictResul
     return PredictResult(version, scores)
 
 
-def encode_train(model, shared, samples: Sequence, *, check: bool = True) -> bytes:
-    """TRAIN payload.  samples: sequence of (label, block)."""
+def encode_train(model, shared, samples: Sequence, *, weights: Optional[Sequence[float]] = None,
+                 check: bool = True) -> bytes:
+    """TRAIN payload.  samples: sequence of (label, block).  weights: one per sample, or None
+    (every weight 1); with weights the frame must carry train_flags(weights)."""
+    if weights is not None and len(weights) != len(samples):
+        raise ValueError("%d weights for %d samples" % (len(weights), len(samples)))
     out = bytearray()
     _encode_name(model, out, check)
     if check:
@@ -578,28 +625,39 @@ def encode_train(model, shared, samples: Sequence, *, check: bool = True) -> byt
                             "%d samples, over %d" % (len(samples), MAX_ITEMS))
     out += encode_varint(len(samples))
     encode_block(shared, out, check=check)
-    for label, blk in samples:
+    for i, (label, blk) in enumerate(samples):
         if check and label not in (0.0, 1.0):
             raise WireError(ErrorCode.BAD_VALUE, "label %r is not 0 or 1" % (label,))
         out += _F32.pack(label)
+        if weights is not None:
+            if check:
+                check_weight(weights[i], "sample %d weight" % i)
+            out += _F32.pack(weights[i])
         encode_block(blk, out, check=check)
     return bytes(out)
 
 
-def decode_train(payload) -> TrainRequest:
-    """TRAIN payload, checked in wire order; a label other than 0 or 1 is BAD_VALUE."""
+def decode_train(payload, flags: int = 0) -> TrainRequest:
+    """TRAIN payload, checked in wire order; a label other than 0 or 1 is BAD_VALUE, and with
+    the WEIGHTS flag so is a weight outside [0, 1e6] (read after its label)."""
+    weighted = bool(flags & TRAIN_FLAG_WEIGHTS)
     r = _Reader(payload)
     model = r.name()
-    n = r.count("samples", MIN_BYTES_PER_SAMPLE)
+    n = r.count("samples", MIN_BYTES_PER_WEIGHTED_SAMPLE if weighted else MIN_BYTES_PER_SAMPLE)
     shared = r.block("shared block")
     samples = []
+    weights = [] if weighted else None
     for i in range(n):
         (label,) = r.unpack(_F32, "sample %d label" % i)
         if label != 0.0 and label != 1.0:
             raise WireError(ErrorCode.BAD_VALUE, "sample %d label %r is not 0 or 1" % (i, label))
+        if weighted:
+            (wt,) = r.unpack(_F32, "sample %d weight" % i)
+            check_weight(wt, "sample %d weight" % i)
+            weights.append(wt)
         samples.append((label, r.block("sample %d" % i)))
     r.done()
-    return TrainRequest(model, shared, samples)
+    return TrainRequest(model, shared, samples, weights)
 
 
 def encode_train_ack(accepted: int, *, check: bool = True) -> bytes:
@@ -677,11 +735,14 @@ def decode_message(buf):
     """Decode one whole frame and its payload, as codec_decode_frame does: header checks, then
     the payload decoder for its type.  Returns (Frame, decoded payload).  Types without a decoder
     here (LOOKUP, LOOKUP_RESULT, unknown) are UNKNOWN_TYPE, like the C codec (C-CODEC).  A frame
-    shorter than its payload_len is TRUNCATED (the C codec says NEED_MORE: it reads a stream)."""
+    shorter than its payload_len is TRUNCATED (the C codec says NEED_MORE: it reads a stream).
+    PREDICT and TRAIN are decoded with the frame's flags."""
     f = decode_frame(buf)
     dec = _DECODERS.get(f.type)
     if dec is None:
         raise WireError(ErrorCode.UNKNOWN_TYPE, "message type %d not accepted" % f.type)
+    if f.type in (MsgType.PREDICT, MsgType.TRAIN):
+        return f, dec(f.payload, f.flags)
     return f, dec(f.payload)
 
 
@@ -693,4 +754,4 @@ _DECODERS = {
     MsgType.ERROR: decode_error,
     MsgType.PING: decode_ping,
     MsgType.PONG: decode_pong,
-}
+}  # feedback.py adds FEEDBACK and FEEDBACK_ACK (it builds on this module's reader)
