@@ -484,9 +484,12 @@ static int encode_batch(sample_log_t *log, const sample_log_rec_t *recs, size_t 
         codec_error_t cerr = {0};
         size_t flen = 0;
         int rc;
+        /* the weights go after the payload (the record's flags), not in it */
+        codec_train_t plain = r->train;
+        plain.weights = NULL;
         for (;;) {
             rc = codec_encode_train(log->buf ? log->buf + off : NULL, log->buf_cap - off, 0,
-                                    &r->train, &flen, &cerr);
+                                    &plain, &flen, &cerr);
             if (rc != CODEC_NEED_MORE)
                 break;
             size_t need = off + flen + 4 * (size_t)r->train.samples;

@@ -79,7 +79,7 @@ int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_ar
                     "record payload length %u is over its body's %u bytes", pay_len,
                     body_len - 8);
     codec_error_t cerr = {0};
-    int rc = codec_decode_train(buf + 24, pay_len, arena, &rec->train, &cerr);
+    int rc = codec_decode_train(buf + 24, pay_len, 0, arena, &rec->train, &cerr);
     if (rc == CODEC_E_INTERNAL)
         return -ENOMEM;
     if (rc)
