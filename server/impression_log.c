@@ -339,8 +339,10 @@ static uint64_t emit_negatives(const impression_log_t *log, struct stripe *s, st
             continue;
         smp.item = i;
         smp.block = item_of(e, i);
-        emit(&smp, ctx);
-        n++;
+        if (emit(&smp, ctx) == 0)
+            n++;
+        else
+            s->negatives_dropped++;
     }
     s->negatives_emitted += n;
     return n;
@@ -608,6 +610,8 @@ const char *impression_log_fb_str(impression_log_fb_t st)
         return "item already has feedback";
     case IMPRESSION_FB_BAD_VALUE:
         return "label not in [0, 1] or weight not in (0, 1e6]";
+    case IMPRESSION_FB_NOT_TAKEN:
+        return "the trainer could not take the sample (its queue is full)";
     case IMPRESSION_FB_COUNT_:
         break;
     }
@@ -652,9 +656,6 @@ impression_log_fb_t impression_log_feedback(impression_log_t *log, uint64_t impr
             s->fb_duplicate++;
             goto out;
         }
-        *w |= bit;
-        e->n_labeled++;
-        s->fb_ok++;
         st = IMPRESSION_FB_OK;
         if (emit) {
             impression_sample_t smp = {
@@ -670,8 +671,15 @@ impression_log_fb_t impression_log_feedback(impression_log_t *log, uint64_t impr
                 .shared = shared_of(e),
                 .block = item_of(e, item),
             };
-            emit(&smp, ctx);
+            if (emit(&smp, ctx) != 0) {
+                st = IMPRESSION_FB_NOT_TAKEN;
+                s->fb_not_taken++;
+                goto out;
+            }
         }
+        *w |= bit;
+        e->n_labeled++;
+        s->fb_ok++;
     }
 out:
     pthread_mutex_unlock(&s->lock);

@@ -65,8 +65,11 @@ typedef struct impression_sample {
     codec_block_t block;  /* the item's block, as put */
 } impression_sample_t;
 
-/* Called with a sample while the stripe is locked: copy, do not call the log. */
-typedef void (*impression_log_emit_fn)(const impression_sample_t *s, void *ctx);
+/* Called with a sample while the stripe is locked: copy, do not call the
+ * log.  Returns 0 when it took the sample, non-zero when it could not (a
+ * full trainer queue): a feedback is then not marked (IMPRESSION_FB_NOT_TAKEN,
+ * the client may send it again) and a negative is counted as dropped. */
+typedef int (*impression_log_emit_fn)(const impression_sample_t *s, void *ctx);
 
 typedef struct impression_log_config {
     uint64_t max_bytes;    /* entry bytes over all stripes (each gets max_bytes / stripes) */
@@ -122,6 +125,7 @@ typedef enum impression_log_fb {
     IMPRESSION_FB_WRONG_MODEL,        /* logged for another model id */
     IMPRESSION_FB_DUPLICATE,          /* this item already had its feedback */
     IMPRESSION_FB_BAD_VALUE,          /* label not in [0, 1] or weight not in (0, 1e6], or NaN */
+    IMPRESSION_FB_NOT_TAKEN,          /* emit could not take the sample: the item stays unlabeled */
     IMPRESSION_FB_COUNT_
 } impression_log_fb_t;
 
@@ -169,10 +173,11 @@ impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t n
     X(fb_wrong_model, "feedback naming another model")                      \
     X(fb_duplicate, "feedback for an item that already had it")             \
     X(fb_bad_value, "feedback with a label or weight out of range")         \
+    X(fb_not_taken, "feedback joined but not taken by the sink (left unlabeled)") \
     X(expired, "impressions expired at the end of the window")              \
     X(evicted, "impressions evicted early to make room")                    \
     X(negatives_emitted, "negatives emitted for unlabeled items")           \
-    X(negatives_dropped, "negatives not emitted: no sink (evict_emit or emit NULL)")
+    X(negatives_dropped, "negatives not emitted: no sink, or the sink could not take them")
 
 typedef struct impression_log_stats {
 #define IMPRESSION_LOG_FIELD_(name, help) uint64_t name;

@@ -64,13 +64,14 @@ static void sorted_random(uint64_t *ids, size_t n)
 }
 
 /* What a trainer's emit does at least: read the blocks it copies. */
-static void count_emit(const impression_sample_t *s, void *ctx)
+static int count_emit(const impression_sample_t *s, void *ctx)
 {
     (void)ctx;
     uint64_t x = s->shared.n ? s->shared.ids[s->shared.n - 1] : 0;
     x ^= s->block.n ? s->block.ids[s->block.n - 1] : 0;
     atomic_fetch_add_explicit(&sink_samples, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sink_ids, s->shared.n + s->block.n + (x & 0), memory_order_relaxed);
+    return 0;
 }
 
 struct put_arg {

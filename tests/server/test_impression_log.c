@@ -49,7 +49,7 @@ static void copy_block(const codec_block_t *b, uint64_t *ids, float *vals, bool 
         memcpy(vals, b->values, 4 * (size_t)b->n);
 }
 
-static void sink_emit(const impression_sample_t *s, void *ctx)
+static int sink_emit(const impression_sample_t *s, void *ctx)
 {
     sink_t *k = ctx;
     assert_true(k->n < REC_MAX);
@@ -57,6 +57,7 @@ static void sink_emit(const impression_sample_t *s, void *ctx)
     r->s = *s;
     copy_block(&s->shared, r->shared_ids, r->shared_vals, &r->shared_has_vals);
     copy_block(&s->block, r->ids, r->vals, &r->has_vals);
+    return 0;
 }
 
 static void assert_block_eq(const codec_block_t *want, const uint64_t *ids, const float *vals,
@@ -259,6 +260,43 @@ static void statuses(void **state)
     free(k);
 }
 
+static int refuse_emit(const impression_sample_t *s, void *ctx)
+{
+    (void)s;
+    ++*(int *)ctx;
+    return 1;
+}
+
+/* A sink that cannot take a sample (the trainer's queue is full): the
+ * feedback is NOT_TAKEN and the item stays unlabeled, so the same feedback
+ * joins later; expiry's refused negatives count as dropped. */
+static void sink_refuses(void **state)
+{
+    (void)state;
+    sink_t *k = new_sink();
+    impression_log_t *log = make_log(1 << 20, 4, 100, NULL);
+    assert_int_equal(impression_log_put(log, 1, 7, 1, 0, &SHARED, ITEMS, 4), 0);
+    int refused = 0;
+    assert_int_equal(impression_log_feedback(log, 1, 7, 2, 1, 1, 0, refuse_emit, &refused),
+                     IMPRESSION_FB_NOT_TAKEN);
+    assert_int_equal(refused, 1);
+    assert_int_equal(impression_log_feedback(log, 1, 7, 2, 1, 1, 0, sink_emit, k),
+                     IMPRESSION_FB_OK);
+    assert_int_equal(k->n, 1);
+    impression_log_expired_t x = impression_log_expire(log, 200, refuse_emit, &refused);
+    assert_int_equal(x.entries, 1);
+    assert_int_equal(x.negatives, 0);
+    assert_int_equal(refused, 4); /* items 0, 1, 3 offered */
+    impression_log_stats_t st;
+    impression_log_stats(log, &st);
+    assert_int_equal(st.fb_not_taken, 1);
+    assert_int_equal(st.fb_ok, 1);
+    assert_int_equal(st.negatives_dropped, 3);
+    assert_int_equal(st.negatives_emitted, 0);
+    impression_log_destroy(log);
+    free(k);
+}
+
 static void put_refusals(void **state)
 {
     (void)state;
@@ -442,7 +480,7 @@ static uint64_t t_id(uint32_t th, uint32_t i)
     return ((uint64_t)th << 32 | i) * 0x9E3779B97F4A7C15ull; /* distinct: odd multiplier */
 }
 
-static void t_emit(const impression_sample_t *s, void *ctx)
+static int t_emit(const impression_sample_t *s, void *ctx)
 {
     (void)ctx;
     uint32_t th = s->model_id, i = (uint32_t)s->version, j = s->item;
@@ -452,12 +490,13 @@ static void t_emit(const impression_sample_t *s, void *ctx)
         s->block.ids[0] != (uint64_t)i * 8 + j || !s->block.values ||
         s->block.values[0] != (float)j) {
         atomic_fetch_add(&t_bad, 1);
-        return;
+        return 0;
     }
     if (s->src == IMPRESSION_SRC_FEEDBACK)
         atomic_fetch_add(&t_fb[th][i][j], 1);
     else
         atomic_fetch_add(&t_neg[th][i][j], 1);
+    return 0;
 }
 
 /* Feedback on item j of thread th's impression p, times times; t_ok[th][p][j]
@@ -686,7 +725,7 @@ static bool r_same(const codec_block_t *got, uint64_t id, uint32_t item)
     return !(w.values && w.n && memcmp(got->values, w.values, 4 * (size_t)w.n) != 0);
 }
 
-static void r_emit(const impression_sample_t *s, void *ctx)
+static int r_emit(const impression_sample_t *s, void *ctx)
 {
     (void)ctx;
     uint64_t id = s->impression_id;
@@ -694,12 +733,13 @@ static void r_emit(const impression_sample_t *s, void *ctx)
         s->version != id + 7 || !r_same(&s->shared, id, UINT32_MAX) ||
         !r_same(&s->block, id, s->item)) {
         r_bad++;
-        return;
+        return 0;
     }
     if (s->src == IMPRESSION_SRC_FEEDBACK)
         r_fb[id][s->item]++;
     else
         r_neg[id][s->item]++;
+    return 0;
 }
 
 static void random_ops(void **state)
@@ -795,6 +835,7 @@ int main(void)
         cmocka_unit_test(config_refused),
         cmocka_unit_test(round_trip),
         cmocka_unit_test(statuses),
+        cmocka_unit_test(sink_refuses),
         cmocka_unit_test(put_refusals),
         cmocka_unit_test(eviction_oldest_first),
         cmocka_unit_test(window_expiry),
