@@ -270,6 +270,26 @@ static const cfg_entry_t table[] = {
      "online learning: samples per second a model learns before TRAIN gets OVERLOADED "
      "(0: no cap)",
      F(online_max_samples_per_s), NULL, NULL, NULL, false},
+    {"sample-log-dir", CFG_STRING, 0, 0, "",
+     "online learning: directory of the per-model sample logs; a TRAIN or FEEDBACK is appended "
+     "there before it is acknowledged, and a restart learns it again (empty: none, acknowledged "
+     "means queued)",
+     F(sample_log_dir), NULL, "a directory path", NULL, false},
+    {"sample-log-sync-ms", CFG_INT, 1, 3600000, "1000",
+     "online learning: fdatasync the sample log at most this often (a kill -9 loses nothing "
+     "either way; a power cut loses at most this much)",
+     F(sample_log_sync_ms), NULL, NULL, NULL, false},
+    {"impression-log-mib", CFG_INT, 1, 1 << 20, "1024",
+     "online learning: memory for PREDICTs flagged LOG awaiting FEEDBACK (full: the oldest are "
+     "evicted early, their items learned as negatives)",
+     F(impression_log_mib), NULL, NULL, NULL, false},
+    {"impression-window-ms", CFG_INT, 1, 86400000, "300000",
+     "online learning: how long a logged impression waits for its FEEDBACK",
+     F(impression_window_ms), NULL, NULL, NULL, false},
+    {"impression-negatives", CFG_BOOL, 0, 1, "true",
+     "online learning: items of a logged impression with no FEEDBACK in the window are learned "
+     "as negatives (the delayed-feedback window)",
+     F(impression_negatives), NULL, NULL, NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,

@@ -494,6 +494,8 @@ static int answer_predict(worker_t *w, conn_t *c, const codec_header_t *h, const
         goto out;
     }
     queued_one(w, c, len);
+    if (req.impression_id) /* flagged LOG: kept for its FEEDBACK (online.h) */
+        online_log_impression(w->srv, &req, w->blocks, meta);
     guard_account(w->m, sm->gen, w->scores, req.items, false); /* non-finite: failed */
     atomic_fetch_add_explicit(&w->m->predict_total, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->m->items_total, req.items, memory_order_relaxed);
@@ -522,13 +524,11 @@ static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const u
         break;
     case ONLINE_NO_MODEL:
         return send_unknown_model(w, c, h->request_id, req.name);
-    case ONLINE_FULL:
-    case ONLINE_RATE:
-    case ONLINE_TOO_BIG:
-    case ONLINE_NOMEM:
+    case ONLINE_OFF:
+    case ONLINE_KIND:
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "TRAIN: %s", why);
+    default: /* FULL, RATE, TOO_BIG, NOMEM, LOG (the sample log failed: not acknowledged) */
         return send_error(w, c, h->request_id, CODEC_E_OVERLOADED, "%s", why);
-    default: /* ONLINE_OFF, ONLINE_KIND */
-        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "%s", why);
     }
     codec_train_ack_t ack = {req.samples};
     size_t need = CODEC_HEADER_SIZE + CODEC_MAX_VARINT, len;
@@ -536,6 +536,45 @@ static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const u
     if (!dst)
         return -ENOMEM;
     if (codec_encode_train_ack(dst, need, h->request_id, &ack, &len, NULL) != CODEC_OK)
+        return -EINVAL;
+    queued_one(w, c, len);
+    return 0;
+}
+
+/* FEEDBACK: each event joined to its logged impression and queued for the
+ * model's trainer (online.h); FEEDBACK_ACK says which were refused and why. */
+static int answer_feedback(worker_t *w, conn_t *c, const codec_header_t *h,
+                           const uint8_t *payload)
+{
+    static _Thread_local codec_refused_t refusals[CODEC_MAX_ITEMS];
+    if (!w->srv->cfg.online)
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
+                          "FEEDBACK: online learning is not enabled on this server (--online)");
+    codec_feedback_t req;
+    codec_error_t err;
+    codec_arena_reset(&w->arena);
+    int rc = codec_decode_feedback(payload, h->payload_len, &w->arena, &req, &err);
+    if (rc != CODEC_OK)
+        return send_error(w, c, h->request_id, rc, "%s", err.msg);
+    char why[320];
+    codec_feedback_ack_t ack;
+    switch (online_feedback(w->srv, &req, &ack, refusals, why, sizeof why)) {
+    case ONLINE_QUEUED:
+        break;
+    case ONLINE_NO_MODEL:
+        return send_unknown_model(w, c, h->request_id, req.name);
+    case ONLINE_OFF:
+    case ONLINE_KIND:
+        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "%s", why);
+    default:
+        return send_error(w, c, h->request_id, CODEC_E_OVERLOADED, "%s", why);
+    }
+    size_t need = CODEC_HEADER_SIZE + 2 * CODEC_MAX_VARINT +
+                  (size_t)ack.refused * (CODEC_MAX_VARINT + 1), len;
+    uint8_t *dst = out_room(w, c, need);
+    if (!dst)
+        return -ENOMEM;
+    if (codec_encode_feedback_ack(dst, need, h->request_id, &ack, &len, NULL) != CODEC_OK)
         return -EINVAL;
     queued_one(w, c, len);
     return 0;
@@ -574,8 +613,7 @@ static int answer(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t
     } else if (h->type == CODEC_TRAIN) {
         rc = answer_train(w, c, h, payload);
     } else if (h->type == CODEC_FEEDBACK) {
-        rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
-                        "FEEDBACK: impressions are not logged on this server yet");
+        rc = answer_feedback(w, c, h, payload);
     } else {
         rc = send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE,
                         "message type %u is not a request this server accepts", h->type);

@@ -1,117 +1,461 @@
 /*
- * online.c — the online trainers (online.h): per model a bounded queue of
- * TRAIN payloads that the workers fill and one trainer thread empties into
- * the served store, with progressive-validation figures.
+ * online.c — the workers' side of online learning (online.h): per model a
+ * bounded queue of TRAIN payloads, appended to the model's sample log before
+ * they are acknowledged; the impression log that PREDICTs flagged LOG fill
+ * and FEEDBACK frames join; the negatives of impressions nobody clicked; and
+ * the figures.  The trainer threads that empty the queues are
+ * online_trainer.c.
  *
- * THE QUEUE is a byte ring of records [len u32 | flags u16 | pad u16 |
- * arrival ns u64 | payload, padded to 8]; a record never straddles the end
- * (a len of WRAP there sends the reader back to 0).  Producers write under
- * the queue's lock and publish by moving head; the one consumer notes head
- * under the lock, reads the records up to it without the lock (producers
- * write only into free space, which excludes them), and gives the space
- * back under the lock.  used counts the bytes held, the wasted tail before
- * a wrap included, so head == tail is empty or full by used.
+ * THE QUEUE is a byte ring of records (online_impl.h); a record never
+ * straddles the end (a len of WRAP there sends the reader back to 0).
+ * Producers write under the queue's lock and publish by moving head; the one
+ * consumer notes head under the lock, reads the records up to it without the
+ * lock (producers write only into free space, which excludes them), and
+ * gives the space back under the lock.  used counts the bytes held, the
+ * wasted end before a wrap included, so head == tail is empty or full by
+ * used.  The sample log is appended under the same lock, so the log's order
+ * is the queue's order is the order the trainer learns in: a restart that
+ * replays the log learns exactly what was learned before it.
  *
- * THE TRAINER takes up to BATCH_RECORDS records per hold of the model's
- * writer lock (so a fold waiting for the lock waits for one batch), and the
- * active version is pinned per batch (a fold's drain waits for pins).
- *
- * FIGURES: counters since start, and over the last WINDOW samples (a ring
- * the trainer owns): logloss, AUC (rank sum, ties averaged), calibration
- * (mean prediction over mean label), and the freshness of the samples
- * learned, arrival at the worker to the weight written (the next PREDICT
- * reads it), p50 and p99.  The trainer recomputes the window figures at most
- * every PUBLISH_MS and publishes them as atomics.
+ * JOINED SAMPLES (a FEEDBACK's events, the negatives of expired or evicted
+ * impressions) are queued one record per sample, as a TRAIN of one sample,
+ * from inside the impression log's emit: lock order impression-log stripe,
+ * then queue, everywhere.
  */
 #define _GNU_SOURCE
-#include "online.h"
+#include "online_impl.h"
 
 #include "log.h"
 #include "model/model.h"
-#include "model/overlay.h"
-#include "model/train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
-#define REC_HDR 16u
-#define WRAP UINT32_MAX
-#define BATCH_RECORDS 64
-#define WINDOW 8192
-#define PUBLISH_MS 1000
-#define FRESH_BUCKETS 40 /* log2 of microseconds */
+struct online_state online__G = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                 .expiry_cond = PTHREAD_COND_INITIALIZER};
+#define G online__G
 
-struct win {
-    float p;
-    uint8_t y;
-    uint32_t fresh_us;
-};
-
-struct om {
-    int slot;             /* index in srv->models */
-    char name[64];
-    /* the queue */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    uint8_t *ring;
-    size_t cap, head, tail, used;
-    bool stop;
-    double tokens;        /* the samples/s cap's bucket */
-    uint64_t tokens_ns;
-    pthread_t thread;
-    /* the trainer's own (its thread only) */
-    train_t *t;
-    const store_t *attached; /* the store t writes, with its version */
-    uint64_t att_version, att_created;
-    codec_arena_t arena;
-    float p[CODEC_MAX_ITEMS];
-    struct win win[WINDOW];
-    uint64_t nwin;
-    uint64_t published_ms;
-    double logloss_sum;
-    /* published */
-    _Atomic uint64_t frames, samples, positives, overloaded, refused_full, resets, dropped;
-    _Atomic uint64_t queue_bytes, last_version;
-    _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
-    _Atomic uint64_t fresh_p50_us, fresh_p99_us;
-};
-
-static struct {
-    pthread_mutex_t lock; /* creation of models[] entries, stop */
-    server_t *srv;
-    train_options_t opts;
-    struct om *_Atomic models[SERVER_MODELS_MAX];
-    bool started;
-} G = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static uint64_t now_ns(void)
+uint64_t online__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t dbits(double d)
+static uint64_t now_ms(void) { return online__now_ns() / 1000000; }
+
+/* ---- models ------------------------------------------------------------------- */
+
+static online_model_t *model_find(const char *name)
 {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (q && strcmp(q->name, name) == 0)
+            return q;
+    }
+    return NULL;
 }
 
-static double bitsd(uint64_t u)
+static void model_free(online_model_t *q)
 {
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
+    if (!q)
+        return;
+    sample_log_close(q->slog);
+    train_destroy(q->t);
+    free(q->arena.base);
+    free(q->ring);
+    pthread_mutex_destroy(&q->lock);
+    pthread_cond_destroy(&q->cond);
+    free(q);
 }
+
+/* The model's queue and trainer, made on its first use (or at start for a
+ * model with a sample log to replay).  G.lock held.  NULL with why. */
+static online_model_t *model_create_locked(const char *name, char *why, size_t why_len)
+{
+    const server_config_t *c = &G.srv->cfg;
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_relaxed);
+    if (n == ONLINE_MODELS_MAX) {
+        snprintf(why, why_len, "online learning holds %d models at most", ONLINE_MODELS_MAX);
+        return NULL;
+    }
+    online_model_t *q = calloc(1, sizeof *q);
+    if (!q) {
+        snprintf(why, why_len, "no memory for the trainer of model '%s'", name);
+        return NULL;
+    }
+    snprintf(q->name, sizeof q->name, "%s", name);
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->cond, NULL);
+    q->cap = (size_t)c->online_queue_bytes & ~(size_t)7;
+    q->ring = malloc(q->cap);
+    q->tokens = c->online_max_samples_per_s;
+    q->tokens_ns = online__now_ns();
+    if (!q->ring) {
+        snprintf(why, why_len, "no memory for the %zu-byte queue of model '%s'", q->cap, name);
+        model_free(q);
+        return NULL;
+    }
+    if (c->sample_log_dir[0]) {
+        snprintf(q->slog_dir, sizeof q->slog_dir, "%s/%s", c->sample_log_dir, name);
+        sample_log_config_t lc = {.sync = SAMPLE_LOG_SYNC_INTERVAL,
+                                  .sync_interval_ms = (uint32_t)c->sample_log_sync_ms};
+        sample_log_error_t lerr;
+        uint64_t torn = 0;
+        int rc = sample_log_open(q->slog_dir, &lc, &q->slog, &torn, &lerr);
+        if (rc != 0) {
+            snprintf(why, why_len, "sample log %s: %s", q->slog_dir, lerr.msg);
+            model_free(q);
+            return NULL;
+        }
+        if (torn)
+            LOG(LL_WARN, "online: sample log %s: a torn last record (%" PRIu64 " bytes, never "
+                "acknowledged) cut away", q->slog_dir, torn);
+        uint64_t v, cr, from;
+        rc = online__state_read(q->slog_dir, &v, &cr, &from);
+        if (rc == 0 && from <= sample_log_next_pos(q->slog)) {
+            q->replay_pending = true;
+            q->replay_version = v;
+            q->replay_created = cr;
+            q->replay_from = from < sample_log_first_pos(q->slog) ? sample_log_first_pos(q->slog)
+                                                                  : from;
+            q->replay_end = sample_log_next_pos(q->slog);
+        } else if (rc == -EINVAL || rc == 0) {
+            LOG(LL_WARN, "online: %s/trainer.state is unreadable or past the log's end: "
+                "nothing replayed", q->slog_dir);
+        }
+    }
+    if (pthread_create(&q->thread, NULL, online__trainer_main, q) != 0) {
+        snprintf(why, why_len, "cannot start the trainer thread of model '%s'", name);
+        model_free(q);
+        return NULL;
+    }
+    char tn[16];
+    snprintf(tn, sizeof tn, "tl-train-%u", n % 100u);
+    pthread_setname_np(q->thread, tn);
+    atomic_store_explicit(&G.models[n], q, memory_order_release);
+    atomic_store_explicit(&G.nmodels, n + 1, memory_order_release);
+    LOG(LL_INFO, "online: trainer of model '%s' started%s", name,
+        q->replay_pending ? " (replaying its sample log)" : "");
+    return q;
+}
+
+static online_model_t *model_get(const char *name, char *why, size_t why_len)
+{
+    online_model_t *q = model_find(name);
+    if (q)
+        return q;
+    pthread_mutex_lock(&G.lock);
+    q = model_find(name);
+    if (!q && G.started)
+        q = model_create_locked(name, why, why_len);
+    else if (!q)
+        snprintf(why, why_len, "the server is stopping");
+    pthread_mutex_unlock(&G.lock);
+    return q;
+}
+
+/* ---- the queue ---------------------------------------------------------------- */
+
+static size_t rec_size(uint32_t len) { return ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7); }
+
+/* Room for a record of size sz at head, wrapping when the end is short:
+ * the offset, or SIZE_MAX when full.  Lock held; nothing changes when full. */
+static size_t room_locked(online_model_t *q, size_t sz)
+{
+    if (q->used == 0)
+        q->head = q->tail = 0;
+    if (q->used == 0 || q->head > q->tail) {
+        if (q->cap - q->head >= sz)
+            return q->head;
+        if (sz < q->tail || (q->used == 0 && sz <= q->cap)) { /* wrap to the start */
+            size_t waste = q->cap - q->head;
+            if (waste >= 4)
+                memcpy(q->ring + q->head, &(uint32_t){ONLINE_WRAP}, 4);
+            q->used += waste;
+            q->head = 0;
+            return 0;
+        }
+        return SIZE_MAX;
+    }
+    if (q->head < q->tail && q->tail - q->head >= sz)
+        return q->head;
+    return SIZE_MAX;
+}
+
+/* Queues one record (payload len bytes, with the log position it got).
+ * Lock held; the room was found by room_locked(sz) at `at`. */
+static void put_locked(online_model_t *q, size_t at, uint16_t flags, const uint8_t *payload,
+                       uint32_t len, uint64_t pos, uint64_t arrival)
+{
+    uint8_t *r = q->ring + at;
+    uint16_t pad = 0;
+    memcpy(r, &len, 4);
+    memcpy(r + 4, &flags, 2);
+    memcpy(r + 6, &pad, 2);
+    memcpy(r + 8, &arrival, 8);
+    memcpy(r + 16, &pos, 8);
+    memcpy(r + ONLINE_REC_HDR, payload, len);
+    q->head = at + rec_size(len);
+    q->used += rec_size(len);
+    atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
+    pthread_cond_signal(&q->cond);
+}
+
+/* Appends rec to the model's sample log (when it has one): 0 with its
+ * position, or -1 with why.  Lock held. */
+static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos, char *why,
+                      size_t why_len)
+{
+    *pos = 0;
+    if (!q->slog)
+        return 0;
+    sample_log_rec_t rec = {.train = *req, .weights = req->weights};
+    sample_log_error_t err;
+    if (sample_log_append(q->slog, &rec, 1, pos, &err) == 0)
+        return 0;
+    atomic_fetch_add_explicit(&q->log_failed, 1, memory_order_relaxed);
+    snprintf(why, why_len, "sample log %s: %s", q->slog_dir, err.msg);
+    return -1;
+}
+
+/* The model's kind check and slot: ONLINE_QUEUED when it learns online. */
+static int check_model(server_t *srv, const char *name, uint32_t *model_id, char *why,
+                       size_t why_len)
+{
+    server_model_t *sm = server_model_acquire_named(srv, name);
+    if (!sm) {
+        snprintf(why, why_len, "model '%s' is not served", name);
+        return ONLINE_NO_MODEL;
+    }
+    store_model_kind_t kind = model_meta(sm->model)->model_kind;
+    server_model_release(sm);
+    if (kind != STORE_MODEL_LR) {
+        snprintf(why, why_len, "model '%s' is %s; online learning takes LR models", name,
+                 store_model_kind_name(kind));
+        return ONLINE_KIND;
+    }
+    server_slot_t *slot = server_slot_named(srv, name);
+    *model_id = slot ? (uint32_t)(slot - srv->models) : 0;
+    return ONLINE_QUEUED;
+}
+
+int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
+                  uint32_t len, char *why, size_t why_len)
+{
+    if (!srv->cfg.online) {
+        snprintf(why, why_len, "online learning is not enabled on this server (--online)");
+        return ONLINE_OFF;
+    }
+    uint32_t model_id;
+    int rc = check_model(srv, req->name, &model_id, why, why_len);
+    if (rc != ONLINE_QUEUED)
+        return rc;
+    online_model_t *q = model_get(req->name, why, why_len);
+    if (!q)
+        return ONLINE_NOMEM;
+    size_t sz = rec_size(len);
+    if (sz > q->cap / 2) {
+        snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
+                 "(--online-queue-bytes %zu)", len, q->cap);
+        atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        return ONLINE_TOO_BIG;
+    }
+    int cap = srv->cfg.online_max_samples_per_s;
+    uint64_t t = online__now_ns(), pos = 0;
+    pthread_mutex_lock(&q->lock);
+    if (cap > 0) {
+        q->tokens += (double)(t - q->tokens_ns) * 1e-9 * cap;
+        if (q->tokens > cap)
+            q->tokens = cap; /* a second's burst */
+        q->tokens_ns = t;
+        if (q->tokens < req->samples)
+            rc = ONLINE_RATE;
+    }
+    size_t at = SIZE_MAX;
+    if (rc == ONLINE_QUEUED && (at = room_locked(q, sz)) == SIZE_MAX)
+        rc = ONLINE_FULL;
+    if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
+        rc = ONLINE_LOG;
+    if (rc == ONLINE_QUEUED) {
+        if (cap > 0)
+            q->tokens -= req->samples;
+        put_locked(q, at, flags, payload, len, pos, t);
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (rc == ONLINE_QUEUED) {
+        atomic_fetch_add_explicit(&q->frames, 1, memory_order_relaxed);
+    } else if (rc == ONLINE_RATE) {
+        atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
+        snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
+                 "(--online-max-samples-per-s)", req->name, cap);
+    } else if (rc == ONLINE_FULL) {
+        atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        snprintf(why, why_len, "TRAIN: the trainer of model '%s' has its %zu-byte queue full "
+                 "(--online-queue-bytes)", req->name, q->cap);
+    }
+    return rc;
+}
+
+/* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
+
+/* The frame buffer of this thread for one-sample TRAINs: grown, never shrunk. */
+static _Thread_local uint8_t *one_buf;
+static _Thread_local size_t one_cap;
+
+/* Queues one sample (from inside an impression-log emit): 0, or -1 when the
+ * queue or the log could not take it. */
+static int push_sample(online_model_t *q, const impression_sample_t *s)
+{
+    float label = s->label >= 0.5f ? 1.0f : 0.0f, weight = s->weight;
+    codec_train_t one = {.samples = 1, .shared = s->shared, .labels = &label,
+                         .weights = weight == 1.0f ? NULL : &weight};
+    codec_block_t item = s->block;
+    one.sample = &item;
+    snprintf(one.name, sizeof one.name, "%s", q->name);
+    size_t len = 0;
+    if (codec_encode_train(NULL, 0, 0, &one, &len, NULL) != CODEC_NEED_MORE)
+        return -1;
+    if (len > one_cap) {
+        uint8_t *b = realloc(one_buf, len);
+        if (!b)
+            return -1;
+        one_buf = b;
+        one_cap = len;
+    }
+    if (codec_encode_train(one_buf, one_cap, 0, &one, &len, NULL) != CODEC_OK)
+        return -1;
+    uint16_t flags;
+    memcpy(&flags, one_buf + 6, 2);
+    uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
+    size_t sz = rec_size(plen);
+    uint64_t pos, t = online__now_ns();
+    char why[256];
+    int rc = -1;
+    pthread_mutex_lock(&q->lock);
+    size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
+    if (at != SIZE_MAX && log_locked(q, &one, &pos, why, sizeof why) == 0) {
+        put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, pos, t);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+/* Negatives of expired or evicted impressions: to their model's queue. */
+static int push_negative(const impression_sample_t *s, void *ctx)
+{
+    (void)ctx;
+    server_t *srv = G.srv;
+    if (s->model_id >= atomic_load_explicit(&srv->nmodels, memory_order_acquire))
+        return -1;
+    char why[200];
+    online_model_t *q = model_get(srv->models[s->model_id].name, why, sizeof why);
+    if (!q || push_sample(q, s) != 0) {
+        atomic_fetch_add_explicit(&G.neg_dropped, 1, memory_order_relaxed);
+        return -1;
+    }
+    return 0;
+}
+
+static int push_joined(const impression_sample_t *s, void *ctx)
+{
+    return push_sample(ctx, s);
+}
+
+void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,
+                           const store_meta_t *meta)
+{
+    if (!G.imp || req->impression_id == 0 || meta->model_kind != STORE_MODEL_LR)
+        return;
+    uint64_t version = meta->version;
+    server_slot_t *slot = server_slot_named(srv, req->name);
+    if (!slot)
+        return;
+    codec_block_t shared = {req->shared.ids, req->shared.values, req->shared.n};
+    int rc = impression_log_put(G.imp, req->impression_id, (uint32_t)(slot - srv->models),
+                                version, now_ms(), &shared, items, req->items);
+    if (rc != 0)
+        atomic_fetch_add_explicit(&G.imp_refused, 1, memory_order_relaxed);
+}
+
+int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_ack_t *ack,
+                    codec_refused_t *refusals, char *why, size_t why_len)
+{
+    if (!srv->cfg.online || !G.imp) {
+        snprintf(why, why_len, "FEEDBACK: online learning is not enabled on this server "
+                 "(--online)");
+        return ONLINE_OFF;
+    }
+    uint32_t model_id;
+    int rc = check_model(srv, req->name, &model_id, why, why_len);
+    if (rc != ONLINE_QUEUED)
+        return rc;
+    online_model_t *q = model_get(req->name, why, why_len);
+    if (!q)
+        return ONLINE_NOMEM;
+    ack->accepted = ack->refused = 0;
+    ack->refusal = refusals;
+    uint64_t now = now_ms();
+    for (uint32_t i = 0; i < req->events; i++) {
+        const codec_feedback_event_t *e = &req->event[i];
+        uint8_t reason = 0;
+        if (e->weight == 0) { /* nothing to learn: accepted, not joined */
+            ack->accepted++;
+            continue;
+        }
+        switch (impression_log_feedback(G.imp, e->impression_id, model_id, e->item, e->label,
+                                        e->weight, now, push_joined, q)) {
+        case IMPRESSION_FB_OK: ack->accepted++; continue;
+        case IMPRESSION_FB_UNKNOWN_IMPRESSION: reason = CODEC_REFUSE_UNKNOWN_IMPRESSION; break;
+        case IMPRESSION_FB_ITEM_OUT_OF_RANGE: reason = CODEC_REFUSE_ITEM_OUT_OF_RANGE; break;
+        case IMPRESSION_FB_WRONG_MODEL: reason = CODEC_REFUSE_WRONG_MODEL; break;
+        case IMPRESSION_FB_DUPLICATE: reason = CODEC_REFUSE_DUPLICATE; break;
+        default: /* NOT_TAKEN: the queue or the log; BAD_VALUE cannot pass the codec */
+            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+            snprintf(why, why_len, "FEEDBACK: the trainer of model '%s' could not take event %u "
+                     "(its %zu-byte queue is full, or its sample log failed); the %u events "
+                     "before it were accepted: a retry gets DUPLICATE for them", req->name, i,
+                     q->cap, ack->accepted);
+            return ONLINE_FULL;
+        }
+        refusals[ack->refused++] = (codec_refused_t){i, reason};
+    }
+    return ONLINE_QUEUED;
+}
+
+/* ---- expiry: the negatives of impressions nobody clicked ---------------------- */
+
+static void *expiry_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&G.lock);
+    while (!G.expiry_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&G.expiry_cond, &G.lock, &ts);
+        pthread_mutex_unlock(&G.lock);
+        impression_log_expire(G.imp, now_ms(), push_negative, NULL);
+        pthread_mutex_lock(&G.lock);
+    }
+    pthread_mutex_unlock(&G.lock);
+    return NULL;
+}
+
+/* ---- start, stop ------------------------------------------------------------------ */
 
 int online_start(server_t *srv, char *why, size_t why_len)
 {
@@ -143,406 +487,69 @@ int online_start(server_t *srv, char *why, size_t why_len)
     char desc[160];
     train_describe(probe, desc, sizeof desc);
     train_destroy(probe);
+
+    impression_log_config_t ic = impression_log_config_default();
+    ic.max_bytes = (uint64_t)c->impression_log_mib << 20;
+    ic.window_ms = (uint64_t)c->impression_window_ms;
+    ic.emit_negatives = c->impression_negatives;
+    ic.evict_emit = push_negative;
+    if ((rc = impression_log_create(&ic, &G.imp)) != 0) {
+        snprintf(why, why_len, "the impression log (--impression-log-mib %d) could not be made: %s",
+                 c->impression_log_mib, strerror(-rc));
+        return rc;
+    }
+    if (c->sample_log_dir[0] && mkdir(c->sample_log_dir, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        snprintf(why, why_len, "--sample-log-dir %s: %s", c->sample_log_dir, strerror(e));
+        impression_log_destroy(G.imp);
+        G.imp = NULL;
+        return -e;
+    }
     pthread_mutex_lock(&G.lock);
     G.started = true;
-    pthread_mutex_unlock(&G.lock);
-    LOG(LL_INFO, "online learning on: %s, queue %d bytes per model, cap %d samples/s", desc,
-        c->online_queue_bytes, c->online_max_samples_per_s);
-    return 0;
-}
-
-/* ---- the queue ----------------------------------------------------------------- */
-
-static size_t rec_size(uint32_t len) { return REC_HDR + (((size_t)len + 7) & ~(size_t)7); }
-
-/* Room for a record of size sz at head, wrapping when the end is short:
- * the offset, or SIZE_MAX when full.  Lock held. */
-static size_t room_locked(struct om *q, size_t sz)
-{
-    if (q->used == 0)
-        q->head = q->tail = 0;
-    if (q->used == 0 || q->head > q->tail) {
-        if (q->cap - q->head >= sz)
-            return q->head;
-        if (sz < q->tail || (q->used == 0 && sz <= q->cap)) { /* wrap to the start */
-            size_t waste = q->cap - q->head;
-            if (waste >= 4)
-                memcpy(q->ring + q->head, &(uint32_t){WRAP}, 4);
-            q->used += waste;
-            q->head = 0;
-            return 0;
-        }
-        return SIZE_MAX;
-    }
-    if (q->head < q->tail && q->tail - q->head >= sz)
-        return q->head;
-    return SIZE_MAX;
-}
-
-static void *trainer_main(void *arg);
-
-/* The model's trainer, started on its first TRAIN; NULL with why when it
- * cannot start. */
-static struct om *om_get(int slot, const char *name, char *why, size_t why_len)
-{
-    struct om *q = atomic_load_explicit(&G.models[slot], memory_order_acquire);
-    if (q)
-        return q;
-    pthread_mutex_lock(&G.lock);
-    q = atomic_load_explicit(&G.models[slot], memory_order_relaxed);
-    if (!q && G.started) {
-        q = calloc(1, sizeof *q);
-        size_t cap = (size_t)G.srv->cfg.online_queue_bytes & ~(size_t)7;
-        if (q) {
-            q->slot = slot;
-            memcpy(q->name, G.srv->models[slot].name, sizeof q->name);
-            q->cap = cap;
-            q->ring = malloc(cap);
-            q->tokens = G.srv->cfg.online_max_samples_per_s;
-            q->tokens_ns = now_ns();
-            pthread_mutex_init(&q->lock, NULL);
-            pthread_cond_init(&q->cond, NULL);
-        }
-        if (!q || !q->ring || pthread_create(&q->thread, NULL, trainer_main, q) != 0) {
-            if (q) {
-                free(q->ring);
-                free(q);
-            }
-            q = NULL;
-            snprintf(why, why_len, "no memory to start the trainer of model '%s'", name);
-        } else {
-            char tn[16];
-            snprintf(tn, sizeof tn, "tl-train-%u", (unsigned)slot % 100u);
-            pthread_setname_np(q->thread, tn);
-            atomic_store_explicit(&G.models[slot], q, memory_order_release);
-            LOG(LL_INFO, "online: trainer of model '%s' started", name);
-        }
-    } else if (!q) {
-        snprintf(why, why_len, "the server is stopping");
-    }
-    pthread_mutex_unlock(&G.lock);
-    return q;
-}
-
-int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
-                  uint32_t len, char *why, size_t why_len)
-{
-    if (!srv->cfg.online) {
-        snprintf(why, why_len, "TRAIN: online learning is not enabled on this server (--online)");
-        return ONLINE_OFF;
-    }
-    server_model_t *sm = server_model_acquire_named(srv, req->name);
-    if (!sm) {
-        snprintf(why, why_len, "TRAIN: model '%s' is not served", req->name);
-        return ONLINE_NO_MODEL;
-    }
-    store_model_kind_t kind = model_meta(sm->model)->model_kind;
-    server_model_release(sm);
-    if (kind != STORE_MODEL_LR) {
-        snprintf(why, why_len, "TRAIN: model '%s' is %s; online learning takes LR models",
-                 req->name, store_model_kind_name(kind));
-        return ONLINE_KIND;
-    }
-    int slot = -1;
-    uint32_t n = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
-    for (uint32_t i = 0; i < n && slot < 0; i++)
-        if (strcmp(srv->models[i].name, req->name) == 0)
-            slot = (int)i;
-    if (slot < 0) {
-        snprintf(why, why_len, "TRAIN: model '%s' is not served", req->name);
-        return ONLINE_NO_MODEL;
-    }
-    struct om *q = om_get(slot, req->name, why, why_len);
-    if (!q)
-        return ONLINE_NOMEM;
-    size_t sz = rec_size(len);
-    if (sz > q->cap / 2) {
-        snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
-                 "(--online-queue-bytes %zu)", len, q->cap);
-        return ONLINE_TOO_BIG;
-    }
-    int rc = ONLINE_QUEUED;
-    pthread_mutex_lock(&q->lock);
-    int cap = srv->cfg.online_max_samples_per_s;
-    uint64_t t = now_ns();
-    if (cap > 0) {
-        q->tokens += (double)(t - q->tokens_ns) * 1e-9 * cap;
-        if (q->tokens > cap)
-            q->tokens = cap; /* a second's burst */
-        q->tokens_ns = t;
-        if (q->tokens < req->samples)
-            rc = ONLINE_RATE;
-    }
-    size_t at = rc == ONLINE_QUEUED ? room_locked(q, sz) : SIZE_MAX;
-    if (rc == ONLINE_QUEUED && at == SIZE_MAX)
-        rc = ONLINE_FULL;
-    if (rc == ONLINE_QUEUED) {
-        if (cap > 0)
-            q->tokens -= req->samples;
-        uint8_t *r = q->ring + at;
-        uint32_t l = len;
-        uint16_t f = flags, pad = 0;
-        memcpy(r, &l, 4);
-        memcpy(r + 4, &f, 2);
-        memcpy(r + 6, &pad, 2);
-        memcpy(r + 8, &t, 8);
-        memcpy(r + REC_HDR, payload, len);
-        q->head = at + sz;
-        q->used += sz;
-        atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
-        pthread_cond_signal(&q->cond);
-    }
-    pthread_mutex_unlock(&q->lock);
-    if (rc == ONLINE_QUEUED) {
-        atomic_fetch_add_explicit(&q->frames, 1, memory_order_relaxed);
-    } else {
-        atomic_fetch_add_explicit(rc == ONLINE_RATE ? &q->overloaded : &q->refused_full, 1,
-                                  memory_order_relaxed);
-        if (rc == ONLINE_RATE)
-            snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
-                     "(--online-max-samples-per-s)", req->name, cap);
-        else
-            snprintf(why, why_len, "TRAIN: the trainer of model '%s' has %zu bytes queued, "
-                     "no room for %zu more (--online-queue-bytes)", req->name, q->cap, sz);
-    }
-    return rc;
-}
-
-/* ---- the trainer ------------------------------------------------------------- */
-
-/* (Re)attaches the trainer to sm's store when the active version changed:
- * 0, or -1 (the records are dropped, counted and logged). */
-static int attach(struct om *q, server_model_t *sm)
-{
-    model_t *m = sm->model;
-    const store_meta_t *meta = model_meta(m);
-    if (q->t && q->attached == model_store(m) && q->att_version == meta->version &&
-        q->att_created == meta->created_unix)
-        return 0;
-    train_destroy(q->t);
-    q->t = NULL;
-    q->attached = NULL;
-    char why[200];
-    int rc = meta->model_kind == STORE_MODEL_LR ? train_create(&G.opts, &q->t, why, sizeof why)
-                                                : -EINVAL;
-    if (rc == 0)
-        rc = train_attach_live(q->t, model_base_store(m), why, sizeof why);
-    if (rc != 0) {
-        if (meta->model_kind != STORE_MODEL_LR)
-            snprintf(why, sizeof why, "the model is %s now", store_model_kind_name(meta->model_kind));
-        LOG(LL_WARN, "online: model '%s' version %" PRIu64 ": cannot learn (%s); queued samples "
-            "are dropped", q->name, meta->version, why);
-        train_destroy(q->t);
-        q->t = NULL;
-        return -1;
-    }
-    q->attached = model_store(m);
-    q->att_version = meta->version;
-    q->att_created = meta->created_unix;
-    atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
-    atomic_fetch_add_explicit(&q->resets, 1, memory_order_relaxed);
-    LOG(LL_INFO, "online: model '%s' learns into version %" PRIu64, q->name, meta->version);
-    return 0;
-}
-
-static int cmp_win(const void *a, const void *b)
-{
-    float x = ((const struct win *)a)->p, y = ((const struct win *)b)->p;
-    return (x > y) - (x < y);
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The window's figures, published. */
-static void publish(struct om *q)
-{
-    size_t n = q->nwin < WINDOW ? (size_t)q->nwin : WINDOW;
-    if (n == 0)
-        return;
-    static _Thread_local struct win w[WINDOW];
-    static _Thread_local uint32_t f[WINDOW];
-    memcpy(w, q->win, n * sizeof *w);
-    double ll = 0, sp = 0, sy = 0;
-    for (size_t i = 0; i < n; i++) {
-        double p = fmin(fmax(w[i].p, 1e-7), 1 - 1e-7);
-        ll -= w[i].y ? log(p) : log(1 - p);
-        sp += w[i].p;
-        sy += w[i].y;
-        f[i] = w[i].fresh_us;
-    }
-    qsort(w, n, sizeof *w, cmp_win);
-    double rank_pos = 0, npos = 0;
-    for (size_t i = 0; i < n;) { /* ranks 1..n, ties averaged */
-        size_t j = i;
-        while (j < n && w[j].p == w[i].p)
-            j++;
-        double r = (double)(i + 1 + j) / 2, pos = 0;
-        for (size_t k = i; k < j; k++)
-            pos += w[k].y;
-        rank_pos += r * pos;
-        npos += pos;
-        i = j;
-    }
-    double nneg = (double)n - npos;
-    double auc = npos > 0 && nneg > 0 ? (rank_pos - npos * (npos + 1) / 2) / (npos * nneg) : NAN;
-    qsort(f, n, sizeof *f, cmp_u32);
-    atomic_store_explicit(&q->win_logloss_bits, dbits(ll / (double)n), memory_order_relaxed);
-    atomic_store_explicit(&q->win_auc_bits, dbits(auc), memory_order_relaxed);
-    atomic_store_explicit(&q->win_calib_bits, dbits(sy > 0 ? sp / sy : NAN), memory_order_relaxed);
-    atomic_store_explicit(&q->fresh_p50_us, f[n / 2], memory_order_relaxed);
-    atomic_store_explicit(&q->fresh_p99_us, f[(size_t)((double)(n - 1) * 0.99)],
-                          memory_order_relaxed);
-    atomic_store_explicit(&q->logloss_bits,
-                          dbits(q->logloss_sum / (double)atomic_load(&q->samples)),
-                          memory_order_relaxed);
-}
-
-/* Learns one queued TRAIN payload. */
-static void learn(struct om *q, const uint8_t *payload, uint32_t len, uint16_t flags,
-                  uint64_t arrival_ns)
-{
-    size_t need = codec_arena_bound(len);
-    if (need > q->arena.cap) {
-        void *b = realloc(q->arena.base, need);
-        if (!b) {
-            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-            return;
-        }
-        q->arena.base = b;
-        q->arena.cap = need;
-    }
-    codec_arena_reset(&q->arena);
-    codec_train_t req;
-    codec_error_t err;
-    if (codec_decode_train(payload, len, flags, &q->arena, &req, &err) != CODEC_OK) {
-        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed); /* checked at submit */
-        return;
-    }
-    codec_block_t shared = {req.shared.ids, req.shared.values, req.shared.n};
-    if (train_update(q->t, &shared, req.sample, req.samples, req.labels, req.weights, q->p) != 0) {
-        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-        LOG(LL_WARN, "online: model '%s': no memory for a sample's step", q->name);
-        return;
-    }
-    uint64_t done = now_ns();
-    uint64_t fresh = (done - arrival_ns) / 1000;
-    uint64_t pos = 0;
-    for (uint32_t i = 0; i < req.samples; i++) {
-        double p = fmin(fmax(q->p[i], 1e-7), 1 - 1e-7);
-        bool y = req.labels[i] > 0.5f;
-        q->logloss_sum -= y ? log(p) : log(1 - p);
-        q->win[q->nwin++ % WINDOW] =
-            (struct win){q->p[i], y, fresh > UINT32_MAX ? UINT32_MAX : (uint32_t)fresh};
-        pos += y;
-    }
-    atomic_fetch_add_explicit(&q->samples, req.samples, memory_order_relaxed);
-    atomic_fetch_add_explicit(&q->positives, pos, memory_order_relaxed);
-}
-
-/* Learns up to BATCH_RECORDS of the avail bytes from *tail on (moved past
- * them): returns the bytes consumed, wasted ends included (0: nothing
- * learned, the records stay queued). */
-static size_t learn_batch(struct om *q, size_t *tail, size_t avail)
-{
-    server_t *srv = G.srv;
-    server_slot_t *ms = &srv->models[q->slot];
-    pthread_mutex_lock(&ms->writer);
-    server_model_t *sm = server_model_acquire_named(srv, q->name);
-    if (!sm || model_overlays(sm->model, NULL) > 0) { /* none yet, or a fold due: let it run */
-        server_model_release(sm);
-        pthread_mutex_unlock(&ms->writer);
-        return 0;
-    }
-    bool can = attach(q, sm) == 0;
-    size_t consumed = 0, t = *tail;
-    for (int r = 0; r < BATCH_RECORDS && consumed < avail;) {
-        uint32_t len;
-        if (q->cap - t < REC_HDR || (memcpy(&len, q->ring + t, 4), len == WRAP)) {
-            consumed += q->cap - t; /* the end a producer skipped */
-            t = 0;
+    /* a model with a sample log learns it again first (a restart) */
+    DIR *d = c->sample_log_dir[0] ? opendir(c->sample_log_dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL && rc == 0) {
+        if (de->d_name[0] == '.' || strlen(de->d_name) > CODEC_MAX_NAME)
             continue;
-        }
-        uint64_t arrival;
-        uint16_t flags;
-        memcpy(&flags, q->ring + t + 4, 2);
-        memcpy(&arrival, q->ring + t + 8, 8);
-        if (can)
-            learn(q, q->ring + t + REC_HDR, len, flags, arrival);
-        else
-            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-        size_t sz = rec_size(len);
-        consumed += sz;
-        t += sz;
-        r++;
+        char p[1200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", c->sample_log_dir, de->d_name);
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && !model_create_locked(de->d_name, why, why_len))
+            rc = -EIO;
     }
-    server_model_release(sm);
-    pthread_mutex_unlock(&ms->writer);
-    *tail = t == q->cap ? 0 : t;
-    return consumed;
-}
-
-static void *trainer_main(void *arg)
-{
-    struct om *q = arg;
-    uint64_t stop_by = 0;
-    bool fresh = false; /* learned since the last publish */
-    for (;;) {
-        pthread_mutex_lock(&q->lock);
-        while (q->used == 0 && !q->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&q->cond, &q->lock, &ts);
-            if (q->used == 0 && fresh)
-                break; /* idle: publish what was learned */
-        }
-        if (q->stop && stop_by == 0)
-            stop_by = now_ns() + 1000000000ull;
-        size_t tail = q->tail, avail = q->used;
-        pthread_mutex_unlock(&q->lock);
-        if ((avail == 0 && q->stop) || (stop_by && now_ns() > stop_by))
-            break;
-        size_t got = avail ? learn_batch(q, &tail, avail) : 0;
-        size_t left = 0;
-        if (got) {
-            pthread_mutex_lock(&q->lock);
-            q->used -= got;
-            q->tail = tail;
-            left = q->used;
-            atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
-            pthread_mutex_unlock(&q->lock);
-            fresh = true;
-        }
-        uint64_t ms = now_ns() / 1000000;
-        if (fresh && (ms - q->published_ms >= PUBLISH_MS || (left == 0 && ms - q->published_ms >= 100))) {
-            publish(q);
-            q->published_ms = ms;
-            fresh = false;
-        }
-        if (!got && avail) {
-            struct timespec nap = {0, 2 * 1000000}; /* no version yet, or a fold due */
-            nanosleep(&nap, NULL);
-        }
+    if (d)
+        closedir(d);
+    G.expiry_stop = false;
+    if (rc == 0 && pthread_create(&G.expiry, NULL, expiry_main, NULL) == 0)
+        G.expiry_running = true;
+    pthread_mutex_unlock(&G.lock);
+    if (rc != 0) {
+        online_stop();
+        return rc;
     }
-    publish(q);
-    return NULL;
+    LOG(LL_INFO, "online learning on: %s; queue %d bytes per model, cap %d samples/s; impression "
+        "log %d MiB, window %d ms; sample log %s", desc, c->online_queue_bytes,
+        c->online_max_samples_per_s, c->impression_log_mib, c->impression_window_ms,
+        c->sample_log_dir[0] ? c->sample_log_dir : "none (acknowledged = queued)");
+    return 0;
 }
 
 void online_stop(void)
 {
     pthread_mutex_lock(&G.lock);
     G.started = false;
+    G.expiry_stop = true;
+    pthread_cond_signal(&G.expiry_cond);
+    bool join = G.expiry_running;
+    G.expiry_running = false;
     pthread_mutex_unlock(&G.lock);
-    for (int i = 0; i < SERVER_MODELS_MAX; i++) {
-        struct om *q = atomic_load(&G.models[i]);
+    if (join)
+        pthread_join(G.expiry, NULL);
+    uint32_t n = atomic_load(&G.nmodels);
+    for (uint32_t i = 0; i < n; i++) {
+        online_model_t *q = atomic_load(&G.models[i]);
         if (!q)
             continue;
         pthread_mutex_lock(&q->lock);
@@ -552,19 +559,24 @@ void online_stop(void)
         pthread_join(q->thread, NULL);
         uint64_t left = atomic_load(&q->queue_bytes);
         LOG(left ? LL_WARN : LL_INFO, "online: trainer of model '%s' stopped: %" PRIu64
-            " samples learned, %" PRIu64 " bytes left unlearned", q->name,
-            atomic_load(&q->samples), left);
+            " samples learned, %" PRIu64 " bytes left unlearned%s", q->name,
+            atomic_load(&q->samples), left, left && q->slog ? " (in its sample log)" : "");
         atomic_store(&G.models[i], NULL);
-        train_destroy(q->t);
-        free(q->arena.base);
-        free(q->ring);
-        pthread_mutex_destroy(&q->lock);
-        pthread_cond_destroy(&q->cond);
-        free(q);
+        model_free(q);
     }
+    atomic_store(&G.nmodels, 0);
+    impression_log_destroy(G.imp);
+    G.imp = NULL;
 }
 
 /* ---- /metrics ----------------------------------------------------------------- */
+
+static double bitsd(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
 
 size_t online_metrics_format(char *buf, size_t len)
 {
@@ -581,66 +593,86 @@ size_t online_metrics_format(char *buf, size_t len)
     if (len == 0)
         return 0;
     buf[0] = '\0';
+    enum { U64, F64, SPECIAL };
     static const struct {
         const char *name, *type, *help;
+        size_t field; /* offsetof into online_model_t */
+        int how;
     } fam[] = {
-        {"tlserve_online_frames_total", "counter", "TRAIN frames queued for the trainer"},
-        {"tlserve_online_samples_total", "counter", "samples learned"},
-        {"tlserve_online_positives_total", "counter", "samples learned with label 1"},
-        {"tlserve_online_refused_total", "counter",
-         "TRAIN frames answered OVERLOADED (reason: queue full, rate cap)"},
-        {"tlserve_online_dropped_total", "counter",
-         "queued frames not learned (the model's kind changed, or no memory)"},
-        {"tlserve_online_resets_total", "counter",
-         "times the trainer started over from a new active version"},
-        {"tlserve_online_queue_bytes", "gauge", "bytes queued for the trainer"},
-        {"tlserve_online_version", "gauge", "the version the trainer writes"},
-        {"tlserve_online_logloss", "gauge", "progressive logloss since start (scored before learned)"},
-        {"tlserve_online_window_logloss", "gauge", "progressive logloss of the last 8192 samples"},
-        {"tlserve_online_window_auc", "gauge", "progressive AUC of the last 8192 samples"},
-        {"tlserve_online_window_calibration", "gauge",
-         "mean prediction over mean label, last 8192 samples"},
-        {"tlserve_online_freshness_seconds", "gauge",
-         "arrival at the worker to weight written (the next PREDICT reads it), last 8192 samples"},
+#define FAM(n, t, h, f, how) {n, t, h, offsetof(online_model_t, f), how}
+        FAM("tlserve_online_frames_total", "counter", "TRAIN frames queued", frames, U64),
+        FAM("tlserve_online_samples_total", "counter", "samples learned", samples, U64),
+        FAM("tlserve_online_replayed_total", "counter",
+            "samples learned again from the sample log at start", replayed, U64),
+        FAM("tlserve_online_positives_total", "counter", "samples learned with label 1",
+            positives, U64),
+        FAM("tlserve_online_refused_total", "counter",
+            "TRAIN or FEEDBACK answered OVERLOADED (reason: queue_full, rate)", refused_full,
+            SPECIAL),
+        FAM("tlserve_online_log_failed_total", "counter",
+            "appends to the sample log that failed (the frame was refused)", log_failed, U64),
+        FAM("tlserve_online_dropped_total", "counter",
+            "queued frames not learned (the model's kind changed, or no memory)", dropped, U64),
+        FAM("tlserve_online_resets_total", "counter",
+            "times the trainer started over from a new active version", resets, U64),
+        FAM("tlserve_online_queue_bytes", "gauge", "bytes queued", queue_bytes, U64),
+        FAM("tlserve_online_version", "gauge", "the version the trainer writes", last_version,
+            U64),
+        FAM("tlserve_online_logloss", "gauge",
+            "progressive logloss since start (each sample scored before it is learned)",
+            logloss_bits, F64),
+        FAM("tlserve_online_window_logloss", "gauge", "progressive logloss, last 8192 samples",
+            win_logloss_bits, F64),
+        FAM("tlserve_online_window_auc", "gauge", "progressive AUC, last 8192 samples",
+            win_auc_bits, F64),
+        FAM("tlserve_online_window_calibration", "gauge",
+            "mean prediction over mean label, last 8192 samples", win_calib_bits, F64),
+        FAM("tlserve_online_freshness_seconds", "gauge",
+            "arrival at the worker to weights written (the next PREDICT reads them), last 8192 "
+            "samples", fresh_p50_us, SPECIAL),
+#undef FAM
     };
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
     for (size_t fi = 0; fi < sizeof fam / sizeof *fam; fi++) {
         PUT("# HELP %s %s\n# TYPE %s %s\n", fam[fi].name, fam[fi].help, fam[fi].name, fam[fi].type);
-        for (int i = 0; i < SERVER_MODELS_MAX; i++) {
-            struct om *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        for (uint32_t i = 0; i < n; i++) {
+            online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
             if (!q)
                 continue;
-            const char *m = q->name;
-#define LD(x) atomic_load_explicit(&q->x, memory_order_relaxed)
-            switch (fi) {
-            case 0: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(frames)); break;
-            case 1: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(samples)); break;
-            case 2: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(positives)); break;
-            case 3:
+            const _Atomic uint64_t *f = (const _Atomic uint64_t *)((const char *)q + fam[fi].field);
+            uint64_t v = atomic_load_explicit(f, memory_order_relaxed);
+            if (fam[fi].how == U64) {
+                PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, q->name, v);
+            } else if (fam[fi].how == F64) {
+                PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, q->name, bitsd(v));
+            } else if (f == &q->refused_full) {
                 PUT("%s{model=\"%s\",reason=\"queue_full\"} %" PRIu64 "\n"
                     "%s{model=\"%s\",reason=\"rate\"} %" PRIu64 "\n",
-                    fam[fi].name, m, LD(refused_full), fam[fi].name, m, LD(overloaded));
-                break;
-            case 4: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(dropped)); break;
-            case 5: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(resets)); break;
-            case 6: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(queue_bytes)); break;
-            case 7: PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, m, LD(last_version)); break;
-            case 8: PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, m, bitsd(LD(logloss_bits))); break;
-            case 9:
-                PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, m, bitsd(LD(win_logloss_bits)));
-                break;
-            case 10: PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, m, bitsd(LD(win_auc_bits))); break;
-            case 11:
-                PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, m, bitsd(LD(win_calib_bits)));
-                break;
-            case 12:
+                    fam[fi].name, q->name, v, fam[fi].name, q->name,
+                    atomic_load_explicit(&q->refused_rate, memory_order_relaxed));
+            } else {
                 PUT("%s{model=\"%s\",quantile=\"0.5\"} %.6f\n%s{model=\"%s\",quantile=\"0.99\"} "
                     "%.6f\n",
-                    fam[fi].name, m, (double)LD(fresh_p50_us) * 1e-6, fam[fi].name, m,
-                    (double)LD(fresh_p99_us) * 1e-6);
-                break;
+                    fam[fi].name, q->name, (double)v * 1e-6, fam[fi].name, q->name,
+                    (double)atomic_load_explicit(&q->fresh_p99_us, memory_order_relaxed) * 1e-6);
             }
-#undef LD
         }
+    }
+    if (G.imp) {
+        impression_log_stats_t st;
+        impression_log_stats(G.imp, &st);
+#define IMP_(name, help)                                                                       \
+    PUT("# HELP tlserve_impression_log_" #name "_total %s\n# TYPE tlserve_impression_log_" #name \
+        "_total counter\ntlserve_impression_log_" #name "_total %" PRIu64 "\n",                \
+        help, st.name);
+        IMPRESSION_LOG_COUNTERS(IMP_)
+#undef IMP_
+        PUT("# HELP tlserve_impression_log_entries Impressions held\n"
+            "# TYPE tlserve_impression_log_entries gauge\ntlserve_impression_log_entries %" PRIu64
+            "\n# HELP tlserve_impression_log_bytes Bytes they use, of tlserve_impression_log_max_bytes\n"
+            "# TYPE tlserve_impression_log_bytes gauge\ntlserve_impression_log_bytes %" PRIu64
+            "\ntlserve_impression_log_max_bytes %" PRIu64 "\n",
+            st.entries, st.bytes, st.max_bytes);
     }
 #undef PUT
     return off;

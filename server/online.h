@@ -4,11 +4,17 @@
  * the model being served, and the figures of that learning.
  *
  * THE PATH OF A SAMPLE
- *   worker: TRAIN decoded (the wire's checks) -> online_submit copies the
- *   payload into the model's bounded queue (one lock per frame) and the
- *   worker answers TRAIN_ACK; a full queue or the samples/s cap answers
- *   OVERLOADED, so a client that sends faster than the trainer learns is
- *   told so rather than queued without bound.
+ *   worker: TRAIN decoded (the wire's checks) -> online_submit appends it to
+ *   the model's sample log (--sample-log-dir) and copies the payload into
+ *   the model's bounded queue (one lock per frame), and the worker answers
+ *   TRAIN_ACK; a full queue or the samples/s cap answers OVERLOADED, so a
+ *   client that sends faster than the trainer learns is told so rather than
+ *   queued without bound.
+ *   A PREDICT flagged LOG is kept in the impression log (online_log_impression,
+ *   impression_log.h); a FEEDBACK (online_feedback) joins each event to its
+ *   impression and queues the sample the same way; an impression's items
+ *   that got no feedback within --impression-window-ms are queued as
+ *   negatives (the expiry thread, every 100 ms).
  *   trainer thread (one per model, started by the model's first TRAIN):
  *   takes the queued frames in arrival order, decodes each again (its own
  *   arena), and steps the trainer (model/train.h, attached with
@@ -29,6 +35,13 @@
  *   optimizer state; train.h: LIVE), so it never writes stale state over a
  *   version's values.  Versions kept for rollback on the same base see the
  *   online writes.
+ *
+ * NOTHING LOST: with --sample-log-dir a frame is in the sample log before
+ * it is acknowledged, and the trainer records (trainer.state beside the log)
+ * the version it learns into and the log position it started at.  A
+ * restart on the same version learns the log again from there before
+ * anything new, in the same order, so the model it serves equals the one
+ * before the crash (online_trainer.c).
  *
  * KINDS: LR (FTRL, Adagrad, SGD).  A TRAIN for a model of another kind is
  * refused with a sentence; the other kinds need a scorer over their wider
@@ -65,6 +78,7 @@ enum {
     ONLINE_RATE = 5,      /* over --online-max-samples-per-s (OVERLOADED) */
     ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */
     ONLINE_NOMEM = 7,     /* the model's trainer could not start */
+    ONLINE_LOG = 8,       /* the sample log refused the append (why says so) */
 };
 
 /* Queues a decoded TRAIN (req, for its name and counts; payload and flags
@@ -73,6 +87,21 @@ enum {
  * No allocation after the model's first TRAIN; one lock. */
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len);
+
+/* Keeps a scored PREDICT flagged LOG (req->impression_id != 0) of an LR
+ * model in the impression log; a refusal (a duplicate id, an entry larger
+ * than a stripe) is counted, the PREDICT is answered all the same.  items:
+ * the request's item blocks.  One lock. */
+void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,
+                           const store_meta_t *meta);
+
+/* Joins a FEEDBACK's events to their impressions and queues the samples:
+ * ONLINE_QUEUED with *ack filled (refusals into refusals[], room for
+ * req->events), or another ONLINE_* code with why.  ONLINE_FULL after some
+ * events were accepted: those stay accepted, and a retry of the frame gets
+ * DUPLICATE for them. */
+int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_ack_t *ack,
+                    codec_refused_t *refusals, char *why, size_t why_len);
 
 /* The tlserve_online_* families (Prometheus text) into buf; the length
  * written (truncated output is cut at a line). */

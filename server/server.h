@@ -95,6 +95,11 @@ typedef struct server_config {
     double online_alpha, online_beta, online_l1, online_l2; /* < 0: the optimizer's default */
     int online_queue_bytes;    /* per model: TRAIN payloads queued before OVERLOADED */
     int online_max_samples_per_s; /* per model, 0 = no cap */
+    char sample_log_dir[1024]; /* TRAIN/FEEDBACK samples logged before acknowledged ("" = none) */
+    int sample_log_sync_ms;    /* fdatasync of the sample log at most this often */
+    int impression_log_mib;    /* PREDICTs flagged LOG kept for FEEDBACK, in MiB */
+    int impression_window_ms;  /* how long an impression waits for its feedback */
+    bool impression_negatives; /* items without feedback in the window are learned as negatives */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings

@@ -11,10 +11,21 @@ does not learn online (UNKNOWN_TYPE naming the kind), more samples/s than
 UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
 its weights.
 
+FEEDBACK: a PREDICT flagged LOG is kept; a FEEDBACK for one of its items is accepted and
+learned (the item's score rises), one for an item out of range, an unknown impression or an
+item that has its feedback already is refused with its reason, and once the window passes the
+items without feedback are learned as negatives.
+
+Nothing lost (--sample-log-dir): tlserve is killed (SIGKILL) while TRAIN frames stream in;
+restarted on the same directories it learns its sample log again, and then scores, float for
+float, as a server that learned the same frames (every acknowledged one, and any appended
+after the last acknowledgement) without a crash.
+
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online.py
 """
 
 import os
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +37,7 @@ import harness
 import tlserve
 from harness import TLSERVE, TLSYNTH, Server, gen_model, model_key, require
 from tlserve.errors import ServerError
+from tlserve.feedback import Refusal
 from tlserve.wire import MsgType, encode_train
 
 TOKEN = "online-test-token"
@@ -196,6 +208,79 @@ class Online(unittest.TestCase):
             self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 2)
         self.assertEqual(s.metric('tlserve_online_resets_total{model="ctr"}'), 2)
         self.assertEqual(s.metric('tlserve_online_version{model="ctr"}'), 2)
+
+    def test_feedback_joins_impressions_and_negatives_follow(self):
+        s = self.serve(self.model, "--online", "--impression-window-ms", "700")
+        shared, _ = sample(6)
+        items = [sample(60 + j)[1] for j in range(4)]
+        with s.client() as c:
+            before = c.predict("ctr", shared, items, impression_id=77).scores
+            ack = c.feedback("ctr", [(77, 1, 1.0), (77, 9, 1.0), (78, 0, 1.0), (77, 1, 1.0)])
+            self.assertEqual(ack.accepted, 1)
+            self.assertEqual([(r.event, r.reason) for r in ack.refused],
+                             [(1, Refusal.ITEM_OUT_OF_RANGE), (2, Refusal.UNKNOWN_IMPRESSION),
+                              (3, Refusal.DUPLICATE)])
+            self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 1)
+            after = c.predict("ctr", shared, items).scores
+            self.assertGreater(after[1], before[1], "the clicked item's score did not rise")
+            # the window passes: items 0, 2 and 3 become negatives
+            self.wait_metric(s, "tlserve_impression_log_negatives_emitted_total", 3)
+            self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 4)
+            self.assertEqual(s.metric('tlserve_online_positives_total{model="ctr"}'), 1)
+            late = c.feedback("ctr", [(77, 0, 1.0)])
+            self.assertEqual([(r.event, r.reason) for r in late.refused],
+                             [(0, Refusal.UNKNOWN_IMPRESSION)])
+            with self.assertRaises(ServerError) as e:
+                c.feedback("nope", [(77, 0, 1.0)])
+            self.assertEqual(e.exception.name, "UNKNOWN_MODEL")
+        self.assertEqual(s.metric("tlserve_impression_log_puts_total"), 1)
+
+    def test_kill_9_loses_nothing_acknowledged(self):
+        logs = os.path.join(self.tmp, "samples")
+        args = ("--online", "--sample-log-dir", logs)
+        frames = []
+        for k in range(400):
+            shared, item = sample(k % 37)
+            frames.append((shared, [(float(k % 3 == 0), item), (float(k % 5 == 0), sample(k % 11)[1])]))
+        a = self.serve(self.model, *args)
+        acked = 0
+        try:
+            with a.client() as c:
+                rids = []
+                for k, (shared, samples) in enumerate(frames):
+                    rids.append(c.send_train("ctr", shared, samples))
+                    if k == 250:
+                        os.kill(a.proc.pid, signal.SIGKILL)  # frames are still arriving
+                    if k % 8 == 7:
+                        for rid in rids:
+                            c._expect(c.wait_for(rid), MsgType.TRAIN_ACK)
+                            acked += 1
+                        rids = []
+        except (OSError, tlserve.TlserveError):
+            pass
+        a.proc.wait()
+        self.assertGreater(acked, 100)
+        b = self.serve(self.model, *args)
+        replayed = self.wait_metric(b, 'tlserve_online_replayed_total{model="ctr"}', 2 * acked)
+        self.assertEqual(replayed % 2, 0)
+        n = int(replayed) // 2  # frames in the log: the acknowledged ones and maybe a few more
+        self.assertLessEqual(n, 251)
+        ref = self.serve(self.model, "--online")
+        with ref.client() as c:
+            for shared, samples in frames[:n]:
+                c.train("ctr", shared, samples)
+        self.wait_metric(ref, 'tlserve_online_samples_total{model="ctr"}', 2 * n)
+        probes = [sample(j) for j in range(40)]
+        with b.client() as cb, ref.client() as cr:
+            for shared, item in probes:
+                got = cb.predict("ctr", shared, [item]).scores
+                want = cr.predict("ctr", shared, [item]).scores
+                self.assertEqual(got, want)
+            moved = [cb.predict("ctr", sh, [it]).scores for sh, it in probes]
+        plain = self.serve(self.model)
+        with plain.client() as cp:
+            untrained = [cp.predict("ctr", sh, [it]).scores for sh, it in probes]
+        self.assertNotEqual(moved, untrained)  # the replay did learn
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+/*
+ * online_impl.h — what online.c (the workers' side: queues, the sample log,
+ * the impression log, metrics) and online_trainer.c (the trainer threads)
+ * share.  Private to those two files.
+ */
+#ifndef TL_SERVER_ONLINE_IMPL_H
+#define TL_SERVER_ONLINE_IMPL_H
+
+#include "impression_log.h"
+#include "model/train.h"
+#include "online.h"
+#include "sample_log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A queued record: [len u32 | flags u16 | pad u16 | arrival ns u64 |
+ * log position u64 | TRAIN payload, padded to 8]. */
+#define ONLINE_REC_HDR 24u
+#define ONLINE_WRAP UINT32_MAX
+#define ONLINE_WINDOW 8192
+
+struct online_win {
+    float p;
+    uint8_t y;
+    uint32_t fresh_us;
+};
+
+/* One model's queue and trainer. */
+typedef struct online_model {
+    char name[64];
+    /* the queue (lock: producers, the consumer's give-back, the sample log) */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint8_t *ring;
+    size_t cap, head, tail, used;
+    bool stop;
+    double tokens; /* the samples/s cap's bucket */
+    uint64_t tokens_ns;
+    sample_log_t *slog;  /* NULL without --sample-log-dir */
+    char slog_dir[1100];
+    pthread_t thread;
+    /* the trainer's own (its thread only) */
+    train_t *t;
+    const store_t *attached; /* the store t writes, and its version */
+    uint64_t att_version, att_created;
+    bool replay_pending; /* a restart: the log from replay_from to replay_end first */
+    uint64_t replay_version, replay_created, replay_from, replay_end;
+    codec_arena_t arena;
+    float p[CODEC_MAX_ITEMS];
+    struct online_win win[ONLINE_WINDOW];
+    uint64_t nwin, published_ms;
+    double logloss_sum;
+    /* published */
+    _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
+    _Atomic uint64_t replayed, queue_bytes, last_version, log_failed;
+    _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
+    _Atomic uint64_t fresh_p50_us, fresh_p99_us;
+} online_model_t;
+
+#define ONLINE_MODELS_MAX SERVER_MODELS_MAX
+
+extern struct online_state {
+    pthread_mutex_t lock; /* creating models[], stopping */
+    server_t *srv;
+    train_options_t opts;
+    online_model_t *_Atomic models[ONLINE_MODELS_MAX];
+    _Atomic uint32_t nmodels;
+    bool started;
+    impression_log_t *imp; /* NULL when --online is off */
+    pthread_t expiry;
+    bool expiry_running, expiry_stop;
+    pthread_cond_t expiry_cond;
+    _Atomic uint64_t imp_refused, neg_dropped;
+} online__G;
+
+/* The trainer thread of q (online_trainer.c). */
+void *online__trainer_main(void *arg);
+
+/* What the trainer's state file says (a restart's replay), read at creation:
+ * 0 with the fields set, -ENOENT when there is none, -EINVAL when bad. */
+int online__state_read(const char *dir, uint64_t *version, uint64_t *created, uint64_t *from);
+
+/* Writes it (temporary file, fsync, rename): 0 or -errno. */
+int online__state_write(const char *dir, uint64_t version, uint64_t created, uint64_t from);
+
+uint64_t online__now_ns(void);
+
+#endif /* TL_SERVER_ONLINE_IMPL_H */

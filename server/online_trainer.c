@@ -1,0 +1,400 @@
+/*
+ * online_trainer.c — one model's trainer thread (online.h): it learns the
+ * queued frames into the active version's store, after learning its sample
+ * log again when the server restarted, and publishes the progressive
+ * figures.
+ *
+ * BATCHES: up to BATCH_RECORDS records per hold of the model's writer lock
+ * (server_slot_t.writer), so a fold waiting for the lock waits for one
+ * batch; the active version is pinned per batch (a fold's drain waits for
+ * pins).  While the active version has overlays the trainer waits: the fold
+ * is due, and the overlay would hide its writes.
+ *
+ * VERSIONS AND THE STATE FILE: when the active version changes the trainer
+ * starts over from its weights (a fresh optimizer state) and, with a sample
+ * log, writes <log>/trainer.state: "version created_unix from_position",
+ * the position of the first record it learns into that version (then trims
+ * the log's segments before it).  At a restart, if the active version is
+ * the one the file names, the records from from_position to the log's end
+ * at start are learned again before any new one: the same records, in the
+ * same order, from the same weights, with a deterministic trainer, give the
+ * same model.  Another version active at restart (the repository moved on)
+ * means those records were learned into a version no longer served: they
+ * are not replayed.
+ *
+ * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
+ * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
+ * mean label), and freshness, arrival at the worker to the weight written
+ * (the next PREDICT reads it), p50 and p99; recomputed at most every
+ * PUBLISH_MS (and when the queue empties) and published as atomics.
+ */
+#define _GNU_SOURCE
+#include "online_impl.h"
+
+#include "log.h"
+#include "model/model.h"
+#include "model/overlay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define G online__G
+#define BATCH_RECORDS 64
+#define PUBLISH_MS 1000
+
+static uint64_t dbits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+/* ---- the state file ----------------------------------------------------------- */
+
+int online__state_read(const char *dir, uint64_t *version, uint64_t *created, uint64_t *from)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/trainer.state", dir);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return errno == ENOENT ? -ENOENT : -EINVAL;
+    unsigned long long v, c, fr;
+    char tail;
+    int n = fscanf(f, "%llu %llu %llu%c", &v, &c, &fr, &tail);
+    fclose(f);
+    if (n != 4 || tail != '\n')
+        return -EINVAL;
+    *version = v;
+    *created = c;
+    *from = fr;
+    return 0;
+}
+
+int online__state_write(const char *dir, uint64_t version, uint64_t created, uint64_t from)
+{
+    char p[1200], tmp[1220];
+    snprintf(p, sizeof p, "%s/trainer.state", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    char line[80];
+    int n = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %" PRIu64 "\n", version, created,
+                     from);
+    int rc = write(fd, line, (size_t)n) == n && fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, p) != 0)
+        rc = -errno;
+    return rc;
+}
+
+/* ---- learning ------------------------------------------------------------------ */
+
+/* (Re)attaches the trainer to sm's store when the active version changed;
+ * pos: the log position of the first record it will learn into it.  0, or
+ * -1 (the records are dropped, counted and logged). */
+static int attach(online_model_t *q, server_model_t *sm, uint64_t pos)
+{
+    model_t *m = sm->model;
+    const store_meta_t *meta = model_meta(m);
+    if (q->t && q->attached == model_store(m) && q->att_version == meta->version &&
+        q->att_created == meta->created_unix)
+        return 0;
+    train_destroy(q->t);
+    q->t = NULL;
+    q->attached = NULL;
+    char why[200];
+    int rc = meta->model_kind == STORE_MODEL_LR ? train_create(&G.opts, &q->t, why, sizeof why)
+                                                : -EINVAL;
+    if (rc == 0)
+        rc = train_attach_live(q->t, model_base_store(m), why, sizeof why);
+    if (rc != 0) {
+        if (meta->model_kind != STORE_MODEL_LR)
+            snprintf(why, sizeof why, "the model is %s now",
+                     store_model_kind_name(meta->model_kind));
+        LOG(LL_WARN, "online: model '%s' version %" PRIu64 ": cannot learn (%s); queued samples "
+            "are dropped", q->name, meta->version, why);
+        train_destroy(q->t);
+        q->t = NULL;
+        return -1;
+    }
+    q->attached = model_store(m);
+    q->att_version = meta->version;
+    q->att_created = meta->created_unix;
+    atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
+    atomic_fetch_add_explicit(&q->resets, 1, memory_order_relaxed);
+    bool replaying = q->replay_pending && meta->version == q->replay_version &&
+                     meta->created_unix == q->replay_created;
+    if (q->slog && !replaying) {
+        rc = online__state_write(q->slog_dir, meta->version, meta->created_unix, pos);
+        if (rc != 0)
+            LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart would not learn "
+                "the log again", q->slog_dir, strerror(-rc));
+        else
+            (void)sample_log_trim(q->slog, pos); /* under q->lock: see the caller */
+    }
+    LOG(LL_INFO, "online: model '%s' learns into version %" PRIu64 "%s", q->name, meta->version,
+        replaying ? ", after its sample log from the restart" : "");
+    return 0;
+}
+
+static int cmp_win(const void *a, const void *b)
+{
+    float x = ((const struct online_win *)a)->p, y = ((const struct online_win *)b)->p;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The window's figures, published. */
+static void publish(online_model_t *q)
+{
+    size_t n = q->nwin < ONLINE_WINDOW ? (size_t)q->nwin : ONLINE_WINDOW;
+    if (n == 0)
+        return;
+    static _Thread_local struct online_win w[ONLINE_WINDOW];
+    static _Thread_local uint32_t f[ONLINE_WINDOW];
+    memcpy(w, q->win, n * sizeof *w);
+    double ll = 0, sp = 0, sy = 0;
+    for (size_t i = 0; i < n; i++) {
+        double p = fmin(fmax(w[i].p, 1e-7), 1 - 1e-7);
+        ll -= w[i].y ? log(p) : log(1 - p);
+        sp += w[i].p;
+        sy += w[i].y;
+        f[i] = w[i].fresh_us;
+    }
+    qsort(w, n, sizeof *w, cmp_win);
+    double rank_pos = 0, npos = 0;
+    for (size_t i = 0; i < n;) { /* ranks 1..n, ties averaged */
+        size_t j = i;
+        double pos = 0;
+        while (j < n && w[j].p == w[i].p)
+            pos += w[j++].y;
+        rank_pos += (double)(i + 1 + j) / 2 * pos;
+        npos += pos;
+        i = j;
+    }
+    double nneg = (double)n - npos;
+    double auc = npos > 0 && nneg > 0 ? (rank_pos - npos * (npos + 1) / 2) / (npos * nneg) : NAN;
+    qsort(f, n, sizeof *f, cmp_u32);
+    atomic_store_explicit(&q->win_logloss_bits, dbits(ll / (double)n), memory_order_relaxed);
+    atomic_store_explicit(&q->win_auc_bits, dbits(auc), memory_order_relaxed);
+    atomic_store_explicit(&q->win_calib_bits, dbits(sy > 0 ? sp / sy : NAN), memory_order_relaxed);
+    atomic_store_explicit(&q->fresh_p50_us, f[n / 2], memory_order_relaxed);
+    atomic_store_explicit(&q->fresh_p99_us, f[(size_t)((double)(n - 1) * 0.99)],
+                          memory_order_relaxed);
+    uint64_t all = atomic_load_explicit(&q->samples, memory_order_relaxed);
+    atomic_store_explicit(&q->logloss_bits, dbits(all ? q->logloss_sum / (double)all : NAN),
+                          memory_order_relaxed);
+}
+
+/* Learns one decoded TRAIN; arrival_ns 0: a replayed record (no freshness). */
+static void learn_req(online_model_t *q, const codec_train_t *req, uint64_t arrival_ns)
+{
+    codec_block_t shared = {req->shared.ids, req->shared.values, req->shared.n};
+    if (train_update(q->t, &shared, req->sample, req->samples, req->labels, req->weights, q->p) !=
+        0) {
+        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        LOG(LL_WARN, "online: model '%s': no memory for a sample's step", q->name);
+        return;
+    }
+    uint64_t fresh = arrival_ns ? (online__now_ns() - arrival_ns) / 1000 : 0;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < req->samples; i++) {
+        double p = fmin(fmax(q->p[i], 1e-7), 1 - 1e-7);
+        bool y = req->labels[i] > 0.5f;
+        q->logloss_sum -= y ? log(p) : log(1 - p);
+        q->win[q->nwin++ % ONLINE_WINDOW] =
+            (struct online_win){q->p[i], y, fresh > UINT32_MAX ? UINT32_MAX : (uint32_t)fresh};
+        pos += y;
+    }
+    atomic_fetch_add_explicit(&q->samples, req->samples, memory_order_relaxed);
+    atomic_fetch_add_explicit(&q->positives, pos, memory_order_relaxed);
+}
+
+/* Decodes and learns one queued payload. */
+static void learn(online_model_t *q, const uint8_t *payload, uint32_t len, uint16_t flags,
+                  uint64_t arrival_ns)
+{
+    size_t need = codec_arena_bound(len);
+    if (need > q->arena.cap) {
+        void *b = realloc(q->arena.base, need);
+        if (!b) {
+            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+            return;
+        }
+        q->arena.base = b;
+        q->arena.cap = need;
+    }
+    codec_arena_reset(&q->arena);
+    codec_train_t req;
+    codec_error_t err;
+    if (codec_decode_train(payload, len, flags, &q->arena, &req, &err) != CODEC_OK) {
+        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed); /* checked at submit */
+        return;
+    }
+    learn_req(q, &req, arrival_ns);
+}
+
+/* Learns the sample log from replay_from to replay_end into the version
+ * attached (the same one as before the restart). */
+static void replay(online_model_t *q)
+{
+    sample_log_reader_t *r = NULL;
+    sample_log_error_t err;
+    codec_arena_t arena = {.cap = sample_log_arena_bound()};
+    arena.base = malloc(arena.cap);
+    uint64_t pos = q->replay_from, n = 0;
+    int rc = arena.base ? sample_log_reader_open(q->slog_dir, pos, &r, &err) : -ENOMEM;
+    while (rc == 0 && pos < q->replay_end) {
+        sample_log_rec_t rec;
+        codec_arena_reset(&arena);
+        rc = sample_log_next(r, &arena, &rec, &pos, &err);
+        if (rc != 0)
+            break;
+        rec.train.weights = rec.weights;
+        learn_req(q, &rec.train, 0);
+        n += rec.train.samples;
+        pos++;
+    }
+    if (rc < 0 || pos < q->replay_end)
+        LOG(LL_ERROR, "online: model '%s': the sample log's replay stopped at position %" PRIu64
+            " of %" PRIu64 ": %s", q->name, pos, q->replay_end,
+            rc == -ENOMEM ? "no memory" : rc < 0 ? err.msg : "the log ended early");
+    else
+        LOG(LL_INFO, "online: model '%s': %" PRIu64 " samples of positions %" PRIu64 "..%" PRIu64
+            " learned again from the sample log", q->name, n, q->replay_from, q->replay_end);
+    atomic_fetch_add_explicit(&q->replayed, n, memory_order_relaxed);
+    sample_log_reader_close(r);
+    free(arena.base);
+}
+
+/* Learns up to BATCH_RECORDS of the avail bytes from *tail on (moved past
+ * them): returns the bytes consumed, wasted ends included (0: nothing
+ * learned, the records stay queued).  A pending replay goes first. */
+static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
+{
+    server_t *srv = G.srv;
+    server_slot_t *ms = server_slot_named(srv, q->name);
+    if (!ms)
+        return 0; /* no version of it yet */
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(srv, q->name);
+    if (!sm || model_overlays(sm->model, NULL) > 0) { /* none yet, or a fold due: let it run */
+        server_model_release(sm);
+        pthread_mutex_unlock(&ms->writer);
+        return 0;
+    }
+    size_t consumed = 0, t = *tail;
+    if (q->replay_pending) {
+        pthread_mutex_lock(&q->lock); /* attach may trim the log */
+        bool can = attach(q, sm, q->replay_end) == 0;
+        pthread_mutex_unlock(&q->lock);
+        if (can && q->att_version == q->replay_version && q->att_created == q->replay_created)
+            replay(q);
+        else
+            LOG(LL_WARN, "online: model '%s': version %" PRIu64 " is active, not %" PRIu64
+                " that the sample log was learned into: not replayed", q->name, q->att_version,
+                q->replay_version);
+        q->replay_pending = false;
+    }
+    for (int r = 0; r < BATCH_RECORDS && consumed < avail;) {
+        uint32_t len;
+        if (q->cap - t < ONLINE_REC_HDR || (memcpy(&len, q->ring + t, 4), len == ONLINE_WRAP)) {
+            consumed += q->cap - t; /* the end a producer skipped */
+            t = 0;
+            continue;
+        }
+        uint16_t flags;
+        uint64_t arrival, pos;
+        memcpy(&flags, q->ring + t + 4, 2);
+        memcpy(&arrival, q->ring + t + 8, 8);
+        memcpy(&pos, q->ring + t + 16, 8);
+        pthread_mutex_lock(&q->lock);
+        bool can = attach(q, sm, pos) == 0;
+        pthread_mutex_unlock(&q->lock);
+        if (can)
+            learn(q, q->ring + t + ONLINE_REC_HDR, len, flags, arrival);
+        else
+            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);
+        consumed += sz;
+        t += sz;
+        r++;
+    }
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    *tail = t == q->cap ? 0 : t;
+    return consumed;
+}
+
+void *online__trainer_main(void *arg)
+{
+    online_model_t *q = arg;
+    uint64_t stop_by = 0;
+    bool fresh = false; /* learned since the last publish */
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        while (q->used == 0 && !q->stop && !q->replay_pending) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+            if (q->slog)
+                (void)sample_log_sync_if_due(q->slog, online__now_ns() / 1000000);
+            if (q->used == 0 && fresh)
+                break; /* idle: publish what was learned */
+        }
+        if (q->stop && stop_by == 0)
+            stop_by = online__now_ns() + 1000000000ull;
+        size_t tail = q->tail, avail = q->used;
+        if (q->slog)
+            (void)sample_log_sync_if_due(q->slog, online__now_ns() / 1000000);
+        pthread_mutex_unlock(&q->lock);
+        if ((avail == 0 && !q->replay_pending && q->stop) ||
+            (stop_by && online__now_ns() > stop_by))
+            break;
+        uint64_t replayed = atomic_load_explicit(&q->replayed, memory_order_relaxed);
+        size_t got = avail || q->replay_pending ? learn_batch(q, &tail, avail) : 0;
+        size_t left = 0;
+        if (atomic_load_explicit(&q->replayed, memory_order_relaxed) != replayed)
+            fresh = true;
+        if (got) {
+            pthread_mutex_lock(&q->lock);
+            q->used -= got;
+            q->tail = tail;
+            left = q->used;
+            atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
+            pthread_mutex_unlock(&q->lock);
+            fresh = true;
+        }
+        uint64_t ms = online__now_ns() / 1000000;
+        if (fresh && (ms - q->published_ms >= PUBLISH_MS ||
+                      (left == 0 && ms - q->published_ms >= 100))) {
+            publish(q);
+            q->published_ms = ms;
+            fresh = false;
+        }
+        if (!got) {
+            struct timespec nap = {0, 2 * 1000000}; /* no version yet, or a fold due */
+            nanosleep(&nap, NULL);
+        }
+    }
+    publish(q);
+    return NULL;
+}
