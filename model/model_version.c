@@ -85,55 +85,80 @@ static void version_lookup(const model_t *m, const uint64_t *keys, size_t n, flo
 
 /* ---- a chain of deltas -> one overlay ------------------------------------------------ */
 
+/* Each delta of the chain is read twice: once to count its keys per overlay
+ * partition, once to check and count them against the version (presence
+ * asked in batches) while each key's record is copied to its partition's
+ * place in recs.  Then recs goes into the overlay partition by partition
+ * (overlay.c: BUILDING A BIG ONE).  A delta's keys are unique (store/delta.h),
+ * so their order inside a partition does not matter; the deltas of a chain
+ * go in one after the other, so a later one overwrites. */
 struct apply {
     const model_t *parent;
     model_overlay_t *ov;
     uint32_t K;
     bool later_delta;    /* not the chain's first: the overlay may hold the key already */
     uint64_t keys;       /* keys of the version being built */
-    /* The chunk of the delta read so far, put into the overlay in one batch. */
-    uint64_t *ckeys;
-    uint8_t *cdel;
-    float *cvals;
-    size_t cn, cap;
-    /* Its first-touched keys, whose presence the parent answers in one batch. */
+    /* The current delta's records, grouped by partition. */
+    uint8_t *recs;
+    size_t rec_bytes, nrecs, recs_cap, written;
+    size_t *cursor;      /* per partition: pass 1 its count, pass 2 its next record */
+    /* First-touched keys, whose presence the parent answers in one batch. */
     uint64_t *pend;
     uint8_t *pend_del;   /* 1: a delete (must be present), 0: an upsert */
     uint8_t *found;
     float *vals;
-    size_t npend;
+    size_t npend, cap;
     uint64_t bad_key;    /* a delete of an absent key */
     int bad, full;
 };
 
 static void flush(struct apply *a)
 {
-    if (a->npend) {
-        version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
-        for (size_t i = 0; i < a->npend; i++) {
-            if (a->pend_del[i]) {
-                if (!a->found[i] && !a->bad) {
-                    a->bad = 1;
-                    a->bad_key = a->pend[i];
-                }
-                a->keys -= a->found[i];
-            } else {
-                a->keys += !a->found[i];
+    if (!a->npend)
+        return;
+    version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
+    for (size_t i = 0; i < a->npend; i++) {
+        if (a->pend_del[i]) {
+            if (!a->found[i] && !a->bad) {
+                a->bad = 1;
+                a->bad_key = a->pend[i];
             }
+            a->keys -= a->found[i];
+        } else {
+            a->keys += !a->found[i];
         }
-        a->npend = 0;
     }
-    if (a->cn && model_overlay_put_batch(a->ov, a->ckeys, a->cn, a->cvals, a->cdel) != 0)
-        a->full = 1;
-    a->cn = 0;
+    a->npend = 0;
+}
+
+static int count_key(struct apply *a, uint64_t key)
+{
+    a->cursor[model__overlay_part_of(a->ov, key)]++;
+    a->nrecs++;
+    return 0;
+}
+
+static int count_upsert(void *ctx, uint64_t key, const float *value)
+{
+    (void)value;
+    return count_key(ctx, key);
+}
+
+static int count_delete(void *ctx, uint64_t key)
+{
+    return count_key(ctx, key);
 }
 
 /* One key of a delta: counted now when the overlay knows whether the version
- * held it, else queued for the parent's batched answer; then queued for the
- * overlay. */
+ * held it (an earlier delta of the chain), else queued for the parent's
+ * batched answer; then its record written to its partition's place. */
 static int take(struct apply *a, uint64_t key, const float *value)
 {
     bool del = !value;
+    if (a->written == a->nrecs) { /* more keys than pass 1 counted */
+        a->full = 1;
+        return -ENOSPC;
+    }
     if (a->later_delta) {
         float tmp[STORE_MAX_VALUE_FLOATS];
         int st = model_overlay_get(a->ov, key, tmp);
@@ -147,19 +172,17 @@ static int take(struct apply *a, uint64_t key, const float *value)
             a->keys += !del;
         }
         if (st != 0)
-            goto queue;
+            goto record;
     }
     a->pend[a->npend] = key;
     a->pend_del[a->npend] = del;
-    a->npend++;
-queue:
-    a->ckeys[a->cn] = key;
-    a->cdel[a->cn] = del;
-    if (value)
-        memcpy(a->cvals + a->cn * a->K, value, a->K * sizeof *value);
-    if (++a->cn == a->cap)
+    if (++a->npend == a->cap)
         flush(a);
-    return a->full ? -ENOSPC : 0;
+record:
+    model__overlay_record(a->ov, a->recs + a->cursor[model__overlay_part_of(a->ov, key)]++ * a->rec_bytes,
+                          key, value);
+    a->written++;
+    return 0;
 }
 
 static int on_upsert(void *ctx, uint64_t key, const float *value)
@@ -170,6 +193,46 @@ static int on_upsert(void *ctx, uint64_t key, const float *value)
 static int on_delete(void *ctx, uint64_t key)
 {
     return take(ctx, key, NULL);
+}
+
+/* One delta into a->ov: count, check, group, put.  0, or -ENOSPC (more keys
+ * than the overlay was sized for), -ENOMEM; a->bad set for a bad delete. */
+static int apply_one(struct apply *a, const store_delta_t *d, pthread_t *populating)
+{
+    const uint32_t parts = model__overlay_parts(a->ov), shards = store_delta_info(d)->layout.shards;
+    memset(a->cursor, 0, parts * sizeof *a->cursor);
+    a->nrecs = a->written = 0;
+    for (uint32_t s = 0; s < shards; s++)
+        (void)store_delta_foreach(d, s, count_upsert, count_delete, a);
+    if (a->nrecs > a->recs_cap) {
+        free(a->recs);
+        a->recs = malloc(a->nrecs * a->rec_bytes);
+        a->recs_cap = a->recs ? a->nrecs : 0;
+        if (!a->recs)
+            return -ENOMEM;
+    }
+    for (size_t p = 0, at = 0; p < parts; p++) { /* counts -> first places */
+        size_t c = a->cursor[p];
+        a->cursor[p] = at;
+        at += c;
+    }
+    int rc = 0;
+    for (uint32_t s = 0; s < shards && rc == 0; s++)
+        rc = store_delta_foreach(d, s, on_upsert, on_delete, a);
+    flush(a);
+    if (rc != 0 || a->bad)
+        return rc;
+    if (*populating) { /* the table's pages must be in before the first put */
+        pthread_join(*populating, NULL);
+        *populating = 0;
+    }
+    return model__overlay_put_records(a->ov, a->recs, a->written);
+}
+
+static void *populate_main(void *arg)
+{
+    model__overlay_populate(arg);
+    return NULL;
 }
 
 /* The delta's layout and link against the version it applies to. */
@@ -223,28 +286,33 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     }
     const uint32_t K = store_value_floats(parent->store);
     struct apply a = {.parent = parent, .K = K, .keys = model_key_count(parent)};
+    pthread_t populating = 0;
     a.cap = batch_keys(K);
-    a.ckeys = malloc(a.cap * sizeof *a.ckeys);
-    a.cdel = malloc(a.cap);
-    a.cvals = malloc(a.cap * K * sizeof *a.cvals);
     a.pend = malloc(a.cap * sizeof *a.pend);
     a.pend_del = malloc(a.cap);
     a.found = malloc(a.cap);
     a.vals = malloc(a.cap * K * sizeof *a.vals);
     int rc = model_overlay_create(K, total, &a.ov);
-    if (rc != 0 || !a.ckeys || !a.cdel || !a.cvals || !a.pend || !a.pend_del || !a.found ||
-        !a.vals) {
+    if (rc == 0) {
+        a.rec_bytes = model__overlay_record_bytes(a.ov);
+        a.cursor = malloc(model__overlay_parts(a.ov) * sizeof *a.cursor);
+    }
+    if (rc != 0 || !a.cursor || !a.pend || !a.pend_del || !a.found || !a.vals) {
         rc = store_error_set(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
                   (unsigned long long)total);
         goto out;
     }
-    for (uint32_t i = 0; i < n && rc == 0 && !a.bad; i++) {
+    /* Zeroing the table's fresh pages overlaps reading the first delta. */
+    if (pthread_create(&populating, NULL, populate_main, a.ov) != 0)
+        populating = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
         const store_delta_info_t *in = store_delta_info(d[i]);
         a.later_delta = i > 0;
-        for (uint32_t s = 0; s < in->layout.shards && rc == 0; s++)
-            rc = store_delta_foreach(d[i], s, on_upsert, on_delete, &a);
-        flush(&a); /* before the next delta: its keys may be these */
-        if (rc != 0 || a.full) {
+        rc = apply_one(&a, d[i], &populating);
+        if (rc == -ENOMEM) {
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory to stage delta version %llu",
+                      (unsigned long long)in->meta.version);
+        } else if (rc != 0 || a.full) {
             rc = store_error_set(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
                       (unsigned long long)in->meta.version);
         } else if (a.bad) {
@@ -268,10 +336,11 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
                       (unsigned long long)meta.version);
     }
 out:
+    if (populating)
+        pthread_join(populating, NULL);
     model_overlay_unref(a.ov);
-    free(a.ckeys);
-    free(a.cdel);
-    free(a.cvals);
+    free(a.recs);
+    free(a.cursor);
     free(a.pend);
     free(a.pend_del);
     free(a.found);

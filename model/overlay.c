@@ -20,10 +20,22 @@
  *   mixed with a per-process random seed: a crafted delta cannot line its
  *   keys up into one long probe run.
  *
+ * BUILDING A BIG ONE
+ *   A million keys put in delta order land at random slots of a table of
+ *   tens of megabytes: a cache miss each, most of the build.  The builder
+ *   (model_version.c) instead sorts the records by PARTITION first, the top
+ *   bits of the hash, which are the table's slot ranges (the slot is the
+ *   high half of hash x n), sized so one range fits in L2, and puts them
+ *   partition by partition (model__overlay_put_records): each line of the
+ *   table is then fetched once and the probes hit L2.  The table's memory is
+ *   faulted in (model__overlay_populate) on a helper thread while the
+ *   builder reads the delta, so zeroing fresh pages overlaps that work.
+ *
  * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key.
  */
 #define _GNU_SOURCE
 #include "overlay.h"
+#include "model_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +51,12 @@
 #define OVERLAY_GROUP 16
 #define FILTER_BITS_PER_KEY 8
 #define HUGE_MIN ((size_t)2 << 20) /* tables from 2 MiB up are mapped (huge pages) */
+#define PART_BYTES ((size_t)128 << 10) /* a partition's slot range: a quarter of this L2 */
+#define PART_BITS_MAX 12
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 struct model_overlay {
     _Atomic uint32_t refs;
@@ -49,9 +67,12 @@ struct model_overlay {
     size_t map_bytes; /* > 0: slots is an mmap of that size; 0: calloc */
     uint64_t *filter;            /* FILTER_BITS_PER_KEY bits a key, two set per key */
     uint64_t filter_mask;        /* words - 1 (a power of two) */
+    uint32_t part_bits;          /* build partitions: 1 << part_bits slot ranges */
     bool has_zero, zero_deleted; /* key 0 (the bias row) */
     float *zero_val;             /* K floats */
 };
+
+_Static_assert(sizeof(uint64_t) + sizeof(uint32_t) == 12, "slot header is key + deleted");
 
 #define SLOT(o, s) ((o)->slots + (s) * (o)->stride)
 #define SLOT_KEY(p) (*(uint64_t *)(p))
@@ -151,6 +172,8 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     while (words * 64 < max_keys * FILTER_BITS_PER_KEY)
         words *= 2;
     o->filter_mask = words - 1;
+    while (o->part_bits < PART_BITS_MAX && (bytes >> o->part_bits) > PART_BYTES)
+        o->part_bits++;
     o->filter = calloc(words, sizeof *o->filter);
     o->zero_val = calloc(K, sizeof *o->zero_val);
     if (!o->slots || !o->filter || !o->zero_val) {
@@ -335,6 +358,59 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
             }
         }
     }
+}
+
+/* ---- the partitioned build (model_impl.h) ---------------------------------------- */
+
+uint32_t model__overlay_parts(const model_overlay_t *o) { return UINT32_C(1) << o->part_bits; }
+size_t model__overlay_record_bytes(const model_overlay_t *o) { return o->stride; }
+
+uint32_t model__overlay_part_of(const model_overlay_t *o, uint64_t key)
+{
+    return o->part_bits ? (uint32_t)(hash_of(key) >> (64 - o->part_bits)) : 0;
+}
+
+void model__overlay_record(const model_overlay_t *o, uint8_t *rec, uint64_t key,
+                           const float *value)
+{
+    SLOT_KEY(rec) = key;
+    SLOT_DEL(rec) = !value;
+    if (value)
+        memcpy(SLOT_VAL(rec), value, o->K * sizeof *value);
+}
+
+int model__overlay_put_records(model_overlay_t *o, const uint8_t *recs, size_t n)
+{
+    enum { G = OVERLAY_GROUP };
+    const size_t stride = o->stride;
+    uint64_t hash[2][G];
+    size_t g = 0, cur = 0;
+    for (size_t start = 0; start < n + G; start += G, cur ^= 1) {
+        size_t m = start < n ? (n - start < G ? n - start : G) : 0;
+        for (size_t j = 0; j < m; j++) {
+            uint64_t h = hash_of(SLOT_KEY(recs + (start + j) * stride));
+            hash[cur][j] = h;
+            prefetch_slot(o, slot_of_hash(o, h));
+        }
+        if (start > 0) {
+            for (size_t j = 0; j < g; j++) {
+                const uint8_t *r = recs + (start - G + j) * stride;
+                uint64_t key = SLOT_KEY(r);
+                const float *v = SLOT_DEL(r) ? NULL : SLOT_VAL(r);
+                int rc = key == 0 ? put_zero(o, v) : put_at(o, key, hash[cur ^ 1][j], v);
+                if (rc < 0)
+                    return rc;
+            }
+        }
+        g = m;
+    }
+    return 0;
+}
+
+void model__overlay_populate(model_overlay_t *o)
+{
+    if (o->map_bytes)
+        (void)madvise(o->slots, o->map_bytes, MADV_POPULATE_WRITE); /* best effort */
 }
 
 int model_overlay_foreach(const model_overlay_t *o, model_overlay_fn fn, void *ctx)
