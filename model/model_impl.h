@@ -47,8 +47,9 @@ struct model {
  * which behaves as model_overlay_put key by key in the order given (later
  * records of a key overwrite earlier ones; 0 or -ENOSPC).  Builder only,
  * before the overlay is shared.  model__overlay_populate faults the table's
- * memory in; it may run on another thread, and must have returned before
- * the first put. */
+ * memory in, from its end; it may run on another thread beside the puts
+ * (both only write zeroed pages in or fill slots), and the overlay must
+ * not be freed before it returns. */
 uint32_t model__overlay_parts(const model_overlay_t *o);
 uint32_t model__overlay_part_of(const model_overlay_t *o, uint64_t key);
 size_t model__overlay_record_bytes(const model_overlay_t *o);

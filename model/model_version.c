@@ -197,7 +197,7 @@ static int on_delete(void *ctx, uint64_t key)
 
 /* One delta into a->ov: count, check, group, put.  0, or -ENOSPC (more keys
  * than the overlay was sized for), -ENOMEM; a->bad set for a bad delete. */
-static int apply_one(struct apply *a, const store_delta_t *d, pthread_t *populating)
+static int apply_one(struct apply *a, const store_delta_t *d)
 {
     const uint32_t parts = model__overlay_parts(a->ov), shards = store_delta_info(d)->layout.shards;
     memset(a->cursor, 0, parts * sizeof *a->cursor);
@@ -222,10 +222,6 @@ static int apply_one(struct apply *a, const store_delta_t *d, pthread_t *populat
     flush(a);
     if (rc != 0 || a->bad)
         return rc;
-    if (*populating) { /* the table's pages must be in before the first put */
-        pthread_join(*populating, NULL);
-        *populating = 0;
-    }
     return model__overlay_put_records(a->ov, a->recs, a->written);
 }
 
@@ -302,13 +298,14 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
                   (unsigned long long)total);
         goto out;
     }
-    /* Zeroing the table's fresh pages overlaps reading the first delta. */
+    /* Zeroing the table's fresh pages overlaps reading the first delta (and
+     * meets the puts, which go front to back, in the middle). */
     if (pthread_create(&populating, NULL, populate_main, a.ov) != 0)
         populating = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         const store_delta_info_t *in = store_delta_info(d[i]);
         a.later_delta = i > 0;
-        rc = apply_one(&a, d[i], &populating);
+        rc = apply_one(&a, d[i]);
         if (rc == -ENOMEM) {
             rc = store_error_set(err, STORE_E_NOMEM, "no memory to stage delta version %llu",
                       (unsigned long long)in->meta.version);
@@ -390,14 +387,24 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     u.found = malloc(u.cap);
     u.vals = malloc(u.cap * K * sizeof *u.vals);
     int rc = model_overlay_create(K, total, &u.undo);
+    pthread_t populating = 0;
     if (rc == 0 && u.keys && u.found && u.vals) {
+        /* The undo's keys come in the overlays' table order, which is (one
+         * overlay, same size) the undo's: its puts go front to back while
+         * the helper faults pages in from the back. */
+        if (pthread_create(&populating, NULL, populate_main, u.undo) != 0)
+            populating = 0;
         for (uint32_t o = 0; o < m->n_overlays; o++)
             model_overlay_foreach(m->overlays[o], undo_key, &u);
         undo_flush(&u);
-        *undo = u.undo;
-        u.undo = NULL;
     } else {
         rc = -ENOMEM;
+    }
+    if (populating)
+        pthread_join(populating, NULL);
+    if (rc == 0) {
+        *undo = u.undo;
+        u.undo = NULL;
     }
     model_overlay_unref(u.undo);
     free(u.keys);

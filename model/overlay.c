@@ -409,8 +409,14 @@ int model__overlay_put_records(model_overlay_t *o, const uint8_t *recs, size_t n
 
 void model__overlay_populate(model_overlay_t *o)
 {
-    if (o->map_bytes)
-        (void)madvise(o->slots, o->map_bytes, MADV_POPULATE_WRITE); /* best effort */
+    /* Last huge page first: a builder writing in table order (the fold's
+     * undo) meets this thread in the middle instead of waiting behind it. */
+    for (size_t end = o->map_bytes; end > 0;) {
+        size_t start = end > HUGE_MIN ? (end - 1) / HUGE_MIN * HUGE_MIN : 0;
+        if (madvise(o->slots + start, end - start, MADV_POPULATE_WRITE) != 0)
+            return; /* best effort: the puts fault what is left */
+        end = start;
+    }
 }
 
 int model_overlay_foreach(const model_overlay_t *o, model_overlay_fn fn, void *ctx)
