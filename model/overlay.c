@@ -51,7 +51,7 @@
 #define OVERLAY_GROUP 16
 #define FILTER_BITS_PER_KEY 8
 #define HUGE_MIN ((size_t)2 << 20) /* tables from 2 MiB up are mapped (huge pages) */
-#define PART_BYTES ((size_t)128 << 10) /* a partition's slot range: a quarter of this L2 */
+#define PART_BYTES ((size_t)256 << 10) /* a partition's slot range: a quarter of this L2 */
 #define PART_BITS_MAX 12
 
 #ifndef MADV_POPULATE_WRITE
@@ -66,7 +66,7 @@ struct model_overlay {
     uint8_t *slots; /* nslots * stride */
     size_t map_bytes; /* > 0: slots is an mmap of that size; 0: calloc */
     uint64_t *filter;            /* FILTER_BITS_PER_KEY bits a key, two set per key */
-    uint64_t filter_mask;        /* words - 1 (a power of two) */
+    uint32_t filter_shift;       /* 64 - log2(words): the word is the hash's top bits */
     uint32_t part_bits;          /* build partitions: 1 << part_bits slot ranges */
     bool has_zero, zero_deleted; /* key 0 (the bias row) */
     float *zero_val;             /* K floats */
@@ -115,17 +115,23 @@ static inline uint64_t slot_of(const model_overlay_t *o, uint64_t key)
 
 /* The filter: one 64-bit word a key, two bits in it (a blocked Bloom filter
  * of one word: one cache line read, about 5% false positives at 8 bits a
- * key).  Word from the low bits of the hash, bits from the middle ones; the
- * slot comes from the high bits. */
+ * key).  Bits from the middle of the hash; word from its high bits, as the
+ * slot and the build's partition are, so a partition's puts set bits in one
+ * stretch of the filter instead of all over it. */
 static inline uint64_t filter_bits(uint64_t h)
 {
     return (UINT64_C(1) << ((h >> 20) & 63)) | (UINT64_C(1) << ((h >> 26) & 63));
 }
 
+static inline uint64_t *filter_word(const model_overlay_t *o, uint64_t h)
+{
+    return &o->filter[h >> o->filter_shift];
+}
+
 static inline bool maybe_has(const model_overlay_t *o, uint64_t h)
 {
     uint64_t b = filter_bits(h);
-    return (o->filter[h & o->filter_mask] & b) == b;
+    return (*filter_word(o, h) & b) == b;
 }
 
 static inline uint64_t next_slot(const model_overlay_t *o, uint64_t s)
@@ -171,7 +177,7 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     uint64_t words = 8;
     while (words * 64 < max_keys * FILTER_BITS_PER_KEY)
         words *= 2;
-    o->filter_mask = words - 1;
+    o->filter_shift = 64 - (uint32_t)__builtin_ctzll(words); /* words >= 8: shift <= 61 */
     while (o->part_bits < PART_BITS_MAX && (bytes >> o->part_bits) > PART_BYTES)
         o->part_bits++;
     o->filter = calloc(words, sizeof *o->filter);
@@ -198,7 +204,7 @@ static int put_at(model_overlay_t *o, uint64_t key, uint64_t h, const float *val
         return -ENOSPC; /* also keeps a slot empty: probes end */
     bool was_del = !fresh && SLOT_DEL(p);
     if (fresh)
-        o->filter[h & o->filter_mask] |= filter_bits(h);
+        *filter_word(o, h) |= filter_bits(h);
     SLOT_KEY(p) = key;
     SLOT_DEL(p) = !value;
     o->count += (uint64_t)fresh;
@@ -334,7 +340,7 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
         for (size_t j = 0; j < m; j++) {
             uint64_t h = hash_of(keys[start + j]);
             hash[a][j] = h;
-            __builtin_prefetch(&o->filter[h & o->filter_mask]);
+            __builtin_prefetch(filter_word(o, h));
         }
         if (start >= G) {
             size_t base = start - G, k = 0;
