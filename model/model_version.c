@@ -20,6 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 /* Keys per batched presence query: at most 1 MiB of looked-up floats. */
 #define BATCH_FLOATS ((size_t)1 << 18)
@@ -99,8 +104,8 @@ struct apply {
     bool later_delta;    /* not the chain's first: the overlay may hold the key already */
     uint64_t keys;       /* keys of the version being built */
     /* The current delta's records, grouped by partition. */
-    uint8_t *recs;
-    size_t rec_bytes, nrecs, recs_cap, written;
+    uint8_t *recs;       /* recs_cap records: mapped (recs_map bytes) or malloc'd */
+    size_t rec_bytes, nrecs, recs_cap, written, recs_map;
     size_t *cursor;      /* per partition: pass 1 its count, pass 2 its next record */
     /* First-touched keys, whose presence the parent answers in one batch. */
     uint64_t *pend;
@@ -196,7 +201,7 @@ static int on_delete(void *ctx, uint64_t key)
 }
 
 /* One delta into a->ov: count, check, group, put.  0, or -ENOSPC (more keys
- * than the overlay was sized for), -ENOMEM; a->bad set for a bad delete. */
+ * than the manifests counted); a->bad set for a bad delete. */
 static int apply_one(struct apply *a, const store_delta_t *d)
 {
     const uint32_t parts = model__overlay_parts(a->ov), shards = store_delta_info(d)->layout.shards;
@@ -204,13 +209,8 @@ static int apply_one(struct apply *a, const store_delta_t *d)
     a->nrecs = a->written = 0;
     for (uint32_t s = 0; s < shards; s++)
         (void)store_delta_foreach(d, s, count_upsert, count_delete, a);
-    if (a->nrecs > a->recs_cap) {
-        free(a->recs);
-        a->recs = malloc(a->nrecs * a->rec_bytes);
-        a->recs_cap = a->recs ? a->nrecs : 0;
-        if (!a->recs)
-            return -ENOMEM;
-    }
+    if (a->nrecs > a->recs_cap) /* more than its manifest counts */
+        return -ENOSPC;
     for (size_t p = 0, at = 0; p < parts; p++) { /* counts -> first places */
         size_t c = a->cursor[p];
         a->cursor[p] = at;
@@ -225,10 +225,40 @@ static int apply_one(struct apply *a, const store_delta_t *d)
     return model__overlay_put_records(a->ov, a->recs, a->written);
 }
 
+/* What a helper thread faults in while the builder reads: the staging
+ * records first (written first), then the table. */
+struct populate {
+    uint8_t *recs;
+    size_t recs_map;     /* 0: nothing to populate there */
+    model_overlay_t *ov;
+};
+
 static void *populate_main(void *arg)
 {
-    model__overlay_populate(arg);
+    struct populate *p = arg;
+    if (p->recs_map)
+        (void)madvise(p->recs, p->recs_map, MADV_POPULATE_WRITE); /* best effort */
+    model__overlay_populate(p->ov);
     return NULL;
+}
+
+/* The staging records: mapped with huge pages from 2 MiB up (a million keys'
+ * records in 4 KiB pages cost thousands of faults), else malloc'd. */
+static int recs_alloc(struct apply *a, size_t n)
+{
+    size_t bytes = (n ? n : 1) * a->rec_bytes;
+    if (bytes >= ((size_t)2 << 20)) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            (void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort */
+            a->recs = p;
+            a->recs_map = bytes;
+        }
+    } else {
+        a->recs = malloc(bytes);
+    }
+    a->recs_cap = a->recs ? n : 0;
+    return a->recs ? 0 : -ENOMEM;
 }
 
 /* The delta's layout and link against the version it applies to. */
@@ -271,18 +301,20 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
              (unsigned long long)parent->meta.version, parent->n_overlays);
         return -E2BIG; /* the caller rebuilds instead */
     }
-    uint64_t total = 0, prev = parent->meta.version;
+    uint64_t total = 0, most = 0, prev = parent->meta.version;
     for (uint32_t i = 0; i < n; i++) {
         int rc = check_delta(parent, prev, d[i], err);
         if (rc != 0)
             return rc;
         const store_delta_info_t *in = store_delta_info(d[i]);
         total += in->upserts + in->deletes;
+        most = in->upserts + in->deletes > most ? in->upserts + in->deletes : most;
         prev = in->meta.version;
     }
     const uint32_t K = store_value_floats(parent->store);
     struct apply a = {.parent = parent, .K = K, .keys = model_key_count(parent)};
     pthread_t populating = 0;
+    struct populate job; /* the helper's, until joined */
     a.cap = batch_keys(K);
     a.pend = malloc(a.cap * sizeof *a.pend);
     a.pend_del = malloc(a.cap);
@@ -292,6 +324,8 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     if (rc == 0) {
         a.rec_bytes = model__overlay_record_bytes(a.ov);
         a.cursor = malloc(model__overlay_parts(a.ov) * sizeof *a.cursor);
+        if (most > SIZE_MAX / a.rec_bytes || recs_alloc(&a, (size_t)most) != 0)
+            rc = -ENOMEM;
     }
     if (rc != 0 || !a.cursor || !a.pend || !a.pend_del || !a.found || !a.vals) {
         rc = store_error_set(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
@@ -300,16 +334,14 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     }
     /* Zeroing the table's fresh pages overlaps reading the first delta (and
      * meets the puts, which go front to back, in the middle). */
-    if (pthread_create(&populating, NULL, populate_main, a.ov) != 0)
+    job = (struct populate){.recs = a.recs, .recs_map = a.recs_map, .ov = a.ov};
+    if (pthread_create(&populating, NULL, populate_main, &job) != 0)
         populating = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         const store_delta_info_t *in = store_delta_info(d[i]);
         a.later_delta = i > 0;
         rc = apply_one(&a, d[i]);
-        if (rc == -ENOMEM) {
-            rc = store_error_set(err, STORE_E_NOMEM, "no memory to stage delta version %llu",
-                      (unsigned long long)in->meta.version);
-        } else if (rc != 0 || a.full) {
+        if (rc != 0 || a.full) {
             rc = store_error_set(err, STORE_E_NOMEM, "delta version %llu: more keys than its manifest counts",
                       (unsigned long long)in->meta.version);
         } else if (a.bad) {
@@ -336,7 +368,10 @@ out:
     if (populating)
         pthread_join(populating, NULL);
     model_overlay_unref(a.ov);
-    free(a.recs);
+    if (a.recs_map)
+        munmap(a.recs, a.recs_map);
+    else
+        free(a.recs);
     free(a.cursor);
     free(a.pend);
     free(a.pend_del);
@@ -388,11 +423,13 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     u.vals = malloc(u.cap * K * sizeof *u.vals);
     int rc = model_overlay_create(K, total, &u.undo);
     pthread_t populating = 0;
+    struct populate job = {.recs_map = 0}; /* the helper's, until joined */
     if (rc == 0 && u.keys && u.found && u.vals) {
         /* The undo's keys come in the overlays' table order, which is (one
          * overlay, same size) the undo's: its puts go front to back while
          * the helper faults pages in from the back. */
-        if (pthread_create(&populating, NULL, populate_main, u.undo) != 0)
+        job.ov = u.undo;
+        if (pthread_create(&populating, NULL, populate_main, &job) != 0)
             populating = 0;
         for (uint32_t o = 0; o < m->n_overlays; o++)
             model_overlay_foreach(m->overlays[o], undo_key, &u);
