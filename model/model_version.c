@@ -9,7 +9,13 @@
  * store_delta_apply does for a rebuild).  The same pass counts the keys the
  * new version holds.  Presence is asked of the parent in batches
  * (store_lookup_batch, then the parent's overlays) so that a million-key
- * delta costs a few batched probes per key, not a cache miss each.
+ * delta costs a few batched probes per key, not a cache miss each; the
+ * records are then put into the overlay grouped by slot range (overlay.c:
+ * BUILDING A BIG ONE), for the same reason.
+ *
+ * THREAD SAFETY: model_apply_deltas and model_fold_undo only read the parent
+ * (any number of readers may share it); each runs one helper thread over
+ * memory nobody else holds yet.  model_fold_write: overlay.h.
  */
 #define _GNU_SOURCE
 #include "model_impl.h"
