@@ -146,6 +146,25 @@ static inline void prefetch_slot(const model_overlay_t *o, uint64_t s)
     __builtin_prefetch(p + o->stride - 1); /* a wide or straddling slot's last line */
 }
 
+/* bytes of zeroed memory starting on a 2 MiB boundary, so every one of its
+ * huge pages can be one (an unaligned mapping leaves its first and last
+ * 2 MiB in small pages); NULL when the mapping fails. */
+static uint8_t *map_huge(size_t bytes)
+{
+    size_t len = bytes + HUGE_MIN;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_MIN - 1) & ~(uintptr_t)(HUGE_MIN - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    size_t tail = len - (size_t)(a - p) - bytes;
+    if (tail)
+        munmap(a + bytes, tail);
+    (void)madvise(a, bytes, MADV_HUGEPAGE); /* best effort */
+    return a;
+}
+
 int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
 {
     if (K == 0 || K > STORE_MAX_VALUE_FLOATS || !out)
@@ -165,12 +184,8 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     o->max_keys = max_keys;
     size_t bytes = nslots * stride;
     if (bytes >= HUGE_MIN) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p != MAP_FAILED) {
-            (void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort */
-            o->slots = p;
-            o->map_bytes = bytes;
-        }
+        o->slots = map_huge(bytes);
+        o->map_bytes = o->slots ? bytes : 0;
     } else {
         o->slots = calloc(nslots, stride);
     }
