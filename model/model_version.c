@@ -97,50 +97,73 @@ static void version_lookup(const model_t *m, const uint64_t *keys, size_t n, flo
 /* ---- a chain of deltas -> one overlay ------------------------------------------------ */
 
 /* Each delta of the chain is read twice: once to count its keys per overlay
- * partition, once to check and count them against the version (presence
- * asked in batches) while each key's record is copied to its partition's
- * place in recs.  Then recs goes into the overlay partition by partition
- * (overlay.c: BUILDING A BIG ONE).  A delta's keys are unique (store/delta.h),
- * so their order inside a partition does not matter; the deltas of a chain
- * go in one after the other, so a later one overwrites. */
+ * partition, once to copy each key's record to its partition's place in
+ * recs and to list the keys whose presence the version must answer (those
+ * an earlier delta of the chain did not touch).  Then two threads: this one
+ * puts recs into the overlay partition by partition (overlay.c: BUILDING A
+ * BIG ONE) while a helper asks the version, in batches, whether it holds
+ * the listed keys (new keys counted, deletes of absent keys refused); both
+ * only read what the other writes to.  A delta's keys are unique
+ * (store/delta.h), so their order inside a partition does not matter; the
+ * deltas of a chain go in one after the other, so a later one overwrites. */
+
+/* The presence questions of one delta, answered on the helper thread. */
+struct presence {
+    const model_t *parent;
+    const uint64_t *keys;  /* n keys the chain had not touched yet */
+    const uint8_t *del;    /* 1: a delete (must be present), 0: an upsert */
+    size_t n, cap;         /* cap: keys per batch (found, vals) */
+    uint8_t *found;
+    float *vals;
+    uint64_t added, removed; /* keys the version gains, loses */
+    uint64_t bad_key;      /* a delete of an absent key */
+    int bad;
+};
+
+static void presence_run(struct presence *p)
+{
+    for (size_t at = 0; at < p->n; at += p->cap) {
+        size_t m = p->n - at < p->cap ? p->n - at : p->cap;
+        version_lookup(p->parent, p->keys + at, m, p->vals, p->found);
+        for (size_t i = 0; i < m; i++) {
+            if (p->del[at + i]) {
+                if (!p->found[i] && !p->bad) {
+                    p->bad = 1;
+                    p->bad_key = p->keys[at + i];
+                }
+                p->removed += p->found[i];
+            } else {
+                p->added += !p->found[i];
+            }
+        }
+    }
+}
+
+static void *presence_main(void *arg)
+{
+    presence_run(arg);
+    return NULL;
+}
+
 struct apply {
     const model_t *parent;
     model_overlay_t *ov;
     uint32_t K;
     bool later_delta;    /* not the chain's first: the overlay may hold the key already */
     uint64_t keys;       /* keys of the version being built */
-    /* The current delta's records, grouped by partition. */
-    uint8_t *recs;       /* recs_cap records: mapped (recs_map bytes) or malloc'd */
-    size_t rec_bytes, nrecs, recs_cap, written, recs_map;
-    size_t *cursor;      /* per partition: pass 1 its count, pass 2 its next record */
-    /* First-touched keys, whose presence the parent answers in one batch. */
+    /* The current delta's records, grouped by partition, and its questions:
+     * recs_cap of each, in one mapping (recs_map bytes) or one malloc. */
+    uint8_t *recs;
     uint64_t *pend;
-    uint8_t *pend_del;   /* 1: a delete (must be present), 0: an upsert */
-    uint8_t *found;
+    uint8_t *pend_del;
+    size_t rec_bytes, nrecs, recs_cap, written, recs_map, npend;
+    size_t *cursor;      /* per partition: pass 1 its count, pass 2 its next record */
+    uint8_t *found;      /* the helper's batch buffers */
     float *vals;
-    size_t npend, cap;
-    uint64_t bad_key;    /* a delete of an absent key */
+    size_t cap;
+    uint64_t bad_key;    /* a delete of a key an earlier delta of the chain deleted */
     int bad, full;
 };
-
-static void flush(struct apply *a)
-{
-    if (!a->npend)
-        return;
-    version_lookup(a->parent, a->pend, a->npend, a->vals, a->found);
-    for (size_t i = 0; i < a->npend; i++) {
-        if (a->pend_del[i]) {
-            if (!a->found[i] && !a->bad) {
-                a->bad = 1;
-                a->bad_key = a->pend[i];
-            }
-            a->keys -= a->found[i];
-        } else {
-            a->keys += !a->found[i];
-        }
-    }
-    a->npend = 0;
-}
 
 static int count_key(struct apply *a, uint64_t key)
 {
@@ -161,7 +184,7 @@ static int count_delete(void *ctx, uint64_t key)
 }
 
 /* One key of a delta: counted now when the overlay knows whether the version
- * held it (an earlier delta of the chain), else queued for the parent's
+ * held it (an earlier delta of the chain), else listed for the parent's
  * batched answer; then its record written to its partition's place. */
 static int take(struct apply *a, uint64_t key, const float *value)
 {
@@ -186,9 +209,7 @@ static int take(struct apply *a, uint64_t key, const float *value)
             goto record;
     }
     a->pend[a->npend] = key;
-    a->pend_del[a->npend] = del;
-    if (++a->npend == a->cap)
-        flush(a);
+    a->pend_del[a->npend++] = del;
 record:
     model__overlay_record(a->ov, a->recs + a->cursor[model__overlay_part_of(a->ov, key)]++ * a->rec_bytes,
                           key, value);
@@ -206,13 +227,14 @@ static int on_delete(void *ctx, uint64_t key)
     return take(ctx, key, NULL);
 }
 
-/* One delta into a->ov: count, check, group, put.  0, or -ENOSPC (more keys
- * than the manifests counted); a->bad set for a bad delete. */
+/* One delta into a->ov: count, group, then put and check at once.  0, or
+ * -ENOSPC (more keys than the manifests counted); a->bad set for a bad
+ * delete. */
 static int apply_one(struct apply *a, const store_delta_t *d)
 {
     const uint32_t parts = model__overlay_parts(a->ov), shards = store_delta_info(d)->layout.shards;
     memset(a->cursor, 0, parts * sizeof *a->cursor);
-    a->nrecs = a->written = 0;
+    a->nrecs = a->written = a->npend = 0;
     for (uint32_t s = 0; s < shards; s++)
         (void)store_delta_foreach(d, s, count_upsert, count_delete, a);
     if (a->nrecs > a->recs_cap) /* more than its manifest counts */
@@ -225,10 +247,24 @@ static int apply_one(struct apply *a, const store_delta_t *d)
     int rc = 0;
     for (uint32_t s = 0; s < shards && rc == 0; s++)
         rc = store_delta_foreach(d, s, on_upsert, on_delete, a);
-    flush(a);
     if (rc != 0 || a->bad)
         return rc;
-    return model__overlay_put_records(a->ov, a->recs, a->written);
+    struct presence q = {.parent = a->parent, .keys = a->pend, .del = a->pend_del,
+                         .n = a->npend, .cap = a->cap, .found = a->found, .vals = a->vals};
+    pthread_t th;
+    bool helper = pthread_create(&th, NULL, presence_main, &q) == 0;
+    rc = model__overlay_put_records(a->ov, a->recs, a->written);
+    if (helper)
+        pthread_join(th, NULL);
+    else
+        presence_run(&q);
+    a->keys += q.added;
+    a->keys -= q.removed;
+    if (q.bad && !a->bad) {
+        a->bad = 1;
+        a->bad_key = q.bad_key;
+    }
+    return rc;
 }
 
 /* What a helper thread faults in while the builder reads: the staging
@@ -248,11 +284,13 @@ static void *populate_main(void *arg)
     return NULL;
 }
 
-/* The staging records: mapped with huge pages from 2 MiB up (a million keys'
- * records in 4 KiB pages cost thousands of faults), else malloc'd. */
+/* The staging records and questions for n keys: mapped with huge pages from
+ * 2 MiB up (a million keys' records in 4 KiB pages cost thousands of
+ * faults), else malloc'd. */
 static int recs_alloc(struct apply *a, size_t n)
 {
-    size_t bytes = (n ? n : 1) * a->rec_bytes;
+    n = n ? n : 1;
+    size_t bytes = n * (a->rec_bytes + sizeof *a->pend + 1); /* rec_bytes: a multiple of 8 */
     if (bytes >= ((size_t)2 << 20)) {
         void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p != MAP_FAILED) {
@@ -263,8 +301,12 @@ static int recs_alloc(struct apply *a, size_t n)
     } else {
         a->recs = malloc(bytes);
     }
-    a->recs_cap = a->recs ? n : 0;
-    return a->recs ? 0 : -ENOMEM;
+    if (!a->recs)
+        return -ENOMEM;
+    a->pend = (uint64_t *)(void *)(a->recs + n * a->rec_bytes);
+    a->pend_del = (uint8_t *)(a->pend + n);
+    a->recs_cap = n;
+    return 0;
 }
 
 /* The delta's layout and link against the version it applies to. */
@@ -322,18 +364,16 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     pthread_t populating = 0;
     struct populate job; /* the helper's, until joined */
     a.cap = batch_keys(K);
-    a.pend = malloc(a.cap * sizeof *a.pend);
-    a.pend_del = malloc(a.cap);
     a.found = malloc(a.cap);
     a.vals = malloc(a.cap * K * sizeof *a.vals);
     int rc = model_overlay_create(K, total, &a.ov);
     if (rc == 0) {
         a.rec_bytes = model__overlay_record_bytes(a.ov);
         a.cursor = malloc(model__overlay_parts(a.ov) * sizeof *a.cursor);
-        if (most > SIZE_MAX / a.rec_bytes || recs_alloc(&a, (size_t)most) != 0)
+        if (most > SIZE_MAX / (a.rec_bytes + 9) || recs_alloc(&a, (size_t)most) != 0)
             rc = -ENOMEM;
     }
-    if (rc != 0 || !a.cursor || !a.pend || !a.pend_del || !a.found || !a.vals) {
+    if (rc != 0 || !a.cursor || !a.found || !a.vals) {
         rc = store_error_set(err, STORE_E_NOMEM, "no memory for an overlay of %llu keys",
                   (unsigned long long)total);
         goto out;
@@ -379,8 +419,6 @@ out:
     else
         free(a.recs);
     free(a.cursor);
-    free(a.pend);
-    free(a.pend_del);
     free(a.found);
     free(a.vals);
     return rc;
