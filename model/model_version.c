@@ -14,8 +14,10 @@
  * BUILDING A BIG ONE), for the same reason.
  *
  * THREAD SAFETY: model_apply_deltas and model_fold_undo only read the parent
- * (any number of readers may share it); each runs one helper thread over
- * memory nobody else holds yet.  model_fold_write: overlay.h.
+ * (any number of readers may share it); their helper threads (one faulting
+ * the new table in, and during the build's puts one answering presence)
+ * touch only memory nobody else holds yet or the parent.  model_fold_write:
+ * overlay.h.
  */
 #define _GNU_SOURCE
 #include "model_impl.h"
@@ -211,8 +213,8 @@ static int take(struct apply *a, uint64_t key, const float *value)
     a->pend[a->npend] = key;
     a->pend_del[a->npend++] = del;
 record:
-    model__overlay_record(a->ov, a->recs + a->cursor[model__overlay_part_of(a->ov, key)]++ * a->rec_bytes,
-                          key, value);
+    size_t at = a->cursor[model__overlay_part_of(a->ov, key)]++;
+    model__overlay_record(a->ov, a->recs + at * a->rec_bytes, key, value);
     a->written++;
     return 0;
 }

@@ -31,7 +31,8 @@
  *   faulted in (model__overlay_populate) on a helper thread while the
  *   builder reads the delta, so zeroing fresh pages overlaps that work.
  *
- * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key.
+ * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key, and while a
+ * big one is built, its records once more (staged by the builder).
  */
 #define _GNU_SOURCE
 #include "overlay.h"
@@ -51,7 +52,7 @@
 #define OVERLAY_GROUP 16
 #define FILTER_BITS_PER_KEY 8
 #define HUGE_MIN ((size_t)2 << 20) /* tables from 2 MiB up are mapped (huge pages) */
-#define PART_BYTES ((size_t)256 << 10) /* a partition's slot range: a quarter of this L2 */
+#define PART_BYTES ((size_t)256 << 10) /* a partition's slot range: half of a 512 KiB L2 */
 #define PART_BITS_MAX 12
 
 #ifndef MADV_POPULATE_WRITE
@@ -71,8 +72,6 @@ struct model_overlay {
     bool has_zero, zero_deleted; /* key 0 (the bias row) */
     float *zero_val;             /* K floats */
 };
-
-_Static_assert(sizeof(uint64_t) + sizeof(uint32_t) == 12, "slot header is key + deleted");
 
 #define SLOT(o, s) ((o)->slots + (s) * (o)->stride)
 #define SLOT_KEY(p) (*(uint64_t *)(p))
@@ -146,7 +145,7 @@ static inline void prefetch_slot(const model_overlay_t *o, uint64_t s)
     __builtin_prefetch(p + o->stride - 1); /* a wide or straddling slot's last line */
 }
 
-/* bytes of zeroed memory starting on a 2 MiB boundary, so every one of its
+/* `bytes` of zeroed memory starting on a 2 MiB boundary, so every one of its
  * huge pages can be one (an unaligned mapping leaves its first and last
  * 2 MiB in small pages); NULL when the mapping fails. */
 static uint8_t *map_huge(size_t bytes)

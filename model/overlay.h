@@ -117,9 +117,10 @@ int model_derive(const model_t *m, const store_meta_t *meta, model_overlay_t *co
  * delete of a key the version it applies to does not hold, too many
  * overlays.  The result's meta is the last delta's version and created time
  * over parent's meta.  Returns 0 or store_errc_errno(err->code) < 0.
- * Blocks for the work (about 0.1 s a million LR keys); starts one helper
- * thread for its duration that faults the new table's memory in, and joins
- * it before returning. */
+ * Blocks for the work (about 0.1 s a million LR keys); runs helper threads
+ * (one faulting the new table's memory in, one answering the parent's
+ * presence while the caller fills the table) and joins them before
+ * returning. */
 int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t n, model_t **out,
                        store_error_t *err);
 

@@ -3,14 +3,14 @@
  * overlay_bench --model DIR --delta DIR [--threads T]
  *
  * Loads the full version, opens the delta, then times (wall and the
- * process's CPU, which counts the helper thread model_apply_deltas and
+ * process's CPU, which counts the helper threads model_apply_deltas and
  * model_fold_undo run beside the caller): turning it into an overlay
  * (model_apply_deltas), the fold's undo (model_fold_undo) and write
  * (model_fold_write on T threads), and prints keys per second for each.
- * Wall above CPU: the machine was busy (or, for the build, fresh pages were
- * slow to fault in); CPU above wall: the helper ran beside the caller.  Then what a request pays while the overlay is
- * there: a batch of 40,000 keys of the model (a standard request's lookup)
- * through the base alone and through the base plus the overlay, best of 50.
+ * Wall above CPU: the machine was busy; CPU above wall: helpers ran beside
+ * the caller.  Then what a request pays while the overlay is there: a
+ * batch of 40,000 keys of the model (a standard request's lookup) through
+ * the base alone and through the base plus the overlay, best of 50.
  */
 #define _GNU_SOURCE
 #include "model/model.h"

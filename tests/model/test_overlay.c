@@ -392,7 +392,8 @@ static void test_partitioned_chain(void **state)
     assert_int_equal(model_from_store(rs, &rmeta, &rebuilt), 0);
     assert_int_equal(model_key_count(ov), store_count(model_store(rebuilt)));
     assert_int_equal(model_key_count(ov), NKEYS + 1 + 3000 - 40 - 2 + 2); /* 3, 10 back */
-    float *a = malloc(320 * sizeof *a), *b = malloc(320 * sizeof *b), *p0 = malloc(320 * sizeof *p0);
+    float *a = malloc(320 * sizeof *a), *b = malloc(320 * sizeof *b);
+    float *p0 = malloc(320 * sizeof *p0);
     score_all(ov, a);
     score_all(rebuilt, b);
     assert_memory_equal(a, b, 320 * sizeof *a);
