@@ -38,4 +38,24 @@ struct model {
     size_t work_bytes;       /* per-request work space beyond the rows */
 };
 
+/* ---- the overlay's partitioned build (overlay.c; used by model_version.c) -----------
+ *
+ * A record has the layout of a table slot (key u64 | deleted u32 | K floats,
+ * model__overlay_record_bytes each).  The builder sorts an overlay's records
+ * by model__overlay_part_of (0 .. model__overlay_parts - 1, slot ranges that
+ * fit in L2) and puts them in that order with model__overlay_put_records,
+ * which behaves as model_overlay_put key by key in the order given (later
+ * records of a key overwrite earlier ones; 0 or -ENOSPC).  Builder only,
+ * before the overlay is shared.  model__overlay_populate faults the table's
+ * memory in, from its end; it may run on another thread beside the puts
+ * (both only write zeroed pages in or fill slots), and the overlay must
+ * not be freed before it returns. */
+uint32_t model__overlay_parts(const model_overlay_t *o);
+uint32_t model__overlay_part_of(const model_overlay_t *o, uint64_t key);
+size_t model__overlay_record_bytes(const model_overlay_t *o);
+void model__overlay_record(const model_overlay_t *o, uint8_t *rec, uint64_t key,
+                           const float *value);
+int model__overlay_put_records(model_overlay_t *o, const uint8_t *recs, size_t n);
+void model__overlay_populate(model_overlay_t *o);
+
 #endif /* TL_MODEL_IMPL_H */

@@ -20,10 +20,23 @@
  *   mixed with a per-process random seed: a crafted delta cannot line its
  *   keys up into one long probe run.
  *
- * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key.
+ * BUILDING A BIG ONE
+ *   A million keys put in delta order land at random slots of a table of
+ *   tens of megabytes: a cache miss each, most of the build.  The builder
+ *   (model_version.c) instead sorts the records by PARTITION first, the top
+ *   bits of the hash, which are the table's slot ranges (the slot is the
+ *   high half of hash x n), sized so one range fits in L2, and puts them
+ *   partition by partition (model__overlay_put_records): each line of the
+ *   table is then fetched once and the probes hit L2.  The table's memory is
+ *   faulted in (model__overlay_populate) on a helper thread while the
+ *   builder reads the delta, so zeroing fresh pages overlaps that work.
+ *
+ * Memory: about 1.43 x (12 + 4K, padded to 8) bytes per key, and while a
+ * big one is built, its records once more (staged by the builder).
  */
 #define _GNU_SOURCE
 #include "overlay.h"
+#include "model_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +52,12 @@
 #define OVERLAY_GROUP 16
 #define FILTER_BITS_PER_KEY 8
 #define HUGE_MIN ((size_t)2 << 20) /* tables from 2 MiB up are mapped (huge pages) */
+#define PART_BYTES ((size_t)256 << 10) /* a partition's slot range: half of a 512 KiB L2 */
+#define PART_BITS_MAX 12
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 struct model_overlay {
     _Atomic uint32_t refs;
@@ -48,7 +67,8 @@ struct model_overlay {
     uint8_t *slots; /* nslots * stride */
     size_t map_bytes; /* > 0: slots is an mmap of that size; 0: calloc */
     uint64_t *filter;            /* FILTER_BITS_PER_KEY bits a key, two set per key */
-    uint64_t filter_mask;        /* words - 1 (a power of two) */
+    uint32_t filter_shift;       /* 64 - log2(words): the word is the hash's top bits */
+    uint32_t part_bits;          /* build partitions: 1 << part_bits slot ranges */
     bool has_zero, zero_deleted; /* key 0 (the bias row) */
     float *zero_val;             /* K floats */
 };
@@ -94,17 +114,23 @@ static inline uint64_t slot_of(const model_overlay_t *o, uint64_t key)
 
 /* The filter: one 64-bit word a key, two bits in it (a blocked Bloom filter
  * of one word: one cache line read, about 5% false positives at 8 bits a
- * key).  Word from the low bits of the hash, bits from the middle ones; the
- * slot comes from the high bits. */
+ * key).  Bits from the middle of the hash; word from its high bits, as the
+ * slot and the build's partition are, so a partition's puts set bits in one
+ * stretch of the filter instead of all over it. */
 static inline uint64_t filter_bits(uint64_t h)
 {
     return (UINT64_C(1) << ((h >> 20) & 63)) | (UINT64_C(1) << ((h >> 26) & 63));
 }
 
+static inline uint64_t *filter_word(const model_overlay_t *o, uint64_t h)
+{
+    return &o->filter[h >> o->filter_shift];
+}
+
 static inline bool maybe_has(const model_overlay_t *o, uint64_t h)
 {
     uint64_t b = filter_bits(h);
-    return (o->filter[h & o->filter_mask] & b) == b;
+    return (*filter_word(o, h) & b) == b;
 }
 
 static inline uint64_t next_slot(const model_overlay_t *o, uint64_t s)
@@ -117,6 +143,25 @@ static inline void prefetch_slot(const model_overlay_t *o, uint64_t s)
     const uint8_t *p = SLOT(o, s);
     __builtin_prefetch(p);
     __builtin_prefetch(p + o->stride - 1); /* a wide or straddling slot's last line */
+}
+
+/* `bytes` of zeroed memory starting on a 2 MiB boundary, so every one of its
+ * huge pages can be one (an unaligned mapping leaves its first and last
+ * 2 MiB in small pages); NULL when the mapping fails. */
+static uint8_t *map_huge(size_t bytes)
+{
+    size_t len = bytes + HUGE_MIN;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_MIN - 1) & ~(uintptr_t)(HUGE_MIN - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    size_t tail = len - (size_t)(a - p) - bytes;
+    if (tail)
+        munmap(a + bytes, tail);
+    (void)madvise(a, bytes, MADV_HUGEPAGE); /* best effort */
+    return a;
 }
 
 int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
@@ -138,19 +183,17 @@ int model_overlay_create(uint32_t K, uint64_t max_keys, model_overlay_t **out)
     o->max_keys = max_keys;
     size_t bytes = nslots * stride;
     if (bytes >= HUGE_MIN) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p != MAP_FAILED) {
-            (void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort */
-            o->slots = p;
-            o->map_bytes = bytes;
-        }
+        o->slots = map_huge(bytes);
+        o->map_bytes = o->slots ? bytes : 0;
     } else {
         o->slots = calloc(nslots, stride);
     }
     uint64_t words = 8;
     while (words * 64 < max_keys * FILTER_BITS_PER_KEY)
         words *= 2;
-    o->filter_mask = words - 1;
+    o->filter_shift = 64 - (uint32_t)__builtin_ctzll(words); /* words >= 8: shift <= 61 */
+    while (o->part_bits < PART_BITS_MAX && (bytes >> o->part_bits) > PART_BYTES)
+        o->part_bits++;
     o->filter = calloc(words, sizeof *o->filter);
     o->zero_val = calloc(K, sizeof *o->zero_val);
     if (!o->slots || !o->filter || !o->zero_val) {
@@ -175,7 +218,7 @@ static int put_at(model_overlay_t *o, uint64_t key, uint64_t h, const float *val
         return -ENOSPC; /* also keeps a slot empty: probes end */
     bool was_del = !fresh && SLOT_DEL(p);
     if (fresh)
-        o->filter[h & o->filter_mask] |= filter_bits(h);
+        *filter_word(o, h) |= filter_bits(h);
     SLOT_KEY(p) = key;
     SLOT_DEL(p) = !value;
     o->count += (uint64_t)fresh;
@@ -311,7 +354,7 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
         for (size_t j = 0; j < m; j++) {
             uint64_t h = hash_of(keys[start + j]);
             hash[a][j] = h;
-            __builtin_prefetch(&o->filter[h & o->filter_mask]);
+            __builtin_prefetch(filter_word(o, h));
         }
         if (start >= G) {
             size_t base = start - G, k = 0;
@@ -334,6 +377,65 @@ void model_overlay_lookup(const model_overlay_t *o, const uint64_t *keys, size_t
                         found ? found + i : NULL);
             }
         }
+    }
+}
+
+/* ---- the partitioned build (model_impl.h) ---------------------------------------- */
+
+uint32_t model__overlay_parts(const model_overlay_t *o) { return UINT32_C(1) << o->part_bits; }
+size_t model__overlay_record_bytes(const model_overlay_t *o) { return o->stride; }
+
+uint32_t model__overlay_part_of(const model_overlay_t *o, uint64_t key)
+{
+    return o->part_bits ? (uint32_t)(hash_of(key) >> (64 - o->part_bits)) : 0;
+}
+
+void model__overlay_record(const model_overlay_t *o, uint8_t *rec, uint64_t key,
+                           const float *value)
+{
+    SLOT_KEY(rec) = key;
+    SLOT_DEL(rec) = !value;
+    if (value)
+        memcpy(SLOT_VAL(rec), value, o->K * sizeof *value);
+}
+
+int model__overlay_put_records(model_overlay_t *o, const uint8_t *recs, size_t n)
+{
+    enum { G = OVERLAY_GROUP };
+    const size_t stride = o->stride;
+    uint64_t hash[2][G];
+    size_t g = 0, cur = 0;
+    for (size_t start = 0; start < n + G; start += G, cur ^= 1) {
+        size_t m = start < n ? (n - start < G ? n - start : G) : 0;
+        for (size_t j = 0; j < m; j++) {
+            uint64_t h = hash_of(SLOT_KEY(recs + (start + j) * stride));
+            hash[cur][j] = h;
+            prefetch_slot(o, slot_of_hash(o, h));
+        }
+        if (start > 0) {
+            for (size_t j = 0; j < g; j++) {
+                const uint8_t *r = recs + (start - G + j) * stride;
+                uint64_t key = SLOT_KEY(r);
+                const float *v = SLOT_DEL(r) ? NULL : SLOT_VAL(r);
+                int rc = key == 0 ? put_zero(o, v) : put_at(o, key, hash[cur ^ 1][j], v);
+                if (rc < 0)
+                    return rc;
+            }
+        }
+        g = m;
+    }
+    return 0;
+}
+
+void model__overlay_populate(model_overlay_t *o)
+{
+    /* Last huge page first: a builder writing in table order (the fold's
+     * undo) meets this thread in the middle instead of waiting behind it. */
+    for (size_t end = o->map_bytes; end > 0;) {
+        size_t start = end > HUGE_MIN ? (end - 1) / HUGE_MIN * HUGE_MIN : 0;
+        if (madvise(o->slots + start, end - start, MADV_POPULATE_WRITE) != 0)
+            return; /* best effort: the puts fault what is left */
+        end = start;
     }
 }
 

@@ -15,7 +15,11 @@
  *   - model_score_pair (one lookup for a version and its delta) gives both
  *     model_score results;
  *   - the fold: the parent with the undo appended, and the folded version,
- *     score exactly as before the base was written.
+ *     score exactly as before the base was written;
+ *   - the partitioned build: records put partition by partition equal puts
+ *     key by key (overwrites, deletes, key 0); a chain whose overlay spans
+ *     several partitions gives the rebuilt model's exact key count, scores
+ *     and undo, and a bad delete in it is still refused by key.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +28,7 @@
 #include <cmocka.h>
 
 #include "model/model.h"
+#include "model/model_impl.h" /* the partitioned build's records */
 #include "model/overlay.h"
 #include "store/delta.h"
 #include "tests/test_fs.h"
@@ -308,12 +313,136 @@ static void test_refusals(void **state)
     test_rm_rf(root);
 }
 
+/* Records grouped by partition, put together, equal the same puts one by one. */
+static void test_records(void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    model_overlay_t *o, *ref;
+    assert_int_equal(model_overlay_create(2, N, &o), 0);
+    assert_int_equal(model_overlay_create(2, N, &ref), 0);
+    uint32_t parts = model__overlay_parts(o);
+    assert_true(parts > 1);
+    size_t rb = model__overlay_record_bytes(o);
+    uint8_t *recs = malloc((size_t)(N + 2) * rb), *sorted = malloc((size_t)(N + 2) * rb);
+    uint64_t *keys = malloc((N + 2) * sizeof *keys);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < N + 2; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* key 0 once, and two keys put twice (the later put wins) */
+        keys[i] = i == 7 ? 0 : i == N ? keys[3] : i == N + 1 ? keys[11] : x | 1;
+        float w[2] = {(float)i, (float)-i};
+        const float *v = i % 6 == 0 ? NULL : w;
+        model__overlay_record(o, recs + (size_t)i * rb, keys[i], v);
+        model_overlay_put(ref, keys[i], v);
+    }
+    size_t at = 0; /* stable grouping by partition */
+    for (uint32_t p = 0; p < parts; p++)
+        for (int i = 0; i < N + 2; i++)
+            if (model__overlay_part_of(o, keys[i]) == p)
+                memcpy(sorted + at++ * rb, recs + (size_t)i * rb, rb);
+    assert_int_equal(at, N + 2);
+    model__overlay_populate(o);
+    assert_int_equal(model__overlay_put_records(o, sorted, at), 0);
+    assert_int_equal(model_overlay_count(o), model_overlay_count(ref));
+    assert_int_equal(model_overlay_count(o), N);
+    assert_int_equal(model_overlay_deletes(o), model_overlay_deletes(ref));
+    for (int i = 0; i < N + 2; i++) {
+        float a[2] = {0, 0}, b[2] = {0, 0};
+        assert_int_equal(model_overlay_get(o, keys[i], a), model_overlay_get(ref, keys[i], b));
+        assert_memory_equal(a, b, sizeof a);
+    }
+    float v[2] = {1, 2};
+    uint8_t one[64];
+    model__overlay_record(o, one, 0x5151, v);
+    assert_int_equal(model__overlay_put_records(o, one, 1), -ENOSPC); /* full */
+    free(recs);
+    free(sorted);
+    free(keys);
+    model_overlay_unref(o);
+    model_overlay_unref(ref);
+}
+
+/* A chain whose overlay spans several partitions: exact key count, scores
+ * and undo against the rebuilt model; a bad delete among its keys refused. */
+static void test_partitioned_chain(void **state)
+{
+    (void)state;
+    char root[PATH_MAX];
+    scratch(root);
+    model_t *parent = make_model();
+    uint64_t del2[40], del3[2] = {id_of(4), id_of(NKEYS + 5)};
+    for (int i = 0; i < 40; i++)
+        del2[i] = id_of(3 + 7 * (uint32_t)i);
+    /* every key re-valued (3000 of them new), then a second delta over them */
+    store_delta_t *d2 = write_delta(root, parent, 1, 2, 1, NKEYS + 3001, 1, 1, del2, 40);
+    store_delta_t *d3 = write_delta(root, parent, 2, 3, 3, 11, 7, 2, del3, 2);
+    store_delta_t *d[2] = {d2, d3};
+    model_t *ov = NULL;
+    store_error_t err;
+    assert_int_equal(model_apply_deltas(parent, d, 2, &ov, &err), 0);
+    model_overlay_t *o;
+    assert_int_equal(model_overlays(ov, &o), 1);
+    assert_true(model__overlay_parts(o) > 1);
+    store_t *rs = make_store();
+    store_meta_t rmeta = META;
+    assert_int_equal(store_delta_apply(rs, &rmeta, d2, &err), 0);
+    assert_int_equal(store_delta_apply(rs, &rmeta, d3, &err), 0);
+    model_t *rebuilt;
+    assert_int_equal(model_from_store(rs, &rmeta, &rebuilt), 0);
+    assert_int_equal(model_key_count(ov), store_count(model_store(rebuilt)));
+    assert_int_equal(model_key_count(ov), NKEYS + 1 + 3000 - 40 - 2 + 2); /* 3, 10 back */
+    float *a = malloc(320 * sizeof *a), *b = malloc(320 * sizeof *b);
+    float *p0 = malloc(320 * sizeof *p0);
+    score_all(ov, a);
+    score_all(rebuilt, b);
+    assert_memory_equal(a, b, 320 * sizeof *a);
+    score_all(parent, p0);
+    /* The undo holds the base's value of every overlay key, deleted where absent. */
+    model_overlay_t *undo;
+    assert_int_equal(model_fold_undo(ov, &undo), 0);
+    assert_int_equal(model_overlay_count(undo), model_overlay_count(o));
+    assert_int_equal(model_overlay_deletes(undo), 3000);
+    model_t *kept;
+    assert_int_equal(model_derive(parent, NULL, &undo, 1, model_key_count(parent), &kept), 0);
+    assert_int_equal(model_fold_write(ov, 2), 0);
+    score_all(kept, b);
+    assert_memory_equal(b, p0, 320 * sizeof *b);
+    score_all(ov, b);
+    assert_memory_equal(b, a, 320 * sizeof *b);
+    model_overlay_unref(undo);
+    model_destroy(kept);
+    model_destroy(ov);
+    model_destroy(rebuilt);
+    /* A delete of an absent key in a multi-partition delta: refused, named. */
+    model_t *p2 = make_model();
+    uint64_t gone = id_of(NKEYS + 77);
+    store_delta_t *bad = write_delta(root, p2, 1, 9, 1, NKEYS + 1, 1, 3, &gone, 1);
+    model_t *out = NULL;
+    assert_int_equal(model_apply_deltas(p2, &bad, 1, &out, &err), -EBADMSG);
+    char want[64];
+    snprintf(want, sizeof want, "deletes key %llu", (unsigned long long)gone);
+    assert_non_null(strstr(err.msg, want));
+    assert_null(out);
+    store_delta_close(bad);
+    model_destroy(p2);
+    free(a);
+    free(b);
+    free(p0);
+    store_delta_close(d2);
+    store_delta_close(d3);
+    model_destroy(parent);
+    test_rm_rf(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_deltas_as_overlay_equal_rebuild),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_records),
+        cmocka_unit_test(test_partitioned_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
