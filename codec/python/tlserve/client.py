@@ -246,7 +246,8 @@ class Client:
         """Wait for the answer to a send_feedback: FeedbackAck(accepted, refused), refused
         being Refused(event index, Refusal reason) in event order.  An accepted event is
         joined and in the server's sample log.  Raises ServerError for an ERROR answer
-        (OVERLOADED: nothing was accepted, send it again later)."""
+        (OVERLOADED: the events before the one the queue could not take were accepted; send
+        the frame again later and count DUPLICATE as done)."""
         f = self.wait_for(request_id, timeout)
         self._expect(f, MsgType.FEEDBACK_ACK)
         return decode_feedback_ack(f.payload)
