@@ -121,7 +121,13 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
                 "acknowledged) cut away", q->slog_dir, torn);
         uint64_t v, cr, from;
         rc = online__state_read(q->slog_dir, &v, &cr, &from);
-        if (rc == 0 && from <= sample_log_next_pos(q->slog)) {
+        if (c->bus_servers[0]) { /* the stream is what is learned again (online_bus.c) */
+            uint64_t f = online__outbox_read(q->slog_dir);
+            atomic_store(&q->fwd_pos, f < sample_log_first_pos(q->slog)
+                                          ? sample_log_first_pos(q->slog)
+                                          : f);
+            q->bus_from = rc == 0 && from > 0 ? from : 1;
+        } else if (rc == 0 && from <= sample_log_next_pos(q->slog)) {
             q->replay_pending = true;
             q->replay_version = v;
             q->replay_created = cr;
@@ -148,7 +154,7 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
     return q;
 }
 
-static online_model_t *model_get(const char *name, char *why, size_t why_len)
+online_model_t *online__model_get(const char *name, char *why, size_t why_len)
 {
     online_model_t *q = model_find(name);
     if (q)
@@ -210,6 +216,26 @@ static void put_locked(online_model_t *q, size_t at, uint16_t flags, const uint8
     pthread_cond_signal(&q->cond);
 }
 
+int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, uint32_t len,
+                    uint64_t pos)
+{
+    size_t sz = rec_size(len);
+    int rc = -1;
+    pthread_mutex_lock(&q->lock);
+    size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
+    if (at != SIZE_MAX) {
+        put_locked(q, at, flags, payload, len, pos, online__now_ns());
+        rc = 0;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+/* With the bus, the sample log is the outbox: a sample goes there only and
+ * reaches the queue through the stream.  Past this many records not yet
+ * forwarded, TRAIN and FEEDBACK get OVERLOADED. */
+#define BUS_MAX_LAG 65536
+
 /* Appends rec to the model's sample log (when it has one): 0 with its
  * position, or -1 with why.  Lock held. */
 static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos, char *why,
@@ -259,7 +285,7 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     int rc = check_model(srv, req->name, &model_id, why, why_len);
     if (rc != ONLINE_QUEUED)
         return rc;
-    online_model_t *q = model_get(req->name, why, why_len);
+    online_model_t *q = online__model_get(req->name, why, why_len);
     if (!q)
         return ONLINE_NOMEM;
     size_t sz = rec_size(len);
@@ -281,14 +307,19 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
             rc = ONLINE_RATE;
     }
     size_t at = SIZE_MAX;
-    if (rc == ONLINE_QUEUED && (at = room_locked(q, sz)) == SIZE_MAX)
+    bool bus = online__bus_on();
+    if (rc == ONLINE_QUEUED && bus &&
+        sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) > BUS_MAX_LAG)
+        rc = ONLINE_FULL;
+    else if (rc == ONLINE_QUEUED && !bus && (at = room_locked(q, sz)) == SIZE_MAX)
         rc = ONLINE_FULL;
     if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
         rc = ONLINE_LOG;
     if (rc == ONLINE_QUEUED) {
         if (cap > 0)
             q->tokens -= req->samples;
-        put_locked(q, at, flags, payload, len, pos, t);
+        if (!bus)
+            put_locked(q, at, flags, payload, len, pos, t);
     }
     pthread_mutex_unlock(&q->lock);
     if (rc == ONLINE_QUEUED) {
@@ -341,10 +372,16 @@ static int push_sample(online_model_t *q, const impression_sample_t *s)
     char why[256];
     int rc = -1;
     pthread_mutex_lock(&q->lock);
-    size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
-    if (at != SIZE_MAX && log_locked(q, &one, &pos, why, sizeof why) == 0) {
-        put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, pos, t);
-        rc = 0;
+    if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
+        if (sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) <= BUS_MAX_LAG &&
+            log_locked(q, &one, &pos, why, sizeof why) == 0)
+            rc = 0;
+    } else {
+        size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
+        if (at != SIZE_MAX && log_locked(q, &one, &pos, why, sizeof why) == 0) {
+            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, pos, t);
+            rc = 0;
+        }
     }
     pthread_mutex_unlock(&q->lock);
     return rc;
@@ -358,7 +395,7 @@ static int push_negative(const impression_sample_t *s, void *ctx)
     if (s->model_id >= atomic_load_explicit(&srv->nmodels, memory_order_acquire))
         return -1;
     char why[200];
-    online_model_t *q = model_get(srv->models[s->model_id].name, why, sizeof why);
+    online_model_t *q = online__model_get(srv->models[s->model_id].name, why, sizeof why);
     if (!q || push_sample(q, s) != 0) {
         atomic_fetch_add_explicit(&G.neg_dropped, 1, memory_order_relaxed);
         return -1;
@@ -399,7 +436,7 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
     int rc = check_model(srv, req->name, &model_id, why, why_len);
     if (rc != ONLINE_QUEUED)
         return rc;
-    online_model_t *q = model_get(req->name, why, why_len);
+    online_model_t *q = online__model_get(req->name, why, why_len);
     if (!q)
         return ONLINE_NOMEM;
     ack->accepted = ack->refused = 0;
@@ -525,6 +562,8 @@ int online_start(server_t *srv, char *why, size_t why_len)
     if (rc == 0 && pthread_create(&G.expiry, NULL, expiry_main, NULL) == 0)
         G.expiry_running = true;
     pthread_mutex_unlock(&G.lock);
+    if (rc == 0)
+        rc = online__bus_start(why, why_len);
     if (rc != 0) {
         online_stop();
         return rc;
@@ -538,6 +577,7 @@ int online_start(server_t *srv, char *why, size_t why_len)
 
 void online_stop(void)
 {
+    online__bus_stop(); /* nothing more reaches the queues from the stream */
     pthread_mutex_lock(&G.lock);
     G.started = false;
     G.expiry_stop = true;
@@ -675,5 +715,5 @@ size_t online_metrics_format(char *buf, size_t len)
             st.entries, st.bytes, st.max_bytes);
     }
 #undef PUT
-    return off;
+    return off + online__bus_metrics(buf + off, len - off);
 }

@@ -41,6 +41,8 @@ typedef struct online_model {
     uint64_t tokens_ns;
     sample_log_t *slog;  /* NULL without --sample-log-dir */
     char slog_dir[1100];
+    _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
+    uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
     pthread_t thread;
     /* the trainer's own (its thread only) */
     train_t *t;
@@ -75,6 +77,22 @@ extern struct online_state {
     pthread_cond_t expiry_cond;
     _Atomic uint64_t imp_refused, neg_dropped;
 } online__G;
+
+/* The model's queue and trainer, made on first use: NULL with why. */
+online_model_t *online__model_get(const char *name, char *why, size_t why_len);
+
+/* Queues one TRAIN payload with its position (the stream's sequence), without
+ * the sample log: 0, or -1 when the queue has no room now. */
+int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, uint32_t len,
+                    uint64_t pos);
+
+/* The bus (online_bus.c): started by online_start when --bus-servers is set
+ * (0, or -errno with why), stopped first by online_stop; its metrics. */
+int online__bus_start(char *why, size_t why_len);
+void online__bus_stop(void);
+bool online__bus_on(void);
+size_t online__bus_metrics(char *buf, size_t len);
+uint64_t online__outbox_read(const char *dir);
 
 /* The trainer thread of q (online_trainer.c). */
 void *online__trainer_main(void *arg);

@@ -137,7 +137,7 @@ static int attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart would not learn "
                 "the log again", q->slog_dir, strerror(-rc));
-        else
+        else if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
             (void)sample_log_trim(q->slog, pos); /* under q->lock: see the caller */
     }
     LOG(LL_INFO, "online: model '%s' learns into version %" PRIu64 "%s", q->name, meta->version,

@@ -100,6 +100,11 @@ typedef struct server_config {
     int impression_log_mib;    /* PREDICTs flagged LOG kept for FEEDBACK, in MiB */
     int impression_window_ms;  /* how long an impression waits for its feedback */
     bool impression_negatives; /* items without feedback in the window are learned as negatives */
+    char bus_servers[1024];    /* NATS URLs: replicas learn one JetStream stream ("" = none) */
+    char bus_stream[64];       /* the stream's name */
+    char bus_subject_prefix[64]; /* subjects "<prefix>.<model>" */
+    int bus_replicas;          /* the stream's replicas when the bus creates it */
+    char bus_node[128];        /* this server's name in message ids ("" = hostname:port) */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings

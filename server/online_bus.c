@@ -1,0 +1,363 @@
+/*
+ * online_bus.c — online learning over NATS JetStream (--bus-servers): every
+ * replica learns the same samples in the same order, so replicas serving the
+ * same version hold the same weights (issue: replicas in step, replay mode).
+ *
+ *   worker: TRAIN / joined FEEDBACK -> the model's sample log (the outbox;
+ *           acknowledged once it is there: a kill -9 loses nothing)
+ *   forwarder thread: each model's log from its forwarded position ->
+ *           JetStream, in batches, message id "<node>/<model>/<position>"
+ *           (a batch sent again after a crash or a failure is stored once:
+ *           JetStream's dedup window), the position kept in
+ *           <log>/outbox.state
+ *   consumer thread: the stream in sequence order -> the model's queue
+ *           (the subject names the model), the stream sequence as the
+ *           record's position -> the trainer (online_trainer.c), which keeps
+ *           trainer.state in stream sequences
+ *
+ * A message is a whole TRAIN frame (header and payload: its flags travel
+ * with it); one that does not parse, or names a model this server does not
+ * serve, is counted and skipped.  A gap in the sequence (messages aged out
+ * of the stream) is counted and logged: never skipped in silence.  At start
+ * the consumer reads from the lowest position any model's trainer.state
+ * names (1 when none: everything the stream keeps), and a model skips the
+ * records before its own.
+ *
+ * LIMIT: replicas switch to a new version each at the stream position where
+ * it went live there; between their switch points they learn different
+ * samples into different versions, so after a version change replicas agree
+ * again only from the next common version on.
+ */
+#define _GNU_SOURCE
+#include "online_impl.h"
+
+#include "bus.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define G online__G
+#define FORWARD_BATCH 256
+
+static struct {
+    bus_t *bus;
+    pthread_t forwarder, consumer;
+    bool running;
+    _Atomic bool stop;
+    char node[160];
+    uint64_t start_seq;
+    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model;
+} B;
+
+bool online__bus_on(void) { return B.bus != NULL; }
+
+/* ---- the outbox's position ------------------------------------------------------- */
+
+uint64_t online__outbox_read(const char *dir)
+{
+    char p[1200];
+    snprintf(p, sizeof p, "%s/outbox.state", dir);
+    FILE *f = fopen(p, "r");
+    unsigned long long v = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Without fsync: a crash may forward a batch again, which the stream stores once. */
+static void outbox_write(const char *dir, uint64_t pos)
+{
+    char p[1200], tmp[1220];
+    snprintf(p, sizeof p, "%s/outbox.state", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f, "%" PRIu64 "\n", pos);
+    if (fclose(f) == 0)
+        (void)rename(tmp, p);
+}
+
+/* ---- forwarding ------------------------------------------------------------------- */
+
+struct fwd {
+    bus_item_t items[FORWARD_BATCH];
+    char ids[FORWARD_BATCH][200];
+    char subject[200];
+    uint8_t *buf; /* the batch's frames */
+    size_t cap;
+    codec_arena_t arena;
+};
+
+/* Forwards what q's log holds past its forwarded position: the records
+ * forwarded (0 when none, or when the batch failed and waits for a retry). */
+static int forward_model(online_model_t *q, struct fwd *f)
+{
+    sample_log_reader_t *r = NULL;
+    sample_log_error_t lerr;
+    uint64_t from = atomic_load(&q->fwd_pos);
+    pthread_mutex_lock(&q->lock);
+    uint64_t end = sample_log_next_pos(q->slog);
+    pthread_mutex_unlock(&q->lock);
+    if (from >= end)
+        return 0;
+    if (sample_log_reader_open(q->slog_dir, from, &r, &lerr) != 0) {
+        LOG(LL_WARN, "online: forwarding model '%s' from %" PRIu64 ": %s", q->name, from,
+            lerr.msg);
+        return 0;
+    }
+    snprintf(f->subject, sizeof f->subject, "%s.%s", G.srv->cfg.bus_subject_prefix, q->name);
+    size_t used = 0, offs[FORWARD_BATCH];
+    int n = 0;
+    while (n < FORWARD_BATCH && from + (uint64_t)n < end) {
+        sample_log_rec_t rec;
+        uint64_t pos;
+        codec_arena_reset(&f->arena);
+        if (sample_log_next(r, &f->arena, &rec, &pos, &lerr) != 0)
+            break;
+        rec.train.weights = rec.weights;
+        size_t len = 0;
+        if (codec_encode_train(NULL, 0, 0, &rec.train, &len, NULL) != CODEC_NEED_MORE)
+            break;
+        if (used + len > f->cap) {
+            size_t want = (used + len) * 2;
+            uint8_t *b = realloc(f->buf, want);
+            if (!b)
+                break;
+            f->buf = b;
+            f->cap = want;
+        }
+        if (codec_encode_train(f->buf + used, f->cap - used, pos, &rec.train, &len, NULL) !=
+            CODEC_OK)
+            break;
+        offs[n] = used;
+        snprintf(f->ids[n], sizeof f->ids[n], "%s/%s/%" PRIu64, B.node, q->name, pos);
+        f->items[n] = (bus_item_t){.subject = f->subject, .len = len, .msg_id = f->ids[n]};
+        used += len;
+        n++;
+    }
+    sample_log_reader_close(r);
+    if (n == 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        f->items[i].data = f->buf + offs[i];
+    bus_error_t berr;
+    int acked = bus_publish_batch(B.bus, f->items, n, &berr);
+    if (acked != n) {
+        LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); the "
+            "batch is sent again", q->name, acked < 0 ? 0 : acked, n, berr.msg);
+        return 0;
+    }
+    uint64_t fwd = atomic_load(&q->fwd_pos) + (uint64_t)n;
+    atomic_store(&q->fwd_pos, fwd);
+    outbox_write(q->slog_dir, fwd);
+    if (fwd / 16384 != (fwd - (uint64_t)n) / 16384) { /* now and then: forwarded segments go */
+        pthread_mutex_lock(&q->lock);
+        (void)sample_log_trim(q->slog, fwd);
+        pthread_mutex_unlock(&q->lock);
+    }
+    atomic_fetch_add_explicit(&B.forwarded, (uint64_t)n, memory_order_relaxed);
+    return n;
+}
+
+static void *forwarder_main(void *arg)
+{
+    (void)arg;
+    struct fwd *f = calloc(1, sizeof *f);
+    if (f) {
+        f->arena.cap = sample_log_arena_bound();
+        f->arena.base = malloc(f->arena.cap);
+    }
+    if (!f || !f->arena.base) {
+        LOG(LL_ERROR, "online: no memory for the bus forwarder: nothing reaches the stream");
+        return NULL;
+    }
+    while (!atomic_load(&B.stop)) {
+        int moved = 0;
+        uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+        for (uint32_t i = 0; i < n; i++) {
+            online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+            if (q && q->slog)
+                moved += forward_model(q, f);
+        }
+        if (!moved) {
+            struct timespec nap = {0, 1000000}; /* 1 ms: the freshness budget is 100 */
+            nanosleep(&nap, NULL);
+        }
+    }
+    free(f->buf);
+    free(f->arena.base);
+    free(f);
+    return NULL;
+}
+
+/* ---- consuming ------------------------------------------------------------------ */
+
+static void *consumer_main(void *arg)
+{
+    (void)arg;
+    bus_reader_t *r = NULL;
+    bus_error_t err;
+    while (!atomic_load(&B.stop) && bus_reader_open(B.bus, NULL, B.start_seq, &r, &err) != 0) {
+        LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
+        sleep(1);
+    }
+    size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
+    while (r && !atomic_load(&B.stop)) {
+        bus_msg_t m;
+        int rc = bus_reader_next(r, 100, &m, &err);
+        if (rc == BUS_READ_TIMEOUT)
+            continue;
+        if (rc < 0) {
+            LOG(LL_WARN, "online: the bus reader: %s", err.msg);
+            sleep(1);
+            continue;
+        }
+        if (rc == BUS_READ_GAP) {
+            atomic_fetch_add_explicit(&B.gaps, m.skipped, memory_order_relaxed);
+            LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64
+                " (aged out or deleted): not learned", m.seq - m.skipped, m.seq - 1);
+        }
+        atomic_fetch_add_explicit(&B.consumed, 1, memory_order_relaxed);
+        const char *model = strncmp(m.subject, G.srv->cfg.bus_subject_prefix, plen) == 0 &&
+                                    m.subject[plen] == '.'
+                                ? m.subject + plen + 1
+                                : NULL;
+        codec_header_t h;
+        codec_error_t cerr;
+        if (!model || m.len < CODEC_HEADER_SIZE ||
+            codec_parse_header(m.data, m.len, &h, &cerr) != CODEC_OK || h.type != CODEC_TRAIN ||
+            h.payload_len != m.len - CODEC_HEADER_SIZE) {
+            atomic_fetch_add_explicit(&B.bad, 1, memory_order_relaxed);
+            continue;
+        }
+        char why[200];
+        online_model_t *q = server_slot_named(G.srv, model) ? online__model_get(model, why, sizeof why)
+                                                            : NULL;
+        if (!q) {
+            atomic_fetch_add_explicit(&B.unknown_model, 1, memory_order_relaxed);
+            continue;
+        }
+        if (m.seq < q->bus_from)
+            continue; /* learned into this version before the restart */
+        while (!atomic_load(&B.stop) &&
+               online__enqueue(q, h.flags, (const uint8_t *)m.data + CODEC_HEADER_SIZE,
+                               h.payload_len, m.seq) != 0) {
+            struct timespec nap = {0, 1000000}; /* the queue is full: wait for the trainer */
+            nanosleep(&nap, NULL);
+        }
+    }
+    bus_reader_close(r);
+    return NULL;
+}
+
+/* ---- start, stop, metrics ------------------------------------------------------- */
+
+int online__bus_start(char *why, size_t why_len)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (!c->bus_servers[0])
+        return 0;
+    if (!c->sample_log_dir[0]) {
+        snprintf(why, why_len, "--bus-servers needs --sample-log-dir (the outbox a sample is "
+                 "acknowledged in before it is forwarded to the stream)");
+        return -EINVAL;
+    }
+    if (c->bus_node[0]) {
+        snprintf(B.node, sizeof B.node, "%s", c->bus_node);
+    } else {
+        char host[128] = "tlserve";
+        (void)gethostname(host, sizeof host - 1);
+        snprintf(B.node, sizeof B.node, "%s:%d", host, c->port);
+    }
+    char subject[200];
+    snprintf(subject, sizeof subject, "%s.>", c->bus_subject_prefix);
+    const char *subjects[1] = {subject};
+    bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
+                       .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node};
+    bus_error_t err;
+    int rc = bus_open(&o, &B.bus, &err);
+    if (rc != 0) {
+        snprintf(why, why_len, "the bus: %s", err.msg);
+        return rc;
+    }
+    /* where the consumer starts: the lowest position a model's trainer.state names */
+    uint64_t start = UINT64_MAX;
+    uint32_t n = atomic_load(&G.nmodels);
+    for (uint32_t i = 0; i < n; i++) { /* model_create_locked set their positions */
+        online_model_t *q = atomic_load(&G.models[i]);
+        start = q->bus_from < start ? q->bus_from : start;
+    }
+    B.start_seq = start == UINT64_MAX ? 1 : start;
+    atomic_store(&B.stop, false);
+    if (pthread_create(&B.forwarder, NULL, forwarder_main, NULL) != 0) {
+        bus_close(B.bus);
+        B.bus = NULL;
+        snprintf(why, why_len, "cannot start the bus forwarder thread");
+        return -EAGAIN;
+    }
+    if (pthread_create(&B.consumer, NULL, consumer_main, NULL) != 0) {
+        atomic_store(&B.stop, true);
+        pthread_join(B.forwarder, NULL);
+        bus_close(B.bus);
+        B.bus = NULL;
+        snprintf(why, why_len, "cannot start the bus consumer thread");
+        return -EAGAIN;
+    }
+    B.running = true;
+    LOG(LL_INFO, "online: replicas over the bus: stream %s on %s, subject %s, node %s; learning "
+        "from sequence %" PRIu64, c->bus_stream, c->bus_servers, subject, B.node, B.start_seq);
+    return 0;
+}
+
+void online__bus_stop(void)
+{
+    if (!B.running)
+        return;
+    atomic_store(&B.stop, true);
+    pthread_join(B.forwarder, NULL);
+    pthread_join(B.consumer, NULL);
+    bus_close(B.bus);
+    B.bus = NULL;
+    B.running = false;
+}
+
+size_t online__bus_metrics(char *buf, size_t len)
+{
+    if (!B.bus || len == 0)
+        return 0;
+    bus_stats_t st;
+    bus_stats(B.bus, &st);
+    int n = snprintf(
+        buf, len,
+        "# HELP tlserve_bus_connected 1 while the NATS connection is up\n"
+        "# TYPE tlserve_bus_connected gauge\ntlserve_bus_connected %d\n"
+        "# HELP tlserve_bus_forwarded_total Sample-log records forwarded to the stream\n"
+        "# TYPE tlserve_bus_forwarded_total counter\ntlserve_bus_forwarded_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_consumed_total Stream messages read\n"
+        "# TYPE tlserve_bus_consumed_total counter\ntlserve_bus_consumed_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_bad_total Stream messages that did not parse as a TRAIN frame\n"
+        "# TYPE tlserve_bus_bad_total counter\ntlserve_bus_bad_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_unknown_model_total Stream messages for a model not served here\n"
+        "# TYPE tlserve_bus_unknown_model_total counter\ntlserve_bus_unknown_model_total %" PRIu64
+        "\n# HELP tlserve_bus_gap_total Stream sequences missing when read (not learned)\n"
+        "# TYPE tlserve_bus_gap_total counter\ntlserve_bus_gap_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_reconnects_total Reconnections to a NATS server\n"
+        "# TYPE tlserve_bus_reconnects_total counter\ntlserve_bus_reconnects_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_publish_failed_total Messages the stream did not acknowledge (sent "
+        "again)\n# TYPE tlserve_bus_publish_failed_total counter\n"
+        "tlserve_bus_publish_failed_total %" PRIu64 "\n",
+        bus_connected(B.bus) ? 1 : 0, atomic_load(&B.forwarded), atomic_load(&B.consumed),
+        atomic_load(&B.bad), atomic_load(&B.unknown_model), atomic_load(&B.gaps), st.reconnects,
+        st.failed);
+    return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
+}
