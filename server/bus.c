@@ -60,7 +60,8 @@ struct batch {
     int n;                  /* items */
     int sent;               /* handed to nats.c (caller thread only) */
     _Atomic int done;       /* handlers finished */
-    int cursor;             /* ack thread only: where the next ack's item probably is */
+    _Atomic int cursor;     /* where the next ack's item probably is (a hint: the ack thread
+                               and, after a timeout, the caller both search) */
     int taken_back;         /* caller only: pending messages taken back after a timeout */
     bus_error_t first;      /* first failure, code BUS_OK when none; protected by mu */
 };
@@ -486,12 +487,12 @@ int bus_publish(bus_t *bus, const char *subject, const void *data, size_t len,
  * cursor. msgs[] slots are atomics: the caller fills later ones while this runs. */
 static int find_item(struct batch *b, natsMsg *m, natsMsg *_Atomic *msgs)
 {
-    int c = b->cursor;
+    int c = atomic_load_explicit(&b->cursor, memory_order_relaxed);
     for (int k = 0; k < b->n; k++) {
         int i = c + k < b->n ? c + k : c + k - b->n;
         if (atomic_load_explicit(&msgs[i], memory_order_acquire) == m) {
             atomic_store_explicit(&msgs[i], NULL, memory_order_relaxed);
-            b->cursor = i + 1 < b->n ? i + 1 : 0;
+            atomic_store_explicit(&b->cursor, i + 1 < b->n ? i + 1 : 0, memory_order_relaxed);
             return i;
         }
     }

@@ -184,6 +184,39 @@ class BusTest(unittest.TestCase):
         report, err = self._kill_while_publishing("KILLS", 1, follower)
         print("\n  " + report.strip())
 
+    def test_leader_killed_while_reading(self):
+        # the ordered consumer lives on the stream's leader: kill it -9 under a reader at 30%,
+        # restart it at 60%; nats.c re-creates the consumer from the last sequence delivered,
+        # and the probe fails on any gap, repeat or stall
+        self.assert_ok(probe("publish", "FOLLOW", 5000, 500, 256), "filling the stream")
+        p = subprocess.Popen([PROBE, "read", _urls, "FOLLOW", "1", "5000", "100"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        killed, restarted, report = None, False, ""
+        try:
+            for line in p.stdout:
+                m = re.match(r"progress (\d+)", line)
+                done = int(m.group(1)) if m else 0
+                if m and killed is None and done >= 1500:
+                    killed = stream_leader("FOLLOW")
+                    self.assertIsNotNone(killed, "no leader to kill")
+                    cluster("kill", killed[1:])
+                elif m and killed and not restarted and done >= 3000:
+                    cluster("restart", killed[1:])
+                    restarted = True
+                elif line.startswith("ok "):
+                    report = line
+            _, err = p.communicate(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if killed and not restarted:
+                cluster("restart", killed[1:], check=False)
+        self.assertEqual(p.returncode, 0, "reader with the leader killed:\n%s" % err[-4000:])
+        self.assertTrue(killed and restarted, "the leader was not killed and restarted mid-read")
+        self.assertIn("ok read 1..5000 delivered 5000 gaps 0", report)
+        print("\n  " + report.strip())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -7,8 +7,9 @@
  *       "leader <node>" first and "progress <acked>" after each batch (the test kills a node
  *       on those lines), then reads the stream back from 1 and checks: sequences 1..N with no
  *       gap, every index exactly once, every acked index at the sequence its ack named.
- *   bus_probe read SERVERS STREAM FROM N           read from sequence FROM to N, in order,
- *       no gap, each payload's index consistent with the first read.
+ *   bus_probe read SERVERS STREAM FROM N [PAUSE_MS] read from sequence FROM to N, in order,
+ *       no gap; with PAUSE_MS, print "progress <read>" and pause after every 500 (the test
+ *       kills a node while the reader is in the middle).
  *   bus_probe mismatch SERVERS STREAM              bus_open with replicas 1 and another max
  *       age on the existing stream must fail with -EEXIST; prints the sentence.
  *   bus_probe dedup SERVERS STREAM                 the same id twice: one sequence, stored once.
@@ -51,7 +52,8 @@ static uint64_t index_of(const bus_msg_t *m)
 }
 
 /* Reads sequences from..to; fills seq_of[index] (when not NULL) and checks order and gaps. */
-static void read_range(bus_t *bus, uint64_t from, uint64_t to, uint64_t *seq_of, uint64_t n)
+static void read_range(bus_t *bus, uint64_t from, uint64_t to, uint64_t *seq_of, uint64_t n,
+                       int pause_ms)
 {
     bus_reader_t *r;
     bus_error_t err;
@@ -86,6 +88,12 @@ static void read_range(bus_t *bus, uint64_t from, uint64_t to, uint64_t *seq_of,
             seq_of[i] = m.seq;
         }
         want++;
+        if (pause_ms && (want - from) % 500 == 0) {
+            printf("progress %" PRIu64 "\n", want - from);
+            fflush(stdout);
+            struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
     }
     bus_reader_close(r);
 }
@@ -158,7 +166,7 @@ static void publish(const char *servers, const char *stream, uint64_t n, int bat
         printf("progress %" PRIu64 "\n", base + (uint64_t)k);
         fflush(stdout);
     }
-    read_range(bus, 1, n, seq_of, n);
+    read_range(bus, 1, n, seq_of, n, 0);
     for (uint64_t i = 0; i < n; i++) {
         if (!seq_of[i])
             FAIL("index %" PRIu64 " acknowledged at %" PRIu64 " but not in the stream", i, acked_seq[i]);
@@ -195,10 +203,14 @@ int main(int argc, char **argv)
         if (batch < 1 || batch > 4096)
             FAIL("batch must be 1..4096");
         publish(servers, stream, strtoull(argv[4], NULL, 10), batch, (size_t)atoi(argv[6]));
-    } else if (strcmp(cmd, "read") == 0 && argc == 6) {
+    } else if (strcmp(cmd, "read") == 0 && (argc == 6 || argc == 7)) {
         bus_t *bus = open_bus(servers, stream, 3, 0);
-        read_range(bus, strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10), NULL, 0);
-        printf("ok read %s..%s\n", argv[4], argv[5]);
+        read_range(bus, strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10), NULL, 0,
+                   argc == 7 ? atoi(argv[6]) : 0);
+        bus_stats_t st;
+        bus_stats(bus, &st);
+        printf("ok read %s..%s delivered %" PRIu64 " gaps %" PRIu64 " reconnects %" PRIu64 "\n", argv[4],
+               argv[5], st.delivered, st.gaps, st.reconnects);
         bus_close(bus);
     } else if (strcmp(cmd, "mismatch") == 0) {
         const char *subjects[] = {SUBJ};
