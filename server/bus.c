@@ -75,6 +75,9 @@ struct bus {
     char *only_subject;          /* the stream's subject when it binds exactly one, else NULL */
     int64_t timeout_ms;
     pthread_mutex_t pub_mu;      /* one publisher at a time */
+    pthread_mutex_t close_mu;    /* with close_cv: the closed callback has run (closed) */
+    pthread_cond_t close_cv;
+    bool closed;                 /* protected by close_mu */
     struct batch *_Atomic batch; /* the batch in flight, read by on_ack */
 #define BUS_X_ATOMIC(name, help) _Atomic uint64_t name;
     BUS_COUNTERS(BUS_X_ATOMIC)
@@ -200,6 +203,19 @@ static void on_reconnected(natsConnection *nc, void *closure)
 {
     (void)nc;
     INC((bus_t *)closure, reconnects, 1);
+}
+
+/* The last callback nats.c delivers for a connection: after it, no callback touches the bus,
+ * so bus_close waits for it before freeing (a disconnected callback fired by the close itself
+ * would otherwise run on freed memory). */
+static void on_closed(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    bus_t *bus = closure;
+    pthread_mutex_lock(&bus->close_mu);
+    bus->closed = true;
+    pthread_cond_signal(&bus->close_cv);
+    pthread_mutex_unlock(&bus->close_mu);
 }
 
 /* ---- open, check, close ---- */
@@ -350,6 +366,8 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     if (!bus)
         return -ENOMEM;
     pthread_mutex_init(&bus->pub_mu, NULL);
+    pthread_mutex_init(&bus->close_mu, NULL);
+    pthread_cond_init(&bus->close_cv, NULL);
     int rc = -ENOMEM;
     char *copy = NULL;
     const char *urls[16];
@@ -378,6 +396,7 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     if (s == NATS_OK) s = natsOptions_SetMaxPingsOut(bus->opts, 3);
     if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(bus->opts, on_disconnected, bus);
     if (s == NATS_OK) s = natsOptions_SetReconnectedCB(bus->opts, on_reconnected, bus);
+    if (s == NATS_OK) s = natsOptions_SetClosedCB(bus->opts, on_closed, bus);
     if (s != NATS_OK) {
         rc = status_errno(s);
         set_err(err, BUS_E_NATS, "bus: nats options for %.160s: %s", o->servers, natsStatus_GetText(s));
@@ -421,10 +440,16 @@ void bus_close(bus_t *bus)
         jsCtx_Destroy(bus->js);
     if (bus->nc) {
         natsConnection_Close(bus->nc);
+        pthread_mutex_lock(&bus->close_mu);
+        while (!bus->closed)
+            pthread_cond_wait(&bus->close_cv, &bus->close_mu);
+        pthread_mutex_unlock(&bus->close_mu);
         natsConnection_Destroy(bus->nc);
     }
     natsOptions_Destroy(bus->opts);
     pthread_mutex_destroy(&bus->pub_mu);
+    pthread_mutex_destroy(&bus->close_mu);
+    pthread_cond_destroy(&bus->close_cv);
     free(bus->stream);
     free(bus->servers);
     free(bus->only_subject);
