@@ -13,11 +13,12 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 import unittest
 import urllib.request
 
@@ -62,6 +63,8 @@ def setUpModule():
         raise RuntimeError("nats-server is not installed: run deploy/install-deps.sh")
     _dir = tempfile.mkdtemp(prefix="tlbus-")
     atexit.register(_stop)
+    # a SIGTERM (a timeout) skips atexit: stop the cluster first
+    signal.signal(signal.SIGTERM, lambda *_: (_stop(), os._exit(143)))
     for _ in range(50):
         base = random.randrange(20000, 40000)
         if _ports_free(base):
@@ -133,10 +136,31 @@ class BusTest(unittest.TestCase):
         self.assertIn("max age", r.stdout)
         self.assertIn("subjects", r.stdout)
 
+    def spawn(self, *args):
+        """The probe with stdout piped (read line by line) and stderr to a file (a full pipe
+        nobody reads would block it)."""
+        errf = tempfile.TemporaryFile(mode="w+")
+        self.addCleanup(errf.close)
+        p = subprocess.Popen([PROBE, args[0], _urls] + [str(a) for a in args[1:]],
+                             stdout=subprocess.PIPE, stderr=errf, text=True)
+        p.errf = errf
+        self.watchdog(p)
+        return p
+
+    def stderr_of(self, p):
+        p.errf.seek(0)
+        return p.errf.read()
+
+    def watchdog(self, p, seconds=300):
+        """Kills p after seconds, so a stuck probe fails the test instead of hanging it."""
+        t = threading.Timer(seconds, p.kill)
+        t.daemon = True
+        t.start()
+        self.addCleanup(t.cancel)
+
     def _kill_while_publishing(self, stream, batch, pick):
         n = 20000 if batch > 1 else 3000
-        p = subprocess.Popen([PROBE, "publish", _urls, stream, str(n), str(batch), "1024"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = self.spawn("publish", stream, n, batch, 1024)
         killed = None     # the node killed, "n1".."n3"
         restarted = False
         kill_at = 0
@@ -156,7 +180,8 @@ class BusTest(unittest.TestCase):
                 elif line.startswith("ok "):
                     report = line
                     break
-            rest, err = p.communicate(timeout=300)
+            p.communicate(timeout=300)
+            err = self.stderr_of(p)
         finally:
             if p.poll() is None:
                 p.kill()
@@ -189,8 +214,7 @@ class BusTest(unittest.TestCase):
         # restart it at 60%; nats.c re-creates the consumer from the last sequence delivered,
         # and the probe fails on any gap, repeat or stall
         self.assert_ok(probe("publish", "FOLLOW", 5000, 500, 256), "filling the stream")
-        p = subprocess.Popen([PROBE, "read", _urls, "FOLLOW", "1", "5000", "100"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = self.spawn("read", "FOLLOW", 1, 5000, 100)
         killed, restarted, report = None, False, ""
         try:
             for line in p.stdout:
@@ -205,7 +229,8 @@ class BusTest(unittest.TestCase):
                     restarted = True
                 elif line.startswith("ok "):
                     report = line
-            _, err = p.communicate(timeout=300)
+            p.communicate(timeout=300)
+            err = self.stderr_of(p)
         finally:
             if p.poll() is None:
                 p.kill()
