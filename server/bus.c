@@ -50,7 +50,7 @@
 
 #define BUS_MAX_SUBJECTS 16
 #define BUS_MAX_BATCH 65536
-#define BUS_MAX_DATA (8u << 20)
+#define BUS_MAX_DATA (1u << 20)   /* nats-server's default max_payload */
 
 struct batch {
     pthread_mutex_t mu;

@@ -22,7 +22,8 @@
  *
  * WHAT IS ALLOCATED PER MESSAGE
  *   Publishing: nats.c builds one natsMsg (header with the message id, and a copy of the
- *   data) per asynchronous publish, and one jsPubAck per synchronous publish. Reading:
+ *   data) per asynchronous publish, and one jsPubAck per synchronous publish; a batch costs
+ *   the bus one array of n pointers. Reading:
  *   nats.c allocates one natsMsg per delivered message (subject, reply and data in one
  *   block); the bus keeps it until the next bus_reader_next and parses the stream sequence
  *   from its reply subject in place, so the bus itself allocates nothing per message.
@@ -92,7 +93,8 @@ typedef struct {
  * acknowledged with the first copy's sequence. On 0 the message is stored on a quorum and
  * *ack tells its sequence: the caller may acknowledge its own client. On failure (-ETIMEDOUT,
  * -EIO, ...) the message may or may not be stored: retry with the same msg_id. Blocks up to
- * the timeout. data may be NULL when len is 0; len at most 8 MiB. */
+ * the timeout. data may be NULL when len is 0; len at most 1 MiB (the servers' default
+ * max_payload: group samples into messages below it). */
 int bus_publish(bus_t *bus, const char *subject, const void *data, size_t len,
                 const char *msg_id, bus_ack_t *ack, bus_error_t *err);
 
