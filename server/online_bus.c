@@ -91,7 +91,7 @@ static void outbox_write(const char *dir, uint64_t pos)
 
 struct fwd {
     bus_item_t items[FORWARD_BATCH];
-    char ids[FORWARD_BATCH][200];
+    char ids[FORWARD_BATCH][256];
     char subject[200];
     uint8_t *buf; /* the batch's frames */
     size_t cap;

@@ -30,7 +30,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import tlserve  # noqa: E402
-from harness import REPO, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
+from harness import BUILD, REPO, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
+
+PROBE = os.path.join(BUILD, "tests", "bus_probe")
 
 CLUSTER = os.path.join(REPO, "deploy", "nats-cluster.sh")
 SEED = 41
@@ -63,7 +65,7 @@ def _stop():
 
 def setUpModule():
     global _dir, _urls
-    require(TLSERVE, TLSYNTH)
+    require(TLSERVE, TLSYNTH, PROBE)
     if not shutil.which("nats-server"):
         raise RuntimeError("nats-server is not installed: run deploy/install-deps.sh")
     _dir = tempfile.mkdtemp(prefix="tl_online_bus_")
@@ -111,6 +113,7 @@ class Replicas(unittest.TestCase):
     def replica(self, name):
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
                    "--bus-servers", _urls, "--bus-stream", self.stream, "--bus-node", name,
+                   "--bus-subject-prefix", self.stream.lower(),
                    "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
         return s
@@ -186,13 +189,17 @@ class Replicas(unittest.TestCase):
     def test_a_bad_stream_message_is_skipped(self):
         a = self.replica("a")
         self.send(a, [frame(0)])
-        # a stranger publishes garbage on the model's subject (through the bus probe's
-        # publisher would do; a raw NATS client is not at hand, so a second replica's subject
-        # is used with a frame that is not TRAIN)
-        with a.client() as c:
-            c.train("ctr", *frame(1))
-        self.wait_learned(a, 4)
-        self.assertEqual(a.metric("tlserve_bus_bad_total"), 0)
+        self.wait_learned(a, 2)
+        prefix = self.stream.lower()
+        for subject, text in ((prefix + ".ctr", "not a frame"), (prefix + ".nope", "x" * 40)):
+            r = subprocess.run([PROBE, "raw", _urls, self.stream, prefix + ".>", subject, text],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.send(a, [frame(1)])
+        self.assertEqual(self.wait_learned(a, 4), 4)
+        self.assertEqual(a.metric("tlserve_bus_bad_total"), 2)  # neither parses as TRAIN
+        with a.client() as c:  # PREDICT never noticed
+            c.predict("ctr", *sample(0)[:1], [sample(0)[1]])
 
 
 if __name__ == "__main__":

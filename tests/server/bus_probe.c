@@ -13,6 +13,8 @@
  *   bus_probe mismatch SERVERS STREAM              bus_open with replicas 1 and another max
  *       age on the existing stream must fail with -EEXIST; prints the sentence.
  *   bus_probe dedup SERVERS STREAM                 the same id twice: one sequence, stored once.
+ *   bus_probe raw SERVERS STREAM BINDS SUBJECT TEXT publish TEXT's bytes on SUBJECT of the
+ *       stream that binds BINDS (replicas 3): a stranger's message for test_online_bus.py.
  *
  * Exit 0 when every check holds, 1 with a line on stderr naming the first that did not.
  */
@@ -160,8 +162,9 @@ static void publish(const char *servers, const char *stream, uint64_t n, int bat
                 if (err.msg[0] == 0)
                     FAIL("%d items unacked but no error sentence", t - got);
                 fprintf(stderr, "bus_probe: unacked %d: %s\n", t - got, err.msg);
-                if (++attempts > 100)
-                    FAIL("items of batch at %" PRIu64 " still unacked after 100 attempts", base);
+                if (++attempts > 600) /* 100 ms apart: the 60 s above */
+                    FAIL("items of batch at %" PRIu64 " still unacked after 600 attempts (60 s)",
+                         base);
                 struct timespec ts = {0, 100000000};
                 nanosleep(&ts, NULL);
                 retries++;
@@ -205,6 +208,17 @@ int main(int argc, char **argv)
         FAIL("usage: bus_probe publish|read|mismatch|dedup SERVERS STREAM ...");
     const char *cmd = argv[1], *servers = argv[2], *stream = argv[3];
     snprintf(SUBJ, sizeof SUBJ, "tl.s.%.64s", stream);
+    if (strcmp(cmd, "raw") == 0 && argc == 7) {
+        snprintf(SUBJ, sizeof SUBJ, "%.95s", argv[4]);
+        bus_t *bus = open_bus(servers, stream, 3, 0);
+        bus_ack_t ack;
+        bus_error_t err;
+        if (bus_publish(bus, argv[5], argv[6], strlen(argv[6]), NULL, &ack, &err) < 0)
+            FAIL("raw publish: %s", err.msg);
+        printf("ok raw seq %" PRIu64 "\n", ack.seq);
+        bus_close(bus);
+        return 0;
+    }
     if (strcmp(cmd, "publish") == 0 && argc == 7) {
         int batch = atoi(argv[5]);
         if (batch < 1 || batch > 4096)
