@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""online_bench.py — online learning's figures (`loadgen/bench.sh online`).
+
+1. Online equals offline: tlserve --online serves an LR model with no keys and is sent a
+   training file in file order as TRAIN frames (64 rows a frame with an empty shared block:
+   the rows are learned in order); its progressive logloss (tlserve_online_logloss) is set
+   beside tltrain's one-pass FTRL on the same file (`progressive logloss` of epoch 1), same
+   optimizer defaults.  A TRAIN block holds its ids sorted and the file does not, so the
+   sums run in another order: equal to float rounding.
+2. Trainer throughput: TRAIN frames of the standard request's shape (300 shared ids, then 100
+   samples of 200 ids; keys of the model) sent pipelined as fast as this client can for
+   DURATION s; the trainer's rate is tlserve_online_samples_total over the window, x 500
+   features a sample.  The figure is bounded by what the sender and the worker deliver on 2
+   cores shared with the trainer: OVERLOADED answers say the queue was full (trainer-bound).
+3. The cost of training to serving, and freshness: tlgen sends the standard request at RATE
+   req/s in phases of PHASE s, alternately without and with TRAIN at TRAIN_RATE samples/s
+   (frames of 100 samples); PREDICT p99 with training over without, phase by phase.  During
+   the phases with training a probe measures freshness every 50 ms: a PREDICT flagged LOG of
+   two items (a fresh key, and a control key never trained), a FEEDBACK (label 1) for the
+   first, then PREDICTs of the two items until the gap between their logits moves (a request
+   reads one bias for both items, so the bias's own moves cancel): the time from sending the
+   FEEDBACK to that answer.
+
+Env: KEYS=10M  RATE=300  TRAIN_RATE=10000  PHASE=20  PHASES=2  DURATION=5  BUILD=build
+     DATA=../shared/data/criteo_tiny/train.ffm  RESULTS=results/<date>_online
+Prints the summary (markdown) on stdout; everything goes to RESULTS.
+"""
+import json
+import math
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "codec", "python"))
+import tlserve  # noqa: E402
+from tlserve import MsgType  # noqa: E402
+
+env = os.environ.get
+
+
+def count(s):
+    s = str(s)
+    mul = {"k": 10**3, "M": 10**6, "G": 10**9}.get(s[-1:], 1)
+    return int(float(s[:-1] if mul > 1 else s) * mul)
+
+
+KEYS = count(env("KEYS", "10M"))
+RATE = float(env("RATE", "300"))
+TRAIN_RATE = float(env("TRAIN_RATE", "10000"))
+PHASE = float(env("PHASE", "20"))
+PHASES = int(env("PHASES", "2"))
+DURATION = float(env("DURATION", "5"))
+DATA = env("DATA", os.path.join(ROOT, "..", "shared", "data", "criteo_tiny", "train.ffm"))
+BUILD = os.path.join(ROOT, env("BUILD", "build"))
+STAMP = time.strftime("%Y-%m-%d_%H%M%S")
+OUT = env("RESULTS", os.path.join(ROOT, "results", STAMP + "_online"))
+M64, PHI = (1 << 64) - 1, 0x9E3779B97F4A7C15
+PROCS = []
+
+
+def say(msg):
+    print("== " + msg, file=sys.stderr, flush=True)
+
+
+def model_key(i, seed=42):
+    """tlsynth's key i (store_synthetic_key, store/synthetic.h)."""
+    z = (i + seed * PHI) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(admin, name):
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def serve(model_dir, *extra, log="tlserve.log"):
+    port, admin = free_port(), free_port()
+    f = open(os.path.join(OUT, log), "w")
+    p = subprocess.Popen([os.path.join(BUILD, "server", "tlserve"), "--model", model_dir,
+                          "--port", str(port), "--admin-port", str(admin), "--workers", "1",
+                          "--lookup-threads", "1", "--gate-sample", "0",
+                          "--guard-window-ms", "0"] + list(extra), stdout=f,
+                         stderr=subprocess.STDOUT)
+    PROCS.append(p)
+    for _ in range(1200):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % admin, timeout=1) as r:
+                if r.status == 200:
+                    return p, port, admin
+        except OSError:
+            pass
+        if p.poll() is not None:
+            sys.exit("tlserve exited: see %s" % os.path.join(OUT, log))
+        time.sleep(0.1)
+    sys.exit("tlserve not ready")
+
+
+def stop(p):
+    p.terminate()
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def wait_metric(admin, name, want, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = metric(admin, name)
+        if v is not None and v >= want:
+            return v
+        time.sleep(0.05)
+    sys.exit("%s stayed below %s" % (name, want))
+
+
+# ---- 1. online equals offline -------------------------------------------------------------
+
+def read_libffm(path):
+    rows = []
+    for line in open(path):
+        parts = line.split()
+        if parts:
+            ids = sorted({tlserve.libffm_id(int(f), int(i))
+                          for f, i, _ in (t.split(":") for t in parts[1:])})
+            rows.append((float(parts[0]), ids))
+    return rows
+
+
+def equality(work):
+    empty = os.path.join(work, "empty")
+    subprocess.run([os.path.join(BUILD, "model", "tlsynth"), "model", "--keys", "0", "--name",
+                    "ctr", "--out", empty], check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run([os.path.join(BUILD, "model", "tltrain"), "--train", DATA, "--format",
+                        "libffm", "--model", "lr", "--epochs", "1"], capture_output=True,
+                       text=True, check=True)
+    offline = float(r.stdout.split("progressive logloss")[1].split()[0])
+    rows = read_libffm(DATA)
+    p, port, admin = serve(empty, "--online", log="tlserve_equality.log")
+    with tlserve.Client("127.0.0.1", port, timeout=30) as c:
+        for k in range(0, len(rows), 64):
+            c.train("ctr", [], rows[k:k + 64])
+    wait_metric(admin, 'tlserve_online_samples_total{model="ctr"}', len(rows))
+    time.sleep(1.2)  # the trainer publishes its figures at most every second
+    online = metric(admin, 'tlserve_online_logloss{model="ctr"}')
+    stop(p)
+    return len(rows), offline, online
+
+
+# ---- 2 and 3 -------------------------------------------------------------------------------
+
+def std_payloads(n, seed):
+    """n TRAIN payloads of the standard shape over the model's keys."""
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        shared = sorted({model_key(rnd.randrange(KEYS)) for _ in range(300)})
+        samples = [(float(rnd.random() < 0.1),
+                    sorted({model_key(rnd.randrange(KEYS)) for _ in range(200)}))
+                   for _ in range(100)]
+        out.append(tlserve.encode_train("ctr_lr", shared, samples))
+    return out
+
+
+class Trainer(threading.Thread):
+    """Sends the payloads round-robin at `rate` frames/s (0: pipelined, as fast as it can)."""
+
+    def __init__(self, port, payloads, rate):
+        super().__init__(daemon=True)
+        self.port, self.payloads, self.rate = port, payloads, rate
+        self.stopping, self.sent, self.acked, self.refused = False, 0, 0, 0
+
+    def settle(self, c, rid):
+        f = c.wait_for(rid)
+        if f.msg_type == MsgType.TRAIN_ACK:
+            self.acked += 1
+        else:
+            self.refused += 1
+
+    def run(self):
+        with tlserve.Client("127.0.0.1", self.port, timeout=60) as c:
+            t0, inflight = time.time(), []
+            while not self.stopping:
+                if self.rate:
+                    wait = t0 + self.sent / self.rate - time.time()
+                    if wait > 0:
+                        time.sleep(min(wait, 0.005))
+                        continue
+                inflight.append(c.send_frame(MsgType.TRAIN,
+                                             self.payloads[self.sent % len(self.payloads)]))
+                self.sent += 1
+                while len(inflight) > (16 if not self.rate else 0):
+                    self.settle(c, inflight.pop(0))
+            for rid in inflight:
+                self.settle(c, rid)
+
+
+def logit(p):
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return math.log(p / (1 - p))
+
+
+def probe(port, stop_at, out):
+    """Freshness samples (ms) appended to out until stop_at."""
+    rnd = random.Random(7)
+    with tlserve.Client("127.0.0.1", port, timeout=10) as c:
+        while time.time() < stop_at:
+            imp = rnd.randrange(1, 1 << 62)
+            items = [[(1 << 63) | rnd.randrange(1 << 56)], [(3 << 62) | rnd.randrange(1 << 56)]]
+            r = c.predict("ctr_lr", [], items, impression_id=imp)
+            gap0 = logit(r.scores[0]) - logit(r.scores[1])
+            t0 = time.time()
+            ack = c.feedback("ctr_lr", [(imp, 0, 1.0)])
+            if ack.accepted != 1:
+                continue
+            while time.time() - t0 < 5:
+                r = c.predict("ctr_lr", [], items)
+                if abs(logit(r.scores[0]) - logit(r.scores[1]) - gap0) > 1e-9:
+                    out.append((time.time() - t0) * 1000)
+                    break
+            time.sleep(0.05)
+
+
+def tlgen(port, seconds, tag):
+    f = os.path.join(OUT, "tlgen_%s.json" % tag)
+    subprocess.run([os.path.join(BUILD, "loadgen", "tlgen"), "--port", str(port), "--model",
+                    "ctr_lr", "--connections", "4", "--items", "200", "--shared", "300",
+                    "--per-item", "200", "--key-space", str(KEYS), "--seed", "42",
+                    "--rate", str(RATE), "--duration", str(seconds), "--warmup", "1", "--json"],
+                   stdout=open(f, "w"), stderr=subprocess.STDOUT, check=False)
+    return json.loads(open(f).read().strip().splitlines()[-1])
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(q / 100 * len(xs))) - 1)] if xs else float("nan")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="tl_online_")
+    L = ["# Online learning — %s" % STAMP, ""]
+    try:
+        n, offline, online = equality(work)
+        say("equality: %d rows, tltrain %.6f, tlserve %.6f" % (n, offline, online))
+        L += ["## Online equals offline (%s, %d rows in file order)" % (os.path.basename(
+            os.path.dirname(DATA)) + "/" + os.path.basename(DATA), n), "",
+              "| | progressive logloss |", "|---|---|",
+              "| tltrain, one pass of FTRL (defaults) | %.6f |" % offline,
+              "| tlserve --online, TRAIN frames in file order | %.6f |" % online,
+              "| difference | %.2e |" % abs(online - offline), ""]
+
+        model = os.path.join(work, "m")
+        subprocess.run([os.path.join(BUILD, "model", "tlsynth"), "model", "--keys", str(KEYS),
+                        "--name", "ctr_lr", "--seed", "42", "--out", model], check=True,
+                       stdout=subprocess.DEVNULL)
+        payloads = std_payloads(16, 3)
+        logs = os.path.join(work, "samples")
+        p, port, admin = serve(model, "--online", "--sample-log-dir", logs)
+        say("tlserve --online on %d keys; throughput for %g s" % (KEYS, DURATION))
+        t = Trainer(port, payloads, 0)
+        t.start()
+        time.sleep(1.0)
+        s0, w0 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+        time.sleep(DURATION)
+        s1, w1 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+        t.stopping = True
+        t.join()
+        rate = (s1 - s0) / (w1 - w0)
+        L += ["## Trainer throughput (one trainer thread, LR-FTRL, %s keys)" % "{:,}".format(KEYS),
+              "", "%.0f samples/s x 500 features = **%.2fM feature updates/s** over %.1f s "
+              "(frames sent %d, OVERLOADED %d: %s)." % (
+                  rate, rate * 500 / 1e6, w1 - w0, t.sent, t.refused,
+                  "the queue was full: the trainer is the bound" if t.refused else
+                  "the queue never filled: the sender was the bound"), ""]
+        say("throughput: %.0f samples/s" % rate)
+        time.sleep(2)  # drain
+
+        rows, fresh = [], []
+        for k in range(PHASES):
+            for training in (False, True):
+                tr, pr = None, None
+                if training:
+                    tr = Trainer(port, payloads, TRAIN_RATE / 100)
+                    tr.start()
+                    pr = threading.Thread(target=probe, args=(port, time.time() + PHASE, fresh),
+                                          daemon=True)
+                    pr.start()
+                before = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}')
+                g = tlgen(port, PHASE, "%d_%s" % (k, "on" if training else "off"))
+                after = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}')
+                if tr:
+                    tr.stopping = True
+                    tr.join()
+                    pr.join()
+                rows.append((k, training, g, (after - before) / PHASE))
+                say("phase %d %s: p99 %s us, learned %.0f samples/s" % (
+                    k, "with training" if training else "without", g.get("p99_us"),
+                    (after - before) / PHASE))
+                time.sleep(2)
+        L += ["## The cost of training to serving (tlgen %g req/s, the standard request)" % RATE,
+              "", "| phase | training | learned samples/s | p50 us | p99 us | p99.9 us | errors |",
+              "|---|---|---|---|---|---|---|"]
+        for k, training, g, lr in rows:
+            L.append("| %d | %s | %.0f | %.0f | %.0f | %.0f | %d |" % (
+                k, "on" if training else "off", lr, g.get("p50_us", 0), g.get("p99_us", 0),
+                g.get("p99.9_us", g.get("p999_us", 0)), g.get("errors", 0)))
+        on = [g["p99_us"] for _, t_, g, _ in rows if t_]
+        off = [g["p99_us"] for _, t_, g, _ in rows if not t_]
+        L += ["", "PREDICT p99 with training over without, phase pairs: %s (target at most 1.3x)."
+              % ", ".join("%.2fx" % (a / b) for a, b in zip(on, off)), ""]
+        L += ["## Freshness (FEEDBACK sent to the first PREDICT that reflects it, %d probes, "
+              "during the phases with training)" % len(fresh), "",
+              "p50 **%.1f ms**, p99 **%.1f ms**, max %.1f ms (target p99 under 100 ms); the "
+              "server's own figure (arrival to weights written) p50 %.2f ms, p99 %.2f ms." % (
+                  pct(fresh, 50), pct(fresh, 99), max(fresh) if fresh else float("nan"),
+                  1000 * (metric(admin, 'tlserve_online_freshness_seconds{model="ctr_lr",'
+                                 'quantile="0.5"}') or 0),
+                  1000 * (metric(admin, 'tlserve_online_freshness_seconds{model="ctr_lr",'
+                                 'quantile="0.99"}') or 0)), ""]
+        stop(p)
+    finally:
+        for q in PROCS:
+            if q.poll() is None:
+                q.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    text = "\n".join(L) + "\n"
+    open(os.path.join(OUT, "summary.md"), "w").write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
