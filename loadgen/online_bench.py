@@ -191,7 +191,7 @@ class Trainer(threading.Thread):
 
     def settle(self, c, rid):
         f = c.wait_for(rid)
-        if f.msg_type == MsgType.TRAIN_ACK:
+        if f.type == MsgType.TRAIN_ACK:
             self.acked += 1
         else:
             self.refused += 1
@@ -250,6 +250,17 @@ def tlgen(port, seconds, tag):
     return json.loads(open(f).read().strip().splitlines()[-1])
 
 
+def drain(admin, timeout=120):
+    """Waits until the trainer's queue is empty (a phase without training learns nothing)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not metric(admin, 'tlserve_online_queue_bytes{model="ctr_lr"}'):
+            time.sleep(1)
+            return
+        time.sleep(0.2)
+    sys.exit("the trainer's queue did not drain in %d s" % timeout)
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(math.ceil(q / 100 * len(xs))) - 1)] if xs else float("nan")
@@ -293,7 +304,7 @@ def main():
                   "the queue was full: the trainer is the bound" if t.refused else
                   "the queue never filled: the sender was the bound"), ""]
         say("throughput: %.0f samples/s" % rate)
-        time.sleep(2)  # drain
+        drain(admin)
 
         rows, fresh = [], []
         for k in range(PHASES):
@@ -316,7 +327,7 @@ def main():
                 say("phase %d %s: p99 %s us, learned %.0f samples/s" % (
                     k, "with training" if training else "without", g.get("p99_us"),
                     (after - before) / PHASE))
-                time.sleep(2)
+                drain(admin)
         L += ["## The cost of training to serving (tlgen %g req/s, the standard request)" % RATE,
               "", "| phase | training | learned samples/s | p50 us | p99 us | p99.9 us | errors |",
               "|---|---|---|---|---|---|---|"]

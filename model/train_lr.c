@@ -254,6 +254,8 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
             return rc;
     }
     float bst[3];
+    if (t->live) /* its buckets arrive while the state is looked up */
+        store_prefetch_write(t->live, ids, n);
     float p = forward(t, ids, values, n, bst);
     if (p_out)
         *p_out = p;

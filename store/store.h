@@ -169,6 +169,13 @@ uint64_t store_team_splits(const store_team_t *t);
  * a single atomic 4-byte store that readers never see torn. */
 int store_upsert(store_t *s, uint64_t key, const float *value);
 
+/* Prefetches, for writing, the primary bucket (and its values) of each of
+ * the n keys: a writer about to upsert keys of a store larger than the
+ * cache calls it first, so that the upserts' misses overlap instead of
+ * coming one by one.  The writer's call (store.h's rule: no concurrent
+ * writer of those shards); changes nothing. */
+void store_prefetch_write(const store_t *s, const uint64_t *keys, size_t n);
+
 /* Removes key.  Returns 1 when it was present, 0 when absent. */
 int store_delete(store_t *s, uint64_t key);
 

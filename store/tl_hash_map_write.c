@@ -364,6 +364,20 @@ static inline void zero_pad(const store_t *s, uint8_t *raw)
     memset(raw + s->vstride - 4, 0, 4);
 }
 
+void store_prefetch_write(const store_t *s, const uint64_t *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct loc l;
+        uint64_t y;
+        split_key(s, keys[i], &l.shard, &l.sub, &y);
+        const struct subtable *st = sub_ptr(s, l.shard, l.sub);
+        locate_in(s, st, y, &l);
+        __builtin_prefetch(bucket_at(st, l.b1), 1, 3);
+        if (!s->inline_values)
+            __builtin_prefetch(value_at(s, st, l.b1, 0), 1, 3);
+    }
+}
+
 int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
 {
     uint8_t buf[STORE_MAX_VALUE_FLOATS * 4];
