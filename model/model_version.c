@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +278,19 @@ struct populate {
     model_overlay_t *ov;
 };
 
+/* Whether a populating helper helps here: not for a SCHED_IDLE caller (the
+ * server's loader), whose helper inherits SCHED_IDLE.  MADV_POPULATE_WRITE
+ * holds the address space's lock (for reading) while it faults pages in; a
+ * SCHED_IDLE thread preempted there by the workers, with a munmap waiting
+ * for that lock, leaves every later page fault of the process queued
+ * behind them: request latency then spikes by the populate's length. */
+static bool populate_helps(void)
+{
+    int policy;
+    struct sched_param sp;
+    return pthread_getschedparam(pthread_self(), &policy, &sp) != 0 || policy != SCHED_IDLE;
+}
+
 static void *populate_main(void *arg)
 {
     struct populate *p = arg;
@@ -383,7 +397,7 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
     /* Zeroing the table's fresh pages overlaps reading the first delta (and
      * meets the puts, which go front to back, in the middle). */
     job = (struct populate){.recs = a.recs, .recs_map = a.recs_map, .ov = a.ov};
-    if (pthread_create(&populating, NULL, populate_main, &job) != 0)
+    if (!populate_helps() || pthread_create(&populating, NULL, populate_main, &job) != 0)
         populating = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         const store_delta_info_t *in = store_delta_info(d[i]);
@@ -475,7 +489,7 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
          * overlay, same size) the undo's: its puts go front to back while
          * the helper faults pages in from the back. */
         job.ov = u.undo;
-        if (pthread_create(&populating, NULL, populate_main, &job) != 0)
+        if (!populate_helps() || pthread_create(&populating, NULL, populate_main, &job) != 0)
             populating = 0;
         for (uint32_t o = 0; o < m->n_overlays; o++)
             model_overlay_foreach(m->overlays[o], undo_key, &u);
