@@ -205,9 +205,9 @@ static const cfg_entry_t table[] = {
     {"gate-sample", CFG_INT, 0, 65536, "1000",
      "gate: live PREDICT requests kept for shadow scoring (0: none, sanity only)",
      F(gate_sample), NULL, NULL, NULL, false},
-    {"gate-items-per-request", CFG_INT, 0, 4096, "16",
+    {"gate-items-per-request", CFG_INT, 0, 4096, "0",
      "gate: items of each sampled request scored by both versions, spread over its list "
-     "(0: all)",
+     "(0: all; fewer cost less and make the PSI noisier)",
      F(gate_items_per_request), NULL, NULL, NULL, false},
     {"gate-slot-bytes", CFG_INT, 64, 16777216, "65536",
      "gate: largest PREDICT payload kept in the sample (a larger one keeps its shared block "

@@ -21,11 +21,10 @@
  *   decoded again (it came off the wire: it is checked like any request),
  *   and scored with the active version and with the candidate, with the
  *   gate's own arena and scratch.  Requests for another model name are
- *   skipped.  Of each request at most --gate-items-per-request items are
- *   scored, spread evenly over its list: the cost is a lookup of every id
- *   scored, and the statistics below need thousands of scores, not the
- *   200,000 of a thousand full requests; the shared block is looked up for
- *   every request.  Over the items scored:
+ *   skipped.  With --gate-items-per-request, at most that many items of
+ *   each request are scored, spread evenly over its list (the cost is a
+ *   lookup of every id scored; the PSI gets noisier); by default all.  Over
+ *   the items scored:
  *     mean shift = |mean_c - mean_a| / mean_a       > --gate-max-mean-shift: refuse
  *     PSI = sum over bins (c_i - a_i) ln(c_i / a_i)  > --gate-max-psi: refuse
  *   with the bins the deciles of the active's scores (a_i ~ 0.1 each) and
