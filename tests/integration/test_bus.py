@@ -7,14 +7,9 @@ publishing and the checking in C; this file starts it, kills and restarts nodes 
 asserts on its exit status and report.
 """
 
-import atexit
 import json
 import os
-import random
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,68 +18,30 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BUILD, REPO, require  # noqa: E402
+from harness import BUILD, require  # noqa: E402
+import natscluster  # noqa: E402
 
 PROBE = os.path.join(BUILD, "tests", "bus_probe")
-CLUSTER = os.path.join(REPO, "deploy", "nats-cluster.sh")
 
-_dir = None
-_base = None
-_urls = None
-
-
-def _ports_free(base):
-    for off in (0, 1, 2, 100, 101, 102, 200, 201, 202):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", base + off))
-            except OSError:
-                return False
-    return True
-
-
-def cluster(*args, check=True):
-    return subprocess.run(["bash", CLUSTER, args[0], _dir] + [str(a) for a in args[1:]],
-                          capture_output=True, text=True, timeout=120, check=check)
-
-
-def _stop():
-    global _dir
-    if _dir:
-        subprocess.run(["bash", CLUSTER, "stop", _dir], capture_output=True, timeout=60)
-        shutil.rmtree(_dir, ignore_errors=True)
-        _dir = None
+_cluster = None
 
 
 def setUpModule():
-    global _dir, _base, _urls
+    global _cluster
     require(PROBE)
-    if not shutil.which("nats-server"):
-        raise RuntimeError("nats-server is not installed: run deploy/install-deps.sh")
-    _dir = tempfile.mkdtemp(prefix="tlbus-")
-    atexit.register(_stop)
-    # a SIGTERM (a timeout) skips atexit: stop the cluster first
-    signal.signal(signal.SIGTERM, lambda *_: (_stop(), os._exit(143)))
-    for _ in range(50):
-        base = random.randrange(20000, 40000)
-        if _ports_free(base):
-            break
-    _base = base
-    r = cluster("start", base, check=False)
-    if r.returncode != 0:
-        log = "".join(open(os.path.join(_dir, "n%d.log" % n)).read()[-2000:] for n in (1, 2, 3)
-                      if os.path.exists(os.path.join(_dir, "n%d.log" % n)))
-        _stop()
-        raise RuntimeError("nats-cluster.sh start failed: %s%s\n%s" % (r.stdout, r.stderr, log))
-    _urls = cluster("urls").stdout.strip()
+    _cluster = natscluster.start("tlbus-")
 
 
 def tearDownModule():
-    _stop()
+    _cluster.stop()
+
+
+def cluster(*args, check=True):
+    return _cluster.run(*args, check=check)
 
 
 def probe(*args, timeout=300):
-    return subprocess.run([PROBE, args[0], _urls] + [str(a) for a in args[1:]],
+    return subprocess.run([PROBE, args[0], _cluster.urls] + [str(a) for a in args[1:]],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -93,7 +50,7 @@ def stream_leader(stream):
     for n in (1, 2, 3):
         try:
             with urllib.request.urlopen("http://127.0.0.1:%d/jsz?accounts=true&streams=true"
-                                        % (_base + 200 + n - 1), timeout=2) as r:
+                                        % (_cluster.base + 200 + n - 1), timeout=2) as r:
                 j = json.load(r)
         except OSError:
             continue
@@ -140,7 +97,7 @@ class BusTest(unittest.TestCase):
         nobody reads would block it)."""
         errf = tempfile.TemporaryFile(mode="w+")
         self.addCleanup(errf.close)
-        p = subprocess.Popen([PROBE, args[0], _urls] + [str(a) for a in args[1:]],
+        p = subprocess.Popen([PROBE, args[0], _cluster.urls] + [str(a) for a in args[1:]],
                              stdout=subprocess.PIPE, stderr=errf, text=True)
         p.errf = errf
         self.watchdog(p)

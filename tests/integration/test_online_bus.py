@@ -15,12 +15,10 @@ its own sample log (the outbox) and the same stream:
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_bus.py
 """
 
-import atexit
 import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,62 +26,27 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-import tlserve  # noqa: E402
-from harness import BUILD, REPO, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
+import natscluster  # noqa: E402
+from harness import BUILD, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
 
 PROBE = os.path.join(BUILD, "tests", "bus_probe")
 
-CLUSTER = os.path.join(REPO, "deploy", "nats-cluster.sh")
 SEED = 41
-_dir = None
-_urls = None
-
-
-def _ports_free(base):
-    for off in (0, 1, 2, 100, 101, 102, 200, 201, 202):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", base + off))
-            except OSError:
-                return False
-    return True
-
-
-def cluster(*args, check=True):
-    return subprocess.run(["bash", CLUSTER, args[0], _dir] + [str(a) for a in args[1:]],
-                          capture_output=True, text=True, timeout=120, check=check)
-
-
-def _stop():
-    global _dir
-    if _dir:
-        subprocess.run(["bash", CLUSTER, "stop", _dir], capture_output=True, timeout=60)
-        shutil.rmtree(_dir, ignore_errors=True)
-        _dir = None
+_cluster = None
 
 
 def setUpModule():
-    global _dir, _urls
+    global _cluster
     require(TLSERVE, TLSYNTH, PROBE)
-    if not shutil.which("nats-server"):
-        raise RuntimeError("nats-server is not installed: run deploy/install-deps.sh")
-    _dir = tempfile.mkdtemp(prefix="tl_online_bus_")
-    atexit.register(_stop)
-    signal.signal(signal.SIGTERM, lambda *_: (_stop(), os._exit(143)))
-    for _ in range(50):
-        base = random.randrange(20000, 40000)
-        if _ports_free(base):
-            break
-    r = cluster("start", base, check=False)
-    if r.returncode != 0:
-        _stop()
-        raise RuntimeError("nats-cluster.sh start failed: %s%s" % (r.stdout, r.stderr))
-    _urls = cluster("urls").stdout.strip()
+    _cluster = natscluster.start("tl_online_bus_")
 
 
 def tearDownModule():
-    _stop()
+    _cluster.stop()
+
+
+def cluster(*args):
+    return _cluster.run(*args)
 
 
 def sample(j):
@@ -112,7 +75,7 @@ class Replicas(unittest.TestCase):
 
     def replica(self, name):
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
-                   "--bus-servers", _urls, "--bus-stream", self.stream, "--bus-node", name,
+                   "--bus-servers", _cluster.urls, "--bus-stream", self.stream, "--bus-node", name,
                    "--bus-subject-prefix", self.stream.lower(),
                    "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
@@ -192,7 +155,7 @@ class Replicas(unittest.TestCase):
         self.wait_learned(a, 2)
         prefix = self.stream.lower()
         for subject, text in ((prefix + ".ctr", "not a frame"), (prefix + ".nope", "x" * 40)):
-            r = subprocess.run([PROBE, "raw", _urls, self.stream, prefix + ".>", subject, text],
+            r = subprocess.run([PROBE, "raw", _cluster.urls, self.stream, prefix + ".>", subject, text],
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
         self.send(a, [frame(1)])
