@@ -213,7 +213,7 @@ static int take(struct apply *a, uint64_t key, const float *value)
     }
     a->pend[a->npend] = key;
     a->pend_del[a->npend++] = del;
-record:
+record:;
     size_t at = a->cursor[model__overlay_part_of(a->ov, key)]++;
     model__overlay_record(a->ov, a->recs + at * a->rec_bytes, key, value);
     a->written++;
