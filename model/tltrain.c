@@ -155,8 +155,12 @@ static int train_epoch(reader_t *r, train_t *t, double *loss, uint64_t *rows,
         float p;
         double t0 = now_sec();
         const codec_block_t shared = sample_block(&s), none = {.ids = NULL, .values = NULL, .n = 0};
-        if (train_update(t, &shared, &none, 1, &s.label, NULL, &p) != 0) {
-            fprintf(stderr, "tltrain: out of memory while training\n");
+        int urc = train_update(t, &shared, &none, 1, &s.label, NULL, &p);
+        if (urc != 0) {
+            fprintf(stderr, "tltrain: %s\n",
+                    urc == -ERANGE ? "a step made a weight infinite or NaN (feature values too "
+                                     "large?): training stopped"
+                                   : "out of memory while training");
             return 1;
         }
         t_train += now_sec() - t0;

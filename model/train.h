@@ -309,7 +309,9 @@ float train_predict(train_t *t, const codec_block_t *shared, const codec_block_t
  * labels[i] and weights[i] (weights NULL: all 1).  p (when non-NULL) gets
  * n_items predictions, each made before its own step (so item i sees the
  * steps of items 0..i-1).  0, or -ENOMEM (items before the failing one are
- * learned; the failing one is partially). */
+ * learned; the failing one is partially), or -ERANGE (LR: a step would
+ * have made a non-finite value, which is not written: the sample is learned
+ * up to that feature; every value held stays finite). */
 int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *items,
                  uint32_t n_items, const float *labels, const float *weights, float *p);
 

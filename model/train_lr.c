@@ -244,6 +244,17 @@ static inline void step(const train_lr_t *t, float *st, double g, double l1, dou
     }
 }
 
+/* Whether a state row is finite: a step that is not (feature values near
+ * FLT_MAX make g x and n overflow) is never written, so neither the state
+ * nor the served store ever holds a non-finite value. */
+static inline bool row_finite(const float *st, uint32_t k)
+{
+    for (uint32_t i = 0; i < k; i++)
+        if (!isfinite(st[i]))
+            return false;
+    return true;
+}
+
 /* One step on logloss x weight. */
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float weight, float *p_out)
@@ -262,6 +273,8 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
     double g = ((double)p - (double)label) * (double)weight;
 
     step(t, bst, g, 0, 0);
+    if (!row_finite(bst, t->k))
+        return -ERANGE;
     int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
     if (rc >= 0 && t->live)
         rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[t->k == 3 ? 2 : 0]);
@@ -277,6 +290,8 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st,
                            t->live ? init_from_live : NULL, t);
         step(t, st, values ? g * values[j] : g, l1, l2);
+        if (!row_finite(st, k))
+            return -ERANGE;
         rc = store_upsert(t->store, ids[j], st);
         if (rc >= 0 && t->live)
             rc = store_upsert(t->live, ids[j], &st[k == 3 ? 2 : 0]);

@@ -653,6 +653,9 @@ size_t online_metrics_format(char *buf, size_t len)
             "appends to the sample log that failed (the frame was refused)", log_failed, U64),
         FAM("tlserve_online_dropped_total", "counter",
             "queued frames not learned (the model's kind changed, or no memory)", dropped, U64),
+        FAM("tlserve_online_halted", "gauge",
+            "1: training stopped, a step would have made a weight infinite or NaN (the alarm; "
+            "a new version clears it)", halted, U64),
         FAM("tlserve_online_resets_total", "counter",
             "times the trainer started over from a new active version", resets, U64),
         FAM("tlserve_online_queue_bytes", "gauge", "bytes queued", queue_bytes, U64),

@@ -126,6 +126,7 @@ static int attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         return -1;
     }
     q->attached = model_store(m);
+    atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
     atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
@@ -203,8 +204,21 @@ static void publish(online_model_t *q)
 static void learn_req(online_model_t *q, const codec_train_t *req, uint64_t arrival_ns)
 {
     codec_block_t shared = {req->shared.ids, req->shared.values, req->shared.n};
-    if (train_update(q->t, &shared, req->sample, req->samples, req->labels, req->weights, q->p) !=
-        0) {
+    if (atomic_load_explicit(&q->halted, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        return;
+    }
+    int rc = train_update(q->t, &shared, req->sample, req->samples, req->labels, req->weights,
+                          q->p);
+    if (rc == -ERANGE) { /* the alarm: nothing non-finite was written, nothing more is */
+        atomic_store_explicit(&q->halted, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        LOG(LL_ERROR, "online: model '%s' version %" PRIu64 ": a step would have made a weight "
+            "infinite or NaN (a sample with huge feature values?); training stopped, the served "
+            "weights are all finite; a new version starts it again", q->name, q->att_version);
+        return;
+    }
+    if (rc != 0) {
         atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
         LOG(LL_WARN, "online: model '%s': no memory for a sample's step", q->name);
         return;

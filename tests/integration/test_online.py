@@ -209,6 +209,22 @@ class Online(unittest.TestCase):
         self.assertEqual(s.metric('tlserve_online_resets_total{model="ctr"}'), 2)
         self.assertEqual(s.metric('tlserve_online_version{model="ctr"}'), 2)
 
+    def test_an_exploding_weight_stops_training_and_is_never_served(self):
+        s = self.serve(self.model, "--online")
+        shared, item = sample(8)
+        huge = tlserve.make_block(item, [3e38] * len(item))
+        with s.client() as c:
+            self.assertEqual(c.train("ctr", shared, [(1.0, item)]), 1)
+            # label 0 after the positive: g = 1, g x = 3e38, and FTRL's n = (g x)^2 overflows
+            self.assertEqual(c.train("ctr", shared, [(0.0, huge)]), 1)  # valid on the wire
+            self.wait_metric(s, 'tlserve_online_halted{model="ctr"}', 1)
+            for _ in range(3):
+                c.train("ctr", shared, [(1.0, item)])
+            self.wait_metric(s, 'tlserve_online_dropped_total{model="ctr"}', 4)
+            scores = c.predict("ctr", shared, [item, huge.ids]).scores
+            self.assertTrue(all(0 <= x <= 1 for x in scores), scores)  # finite, served
+        self.assertIn("training stopped", s.output())
+
     def test_feedback_joins_impressions_and_negatives_follow(self):
         s = self.serve(self.model, "--online", "--impression-window-ms", "700")
         shared, _ = sample(6)

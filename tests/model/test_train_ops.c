@@ -384,6 +384,48 @@ static void test_lr_learns_into_a_served_store(void **state)
     free(d);
 }
 
+static int row_is_finite(void *ctx, uint64_t key, const float *row)
+{
+    (void)key;
+    const uint32_t *k = ctx;
+    for (uint32_t i = 0; i < *k; i++)
+        if (!isfinite(row[i]))
+            fail_msg("key %llu float %u is %g", (unsigned long long)key, i, row[i]);
+    return 0;
+}
+
+/* A feature value near FLT_MAX makes FTRL's n overflow: the step is refused
+ * with -ERANGE and nothing non-finite reaches the state or the served store. */
+static void test_lr_refuses_a_non_finite_step(void **state)
+{
+    (void)state;
+    train_options_t o;
+    assert_int_equal(train_defaults(STORE_MODEL_LR, TRAIN_FTRL, &o), 0);
+    train_t *t;
+    char why[256];
+    assert_int_equal(train_create(&o, &t, why, sizeof why), 0);
+    store_options_t so = {.value_floats = 1};
+    store_t *live;
+    assert_int_equal(store_create(&so, &live), 0);
+    assert_int_equal(train_attach_live(t, live, why, sizeof why), 0);
+    uint64_t ids[3] = {5, 6, 7};
+    float vals[3] = {1, 3e38f, 1}, one = 1, zero = 0;
+    codec_block_t ok = {.ids = ids, .values = NULL, .n = 3};
+    codec_block_t huge = {.ids = ids, .values = vals, .n = 3};
+    assert_int_equal(train_update(t, &ok, NULL, 1, &one, NULL, NULL), 0);
+    /* label 0 after a positive step: p is 1, so g x = 3e38 and n = g^2 x^2 overflows */
+    assert_int_equal(train_update(t, &huge, NULL, 1, &zero, NULL, NULL), -ERANGE);
+    uint32_t k3 = 3, k1 = 1;
+    for (uint32_t sh = 0; sh < store_shards(train_store(t)); sh++)
+        assert_int_equal(store_foreach(train_store(t), sh, row_is_finite, &k3), 0);
+    for (uint32_t sh = 0; sh < store_shards(live); sh++)
+        assert_int_equal(store_foreach(live, sh, row_is_finite, &k1), 0);
+    float p = train_predict(t, &ok, NULL);
+    assert_true(isfinite(p));
+    train_destroy(t);
+    store_destroy(live);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -418,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_weight_one),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_lr_learns_into_a_served_store),
+        cmocka_unit_test(test_lr_refuses_a_non_finite_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
