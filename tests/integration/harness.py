@@ -165,11 +165,14 @@ class Server(Proc):
     None (no --model); token sets --admin-token; unless wait is None the constructor returns
     once `wait` answers 200 on the admin port (else it stops the server and raises)."""
 
-    def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0):
-        self.port = free_port()
-        self.admin_port = free_port()
-        while self.admin_port == self.port:
+    def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0, ports=None):
+        if ports:  # a caller whose server opens outgoing connections first (NATS) passes
+            self.port, self.admin_port = ports  # ports outside the ephemeral range
+        else:
+            self.port = free_port()
             self.admin_port = free_port()
+            while self.admin_port == self.port:
+                self.admin_port = free_port()
         argv = [TLSERVE]
         if model_dir:
             argv += ["--model", model_dir]
