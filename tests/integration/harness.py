@@ -8,6 +8,7 @@ Standard library only; nothing here asserts anything about tlserve beyond "it ca
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,9 +43,18 @@ def require(*exes):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the ephemeral range (32768 up, where the kernel picks the
+    local ports of outgoing connections, the NATS tests' many among them: a port from there
+    could be taken between this call and the server's bind), and below the NATS clusters'
+    (natscluster.py, 21000 up)."""
+    while True:
+        p = random.randrange(10000, 21000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
 
 
 def mix64(z):
@@ -165,14 +175,11 @@ class Server(Proc):
     None (no --model); token sets --admin-token; unless wait is None the constructor returns
     once `wait` answers 200 on the admin port (else it stops the server and raises)."""
 
-    def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0, ports=None):
-        if ports:  # a caller whose server opens outgoing connections first (NATS) passes
-            self.port, self.admin_port = ports  # ports outside the ephemeral range
-        else:
-            self.port = free_port()
+    def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0):
+        self.port = free_port()
+        self.admin_port = free_port()
+        while self.admin_port == self.port:
             self.admin_port = free_port()
-            while self.admin_port == self.port:
-                self.admin_port = free_port()
         argv = [TLSERVE]
         if model_dir:
             argv += ["--model", model_dir]

@@ -18,7 +18,6 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_bus.py
 import os
 import random
 import shutil
-import socket
 import signal
 import subprocess
 import sys
@@ -75,22 +74,10 @@ class Replicas(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def replica(self, name):
-        # tlserve connects to NATS (ephemeral local ports) before it binds its own: ports from
-        # the ephemeral range (free_port) could be taken by those connections meanwhile
-        ports = []
-        while len(ports) < 2:
-            p = random.randrange(10000, 20000)
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    continue
-            if p not in ports:
-                ports.append(p)
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
                    "--bus-servers", _cluster.urls, "--bus-stream", self.stream, "--bus-node", name,
                    "--bus-subject-prefix", self.stream.lower(),
-                   "--gate-sample", "0", "--guard-window-ms", "0", ports=tuple(ports))
+                   "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
         return s
 
