@@ -505,6 +505,22 @@ out:
     return rc;
 }
 
+/* The ERROR frame for an online_submit / online_feedback refusal (online.h)
+ * of a request for model name. */
+static int send_online_refusal(worker_t *w, conn_t *c, uint64_t id, int online_rc,
+                               const char *name, const char *what, const char *why)
+{
+    switch (online_rc) {
+    case ONLINE_NO_MODEL:
+        return send_unknown_model(w, c, id, name);
+    case ONLINE_OFF:
+    case ONLINE_KIND:
+        return send_error(w, c, id, CODEC_E_UNKNOWN_TYPE, "%s: %s", what, why);
+    default: /* FULL, RATE, TOO_BIG, NOMEM, LOG (the sample log failed: not acknowledged) */
+        return send_error(w, c, id, CODEC_E_OVERLOADED, "%s", why);
+    }
+}
+
 /* TRAIN: checked as the wire says, then queued for the model's trainer
  * (online.h) and acknowledged; refusals say why. */
 static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const uint8_t *payload)
@@ -519,17 +535,9 @@ static int answer_train(worker_t *w, conn_t *c, const codec_header_t *h, const u
     if (rc != CODEC_OK)
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     char why[256];
-    switch (online_submit(w->srv, &req, h->flags, payload, h->payload_len, why, sizeof why)) {
-    case ONLINE_QUEUED:
-        break;
-    case ONLINE_NO_MODEL:
-        return send_unknown_model(w, c, h->request_id, req.name);
-    case ONLINE_OFF:
-    case ONLINE_KIND:
-        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "TRAIN: %s", why);
-    default: /* FULL, RATE, TOO_BIG, NOMEM, LOG (the sample log failed: not acknowledged) */
-        return send_error(w, c, h->request_id, CODEC_E_OVERLOADED, "%s", why);
-    }
+    rc = online_submit(w->srv, &req, h->flags, payload, h->payload_len, why, sizeof why);
+    if (rc != ONLINE_QUEUED)
+        return send_online_refusal(w, c, h->request_id, rc, req.name, "TRAIN", why);
     codec_train_ack_t ack = {req.samples};
     size_t need = CODEC_HEADER_SIZE + CODEC_MAX_VARINT, len;
     uint8_t *dst = out_room(w, c, need);
@@ -558,17 +566,9 @@ static int answer_feedback(worker_t *w, conn_t *c, const codec_header_t *h,
         return send_error(w, c, h->request_id, rc, "%s", err.msg);
     char why[320];
     codec_feedback_ack_t ack;
-    switch (online_feedback(w->srv, &req, &ack, refusals, why, sizeof why)) {
-    case ONLINE_QUEUED:
-        break;
-    case ONLINE_NO_MODEL:
-        return send_unknown_model(w, c, h->request_id, req.name);
-    case ONLINE_OFF:
-    case ONLINE_KIND:
-        return send_error(w, c, h->request_id, CODEC_E_UNKNOWN_TYPE, "%s", why);
-    default:
-        return send_error(w, c, h->request_id, CODEC_E_OVERLOADED, "%s", why);
-    }
+    rc = online_feedback(w->srv, &req, &ack, refusals, why, sizeof why);
+    if (rc != ONLINE_QUEUED)
+        return send_online_refusal(w, c, h->request_id, rc, req.name, "FEEDBACK", why);
     size_t need = CODEC_HEADER_SIZE + 2 * CODEC_MAX_VARINT +
                   (size_t)ack.refused * (CODEC_MAX_VARINT + 1), len;
     uint8_t *dst = out_room(w, c, need);

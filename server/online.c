@@ -428,8 +428,7 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
                     codec_refused_t *refusals, char *why, size_t why_len)
 {
     if (!srv->cfg.online || !G.imp) {
-        snprintf(why, why_len, "FEEDBACK: online learning is not enabled on this server "
-                 "(--online)");
+        snprintf(why, why_len, "online learning is not enabled on this server (--online)");
         return ONLINE_OFF;
     }
     uint32_t model_id;

@@ -32,6 +32,26 @@
 
 #include "codec/codec.h"
 
+/* ---- test vectors (codec/test_vectors.txt) ----------------------------------------- */
+
+/* Hex text into out ("-" is empty): the byte count, or -1 when it is not hex
+ * or does not fit cap. */
+static inline int unhex(const char *s, uint8_t *out, size_t cap)
+{
+    if (strcmp(s, "-") == 0)
+        return 0;
+    size_t n = strlen(s);
+    if (n % 2 || n / 2 > cap)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return (int)(n / 2);
+}
+
 /* ---- payload builder -------------------------------------------------------------- */
 
 /* A growable byte string for crafting payloads. */

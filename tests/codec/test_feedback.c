@@ -468,20 +468,6 @@ static void test_header_flags(void **state)
 
 /* ---- codec/test_vectors.txt: "frame <name> <verdict> <hex>" lines ---------------------- */
 
-static int unhex(const char *s, uint8_t *out, size_t cap)
-{
-    size_t n = strlen(s);
-    if (n % 2 || n / 2 > cap)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return (int)(n / 2);
-}
-
 static void test_frame_vectors(void **state)
 {
     (void)state;
