@@ -92,15 +92,19 @@ int train__work_reserve(train__work_t *w, uint32_t n)
         return -ENOMEM;
     float *st = malloc((size_t)cap * w->sk * sizeof *st);
     uint8_t *found = malloc(cap);
-    if (!st || !found) {
+    float *out = malloc((size_t)cap * sizeof *out);
+    if (!st || !found || !out) {
         free(st);
         free(found);
+        free(out);
         return -ENOMEM;
     }
     free(w->state);
     free(w->found);
+    free(w->out);
     w->state = st;
     w->found = found;
+    w->out = out;
     w->cap = cap;
     return 0;
 }
@@ -109,6 +113,7 @@ void train__work_free(train__work_t *w)
 {
     free(w->state);
     free(w->found);
+    free(w->out);
     seen_set_free(&w->seen);
     memset(w, 0, sizeof *w);
 }

@@ -62,6 +62,8 @@ typedef struct train__work {
     uint32_t sk;     /* floats per state row; set before the first reserve */
     float *state;    /* cap * sk: the current sample's state rows */
     uint8_t *found;  /* cap: 1 where the store had the row */
+    float *out;      /* cap: one float per feature (LR's served weights, written
+                        to the live store in one batch) */
     seen_set_t seen; /* ids of the current sample already stepped */
 } train__work_t;
 

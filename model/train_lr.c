@@ -9,8 +9,11 @@
  *      written through to the store after each step);
  *   2. p = sigmoid(w_bias + sum_j w_j x_j), summed in double in feature
  *      order and with the bias added last, exactly as model_score() does;
- *   3. g = p - y; each coordinate takes its own step with g_j = g x_j, and
- *      its new state is written back with store_upsert().
+ *   3. g = p - y; each coordinate takes its own step with g_j = g x_j in
+ *      the sample's copy of its row;
+ *   4. the rows go back to the store in one store_upsert_batch() (and the
+ *      new weights to the served store, LIVE below), whose prefetches let
+ *      the misses of a store larger than the cache overlap.
  *
  * FTRL-Proximal (McMahan et al. 2013, per-coordinate), state [z | n | w]:
  *
@@ -37,7 +40,8 @@
  *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
- * stamps: no clearing) and re-read from the store before their step.
+ * stamps: no clearing) and step on from the row of their previous
+ * occurrence (found by a scan back: repeats are rare).
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
@@ -265,8 +269,6 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
             return rc;
     }
     float bst[3];
-    if (t->live) /* its buckets arrive while the state is looked up */
-        store_prefetch_write(t->live, ids, n);
     float p = forward(t, ids, values, n, bst);
     if (p_out)
         *p_out = p;
@@ -282,24 +284,36 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         return rc;
     memcpy(t->bias, bst, sizeof t->bias);
 
+    /* Every step lands in the sample's rows first; the stores get them in
+     * two pipelined batches at the end.  A repeated id steps on from its
+     * previous occurrence's row, the bias from its latest state. */
     seen_set_next(&t->w.seen);
     const uint32_t k = t->k;
     const double l1 = t->opt.l1, l2 = t->opt.l2;
+    const float *bias_now = bst;
     for (uint32_t j = 0; j < n; j++) {
         float *st = t->w.state + (size_t)j * k;
-        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st,
-                           t->live ? init_from_live : NULL, t);
+        if (ids[j] == MODEL_BIAS_ID)
+            memcpy(st, bias_now, k * sizeof *st);
+        else if (seen_set_add(&t->w.seen, ids[j]))
+            for (uint32_t i = j; i-- > 0;)
+                if (ids[i] == ids[j]) {
+                    memcpy(st, t->w.state + (size_t)i * k, k * sizeof *st);
+                    break;
+                }
         step(t, st, values ? g * values[j] : g, l1, l2);
         if (!row_finite(st, k))
             return -ERANGE;
-        rc = store_upsert(t->store, ids[j], st);
-        if (rc >= 0 && t->live)
-            rc = store_upsert(t->live, ids[j], &st[k == 3 ? 2 : 0]);
-        if (rc < 0)
-            return rc;
-        if (ids[j] == MODEL_BIAS_ID) /* a sample may name the bias's id: keep the cache */
-            memcpy(t->bias, st, k * sizeof *st);
+        t->w.out[j] = st[k == 3 ? 2 : 0];
+        if (ids[j] == MODEL_BIAS_ID)
+            bias_now = st;
     }
+    rc = store_upsert_batch(t->store, ids, t->w.state, n);
+    if (rc >= 0 && t->live)
+        rc = store_upsert_batch(t->live, ids, t->w.out, n);
+    if (rc < 0)
+        return rc;
+    memcpy(t->bias, bias_now, k * sizeof *bias_now);
     return 0;
 }
 

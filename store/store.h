@@ -176,6 +176,14 @@ int store_upsert(store_t *s, uint64_t key, const float *value);
  * writer of those shards); changes nothing. */
 void store_prefetch_write(const store_t *s, const uint64_t *keys, size_t n);
 
+/* store_upsert() of n keys in order, values[i * K ..] the i-th key's K
+ * floats (a key given twice ends with its last value), with the buckets of
+ * the keys PIPELINE_AHEAD (16) positions ahead prefetched while the current
+ * one is written: a writer of a store larger than the cache gets its misses
+ * overlapped.  Returns the number of new keys, or -ENOMEM when a sub-table
+ * could not grow (the keys before the failing one are written). */
+int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, size_t n);
+
 /* Removes key.  Returns 1 when it was present, 0 when absent. */
 int store_delete(store_t *s, uint64_t key);
 

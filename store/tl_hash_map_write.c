@@ -378,6 +378,43 @@ void store_prefetch_write(const store_t *s, const uint64_t *keys, size_t n)
     }
 }
 
+#define PIPELINE_AHEAD 16 /* store_upsert_batch: keys located and prefetched ahead */
+
+int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, size_t n)
+{
+    struct {
+        struct loc l;
+        uint64_t y;
+    } ring[PIPELINE_AHEAD]; /* key i's location in slot i % PIPELINE_AHEAD */
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    zero_pad(s, raw);
+    int added = 0;
+    for (size_t i = 0; i < n + PIPELINE_AHEAD; i++) {
+        if (i >= PIPELINE_AHEAD) { /* write key `at`, whose bucket was prefetched */
+            size_t at = i - PIPELINE_AHEAD;
+            struct loc *l = &ring[at % PIPELINE_AHEAD].l;
+            /* located again: an insert before it may have rebuilt its table */
+            struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            locate_in(s, st, ring[at % PIPELINE_AHEAD].y, l);
+            f32_to_raw(s, values + at * s->K, raw);
+            int rc = upsert_located(s, st, l, ring[at % PIPELINE_AHEAD].y, keys[at], raw);
+            if (rc < 0)
+                return rc;
+            added += rc;
+        }
+        if (i < n) { /* locate key i into the slot just freed; start fetching its bucket */
+            struct loc *l = &ring[i % PIPELINE_AHEAD].l;
+            split_key(s, keys[i], &l->shard, &l->sub, &ring[i % PIPELINE_AHEAD].y);
+            const struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            locate_in(s, st, ring[i % PIPELINE_AHEAD].y, l);
+            __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
+            if (!s->inline_values)
+                __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
+        }
+    }
+    return added;
+}
+
 int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
 {
     uint8_t buf[STORE_MAX_VALUE_FLOATS * 4];

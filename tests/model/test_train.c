@@ -132,6 +132,50 @@ static void test_repeated_id(void **state)
     train_lr_destroy(t);
 }
 
+/* One FTRL step (l1 = l2 = 0) on (z, n, w) with gradient g, in double. */
+static void ftrl_ref(double *z, double *n, double *w, double g)
+{
+    double n2 = *n + g * g, sigma = (sqrt(n2) - sqrt(*n)) / 0.1;
+    *z += g - sigma * *w;
+    *n = n2;
+    *w = -*z / ((1 + sqrt(n2)) / 0.1);
+}
+
+static void test_repeats_and_bias_in_a_sample(void **state)
+{
+    (void)state;
+    /* {bias, A, bias, A, A}: the bias steps first (always), then each
+     * occurrence steps on from the one before it, with the same g; the
+     * served store (live) gets every id's last weight. */
+    train_lr_t *t = make(TRAIN_FTRL, 0.1, 1.0, 0.0, 0.0);
+    store_options_t so = {.value_floats = 1};
+    store_t *live;
+    assert_int_equal(store_create(&so, &live), 0);
+    assert_int_equal(train_lr_attach_live(t, live, NULL, 0), 0);
+    const uint64_t ids[] = {MODEL_BIAS_ID, A_ID, MODEL_BIAS_ID, A_ID, A_ID};
+    float p;
+    assert_int_equal(train_lr_update(t, ids, NULL, 5, 1.0f, 1.0f, &p), 0);
+    assert_float_equal(p, 0.5, 1e-7);
+    double bz = 0, bn = 0, bw = 0, az = 0, an = 0, aw = 0;
+    for (int i = 0; i < 3; i++) {
+        ftrl_ref(&bz, &bn, &bw, -0.5);
+        ftrl_ref(&az, &an, &aw, -0.5);
+    }
+    state_is(t, MODEL_BIAS_ID, bz, bn, bw);
+    state_is(t, A_ID, az, an, aw);
+    float w;
+    assert_int_equal(store_lookup(live, A_ID, &w), 1);
+    assert_float_equal(w, aw, 1e-6);
+    assert_int_equal(store_lookup(live, MODEL_BIAS_ID, &w), 1);
+    assert_float_equal(w, bw, 1e-6);
+    /* the next sample reads the bias's latest state: p = sigmoid(bw) */
+    const uint64_t none[] = {B_ID};
+    assert_int_equal(train_lr_update(t, none, NULL, 1, 0.0f, 1.0f, &p), 0);
+    assert_float_equal(p, 1 / (1 + exp(-bw)), 1e-6);
+    train_lr_destroy(t);
+    store_destroy(live);
+}
+
 static uint64_t rnd(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -280,7 +324,8 @@ int main(int argc, char **argv)
         return quality();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ftrl_by_hand),   cmocka_unit_test(test_adagrad_sgd),
-        cmocka_unit_test(test_repeated_id),    cmocka_unit_test(test_export_roundtrip),
+        cmocka_unit_test(test_repeated_id),
+        cmocka_unit_test(test_repeats_and_bias_in_a_sample),    cmocka_unit_test(test_export_roundtrip),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -673,6 +673,62 @@ static void test_batch_vs_single(void **state)
     run_batch(64, STORE_DTYPE_F32, 2);
 }
 
+/* store_upsert_batch against store_upsert one key at a time, on twin
+ * stores that start small (inserts rebuild sub-tables in the middle of a
+ * batch, under keys already located), with keys repeated inside a batch
+ * (the last value wins) and batches shorter and longer than the pipeline. */
+static void run_upsert_batch(uint32_t k, store_dtype_t dtype)
+{
+    store_t *a = make_store(k, dtype, 4, 16, 0), *b = make_store(k, dtype, 4, 16, 0);
+    const size_t universe = scaled(20000), rounds = scaled(600);
+    uint64_t *keys = xcalloc(1000, sizeof *keys);
+    float *vals = xcalloc(1000 * (size_t)k, sizeof *vals);
+    uint64_t rng = 99, added_b = 0;
+    for (size_t r = 0; r < rounds; r++) {
+        size_t n = (size_t)(mix64(rng++) % (r % 3 == 0 ? 20 : 1000)); /* 0..999 */
+        for (size_t i = 0; i < n; i++) {
+            /* a repeat of an earlier key of this batch now and then */
+            keys[i] = i > 0 && mix64(rng) % 8 == 0 ? keys[mix64(rng + 1) % i]
+                                                    : key_of(mix64(rng + 2) % universe);
+            rng += 3;
+            for (uint32_t j = 0; j < k; j++)
+                vals[i * k + j] = (float)(int32_t)(mix64(rng++) & 0x3FF) - 512.0f;
+        }
+        int added = 0;
+        for (size_t i = 0; i < n; i++) {
+            int rc = store_upsert(a, keys[i], vals + i * k);
+            assert_true(rc == 0 || rc == 1);
+            added += rc;
+        }
+        int rb = store_upsert_batch(b, keys, vals, n);
+        if (rb != added)
+            fail_msg("round %zu (%zu keys, K=%u %s): store_upsert_batch added %d, one at a time "
+                     "%d", r, n, k, dtype_name(dtype), rb, added);
+        added_b += (uint64_t)rb;
+    }
+    assert_int_equal(store_count(a), store_count(b));
+    assert_int_equal(store_count(b), added_b);
+    float va[64], vb[64];
+    for (size_t id = 0; id < universe + 100; id++) {
+        int fa = store_lookup(a, key_of(id), va), fb = store_lookup(b, key_of(id), vb);
+        if (fa != fb || (fa && memcmp(va, vb, k * sizeof *va) != 0))
+            fail_msg("id %zu (K=%u %s): one at a time %s, batch %s or another value", id, k,
+                     dtype_name(dtype), fa ? "present" : "absent", fb ? "present" : "absent");
+    }
+    store_destroy(a);
+    store_destroy(b);
+    free(keys);
+    free(vals);
+}
+
+static void test_upsert_batch(void **state)
+{
+    (void)state;
+    run_upsert_batch(1, STORE_DTYPE_F32); /* values inline in the bucket */
+    run_upsert_batch(3, STORE_DTYPE_F32);
+    run_upsert_batch(5, STORE_DTYPE_F16);
+}
+
 /* ---- (c) adversarial key sets -------------------------------------------- */
 
 static void value_for_key(uint64_t key, uint32_t k, float *v)
@@ -1656,6 +1712,7 @@ int main(void)
         cmocka_unit_test(test_adversarial_keys),
         cmocka_unit_test(test_insertion_orders),
         cmocka_unit_test(test_batch_vs_single),
+        cmocka_unit_test(test_upsert_batch),
         cmocka_unit_test(test_reserved_full_table),
         cmocka_unit_test(test_full_load_churn),
         cmocka_unit_test(test_internal_api),
