@@ -233,6 +233,8 @@ float train_predict(train_t *t, const codec_block_t *shared, const codec_block_t
 int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *items,
                  uint32_t n_items, const float *labels, const float *weights, float *p)
 {
+    if (t->ops->update_batch)
+        return t->ops->update_batch(t->impl, shared, items, n_items, labels, weights, p);
     for (uint32_t i = 0; i < n_items; i++) {
         const uint64_t *ids;
         const float *values;

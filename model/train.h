@@ -272,6 +272,12 @@ typedef struct train_ops {
     void (*describe)(const void *impl, char *buf, size_t len);
     /* train_attach_live; NULL when the kind cannot write a served store. */
     int (*attach_live)(void *impl, store_t *live, char *why, size_t why_len);
+    /* train_update of a whole batch (the shared block and n_items items),
+     * with the same steps, predictions and results as update() item by item
+     * on shared ++ item; NULL when the kind has none (train_update then
+     * joins and calls update() per item). */
+    int (*update_batch)(void *impl, const codec_block_t *shared, const codec_block_t *items,
+                        uint32_t n_items, const float *labels, const float *weights, float *p);
 } train_ops_t;
 
 /* The table of a kind, NULL when nobody trains it. */

@@ -144,6 +144,10 @@ const store_t *train_lr_store(const train_lr_t *t);
 /* Weight of one id as the trainer would serve it (0 when absent). */
 float train_lr_weight(const train_lr_t *t, uint64_t id);
 int train_lr_attach_live(train_lr_t *t, store_t *live, char *why, size_t why_len);
+/* train_ops_t.update_batch (train_lr.c, BATCH). */
+int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
+                          const codec_block_t *items, uint32_t n_items, const float *labels,
+                          const float *weights, float *p);
 
 /* ---- FM (train_fm.c) --------------------------------------------------------- */
 

@@ -56,6 +56,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* id -> the index of its first position in a block (generation stamps: no
+ * clearing between blocks); at most half full. */
+typedef struct id_index {
+    uint64_t *ids;
+    uint32_t *idx, *stamp;
+    uint32_t bits, gen;
+} id_index_t;
+
+/* One batch's work space (BATCH below): rows and their positions' row
+ * pointers for the shared block (s*) and the current item (i*); grown, never
+ * shrunk. */
+typedef struct lr_batch {
+    uint32_t cap_s, cap_i;
+    float *srows, *irows;  /* cap * k floats: the rows as looked up, then stepped */
+    float **sp, **ip;      /* cap: the row position j steps (its first occurrence's) */
+    uint8_t *sfound, *ifound;
+    uint64_t *ids_out;     /* max(cap_s, cap_i): the ids of the rows written */
+    float *out;            /* max(cap_s, cap_i): their served weights */
+    id_index_t sidx, iidx;
+} lr_batch_t;
+
 struct train_lr {
     train_lr_options_t opt;
     store_t *store;     /* owned: optimizer state, K floats per id */
@@ -65,7 +86,31 @@ struct train_lr {
                            store copy is never read back on the hot path */
     store_t *live;      /* not owned, NULL = none: the served store written
                            through (train_attach_live) */
+    lr_batch_t b;       /* train_lr_update_batch's work space */
 };
+
+static void id_index_free(id_index_t *m)
+{
+    free(m->ids);
+    free(m->idx);
+    free(m->stamp);
+    *m = (id_index_t){0};
+}
+
+static void batch_free(lr_batch_t *b)
+{
+    free(b->srows);
+    free(b->irows);
+    free(b->sp);
+    free(b->ip);
+    free(b->sfound);
+    free(b->ifound);
+    free(b->ids_out);
+    free(b->out);
+    id_index_free(&b->sidx);
+    id_index_free(&b->iidx);
+    *b = (lr_batch_t){0};
+}
 
 void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
 {
@@ -127,6 +172,7 @@ void train_lr_destroy(train_lr_t *t)
         return;
     store_destroy(t->store);
     train__work_free(&t->w);
+    batch_free(&t->b);
     free(t);
 }
 
@@ -259,62 +305,258 @@ static inline bool row_finite(const float *st, uint32_t k)
     return true;
 }
 
-/* One step on logloss x weight. */
+/* ---- BATCH: one shared block, many items ------------------------------------
+ *
+ * A frame of the standard request's shape is one shared block (the user's
+ * and the context's ids) and many items, each a sample shared ++ item.  The
+ * shared rows are looked up once per batch, stepped in place by every item,
+ * and written back (state and served store) once at its end; each item's
+ * own rows are looked up, stepped and written per item.  Every position j
+ * of a sample steps the row its id's FIRST occurrence owns (an id repeated,
+ * or an item id that is also a shared id, steps on from the earlier step),
+ * and the bias steps first, as update() always did: the same arithmetic in
+ * the same order as item-by-item updates.  What differs is when the stores
+ * see it: a shared id's new weight is served when the batch ends (a frame
+ * of 100 items: a few milliseconds), an item id's when its item ends.
+ *
+ * A step that would not be finite returns -ERANGE: the items before it are
+ * learned and written, the batch's shared rows are not written at all
+ * (they hold part of the failing item's steps). */
+
+static int id_index_reserve(id_index_t *m, uint32_t n)
+{
+    uint32_t bits = 6;
+    while ((1u << bits) < 2 * (uint64_t)n)
+        bits++;
+    if (m->ids && bits <= m->bits)
+        return 0;
+    size_t slots = (size_t)1 << bits;
+    uint64_t *ids = malloc(slots * sizeof *ids);
+    uint32_t *idx = malloc(slots * sizeof *idx), *stamp = calloc(slots, sizeof *stamp);
+    if (!ids || !idx || !stamp) {
+        free(ids);
+        free(idx);
+        free(stamp);
+        return -ENOMEM;
+    }
+    id_index_free(m);
+    *m = (id_index_t){.ids = ids, .idx = idx, .stamp = stamp, .bits = bits, .gen = 0};
+    return 0;
+}
+
+static inline void id_index_next(id_index_t *m)
+{
+    if (++m->gen == 0) { /* stamps wrapped: clear once every 2^32 blocks */
+        memset(m->stamp, 0, ((size_t)1 << m->bits) * sizeof *m->stamp);
+        m->gen = 1;
+    }
+}
+
+static inline uint32_t id_index_slot(const id_index_t *m, uint64_t id)
+{
+    const uint32_t mask = (1u << m->bits) - 1;
+    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - m->bits));
+    while (m->stamp[h] == m->gen && m->ids[h] != id)
+        h = (h + 1) & mask;
+    return h;
+}
+
+/* The index stored for id, after storing i when id was not there. */
+static inline uint32_t id_index_add(id_index_t *m, uint64_t id, uint32_t i)
+{
+    uint32_t h = id_index_slot(m, id);
+    if (m->stamp[h] != m->gen) {
+        m->stamp[h] = m->gen;
+        m->ids[h] = id;
+        m->idx[h] = i;
+    }
+    return m->idx[h];
+}
+
+/* The index stored for id, or UINT32_MAX. */
+static inline uint32_t id_index_find(const id_index_t *m, uint64_t id)
+{
+    uint32_t h = id_index_slot(m, id);
+    return m->stamp[h] == m->gen ? m->idx[h] : UINT32_MAX;
+}
+
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* Room for a shared block of ns ids and items of up to ni ids. */
+static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
+{
+    lr_batch_t *b = &t->b;
+    const size_t k = t->k;
+    if (ns > b->cap_s || !b->srows) {
+        uint32_t cap = train__grow(b->cap_s, ns);
+        if (!cap || grow((void **)&b->srows, cap * k, sizeof *b->srows) ||
+            grow((void **)&b->sp, cap, sizeof *b->sp) ||
+            grow((void **)&b->sfound, cap, 1) || id_index_reserve(&b->sidx, cap))
+            return -ENOMEM;
+        b->cap_s = cap;
+    }
+    if (ni > b->cap_i || !b->irows) {
+        uint32_t cap = train__grow(b->cap_i, ni);
+        if (!cap || grow((void **)&b->irows, cap * k, sizeof *b->irows) ||
+            grow((void **)&b->ip, cap, sizeof *b->ip) ||
+            grow((void **)&b->ifound, cap, 1) || id_index_reserve(&b->iidx, cap))
+            return -ENOMEM;
+        b->cap_i = cap;
+    }
+    size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
+    if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
+        grow((void **)&b->out, out, sizeof *b->out))
+        return -ENOMEM;
+    return 0;
+}
+
+/* Looks up the n rows of ids into rows (k floats each; an id the state lacks
+ * starts from the served weight when live, else from zeros). */
+static void load_rows(train_lr_t *t, const uint64_t *ids, uint32_t n, float *rows,
+                      uint8_t *found)
+{
+    store_lookup_batch(t->store, ids, n, rows, found);
+    if (t->live)
+        for (uint32_t j = 0; j < n; j++)
+            if (!found[j])
+                init_from_live(t, ids[j], rows + (size_t)j * t->k);
+}
+
+/* Points each position of a block at the row it steps: the bias's state,
+ * a shared row (items only: shared != NULL), or its first occurrence's row
+ * in rows.  idx is the block's id index, started anew. */
+static void point_rows(const uint64_t *ids, uint32_t n, float *rows, uint32_t k, float *bias,
+                       id_index_t *idx, const lr_batch_t *shared, float **ptr)
+{
+    id_index_next(idx);
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t s;
+        if (ids[j] == MODEL_BIAS_ID)
+            ptr[j] = bias;
+        else if (shared && (s = id_index_find(&shared->sidx, ids[j])) != UINT32_MAX)
+            ptr[j] = shared->sp[s];
+        else
+            ptr[j] = rows + (size_t)id_index_add(idx, ids[j], j) * k;
+    }
+}
+
+/* Adds the block's served weights times its values to *sum, in order. */
+static inline void sum_block(float *const *ptr, const float *values, uint32_t n, uint32_t wo,
+                             double *sum)
+{
+    double s = *sum;
+    if (values) {
+        for (uint32_t j = 0; j < n; j++)
+            s += (double)ptr[j][wo] * values[j];
+    } else {
+        for (uint32_t j = 0; j < n; j++)
+            s += ptr[j][wo];
+    }
+    *sum = s;
+}
+
+/* Steps every position of a block with g x_j: -ERANGE at a non-finite row. */
+static inline int step_block(const train_lr_t *t, float *const *ptr, const float *values,
+                             uint32_t n, double g)
+{
+    const double l1 = t->opt.l1, l2 = t->opt.l2;
+    for (uint32_t j = 0; j < n; j++) {
+        step(t, ptr[j], values ? g * values[j] : g, l1, l2);
+        if (!row_finite(ptr[j], t->k))
+            return -ERANGE;
+    }
+    return 0;
+}
+
+/* Writes the rows a block's positions own (each id once, with its last
+ * step) to the state, and their weights to the served store.  Moves the
+ * owned rows to the front of rows: the block's pointers are stale after. */
+static int write_block(train_lr_t *t, const uint64_t *ids, uint32_t n, float *rows,
+                       float *const *ptr)
+{
+    const uint32_t k = t->k, wo = k == 3 ? 2 : 0;
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (ptr[j] != rows + (size_t)j * k) /* the bias, a shared row, or a repeat */
+            continue;
+        if (m != j)
+            memcpy(rows + (size_t)m * k, rows + (size_t)j * k, k * sizeof *rows);
+        t->b.ids_out[m] = ids[j];
+        t->b.out[m] = rows[(size_t)m * k + wo];
+        m++;
+    }
+    int rc = store_upsert_batch(t->store, t->b.ids_out, rows, m);
+    if (rc >= 0 && t->live)
+        rc = store_upsert_batch(t->live, t->b.ids_out, t->b.out, m);
+    return rc < 0 ? rc : 0;
+}
+
+int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
+                          const codec_block_t *items, uint32_t n_items, const float *labels,
+                          const float *weights, float *p)
+{
+    const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+    if (!shared)
+        shared = &none;
+    uint32_t ni = 0;
+    for (uint32_t i = 0; items && i < n_items; i++) /* items NULL: none has ids */
+        if (items[i].n > ni)
+            ni = items[i].n;
+    int rc = batch_reserve(t, shared->n, ni);
+    if (rc != 0)
+        return rc;
+    lr_batch_t *b = &t->b;
+    const uint32_t k = t->k, wo = k == 3 ? 2 : 0, ns = shared->n;
+    float bst[3];
+    memcpy(bst, t->bias, sizeof bst);
+    load_rows(t, shared->ids, ns, b->srows, b->sfound);
+    point_rows(shared->ids, ns, b->srows, k, bst, &b->sidx, NULL, b->sp);
+
+    for (uint32_t i = 0; i < n_items; i++) {
+        const codec_block_t *it = items ? &items[i] : &none;
+        load_rows(t, it->ids, it->n, b->irows, b->ifound);
+        point_rows(it->ids, it->n, b->irows, k, bst, &b->iidx, b, b->ip);
+        /* the margin, summed as model_score() sums: features in order, bias last */
+        double sum = 0;
+        sum_block(b->sp, shared->values, ns, wo, &sum);
+        sum_block(b->ip, it->values, it->n, wo, &sum);
+        float pi = sigmoid((double)bst[wo] + sum);
+        if (p)
+            p[i] = pi;
+        double g = ((double)pi - (double)labels[i]) * (double)(weights ? weights[i] : 1.0f);
+        step(t, bst, g, 0, 0); /* the bias first, unregularised */
+        if (!row_finite(bst, k))
+            return -ERANGE;
+        rc = step_block(t, b->sp, shared->values, ns, g);
+        if (rc == 0)
+            rc = step_block(t, b->ip, it->values, it->n, g);
+        if (rc != 0)
+            return rc;
+        rc = write_block(t, it->ids, it->n, b->irows, b->ip);
+        if (rc == 0)
+            rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
+        if (rc >= 0 && t->live)
+            rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[wo]);
+        if (rc < 0)
+            return rc;
+        memcpy(t->bias, bst, sizeof bst);
+    }
+    return write_block(t, shared->ids, ns, b->srows, b->sp);
+}
+
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float weight, float *p_out)
 {
-    if (n > t->w.cap || !t->w.state) {
-        int rc = train_lr_reserve(t, n);
-        if (rc != 0)
-            return rc;
-    }
-    float bst[3];
-    float p = forward(t, ids, values, n, bst);
-    if (p_out)
-        *p_out = p;
-    double g = ((double)p - (double)label) * (double)weight;
-
-    step(t, bst, g, 0, 0);
-    if (!row_finite(bst, t->k))
-        return -ERANGE;
-    int rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
-    if (rc >= 0 && t->live)
-        rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[t->k == 3 ? 2 : 0]);
-    if (rc < 0)
-        return rc;
-    memcpy(t->bias, bst, sizeof t->bias);
-
-    /* Every step lands in the sample's rows first; the stores get them in
-     * two pipelined batches at the end.  A repeated id steps on from its
-     * previous occurrence's row, the bias from its latest state. */
-    seen_set_next(&t->w.seen);
-    const uint32_t k = t->k;
-    const double l1 = t->opt.l1, l2 = t->opt.l2;
-    const float *bias_now = bst;
-    for (uint32_t j = 0; j < n; j++) {
-        float *st = t->w.state + (size_t)j * k;
-        if (ids[j] == MODEL_BIAS_ID)
-            memcpy(st, bias_now, k * sizeof *st);
-        else if (seen_set_add(&t->w.seen, ids[j]))
-            for (uint32_t i = j; i-- > 0;)
-                if (ids[i] == ids[j]) {
-                    memcpy(st, t->w.state + (size_t)i * k, k * sizeof *st);
-                    break;
-                }
-        step(t, st, values ? g * values[j] : g, l1, l2);
-        if (!row_finite(st, k))
-            return -ERANGE;
-        t->w.out[j] = st[k == 3 ? 2 : 0];
-        if (ids[j] == MODEL_BIAS_ID)
-            bias_now = st;
-    }
-    rc = store_upsert_batch(t->store, ids, t->w.state, n);
-    if (rc >= 0 && t->live)
-        rc = store_upsert_batch(t->live, ids, t->w.out, n);
-    if (rc < 0)
-        return rc;
-    memcpy(t->bias, bias_now, k * sizeof *bias_now);
-    return 0;
+    const codec_block_t sample = {.ids = ids, .values = values, .n = n};
+    const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+    return train_lr_update_batch(t, &sample, &none, 1, &label, &weight, p_out);
 }
 
 __attribute__((cold)) int train_lr_export(const train_lr_t *t, const char *dir,
@@ -377,10 +619,15 @@ static int ops_attach_live(void *impl, store_t *live, char *why, size_t why_len)
 {
     return train_lr_attach_live(impl, live, why, why_len);
 }
+static int ops_update_batch(void *impl, const codec_block_t *shared, const codec_block_t *items,
+                            uint32_t n_items, const float *labels, const float *weights, float *p)
+{
+    return train_lr_update_batch(impl, shared, items, n_items, labels, weights, p);
+}
 
 const train_ops_t train__lr_ops = {
     .kind = STORE_MODEL_LR, .name = "lr", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .attach_live = ops_attach_live,
+    .attach_live = ops_attach_live, .update_batch = ops_update_batch,
 };

@@ -182,6 +182,100 @@ static void test_scores_as_served(void **state)
     free(d);
 }
 
+/* LR learns a batch (one shared block, many items: train_update's BATCH
+ * path, which keeps the shared rows in its work space for the batch) with
+ * the very steps of one sample at a time (shared ++ item joined by the test
+ * and given as the whole sample), for every optimizer, live or not: the
+ * predictions, every state row and every served weight bit for bit.  The
+ * ids are drawn from a small pool so that ids repeat inside the shared
+ * block and inside an item, item ids are shared ids, and the bias's id
+ * appears in both blocks. */
+static void test_lr_batch_equals_one_at_a_time(void **state)
+{
+    (void)state;
+    enum { FRAMES = 30, ITEMS = 12, SH = 9, IT = 7, POOL = 40 };
+    uint64_t pool[POOL];
+    for (int i = 0; i < POOL; i++)
+        pool[i] = i == 0 ? MODEL_BIAS_ID : ((uint64_t)(i % 3 + 1) << 56) | (uint64_t)(i * 7919);
+    for (int oi = 0; oi < 3; oi++) {
+        for (int live_on = 0; live_on < 2; live_on++) {
+            train_t *t[2];
+            store_t *served[2] = {NULL, NULL};
+            train_options_t o;
+            assert_int_equal(train_defaults(STORE_MODEL_LR, (train_optimizer_t)oi, &o), 0);
+            char why[256];
+            for (int k = 0; k < 2; k++) {
+                if (train_create(&o, &t[k], why, sizeof why) != 0)
+                    fail_msg("create: %s", why);
+                if (live_on) {
+                    store_options_t so = {.value_floats = 1};
+                    assert_int_equal(store_create(&so, &served[k]), 0);
+                    for (int i = 1; i < POOL; i += 2) { /* half the ids already served */
+                        float w = 0.01f * (float)i;
+                        assert_true(store_upsert(served[k], pool[i], &w) >= 0);
+                    }
+                    assert_int_equal(train_attach_live(t[k], served[k], why, sizeof why), 0);
+                }
+            }
+            uint64_t s = 77 + (uint64_t)oi;
+            for (int f = 0; f < FRAMES; f++) {
+                uint64_t sid[SH], iid[ITEMS][IT], joined[SH + IT];
+                float sv[SH], iv[ITEMS][IT], jv[SH + IT], labels[ITEMS], w8[ITEMS];
+                for (int j = 0; j < SH; j++) {
+                    sid[j] = pool[rnd(&s) % POOL];
+                    sv[j] = (float)(rnd(&s) % 1000 + 1) / 1000.0f;
+                }
+                codec_block_t items[ITEMS];
+                for (int i = 0; i < ITEMS; i++) {
+                    for (int j = 0; j < IT; j++) {
+                        iid[i][j] = pool[rnd(&s) % POOL];
+                        iv[i][j] = (float)(rnd(&s) % 1000 + 1) / 1000.0f;
+                    }
+                    labels[i] = (float)(rnd(&s) % 3 == 0);
+                    w8[i] = (float)(rnd(&s) % 4 + 1) / 2.0f;
+                    items[i] = (codec_block_t){.ids = iid[i], .values = iv[i], .n = IT};
+                }
+                const codec_block_t shared = {.ids = sid, .values = sv, .n = SH};
+                float pa[ITEMS], pb[ITEMS];
+                assert_int_equal(train_update(t[0], &shared, items, ITEMS, labels, w8, pa), 0);
+                for (int i = 0; i < ITEMS; i++) {
+                    memcpy(joined, sid, sizeof sid);
+                    memcpy(joined + SH, iid[i], sizeof iid[i]);
+                    memcpy(jv, sv, sizeof sv);
+                    memcpy(jv + SH, iv[i], sizeof iv[i]);
+                    const codec_block_t whole = {.ids = joined, .values = jv, .n = SH + IT};
+                    assert_int_equal(
+                        train_update(t[1], &whole, NULL, 1, &labels[i], &w8[i], &pb[i]), 0);
+                }
+                if (memcmp(pa, pb, sizeof pa) != 0)
+                    fail_msg("%s%s frame %d: a batch's predictions differ from one at a time",
+                             train_optimizer_name((train_optimizer_t)oi), live_on ? " live" : "",
+                             f);
+            }
+            for (int i = 0; i < POOL; i++) {
+                float a[3] = {0, 0, 0}, b[3] = {0, 0, 0};
+                int fa = store_lookup(train_store(t[0]), pool[i], a);
+                int fb = store_lookup(train_store(t[1]), pool[i], b);
+                if (fa != fb || memcmp(a, b, sizeof a) != 0)
+                    fail_msg("%s%s: id %d's state differs", train_optimizer_name((train_optimizer_t)oi),
+                             live_on ? " live" : "", i);
+                if (live_on) {
+                    float wa = 0, wb = 0;
+                    fa = store_lookup(served[0], pool[i], &wa);
+                    fb = store_lookup(served[1], pool[i], &wb);
+                    if (fa != fb || memcmp(&wa, &wb, sizeof wa) != 0)
+                        fail_msg("%s live: id %d's served weight differs",
+                                 train_optimizer_name((train_optimizer_t)oi), i);
+                }
+            }
+            for (int k = 0; k < 2; k++) {
+                train_destroy(t[k]);
+                store_destroy(served[k]);
+            }
+        }
+    }
+}
+
 /* LR-FTRL, LR's default: the state row is [z | n | w], so the served weight
  * is float 2 of the live row, not its prefix (train.h, WHERE THE SERVED
  * WEIGHTS ARE). */
@@ -457,6 +551,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scores_as_served),
         cmocka_unit_test(test_lr_ftrl_served_float),
+        cmocka_unit_test(test_lr_batch_equals_one_at_a_time),
         cmocka_unit_test(test_weight_one),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_lr_learns_into_a_served_store),
