@@ -35,6 +35,10 @@
  * n = 0 gives every z the weight 0).  The float w itself is kept, so the
  * served value does not move until the id's first step.
  *
+ * SYNC (train_sync.h, partitioned replicas, FTRL only): a hook installed by
+ * train_lr_sync_hook sees each written row's (dz, dn); train_lr_sync_apply
+ * adds a peer's and recomputes w from the closed form above.
+ *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
  * stamps: no clearing) and re-read from the store before their step.
@@ -43,6 +47,7 @@
  */
 #include "train_impl.h"
 #include "model.h"
+#include "train_sync.h"
 #include "sigmoid.h"
 #include "train_export.h"
 
@@ -61,6 +66,8 @@ struct train_lr {
                            store copy is never read back on the hot path */
     store_t *live;      /* not owned, NULL = none: the served store written
                            through (train_attach_live) */
+    train_sync_fn sync_fn; /* NULL = none: each step's (dz, dn) out (SYNC below) */
+    void *sync_ctx;
 };
 
 void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
@@ -255,6 +262,15 @@ static inline bool row_finite(const float *st, uint32_t k)
     return true;
 }
 
+/* SYNC (train_sync.h): the step's dz, dn of a written FTRL row, taken in
+ * double from the floats before and after so that what a replica sends is
+ * what its own state moved by. */
+static inline void sync_note(const train_lr_t *t, uint64_t id, float z0, float n0, const float *st)
+{
+    if (t->sync_fn)
+        t->sync_fn(t->sync_ctx, id, (float)((double)st[0] - z0), (float)((double)st[1] - n0));
+}
+
 /* One step on logloss x weight. */
 int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float weight, float *p_out)
@@ -272,6 +288,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         *p_out = p;
     double g = ((double)p - (double)label) * (double)weight;
 
+    const float bz = bst[0], bn = bst[1];
     step(t, bst, g, 0, 0);
     if (!row_finite(bst, t->k))
         return -ERANGE;
@@ -280,6 +297,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[t->k == 3 ? 2 : 0]);
     if (rc < 0)
         return rc;
+    sync_note(t, MODEL_BIAS_ID, bz, bn, bst);
     memcpy(t->bias, bst, sizeof t->bias);
 
     seen_set_next(&t->w.seen);
@@ -289,6 +307,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
         float *st = t->w.state + (size_t)j * k;
         train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, st,
                            t->live ? init_from_live : NULL, t);
+        const float z0 = st[0], n0 = k > 1 ? st[1] : 0;
         step(t, st, values ? g * values[j] : g, l1, l2);
         if (!row_finite(st, k))
             return -ERANGE;
@@ -297,6 +316,7 @@ int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uin
             rc = store_upsert(t->live, ids[j], &st[k == 3 ? 2 : 0]);
         if (rc < 0)
             return rc;
+        sync_note(t, ids[j], z0, n0, st);
         if (ids[j] == MODEL_BIAS_ID) /* a sample may name the bias's id: keep the cache */
             memcpy(t->bias, st, k * sizeof *st);
     }
@@ -326,6 +346,67 @@ __attribute__((cold)) int train_lr_attach_live(train_lr_t *t, store_t *live, cha
         init_from_live(t, MODEL_BIAS_ID, st);
         memcpy(t->bias, st, sizeof st);
     }
+    return 0;
+}
+
+/* ---- partitioned replicas (train_sync.h) ------------------------------------- */
+
+float train_lr_ftrl_weight(double z, double n, double alpha, double beta, double l1, double l2)
+{
+    if (fabs(z) <= l1)
+        return 0.0f;
+    return (float)(-(z - copysign(l1, z)) / ((beta + sqrt(n)) / alpha + l2));
+}
+
+/* The LR-FTRL trainer inside t, or NULL. */
+static train_lr_t *ftrl_of(train_t *t)
+{
+    if (!t || train_ops(t) != &train__lr_ops)
+        return NULL;
+    train_lr_t *lr = train__impl(t);
+    return lr->opt.optimizer == TRAIN_FTRL ? lr : NULL;
+}
+
+int train_lr_sync_hook(train_t *t, train_sync_fn fn, void *ctx)
+{
+    train_lr_t *lr = ftrl_of(t);
+    if (!lr)
+        return -ENOTSUP;
+    lr->sync_fn = fn;
+    lr->sync_ctx = ctx;
+    return 0;
+}
+
+int train_lr_sync_apply(train_t *t, uint64_t id, float dz, float dn)
+{
+    train_lr_t *lr = ftrl_of(t);
+    if (!lr)
+        return -ENOTSUP;
+    float st[3];
+    if (!store_lookup(lr->store, id, st)) {
+        if (lr->live) {
+            init_from_live(lr, id, st);
+        } else {
+            st[0] = st[1] = st[2] = 0;
+        }
+    }
+    bool bias = id == MODEL_BIAS_ID;
+    double z = (double)st[0] + dz, n = (double)st[1] + dn;
+    if (!isfinite(z) || !isfinite(n) || n < 0 || !isfinite((float)z) || !isfinite((float)n))
+        return -ERANGE;
+    st[0] = (float)z;
+    st[1] = (float)n;
+    st[2] = train_lr_ftrl_weight(st[0], st[1], lr->opt.alpha, lr->opt.beta, bias ? 0 : lr->opt.l1,
+                                 bias ? 0 : lr->opt.l2);
+    if (!isfinite(st[2]))
+        return -ERANGE;
+    int rc = store_upsert(lr->store, id, st);
+    if (rc >= 0 && lr->live)
+        rc = store_upsert(lr->live, id, &st[2]);
+    if (rc < 0)
+        return rc;
+    if (bias)
+        memcpy(lr->bias, st, sizeof st);
     return 0;
 }
 
