@@ -736,10 +736,12 @@ size_t online__sync_metrics(char *buf, size_t len)
     }
     size_t off = 0;
     int n = snprintf(buf, len,
+                     "# HELP tlserve_bus_connected 1 while the NATS connection is up\n"
+                     "# TYPE tlserve_bus_connected gauge\ntlserve_bus_connected %d\n"
                      "# HELP tlserve_sync_residual_keys Keys waiting as residuals after the last "
                      "turn (all models)\n# TYPE tlserve_sync_residual_keys gauge\n"
                      "tlserve_sync_residual_keys %" PRIu64 "\n",
-                     residual);
+                     bus_connected(S.bus) ? 1 : 0, residual);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \
