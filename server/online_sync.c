@@ -161,6 +161,8 @@ static struct {
     pthread_t publisher, consumer;
     bool running;
     _Atomic bool stop;
+    _Atomic bool stopped;       /* online__sync_stop ran: attach installs no hook any more */
+    pthread_once_t identity;    /* node and producer, from the config, once */
     char node[160];
     char prefix[80];
     uint64_t producer;          /* this replica's id */
@@ -175,7 +177,7 @@ static struct {
 #define SYNC_X_FIELD(f, name, help) _Atomic uint64_t f;
     SYNC_COUNTERS(SYNC_X_FIELD)
 #undef SYNC_X_FIELD
-} S;
+} S = {.identity = PTHREAD_ONCE_INIT};
 
 #define COUNT(f) atomic_fetch_add_explicit(&S.f, 1, memory_order_relaxed)
 
@@ -198,6 +200,25 @@ static void nap_ms(long ms)
 /* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
  * must not flood the log. */
 static bool log_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+
+/* This replica's name and producer id (FNV-1a of the name): from the config
+ * alone, so a trainer that attaches before the bus is open (a restart's
+ * replay) already writes the right producer into its accumulators. */
+static void identity(void)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (c->bus_node[0]) {
+        snprintf(S.node, sizeof S.node, "%s", c->bus_node);
+    } else {
+        char host[128] = "tlserve";
+        (void)gethostname(host, sizeof host - 1);
+        snprintf(S.node, sizeof S.node, "%s:%d", host, c->port);
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = S.node; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    S.producer = h ? h : 1;
+}
 
 /* ---- the trainer's side ---------------------------------------------------------- */
 
@@ -252,6 +273,9 @@ static cold struct online_sync_model *model_new(const online_model_t *q)
 
 void online__sync_attach(online_model_t *q, uint64_t version)
 {
+    if (atomic_load(&S.stopped))
+        return;
+    pthread_once(&S.identity, identity);
     struct online_sync_model *s = atomic_load(&q->sync);
     if (!s) {
         s = model_new(q);
@@ -642,20 +666,11 @@ int online__sync_start(char *why, size_t why_len)
                  "--online-optimizer ftrl");
         return -EINVAL;
     }
-    if (c->bus_node[0]) {
-        snprintf(S.node, sizeof S.node, "%s", c->bus_node);
-    } else {
-        char host[128] = "tlserve";
-        (void)gethostname(host, sizeof host - 1);
-        snprintf(S.node, sizeof S.node, "%s:%d", host, c->port);
-    }
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the node's name */
-    for (const char *p = S.node; *p; p++)
-        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
-    S.producer = h ? h : 1;
+    pthread_once(&S.identity, identity);
     snprintf(S.prefix, sizeof S.prefix, "%s", c->bus_subject_prefix);
     atomic_store(&S.next_seq, 1);
     atomic_store(&S.caught_up, false);
+    atomic_store(&S.stopped, false);
     S.nprod = 0;
     S.max_sseq = S.repair_until = 0;
     char subject[200];
@@ -710,14 +725,22 @@ void online__sync_stop(void)
     bus_close(S.bus);
     S.bus = NULL;
     S.running = false;
+    /* the trainers still run: the hook goes under each model's writer lock
+     * (the trainer steps under it), and no attach installs it again */
+    atomic_store(&S.stopped, true);
     uint32_t n = atomic_load(&G.nmodels);
     for (uint32_t i = 0; i < n; i++) {
         online_model_t *q = atomic_load(&G.models[i]);
-        if (!q)
+        server_slot_t *ms = q ? server_slot_named(G.srv, q->name) : NULL;
+        if (!q || !atomic_load(&q->sync))
             continue;
+        if (ms)
+            pthread_mutex_lock(&ms->writer);
         struct online_sync_model *s = atomic_exchange(&q->sync, NULL);
         if (q->t)
             (void)train_lr_sync_hook(q->t, NULL, NULL);
+        if (ms)
+            pthread_mutex_unlock(&ms->writer);
         model_free_sync(s);
     }
 }
