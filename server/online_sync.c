@@ -69,10 +69,19 @@
  * version from its weights); a key whose sum would not be finite.
  *
  * RESTART.  A replica's sample log is its local outbox, as without a bus:
- * a restart learns it again (online_trainer.c), with the hook off (its peers
- * received those updates before the crash), and re-reads the stream for its
- * peers'.  LIMIT: what the replica learned in the interval before a kill -9
- * and had not published yet never reaches its peers.
+ * a restart learns it again (online_trainer.c), the hook on, so its
+ * accumulator gets R, the sum of its own increments since the version
+ * began.  Its peers hold P, the sum of its messages in the stream, which
+ * differs from R by what it had not published before the kill (the last
+ * turn, the residuals) and because the replay interleaves its samples with
+ * its peers' updates differently.  So the consumer, reading the stream from
+ * 1, subtracts each of its own earlier messages (those it reads before it
+ * has caught up; the publisher sends nothing until then) from the
+ * accumulator instead of skipping them: the accumulator holds R - P, the
+ * peers end with R, and so does the replica (its state is R plus its
+ * peers').  Nothing acknowledged is lost and the replicas agree again.  A
+ * replica started with an empty log under an old node name sends -P: its
+ * old contribution leaves its peers.
  *
  * THE DNN's MLP (not built): 1-bit Adam (Tang et al. 2021), as
  * update_codec.h sketches: warm-up with exact gradients, then v frozen and
@@ -140,6 +149,8 @@ struct producer {
     X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
     X(exact, "tlserve_sync_exact_total", "published messages sent exact (quiet or crowded turn)")  \
     X(applied, "tlserve_sync_applied_total", "peers' update messages applied")                     \
+    X(own, "tlserve_sync_own_subtracted_total",                                                   \
+      "this replica's messages of an earlier run subtracted from its accumulator (a restart)")    \
     X(applied_keys, "tlserve_sync_applied_keys_total", "keys of peers' messages applied")          \
     X(gaps, "tlserve_sync_gap_total", "producer sequence gaps seen (each re-read from the stream)") \
     X(unrepaired, "tlserve_sync_gap_unrepaired_total",                                             \
@@ -227,8 +238,6 @@ static void on_step(void *ctx, uint64_t id, float dz, float dn)
 {
     online_model_t *q = ctx;
     struct online_sync_model *s = atomic_load_explicit(&q->sync, memory_order_relaxed);
-    if (q->replay_pending) /* a restart learning its log: the peers had these */
-        return;
     float inc[SYNC_K] = {dz, dn > 0 ? dn : 0};
     int rc = update_acc_add(s->acc[s->cur], id, inc);
     if (rc == 0) {
@@ -408,6 +417,7 @@ struct apply_ctx {
     uint64_t version;
     uint32_t in_batch;
     uint64_t keys, refused;
+    bool own;            /* this replica's own earlier message: subtracted from the accumulator */
     bool aborted;        /* the version changed mid-message: the rest is not applied */
 };
 
@@ -451,7 +461,17 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
         }
         a->in_batch = 0;
     }
-    int rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+    int rc;
+    if (a->own) { /* RESTART above: R - P */
+        struct online_sync_model *s = atomic_load(&a->q->sync);
+        float neg[SYNC_K] = {-v[0], -v[1]};
+        rc = s ? update_acc_add(s->acc[s->cur], key, neg) : 0;
+        if (rc == -ENOSPC)
+            COUNT(overflow);
+        rc = rc == -EINVAL ? -ERANGE : 0;
+    } else {
+        rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+    }
     if (rc == -ERANGE)
         a->refused++;
     else if (rc < 0) {
@@ -463,12 +483,13 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
     return 0;
 }
 
-/* Applies a verified peer message to model (served here). */
-static void apply(const update_msg_t *m, const char *model, bool count_it)
+/* Applies a verified peer message to model (served here); own: one of this
+ * replica's earlier messages, subtracted from its accumulator (RESTART). */
+static void apply(const update_msg_t *m, const char *model, bool count_it, bool own)
 {
     char why[200];
     online_model_t *q = online__model_get(model, why, sizeof why);
-    struct apply_ctx a = {.q = q, .ms = server_slot_named(G.srv, model)};
+    struct apply_ctx a = {.q = q, .ms = server_slot_named(G.srv, model), .own = own};
     if (!q || !a.ms) {
         LOG(LL_WARN, "online: an update for model '%s' not applied: %s", model,
             q ? "no version of it is live" : why);
@@ -479,7 +500,7 @@ static void apply(const update_msg_t *m, const char *model, bool count_it)
     const store_meta_t *meta = model_meta(a.sm->model);
     if (meta->version != m->base_version) {
         unhold(&a);
-        if (count_it) {
+        if (count_it && !own) {
             uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
             if (log_due(n))
                 LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
@@ -507,6 +528,10 @@ static void apply(const update_msg_t *m, const char *model, bool count_it)
         LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s': "
             "applied %" PRIu64 " of %u keys (the version changed, or no memory)", m->seq,
             m->producer, model, a.keys, m->count);
+    if (own) {
+        COUNT(own);
+        return;
+    }
     COUNT(applied);
     atomic_fetch_add_explicit(&S.applied_keys, a.keys, memory_order_relaxed);
 }
@@ -517,6 +542,58 @@ static struct producer *producer_find(uint64_t id)
         if (S.prod[i].id == id)
             return &S.prod[i];
     return NULL;
+}
+
+enum { TRACK_APPLY, TRACK_SKIP };
+
+/* A peer's message at stream sequence sseq against its producer's sequence
+ * (PRODUCERS AND GAPS above): TRACK_APPLY, or TRACK_SKIP, with *again set
+ * to the stream sequence to read again from when it found a gap. */
+static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_up, uint64_t *again)
+{
+    struct producer *p = producer_find(m->producer);
+    if (!p) {
+        if (S.nprod == PRODUCERS_MAX || m->seq != 1) {
+            if (S.nprod < PRODUCERS_MAX)
+                S.prod[S.nprod++] = (struct producer){.id = m->producer, .refused = true};
+            if (!reread) {
+                COUNT(unknown);
+                LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %" PRIu64
+                    " (stream %" PRIu64 "): %s; its updates are refused", m->producer, m->seq, sseq,
+                    m->seq != 1 ? "its earlier ones are not in the stream" : "too many producers");
+            }
+            return TRACK_SKIP;
+        }
+        p = &S.prod[S.nprod++];
+        *p = (struct producer){.id = m->producer, .next = 1};
+    }
+    if (p->refused) {
+        if (!reread)
+            COUNT(unknown);
+        return TRACK_SKIP;
+    }
+    if (m->seq < p->next)
+        return TRACK_SKIP; /* had it (a re-read, or JetStream stored a retry twice) */
+    if (m->seq > p->next) {
+        if (!reread) {
+            COUNT(gaps);
+            LOG(LL_WARN, "online: producer %016" PRIx64 ": sequence %" PRIu64 " arrived (stream %"
+                PRIu64 "), %" PRIu64 " expected: reading the stream again from %" PRIu64,
+                m->producer, m->seq, sseq, p->next, p->last_sseq + 1);
+            S.repair_until = sseq;
+            *again = p->last_sseq + 1;
+            return TRACK_SKIP;
+        }
+        if (!giving_up && S.repair_until) /* another producer's gap inside a re-read */
+            return TRACK_SKIP;
+        COUNT(unrepaired);
+        LOG(LL_ERROR, "online: producer %016" PRIx64 ": updates %" PRIu64 "..%" PRIu64 " are not "
+            "in the stream: lost; following it from %" PRIu64, m->producer, p->next, m->seq - 1,
+            m->seq);
+    }
+    p->next = m->seq + 1;
+    p->last_sseq = sseq;
+    return TRACK_APPLY;
 }
 
 /* Handles the message at stream sequence sseq.  Returns 0, or the stream
@@ -544,52 +621,16 @@ static uint64_t handle(const bus_msg_t *bm)
         }
         return 0;
     }
-    if (m.producer == S.producer) { /* our own: learn where our sequence is */
+    const bool own = m.producer == S.producer;
+    if (own) { /* learn where our sequence is; an earlier run's is subtracted (RESTART) */
         if (m.seq + 1 > atomic_load(&S.next_seq))
             atomic_store(&S.next_seq, m.seq + 1);
-        return 0;
-    }
-    struct producer *p = producer_find(m.producer);
-    if (!p) {
-        if (S.nprod == PRODUCERS_MAX || m.seq != 1) {
-            if (S.nprod < PRODUCERS_MAX)
-                S.prod[S.nprod++] = (struct producer){.id = m.producer, .refused = true};
-            if (!reread) {
-                COUNT(unknown);
-                LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %" PRIu64
-                    " (stream %" PRIu64 "): %s; its updates are refused", m.producer, m.seq, sseq,
-                    m.seq != 1 ? "its earlier ones are not in the stream" : "too many producers");
-            }
+        if (reread || atomic_load(&S.caught_up))
             return 0;
-        }
-        p = &S.prod[S.nprod++];
-        *p = (struct producer){.id = m.producer, .next = 1};
     }
-    if (p->refused) {
-        if (!reread)
-            COUNT(unknown);
-        return 0;
-    }
-    if (m.seq < p->next)
-        return 0; /* had it (a re-read, or JetStream stored a retry twice) */
-    if (m.seq > p->next) {
-        if (!reread) {
-            COUNT(gaps);
-            LOG(LL_WARN, "online: producer %016" PRIx64 ": sequence %" PRIu64 " arrived (stream %"
-                PRIu64 "), %" PRIu64 " expected: reading the stream again from %" PRIu64,
-                m.producer, m.seq, sseq, p->next, p->last_sseq + 1);
-            S.repair_until = sseq;
-            return p->last_sseq + 1;
-        }
-        if (!giving_up && S.repair_until) /* another producer's gap inside a re-read */
-            return 0;
-        COUNT(unrepaired);
-        LOG(LL_ERROR, "online: producer %016" PRIx64 ": updates %" PRIu64 "..%" PRIu64 " are not "
-            "in the stream: lost; following it from %" PRIu64, m.producer, p->next, m.seq - 1,
-            m.seq);
-    }
-    p->next = m.seq + 1;
-    p->last_sseq = sseq;
+    uint64_t again = 0;
+    if (!own && track(&m, sseq, reread, giving_up, &again) != TRACK_APPLY)
+        return again;
     /* the subject names the model: <prefix>.<model>.updates */
     char model[UPDATE_NAME_MAX + 1];
     size_t plen = strlen(S.prefix), slen = strlen(bm->subject);
@@ -612,7 +653,7 @@ static uint64_t handle(const bus_msg_t *bm)
         }
         return 0;
     }
-    apply(&m, model, !reread);
+    apply(&m, model, !reread, own);
     return 0;
 }
 
