@@ -20,13 +20,12 @@
  *     writer lock, APPLY_BATCH keys per hold, exactly as the trainer writes
  *
  * WHY ADDITIVE.  FTRL's z and n are sums over the samples seen (dz = g -
- * sigma w, dn = g^2), and w is a function of (z, n) alone.  Sums commute:
- * once every replica's increments have arrived, every replica holds the same
- * z and n (float rounding of the sums aside) whatever the order they came
- * in, so no replica waits for another and a late or repaired message is
- * simply added when it comes.  (A replica's dz is computed with its own w,
- * so the sum is not what one node learning every sample would hold: the
- * replicas agree with each other exactly and with that node approximately.)
+ * sigma w, dn = g^2) and w is a function of (z, n) alone.  Sums commute:
+ * once every increment has arrived every replica holds the same z and n
+ * (float rounding aside) whatever the order, so nobody waits and a late or
+ * repaired message is added when it comes.  (A replica's dz uses its own w:
+ * the replicas agree with each other, and approximately with one node that
+ * learned every sample.)
  *
  * n MUST STAY >= 0 (sqrt(n) in the step and in w).  Plain 1-bit sends +-s:
  * a key whose dn is small against its chunk's mean is sent +s, its residual
@@ -38,50 +37,41 @@
  * key, twice the key itself; quantizing sqrt(dn) is not additive.)
  *
  * WHEN TO SEND EXACT.  A 1-bit message leaves each sent key its quantization
- * error, so residuals shrink but rarely reach 0.  A turn whose accumulator
- * received nothing during its interval (training paused), and one holding
- * over 3/4 of --sync-max-keys (residual keys crowd it), is sent exact
- * (f32, every key): the accumulator empties, and replicas that stop training
- * converge to the same weights after two quiet intervals.
+ * error: residuals shrink but rarely reach 0.  A turn whose accumulator got
+ * nothing in its interval (training paused), or holds over 3/4 of
+ * --sync-max-keys, is sent exact (f32, every key) and empties it: replicas
+ * that stop training converge to the same weights in two quiet intervals.
  *
- * FULL.  An accumulator holds --sync-max-keys keys.  When the trainer's is
- * full, a NEW key's increment is not accumulated: it stays in this replica's
- * own model only (tlserve_sync_overflow_total), and the publisher is woken
- * to send at once.  Size the option above the keys touched per interval.
+ * FULL (--sync-max-keys keys): a NEW key's increment stays in this
+ * replica's model only (tlserve_sync_overflow_total) and the publisher
+ * sends at once.  Size it above the keys touched per interval.
  *
  * PRODUCERS AND GAPS.  A replica's producer id is a hash of its --bus-node
- * name (stable across restarts), and its sequence runs 1, 2, ... over all
- * its models; at start the consumer reads the whole stream, skips this
- * replica's own messages (learning its next sequence from them) and only
- * then does the publisher send.  A message whose sequence is past the next
- * one expected from its producer is a gap: counted and logged, and the
- * stream is read again from after that producer's last message (a new
- * JetStream consumer with that start sequence); re-read messages already
- * handled are skipped.  If the missing ones are not in the stream either,
- * the loss is counted and logged (tlserve_sync_gap_unrepaired_total) and
- * the producer is followed from the sequence that arrived.  An UNKNOWN
- * producer is one whose first message in the stream is not its sequence 1
- * (its earlier updates aged out: adding the rest would leave this replica
- * with part of its sum): every message of it is refused.  Refused and
- * counted, never applied: a message that does not parse; one for a model
- * not served here, or whose name differs from its subject's; one whose base
- * version is not the version active here (each replica starts every new
- * version from its weights); a key whose sum would not be finite.
+ * name (stable across restarts); its sequence runs 1, 2, ... over all its
+ * models.  At start the consumer reads the whole stream (learning this
+ * replica's next sequence from its own messages) before the publisher
+ * sends.  A sequence past the next one expected from its producer is a
+ * gap: counted, logged, and the stream read again from after that
+ * producer's last message (a new JetStream consumer at that sequence;
+ * messages handled already are skipped).  Missing from the stream too: the
+ * loss is counted (tlserve_sync_gap_unrepaired_total) and the producer
+ * followed from what arrived.  An UNKNOWN producer's first message in the
+ * stream is not its sequence 1 (the rest of its sum aged out): all its
+ * messages are refused.  Refused and counted, never applied: a message that
+ * does not parse; for a model not served here or not its subject's; made
+ * on another version than the one active here; a key whose sum would not
+ * be finite.
  *
- * RESTART.  A replica's sample log is its local outbox, as without a bus:
- * a restart learns it again (online_trainer.c), the hook on, so its
- * accumulator gets R, the sum of its own increments since the version
- * began.  Its peers hold P, the sum of its messages in the stream, which
- * differs from R by what it had not published before the kill (the last
- * turn, the residuals) and because the replay interleaves its samples with
- * its peers' updates differently.  So the consumer, reading the stream from
- * 1, subtracts each of its own earlier messages (those it reads before it
- * has caught up; the publisher sends nothing until then) from the
- * accumulator instead of skipping them: the accumulator holds R - P, the
- * peers end with R, and so does the replica (its state is R plus its
- * peers').  Nothing acknowledged is lost and the replicas agree again.  A
- * replica started with an empty log under an old node name sends -P: its
- * old contribution leaves its peers.
+ * RESTART.  The sample log is the local outbox, as without a bus: a restart
+ * learns it again (online_trainer.c) with the hook on, so the accumulator
+ * gets R, this replica's increments since the version began.  Its peers
+ * hold P, the sum of its messages in the stream: R less what was not yet
+ * sent at the kill (last turn, residuals), and with another interleaving of
+ * its peers' updates.  So own messages read before the consumer caught up
+ * (earlier runs': the publisher waits for it) are subtracted from the
+ * accumulator instead of skipped: it holds R - P, the peers end with R and
+ * so does this replica.  Nothing acknowledged is lost (with
+ * --sample-log-dir) and the replicas agree again.
  *
  * THE DNN's MLP (not built): 1-bit Adam (Tang et al. 2021), as
  * update_codec.h sketches: warm-up with exact gradients, then v frozen and
@@ -202,11 +192,7 @@ static uint64_t now_ms(void) { return online__now_ns() / 1000000; }
 /* Whether a publish may go on: running, or the last turn within its time. */
 static bool may_send(void) { return !atomic_load(&S.stop) || now_ms() < S.final_until; }
 
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
+static void nap_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL); }
 
 /* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
  * must not flood the log. */
@@ -726,18 +712,14 @@ int online__sync_start(char *why, size_t why_len)
         return rc;
     }
     atomic_store(&S.stop, false);
-    if (pthread_create(&S.consumer, NULL, consumer_main, NULL) != 0) {
-        bus_close(S.bus);
-        S.bus = NULL;
-        snprintf(why, why_len, "cannot start the update consumer thread");
-        return -EAGAIN;
-    }
-    if (pthread_create(&S.publisher, NULL, publisher_main, NULL) != 0) {
+    bool con = pthread_create(&S.consumer, NULL, consumer_main, NULL) == 0;
+    if (!con || pthread_create(&S.publisher, NULL, publisher_main, NULL) != 0) {
         atomic_store(&S.stop, true);
-        pthread_join(S.consumer, NULL);
+        if (con)
+            pthread_join(S.consumer, NULL);
         bus_close(S.bus);
         S.bus = NULL;
-        snprintf(why, why_len, "cannot start the update publisher thread");
+        snprintf(why, why_len, "cannot start the update consumer and publisher threads");
         return -EAGAIN;
     }
     S.running = true;
@@ -773,15 +755,13 @@ void online__sync_stop(void)
     for (uint32_t i = 0; i < n; i++) {
         online_model_t *q = atomic_load(&G.models[i]);
         server_slot_t *ms = q ? server_slot_named(G.srv, q->name) : NULL;
-        if (!q || !atomic_load(&q->sync))
+        if (!ms || !atomic_load(&q->sync)) /* sync is made under a live version's slot */
             continue;
-        if (ms)
-            pthread_mutex_lock(&ms->writer);
+        pthread_mutex_lock(&ms->writer);
         struct online_sync_model *s = atomic_exchange(&q->sync, NULL);
         if (q->t)
             (void)train_lr_sync_hook(q->t, NULL, NULL);
-        if (ms)
-            pthread_mutex_unlock(&ms->writer);
+        pthread_mutex_unlock(&ms->writer);
         model_free_sync(s);
     }
 }
