@@ -13,10 +13,12 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
   an interval both take the large early FTRL steps (alpha / (beta + sqrt(n)) with n small) for
   the same shared features and together overshoot.  The samples arrive in ROUNDS rounds, each
   exchanged before the next (as a stream spread over time would be).  Measured on this stream:
-  max |replica - single| 0.021..0.024 over 30 probes with 8 rounds (0.036 under ASan, where
-  timing differs; 0.015 with 16 rounds; 0.083 when all arrive in one interval), while the
-  single node's scores moved by up to 0.23.  Asserted: <= 0.06, and under a third of how far
-  the single node moved.
+  max |replica - single| over 30 probes with 8 rounds is 0.021 in most runs and up to 0.045
+  in about one run of five (ASan builds alike): when a turn falls inside a round, a peer
+  applies a 1-bit message (sign times the chunk's mean) and steps on that rougher weight
+  until the residual follows.  With 16 rounds 0.015; with everything in one interval 0.083.
+  The single node's scores moved by up to 0.23.  Asserted: <= 0.07 and under a third of how
+  far the single node moved.
 - A replica killed (-9) and started again learns its sample log again and subtracts its own
   earlier messages from what it will send (their difference is what its peers lack), applies
   its peers' from the stream: the two agree again within 1e-5.
@@ -176,7 +178,7 @@ class Partitioned(unittest.TestCase):
                                       a.metric("tlserve_sync_sent_total"),
                                       b.metric("tlserve_sync_sent_total")), file=sys.stderr)
         self.assertGreater(moved, 0.1)  # the stream taught the single node something
-        self.assertLessEqual(far, 0.06)
+        self.assertLessEqual(far, 0.07)
         self.assertLess(far, moved / 3)
         for s in (a, b):
             self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
