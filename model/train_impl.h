@@ -125,6 +125,9 @@ static inline double train__gauss(uint64_t seed, uint64_t key, uint64_t i)
 
 extern const train_ops_t train__lr_ops, train__fm_ops, train__ffm_ops, train__dnn_ops;
 
+/* The kind's own state inside t (train.c): for a kind's extra calls. */
+void *train__impl(const train_t *t);
+
 /* ---- LR (train_lr.c) --------------------------------------------------------- */
 
 typedef struct train_lr train_lr_t;

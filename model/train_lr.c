@@ -38,6 +38,10 @@
  * n = 0 gives every z the weight 0).  The float w itself is kept, so the
  * served value does not move until the id's first step.
  *
+ * SYNC (train_sync.h, partitioned replicas, FTRL only): a hook installed by
+ * train_lr_sync_hook sees each step's (dz, dn); train_lr_sync_apply
+ * adds a peer's and recomputes w from the closed form above.
+ *
  * A feature id that occurs twice in one sample must see its own first
  * update, so repeats are found with a small per-sample hash set (generation
  * stamps: no clearing) and step on from the row of their previous
@@ -47,6 +51,7 @@
  */
 #include "train_impl.h"
 #include "model.h"
+#include "train_sync.h"
 #include "sigmoid.h"
 #include "train_export.h"
 
@@ -87,6 +92,8 @@ struct train_lr {
     store_t *live;      /* not owned, NULL = none: the served store written
                            through (train_attach_live) */
     lr_batch_t b;       /* train_lr_update_batch's work space */
+    train_sync_fn sync_fn; /* NULL = none: each step's (dz, dn) out (SYNC below) */
+    void *sync_ctx;
 };
 
 static void id_index_free(id_index_t *m)
@@ -462,15 +469,27 @@ static inline void sum_block(float *const *ptr, const float *values, uint32_t n,
     *sum = s;
 }
 
+/* SYNC (train_sync.h): a step's dz, dn, taken in double from the floats
+ * before and after so that what a replica sends is what its own state moved
+ * by. */
+static inline void sync_note(const train_lr_t *t, uint64_t id, float z0, float n0, const float *st)
+{
+    if (t->sync_fn)
+        t->sync_fn(t->sync_ctx, id, (float)((double)st[0] - z0), (float)((double)st[1] - n0));
+}
+
 /* Steps every position of a block with g x_j: -ERANGE at a non-finite row. */
-static inline int step_block(const train_lr_t *t, float *const *ptr, const float *values,
-                             uint32_t n, double g)
+static inline int step_block(const train_lr_t *t, const uint64_t *ids, float *const *ptr,
+                             const float *values, uint32_t n, double g)
 {
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
-        step(t, ptr[j], values ? g * values[j] : g, l1, l2);
-        if (!row_finite(ptr[j], t->k))
+        float *st = ptr[j];
+        const float z0 = st[0], n0 = t->k > 1 ? st[1] : 0;
+        step(t, st, values ? g * values[j] : g, l1, l2);
+        if (!row_finite(st, t->k))
             return -ERANGE;
+        sync_note(t, ids[j], z0, n0, st);
     }
     return 0;
 }
@@ -531,12 +550,14 @@ int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
         if (p)
             p[i] = pi;
         double g = ((double)pi - (double)labels[i]) * (double)(weights ? weights[i] : 1.0f);
+        const float bz = bst[0], bn = bst[1];
         step(t, bst, g, 0, 0); /* the bias first, unregularised */
         if (!row_finite(bst, k))
             return -ERANGE;
-        rc = step_block(t, b->sp, shared->values, ns, g);
+        sync_note(t, MODEL_BIAS_ID, bz, bn, bst);
+        rc = step_block(t, shared->ids, b->sp, shared->values, ns, g);
         if (rc == 0)
-            rc = step_block(t, b->ip, it->values, it->n, g);
+            rc = step_block(t, it->ids, b->ip, it->values, it->n, g);
         if (rc != 0)
             return rc;
         rc = write_block(t, it->ids, it->n, b->irows, b->ip);
@@ -582,6 +603,67 @@ __attribute__((cold)) int train_lr_attach_live(train_lr_t *t, store_t *live, cha
         init_from_live(t, MODEL_BIAS_ID, st);
         memcpy(t->bias, st, sizeof st);
     }
+    return 0;
+}
+
+/* ---- partitioned replicas (train_sync.h) ------------------------------------- */
+
+float train_lr_ftrl_weight(double z, double n, double alpha, double beta, double l1, double l2)
+{
+    if (fabs(z) <= l1)
+        return 0.0f;
+    return (float)(-(z - copysign(l1, z)) / ((beta + sqrt(n)) / alpha + l2));
+}
+
+/* The LR-FTRL trainer inside t, or NULL. */
+static train_lr_t *ftrl_of(train_t *t)
+{
+    if (!t || train_ops(t) != &train__lr_ops)
+        return NULL;
+    train_lr_t *lr = train__impl(t);
+    return lr->opt.optimizer == TRAIN_FTRL ? lr : NULL;
+}
+
+int train_lr_sync_hook(train_t *t, train_sync_fn fn, void *ctx)
+{
+    train_lr_t *lr = ftrl_of(t);
+    if (!lr)
+        return -ENOTSUP;
+    lr->sync_fn = fn;
+    lr->sync_ctx = ctx;
+    return 0;
+}
+
+int train_lr_sync_apply(train_t *t, uint64_t id, float dz, float dn)
+{
+    train_lr_t *lr = ftrl_of(t);
+    if (!lr)
+        return -ENOTSUP;
+    float st[3];
+    if (!store_lookup(lr->store, id, st)) {
+        if (lr->live) {
+            init_from_live(lr, id, st);
+        } else {
+            st[0] = st[1] = st[2] = 0;
+        }
+    }
+    bool bias = id == MODEL_BIAS_ID;
+    double z = (double)st[0] + dz, n = (double)st[1] + dn;
+    if (!isfinite(z) || !isfinite(n) || n < 0 || !isfinite((float)z) || !isfinite((float)n))
+        return -ERANGE;
+    st[0] = (float)z;
+    st[1] = (float)n;
+    st[2] = train_lr_ftrl_weight(st[0], st[1], lr->opt.alpha, lr->opt.beta, bias ? 0 : lr->opt.l1,
+                                 bias ? 0 : lr->opt.l2);
+    if (!isfinite(st[2]))
+        return -ERANGE;
+    int rc = store_upsert(lr->store, id, st);
+    if (rc >= 0 && lr->live)
+        rc = store_upsert(lr->live, id, &st[2]);
+    if (rc < 0)
+        return rc;
+    if (bias)
+        memcpy(lr->bias, st, sizeof st);
     return 0;
 }
 

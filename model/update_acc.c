@@ -128,6 +128,13 @@ void update_acc_destroy(update_acc_t *a)
 
 uint32_t update_acc_count(const update_acc_t *a) { return a->n; }
 uint64_t update_acc_next_seq(const update_acc_t *a) { return a->next_seq; }
+void update_acc_set_next_seq(update_acc_t *a, uint64_t seq) { a->next_seq = seq; }
+
+void update_acc_clear(update_acc_t *a)
+{
+    memset(a->slots, 0, sizeof *a->slots * ((size_t)a->mask + 1));
+    a->n = 0;
+}
 
 /* The slot holding key, or the empty slot where it would go. */
 static uint32_t probe(const update_acc_t *a, uint64_t key)
@@ -269,7 +276,8 @@ static void sort_by_key(update_acc_t *a, uint32_t n)
 /* Keys an encode with opts would send now; UINT32_MAX for bad opts. */
 static uint32_t selected(const update_acc_t *a, const update_encode_opts_t *o)
 {
-    if (!o || (o->flags & ~UPDATE_F_EXACT))
+    if (!o || (o->flags & ~(UPDATE_F_EXACT | UPDATE_F_NONNEG_LAST)) ||
+        o->flags == (UPDATE_F_EXACT | UPDATE_F_NONNEG_LAST))
         return UINT32_MAX;
     if (o->select_count == UINT32_MAX)
         return a->n;
@@ -345,7 +353,11 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
         for (uint32_t j = 0; j < k; j++) {
             for (uint32_t i = 0; i < sel; i++)
                 a->col[i] = a->vals[(size_t)a->sel[i].idx * k + j];
-            update__quantize(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits, (uint64_t)j * sel);
+            if (j == k - 1 && (o->flags & UPDATE_F_NONNEG_LAST))
+                update__quantize_nonneg(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits,
+                                        (uint64_t)j * sel);
+            else
+                update__quantize(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits, (uint64_t)j * sel);
             for (uint32_t i = 0; i < sel; i++)
                 a->vals[(size_t)a->sel[i].idx * k + j] = a->col[i];
         }

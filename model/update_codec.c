@@ -149,6 +149,26 @@ void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out,
     }
 }
 
+void update__quantize_nonneg(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits,
+                             uint64_t bit0)
+{
+    for (uint32_t c0 = 0, ci = 0; c0 < n; c0 += chunk, ci++) {
+        uint32_t c1 = n - c0 < chunk ? n : c0 + chunk;
+        double sum = 0;
+        for (uint32_t i = c0; i < c1; i++)
+            sum += v[i] > 0 ? v[i] : 0;
+        float s = (float)(sum / (double)(c1 - c0));
+        memcpy(scales_out + 4 * (size_t)ci, &s, 4);
+        for (uint32_t i = c0; i < c1; i++) {
+            if (s > 0 && v[i] >= s) {
+                uint64_t b = bit0 + i;
+                bits[b >> 3] |= (uint8_t)(1u << (b & 7));
+                v[i] = v[i] - s;
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------- decoding */
 
 __attribute__((cold, format(printf, 4, 5))) static int fail(update_error_t *err, update_errc_t code,
@@ -204,6 +224,8 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
     m->flags = get16(buf + H_FLAGS);
     if (m->flags & ~UPDATE_F_ALL)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "unknown flag bits 0x%x", m->flags & ~UPDATE_F_ALL);
+    if ((m->flags & UPDATE_F_NONNEG_LAST) && (m->flags & (UPDATE_F_EXACT | UPDATE_F_DENSE)))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag NONNEG_LAST with EXACT or DENSE (flags 0x%x)", m->flags);
     if (get16(buf + H_RESERVED) != 0)
         return fail(err, UPDATE_E_FLAGS, H_RESERVED, "reserved field is %u, not 0", get16(buf + H_RESERVED));
     m->producer = get64(buf + H_PRODUCER);
@@ -324,7 +346,11 @@ int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key,
             for (uint32_t j = 0; j < m->k; j++) {
                 float s = getf(m->payload + 4 * (j * nchunks + i / m->chunk));
                 uint64_t b = (uint64_t)j * m->count + i;
-                vals[j] = (bits[b >> 3] >> (b & 7)) & 1 ? -s : s;
+                bool set = (bits[b >> 3] >> (b & 7)) & 1;
+                if (j == m->k - 1 && (m->flags & UPDATE_F_NONNEG_LAST))
+                    vals[j] = set ? s : 0.0f;
+                else
+                    vals[j] = set ? -s : s;
             }
         }
         int rc = fn(ctx, key, vals);

@@ -45,7 +45,8 @@
  *       1-bit: scales f32[K][ceil(count/C)] (column j, chunk c), each
  *             finite and >= 0; then sign bits, bit (j*count + i) set when
  *             key i's column j is negative, the value being -scale, else
- *             +scale; the padding bits of the last byte are zero
+ *             +scale (with NONNEG_LAST, column K-1: set = +scale, clear =
+ *             0); the padding bits of the last byte are zero
  *       exact (UPDATE_F_EXACT): values f32[count][K], each finite
  *   end u64 XXH3_64bits of every byte before it
  *
@@ -82,7 +83,13 @@
 /* Header flags. */
 #define UPDATE_F_EXACT 0x1u /* values are f32, not 1 bit (tests, full resync, warm-up) */
 #define UPDATE_F_DENSE 0x2u /* no keys: key i is the vector's index i, K = 1 */
-#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE)
+/* 1-bit, sparse: the last column is a non-negative quantity (FTRL's n): its
+ * bit set means +scale, clear means 0, so a receiver only ever adds >= 0.
+ * The encoder sets the bit where the residual is >= the chunk's mean (the
+ * scale) and subtracts the scale there, so that column's residual never goes
+ * below 0 either.  Not with EXACT or DENSE. */
+#define UPDATE_F_NONNEG_LAST 0x4u
+#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST)
 
 typedef enum update_errc {
     UPDATE_OK = 0,
@@ -137,6 +144,12 @@ int update_acc_add(update_acc_t *acc, uint64_t key, const float *inc);
 
 uint32_t update_acc_count(const update_acc_t *acc);  /* keys held */
 uint64_t update_acc_next_seq(const update_acc_t *acc);
+/* The sequence the next encode writes (one producer alternating two
+ * accumulators keeps one sequence across them). */
+void update_acc_set_next_seq(update_acc_t *acc, uint64_t seq);
+/* Drops every key and residual (the model's version changed: residuals made
+ * on the old one mean nothing on the new).  Never allocates. */
+void update_acc_clear(update_acc_t *acc);
 /* key's residual (K floats, valid until the next add/encode), NULL when absent. */
 const float *update_acc_get(const update_acc_t *acc, uint64_t key);
 /* fn(ctx, key, residual) for every key held, in no order; a nonzero return stops. */
@@ -150,7 +163,7 @@ int update_acc_foreach(const update_acc_t *acc, int (*fn)(void *ctx, uint64_t ke
  * sending that interval's message exact (UPDATE_F_EXACT with the same
  * selection, or UINT32_MAX to empty the map), and on -ENOSPC at once. */
 typedef struct update_encode_opts {
-    uint32_t flags;          /* 0 (1-bit) or UPDATE_F_EXACT */
+    uint32_t flags;          /* 0 (1-bit), UPDATE_F_NONNEG_LAST (1-bit) or UPDATE_F_EXACT */
     uint32_t select_count;   /* keys to send at most; UINT32_MAX = all; 0 = use select_fraction */
     float select_fraction;   /* with select_count 0: ceil(fraction * keys held), 0..1 */
     uint64_t base_version;   /* the model version the updates were made on */

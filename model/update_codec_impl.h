@@ -22,5 +22,10 @@ int update__name_check(const char *name, size_t *len_out);
  * scales_out, sign bit of v[i] at bit (bit0 + i) of bits (pre-zeroed), and
  * v[i] replaced by its quantization error v[i] - q[i]. */
 void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits, uint64_t bit0);
+/* The same for a non-negative column (UPDATE_F_NONNEG_LAST): scale = the
+ * chunk's mean of max(v, 0); bit set (value +scale) where v >= scale > 0,
+ * v -= scale there; elsewhere the value is 0 and v stays. */
+void update__quantize_nonneg(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits,
+                             uint64_t bit0);
 
 #endif

@@ -112,6 +112,7 @@ static int check_root(const char *v, char *why, size_t why_len);
 static int check_model_name(const char *v, char *why, size_t why_len);
 static int check_eval_file(const char *v, char *why, size_t why_len);
 static int check_optimizer(const char *v, char *why, size_t why_len);
+static int check_bus_mode(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -302,6 +303,23 @@ static const cfg_entry_t table[] = {
     {"bus-node", CFG_STRING, 0, 0, "",
      "online learning: this server's name in the stream's message ids (empty: hostname:port)",
      F(bus_node), NULL, "a name", NULL, false},
+    {"bus-mode", CFG_STRING, 0, 0, "replay",
+     "online learning over the bus: replay (every replica learns every sample, in the stream's "
+     "order) or partitioned (each learns its own samples and the replicas exchange compressed "
+     "FTRL updates; LR with FTRL only)",
+     F(bus_mode), check_bus_mode, "replay|partitioned", NULL, false},
+    {"sync-interval-ms", CFG_INT, 10, 3600000, "1000",
+     "partitioned replicas: publish the accumulated updates this often", F(sync_interval_ms),
+     NULL, NULL, NULL, false},
+    {"sync-max-keys", CFG_INT, 1024, 1 << 26, "262144",
+     "partitioned replicas: keys an update accumulator holds (two per model, ~70 B a key); "
+     "full: a new key's update stays local (tlserve_sync_overflow_total) and the message goes "
+     "out at once",
+     F(sync_max_keys), NULL, NULL, NULL, false},
+    {"sync-topk", CFG_DOUBLE, 0.001, 1, "0.05",
+     "partitioned replicas: fraction of the held keys (largest updates first) a message carries; "
+     "the rest wait as residuals",
+     F(sync_topk), NULL, NULL, NULL, false},
     {"impression-negatives", CFG_BOOL, 0, 1, "true",
      "online learning: items of a logged impression with no FEEDBACK in the window are learned "
      "as negatives (the delayed-feedback window)",
@@ -333,6 +351,14 @@ static int check_level(const char *v, char *why, size_t why_len)
         if (strcmp(v, level_names[i]) == 0)
             return 0;
     snprintf(why, why_len, "'%s' is not a log level (allowed: error, warn, info, debug)", v);
+    return -1;
+}
+
+static int check_bus_mode(const char *v, char *why, size_t why_len)
+{
+    if (strcmp(v, "replay") == 0 || strcmp(v, "partitioned") == 0)
+        return 0;
+    snprintf(why, why_len, "'%s' is not a bus mode (allowed: replay, partitioned)", v);
     return -1;
 }
 

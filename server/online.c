@@ -121,7 +121,7 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
                 "acknowledged) cut away", q->slog_dir, torn);
         uint64_t v, cr, from;
         rc = online__state_read(q->slog_dir, &v, &cr, &from);
-        if (c->bus_servers[0]) { /* the stream is what is learned again (online_bus.c) */
+        if (c->bus_servers[0] && !online__sync_mode(c)) { /* the stream is learned again */
             uint64_t f = online__outbox_read(q->slog_dir);
             atomic_store(&q->fwd_pos, f < sample_log_first_pos(q->slog)
                                           ? sample_log_first_pos(q->slog)

@@ -267,6 +267,8 @@ int online__bus_start(char *why, size_t why_len)
     const server_config_t *c = &G.srv->cfg;
     if (!c->bus_servers[0])
         return 0;
+    if (online__sync_mode(c)) /* partitioned replicas: online_sync.c */
+        return online__sync_start(why, why_len);
     if (!c->sample_log_dir[0]) {
         snprintf(why, why_len, "--bus-servers needs --sample-log-dir (the outbox a sample is "
                  "acknowledged in before it is forwarded to the stream)");
@@ -321,6 +323,7 @@ int online__bus_start(char *why, size_t why_len)
 
 void online__bus_stop(void)
 {
+    online__sync_stop();
     if (!B.running)
         return;
     atomic_store(&B.stop, true);
@@ -334,7 +337,7 @@ void online__bus_stop(void)
 size_t online__bus_metrics(char *buf, size_t len)
 {
     if (!B.bus || len == 0)
-        return 0;
+        return online__sync_metrics(buf, len);
     bus_stats_t st;
     bus_stats(B.bus, &st);
     int n = snprintf(

@@ -44,7 +44,11 @@ typedef struct online_model {
     _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
     uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
     pthread_t thread;
-    /* the trainer's own (its thread only) */
+    /* partitioned replicas (online_sync.c): its accumulators; set once, under
+     * the model's writer lock, by online__sync_attach; NULL in other modes */
+    struct online_sync_model *_Atomic sync;
+    /* the trainer's own (its thread only; also the sync applier's, under the
+     * model's writer lock) */
     train_t *t;
     const store_t *attached; /* the store t writes, and its version */
     uint64_t att_version, att_created;
@@ -97,6 +101,27 @@ uint64_t online__outbox_read(const char *dir);
 
 /* The trainer thread of q (online_trainer.c). */
 void *online__trainer_main(void *arg);
+
+/* (Re)attaches q's trainer to sm's active version when it changed (a fresh
+ * optimizer state), pos the log position of the first record learned into
+ * it (trainer.state).  Caller holds the model's writer lock and q->lock.
+ * 0, or -1 when the version cannot be learned (logged). */
+int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos);
+
+/* ---- partitioned replicas (online_sync.c, --bus-mode partitioned) ----
+ * The bus's start, stop and metrics call these in that mode
+ * (online__bus_start/stop/metrics); online__bus_on() stays false, so the
+ * workers queue samples locally as without a bus. */
+bool online__sync_mode(const server_config_t *c); /* --bus-servers set, --bus-mode partitioned */
+int online__sync_start(char *why, size_t why_len);
+void online__sync_stop(void);
+size_t online__sync_metrics(char *buf, size_t len);
+/* Called by online__attach after a new trainer attached to version
+ * `version`: installs the trainer's (dz, dn) hook and empties the
+ * accumulator it feeds (residuals of another version mean nothing here).
+ * Allocates q's accumulators the first time; a failure is logged and the
+ * model then trains without publishing.  Caller holds the writer lock. */
+void online__sync_attach(online_model_t *q, uint64_t version);
 
 /* What the trainer's state file says (a restart's replay), read at creation:
  * 0 with the fields set, -ENOENT when there is none, -EINVAL when bad. */

@@ -99,8 +99,8 @@ int online__state_write(const char *dir, uint64_t version, uint64_t created, uin
 
 /* (Re)attaches the trainer to sm's store when the active version changed;
  * pos: the log position of the first record it will learn into it.  0, or
- * -1 (the records are dropped, counted and logged). */
-static int attach(online_model_t *q, server_model_t *sm, uint64_t pos)
+ * -1 (the records are dropped, counted and logged).  online_impl.h. */
+int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
 {
     model_t *m = sm->model;
     const store_meta_t *meta = model_meta(m);
@@ -126,6 +126,8 @@ static int attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         return -1;
     }
     q->attached = model_store(m);
+    if (online__sync_mode(&G.srv->cfg)) /* partitioned replicas: (dz, dn) out */
+        online__sync_attach(q, meta->version);
     atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
@@ -313,7 +315,7 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
     size_t consumed = 0, t = *tail;
     if (q->replay_pending) {
         pthread_mutex_lock(&q->lock); /* attach may trim the log */
-        bool can = attach(q, sm, q->replay_end) == 0;
+        bool can = online__attach(q, sm, q->replay_end) == 0;
         pthread_mutex_unlock(&q->lock);
         if (can && q->att_version == q->replay_version && q->att_created == q->replay_created)
             replay(q);
@@ -336,7 +338,7 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         memcpy(&arrival, q->ring + t + 8, 8);
         memcpy(&pos, q->ring + t + 16, 8);
         pthread_mutex_lock(&q->lock);
-        bool can = attach(q, sm, pos) == 0;
+        bool can = online__attach(q, sm, pos) == 0;
         pthread_mutex_unlock(&q->lock);
         if (can)
             learn(q, q->ring + t + ONLINE_REC_HDR, len, flags, arrival);

@@ -105,6 +105,10 @@ typedef struct server_config {
     char bus_subject_prefix[64]; /* subjects "<prefix>.<model>" */
     int bus_replicas;          /* the stream's replicas when the bus creates it */
     char bus_node[128];        /* this server's name in message ids ("" = hostname:port) */
+    char bus_mode[16];         /* "replay" (one sample stream) or "partitioned" (online_sync.c) */
+    int sync_interval_ms;      /* partitioned: publish accumulated updates this often */
+    int sync_max_keys;         /* partitioned: keys an update accumulator holds */
+    double sync_topk;          /* partitioned: fraction of held keys sent per message */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings

@@ -15,7 +15,12 @@
  * holds them), are learned round-robin for --seconds.  Prints feature
  * updates per second (shared + item ids per item; the bias not counted):
  * the figure loadgen/online_bench.py measures through a real server, with
- * no decoding, queueing or serving beside it.  --no-live trains the
+ * no decoding, queueing or serving beside it.  Then the floor, for as long:
+ * only the writes into the served store that any trainer writing it makes
+ * (each item's ids, and the shared block's once a frame), in the same
+ * pipelined batches: random writes into a table larger than the caches,
+ * the part no trainer design removes; the trainer's figure over the
+ * floor's is the ratio to quote.  --no-live trains the
  * trainer's own state only (tltrain's loop) on the same frames.  A benchmark: never fails on
  * timing.
  *
@@ -182,6 +187,24 @@ int main(int argc, char **argv)
     printf("%s LR-%s: %.2f M feature updates/s, %.0f samples/s (%llu frames in %.2f s)%s\n",
            live ? "live" : "state only", train_optimizer_name(opt), feats / dt / 1e6, (double)done * items / dt,
            (unsigned long long)done, dt, sink == -1 ? "!" : "");
+
+    /* The floor: the served store's writes alone, which any trainer writing
+     * it must make (each item's ids per item, the shared block's once per
+     * frame), in the same pipelined batches, for the same time. */
+    float *w = calloc((size_t)(shared_n > item_n ? shared_n : item_n), sizeof *w);
+    uint64_t floor_done = 0;
+    a = now_sec();
+    for (double end = a + seconds; now_sec() < end; floor_done++, f = (f + 1) % frames) {
+        const codec_block_t *b = blocks + f * (items + 1);
+        for (long i = 1; i <= items; i++)
+            store_upsert_batch(served, b[i].ids, w, b[i].n);
+        store_upsert_batch(served, b[0].ids, w, b[0].n);
+    }
+    double fdt = now_sec() - a;
+    double ffeats = (double)floor_done * (double)items * (double)(shared_n + item_n);
+    printf("floor (the served store's writes alone): %.2f M feature updates/s; the trainer at "
+           "%.2fx the floor\n", ffeats / fdt / 1e6, (feats / dt) / (ffeats / fdt));
+    free(w);
     train_destroy(t);
     store_destroy(served);
     free(ids);

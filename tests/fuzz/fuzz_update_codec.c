@@ -9,14 +9,15 @@
  * Oracle: a refused message has a code, an offset inside the input and a
  * sentence naming the code; an accepted one iterates exactly count keys,
  * strictly ascending (0..count-1 when dense), each value finite and, in
- * 1-bit mode, +-scale of a finite scale >= 0; a dense one also decodes into
+ * 1-bit mode, +-scale of a finite scale >= 0 (with NONNEG_LAST the last
+ * column 0 or +scale); a dense one also decodes into
  * a vector.  Anything else abort()s.
  *
  *   cmake -DTL_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ ..
  *   ./fuzz_update_codec -max_len=4096 ../tests/fuzz/corpus/update_codec
  *
  * The seeds in corpus/update_codec/ are small messages (1 bit and exact,
- * sparse and dense, 0 keys) and broken ones (order, scale, padding).
+ * sparse and dense, 0 keys, NONNEG_LAST) and broken ones (order, scale, padding).
  * Without TL_FUZZ this target replays them under ctest.
  */
 #include <math.h>
@@ -55,6 +56,8 @@ static int visit(void *ctx, uint64_t key, const float *vals)
     w->prev = key;
     for (uint32_t j = 0; j < w->m->k; j++)
         check(isfinite(vals[j]), "value not finite");
+    if (w->m->flags & UPDATE_F_NONNEG_LAST)
+        check(vals[w->m->k - 1] >= 0.0f, "NONNEG_LAST column negative");
     w->n++;
     return 0;
 }
