@@ -103,6 +103,28 @@ void online_log_impression(server_t *srv, const codec_predict_t *req, const code
 int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_ack_t *ack,
                     codec_refused_t *refusals, char *why, size_t why_len);
 
+/* EXPORTS (--online-export-ms, with --model-repo; online_export.c): the
+ * keys the trainer changed since the last export are written, on a timer
+ * and at a clean shutdown, as a delta version <repo>/<model>/<v+1>/ of
+ * the version the trainer writes, producer ONLINE_EXPORT_PRODUCER with the
+ * sample-log position it covers.  The watcher finds it; the chain loader
+ * asks online_export_is_own and, for this process's own export of the
+ * active version, serves the active store relabelled (the values are the
+ * live ones already) and the trainer keeps its optimizer state.
+ *
+ * 1 when the delta `version` of model, whose manifest's producer is
+ * `producer`, is one of the last ONLINE_EXPORT_OWN_MAX exports this
+ * process wrote (the producer carries a per-process id, so a restarted
+ * server's or another replica's export is not its own); else 0.  Any
+ * thread; one lock. */
+#define ONLINE_EXPORT_PRODUCER "tlserve-online"
+#define ONLINE_EXPORT_OWN_MAX 16
+int online_export_is_own(const char *model, uint64_t version, const char *producer);
+
+/* Parses an export's producer "tlserve-online log=P id=X": 1 with *pos = P,
+ * else 0 (another producer).  Pure. */
+int online_export_producer_pos(const char *producer, uint64_t *pos);
+
 /* The tlserve_online_* families (Prometheus text) into buf; the length
  * written (truncated output is cut at a line). */
 size_t online_metrics_format(char *buf, size_t len);
