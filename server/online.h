@@ -125,6 +125,11 @@ int online_export_is_own(const char *model, uint64_t version, const char *produc
  * else 0 (another producer).  Pure. */
 int online_export_producer_pos(const char *producer, uint64_t *pos);
 
+/* 1 when the online trainer of model has written into store (the base of
+ * the versions sharing it, kept ones included: a version swapped back in
+ * on it does not hold its files' values); else 0.  Any thread. */
+int online_store_trained(const char *model, const void *store);
+
 /* The tlserve_online_* families (Prometheus text) into buf; the length
  * written (truncated output is cut at a line). */
 size_t online_metrics_format(char *buf, size_t len);

@@ -38,8 +38,9 @@
  *
  * LINEAGE: an export's parent is the newest version of the trainer's
  * lineage (head: the version it attached to, then each export); its
- * number is the repository's highest + 1.  A version above head that is
- * not ours (an offline producer's) makes the export wait (FAILED, retried
+ * number is the repository's highest + 1 (above our own exports a
+ * rollback replaced, too).  A highest version above head that is not ours
+ * (an offline producer's) makes the export wait (FAILED, retried
  * every tick, keys kept) until that version goes live and the trainer
  * starts over, which drops the set: its updates were learned into a
  * version being replaced, as without exports.  A reset (a new version, a
@@ -112,6 +113,7 @@ struct online_export {
     pthread_mutex_t commit;
     uint64_t head, epoch;
     pthread_t thread;
+    bool stale_said;   /* the trainer's: "waiting for the reload" logged */
     online_model_t *q; /* counters; outlives e */
     char model_dir[1100];
 };
@@ -317,7 +319,8 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         snprintf(why, why_len, "cannot list %s: %s", e->model_dir, strerror(-rc));
         goto out;
     }
-    if ((uint64_t)top > e->head) {
+    uint64_t own_top;
+    if ((uint64_t)top > e->head && !own_pos(e->q->name, (uint64_t)top, &own_top)) {
         snprintf(why, why_len, "version %" PRId64 " appeared above %" PRIu64 " (another "
                  "producer's): waiting for it to go live", top, e->head);
         rc = -EAGAIN;
@@ -454,8 +457,10 @@ bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
 void online__export_reset(online_model_t *q, const store_meta_t *meta)
 {
     struct online_export *e = q->exp;
+    atomic_store_explicit(&q->trained_store, (const void *)q->attached, memory_order_release);
     if (!e)
         return;
+    e->stale_said = false;
     pthread_mutex_lock(&e->commit); /* waits for a commit under way */
     e->epoch++;
     e->head = meta->version;
@@ -612,6 +617,34 @@ out:
     server_model_release(sm);
     pthread_mutex_unlock(&ms->writer);
     return handed;
+}
+
+int online_store_trained(const char *model, const void *store)
+{
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        const online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (q && strcmp(q->name, model) == 0)
+            return store && atomic_load_explicit(&q->trained_store, memory_order_acquire) == store;
+    }
+    return 0;
+}
+
+bool online__export_stale(online_model_t *q, const model_t *m)
+{
+    struct online_export *e = q->exp;
+    const store_meta_t *meta = model_meta(m);
+    uint64_t pos;
+    if (!e || !q->t || model_store(m) != q->attached ||
+        (meta->version == q->att_version && meta->created_unix == q->att_created) ||
+        (meta->version > q->att_version && own_pos(q->name, meta->version, &pos)))
+        return false;
+    if (!e->stale_said)
+        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " went live again on the store the "
+            "trainer wrote (a rollback): learning waits for its reload from the repository",
+            q->name, meta->version);
+    e->stale_said = true;
+    return true;
 }
 
 bool online__export_due(const online_model_t *q)

@@ -64,6 +64,7 @@ typedef struct online_model {
     /* the export (online_export.c): its state, the trainer's and its thread's */
     struct online_export *exp; /* NULL: no export (--online-export-ms 0 or no --model-repo) */
     _Atomic uint64_t exports, export_failures, export_keys, export_version, export_pos;
+    _Atomic(const void *) trained_store; /* the store the trainer writes (online_store_trained) */
 } online_model_t;
 
 #define ONLINE_MODELS_MAX SERVER_MODELS_MAX
@@ -149,6 +150,14 @@ void online__export_restart(online_model_t *q, const model_t *m);
 /* True when an export is due (the timer with keys dirty, a filling set):
  * the trainer's idle wait ends for online__export_tick. */
 bool online__export_due(const online_model_t *q);
+
+/* From learn_batch, writer lock held, m the active version: true when m is
+ * a version on the very store the trainer has written that it neither
+ * attached to nor exported (a rollback or an activation swapped a kept
+ * version back in, and that version sees the trainer's writes): the
+ * trainer waits, its records queued, until the repository's reload of
+ * that version (repo_admin.c) replaces it.  Logged once per wait. */
+bool online__export_stale(online_model_t *q, const model_t *m);
 
 /* From the trainer's loop, without the writer lock: hands the dirty keys
  * and their values over to the export thread when an export is due (the

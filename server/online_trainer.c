@@ -310,7 +310,8 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         return 0; /* no version of it yet */
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(srv, q->name);
-    if (!sm || model_overlays(sm->model, NULL) > 0) { /* none yet, or a fold due: let it run */
+    if (!sm || model_overlays(sm->model, NULL) > 0 || /* none yet, or a fold due: let it run */
+        online__export_stale(q, sm->model)) {           /* EXPORT: a rollback's reload due */
         server_model_release(sm);
         pthread_mutex_unlock(&ms->writer);
         return 0;
