@@ -217,6 +217,7 @@ class OnlineExport(unittest.TestCase):
             self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
             v = self.wait_version(c, 2)
             self.train(s, c, 50, first=50)  # more, maybe not exported yet
+            live = self.scores(c)
             st, _, body = harness.http(s.admin_port, "/v1/models/%s:rollback" % M, "POST", b"",
                                        {"Authorization": "Bearer " + TOKEN}, timeout=30)
             self.assertEqual(st, 200, body)
@@ -234,6 +235,7 @@ class OnlineExport(unittest.TestCase):
             self.assertLess(back, v)
             self.assertEqual(c.predict(M, PROBES[0][0], [PROBES[0][1]]).version, back)
             rolled = self.scores(c)
+            self.assertNotEqual(rolled, live, "the rollback kept the online updates")
             # learning goes on from the version rolled back to
             self.train(s, c, 10, first=100)
             self.wait_metric(s, 'tlserve_online_resets_total{model="%s"}' % M, 2)
