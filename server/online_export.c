@@ -199,26 +199,6 @@ static int own_pos(const char *model, uint64_t version, uint64_t *pos)
     return found;
 }
 
-int online_export_producer_pos(const char *producer, uint64_t *pos)
-{
-    static const char pre[] = ONLINE_EXPORT_PRODUCER " log=";
-    if (strncmp(producer, pre, sizeof pre - 1) != 0)
-        return 0;
-    const char *p = producer + sizeof pre - 1;
-    uint64_t v = 0;
-    if (*p < '0' || *p > '9')
-        return 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
-            return 0;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    if (*p != '\0' && *p != ' ')
-        return 0;
-    *pos = v;
-    return 1;
-}
-
 int online_export_is_own(const char *model, uint64_t version, const char *producer)
 {
     uint64_t pos;
