@@ -121,6 +121,14 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
 #define ONLINE_EXPORT_OWN_MAX 16
 int online_export_is_own(const char *model, uint64_t version, const char *producer);
 
+/* A rollback or an activation replaced model's active version by version
+ * `to`: the export lineage past it is void.  An export not yet committed
+ * never will be (waits for a commit under way), and this process's exports
+ * above `to` are no longer its own: they go into out[0..cap) and their
+ * count is returned, for the caller to refuse them as rolled back (else the
+ * watcher would pick them again).  Any thread but the trainer's. */
+size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap);
+
 /* Parses an export's producer "tlserve-online log=P id=X": 1 with *pos = P,
  * else 0 (another producer).  Pure. */
 int online_export_producer_pos(const char *producer, uint64_t *pos);

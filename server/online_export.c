@@ -128,6 +128,7 @@ static struct {
         unsigned next;                          /* ring index */
         uint64_t version[ONLINE_EXPORT_OWN_MAX]; /* 0: empty */
         uint64_t pos[ONLINE_EXPORT_OWN_MAX];
+        bool void_[ONLINE_EXPORT_OWN_MAX]; /* dropped by a rollback: written by us, not served */
     } m[ONLINE_MODELS_MAX];
 } OWN = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -178,25 +179,32 @@ static void own_add(const char *model, uint64_t version, uint64_t pos)
                 at = i; /* a retry of the same number */
         o->version[at] = version;
         o->pos[at] = pos;
+        o->void_[at] = false;
         if (at == o->next)
             o->next = (o->next + 1) % ONLINE_EXPORT_OWN_MAX;
     }
     pthread_mutex_unlock(&OWN.lock);
 }
 
-/* 1 with *pos when version is one of model's own exports. */
-static int own_pos(const char *model, uint64_t version, uint64_t *pos)
+/* 1 with *pos when version is one of model's own exports (void ones too
+ * when with_void). */
+static int own_pos_ex(const char *model, uint64_t version, uint64_t *pos, bool with_void)
 {
     int found = 0;
     pthread_mutex_lock(&OWN.lock);
     struct own_model *o = own_find(model, false);
     for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX && !found; i++)
-        if (o->version[i] == version) {
+        if (o->version[i] == version && (with_void || !o->void_[i])) {
             *pos = o->pos[i];
             found = 1;
         }
     pthread_mutex_unlock(&OWN.lock);
     return found;
+}
+
+static int own_pos(const char *model, uint64_t version, uint64_t *pos)
+{
+    return own_pos_ex(model, version, pos, false);
 }
 
 int online_export_is_own(const char *model, uint64_t version, const char *producer)
@@ -207,6 +215,31 @@ int online_export_is_own(const char *model, uint64_t version, const char *produc
         return 0;
     producer_of(pos, mine);
     return strcmp(mine, producer) == 0;
+}
+
+size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
+{
+    uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < nm; i++) {
+        online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        struct online_export *e = q && strcmp(q->name, model) == 0 ? q->exp : NULL;
+        if (e) {
+            pthread_mutex_lock(&e->commit);
+            e->epoch++; /* the trainer's next reset sets head */
+            pthread_mutex_unlock(&e->commit);
+        }
+    }
+    size_t n = 0;
+    pthread_mutex_lock(&OWN.lock);
+    struct own_model *o = own_find(model, false);
+    for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX; i++)
+        if (o->version[i] > to && !o->void_[i]) {
+            if (n < cap)
+                out[n++] = o->version[i];
+            o->void_[i] = true;
+        }
+    pthread_mutex_unlock(&OWN.lock);
+    return n;
 }
 
 /* ---- the dirty set (trainer thread) ---------------------------------------------- */
@@ -300,7 +333,7 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         goto out;
     }
     uint64_t own_top;
-    if ((uint64_t)top > e->head && !own_pos(e->q->name, (uint64_t)top, &own_top)) {
+    if ((uint64_t)top > e->head && !own_pos_ex(e->q->name, (uint64_t)top, &own_top, true)) {
         snprintf(why, why_len, "version %" PRId64 " appeared above %" PRIu64 " (another "
                  "producer's): waiting for it to go live", top, e->head);
         rc = -EAGAIN;
@@ -548,6 +581,12 @@ static int hand_over(online_model_t *q)
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(G.srv, q->name);
     const store_meta_t *meta = sm ? model_meta(sm->model) : NULL;
+    if (sm && q->t && model_store(sm->model) == q->attached &&
+        meta->version != q->att_version) { /* its last export went live: take it up now */
+        pthread_mutex_lock(&q->lock);
+        (void)online__export_adopt(q, meta);
+        pthread_mutex_unlock(&q->lock);
+    }
     if (!sm || model_overlays(sm->model, NULL) > 0 || model_store(sm->model) != q->attached ||
         meta->version != q->att_version || meta->created_unix != q->att_created)
         goto out; /* a version change pending: attach decides first */

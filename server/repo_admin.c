@@ -170,11 +170,16 @@ static void reload_if_trained(const char *model, uint64_t version)
 
 int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
 {
+    uint64_t exported[ONLINE_EXPORT_OWN_MAX]; /* the online trainer's exports past to */
+    size_t nx = online_export_drop(model, to, exported, ONLINE_EXPORT_OWN_MAX);
     pthread_mutex_lock(&R.lock);
     int rc = -ENOENT;
     struct repo_model *r = repo__find(model);
     if (r) {
         repo__add_rolled_back(r, from);
+        for (size_t i = 0; i < nx; i++)
+            if (exported[i] != from)
+                repo__add_rolled_back(r, exported[i]);
         if (r->pinned == from)
             r->pinned = to;
         rc = 0;
@@ -265,8 +270,11 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     }
 out:
     pthread_mutex_unlock(&R.lock);
-    if (kept)
+    if (kept) {
+        uint64_t exported[ONLINE_EXPORT_OWN_MAX]; /* pinned below them: void, not refused */
+        (void)online_export_drop(model, version, exported, ONLINE_EXPORT_OWN_MAX);
         reload_if_trained(model, version);
+    }
     return rc;
 }
 

@@ -21,6 +21,7 @@ and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (produ
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_export.py
 """
 
+import json
 import os
 import re
 import shutil
@@ -218,9 +219,16 @@ class OnlineExport(unittest.TestCase):
             v = self.wait_version(c, 2)
             self.train(s, c, 50, first=50)  # more, maybe not exported yet
             live = self.scores(c)
-            st, _, body = harness.http(s.admin_port, "/v1/models/%s:rollback" % M, "POST", b"",
-                                       {"Authorization": "Bearer " + TOKEN}, timeout=30)
+            deadline = time.monotonic() + 20
+            while True:  # 409 while the load of a newer export is under way
+                st, _, body = harness.http(s.admin_port, "/v1/models/%s:rollback" % M, "POST",
+                                           b"", {"Authorization": "Bearer " + TOKEN}, timeout=30)
+                if st != 409:
+                    break
+                self.assertLess(time.monotonic(), deadline, body)
+                time.sleep(0.05)
             self.assertEqual(st, 200, body)
+            answer = json.loads(body)
             # the kept version shares the store the trainer wrote: it is loaded again
             deadline = time.monotonic() + 20
             while True:
@@ -232,13 +240,18 @@ class OnlineExport(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, s.output())
                 time.sleep(0.05)
             back = int(m.group(2))
-            self.assertLess(back, v)
+            self.assertEqual(back, answer["version"])
+            self.assertLess(back, answer["rolled_back"])
             self.assertEqual(c.predict(M, PROBES[0][0], [PROBES[0][1]]).version, back)
             rolled = self.scores(c)
             self.assertNotEqual(rolled, live, "the rollback kept the online updates")
             # learning goes on from the version rolled back to
             self.train(s, c, 10, first=100)
             self.wait_metric(s, 'tlserve_online_resets_total{model="%s"}' % M, 2)
+            # and is exported on top of it, above the versions rolled back
+            top = versions(self.repo)[-1]
+            self.assertEqual(self.wait_version(c, top + 1), top + 1)
+            self.assertIn("version %d (delta of %d" % (top + 1, back), s.output())
         ref_repo = os.path.join(self.tmp, "ref")
         shutil.copytree(self.repo, ref_repo)
         for n in versions(ref_repo):
