@@ -34,7 +34,10 @@
  *   fold), the trainer starts over from the new one's weights (a fresh
  *   optimizer state; train.h: LIVE), so it never writes stale state over a
  *   version's values.  Versions kept for rollback on the same base see the
- *   online writes.
+ *   online writes; with --model-repo a rollback or an activation onto such
+ *   a version reloads it from its files (repo_admin.c), and the trainer
+ *   waits for the reload.  Its own exports (EXPORTS below) are the one
+ *   version change that keeps the trainer's state.
  *
  * NOTHING LOST: with --sample-log-dir a frame is in the sample log before
  * it is acknowledged, and the trainer records (trainer.state beside the log)

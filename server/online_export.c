@@ -43,9 +43,17 @@
  * (an offline producer's) makes the export wait (FAILED, retried
  * every tick, keys kept) until that version goes live and the trainer
  * starts over, which drops the set: its updates were learned into a
- * version being replaced, as without exports.  A reset (a new version, a
- * rollback) bumps the epoch under the commit lock, so a job of the old
- * lineage is never committed after it.
+ * version being replaced, as without exports.  A reset (a new version) and
+ * a rollback (online_export_drop) bump the epoch under the commit lock, so
+ * a job of the old lineage is never committed after them; that is the one
+ * place the trainer (in attach, q->lock held) waits for a write under way.
+ * A rollback also voids this process's exports past its target: the
+ * repository refuses them as rolled back, and the next export is numbered
+ * above them with the rolled-back-to version as its parent.
+ *
+ * CHAIN LENGTH: every export adds a link; a chain is refused past
+ * STORE_CHAIN_MAX links, so a server exporting every 10 s needs a full
+ * version (an offline one, or tlsnap) within about 11 hours.
  *
  * FAILURES (a full disk, an unwritable repository): an ERROR line per try
  * (one a tick), counted; the job's keys go back into the set at the next tick and are

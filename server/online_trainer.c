@@ -22,6 +22,12 @@
  * means those records were learned into a version no longer served: they
  * are not replayed.
  *
+ * EXPORTS (online_export.c, the calls marked EXPORT): a step marks its keys;
+ * the loop hands them over when an export is due; attach keeps the
+ * optimizer state when the new version is the trainer's own export (and
+ * trainer.state then names it with the position it covers); a restart
+ * whose active version is an export replays from that position.
+ *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
  * mean label), and freshness, arrival at the worker to the weight written
