@@ -112,7 +112,7 @@ static int version_sig(const char *dir, uint64_t version, uint64_t *sig)
 
 /* Queues the load of version from its files for r (R.lock held): 0 queued
  * (*st filled), or the loader's -errno. */
-static int queue_load(struct repo_model *r, const char *dir, uint64_t version, uint64_t sig,
+static int admin_queue_load(struct repo_model *r, const char *dir, uint64_t version, uint64_t sig,
                       loader_status_t *st)
 {
     char path[1200];
@@ -141,6 +141,8 @@ static int queue_load(struct repo_model *r, const char *dir, uint64_t version, u
  * the version serves the updates.  Takes R.lock; never waits for the load. */
 static void reload_if_trained(const char *model, uint64_t version)
 {
+    if (!R.srv)
+        return; /* the watcher never ran: nothing served from the repository */
     server_model_t *sm = server_model_acquire_named(R.srv, model);
     int trained = sm && model_meta(sm->model)->version == version &&
                   online_store_trained(model, model_store(sm->model));
@@ -156,7 +158,7 @@ static void reload_if_trained(const char *model, uint64_t version)
     if (rc == 0 && r && r->loading)
         rc = -EBUSY;
     if (rc == 0 && r)
-        rc = queue_load(r, dir, version, sig, &st);
+        rc = admin_queue_load(r, dir, version, sig, &st);
     pthread_mutex_unlock(&R.lock);
     if (rc == 0)
         LOG(LL_INFO, "repo: load %" PRIu64 " of %s version %" PRIu64 " queued: the online "
@@ -260,7 +262,7 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
         kept = true;
         goto out;
     }
-    rc = queue_load(r, dir, version, sig, st);
+    rc = admin_queue_load(r, dir, version, sig, st);
     if (rc == 0) {
         rc = 1;
         LOG(LL_INFO,
