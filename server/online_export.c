@@ -276,17 +276,30 @@ static inline void dirty_add(struct online_export *e, uint64_t key)
     e->count++;
 }
 
+/* Marks ids[0..n), the slots prefetched a group ahead (a block's ids land
+ * at random slots of a table larger than the caches). */
+static void dirty_add_block(struct online_export *e, const uint64_t *ids, uint32_t n)
+{
+    enum { AHEAD = 16 };
+    for (uint32_t j = 0; j < n && j < AHEAD; j++)
+        __builtin_prefetch(&e->slots[(ids[j] * 0x9E3779B97F4A7C15ull) >> (64 - DIRTY_BITS)], 1);
+    for (uint32_t j = 0; j < n; j++) {
+        if (j + AHEAD < n)
+            __builtin_prefetch(
+                &e->slots[(ids[j + AHEAD] * 0x9E3779B97F4A7C15ull) >> (64 - DIRTY_BITS)], 1);
+        dirty_add(e, ids[j]);
+    }
+}
+
 void online__export_mark(online_model_t *q, const codec_train_t *req)
 {
     struct online_export *e = q->exp;
     if (!e || e->overflow)
         return;
     dirty_add(e, MODEL_BIAS_ID);
-    for (uint32_t j = 0; j < req->shared.n; j++)
-        dirty_add(e, req->shared.ids[j]);
+    dirty_add_block(e, req->shared.ids, req->shared.n);
     for (uint32_t i = 0; i < req->samples; i++)
-        for (uint32_t j = 0; j < req->sample[i].n; j++)
-            dirty_add(e, req->sample[i].ids[j]);
+        dirty_add_block(e, req->sample[i].ids, req->sample[i].n);
 }
 
 void online__export_learned(online_model_t *q, uint64_t next_pos)
