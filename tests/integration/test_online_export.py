@@ -128,11 +128,17 @@ class OnlineExport(unittest.TestCase):
             self.train(s, c, 60, first=60)
             self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 2)
             self.wait_version(c, v + 1)
-            self.train(s, c, 5, first=120)  # the trainer takes up the version at its next record
+            self.train(s, c, 5, first=120)  # learned into the export now live
         self.assertEqual(s.metric('tlserve_online_resets_total{model="%s"}' % M), 1,
                          "an own export made the trainer start over")
         self.assertGreaterEqual(s.metric('tlserve_online_version{model="%s"}' % M), v + 1)
         self.assertEqual(s.metric('tlserve_online_export_failures_total{model="%s"}' % M), 0)
+        # the timer exports the last frames too (the sample-log position after frame 124)
+        self.wait_metric(s, 'tlserve_online_export_position{model="%s"}' % M, 125)
+        self.assertEqual(s.metric('tlserve_online_export_position{model="%s"}' % M), 125)
+        self.assertGreater(s.metric('tlserve_online_export_keys_total{model="%s"}' % M), 0)
+        self.assertEqual(s.metric('tlserve_online_export_version{model="%s"}' % M),
+                         versions(self.repo)[-1])
         self.assertIn("relabelled", s.output())
 
     def test_sigterm_exports_exactly_the_live_weights(self):
