@@ -271,6 +271,10 @@ static const cfg_entry_t table[] = {
      "online learning: samples per second a model learns before TRAIN gets OVERLOADED "
      "(0: no cap)",
      F(online_max_samples_per_s), NULL, NULL, NULL, false},
+    {"online-export-ms", CFG_INT, 0, 86400000, "10000",
+     "online learning with --model-repo: export the online updates as a delta version of the "
+     "model this often, and at a clean shutdown (0: never)",
+     F(online_export_ms), NULL, NULL, NULL, false},
     {"sample-log-dir", CFG_STRING, 0, 0, "",
      "online learning: directory of the per-model sample logs; a TRAIN or FEEDBACK is appended "
      "there before it is acknowledged, and a restart learns it again (empty: none, acknowledged "

@@ -34,7 +34,10 @@
  *   fold), the trainer starts over from the new one's weights (a fresh
  *   optimizer state; train.h: LIVE), so it never writes stale state over a
  *   version's values.  Versions kept for rollback on the same base see the
- *   online writes.
+ *   online writes; with --model-repo a rollback or an activation onto such
+ *   a version reloads it from its files (repo_admin.c), and the trainer
+ *   waits for the reload.  Its own exports (EXPORTS below) are the one
+ *   version change that keeps the trainer's state.
  *
  * NOTHING LOST: with --sample-log-dir a frame is in the sample log before
  * it is acknowledged, and the trainer records (trainer.state beside the log)
@@ -102,6 +105,41 @@ void online_log_impression(server_t *srv, const codec_predict_t *req, const code
  * DUPLICATE for them. */
 int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_ack_t *ack,
                     codec_refused_t *refusals, char *why, size_t why_len);
+
+/* EXPORTS (--online-export-ms, with --model-repo; online_export.c): the
+ * keys the trainer changed since the last export are written, on a timer
+ * and at a clean shutdown, as a delta version <repo>/<model>/<v+1>/ of
+ * the version the trainer writes, producer ONLINE_EXPORT_PRODUCER with the
+ * sample-log position it covers.  The watcher finds it; the chain loader
+ * asks online_export_is_own and, for this process's own export of the
+ * active version, serves the active store relabelled (the values are the
+ * live ones already) and the trainer keeps its optimizer state.
+ *
+ * 1 when the delta `version` of model, whose manifest's producer is
+ * `producer`, is one of the last ONLINE_EXPORT_OWN_MAX exports this
+ * process wrote (the producer carries a per-process id, so a restarted
+ * server's or another replica's export is not its own); else 0.  Any
+ * thread; one lock. */
+#define ONLINE_EXPORT_PRODUCER "tlserve-online"
+#define ONLINE_EXPORT_OWN_MAX 16
+int online_export_is_own(const char *model, uint64_t version, const char *producer);
+
+/* A rollback or an activation replaced model's active version by version
+ * `to`: the export lineage past it is void.  An export not yet committed
+ * never will be (waits for a commit under way), and this process's exports
+ * above `to` are no longer its own: they go into out[0..cap) and their
+ * count is returned, for the caller to refuse them as rolled back (else the
+ * watcher would pick them again).  Any thread but the trainer's. */
+size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap);
+
+/* Parses an export's producer "tlserve-online log=P id=X": 1 with *pos = P,
+ * else 0 (another producer).  Pure. */
+int online_export_producer_pos(const char *producer, uint64_t *pos);
+
+/* 1 when the online trainer of model has written into store (the base of
+ * the versions sharing it, kept ones included: a version swapped back in
+ * on it does not hold its files' values); else 0.  Any thread. */
+int online_store_trained(const char *model, const void *store);
 
 /* The tlserve_online_* families (Prometheus text) into buf; the length
  * written (truncated output is cut at a line). */

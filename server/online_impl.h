@@ -65,6 +65,10 @@ typedef struct online_model {
     _Atomic uint64_t halted; /* 1: a step would have made a non-finite weight; until a new version */
     _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
     _Atomic uint64_t fresh_p50_us, fresh_p99_us;
+    /* the export (online_export.c): its state, the trainer's and its thread's */
+    struct online_export *exp; /* NULL: no export (--online-export-ms 0 or no --model-repo) */
+    _Atomic uint64_t exports, export_failures, export_keys, export_version, export_pos;
+    _Atomic(const void *) trained_store; /* the store the trainer writes (online_store_trained) */
 } online_model_t;
 
 #define ONLINE_MODELS_MAX SERVER_MODELS_MAX
@@ -131,5 +135,63 @@ int online__state_read(const char *dir, uint64_t *version, uint64_t *created, ui
 int online__state_write(const char *dir, uint64_t version, uint64_t created, uint64_t from);
 
 uint64_t online__now_ns(void);
+
+/* ---- the export of the online updates (online_export.c) -----------------------
+ *
+ * The trainer thread calls these, and only these, at the points named; the
+ * export thread and the delta writing stay inside online_export.c.  Every
+ * call is a no-op when q->exp is NULL.  None allocates per sample. */
+
+/* At the trainer thread's start: makes q->exp when exports are on (the
+ * dirty set and the export thread).  0, or -ENOMEM (logged; the trainer
+ * runs without exports). */
+int online__export_init(online_model_t *q);
+
+/* After a step of req (whatever its outcome): its keys are dirty.  Bounded:
+ * past the set's room the next export carries every key of the store. */
+void online__export_mark(online_model_t *q, const codec_train_t *req);
+
+/* The trainer has learned (or dropped) every record below log position
+ * next_pos: what an export taken now covers. */
+void online__export_learned(online_model_t *q, uint64_t next_pos);
+
+/* From attach, q->lock held, when the active version changed but its store
+ * is the one the trainer writes: true when meta names a version this
+ * process exported above the one attached (the watcher made it active with
+ * model_derive, no copy): q's version, trainer.state and the log's trim
+ * move to it and the trainer keeps its optimizer state. */
+bool online__export_adopt(online_model_t *q, const store_meta_t *meta);
+
+/* From attach when the trainer starts over on meta's version: the dirty
+ * set and a failed export are dropped (they were of the version replaced),
+ * and an export under way is not committed. */
+void online__export_reset(online_model_t *q, const store_meta_t *meta);
+
+/* From the restart's replay decision: when the active version m is an
+ * online export (its producer names the log position it covers), the
+ * replay is set to start there on it, whatever trainer.state says. */
+void online__export_restart(online_model_t *q, const model_t *m);
+
+/* True when an export is due (the timer with keys dirty, a filling set):
+ * the trainer's idle wait ends for online__export_tick. */
+bool online__export_due(const online_model_t *q);
+
+/* From learn_batch, writer lock held, m the active version: true when m is
+ * a version on the very store the trainer has written that it neither
+ * attached to nor exported (a rollback or an activation swapped a kept
+ * version back in, and that version sees the trainer's writes): the
+ * trainer waits, its records queued, until the repository's reload of
+ * that version (repo_admin.c) replaces it.  Logged once per wait. */
+bool online__export_stale(online_model_t *q, const model_t *m);
+
+/* From the trainer's loop, without the writer lock: hands the dirty keys
+ * and their values over to the export thread when an export is due (the
+ * timer, a filling set) and the thread is free.  Takes the writer lock for
+ * the hand-over (the keys' lookups), never for the write. */
+void online__export_tick(online_model_t *q);
+
+/* At the trainer thread's end (a clean shutdown): hands over what is left,
+ * waits for its write, stops the export thread and frees q->exp. */
+void online__export_stop(online_model_t *q);
 
 #endif /* TL_SERVER_ONLINE_IMPL_H */

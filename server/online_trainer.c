@@ -22,6 +22,12 @@
  * means those records were learned into a version no longer served: they
  * are not replayed.
  *
+ * EXPORTS (online_export.c, the calls marked EXPORT): a step marks its keys;
+ * the loop hands them over when an export is due; attach keeps the
+ * optimizer state when the new version is the trainer's own export (and
+ * trainer.state then names it with the position it covers); a restart
+ * whose active version is an export replays from that position.
+ *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
  * mean label), and freshness, arrival at the worker to the weight written
@@ -107,6 +113,8 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     if (q->t && q->attached == model_store(m) && q->att_version == meta->version &&
         q->att_created == meta->created_unix)
         return 0;
+    if (q->t && q->attached == model_store(m) && online__export_adopt(q, meta))
+        return 0; /* EXPORT: its own export went live; the optimizer state stays */
     train_destroy(q->t);
     q->t = NULL;
     q->attached = NULL;
@@ -133,6 +141,7 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     q->att_created = meta->created_unix;
     atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
     atomic_fetch_add_explicit(&q->resets, 1, memory_order_relaxed);
+    online__export_reset(q, meta); /* EXPORT: a new lineage */
     bool replaying = q->replay_pending && meta->version == q->replay_version &&
                      meta->created_unix == q->replay_created;
     if (q->slog && !replaying) {
@@ -212,6 +221,7 @@ static void learn_req(online_model_t *q, const codec_train_t *req, uint64_t arri
     }
     int rc = train_update(q->t, &shared, req->sample, req->samples, req->labels, req->weights,
                           q->p);
+    online__export_mark(q, req); /* EXPORT: its keys are dirty */
     if (rc == -ERANGE) { /* the alarm: nothing non-finite was written, nothing more is */
         atomic_store_explicit(&q->halted, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
@@ -292,6 +302,7 @@ static void replay(online_model_t *q)
         LOG(LL_INFO, "online: model '%s': %" PRIu64 " samples of positions %" PRIu64 "..%" PRIu64
             " learned again from the sample log", q->name, n, q->replay_from, q->replay_end);
     atomic_fetch_add_explicit(&q->replayed, n, memory_order_relaxed);
+    online__export_learned(q, pos); /* EXPORT */
     sample_log_reader_close(r);
     free(arena.base);
 }
@@ -307,13 +318,15 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         return 0; /* no version of it yet */
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(srv, q->name);
-    if (!sm || model_overlays(sm->model, NULL) > 0) { /* none yet, or a fold due: let it run */
+    if (!sm || model_overlays(sm->model, NULL) > 0 || /* none yet, or a fold due: let it run */
+        online__export_stale(q, sm->model)) {           /* EXPORT: a rollback's reload due */
         server_model_release(sm);
         pthread_mutex_unlock(&ms->writer);
         return 0;
     }
     size_t consumed = 0, t = *tail;
     if (q->replay_pending) {
+        online__export_restart(q, sm->model); /* EXPORT: the active one may be an export */
         pthread_mutex_lock(&q->lock); /* attach may trim the log */
         bool can = online__attach(q, sm, q->replay_end) == 0;
         pthread_mutex_unlock(&q->lock);
@@ -344,6 +357,7 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
             learn(q, q->ring + t + ONLINE_REC_HDR, len, flags, arrival);
         else
             atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        online__export_learned(q, pos + 1); /* EXPORT */
         size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);
         consumed += sz;
         t += sz;
@@ -360,6 +374,7 @@ void *online__trainer_main(void *arg)
     online_model_t *q = arg;
     uint64_t stop_by = 0;
     bool fresh = false; /* learned since the last publish */
+    (void)online__export_init(q); /* EXPORT: logged when it cannot */
     for (;;) {
         pthread_mutex_lock(&q->lock);
         while (q->used == 0 && !q->stop && !q->replay_pending) {
@@ -375,6 +390,8 @@ void *online__trainer_main(void *arg)
                 (void)sample_log_sync_if_due(q->slog, online__now_ns() / 1000000);
             if (q->used == 0 && fresh)
                 break; /* idle: publish what was learned */
+            if (q->used == 0 && online__export_due(q))
+                break; /* EXPORT: idle, the timer's export */
         }
         if (q->stop && stop_by == 0)
             stop_by = online__now_ns() + 1000000000ull;
@@ -387,6 +404,7 @@ void *online__trainer_main(void *arg)
             break;
         uint64_t replayed = atomic_load_explicit(&q->replayed, memory_order_relaxed);
         size_t got = avail || q->replay_pending ? learn_batch(q, &tail, avail) : 0;
+        online__export_tick(q); /* EXPORT */
         size_t left = 0;
         if (atomic_load_explicit(&q->replayed, memory_order_relaxed) != replayed)
             fresh = true;
@@ -411,6 +429,7 @@ void *online__trainer_main(void *arg)
             nanosleep(&nap, NULL);
         }
     }
+    online__export_stop(q); /* EXPORT: the shutdown's export */
     publish(q);
     return NULL;
 }

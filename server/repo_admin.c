@@ -24,6 +24,7 @@
 #include "repo_impl.h"
 
 #include "log.h"
+#include "online.h"
 #include "store/delta.h"
 
 #include <errno.h>
@@ -78,13 +79,109 @@ int repo__add_rolled_back(struct repo_model *r, uint64_t version)
     return dropped;
 }
 
+/* The prefix signature of version in dir, as the watcher's scan computes it
+ * (repo.c: SIGNATURES): 0 with *sig, -ENOENT when the listing lacks it, or
+ * the listing's -errno.  Reads the directory without the lock. */
+static int version_sig(const char *dir, uint64_t version, uint64_t *sig)
+{
+    size_t cap = REPO_VERSIONS_START;
+    uint64_t *v = NULL;
+    long n;
+    for (;;) {
+        free(v);
+        v = malloc(cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        n = store_version_list(dir, v, cap);
+        if (n < 0 || (size_t)n <= cap)
+            break;
+        cap = (size_t)n + 256;
+    }
+    long at = -1;
+    uint64_t h = 0x7265706f;
+    for (long i = 0; i < n; i++) {
+        h = repo__mix(h, repo__version_sig(dir, v[i]));
+        if (v[i] == version) {
+            at = i;
+            *sig = h;
+        }
+    }
+    free(v);
+    return at >= 0 ? 0 : n < 0 ? (int)n : -ENOENT;
+}
+
+/* Queues the load of version from its files for r (R.lock held): 0 queued
+ * (*st filled), or the loader's -errno. */
+static int admin_queue_load(struct repo_model *r, const char *dir, uint64_t version, uint64_t sig,
+                      loader_status_t *st)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
+    loader_job_t job = {.name = r->model,
+                        .dir = path,
+                        .version = version,
+                        .open = repo__open,
+                        .open_arg = r,
+                        .done = repo__load_ended,
+                        .done_arg = r};
+    r->loading = version;
+    r->loading_sig = sig;
+    int rc = loader_submit_job(&job, st);
+    if (rc != 0)
+        r->loading = 0;
+    return rc;
+}
+
+/* ONLINE: a kept version swapped back in (a rollback, an activation) shares
+ * its base store with the versions after it, and the online trainer writes
+ * that base: it would serve the trainer's updates, not its files' values.
+ * Such a version is loaded again from the repository (a new store; the
+ * swap replaces the one on the shared base, and the trainer starts over on
+ * it: online.h, online_store_trained).  Until then the trainer waits and
+ * the version serves the updates.  Takes R.lock; never waits for the load. */
+static void reload_if_trained(const char *model, uint64_t version)
+{
+    if (!R.srv)
+        return; /* the watcher never ran: nothing served from the repository */
+    server_model_t *sm = server_model_acquire_named(R.srv, model);
+    int trained = sm && model_meta(sm->model)->version == version &&
+                  online_store_trained(model, model_store(sm->model));
+    server_model_release(sm);
+    char dir[sizeof R.models[0].model_dir];
+    uint64_t sig = 0;
+    if (!trained || !model_dir_of(model, dir))
+        return;
+    int rc = version_sig(dir, version, &sig);
+    loader_status_t st;
+    pthread_mutex_lock(&R.lock);
+    struct repo_model *r = repo__find(model);
+    if (rc == 0 && r && r->loading)
+        rc = -EBUSY;
+    if (rc == 0 && r)
+        rc = admin_queue_load(r, dir, version, sig, &st);
+    pthread_mutex_unlock(&R.lock);
+    if (rc == 0)
+        LOG(LL_INFO, "repo: load %" PRIu64 " of %s version %" PRIu64 " queued: the online "
+            "trainer wrote the store it was kept on; reloaded from its files", st.id, model,
+            version);
+    else
+        LOG(LL_ERROR, "repo: %s version %" PRIu64 " serves the online trainer's updates (it was "
+            "kept on the store the trainer writes) and cannot be reloaded now: %s; "
+            "activate it again to retry", model, version, strerror(-rc));
+}
+
 int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
 {
+    uint64_t exported[ONLINE_EXPORT_OWN_MAX]; /* the online trainer's exports past to */
+    size_t nx = online_export_drop(model, to, exported, ONLINE_EXPORT_OWN_MAX);
     pthread_mutex_lock(&R.lock);
     int rc = -ENOENT;
     struct repo_model *r = repo__find(model);
     if (r) {
         repo__add_rolled_back(r, from);
+        for (size_t i = 0; i < nx; i++)
+            if (exported[i] != from)
+                repo__add_rolled_back(r, exported[i]);
         if (r->pinned == from)
             r->pinned = to;
         rc = 0;
@@ -94,6 +191,8 @@ int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
             model, from);
     }
     pthread_mutex_unlock(&R.lock);
+    if (rc == 0)
+        reload_if_trained(model, to);
     return rc;
 }
 
@@ -123,34 +222,14 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     if (!ok)
         return -ENODEV;
     /* The listing, read without the lock, decides whether it exists. */
-    size_t cap = REPO_VERSIONS_START;
-    uint64_t *v = NULL;
-    long n;
-    for (;;) {
-        free(v);
-        v = malloc(cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        n = store_version_list(dir, v, cap);
-        if (n < 0 || (size_t)n <= cap)
-            break;
-        cap = (size_t)n + 256;
-    }
-    long at = -1;
-    uint64_t h = 0x7265706f, sig = 0;
-    for (long i = 0; i < n; i++) {
-        h = repo__mix(h, repo__version_sig(dir, v[i]));
-        if (v[i] == version) {
-            at = i;
-            sig = h; /* the prefix signature, as scan computes it */
-        }
-    }
-    free(v);
-    if (at < 0)
-        return n < 0 ? (int)n : -ENOENT;
+    uint64_t sig = 0;
+    int found = version_sig(dir, version, &sig);
+    if (found != 0)
+        return found;
 
     pthread_mutex_lock(&R.lock);
     int rc;
+    bool kept = false;
     uint64_t from;
     struct repo_model *r = repo__find(model);
     if (!r) {
@@ -180,31 +259,24 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     }
     if (server_model_activate_kept(R.srv, model, version, &from) == 0) {
         rc = 0;
+        kept = true;
         goto out;
     }
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
-    loader_job_t job = {.name = r->model,
-                        .dir = path,
-                        .version = version,
-                        .open = repo__open,
-                        .open_arg = r,
-                        .done = repo__load_ended,
-                        .done_arg = r};
-    r->loading = version;
-    r->loading_sig = sig;
-    rc = loader_submit_job(&job, st);
+    rc = admin_queue_load(r, dir, version, sig, st);
     if (rc == 0) {
         rc = 1;
         LOG(LL_INFO,
             "repo: load %" PRIu64 " of %s version %" PRIu64 " queued (activated by the "
             "admin; pinned)",
             st->id, model, version);
-    } else {
-        r->loading = 0;
     }
 out:
     pthread_mutex_unlock(&R.lock);
+    if (kept) {
+        uint64_t exported[ONLINE_EXPORT_OWN_MAX]; /* pinned below them: void, not refused */
+        (void)online_export_drop(model, version, exported, ONLINE_EXPORT_OWN_MAX);
+        reload_if_trained(model, version);
+    }
     return rc;
 }
 

@@ -10,6 +10,12 @@
  *   active = 5:  overlay(8) over the active model         (memory of the delta)
  *   else:        load 3, apply 5 and 8, wrap as a model   (memory of a full load)
  *
+ * The online trainer's own exports of the active version (online.h:
+ * online_export_is_own) are neither: their values are in the active
+ * store already (the trainer wrote them, and more since), so the version
+ * is the active model relabelled (model_derive, no overlay, no fold that
+ * would write the export's older values over the newer live ones).
+ *
  * THREAD SAFETY
  *   Runs on the loader thread; touches no watcher state but the metrics
  *   (repo__note_apply, under the repository's lock).  Several models'
@@ -21,6 +27,7 @@
 
 #include "log.h"
 #include "model/overlay.h"
+#include "online.h"
 #include "store/delta.h"
 
 #include <errno.h>
@@ -72,7 +79,19 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
             keys += store_delta_info(d[i])->upserts + store_delta_info(d[i])->deletes;
     }
     uint64_t t1 = now_ns();
-    if (rc == 0)
+    bool own = rc == 0 && model_overlays(act->model, NULL) == 0;
+    for (uint32_t i = 0; own && i < n; i++)
+        own = online_export_is_own(model, chain->versions[at + 1 + i],
+                                   store_delta_info(d[i])->producer);
+    if (own) { /* the online trainer's own exports: the live store holds them already */
+        store_meta_t meta = *model_meta(act->model);
+        meta.version = store_delta_info(d[n - 1])->meta.version;
+        meta.created_unix = store_delta_info(d[n - 1])->meta.created_unix;
+        rc = model_derive(act->model, &meta, NULL, 0, model_key_count(act->model), &m);
+        if (rc != 0)
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory for version %" PRIu64,
+                                 meta.version);
+    } else if (rc == 0)
         rc = model_apply_deltas(act->model, d, n, &m, err);
     for (uint32_t i = 0; d && i < n; i++)
         store_delta_close(d[i]);
@@ -92,8 +111,11 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
             double s = (double)(t2 - t0) * 1e-9;
             LOG(LL_INFO,
                 "repo: version %" PRIu64 " = version %" PRIu64 " + %u delta(s), %" PRIu64
-                " keys as an overlay in %.3f s (read and verified %.3f s; %.1f M keys/s)",
-                chain->versions[chain->n - 1], am->version, n, keys, s, (double)(t1 - t0) * 1e-9,
+                " keys %s in %.3f s (read and verified %.3f s; %.1f M keys/s)",
+                chain->versions[chain->n - 1], am->version, n, keys,
+                own ? "exported by the online trainer: its live store, relabelled"
+                    : "as an overlay",
+                s, (double)(t1 - t0) * 1e-9,
                 s > 0 ? (double)keys / s * 1e-6 : 0.0);
             repo__note_apply(keys, s);
         }

@@ -97,6 +97,7 @@ typedef struct server_config {
     int online_max_samples_per_s; /* per model, 0 = no cap */
     char sample_log_dir[1024]; /* TRAIN/FEEDBACK samples logged before acknowledged ("" = none) */
     int sample_log_sync_ms;    /* fdatasync of the sample log at most this often */
+    int online_export_ms;      /* with --model-repo: online updates exported this often (0 = off) */
     int impression_log_mib;    /* PREDICTs flagged LOG kept for FEEDBACK, in MiB */
     int impression_window_ms;  /* how long an impression waits for its feedback */
     bool impression_negatives; /* items without feedback in the window are learned as negatives */

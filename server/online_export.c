@@ -1,0 +1,742 @@
+/*
+ * online_export.c — the online updates of a model exported as delta
+ * versions into its repository (online.h: EXPORTS), so that a restart, a
+ * replica or an operator finds them there, and the sample log can be
+ * trimmed behind them.
+ *
+ *   trainer thread                                export thread (one per model)
+ *   step ─ mark(keys) ─> dirty set (bounded)
+ *   tick: due? ─ writer lock: keys -> values ─ job ─> delta <repo>/<m>/<v+1>/
+ *                (lookups, no write)                  (begin, put, commit: tmp
+ *                                                      dir, rename, MANIFEST last)
+ *   watcher ─ chain loader: own export of the active version ─> model_derive
+ *             (same base store, new meta: no copy, no fold, no value changes)
+ *   attach: own export above its version ─> adopt: trainer.state, trim the log
+ *
+ * THE DIRTY SET: an open-addressed table of DIRTY_KEYS keys in 2x slots,
+ * allocated once when the trainer starts; a step adds its ids (and the
+ * bias, MODEL_BIAS_ID) with no allocation.  Past DIRTY_EARLY keys the
+ * export is due at once; if the set still fills (the export thread busy or
+ * failing), marking stops and the next export carries EVERY key of the
+ * store (a "full diff" as a delta: the trainer never deletes a key, so
+ * upserting every key is exact and needs no copy of the parent to diff
+ * against).  The hand-over looks the keys up under the model's writer
+ * lock, which the trainer alone takes to write: the values are exactly the
+ * trainer's after the records below the position recorded, and the write
+ * itself (fsyncs) runs on the export thread with no lock the trainer or
+ * the workers wait for.
+ *
+ * THE POSITION: the delta's producer (a manifest field, so it is published
+ * with the version atomically, with no sidecar file to write first or to
+ * miss) is "tlserve-online log=P id=X": every sample-log record below P is
+ * in the version; X is this process's random id, so the chain loader tells
+ * its own exports (served from the live store as they are) from anyone
+ * else's (a restarted server's: loaded from the files).  A restart
+ * (online__export_restart) replays the log from P when the active version
+ * is such an export, whether or not trainer.state was rewritten before a
+ * kill.
+ *
+ * LINEAGE: an export's parent is the newest version of the trainer's
+ * lineage (head: the version it attached to, then each export); its
+ * number is the repository's highest + 1 (above our own exports a
+ * rollback replaced, too).  A highest version above head that is not ours
+ * (an offline producer's) makes the export wait (FAILED, retried
+ * every tick, keys kept) until that version goes live and the trainer
+ * starts over, which drops the set: its updates were learned into a
+ * version being replaced, as without exports.  A reset (a new version) and
+ * a rollback (online_export_drop) bump the epoch under the commit lock, so
+ * a job of the old lineage is never committed after them; that is the one
+ * place the trainer (in attach, q->lock held) waits for a write under way.
+ * A rollback also voids this process's exports past its target: the
+ * repository refuses them as rolled back, and the next export is numbered
+ * above them with the rolled-back-to version as its parent.
+ *
+ * CHAIN LENGTH: every export adds a link; a chain is refused past
+ * STORE_CHAIN_MAX links, so a server exporting every 10 s needs a full
+ * version (an offline one, or tlsnap) within about 11 hours.
+ *
+ * FAILURES (a full disk, an unwritable repository): an ERROR line per try
+ * (one a tick), counted; the job's keys go back into the set at the next tick and are
+ * exported with fresh values; nothing acknowledged is lost meanwhile, the
+ * sample log is trimmed only behind an export that went live.
+ *
+ * THREAD SAFETY: the set, next_pos and due_ms are the trainer thread's.
+ * state and the job are under e->lock (the job is the export thread's
+ * while BUSY, the trainer's otherwise); head and epoch under e->commit,
+ * which the export thread holds across a commit.  The registry of own
+ * exports (OWN) has its own leaf lock: the chain loader's thread asks it.
+ */
+#define _GNU_SOURCE
+#include "online_impl.h"
+
+#include "log.h"
+#include "model/model.h"
+#include "model/overlay.h"
+#include "store/delta.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define G online__G
+#define DIRTY_BITS 21
+#define DIRTY_SLOTS (1u << DIRTY_BITS)
+#define DIRTY_KEYS (DIRTY_SLOTS / 2) /* keys tracked between two exports */
+#define DIRTY_EARLY (DIRTY_KEYS / 2) /* past it an export is due at once */
+
+enum { EXP_IDLE, EXP_PENDING, EXP_BUSY, EXP_FAILED };
+
+struct export_job {
+    uint64_t *keys; /* n keys, */
+    float *vals;    /* n * K values */
+    uint8_t *found; /* lookup scratch */
+    size_t n, cap;
+    uint32_t K;
+    store_delta_layout_t layout;
+    uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
+    bool all;                    /* every key of the store (the set had overflowed) */
+};
+
+struct online_export {
+    /* the trainer thread's */
+    uint64_t *slots; /* DIRTY_SLOTS keys, 0 = empty (key 0 is has_zero) */
+    size_t count;    /* keys in slots, has_zero included */
+    bool has_zero, overflow;
+    uint64_t next_pos; /* records below it learned */
+    uint64_t due_ms;   /* the timer's next export */
+    /* state and job: lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int state; /* EXP_* */
+    bool stop;
+    struct export_job job;
+    /* lineage: commit (held by the export thread across a commit) */
+    pthread_mutex_t commit;
+    uint64_t head, epoch;
+    pthread_t thread;
+    bool stale_said;   /* the trainer's: "waiting for the reload" logged */
+    online_model_t *q; /* counters; outlives e */
+    char model_dir[1100];
+};
+
+/* ---- the registry of this process's exports ------------------------------------- */
+
+static struct {
+    pthread_mutex_t lock;
+    uint64_t id; /* this process's export id (0: not drawn yet) */
+    struct own_model {
+        char model[64];
+        unsigned next;                          /* ring index */
+        uint64_t version[ONLINE_EXPORT_OWN_MAX]; /* 0: empty */
+        uint64_t pos[ONLINE_EXPORT_OWN_MAX];
+        bool void_[ONLINE_EXPORT_OWN_MAX]; /* dropped by a rollback: written by us, not served */
+    } m[ONLINE_MODELS_MAX];
+} OWN = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* OWN.lock held. */
+static struct own_model *own_find(const char *model, bool add)
+{
+    for (unsigned i = 0; i < ONLINE_MODELS_MAX; i++) {
+        if (strcmp(OWN.m[i].model, model) == 0)
+            return &OWN.m[i];
+        if (!OWN.m[i].model[0]) {
+            if (!add)
+                return NULL;
+            snprintf(OWN.m[i].model, sizeof OWN.m[i].model, "%s", model);
+            return &OWN.m[i];
+        }
+    }
+    return NULL;
+}
+
+static uint64_t own_id(void)
+{
+    pthread_mutex_lock(&OWN.lock);
+    while (OWN.id == 0) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ online__now_ns();
+        OWN.id = r;
+    }
+    uint64_t id = OWN.id;
+    pthread_mutex_unlock(&OWN.lock);
+    return id;
+}
+
+static void producer_of(uint64_t pos, char out[STORE_PRODUCER_MAX])
+{
+    snprintf(out, STORE_PRODUCER_MAX, ONLINE_EXPORT_PRODUCER " log=%" PRIu64 " id=%016" PRIx64,
+             pos, own_id());
+}
+
+static void own_add(const char *model, uint64_t version, uint64_t pos)
+{
+    pthread_mutex_lock(&OWN.lock);
+    struct own_model *o = own_find(model, true);
+    if (o) {
+        unsigned at = o->next;
+        for (unsigned i = 0; i < ONLINE_EXPORT_OWN_MAX; i++)
+            if (o->version[i] == version)
+                at = i; /* a retry of the same number */
+        o->version[at] = version;
+        o->pos[at] = pos;
+        o->void_[at] = false;
+        if (at == o->next)
+            o->next = (o->next + 1) % ONLINE_EXPORT_OWN_MAX;
+    }
+    pthread_mutex_unlock(&OWN.lock);
+}
+
+/* 1 with *pos when version is one of model's own exports (void ones too
+ * when with_void). */
+static int own_pos_ex(const char *model, uint64_t version, uint64_t *pos, bool with_void)
+{
+    int found = 0;
+    pthread_mutex_lock(&OWN.lock);
+    struct own_model *o = own_find(model, false);
+    for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX && !found; i++)
+        if (o->version[i] == version && (with_void || !o->void_[i])) {
+            *pos = o->pos[i];
+            found = 1;
+        }
+    pthread_mutex_unlock(&OWN.lock);
+    return found;
+}
+
+static int own_pos(const char *model, uint64_t version, uint64_t *pos)
+{
+    return own_pos_ex(model, version, pos, false);
+}
+
+int online_export_is_own(const char *model, uint64_t version, const char *producer)
+{
+    uint64_t pos;
+    char mine[STORE_PRODUCER_MAX];
+    if (!own_pos(model, version, &pos))
+        return 0;
+    producer_of(pos, mine);
+    return strcmp(mine, producer) == 0;
+}
+
+size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
+{
+    uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < nm; i++) {
+        online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        struct online_export *e = q && strcmp(q->name, model) == 0 ? q->exp : NULL;
+        if (e) {
+            pthread_mutex_lock(&e->commit);
+            e->epoch++; /* the trainer's next reset sets head */
+            pthread_mutex_unlock(&e->commit);
+        }
+    }
+    size_t n = 0;
+    pthread_mutex_lock(&OWN.lock);
+    struct own_model *o = own_find(model, false);
+    for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX; i++)
+        if (o->version[i] > to && !o->void_[i]) {
+            if (n < cap)
+                out[n++] = o->version[i];
+            o->void_[i] = true;
+        }
+    pthread_mutex_unlock(&OWN.lock);
+    return n;
+}
+
+/* ---- the dirty set (trainer thread) ---------------------------------------------- */
+
+static inline void dirty_add(struct online_export *e, uint64_t key)
+{
+    if (key == 0) {
+        e->count += !e->has_zero;
+        e->has_zero = true;
+        return;
+    }
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - DIRTY_BITS));
+    for (;;) {
+        uint64_t k = e->slots[i];
+        if (k == key)
+            return;
+        if (k == 0)
+            break;
+        i = (i + 1) & (DIRTY_SLOTS - 1);
+    }
+    if (e->count >= DIRTY_KEYS) {
+        e->overflow = true; /* the next export carries every key */
+        return;
+    }
+    e->slots[i] = key;
+    e->count++;
+}
+
+/* Marks ids[0..n), the slots prefetched a group ahead (a block's ids land
+ * at random slots of a table larger than the caches). */
+static void dirty_add_block(struct online_export *e, const uint64_t *ids, uint32_t n)
+{
+    enum { AHEAD = 16 };
+    for (uint32_t j = 0; j < n && j < AHEAD; j++)
+        __builtin_prefetch(&e->slots[(ids[j] * 0x9E3779B97F4A7C15ull) >> (64 - DIRTY_BITS)], 1);
+    for (uint32_t j = 0; j < n; j++) {
+        if (j + AHEAD < n)
+            __builtin_prefetch(
+                &e->slots[(ids[j + AHEAD] * 0x9E3779B97F4A7C15ull) >> (64 - DIRTY_BITS)], 1);
+        dirty_add(e, ids[j]);
+    }
+}
+
+void online__export_mark(online_model_t *q, const codec_train_t *req)
+{
+    struct online_export *e = q->exp;
+    if (!e || e->overflow)
+        return;
+    dirty_add(e, MODEL_BIAS_ID);
+    dirty_add_block(e, req->shared.ids, req->shared.n);
+    for (uint32_t i = 0; i < req->samples; i++)
+        dirty_add_block(e, req->sample[i].ids, req->sample[i].n);
+}
+
+void online__export_learned(online_model_t *q, uint64_t next_pos)
+{
+    if (q->exp)
+        q->exp->next_pos = next_pos;
+}
+
+static void dirty_clear(struct online_export *e)
+{
+    if (e->count > 0)
+        memset(e->slots, 0, DIRTY_SLOTS * sizeof *e->slots);
+    e->count = 0;
+    e->has_zero = e->overflow = false;
+}
+
+/* ---- the export thread ------------------------------------------------------------ */
+
+/* The highest version in dir: 0 when none, or -errno. */
+static int64_t highest_version(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    uint64_t top = 0, v;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (!store_version_is_temp(de->d_name) && store_version_parse(de->d_name, &v) && v > top)
+            top = v;
+    closedir(d);
+    return top > INT64_MAX ? -EOVERFLOW : (int64_t)top;
+}
+
+/* Writes e->job as the next version.  0 written; else -errno with why. */
+static int write_job(struct online_export *e, uint64_t *version, char *why, size_t why_len)
+{
+    struct export_job *j = &e->job;
+    store_error_t err = {0};
+    store_delta_writer_t *w = NULL;
+    char producer[STORE_PRODUCER_MAX], dir[1200];
+    int rc = 0;
+    pthread_mutex_lock(&e->commit);
+    if (j->epoch != e->epoch) {
+        snprintf(why, why_len, "the trainer started over on another version");
+        rc = -ESTALE;
+        goto out;
+    }
+    int64_t top = highest_version(e->model_dir);
+    if (top < 0) {
+        rc = (int)top;
+        snprintf(why, why_len, "cannot list %s: %s", e->model_dir, strerror(-rc));
+        goto out;
+    }
+    uint64_t own_top;
+    if ((uint64_t)top > e->head && !own_pos_ex(e->q->name, (uint64_t)top, &own_top, true)) {
+        snprintf(why, why_len, "version %" PRId64 " appeared above %" PRIu64 " (another "
+                 "producer's): waiting for it to go live", top, e->head);
+        rc = -EAGAIN;
+        goto out;
+    }
+    *version = (uint64_t)top + 1;
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, e->model_dir, *version);
+    producer_of(j->pos, producer);
+    own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
+    rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
+    for (size_t i = 0; rc == 0 && i < j->n; i++)
+        rc = store_delta_put(w, j->keys[i], j->vals + i * j->K);
+    if (rc == 0) {
+        rc = store_delta_commit(w, &err); /* frees w */
+        w = NULL;
+    }
+    if (rc == 0)
+        e->head = *version;
+    else
+        snprintf(why, why_len, "%s", err.msg[0] ? err.msg : strerror(-rc));
+out:
+    pthread_mutex_unlock(&e->commit);
+    store_delta_abort(w);
+    return rc;
+}
+
+static void *export_main(void *arg)
+{
+    struct online_export *e = arg;
+    online_model_t *q = e->q;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (e->state != EXP_PENDING && !e->stop)
+            pthread_cond_wait(&e->cond, &e->lock);
+        if (e->state != EXP_PENDING)
+            break;
+        e->state = EXP_BUSY;
+        pthread_mutex_unlock(&e->lock);
+        char why[1600] = "";
+        uint64_t version = 0, t0 = online__now_ns();
+        int rc = write_job(e, &version, why, sizeof why);
+        double s = (double)(online__now_ns() - t0) * 1e-9;
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&q->exports, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&q->export_keys, e->job.n, memory_order_relaxed);
+            atomic_store_explicit(&q->export_version, version, memory_order_relaxed);
+            atomic_store_explicit(&q->export_pos, e->job.pos, memory_order_relaxed);
+            LOG(LL_INFO, "online: model '%s': online updates exported as version %" PRIu64
+                " (delta of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
+                ") in %.3f s", q->name, version, e->job.parent, e->job.n,
+                e->job.all ? ": every key" : "", e->job.pos, s);
+        } else if (rc == -ESTALE) {
+            LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
+                "dropped: %s", q->name, e->job.parent, why);
+        } else {
+            atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
+            LOG(LL_ERROR, "online: model '%s': the export of the online updates (%zu keys, "
+                "sample log below position %" PRIu64 ") failed: %s; training goes on, the "
+                "export is retried at the next tick, the sample log keeps the samples",
+                q->name, e->job.n, e->job.pos, why);
+        }
+        pthread_mutex_lock(&e->lock);
+        e->state = rc == 0 || rc == -ESTALE ? EXP_IDLE : EXP_FAILED;
+        pthread_cond_broadcast(&e->cond);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- the trainer's side ----------------------------------------------------------- */
+
+int online__export_init(online_model_t *q)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (c->online_export_ms <= 0 || !c->model_repo[0])
+        return 0;
+    if (c->bus_servers[0]) {
+        LOG(LL_WARN, "online: model '%s': --online-export-ms is not supported with the bus yet "
+            "(several replicas would write one repository): no exports", q->name);
+        return 0;
+    }
+    struct online_export *e = calloc(1, sizeof *e);
+    uint64_t *slots = calloc(DIRTY_SLOTS, sizeof *slots);
+    if (!e || !slots) {
+        free(e);
+        free(slots);
+        LOG(LL_ERROR, "online: model '%s': no memory for the export's key set: no exports",
+            q->name);
+        return -ENOMEM;
+    }
+    e->slots = slots;
+    e->q = q;
+    e->due_ms = online__now_ns() / 1000000 + (uint64_t)c->online_export_ms;
+    snprintf(e->model_dir, sizeof e->model_dir, "%s/%s", c->model_repo, q->name);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->commit, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    if (pthread_create(&e->thread, NULL, export_main, e) != 0) {
+        pthread_mutex_destroy(&e->lock);
+        pthread_mutex_destroy(&e->commit);
+        pthread_cond_destroy(&e->cond);
+        free(slots);
+        free(e);
+        LOG(LL_ERROR, "online: model '%s': cannot start the export thread: no exports",
+            q->name);
+        return -EAGAIN;
+    }
+    pthread_setname_np(e->thread, "tl-export");
+    (void)own_id();
+    q->exp = e;
+    return 0;
+}
+
+bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
+{
+    uint64_t pos;
+    if (!q->exp || meta->version <= q->att_version || !own_pos(q->name, meta->version, &pos))
+        return false;
+    q->att_version = meta->version;
+    q->att_created = meta->created_unix;
+    atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
+    if (q->slog) {
+        int rc = online__state_write(q->slog_dir, meta->version, meta->created_unix, pos);
+        if (rc != 0)
+            LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart replays from "
+                "the export's position all the same", q->slog_dir, strerror(-rc));
+        (void)sample_log_trim(q->slog, pos); /* under q->lock: see attach */
+    }
+    LOG(LL_INFO, "online: model '%s' serves its own export, version %" PRIu64 ", and learns on "
+        "(optimizer state kept)", q->name, meta->version);
+    return true;
+}
+
+void online__export_reset(online_model_t *q, const store_meta_t *meta)
+{
+    struct online_export *e = q->exp;
+    atomic_store_explicit(&q->trained_store, (const void *)q->attached, memory_order_release);
+    if (!e)
+        return;
+    e->stale_said = false;
+    pthread_mutex_lock(&e->commit); /* waits for a commit under way */
+    e->epoch++;
+    e->head = meta->version;
+    pthread_mutex_unlock(&e->commit);
+    pthread_mutex_lock(&e->lock);
+    if (e->state == EXP_FAILED)
+        e->state = EXP_IDLE; /* its keys were of the version replaced */
+    pthread_mutex_unlock(&e->lock);
+    dirty_clear(e);
+    e->due_ms = online__now_ns() / 1000000 + (uint64_t)G.srv->cfg.online_export_ms;
+}
+
+void online__export_restart(online_model_t *q, const model_t *m)
+{
+    if (!q->exp || !q->replay_pending)
+        return;
+    const store_meta_t *meta = model_meta(m);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
+    store_delta_t *d = NULL;
+    store_error_t err;
+    uint64_t pos;
+    if (store_delta_open(dir, &d, &err) != 0)
+        return; /* a full version, or unreadable: trainer.state decides */
+    const store_delta_info_t *in = store_delta_info(d);
+    if (in->meta.created_unix == meta->created_unix &&
+        online_export_producer_pos(in->producer, &pos) && pos <= q->replay_end &&
+        pos >= sample_log_first_pos(q->slog)) {
+        if (q->replay_version != meta->version || q->replay_from != pos)
+            LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is an online export covering "
+                "the sample log below %" PRIu64 ": replayed from there", q->name, meta->version,
+                pos);
+        q->replay_version = meta->version;
+        q->replay_created = meta->created_unix;
+        q->replay_from = pos;
+    }
+    store_delta_close(d);
+}
+
+static int collect_row(void *ctx, uint64_t key, const float *value)
+{
+    struct export_job *j = ctx;
+    if (j->n == j->cap)
+        return 1; /* grew meanwhile: impossible with one writer, but never overrun */
+    j->keys[j->n] = key;
+    memcpy(j->vals + j->n * j->K, value, j->K * sizeof *value);
+    j->n++;
+    return 0;
+}
+
+/* Sizes the job for n keys of K floats: 0 or -ENOMEM (the job unchanged). */
+static int job_reserve(struct export_job *j, size_t n, uint32_t K)
+{
+    if (n <= j->cap && K == j->K)
+        return 0;
+    size_t cap = n < 1024 ? 1024 : n;
+    uint64_t *k = malloc(cap * sizeof *k);
+    float *v = malloc(cap * K * sizeof *v);
+    uint8_t *f = malloc(cap);
+    if (!k || !v || !f) {
+        free(k);
+        free(v);
+        free(f);
+        return -ENOMEM;
+    }
+    free(j->keys);
+    free(j->vals);
+    free(j->found);
+    j->keys = k;
+    j->vals = v;
+    j->found = f;
+    j->cap = cap;
+    j->K = K;
+    return 0;
+}
+
+/* Builds the job from the set and hands it to the export thread: 1 handed
+ * over, 0 not now (the thread busy, a version change pending, nothing
+ * dirty). */
+static int hand_over(online_model_t *q)
+{
+    struct online_export *e = q->exp;
+    struct export_job *j = &e->job;
+    pthread_mutex_lock(&e->lock);
+    int st = e->state;
+    pthread_mutex_unlock(&e->lock);
+    if (st == EXP_PENDING || st == EXP_BUSY)
+        return 0;
+    if (st == EXP_FAILED) { /* its keys are dirty again; exported with fresh values */
+        if (j->all)
+            e->overflow = true;
+        for (size_t i = 0; i < j->n && !e->overflow; i++)
+            dirty_add(e, j->keys[i]);
+        j->n = 0;
+        pthread_mutex_lock(&e->lock);
+        e->state = EXP_IDLE;
+        pthread_mutex_unlock(&e->lock);
+    }
+    if (e->count == 0 && !e->overflow)
+        return 0;
+    server_slot_t *ms = server_slot_named(G.srv, q->name);
+    if (!ms)
+        return 0;
+    int handed = 0;
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, q->name);
+    const store_meta_t *meta = sm ? model_meta(sm->model) : NULL;
+    if (sm && q->t && model_store(sm->model) == q->attached &&
+        meta->version != q->att_version) { /* its last export went live: take it up now */
+        pthread_mutex_lock(&q->lock);
+        (void)online__export_adopt(q, meta);
+        pthread_mutex_unlock(&q->lock);
+    }
+    if (!sm || model_overlays(sm->model, NULL) > 0 || model_store(sm->model) != q->attached ||
+        meta->version != q->att_version || meta->created_unix != q->att_created)
+        goto out; /* a version change pending: attach decides first */
+    const store_t *s = model_store(sm->model);
+    uint32_t K = store_value_floats(s);
+    size_t n = e->overflow ? (size_t)store_count(s) : e->count;
+    if (job_reserve(j, n, K) != 0) {
+        atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
+        LOG(LL_ERROR, "online: model '%s': no memory to export %zu keys; retried at the next "
+            "tick", q->name, n);
+        goto out;
+    }
+    j->n = 0;
+    if (e->overflow) {
+        for (uint32_t sh = 0; sh < store_shards(s); sh++)
+            (void)store_foreach(s, sh, collect_row, j);
+    } else {
+        if (e->has_zero)
+            j->keys[j->n++] = 0;
+        for (size_t i = 0; i < DIRTY_SLOTS && j->n < n; i++)
+            if (e->slots[i])
+                j->keys[j->n++] = e->slots[i];
+        store_lookup_batch(s, j->keys, j->n, j->vals, j->found);
+        size_t w = 0; /* a key marked but never written (a refused step) stays out */
+        for (size_t i = 0; i < j->n; i++)
+            if (j->found[i]) {
+                j->keys[w] = j->keys[i];
+                memmove(j->vals + w * K, j->vals + i * K, K * sizeof *j->vals);
+                w++;
+            }
+        j->n = w;
+    }
+    store_delta_layout_of(s, meta, &j->layout);
+    j->all = e->overflow;
+    j->pos = e->next_pos;
+    pthread_mutex_lock(&e->commit);
+    j->parent = e->head;
+    j->epoch = e->epoch;
+    pthread_mutex_unlock(&e->commit);
+    dirty_clear(e);
+    pthread_mutex_lock(&e->lock);
+    e->state = EXP_PENDING;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    handed = 1;
+out:
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    return handed;
+}
+
+int online_store_trained(const char *model, const void *store)
+{
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        const online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (q && strcmp(q->name, model) == 0)
+            return store && atomic_load_explicit(&q->trained_store, memory_order_acquire) == store;
+    }
+    return 0;
+}
+
+bool online__export_stale(online_model_t *q, const model_t *m)
+{
+    struct online_export *e = q->exp;
+    const store_meta_t *meta = model_meta(m);
+    uint64_t pos;
+    if (!e || !q->t || model_store(m) != q->attached ||
+        (meta->version == q->att_version && meta->created_unix == q->att_created) ||
+        (meta->version > q->att_version && own_pos(q->name, meta->version, &pos)))
+        return false;
+    if (!e->stale_said)
+        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " went live again on the store the "
+            "trainer wrote (a rollback): learning waits for its reload from the repository",
+            q->name, meta->version);
+    e->stale_said = true;
+    return true;
+}
+
+bool online__export_due(const online_model_t *q)
+{
+    const struct online_export *e = q->exp;
+    return e && (e->count >= DIRTY_EARLY || e->overflow ||
+                 (e->count > 0 && online__now_ns() / 1000000 >= e->due_ms));
+}
+
+void online__export_tick(online_model_t *q)
+{
+    struct online_export *e = q->exp;
+    if (!online__export_due(q))
+        return;
+    uint64_t ms = online__now_ns() / 1000000;
+    if (hand_over(q) || ms >= e->due_ms)
+        e->due_ms = ms + (uint64_t)G.srv->cfg.online_export_ms;
+}
+
+/* Waits until the export thread holds no job. */
+static void wait_idle(struct online_export *e)
+{
+    pthread_mutex_lock(&e->lock);
+    while (e->state == EXP_PENDING || e->state == EXP_BUSY)
+        pthread_cond_wait(&e->cond, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void online__export_stop(online_model_t *q)
+{
+    struct online_export *e = q->exp;
+    if (!e)
+        return;
+    wait_idle(e);
+    if (hand_over(q))
+        wait_idle(e);
+    pthread_mutex_lock(&e->lock);
+    bool failed = e->state == EXP_FAILED;
+    e->stop = true;
+    pthread_cond_signal(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    if (failed || e->count > 0 || e->overflow)
+        LOG(LL_ERROR, "online: model '%s': the online updates since version %" PRIu64 " were "
+            "not exported at shutdown; the sample log keeps their samples", q->name, e->head);
+    pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->commit);
+    pthread_cond_destroy(&e->cond);
+    free(e->job.keys);
+    free(e->job.vals);
+    free(e->job.found);
+    free(e->slots);
+    free(e);
+    q->exp = NULL;
+}

@@ -1,0 +1,291 @@
+"""Online updates exported into the model repository (--online-export-ms), and what relies on them.
+
+tlserve --model-repo REPO --online learns TRAIN frames into the served version and, on a timer
+and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (producer
+"tlserve-online log=P ..."):
+- the export goes live without the trainer starting over (tlserve_online_resets_total stays 1)
+  and the version keeps counting up while it learns;
+- after SIGTERM, a plain tlserve on the repository (the chain: full + the exports) scores float
+  for float as the online server did before it stopped: the exports hold exactly the live
+  weights;
+- kill -9 after some exports and more acknowledged frames, restart: the server loads the chain
+  and learns its sample log again from the position the newest export covers.  It then equals,
+  float for float, a server that loaded the same chain and learned the same frames (those from
+  that position on).  Not a server that never crashed: FTRL's z and n are not in the exported
+  weights, so a restart starts them afresh from the served weights, as on any new version;
+- rollback after an export drops the online updates: the served scores are the rolled-back-to
+  version's files' scores, exactly;
+- an export that cannot be written is an ERROR line and a counted failure; training goes on and
+  the next tick exports.
+
+Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_export.py
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+import unittest
+
+import harness
+import tlserve
+from harness import TLSERVE, TLSYNTH, Server, gen_model, model_key, require
+from tlserve.wire import MsgType
+
+TOKEN = "online-export-token"
+SEED = 41
+M = "ctr"
+
+
+def sample(j):
+    """A shared block and one item block of the model's keys."""
+    shared = sorted(model_key(i, SEED) for i in range(30))
+    item = sorted(model_key(1000 + 10 * j + i, SEED) for i in range(10))
+    return shared, item
+
+
+def frame(k):
+    shared, item = sample(k % 37)
+    return shared, [(float(k % 3 == 0), item), (float(k % 5 == 0), sample(k % 11)[1])]
+
+
+PROBES = [sample(j) for j in range(40)]
+
+
+def versions(repo):
+    d = os.path.join(repo, M)
+    return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+
+
+class OnlineExport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require(TLSERVE, TLSYNTH)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tl_oexport_")
+        self.repo = os.path.join(self.tmp, "repo")
+        gen_model(os.path.join(self.repo, M, "1"), 20000, M, seed=SEED)
+        self.logs = os.path.join(self.tmp, "samples")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def serve(self, *args, repo=None, **kw):
+        # loads at nice +10, not SCHED_IDLE: a busy CI machine must not starve the reloads
+        s = Server(None, "--model-repo", repo or self.repo, "--gate-sample", "0",
+                   "--guard-window-ms", "0", "--load-sched-idle=false", *args, **kw)
+        self.servers.append(s)
+        return s
+
+    def online(self, export_ms=200, repo=None, **kw):
+        return self.serve("--online", "--sample-log-dir", self.logs, "--online-export-ms",
+                          str(export_ms), repo=repo, **kw)
+
+    def wait_metric(self, s, name, want, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = s.metric(name)
+            if got >= want:
+                return got
+            time.sleep(0.02)
+        self.fail("%s stayed at %s, wanted %s: %s" % (name, s.metric(name), want, s.output()))
+
+    def wait_version(self, c, want, timeout=20):
+        deadline = time.monotonic() + timeout
+        shared, item = PROBES[0]
+        while True:
+            v = c.predict(M, shared, [item]).version
+            if v >= want:
+                return v
+            self.assertLess(time.monotonic(), deadline, "version %d never went live" % want)
+            time.sleep(0.02)
+
+    def train(self, s, c, frames, first=0):
+        """Sends frames, each acknowledged; waits until all are learned."""
+        for k in range(first, first + frames):
+            shared, samples = frame(k)
+            self.assertEqual(c.train(M, shared, samples), 2)
+        done = 2 * (first + frames)
+        self.wait_metric(s, 'tlserve_online_samples_total{model="%s"}' % M, done)
+
+    @staticmethod
+    def scores(c):
+        return [c.predict(M, sh, [it]).scores for sh, it in PROBES]
+
+    def test_export_goes_live_and_the_trainer_learns_on(self):
+        s = self.online()
+        with s.client() as c:
+            self.train(s, c, 60)
+            self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
+            v = self.wait_version(c, 2)
+            self.train(s, c, 60, first=60)
+            self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 2)
+            self.wait_version(c, v + 1)
+            self.train(s, c, 5, first=120)  # learned into the export now live
+        self.assertEqual(s.metric('tlserve_online_resets_total{model="%s"}' % M), 1,
+                         "an own export made the trainer start over")
+        self.assertGreaterEqual(s.metric('tlserve_online_version{model="%s"}' % M), v + 1)
+        self.assertEqual(s.metric('tlserve_online_export_failures_total{model="%s"}' % M), 0)
+        # the timer exports the last frames too (the sample-log position after frame 124)
+        self.wait_metric(s, 'tlserve_online_export_position{model="%s"}' % M, 125)
+        self.assertEqual(s.metric('tlserve_online_export_position{model="%s"}' % M), 125)
+        self.assertGreater(s.metric('tlserve_online_export_keys_total{model="%s"}' % M), 0)
+        self.assertEqual(s.metric('tlserve_online_export_version{model="%s"}' % M),
+                         versions(self.repo)[-1])
+        self.assertIn("relabelled", s.output())
+
+    def test_sigterm_exports_exactly_the_live_weights(self):
+        s = self.online(export_ms=60000)  # the timer never fires: SIGTERM's export alone
+        with s.client() as c:
+            before = self.scores(c)
+            self.train(s, c, 80)
+            live = self.scores(c)
+        self.assertNotEqual(live, before)
+        self.assertEqual(versions(self.repo), [1])
+        self.assertEqual(s.stop(), 0)
+        self.assertEqual(versions(self.repo), [1, 2])
+        plain = self.serve()
+        with plain.client() as c:
+            self.assertEqual(self.wait_version(c, 2), 2)
+            self.assertEqual(self.scores(c), live)
+
+    def test_kill_9_after_an_export_restarts_from_its_position(self):
+        a = self.online()
+        acked = 0
+        with a.client() as c:
+            self.train(a, c, 50)
+            self.wait_metric(a, 'tlserve_online_exports_total{model="%s"}' % M, 1)
+            self.wait_version(c, 2)
+            acked = 50
+        try:
+            with a.client() as c:
+                rids = []
+                for k in range(50, 400):
+                    shared, samples = frame(k)
+                    rids.append(c.send_train(M, shared, samples))
+                    if k == 300:
+                        os.kill(a.proc.pid, signal.SIGKILL)  # frames still arriving
+                    if k % 8 == 7:
+                        for rid in rids:
+                            c._expect(c.wait_for(rid), MsgType.TRAIN_ACK)
+                            acked += 1
+                        rids = []
+                    if k % 40 == 0:
+                        time.sleep(0.1)  # let a few exports happen meanwhile
+        except (OSError, tlserve.TlserveError):
+            pass
+        a.proc.wait()
+        self.assertGreater(acked, 150)
+        have = versions(self.repo)
+        self.assertGreaterEqual(len(have), 2)
+        frozen = os.path.join(self.tmp, "frozen")  # the chain as the restart finds it
+        shutil.copytree(self.repo, frozen)
+        b = self.online(export_ms=60000)  # no export of its own before the comparison
+        out = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            out = b.output()
+            m = re.search(r"(\d+) samples of positions (\d+)\.\.(\d+) learned again", out)
+            if m:
+                break
+            time.sleep(0.05)
+        self.assertIsNotNone(m, out)
+        n, start, end = (int(g) for g in m.groups())
+        first = self.first_pos
+        # frames [start - first, end - first) were learned again, on the newest export
+        lo, hi = start - first, end - first
+        self.assertEqual(n, 2 * (hi - lo))
+        self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
+        self.assertGreater(lo, 0, "the replay did not start at an export's position")
+        ref = self.serve("--online", "--online-export-ms", "0", repo=frozen)
+        with ref.client() as c:
+            vb = self.wait_version(c, have[-1])
+            self.assertEqual(vb, have[-1])
+            for k in range(lo, hi):
+                shared, samples = frame(k)
+                c.train(M, shared, samples)
+        self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % M, 2 * (hi - lo))
+        with b.client() as cb, ref.client() as cr:
+            self.assertEqual(cb.predict(M, *PROBES[0][:1], [PROBES[0][1]]).version, have[-1])
+            self.assertEqual(self.scores(cb), self.scores(cr))
+
+    first_pos = 0  # the sample log's first position (sample_log.h)
+
+    def test_rollback_drops_the_online_updates(self):
+        s = self.online(token=TOKEN)
+        with s.client() as c:
+            self.train(s, c, 50)
+            self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
+            v = self.wait_version(c, 2)
+            self.train(s, c, 50, first=50)  # more, maybe not exported yet
+            live = self.scores(c)
+            deadline = time.monotonic() + 20
+            while True:  # 409 while the load of a newer export is under way
+                st, _, body = harness.http(s.admin_port, "/v1/models/%s:rollback" % M, "POST",
+                                           b"", {"Authorization": "Bearer " + TOKEN}, timeout=30)
+                if st != 409:
+                    break
+                self.assertLess(time.monotonic(), deadline, body)
+                time.sleep(0.05)
+            self.assertEqual(st, 200, body)
+            answer = json.loads(body)
+            # the kept version shares the store the trainer wrote: it is loaded again
+            deadline = time.monotonic() + 20
+            while True:
+                m = re.search(r"load (\d+) of %s version (\d+) queued: the online trainer" % M,
+                              s.output())
+                if m and ("load %s: %s version %s active" % (m.group(1), M, m.group(2))
+                          in s.output()):
+                    break
+                self.assertLess(time.monotonic(), deadline, s.output())
+                time.sleep(0.05)
+            back = int(m.group(2))
+            self.assertEqual(back, answer["version"])
+            self.assertLess(back, answer["rolled_back"])
+            self.assertEqual(c.predict(M, PROBES[0][0], [PROBES[0][1]]).version, back)
+            rolled = self.scores(c)
+            self.assertNotEqual(rolled, live, "the rollback kept the online updates")
+            # learning goes on from the version rolled back to
+            self.train(s, c, 10, first=100)
+            self.wait_metric(s, 'tlserve_online_resets_total{model="%s"}' % M, 2)
+            # and is exported on top of it, above the versions rolled back
+            top = versions(self.repo)[-1]
+            self.assertEqual(self.wait_version(c, top + 1), top + 1)
+            self.assertIn("version %d (delta of %d" % (top + 1, back), s.output())
+        ref_repo = os.path.join(self.tmp, "ref")
+        shutil.copytree(self.repo, ref_repo)
+        for n in versions(ref_repo):
+            if n > back:
+                shutil.rmtree(os.path.join(ref_repo, M, str(n)))
+        plain = self.serve(repo=ref_repo)
+        with plain.client() as c:
+            self.assertEqual(self.wait_version(c, back), back)
+            self.assertEqual(rolled, self.scores(c))
+
+    def test_a_failed_export_is_retried(self):
+        s = self.online()
+        # a regular file where the export makes its temporary directory: mkdir fails
+        block = os.path.join(self.repo, M, ".tmp-2-%d" % s.proc.pid)
+        with open(block, "w") as f:
+            f.write("in the way\n")
+        with s.client() as c:
+            self.train(s, c, 20)
+            self.wait_metric(s, 'tlserve_online_export_failures_total{model="%s"}' % M, 1)
+            self.assertEqual(s.metric('tlserve_online_exports_total{model="%s"}' % M), 0)
+            self.train(s, c, 20, first=20)  # training goes on
+            os.unlink(block)
+            self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
+            self.wait_version(c, 2)
+        self.assertRegex(s.output(), r"error: online: model 'ctr': the export of the online "
+                                     r"updates .* failed: .*\.tmp-2-")
+
+
+if __name__ == "__main__":
+    unittest.main()
