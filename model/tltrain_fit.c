@@ -219,6 +219,21 @@ out:
     return status;
 }
 
+/* Positive and negative samples of r (read to its end).  0, or 1 (printed). */
+static int count_classes(reader_t *r, uint64_t cls[2])
+{
+    reader_sample_t s;
+    int rc;
+    cls[0] = cls[1] = 0;
+    while ((rc = reader_next(r, &s)) == 1)
+        cls[s.label > 0.5f]++;
+    if (rc < 0) {
+        fprintf(stderr, "tltrain: auto-stop: %s\n", reader_error(r));
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- epochs --------------------------------------------------------------------- */
 
 /* One pass of r into t, then (when score) scores score: one stdout line
@@ -315,21 +330,33 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
     if (!f->auto_stop)
         return final_epochs(f, *model, f->epochs);
     if (f->validation_path) {
+        uint64_t cls[2];
         if ((status = open_validation(f, &val)) != 0)
             goto out;
         status = 1;
-    } else {
-        uint64_t rows[2] = {0, 0};
-        if (hold_out(f, part, rows) != 0)
+        if (count_classes(val, cls) != 0)
             goto out;
-        fprintf(stderr, "tltrain: auto-stop: %llu of %llu lines of %s held out for validation\n",
+        if (cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS)
+            fprintf(stderr, "tltrain: auto-stop: note: %s holds %llu clicks and %llu "
+                            "non-clicks; epochs ranked on fewer than %d of either are noise\n",
+                    f->validation_path, (unsigned long long)cls[1], (unsigned long long)cls[0],
+                    TLTRAIN_FIT_MIN_CLASS);
+    } else {
+        uint64_t rows[2] = {0, 0}, cls[2] = {0, 0};
+        if (hold_out(f, part, rows) != 0 || count_classes(part[1], cls) != 0)
+            goto out;
+        fprintf(stderr,
+                "tltrain: auto-stop: %llu of %llu lines of %s held out for validation (%llu "
+                "clicks, %llu non-clicks)\n",
                 (unsigned long long)rows[1], (unsigned long long)(rows[0] + rows[1]),
-                f->train_path);
-        if (rows[0] == 0 || rows[1] == 0) {
+                f->train_path, (unsigned long long)cls[1], (unsigned long long)cls[0]);
+        if (rows[0] == 0 || cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS) {
             long n = f->fallback_epochs < f->epochs ? f->fallback_epochs : f->epochs;
-            fprintf(stderr, "tltrain: auto-stop: the held-out slice of %s is %s (the file is too "
-                            "small to split): training the fixed %ld epoch%s instead\n",
-                    f->train_path, rows[1] == 0 ? "empty" : "all of it", n, n == 1 ? "" : "s");
+            fprintf(stderr,
+                    "tltrain: auto-stop: off: the held-out slice has fewer than %d clicks or "
+                    "non-clicks, too few to rank epochs (give more data or --validation FILE): "
+                    "training the fixed %ld epoch%s\n",
+                    TLTRAIN_FIT_MIN_CLASS, n, n == 1 ? "" : "s");
             status = final_epochs(f, *model, n);
             goto out;
         }
