@@ -98,8 +98,9 @@ static void usage(FILE *f)
             "                   is measured; training stops after --patience epochs without\n"
             "                   an improvement (> 0.01%%), and a fresh model then learns ALL\n"
             "                   of the training file for the best epoch count E (stderr:\n"
-            "                   'auto-stop: best epoch E of M').  A file too small to hold\n"
-            "                   out any line trains the fixed default epochs instead\n"
+            "                   'auto-stop: best epoch E of M').  When the held-out slice\n"
+            "                   has fewer than 100 clicks or non-clicks (too few to rank\n"
+            "                   epochs), auto-stop is off: --epochs N, else the default above\n"
             "  --validation FILE  auto-stop on FILE instead of a held-out slice (the search\n"
             "                   trains on all of the training file; the best epoch's model\n"
             "                   is kept by retraining E epochs).  Unparsable or empty: exit 2\n"
@@ -534,7 +535,7 @@ int main(int argc, char **argv)
     uint32_t *fields = train_options_fields(&o); /* FFM, DNN: --fields or the data */
     if (fields)
         *fields = fields_given ? dno.fields : 0;
-    const long fixed_epochs = (long)train_default_epochs(&o);
+    const long fixed_epochs = epochs ? epochs : (long)train_default_epochs(&o);
     if (!epochs)
         epochs = auto_stop ? TLTRAIN_FIT_MAX_EPOCHS : fixed_epochs;
     store_meta_t meta = {.model_kind = ops->kind, .version = version};

@@ -351,7 +351,7 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
                 (unsigned long long)rows[1], (unsigned long long)(rows[0] + rows[1]),
                 f->train_path, (unsigned long long)cls[1], (unsigned long long)cls[0]);
         if (rows[0] == 0 || cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS) {
-            long n = f->fallback_epochs < f->epochs ? f->fallback_epochs : f->epochs;
+            long n = f->fallback_epochs;
             fprintf(stderr,
                     "tltrain: auto-stop: off: the held-out slice has fewer than %d clicks or "
                     "non-clicks, too few to rank epochs (give more data or --validation FILE): "

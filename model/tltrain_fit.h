@@ -30,8 +30,9 @@
  *                        when E is the last epoch the search ran).
  *
  * A held-out slice with fewer than TLTRAIN_FIT_MIN_CLASS clicks or
- * non-clicks turns auto-stop off: the fixed default epoch count of the kind
- * (f->fallback_epochs) is trained, saying so on stderr.  Why: the logloss of
+ * non-clicks turns auto-stop off: f->fallback_epochs are trained (tltrain:
+ * --epochs N when given, else the kind's fixed default), saying so on
+ * stderr.  Why: the logloss of
  * a slice with a few dozen clicks moves more from one epoch to the next by
  * chance than by learning (on a 200-line file, a 20-line slice chose 78 LR
  * epochs where 3 are best on the test file), and a model that stops on
@@ -84,7 +85,8 @@ typedef struct tltrain_fit {
     bool auto_stop;              /* false: exactly `epochs` passes, nothing held out */
     const char *validation_path; /* auto-stop: NULL = hold out a slice of train_path */
     long epochs;                 /* fixed: the count; auto-stop: the maximum (>= 1) */
-    long fallback_epochs;        /* auto-stop without a usable slice: this many (>= 1) */
+    long fallback_epochs;        /* auto-stop without a usable slice: this many (>= 1;
+                                  * tltrain: --epochs when given, else the kind's default) */
     long patience;               /* auto-stop: 1..TLTRAIN_FIT_MAX_PATIENCE */
     tltrain_epoch_fn epoch;      /* tltrain's per-epoch training */
     tltrain_eval_fn eval;        /* tltrain's evaluation */
