@@ -87,9 +87,9 @@ static int line_side(const char *head, size_t n, int ended)
     return h % 1000 < TLTRAIN_FIT_HOLDOUT_PERMILLE ? SIDE_VALID : SIDE_TRAIN;
 }
 
-static int is_blank(const char *head, size_t n, int ended)
+static int is_blank(const char *head, size_t n)
 {
-    return ended && (n == 1 || (n == 2 && head[0] == '\r'));
+    return (n == 1 && head[0] == '\n') || (n == 2 && head[0] == '\r' && head[1] == '\n');
 }
 
 static void emit(FILE *out[2], int side, const char *p, size_t n)
@@ -106,7 +106,7 @@ static int place(FILE *out[2], const char *head, size_t n, int ended, int criteo
                  uint64_t rows[2])
 {
     int side;
-    if (is_blank(head, n, ended)) {
+    if (is_blank(head, n)) {
         side = SIDE_TRAIN;
     } else if (*first && criteo && (unsigned)(head[0] - '0') > 9 && head[0] != '-' &&
                head[0] != '+') {
@@ -121,21 +121,14 @@ static int place(FILE *out[2], const char *head, size_t n, int ended, int criteo
     return side;
 }
 
-/* Splits path into out[0] (train) and out[1] (validation), counting the
- * non-blank, non-header lines of each in rows.  0, or -errno with a
- * sentence in err. */
-__attribute__((cold)) static int split_file(const char *path, int criteo, FILE *out[2],
-                                            uint64_t rows[2], char *err, size_t err_len)
+/* Splits the lines of in into out[0] (train) and out[1] (validation),
+ * counting the non-blank, non-header lines of each in rows.  0, or -EIO (a
+ * read error; the outputs' errors are the caller's to check). */
+static int split_stream(FILE *in, int criteo, FILE *out[2], uint64_t rows[2])
 {
-    FILE *in = fopen(path, "re");
-    if (!in) {
-        int e = errno;
-        snprintf(err, err_len, "%s: %s", path, strerror(e));
-        return -e;
-    }
     char head[TLTRAIN_FIT_HASH_BYTES];
     size_t n = 0;
-    int side = -1, first = 1, c, rc = 0; /* side -1: the line's side is not chosen yet */
+    int side = -1, first = 1, c; /* side -1: the line's side is not chosen yet */
     while ((c = getc_unlocked(in)) != EOF) {
         if (side >= 0) { /* past the head of a long line: stream it */
             if (side != SIDE_VALID)
@@ -156,10 +149,23 @@ __attribute__((cold)) static int split_file(const char *path, int criteo, FILE *
     }
     if (n)
         place(out, head, n, 1, criteo, &first, rows); /* a last line without '\n' */
-    if (ferror(in)) {
-        rc = -EIO;
-        snprintf(err, err_len, "%s: read error while holding out the validation slice", path);
+    return ferror(in) ? -EIO : 0;
+}
+
+/* split_stream over the file at path.  0, or -errno with a sentence in
+ * err. */
+__attribute__((cold)) static int split_file(const char *path, int criteo, FILE *out[2],
+                                            uint64_t rows[2], char *err, size_t err_len)
+{
+    FILE *in = fopen(path, "re");
+    if (!in) {
+        int e = errno;
+        snprintf(err, err_len, "%s: %s", path, strerror(e));
+        return -e;
     }
+    int rc = split_stream(in, criteo, out, rows);
+    if (rc != 0)
+        snprintf(err, err_len, "%s: read error while holding out the validation slice", path);
     fclose(in);
     for (int i = 0; rc == 0 && i < 2; i++)
         if (fflush(out[i]) != 0 || ferror(out[i])) {
