@@ -42,7 +42,11 @@
 
 #define SPLIT_SEED 0x746c747261696eULL /* "tltrain": fixed, so a file always splits alike */
 
-enum { SIDE_TRAIN = 0, SIDE_VALID = 1, SIDE_BOTH = 2 };
+enum {
+    SIDE_TRAIN = 0,
+    SIDE_VALID = 1,
+    SIDE_BOTH = 2
+};
 
 static double now_sec(void)
 {
@@ -199,8 +203,7 @@ __attribute__((cold)) static int hold_out(const tltrain_fit_t *f, reader_t *part
             goto out;
         }
     }
-    if (split_file(f->train_path, f->ro.format == READER_CRITEO, out, rows, err, sizeof err) !=
-        0) {
+    if (split_file(f->train_path, f->ro.format == READER_CRITEO, out, rows, err, sizeof err) != 0) {
         fprintf(stderr, "tltrain: auto-stop: %s\n", err);
         goto out;
     }
@@ -245,16 +248,16 @@ static int count_classes(reader_t *r, uint64_t cls[2])
 /* One pass of r into t, then (when score) scores score: one stdout line
  * "<label> <ep>: train ... | <score_name> ...", one stderr timing line.  0
  * or 1 (printed). */
-static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char *label,
-                     long ep, reader_t *score, const char *score_name, metrics_result_t *res)
+static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char *label, long ep,
+                     reader_t *score, const char *score_name, metrics_result_t *res)
 {
     double loss, busy, t0 = now_sec();
     uint64_t rows, updates;
     if (f->epoch(r, t, &loss, &rows, &updates, &busy) != 0)
         return 1;
     double wall = now_sec() - t0;
-    printf("%s %ld: train rows %llu progressive logloss %.6f", label, ep,
-           (unsigned long long)rows, loss);
+    printf("%s %ld: train rows %llu progressive logloss %.6f", label, ep, (unsigned long long)rows,
+           loss);
     if (reader_skipped(r))
         printf(" skipped %llu", (unsigned long long)reader_skipped(r));
     if (score) {
@@ -343,8 +346,9 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
         if (count_classes(val, cls) != 0)
             goto out;
         if (cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS)
-            fprintf(stderr, "tltrain: auto-stop: note: %s holds %llu clicks and %llu "
-                            "non-clicks; epochs ranked on fewer than %d of either are noise\n",
+            fprintf(stderr,
+                    "tltrain: auto-stop: note: %s holds %llu clicks and %llu "
+                    "non-clicks; epochs ranked on fewer than %d of either are noise\n",
                     f->validation_path, (unsigned long long)cls[1], (unsigned long long)cls[0],
                     TLTRAIN_FIT_MIN_CLASS);
     } else {
@@ -354,8 +358,8 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
         fprintf(stderr,
                 "tltrain: auto-stop: %llu of %llu lines of %s held out for validation (%llu "
                 "clicks, %llu non-clicks)\n",
-                (unsigned long long)rows[1], (unsigned long long)(rows[0] + rows[1]),
-                f->train_path, (unsigned long long)cls[1], (unsigned long long)cls[0]);
+                (unsigned long long)rows[1], (unsigned long long)(rows[0] + rows[1]), f->train_path,
+                (unsigned long long)cls[1], (unsigned long long)cls[0]);
         if (rows[0] == 0 || cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS) {
             long n = f->fallback_epochs;
             fprintf(stderr,

@@ -58,13 +58,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TLTRAIN_FIT_MAX_EPOCHS 100      /* auto-stop's maximum unless --epochs */
-#define TLTRAIN_FIT_PATIENCE 2          /* epochs without improvement before stopping */
-#define TLTRAIN_FIT_MAX_PATIENCE 1000   /* --patience accepts 1..this */
-#define TLTRAIN_FIT_MIN_DELTA 1e-4      /* relative: an improvement lowers the best by more */
+#define TLTRAIN_FIT_MAX_EPOCHS 100       /* auto-stop's maximum unless --epochs */
+#define TLTRAIN_FIT_PATIENCE 2           /* epochs without improvement before stopping */
+#define TLTRAIN_FIT_MAX_PATIENCE 1000    /* --patience accepts 1..this */
+#define TLTRAIN_FIT_MIN_DELTA 1e-4       /* relative: an improvement lowers the best by more */
 #define TLTRAIN_FIT_HOLDOUT_PERMILLE 100 /* the held-out slice: 10% of the lines */
-#define TLTRAIN_FIT_HASH_BYTES 4096     /* a line's bytes that choose its side */
-#define TLTRAIN_FIT_MIN_CLASS 100       /* a held-out slice needs this many clicks and non-clicks */
+#define TLTRAIN_FIT_HASH_BYTES 4096      /* a line's bytes that choose its side */
+#define TLTRAIN_FIT_MIN_CLASS 100 /* a held-out slice needs this many clicks and non-clicks */
 
 /* One pass of training over r into t (tltrain.c's train_epoch): the mean
  * progressive logloss, rows, feature updates and seconds spent in updates.
@@ -91,9 +91,9 @@ typedef struct tltrain_fit {
     tltrain_epoch_fn epoch;      /* tltrain's per-epoch training */
     tltrain_eval_fn eval;        /* tltrain's evaluation */
     /* out */
-    long chosen;                 /* passes the final model made over its data */
-    double validation_logloss;   /* at the chosen epoch; NAN when none */
-    metrics_result_t test_res;   /* after the last final epoch; NANs without a test file */
+    long chosen;               /* passes the final model made over its data */
+    double validation_logloss; /* at the chosen epoch; NAN when none */
+    metrics_result_t test_res; /* after the last final epoch; NANs without a test file */
 } tltrain_fit_t;
 
 /* Runs the training f describes.  *model is a fresh trainer made from
