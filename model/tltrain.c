@@ -7,8 +7,13 @@
  *           [--optimizer ftrl|adagrad|sgd] [--lr X] [--beta X] [--l1 X] [--l2 X]
  *           [--k K] [--l2-v X] [--init-stdev X] [--seed N]
  *           [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]
- *           [--epochs N] [--export DIR] [--name NAME] [--version N] [--skip-bad]
+ *           [--epochs N] [--no-auto-stop] [--validation FILE] [--patience P]
+ *           [--export DIR] [--name NAME] [--version N] [--skip-bad]
  *           [--export-delta OUT --parent DIR] [--json] [--help]
+ *
+ * How many epochs: tltrain_fit.c (early stopping on a validation slice by
+ * default, then a retrain on all of the data; or a fixed count).  This file
+ * is the command line, one epoch (train_epoch) and one evaluation.
  *
  * Every model kind is driven through train.h's one trainer interface
  * (train_t): the epoch and evaluation loops, the export and the first pass
@@ -16,7 +21,7 @@
  * the mapping of the command line onto a kind's options knows the kinds.
  *
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
- * (with --json) a last line {"logloss":..,"auc":..,"calibration":..}.
+ * (with --json) a last line {"logloss":..,"auc":..,"calibration":..,"epochs":..}.
  * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error or an
  * unimplemented model.  Single-threaded; the files are streamed, once per
  * epoch.
@@ -26,6 +31,7 @@
 #include "reader.h"
 #include "train.h"
 #include "train_export.h"
+#include "tltrain_fit.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -43,7 +49,8 @@ static void usage(FILE *f)
             "               [--optimizer ftrl|adagrad|sgd|adam] [--lr X] [--beta X] [--l1 X] [--l2 X]\n"
             "               [--k K] [--l2-v X] [--init-stdev X] [--seed N]\n"
             "               [--dim D] [--hidden W,W] [--wide|--no-wide] [--fields F] [--lr-dense X]\n"
-            "               [--epochs N] [--export DIR] [--name NAME] [--version N]\n"
+            "               [--epochs N] [--no-auto-stop] [--validation FILE] [--patience P]\n"
+            "               [--export DIR] [--name NAME] [--version N]\n"
             "               [--export-delta OUT --parent DIR]\n"
             "               [--threads T] [--skip-bad] [--json] [--help]\n"
             "       tltrain predict --model-dir DIR --data FILE --format F [--out FILE] [--json]\n"
@@ -60,8 +67,8 @@ static void usage(FILE *f)
             "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
             "                   fm: adagrad 0.2, ftrl/sgd 0.05; ffm: 0.4 for the factors, half\n"
             "                   that for the bias and linear weights\n"
-            "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1e-6;\n"
-            "                   fm, ffm: 1, so that no step exceeds lr x |gradient|)\n"
+            "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1, so that\n"
+            "                   no step exceeds lr x |gradient|)\n"
             "  --l1 X           L1 (FTRL only; default 0.1)\n"
             "  --l2 X           L2 on the linear weights (lr: ftrl 1, adagrad/sgd 1e-4;\n"
             "                   fm: ftrl 1, adagrad 2e-5, sgd 0.001; ffm: 0.002;\n"
@@ -83,8 +90,23 @@ static void usage(FILE *f)
             "                   field in the training file + 1, from a first pass)\n"
             "  --lr-dense X     dnn: Adam step of the MLP (default 0.0003); --lr is the Adagrad\n"
             "                   step of the embeddings, wide weights and bias (default 0.03)\n"
-            "  --epochs N       passes over the training file (default 3 for lr, 10 for fm\n"
-            "                   (1 with ftrl or sgd), 11 for ffm, 1 for dnn)\n"
+            "  --epochs N       with auto-stop (the default): the most epochs (default 100);\n"
+            "                   with --no-auto-stop: exactly N passes (default 3 for lr, 10\n"
+            "                   for fm (1 with ftrl or sgd), 11 for ffm, 1 for dnn)\n"
+            "  auto-stop        by default 10%% of the training lines (by a hash of each\n"
+            "                   line) are held out; after each epoch the validation logloss\n"
+            "                   is measured; training stops after --patience epochs without\n"
+            "                   an improvement (> 0.01%%), and a fresh model then learns ALL\n"
+            "                   of the training file for the best epoch count E (stderr:\n"
+            "                   'auto-stop: best epoch E of M').  When the held-out slice\n"
+            "                   has fewer than 100 clicks or non-clicks (too few to rank\n"
+            "                   epochs), auto-stop is off: --epochs N, else the default above\n"
+            "  --validation FILE  auto-stop on FILE instead of a held-out slice (the search\n"
+            "                   trains on all of the training file; the best epoch's model\n"
+            "                   is kept by retraining E epochs).  Unparsable or empty: exit 2\n"
+            "  --patience P     auto-stop: epochs without improvement before stopping\n"
+            "                   (1..%d, default %d)\n"
+            "  --no-auto-stop   fixed epochs, nothing held out\n"
             "  --export DIR     write a serving snapshot into DIR (LR: one float per id,\n"
             "                   FM: 1 + k floats per id, FFM: 1 + fields x k)\n"
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
@@ -106,10 +128,12 @@ static void usage(FILE *f)
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
             "  --threads T      accepted for LIBFFM/xLearn compatibility; training runs on one\n"
             "                   thread (T > 1 prints a note)\n"
-            "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..}\n"
+            "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..,\n"
+            "                   \"epochs\":..} (the test metrics; the epochs the final model made)\n"
             "\n"
             "tltrain predict scores FILE with the snapshot in DIR as tlserve would, one score\n"
-            "per line ('tltrain predict --help').\n");
+            "per line ('tltrain predict --help').\n",
+            TLTRAIN_FIT_MAX_PATIENCE, TLTRAIN_FIT_PATIENCE);
 }
 
 static double now_sec(void)
@@ -320,6 +344,7 @@ int main(int argc, char **argv)
     enum { O_DIM = 512, O_HIDDEN, O_WIDE, O_NO_WIDE, O_FIELDS, O_LR_DENSE };
     enum { O_NORM = 768, O_NO_NORM };
     enum { O_THREADS = 1024, O_EXPORT_DELTA, O_PARENT };
+    enum { O_NO_AUTO_STOP = 1280, O_VALIDATION, O_PATIENCE };
     static const struct option longopts[] = {
         {"train", required_argument, 0, O_TRAIN},   {"test", required_argument, 0, O_TEST},
         {"format", required_argument, 0, O_FORMAT}, {"model", required_argument, 0, O_MODEL},
@@ -338,6 +363,9 @@ int main(int argc, char **argv)
         {"export-delta", required_argument, 0, O_EXPORT_DELTA},
         {"parent", required_argument, 0, O_PARENT},
         {"norm", no_argument, 0, O_NORM},           {"no-norm", no_argument, 0, O_NO_NORM},
+        {"no-auto-stop", no_argument, 0, O_NO_AUTO_STOP},
+        {"validation", required_argument, 0, O_VALIDATION},
+        {"patience", required_argument, 0, O_PATIENCE},
         {0, 0, 0, 0}};
     const char *train_path = NULL, *test_path = NULL, *format = NULL, *model = NULL;
     const char *optimizer = NULL, *export_dir = NULL, *name = NULL;
@@ -345,7 +373,10 @@ int main(int argc, char **argv)
     double lr = -1, beta = -1, l1 = -1, l2 = -1, l2v = -1, init_sd = -1;
     long k = 4;
     unsigned long long seed = 1;
-    long epochs = 0; /* 0: the model's default */
+    long epochs = 0; /* 0: the model's default (fixed) or TLTRAIN_FIT_MAX_EPOCHS (auto-stop) */
+    const char *validation = NULL; /* --validation */
+    long patience = 0;             /* --patience; 0: not given */
+    int auto_stop = 1;
     unsigned long long version = 1;
     int json = 0, skip_bad = 0, c;
     train_dnn_options_t dno; /* --model dnn */
@@ -402,6 +433,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_NO_AUTO_STOP: auto_stop = 0; break;
+        case O_VALIDATION: validation = optarg; break;
+        case O_PATIENCE:
+            patience = strtol(optarg, &e, 10);
+            if (*e || e == optarg || patience < 1 || patience > TLTRAIN_FIT_MAX_PATIENCE) {
+                fprintf(stderr, "tltrain: --patience: '%s' is not a number in 1..%d\n", optarg,
+                        TLTRAIN_FIT_MAX_PATIENCE);
+                return 2;
+            }
+            break;
         case O_EXPORT: export_dir = optarg; break;
         case O_EXPORT_DELTA: delta_dir = optarg; break;
         case O_PARENT: parent_dir = optarg; break;
@@ -452,6 +493,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: --train, --format and --model are required (see --help)\n");
         return 2;
     }
+    if (!auto_stop && (validation || patience)) {
+        fprintf(stderr, "tltrain: --%s is an auto-stop option: it cannot go with "
+                        "--no-auto-stop (see --help)\n", validation ? "validation" : "patience");
+        return 2;
+    }
     if (!delta_dir != !parent_dir) {
         fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");
         return 2;
@@ -489,8 +535,9 @@ int main(int argc, char **argv)
     uint32_t *fields = train_options_fields(&o); /* FFM, DNN: --fields or the data */
     if (fields)
         *fields = fields_given ? dno.fields : 0;
+    const long fixed_epochs = epochs ? epochs : (long)train_default_epochs(&o);
     if (!epochs)
-        epochs = train_default_epochs(&o);
+        epochs = auto_stop ? TLTRAIN_FIT_MAX_EPOCHS : fixed_epochs;
     store_meta_t meta = {.model_kind = ops->kind, .version = version};
     if (strlen(name) >= sizeof meta.model_name) {
         fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
@@ -517,6 +564,9 @@ int main(int argc, char **argv)
     train_t *t = NULL;
     char why[256];
     const int scan = fields && !fields_given; /* the trainer waits for the data's fields */
+    /* Holding a slice out copies lines unparsed: parse the file first, so that a bad line is
+     * named in the user's file (the same pass learns the fields). */
+    const int check = scan || (auto_stop && !validation);
     if (!scan && train_create(&o, &t, why, sizeof why) != 0) {
         fprintf(stderr, "tltrain: %s\n", why);
         status = 2;
@@ -527,9 +577,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "tltrain: %s\n", err);
         goto out;
     }
-    if (scan) {
-        if (fields_from_data(rtrain, fields) != 0)
+    if (check) {
+        uint32_t seen;
+        if (fields_from_data(rtrain, &seen) != 0)
             goto out;
+        if (scan)
+            *fields = seen;
+    }
+    if (scan) {
         if (train_create(&o, &t, why, sizeof why) != 0) {
             fprintf(stderr, "tltrain: %s\n", why);
             status = 2;
@@ -537,32 +592,23 @@ int main(int argc, char **argv)
         }
     }
     train_describe(t, why, sizeof why);
-    fprintf(stderr, "tltrain: %s%s epochs=%ld\n", why, scan ? " (fields from the data)" : "",
-            epochs);
-    metrics_result_t res = {.logloss = NAN, .auc = NAN, .calibration = NAN};
-    for (long ep = 1; ep <= epochs; ep++) {
-        double loss, busy, t0 = now_sec();
-        uint64_t rows, updates;
-        if (train_epoch(rtrain, t, &loss, &rows, &updates, &busy) != 0)
-            goto out;
-        double wall = now_sec() - t0;
-        printf("epoch %ld: train rows %llu progressive logloss %.6f", ep,
-               (unsigned long long)rows, loss);
-        if (reader_skipped(rtrain))
-            printf(" skipped %llu", (unsigned long long)reader_skipped(rtrain));
-        if (rtest) {
-            if (evaluate(rtest, t, &res) != 0)
-                goto out;
-            printf(" | test rows %zu logloss %.6f auc %.6f calibration %.4f", res.n, res.logloss,
-                   res.auc, res.calibration);
-        }
-        printf("\n");
-        fprintf(stderr,
-                "tltrain: epoch %ld: %.3f s wall, %.3f s in updates, %.1f M feature updates/s "
-                "(%.1f M/s with reading)\n",
-                ep, wall, busy, busy > 0 ? updates / busy / 1e6 : 0.0,
-                wall > 0 ? updates / wall / 1e6 : 0.0);
-    }
+    if (auto_stop)
+        fprintf(stderr, "tltrain: %s%s auto-stop: at most %ld epochs, patience %ld, on %s\n", why,
+                scan ? " (fields from the data)" : "", epochs,
+                patience ? patience : TLTRAIN_FIT_PATIENCE,
+                validation ? validation : "a held-out 10% of the training lines");
+    else
+        fprintf(stderr, "tltrain: %s%s epochs=%ld\n", why, scan ? " (fields from the data)" : "",
+                epochs);
+    tltrain_fit_t fit = {.opt = &o, .train_path = train_path, .train = rtrain, .test = rtest,
+                         .ro = ro, .auto_stop = auto_stop, .validation_path = validation,
+                         .epochs = epochs, .fallback_epochs = fixed_epochs,
+                         .patience = patience ? patience : TLTRAIN_FIT_PATIENCE,
+                         .epoch = train_epoch, .eval = evaluate};
+    if ((status = tltrain_fit_run(&fit, &t)) != 0)
+        goto out;
+    status = 1;
+    const metrics_result_t res = fit.test_res;
     if (export_dir) {
         store_error_t se;
         if (train_export(t, export_dir, &meta, &se) != 0) {
@@ -590,8 +636,8 @@ int main(int argc, char **argv)
         printf("{");
         json_num(stdout, "logloss", res.logloss, 0);
         json_num(stdout, "auc", res.auc, 0);
-        json_num(stdout, "calibration", res.calibration, 1);
-        printf("}\n");
+        json_num(stdout, "calibration", res.calibration, 0);
+        printf("\"epochs\":%ld}\n", fit.chosen);
     }
     status = 0;
 out:

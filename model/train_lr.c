@@ -131,8 +131,12 @@ void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o)
         o->l2 = 1.0;
         break;
     case TRAIN_ADAGRAD:
+        /* epsilon 1, as FM's and FFM's: with a tiny one an id's first step is alpha x sign(g)
+         * whatever the size of g, so ids seen once or twice (most of a sparse file) get full
+         * steps of noise; with 1 no step exceeds alpha x |g|.  Test AUC on xlearn_criteo and
+         * ipinyou: .587 and .581 with 1, .563 and .519 with 1e-6 (xLearn .580, .571). */
         o->alpha = 0.05;
-        o->beta = 1e-6;
+        o->beta = 1.0;
         o->l2 = 1e-4;
         break;
     case TRAIN_SGD:
