@@ -114,6 +114,22 @@ def serve(model_dir, *extra, log="tlserve.log"):
     sys.exit("tlserve not ready")
 
 
+def thread_cpu(pid, name):
+    """CPU seconds (user + system) of the process's thread called name, or None."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue
+    return None
+
+
 def stop(p):
     p.terminate()
     try:
@@ -188,6 +204,7 @@ class Trainer(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.payloads, self.rate = port, payloads, rate
         self.stopping, self.sent, self.acked, self.refused = False, 0, 0, 0
+        self.backoff = False  # OVERLOADED: wait a little before the next frame, as a client should
 
     def settle(self, c, rid):
         f = c.wait_for(rid)
@@ -195,6 +212,7 @@ class Trainer(threading.Thread):
             self.acked += 1
         else:
             self.refused += 1
+            self.backoff = True
 
     def run(self):
         with tlserve.Client("127.0.0.1", self.port, timeout=60) as c:
@@ -205,6 +223,9 @@ class Trainer(threading.Thread):
                     if wait > 0:
                         time.sleep(min(wait, 0.005))
                         continue
+                elif self.backoff:
+                    self.backoff = False
+                    time.sleep(0.002)
                 inflight.append(c.send_frame(MsgType.TRAIN,
                                              self.payloads[self.sent % len(self.payloads)]))
                 self.sent += 1
@@ -292,18 +313,26 @@ def main():
         t.start()
         time.sleep(1.0)
         s0, w0 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+        c0 = thread_cpu(p.pid, "tl-train-0")
         time.sleep(DURATION)
         s1, w1 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+        c1 = thread_cpu(p.pid, "tl-train-0")
         t.stopping = True
         t.join()
         rate = (s1 - s0) / (w1 - w0)
+        busy = (c1 - c0) / (w1 - w0) if c0 is not None and c1 is not None else float("nan")
+        per_cpu = rate / busy if busy > 0 else float("nan")
         L += ["## Trainer throughput (one trainer thread, LR-FTRL, %s keys)" % "{:,}".format(KEYS),
               "", "%.0f samples/s x 500 features = **%.2fM feature updates/s** over %.1f s "
-              "(frames sent %d, OVERLOADED %d: %s)." % (
+              "(frames sent %d, OVERLOADED %d: %s). The trainer thread was on a core %.0f%% of "
+              "the time: **%.2fM feature updates per second of its CPU**; the rest of the 2 "
+              "cores went to the worker decoding the frames, the sample log and this sender." % (
                   rate, rate * 500 / 1e6, w1 - w0, t.sent, t.refused,
                   "the queue was full: the trainer is the bound" if t.refused else
-                  "the queue never filled: the sender was the bound"), ""]
-        say("throughput: %.0f samples/s" % rate)
+                  "the queue never filled: the sender was the bound", 100 * busy,
+                  per_cpu * 500 / 1e6), ""]
+        say("throughput: %.0f samples/s, trainer on a core %.0f%% of the time, %.0f samples per "
+            "trainer CPU second" % (rate, 100 * busy, per_cpu))
         drain(admin)
 
         rows, fresh = [], []
