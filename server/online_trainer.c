@@ -369,6 +369,22 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
     return consumed;
 }
 
+/* The sample log's interval flush, called with q->lock held: the fdatasync
+ * itself runs with the lock released (a worker appending a frame waits for
+ * the lock, and must not wait for the disk). */
+static void sync_log(online_model_t *q)
+{
+    int fd = q->slog ? sample_log_sync_begin(q->slog, online__now_ns() / 1000000) : -1;
+    if (fd < 0)
+        return;
+    pthread_mutex_unlock(&q->lock);
+    int rc = sample_log_sync_end(fd);
+    if (rc < 0)
+        LOG(LL_ERROR, "online: model '%s': the sample log's fdatasync failed: %s",
+               q->name, strerror(-rc));
+    pthread_mutex_lock(&q->lock);
+}
+
 void *online__trainer_main(void *arg)
 {
     online_model_t *q = arg;
@@ -386,8 +402,7 @@ void *online__trainer_main(void *arg)
                 ts.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&q->cond, &q->lock, &ts);
-            if (q->slog)
-                (void)sample_log_sync_if_due(q->slog, online__now_ns() / 1000000);
+            sync_log(q);
             if (q->used == 0 && fresh)
                 break; /* idle: publish what was learned */
             if (q->used == 0 && online__export_due(q))
@@ -396,8 +411,7 @@ void *online__trainer_main(void *arg)
         if (q->stop && stop_by == 0)
             stop_by = online__now_ns() + 1000000000ull;
         size_t tail = q->tail, avail = q->used;
-        if (q->slog)
-            (void)sample_log_sync_if_due(q->slog, online__now_ns() / 1000000);
+        sync_log(q);
         pthread_mutex_unlock(&q->lock);
         if ((avail == 0 && !q->replay_pending && q->stop) ||
             (stop_by && online__now_ns() > stop_by))

@@ -451,6 +451,26 @@ int sample_log_sync_if_due(sample_log_t *log, uint64_t now_ms)
     return 1;
 }
 
+int sample_log_sync_begin(sample_log_t *log, uint64_t now_ms)
+{
+    if (log->cfg.sync != SAMPLE_LOG_SYNC_INTERVAL || !log->dirty ||
+        now_ms - log->last_sync_ms < log->cfg.sync_interval_ms)
+        return -1;
+    int fd = fcntl(log->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return -1; /* out of descriptors: the next call tries again */
+    log->dirty = false; /* an append from here on makes it dirty again */
+    log->last_sync_ms = now_ms;
+    return fd;
+}
+
+int sample_log_sync_end(int fd)
+{
+    int rc = fdatasync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
 int sample_log_close(sample_log_t *log)
 {
     if (!log)

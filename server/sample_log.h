@@ -153,6 +153,15 @@ int sample_log_sync(sample_log_t *log);
  * it flushed, 0 when not due, -errno on failure. */
 int sample_log_sync_if_due(sample_log_t *log, uint64_t now_ms);
 
+/* sample_log_sync_if_due split in two for a caller whose appends run under
+ * a lock that the disk must not hold up: sample_log_sync_begin, under that
+ * lock, returns -1 when nothing is due, else a descriptor of the current
+ * segment (a dup) and counts the log as flushed; sample_log_sync_end(fd),
+ * after the lock is released, fdatasyncs and closes it (0 or -errno).
+ * Appends made between the two are flushed by the next due call. */
+int sample_log_sync_begin(sample_log_t *log, uint64_t now_ms);
+int sample_log_sync_end(int fd);
+
 /* Deletes the segments whose records are all < before_pos (a delta covering
  * them was exported), never the segment being written.  Returns the number
  * of segments deleted or -errno.  Blocks on unlink. */
