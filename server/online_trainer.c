@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -389,6 +390,12 @@ void *online__trainer_main(void *arg)
 {
     online_model_t *q = arg;
     uint64_t stop_by = 0;
+    /* Serving first: with a nice above the workers' a contended core goes
+     * to them (Linux sets a thread's nice by its tid).  Best effort. */
+    if (G.srv->cfg.online_nice > 0 &&
+        setpriority(PRIO_PROCESS, (id_t)gettid(), G.srv->cfg.online_nice) != 0)
+        LOG(LL_WARN, "online: model '%s': cannot set the trainer's nice to %d: %s", q->name,
+            G.srv->cfg.online_nice, strerror(errno));
     bool fresh = false; /* learned since the last publish */
     (void)online__export_init(q); /* EXPORT: logged when it cannot */
     for (;;) {

@@ -95,6 +95,7 @@ typedef struct server_config {
     double online_alpha, online_beta, online_l1, online_l2; /* < 0: the optimizer's default */
     int online_queue_bytes;    /* per model: TRAIN payloads queued before OVERLOADED */
     int online_max_samples_per_s; /* per model, 0 = no cap */
+    int online_nice;              /* the trainer threads' nice value, 0..19 */
     char sample_log_dir[1024]; /* TRAIN/FEEDBACK samples logged before acknowledged ("" = none) */
     int sample_log_sync_ms;    /* fdatasync of the sample log at most this often */
     int online_export_ms;      /* with --model-repo: online updates exported this often (0 = off) */
