@@ -139,6 +139,11 @@ void train_destroy(train_t *t)
     free(t);
 }
 
+void *train__impl(const train_t *t)
+{
+    return t->impl;
+}
+
 const train_ops_t *train_ops(const train_t *t)
 {
     return t->ops;
