@@ -5,8 +5,8 @@
  * benchmark or the server's trainer.
  *
  * HOW: lock-free Hogwild updates, as LIBFFM and xLearn train.  Thread i
- * takes the i-th of T equal slices of the samples, in order, and steps the
- * rows of the ids it meets in place, with no lock, while other threads
+ * takes the i-th of T contiguous slices of the samples, in order, and
+ * steps the rows of the ids it meets in place, with no lock, while other threads
  * step the same rows.  A row's floats may then mix two steps or lose one
  * (a race accepted by design: the sparse rows of CTR data are rarely hit
  * by two threads at once, and every step is small); the memory never is:
