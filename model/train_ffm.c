@@ -466,9 +466,14 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     float *bias = attach(t, ids, values, n);
     if (!bias)
         return -ENOMEM;
-    for (uint32_t j = 0; j < n; j++) /* before any step: an id may come twice */
-        memcpy(t->selfv + (size_t)j * t->k, t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k,
-               t->k * sizeof(float));
+    for (uint32_t j = 0; j < n; j++) { /* before any step: an id may come twice */
+        /* float by float, not memcpy: on threads this read races with other
+         * workers' steps (Hogwild), which tests/model/tsan_hogwild.supp names */
+        const float *v = t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k;
+        float *sv = t->selfv + (size_t)j * t->k;
+        for (uint32_t f = 0; f < t->k; f++)
+            sv[f] = v[f];
+    }
     float p = forward(t, ids, values, n, bias[0]);
     if (p_out)
         *p_out = p;

@@ -450,7 +450,9 @@ static int par_update(void *wp, const uint64_t *ids, const float *values, uint32
     for (uint32_t j = 0; j < n; j++) {
         if (!(w->row[j] = train__row_table_upsert_mt(w->rows, ids[j], init_row, t)))
             return -ENOMEM;
-        memcpy(w->state + (size_t)j * sk, w->row[j], (size_t)sk * sizeof(float));
+        float *cp = w->state + (size_t)j * sk; /* float by float: tsan_hogwild.supp */
+        for (uint32_t c = 0; c < sk; c++)
+            cp[c] = w->row[j][c];
     }
     double s, s2;
     float p = forward_at(t, w->state, values, n, b[0], w->S, w->Q, &s, &s2);

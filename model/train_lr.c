@@ -422,20 +422,27 @@ static int par_update(void *wp, const uint64_t *ids, const float *values, uint32
         *p_out = p;
     double g = ((double)p - (double)label) * (double)weight;
 
+    /* rows are copied float by float, not by memcpy: the Hogwild races
+     * stay in this function, where tests/model/tsan_hogwild.supp names them */
     float st[3];
-    memcpy(st, b, k * sizeof *st);
+    for (uint32_t c = 0; c < k; c++)
+        st[c] = b[c];
     step(t, st, g, 0, 0);
     if (!row_finite(st, k))
         return -ERANGE;
-    memcpy(b, st, k * sizeof *st);
+    for (uint32_t c = 0; c < k; c++)
+        b[c] = st[c];
     const double l1 = t->opt.l1, l2 = t->opt.l2;
     for (uint32_t j = 0; j < n; j++) {
         /* the row as it is now: an id named twice already holds its first step */
-        memcpy(st, w->row[j], k * sizeof *st);
+        float *row = w->row[j];
+        for (uint32_t c = 0; c < k; c++)
+            st[c] = row[c];
         step(t, st, values ? g * values[j] : g, l1, l2);
         if (!row_finite(st, k))
             return -ERANGE;
-        memcpy(w->row[j], st, k * sizeof *st);
+        for (uint32_t c = 0; c < k; c++)
+            row[c] = st[c];
     }
     return 0;
 }
