@@ -424,7 +424,7 @@ static int par_update(void *wp, const uint64_t *ids, const float *values, uint32
 
     /* rows are copied float by float, not by memcpy: the Hogwild races
      * stay in this function, where tests/model/tsan_hogwild.supp names them */
-    float st[3];
+    float st[3] = {0, 0, 0};
     for (uint32_t c = 0; c < k; c++)
         st[c] = b[c];
     step(t, st, g, 0, 0);
