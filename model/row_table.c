@@ -4,29 +4,62 @@
  * Index: 2^bits slots of {id, row + 1} (0 = empty), linear probing from
  * the top bits of a mixed id, grown by doubling before it is half full.
  * Rows: chunk c holds rows [c CHUNK, (c + 1) CHUNK); a chunk is calloc'd
- * when its first row is created, and the chunk pointer array doubles.
+ * when its first row is created.  The chunk directory is allocated once at
+ * its largest (2^30 rows / CHUNK pointers, 2 MiB of address space whose
+ * untouched pages cost nothing), so it never moves under a reader.
+ *
+ *   struct row_index   [ bits | prev | slot 0 | slot 1 | ... slot 2^bits-1 ]
+ *   struct slot        [ id (8) | row1 (4) | pad ]      row1 = 0: empty
+ *
+ * PUBLICATION (upsert_mt against lock-free finders):
+ *
+ *   inserter (insert lock held)              finder (no lock)
+ *   chunk = calloc; chunks[c] = chunk
+ *   init(row)
+ *   slot.id = id
+ *   slot.row1 = r + 1  (release) ----------> row1 (acquire) != 0: reads id, row
+ *
+ * A finder that loads row1 and sees it non-zero therefore sees the id, the
+ * chunk pointer and the initialised row.  Growth fills a new index
+ * privately and publishes its pointer (release; finders load it with
+ * acquire); the old one is kept on the retired list until quiesce, since a
+ * finder may still be probing it.  A finder on an old index may miss an id
+ * inserted after the swap: it then takes the insert lock, which looks again
+ * in the current index, so an id never gets two rows.
+ *
+ * THREAD SAFETY: row_table.h.
  */
 #include "row_table.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* The index stays at most half full, so rows < 2^(MAX_BITS - 1). */
 #define ROW_TABLE_MAX_BITS 31
+#define ROW_TABLE_MAX_CHUNKS ((1u << (ROW_TABLE_MAX_BITS - 1)) / ROW_TABLE_CHUNK)
 
 struct slot {
-    uint64_t id;
-    uint32_t row1; /* row number + 1; 0 = empty slot */
+    uint64_t id;           /* valid once row1 != 0 */
+    _Atomic uint32_t row1; /* row number + 1; 0 = empty slot */
+};
+_Static_assert(sizeof(struct slot) == 16, "slot grew");
+
+struct row_index {
+    uint32_t bits;          /* slots = 2^bits */
+    struct row_index *prev; /* retired list (upsert_mt growth) */
+    struct slot slots[];
 };
 
 struct row_table {
     uint32_t row_floats;
-    uint32_t bits; /* index slots = 2^bits */
-    struct slot *index;
-    uint32_t rows;    /* rows created */
-    uint32_t nchunks; /* chunk pointers allocated */
-    float **chunks;
+    _Atomic(struct row_index *) index; /* current index; swapped under lock */
+    struct row_index *retired;         /* old indexes finders may still probe */
+    uint32_t rows;                     /* rows created: under lock (or one thread) */
+    float **chunks;                    /* ROW_TABLE_MAX_CHUNKS pointers, never moved */
+    pthread_mutex_t lock;              /* upsert_mt's insert lock (misses only) */
 };
 
 static inline uint64_t mix(uint64_t x)
@@ -37,14 +70,27 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-static inline uint32_t home(const train__row_table_t *t, uint64_t id)
+static inline uint32_t home(uint32_t bits, uint64_t id)
 {
-    return (uint32_t)(mix(id) >> (64 - t->bits));
+    return (uint32_t)(mix(id) >> (64 - bits));
 }
 
 static inline float *row_at(const train__row_table_t *t, uint32_t r)
 {
     return t->chunks[r / ROW_TABLE_CHUNK] + (size_t)(r % ROW_TABLE_CHUNK) * t->row_floats;
+}
+
+static struct row_index *index_new(uint32_t bits)
+{
+    struct row_index *x = calloc(1, sizeof *x + ((size_t)1 << bits) * sizeof(struct slot));
+    if (x)
+        x->bits = bits;
+    return x;
+}
+
+static inline struct row_index *cur_index(const train__row_table_t *t)
+{
+    return atomic_load_explicit(&((train__row_table_t *)t)->index, memory_order_acquire);
 }
 
 int train__row_table_create(uint32_t row_floats, uint64_t expected, train__row_table_t **out)
@@ -58,24 +104,38 @@ int train__row_table_create(uint32_t row_floats, uint64_t expected, train__row_t
     if (!t)
         return -ENOMEM;
     t->row_floats = row_floats;
-    t->bits = bits;
-    t->index = calloc((size_t)1 << bits, sizeof *t->index);
-    if (!t->index) {
+    struct row_index *x = index_new(bits);
+    t->chunks = calloc(ROW_TABLE_MAX_CHUNKS, sizeof *t->chunks);
+    if (!x || !t->chunks || pthread_mutex_init(&t->lock, NULL) != 0) {
+        free(x);
+        free(t->chunks);
         free(t);
         return -ENOMEM;
     }
+    atomic_init(&t->index, x);
     *out = t;
     return 0;
+}
+
+void train__row_table_quiesce(train__row_table_t *t)
+{
+    while (t->retired) {
+        struct row_index *p = t->retired->prev;
+        free(t->retired);
+        t->retired = p;
+    }
 }
 
 void train__row_table_destroy(train__row_table_t *t)
 {
     if (!t)
         return;
-    for (uint32_t c = 0; c < t->nchunks; c++)
+    for (uint32_t c = 0; c < ROW_TABLE_MAX_CHUNKS && t->chunks[c]; c++)
         free(t->chunks[c]);
     free(t->chunks);
-    free(t->index);
+    train__row_table_quiesce(t);
+    free(atomic_load_explicit(&t->index, memory_order_relaxed));
+    pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
@@ -84,96 +144,130 @@ uint64_t train__row_table_count(const train__row_table_t *t)
     return t->rows;
 }
 
-float *train__row_table_find(const train__row_table_t *t, uint64_t id)
+/* The slot holding id in x, or the empty slot where it would go. */
+static inline struct slot *probe(struct row_index *x, uint64_t id, uint32_t *row1)
 {
-    const uint32_t mask = (1u << t->bits) - 1;
-    for (uint32_t h = home(t, id);; h = (h + 1) & mask) {
-        const struct slot *s = &t->index[h];
-        if (s->row1 == 0)
-            return NULL;
-        if (s->id == id)
-            return row_at(t, s->row1 - 1);
+    const uint32_t mask = (1u << x->bits) - 1;
+    for (uint32_t h = home(x->bits, id);; h = (h + 1) & mask) {
+        struct slot *s = &x->slots[h];
+        uint32_t r = atomic_load_explicit(&s->row1, memory_order_acquire);
+        if (r == 0 || s->id == id) {
+            *row1 = r;
+            return s;
+        }
     }
 }
 
-/* Doubles the index (rows stay where they are).  0 or -ENOMEM. */
-static int grow_index(train__row_table_t *t)
+float *train__row_table_find(const train__row_table_t *t, uint64_t id)
 {
-    if (t->bits >= ROW_TABLE_MAX_BITS)
-        return -ENOMEM;
-    const uint32_t bits = t->bits + 1, mask = (1u << bits) - 1;
-    struct slot *index = calloc((size_t)1 << bits, sizeof *index);
-    if (!index)
-        return -ENOMEM;
-    const struct slot *old = t->index;
-    for (size_t i = 0; i < ((size_t)1 << t->bits); i++) {
-        if (old[i].row1 == 0)
+    uint32_t r;
+    probe(cur_index(t), id, &r);
+    return r ? row_at(t, r - 1) : NULL;
+}
+
+/* A copy of the current index doubled (rows stay where they are), or NULL. */
+static struct row_index *grown_index(const train__row_table_t *t)
+{
+    const struct row_index *old = cur_index(t);
+    if (old->bits >= ROW_TABLE_MAX_BITS)
+        return NULL;
+    struct row_index *x = index_new(old->bits + 1);
+    if (!x)
+        return NULL;
+    const uint32_t mask = (1u << x->bits) - 1;
+    for (size_t i = 0; i < ((size_t)1 << old->bits); i++) {
+        uint32_t r = atomic_load_explicit(&old->slots[i].row1, memory_order_relaxed);
+        if (r == 0)
             continue;
-        uint32_t h = (uint32_t)(mix(old[i].id) >> (64 - bits));
-        while (index[h].row1 != 0)
+        uint32_t h = home(x->bits, old->slots[i].id);
+        while (atomic_load_explicit(&x->slots[h].row1, memory_order_relaxed) != 0)
             h = (h + 1) & mask;
-        index[h] = old[i];
+        x->slots[h].id = old->slots[i].id;
+        atomic_store_explicit(&x->slots[h].row1, r, memory_order_relaxed);
     }
-    free(t->index);
-    t->index = index;
-    t->bits = bits;
-    return 0;
+    return x;
 }
 
 /* Makes row r addressable: its chunk exists.  0 or -ENOMEM. */
 static int ensure_chunk(train__row_table_t *t, uint32_t r)
 {
     const uint32_t c = r / ROW_TABLE_CHUNK;
-    if (c < t->nchunks && t->chunks[c])
+    if (c >= ROW_TABLE_MAX_CHUNKS)
+        return -ENOMEM;
+    if (t->chunks[c])
         return 0;
-    if (c >= t->nchunks) {
-        uint32_t n = t->nchunks ? 2 * t->nchunks : 16;
-        float **chunks = realloc(t->chunks, (size_t)n * sizeof *chunks);
-        if (!chunks)
-            return -ENOMEM;
-        memset(chunks + t->nchunks, 0, (size_t)(n - t->nchunks) * sizeof *chunks);
-        t->chunks = chunks;
-        t->nchunks = n;
-    }
     t->chunks[c] = calloc((size_t)ROW_TABLE_CHUNK * t->row_floats, sizeof(float));
     return t->chunks[c] ? 0 : -ENOMEM;
 }
 
-float *train__row_table_upsert(train__row_table_t *t, uint64_t id, bool *created)
+/* Adds id (absent; its empty slot in the current index is s) as a new row:
+ * grows the index first when needed (retire: keep the old one for
+ * finders), initialises the row, then publishes the slot.  NULL on
+ * -ENOMEM. */
+static float *insert(train__row_table_t *t, uint64_t id, struct slot *s, bool retire,
+                     train__row_init_fn init, const void *ctx)
 {
-    uint32_t mask = (1u << t->bits) - 1;
-    uint32_t h = home(t, id);
-    for (;; h = (h + 1) & mask) {
-        const struct slot *s = &t->index[h];
-        if (s->row1 == 0)
-            break;
-        if (s->id == id) {
-            *created = false;
-            return row_at(t, s->row1 - 1);
-        }
-    }
     if (ensure_chunk(t, t->rows) != 0)
         return NULL;
-    if ((uint64_t)(t->rows + 1) * 2 > ((uint64_t)1 << t->bits)) { /* keep it half empty */
-        if (grow_index(t) != 0)
+    struct row_index *x = cur_index(t);
+    if ((uint64_t)(t->rows + 1) * 2 > ((uint64_t)1 << x->bits)) { /* keep it half empty */
+        struct row_index *g = grown_index(t);
+        if (!g)
             return NULL;
-        mask = (1u << t->bits) - 1;
-        for (h = home(t, id); t->index[h].row1 != 0; h = (h + 1) & mask)
-            ;
+        atomic_store_explicit(&t->index, g, memory_order_release);
+        if (retire) {
+            x->prev = t->retired;
+            t->retired = x;
+        } else {
+            free(x);
+        }
+        uint32_t r;
+        s = probe(g, id, &r);
     }
     const uint32_t r = t->rows++;
-    t->index[h] = (struct slot){.id = id, .row1 = r + 1};
+    float *row = row_at(t, r);
+    if (init)
+        init(ctx, id, row);
+    s->id = id;
+    atomic_store_explicit(&s->row1, r + 1, memory_order_release);
+    return row;
+}
+
+float *train__row_table_upsert(train__row_table_t *t, uint64_t id, bool *created)
+{
+    uint32_t r;
+    struct slot *s = probe(cur_index(t), id, &r);
+    if (r) {
+        *created = false;
+        return row_at(t, r - 1);
+    }
     *created = true;
-    return row_at(t, r);
+    return insert(t, id, s, false, NULL, NULL);
+}
+
+float *train__row_table_upsert_mt(train__row_table_t *t, uint64_t id, train__row_init_fn init,
+                                  const void *ctx)
+{
+    uint32_t r;
+    probe(cur_index(t), id, &r);
+    if (r)
+        return row_at(t, r - 1);
+    pthread_mutex_lock(&t->lock);
+    struct slot *s = probe(cur_index(t), id, &r); /* another thread may have made it */
+    float *row = r ? row_at(t, r - 1) : insert(t, id, s, true, init, ctx);
+    pthread_mutex_unlock(&t->lock);
+    return row;
 }
 
 int train__row_table_foreach(const train__row_table_t *t, train__row_table_visit_fn fn, void *ctx)
 {
-    for (size_t i = 0; i < ((size_t)1 << t->bits); i++) {
-        const struct slot *s = &t->index[i];
-        if (s->row1 == 0)
+    const struct row_index *x = cur_index(t);
+    for (size_t i = 0; i < ((size_t)1 << x->bits); i++) {
+        const struct slot *s = &x->slots[i];
+        uint32_t r = atomic_load_explicit(&s->row1, memory_order_relaxed);
+        if (r == 0)
             continue;
-        int rc = fn(ctx, s->id, row_at(t, s->row1 - 1));
+        int rc = fn(ctx, s->id, row_at(t, r - 1));
         if (rc != 0)
             return rc;
     }

@@ -23,8 +23,9 @@
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..,"epochs":..}.
  * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error or an
- * unimplemented model.  Single-threaded; the files are streamed, once per
- * epoch.
+ * unimplemented model.  One thread streams the files, once per
+ * epoch; --threads T parses the training file into memory once and trains
+ * on T threads (train_threads.h).
  */
 #include "metrics.h"
 #include "model.h"
@@ -32,6 +33,7 @@
 #include "train.h"
 #include "train_export.h"
 #include "tltrain_fit.h"
+#include "train_threads.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -40,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -126,8 +129,11 @@ static void usage(FILE *f)
             "                   unchanged (use --export).  Exit 2 when the parent or OUT is refused\n"
             "                   before training, 1 when it is missing or refused after\n"
             "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
-            "  --threads T      accepted for LIBFFM/xLearn compatibility; training runs on one\n"
-            "                   thread (T > 1 prints a note)\n"
+            "  --threads T      train lr, fm and ffm on T threads (default 1): lock-free\n"
+            "                   Hogwild updates over the training file parsed once into memory\n"
+            "                   (one thread and streaming when it needs more than half the RAM);\n"
+            "                   runs differ a little from each other and from one thread.\n"
+            "                   dnn trains on one thread\n"
             "  --json           last stdout line: {\"logloss\":..,\"auc\":..,\"calibration\":..,\n"
             "                   \"epochs\":..} (the test metrics; the epochs the final model made)\n"
             "\n"
@@ -163,10 +169,68 @@ static codec_block_t sample_block(const reader_sample_t *s)
     return (codec_block_t){.ids = s->ids, .values = s->values, .n = s->n};
 }
 
-/* One pass of the training file.  Returns 0 or 1 (error printed). */
+/* --threads: T, and the training file parsed once for the threads (freed
+ * at exit). */
+static uint32_t threads_n = 1;
+static train_samples_t *threads_data;
+static const reader_t *threads_from; /* the reader threads_data was parsed from */
+
+static void threads_data_free(void)
+{
+    train_samples_destroy(threads_data);
+    threads_data = NULL;
+}
+
+/* One pass of the training file.  Returns 0 or 1 (error printed).  With
+ * --threads T > 1 and a kind that trains on threads: the first call parses
+ * the file into memory (train_threads.h), every call trains on T threads;
+ * when the file does not fit in half the RAM, one thread and streaming. */
 static int train_epoch(reader_t *r, train_t *t, double *loss, uint64_t *rows,
                        uint64_t *updates, double *busy)
 {
+    if (threads_n > 1 && !train_threads_supported(t)) {
+        fprintf(stderr, "tltrain: --threads %u: this model kind trains on one thread\n",
+                threads_n);
+        threads_n = 1;
+    }
+    if (threads_data && r != threads_from) /* another file (auto-stop's part, then all) */
+        threads_data_free();
+    if (threads_n > 1 && !threads_data) {
+        threads_from = r;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        uint64_t budget = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
+        reader_sample_t s;
+        int rc = reader_rewind(r) == 0 ? train_samples_create(budget, &threads_data) : -EIO;
+        while (rc == 0 && (rc = reader_next(r, &s)) == 1)
+            rc = train_samples_add(threads_data, s.ids, s.values, s.n, s.label);
+        if (rc < 0 && rc != -E2BIG && rc != -ENOMEM) {
+            fprintf(stderr, "tltrain: %s\n", rc == -EIO ? "cannot rewind the training file"
+                                                        : reader_error(r));
+            return 1;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "tltrain: --threads %u: the training data does not fit in half "
+                            "the memory: one thread, streaming\n", threads_n);
+            threads_data_free();
+            threads_n = 1;
+        }
+    }
+    if (threads_n > 1) {
+        train_threads_stats_t st;
+        char why[256];
+        double t0 = now_sec();
+        int rc = train_threads_epoch(t, threads_data, threads_n, &st, why, sizeof why);
+        if (rc != 0) {
+            fprintf(stderr, "tltrain: %s%s\n", why,
+                    rc == -ERANGE ? ": training stopped" : "");
+            return 1;
+        }
+        *loss = st.logloss;
+        *rows = st.samples;
+        *updates = st.updates;
+        *busy = now_sec() - t0;
+        return 0;
+    }
     reader_sample_t s;
     int rc;
     double ll = 0, t_train = 0;
@@ -399,9 +463,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "tltrain: --threads: '%s' is not a number in 1..1024\n", optarg);
                 return 2;
             }
+            threads_n = (uint32_t)th;
             if (th > 1)
-                fprintf(stderr, "tltrain: --threads %ld: training runs on one thread (parallel "
-                                "training is not implemented); continuing with 1\n", th);
+                atexit(threads_data_free);
             break;
         }
         case O_LR: if (parse_double("--lr", optarg, &lr)) return 2; break;

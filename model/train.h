@@ -56,6 +56,9 @@
  *   tolerates the sample's own step.  FFM's row table and the DNN's MLP
  *   are stepped in place without a publication protocol: only the writer
  *   may read them (train_store() is NULL for FFM).
+ *   Training on several threads (LR, FM, FFM) is train_threads.h's
+ *   train_threads_epoch, which takes the handle whole for its duration:
+ *   no other call on it may run meanwhile.
  *
  * ERRORS: -EINVAL with a sentence for bad options, -ENOMEM when the state or
  * the work space cannot grow (the model is then partially updated); exports
@@ -278,6 +281,9 @@ typedef struct train_ops {
      * joins and calls update() per item). */
     int (*update_batch)(void *impl, const codec_block_t *shared, const codec_block_t *items,
                         uint32_t n_items, const float *labels, const float *weights, float *p);
+    /* Library-private (train_impl.h): how train_threads_epoch trains the
+     * kind on threads; NULL when it cannot (the DNN). */
+    const struct train__par_ops *par;
 } train_ops_t;
 
 /* The table of a kind, NULL when nobody trains it. */

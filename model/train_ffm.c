@@ -61,8 +61,16 @@
  * applied to the row in the table, which already holds the first
  * occurrence's step — the rule train_lr.c and train_fm.c follow.
  *
+ * ON THREADS (train_threads.c): each worker is a copy of the trainer with
+ * its own work space over the same row table; new ids are made through
+ * train__row_table_upsert_mt (initialised before any other worker can see
+ * them), and the steps land in place while other workers read and step the
+ * same rows (Hogwild, as LIBFFM and xLearn train: a step may be lost or
+ * mixed coordinate by coordinate, memory never).
+ *
  * THREAD SAFETY: one thread drives a trainer, and only that thread may
  * read it (train_ffm_weights() included): the rows are stepped in place.
+ * A trainer's workers run on many threads while that thread waits.
  */
 #include "train_impl.h"
 #include "ffm.h"
@@ -93,6 +101,7 @@ struct train_ffm {
     float *gv;          /* F k: one feature's v gradient */
     float *mask;        /* F k: 1 where the feature's v has a data gradient, else 0 */
     uint32_t *cnt;      /* F: features with x != 0 per field in the sample */
+    bool worker;        /* a worker's copy (ON THREADS): table and zero not owned */
 };
 
 static uint32_t state_floats(train_optimizer_t o, uint64_t K)
@@ -199,9 +208,11 @@ void train_ffm_destroy(train_ffm_t *t)
 {
     if (!t)
         return;
-    train__row_table_destroy(t->table);
+    if (!t->worker) {
+        train__row_table_destroy(t->table);
+        free(t->zero);
+    }
     free_work(t);
-    free(t->zero);
     free(t->work);
     free(t->gv);
     free(t->mask);
@@ -270,8 +281,37 @@ static inline void prefetch_row(const float *row, uint32_t floats)
  * step, so its row is only looked for (live[j] = t->zero when it has none:
  * it adds 0 to the margin whatever its row).  NULL when the table cannot
  * grow. */
+static void init_row_cb(const void *ctx, uint64_t id, float *row)
+{
+    init_row(ctx, id, row);
+}
+
+/* attach() for a worker (ON THREADS): rows made by upsert_mt, initialised
+ * before other workers can find them. */
+static float *attach_mt(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
+{
+    float *bias = train__row_table_upsert_mt(t->table, MODEL_BIAS_ID, NULL, NULL);
+    if (!bias)
+        return NULL;
+    for (uint32_t j = 0; j < n; j++) {
+        if (values && values[j] == 0) {
+            float *found = train__row_table_find(t->table, ids[j]);
+            t->live[j] = found ? found : t->zero;
+            continue;
+        }
+        float *row = train__row_table_upsert_mt(t->table, ids[j], init_row_cb, t);
+        if (!row)
+            return NULL;
+        prefetch_row(row, t->sk);
+        t->live[j] = row;
+    }
+    return bias;
+}
+
 static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
+    if (t->worker)
+        return attach_mt(t, ids, values, n);
     bool created;
     float *bias = train__row_table_upsert(t->table, MODEL_BIAS_ID, &created);
     if (!bias)
@@ -426,9 +466,14 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     float *bias = attach(t, ids, values, n);
     if (!bias)
         return -ENOMEM;
-    for (uint32_t j = 0; j < n; j++) /* before any step: an id may come twice */
-        memcpy(t->selfv + (size_t)j * t->k, t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k,
-               t->k * sizeof(float));
+    for (uint32_t j = 0; j < n; j++) { /* before any step: an id may come twice */
+        /* float by float, not memcpy: on threads this read races with other
+         * workers' steps (Hogwild), which tests/model/tsan_hogwild.supp names */
+        const float *v = t->live[j] + 1 + (size_t)ffm_field(ids[j], t->F) * t->k;
+        float *sv = t->selfv + (size_t)j * t->k;
+        for (uint32_t f = 0; f < t->k; f++)
+            sv[f] = v[f];
+    }
     float p = forward(t, ids, values, n, bias[0]);
     if (p_out)
         *p_out = p;
@@ -497,6 +542,56 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
     return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
 
+/* ---- on threads (train_threads.c) -------------------------------------------- */
+
+static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
+                     size_t why_len)
+{
+    (void)why;
+    (void)why_len;
+    *rows = ((train_ffm_t *)impl)->table;
+    *mirror_of = NULL; /* the rows are the state */
+    return 0;
+}
+
+/* A worker: the trainer's options, table and zero row, its own work space. */
+static int par_worker_create(void *impl, void **out)
+{
+    const train_ffm_t *t = impl;
+    train_ffm_t *w = malloc(sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    *w = *t;
+    w->worker = true;
+    w->cap = 0;
+    w->live = NULL;
+    w->selfv = NULL;
+    w->scratch = NULL;
+    w->work = malloc(model_ffm_work_doubles(t->F, t->k) * sizeof *w->work);
+    w->gv = calloc((size_t)t->F * t->k, sizeof *w->gv);
+    w->mask = calloc((size_t)t->F * t->k, sizeof *w->mask);
+    w->cnt = calloc(t->F, sizeof *w->cnt);
+    if (!w->work || !w->gv || !w->mask || !w->cnt) {
+        train_ffm_destroy(w);
+        return -ENOMEM;
+    }
+    *out = w;
+    return 0;
+}
+
+static void par_worker_destroy(void *w) { train_ffm_destroy(w); }
+
+static int par_update(void *w, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p)
+{
+    return train_ffm_update(w, ids, values, n, label, weight, p);
+}
+
+const train__par_ops_t train__ffm_par_ops = {
+    .begin = par_begin, .worker_create = par_worker_create,
+    .worker_destroy = par_worker_destroy, .update = par_update, .end = NULL,
+};
+
 /* ---- train_ops_t -------------------------------------------------------------- */
 
 static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
@@ -538,4 +633,5 @@ const train_ops_t train__ffm_ops = {
     .kind = STORE_MODEL_FFM, .name = "ffm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+    .par = &train__ffm_par_ops,
 };

@@ -56,7 +56,14 @@
  * the first occurrence's step) before this occurrence's step is applied —
  * the same rule train_lr.c follows.
  *
- * THREAD SAFETY: one thread drives a trainer (train.h).
+ * ON THREADS (train_threads.c): workers step a mirror of the store in a
+ * row table (train_impl.h).  A worker copies the sample's rows (the
+ * forward values the gradient needs) and steps the rows in place; another
+ * worker may step the same row meanwhile (Hogwild: a step may be lost or
+ * mixed coordinate by coordinate, memory never).
+ *
+ * THREAD SAFETY: one thread drives a trainer (train.h); a trainer's
+ * workers run on many threads while that thread waits (train_threads.c).
  */
 #include "train_impl.h"
 #include "model.h"
@@ -79,6 +86,9 @@ struct train_fm {
     double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
     double Q[MODEL_FM_MAX_K];
     double s, s2;             /* the last forward's scale s and s^2 (1 without norm) */
+    train__row_table_t *rows; /* owned, NULL until trained on threads: the
+                                 store's mirror that workers step */
+    bool rows_stale;          /* the store changed since rows was copied from it */
 };
 
 static uint32_t state_floats(train_optimizer_t o, uint32_t k)
@@ -175,6 +185,7 @@ void train_fm_destroy(train_fm_t *t)
         return;
     store_destroy(t->store);
     train__work_free(&t->w);
+    train__row_table_destroy(t->rows);
     free(t);
 }
 
@@ -194,17 +205,17 @@ static void init_row(const void *ctx, uint64_t id, float *row)
         row[1 + f] = (float)(t->opt.init_stdev * train__gauss(t->opt.seed, id, f));
 }
 
-/* The margin's probability from the n rows in t->w.state (stride sk) and the
- * bias; fills t->S, t->Q.  Summed exactly as model.c's fm_block/fm_score
- * sum a shared block followed by an empty item. */
-static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
+/* The margin's probability from the n rows at state (stride sk) and the
+ * bias; fills S, Q (k each) and the scales *s, *s2.  Summed exactly as
+ * model.c's fm_block/fm_score sum a shared block followed by an empty item. */
+static float forward_at(const train_fm_t *t, const float *state, const float *values, uint32_t n,
+                        float bias, double *S, double *Q, double *s_out, double *s2_out)
 {
     const uint32_t k = t->k, sk = t->sk;
-    double *S = t->S, *Q = t->Q;
     memset(S, 0, k * sizeof *S);
     memset(Q, 0, k * sizeof *Q);
     double lin = 0;
-    const float *w = t->w.state;
+    const float *w = state;
     for (uint32_t j = 0; j < n; j++, w += sk) {
         double x = values ? (double)values[j] : 1.0;
         lin += (double)w[0] * x;
@@ -217,7 +228,7 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
     double pair = 0;
     for (uint32_t f = 0; f < k; f++)
         pair += S[f] * S[f] - Q[f];
-    t->s = t->s2 = 1;
+    *s_out = *s2_out = 1;
     if (!t->opt.norm) {
         double base = (double)bias + lin;
         return sigmoid(base + 0.5 * pair);
@@ -230,10 +241,16 @@ static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
         sq += x * x;
     }
     if (sq > 0) {
-        t->s2 = 1.0 / sq;
-        t->s = sqrt(t->s2);
+        *s2_out = 1.0 / sq;
+        *s_out = sqrt(*s2_out);
     }
-    return sigmoid((double)bias + t->s * lin + t->s2 * (0.5 * pair));
+    return sigmoid((double)bias + *s_out * lin + *s2_out * (0.5 * pair));
+}
+
+/* forward_at over t->w.state into t->S, t->Q, t->s, t->s2. */
+static float forward(train_fm_t *t, const float *values, uint32_t n, float bias)
+{
+    return forward_at(t, t->w.state, values, n, bias, t->S, t->Q, &t->s, &t->s2);
 }
 
 float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n)
@@ -314,6 +331,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
             return rc;
     }
     const uint32_t k = t->k, sk = t->sk;
+    t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
     float brow[STORE_MAX_VALUE_FLOATS];
     memset(brow, 0, sizeof brow);
     store_lookup(t->store, MODEL_BIAS_ID, brow);
@@ -358,6 +376,111 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
     return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
 
+/* ---- on threads (train_threads.c) -------------------------------------------- */
+
+struct fm_worker {
+    const train_fm_t *t;
+    train__row_table_t *rows; /* t->rows, shared with the other workers */
+    uint32_t cap;
+    float **row;              /* cap: the sample's rows in the table */
+    float *state;             /* cap * sk: copies of them as the forward read them */
+    double S[MODEL_FM_MAX_K], Q[MODEL_FM_MAX_K];
+};
+
+static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
+                     size_t why_len)
+{
+    (void)why;
+    (void)why_len;
+    train_fm_t *t = impl;
+    int rc = train__par_mirror(t->store, &t->rows, &t->rows_stale);
+    if (rc != 0)
+        return rc;
+    *rows = t->rows;
+    *mirror_of = t->store;
+    return 0;
+}
+
+static int par_worker_create(void *impl, void **out)
+{
+    struct fm_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->t = impl;
+    w->rows = w->t->rows;
+    *out = w;
+    return 0;
+}
+
+static void par_worker_destroy(void *wp)
+{
+    struct fm_worker *w = wp;
+    if (!w)
+        return;
+    free(w->row);
+    free(w->state);
+    free(w);
+}
+
+/* train_fm_update on the worker's rows (ON THREADS). */
+static int par_update(void *wp, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p_out)
+{
+    struct fm_worker *w = wp;
+    const train_fm_t *t = w->t;
+    const uint32_t k = t->k, sk = t->sk;
+    if (n > w->cap) {
+        uint32_t cap = train__grow(w->cap, n);
+        float **row = cap ? malloc((size_t)cap * sizeof *row) : NULL;
+        float *state = cap ? malloc((size_t)cap * sk * sizeof *state) : NULL;
+        if (!row || !state) {
+            free(row);
+            free(state);
+            return -ENOMEM;
+        }
+        free(w->row);
+        free(w->state);
+        w->row = row;
+        w->state = state;
+        w->cap = cap;
+    }
+    float *b = train__row_table_upsert_mt(w->rows, MODEL_BIAS_ID, NULL, NULL);
+    if (!b)
+        return -ENOMEM;
+    for (uint32_t j = 0; j < n; j++) {
+        if (!(w->row[j] = train__row_table_upsert_mt(w->rows, ids[j], init_row, t)))
+            return -ENOMEM;
+        float *cp = w->state + (size_t)j * sk; /* float by float: tsan_hogwild.supp */
+        for (uint32_t c = 0; c < sk; c++)
+            cp[c] = w->row[j][c];
+    }
+    double s, s2;
+    float p = forward_at(t, w->state, values, n, b[0], w->S, w->Q, &s, &s2);
+    if (p_out)
+        *p_out = p;
+    double g = ((double)p - (double)label) * (double)weight;
+
+    step(t, b, g, NULL, true);
+    double gv[MODEL_FM_MAX_K];
+    const double gs = g * s, gs2 = g * s2;
+    for (uint32_t j = 0; j < n; j++) {
+        const float *fwd = w->state + (size_t)j * sk;
+        float *row = w->row[j]; /* as it is now: an id named twice holds its first step */
+        double x = values ? (double)values[j] : 1.0;
+        double gx = gs * x, gvx = gs2 * x;
+        for (uint32_t f = 0; f < k; f++)
+            gv[f] = gvx * (w->S[f] - (double)fwd[1 + f] * x);
+        row[sk - 1] += 1.0f;
+        step(t, row, gx, gv, false);
+    }
+    return 0;
+}
+
+const train__par_ops_t train__fm_par_ops = {
+    .begin = par_begin, .worker_create = par_worker_create,
+    .worker_destroy = par_worker_destroy, .update = par_update, .end = NULL,
+};
+
 /* ---- train_ops_t -------------------------------------------------------------- */
 
 static int ops_create(const train_options_t *o, void **impl, char *why, size_t why_len)
@@ -395,4 +518,5 @@ const train_ops_t train__fm_ops = {
     .kind = STORE_MODEL_FM, .name = "fm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+    .par = &train__fm_par_ops,
 };

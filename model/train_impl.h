@@ -19,6 +19,7 @@
 #ifndef TL_MODEL_TRAIN_IMPL_H
 #define TL_MODEL_TRAIN_IMPL_H
 
+#include "row_table.h"
 #include "seen_set.h"
 #include "store/synthetic.h"
 #include "train.h"
@@ -125,8 +126,44 @@ static inline double train__gauss(uint64_t seed, uint64_t key, uint64_t i)
 
 extern const train_ops_t train__lr_ops, train__fm_ops, train__ffm_ops, train__dnn_ops;
 
-/* The kind's own state inside t (train.c): for a kind's extra calls. */
+/* The kind's state behind a handle (train.c), for train_threads.c. */
 void *train__impl(const train_t *t);
+
+/* ---- training on threads (train_threads.c) -----------------------------------
+ *
+ * What a kind gives train_threads_epoch: its rows as a row table that
+ * threads step in place (row_table.h: lock-free finds, an insert lock on a
+ * miss, Hogwild floats), and per-thread workers with their own work space.
+ * LR and FM keep their state in a store, which allows one writer per shard
+ * and moves rows as a shard grows: on threads they step a MIRROR of the
+ * store in a row table (copied in once, when the store changed since), and
+ * train_threads.c writes the rows back into the store after the threads
+ * join, each thread the shards it owns.  FFM's rows are its state. */
+struct train__par_ops {
+    /* Readies the rows: *rows (owned by the kind) and *mirror_of, the store
+     * they mirror (NULL: the rows are the state).  0, -EINVAL (a sentence
+     * in why) or -ENOMEM.  One thread; blocks. */
+    int (*begin)(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
+                 size_t why_len);
+    /* A thread's worker over impl's rows: 0 or -ENOMEM. */
+    int (*worker_create)(void *impl, void **worker);
+    void (*worker_destroy)(void *worker);
+    /* train_ops_t's update by a worker: new ids through
+     * train__row_table_upsert_mt, steps in place.  0, -ENOMEM or -ERANGE. */
+    int (*update)(void *worker, const uint64_t *ids, const float *values, uint32_t n,
+                  float label, float weight, float *p);
+    /* After the threads joined (and the rows were written back): the
+     * kind's caches made current.  NULL: nothing to do. */
+    void (*end)(void *impl);
+};
+typedef struct train__par_ops train__par_ops_t;
+
+extern const train__par_ops_t train__lr_par_ops, train__fm_par_ops, train__ffm_par_ops;
+
+/* LR's and FM's begin: *rows made a copy of store (row_floats = its
+ * value_floats) when *rows is NULL or *stale, then *stale = false.  0 or
+ * -ENOMEM.  Blocks (one pass over the store). */
+int train__par_mirror(const store_t *store, train__row_table_t **rows, bool *stale);
 
 /* ---- LR (train_lr.c) --------------------------------------------------------- */
 

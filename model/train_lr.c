@@ -47,7 +47,16 @@
  * stamps: no clearing) and step on from the row of their previous
  * occurrence (found by a scan back: repeats are rare).
  *
- * THREAD SAFETY: one thread drives a trainer (train.h).
+ * ON THREADS (train_threads.c): workers step a mirror of the store in a
+ * row table (train_impl.h), the same arithmetic on rows found in place:
+ * the forward sums the rows as they are when read, and each coordinate's
+ * step is computed on a copy of its row and written back only when finite.
+ * Another worker may step the same row between the read and the write
+ * (Hogwild): one of the two steps is then lost, never memory.  A live
+ * store is refused there (its writes would need one writer per shard).
+ *
+ * THREAD SAFETY: one thread drives a trainer (train.h); a trainer's
+ * workers run on many threads while that thread waits (train_threads.c).
  */
 #include "train_impl.h"
 #include "model.h"
@@ -94,6 +103,9 @@ struct train_lr {
     lr_batch_t b;       /* train_lr_update_batch's work space */
     train_sync_fn sync_fn; /* NULL = none: each step's (dz, dn) out (SYNC below) */
     void *sync_ctx;
+    train__row_table_t *rows; /* owned, NULL until trained on threads: the
+                                 store's mirror that workers step */
+    bool rows_stale;    /* the store changed since rows was copied from it */
 };
 
 static void id_index_free(id_index_t *m)
@@ -184,6 +196,7 @@ void train_lr_destroy(train_lr_t *t)
     store_destroy(t->store);
     train__work_free(&t->w);
     batch_free(&t->b);
+    train__row_table_destroy(t->rows);
     free(t);
 }
 
@@ -535,6 +548,7 @@ int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
     int rc = batch_reserve(t, shared->n, ni);
     if (rc != 0)
         return rc;
+    t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
     lr_batch_t *b = &t->b;
     const uint32_t k = t->k, wo = k == 3 ? 2 : 0, ns = shared->n;
     float bst[3];
@@ -599,6 +613,7 @@ __attribute__((cold)) int train_lr_attach_live(train_lr_t *t, store_t *live, cha
         return train__refuse("the served store of an LR model has one fp32 float per key",
                              why, why_len);
     t->live = live;
+    t->rows_stale = true;
     if (!live)
         return 0;
     /* the bias's cached state: from the served bias unless trained already */
@@ -661,6 +676,7 @@ int train_lr_sync_apply(train_t *t, uint64_t id, float dz, float dn)
                                  bias ? 0 : lr->opt.l2);
     if (!isfinite(st[2]))
         return -ERANGE;
+    lr->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
     int rc = store_upsert(lr->store, id, st);
     if (rc >= 0 && lr->live)
         rc = store_upsert(lr->live, id, &st[2]);
@@ -670,6 +686,123 @@ int train_lr_sync_apply(train_t *t, uint64_t id, float dz, float dn)
         memcpy(lr->bias, st, sizeof st);
     return 0;
 }
+
+/* ---- on threads (train_threads.c) -------------------------------------------- */
+
+struct lr_worker {
+    const train_lr_t *t;
+    train__row_table_t *rows; /* t->rows, shared with the other workers */
+    float **row;              /* cap: the sample's rows in the table */
+    uint32_t cap;
+};
+
+static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
+                     size_t why_len)
+{
+    train_lr_t *t = impl;
+    if (t->live)
+        return train__refuse("an LR trainer attached to a live store trains on one thread",
+                             why, why_len);
+    int rc = train__par_mirror(t->store, &t->rows, &t->rows_stale);
+    if (rc != 0)
+        return rc;
+    *rows = t->rows;
+    *mirror_of = t->store;
+    return 0;
+}
+
+static int par_worker_create(void *impl, void **out)
+{
+    struct lr_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->t = impl;
+    w->rows = w->t->rows;
+    *out = w;
+    return 0;
+}
+
+static void par_worker_destroy(void *wp)
+{
+    struct lr_worker *w = wp;
+    if (!w)
+        return;
+    free(w->row);
+    free(w);
+}
+
+/* train_lr_update on the worker's rows (ON THREADS). */
+static int par_update(void *wp, const uint64_t *ids, const float *values, uint32_t n,
+                      float label, float weight, float *p_out)
+{
+    struct lr_worker *w = wp;
+    const train_lr_t *t = w->t;
+    if (n > w->cap) {
+        uint32_t cap = train__grow(w->cap, n);
+        float **row = cap ? realloc(w->row, (size_t)cap * sizeof *row) : NULL;
+        if (!row)
+            return -ENOMEM;
+        w->row = row;
+        w->cap = cap;
+    }
+    float *b = train__row_table_upsert_mt(w->rows, MODEL_BIAS_ID, NULL, NULL);
+    if (!b)
+        return -ENOMEM;
+    for (uint32_t j = 0; j < n; j++)
+        if (!(w->row[j] = train__row_table_upsert_mt(w->rows, ids[j], NULL, NULL)))
+            return -ENOMEM;
+    const uint32_t k = t->k, wi = k == 3 ? 2 : 0;
+    double sum = 0;
+    if (values) {
+        for (uint32_t j = 0; j < n; j++)
+            sum += (double)w->row[j][wi] * values[j];
+    } else {
+        for (uint32_t j = 0; j < n; j++)
+            sum += w->row[j][wi];
+    }
+    float p = sigmoid((double)b[wi] + sum);
+    if (p_out)
+        *p_out = p;
+    double g = ((double)p - (double)label) * (double)weight;
+
+    /* rows are copied float by float, not by memcpy: the Hogwild races
+     * stay in this function, where tests/model/tsan_hogwild.supp names them */
+    float st[3] = {0, 0, 0};
+    for (uint32_t c = 0; c < k; c++)
+        st[c] = b[c];
+    step(t, st, g, 0, 0);
+    if (!row_finite(st, k))
+        return -ERANGE;
+    for (uint32_t c = 0; c < k; c++)
+        b[c] = st[c];
+    const double l1 = t->opt.l1, l2 = t->opt.l2;
+    for (uint32_t j = 0; j < n; j++) {
+        /* the row as it is now: an id named twice already holds its first step */
+        float *row = w->row[j];
+        for (uint32_t c = 0; c < k; c++)
+            st[c] = row[c];
+        step(t, st, values ? g * values[j] : g, l1, l2);
+        if (!row_finite(st, k))
+            return -ERANGE;
+        for (uint32_t c = 0; c < k; c++)
+            row[c] = st[c];
+    }
+    return 0;
+}
+
+/* The bias's cached state, from the rows written back. */
+static void par_end(void *impl)
+{
+    train_lr_t *t = impl;
+    float st[3] = {0, 0, 0};
+    store_lookup(t->store, MODEL_BIAS_ID, st);
+    memcpy(t->bias, st, sizeof st);
+}
+
+const train__par_ops_t train__lr_par_ops = {
+    .begin = par_begin, .worker_create = par_worker_create,
+    .worker_destroy = par_worker_destroy, .update = par_update, .end = par_end,
+};
 
 /* ---- train_ops_t -------------------------------------------------------------- */
 
@@ -716,4 +849,5 @@ const train_ops_t train__lr_ops = {
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
     .attach_live = ops_attach_live, .update_batch = ops_update_batch,
+    .par = &train__lr_par_ops,
 };

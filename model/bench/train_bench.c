@@ -19,13 +19,23 @@
  * every step also writes the new weight there.  A benchmark: it never fails
  * on timing.
  *
- * THREAD SAFETY: a program; single-threaded.
+ * --threads T (LR, FM, FFM): also trains two more models from scratch with
+ * train_threads_epoch (train_threads.h), on 1 and on T threads, for the
+ * same epochs, and prints samples/s of the best epoch of each and the
+ * ratios: T threads against 1 thread of the same (Hogwild) path, and
+ * against train_update's one thread (the path tltrain takes without
+ * --threads).  With --test FILE each model's test logloss is printed too.
+ *
+ * THREAD SAFETY: a program; train_threads_epoch runs its own threads.
  */
+#include "model/metrics.h"
 #include "model/reader.h"
 #include "model/train.h"
+#include "model/train_threads.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +140,66 @@ static void usage(FILE *f)
     fprintf(f, "usage: train_bench --data FILE [--format libffm|libsvm|criteo]\n"
                "                   [--model lr|fm|ffm|dnn]\n"
                "                   [--epochs 3] [--optimizer ftrl|adagrad|sgd] [--fields F]\n"
-               "                   [--k 4] [--no-presize] [--live] [--json]\n");
+               "                   [--k 4] [--no-presize] [--live] [--json]\n"
+               "                   [--threads T [--test FILE]]\n");
+}
+
+static double cpu_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The test logloss of t on d (NAN when there is no test set). */
+static double test_logloss(train_t *t, const struct data *d)
+{
+    if (!d->samples)
+        return NAN;
+    metrics_t *m;
+    metrics_result_t r;
+    if (metrics_create(&m) != 0)
+        return NAN;
+    for (uint64_t i = 0; i < d->samples; i++) {
+        const codec_block_t b = {.ids = d->ids + d->start[i], .values = d->values + d->start[i],
+                                 .n = (uint32_t)(d->start[i + 1] - d->start[i])};
+        metrics_add(m, train_predict(t, &b, NULL), d->labels[i]);
+    }
+    metrics_compute(m, &r);
+    metrics_destroy(m);
+    return r.logloss;
+}
+
+/* Trains a fresh trainer of options o on s for epochs passes on `threads`
+ * threads (train_threads_epoch); the best epoch's samples/s, or -1. */
+static double threads_run(const train_options_t *o, const train_samples_t *s, long epochs,
+                          uint32_t threads, const struct data *test, double *ll)
+{
+    train_t *t;
+    char why[256];
+    if (train_create(o, &t, why, sizeof why) != 0) {
+        fprintf(stderr, "train_bench: %s\n", why);
+        return -1;
+    }
+    double best = 0;
+    for (long ep = 1; ep <= epochs; ep++) {
+        train_threads_stats_t st;
+        double a = now_sec(), c = cpu_sec();
+        if (train_threads_epoch(t, s, threads, &st, why, sizeof why) != 0) {
+            fprintf(stderr, "train_bench: %s\n", why);
+            train_destroy(t);
+            return -1;
+        }
+        double dt = now_sec() - a, dc = cpu_sec() - c;
+        printf("  threads %u epoch %ld: %.3f s (%.3f s cpu: %.2f cores), %.0f samples/s, "
+               "progressive logloss %.6f\n",
+               threads, ep, dt, dc, dc / dt, st.samples / dt, st.logloss);
+        if (st.samples / dt > best)
+            best = st.samples / dt;
+    }
+    *ll = test_logloss(t, test);
+    train_destroy(t);
+    return best;
 }
 
 int main(int argc, char **argv)
@@ -142,9 +211,11 @@ int main(int argc, char **argv)
         {"k", required_argument, 0, 'k'},      {"no-presize", no_argument, 0, 'n'},
         {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
         {"live", no_argument, 0, 'L'},
+        {"threads", required_argument, 0, 'T'}, {"test", required_argument, 0, 't'},
         {0, 0, 0, 0},
     };
-    const char *path = NULL, *model = "lr";
+    const char *path = NULL, *model = "lr", *test_path = NULL;
+    long threads = 0;
     reader_format_t fmt = READER_LIBFFM;
     train_optimizer_t opt_kind = TRAIN_FTRL;
     bool opt_given = false;
@@ -158,6 +229,16 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         case 'n': presize = 0; break;
         case 'L': live = 1; break;
+        case 't': test_path = optarg; break;
+        case 'T':
+            threads = strtol(optarg, &e, 10);
+            if (*e || e == optarg || threads < 1 || threads > TRAIN_THREADS_MAX) {
+                fprintf(stderr, "train_bench: --threads: '%s' is not a number in 1..%d\n",
+                        optarg, TRAIN_THREADS_MAX);
+                return 2;
+            }
+            e = NULL;
+            break;
         case 'h': usage(stdout); return 0;
         case 'f':
             if (reader_format_parse(optarg, &fmt) != 0) {
@@ -269,6 +350,40 @@ int main(int argc, char **argv)
     }
     printf("best: %.2f M feature updates/s (%s, one thread)%s\n", best / 1e6, model,
            sink == -1 ? "!" : "");
+    if (threads) {
+        struct data test = {0};
+        if (test_path && load(test_path, fmt, &test) != 0)
+            return 1;
+        train_samples_t *ts;
+        if (train_samples_create(0, &ts) != 0)
+            return 1;
+        for (uint64_t i = 0; i < d.samples && rc == 0; i++)
+            rc = train_samples_add(ts, d.ids + d.start[i], d.values + d.start[i],
+                                   (uint32_t)(d.start[i + 1] - d.start[i]), d.labels[i]);
+        if (rc != 0) {
+            fprintf(stderr, "train_bench: out of memory for the samples\n");
+            return 1;
+        }
+        double ll0 = test_logloss(t, &test), ll1 = NAN, llT = NAN;
+        double serial = best / ((double)d.features / (double)d.samples);
+        double one = threads_run(&o, ts, epochs, 1, &test, &ll1);
+        double many = threads_run(&o, ts, epochs, (uint32_t)threads, &test, &llT);
+        if (one <= 0 || many <= 0)
+            return 1;
+        printf("samples/s (%s, best epoch): train_update %.0f | 1 thread %.0f | %ld threads %.0f\n",
+               model, serial, one, threads, many);
+        printf("ratio %ld threads / 1 thread: %.2fx; / train_update: %.2fx\n", threads,
+               many / one, many / serial);
+        if (test_path)
+            printf("test logloss: train_update %.6f | 1 thread %.6f | %ld threads %.6f "
+                   "(%+.6f against train_update)\n",
+                   ll0, ll1, threads, llT, llT - ll0);
+        train_samples_destroy(ts);
+        free(test.ids);
+        free(test.values);
+        free(test.start);
+        free(test.labels);
+    }
     if (json)
         printf("{\"model\":\"%s\",\"samples\":%llu,\"features\":%llu,\"best_updates_per_s\":%.0f}\n",
                model, (unsigned long long)d.samples, (unsigned long long)d.features, best);

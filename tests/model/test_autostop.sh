@@ -65,6 +65,15 @@ fi
 grep -q "training a fresh model on all of" "$tmp/auto.err" && ok "retrain announced" ||
   bad "no retrain message"
 
+# --threads 2 (the file parsed into memory once per reader): the search trains on its part,
+# the final model on all the lines
+rc=$(run thr --train "$tmp/tr.ffm" --model fm --threads 2 --epochs 4)
+trows=$(awk '/^auto-stop epoch 1:/ {print $6}' "$tmp/thr.out")
+frows=$(awk '/^epoch 1:/ {print $5}' "$tmp/thr.out")
+[ "$rc" = 0 ] && [ -n "$trows" ] && [ "$trows" -lt "$all" ] && [ "$frows" = "$all" ] &&
+  ok "--threads 2: search on $trows rows, the final model on all $all" ||
+  bad "--threads 2: exit $rc, search rows '$trows', final rows '$frows' (file $all)"
+
 rc=$(run one --train "$tmp/tr.ffm" --test "$tmp/te.ffm" --model fm --json --no-auto-stop --epochs 1)
 one_json=$(tail -n 1 "$tmp/one.out")
 [ "$rc" = 0 ] && [ "$(json_field "$one_json" epochs)" = 1 ] && ! grep -q auto-stop "$tmp/one.out" &&
