@@ -518,19 +518,27 @@ static int write_block(train_lr_t *t, const uint64_t *ids, uint32_t n, float *ro
                        float *const *ptr)
 {
     const uint32_t k = t->k, wo = k == 3 ? 2 : 0;
+    const uint64_t *wids = ids; /* ids itself until a position is skipped */
     uint32_t m = 0;
     for (uint32_t j = 0; j < n; j++) {
-        if (ptr[j] != rows + (size_t)j * k) /* the bias, a shared row, or a repeat */
+        if (ptr[j] != rows + (size_t)j * k) { /* the bias, a shared row, or a repeat */
+            if (wids == ids) {
+                memcpy(t->b.ids_out, ids, (size_t)m * sizeof *ids);
+                wids = t->b.ids_out;
+            }
             continue;
-        if (m != j)
+        }
+        if (m != j) {
             memcpy(rows + (size_t)m * k, rows + (size_t)j * k, k * sizeof *rows);
-        t->b.ids_out[m] = ids[j];
-        t->b.out[m] = rows[(size_t)m * k + wo];
+            t->b.ids_out[m] = ids[j];
+        }
+        if (t->live)
+            t->b.out[m] = rows[(size_t)m * k + wo];
         m++;
     }
-    int rc = store_upsert_batch(t->store, t->b.ids_out, rows, m);
+    int rc = store_upsert_batch(t->store, wids, rows, m);
     if (rc >= 0 && t->live)
-        rc = store_upsert_batch(t->live, t->b.ids_out, t->b.out, m);
+        rc = store_upsert_batch(t->live, wids, t->b.out, m);
     return rc < 0 ? rc : 0;
 }
 

@@ -385,6 +385,7 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
     struct {
         struct loc l;
         uint64_t y;
+        uint64_t nbuckets; /* of the sub-table it was located in */
     } ring[PIPELINE_AHEAD]; /* key i's location in slot i % PIPELINE_AHEAD */
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
     zero_pad(s, raw);
@@ -393,9 +394,11 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
         if (i >= PIPELINE_AHEAD) { /* write key `at`, whose bucket was prefetched */
             size_t at = i - PIPELINE_AHEAD;
             struct loc *l = &ring[at % PIPELINE_AHEAD].l;
-            /* located again: an insert before it may have rebuilt its table */
+            /* an insert before it may have rebuilt its table: the location
+             * depends on the table's size alone */
             struct subtable *st = sub_ptr(s, l->shard, l->sub);
-            locate_in(s, st, ring[at % PIPELINE_AHEAD].y, l);
+            if (st->nbuckets != ring[at % PIPELINE_AHEAD].nbuckets)
+                locate_in(s, st, ring[at % PIPELINE_AHEAD].y, l);
             f32_to_raw(s, values + at * s->K, raw);
             int rc = upsert_located(s, st, l, ring[at % PIPELINE_AHEAD].y, keys[at], raw);
             if (rc < 0)
@@ -407,6 +410,7 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
             split_key(s, keys[i], &l->shard, &l->sub, &ring[i % PIPELINE_AHEAD].y);
             const struct subtable *st = sub_ptr(s, l->shard, l->sub);
             locate_in(s, st, ring[i % PIPELINE_AHEAD].y, l);
+            ring[i % PIPELINE_AHEAD].nbuckets = st->nbuckets;
             __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
             if (!s->inline_values)
                 __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
