@@ -22,6 +22,7 @@
    FEEDBACK to that answer.
 
 Env: KEYS=10M  RATE=300  TRAIN_RATE=10000  PHASE=20  PHASES=2  DURATION=5  BUILD=build
+     SERVER_ARGS="" (more tlserve options for parts 2 and 3, e.g. --online-nice 0)
      DATA=../shared/data/criteo_tiny/train.ffm  RESULTS=results/<date>_online
 Prints the summary (markdown) on stdout; everything goes to RESULTS.
 """
@@ -55,6 +56,7 @@ def count(s):
 KEYS = count(env("KEYS", "10M"))
 RATE = float(env("RATE", "300"))
 TRAIN_RATE = float(env("TRAIN_RATE", "10000"))
+SERVER_ARGS = env("SERVER_ARGS", "").split()  # more tlserve options for parts 2 and 3
 PHASE = float(env("PHASE", "20"))
 PHASES = int(env("PHASES", "2"))
 DURATION = float(env("DURATION", "5"))
@@ -307,7 +309,7 @@ def main():
                        stdout=subprocess.DEVNULL)
         payloads = std_payloads(16, 3)
         logs = os.path.join(work, "samples")
-        p, port, admin = serve(model, "--online", "--sample-log-dir", logs)
+        p, port, admin = serve(model, "--online", "--sample-log-dir", logs, *SERVER_ARGS)
         say("tlserve --online on %d keys; throughput for %g s" % (KEYS, DURATION))
         t = Trainer(port, payloads, 0)
         t.start()

@@ -271,7 +271,7 @@ static const cfg_entry_t table[] = {
      "online learning: samples per second a model learns before TRAIN gets OVERLOADED "
      "(0: no cap)",
      F(online_max_samples_per_s), NULL, NULL, NULL, false},
-    {"online-nice", CFG_INT, 0, 19, "5",
+    {"online-nice", CFG_INT, 0, 19, "19",
      "online learning: the trainer threads' nice value; above 0 the workers go first when a "
      "core is contended, so training costs serving less (0: equal)",
      F(online_nice), NULL, NULL, NULL, false},
