@@ -1,0 +1,313 @@
+/*
+ * train_lr_batch.c — LR's update of a batch (train_lr_update_batch; every
+ * sample goes through it, train_lr_update as a batch of one).
+ *
+ * A frame of the standard request's shape is one shared block (the user's
+ * and the context's ids) and many items, each a sample shared ++ item.  The
+ * shared rows are looked up once per batch, stepped in place by every item,
+ * and written back (state and served store) once at its end; each item's
+ * own rows are looked up, stepped and written per item.  Every position j
+ * of a sample steps the row its id's FIRST occurrence owns (an id repeated,
+ * or an item id that is also a shared id, steps on from the earlier step),
+ * and the bias steps first, as update() always did: the same arithmetic in
+ * the same order as item-by-item updates.  What differs is when the stores
+ * see it: a shared id's new weight is served when the batch ends (a frame
+ * of 100 items: a few milliseconds), an item id's when its item ends.
+ *
+ * A step that would not be finite returns -ERANGE: the items before it are
+ * learned and written, the batch's shared rows are not written at all
+ * (they hold part of the failing item's steps).
+ *
+ * THREAD SAFETY: the trainer's one thread (train.h).
+ */
+#include "train_lr_impl.h"
+#include "model.h"
+#include "sigmoid.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void id_index_free(id_index_t *m)
+{
+    free(m->ids);
+    free(m->idx);
+    free(m->stamp);
+    *m = (id_index_t){0};
+}
+
+void train__lr_batch_free(lr_batch_t *b)
+{
+    free(b->srows);
+    free(b->irows);
+    free(b->sp);
+    free(b->ip);
+    free(b->sfound);
+    free(b->ifound);
+    free(b->ids_out);
+    free(b->out);
+    id_index_free(&b->sidx);
+    id_index_free(&b->iidx);
+    *b = (lr_batch_t){0};
+}
+
+
+static int id_index_reserve(id_index_t *m, uint32_t n)
+{
+    uint32_t bits = 6;
+    while ((1u << bits) < 2 * (uint64_t)n)
+        bits++;
+    if (m->ids && bits <= m->bits)
+        return 0;
+    size_t slots = (size_t)1 << bits;
+    uint64_t *ids = malloc(slots * sizeof *ids);
+    uint32_t *idx = malloc(slots * sizeof *idx), *stamp = calloc(slots, sizeof *stamp);
+    if (!ids || !idx || !stamp) {
+        free(ids);
+        free(idx);
+        free(stamp);
+        return -ENOMEM;
+    }
+    id_index_free(m);
+    *m = (id_index_t){.ids = ids, .idx = idx, .stamp = stamp, .bits = bits, .gen = 0};
+    return 0;
+}
+
+static inline void id_index_next(id_index_t *m)
+{
+    if (++m->gen == 0) { /* stamps wrapped: clear once every 2^32 blocks */
+        memset(m->stamp, 0, ((size_t)1 << m->bits) * sizeof *m->stamp);
+        m->gen = 1;
+    }
+}
+
+static inline uint32_t id_index_slot(const id_index_t *m, uint64_t id)
+{
+    const uint32_t mask = (1u << m->bits) - 1;
+    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - m->bits));
+    while (m->stamp[h] == m->gen && m->ids[h] != id)
+        h = (h + 1) & mask;
+    return h;
+}
+
+/* The index stored for id, after storing i when id was not there. */
+static inline uint32_t id_index_add(id_index_t *m, uint64_t id, uint32_t i)
+{
+    uint32_t h = id_index_slot(m, id);
+    if (m->stamp[h] != m->gen) {
+        m->stamp[h] = m->gen;
+        m->ids[h] = id;
+        m->idx[h] = i;
+    }
+    return m->idx[h];
+}
+
+/* The index stored for id, or UINT32_MAX. */
+static inline uint32_t id_index_find(const id_index_t *m, uint64_t id)
+{
+    uint32_t h = id_index_slot(m, id);
+    return m->stamp[h] == m->gen ? m->idx[h] : UINT32_MAX;
+}
+
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* Room for a shared block of ns ids and items of up to ni ids. */
+static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
+{
+    lr_batch_t *b = &t->b;
+    const size_t k = t->k;
+    if (ns > b->cap_s || !b->srows) {
+        uint32_t cap = train__grow(b->cap_s, ns);
+        if (!cap || grow((void **)&b->srows, cap * k, sizeof *b->srows) ||
+            grow((void **)&b->sp, cap, sizeof *b->sp) ||
+            grow((void **)&b->sfound, cap, 1) || id_index_reserve(&b->sidx, cap))
+            return -ENOMEM;
+        b->cap_s = cap;
+    }
+    if (ni > b->cap_i || !b->irows) {
+        uint32_t cap = train__grow(b->cap_i, ni);
+        if (!cap || grow((void **)&b->irows, cap * k, sizeof *b->irows) ||
+            grow((void **)&b->ip, cap, sizeof *b->ip) ||
+            grow((void **)&b->ifound, cap, 1) || id_index_reserve(&b->iidx, cap))
+            return -ENOMEM;
+        b->cap_i = cap;
+    }
+    size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
+    if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
+        grow((void **)&b->out, out, sizeof *b->out))
+        return -ENOMEM;
+    return 0;
+}
+
+/* Looks up the n rows of ids into rows (k floats each; an id the state lacks
+ * starts from the served weight when live, else from zeros). */
+static void load_rows(train_lr_t *t, const uint64_t *ids, uint32_t n, float *rows,
+                      uint8_t *found)
+{
+    store_lookup_batch(t->store, ids, n, rows, found);
+    if (t->live)
+        for (uint32_t j = 0; j < n; j++)
+            if (!found[j])
+                train__lr_init_from_live(t, ids[j], rows + (size_t)j * t->k);
+}
+
+/* Points each position of a block at the row it steps: the bias's state,
+ * a shared row (items only: shared != NULL), or its first occurrence's row
+ * in rows.  idx is the block's id index, started anew. */
+static void point_rows(const uint64_t *ids, uint32_t n, float *rows, uint32_t k, float *bias,
+                       id_index_t *idx, const lr_batch_t *shared, float **ptr)
+{
+    id_index_next(idx);
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t s;
+        if (ids[j] == MODEL_BIAS_ID)
+            ptr[j] = bias;
+        else if (shared && (s = id_index_find(&shared->sidx, ids[j])) != UINT32_MAX)
+            ptr[j] = shared->sp[s];
+        else
+            ptr[j] = rows + (size_t)id_index_add(idx, ids[j], j) * k;
+    }
+}
+
+/* Adds the block's served weights times its values to *sum, in order. */
+static inline void sum_block(float *const *ptr, const float *values, uint32_t n, uint32_t wo,
+                             double *sum)
+{
+    double s = *sum;
+    if (values) {
+        for (uint32_t j = 0; j < n; j++)
+            s += (double)ptr[j][wo] * values[j];
+    } else {
+        for (uint32_t j = 0; j < n; j++)
+            s += ptr[j][wo];
+    }
+    *sum = s;
+}
+
+/* SYNC (train_sync.h): a step's dz, dn, taken in double from the floats
+ * before and after so that what a replica sends is what its own state moved
+ * by. */
+static inline void sync_note(const train_lr_t *t, uint64_t id, float z0, float n0, const float *st)
+{
+    if (t->sync_fn)
+        t->sync_fn(t->sync_ctx, id, (float)((double)st[0] - z0), (float)((double)st[1] - n0));
+}
+
+/* Steps every position of a block with g x_j: -ERANGE at a non-finite row. */
+static inline int step_block(const train_lr_t *t, const uint64_t *ids, float *const *ptr,
+                             const float *values, uint32_t n, double g)
+{
+    const double l1 = t->opt.l1, l2 = t->opt.l2;
+    for (uint32_t j = 0; j < n; j++) {
+        float *st = ptr[j];
+        const float z0 = st[0], n0 = t->k > 1 ? st[1] : 0;
+        step(t, st, values ? g * values[j] : g, l1, l2);
+        if (!row_finite(st, t->k))
+            return -ERANGE;
+        sync_note(t, ids[j], z0, n0, st);
+    }
+    return 0;
+}
+
+/* Writes the rows a block's positions own (each id once, with its last
+ * step) to the state, and their weights to the served store.  Moves the
+ * owned rows to the front of rows: the block's pointers are stale after. */
+static int write_block(train_lr_t *t, const uint64_t *ids, uint32_t n, float *rows,
+                       float *const *ptr)
+{
+    const uint32_t k = t->k, wo = k == 3 ? 2 : 0;
+    const uint64_t *wids = ids; /* ids itself until a position is skipped */
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (ptr[j] != rows + (size_t)j * k) { /* the bias, a shared row, or a repeat */
+            if (wids == ids) {
+                memcpy(t->b.ids_out, ids, (size_t)m * sizeof *ids);
+                wids = t->b.ids_out;
+            }
+            continue;
+        }
+        if (m != j) {
+            memcpy(rows + (size_t)m * k, rows + (size_t)j * k, k * sizeof *rows);
+            t->b.ids_out[m] = ids[j];
+        }
+        if (t->live)
+            t->b.out[m] = rows[(size_t)m * k + wo];
+        m++;
+    }
+    int rc = store_upsert_batch(t->store, wids, rows, m);
+    if (rc >= 0 && t->live)
+        rc = store_upsert_batch(t->live, wids, t->b.out, m);
+    return rc < 0 ? rc : 0;
+}
+
+int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
+                          const codec_block_t *items, uint32_t n_items, const float *labels,
+                          const float *weights, float *p)
+{
+    const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+    if (!shared)
+        shared = &none;
+    uint32_t ni = 0;
+    for (uint32_t i = 0; items && i < n_items; i++) /* items NULL: none has ids */
+        if (items[i].n > ni)
+            ni = items[i].n;
+    int rc = batch_reserve(t, shared->n, ni);
+    if (rc != 0)
+        return rc;
+    t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
+    lr_batch_t *b = &t->b;
+    const uint32_t k = t->k, wo = k == 3 ? 2 : 0, ns = shared->n;
+    float bst[3];
+    memcpy(bst, t->bias, sizeof bst);
+    load_rows(t, shared->ids, ns, b->srows, b->sfound);
+    point_rows(shared->ids, ns, b->srows, k, bst, &b->sidx, NULL, b->sp);
+
+    for (uint32_t i = 0; i < n_items; i++) {
+        const codec_block_t *it = items ? &items[i] : &none;
+        load_rows(t, it->ids, it->n, b->irows, b->ifound);
+        point_rows(it->ids, it->n, b->irows, k, bst, &b->iidx, b, b->ip);
+        /* the margin, summed as model_score() sums: features in order, bias last */
+        double sum = 0;
+        sum_block(b->sp, shared->values, ns, wo, &sum);
+        sum_block(b->ip, it->values, it->n, wo, &sum);
+        float pi = sigmoid((double)bst[wo] + sum);
+        if (p)
+            p[i] = pi;
+        double g = ((double)pi - (double)labels[i]) * (double)(weights ? weights[i] : 1.0f);
+        const float bz = bst[0], bn = bst[1];
+        step(t, bst, g, 0, 0); /* the bias first, unregularised */
+        if (!row_finite(bst, k))
+            return -ERANGE;
+        sync_note(t, MODEL_BIAS_ID, bz, bn, bst);
+        rc = step_block(t, shared->ids, b->sp, shared->values, ns, g);
+        if (rc == 0)
+            rc = step_block(t, it->ids, b->ip, it->values, it->n, g);
+        if (rc != 0)
+            return rc;
+        rc = write_block(t, it->ids, it->n, b->irows, b->ip);
+        if (rc == 0)
+            rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
+        if (rc >= 0 && t->live)
+            rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[wo]);
+        if (rc < 0)
+            return rc;
+        memcpy(t->bias, bst, sizeof bst);
+    }
+    return write_block(t, shared->ids, ns, b->srows, b->sp);
+}
+
+int train_lr_update(train_lr_t *t, const uint64_t *ids, const float *values, uint32_t n,
+                    float label, float weight, float *p_out)
+{
+    const codec_block_t sample = {.ids = ids, .values = values, .n = n};
+    const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+    return train_lr_update_batch(t, &sample, &none, 1, &label, &weight, p_out);
+}
+
