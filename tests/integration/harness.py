@@ -68,6 +68,21 @@ def model_key(i, seed=SEED):
     return mix64((i + seed * PHI) & M64)
 
 
+def replica_sample(j, seed):
+    """Sample j of the replica tests (test_online_bus, test_online_sync): 20 shared ids and
+    8 item ids of the model made with seed, as sorted blocks."""
+    shared = sorted(model_key(i, seed) for i in range(20))
+    item = sorted(model_key(500 + 7 * j + i, seed) for i in range(8))
+    return shared, item
+
+
+def replica_frame(k, seed):
+    """TRAIN frame k of the replica tests: a shared block and two labelled items."""
+    shared, item = replica_sample(k % 23, seed)
+    return shared, [(float(k % 3 == 0), item),
+                    (float(k % 4 == 0), replica_sample(k % 13, seed)[1])]
+
+
 def cpu_seconds(pid):
     """utime + stime of a whole process (every thread), from /proc/PID/stat."""
     with open("/proc/%d/stat" % pid) as f:

@@ -27,7 +27,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import natscluster  # noqa: E402
-from harness import BUILD, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSYNTH, Server, gen_model, replica_frame,  # noqa: E402
+                     replica_sample, require)
 
 PROBE = os.path.join(BUILD, "tests", "bus_probe")
 
@@ -50,14 +51,11 @@ def cluster(*args):
 
 
 def sample(j):
-    shared = sorted(model_key(i, SEED) for i in range(20))
-    item = sorted(model_key(500 + 7 * j + i, SEED) for i in range(8))
-    return shared, item
+    return replica_sample(j, SEED)
 
 
 def frame(k):
-    shared, item = sample(k % 23)
-    return shared, [(float(k % 3 == 0), item), (float(k % 4 == 0), sample(k % 13)[1])]
+    return replica_frame(k, SEED)
 
 
 class Replicas(unittest.TestCase):

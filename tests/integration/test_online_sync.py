@@ -44,7 +44,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import natscluster  # noqa: E402
-from harness import BUILD, TLSERVE, TLSYNTH, Server, gen_model, model_key, require  # noqa: E402
+from harness import (BUILD, TLSERVE, TLSYNTH, Server, gen_model, model_key,  # noqa: E402
+                     replica_frame, replica_sample, require)
 
 BUS_PROBE = os.path.join(BUILD, "tests", "bus_probe")
 SYNC_PROBE = os.path.join(BUILD, "tests", "sync_probe")
@@ -66,14 +67,11 @@ def tearDownModule():
 
 
 def sample(j):
-    shared = sorted(model_key(i, SEED) for i in range(20))
-    item = sorted(model_key(500 + 7 * j + i, SEED) for i in range(8))
-    return shared, item
+    return replica_sample(j, SEED)
 
 
 def frame(k):
-    shared, item = sample(k % 23)
-    return shared, [(float(k % 3 == 0), item), (float(k % 4 == 0), sample(k % 13)[1])]
+    return replica_frame(k, SEED)
 
 
 class Partitioned(unittest.TestCase):
