@@ -6,7 +6,7 @@
  * ENDPOINTS
  *   GET  /healthz                 200 "ok" while the process runs, 503
  *                                 "draining" once SIGTERM/SIGINT is seen
- *   GET  /readyz                  200 when a model is active, else 503
+ *   GET  /readyz                  200 when a model is active and the data plane listens, else 503
  *                                 (also 503 "draining" once draining)
  *   GET  /metrics                 Prometheus text format (below)
  *   GET  /v1/models               {"models":[{"name","version","kind","keys"}]}, and
@@ -275,6 +275,8 @@ static void on_readyz(struct evhttp_request *req)
 {
     if (atomic_load(&A.srv->stopping))
         reply_text(req, 503, "draining\n");
+    else if (!atomic_load(&A.srv->listening))
+        reply_text(req, 503, "data plane not listening yet\n");
     else if (server_model_any_active(A.srv))
         reply_text(req, 200, "ready\n");
     else

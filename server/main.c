@@ -204,6 +204,7 @@ int main(int argc, char **argv)
         admin_stop(srv);
         goto out;
     }
+    atomic_store(&srv->listening, true);
     LOG(LL_INFO, "serving on %s:%d with %d workers (admin on %s:%d)", cfg->bind, cfg->port,
         srv->nworkers, cfg->admin_bind, cfg->admin_port);
 

@@ -245,6 +245,7 @@ typedef struct server {
     int nworkers;
     store_team_t *team;                 /* lookup helpers (main: start to exit), NULL: none */
     server_metrics_t *metrics;          /* [nworkers] */
+    _Atomic bool listening;             /* the data plane's sockets listen: /readyz waits for it */
     _Atomic bool stopping;              /* SIGTERM seen: drain */
 } server_t;
 
