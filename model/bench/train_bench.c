@@ -19,12 +19,16 @@
  * every step also writes the new weight there.  A benchmark: it never fails
  * on timing.
  *
- * --threads T (LR, FM, FFM): also trains two more models from scratch with
- * train_threads_epoch (train_threads.h), on 1 and on T threads, for the
- * same epochs, and prints samples/s of the best epoch of each and the
- * ratios: T threads against 1 thread of the same (Hogwild) path, and
- * against train_update's one thread (the path tltrain takes without
- * --threads).  With --test FILE each model's test logloss is printed too.
+ * --threads T (LR, FM, FFM) [--rounds R]: then, R times, trains three
+ * contenders from scratch with train_threads_epoch (train_threads.h), one
+ * epoch of each in turn: Hogwild on 1 thread, Hogwild on T threads, and T
+ * independent trainers at once, each on its own slice, sharing nothing:
+ * what T threads of this work can get from this machine (its ceiling: on a
+ * VM whose cores share caches, memory and a host, less than T).  Prints
+ * samples/s per epoch, each round's best-epoch ratios (T threads / 1
+ * thread, the ceiling / 1 thread, T threads / the ceiling) and their
+ * medians, and against train_update's one thread (the path tltrain takes
+ * without --threads).  With --test FILE, round 1's test loglosses.
  *
  * THREAD SAFETY: a program; train_threads_epoch runs its own threads.
  */
@@ -36,6 +40,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,14 +147,7 @@ static void usage(FILE *f)
                "                   [--model lr|fm|ffm|dnn]\n"
                "                   [--epochs 3] [--optimizer ftrl|adagrad|sgd] [--fields F]\n"
                "                   [--k 4] [--no-presize] [--live] [--json]\n"
-               "                   [--threads T [--test FILE]]\n");
-}
-
-static double cpu_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+               "                   [--threads T [--rounds R] [--test FILE]]\n");
 }
 
 /* The test logloss of t on d (NAN when there is no test set). */
@@ -170,36 +169,189 @@ static double test_logloss(train_t *t, const struct data *d)
     return r.logloss;
 }
 
-/* Trains a fresh trainer of options o on s for epochs passes on `threads`
- * threads (train_threads_epoch); the best epoch's samples/s, or -1. */
-static double threads_run(const train_options_t *o, const train_samples_t *s, long epochs,
-                          uint32_t threads, const struct data *test, double *ll)
-{
+/* ---- --threads: Hogwild against one thread and against the machine -------- */
+
+/* One contender of the thread comparison: n trainers, each stepping its own
+ * samples on `threads` threads per epoch, the n at once (n > 1 only for the
+ * independent trainers: T trainers, one thread each, sharing nothing). */
+struct contender {
+    const char *name;
+    train_t *t[TRAIN_THREADS_MAX];
+    train_samples_t *s[TRAIN_THREADS_MAX];
+    uint32_t n, threads;
+    double best; /* samples/s of the best epoch */
+};
+
+struct epoch_job {
     train_t *t;
+    const train_samples_t *s;
+    uint32_t threads;
+    int rc;
     char why[256];
-    if (train_create(o, &t, why, sizeof why) != 0) {
-        fprintf(stderr, "train_bench: %s\n", why);
-        return -1;
+};
+
+static void *epoch_job_run(void *arg)
+{
+    struct epoch_job *j = arg;
+    train_threads_stats_t st;
+    j->rc = train_threads_epoch(j->t, j->s, j->threads, &st, j->why, sizeof j->why);
+    return NULL;
+}
+
+/* One epoch of every trainer of c, at once; samples/s over the wall time, or -1. */
+static double contender_epoch(struct contender *c)
+{
+    struct epoch_job jobs[TRAIN_THREADS_MAX];
+    pthread_t tid[TRAIN_THREADS_MAX];
+    bool started[TRAIN_THREADS_MAX] = {0};
+    uint64_t samples = 0;
+    double a = now_sec();
+    for (uint32_t i = 0; i < c->n; i++) {
+        jobs[i] = (struct epoch_job){.t = c->t[i], .s = c->s[i], .threads = c->threads};
+        samples += train_samples_count(c->s[i]);
     }
-    double best = 0;
-    for (long ep = 1; ep <= epochs; ep++) {
-        train_threads_stats_t st;
-        double a = now_sec(), c = cpu_sec();
-        if (train_threads_epoch(t, s, threads, &st, why, sizeof why) != 0) {
-            fprintf(stderr, "train_bench: %s\n", why);
-            train_destroy(t);
+    for (uint32_t i = 1; i < c->n; i++)
+        started[i] = pthread_create(&tid[i], NULL, epoch_job_run, &jobs[i]) == 0;
+    epoch_job_run(&jobs[0]);
+    for (uint32_t i = 1; i < c->n; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            epoch_job_run(&jobs[i]); /* no thread: here, after (the figure shows it) */
+    }
+    double dt = now_sec() - a;
+    int rc = 0;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (jobs[i].rc != 0) {
+            fprintf(stderr, "train_bench: %s\n", jobs[i].why);
+            rc = -1;
+        }
+    return rc != 0 ? -1 : (double)samples / dt;
+}
+
+/* The samples [from, to) of d, or NULL when memory ran out. */
+static train_samples_t *samples_of(const struct data *d, uint64_t from, uint64_t to)
+{
+    train_samples_t *s;
+    if (train_samples_create(0, &s) != 0)
+        return NULL;
+    for (uint64_t i = from; i < to; i++)
+        if (train_samples_add(s, d->ids + d->start[i], d->values + d->start[i],
+                              (uint32_t)(d->start[i + 1] - d->start[i]), d->labels[i]) != 0) {
+            train_samples_destroy(s);
+            return NULL;
+        }
+    return s;
+}
+
+static void contender_free(struct contender *c)
+{
+    for (uint32_t i = 0; i < c->n; i++) {
+        train_destroy(c->t[i]);
+        if (c->n > 1)
+            train_samples_destroy(c->s[i]); /* its own slice; one trainer shares `all` */
+    }
+}
+
+/* n fresh trainers of options o; one steps all of d (`all`), n > 1 step
+ * slice i of d each (train_threads.c's slices).  0 or -1. */
+static int contender_make(struct contender *c, const char *name, const train_options_t *o,
+                          uint32_t n, uint32_t threads, const struct data *d,
+                          train_samples_t *all)
+{
+    *c = (struct contender){.name = name, .threads = threads};
+    for (uint32_t i = 0; i < n; i++) {
+        char why[256];
+        c->s[i] = n == 1 ? all : samples_of(d, i * d->samples / n, (i + 1) * d->samples / n);
+        if (!c->s[i] || train_create(o, &c->t[i], why, sizeof why) != 0) {
+            fprintf(stderr, "train_bench: no memory for the %s\n", name);
+            if (n > 1)
+                train_samples_destroy(c->s[i]);
+            contender_free(c);
             return -1;
         }
-        double dt = now_sec() - a, dc = cpu_sec() - c;
-        printf("  threads %u epoch %ld: %.3f s (%.3f s cpu: %.2f cores), %.0f samples/s, "
-               "progressive logloss %.6f\n",
-               threads, ep, dt, dc, dc / dt, st.samples / dt, st.logloss);
-        if (st.samples / dt > best)
-            best = st.samples / dt;
+        c->n = i + 1;
     }
-    *ll = test_logloss(t, test);
-    train_destroy(t);
-    return best;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define ROUNDS_MAX 64
+
+/* --threads T: each round trains three contenders from scratch, epoch by
+ * epoch in turn (the order rotating), so that the machine's drift falls on
+ * all three alike: Hogwild on 1 thread, Hogwild on T threads, and T
+ * independent trainers at once, each on its own slice, sharing nothing
+ * (the most T threads of this work can get on this machine: its ceiling).
+ * Prints every epoch, each round's best-epoch ratios and their medians;
+ * with a test set, round 1's test loglosses against train_update's (ll0). */
+static int compare_threads(const train_options_t *o, const struct data *d, uint32_t T,
+                           long epochs, long rounds, const struct data *test, double ll0,
+                           double serial)
+{
+    train_samples_t *all = samples_of(d, 0, d->samples);
+    if (!all) {
+        fprintf(stderr, "train_bench: out of memory for the samples\n");
+        return 1;
+    }
+    double hog[ROUNDS_MAX], ceiling[ROUNDS_MAX], share[ROUNDS_MAX], vs_serial[ROUNDS_MAX];
+    char n1[32], nT[32], nI[48];
+    snprintf(n1, sizeof n1, "1 thread");
+    snprintf(nT, sizeof nT, "%u threads", T);
+    snprintf(nI, sizeof nI, "%u independent", T);
+    for (long r = 0; r < rounds; r++) {
+        struct contender c[3];
+        if (contender_make(&c[0], n1, o, 1, 1, d, all) != 0)
+            return 1;
+        if (contender_make(&c[1], nT, o, 1, T, d, all) != 0)
+            return 1;
+        if (contender_make(&c[2], nI, o, T, 1, d, all) != 0)
+            return 1;
+        for (long ep = 1; ep <= epochs; ep++) {
+            double v[3];
+            for (int k = 0; k < 3; k++) {
+                int i = (int)((ep + r + k) % 3);
+                if ((v[i] = contender_epoch(&c[i])) < 0)
+                    return 1;
+                if (v[i] > c[i].best)
+                    c[i].best = v[i];
+            }
+            printf("  round %ld epoch %ld, samples/s: %s %.0f | %s %.0f | %s %.0f\n", r + 1, ep,
+                   n1, v[0], nT, v[1], nI, v[2]);
+        }
+        hog[r] = c[1].best / c[0].best;
+        ceiling[r] = c[2].best / c[0].best;
+        share[r] = c[1].best / c[2].best;
+        vs_serial[r] = c[1].best / serial;
+        printf("round %ld, best epochs: %s / %s %.2fx; %s / %s (the machine's ceiling) %.2fx; "
+               "Hogwild at %.2f of the ceiling\n",
+               r + 1, nT, n1, hog[r], nI, n1, ceiling[r], share[r]);
+        if (r == 0 && test->samples) {
+            double ll1 = test_logloss(c[0].t[0], test), llT = test_logloss(c[1].t[0], test);
+            printf("test logloss: train_update %.6f | 1 thread %.6f | %u threads %.6f "
+                   "(%+.6f against train_update)\n",
+                   ll0, ll1, T, llT, llT - ll0);
+        }
+        for (int k = 0; k < 3; k++)
+            contender_free(&c[k]);
+    }
+    train_samples_destroy(all);
+    printf("ratio %u threads / 1 thread: %.2fx (median of %ld rounds); / train_update: %.2fx; "
+           "the machine's ceiling (%u independent / 1): %.2fx; Hogwild at %.2f of it\n",
+           T, median(hog, rounds), rounds, median(vs_serial, rounds), T, median(ceiling, rounds),
+           median(share, rounds));
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -212,10 +364,11 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
         {"live", no_argument, 0, 'L'},
         {"threads", required_argument, 0, 'T'}, {"test", required_argument, 0, 't'},
+        {"rounds", required_argument, 0, 'r'},
         {0, 0, 0, 0},
     };
     const char *path = NULL, *model = "lr", *test_path = NULL;
-    long threads = 0;
+    long threads = 0, rounds = 1;
     reader_format_t fmt = READER_LIBFFM;
     train_optimizer_t opt_kind = TRAIN_FTRL;
     bool opt_given = false;
@@ -235,6 +388,15 @@ int main(int argc, char **argv)
             if (*e || e == optarg || threads < 1 || threads > TRAIN_THREADS_MAX) {
                 fprintf(stderr, "train_bench: --threads: '%s' is not a number in 1..%d\n",
                         optarg, TRAIN_THREADS_MAX);
+                return 2;
+            }
+            e = NULL;
+            break;
+        case 'r':
+            rounds = strtol(optarg, &e, 10);
+            if (*e || e == optarg || rounds < 1 || rounds > ROUNDS_MAX) {
+                fprintf(stderr, "train_bench: --rounds: '%s' is not a number in 1..%d\n",
+                        optarg, ROUNDS_MAX);
                 return 2;
             }
             e = NULL;
@@ -354,31 +516,10 @@ int main(int argc, char **argv)
         struct data test = {0};
         if (test_path && load(test_path, fmt, &test) != 0)
             return 1;
-        train_samples_t *ts;
-        if (train_samples_create(0, &ts) != 0)
-            return 1;
-        for (uint64_t i = 0; i < d.samples && rc == 0; i++)
-            rc = train_samples_add(ts, d.ids + d.start[i], d.values + d.start[i],
-                                   (uint32_t)(d.start[i + 1] - d.start[i]), d.labels[i]);
-        if (rc != 0) {
-            fprintf(stderr, "train_bench: out of memory for the samples\n");
-            return 1;
-        }
-        double ll0 = test_logloss(t, &test), ll1 = NAN, llT = NAN;
+        double ll0 = test_logloss(t, &test);
         double serial = best / ((double)d.features / (double)d.samples);
-        double one = threads_run(&o, ts, epochs, 1, &test, &ll1);
-        double many = threads_run(&o, ts, epochs, (uint32_t)threads, &test, &llT);
-        if (one <= 0 || many <= 0)
+        if (compare_threads(&o, &d, (uint32_t)threads, epochs, rounds, &test, ll0, serial) != 0)
             return 1;
-        printf("samples/s (%s, best epoch): train_update %.0f | 1 thread %.0f | %ld threads %.0f\n",
-               model, serial, one, threads, many);
-        printf("ratio %ld threads / 1 thread: %.2fx; / train_update: %.2fx\n", threads,
-               many / one, many / serial);
-        if (test_path)
-            printf("test logloss: train_update %.6f | 1 thread %.6f | %ld threads %.6f "
-                   "(%+.6f against train_update)\n",
-                   ll0, ll1, threads, llT, llT - ll0);
-        train_samples_destroy(ts);
         free(test.ids);
         free(test.values);
         free(test.start);
