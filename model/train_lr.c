@@ -179,14 +179,20 @@ static void state_from_weight(const train_lr_t *t, float w, double l1, double l2
     }
 }
 
+/* The state row of an id the state lacks whose served weight is w. */
+void train__lr_init_from_weight(const train_lr_t *t, uint64_t id, float w, float *row)
+{
+    bool bias = id == MODEL_BIAS_ID;
+    state_from_weight(t, w, bias ? 0 : t->opt.l1, bias ? 0 : t->opt.l2, row);
+}
+
 /* train__init_fn for an id the state lacks: from the served store. */
 void train__lr_init_from_live(const void *ctx, uint64_t id, float *row)
 {
     const train_lr_t *t = ctx;
     float w = 0;
     store_lookup(t->live, id, &w);
-    bool bias = id == MODEL_BIAS_ID;
-    state_from_weight(t, w, bias ? 0 : t->opt.l1, bias ? 0 : t->opt.l2, row);
+    train__lr_init_from_weight(t, id, w, row);
 }
 
 /* Looks up bias + features into bst / t->w.state and returns the margin's

@@ -46,6 +46,9 @@ void train__lr_batch_free(lr_batch_t *b)
     free(b->ifound);
     free(b->ids_out);
     free(b->out);
+    free(b->miss_ids);
+    free(b->miss_w);
+    free(b->miss_at);
     id_index_free(&b->sidx);
     id_index_free(&b->iidx);
     *b = (lr_batch_t){0};
@@ -141,21 +144,37 @@ static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
     }
     size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
     if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
-        grow((void **)&b->out, out, sizeof *b->out))
+        grow((void **)&b->out, out, sizeof *b->out) ||
+        grow((void **)&b->miss_ids, out, sizeof *b->miss_ids) ||
+        grow((void **)&b->miss_w, out, sizeof *b->miss_w) ||
+        grow((void **)&b->miss_at, out, sizeof *b->miss_at))
         return -ENOMEM;
     return 0;
 }
 
 /* Looks up the n rows of ids into rows (k floats each; an id the state lacks
- * starts from the served weight when live, else from zeros). */
+ * starts from the served weight when live, else from zeros).  The ids the
+ * state lacks are looked up in the served store in one batch: after a new
+ * version goes live every id is one of them until it is first learned. */
 static void load_rows(train_lr_t *t, const uint64_t *ids, uint32_t n, float *rows,
                       uint8_t *found)
 {
     store_lookup_batch(t->store, ids, n, rows, found);
-    if (t->live)
-        for (uint32_t j = 0; j < n; j++)
-            if (!found[j])
-                train__lr_init_from_live(t, ids[j], rows + (size_t)j * t->k);
+    if (!t->live)
+        return;
+    lr_batch_t *b = &t->b;
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < n; j++)
+        if (!found[j]) {
+            b->miss_ids[m] = ids[j];
+            b->miss_at[m++] = j;
+        }
+    if (m == 0)
+        return;
+    store_lookup_batch(t->live, b->miss_ids, m, b->miss_w, NULL);
+    for (uint32_t i = 0; i < m; i++)
+        train__lr_init_from_weight(t, b->miss_ids[i], b->miss_w[i],
+                                   rows + (size_t)b->miss_at[i] * t->k);
 }
 
 /* Points each position of a block at the row it steps: the bias's state,

@@ -32,6 +32,9 @@ typedef struct lr_batch {
     uint8_t *sfound, *ifound;
     uint64_t *ids_out;     /* max(cap_s, cap_i): the ids of the rows written */
     float *out;            /* max(cap_s, cap_i): their served weights */
+    uint64_t *miss_ids;    /* max(cap_s, cap_i): ids the state lacks, looked up in the */
+    float *miss_w;         /*   served store in one batch (their misses overlapped), */
+    uint32_t *miss_at;     /*   their weights and their positions in the block */
     id_index_t sidx, iidx;
 } lr_batch_t;
 
@@ -105,6 +108,9 @@ static inline bool row_finite(const float *st, uint32_t k)
 
 /* train__init_fn for an id the state lacks (train_lr.c: LIVE). */
 void train__lr_init_from_live(const void *ctx, uint64_t id, float *row);
+
+/* The state row of an id the state lacks whose served weight is w. */
+void train__lr_init_from_weight(const train_lr_t *t, uint64_t id, float w, float *row);
 
 /* Frees a batch work space (train_lr_batch.c). */
 void train__lr_batch_free(lr_batch_t *b);
