@@ -42,15 +42,15 @@ void train__lr_batch_free(lr_batch_t *b)
     free(b->irows);
     free(b->sp);
     free(b->ip);
+    free(b->islot);
+    free(b->iown);
     free(b->sfound);
-    free(b->ifound);
     free(b->ids_out);
     free(b->out);
     free(b->miss_ids);
     free(b->miss_w);
     free(b->miss_at);
     id_index_free(&b->sidx);
-    id_index_free(&b->iidx);
     *b = (lr_batch_t){0};
 }
 
@@ -138,7 +138,8 @@ static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
         uint32_t cap = train__grow(b->cap_i, ni);
         if (!cap || grow((void **)&b->irows, cap * k, sizeof *b->irows) ||
             grow((void **)&b->ip, cap, sizeof *b->ip) ||
-            grow((void **)&b->ifound, cap, 1) || id_index_reserve(&b->iidx, cap))
+            grow((void **)&b->islot, cap, sizeof *b->islot) ||
+            grow((void **)&b->iown, cap, sizeof *b->iown))
             return -ENOMEM;
         b->cap_i = cap;
     }
@@ -177,22 +178,66 @@ static void load_rows(train_lr_t *t, const uint64_t *ids, uint32_t n, float *row
                                    rows + (size_t)b->miss_at[i] * t->k);
 }
 
-/* Points each position of a block at the row it steps: the bias's state,
- * a shared row (items only: shared != NULL), or its first occurrence's row
- * in rows.  idx is the block's id index, started anew. */
+/* Points each position of the shared block at the row it steps: the
+ * bias's state, or its id's first occurrence's row in rows.  idx is the
+ * block's id index, started anew. */
 static void point_rows(const uint64_t *ids, uint32_t n, float *rows, uint32_t k, float *bias,
-                       id_index_t *idx, const lr_batch_t *shared, float **ptr)
+                       id_index_t *idx, float **ptr)
 {
     id_index_next(idx);
-    for (uint32_t j = 0; j < n; j++) {
-        uint32_t s;
-        if (ids[j] == MODEL_BIAS_ID)
+    for (uint32_t j = 0; j < n; j++)
+        ptr[j] = ids[j] == MODEL_BIAS_ID ? bias : rows + (size_t)id_index_add(idx, ids[j], j) * k;
+}
+
+/* Points each position of an item at the row it steps: the bias's state,
+ * the shared copy of an id the shared block holds, else the id's own row
+ * in the state, stepped in place (store_locate_batch: the state is the
+ * trainer's alone; an id repeated points at the same row, which steps on
+ * from its first step).  Ids the state lacks are inserted first, from
+ * their served weights (one batch) when live, else from zeros.  The own
+ * positions go to b->iown, their ids to b->ids_out, their rows to b->islot.
+ * Returns their count, or -ENOMEM. */
+static int point_item(train_lr_t *t, const codec_block_t *it, float *bias, float **ptr)
+{
+    lr_batch_t *b = &t->b;
+    const uint32_t k = t->k;
+    uint32_t m = 0, s;
+    for (uint32_t j = 0; j < it->n; j++) {
+        if (it->ids[j] == MODEL_BIAS_ID) {
             ptr[j] = bias;
-        else if (shared && (s = id_index_find(&shared->sidx, ids[j])) != UINT32_MAX)
-            ptr[j] = shared->sp[s];
-        else
-            ptr[j] = rows + (size_t)id_index_add(idx, ids[j], j) * k;
+        } else if ((s = id_index_find(&b->sidx, it->ids[j])) != UINT32_MAX) {
+            ptr[j] = b->sp[s];
+        } else {
+            b->iown[m] = j;
+            b->ids_out[m++] = it->ids[j];
+        }
     }
+    if (t->live) /* their served rows' misses overlap the state's */
+        store_prefetch_write(t->live, b->ids_out, m);
+    int found = store_locate_batch(t->store, b->ids_out, m, b->islot);
+    if (found >= 0 && (uint32_t)found < m) {
+        uint32_t q = 0;
+        for (uint32_t i = 0; i < m; i++)
+            if (!b->islot[i])
+                b->miss_ids[q++] = b->ids_out[i];
+        if (t->live) {
+            store_lookup_batch(t->live, b->miss_ids, q, b->miss_w, NULL);
+            for (uint32_t i = 0; i < q; i++)
+                train__lr_init_from_weight(t, b->miss_ids[i], b->miss_w[i],
+                                           b->irows + (size_t)i * k);
+        } else {
+            memset(b->irows, 0, (size_t)q * k * sizeof *b->irows);
+        }
+        int rc = store_upsert_batch(t->store, b->miss_ids, b->irows, q);
+        if (rc < 0)
+            return rc;
+        found = store_locate_batch(t->store, b->ids_out, m, b->islot); /* inserts move rows */
+    }
+    if (found < 0 || (uint32_t)found != m)
+        return found < 0 ? found : -EIO; /* an fp16 state, or a row lost: never */
+    for (uint32_t i = 0; i < m; i++)
+        ptr[b->iown[i]] = b->islot[i];
+    return (int)m;
 }
 
 /* Adds the block's served weights times its values to *sum, in order. */
@@ -286,12 +331,16 @@ int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
     float bst[3];
     memcpy(bst, t->bias, sizeof bst);
     load_rows(t, shared->ids, ns, b->srows, b->sfound);
-    point_rows(shared->ids, ns, b->srows, k, bst, &b->sidx, NULL, b->sp);
+    point_rows(shared->ids, ns, b->srows, k, bst, &b->sidx, b->sp);
 
     for (uint32_t i = 0; i < n_items; i++) {
         const codec_block_t *it = items ? &items[i] : &none;
-        load_rows(t, it->ids, it->n, b->irows, b->ifound);
-        point_rows(it->ids, it->n, b->irows, k, bst, &b->iidx, b, b->ip);
+        int own = point_item(t, it, bst, b->ip);
+        if (own < 0)
+            return own;
+        for (int r = 0; r < own; r++) /* the undo of a step that is not finite */
+            for (uint32_t c = 0; c < k; c++)
+                b->irows[(size_t)r * k + c] = b->islot[r][c];
         /* the margin, summed as model_score() sums: features in order, bias last */
         double sum = 0;
         sum_block(b->sp, shared->values, ns, wo, &sum);
@@ -308,10 +357,18 @@ int train_lr_update_batch(train_lr_t *t, const codec_block_t *shared,
         rc = step_block(t, shared->ids, b->sp, shared->values, ns, g);
         if (rc == 0)
             rc = step_block(t, it->ids, b->ip, it->values, it->n, g);
-        if (rc != 0)
+        if (rc != 0) {
+            for (int r = own - 1; r >= 0; r--)
+                for (uint32_t c = 0; c < k; c++)
+                    b->islot[r][c] = b->irows[(size_t)r * k + c];
             return rc;
-        rc = write_block(t, it->ids, it->n, b->irows, b->ip);
-        if (rc == 0)
+        }
+        if (t->live) {
+            for (int r = 0; r < own; r++) /* a repeated id: its one row, written twice */
+                b->out[r] = b->islot[r][wo];
+            rc = store_upsert_batch(t->live, b->ids_out, b->out, (size_t)own);
+        }
+        if (rc >= 0)
             rc = store_upsert(t->store, MODEL_BIAS_ID, bst);
         if (rc >= 0 && t->live)
             rc = store_upsert(t->live, MODEL_BIAS_ID, &bst[wo]);

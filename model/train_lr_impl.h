@@ -27,15 +27,18 @@ typedef struct id_index {
  * shrunk. */
 typedef struct lr_batch {
     uint32_t cap_s, cap_i;
-    float *srows, *irows;  /* cap * k floats: the rows as looked up, then stepped */
+    float *srows;          /* cap_s * k floats: the shared rows as looked up, then stepped */
+    float *irows;          /* cap_i * k floats: an item's own rows before its step (the undo) */
     float **sp, **ip;      /* cap: the row position j steps (its first occurrence's) */
-    uint8_t *sfound, *ifound;
+    float **islot;         /* cap_i: an item's own rows in the state (store_locate_batch) */
+    uint32_t *iown;        /* cap_i: their positions in the item */
+    uint8_t *sfound;
     uint64_t *ids_out;     /* max(cap_s, cap_i): the ids of the rows written */
     float *out;            /* max(cap_s, cap_i): their served weights */
     uint64_t *miss_ids;    /* max(cap_s, cap_i): ids the state lacks, looked up in the */
     float *miss_w;         /*   served store in one batch (their misses overlapped), */
     uint32_t *miss_at;     /*   their weights and their positions in the block */
-    id_index_t sidx, iidx;
+    id_index_t sidx;
 } lr_batch_t;
 
 struct train_lr {

@@ -184,6 +184,15 @@ void store_prefetch_write(const store_t *s, const uint64_t *keys, size_t n);
  * could not grow (the keys before the failing one are written). */
 int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, size_t n);
 
+/* For the store's writer when NO OTHER THREAD READS the store (a trainer's
+ * private state): slots[i] = where key i's K floats lie, to be read and
+ * written in place, or NULL when it is absent; the buckets pipelined as in
+ * store_upsert_batch.  The pointers hold until the next write of any kind
+ * to the store (an insert may move entries).  In-place writes bypass the
+ * readers' version checks, hence the rule.  Returns the number found, or
+ * -EINVAL for an fp16 store. */
+int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots);
+
 /* Removes key.  Returns 1 when it was present, 0 when absent. */
 int store_delete(store_t *s, uint64_t key);
 

@@ -419,6 +419,44 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
     return added;
 }
 
+int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots)
+{
+    if (s->dtype != STORE_DTYPE_F32)
+        return -EINVAL;
+    struct loc ring[PIPELINE_AHEAD]; /* key i's location in slot i % PIPELINE_AHEAD */
+    int found = 0;
+    for (size_t i = 0; i < n + PIPELINE_AHEAD; i++) {
+        if (i >= PIPELINE_AHEAD) { /* find key `at`, whose bucket was prefetched */
+            size_t at = i - PIPELINE_AHEAD;
+            struct loc *l = &ring[at % PIPELINE_AHEAD];
+            struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            uint64_t b = 0;
+            int j = find_slot(st, keys[at], l, &b);
+            float *v = NULL;
+            if (j >= 0 && s->inline_values) /* the float's half of its 64-bit word */
+                v = (float *)(void *)(bucket_at(st, b) + 8 * ((unsigned)j >> 1) +
+                                      4 * ((unsigned)j & 1));
+            else if (j >= 0)
+                v = (float *)(void *)value_at(s, st, b, (uint32_t)j);
+            else if (j <= -2)
+                v = (float *)(void *)stash_value_at(s, st, (uint32_t)(-2 - j));
+            slots[at] = v;
+            found += v != NULL;
+        }
+        if (i < n) {
+            struct loc *l = &ring[i % PIPELINE_AHEAD];
+            uint64_t y;
+            split_key(s, keys[i], &l->shard, &l->sub, &y);
+            const struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            locate_in(s, st, y, l);
+            __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
+            if (!s->inline_values)
+                __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
+        }
+    }
+    return found;
+}
+
 int store_upsert_raw(store_t *s, uint64_t key, const void *raw)
 {
     uint8_t buf[STORE_MAX_VALUE_FLOATS * 4];
