@@ -729,6 +729,80 @@ static void test_upsert_batch(void **state)
     run_upsert_batch(5, STORE_DTYPE_F16);
 }
 
+/* store_locate_batch: a pointer for every present key (the same one for a
+ * key repeated), NULL for an absent one, the values store_lookup reads, and
+ * a write through it is what the next lookup reads; an fp16 store refused. */
+static void run_locate_batch(uint32_t k)
+{
+    store_t *s = make_store(k, STORE_DTYPE_F32, 4, 16, 0);
+    const size_t universe = scaled(20000), n = 700;
+    float v[64], w[64];
+    for (size_t id = 0; id < universe; id += 2) { /* the even ids present */
+        for (uint32_t j = 0; j < k; j++)
+            v[j] = (float)(id * 7 + j);
+        assert_true(store_upsert(s, key_of(id), v) >= 0);
+    }
+    uint64_t *keys = xcalloc(n, sizeof *keys), rng = 5;
+    float **slots = xcalloc(n, sizeof *slots);
+    size_t *ids = xcalloc(n, sizeof *ids);
+    for (int round = 0; round < 20; round++) {
+        int want = 0;
+        for (size_t i = 0; i < n; i++) {
+            ids[i] = i > 0 && mix64(rng) % 8 == 0 ? ids[mix64(rng + 1) % i]
+                                                   : mix64(rng + 2) % (universe + 50);
+            rng += 3;
+            keys[i] = key_of(ids[i]);
+            want += store_lookup(s, keys[i], v);
+        }
+        assert_int_equal(store_locate_batch(s, keys, n, slots), want);
+        for (size_t i = 0; i < n; i++) {
+            int present = store_lookup(s, keys[i], v);
+            if (present != (slots[i] != NULL))
+                fail_msg("id %zu (K=%u): lookup says %s, locate %s", ids[i], k,
+                         present ? "present" : "absent", slots[i] ? "present" : "absent");
+            if (!present)
+                continue;
+            assert_memory_equal(slots[i], v, k * sizeof *v);
+            for (size_t e = 0; e < i; e++)
+                if (keys[e] == keys[i])
+                    assert_ptr_equal(slots[e], slots[i]);
+        }
+        for (size_t i = 0; i < n; i++) /* in place: each present key's values moved by 1 */
+            if (slots[i]) {
+                bool first = true;
+                for (size_t e = 0; e < i && first; e++)
+                    first = keys[e] != keys[i];
+                if (!first)
+                    continue;
+                store_lookup(s, keys[i], v);
+                for (uint32_t j = 0; j < k; j++)
+                    slots[i][j] += 1.0f;
+                store_lookup(s, keys[i], w);
+                for (uint32_t j = 0; j < k; j++)
+                    assert_true(w[j] == v[j] + 1.0f);
+            }
+        for (size_t i = 0; i < 50; i++) { /* inserts between rounds: the pointers are redone */
+            for (uint32_t j = 0; j < k; j++)
+                v[j] = (float)j;
+            assert_true(store_upsert(s, key_of(universe + 100 + (size_t)round * 50 + i), v) >= 0);
+        }
+    }
+    store_destroy(s);
+    store_t *h = make_store(k, STORE_DTYPE_F16, 4, 16, 0);
+    assert_int_equal(store_locate_batch(h, keys, n, slots), -EINVAL);
+    store_destroy(h);
+    free(keys);
+    free(slots);
+    free(ids);
+}
+
+static void test_locate_batch(void **state)
+{
+    (void)state;
+    run_locate_batch(1); /* values inline in the bucket */
+    run_locate_batch(3);
+}
+
 /* ---- (c) adversarial key sets -------------------------------------------- */
 
 static void value_for_key(uint64_t key, uint32_t k, float *v)
@@ -1713,6 +1787,7 @@ int main(void)
         cmocka_unit_test(test_insertion_orders),
         cmocka_unit_test(test_batch_vs_single),
         cmocka_unit_test(test_upsert_batch),
+        cmocka_unit_test(test_locate_batch),
         cmocka_unit_test(test_reserved_full_table),
         cmocka_unit_test(test_full_load_churn),
         cmocka_unit_test(test_internal_api),
