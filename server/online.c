@@ -253,6 +253,16 @@ static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos
     return -1;
 }
 
+/* The kinds that learn online: LR, FM and FFM (their trainers write a
+ * served store: train_attach_live); with partitioned replicas LR only
+ * (online_sync.c exchanges LR-FTRL's statistics). */
+static bool kind_learns(const server_t *srv, store_model_kind_t kind)
+{
+    if (online__sync_mode(&srv->cfg))
+        return kind == STORE_MODEL_LR;
+    return kind == STORE_MODEL_LR || kind == STORE_MODEL_FM || kind == STORE_MODEL_FFM;
+}
+
 /* The model's kind check and slot: ONLINE_QUEUED when it learns online. */
 static int check_model(server_t *srv, const char *name, uint32_t *model_id, char *why,
                        size_t why_len)
@@ -264,9 +274,18 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
     }
     store_model_kind_t kind = model_meta(sm->model)->model_kind;
     server_model_release(sm);
-    if (kind != STORE_MODEL_LR) {
-        snprintf(why, why_len, "model '%s' is %s; online learning takes LR models", name,
+    if (!kind_learns(srv, kind) && online__sync_mode(&srv->cfg)) {
+        snprintf(why, why_len, "model '%s' is %s: partitioned replicas (--bus-mode partitioned) "
+                 "learn LR models only (FTRL's z and n are what they exchange)", name,
                  store_model_kind_name(kind));
+        uint64_t n = online__sync_refused_kind();
+        if (n <= 10 || n % 1000 == 0) /* a flood of frames must not flood the log */
+            LOG(LL_WARN, "online: %s (%" PRIu64 " frames refused so far)", why, n);
+        return ONLINE_KIND;
+    }
+    if (!kind_learns(srv, kind)) {
+        snprintf(why, why_len, "model '%s' is %s; online learning takes LR, FM and FFM models",
+                 name, store_model_kind_name(kind));
         return ONLINE_KIND;
     }
     server_slot_t *slot = server_slot_named(srv, name);
@@ -411,7 +430,8 @@ static int push_joined(const impression_sample_t *s, void *ctx)
 void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,
                            const store_meta_t *meta)
 {
-    if (!G.imp || req->impression_id == 0 || meta->model_kind != STORE_MODEL_LR)
+    /* the logged blocks (shared, items) are a whole sample of any kind that learns */
+    if (!G.imp || req->impression_id == 0 || !kind_learns(srv, meta->model_kind))
         return;
     uint64_t version = meta->version;
     server_slot_t *slot = server_slot_named(srv, req->name);
