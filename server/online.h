@@ -46,9 +46,10 @@
  * anything new, in the same order, so the model it serves equals the one
  * before the crash (online_trainer.c).
  *
- * KINDS: LR (FTRL, Adagrad, SGD).  A TRAIN for a model of another kind is
- * refused with a sentence; the other kinds need a scorer over their wider
- * state rows first (train.h).
+ * KINDS: LR (FTRL, Adagrad, SGD), FM (the same three) and FFM (Adagrad,
+ * SGD), each trainer made from its served model's kind, shape and norm
+ * (online_trainer.c); with partitioned replicas LR only.  A TRAIN for a
+ * model of another kind (the DNN) is refused with a sentence.
  *
  * THREAD SAFETY: online_submit from any worker; online_metrics_format from
  * the admin thread; online_start/online_stop from main.
@@ -91,8 +92,8 @@ enum {
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len);
 
-/* Keeps a scored PREDICT flagged LOG (req->impression_id != 0) of an LR
- * model in the impression log; a refusal (a duplicate id, an entry larger
+/* Keeps a scored PREDICT flagged LOG (req->impression_id != 0) of a model
+ * that learns online (KINDS) in the impression log; a refusal (a duplicate id, an entry larger
  * than a stripe) is counted, the PREDICT is answered all the same.  items:
  * the request's item blocks.  One lock. */
 void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,

@@ -7,8 +7,8 @@ progressive figures in /metrics count what was learned; a client scoring through
 fails.  What a client can get wrong or overdo is refused with a sentence: a TRAIN for a model
 that is not served (UNKNOWN_MODEL), a label that is not 0 or 1 (BAD_VALUE), a model whose kind
 does not learn online (a DNN: UNKNOWN_TYPE naming the kind; FM and FFM learn:
-test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full (OVERLOADED); without --online a TRAIN is
-UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
+test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full
+(OVERLOADED); without --online a TRAIN is UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
 its weights.
 
 FEEDBACK: a PREDICT flagged LOG is kept; a FEEDBACK for one of its items is accepted and
