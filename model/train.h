@@ -273,8 +273,10 @@ typedef struct train_ops {
     const store_t *(*store)(const void *impl);
     /* One line of hyper-parameters, for logs. */
     void (*describe)(const void *impl, char *buf, size_t len);
-    /* train_attach_live; NULL when the kind cannot write a served store. */
-    int (*attach_live)(void *impl, store_t *live, char *why, size_t why_len);
+    /* train_attach_live_model (x NULL from train_attach_live); NULL when the
+     * kind cannot write a served store. */
+    int (*attach_live)(void *impl, store_t *live, const store_extras_t *x, char *why,
+                       size_t why_len);
     /* train_update of a whole batch (the shared block and n_items items),
      * with the same steps, predictions and results as update() item by item
      * on shared ++ item; NULL when the kind has none (train_update then
@@ -349,9 +351,19 @@ int train_export(const train_t *t, const char *dir, const store_meta_t *meta, st
  * (the caller's alarm: stop training this trainer).  The caller must be
  * live's only writer while attached (store.h: one writer per shard);
  * readers never wait; train_threads_epoch refuses an attached trainer.
- * live NULL detaches.  0, or -EINVAL with a sentence in why: a kind that
- * cannot (the DNN), or a store of another width or dtype. */
+ * live NULL detaches.  0, or -EINVAL with a sentence in why: a kind whose
+ * served model is more than its store (the DNN: train_attach_live_model),
+ * or a store of another width or dtype. */
 int train_attach_live(train_t *t, store_t *live, char *why, size_t why_len);
+
+/* train_attach_live with the served model's extras x (model_extras()), for
+ * every kind; the DNN needs them: it copies the served MLP (which must have
+ * the trainer's shape) over its own and freezes it while attached, so its
+ * online part is the wide weights, the embeddings and the bias
+ * (train_dnn.c: LIVE).  The other kinds ignore x.  x is read during the
+ * call only.  0, or -EINVAL with a sentence in why. */
+int train_attach_live_model(train_t *t, store_t *live, const store_extras_t *x, char *why,
+                            size_t why_len);
 
 /* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */
 const store_t *train_store(const train_t *t);

@@ -635,8 +635,10 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->l2, o->l2_v, o->l2_v_freq, o->init_stdev, (unsigned long long)o->seed);
 }
 
-static int ops_attach_live(void *impl, store_t *live, char *why, size_t why_len)
+static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,
+                           size_t why_len)
 {
+    (void)x; /* the store holds the whole served model */
     return attach_live(impl, live, why, why_len);
 }
 

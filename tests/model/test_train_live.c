@@ -1,9 +1,10 @@
 /*
- * test_train_live.c — FM and FFM trainers learning into a served store
- * (train_attach_live), as the server's online trainer drives them: the
- * served model is an export of another trainer, loaded with model_load()
- * and scored with model_score(), and a fresh trainer is attached to its
- * store.  For every optimizer the kind has:
+ * test_train_live.c — FM, FFM and DNN trainers learning into a served store
+ * (train_attach_live_model), as the server's online trainer drives them:
+ * the served model is an export of another trainer, loaded with
+ * model_load() and scored with model_score(), and a fresh trainer (the
+ * DNN's with another seed: another MLP) is attached to its store and
+ * extras.  For every optimizer the kind has (the DNN: its MLP frozen):
  *
  *   - before any step the attached trainer predicts exactly the served
  *     scores (it reads the served rows), and its first update reports the
@@ -72,7 +73,7 @@ struct config {
 static const struct config configs[] = {
     {STORE_MODEL_FM, TRAIN_ADAGRAD}, {STORE_MODEL_FM, TRAIN_FTRL},
     {STORE_MODEL_FM, TRAIN_SGD},     {STORE_MODEL_FFM, TRAIN_ADAGRAD},
-    {STORE_MODEL_FFM, TRAIN_SGD},
+    {STORE_MODEL_FFM, TRAIN_SGD},    {STORE_MODEL_DNN, TRAIN_ADAGRAD},
 };
 
 static void options_for(const struct config *c, train_options_t *o)
@@ -82,6 +83,12 @@ static void options_for(const struct config *c, train_options_t *o)
         o->ffm.optimizer = c->opt;
         o->ffm.fields = FIELDS;
         o->ffm.k = 2;
+    } else if (c->kind == STORE_MODEL_DNN) {
+        o->dnn.fields = FIELDS;
+        o->dnn.dim = 3;
+        o->dnn.n_hidden = 1;
+        o->dnn.hidden[0] = 8;
+        o->dnn.lr_sparse = 0.1;
     } else {
         o->fm.k = 3;
     }
@@ -174,8 +181,26 @@ static void test_learns_into_the_served_store(void **state)
 
         train_t *t;
         char why[256];
+        if (c->kind == STORE_MODEL_DNN)
+            o.dnn.seed = 7; /* another MLP than the served one: it must be copied */
         assert_int_equal(train_create(&o, &t, why, sizeof why), 0);
-        assert_int_equal(train_attach_live(t, live, why, sizeof why), 0);
+        if (c->kind == STORE_MODEL_DNN) {
+            /* the DNN needs the served MLP, of its own shape */
+            why[0] = 0;
+            assert_int_equal(train_attach_live(t, live, why, sizeof why), -EINVAL);
+            assert_non_null(strstr(why, "train_attach_live_model"));
+            train_options_t other = o;
+            other.dnn.hidden[0] = 9;
+            train_t *t9;
+            assert_int_equal(train_create(&other, &t9, why, sizeof why), 0);
+            why[0] = 0;
+            assert_int_equal(train_attach_live_model(t9, live, model_extras(m), why, sizeof why),
+                             -EINVAL);
+            assert_non_null(strstr(why, "not this trainer's"));
+            train_destroy(t9);
+        }
+        if (train_attach_live_model(t, live, model_extras(m), why, sizeof why) != 0)
+            fail_msg("%s attach: %s", what, why);
         check_equal(t, m, sc, old, what); /* nothing stepped: it reads the served rows */
 
         /* the first update's prediction is the served score: the rows it
@@ -258,6 +283,8 @@ static void test_non_finite_is_not_served(void **state)
 {
     (void)state;
     for (size_t ci = 0; ci < sizeof configs / sizeof *configs; ci++) {
+        if (configs[ci].kind == STORE_MODEL_DNN)
+            continue; /* needs a served MLP: test_learns_into_the_served_store */
         train_options_t o;
         options_for(&configs[ci], &o);
         if (configs[ci].kind == STORE_MODEL_FM)
