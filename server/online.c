@@ -253,14 +253,15 @@ static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos
     return -1;
 }
 
-/* The kinds that learn online: LR, FM and FFM (their trainers write a
- * served store: train_attach_live); with partitioned replicas LR only
- * (online_sync.c exchanges LR-FTRL's statistics). */
+/* The kinds that learn online: LR, FM, FFM and the DNN (their trainers
+ * write a served store: train_attach_live_model); with partitioned
+ * replicas LR only (online_sync.c exchanges LR-FTRL's statistics). */
 static bool kind_learns(const server_t *srv, store_model_kind_t kind)
 {
     if (online__sync_mode(&srv->cfg))
         return kind == STORE_MODEL_LR;
-    return kind == STORE_MODEL_LR || kind == STORE_MODEL_FM || kind == STORE_MODEL_FFM;
+    return kind == STORE_MODEL_LR || kind == STORE_MODEL_FM || kind == STORE_MODEL_FFM ||
+           kind == STORE_MODEL_DNN;
 }
 
 /* The model's kind check and slot: ONLINE_QUEUED when it learns online. */
@@ -273,6 +274,7 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
         return ONLINE_NO_MODEL;
     }
     store_model_kind_t kind = model_meta(sm->model)->model_kind;
+    bool f32 = store_dtype(model_store(sm->model)) == STORE_DTYPE_F32;
     server_model_release(sm);
     if (!kind_learns(srv, kind) && online__sync_mode(&srv->cfg)) {
         snprintf(why, why_len, "model '%s' is %s: partitioned replicas (--bus-mode partitioned) "
@@ -283,9 +285,10 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
             LOG(LL_WARN, "online: %s (%" PRIu64 " frames refused so far)", why, n);
         return ONLINE_KIND;
     }
-    if (!kind_learns(srv, kind)) {
-        snprintf(why, why_len, "model '%s' is %s; online learning takes LR, FM and FFM models",
-                 name, store_model_kind_name(kind));
+    if (!kind_learns(srv, kind) || !f32) {
+        snprintf(why, why_len, "model '%s' is %s%s; online learning takes LR, FM, FFM and DNN "
+                 "models stored as fp32", name, store_model_kind_name(kind),
+                 f32 ? "" : " stored as fp16");
         return ONLINE_KIND;
     }
     server_slot_t *slot = server_slot_named(srv, name);
@@ -587,8 +590,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
         online_stop();
         return rc;
     }
-    LOG(LL_INFO, "online learning on: %s; queue %d bytes per model, cap %d samples/s; impression "
-        "log %d MiB, window %d ms; sample log %s", desc, c->online_queue_bytes,
+    LOG(LL_INFO, "online learning on: LR models %s (other kinds: their trainer's options at "
+        "attach); queue %d bytes per model, cap %d samples/s; impression log %d MiB, window %d "
+        "ms; sample log %s", desc, c->online_queue_bytes,
         c->online_max_samples_per_s, c->impression_log_mib, c->impression_window_ms,
         c->sample_log_dir[0] ? c->sample_log_dir : "none (acknowledged = queued)");
     return 0;

@@ -46,10 +46,12 @@
  * anything new, in the same order, so the model it serves equals the one
  * before the crash (online_trainer.c).
  *
- * KINDS: LR (FTRL, Adagrad, SGD), FM (the same three) and FFM (Adagrad,
- * SGD), each trainer made from its served model's kind, shape and norm
+ * KINDS: LR (FTRL, Adagrad, SGD), FM (the same three), FFM (Adagrad, SGD)
+ * and the DNN (Adagrad on its sparse rows, its served MLP frozen), each
+ * trainer made from its served model's kind, shape and params
  * (online_trainer.c); with partitioned replicas LR only.  A TRAIN for a
- * model of another kind (the DNN) is refused with a sentence.
+ * model it cannot learn (another kind, fp16 rows) is refused with a
+ * sentence.
  *
  * THREAD SAFETY: online_submit from any worker; online_metrics_format from
  * the admin thread; online_start/online_stop from main.

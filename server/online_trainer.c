@@ -124,7 +124,10 @@ static int param_u32(const model_t *m, const char *key, uint32_t lo, uint32_t hi
  * defaults for --online-optimizer (FFM has no FTRL: Adagrad, its tuned
  * one), their shape and norm from the served model (the scorer's, so the
  * trainer predicts what is served), and --online-alpha, -beta, -l2 where
- * set (l2 on w; -l1 applies to FM's FTRL only).  0, or -1 with a sentence. */
+ * set (l2 on w; -l1 applies to FM's FTRL only); the DNN its defaults
+ * (Adagrad, whatever --online-optimizer says) with its shape from the
+ * served MLP, --online-alpha as the sparse step and -l2.  0, or -1 with a
+ * sentence. */
 static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len)
 {
     const store_meta_t *meta = model_meta(m);
@@ -178,9 +181,31 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             o->ffm.l2 = c->online_l2;
         return 0;
     }
+    case STORE_MODEL_DNN: {
+        dnn_net_t net;
+        char bad[160];
+        if (model_dnn_net_from_extras(model_extras(m), model_value_floats(m), &net, bad,
+                                      sizeof bad) != 0) {
+            snprintf(why, why_len, "its MLP: %s", bad);
+            return -1;
+        }
+        train_dnn_defaults(&o->dnn);
+        o->kind = STORE_MODEL_DNN;
+        o->dnn.fields = net.fields;
+        o->dnn.dim = net.dim;
+        o->dnn.wide = net.wide;
+        o->dnn.n_hidden = net.n_layers - 1;
+        for (uint32_t l = 0; l + 1 < net.n_layers; l++)
+            o->dnn.hidden[l] = net.width[l + 1];
+        if (c->online_alpha >= 0)
+            o->dnn.lr_sparse = c->online_alpha;
+        if (c->online_l2 >= 0)
+            o->dnn.l2 = c->online_l2;
+        return 0;
+    }
     default:
-        snprintf(why, why_len, "the model is %s: online learning takes LR, FM and FFM models",
-                 store_model_kind_name(meta->model_kind));
+        snprintf(why, why_len, "the model is %s: online learning takes LR, FM, FFM and DNN "
+                 "models", store_model_kind_name(meta->model_kind));
         return -1;
     }
 }
@@ -205,7 +230,7 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     int rc = options_for(m, &o, why, sizeof why) != 0 ? -EINVAL
                                                        : train_create(&o, &q->t, why, sizeof why);
     if (rc == 0)
-        rc = train_attach_live(q->t, model_base_store(m), why, sizeof why);
+        rc = train_attach_live_model(q->t, model_base_store(m), model_extras(m), why, sizeof why);
     if (rc != 0) {
         LOG(LL_WARN, "online: model '%s' version %" PRIu64 ": cannot learn (%s); queued samples "
             "are dropped", q->name, meta->version, why);

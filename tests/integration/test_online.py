@@ -6,8 +6,8 @@ above where it started (the weights are written into the served store: no reload
 progressive figures in /metrics count what was learned; a client scoring throughout never
 fails.  What a client can get wrong or overdo is refused with a sentence: a TRAIN for a model
 that is not served (UNKNOWN_MODEL), a label that is not 0 or 1 (BAD_VALUE), a model whose kind
-does not learn online (a DNN: UNKNOWN_TYPE naming the kind; FM and FFM learn:
-test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full
+does not learn online (one stored as fp16: UNKNOWN_TYPE naming the kind; FM, FFM and DNN
+models learn: test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full
 (OVERLOADED); without --online a TRAIN is UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
 its weights.
 
@@ -173,8 +173,8 @@ class Online(unittest.TestCase):
         dnn = os.path.join(self.tmp, "dnn", "1")
         subprocess.run([TLSYNTH, "model", "--keys", "2000", "--kind", "dnn", "--value-floats", "5",
                         "--param", "fields=6", "--param", "dim=4", "--param", "hidden=16,8",
-                        "--param", "wide=1", "--mlp", "24,16,8,1", "--name", "dnn", "--out", dnn],
-                       check=True, stdout=subprocess.DEVNULL)
+                        "--param", "wide=1", "--mlp", "24,16,8,1", "--dtype", "f16",
+                        "--name", "dnn", "--out", dnn], check=True, stdout=subprocess.DEVNULL)
         s = self.serve(dnn, "--online")
         shared, item = sample(4)
         with s.client() as c:
@@ -182,6 +182,7 @@ class Online(unittest.TestCase):
                 c.train("dnn", shared, [(1.0, item)])
             self.assertEqual(e.exception.name, "UNKNOWN_TYPE")
             self.assertIn("dnn", e.exception.message)
+            self.assertIn("fp16", e.exception.message)
             self.assertIn("LR", e.exception.message)
         off = self.serve(self.model)
         with off.client() as c:

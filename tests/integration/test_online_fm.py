@@ -1,15 +1,17 @@
-"""Online learning of FM and FFM models in a real tlserve (--online).
+"""Online learning of FM, FFM and DNN models in a real tlserve (--online).
 
 For each kind, tlserve serves a tlsynth model (FM k = 4, FFM 4 fields x k = 2, both with
-instance normalisation) and learns TRAIN frames into it (model/train_fm.c, train_ffm.c: LIVE):
+instance normalisation; a Wide & Deep DNN of 4 fields x dim 4, one hidden layer, whose MLP
+stays frozen) and learns TRAIN frames into it (model/train_fm.c, train_ffm.c, train_dnn.c:
+LIVE):
 - the oracle is determinism: a second fresh tlserve sent the same frames scores every probe
   float for float as the first (the trainer starts from the served rows, new ids from a hash
   of the seed: nothing depends on timing), and the scores moved toward the labels (the
   clicked item's score rose, the negative's fell) from the model's original ones; ids new to
   the model are learned (an item of new ids scores other than the bias alone);
 - FEEDBACK joins a PREDICT flagged LOG of an FM model: accepted, and the item's score rises;
-- with --model-repo, SIGTERM exports the online updates as a delta (rows of 1 + k, 1 + F k
-  floats) and a plain tlserve on the repository (the chain) scores float for float as the
+- with --model-repo, SIGTERM exports the online updates as a delta (rows of 1 + k, 1 + F k,
+  1 + dim floats; the DNN's MLP, unchanged, stays the full version's) and a plain tlserve on the repository (the chain) scores float for float as the
   online server did.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm.py
@@ -30,6 +32,8 @@ KINDS = {
     "fm": ["--kind", "fm", "--value-floats", "5", "--param", "norm=1"],
     "ffm": ["--kind", "ffm", "--value-floats", "9", "--param", "fields=4", "--param", "k=2",
             "--param", "norm=1"],
+    "dnn": ["--kind", "dnn", "--value-floats", "5", "--param", "fields=4", "--param", "dim=4",
+            "--param", "hidden=8", "--param", "wide=1", "--mlp", "16,8,1"],
 }
 FRAMES = 30
 
@@ -116,7 +120,7 @@ class OnlineFmFfm(unittest.TestCase):
                 self.assertNotEqual(after_a, before)
                 self.assertGreater(after_a[1], before[1], "the clicked item's score did not rise")
                 self.assertLess(after_a[2], before[2], "the negative item's score did not fall")
-                self.assertIn("learns into version 1 (%s/" % kind, a.output())
+                self.assertIn("learns into version 1 (%s" % kind, a.output())
                 self.assertEqual(a.metric('tlserve_online_resets_total{model="%s"}' % kind), 1)
 
     def test_feedback_on_an_fm_model(self):
