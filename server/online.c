@@ -360,9 +360,15 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
 
 /* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
 
-/* The frame buffer of this thread for one-sample TRAINs: grown, never shrunk. */
+/* The frame buffer of this thread for one-sample TRAINs: grown, never shrunk,
+ * freed when the thread exits (one_key's destructor). */
 static _Thread_local uint8_t *one_buf;
 static _Thread_local size_t one_cap;
+static pthread_key_t one_key;
+static pthread_once_t one_once = PTHREAD_ONCE_INIT;
+static bool one_key_ok;
+
+static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free) == 0; }
 
 /* Queues one sample (from inside an impression-log emit): 0, or -1 when the
  * queue or the log could not take it. */
@@ -383,6 +389,9 @@ static int push_sample(online_model_t *q, const impression_sample_t *s)
             return -1;
         one_buf = b;
         one_cap = len;
+        pthread_once(&one_once, one_key_make);
+        if (one_key_ok)
+            (void)pthread_setspecific(one_key, b);
     }
     if (codec_encode_train(one_buf, one_cap, 0, &one, &len, NULL) != CODEC_OK)
         return -1;
