@@ -384,9 +384,10 @@ static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *
     return forward(t, ids, values, n, brow[0]);
 }
 
-/* Backprop of g = d loss / d margin through the MLP: fills t->grad and
- * returns d loss / d input (width[0] floats, in t->delta). */
-static const float *backward(train_dnn_t *t, double g)
+/* Backprop of g = d loss / d margin through the MLP: fills t->grad (when
+ * dense: a frozen MLP takes no step) and returns d loss / d input
+ * (width[0] floats, in t->delta). */
+static const float *backward(train_dnn_t *t, double g, bool dense)
 {
     const dnn_net_t *n = &t->net;
     const uint32_t L = n->n_layers;
@@ -399,13 +400,13 @@ static const float *backward(train_dnn_t *t, double g)
         const uint32_t fi = n->width[l], fo = n->width[l + 1];
         const float *a = model_dnn_activations(n, t->work, l); /* row 0: our sample */
         float *gW = t->grad + (n->W[l] - t->dense), *gb = t->grad + (n->b[l] - t->dense);
-        for (uint32_t i = 0; i < fi && !t->frozen; i++) { /* frozen: no step to take */
+        for (uint32_t i = 0; i < fi && dense; i++) {
             float *gr = gW + (size_t)i * fo;
             const float ai = a[i];
             for (uint32_t k = 0; k < fo; k++)
                 gr[k] = ai * dz[k];
         }
-        if (!t->frozen)
+        if (dense)
             memcpy(gb, dz, fo * sizeof *gb);
         /* da = W_l dz: row-major fi x fo times fo */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)fi, (int)fo, 1.0f, n->W[l], (int)fo, dz, 1,
@@ -481,7 +482,7 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     if (p_out)
         *p_out = p;
     const double g = ((double)p - (double)label) * (double)weight;
-    const float *dinput = backward(t, g);
+    const float *dinput = backward(t, g, !t->frozen);
 
     adagrad(&brow[0], &brow[K], g, t->opt.lr_sparse);
     int rc = t->served ? write_served(t, MODEL_BIAS_ID, brow) : 0;
@@ -529,7 +530,7 @@ int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values,
     if (p_out)
         *p_out = p;
     const double g = (double)p - (double)label;
-    const float *dinput = backward(t, g);
+    const float *dinput = backward(t, g, true);
     for (uint32_t j = 0; j < n; j++) {
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, g_rows + (size_t)j * t->K);
