@@ -79,7 +79,7 @@ enum {
     ONLINE_QUEUED = 0,
     ONLINE_OFF = 1,       /* --online is false */
     ONLINE_NO_MODEL = 2,  /* no active version of that name */
-    ONLINE_KIND = 3,      /* the model's kind does not learn online */
+    ONLINE_KIND = 3,      /* the model does not learn online (its kind, fp16 rows) */
     ONLINE_FULL = 4,      /* the queue has no room (OVERLOADED) */
     ONLINE_RATE = 5,      /* over --online-max-samples-per-s (OVERLOADED) */
     ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */

@@ -133,8 +133,10 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
     const store_meta_t *meta = model_meta(m);
     const server_config_t *c = &G.srv->cfg;
     train_optimizer_t opt = G.opts.lr.optimizer;
-    uint32_t norm = 0;
-    if (store_extras_get(model_extras(m), "norm") && param_u32(m, "norm", 0, 1, &norm) != 0) {
+    uint32_t norm = 0; /* FM's and FFM's: absent is 0, as model.c reads it */
+    bool has_norm = meta->model_kind == STORE_MODEL_FM || meta->model_kind == STORE_MODEL_FFM;
+    if (has_norm && store_extras_get(model_extras(m), "norm") &&
+        param_u32(m, "norm", 0, 1, &norm) != 0) {
         snprintf(why, why_len, "its param norm is not 0 or 1");
         return -1;
     }
