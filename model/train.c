@@ -251,12 +251,18 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
     return 0;
 }
 
-int train_attach_live(train_t *t, store_t *live, char *why, size_t why_len)
+int train_attach_live_model(train_t *t, store_t *live, const store_extras_t *x, char *why,
+                            size_t why_len)
 {
     if (!t->ops->attach_live)
         return train__refuse("this model kind cannot learn online into a served store yet",
                              why, why_len);
-    return t->ops->attach_live(t->impl, live, why, why_len);
+    return t->ops->attach_live(t->impl, live, x, why, why_len);
+}
+
+int train_attach_live(train_t *t, store_t *live, char *why, size_t why_len)
+{
+    return train_attach_live_model(t, live, NULL, why, why_len);
 }
 
 int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err)

@@ -273,8 +273,10 @@ typedef struct train_ops {
     const store_t *(*store)(const void *impl);
     /* One line of hyper-parameters, for logs. */
     void (*describe)(const void *impl, char *buf, size_t len);
-    /* train_attach_live; NULL when the kind cannot write a served store. */
-    int (*attach_live)(void *impl, store_t *live, char *why, size_t why_len);
+    /* train_attach_live_model (x NULL from train_attach_live); NULL when the
+     * kind cannot write a served store. */
+    int (*attach_live)(void *impl, store_t *live, const store_extras_t *x, char *why,
+                       size_t why_len);
     /* train_update of a whole batch (the shared block and n_items items),
      * with the same steps, predictions and results as update() item by item
      * on shared ++ item; NULL when the kind has none (train_update then
@@ -334,19 +336,34 @@ int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *i
  * snapshot's extras. */
 int train_export(const train_t *t, const char *dir, const store_meta_t *meta, store_error_t *err);
 
-/* Makes live, a served store of the trainer's kind (its serving rows: LR's
- * one fp32 float per key), the model the trainer learns in place, for the
- * server's online learning: each step also writes the new served floats of
- * every id it touched into live (a key new to live is inserted), and an id
- * the trainer's state lacks starts from live's served floats with zero
- * optimizer statistics (train_lr.c says how FTRL's z is chosen so that the
- * served weight does not move before the id's first step), so training
- * continues the served model rather than starting from zero.  The caller
- * must be live's only writer while attached (store.h: one writer per
- * shard); readers never wait.  live NULL detaches.  0, or -EINVAL with a
- * sentence in why: a kind that cannot (today: LR only; FM, FFM and the DNN
- * refuse), or a store of another shape. */
+/* Makes live, a served store of the trainer's kind (its serving rows, fp32:
+ * LR's one float per key, FM's 1 + k, FFM's 1 + F k), the model the trainer
+ * learns in place, for the server's online learning: each step also writes
+ * the new served floats of every id it touched, the bias's included, into
+ * live (a key new to live is inserted), and an id the trainer's state
+ * lacks starts from live's served floats with zero optimizer statistics
+ * (train_lr.c and train_fm.c say how FTRL's z is chosen so that the served
+ * weight does not move before the id's first step; an id live lacks too
+ * starts as a new id), so training continues the served model rather than
+ * starting afresh; predictions read live for the ids the state lacks, so
+ * train_predict is the served score.  A row whose served floats would not
+ * be finite is never written into live: the step stops there with -ERANGE
+ * (the caller's alarm: stop training this trainer).  The caller must be
+ * live's only writer while attached (store.h: one writer per shard);
+ * readers never wait; train_threads_epoch refuses an attached trainer.
+ * live NULL detaches.  0, or -EINVAL with a sentence in why: a kind whose
+ * served model is more than its store (the DNN: train_attach_live_model),
+ * or a store of another width or dtype. */
 int train_attach_live(train_t *t, store_t *live, char *why, size_t why_len);
+
+/* train_attach_live with the served model's extras x (model_extras()), for
+ * every kind; the DNN needs them: it copies the served MLP (which must have
+ * the trainer's shape) over its own and freezes it while attached, so its
+ * online part is the wide weights, the embeddings and the bias
+ * (train_dnn.c: LIVE).  The other kinds ignore x.  x is read during the
+ * call only.  0, or -EINVAL with a sentence in why. */
+int train_attach_live_model(train_t *t, store_t *live, const store_extras_t *x, char *why,
+                            size_t why_len);
 
 /* The trainer's state store (rows as above), NULL for FFM (THREAD SAFETY). */
 const store_t *train_store(const train_t *t);

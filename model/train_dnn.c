@@ -46,6 +46,20 @@
  * MODEL_BIAS_ID reads the bias row ([b | 0..0], as served) and is not
  * stepped.
  *
+ * LIVE (train_attach_live_model): the served store of a DNN holds each id's
+ * serving row [w | e] (1 + d fp32 floats; the bias row [b | 0..0]) and
+ * the served model's extras its MLP.  Attached, the trainer copies that
+ * MLP over its own and freezes it (no Adam step: the MLP is dense, and a
+ * served copy stepped per sample would be read torn by every request;
+ * the online part is the wide weights, the embeddings and the bias), each
+ * step writes the stepped rows' prefixes, the bias's included, into the
+ * served store with store_upsert (a key new to it is inserted), an id the
+ * state lacks starts from its served row with zero sums (an id the served
+ * store lacks too, as a new id), and predictions read the served rows of
+ * the ids the state lacks, so train_predict equals the served score.  A
+ * row whose serving floats would not be finite is not written: -ERANGE.
+ * Detached, the MLP learns again (Adam from its moments as they were).
+ *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
 #include "train_impl.h"
@@ -83,6 +97,8 @@ struct train_dnn {
     train__work_t w;    /* the current sample's state rows (sk floats each) */
     uint32_t rows_cap;  /* features rows holds */
     float *rows;        /* (cap + 1) * K: serving rows, bias row first */
+    store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
+    bool frozen;        /* the MLP takes no step (LIVE) */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -280,6 +296,36 @@ int train_dnn_reserve(train_dnn_t *t, uint32_t n)
     return 0;
 }
 
+/* train__init_fn of an update with a served store (LIVE): the served row
+ * with zero sums, or a new id's row when the served store lacks it too. */
+static void served_or_init(const void *ctx, uint64_t id, float *row)
+{
+    const train_dnn_t *t = ctx;
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    if (!store_lookup(t->served, id, row))
+        init_row(ctx, id, row);
+}
+
+/* train__init_fn of a prediction with a served store: the served row, or 0
+ * (an id nobody has scores as served). */
+static void served_or_zero(const void *ctx, uint64_t id, float *row)
+{
+    const train_dnn_t *t = ctx;
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    (void)store_lookup(t->served, id, row);
+}
+
+/* LIVE: row's serving prefix (K floats) into the served store.  0,
+ * -ERANGE when not finite (nothing written), or store_upsert's -errno. */
+static int write_served(const train_dnn_t *t, uint64_t id, const float *row)
+{
+    for (uint32_t c = 0; c < t->K; c++)
+        if (!isfinite(row[c]))
+            return -ERANGE;
+    int rc = store_upsert(t->served, id, row);
+    return rc < 0 ? rc : 0;
+}
+
 /* Scores the n state rows in t->w.state (bias b) through model_dnn_scores, leaving
  * the activations in t->work. */
 static float forward(train_dnn_t *t, const uint64_t *ids, const float *values, uint32_t n,
@@ -303,9 +349,15 @@ float train_dnn_predict(train_dnn_t *t, const uint64_t *ids, const float *values
     if ((n > t->rows_cap || !t->rows) && train_dnn_reserve(t, n) != 0)
         return NAN;
     float b = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
-    b = t->w.state[0];
-    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
+    if (t->served) { /* the state's rows, else the served ones (LIVE) */
+        train__work_load(&t->w, t->store, &(uint64_t){MODEL_BIAS_ID}, 1, served_or_zero, t);
+        b = t->w.state[0];
+        train__work_load(&t->w, t->store, ids, n, served_or_zero, t);
+    } else {
+        store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+        b = t->w.state[0];
+        store_lookup_batch(t->store, ids, n, t->w.state, NULL);
+    }
     for (uint32_t j = 0; j < n; j++)
         if (ids[j] == MODEL_BIAS_ID) /* served as [b | 0..0] */
             memset(t->w.state + (size_t)j * t->sk + 1, 0, t->d * sizeof(float));
@@ -319,8 +371,9 @@ static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *
 {
     const uint32_t sk = t->sk;
     memset(brow, 0, sk * sizeof *brow);
-    store_lookup(t->store, MODEL_BIAS_ID, brow);
-    train__work_load(&t->w, t->store, ids, n, init_row, t);
+    if (!store_lookup(t->store, MODEL_BIAS_ID, brow) && t->served)
+        served_or_zero(t, MODEL_BIAS_ID, brow);
+    train__work_load(&t->w, t->store, ids, n, t->served ? served_or_init : init_row, t);
     for (uint32_t j = 0; j < n; j++) {
         if (ids[j] == MODEL_BIAS_ID) { /* served as [b | 0..0] */
             float *row = t->w.state + (size_t)j * sk;
@@ -331,9 +384,10 @@ static float load_and_forward(train_dnn_t *t, const uint64_t *ids, const float *
     return forward(t, ids, values, n, brow[0]);
 }
 
-/* Backprop of g = d loss / d margin through the MLP: fills t->grad and
- * returns d loss / d input (width[0] floats, in t->delta). */
-static const float *backward(train_dnn_t *t, double g)
+/* Backprop of g = d loss / d margin through the MLP: fills t->grad (when
+ * dense: a frozen MLP takes no step) and returns d loss / d input
+ * (width[0] floats, in t->delta). */
+static const float *backward(train_dnn_t *t, double g, bool dense)
 {
     const dnn_net_t *n = &t->net;
     const uint32_t L = n->n_layers;
@@ -346,13 +400,14 @@ static const float *backward(train_dnn_t *t, double g)
         const uint32_t fi = n->width[l], fo = n->width[l + 1];
         const float *a = model_dnn_activations(n, t->work, l); /* row 0: our sample */
         float *gW = t->grad + (n->W[l] - t->dense), *gb = t->grad + (n->b[l] - t->dense);
-        for (uint32_t i = 0; i < fi; i++) {
+        for (uint32_t i = 0; i < fi && dense; i++) {
             float *gr = gW + (size_t)i * fo;
             const float ai = a[i];
             for (uint32_t k = 0; k < fo; k++)
                 gr[k] = ai * dz[k];
         }
-        memcpy(gb, dz, fo * sizeof *gb);
+        if (dense)
+            memcpy(gb, dz, fo * sizeof *gb);
         /* da = W_l dz: row-major fi x fo times fo */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)fi, (int)fo, 1.0f, n->W[l], (int)fo, dz, 1,
                     0.0f, da, 1);
@@ -427,10 +482,12 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     if (p_out)
         *p_out = p;
     const double g = ((double)p - (double)label) * (double)weight;
-    const float *dinput = backward(t, g);
+    const float *dinput = backward(t, g, !t->frozen);
 
     adagrad(&brow[0], &brow[K], g, t->opt.lr_sparse);
-    int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
+    int rc = t->served ? write_served(t, MODEL_BIAS_ID, brow) : 0;
+    if (rc == 0)
+        rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
 
@@ -443,16 +500,20 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
         float *row = t->w.state + (size_t)j * sk;
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, gr);
-        train__work_repeat(&t->w, t->store, ids[j], false, row, init_row, t);
+        train__work_repeat(&t->w, t->store, ids[j], false, row,
+                           t->served ? served_or_init : init_row, t);
         if (t->net.wide)
             adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);
         for (uint32_t k = 0; k < d; k++)
             adagrad(&row[1 + k], &row[K + 1 + k], (double)gr[1 + k] + l2 * row[1 + k], alpha);
-        rc = store_upsert(t->store, ids[j], row);
+        rc = t->served ? write_served(t, ids[j], row) : 0;
+        if (rc == 0)
+            rc = store_upsert(t->store, ids[j], row);
         if (rc < 0)
             return rc;
     }
-    adam(t); /* every gradient above was taken at the weights of the forward pass */
+    if (!t->frozen)
+        adam(t); /* every gradient above was taken at the weights of the forward pass */
     return 0;
 }
 
@@ -469,7 +530,7 @@ int train_dnn_gradient(train_dnn_t *t, const uint64_t *ids, const float *values,
     if (p_out)
         *p_out = p;
     const double g = (double)p - (double)label;
-    const float *dinput = backward(t, g);
+    const float *dinput = backward(t, g, true);
     for (uint32_t j = 0; j < n; j++) {
         const double x = values ? (double)values[j] : 1.0;
         sparse_grad(t, ids[j], x, g, dinput, g_rows + (size_t)j * t->K);
@@ -491,6 +552,58 @@ __attribute__((cold)) int train_dnn_export(const train_dnn_t *t, const char *dir
     if (model_dnn_net_to_extras(&t->net, &x) != 0)
         return train__export_refuse(dir, "the network does not fit a snapshot's extras", err);
     return train__export_rows(t->store, 0, t->K, STORE_MODEL_DNN, &x, dir, meta, err);
+}
+
+/* train_attach_live_model (LIVE): checks live's rows and x's MLP against
+ * the trainer's shape, copies the MLP and freezes it.  0, or -EINVAL with
+ * a sentence. */
+__attribute__((cold)) static int attach_live(train_dnn_t *t, store_t *live,
+                                             const store_extras_t *x, char *why, size_t why_len)
+{
+    char buf[240];
+    if (!live) {
+        t->served = NULL;
+        t->frozen = false;
+        return 0;
+    }
+    if (store_value_floats(live) != t->K || store_dtype(live) != STORE_DTYPE_F32) {
+        snprintf(buf, sizeof buf,
+                 "the served store has %u %s floats per key; this DNN trainer (dim %u) learns "
+                 "online into 1 + dim = %u fp32 floats per key", store_value_floats(live),
+                 store_dtype(live) == STORE_DTYPE_F32 ? "fp32" : "non-fp32", t->d, t->K);
+        return train__refuse(buf, why, why_len);
+    }
+    if (!x)
+        return train__refuse("a DNN learns online with its served MLP frozen: attach it with "
+                             "train_attach_live_model and the served model's extras",
+                             why, why_len);
+    dnn_net_t net;
+    char bad[160];
+    if (model_dnn_net_from_extras(x, t->K, &net, bad, sizeof bad) != 0) {
+        snprintf(buf, sizeof buf, "the served model's MLP: %s", bad);
+        return train__refuse(buf, why, why_len);
+    }
+    const dnn_net_t *mine = &t->net;
+    bool same = net.fields == mine->fields && net.dim == mine->dim && net.wide == mine->wide &&
+                net.n_layers == mine->n_layers;
+    for (uint32_t l = 0; same && l <= net.n_layers; l++)
+        same = net.width[l] == mine->width[l];
+    if (!same) {
+        snprintf(buf, sizeof buf,
+                 "the served DNN (fields %u, dim %u, wide %d, %u layers) is not this trainer's "
+                 "(fields %u, dim %u, wide %d, %u layers, or other widths)", net.fields, net.dim,
+                 (int)net.wide, net.n_layers, mine->fields, mine->dim, (int)mine->wide,
+                 mine->n_layers);
+        return train__refuse(buf, why, why_len);
+    }
+    for (uint32_t l = 0; l < net.n_layers; l++) {
+        memcpy((float *)mine->W[l], net.W[l],
+               (size_t)net.width[l] * net.width[l + 1] * sizeof(float));
+        memcpy((float *)mine->b[l], net.b[l], (size_t)net.width[l + 1] * sizeof(float));
+    }
+    t->served = live;
+    t->frozen = true;
+    return 0;
 }
 
 /* ---- train_ops_t -------------------------------------------------------------- */
@@ -529,8 +642,15 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->l2, o->init_stdev, (unsigned long long)o->seed);
 }
 
+static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,
+                           size_t why_len)
+{
+    return attach_live(impl, live, x, why, why_len);
+}
+
 const train_ops_t train__dnn_ops = {
     .kind = STORE_MODEL_DNN, .name = "dnn", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
+    .attach_live = ops_attach_live,
 };

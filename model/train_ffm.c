@@ -61,6 +61,19 @@
  * applied to the row in the table, which already holds the first
  * occurrence's step — the rule train_lr.c and train_fm.c follow.
  *
+ * LIVE (train_attach_live): the served store of an FFM model holds each
+ * id's serving row [w | v_0 .. v_{F-1}] (K = 1 + F k fp32 floats; the bias
+ * row [b | 0..0]).  Attached, every step writes the prefixes of the rows it
+ * stepped (the bias's and each feature's with x != 0) into it with
+ * store_upsert (a key new to it is inserted).  A row the table lacks
+ * starts from the served row (optimizer sums 0) when the served store has
+ * one, else as a new id (w 0, v from the hash); predictions read an id
+ * the table lacks from the served store (0 when absent, as served), so
+ * train_predict equals the served score.  A step whose serving row would
+ * not be finite returns -ERANGE before that row reaches the served store
+ * (the caller's alarm; the trainer's own row is then spoilt, and the
+ * caller drops the trainer).
+ *
  * ON THREADS (train_threads.c): each worker is a copy of the trainer with
  * its own work space over the same row table; new ids are made through
  * train__row_table_upsert_mt (initialised before any other worker can see
@@ -115,6 +128,7 @@ struct train_ffm {
     float *own_bias;    /* a worker's sk floats: its copy of the bias row, NULL until used */
     float bias_base[2]; /* the table's bias and Adagrad sum when own_bias was last synced */
     uint32_t since_sync; /* samples since */
+    store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
 };
 
 /* Samples a worker steps its own bias between two syncs (ON THREADS). */
@@ -336,6 +350,20 @@ static float *attach_mt(train_ffm_t *t, const uint64_t *ids, const float *values
     return bias;
 }
 
+/* A new row of id (created in the table, sk floats): from the served
+ * store's row when attached and it has one (LIVE), else init_row (or all 0
+ * for the bias). */
+static void new_row(const train_ffm_t *t, uint64_t id, float *row)
+{
+    if (t->served) {
+        memset(row, 0, (size_t)t->sk * sizeof *row);
+        if (store_lookup(t->served, id, row))
+            return;
+    }
+    if (id != MODEL_BIAS_ID)
+        init_row(t, id, row);
+}
+
 static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
     if (t->worker)
@@ -343,7 +371,9 @@ static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, u
     bool created;
     float *bias = train__row_table_upsert(t->table, MODEL_BIAS_ID, &created);
     if (!bias)
-        return NULL; /* a new bias row is all 0: nothing to initialise */
+        return NULL; /* a new bias row is all 0: nothing more to initialise */
+    if (created && t->served)
+        new_row(t, MODEL_BIAS_ID, bias);
     for (uint32_t j = 0; j < n; j++) {
         if (values && values[j] == 0) {
             float *found = train__row_table_find(t->table, ids[j]);
@@ -354,7 +384,7 @@ static float *attach(train_ffm_t *t, const uint64_t *ids, const float *values, u
         if (!row)
             return NULL;
         if (created)
-            init_row(t, ids[j], row);
+            new_row(t, ids[j], row);
         else
             prefetch_row(row, t->sk);
         t->live[j] = row;
@@ -371,11 +401,18 @@ static float gather(train_ffm_t *t, const uint64_t *ids, uint32_t n, bool init)
         float *row = train__row_table_find(t->table, ids[j]);
         if (!row && init) {
             row = t->scratch + (size_t)j * t->sk;
-            init_row(t, ids[j], row);
+            new_row(t, ids[j], row);
+        } else if (!row && t->served) { /* as served: its row, or 0 */
+            float *sv = t->scratch + (size_t)j * t->sk;
+            if (store_lookup(t->served, ids[j], sv))
+                row = sv;
         }
         t->live[j] = row ? row : t->zero;
     }
     const float *bias = train__row_table_find(t->table, MODEL_BIAS_ID);
+    float sv[STORE_MAX_VALUE_FLOATS];
+    if (!bias && t->served && store_lookup(t->served, MODEL_BIAS_ID, sv))
+        bias = sv;
     return bias ? bias[0] : 0;
 }
 
@@ -482,6 +519,20 @@ static void step_v(const train_ffm_t *t, float *row)
                              (float)t->opt.beta);
 }
 
+/* LIVE: row's serving prefix (K floats) into the served store when
+ * attached.  0, -ERANGE when it is not finite (nothing written), or
+ * store_upsert's -errno. */
+static int write_served(const train_ffm_t *t, uint64_t id, const float *row)
+{
+    if (!t->served)
+        return 0;
+    for (uint32_t c = 0; c < t->K; c++)
+        if (!isfinite(row[c]))
+            return -ERANGE;
+    int rc = store_upsert(t->served, id, row);
+    return rc < 0 ? rc : 0;
+}
+
 /* One step on logloss x weight. */
 int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                      float label, float weight, float *p_out)
@@ -508,6 +559,9 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     double g = ((double)p - (double)label) * (double)weight;
 
     step_w(t, bias, g, 0);
+    int rc = write_served(t, MODEL_BIAS_ID, bias);
+    if (rc != 0)
+        return rc;
     double s, s2;
     scales(t, values, n, &s, &s2);
     prepare_backward(t, ids, values, n);
@@ -522,6 +576,8 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
         step_w(t, t->live[j], g * s * x, t->opt.l2);
         step_v(t, t->live[j]);
         mask_block(t, fj, 1);
+        if ((rc = write_served(t, ids[j], t->live[j])) != 0)
+            return rc;
     }
     return 0;
 }
@@ -570,6 +626,24 @@ __attribute__((cold)) int train_ffm_export(const train_ffm_t *t, const char *dir
     return train__export_table(t->table, t->K, STORE_MODEL_FFM, &x, dir, meta, err);
 }
 
+/* train_attach_live (LIVE): 0, or -EINVAL with a sentence when live's rows
+ * are not this trainer's serving rows. */
+__attribute__((cold)) static int attach_live(train_ffm_t *t, store_t *live, char *why,
+                                             size_t why_len)
+{
+    if (live && (store_value_floats(live) != t->K || store_dtype(live) != STORE_DTYPE_F32)) {
+        char buf[200];
+        snprintf(buf, sizeof buf,
+                 "the served store has %u %s floats per key; this FFM trainer (%u fields, "
+                 "k = %u) learns online into 1 + fields x k = %u fp32 floats per key",
+                 store_value_floats(live),
+                 store_dtype(live) == STORE_DTYPE_F32 ? "fp32" : "non-fp32", t->F, t->k, t->K);
+        return train__refuse(buf, why, why_len);
+    }
+    t->served = live;
+    return 0;
+}
+
 /* ---- on threads (train_threads.c) -------------------------------------------- */
 
 /* One coordinate of a bias sync: the table's value after adding what the
@@ -600,8 +674,9 @@ static void bias_sync(train_ffm_t *w)
 static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
                      size_t why_len)
 {
-    (void)why;
-    (void)why_len;
+    if (((train_ffm_t *)impl)->served)
+        return train__refuse("an FFM trainer attached to a live store trains on one thread",
+                             why, why_len);
     *rows = ((train_ffm_t *)impl)->table;
     *mirror_of = NULL; /* the rows are the state */
     return 0;
@@ -693,9 +768,16 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->beta, o->l2, o->l2_v, o->init_stdev, (unsigned long long)o->seed);
 }
 
+static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,
+                           size_t why_len)
+{
+    (void)x; /* the store holds the whole served model */
+    return attach_live(impl, live, why, why_len);
+}
+
 const train_ops_t train__ffm_ops = {
     .kind = STORE_MODEL_FFM, .name = "ffm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .par = &train__ffm_par_ops,
+    .attach_live = ops_attach_live, .par = &train__ffm_par_ops,
 };

@@ -56,8 +56,30 @@
  * the first occurrence's step) before this occurrence's step is applied —
  * the same rule train_lr.c follows.
  *
+ * LIVE (train_attach_live): the served store of an FM model holds each
+ * id's serving row [w | v_1..v_k] (1 + k fp32 floats; the bias row
+ * [b | 0..0]).  Attached, every step writes the stepped rows' prefixes,
+ * the bias's included, into it with store_upsert (a key new to it is
+ * inserted), and an id the state lacks starts from its served row:
+ *
+ *   served row found   [w | v] copied, optimizer sums 0, FTRL's z chosen as
+ *                      train_lr.c's so that w does not move before the
+ *                      id's first step, and the occurrence count c at its
+ *                      cap (2^24): the served model learned that id from
+ *                      data the trainer never saw, so the 1/c shrinkage
+ *                      meant for barely seen ids does not apply (with
+ *                      c = 0 the defaults' first step would cut its served
+ *                      factors by about a half);
+ *   not found          the usual new id (w 0, v drawn from the hash).
+ *
+ * Predictions read the same rows (an id absent from both is 0, as
+ * served), so train_predict equals the served score.  A step whose
+ * serving row would not be finite returns -ERANGE before anything of that
+ * row reaches the served store (the caller's alarm).
+ *
  * ON THREADS (train_threads.c): workers step a mirror of the store in a
- * row table (train_impl.h).  A worker copies the sample's rows (the
+ * row table (train_impl.h); a trainer attached live is refused there (its
+ * writes would need one writer per shard).  A worker copies the sample's rows (the
  * forward values the gradient needs) and steps the rows in place; another
  * worker may step the same row meanwhile (Hogwild: a step may be lost or
  * mixed coordinate by coordinate, memory never).
@@ -89,7 +111,13 @@ struct train_fm {
     train__row_table_t *rows; /* owned, NULL until trained on threads: the
                                  store's mirror that workers step */
     bool rows_stale;          /* the store changed since rows was copied from it */
+    store_t *served;          /* not owned, NULL = none: the served store written
+                                 through (LIVE) */
 };
+
+/* The occurrence count an id taken from the served store starts with (LIVE):
+ * the count's cap, where float stops counting. */
+#define FM_LIVE_COUNT 16777216.0f
 
 static uint32_t state_floats(train_optimizer_t o, uint32_t k)
 {
@@ -205,6 +233,61 @@ static void init_row(const void *ctx, uint64_t id, float *row)
         row[1 + f] = (float)(t->opt.init_stdev * train__gauss(t->opt.seed, id, f));
 }
 
+/* The state row of an id the state lacks whose serving row [w | v] the
+ * served store holds (LIVE): l1, l2 are 0 for the bias. */
+static void state_from_served(const train_fm_t *t, const float *sv, bool bias, float *row)
+{
+    const uint32_t k = t->k;
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    memcpy(row, sv, (size_t)(1 + k) * sizeof *row);
+    if (t->opt.optimizer == TRAIN_FTRL && row[0] != 0) {
+        /* n = 0 (1 when beta and l2 are 0: at n = 0 every z gives w = 0) and
+         * the z whose closed form is the served w (train_lr.c's LIVE) */
+        const double l1 = bias ? 0 : t->opt.l1, l2 = bias ? 0 : t->opt.l2;
+        const double n0 = t->opt.beta == 0 && l2 == 0 ? 1 : 0;
+        const double d = (t->opt.beta + sqrt(n0)) / t->opt.alpha + l2;
+        const double w = row[0];
+        row[1 + k] = (float)(-w * d - copysign(l1, w));
+        row[2 + k] = (float)n0;
+    }
+    if (!bias)
+        row[t->sk - 1] = FM_LIVE_COUNT;
+}
+
+/* train__init_fn of an update with a served store: the served row, or a
+ * new id's row when the served store lacks it too. */
+static void served_or_init(const void *ctx, uint64_t id, float *row)
+{
+    const train_fm_t *t = ctx;
+    float sv[1 + MODEL_FM_MAX_K];
+    if (store_lookup(t->served, id, sv))
+        state_from_served(t, sv, id == MODEL_BIAS_ID, row);
+    else if (id == MODEL_BIAS_ID)
+        memset(row, 0, (size_t)t->sk * sizeof *row);
+    else
+        init_row(t, id, row);
+}
+
+/* train__init_fn of a prediction with a served store: the served row, or
+ * 0 (an id nobody has scores 0, as served). */
+static void served_or_zero(const void *ctx, uint64_t id, float *row)
+{
+    const train_fm_t *t = ctx;
+    memset(row, 0, (size_t)t->sk * sizeof *row);
+    float sv[1 + MODEL_FM_MAX_K];
+    if (store_lookup(t->served, id, sv))
+        memcpy(row, sv, (size_t)(1 + t->k) * sizeof *row);
+}
+
+/* 1 when the serving prefix [w | v] of row is finite. */
+static bool serving_finite(const train_fm_t *t, const float *row)
+{
+    for (uint32_t c = 0; c <= t->k; c++)
+        if (!isfinite(row[c]))
+            return false;
+    return true;
+}
+
 /* The margin's probability from the n rows at state (stride sk) and the
  * bias; fills S, Q (k each) and the scales *s, *s2.  Summed exactly as
  * model.c's fm_block/fm_score sum a shared block followed by an empty item. */
@@ -258,9 +341,16 @@ float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, 
     if ((n > t->w.cap || !t->w.state) && train_fm_reserve(t, n) != 0)
         return NAN;
     float bias = 0;
-    store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
+    train__init_fn init = t->served ? served_or_zero : NULL;
+    if (init)
+        train__work_load(&t->w, t->store, &(uint64_t){MODEL_BIAS_ID}, 1, init, t);
+    else
+        store_lookup_batch(t->store, &(uint64_t){MODEL_BIAS_ID}, 1, t->w.state, NULL);
     bias = t->w.state[0];
-    store_lookup_batch(t->store, ids, n, t->w.state, NULL);
+    if (init)
+        train__work_load(&t->w, t->store, ids, n, init, t);
+    else
+        store_lookup_batch(t->store, ids, n, t->w.state, NULL);
     return forward(t, values, n, bias);
 }
 
@@ -334,15 +424,22 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
     float brow[STORE_MAX_VALUE_FLOATS];
     memset(brow, 0, sizeof brow);
-    store_lookup(t->store, MODEL_BIAS_ID, brow);
-    train__work_load(&t->w, t->store, ids, n, init_row, t);
+    store_t *served = t->served;
+    if (!store_lookup(t->store, MODEL_BIAS_ID, brow) && served)
+        served_or_init(t, MODEL_BIAS_ID, brow);
+    train__init_fn init = served ? served_or_init : init_row;
+    train__work_load(&t->w, t->store, ids, n, init, t);
     float p = forward(t, values, n, brow[0]);
     if (p_out)
         *p_out = p;
     double g = ((double)p - (double)label) * (double)weight;
 
     step(t, brow, g, NULL, true);
+    if (served && !serving_finite(t, brow))
+        return -ERANGE;
     int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
+    if (rc >= 0 && served)
+        rc = store_upsert(served, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
 
@@ -355,10 +452,14 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         double gx = gs * x, gvx = gs2 * x;
         for (uint32_t f = 0; f < k; f++)
             gv[f] = gvx * (t->S[f] - (double)row[1 + f] * x);
-        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, row, init_row, t);
+        train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, row, init, t);
         row[sk - 1] += 1.0f;
         step(t, row, gx, gv, false);
+        if (served && !serving_finite(t, row))
+            return -ERANGE;
         rc = store_upsert(t->store, ids[j], row);
+        if (rc >= 0 && served)
+            rc = store_upsert(served, ids[j], row);
         if (rc < 0)
             return rc;
     }
@@ -376,6 +477,25 @@ __attribute__((cold)) int train_fm_export(const train_fm_t *t, const char *dir,
     return train__export_rows(t->store, 0, 1 + t->k, STORE_MODEL_FM, &x, dir, meta, err);
 }
 
+/* train_attach_live (LIVE): 0, or -EINVAL with a sentence when live's rows
+ * are not this trainer's serving rows. */
+__attribute__((cold)) static int attach_live(train_fm_t *t, store_t *live, char *why,
+                                             size_t why_len)
+{
+    if (live && (store_value_floats(live) != 1 + t->k || store_dtype(live) != STORE_DTYPE_F32)) {
+        char buf[200];
+        snprintf(buf, sizeof buf,
+                 "the served store has %u %s floats per key; this FM trainer (k = %u) learns "
+                 "online into 1 + k = %u fp32 floats per key",
+                 store_value_floats(live), store_dtype(live) == STORE_DTYPE_F32 ? "fp32" : "non-fp32",
+                 t->k, 1 + t->k);
+        return train__refuse(buf, why, why_len);
+    }
+    t->served = live;
+    t->rows_stale = true;
+    return 0;
+}
+
 /* ---- on threads (train_threads.c) -------------------------------------------- */
 
 struct fm_worker {
@@ -390,9 +510,10 @@ struct fm_worker {
 static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
                      size_t why_len)
 {
-    (void)why;
-    (void)why_len;
     train_fm_t *t = impl;
+    if (t->served)
+        return train__refuse("an FM trainer attached to a live store trains on one thread",
+                             why, why_len);
     int rc = train__par_mirror(t->store, &t->rows, &t->rows_stale);
     if (rc != 0)
         return rc;
@@ -514,9 +635,16 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->l2, o->l2_v, o->l2_v_freq, o->init_stdev, (unsigned long long)o->seed);
 }
 
+static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,
+                           size_t why_len)
+{
+    (void)x; /* the store holds the whole served model */
+    return attach_live(impl, live, why, why_len);
+}
+
 const train_ops_t train__fm_ops = {
     .kind = STORE_MODEL_FM, .name = "fm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .par = &train__fm_par_ops,
+    .attach_live = ops_attach_live, .par = &train__fm_par_ops,
 };

@@ -462,8 +462,10 @@ static void ops_describe(const void *impl, char *buf, size_t len)
              o->alpha, o->beta, o->l1, o->l2);
 }
 
-static int ops_attach_live(void *impl, store_t *live, char *why, size_t why_len)
+static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,
+                           size_t why_len)
 {
+    (void)x; /* the store holds the whole served model */
     return train_lr_attach_live(impl, live, why, why_len);
 }
 static int ops_update_batch(void *impl, const codec_block_t *shared, const codec_block_t *items,

@@ -253,6 +253,17 @@ static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos
     return -1;
 }
 
+/* The kinds that learn online: LR, FM, FFM and the DNN (their trainers
+ * write a served store: train_attach_live_model); with partitioned
+ * replicas LR only (online_sync.c exchanges LR-FTRL's statistics). */
+static bool kind_learns(const server_t *srv, store_model_kind_t kind)
+{
+    if (online__sync_mode(&srv->cfg))
+        return kind == STORE_MODEL_LR;
+    return kind == STORE_MODEL_LR || kind == STORE_MODEL_FM || kind == STORE_MODEL_FFM ||
+           kind == STORE_MODEL_DNN;
+}
+
 /* The model's kind check and slot: ONLINE_QUEUED when it learns online. */
 static int check_model(server_t *srv, const char *name, uint32_t *model_id, char *why,
                        size_t why_len)
@@ -263,10 +274,21 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
         return ONLINE_NO_MODEL;
     }
     store_model_kind_t kind = model_meta(sm->model)->model_kind;
+    bool f32 = store_dtype(model_store(sm->model)) == STORE_DTYPE_F32;
     server_model_release(sm);
-    if (kind != STORE_MODEL_LR) {
-        snprintf(why, why_len, "model '%s' is %s; online learning takes LR models", name,
+    if (!kind_learns(srv, kind) && online__sync_mode(&srv->cfg)) {
+        snprintf(why, why_len, "model '%s' is %s: partitioned replicas (--bus-mode partitioned) "
+                 "learn LR models only (FTRL's z and n are what they exchange)", name,
                  store_model_kind_name(kind));
+        uint64_t n = online__sync_refused_kind();
+        if (n <= 10 || n % 1000 == 0) /* a flood of frames must not flood the log */
+            LOG(LL_WARN, "online: %s (%" PRIu64 " frames refused so far)", why, n);
+        return ONLINE_KIND;
+    }
+    if (!kind_learns(srv, kind) || !f32) {
+        snprintf(why, why_len, "model '%s' is %s%s; online learning takes LR, FM, FFM and DNN "
+                 "models stored as fp32", name, store_model_kind_name(kind),
+                 f32 ? "" : " stored as fp16");
         return ONLINE_KIND;
     }
     server_slot_t *slot = server_slot_named(srv, name);
@@ -338,9 +360,15 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
 
 /* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
 
-/* The frame buffer of this thread for one-sample TRAINs: grown, never shrunk. */
+/* The frame buffer of this thread for one-sample TRAINs: grown, never shrunk,
+ * freed when the thread exits (one_key's destructor). */
 static _Thread_local uint8_t *one_buf;
 static _Thread_local size_t one_cap;
+static pthread_key_t one_key;
+static pthread_once_t one_once = PTHREAD_ONCE_INIT;
+static bool one_key_ok;
+
+static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free) == 0; }
 
 /* Queues one sample (from inside an impression-log emit): 0, or -1 when the
  * queue or the log could not take it. */
@@ -361,6 +389,9 @@ static int push_sample(online_model_t *q, const impression_sample_t *s)
             return -1;
         one_buf = b;
         one_cap = len;
+        pthread_once(&one_once, one_key_make);
+        if (one_key_ok)
+            (void)pthread_setspecific(one_key, b);
     }
     if (codec_encode_train(one_buf, one_cap, 0, &one, &len, NULL) != CODEC_OK)
         return -1;
@@ -411,7 +442,8 @@ static int push_joined(const impression_sample_t *s, void *ctx)
 void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,
                            const store_meta_t *meta)
 {
-    if (!G.imp || req->impression_id == 0 || meta->model_kind != STORE_MODEL_LR)
+    /* the logged blocks (shared, items) are a whole sample of any kind that learns */
+    if (!G.imp || req->impression_id == 0 || !kind_learns(srv, meta->model_kind))
         return;
     uint64_t version = meta->version;
     server_slot_t *slot = server_slot_named(srv, req->name);
@@ -567,8 +599,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
         online_stop();
         return rc;
     }
-    LOG(LL_INFO, "online learning on: %s; queue %d bytes per model, cap %d samples/s; impression "
-        "log %d MiB, window %d ms; sample log %s", desc, c->online_queue_bytes,
+    LOG(LL_INFO, "online learning on: LR models %s (other kinds: their trainer's options at "
+        "attach); queue %d bytes per model, cap %d samples/s; impression log %d MiB, window %d "
+        "ms; sample log %s", desc, c->online_queue_bytes,
         c->online_max_samples_per_s, c->impression_log_mib, c->impression_window_ms,
         c->sample_log_dir[0] ? c->sample_log_dir : "none (acknowledged = queued)");
     return 0;

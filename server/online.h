@@ -46,9 +46,12 @@
  * anything new, in the same order, so the model it serves equals the one
  * before the crash (online_trainer.c).
  *
- * KINDS: LR (FTRL, Adagrad, SGD).  A TRAIN for a model of another kind is
- * refused with a sentence; the other kinds need a scorer over their wider
- * state rows first (train.h).
+ * KINDS: LR (FTRL, Adagrad, SGD), FM (the same three), FFM (Adagrad, SGD)
+ * and the DNN (Adagrad on its sparse rows, its served MLP frozen), each
+ * trainer made from its served model's kind, shape and params
+ * (online_trainer.c); with partitioned replicas LR only.  A TRAIN for a
+ * model it cannot learn (another kind, fp16 rows) is refused with a
+ * sentence.
  *
  * THREAD SAFETY: online_submit from any worker; online_metrics_format from
  * the admin thread; online_start/online_stop from main.
@@ -76,7 +79,7 @@ enum {
     ONLINE_QUEUED = 0,
     ONLINE_OFF = 1,       /* --online is false */
     ONLINE_NO_MODEL = 2,  /* no active version of that name */
-    ONLINE_KIND = 3,      /* the model's kind does not learn online */
+    ONLINE_KIND = 3,      /* the model does not learn online (its kind, fp16 rows) */
     ONLINE_FULL = 4,      /* the queue has no room (OVERLOADED) */
     ONLINE_RATE = 5,      /* over --online-max-samples-per-s (OVERLOADED) */
     ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */
@@ -91,8 +94,8 @@ enum {
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len);
 
-/* Keeps a scored PREDICT flagged LOG (req->impression_id != 0) of an LR
- * model in the impression log; a refusal (a duplicate id, an entry larger
+/* Keeps a scored PREDICT flagged LOG (req->impression_id != 0) of a model
+ * that learns online (KINDS) in the impression log; a refusal (a duplicate id, an entry larger
  * than a stripe) is counted, the PREDICT is answered all the same.  items:
  * the request's item blocks.  One lock. */
 void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,

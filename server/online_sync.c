@@ -155,7 +155,9 @@ struct producer {
     X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
     X(overflow, "tlserve_sync_overflow_total",                                                    \
       "increments not accumulated (accumulator full: they stay local)")                           \
-    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge")
+    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge") \
+    X(kind, "tlserve_sync_refused_kind_total",                                                    \
+      "TRAIN and FEEDBACK frames refused: their model's kind has no additive statistics to sync")
 
 static struct {
     bus_t *bus;
@@ -264,6 +266,11 @@ static cold struct online_sync_model *model_new(const online_model_t *q)
     size_t fixed = UPDATE_HEADER_BYTES + UPDATE_NAME_MAX + 8;
     s->per_msg = (uint32_t)((MSG_MAX_BYTES - fixed) / (10 + 4 * SYNC_K));
     return s;
+}
+
+uint64_t online__sync_refused_kind(void)
+{
+    return atomic_fetch_add_explicit(&S.kind, 1, memory_order_relaxed) + 1;
 }
 
 void online__sync_attach(online_model_t *q, uint64_t version)

@@ -104,6 +104,114 @@ int online__state_write(const char *dir, uint64_t version, uint64_t created, uin
 
 /* ---- learning ------------------------------------------------------------------ */
 
+/* An unsigned param of m's snapshot in lo..hi: 0 with *out, or -1. */
+static int param_u32(const model_t *m, const char *key, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    const char *v = store_extras_get(model_extras(m), key);
+    char *end;
+    if (!v)
+        return -1;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return -1;
+    *out = (uint32_t)x;
+    return 0;
+}
+
+/* The trainer's options for m (KINDS in online.h): LR takes G.opts (the
+ * --online-* settings, checked at start); FM and FFM the kind's tuned
+ * defaults for --online-optimizer (FFM has no FTRL: Adagrad, its tuned
+ * one), their shape and norm from the served model (the scorer's, so the
+ * trainer predicts what is served), and --online-alpha, -beta, -l2 where
+ * set (l2 on w; -l1 applies to FM's FTRL only); the DNN its defaults
+ * (Adagrad, whatever --online-optimizer says) with its shape from the
+ * served MLP, --online-alpha as the sparse step and -l2.  0, or -1 with a
+ * sentence. */
+static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len)
+{
+    const store_meta_t *meta = model_meta(m);
+    const server_config_t *c = &G.srv->cfg;
+    train_optimizer_t opt = G.opts.lr.optimizer;
+    uint32_t norm = 0; /* FM's and FFM's: absent is 0, as model.c reads it */
+    bool has_norm = meta->model_kind == STORE_MODEL_FM || meta->model_kind == STORE_MODEL_FFM;
+    if (has_norm && store_extras_get(model_extras(m), "norm") &&
+        param_u32(m, "norm", 0, 1, &norm) != 0) {
+        snprintf(why, why_len, "its param norm is not 0 or 1");
+        return -1;
+    }
+    switch (meta->model_kind) {
+    case STORE_MODEL_LR:
+        *o = G.opts;
+        return 0;
+    case STORE_MODEL_FM: {
+        uint32_t K = model_value_floats(m);
+        if (K < 2 || K - 1 > MODEL_FM_MAX_K) {
+            snprintf(why, why_len, "an FM model of %u floats per key", K);
+            return -1;
+        }
+        (void)train_defaults(STORE_MODEL_FM, opt, o);
+        o->fm.k = K - 1;
+        o->fm.norm = norm != 0;
+        if (c->online_alpha >= 0)
+            o->fm.alpha = c->online_alpha;
+        if (c->online_beta >= 0)
+            o->fm.beta = c->online_beta;
+        if (c->online_l1 >= 0)
+            o->fm.l1 = c->online_l1;
+        if (c->online_l2 >= 0)
+            o->fm.l2 = c->online_l2;
+        return 0;
+    }
+    case STORE_MODEL_FFM: {
+        uint32_t F, k;
+        if (param_u32(m, "fields", 1, UINT32_MAX, &F) != 0 ||
+            param_u32(m, "k", 1, UINT32_MAX, &k) != 0) {
+            snprintf(why, why_len, "its params fields and k are missing or bad");
+            return -1;
+        }
+        (void)train_defaults(STORE_MODEL_FFM, opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD, o);
+        o->ffm.optimizer = opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD;
+        o->ffm.fields = F;
+        o->ffm.k = k;
+        o->ffm.norm = norm != 0;
+        if (c->online_alpha >= 0)
+            o->ffm.alpha = c->online_alpha;
+        if (c->online_beta >= 0)
+            o->ffm.beta = c->online_beta;
+        if (c->online_l2 >= 0)
+            o->ffm.l2 = c->online_l2;
+        return 0;
+    }
+    case STORE_MODEL_DNN: {
+        dnn_net_t net;
+        char bad[160];
+        if (model_dnn_net_from_extras(model_extras(m), model_value_floats(m), &net, bad,
+                                      sizeof bad) != 0) {
+            snprintf(why, why_len, "its MLP: %s", bad);
+            return -1;
+        }
+        train_dnn_defaults(&o->dnn);
+        o->kind = STORE_MODEL_DNN;
+        o->dnn.fields = net.fields;
+        o->dnn.dim = net.dim;
+        o->dnn.wide = net.wide;
+        o->dnn.n_hidden = net.n_layers - 1;
+        for (uint32_t l = 0; l + 1 < net.n_layers; l++)
+            o->dnn.hidden[l] = net.width[l + 1];
+        if (c->online_alpha >= 0)
+            o->dnn.lr_sparse = c->online_alpha;
+        if (c->online_l2 >= 0)
+            o->dnn.l2 = c->online_l2;
+        return 0;
+    }
+    default:
+        snprintf(why, why_len, "the model is %s: online learning takes LR, FM, FFM and DNN "
+                 "models", store_model_kind_name(meta->model_kind));
+        return -1;
+    }
+}
+
 /* (Re)attaches the trainer to sm's store when the active version changed;
  * pos: the log position of the first record it will learn into it.  0, or
  * -1 (the records are dropped, counted and logged).  online_impl.h. */
@@ -119,15 +227,13 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     train_destroy(q->t);
     q->t = NULL;
     q->attached = NULL;
-    char why[200];
-    int rc = meta->model_kind == STORE_MODEL_LR ? train_create(&G.opts, &q->t, why, sizeof why)
-                                                : -EINVAL;
+    char why[240];
+    train_options_t o;
+    int rc = options_for(m, &o, why, sizeof why) != 0 ? -EINVAL
+                                                       : train_create(&o, &q->t, why, sizeof why);
     if (rc == 0)
-        rc = train_attach_live(q->t, model_base_store(m), why, sizeof why);
+        rc = train_attach_live_model(q->t, model_base_store(m), model_extras(m), why, sizeof why);
     if (rc != 0) {
-        if (meta->model_kind != STORE_MODEL_LR)
-            snprintf(why, sizeof why, "the model is %s now",
-                     store_model_kind_name(meta->model_kind));
         LOG(LL_WARN, "online: model '%s' version %" PRIu64 ": cannot learn (%s); queued samples "
             "are dropped", q->name, meta->version, why);
         train_destroy(q->t);
@@ -153,8 +259,10 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         else if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
             (void)sample_log_trim(q->slog, pos); /* under q->lock: see the caller */
     }
-    LOG(LL_INFO, "online: model '%s' learns into version %" PRIu64 "%s", q->name, meta->version,
-        replaying ? ", after its sample log from the restart" : "");
+    char desc[200];
+    train_describe(q->t, desc, sizeof desc);
+    LOG(LL_INFO, "online: model '%s' learns into version %" PRIu64 "%s (%s)", q->name,
+        meta->version, replaying ? ", after its sample log from the restart" : "", desc);
     return 0;
 }
 

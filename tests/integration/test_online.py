@@ -6,9 +6,9 @@ above where it started (the weights are written into the served store: no reload
 progressive figures in /metrics count what was learned; a client scoring throughout never
 fails.  What a client can get wrong or overdo is refused with a sentence: a TRAIN for a model
 that is not served (UNKNOWN_MODEL), a label that is not 0 or 1 (BAD_VALUE), a model whose kind
-does not learn online (UNKNOWN_TYPE naming the kind), more samples/s than
---online-max-samples-per-s and a queue that is full (OVERLOADED); without --online a TRAIN is
-UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
+does not learn online (one stored as fp16: UNKNOWN_TYPE naming the kind; FM, FFM and DNN
+models learn: test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full
+(OVERLOADED); without --online a TRAIN is UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
 its weights.
 
 FEEDBACK: a PREDICT flagged LOG is kept; a FEEDBACK for one of its items is accepted and
@@ -170,16 +170,19 @@ class Online(unittest.TestCase):
             self.assertIn("--online-queue-bytes", e.exception.message)
 
     def test_kind_and_off(self):
-        fm = os.path.join(self.tmp, "fm", "1")
-        subprocess.run([TLSYNTH, "model", "--keys", "2000", "--kind", "fm", "--value-floats", "5",
-                        "--name", "fm", "--out", fm], check=True, stdout=subprocess.DEVNULL)
-        s = self.serve(fm, "--online")
+        dnn = os.path.join(self.tmp, "dnn", "1")
+        subprocess.run([TLSYNTH, "model", "--keys", "2000", "--kind", "dnn", "--value-floats", "5",
+                        "--param", "fields=6", "--param", "dim=4", "--param", "hidden=16,8",
+                        "--param", "wide=1", "--mlp", "24,16,8,1", "--dtype", "f16",
+                        "--name", "dnn", "--out", dnn], check=True, stdout=subprocess.DEVNULL)
+        s = self.serve(dnn, "--online")
         shared, item = sample(4)
         with s.client() as c:
             with self.assertRaises(ServerError) as e:
-                c.train("fm", shared, [(1.0, item)])
+                c.train("dnn", shared, [(1.0, item)])
             self.assertEqual(e.exception.name, "UNKNOWN_TYPE")
-            self.assertIn("fm", e.exception.message)
+            self.assertIn("dnn", e.exception.message)
+            self.assertIn("fp16", e.exception.message)
             self.assertIn("LR", e.exception.message)
         off = self.serve(self.model)
         with off.client() as c:
