@@ -248,7 +248,7 @@ static const cfg_entry_t table[] = {
      "guard: roll back when the mean prediction new/old or old/new exceeds this",
      F(guard_max_mean_ratio), NULL, NULL, NULL, false},
     {"online", CFG_BOOL, 0, 1, "false",
-     "online learning: TRAIN frames train the served model in place (LR models)",
+     "online learning: TRAIN frames train the served model in place (LR, FM, FFM; the DNN's wide part and embeddings)",
      F(online), NULL, NULL, NULL, false},
     {"online-optimizer", CFG_STRING, 0, 0, "ftrl", "online learning: ftrl, adagrad or sgd",
      F(online_optimizer), check_optimizer, "ftrl|adagrad|sgd", NULL, false},

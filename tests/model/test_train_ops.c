@@ -18,7 +18,7 @@
  *   - LR learns into a served store (train_attach_live): a fresh trainer
  *     over the served weights of another predicts exactly as that one did,
  *     and after its steps every served weight equals its state's, new ids
- *     inserted; the kinds that cannot refuse.
+ *     inserted; the other kinds refuse a served store of LR's width.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -460,7 +460,8 @@ static void test_lr_learns_into_a_served_store(void **state)
         train_destroy(b);
         store_destroy(live);
     }
-    /* the kinds that cannot yet */
+    /* the other kinds: a served store of one float per key is not theirs
+     * (test_train_live.c covers their own widths) */
     for (size_t ki = 1; ki < sizeof kinds / sizeof *kinds; ki++) {
         train_options_t o;
         options_for(kinds[ki], &o);
