@@ -79,14 +79,7 @@
  * train__row_table_upsert_mt (initialised before any other worker can see
  * them), and the steps land in place while other workers read and step the
  * same rows (Hogwild, as LIBFFM and xLearn train: a step may be lost or
- * mixed coordinate by coordinate, memory never).  The bias is the exception:
- * every sample steps it, so a shared bias row would bounce between the
- * cores' caches on every sample.  Each worker steps its own copy and adds
- * what it moved (the bias and its Adagrad sum) to the table's row every
- * BIAS_SYNC samples and at its end, under the trainer's bias lock, taking
- * the other workers' moves back: Hogwild's staleness, bounded.  Alone (one
- * thread) the table's row is what the worker last wrote, so the sum is
- * skipped and the row is the worker's bit for bit.
+ * mixed coordinate by coordinate, memory never).
  *
  * THREAD SAFETY: one thread drives a trainer, and only that thread may
  * read it (train_ffm_weights() included): the rows are stepped in place.
@@ -101,7 +94,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,16 +115,8 @@ struct train_ffm {
     float *mask;        /* F k: 1 where the feature's v has a data gradient, else 0 */
     uint32_t *cnt;      /* F: features with x != 0 per field in the sample */
     bool worker;        /* a worker's copy (ON THREADS): table and zero not owned */
-    pthread_mutex_t bias_lock; /* the trainer's: workers' bias syncs (ON THREADS) */
-    pthread_mutex_t *bias_mu;  /* a worker's: its trainer's bias_lock */
-    float *own_bias;    /* a worker's sk floats: its copy of the bias row, NULL until used */
-    float bias_base[2]; /* the table's bias and Adagrad sum when own_bias was last synced */
-    uint32_t since_sync; /* samples since */
     store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
 };
-
-/* Samples a worker steps its own bias between two syncs (ON THREADS). */
-#define BIAS_SYNC 16
 
 static uint32_t state_floats(train_optimizer_t o, uint64_t K)
 {
@@ -205,7 +189,6 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     train_ffm_t *t = calloc(1, sizeof *t);
     if (!t)
         goto nomem;
-    pthread_mutex_init(&t->bias_lock, NULL);
     t->opt = *opt;
     t->F = opt->fields;
     t->k = opt->k;
@@ -242,9 +225,7 @@ void train_ffm_destroy(train_ffm_t *t)
     if (!t->worker) {
         train__row_table_destroy(t->table);
         free(t->zero);
-        pthread_mutex_destroy(&t->bias_lock);
     }
-    free(t->own_bias);
     free_work(t);
     free(t->work);
     free(t->gv);
@@ -323,18 +304,9 @@ static void init_row_cb(const void *ctx, uint64_t id, float *row)
  * before other workers can find them. */
 static float *attach_mt(train_ffm_t *t, const uint64_t *ids, const float *values, uint32_t n)
 {
-    float *bias = t->own_bias;
-    if (!bias) { /* the worker's first sample: its copy of the table's row */
-        float *row = train__row_table_upsert_mt(t->table, MODEL_BIAS_ID, NULL, NULL);
-        if (!row || !(bias = malloc(t->sk * sizeof *bias)))
-            return NULL;
-        pthread_mutex_lock(t->bias_mu);
-        memcpy(bias, row, t->sk * sizeof *bias);
-        pthread_mutex_unlock(t->bias_mu);
-        t->bias_base[0] = bias[0];
-        t->bias_base[1] = t->sk > t->K ? bias[t->K] : 0;
-        t->own_bias = bias;
-    }
+    float *bias = train__row_table_upsert_mt(t->table, MODEL_BIAS_ID, NULL, NULL);
+    if (!bias)
+        return NULL;
     for (uint32_t j = 0; j < n; j++) {
         if (values && values[j] == 0) {
             float *found = train__row_table_find(t->table, ids[j]);
@@ -646,31 +618,6 @@ __attribute__((cold)) static int attach_live(train_ffm_t *t, store_t *live, char
 
 /* ---- on threads (train_threads.c) -------------------------------------------- */
 
-/* One coordinate of a bias sync: the table's value after adding what the
- * worker moved since base (exactly the worker's when nobody else moved it). */
-static float bias_merged(float table, float base, float own)
-{
-    return table == base ? own : (float)((double)table + ((double)own - (double)base));
-}
-
-/* Adds what worker w moved its bias (and Adagrad sum) by since its last
- * sync to the table's row and takes the row back (ON THREADS). */
-static void bias_sync(train_ffm_t *w)
-{
-    w->since_sync = 0;
-    if (!w->own_bias)
-        return;
-    float *row = train__row_table_find(w->table, MODEL_BIAS_ID); /* made at the first sample */
-    pthread_mutex_lock(w->bias_mu);
-    row[0] = bias_merged(row[0], w->bias_base[0], w->own_bias[0]);
-    w->own_bias[0] = w->bias_base[0] = row[0];
-    if (w->sk > w->K) {
-        row[w->K] = bias_merged(row[w->K], w->bias_base[1], w->own_bias[w->K]);
-        w->own_bias[w->K] = w->bias_base[1] = row[w->K];
-    }
-    pthread_mutex_unlock(w->bias_mu);
-}
-
 static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of, char *why,
                      size_t why_len)
 {
@@ -691,9 +638,6 @@ static int par_worker_create(void *impl, void **out)
         return -ENOMEM;
     *w = *t;
     w->worker = true;
-    w->bias_mu = &((train_ffm_t *)impl)->bias_lock;
-    w->own_bias = NULL;
-    w->since_sync = 0;
     w->cap = 0;
     w->live = NULL;
     w->selfv = NULL;
@@ -710,20 +654,12 @@ static int par_worker_create(void *impl, void **out)
     return 0;
 }
 
-static void par_worker_destroy(void *w)
-{
-    bias_sync(w);
-    train_ffm_destroy(w);
-}
+static void par_worker_destroy(void *w) { train_ffm_destroy(w); }
 
 static int par_update(void *w, const uint64_t *ids, const float *values, uint32_t n,
                       float label, float weight, float *p)
 {
-    train_ffm_t *t = w;
-    int rc = train_ffm_update(t, ids, values, n, label, weight, p);
-    if (++t->since_sync == BIAS_SYNC)
-        bias_sync(t);
-    return rc;
+    return train_ffm_update(w, ids, values, n, label, weight, p);
 }
 
 const train__par_ops_t train__ffm_par_ops = {
