@@ -19,7 +19,12 @@ Windows (from tlgen --interval-ms, intervals by due time, merged by adding bucke
   delta N   rename of version N .. its overlay folded into the model (tlserve's
             tlserve_delta_folds_total, polled; the first answer carrying it when later): all
             ten merged in one row, and the worst single one
-  after     the last version live and folded + 1 s .. the end
+  floor     after the versions, each one's extra CPU (tlserve's CPU seconds in its window over
+            its steady rate) spent again by processes that only burn it, at the loader's nice
+            (10) until live and the fold's (0) until folded, with the same gaps: what that
+            much CPU costs serving on this machine, whoever spends it (the full swap's and
+            the deltas' floors are rows of their own; the reload windows over them in a line)
+  after     the last version live and folded, or the last floor, + 1 s .. the end
   quiet     every interval outside [rename, window end + 1 s] of every version: steady, the
             gaps between versions and after, pooled.  The same-run floor: what this machine
             gives when nothing is loading, measured between the reloads rather than only
@@ -127,17 +132,49 @@ def folds_done(port):
 
 
 def rss_sampler(pid, samples, stop):
-    """VmRSS (kB) every 50 ms with its wall time, until stop is set."""
-    path = "/proc/%d/status" % pid
+    """(wall time, VmRSS kB, CPU seconds user + system) of pid every 50 ms, until stop is set."""
+    path, tick = "/proc/%d/status" % pid, os.sysconf("SC_CLK_TCK")
     while not stop.is_set():
         try:
-            for line in open(path):
-                if line.startswith("VmRSS:"):
-                    samples.append((time.time(), int(line.split()[1])))
-                    break
-        except OSError:
+            rss = next(int(l.split()[1]) for l in open(path) if l.startswith("VmRSS:"))
+            f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+            samples.append((time.time(), rss, (int(f[11]) + int(f[12])) / tick))
+        except (OSError, StopIteration):
             return
         stop.wait(0.05)
+
+
+def cpu_at(samples, t):
+    """tlserve's CPU seconds at time t (the last sample at or before it)."""
+    c = samples[0][2] if samples else 0.0
+    for ts, _, cs in samples:
+        if ts > t:
+            break
+        c = cs
+    return c
+
+
+BURNER = r"""
+import os, sys, time
+share, stop_at, nice = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+os.nice(nice)
+while time.time() < stop_at:
+    t0 = time.time()
+    while time.time() - t0 < 0.01 * share:
+        pass
+    time.sleep(max(0.0, 0.01 * (1 - share)))
+"""
+
+
+def burn(cores, seconds, nice):
+    """Spends `cores` of CPU for `seconds` at `nice` (ceil(cores) processes, 10 ms periods)."""
+    n = max(1, -(-cores // 1)) if cores > 0 else 0
+    stop_at = time.time() + seconds
+    ps = [subprocess.Popen([sys.executable, "-c", BURNER, "%.3f" % min(1.0, cores / n),
+                            "%.3f" % stop_at, str(nice)]) for _ in range(int(n))]
+    time.sleep(max(0.0, stop_at - time.time()))
+    for p in ps:
+        p.wait()
 
 
 def vm_hwm(pid):
@@ -250,6 +287,7 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
     # live (default: twice version 1's start-up load + 2 s; a delta may cost a full rebuild)
     allow = float(env("ALLOW", "0")) or 2 * load_s + 2
     total = STEADY + FULL_GAP + NDELTAS * GAP + AFTER + (1 + NDELTAS) * allow
+    total += FULL_GAP + NDELTAS * GAP + (1 + NDELTAS) * allow  # the floor's replay (below)
     ivf = os.path.join(OUT, "intervals.jsonl")
     gen_out = os.path.join(OUT, "tlgen.txt")
     samples, stop = [], threading.Event()
@@ -291,11 +329,31 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
             v, kind, t_act - t_ren,
             ", folded after %.3f s" % (t_fold - t_ren) if t_fold > t_act else ""))
         at = t_act + (FULL_GAP if kind == "full" else GAP)
+    # The floor: each reload's extra CPU (tlserve's CPU over its steady rate) replayed by
+    # processes that only burn it, at the loader's nice (10) until live and the fold's (0)
+    # until folded, one reload at a time with the same gaps: what spending that much CPU
+    # costs serving on this machine, whoever spends it.
+    time.sleep(max(0.0, at - time.time()))
+    t_st = events[0][3]
+    r0 = (cpu_at(samples, t_st) - cpu_at(samples, start)) / max(1e-3, t_st - start)
+    burns = []
+    for v, kind, nkeys, t_ren, t_act, t_fold in events:
+        b0, spent = time.time(), []
+        for a, z, nice in ((t_ren, t_act, 10), (t_act, t_fold, 0)):
+            if z - a < 0.05:
+                continue
+            extra = max(0.0, cpu_at(samples, z) - cpu_at(samples, a) - r0 * (z - a))
+            spent.append(extra)
+            burn(extra / (z - a), z - a, nice)
+        burns.append((v, kind, b0, time.time(), sum(spent)))
+        say("floor for version %d (%s): %.2f CPU s over %.3f s" % (v, kind, sum(spent),
+                                                                    time.time() - b0))
+        time.sleep(FULL_GAP if kind == "full" else GAP)
     gen.wait()
     stop.set()
     sampler.join()
     hwm = vm_hwm(srv.pid)
-    report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes)
+    report(ivf, gen_out, events, burns, samples, hwm, rate, max_rps, delta_bytes)
 
 
 def pctl(buckets, total, q):
@@ -314,7 +372,7 @@ def pctl(buckets, total, q):
     return None
 
 
-def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
+def report(ivf, gen_out, events, burns, samples, hwm, rate, max_rps, delta_bytes):
     lines = open(ivf).read().strip().splitlines()
     head = json.loads(lines[0])
     ivs = [json.loads(l) for l in lines[1:] if l.startswith('{"i"')]
@@ -328,7 +386,7 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
         live = first_seen.get(v, t_act)
         wins.append((v, kind, nkeys, t_ren, max(live, t_ren), t_act, max(live, t_fold)))
     steady_end = wins[0][3]
-    after_start = max(wins[-1][4], wins[-1][6]) + 1.0
+    after_start = max(wins[-1][4], wins[-1][6], burns[-1][3] if burns else 0) + 1.0
 
     def merge(pred):
         b, tot, err, sched = {}, 0, 0, 0
@@ -362,8 +420,16 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
         worst = max(deltas, key=lambda w: pctl(merge(inside(w[3], w[6]))[0],
                                                merge(inside(w[3], w[6]))[1], 99) or 0)
         rows.append(("worst delta (v%d)" % worst[0], merge(inside(worst[3], worst[6]))))
+    bf = [b for b in burns if b[1] == "full"]
+    bd = [b for b in burns if b[1] == "delta"]
+    if bf:
+        rows.append(("floor: the full swap's CPU replayed",
+                     merge(lambda s, e: any(e > b[2] and s < b[3] for b in bf))))
+    if bd:
+        rows.append(("floor: the deltas' CPU replayed (%d merged)" % len(bd),
+                     merge(lambda s, e: any(e > b[2] and s < b[3] for b in bd))))
     rows.append(("after", merge(lambda s, e: s >= after_start)))
-    busy = [(w[3], max(w[4], w[6]) + 1.0) for w in wins]
+    busy = [(w[3], max(w[4], w[6]) + 1.0) for w in wins] + [(b[2], b[3] + 1.0) for b in burns]
     quiet = merge(lambda s, e: all(e <= a or s >= z for a, z in busy))
     rows.append(("quiet (steady + gaps + after)", quiet))
     end = (ivs[-1]["start_unix_ms"] / 1000 + step) if ivs else after_start
@@ -394,6 +460,20 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
         L.append("| %s | %d | %s | %s | %s | %d | %s | %s |" % (
             name, sched, *("%.0f" % x if x is not None else "-" for x in p), err, ratios(p, sp),
             ratios(p, qp)))
+    byname = {name: [pctl(b, tot, 99)] for name, (b, tot, err, sched) in rows}
+
+    def p99_of(prefix):
+        return next((v[0] for k, v in byname.items() if k.startswith(prefix)), None)
+    fl_d, fl_f = p99_of("floor: the deltas"), p99_of("floor: the full")
+    re_d, re_f = p99_of("delta applies"), p99_of("full swap")
+    if fl_d or fl_f:
+        L.append("")
+        L.append("Floor (each reload's extra CPU, %s CPU s in all, spent by a process that only "
+                 "burns it, at nice 10 until live and 0 until folded): p99 during the deltas over "
+                 "their floor %s, during the full swap over its floor %s." % (
+                     "%.1f" % sum(b[4] for b in burns),
+                     "%.2fx" % (re_d / fl_d) if re_d and fl_d else "-",
+                     "%.2fx" % (re_f / fl_f) if re_f and fl_f else "-"))
     if short:
         L.append("")
         L.append("**The after window is %.1f s, under AFTER/2: versions went live slower than "
@@ -439,7 +519,7 @@ def report(ivf, gen_out, events, samples, hwm, rate, max_rps, delta_bytes):
                     deltas[0][2] / dts[-1] / 1e6 if dts[-1] else 0))
 
     def peak(a, z):
-        xs = [kb for t, kb in samples if a <= t <= z]
+        xs = [kb for t, kb, _ in samples if a <= t <= z]
         return max(xs) if xs else 0
     st_peak = peak(0, steady_end)
     L.append("")
