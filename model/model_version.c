@@ -510,29 +510,58 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     return rc;
 }
 
+/* Keys a fold writer hands to store_upsert_batch at once (their buckets'
+ * misses overlapped). */
+#define FOLD_BATCH 256
+
 struct writer {
     const model_t *m;
     uint32_t part, parts; /* this thread writes the shards s with s % parts == part */
+    uint32_t n;           /* upserts batched, in overlay order */
+    uint64_t keys[FOLD_BATCH];
+    float *vals;          /* FOLD_BATCH x K */
     int rc;
 };
 
+static int flush_writes(struct writer *w)
+{
+    int rc = w->n ? store_upsert_batch(w->m->store, w->keys, w->vals, w->n) : 0;
+    w->n = 0;
+    return rc < 0 ? -ENOMEM : 0;
+}
+
+/* An upsert joins the batch; a delete goes after the batch before it, so
+ * that the base sees the overlays' operations in their order. */
 static int write_key(void *ctx, uint64_t key, const float *value)
 {
     struct writer *w = ctx;
     store_t *s = w->m->store;
     if (store_shard_of(s, key) % w->parts != w->part)
         return 0;
-    if (value)
-        return store_upsert(s, key, value) < 0 ? -ENOMEM : 0;
+    if (value) {
+        const uint32_t K = store_value_floats(s);
+        w->keys[w->n] = key;
+        memcpy(w->vals + (size_t)w->n * K, value, K * sizeof *value);
+        return ++w->n == FOLD_BATCH ? flush_writes(w) : 0;
+    }
+    int rc = flush_writes(w);
     store_delete(s, key);
-    return 0;
+    return rc;
 }
 
 static void *writer_main(void *arg)
 {
     struct writer *w = arg;
+    w->vals = malloc((size_t)FOLD_BATCH * store_value_floats(w->m->store) * sizeof *w->vals);
+    if (!w->vals) {
+        w->rc = -ENOMEM;
+        return NULL;
+    }
     for (uint32_t o = w->m->n_overlays; o-- > 0 && w->rc == 0;)
         w->rc = model_overlay_foreach(w->m->overlays[o], write_key, w);
+    if (w->rc == 0)
+        w->rc = flush_writes(w);
+    free(w->vals);
     return NULL;
 }
 
@@ -545,7 +574,7 @@ int model_fold_write(const model_t *m, int threads)
     pthread_t th[16];
     uint32_t started = 0;
     for (uint32_t p = 0; p < parts; p++)
-        w[p] = (struct writer){.m = m, .part = p, .parts = parts};
+        w[p] = (struct writer){.m = m, .part = p, .parts = parts, .n = 0};
     for (uint32_t p = 1; p < parts; p++) /* shards are disjoint: one writer each */
         if (pthread_create(&th[p], NULL, writer_main, &w[p]) == 0)
             started |= 1u << p;
