@@ -242,3 +242,36 @@ class Server(Proc):
 
     def client(self):
         return tlserve.Client("127.0.0.1", self.port, timeout=10)
+
+
+class ServerCase(unittest.TestCase):
+    """A test case whose servers (self.serve) are stopped at tearDown, and whose temporary
+    directory self.tmp (TMP_PREFIX) is removed then.  SERVE_FLAGS go before each server's own
+    flags: the gate's sample and the guard off, which most tests are not about."""
+    TMP_PREFIX = "tl_test_"
+    SERVE_FLAGS = ("--gate-sample", "0", "--guard-window-ms", "0")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix=self.TMP_PREFIX)
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def serve(self, model, *args, **kw):
+        s = Server(model, *self.SERVE_FLAGS, *args, **kw)
+        self.servers.append(s)
+        return s
+
+    def wait_metric(self, s, name, want, timeout=20):
+        """Waits until s's metric `name` is at least want and returns it; fails the test with
+        the server's output when it is not within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = s.metric(name)
+            if got >= want:
+                return got
+            time.sleep(0.02)
+        self.fail("%s stayed at %s, wanted %s: %s" % (name, s.metric(name), want, s.output()))

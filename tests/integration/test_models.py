@@ -13,15 +13,13 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_models.py
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 import unittest
 
 import harness
 import tlserve
-from harness import TLSERVE, TLSYNTH, Server, gen_model, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
 
 TOKEN = "models-test-token"
 
@@ -55,29 +53,20 @@ class ScoreA(threading.Thread):
             self.failures.append(repr(e))
 
 
-class SeveralModels(unittest.TestCase):
+class SeveralModels(ServerCase):
+    TMP_PREFIX = "tl_models_"
+
     @classmethod
     def setUpClass(cls):
         require(TLSERVE, TLSYNTH)
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="tl_models_")
+        super().setUp()
         self.dirs = {}
         for name, version, seed in (("a", 1, 11), ("b", 1, 21), ("b", 2, 22)):
             d = os.path.join(self.tmp, name, str(version))
             gen_model(d, 5000, name, version=version, seed=seed)
             self.dirs[(name, version)] = d
-        self.servers = []
-
-    def tearDown(self):
-        for s in self.servers:
-            s.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def serve(self, model, *args, **kw):
-        s = Server(model, "--gate-sample", "0", "--guard-window-ms", "0", *args, **kw)
-        self.servers.append(s)
-        return s
 
     def alone(self, name, version):
         s = self.serve(self.dirs[(name, version)])

@@ -26,16 +26,14 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online.py
 
 import os
 import signal
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import unittest
 
 import harness
 import tlserve
-from harness import TLSERVE, TLSYNTH, Server, gen_model, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
 from tlserve.errors import ServerError
 from tlserve.feedback import Refusal
 from tlserve.wire import MsgType, encode_train
@@ -69,35 +67,17 @@ class Scorer(threading.Thread):
             self.failures.append(repr(e))
 
 
-class Online(unittest.TestCase):
+class Online(ServerCase):
+    TMP_PREFIX = "tl_online_"
+
     @classmethod
     def setUpClass(cls):
         require(TLSERVE, TLSYNTH)
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="tl_online_")
+        super().setUp()
         self.model = os.path.join(self.tmp, "ctr", "1")
         gen_model(self.model, 20000, "ctr", seed=SEED)
-        self.servers = []
-
-    def tearDown(self):
-        for s in self.servers:
-            s.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def serve(self, model, *args, **kw):
-        s = Server(model, "--gate-sample", "0", "--guard-window-ms", "0", *args, **kw)
-        self.servers.append(s)
-        return s
-
-    def wait_metric(self, s, name, want, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = s.metric(name)
-            if got >= want:
-                return got
-            time.sleep(0.05)
-        self.fail("%s stayed at %s, wanted %s" % (name, s.metric(name), want))
 
     def test_train_moves_the_served_prediction(self):
         s = self.serve(self.model, "--online")

@@ -26,13 +26,12 @@ import os
 import re
 import shutil
 import signal
-import tempfile
 import time
 import unittest
 
 import harness
 import tlserve
-from harness import TLSERVE, TLSYNTH, Server, gen_model, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
 from tlserve.wire import MsgType
 
 TOKEN = "online-export-token"
@@ -60,42 +59,27 @@ def versions(repo):
     return sorted(int(n) for n in os.listdir(d) if n.isdigit())
 
 
-class OnlineExport(unittest.TestCase):
+class OnlineExport(ServerCase):
+    TMP_PREFIX = "tl_oexport_"
+
     @classmethod
     def setUpClass(cls):
         require(TLSERVE, TLSYNTH)
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="tl_oexport_")
+        super().setUp()
         self.repo = os.path.join(self.tmp, "repo")
         gen_model(os.path.join(self.repo, M, "1"), 20000, M, seed=SEED)
         self.logs = os.path.join(self.tmp, "samples")
-        self.servers = []
-
-    def tearDown(self):
-        for s in self.servers:
-            s.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def serve(self, *args, repo=None, **kw):
         # loads at nice +10, not SCHED_IDLE: a busy CI machine must not starve the reloads
-        s = Server(None, "--model-repo", repo or self.repo, "--gate-sample", "0",
-                   "--guard-window-ms", "0", "--load-sched-idle=false", *args, **kw)
-        self.servers.append(s)
-        return s
+        return super().serve(None, "--model-repo", repo or self.repo,
+                             "--load-sched-idle=false", *args, **kw)
 
     def online(self, export_ms=200, repo=None, **kw):
         return self.serve("--online", "--sample-log-dir", self.logs, "--online-export-ms",
                           str(export_ms), repo=repo, **kw)
-
-    def wait_metric(self, s, name, want, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = s.metric(name)
-            if got >= want:
-                return got
-            time.sleep(0.02)
-        self.fail("%s stayed at %s, wanted %s: %s" % (name, s.metric(name), want, s.output()))
 
     def wait_version(self, c, want, timeout=20):
         deadline = time.monotonic() + timeout

@@ -18,13 +18,11 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm.py
 """
 
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 import unittest
 
-from harness import TLSERVE, TLSYNTH, Server, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, model_key, require
 
 SEED = 53
 KEYS = 3000
@@ -66,33 +64,12 @@ def frame(k):
 PROBES = [item(j) for j in range(8)]
 
 
-class OnlineFmFfm(unittest.TestCase):
+class OnlineFmFfm(ServerCase):
+    TMP_PREFIX = "tl_online_fm_"
+
     @classmethod
     def setUpClass(cls):
         require(TLSERVE, TLSYNTH)
-
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="tl_online_fm_")
-        self.servers = []
-
-    def tearDown(self):
-        for s in self.servers:
-            s.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def serve(self, model, *args, **kw):
-        s = Server(model, "--gate-sample", "0", "--guard-window-ms", "0", *args, **kw)
-        self.servers.append(s)
-        return s
-
-    def wait_metric(self, s, name, want, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = s.metric(name)
-            if got >= want:
-                return got
-            time.sleep(0.02)
-        self.fail("%s stayed at %s, wanted %s: %s" % (name, s.metric(name), want, s.output()))
 
     def train(self, s, c, name):
         for k in range(FRAMES):
