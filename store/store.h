@@ -169,6 +169,16 @@ uint64_t store_team_splits(const store_team_t *t);
  * a single atomic 4-byte store that readers never see torn. */
 int store_upsert(store_t *s, uint64_t key, const float *value);
 
+/* store_upsert for a writer that must never make readers wait: the online
+ * trainer, which runs at a low priority and, preempted inside a versioned
+ * write, would leave every reader of that sub-table spinning until it runs
+ * again.  An existing key's floats are overwritten one by one (relaxed
+ * 4-byte stores) without the version change, so a reader may see a row
+ * with some floats old and some new (each float whole, none torn); a new
+ * key is inserted as store_upsert inserts it.  fp32 stores only (-EINVAL);
+ * otherwise store_upsert's returns. */
+int store_upsert_relaxed(store_t *s, uint64_t key, const float *value);
+
 /* Prefetches, for writing, the primary bucket (and its values) of each of
  * the n keys: a writer about to upsert keys of a store larger than the
  * cache calls it first, so that the upserts' misses overlap instead of

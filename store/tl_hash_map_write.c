@@ -419,6 +419,30 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
     return added;
 }
 
+int store_upsert_relaxed(store_t *s, uint64_t key, const float *value)
+{
+    if (s->dtype != STORE_DTYPE_F32)
+        return -EINVAL;
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    zero_pad(s, raw);
+    f32_to_raw(s, value, raw);
+    struct loc l;
+    uint64_t y, b = 0;
+    split_key(s, key, &l.shard, &l.sub, &y);
+    struct subtable *st = sub_ptr(s, l.shard, l.sub);
+    locate_in(s, st, y, &l);
+    int j = find_slot(st, key, &l, &b);
+    if (j >= 0 && !s->inline_values) { /* float by float, the version untouched */
+        copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
+        return 0;
+    }
+    if (j <= -2) {
+        copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
+        return 0;
+    }
+    return upsert_located(s, st, &l, y, key, raw); /* an inline overwrite, or an insert */
+}
+
 int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots)
 {
     if (s->dtype != STORE_DTYPE_F32)

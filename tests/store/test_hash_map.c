@@ -44,7 +44,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -801,6 +803,84 @@ static void test_locate_batch(void **state)
     (void)state;
     run_locate_batch(1); /* values inline in the bucket */
     run_locate_batch(3);
+}
+
+/* store_upsert_relaxed against store_upsert on twin stores (inserts that
+ * rebuild sub-tables, overwrites, inline and out-of-line values), an fp16
+ * store refused; then a reader beside a relaxed writer: every float it
+ * reads is one the writer wrote whole (rows of all-equal integers: a row
+ * may mix two of them, a float never). */
+struct relaxed_run {
+    store_t *s;
+    uint32_t k;
+    atomic_bool stop;
+    int bad;
+};
+
+static void *relaxed_reader(void *arg)
+{
+    struct relaxed_run *r = arg;
+    float v[64];
+    while (!atomic_load(&r->stop))
+        for (uint64_t id = 0; id < 64; id++)
+            if (store_lookup(r->s, key_of(id), v))
+                for (uint32_t j = 0; j < r->k; j++)
+                    if (v[j] != floorf(v[j]) || v[j] < 0 || v[j] > 1e6f)
+                        r->bad++;
+    return NULL;
+}
+
+static void run_upsert_relaxed(uint32_t k)
+{
+    store_t *a = make_store(k, STORE_DTYPE_F32, 4, 16, 0), *b = make_store(k, STORE_DTYPE_F32, 4, 16, 0);
+    float v[64], va[64], vb[64];
+    uint64_t rng = 7;
+    const size_t universe = scaled(20000);
+    for (size_t i = 0; i < scaled(60000); i++) {
+        size_t id = mix64(rng++) % universe;
+        for (uint32_t j = 0; j < k; j++)
+            v[j] = (float)(int32_t)(mix64(rng++) & 0x3FF) - 512.0f;
+        int ra = store_upsert(a, key_of(id), v), rb = store_upsert_relaxed(b, key_of(id), v);
+        if (ra != rb)
+            fail_msg("K=%u key %zu: store_upsert %d, relaxed %d", k, id, ra, rb);
+    }
+    assert_int_equal(store_count(a), store_count(b));
+    for (size_t id = 0; id < universe; id++) {
+        int fa = store_lookup(a, key_of(id), va), fb = store_lookup(b, key_of(id), vb);
+        assert_int_equal(fa, fb);
+        if (fa)
+            assert_memory_equal(va, vb, k * sizeof *va);
+    }
+    store_destroy(a);
+    store_t *h = make_store(k, STORE_DTYPE_F16, 4, 16, 0);
+    assert_int_equal(store_upsert_relaxed(h, key_of(1), v), -EINVAL);
+    store_destroy(h);
+
+    for (uint32_t j = 0; j < k; j++)
+        v[j] = 0;
+    for (uint64_t id = 0; id < 64; id++) /* the reader's keys, present before it starts */
+        assert_true(store_upsert_relaxed(b, key_of(id), v) >= 0);
+    struct relaxed_run r = {.s = b, .k = k, .bad = 0};
+    atomic_init(&r.stop, false);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, relaxed_reader, &r), 0);
+    for (uint32_t c = 0; c < 20000; c++) {
+        for (uint32_t j = 0; j < k; j++)
+            v[j] = (float)c;
+        assert_int_equal(store_upsert_relaxed(b, key_of(c % 64), v), 0); /* present: overwrites */
+    }
+    atomic_store(&r.stop, true);
+    pthread_join(th, NULL);
+    assert_int_equal(r.bad, 0);
+    store_destroy(b);
+}
+
+static void test_upsert_relaxed(void **state)
+{
+    (void)state;
+    run_upsert_relaxed(1); /* inline: one word */
+    run_upsert_relaxed(3);
+    run_upsert_relaxed(17);
 }
 
 /* ---- (c) adversarial key sets -------------------------------------------- */
@@ -1788,6 +1868,7 @@ int main(void)
         cmocka_unit_test(test_batch_vs_single),
         cmocka_unit_test(test_upsert_batch),
         cmocka_unit_test(test_locate_batch),
+        cmocka_unit_test(test_upsert_relaxed),
         cmocka_unit_test(test_reserved_full_table),
         cmocka_unit_test(test_full_load_churn),
         cmocka_unit_test(test_internal_api),
