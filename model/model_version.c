@@ -510,28 +510,54 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     return rc;
 }
 
-/* Keys a fold writer hands to store_upsert_batch at once (their buckets'
- * misses overlapped). */
+/* Keys a fold writer hands to the store at once (their buckets' misses
+ * overlapped). */
 #define FOLD_BATCH 256
+
+/* What a fold pass writes (model_fold_write, _overwrite, _rest). */
+enum fold_pass { FOLD_ALL, FOLD_OVERWRITE, FOLD_REST };
 
 struct writer {
     const model_t *m;
+    enum fold_pass pass;
     uint32_t part, parts; /* this thread writes the shards s with s % parts == part */
     uint32_t n;           /* upserts batched, in overlay order */
     uint64_t keys[FOLD_BATCH];
     float *vals;          /* FOLD_BATCH x K */
+    float *tmp;           /* FOLD_REST: FOLD_BATCH x K, the base's values looked up */
+    uint8_t found[FOLD_BATCH];
     int rc;
 };
 
+/* The batch into the base: FOLD_OVERWRITE the keys it holds (no version
+ * change), FOLD_REST the keys it lacks, FOLD_ALL every key. */
 static int flush_writes(struct writer *w)
 {
-    int rc = w->n ? store_upsert_batch(w->m->store, w->keys, w->vals, w->n) : 0;
+    store_t *s = w->m->store;
+    const uint32_t K = store_value_floats(s);
+    int rc = 0;
+    if (w->n && w->pass == FOLD_OVERWRITE) {
+        store_overwrite_batch(s, w->keys, w->vals, w->n);
+    } else if (w->n && w->pass == FOLD_REST) {
+        store_lookup_batch(s, w->keys, w->n, w->tmp, w->found);
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < w->n; i++)
+            if (!w->found[i]) {
+                w->keys[m] = w->keys[i];
+                memmove(w->vals + (size_t)m * K, w->vals + (size_t)i * K, K * sizeof *w->vals);
+                m++;
+            }
+        rc = m ? store_upsert_batch(s, w->keys, w->vals, m) : 0;
+    } else if (w->n) {
+        rc = store_upsert_batch(s, w->keys, w->vals, w->n);
+    }
     w->n = 0;
     return rc < 0 ? -ENOMEM : 0;
 }
 
 /* An upsert joins the batch; a delete goes after the batch before it, so
- * that the base sees the overlays' operations in their order. */
+ * that the base sees the overlays' operations in their order (the
+ * overwrite pass leaves deletes to the other). */
 static int write_key(void *ctx, uint64_t key, const float *value)
 {
     struct writer *w = ctx;
@@ -544,6 +570,8 @@ static int write_key(void *ctx, uint64_t key, const float *value)
         memcpy(w->vals + (size_t)w->n * K, value, K * sizeof *value);
         return ++w->n == FOLD_BATCH ? flush_writes(w) : 0;
     }
+    if (w->pass == FOLD_OVERWRITE)
+        return 0;
     int rc = flush_writes(w);
     store_delete(s, key);
     return rc;
@@ -552,20 +580,21 @@ static int write_key(void *ctx, uint64_t key, const float *value)
 static void *writer_main(void *arg)
 {
     struct writer *w = arg;
-    w->vals = malloc((size_t)FOLD_BATCH * store_value_floats(w->m->store) * sizeof *w->vals);
-    if (!w->vals) {
+    const size_t bytes = (size_t)FOLD_BATCH * store_value_floats(w->m->store) * sizeof(float);
+    w->vals = malloc(bytes);
+    w->tmp = w->pass == FOLD_REST ? malloc(bytes) : NULL;
+    if (!w->vals || (w->pass == FOLD_REST && !w->tmp))
         w->rc = -ENOMEM;
-        return NULL;
-    }
     for (uint32_t o = w->m->n_overlays; o-- > 0 && w->rc == 0;)
         w->rc = model_overlay_foreach(w->m->overlays[o], write_key, w);
     if (w->rc == 0)
         w->rc = flush_writes(w);
     free(w->vals);
+    free(w->tmp);
     return NULL;
 }
 
-int model_fold_write(const model_t *m, int threads)
+static int fold_pass(const model_t *m, int threads, enum fold_pass pass)
 {
     uint32_t parts = threads < 1 ? 1 : threads > 16 ? 16 : (uint32_t)threads;
     if (parts > store_shards(m->store))
@@ -574,7 +603,7 @@ int model_fold_write(const model_t *m, int threads)
     pthread_t th[16];
     uint32_t started = 0;
     for (uint32_t p = 0; p < parts; p++)
-        w[p] = (struct writer){.m = m, .part = p, .parts = parts, .n = 0};
+        w[p] = (struct writer){.m = m, .pass = pass, .part = p, .parts = parts, .n = 0};
     for (uint32_t p = 1; p < parts; p++) /* shards are disjoint: one writer each */
         if (pthread_create(&th[p], NULL, writer_main, &w[p]) == 0)
             started |= 1u << p;
@@ -589,4 +618,21 @@ int model_fold_write(const model_t *m, int threads)
             rc = w[p].rc;
     }
     return rc;
+}
+
+int model_fold_write(const model_t *m, int threads)
+{
+    return fold_pass(m, threads, FOLD_ALL);
+}
+
+/* The split needs one overlay: with several, one may upsert a key another
+ * deletes, and only FOLD_ALL keeps their order. */
+int model_fold_overwrite(const model_t *m, int threads)
+{
+    return m->n_overlays == 1 ? fold_pass(m, threads, FOLD_OVERWRITE) : 0;
+}
+
+int model_fold_rest(const model_t *m, int threads)
+{
+    return fold_pass(m, threads, m->n_overlays == 1 ? FOLD_REST : FOLD_ALL);
 }

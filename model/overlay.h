@@ -139,6 +139,20 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo);
  * harmless while every sharer still has the undo or the overlays. */
 int model_fold_write(const model_t *m, int threads);
 
+/* Step 3 in two passes, for a caller that runs them at different
+ * priorities.  model_fold_overwrite writes the overlay's values of the keys
+ * the base holds, float by float and without the base's version changes
+ * (store_overwrite_batch): no reader ever waits for it, so it may run when
+ * nothing else wants a core, and no reader sees its rows mid-write either,
+ * since every reader of those keys takes them from an overlay (the
+ * version's, or the undo of step 2).  model_fold_rest then does the rest,
+ * the keys the base lacks and the deletes, whose writes readers do wait
+ * for.  Together: the base model_fold_write leaves.  With more than one
+ * overlay (several may hold one key) the first does nothing and the second
+ * all.  Threads and errors as model_fold_write. */
+int model_fold_overwrite(const model_t *m, int threads);
+int model_fold_rest(const model_t *m, int threads);
+
 #ifdef __cplusplus
 }
 #endif

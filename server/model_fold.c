@@ -6,8 +6,10 @@
  * versions the undo, replace the active handle) are model_registry.c's
  * (server_impl.h).
  *
- * PRIORITY: the loader runs as SCHED_IDLE (--load-sched-idle); the writes
- * alone run under SCHED_OTHER (fold_write_normal_policy says why).
+ * PRIORITY: the loader runs as SCHED_IDLE (--load-sched-idle), and so do
+ * the undo and the overwrites of keys the base holds (model_fold_overwrite:
+ * no reader waits for them); the inserts and deletes alone run under
+ * SCHED_OTHER (fold_write_normal_policy says why).
  */
 #define _GNU_SOURCE /* SCHED_IDLE */
 #include "log.h"
@@ -55,7 +57,7 @@ static server_model_t *wrap_or_log(model_t *m)
     return NULL;
 }
 
-/* model_fold_write under SCHED_OTHER when the loader runs as SCHED_IDLE
+/* model_fold_rest under SCHED_OTHER when the loader runs as SCHED_IDLE
  * (--load-sched-idle), back to SCHED_IDLE after.  The writes of inserts and
  * deletes hold a sub-table's version odd for a moment, and readers retry
  * until it is even: a SCHED_IDLE writer preempted there (any worker waking
@@ -73,7 +75,7 @@ static int fold_write_normal_policy(const model_t *m, int threads)
                      "a preempted write", strerror(err));
         idle = false;
     }
-    int rc = model_fold_write(m, threads); /* its writer threads inherit the policy */
+    int rc = model_fold_rest(m, threads); /* its writer threads inherit the policy */
     if (idle)
         (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     return rc;
@@ -86,7 +88,7 @@ int server_model_fold(server_t *srv, const char *name)
         server_model_release(a);
         return 0;
     }
-    struct timespec t0, t1, t_undo = {0, 0}, t_wait = {0, 0}, t_write = {0, 0};
+    struct timespec t0, t1, t_undo = {0, 0}, t_wait = {0, 0}, t_over = {0, 0}, t_write = {0, 0};
     server_model_t *gone = NULL;
     /* the base's one writer: the online trainer (online.h) waits meanwhile */
     server_slot_t *slot = server_slot_named(srv, name);
@@ -124,7 +126,10 @@ int server_model_fold(server_t *srv, const char *name)
         nanosleep(&ms, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t_wait);
-    rc = fold_write_normal_policy(a->model, srv->cfg.load_threads);
+    rc = model_fold_overwrite(a->model, srv->cfg.load_threads);
+    clock_gettime(CLOCK_MONOTONIC, &t_over);
+    if (rc == 0)
+        rc = fold_write_normal_policy(a->model, srv->cfg.load_threads);
     if (rc != 0) {
         why = "no memory to grow the base (the overlay keeps serving)";
         goto out;
@@ -150,10 +155,10 @@ out:
         atomic_store(&F.last_us, us);
         LOG(LL_INFO,
             "model %s version %llu: %llu overlay keys folded into the base in %.3f s (undo "
-            "%.3f s, drain %.3f s, write %.3f s)",
+            "%.3f s, drain %.3f s, overwrites %.3f s, inserts and deletes %.3f s)",
             meta->model_name, (unsigned long long)meta->version, (unsigned long long)keys,
             (double)us * 1e-6, secs(&t0, &t_undo), secs(&t_undo, &t_wait),
-            secs(&t_wait, &t_write));
+            secs(&t_wait, &t_over), secs(&t_over, &t_write));
     } else {
         atomic_fetch_add(&F.aborted, 1);
         LOG(LL_WARN, "model %s version %llu: fold stopped: %s; it serves with its overlay",

@@ -443,6 +443,51 @@ int store_upsert_relaxed(store_t *s, uint64_t key, const float *value)
     return upsert_located(s, st, &l, y, key, raw); /* an inline overwrite, or an insert */
 }
 
+int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values, size_t n)
+{
+    struct loc ring[PIPELINE_AHEAD]; /* key i's location in slot i % PIPELINE_AHEAD */
+    uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
+    zero_pad(s, raw);
+    int written = 0;
+    for (size_t i = 0; i < n + PIPELINE_AHEAD; i++) {
+        if (i >= PIPELINE_AHEAD) { /* key `at`, whose bucket was prefetched: written if present */
+            size_t at = i - PIPELINE_AHEAD;
+            struct loc *l = &ring[at % PIPELINE_AHEAD];
+            struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            uint64_t b = 0;
+            int j = find_slot(st, keys[at], l, &b);
+            if (j != -1)
+                f32_to_raw(s, values + at * s->K, raw);
+            if (j == -1) {
+                /* absent: not written */
+            } else if (j >= 0 && s->inline_values) { /* one 64-bit store */
+                uint8_t *p = bucket_at(st, b);
+                unsigned wi = (unsigned)j >> 1, sh = 32 * ((unsigned)j & 1);
+                uint32_t v;
+                memcpy(&v, raw, 4);
+                uint64_t w = load_word(p, wi);
+                store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
+            } else if (j >= 0) {
+                copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
+            } else {
+                copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
+            }
+            written += j != -1;
+        }
+        if (i < n) {
+            struct loc *l = &ring[i % PIPELINE_AHEAD];
+            uint64_t y;
+            split_key(s, keys[i], &l->shard, &l->sub, &y);
+            const struct subtable *st = sub_ptr(s, l->shard, l->sub);
+            locate_in(s, st, y, l);
+            __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
+            if (!s->inline_values)
+                __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
+        }
+    }
+    return written;
+}
+
 int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots)
 {
     if (s->dtype != STORE_DTYPE_F32)

@@ -405,7 +405,22 @@ static void test_partitioned_chain(void **state)
     assert_int_equal(model_overlay_deletes(undo), 3000);
     model_t *kept;
     assert_int_equal(model_derive(parent, NULL, &undo, 1, model_key_count(parent), &kept), 0);
-    assert_int_equal(model_fold_write(ov, 2), 0);
+    /* The writes in two passes: first the keys the base holds take the
+     * overlay's values (a new key still absent, a deleted one still there),
+     * then the rest. */
+    store_t *base = model_base_store(ov);
+    float got[KF], exp[KF];
+    assert_int_equal(model_fold_overwrite(ov, 2), 0);
+    assert_int_equal(store_lookup(base, id_of(5), got), 1); /* re-valued by d2 */
+    assert_int_equal(store_lookup(model_store(rebuilt), id_of(5), exp), 1);
+    assert_memory_equal(got, exp, sizeof got);
+    assert_int_equal(store_lookup(base, id_of(NKEYS + 100), got), 0); /* new in d2 */
+    assert_int_equal(store_lookup(base, id_of(4), got), 1);            /* deleted by d3 */
+    score_all(ov, b);
+    assert_memory_equal(b, a, 320 * sizeof *b);
+    assert_int_equal(model_fold_rest(ov, 2), 0);
+    assert_int_equal(store_lookup(base, id_of(NKEYS + 100), got), 1);
+    assert_int_equal(store_lookup(base, id_of(4), got), 0);
     score_all(kept, b);
     assert_memory_equal(b, p0, 320 * sizeof *b);
     score_all(ov, b);

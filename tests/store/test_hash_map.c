@@ -875,6 +875,57 @@ static void run_upsert_relaxed(uint32_t k)
     store_destroy(b);
 }
 
+/* store_overwrite_batch against store_upsert of the present keys alone,
+ * present and absent keys mixed in every batch (an absent key must neither
+ * be written nor disturb the pipeline of the keys after it). */
+static void run_overwrite_batch(uint32_t k, store_dtype_t dtype)
+{
+    store_t *a = make_store(k, dtype, 4, 16, 0), *b = make_store(k, dtype, 4, 16, 0);
+    const size_t universe = scaled(20000), n = 500;
+    float v[64], va[64], vb[64];
+    for (size_t id = 0; id < universe; id += 3) { /* a third present */
+        for (uint32_t j = 0; j < k; j++)
+            v[j] = (float)j;
+        assert_true(store_upsert(a, key_of(id), v) == 1 && store_upsert(b, key_of(id), v) == 1);
+    }
+    uint64_t *keys = xcalloc(n, sizeof *keys), rng = 11;
+    float *vals = xcalloc(n * (size_t)k, sizeof *vals);
+    for (int round = 0; round < 30; round++) {
+        int want = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t id = mix64(rng++) % universe;
+            keys[i] = key_of(id);
+            for (uint32_t j = 0; j < k; j++)
+                vals[i * k + j] = (float)(int32_t)(mix64(rng++) & 0x3FF) - 512.0f;
+            if (id % 3 == 0) {
+                assert_int_equal(store_upsert(a, keys[i], vals + i * k), 0);
+                want++;
+            }
+        }
+        assert_int_equal(store_overwrite_batch(b, keys, vals, n), want);
+    }
+    assert_int_equal(store_count(a), store_count(b));
+    for (size_t id = 0; id < universe; id++) {
+        int fa = store_lookup(a, key_of(id), va), fb = store_lookup(b, key_of(id), vb);
+        assert_int_equal(fa, fb);
+        if (fa && memcmp(va, vb, k * sizeof *va) != 0)
+            fail_msg("id %zu (K=%u %s): store_overwrite_batch wrote another value", id, k,
+                     dtype_name(dtype));
+    }
+    store_destroy(a);
+    store_destroy(b);
+    free(keys);
+    free(vals);
+}
+
+static void test_overwrite_batch(void **state)
+{
+    (void)state;
+    run_overwrite_batch(1, STORE_DTYPE_F32);
+    run_overwrite_batch(3, STORE_DTYPE_F32);
+    run_overwrite_batch(5, STORE_DTYPE_F16);
+}
+
 static void test_upsert_relaxed(void **state)
 {
     (void)state;
@@ -1869,6 +1920,7 @@ int main(void)
         cmocka_unit_test(test_upsert_batch),
         cmocka_unit_test(test_locate_batch),
         cmocka_unit_test(test_upsert_relaxed),
+        cmocka_unit_test(test_overwrite_batch),
         cmocka_unit_test(test_reserved_full_table),
         cmocka_unit_test(test_full_load_churn),
         cmocka_unit_test(test_internal_api),
