@@ -1,7 +1,7 @@
 /*
  * model_version.c — versions made of a shared base and overlays (overlay.h):
  * deriving one, turning a chain of deltas into one overlay over the active
- * version, and the fold that writes overlays into the base.
+ * version, and the fold's undo (its writes: fold_write.c).
  *
  * A delta is checked as it is turned into an overlay: its layout against the
  * parent's, its parent link, and every delete against the version it
@@ -16,8 +16,8 @@
  * THREAD SAFETY: model_apply_deltas and model_fold_undo only read the parent
  * (any number of readers may share it); their helper threads (one faulting
  * the new table in, and during the build's puts one answering presence)
- * touch only memory nobody else holds yet or the parent.  model_fold_write:
- * overlay.h.
+ * touch only memory nobody else holds yet or the parent.  The fold's writes
+ * are fold_write.c's.
  */
 #define _GNU_SOURCE
 #include "model_impl.h"
@@ -508,131 +508,4 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo)
     free(u.found);
     free(u.vals);
     return rc;
-}
-
-/* Keys a fold writer hands to the store at once (their buckets' misses
- * overlapped). */
-#define FOLD_BATCH 256
-
-/* What a fold pass writes (model_fold_write, _overwrite, _rest). */
-enum fold_pass { FOLD_ALL, FOLD_OVERWRITE, FOLD_REST };
-
-struct writer {
-    const model_t *m;
-    enum fold_pass pass;
-    uint32_t part, parts; /* this thread writes the shards s with s % parts == part */
-    uint32_t n;           /* upserts batched, in overlay order */
-    uint64_t keys[FOLD_BATCH];
-    float *vals;          /* FOLD_BATCH x K */
-    float *tmp;           /* FOLD_REST: FOLD_BATCH x K, the base's values looked up */
-    uint8_t found[FOLD_BATCH];
-    int rc;
-};
-
-/* The batch into the base: FOLD_OVERWRITE the keys it holds (no version
- * change), FOLD_REST the keys it lacks, FOLD_ALL every key. */
-static int flush_writes(struct writer *w)
-{
-    store_t *s = w->m->store;
-    const uint32_t K = store_value_floats(s);
-    int rc = 0;
-    if (w->n && w->pass == FOLD_OVERWRITE) {
-        store_overwrite_batch(s, w->keys, w->vals, w->n);
-    } else if (w->n && w->pass == FOLD_REST) {
-        store_lookup_batch(s, w->keys, w->n, w->tmp, w->found);
-        uint32_t m = 0;
-        for (uint32_t i = 0; i < w->n; i++)
-            if (!w->found[i]) {
-                w->keys[m] = w->keys[i];
-                memmove(w->vals + (size_t)m * K, w->vals + (size_t)i * K, K * sizeof *w->vals);
-                m++;
-            }
-        rc = m ? store_upsert_batch(s, w->keys, w->vals, m) : 0;
-    } else if (w->n) {
-        rc = store_upsert_batch(s, w->keys, w->vals, w->n);
-    }
-    w->n = 0;
-    return rc < 0 ? -ENOMEM : 0;
-}
-
-/* An upsert joins the batch; a delete goes after the batch before it, so
- * that the base sees the overlays' operations in their order (the
- * overwrite pass leaves deletes to the other). */
-static int write_key(void *ctx, uint64_t key, const float *value)
-{
-    struct writer *w = ctx;
-    store_t *s = w->m->store;
-    if (store_shard_of(s, key) % w->parts != w->part)
-        return 0;
-    if (value) {
-        const uint32_t K = store_value_floats(s);
-        w->keys[w->n] = key;
-        memcpy(w->vals + (size_t)w->n * K, value, K * sizeof *value);
-        return ++w->n == FOLD_BATCH ? flush_writes(w) : 0;
-    }
-    if (w->pass == FOLD_OVERWRITE)
-        return 0;
-    int rc = flush_writes(w);
-    store_delete(s, key);
-    return rc;
-}
-
-static void *writer_main(void *arg)
-{
-    struct writer *w = arg;
-    const size_t bytes = (size_t)FOLD_BATCH * store_value_floats(w->m->store) * sizeof(float);
-    w->vals = malloc(bytes);
-    w->tmp = w->pass == FOLD_REST ? malloc(bytes) : NULL;
-    if (!w->vals || (w->pass == FOLD_REST && !w->tmp))
-        w->rc = -ENOMEM;
-    for (uint32_t o = w->m->n_overlays; o-- > 0 && w->rc == 0;)
-        w->rc = model_overlay_foreach(w->m->overlays[o], write_key, w);
-    if (w->rc == 0)
-        w->rc = flush_writes(w);
-    free(w->vals);
-    free(w->tmp);
-    return NULL;
-}
-
-static int fold_pass(const model_t *m, int threads, enum fold_pass pass)
-{
-    uint32_t parts = threads < 1 ? 1 : threads > 16 ? 16 : (uint32_t)threads;
-    if (parts > store_shards(m->store))
-        parts = store_shards(m->store);
-    struct writer w[16];
-    pthread_t th[16];
-    uint32_t started = 0;
-    for (uint32_t p = 0; p < parts; p++)
-        w[p] = (struct writer){.m = m, .pass = pass, .part = p, .parts = parts, .n = 0};
-    for (uint32_t p = 1; p < parts; p++) /* shards are disjoint: one writer each */
-        if (pthread_create(&th[p], NULL, writer_main, &w[p]) == 0)
-            started |= 1u << p;
-        else
-            writer_main(&w[p]);
-    writer_main(&w[0]);
-    int rc = w[0].rc;
-    for (uint32_t p = 1; p < parts; p++) {
-        if (started & (1u << p))
-            pthread_join(th[p], NULL);
-        if (w[p].rc != 0)
-            rc = w[p].rc;
-    }
-    return rc;
-}
-
-int model_fold_write(const model_t *m, int threads)
-{
-    return fold_pass(m, threads, FOLD_ALL);
-}
-
-/* The split needs one overlay: with several, one may upsert a key another
- * deletes, and only FOLD_ALL keeps their order. */
-int model_fold_overwrite(const model_t *m, int threads)
-{
-    return m->n_overlays == 1 ? fold_pass(m, threads, FOLD_OVERWRITE) : 0;
-}
-
-int model_fold_rest(const model_t *m, int threads)
-{
-    return fold_pass(m, threads, m->n_overlays == 1 ? FOLD_REST : FOLD_ALL);
 }

@@ -140,18 +140,19 @@ int model_fold_undo(const model_t *m, model_overlay_t **undo);
 int model_fold_write(const model_t *m, int threads);
 
 /* Step 3 in two passes, for a caller that runs them at different
- * priorities.  model_fold_overwrite writes the overlay's values of the keys
- * the base holds, float by float and without the base's version changes
- * (store_overwrite_batch): no reader ever waits for it, so it may run when
- * nothing else wants a core, and no reader sees its rows mid-write either,
- * since every reader of those keys takes them from an overlay (the
- * version's, or the undo of step 2).  model_fold_rest then does the rest,
- * the keys the base lacks and the deletes, whose writes readers do wait
- * for.  Together: the base model_fold_write leaves.  With more than one
- * overlay (several may hold one key) the first does nothing and the second
- * all.  Threads and errors as model_fold_write. */
-int model_fold_overwrite(const model_t *m, int threads);
-int model_fold_rest(const model_t *m, int threads);
+ * priorities (fold_write.c says why it is safe).  model_fold_overwrite
+ * writes the overlay's values of the keys the base holds, without the
+ * base's version changes: no reader ever waits for it.  It leaves the rest
+ * (the keys the base lacks, the deletes) in *rest, which model_fold_rest
+ * writes (readers wait for those writes).  Together: the base
+ * model_fold_write leaves.  With more than one overlay the first writes
+ * nothing and the second everything.  Threads and errors as
+ * model_fold_write; *rest is the caller's to free (model_fold_rest_free). */
+typedef struct model_fold_rest model_fold_rest_t;
+int model_fold_overwrite(const model_t *m, int threads, model_fold_rest_t **rest);
+int model_fold_rest(const model_t *m, const model_fold_rest_t *rest);
+uint64_t model_fold_rest_count(const model_fold_rest_t *rest); /* operations left */
+void model_fold_rest_free(model_fold_rest_t *rest);
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,7 @@ static server_model_t *wrap_or_log(model_t *m)
  * until it is even: a SCHED_IDLE writer preempted there (any worker waking
  * preempts it) leaves the workers spinning until a core is idle, up to a
  * second under load.  At the loader's nice it is back within a time slice. */
-static int fold_write_normal_policy(const model_t *m, int threads)
+static int fold_write_normal_policy(const model_t *m, const model_fold_rest_t *rest)
 {
     int policy;
     struct sched_param sp;
@@ -75,7 +75,7 @@ static int fold_write_normal_policy(const model_t *m, int threads)
                      "a preempted write", strerror(err));
         idle = false;
     }
-    int rc = model_fold_rest(m, threads); /* its writer threads inherit the policy */
+    int rc = model_fold_rest(m, rest); /* its writer threads inherit the policy */
     if (idle)
         (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     return rc;
@@ -126,10 +126,12 @@ int server_model_fold(server_t *srv, const char *name)
         nanosleep(&ms, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t_wait);
-    rc = model_fold_overwrite(a->model, srv->cfg.load_threads);
+    model_fold_rest_t *rest = NULL;
+    rc = model_fold_overwrite(a->model, srv->cfg.load_threads, &rest);
     clock_gettime(CLOCK_MONOTONIC, &t_over);
     if (rc == 0)
-        rc = fold_write_normal_policy(a->model, srv->cfg.load_threads);
+        rc = fold_write_normal_policy(a->model, rest);
+    model_fold_rest_free(rest);
     if (rc != 0) {
         why = "no memory to grow the base (the overlay keeps serving)";
         goto out;

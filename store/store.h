@@ -181,11 +181,13 @@ int store_upsert_relaxed(store_t *s, uint64_t key, const float *value);
 
 /* The keys of keys[0..n) that s holds get values[i * K ..] as
  * store_upsert_relaxed writes them (no version change: a reader may see a
- * row mixing old and new floats), the absent ones nothing; pipelined as
- * store_upsert_batch.  For a writer whose readers never use these keys'
- * rows from s while it writes (a delta's fold: they read the overlay's).
- * Returns the number written.  Any dtype. */
-int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values, size_t n);
+ * row mixing old and new floats), the absent ones nothing (written[i], when
+ * not NULL, says which); pipelined as store_upsert_batch.  For a writer
+ * whose readers never use these keys' rows from s while it writes (a
+ * delta's fold: they read the overlay's).  Returns the number written.
+ * Any dtype. */
+int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values, size_t n,
+                          uint8_t *written);
 
 /* Prefetches, for writing, the primary bucket (and its values) of each of
  * the n keys: a writer about to upsert keys of a store larger than the

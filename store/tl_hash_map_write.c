@@ -443,12 +443,13 @@ int store_upsert_relaxed(store_t *s, uint64_t key, const float *value)
     return upsert_located(s, st, &l, y, key, raw); /* an inline overwrite, or an insert */
 }
 
-int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values, size_t n)
+int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values, size_t n,
+                          uint8_t *written)
 {
     struct loc ring[PIPELINE_AHEAD]; /* key i's location in slot i % PIPELINE_AHEAD */
     uint8_t raw[STORE_MAX_VALUE_FLOATS * 4];
     zero_pad(s, raw);
-    int written = 0;
+    int count = 0;
     for (size_t i = 0; i < n + PIPELINE_AHEAD; i++) {
         if (i >= PIPELINE_AHEAD) { /* key `at`, whose bucket was prefetched: written if present */
             size_t at = i - PIPELINE_AHEAD;
@@ -472,7 +473,9 @@ int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values,
             } else {
                 copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
             }
-            written += j != -1;
+            if (written)
+                written[at] = j != -1;
+            count += j != -1;
         }
         if (i < n) {
             struct loc *l = &ring[i % PIPELINE_AHEAD];
@@ -485,7 +488,7 @@ int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values,
                 __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
         }
     }
-    return written;
+    return count;
 }
 
 int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots)

@@ -410,7 +410,11 @@ static void test_partitioned_chain(void **state)
      * then the rest. */
     store_t *base = model_base_store(ov);
     float got[KF], exp[KF];
-    assert_int_equal(model_fold_overwrite(ov, 2), 0);
+    model_fold_rest_t *rest;
+    assert_int_equal(model_fold_overwrite(ov, 2, &rest), 0);
+    /* left: 2999 inserts (new in d2, less NKEYS + 5) and 40 deletes (d2's 40 less 3 and
+     * 10, brought back by d3; d3's 4 and NKEYS + 5) */
+    assert_int_equal(model_fold_rest_count(rest), 2999 + 40);
     assert_int_equal(store_lookup(base, id_of(5), got), 1); /* re-valued by d2 */
     assert_int_equal(store_lookup(model_store(rebuilt), id_of(5), exp), 1);
     assert_memory_equal(got, exp, sizeof got);
@@ -418,7 +422,8 @@ static void test_partitioned_chain(void **state)
     assert_int_equal(store_lookup(base, id_of(4), got), 1);            /* deleted by d3 */
     score_all(ov, b);
     assert_memory_equal(b, a, 320 * sizeof *b);
-    assert_int_equal(model_fold_rest(ov, 2), 0);
+    assert_int_equal(model_fold_rest(ov, rest), 0);
+    model_fold_rest_free(rest);
     assert_int_equal(store_lookup(base, id_of(NKEYS + 100), got), 1);
     assert_int_equal(store_lookup(base, id_of(4), got), 0);
     score_all(kept, b);

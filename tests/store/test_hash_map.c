@@ -902,7 +902,10 @@ static void run_overwrite_batch(uint32_t k, store_dtype_t dtype)
                 want++;
             }
         }
-        assert_int_equal(store_overwrite_batch(b, keys, vals, n), want);
+        uint8_t written[500];
+        assert_int_equal(store_overwrite_batch(b, keys, vals, n, written), want);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(written[i], store_lookup(a, keys[i], va));
     }
     assert_int_equal(store_count(a), store_count(b));
     for (size_t id = 0; id < universe; id++) {
