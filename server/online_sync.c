@@ -1,11 +1,21 @@
 /*
  * online_sync.c — partitioned replicas (--bus-mode partitioned): each
  * replica learns only the samples it receives, and the replicas exchange
- * their FTRL statistics over one NATS JetStream stream, compressed after
- * 1-bit SGD with error feedback (model/update_codec.h has the message).
+ * their trainers' additive statistics over one NATS JetStream stream,
+ * compressed after 1-bit SGD with error feedback (model/update_codec.h has
+ * the message).  Per model, by its trainer (model/train_sync.h):
  *
- *   trainer (online_trainer.c), per coordinate a step writes, under the
- *     model's writer lock: hook on_step adds (dz, dn) into acc[cur]
+ *   LR (FTRL)        K = 2 values a key: (dz, dn); 1-bit turns NONNEG_LAST
+ *   FM, FFM, DNN     K = 2R: a row's (dx_0..dx_R-1, dG_0..dG_R-1), R its
+ *                    served floats (FM's w under FTRL: dz, dn); 1-bit turns
+ *                    NONNEG_HALF (every dG column one-sided)
+ *
+ * and everything below (turns, exact flushes, gaps, restarts) is the same
+ * for both.
+ *
+ *   trainer (online_trainer.c), per coordinate (row) a step writes, under
+ *     the model's writer lock: hook on_step (on_rows) adds its increments
+ *     into acc[cur]
  *   publisher thread, every --sync-interval-ms (at once when acc[cur] is
  *     full): under the writer lock swaps cur (the trainer now feeds the
  *     other accumulator); outside it encodes the retired one into messages
@@ -15,9 +25,11 @@
  *     message does not carry stays in that accumulator as the residual and
  *     goes out on a later turn
  *   consumer thread: the stream from sequence 1 in order; a peer's message
- *     adds its (dz, dn) to the trainer's state (train_lr_sync_apply: z, n,
- *     then w from the closed form), written into the live store under the
- *     writer lock, APPLY_BATCH keys per hold, exactly as the trainer writes
+ *     adds its increments to the trainer's state (train_lr_sync_apply: z,
+ *     n, then w from the closed form; train_rows_sync_apply: x, G), written
+ *     into the live store under the writer lock, APPLY_BATCH keys per hold,
+ *     exactly as the trainer writes; a message whose K is not the model's
+ *     is refused (counted as bad)
  *
  * WHY ADDITIVE.  FTRL's z and n are sums over the samples seen (dz = g -
  * sigma w, dn = g^2) and w is a function of (z, n) alone.  Sums commute:
@@ -27,13 +39,29 @@
  * the replicas agree with each other, and approximately with one node that
  * learned every sample.)
  *
- * n MUST STAY >= 0 (sqrt(n) in the step and in w).  Plain 1-bit sends +-s:
+ * ROWS (FM, FFM, the DNN's embeddings and wide part: Adagrad).  A
+ * coordinate's state is (x, G); a step adds dG = g^2 and moves x by
+ * dx = -alpha g / sqrt(G).  Replicas send and add (dx, dG): sums again,
+ * so order does not matter and a late message is simply added.  Each
+ * replica's dx is made with its own G (its peers' latest dG not yet in
+ * it): replicas agree with each other once all messages arrived, and
+ * approximately with one node that saw every sample.  The alternative,
+ * sending gradients and letting each receiver step, needs the sender's G
+ * at the time of the step (not additive) and costs the same bits.  A row
+ * of R floats is a key of 2R values: an FFM row of 1 + 39 x 4 floats
+ * makes ~1.3 kB a key exact, so a turn is split into messages of at most
+ * MSG_MAX_BYTES by keys (per_msg), and a row accumulator holds at most
+ * ROWS_ACC_BYTES (--sync-max-keys capped to fit).
+ *
+ * n (G) MUST STAY >= 0 (sqrt(n) in the step and in w).  Plain 1-bit sends +-s:
  * a key whose dn is small against its chunk's mean is sent +s, its residual
  * goes negative, a later message sends -s, and a receiver's n can fall below
  * 0.  So n's column is quantized one-sided (UPDATE_F_NONNEG_LAST): a bit
  * means +s or 0, set only where the residual is >= s (the chunk's mean), so
  * a receiver only ever adds >= 0 to n and the sender's residual never goes
- * below 0 either; it still costs 1 bit.  (Sending dn exact would cost 4 B a
+ * below 0 either; it still costs 1 bit.  Rows: every dG column the same way
+ * (UPDATE_F_NONNEG_HALF), and train_rows_sync_apply refuses (-ERANGE,
+ * counted) whatever would still take a G below 0.  (Sending dn exact would cost 4 B a
  * key, twice the key itself; quantizing sqrt(dn) is not additive.)
  *
  * WHEN TO SEND EXACT.  A 1-bit message leaves each sent key its quantization
@@ -73,11 +101,16 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
- * THE DNN's MLP (not built): 1-bit Adam (Tang et al. 2021), as
- * update_codec.h sketches: warm-up with exact gradients, then v frozen and
- * the momentum sent 1-bit with sender-side error feedback; on a bus every
- * replica decodes every message itself, so the decoded mean is identical
- * everywhere and replicas stay in step.  Not 0/1 Adam: its local steps
+ * THE DNN's MLP (not built: it is frozen online, and not synced).  Training
+ * it online first needs a double-buffered MLP: the trainer steps a private
+ * copy and publishes it to the scorers by pointer swap under the model's
+ * epoch (a request must never see a half-stepped matrix), every N samples.
+ * Then 1-bit Adam (Tang et al. 2021), as update_codec.h sketches: a
+ * warm-up with exact gradients (update_dense_encode, UPDATE_F_EXACT) until
+ * v is stable, then v frozen and each replica's momentum sent 1-bit with
+ * sender-side error feedback every interval; every replica decodes every
+ * message itself (its own too), so the decoded mean is identical everywhere
+ * and the replicas' MLPs stay in step, which the rows' sums do not need.  Not 0/1 Adam: its local steps
  * (skipped rounds) let replicas' MLPs drift apart between syncs, and its
  * adaptive freezing needs every replica to agree on when to sync; at one
  * message per second a 1-bit MLP update is already small.
@@ -108,7 +141,8 @@
 #include <unistd.h>
 
 #define G online__G
-#define SYNC_K 2                       /* (dz, dn) per key */
+#define SYNC_K 2                       /* LR: (dz, dn) per key */
+#define ROWS_ACC_BYTES (64u << 20)     /* rows: an accumulator's memory at most (keys capped) */
 #define SYNC_CHUNK 256                 /* keys per 1-bit scale */
 #define MSG_MAX_BYTES (1000u * 1000u)  /* under nats-server's default 1 MiB max_payload */
 #define APPLY_BATCH 4096               /* keys applied per hold of the writer lock */
@@ -117,6 +151,9 @@
 
 struct online_sync_model {
     update_acc_t *acc[2]; /* writer lock: acc[cur] is the trainer's, the other the publisher's */
+    uint32_t k;           /* values per key: 2 (LR's dz, dn) or 2R (a row's dx, dG) */
+    bool rows;            /* FM, FFM, DNN (train_sync.h: ROWS), else LR-FTRL */
+    uint32_t max_keys;    /* keys an accumulator holds */
     uint64_t base[2];     /* writer lock: the version acc[i]'s residuals belong to */
     uint64_t adds[2];     /* writer lock: increments into acc[i] while it was the trainer's */
     int cur;              /* writer lock */
@@ -145,7 +182,8 @@ struct producer {
     X(gaps, "tlserve_sync_gap_total", "producer sequence gaps seen (each re-read from the stream)") \
     X(unrepaired, "tlserve_sync_gap_unrepaired_total",                                             \
       "gaps whose messages were not in the stream either (lost)")                                 \
-    X(bad, "tlserve_sync_refused_bad_total", "stream messages that do not parse as an update")     \
+    X(bad, "tlserve_sync_refused_bad_total",                                                      \
+      "stream messages that do not parse as an update, or carry another K than their model syncs") \
     X(unknown, "tlserve_sync_refused_producer_total",                                             \
       "messages of unknown producers (first message not sequence 1, or too many producers)")      \
     X(model, "tlserve_sync_refused_model_total",                                                  \
@@ -155,9 +193,7 @@ struct producer {
     X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
     X(overflow, "tlserve_sync_overflow_total",                                                    \
       "increments not accumulated (accumulator full: they stay local)")                           \
-    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge") \
-    X(kind, "tlserve_sync_refused_kind_total",                                                    \
-      "TRAIN and FEEDBACK frames refused: their model's kind has no additive statistics to sync")
+    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge")
 
 static struct {
     bus_t *bus;
@@ -221,12 +257,10 @@ static void identity(void)
 
 /* ---- the trainer's side ---------------------------------------------------------- */
 
-/* train_sync_fn: runs in the trainer thread under the writer lock. */
-static void on_step(void *ctx, uint64_t id, float dz, float dn)
+/* Adds a step's increments to acc[cur]; the trainer thread, writer lock. */
+static void accumulate(online_model_t *q, uint64_t id, const float *inc)
 {
-    online_model_t *q = ctx;
     struct online_sync_model *s = atomic_load_explicit(&q->sync, memory_order_relaxed);
-    float inc[SYNC_K] = {dz, dn > 0 ? dn : 0};
     int rc = update_acc_add(s->acc[s->cur], id, inc);
     if (rc == 0) {
         s->adds[s->cur]++;
@@ -236,6 +270,20 @@ static void on_step(void *ctx, uint64_t id, float dz, float dn)
     } else {
         COUNT(range);
     }
+}
+
+/* train_sync_fn (LR-FTRL): runs in the trainer thread under the writer lock. */
+static void on_step(void *ctx, uint64_t id, float dz, float dn)
+{
+    float inc[SYNC_K] = {dz, dn > 0 ? dn : 0};
+    accumulate(ctx, id, inc);
+}
+
+/* train_rows_sync_fn (FM, FFM, DNN): n = 2R, the model's k (checked at attach). */
+static void on_rows(void *ctx, uint64_t id, const float *d, uint32_t n)
+{
+    (void)n;
+    accumulate(ctx, id, d);
 }
 
 static cold void model_free_sync(struct online_sync_model *s)
@@ -248,29 +296,31 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s);
 }
 
-static cold struct online_sync_model *model_new(const online_model_t *q)
+/* k: values per key (SYNC_K, or 2R for a row trainer). */
+static cold struct online_sync_model *model_new(const online_model_t *q, uint32_t k, bool rows)
 {
     struct online_sync_model *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    update_acc_config_t ac = {.k = SYNC_K, .max_keys = (uint32_t)G.srv->cfg.sync_max_keys,
-                              .producer = S.producer, .first_seq = 1, .chunk = SYNC_CHUNK,
-                              .model = q->name};
+    s->k = k;
+    s->rows = rows;
+    s->max_keys = (uint32_t)G.srv->cfg.sync_max_keys;
+    uint32_t fit = ROWS_ACC_BYTES / (64 + 4 * k); /* wide rows: bounded memory, more exact turns */
+    if (rows && s->max_keys > fit)
+        s->max_keys = fit;
+    update_acc_config_t ac = {.k = k, .max_keys = s->max_keys, .producer = S.producer,
+                              .first_seq = 1, .chunk = SYNC_CHUNK, .model = q->name};
     s->buf = malloc(MSG_MAX_BYTES);
     if (!s->buf || update_acc_create(&s->acc[0], &ac) != 0 ||
         update_acc_create(&s->acc[1], &ac) != 0) {
         model_free_sync(s);
         return NULL;
     }
-    /* an exact message's bound per key: a 10-byte varint and K floats */
+    /* an exact message's bound per key: a 10-byte varint and K floats
+     * (an FFM row of 1 + 39 x 4 floats: ~790 keys a message) */
     size_t fixed = UPDATE_HEADER_BYTES + UPDATE_NAME_MAX + 8;
-    s->per_msg = (uint32_t)((MSG_MAX_BYTES - fixed) / (10 + 4 * SYNC_K));
+    s->per_msg = (uint32_t)((MSG_MAX_BYTES - fixed) / (10 + 4 * (size_t)k));
     return s;
-}
-
-uint64_t online__sync_refused_kind(void)
-{
-    return atomic_fetch_add_explicit(&S.kind, 1, memory_order_relaxed) + 1;
 }
 
 void online__sync_attach(online_model_t *q, uint64_t version)
@@ -278,9 +328,22 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     if (atomic_load(&S.stopped))
         return;
     pthread_once(&S.identity, identity);
+    const uint32_t r = q->t ? train_rows_sync_width(q->t) : 0;
+    const uint32_t k = r ? 2 * r : SYNC_K;
+    if (k > UPDATE_MAX_K) { /* cannot happen: a row is at most STORE_MAX_VALUE_FLOATS */
+        LOG(LL_WARN, "online: model '%s': rows of %u floats are too wide to sync: it learns "
+            "here without publishing", q->name, r);
+        return;
+    }
     struct online_sync_model *s = atomic_load(&q->sync);
+    if (s && s->k != k) { /* the publisher may hold s: it stays, unhooked */
+        LOG(LL_WARN, "online: model '%s': a version of another shape (%u values a key, %u "
+            "before) under partitioned replicas: it learns here without publishing until a "
+            "restart", q->name, k, s->k);
+        return;
+    }
     if (!s) {
-        s = model_new(q);
+        s = model_new(q, k, r != 0);
         if (!s) {
             LOG(LL_ERROR, "online: model '%s': no memory for the update accumulators "
                 "(--sync-max-keys %d): it learns here without publishing to its peers", q->name,
@@ -292,9 +355,10 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     update_acc_clear(s->acc[s->cur]);
     s->base[s->cur] = version;
     s->adds[s->cur] = 0;
-    if (train_lr_sync_hook(q->t, on_step, q) != 0)
-        LOG(LL_WARN, "online: model '%s': partitioned replicas exchange LR-FTRL statistics "
-            "only: this model learns here without publishing", q->name);
+    int rc = r ? train_rows_sync_hook(q->t, on_rows, q) : train_lr_sync_hook(q->t, on_step, q);
+    if (rc != 0)
+        LOG(LL_WARN, "online: model '%s': its trainer has no statistics partitioned replicas "
+            "can add (LR needs FTRL): it learns here without publishing", q->name);
 }
 
 /* ---- publishing -------------------------------------------------------------------- */
@@ -343,11 +407,12 @@ static void publish_model(online_model_t *q, bool final)
 
     update_acc_t *a = s->acc[r];
     uint32_t held = update_acc_count(a);
-    bool exact = final || adds == 0 || held > (uint32_t)G.srv->cfg.sync_max_keys / 4 * 3;
+    bool exact = final || adds == 0 || held > s->max_keys / 4 * 3;
     uint32_t want = exact ? held : (uint32_t)ceil(G.srv->cfg.sync_topk * held);
     while (want > 0 && may_send()) {
         uint32_t n = want < s->per_msg ? want : s->per_msg;
-        update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : UPDATE_F_NONNEG_LAST,
+        uint32_t onebit = s->rows ? UPDATE_F_NONNEG_HALF : UPDATE_F_NONNEG_LAST;
+        update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : onebit,
                                   .select_count = n, .base_version = s->base[r]};
         uint64_t seq = atomic_load(&S.next_seq);
         update_acc_set_next_seq(a, seq);
@@ -411,6 +476,8 @@ struct apply_ctx {
     uint32_t in_batch;
     uint64_t keys, refused;
     bool own;            /* this replica's own earlier message: subtracted from the accumulator */
+    bool rows;           /* the trainer syncs rows (train_rows_sync_apply), else LR-FTRL */
+    uint32_t k;          /* the message's values per key (the trainer's) */
     bool aborted;        /* the version changed mid-message: the rest is not applied */
 };
 
@@ -457,11 +524,15 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
     int rc;
     if (a->own) { /* RESTART above: R - P */
         struct online_sync_model *s = atomic_load(&a->q->sync);
-        float neg[SYNC_K] = {-v[0], -v[1]};
+        float neg[UPDATE_MAX_K];
+        for (uint32_t j = 0; j < a->k; j++)
+            neg[j] = -v[j];
         rc = s ? update_acc_add(s->acc[s->cur], key, neg) : 0;
         if (rc == -ENOSPC)
             COUNT(overflow);
         rc = rc == -EINVAL ? -ERANGE : 0;
+    } else if (a->rows) {
+        rc = train_rows_sync_apply(a->q->t, key, v);
     } else {
         rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
     }
@@ -505,12 +576,28 @@ static void apply(const update_msg_t *m, const char *model, bool count_it, bool 
     pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
     int rc = online__attach(q, a.sm, q->slog ? sample_log_next_pos(q->slog) : 0);
     pthread_mutex_unlock(&q->lock);
+    bool shaped = true;
     if (rc == 0 && q->t) {
+        const uint32_t r = train_rows_sync_width(q->t);
+        a.rows = r != 0;
+        a.k = r ? 2 * r : SYNC_K;
         a.version = meta->version;
-        (void)update_msg_foreach(m, apply_key, &a);
+        shaped = m->k == a.k;
+        if (shaped)
+            (void)update_msg_foreach(m, apply_key, &a);
     }
     if (a.sm)
         unhold(&a);
+    if (!shaped) { /* a peer with another model of that name, or a corrupt producer */
+        if (count_it || own) {
+            uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
+            if (log_due(n))
+                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model "
+                    "'%s' carries %u values a key; its trainer here syncs %u: not applied",
+                    m->seq, m->producer, model, m->k, a.k);
+        }
+        return;
+    }
     if (a.refused) {
         atomic_fetch_add_explicit(&S.range, a.refused, memory_order_relaxed);
         LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 ": %" PRIu64 " keys "
@@ -602,15 +689,13 @@ static uint64_t handle(const bus_msg_t *bm)
     const bool giving_up = S.repair_until == 0 && reread;
     update_msg_t m;
     update_error_t err;
-    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0 || m.k != SYNC_K ||
-        (m.flags & UPDATE_F_DENSE)) {
+    err.code = UPDATE_OK;
+    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0 || (m.flags & UPDATE_F_DENSE)) {
         if (!reread) {
             uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
             if (log_due(n))
                 LOG(LL_WARN, "online: stream message %" PRIu64 " on %s is not an update: %s",
-                    sseq, bm->subject, m.k != SYNC_K && err.code == UPDATE_OK
-                                           ? "K is not 2 (FTRL's dz, dn)"
-                                           : err.msg);
+                    sseq, bm->subject, err.code == UPDATE_OK ? "a dense vector" : err.msg);
         }
         return 0;
     }
@@ -696,8 +781,8 @@ int online__sync_start(char *why, size_t why_len)
 {
     const server_config_t *c = &G.srv->cfg;
     if (G.opts.lr.optimizer != TRAIN_FTRL) {
-        snprintf(why, why_len, "--bus-mode partitioned exchanges FTRL's additive statistics: use "
-                 "--online-optimizer ftrl");
+        snprintf(why, why_len, "--bus-mode partitioned exchanges LR's FTRL statistics (z, n): "
+                 "use --online-optimizer ftrl");
         return -EINVAL;
     }
     pthread_once(&S.identity, identity);
