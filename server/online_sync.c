@@ -115,6 +115,10 @@
  * adaptive freezing needs every replica to agree on when to sync; at one
  * message per second a 1-bit MLP update is already small.
  *
+ * FILES: this one (the trainer's side, publishing, start, stop, metrics) and
+ * online_sync_apply.c (consuming: apply, producers, gaps); online_sync_impl.h
+ * has what they share.
+ *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's
  *   hook, the swap, online__sync_attach); the retired accumulator is the
@@ -122,12 +126,10 @@
  *   state are the consumer thread's.  Counters are relaxed atomics.
  */
 #define _GNU_SOURCE
-#include "online_impl.h"
+#include "online_sync_impl.h"
 
-#include "bus.h"
 #include "log.h"
 #include "model/model.h"
-#include "model/overlay.h"
 #include "model/train_sync.h"
 #include "model/update_codec.h"
 
@@ -137,104 +139,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define G online__G
-#define SYNC_K 2                       /* LR: (dz, dn) per key */
-#define ROWS_ACC_BYTES (64u << 20)     /* rows: an accumulator's memory at most (keys capped) */
-#define SYNC_CHUNK 256                 /* keys per 1-bit scale */
-#define MSG_MAX_BYTES (1000u * 1000u)  /* under nats-server's default 1 MiB max_payload */
-#define APPLY_BATCH 4096               /* keys applied per hold of the writer lock */
-#define PRODUCERS_MAX 256
-#define READ_WAIT_MS 100
-
-struct online_sync_model {
-    update_acc_t *acc[2]; /* writer lock: acc[cur] is the trainer's, the other the publisher's */
-    uint32_t k;           /* values per key: 2 (LR's dz, dn) or 2R (a row's dx, dG) */
-    bool rows;            /* FM, FFM, DNN (train_sync.h: ROWS), else LR-FTRL */
-    uint32_t max_keys;    /* keys an accumulator holds */
-    uint64_t base[2];     /* writer lock: the version acc[i]'s residuals belong to */
-    uint64_t adds[2];     /* writer lock: increments into acc[i] while it was the trainer's */
-    int cur;              /* writer lock */
-    _Atomic bool urgent;  /* the hook found acc[cur] full: publish now */
-    uint8_t *buf;         /* publisher: one message, MSG_MAX_BYTES */
-    uint32_t per_msg;     /* keys one message carries at most */
-    _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
-};
-
-struct producer {
-    uint64_t id;
-    uint64_t next;      /* its sequence expected next */
-    uint64_t last_sseq; /* stream sequence of its last message handled */
-    bool refused;       /* unknown (first message not sequence 1) */
-};
-
-#define SYNC_COUNTERS(X)                                                                           \
-    X(sent, "tlserve_sync_sent_total", "update messages published")                                \
-    X(sent_keys, "tlserve_sync_sent_keys_total", "keys the published messages carried")            \
-    X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
-    X(exact, "tlserve_sync_exact_total", "published messages sent exact (quiet or crowded turn)")  \
-    X(applied, "tlserve_sync_applied_total", "peers' update messages applied")                     \
-    X(own, "tlserve_sync_own_subtracted_total",                                                   \
-      "this replica's messages of an earlier run subtracted from its accumulator (a restart)")    \
-    X(applied_keys, "tlserve_sync_applied_keys_total", "keys of peers' messages applied")          \
-    X(gaps, "tlserve_sync_gap_total", "producer sequence gaps seen (each re-read from the stream)") \
-    X(unrepaired, "tlserve_sync_gap_unrepaired_total",                                             \
-      "gaps whose messages were not in the stream either (lost)")                                 \
-    X(bad, "tlserve_sync_refused_bad_total",                                                      \
-      "stream messages that do not parse as an update, or carry another K than their model syncs") \
-    X(unknown, "tlserve_sync_refused_producer_total",                                             \
-      "messages of unknown producers (first message not sequence 1, or too many producers)")      \
-    X(model, "tlserve_sync_refused_model_total",                                                  \
-      "messages for a model not served here or not matching their subject")                       \
-    X(stale, "tlserve_sync_refused_version_total",                                                \
-      "messages made on another version than the active one")                                     \
-    X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
-    X(overflow, "tlserve_sync_overflow_total",                                                    \
-      "increments not accumulated (accumulator full: they stay local)")                           \
-    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge")
-
-static struct {
-    bus_t *bus;
-    pthread_t publisher, consumer;
-    bool running;
-    _Atomic bool stop;
-    _Atomic bool stopped;       /* online__sync_stop ran: attach installs no hook any more */
-    pthread_once_t identity;    /* node and producer, from the config, once */
-    char node[160];
-    char prefix[80];
-    uint64_t producer;          /* this replica's id */
-    _Atomic uint64_t next_seq;  /* this producer's next sequence */
-    _Atomic bool caught_up;     /* the consumer has read the stream to its end once */
-    uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
-    /* the consumer's */
-    struct producer prod[PRODUCERS_MAX];
-    int nprod;
-    uint64_t max_sseq;     /* highest stream sequence handled: below it, a re-read */
-    uint64_t repair_until; /* a re-read runs up to this stream sequence (0: none) */
-#define SYNC_X_FIELD(f, name, help) _Atomic uint64_t f;
-    SYNC_COUNTERS(SYNC_X_FIELD)
-#undef SYNC_X_FIELD
-} S = {.identity = PTHREAD_ONCE_INIT};
-
-#define COUNT(f) atomic_fetch_add_explicit(&S.f, 1, memory_order_relaxed)
+struct online__sync_state online__sync_S = {.identity = PTHREAD_ONCE_INIT};
 
 bool online__sync_mode(const server_config_t *c)
 {
     return c->bus_servers[0] && strcmp(c->bus_mode, "partitioned") == 0;
 }
 
-static uint64_t now_ms(void) { return online__now_ns() / 1000000; }
-
 /* Whether a publish may go on: running, or the last turn within its time. */
-static bool may_send(void) { return !atomic_load(&S.stop) || now_ms() < S.final_until; }
-
-static void nap_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL); }
-
-/* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
- * must not flood the log. */
-static bool log_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+static bool may_send(void) { return !atomic_load(&S.stop) || sync__now_ms() < S.final_until; }
 
 /* This replica's name and producer id (FNV-1a of the name): from the config
  * alone, so a trainer that attaches before the bus is open (a restart's
@@ -376,10 +291,10 @@ static int publish(const uint8_t *buf, size_t len, const char *model, uint64_t s
         if (bus_publish(S.bus, subject, buf, len, id, &ack, &err) == 0)
             return 0;
         uint64_t n = atomic_fetch_add_explicit(&S.failed, 1, memory_order_relaxed) + 1;
-        if (log_due(n))
+        if (sync__log_due(n))
             LOG(LL_WARN, "online: update %" PRIu64 " of model '%s' not stored (%s); sending it "
                 "again", seq, model, err.msg);
-        nap_ms(100);
+        sync__nap_ms(100);
     }
     return -ECANCELED;
 }
@@ -448,9 +363,9 @@ static void *publisher_main(void *arg)
 {
     (void)arg;
     const uint64_t interval = (uint64_t)G.srv->cfg.sync_interval_ms;
-    uint64_t due = now_ms() + interval;
+    uint64_t due = sync__now_ms() + interval;
     while (!atomic_load(&S.stop)) {
-        nap_ms(10);
+        sync__nap_ms(10);
         bool urgent = false;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n && !urgent; i++) {
@@ -458,320 +373,11 @@ static void *publisher_main(void *arg)
             struct online_sync_model *s = q ? atomic_load(&q->sync) : NULL;
             urgent = s && atomic_load_explicit(&s->urgent, memory_order_relaxed);
         }
-        if ((!urgent && now_ms() < due) || !atomic_load(&S.caught_up))
+        if ((!urgent && sync__now_ms() < due) || !atomic_load(&S.caught_up))
             continue;
-        due = now_ms() + interval;
+        due = sync__now_ms() + interval;
         publish_all(false);
     }
-    return NULL;
-}
-
-/* ---- consuming ------------------------------------------------------------------- */
-
-struct apply_ctx {
-    online_model_t *q;
-    server_slot_t *ms;
-    server_model_t *sm;  /* pinned while the writer lock is held */
-    uint64_t version;
-    uint32_t in_batch;
-    uint64_t keys, refused;
-    bool own;            /* this replica's own earlier message: subtracted from the accumulator */
-    bool rows;           /* the trainer syncs rows (train_rows_sync_apply), else LR-FTRL */
-    uint32_t k;          /* the message's values per key (the trainer's) */
-    bool aborted;        /* the version changed mid-message: the rest is not applied */
-};
-
-/* Takes the writer lock and pins the active version with no overlay (a fold
- * due goes first, as for the trainer): true, or false (lock not held) when
- * stopping or no version is live. */
-static bool hold(struct apply_ctx *a)
-{
-    while (!atomic_load(&S.stop)) {
-        pthread_mutex_lock(&a->ms->writer);
-        a->sm = server_model_acquire_named(G.srv, a->q->name);
-        if (a->sm && model_overlays(a->sm->model, NULL) == 0)
-            return true;
-        bool none = !a->sm;
-        server_model_release(a->sm);
-        a->sm = NULL;
-        pthread_mutex_unlock(&a->ms->writer);
-        if (none)
-            return false;
-        nap_ms(2);
-    }
-    return false;
-}
-
-static void unhold(struct apply_ctx *a)
-{
-    server_model_release(a->sm);
-    a->sm = NULL;
-    pthread_mutex_unlock(&a->ms->writer);
-}
-
-static int apply_key(void *ctx, uint64_t key, const float *v)
-{
-    struct apply_ctx *a = ctx;
-    if (a->in_batch == APPLY_BATCH) { /* let the trainer and a fold in */
-        unhold(a);
-        if (!hold(a) || model_meta(a->sm->model)->version != a->version ||
-            a->q->att_version != a->version || !a->q->t) {
-            a->aborted = true;
-            return 1;
-        }
-        a->in_batch = 0;
-    }
-    int rc;
-    if (a->own) { /* RESTART above: R - P */
-        struct online_sync_model *s = atomic_load(&a->q->sync);
-        float neg[UPDATE_MAX_K];
-        for (uint32_t j = 0; j < a->k; j++)
-            neg[j] = -v[j];
-        rc = s ? update_acc_add(s->acc[s->cur], key, neg) : 0;
-        if (rc == -ENOSPC)
-            COUNT(overflow);
-        rc = rc == -EINVAL ? -ERANGE : 0;
-    } else if (a->rows) {
-        rc = train_rows_sync_apply(a->q->t, key, v);
-    } else {
-        rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
-    }
-    if (rc == -ERANGE)
-        a->refused++;
-    else if (rc < 0) {
-        a->aborted = true;
-        return 1;
-    }
-    a->in_batch++;
-    a->keys++;
-    return 0;
-}
-
-/* Applies a verified peer message to model (served here); own: one of this
- * replica's earlier messages, subtracted from its accumulator (RESTART). */
-static void apply(const update_msg_t *m, const char *model, bool count_it, bool own)
-{
-    char why[200];
-    online_model_t *q = online__model_get(model, why, sizeof why);
-    struct apply_ctx a = {.q = q, .ms = server_slot_named(G.srv, model), .own = own};
-    if (!q || !a.ms) {
-        LOG(LL_WARN, "online: an update for model '%s' not applied: %s", model,
-            q ? "no version of it is live" : why);
-        return;
-    }
-    if (!hold(&a))
-        return;
-    const store_meta_t *meta = model_meta(a.sm->model);
-    if (meta->version != m->base_version) {
-        unhold(&a);
-        if (count_it && !own) {
-            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
-                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here: not "
-                    "applied", m->seq, m->producer, model, m->base_version, meta->version);
-        }
-        return;
-    }
-    pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
-    int rc = online__attach(q, a.sm, q->slog ? sample_log_next_pos(q->slog) : 0);
-    pthread_mutex_unlock(&q->lock);
-    bool shaped = true;
-    if (rc == 0 && q->t) {
-        const uint32_t r = train_rows_sync_width(q->t);
-        a.rows = r != 0;
-        a.k = r ? 2 * r : SYNC_K;
-        a.version = meta->version;
-        shaped = m->k == a.k;
-        if (shaped)
-            (void)update_msg_foreach(m, apply_key, &a);
-    }
-    if (a.sm)
-        unhold(&a);
-    if (!shaped) { /* a peer with another model of that name, or a corrupt producer */
-        if (count_it || own) {
-            uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model "
-                    "'%s' carries %u values a key; its trainer here syncs %u: not applied",
-                    m->seq, m->producer, model, m->k, a.k);
-        }
-        return;
-    }
-    if (a.refused) {
-        atomic_fetch_add_explicit(&S.range, a.refused, memory_order_relaxed);
-        LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 ": %" PRIu64 " keys "
-            "would have made a value not finite (or n < 0): not applied", m->seq, m->producer,
-            a.refused);
-    }
-    if (a.aborted)
-        LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s': "
-            "applied %" PRIu64 " of %u keys (the version changed, or no memory)", m->seq,
-            m->producer, model, a.keys, m->count);
-    if (own) {
-        COUNT(own);
-        return;
-    }
-    COUNT(applied);
-    atomic_fetch_add_explicit(&S.applied_keys, a.keys, memory_order_relaxed);
-}
-
-static struct producer *producer_find(uint64_t id)
-{
-    for (int i = 0; i < S.nprod; i++)
-        if (S.prod[i].id == id)
-            return &S.prod[i];
-    return NULL;
-}
-
-enum { TRACK_APPLY, TRACK_SKIP };
-
-/* A peer's message at stream sequence sseq against its producer's sequence
- * (PRODUCERS AND GAPS above): TRACK_APPLY, or TRACK_SKIP, with *again set
- * to the stream sequence to read again from when it found a gap. */
-static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_up, uint64_t *again)
-{
-    struct producer *p = producer_find(m->producer);
-    if (!p) {
-        if (S.nprod == PRODUCERS_MAX || m->seq != 1) {
-            if (S.nprod < PRODUCERS_MAX)
-                S.prod[S.nprod++] = (struct producer){.id = m->producer, .refused = true};
-            if (!reread) {
-                COUNT(unknown);
-                LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %" PRIu64
-                    " (stream %" PRIu64 "): %s; its updates are refused", m->producer, m->seq, sseq,
-                    m->seq != 1 ? "its earlier ones are not in the stream" : "too many producers");
-            }
-            return TRACK_SKIP;
-        }
-        p = &S.prod[S.nprod++];
-        *p = (struct producer){.id = m->producer, .next = 1};
-    }
-    if (p->refused) {
-        if (!reread)
-            COUNT(unknown);
-        return TRACK_SKIP;
-    }
-    if (m->seq < p->next)
-        return TRACK_SKIP; /* had it (a re-read, or JetStream stored a retry twice) */
-    if (m->seq > p->next) {
-        if (!reread) {
-            COUNT(gaps);
-            LOG(LL_WARN, "online: producer %016" PRIx64 ": sequence %" PRIu64 " arrived (stream %"
-                PRIu64 "), %" PRIu64 " expected: reading the stream again from %" PRIu64,
-                m->producer, m->seq, sseq, p->next, p->last_sseq + 1);
-            S.repair_until = sseq;
-            *again = p->last_sseq + 1;
-            return TRACK_SKIP;
-        }
-        if (!giving_up && S.repair_until) /* another producer's gap inside a re-read */
-            return TRACK_SKIP;
-        COUNT(unrepaired);
-        LOG(LL_ERROR, "online: producer %016" PRIx64 ": updates %" PRIu64 "..%" PRIu64 " are not "
-            "in the stream: lost; following it from %" PRIu64, m->producer, p->next, m->seq - 1,
-            m->seq);
-    }
-    p->next = m->seq + 1;
-    p->last_sseq = sseq;
-    return TRACK_APPLY;
-}
-
-/* Handles the message at stream sequence sseq.  Returns 0, or the stream
- * sequence to read again from (a gap to repair). */
-static uint64_t handle(const bus_msg_t *bm)
-{
-    const uint64_t sseq = bm->seq;
-    const bool reread = sseq <= S.max_sseq; /* counted the first time already */
-    if (!reread)
-        S.max_sseq = sseq;
-    if (S.repair_until && sseq >= S.repair_until)
-        S.repair_until = 0; /* a re-read reached where its gap was seen (handled below) */
-    const bool giving_up = S.repair_until == 0 && reread;
-    update_msg_t m;
-    update_error_t err;
-    err.code = UPDATE_OK;
-    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0 || (m.flags & UPDATE_F_DENSE)) {
-        if (!reread) {
-            uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: stream message %" PRIu64 " on %s is not an update: %s",
-                    sseq, bm->subject, err.code == UPDATE_OK ? "a dense vector" : err.msg);
-        }
-        return 0;
-    }
-    const bool own = m.producer == S.producer;
-    if (own) { /* learn where our sequence is; an earlier run's is subtracted (RESTART) */
-        if (m.seq + 1 > atomic_load(&S.next_seq))
-            atomic_store(&S.next_seq, m.seq + 1);
-        if (reread || atomic_load(&S.caught_up))
-            return 0;
-    }
-    uint64_t again = 0;
-    if (!own && track(&m, sseq, reread, giving_up, &again) != TRACK_APPLY)
-        return again;
-    /* the subject names the model: <prefix>.<model>.updates */
-    char model[UPDATE_NAME_MAX + 1];
-    size_t plen = strlen(S.prefix), slen = strlen(bm->subject);
-    const char *tail = ".updates";
-    bool named = slen > plen + 1 + strlen(tail) && strncmp(bm->subject, S.prefix, plen) == 0 &&
-                 bm->subject[plen] == '.' && strcmp(bm->subject + slen - strlen(tail), tail) == 0;
-    size_t mlen = named ? slen - plen - 1 - strlen(tail) : 0;
-    named = named && mlen == m.model_len && memcmp(bm->subject + plen + 1, m.model, mlen) == 0;
-    if (named) {
-        memcpy(model, m.model, mlen); /* m.model_len <= UPDATE_NAME_MAX (decoded) */
-        model[mlen] = 0;
-    }
-    if (!named || !server_slot_named(G.srv, model)) {
-        if (!reread || giving_up) {
-            uint64_t n = atomic_fetch_add_explicit(&S.model, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " on %s names "
-                    "model '%.*s': not served here, or not its subject's", m.seq, m.producer,
-                    bm->subject, (int)m.model_len, m.model);
-        }
-        return 0;
-    }
-    apply(&m, model, !reread, own);
-    return 0;
-}
-
-static void *consumer_main(void *arg)
-{
-    (void)arg;
-    bus_reader_t *r = NULL;
-    bus_error_t err;
-    uint64_t from = 1;
-    while (!atomic_load(&S.stop)) {
-        if (!r && bus_reader_open(S.bus, NULL, from, &r, &err) != 0) {
-            LOG(LL_WARN, "online: the update reader did not open at %" PRIu64 " (%s); trying "
-                "again", from, err.msg);
-            r = NULL;
-            sleep(1);
-            continue;
-        }
-        bus_msg_t m;
-        int rc = bus_reader_next(r, READ_WAIT_MS, &m, &err);
-        if (rc == BUS_READ_TIMEOUT) {
-            atomic_store(&S.caught_up, true);
-            continue;
-        }
-        if (rc < 0) {
-            LOG(LL_WARN, "online: the update reader: %s", err.msg);
-            sleep(1);
-            continue;
-        }
-        if (rc == BUS_READ_GAP)
-            LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64 " (aged out "
-                "or deleted); a producer's missing update shows as its gap", m.seq - m.skipped,
-                m.seq - 1);
-        uint64_t again = handle(&m);
-        if (again) {
-            bus_reader_close(r);
-            r = NULL;
-            from = again;
-        }
-    }
-    bus_reader_close(r);
     return NULL;
 }
 
@@ -804,7 +410,7 @@ int online__sync_start(char *why, size_t why_len)
         return rc;
     }
     atomic_store(&S.stop, false);
-    bool con = pthread_create(&S.consumer, NULL, consumer_main, NULL) == 0;
+    bool con = pthread_create(&S.consumer, NULL, online__sync_consumer_main, NULL) == 0;
     if (!con || pthread_create(&S.publisher, NULL, publisher_main, NULL) != 0) {
         atomic_store(&S.stop, true);
         if (con)
@@ -831,7 +437,7 @@ void online__sync_stop(void)
     pthread_join(S.consumer, NULL);
     /* what the accumulators hold: both, exact, best effort for 2 s (a NATS
      * that is down does not hold the shutdown) */
-    S.final_until = now_ms() + 2000;
+    S.final_until = sync__now_ms() + 2000;
     if (atomic_load(&S.caught_up)) {
         publish_all(true);
         publish_all(true);
