@@ -4,8 +4,9 @@
  * in it: the bus (NATS) carries the bytes this module writes and reads.
  *
  *   SPARSE (LR, FM, FFM, the DNN's embeddings): the trainer adds each key's
- *   additive optimizer statistics (FTRL's dz and dn: K = 2) into an
- *   accumulator.  Every interval the producer encodes one message: the top-k
+ *   additive optimizer statistics (LR: FTRL's dz and dn, K = 2; a row of R
+ *   floats: its dx and Adagrad's dG per coordinate, K = 2R, train_sync.h)
+ *   into an accumulator.  Every interval the producer encodes one message: the top-k
  *   keys by magnitude, each of their K values sent as one sign bit plus a
  *   per-chunk scale.  What is not sent (unselected keys, the quantization
  *   error of the selected ones) stays in the accumulator as a residual for
