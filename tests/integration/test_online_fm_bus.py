@@ -143,6 +143,9 @@ class FmReplicas(unittest.TestCase):
                                    b.metric("tlserve_sync_bytes_total")), file=sys.stderr)
                 self.assertGreater(apart, 1e-4, "b's half did not count at a")
                 self.assertNotEqual(sa, before)
+                for s in (a, b, solo):  # an ASan/UBSan build reports here
+                    self.assertNotIn("Sanitizer", s.output())
+                    self.assertNotIn("runtime error", s.output())
                 for s in (a, b):
                     self.assertGreater(s.metric("tlserve_sync_applied_keys_total"), 0)
                     for bad in ("tlserve_sync_refused_bad_total", "tlserve_sync_refused_keys_total",
