@@ -742,14 +742,24 @@ static train__rows_sync_t *rows_sync(void *impl)
 static int rows_apply(void *impl, uint64_t id, const float *d)
 {
     train_ffm_t *t = impl;
-    bool created;
-    float *row = train__row_table_upsert(t->table, id, &created);
-    if (!row)
-        return -ENOMEM;
-    if (created) /* as a step starts it (attach) */
-        new_row(t, id, row);
-    int rc = train__rows_add(&t->sync, id, row, d);
-    return rc != 0 ? rc : write_served(t, id, row);
+    float *row = train__row_table_find(t->table, id);
+    if (!row) { /* started as a step starts it (attach), in the table only if d adds */
+        float fresh[2 * STORE_MAX_VALUE_FLOATS];
+        memset(fresh, 0, (size_t)t->sk * sizeof *fresh);
+        new_row(t, id, fresh);
+        int rc = train__rows_add(&t->sync, id, fresh, d);
+        if (rc != 0)
+            return rc;
+        bool created;
+        if (!(row = train__row_table_upsert(t->table, id, &created)))
+            return -ENOMEM;
+        memcpy(row, fresh, (size_t)t->sk * sizeof *row);
+    } else {
+        int rc = train__rows_add(&t->sync, id, row, d);
+        if (rc != 0)
+            return rc;
+    }
+    return write_served(t, id, row); /* finite: train__rows_add checked */
 }
 
 const train__rows_ops_t train__ffm_rows_ops = {.sync = rows_sync, .apply = rows_apply};

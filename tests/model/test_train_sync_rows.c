@@ -17,8 +17,8 @@
  *     >= 0; after two exact flushes the replicas agree within REL_1BIT
  *     (1e-4: the accumulators' residual sums round too);
  *   - apply: a non-finite d or a dG that would make G < 0 is -ERANGE and
- *     writes nothing (state and served row unchanged); LR: -ENOTSUP and
- *     width 0.
+ *     writes nothing (state and served row unchanged; an unseen id is not
+ *     created); LR: -ENOTSUP and width 0.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -403,6 +403,25 @@ static void test_apply_refuses(void **s)
     assert_true(store_lookup(p.live, id_of(NID + 7), served_after));
     assert_true(served_after[0] == 0.25f);
     replica_free(&p);
+
+    /* FFM and DNN: an unseen id with a refused d is not created anywhere */
+    static const enum kind others[] = {FFM, DNN};
+    for (int i = 0; i < 2; i++) {
+        replica_make(&p, others[i], false);
+        float bad[MAXD] = {0};
+        bad[p.r] = -1.0f; /* G = 0 - 1 */
+        uint64_t fresh = id_of(NID + 9);
+        assert_int_equal(train_rows_sync_apply(p.t, fresh, bad), -ERANGE);
+        float sv[4 * MAXD];
+        if (p.live)
+            assert_false(store_lookup(p.live, fresh, sv));
+        else
+            assert_false(store_lookup(train_store(p.t), fresh, sv));
+        bad[p.r] = 1.0f;
+        assert_int_equal(train_rows_sync_apply(p.t, fresh, bad), 0);
+        assert_true(store_lookup(p.live ? p.live : train_store(p.t), fresh, sv));
+        replica_free(&p);
+    }
 
     train_options_t o;
     assert_int_equal(train_defaults(STORE_MODEL_LR, TRAIN_FTRL, &o), 0);
