@@ -286,6 +286,9 @@ typedef struct train_ops {
     /* Library-private (train_impl.h): how train_threads_epoch trains the
      * kind on threads; NULL when it cannot (the DNN). */
     const struct train__par_ops *par;
+    /* Library-private (train_sync_impl.h): partitioned replicas' row sync
+     * (train_sync.h: ROWS); NULL when the kind has none (LR: FTRL's own). */
+    const struct train__rows_ops *rows;
 } train_ops_t;
 
 /* The table of a kind, NULL when nobody trains it. */

@@ -60,11 +60,17 @@
  * row whose serving floats would not be finite is not written: -ERANGE.
  * Detached, the MLP learns again (Adam from its moments as they were).
  *
+ * SYNC (train_sync.h: ROWS, partitioned replicas): R = K = 1 + d
+ * coordinates, G at K + i.  The MLP is not synced: replicas agree on the
+ * rows' scores only while it is frozen (LIVE), as the server runs it.  A
+ * hooked step copies each row before stepping it.
+ *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
 #include "train_impl.h"
 #include "model.h"
 #include "train_export.h"
+#include "train_sync_impl.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -99,6 +105,7 @@ struct train_dnn {
     float *rows;        /* (cap + 1) * K: serving rows, bias row first */
     store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
     bool frozen;        /* the MLP takes no step (LIVE) */
+    train__rows_sync_t sync; /* SYNC: the layout, and the hook (NULL = none) */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -202,6 +209,7 @@ __attribute__((cold)) int train_dnn_create(const train_dnn_options_t *opt, train
     t->K = 1 + opt->dim;
     t->sk = 2 * t->K;
     t->w.sk = t->sk;
+    t->sync = (train__rows_sync_t){.r = t->K, .g0 = t->K};
     t->b1t = t->b2t = 1.0;
 
     dnn_net_t *n = &t->net;
@@ -484,12 +492,18 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     const double g = ((double)p - (double)label) * (double)weight;
     const float *dinput = backward(t, g, !t->frozen);
 
+    const train__rows_sync_t *sync = &t->sync;
+    float before[STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step */
+    if (sync->fn)
+        memcpy(before, brow, (size_t)sk * sizeof *brow);
     adagrad(&brow[0], &brow[K], g, t->opt.lr_sparse);
     int rc = t->served ? write_served(t, MODEL_BIAS_ID, brow) : 0;
     if (rc == 0)
         rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
+    if (sync->fn)
+        train__rows_note(sync, MODEL_BIAS_ID, before, brow);
 
     seen_set_next(&t->w.seen);
     const double alpha = t->opt.lr_sparse, l2 = t->opt.l2;
@@ -502,6 +516,8 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
         sparse_grad(t, ids[j], x, g, dinput, gr);
         train__work_repeat(&t->w, t->store, ids[j], false, row,
                            t->served ? served_or_init : init_row, t);
+        if (sync->fn)
+            memcpy(before, row, (size_t)sk * sizeof *row);
         if (t->net.wide)
             adagrad(&row[0], &row[K], (double)gr[0] + l2 * row[0], alpha);
         for (uint32_t k = 0; k < d; k++)
@@ -511,6 +527,8 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
             rc = store_upsert(t->store, ids[j], row);
         if (rc < 0)
             return rc;
+        if (sync->fn)
+            train__rows_note(sync, ids[j], before, row);
     }
     if (!t->frozen)
         adam(t); /* every gradient above was taken at the weights of the forward pass */
@@ -648,9 +666,30 @@ static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, c
     return attach_live(impl, live, x, why, why_len);
 }
 
+/* ---- SYNC (train_sync.h: ROWS) ------------------------------------------------ */
+
+static train__rows_sync_t *rows_sync(void *impl) { return &((train_dnn_t *)impl)->sync; }
+
+static int rows_apply(void *impl, uint64_t id, const float *d)
+{
+    train_dnn_t *t = impl;
+    float row[STORE_MAX_VALUE_FLOATS];
+    if (!store_lookup(t->store, id, row)) /* as a step starts it */
+        (t->served ? served_or_init : init_row)(t, id, row);
+    int rc = train__rows_add(&t->sync, id, row, d);
+    if (rc != 0)
+        return rc;
+    rc = t->served ? write_served(t, id, row) : 0;
+    if (rc == 0)
+        rc = store_upsert(t->store, id, row);
+    return rc < 0 ? rc : 0;
+}
+
+const train__rows_ops_t train__dnn_rows_ops = {.sync = rows_sync, .apply = rows_apply};
+
 const train_ops_t train__dnn_ops = {
     .kind = STORE_MODEL_DNN, .name = "dnn", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .attach_live = ops_attach_live,
+    .attach_live = ops_attach_live, .rows = &train__dnn_rows_ops,
 };

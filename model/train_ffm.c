@@ -74,6 +74,11 @@
  * (the caller's alarm; the trainer's own row is then spoilt, and the
  * caller drops the trainer).
  *
+ * SYNC (train_sync.h: ROWS, partitioned replicas): R = K coordinates, G
+ * at K + i (Adagrad) or none (SGD); rows of K over STORE_MAX_VALUE_FLOATS
+ * do not sync.  A hooked step copies each row before stepping it; workers
+ * on threads never call the hook.
+ *
  * ON THREADS (train_threads.c): each worker is a copy of the trainer with
  * its own work space over the same row table; new ids are made through
  * train__row_table_upsert_mt (initialised before any other worker can see
@@ -91,6 +96,7 @@
 #include "model.h"
 #include "row_table.h"
 #include "train_export.h"
+#include "train_sync_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -116,6 +122,7 @@ struct train_ffm {
     uint32_t *cnt;      /* F: features with x != 0 per field in the sample */
     bool worker;        /* a worker's copy (ON THREADS): table and zero not owned */
     store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
+    train__rows_sync_t sync; /* SYNC: the layout, and the hook (NULL = none) */
 };
 
 static uint32_t state_floats(train_optimizer_t o, uint64_t K)
@@ -194,6 +201,8 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->k = opt->k;
     t->K = 1 + opt->fields * opt->k;
     t->sk = state_floats(opt->optimizer, t->K);
+    t->sync = (train__rows_sync_t){
+        .r = t->K, .g0 = opt->optimizer == TRAIN_SGD ? TRAIN__ROWS_NO_G : t->K};
     const size_t Fk = (size_t)t->F * t->k;
     t->zero = calloc(t->K, sizeof *t->zero);
     t->work = malloc(model_ffm_work_doubles(t->F, t->k) * sizeof *t->work);
@@ -530,10 +539,16 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
         *p_out = p;
     double g = ((double)p - (double)label) * (double)weight;
 
+    const train__rows_sync_t *sync = &t->sync;
+    float before[2 * STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step (sk <= 2K) */
+    if (sync->fn)
+        memcpy(before, bias, (size_t)t->sk * sizeof *bias);
     step_w(t, bias, g, 0);
     int rc = write_served(t, MODEL_BIAS_ID, bias);
     if (rc != 0)
         return rc;
+    if (sync->fn)
+        train__rows_note(sync, MODEL_BIAS_ID, before, bias);
     double s, s2;
     scales(t, values, n, &s, &s2);
     prepare_backward(t, ids, values, n);
@@ -545,11 +560,15 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
          * now (an id named twice already holds its first step) */
         const uint32_t fj = ffm_field(ids[j], t->F);
         factor_gradient(t, t->selfv + (size_t)j * t->k, fj, x, g * s2);
+        if (sync->fn)
+            memcpy(before, t->live[j], (size_t)t->sk * sizeof *before);
         step_w(t, t->live[j], g * s * x, t->opt.l2);
         step_v(t, t->live[j]);
         mask_block(t, fj, 1);
         if ((rc = write_served(t, ids[j], t->live[j])) != 0)
             return rc;
+        if (sync->fn)
+            train__rows_note(sync, ids[j], before, t->live[j]);
     }
     return 0;
 }
@@ -638,6 +657,7 @@ static int par_worker_create(void *impl, void **out)
         return -ENOMEM;
     *w = *t;
     w->worker = true;
+    w->sync.fn = NULL; /* the hook is the one writer's */
     w->cap = 0;
     w->live = NULL;
     w->selfv = NULL;
@@ -711,9 +731,42 @@ static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, c
     return attach_live(impl, live, why, why_len);
 }
 
+/* ---- SYNC (train_sync.h: ROWS) ------------------------------------------------ */
+
+static train__rows_sync_t *rows_sync(void *impl)
+{
+    train_ffm_t *t = impl;
+    return t->K <= STORE_MAX_VALUE_FLOATS && !t->worker ? &t->sync : NULL;
+}
+
+static int rows_apply(void *impl, uint64_t id, const float *d)
+{
+    train_ffm_t *t = impl;
+    float *row = train__row_table_find(t->table, id);
+    if (!row) { /* started as a step starts it (attach), in the table only if d adds */
+        float fresh[2 * STORE_MAX_VALUE_FLOATS];
+        memset(fresh, 0, (size_t)t->sk * sizeof *fresh);
+        new_row(t, id, fresh);
+        int rc = train__rows_add(&t->sync, id, fresh, d);
+        if (rc != 0)
+            return rc;
+        bool created;
+        if (!(row = train__row_table_upsert(t->table, id, &created)))
+            return -ENOMEM;
+        memcpy(row, fresh, (size_t)t->sk * sizeof *row);
+    } else {
+        int rc = train__rows_add(&t->sync, id, row, d);
+        if (rc != 0)
+            return rc;
+    }
+    return write_served(t, id, row); /* finite: train__rows_add checked */
+}
+
+const train__rows_ops_t train__ffm_rows_ops = {.sync = rows_sync, .apply = rows_apply};
+
 const train_ops_t train__ffm_ops = {
     .kind = STORE_MODEL_FFM, .name = "ffm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .attach_live = ops_attach_live, .par = &train__ffm_par_ops,
+    .attach_live = ops_attach_live, .par = &train__ffm_par_ops, .rows = &train__ffm_rows_ops,
 };

@@ -77,6 +77,12 @@
  * serving row would not be finite returns -ERANGE before anything of that
  * row reaches the served store (the caller's alarm).
  *
+ * SYNC (train_sync.h: ROWS, partitioned replicas): R = 1 + k coordinates,
+ * the serving prefix; G at 1 + k + i (Adagrad), none (SGD), and under
+ * FTRL w's (z, n) at 1 + k, 2 + k with v_f's G at 2 + k + f.  A hooked
+ * step copies each row before stepping it (the only cost when hooked);
+ * train_rows_sync_apply starts a row as a step would (served_or_init).
+ *
  * ON THREADS (train_threads.c): workers step a mirror of the store in a
  * row table (train_impl.h); a trainer attached live is refused there (its
  * writes would need one writer per shard).  A worker copies the sample's rows (the
@@ -91,6 +97,7 @@
 #include "model.h"
 #include "sigmoid.h"
 #include "train_export.h"
+#include "train_sync_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -113,6 +120,7 @@ struct train_fm {
     bool rows_stale;          /* the store changed since rows was copied from it */
     store_t *served;          /* not owned, NULL = none: the served store written
                                  through (LIVE) */
+    train__rows_sync_t sync;  /* SYNC: the layout, and the hook (NULL = none) */
 };
 
 /* The occurrence count an id taken from the served store starts with (LIVE):
@@ -198,6 +206,13 @@ __attribute__((cold)) int train_fm_create(const train_fm_options_t *opt, train_f
     t->k = opt->k;
     t->sk = state_floats(opt->optimizer, opt->k);
     t->w.sk = t->sk;
+    t->sync = (train__rows_sync_t){
+        .r = 1 + opt->k,
+        .g0 = opt->optimizer == TRAIN_ADAGRAD ? 1 + opt->k
+              : opt->optimizer == TRAIN_FTRL  ? 2 + opt->k
+                                              : TRAIN__ROWS_NO_G,
+        .z = opt->optimizer == TRAIN_FTRL ? 1 + opt->k : 0,
+        .alpha = opt->alpha, .beta = opt->beta, .l1 = opt->l1, .l2 = opt->l2};
     int rc = train__store_create(t->sk, opt->shards, opt->expected_keys, &t->store, why, why_len);
     if (rc != 0) {
         train_fm_destroy(t);
@@ -434,6 +449,10 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         *p_out = p;
     double g = ((double)p - (double)label) * (double)weight;
 
+    const train__rows_sync_t *sync = &t->sync;
+    float before[STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step */
+    if (sync->fn)
+        memcpy(before, brow, (size_t)sk * sizeof *brow);
     step(t, brow, g, NULL, true);
     if (served && !serving_finite(t, brow))
         return -ERANGE;
@@ -442,6 +461,8 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         rc = store_upsert(served, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
+    if (sync->fn)
+        train__rows_note(sync, MODEL_BIAS_ID, before, brow);
 
     seen_set_next(&t->w.seen);
     double gv[MODEL_FM_MAX_K];
@@ -454,6 +475,8 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
             gv[f] = gvx * (t->S[f] - (double)row[1 + f] * x);
         train__work_repeat(&t->w, t->store, ids[j], ids[j] == MODEL_BIAS_ID, row, init, t);
         row[sk - 1] += 1.0f;
+        if (sync->fn)
+            memcpy(before, row, (size_t)sk * sizeof *row);
         step(t, row, gx, gv, false);
         if (served && !serving_finite(t, row))
             return -ERANGE;
@@ -462,6 +485,8 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
             rc = store_upsert(served, ids[j], row);
         if (rc < 0)
             return rc;
+        if (sync->fn)
+            train__rows_note(sync, ids[j], before, row);
     }
     return 0;
 }
@@ -642,9 +667,37 @@ static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, c
     return attach_live(impl, live, why, why_len);
 }
 
+/* ---- SYNC (train_sync.h: ROWS) ------------------------------------------------ */
+
+static train__rows_sync_t *rows_sync(void *impl) { return &((train_fm_t *)impl)->sync; }
+
+static int rows_apply(void *impl, uint64_t id, const float *d)
+{
+    train_fm_t *t = impl;
+    float row[STORE_MAX_VALUE_FLOATS];
+    if (!store_lookup(t->store, id, row)) { /* as a step starts it */
+        if (t->served)
+            served_or_init(t, id, row);
+        else if (id == MODEL_BIAS_ID)
+            memset(row, 0, (size_t)t->sk * sizeof *row);
+        else
+            init_row(t, id, row);
+    }
+    int rc = train__rows_add(&t->sync, id, row, d);
+    if (rc != 0)
+        return rc;
+    t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
+    rc = store_upsert(t->store, id, row);
+    if (rc >= 0 && t->served)
+        rc = store_upsert(t->served, id, row);
+    return rc < 0 ? rc : 0;
+}
+
+const train__rows_ops_t train__fm_rows_ops = {.sync = rows_sync, .apply = rows_apply};
+
 const train_ops_t train__fm_ops = {
     .kind = STORE_MODEL_FM, .name = "fm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .attach_live = ops_attach_live, .par = &train__fm_par_ops,
+    .attach_live = ops_attach_live, .par = &train__fm_par_ops, .rows = &train__fm_rows_ops,
 };

@@ -1,7 +1,8 @@
 /*
- * train_sync.h — what partitioned replicas need from an LR-FTRL trainer
+ * train_sync.h — what partitioned replicas need from a trainer
  * (server/online_sync.c): each step's additive statistics out, and peers'
- * statistics in.
+ * statistics in.  Two families: LR-FTRL (below: (dz, dn) per coordinate)
+ * and ROWS (FM, FFM, the DNN's embeddings and wide part: a row per id).
  *
  * FTRL's per-coordinate state is [z | n | w] with w a closed form of (z, n)
  * (train_lr.c).  A step changes z by dz and n by dn; both are sums over the
@@ -10,11 +11,28 @@
  * arrival (float rounding of the sums aside), and so the same w.  dn >= 0
  * always (a sum of squared gradients).
  *
+ * ROWS.  With Adagrad a coordinate's state is (x, G): a step adds
+ * dG = g^2 >= 0 and moves x by dx = -alpha g / (sqrt(G) + eps) (L2 in g).
+ * Replicas exchange, per id a step wrote, the row's (dx, dG) for each of
+ * its R coordinates (R = the served row's floats) and add them: sums
+ * commute, so a late or repaired message is simply added, and once every
+ * message has arrived the replicas hold the same rows (float rounding of
+ * the sums aside).  Each replica's dx was made with its own G, which did
+ * not yet hold its peers' latest dG: the replicas agree with each other,
+ * and approximately with one node that saw every sample.  SGD: dx, and
+ * dG = 0.  FM's w under FTRL: (dz, dn) in coordinate 0's two places, w
+ * recomputed from FTRL's closed form, as LR's.  What is not synced stays
+ * each replica's own: FM's occurrence count (its 1/c factor shrinkage),
+ * the DNN's MLP (frozen online).
+ *
+ *   d[0 .. R)    dx_i   (FM-FTRL: d[0] = dz)
+ *   d[R .. 2R)   dG_i >= 0 on a step (FM-FTRL: d[R] = dn; SGD: 0)
+ *
  * THREAD SAFETY
- *   Both calls belong to the trainer's one writer (train.h): the hook runs
- *   on the thread that calls train_update, and train_lr_sync_apply must be
- *   called under the same exclusion as train_update (the server: the
- *   model's writer lock).
+ *   All calls belong to the trainer's one writer (train.h): the hook runs
+ *   on the thread that calls train_update, and train_lr_sync_apply and
+ *   train_rows_sync_apply must be called under the same exclusion as
+ *   train_update (the server: the model's writer lock).
  */
 #ifndef TL_MODEL_TRAIN_SYNC_H
 #define TL_MODEL_TRAIN_SYNC_H
@@ -40,6 +58,31 @@ int train_lr_sync_hook(train_t *t, train_sync_fn fn, void *ctx);
  * value or the result is not finite or n would go below 0 (nothing
  * written); -ENOMEM from the stores. */
 int train_lr_sync_apply(train_t *t, uint64_t id, float dz, float dn);
+
+/* ---- ROWS ------------------------------------------------------------------ */
+
+/* Called once per row a step wrote (the bias's included, under
+ * MODEL_BIAS_ID), after the write, with d[0..n), n = 2R (ROWS above).
+ * Must not block or allocate: it runs on the training hot path.  Steps on
+ * threads (train_threads.h) do not call it. */
+typedef void (*train_rows_sync_fn)(void *ctx, uint64_t id, const float *d, uint32_t n);
+
+/* R, the coordinates a row of t syncs (d holds 2R floats), or 0 when t is
+ * not a row trainer (LR: its own calls above). */
+uint32_t train_rows_sync_width(const train_t *t);
+
+/* Installs fn (NULL removes it).  0, or -ENOTSUP when t is not FM, FFM or
+ * the DNN. */
+int train_rows_sync_hook(train_t *t, train_rows_sync_fn fn, void *ctx);
+
+/* Adds a peer's d[0..2R) to id's state row (x += dx, G += dG; FM-FTRL's w
+ * from (z, n)) and, when attached live, writes the serving row into the
+ * live store exactly as a step writes it; an id the state lacks starts as
+ * a step would start it (from the served row, else as a new id).  The hook
+ * is NOT called.  0; -ENOTSUP (not a row trainer); -ERANGE when a value of
+ * d or of the result is not finite or an accumulator would go below 0
+ * (nothing written); -ENOMEM from the stores. */
+int train_rows_sync_apply(train_t *t, uint64_t id, const float *d);
 
 /* FTRL's weight of (z, n) with the trainer's alpha, beta and l1, l2 (0 for
  * the bias): what train_lr_sync_apply writes.  Exposed for the tests. */

@@ -276,8 +276,10 @@ static void sort_by_key(update_acc_t *a, uint32_t n)
 /* Keys an encode with opts would send now; UINT32_MAX for bad opts. */
 static uint32_t selected(const update_acc_t *a, const update_encode_opts_t *o)
 {
-    if (!o || (o->flags & ~(UPDATE_F_EXACT | UPDATE_F_NONNEG_LAST)) ||
-        o->flags == (UPDATE_F_EXACT | UPDATE_F_NONNEG_LAST))
+    const uint32_t onesided = UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF;
+    if (!o || (o->flags & ~(UPDATE_F_EXACT | onesided)) ||
+        ((o->flags & UPDATE_F_EXACT) && (o->flags & onesided)) || (o->flags & onesided) == onesided ||
+        ((o->flags & UPDATE_F_NONNEG_HALF) && (a->k & 1)))
         return UINT32_MAX;
     if (o->select_count == UINT32_MAX)
         return a->n;
@@ -353,7 +355,7 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
         for (uint32_t j = 0; j < k; j++) {
             for (uint32_t i = 0; i < sel; i++)
                 a->col[i] = a->vals[(size_t)a->sel[i].idx * k + j];
-            if (j == k - 1 && (o->flags & UPDATE_F_NONNEG_LAST))
+            if (update__onesided(o->flags, k, j))
                 update__quantize_nonneg(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits,
                                         (uint64_t)j * sel);
             else

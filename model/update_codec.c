@@ -81,7 +81,7 @@ size_t update__write_header(uint8_t *buf, uint32_t flags, uint64_t producer, uin
                             uint32_t count, uint32_t k, uint32_t chunk, const char *model, size_t name_len)
 {
     put32(buf + H_MAGIC, UPDATE_MAGIC);
-    put16(buf + H_VERSION, UPDATE_FORMAT_VERSION);
+    put16(buf + H_VERSION, (uint16_t)update__version_for(flags, k));
     put16(buf + H_FLAGS, (uint16_t)flags);
     put64(buf + H_PRODUCER, producer);
     put64(buf + H_SEQ, seq);
@@ -218,14 +218,20 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
         return fail(err, UPDATE_E_SIZE, 0, "%zu bytes, under the %u-byte header and checksum", len,
                     UPDATE_HEADER_BYTES + 8);
     unsigned ver = get16(buf + H_VERSION);
-    if (ver != UPDATE_FORMAT_VERSION)
-        return fail(err, UPDATE_E_VERSION, H_VERSION, "format version %u, this build reads %u", ver,
-                    UPDATE_FORMAT_VERSION);
+    if (ver != UPDATE_FORMAT_VERSION && ver != UPDATE_FORMAT_VERSION_V1)
+        return fail(err, UPDATE_E_VERSION, H_VERSION, "format version %u, this build reads %u and %u", ver,
+                    UPDATE_FORMAT_VERSION_V1, UPDATE_FORMAT_VERSION);
     m->flags = get16(buf + H_FLAGS);
     if (m->flags & ~UPDATE_F_ALL)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "unknown flag bits 0x%x", m->flags & ~UPDATE_F_ALL);
     if ((m->flags & UPDATE_F_NONNEG_LAST) && (m->flags & (UPDATE_F_EXACT | UPDATE_F_DENSE)))
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag NONNEG_LAST with EXACT or DENSE (flags 0x%x)", m->flags);
+    if ((m->flags & UPDATE_F_NONNEG_HALF) &&
+        (m->flags & (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST)))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag NONNEG_HALF with EXACT, DENSE or NONNEG_LAST (flags 0x%x)",
+                    m->flags);
+    if ((m->flags & UPDATE_F_NONNEG_HALF) && ver == UPDATE_FORMAT_VERSION_V1)
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag NONNEG_HALF in a format version 1 message");
     if (get16(buf + H_RESERVED) != 0)
         return fail(err, UPDATE_E_FLAGS, H_RESERVED, "reserved field is %u, not 0", get16(buf + H_RESERVED));
     m->producer = get64(buf + H_PRODUCER);
@@ -235,8 +241,12 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
     m->k = get16(buf + H_K);
     m->chunk = get16(buf + H_CHUNK);
     m->model_len = get16(buf + H_NAME_LEN);
-    if (m->k == 0 || m->k > UPDATE_MAX_K || ((m->flags & UPDATE_F_DENSE) && m->k != 1))
-        return fail(err, UPDATE_E_LIMIT, H_K, "K %u outside 1..%u (1 for a dense vector)", m->k, UPDATE_MAX_K);
+    const unsigned max_k = ver == UPDATE_FORMAT_VERSION_V1 ? UPDATE_V1_MAX_K : UPDATE_MAX_K;
+    if (m->k == 0 || m->k > max_k || ((m->flags & UPDATE_F_DENSE) && m->k != 1))
+        return fail(err, UPDATE_E_LIMIT, H_K, "K %u outside 1..%u (1 for a dense vector; format version %u)",
+                    m->k, max_k, ver);
+    if ((m->flags & UPDATE_F_NONNEG_HALF) && (m->k & 1))
+        return fail(err, UPDATE_E_LIMIT, H_K, "K %u is odd: NONNEG_HALF needs two halves", m->k);
     if (m->chunk == 0)
         return fail(err, UPDATE_E_LIMIT, H_CHUNK, "chunk size 0");
     if (m->count > UPDATE_MAX_COUNT)
@@ -347,7 +357,7 @@ int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key,
                 float s = getf(m->payload + 4 * (j * nchunks + i / m->chunk));
                 uint64_t b = (uint64_t)j * m->count + i;
                 bool set = (bits[b >> 3] >> (b & 7)) & 1;
-                if (j == m->k - 1 && (m->flags & UPDATE_F_NONNEG_LAST))
+                if (update__onesided(m->flags, m->k, j))
                     vals[j] = set ? s : 0.0f;
                 else
                     vals[j] = set ? -s : s;

@@ -4,8 +4,9 @@
  * in it: the bus (NATS) carries the bytes this module writes and reads.
  *
  *   SPARSE (LR, FM, FFM, the DNN's embeddings): the trainer adds each key's
- *   additive optimizer statistics (FTRL's dz and dn: K = 2) into an
- *   accumulator.  Every interval the producer encodes one message: the top-k
+ *   additive optimizer statistics (LR: FTRL's dz and dn, K = 2; a row of R
+ *   floats: its dx and Adagrad's dG per coordinate, K = 2R, train_sync.h)
+ *   into an accumulator.  Every interval the producer encodes one message: the top-k
  *   keys by magnitude, each of their K values sent as one sign bit plus a
  *   per-chunk scale.  What is not sent (unselected keys, the quantization
  *   error of the selected ones) stays in the accumulator as a residual for
@@ -33,7 +34,7 @@
  *
  * MESSAGE (little endian; one layout for sparse, dense, 1-bit and exact):
  *
- *    0  u32 magic "TLUP"     4  u16 format version (1)   6  u16 flags
+ *    0  u32 magic "TLUP"     4  u16 format version (1, 2)  6  u16 flags
  *    8  u64 producer id     16  u64 sequence (+1 per message of a producer)
  *   24  u64 base version    32  u32 count (keys, or the dense length)
  *   36  u16 K (values/key)  38  u16 chunk C (1-bit: keys per scale)
@@ -45,8 +46,9 @@
  *       1-bit: scales f32[K][ceil(count/C)] (column j, chunk c), each
  *             finite and >= 0; then sign bits, bit (j*count + i) set when
  *             key i's column j is negative, the value being -scale, else
- *             +scale (with NONNEG_LAST, column K-1: set = +scale, clear =
- *             0); the padding bits of the last byte are zero
+ *             +scale (with NONNEG_LAST, column K-1, with NONNEG_HALF,
+ *             columns K/2..K-1: set = +scale, clear = 0); the padding
+ *             bits of the last byte are zero
  *       exact (UPDATE_F_EXACT): values f32[count][K], each finite
  *   end u64 XXH3_64bits of every byte before it
  *
@@ -74,10 +76,12 @@
 #include <stdint.h>
 
 #define UPDATE_MAGIC 0x50554c54u  /* "TLUP" */
-#define UPDATE_FORMAT_VERSION 1u
+#define UPDATE_FORMAT_VERSION 2u    /* written when a message needs it (below), read with 1 */
+#define UPDATE_FORMAT_VERSION_V1 1u /* every other message: what LR replicas wrote and read */
 #define UPDATE_HEADER_BYTES 48u
 #define UPDATE_NAME_MAX 128u      /* model name bytes */
-#define UPDATE_MAX_K 256u         /* values per key */
+#define UPDATE_MAX_K 2048u        /* values per key (2 x an FFM row of 1 + F k floats) */
+#define UPDATE_V1_MAX_K 256u      /* values per key of a version 1 message */
 #define UPDATE_MAX_COUNT (1u << 28) /* keys (or dense length) per message */
 
 /* Header flags. */
@@ -89,7 +93,14 @@
  * scale) and subtracts the scale there, so that column's residual never goes
  * below 0 either.  Not with EXACT or DENSE. */
 #define UPDATE_F_NONNEG_LAST 0x4u
-#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST)
+/* 1-bit, sparse: the last K/2 columns (K even) are non-negative quantities
+ * (Adagrad's dG of each coordinate of a row, FTRL's dn), each quantized as
+ * NONNEG_LAST quantizes its one column.  Not with EXACT, DENSE or
+ * NONNEG_LAST.  A message with it, or with K over UPDATE_V1_MAX_K, is
+ * written as format version 2 (a build that reads version 1 only says so
+ * instead of misreading the columns); all others as version 1. */
+#define UPDATE_F_NONNEG_HALF 0x8u
+#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF)
 
 typedef enum update_errc {
     UPDATE_OK = 0,
@@ -163,7 +174,7 @@ int update_acc_foreach(const update_acc_t *acc, int (*fn)(void *ctx, uint64_t ke
  * sending that interval's message exact (UPDATE_F_EXACT with the same
  * selection, or UINT32_MAX to empty the map), and on -ENOSPC at once. */
 typedef struct update_encode_opts {
-    uint32_t flags;          /* 0 (1-bit), UPDATE_F_NONNEG_LAST (1-bit) or UPDATE_F_EXACT */
+    uint32_t flags;          /* 0 (1-bit), UPDATE_F_NONNEG_LAST or _HALF (1-bit), or UPDATE_F_EXACT */
     uint32_t select_count;   /* keys to send at most; UINT32_MAX = all; 0 = use select_fraction */
     float select_fraction;   /* with select_count 0: ceil(fraction * keys held), 0..1 */
     uint64_t base_version;   /* the model version the updates were made on */

@@ -28,4 +28,16 @@ void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out,
 void update__quantize_nonneg(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits,
                              uint64_t bit0);
 
+/* Whether column j of k is quantized one-sided (NONNEG_LAST, NONNEG_HALF). */
+static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
+{
+    return ((flags & UPDATE_F_NONNEG_LAST) && j == k - 1) || ((flags & UPDATE_F_NONNEG_HALF) && j >= k / 2);
+}
+
+/* The format version a message of flags and k is written as. */
+static inline unsigned update__version_for(uint32_t flags, uint32_t k)
+{
+    return (flags & UPDATE_F_NONNEG_HALF) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION : UPDATE_FORMAT_VERSION_V1;
+}
+
 #endif

@@ -314,7 +314,7 @@ static const cfg_entry_t table[] = {
     {"bus-mode", CFG_STRING, 0, 0, "replay",
      "online learning over the bus: replay (every replica learns every sample, in the stream's "
      "order) or partitioned (each learns its own samples and the replicas exchange compressed "
-     "FTRL updates; LR with FTRL only)",
+     "updates: LR-FTRL statistics, FM/FFM/DNN rows)",
      F(bus_mode), check_bus_mode, "replay|partitioned", NULL, false},
     {"sync-interval-ms", CFG_INT, 10, 3600000, "1000",
      "partitioned replicas: publish the accumulated updates this often", F(sync_interval_ms),

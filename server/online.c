@@ -254,12 +254,11 @@ static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos
 }
 
 /* The kinds that learn online: LR, FM, FFM and the DNN (their trainers
- * write a served store: train_attach_live_model); with partitioned
- * replicas LR only (online_sync.c exchanges LR-FTRL's statistics). */
+ * write a served store: train_attach_live_model), in every bus mode
+ * (online_sync.c syncs LR-FTRL's statistics and the others' rows). */
 static bool kind_learns(const server_t *srv, store_model_kind_t kind)
 {
-    if (online__sync_mode(&srv->cfg))
-        return kind == STORE_MODEL_LR;
+    (void)srv;
     return kind == STORE_MODEL_LR || kind == STORE_MODEL_FM || kind == STORE_MODEL_FFM ||
            kind == STORE_MODEL_DNN;
 }
@@ -276,15 +275,6 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
     store_model_kind_t kind = model_meta(sm->model)->model_kind;
     bool f32 = store_dtype(model_store(sm->model)) == STORE_DTYPE_F32;
     server_model_release(sm);
-    if (!kind_learns(srv, kind) && online__sync_mode(&srv->cfg)) {
-        snprintf(why, why_len, "model '%s' is %s: partitioned replicas (--bus-mode partitioned) "
-                 "learn LR models only (FTRL's z and n are what they exchange)", name,
-                 store_model_kind_name(kind));
-        uint64_t n = online__sync_refused_kind();
-        if (n <= 10 || n % 1000 == 0) /* a flood of frames must not flood the log */
-            LOG(LL_WARN, "online: %s (%" PRIu64 " frames refused so far)", why, n);
-        return ONLINE_KIND;
-    }
     if (!kind_learns(srv, kind) || !f32) {
         snprintf(why, why_len, "model '%s' is %s%s; online learning takes LR, FM, FFM and DNN "
                  "models stored as fp32", name, store_model_kind_name(kind),

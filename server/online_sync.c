@@ -1,11 +1,21 @@
 /*
  * online_sync.c — partitioned replicas (--bus-mode partitioned): each
  * replica learns only the samples it receives, and the replicas exchange
- * their FTRL statistics over one NATS JetStream stream, compressed after
- * 1-bit SGD with error feedback (model/update_codec.h has the message).
+ * their trainers' additive statistics over one NATS JetStream stream,
+ * compressed after 1-bit SGD with error feedback (model/update_codec.h has
+ * the message).  Per model, by its trainer (model/train_sync.h):
  *
- *   trainer (online_trainer.c), per coordinate a step writes, under the
- *     model's writer lock: hook on_step adds (dz, dn) into acc[cur]
+ *   LR (FTRL)        K = 2 values a key: (dz, dn); 1-bit turns NONNEG_LAST
+ *   FM, FFM, DNN     K = 2R: a row's (dx_0..dx_R-1, dG_0..dG_R-1), R its
+ *                    served floats (FM's w under FTRL: dz, dn); 1-bit turns
+ *                    NONNEG_HALF (every dG column one-sided)
+ *
+ * and everything below (turns, exact flushes, gaps, restarts) is the same
+ * for both.
+ *
+ *   trainer (online_trainer.c), per coordinate (row) a step writes, under
+ *     the model's writer lock: hook on_step (on_rows) adds its increments
+ *     into acc[cur]
  *   publisher thread, every --sync-interval-ms (at once when acc[cur] is
  *     full): under the writer lock swaps cur (the trainer now feeds the
  *     other accumulator); outside it encodes the retired one into messages
@@ -15,9 +25,11 @@
  *     message does not carry stays in that accumulator as the residual and
  *     goes out on a later turn
  *   consumer thread: the stream from sequence 1 in order; a peer's message
- *     adds its (dz, dn) to the trainer's state (train_lr_sync_apply: z, n,
- *     then w from the closed form), written into the live store under the
- *     writer lock, APPLY_BATCH keys per hold, exactly as the trainer writes
+ *     adds its increments to the trainer's state (train_lr_sync_apply: z,
+ *     n, then w from the closed form; train_rows_sync_apply: x, G), written
+ *     into the live store under the writer lock, APPLY_BATCH keys per hold,
+ *     exactly as the trainer writes; a message whose K is not the model's
+ *     is refused (counted as bad)
  *
  * WHY ADDITIVE.  FTRL's z and n are sums over the samples seen (dz = g -
  * sigma w, dn = g^2) and w is a function of (z, n) alone.  Sums commute:
@@ -27,13 +39,29 @@
  * the replicas agree with each other, and approximately with one node that
  * learned every sample.)
  *
- * n MUST STAY >= 0 (sqrt(n) in the step and in w).  Plain 1-bit sends +-s:
+ * ROWS (FM, FFM, the DNN's embeddings and wide part: Adagrad).  A
+ * coordinate's state is (x, G); a step adds dG = g^2 and moves x by
+ * dx = -alpha g / sqrt(G).  Replicas send and add (dx, dG): sums again,
+ * so order does not matter and a late message is simply added.  Each
+ * replica's dx is made with its own G (its peers' latest dG not yet in
+ * it): replicas agree with each other once all messages arrived, and
+ * approximately with one node that saw every sample.  The alternative,
+ * sending gradients and letting each receiver step, needs the sender's G
+ * at the time of the step (not additive) and costs the same bits.  A row
+ * of R floats is a key of 2R values: an FFM row of 1 + 39 x 4 floats
+ * makes ~1.3 kB a key exact, so a turn is split into messages of at most
+ * MSG_MAX_BYTES by keys (per_msg), and a row accumulator holds at most
+ * ROWS_ACC_BYTES (--sync-max-keys capped to fit).
+ *
+ * n (G) MUST STAY >= 0 (sqrt(n) in the step and in w).  Plain 1-bit sends +-s:
  * a key whose dn is small against its chunk's mean is sent +s, its residual
  * goes negative, a later message sends -s, and a receiver's n can fall below
  * 0.  So n's column is quantized one-sided (UPDATE_F_NONNEG_LAST): a bit
  * means +s or 0, set only where the residual is >= s (the chunk's mean), so
  * a receiver only ever adds >= 0 to n and the sender's residual never goes
- * below 0 either; it still costs 1 bit.  (Sending dn exact would cost 4 B a
+ * below 0 either; it still costs 1 bit.  Rows: every dG column the same way
+ * (UPDATE_F_NONNEG_HALF), and train_rows_sync_apply refuses (-ERANGE,
+ * counted) whatever would still take a G below 0.  (Sending dn exact would cost 4 B a
  * key, twice the key itself; quantizing sqrt(dn) is not additive.)
  *
  * WHEN TO SEND EXACT.  A 1-bit message leaves each sent key its quantization
@@ -73,14 +101,23 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
- * THE DNN's MLP (not built): 1-bit Adam (Tang et al. 2021), as
- * update_codec.h sketches: warm-up with exact gradients, then v frozen and
- * the momentum sent 1-bit with sender-side error feedback; on a bus every
- * replica decodes every message itself, so the decoded mean is identical
- * everywhere and replicas stay in step.  Not 0/1 Adam: its local steps
+ * THE DNN's MLP (not built: it is frozen online, and not synced).  Training
+ * it online first needs a double-buffered MLP: the trainer steps a private
+ * copy and publishes it to the scorers by pointer swap under the model's
+ * epoch (a request must never see a half-stepped matrix), every N samples.
+ * Then 1-bit Adam (Tang et al. 2021), as update_codec.h sketches: a
+ * warm-up with exact gradients (update_dense_encode, UPDATE_F_EXACT) until
+ * v is stable, then v frozen and each replica's momentum sent 1-bit with
+ * sender-side error feedback every interval; every replica decodes every
+ * message itself (its own too), so the decoded mean is identical everywhere
+ * and the replicas' MLPs stay in step, which the rows' sums do not need.  Not 0/1 Adam: its local steps
  * (skipped rounds) let replicas' MLPs drift apart between syncs, and its
  * adaptive freezing needs every replica to agree on when to sync; at one
  * message per second a 1-bit MLP update is already small.
+ *
+ * FILES: this one (the trainer's side, publishing, start, stop, metrics) and
+ * online_sync_apply.c (consuming: apply, producers, gaps); online_sync_impl.h
+ * has what they share.
  *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's
@@ -89,12 +126,10 @@
  *   state are the consumer thread's.  Counters are relaxed atomics.
  */
 #define _GNU_SOURCE
-#include "online_impl.h"
+#include "online_sync_impl.h"
 
-#include "bus.h"
 #include "log.h"
 #include "model/model.h"
-#include "model/overlay.h"
 #include "model/train_sync.h"
 #include "model/update_codec.h"
 
@@ -104,101 +139,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define G online__G
-#define SYNC_K 2                       /* (dz, dn) per key */
-#define SYNC_CHUNK 256                 /* keys per 1-bit scale */
-#define MSG_MAX_BYTES (1000u * 1000u)  /* under nats-server's default 1 MiB max_payload */
-#define APPLY_BATCH 4096               /* keys applied per hold of the writer lock */
-#define PRODUCERS_MAX 256
-#define READ_WAIT_MS 100
-
-struct online_sync_model {
-    update_acc_t *acc[2]; /* writer lock: acc[cur] is the trainer's, the other the publisher's */
-    uint64_t base[2];     /* writer lock: the version acc[i]'s residuals belong to */
-    uint64_t adds[2];     /* writer lock: increments into acc[i] while it was the trainer's */
-    int cur;              /* writer lock */
-    _Atomic bool urgent;  /* the hook found acc[cur] full: publish now */
-    uint8_t *buf;         /* publisher: one message, MSG_MAX_BYTES */
-    uint32_t per_msg;     /* keys one message carries at most */
-    _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
-};
-
-struct producer {
-    uint64_t id;
-    uint64_t next;      /* its sequence expected next */
-    uint64_t last_sseq; /* stream sequence of its last message handled */
-    bool refused;       /* unknown (first message not sequence 1) */
-};
-
-#define SYNC_COUNTERS(X)                                                                           \
-    X(sent, "tlserve_sync_sent_total", "update messages published")                                \
-    X(sent_keys, "tlserve_sync_sent_keys_total", "keys the published messages carried")            \
-    X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
-    X(exact, "tlserve_sync_exact_total", "published messages sent exact (quiet or crowded turn)")  \
-    X(applied, "tlserve_sync_applied_total", "peers' update messages applied")                     \
-    X(own, "tlserve_sync_own_subtracted_total",                                                   \
-      "this replica's messages of an earlier run subtracted from its accumulator (a restart)")    \
-    X(applied_keys, "tlserve_sync_applied_keys_total", "keys of peers' messages applied")          \
-    X(gaps, "tlserve_sync_gap_total", "producer sequence gaps seen (each re-read from the stream)") \
-    X(unrepaired, "tlserve_sync_gap_unrepaired_total",                                             \
-      "gaps whose messages were not in the stream either (lost)")                                 \
-    X(bad, "tlserve_sync_refused_bad_total", "stream messages that do not parse as an update")     \
-    X(unknown, "tlserve_sync_refused_producer_total",                                             \
-      "messages of unknown producers (first message not sequence 1, or too many producers)")      \
-    X(model, "tlserve_sync_refused_model_total",                                                  \
-      "messages for a model not served here or not matching their subject")                       \
-    X(stale, "tlserve_sync_refused_version_total",                                                \
-      "messages made on another version than the active one")                                     \
-    X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
-    X(overflow, "tlserve_sync_overflow_total",                                                    \
-      "increments not accumulated (accumulator full: they stay local)")                           \
-    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge") \
-    X(kind, "tlserve_sync_refused_kind_total",                                                    \
-      "TRAIN and FEEDBACK frames refused: their model's kind has no additive statistics to sync")
-
-static struct {
-    bus_t *bus;
-    pthread_t publisher, consumer;
-    bool running;
-    _Atomic bool stop;
-    _Atomic bool stopped;       /* online__sync_stop ran: attach installs no hook any more */
-    pthread_once_t identity;    /* node and producer, from the config, once */
-    char node[160];
-    char prefix[80];
-    uint64_t producer;          /* this replica's id */
-    _Atomic uint64_t next_seq;  /* this producer's next sequence */
-    _Atomic bool caught_up;     /* the consumer has read the stream to its end once */
-    uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
-    /* the consumer's */
-    struct producer prod[PRODUCERS_MAX];
-    int nprod;
-    uint64_t max_sseq;     /* highest stream sequence handled: below it, a re-read */
-    uint64_t repair_until; /* a re-read runs up to this stream sequence (0: none) */
-#define SYNC_X_FIELD(f, name, help) _Atomic uint64_t f;
-    SYNC_COUNTERS(SYNC_X_FIELD)
-#undef SYNC_X_FIELD
-} S = {.identity = PTHREAD_ONCE_INIT};
-
-#define COUNT(f) atomic_fetch_add_explicit(&S.f, 1, memory_order_relaxed)
+struct online__sync_state online__sync_S = {.identity = PTHREAD_ONCE_INIT};
 
 bool online__sync_mode(const server_config_t *c)
 {
     return c->bus_servers[0] && strcmp(c->bus_mode, "partitioned") == 0;
 }
 
-static uint64_t now_ms(void) { return online__now_ns() / 1000000; }
-
 /* Whether a publish may go on: running, or the last turn within its time. */
-static bool may_send(void) { return !atomic_load(&S.stop) || now_ms() < S.final_until; }
-
-static void nap_ms(long ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL); }
-
-/* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
- * must not flood the log. */
-static bool log_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+static bool may_send(void) { return !atomic_load(&S.stop) || sync__now_ms() < S.final_until; }
 
 /* This replica's name and producer id (FNV-1a of the name): from the config
  * alone, so a trainer that attaches before the bus is open (a restart's
@@ -221,12 +172,10 @@ static void identity(void)
 
 /* ---- the trainer's side ---------------------------------------------------------- */
 
-/* train_sync_fn: runs in the trainer thread under the writer lock. */
-static void on_step(void *ctx, uint64_t id, float dz, float dn)
+/* Adds a step's increments to acc[cur]; the trainer thread, writer lock. */
+static void accumulate(online_model_t *q, uint64_t id, const float *inc)
 {
-    online_model_t *q = ctx;
     struct online_sync_model *s = atomic_load_explicit(&q->sync, memory_order_relaxed);
-    float inc[SYNC_K] = {dz, dn > 0 ? dn : 0};
     int rc = update_acc_add(s->acc[s->cur], id, inc);
     if (rc == 0) {
         s->adds[s->cur]++;
@@ -236,6 +185,20 @@ static void on_step(void *ctx, uint64_t id, float dz, float dn)
     } else {
         COUNT(range);
     }
+}
+
+/* train_sync_fn (LR-FTRL): runs in the trainer thread under the writer lock. */
+static void on_step(void *ctx, uint64_t id, float dz, float dn)
+{
+    float inc[SYNC_K] = {dz, dn > 0 ? dn : 0};
+    accumulate(ctx, id, inc);
+}
+
+/* train_rows_sync_fn (FM, FFM, DNN): n = 2R, the model's k (checked at attach). */
+static void on_rows(void *ctx, uint64_t id, const float *d, uint32_t n)
+{
+    (void)n;
+    accumulate(ctx, id, d);
 }
 
 static cold void model_free_sync(struct online_sync_model *s)
@@ -248,29 +211,31 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s);
 }
 
-static cold struct online_sync_model *model_new(const online_model_t *q)
+/* k: values per key (SYNC_K, or 2R for a row trainer). */
+static cold struct online_sync_model *model_new(const online_model_t *q, uint32_t k, bool rows)
 {
     struct online_sync_model *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    update_acc_config_t ac = {.k = SYNC_K, .max_keys = (uint32_t)G.srv->cfg.sync_max_keys,
-                              .producer = S.producer, .first_seq = 1, .chunk = SYNC_CHUNK,
-                              .model = q->name};
+    s->k = k;
+    s->rows = rows;
+    s->max_keys = (uint32_t)G.srv->cfg.sync_max_keys;
+    uint32_t fit = ROWS_ACC_BYTES / (64 + 4 * k); /* wide rows: bounded memory, more exact turns */
+    if (rows && s->max_keys > fit)
+        s->max_keys = fit;
+    update_acc_config_t ac = {.k = k, .max_keys = s->max_keys, .producer = S.producer,
+                              .first_seq = 1, .chunk = SYNC_CHUNK, .model = q->name};
     s->buf = malloc(MSG_MAX_BYTES);
     if (!s->buf || update_acc_create(&s->acc[0], &ac) != 0 ||
         update_acc_create(&s->acc[1], &ac) != 0) {
         model_free_sync(s);
         return NULL;
     }
-    /* an exact message's bound per key: a 10-byte varint and K floats */
+    /* an exact message's bound per key: a 10-byte varint and K floats
+     * (an FFM row of 1 + 39 x 4 floats: ~790 keys a message) */
     size_t fixed = UPDATE_HEADER_BYTES + UPDATE_NAME_MAX + 8;
-    s->per_msg = (uint32_t)((MSG_MAX_BYTES - fixed) / (10 + 4 * SYNC_K));
+    s->per_msg = (uint32_t)((MSG_MAX_BYTES - fixed) / (10 + 4 * (size_t)k));
     return s;
-}
-
-uint64_t online__sync_refused_kind(void)
-{
-    return atomic_fetch_add_explicit(&S.kind, 1, memory_order_relaxed) + 1;
 }
 
 void online__sync_attach(online_model_t *q, uint64_t version)
@@ -278,9 +243,22 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     if (atomic_load(&S.stopped))
         return;
     pthread_once(&S.identity, identity);
+    const uint32_t r = q->t ? train_rows_sync_width(q->t) : 0;
+    const uint32_t k = r ? 2 * r : SYNC_K;
+    if (k > UPDATE_MAX_K) { /* cannot happen: a row is at most STORE_MAX_VALUE_FLOATS */
+        LOG(LL_WARN, "online: model '%s': rows of %u floats are too wide to sync: it learns "
+            "here without publishing", q->name, r);
+        return;
+    }
     struct online_sync_model *s = atomic_load(&q->sync);
+    if (s && s->k != k) { /* the publisher may hold s: it stays, unhooked */
+        LOG(LL_WARN, "online: model '%s': a version of another shape (%u values a key, %u "
+            "before) under partitioned replicas: it learns here without publishing until a "
+            "restart", q->name, k, s->k);
+        return;
+    }
     if (!s) {
-        s = model_new(q);
+        s = model_new(q, k, r != 0);
         if (!s) {
             LOG(LL_ERROR, "online: model '%s': no memory for the update accumulators "
                 "(--sync-max-keys %d): it learns here without publishing to its peers", q->name,
@@ -292,9 +270,10 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     update_acc_clear(s->acc[s->cur]);
     s->base[s->cur] = version;
     s->adds[s->cur] = 0;
-    if (train_lr_sync_hook(q->t, on_step, q) != 0)
-        LOG(LL_WARN, "online: model '%s': partitioned replicas exchange LR-FTRL statistics "
-            "only: this model learns here without publishing", q->name);
+    int rc = r ? train_rows_sync_hook(q->t, on_rows, q) : train_lr_sync_hook(q->t, on_step, q);
+    if (rc != 0)
+        LOG(LL_WARN, "online: model '%s': its trainer has no statistics partitioned replicas "
+            "can add (LR needs FTRL): it learns here without publishing", q->name);
 }
 
 /* ---- publishing -------------------------------------------------------------------- */
@@ -312,10 +291,10 @@ static int publish(const uint8_t *buf, size_t len, const char *model, uint64_t s
         if (bus_publish(S.bus, subject, buf, len, id, &ack, &err) == 0)
             return 0;
         uint64_t n = atomic_fetch_add_explicit(&S.failed, 1, memory_order_relaxed) + 1;
-        if (log_due(n))
+        if (sync__log_due(n))
             LOG(LL_WARN, "online: update %" PRIu64 " of model '%s' not stored (%s); sending it "
                 "again", seq, model, err.msg);
-        nap_ms(100);
+        sync__nap_ms(100);
     }
     return -ECANCELED;
 }
@@ -343,11 +322,12 @@ static void publish_model(online_model_t *q, bool final)
 
     update_acc_t *a = s->acc[r];
     uint32_t held = update_acc_count(a);
-    bool exact = final || adds == 0 || held > (uint32_t)G.srv->cfg.sync_max_keys / 4 * 3;
+    bool exact = final || adds == 0 || held > s->max_keys / 4 * 3;
     uint32_t want = exact ? held : (uint32_t)ceil(G.srv->cfg.sync_topk * held);
     while (want > 0 && may_send()) {
         uint32_t n = want < s->per_msg ? want : s->per_msg;
-        update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : UPDATE_F_NONNEG_LAST,
+        uint32_t onebit = s->rows ? UPDATE_F_NONNEG_HALF : UPDATE_F_NONNEG_LAST;
+        update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : onebit,
                                   .select_count = n, .base_version = s->base[r]};
         uint64_t seq = atomic_load(&S.next_seq);
         update_acc_set_next_seq(a, seq);
@@ -383,9 +363,9 @@ static void *publisher_main(void *arg)
 {
     (void)arg;
     const uint64_t interval = (uint64_t)G.srv->cfg.sync_interval_ms;
-    uint64_t due = now_ms() + interval;
+    uint64_t due = sync__now_ms() + interval;
     while (!atomic_load(&S.stop)) {
-        nap_ms(10);
+        sync__nap_ms(10);
         bool urgent = false;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n && !urgent; i++) {
@@ -393,300 +373,11 @@ static void *publisher_main(void *arg)
             struct online_sync_model *s = q ? atomic_load(&q->sync) : NULL;
             urgent = s && atomic_load_explicit(&s->urgent, memory_order_relaxed);
         }
-        if ((!urgent && now_ms() < due) || !atomic_load(&S.caught_up))
+        if ((!urgent && sync__now_ms() < due) || !atomic_load(&S.caught_up))
             continue;
-        due = now_ms() + interval;
+        due = sync__now_ms() + interval;
         publish_all(false);
     }
-    return NULL;
-}
-
-/* ---- consuming ------------------------------------------------------------------- */
-
-struct apply_ctx {
-    online_model_t *q;
-    server_slot_t *ms;
-    server_model_t *sm;  /* pinned while the writer lock is held */
-    uint64_t version;
-    uint32_t in_batch;
-    uint64_t keys, refused;
-    bool own;            /* this replica's own earlier message: subtracted from the accumulator */
-    bool aborted;        /* the version changed mid-message: the rest is not applied */
-};
-
-/* Takes the writer lock and pins the active version with no overlay (a fold
- * due goes first, as for the trainer): true, or false (lock not held) when
- * stopping or no version is live. */
-static bool hold(struct apply_ctx *a)
-{
-    while (!atomic_load(&S.stop)) {
-        pthread_mutex_lock(&a->ms->writer);
-        a->sm = server_model_acquire_named(G.srv, a->q->name);
-        if (a->sm && model_overlays(a->sm->model, NULL) == 0)
-            return true;
-        bool none = !a->sm;
-        server_model_release(a->sm);
-        a->sm = NULL;
-        pthread_mutex_unlock(&a->ms->writer);
-        if (none)
-            return false;
-        nap_ms(2);
-    }
-    return false;
-}
-
-static void unhold(struct apply_ctx *a)
-{
-    server_model_release(a->sm);
-    a->sm = NULL;
-    pthread_mutex_unlock(&a->ms->writer);
-}
-
-static int apply_key(void *ctx, uint64_t key, const float *v)
-{
-    struct apply_ctx *a = ctx;
-    if (a->in_batch == APPLY_BATCH) { /* let the trainer and a fold in */
-        unhold(a);
-        if (!hold(a) || model_meta(a->sm->model)->version != a->version ||
-            a->q->att_version != a->version || !a->q->t) {
-            a->aborted = true;
-            return 1;
-        }
-        a->in_batch = 0;
-    }
-    int rc;
-    if (a->own) { /* RESTART above: R - P */
-        struct online_sync_model *s = atomic_load(&a->q->sync);
-        float neg[SYNC_K] = {-v[0], -v[1]};
-        rc = s ? update_acc_add(s->acc[s->cur], key, neg) : 0;
-        if (rc == -ENOSPC)
-            COUNT(overflow);
-        rc = rc == -EINVAL ? -ERANGE : 0;
-    } else {
-        rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
-    }
-    if (rc == -ERANGE)
-        a->refused++;
-    else if (rc < 0) {
-        a->aborted = true;
-        return 1;
-    }
-    a->in_batch++;
-    a->keys++;
-    return 0;
-}
-
-/* Applies a verified peer message to model (served here); own: one of this
- * replica's earlier messages, subtracted from its accumulator (RESTART). */
-static void apply(const update_msg_t *m, const char *model, bool count_it, bool own)
-{
-    char why[200];
-    online_model_t *q = online__model_get(model, why, sizeof why);
-    struct apply_ctx a = {.q = q, .ms = server_slot_named(G.srv, model), .own = own};
-    if (!q || !a.ms) {
-        LOG(LL_WARN, "online: an update for model '%s' not applied: %s", model,
-            q ? "no version of it is live" : why);
-        return;
-    }
-    if (!hold(&a))
-        return;
-    const store_meta_t *meta = model_meta(a.sm->model);
-    if (meta->version != m->base_version) {
-        unhold(&a);
-        if (count_it && !own) {
-            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
-                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here: not "
-                    "applied", m->seq, m->producer, model, m->base_version, meta->version);
-        }
-        return;
-    }
-    pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
-    int rc = online__attach(q, a.sm, q->slog ? sample_log_next_pos(q->slog) : 0);
-    pthread_mutex_unlock(&q->lock);
-    if (rc == 0 && q->t) {
-        a.version = meta->version;
-        (void)update_msg_foreach(m, apply_key, &a);
-    }
-    if (a.sm)
-        unhold(&a);
-    if (a.refused) {
-        atomic_fetch_add_explicit(&S.range, a.refused, memory_order_relaxed);
-        LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 ": %" PRIu64 " keys "
-            "would have made a value not finite (or n < 0): not applied", m->seq, m->producer,
-            a.refused);
-    }
-    if (a.aborted)
-        LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s': "
-            "applied %" PRIu64 " of %u keys (the version changed, or no memory)", m->seq,
-            m->producer, model, a.keys, m->count);
-    if (own) {
-        COUNT(own);
-        return;
-    }
-    COUNT(applied);
-    atomic_fetch_add_explicit(&S.applied_keys, a.keys, memory_order_relaxed);
-}
-
-static struct producer *producer_find(uint64_t id)
-{
-    for (int i = 0; i < S.nprod; i++)
-        if (S.prod[i].id == id)
-            return &S.prod[i];
-    return NULL;
-}
-
-enum { TRACK_APPLY, TRACK_SKIP };
-
-/* A peer's message at stream sequence sseq against its producer's sequence
- * (PRODUCERS AND GAPS above): TRACK_APPLY, or TRACK_SKIP, with *again set
- * to the stream sequence to read again from when it found a gap. */
-static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_up, uint64_t *again)
-{
-    struct producer *p = producer_find(m->producer);
-    if (!p) {
-        if (S.nprod == PRODUCERS_MAX || m->seq != 1) {
-            if (S.nprod < PRODUCERS_MAX)
-                S.prod[S.nprod++] = (struct producer){.id = m->producer, .refused = true};
-            if (!reread) {
-                COUNT(unknown);
-                LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %" PRIu64
-                    " (stream %" PRIu64 "): %s; its updates are refused", m->producer, m->seq, sseq,
-                    m->seq != 1 ? "its earlier ones are not in the stream" : "too many producers");
-            }
-            return TRACK_SKIP;
-        }
-        p = &S.prod[S.nprod++];
-        *p = (struct producer){.id = m->producer, .next = 1};
-    }
-    if (p->refused) {
-        if (!reread)
-            COUNT(unknown);
-        return TRACK_SKIP;
-    }
-    if (m->seq < p->next)
-        return TRACK_SKIP; /* had it (a re-read, or JetStream stored a retry twice) */
-    if (m->seq > p->next) {
-        if (!reread) {
-            COUNT(gaps);
-            LOG(LL_WARN, "online: producer %016" PRIx64 ": sequence %" PRIu64 " arrived (stream %"
-                PRIu64 "), %" PRIu64 " expected: reading the stream again from %" PRIu64,
-                m->producer, m->seq, sseq, p->next, p->last_sseq + 1);
-            S.repair_until = sseq;
-            *again = p->last_sseq + 1;
-            return TRACK_SKIP;
-        }
-        if (!giving_up && S.repair_until) /* another producer's gap inside a re-read */
-            return TRACK_SKIP;
-        COUNT(unrepaired);
-        LOG(LL_ERROR, "online: producer %016" PRIx64 ": updates %" PRIu64 "..%" PRIu64 " are not "
-            "in the stream: lost; following it from %" PRIu64, m->producer, p->next, m->seq - 1,
-            m->seq);
-    }
-    p->next = m->seq + 1;
-    p->last_sseq = sseq;
-    return TRACK_APPLY;
-}
-
-/* Handles the message at stream sequence sseq.  Returns 0, or the stream
- * sequence to read again from (a gap to repair). */
-static uint64_t handle(const bus_msg_t *bm)
-{
-    const uint64_t sseq = bm->seq;
-    const bool reread = sseq <= S.max_sseq; /* counted the first time already */
-    if (!reread)
-        S.max_sseq = sseq;
-    if (S.repair_until && sseq >= S.repair_until)
-        S.repair_until = 0; /* a re-read reached where its gap was seen (handled below) */
-    const bool giving_up = S.repair_until == 0 && reread;
-    update_msg_t m;
-    update_error_t err;
-    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0 || m.k != SYNC_K ||
-        (m.flags & UPDATE_F_DENSE)) {
-        if (!reread) {
-            uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: stream message %" PRIu64 " on %s is not an update: %s",
-                    sseq, bm->subject, m.k != SYNC_K && err.code == UPDATE_OK
-                                           ? "K is not 2 (FTRL's dz, dn)"
-                                           : err.msg);
-        }
-        return 0;
-    }
-    const bool own = m.producer == S.producer;
-    if (own) { /* learn where our sequence is; an earlier run's is subtracted (RESTART) */
-        if (m.seq + 1 > atomic_load(&S.next_seq))
-            atomic_store(&S.next_seq, m.seq + 1);
-        if (reread || atomic_load(&S.caught_up))
-            return 0;
-    }
-    uint64_t again = 0;
-    if (!own && track(&m, sseq, reread, giving_up, &again) != TRACK_APPLY)
-        return again;
-    /* the subject names the model: <prefix>.<model>.updates */
-    char model[UPDATE_NAME_MAX + 1];
-    size_t plen = strlen(S.prefix), slen = strlen(bm->subject);
-    const char *tail = ".updates";
-    bool named = slen > plen + 1 + strlen(tail) && strncmp(bm->subject, S.prefix, plen) == 0 &&
-                 bm->subject[plen] == '.' && strcmp(bm->subject + slen - strlen(tail), tail) == 0;
-    size_t mlen = named ? slen - plen - 1 - strlen(tail) : 0;
-    named = named && mlen == m.model_len && memcmp(bm->subject + plen + 1, m.model, mlen) == 0;
-    if (named) {
-        memcpy(model, m.model, mlen); /* m.model_len <= UPDATE_NAME_MAX (decoded) */
-        model[mlen] = 0;
-    }
-    if (!named || !server_slot_named(G.srv, model)) {
-        if (!reread || giving_up) {
-            uint64_t n = atomic_fetch_add_explicit(&S.model, 1, memory_order_relaxed) + 1;
-            if (log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " on %s names "
-                    "model '%.*s': not served here, or not its subject's", m.seq, m.producer,
-                    bm->subject, (int)m.model_len, m.model);
-        }
-        return 0;
-    }
-    apply(&m, model, !reread, own);
-    return 0;
-}
-
-static void *consumer_main(void *arg)
-{
-    (void)arg;
-    bus_reader_t *r = NULL;
-    bus_error_t err;
-    uint64_t from = 1;
-    while (!atomic_load(&S.stop)) {
-        if (!r && bus_reader_open(S.bus, NULL, from, &r, &err) != 0) {
-            LOG(LL_WARN, "online: the update reader did not open at %" PRIu64 " (%s); trying "
-                "again", from, err.msg);
-            r = NULL;
-            sleep(1);
-            continue;
-        }
-        bus_msg_t m;
-        int rc = bus_reader_next(r, READ_WAIT_MS, &m, &err);
-        if (rc == BUS_READ_TIMEOUT) {
-            atomic_store(&S.caught_up, true);
-            continue;
-        }
-        if (rc < 0) {
-            LOG(LL_WARN, "online: the update reader: %s", err.msg);
-            sleep(1);
-            continue;
-        }
-        if (rc == BUS_READ_GAP)
-            LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64 " (aged out "
-                "or deleted); a producer's missing update shows as its gap", m.seq - m.skipped,
-                m.seq - 1);
-        uint64_t again = handle(&m);
-        if (again) {
-            bus_reader_close(r);
-            r = NULL;
-            from = again;
-        }
-    }
-    bus_reader_close(r);
     return NULL;
 }
 
@@ -696,8 +387,8 @@ int online__sync_start(char *why, size_t why_len)
 {
     const server_config_t *c = &G.srv->cfg;
     if (G.opts.lr.optimizer != TRAIN_FTRL) {
-        snprintf(why, why_len, "--bus-mode partitioned exchanges FTRL's additive statistics: use "
-                 "--online-optimizer ftrl");
+        snprintf(why, why_len, "--bus-mode partitioned exchanges LR's FTRL statistics (z, n): "
+                 "use --online-optimizer ftrl");
         return -EINVAL;
     }
     pthread_once(&S.identity, identity);
@@ -719,7 +410,7 @@ int online__sync_start(char *why, size_t why_len)
         return rc;
     }
     atomic_store(&S.stop, false);
-    bool con = pthread_create(&S.consumer, NULL, consumer_main, NULL) == 0;
+    bool con = pthread_create(&S.consumer, NULL, online__sync_consumer_main, NULL) == 0;
     if (!con || pthread_create(&S.publisher, NULL, publisher_main, NULL) != 0) {
         atomic_store(&S.stop, true);
         if (con)
@@ -746,7 +437,7 @@ void online__sync_stop(void)
     pthread_join(S.consumer, NULL);
     /* what the accumulators hold: both, exact, best effort for 2 s (a NATS
      * that is down does not hold the shutdown) */
-    S.final_until = now_ms() + 2000;
+    S.final_until = sync__now_ms() + 2000;
     if (atomic_load(&S.caught_up)) {
         publish_all(true);
         publish_all(true);

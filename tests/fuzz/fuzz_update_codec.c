@@ -10,14 +10,14 @@
  * sentence naming the code; an accepted one iterates exactly count keys,
  * strictly ascending (0..count-1 when dense), each value finite and, in
  * 1-bit mode, +-scale of a finite scale >= 0 (with NONNEG_LAST the last
- * column 0 or +scale); a dense one also decodes into
+ * column 0 or +scale, with NONNEG_HALF the last K/2 columns); a dense one also decodes into
  * a vector.  Anything else abort()s.
  *
  *   cmake -DTL_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ ..
  *   ./fuzz_update_codec -max_len=4096 ../tests/fuzz/corpus/update_codec
  *
  * The seeds in corpus/update_codec/ are small messages (1 bit and exact,
- * sparse and dense, 0 keys, NONNEG_LAST) and broken ones (order, scale, padding).
+ * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2) and broken ones (order, scale, padding).
  * Without TL_FUZZ this target replays them under ctest.
  */
 #include <math.h>
@@ -58,6 +58,9 @@ static int visit(void *ctx, uint64_t key, const float *vals)
         check(isfinite(vals[j]), "value not finite");
     if (w->m->flags & UPDATE_F_NONNEG_LAST)
         check(vals[w->m->k - 1] >= 0.0f, "NONNEG_LAST column negative");
+    if (w->m->flags & UPDATE_F_NONNEG_HALF)
+        for (uint32_t j = w->m->k / 2; j < w->m->k; j++)
+            check(vals[j] >= 0.0f, "NONNEG_HALF column negative");
     w->n++;
     return 0;
 }

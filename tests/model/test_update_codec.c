@@ -393,7 +393,7 @@ static void test_refuse_version(void **state)
     (void)state;
     uint8_t buf[512];
     size_t len = sample(buf, 0);
-    buf[4] = 2;
+    buf[4] = 3; /* 1 and 2 are read */
     reseal(buf, len);
     expect(buf, len, UPDATE_E_VERSION, 4);
 }
@@ -674,6 +674,100 @@ static void test_onebit_adam_quadratic(void **state)
     assert_true(fabs(onebit - plain) < 1e-5 * f0);
 }
 
+/* NONNEG_HALF: the rows' (dx, dG) messages.  K = 6 (three coordinates):
+ * the last three columns only ever decode to 0 or +scale, their residuals
+ * never go below 0 at the sender over many turns, the sum sent plus the
+ * residual is what was added (error feedback), the message says format
+ * version 2 while an LR message (NONNEG_LAST, K = 2) still says 1, and
+ * the flag is refused in a version 1 message, with an odd K, with EXACT or
+ * with NONNEG_LAST. */
+struct half_sum {
+    double sent[64][6];
+    bool neg_half;
+};
+
+static int half_put(void *ctx, uint64_t key, const float *v)
+{
+    struct half_sum *h = ctx;
+    for (int j = 0; j < 6; j++)
+        h->sent[key][j] += v[j];
+    for (int j = 3; j < 6; j++)
+        h->neg_half |= v[j] < 0;
+    return 0;
+}
+
+static void test_nonneg_half(void **state)
+{
+    (void)state;
+    update_acc_t *acc = make_acc(6, 64, 8);
+    static struct half_sum h;
+    memset(&h, 0, sizeof h);
+    static double added[64][6];
+    memset(added, 0, sizeof added);
+    static uint8_t buf[8192];
+    rng_state = 5;
+    for (int turn = 0; turn < 200; turn++) {
+        for (int i = 0; i < 20; i++) {
+            uint64_t key = (uint64_t)(unif() * 64) % 64;
+            float inc[6];
+            for (int j = 0; j < 3; j++)
+                inc[j] = (float)(unif() * 2 - 1) * 0.01f;
+            for (int j = 3; j < 6; j++) /* g^2: mostly tiny, sometimes large */
+                inc[j] = (float)(unif() < 0.1 ? unif() : unif() * 1e-4);
+            assert_int_equal(update_acc_add(acc, key, inc), 0);
+            for (int j = 0; j < 6; j++)
+                added[key][j] += inc[j];
+        }
+        update_encode_opts_t o = {.flags = UPDATE_F_NONNEG_HALF, .select_fraction = 0.5f};
+        long len = update_acc_encode(acc, &o, buf, sizeof buf);
+        assert_true(len > 0);
+        assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
+        update_msg_t m;
+        update_error_t err;
+        if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(m.flags, UPDATE_F_NONNEG_HALF);
+        assert_int_equal(update_msg_foreach(&m, half_put, &h), 0);
+        for (uint64_t key = 0; key < 64; key++) {
+            const float *r = update_acc_get(acc, key);
+            for (int j = 3; r && j < 6; j++)
+                assert_true(r[j] >= 0.0f);
+        }
+    }
+    assert_false(h.neg_half);
+    for (uint64_t key = 0; key < 64; key++) { /* sent + residual = added */
+        const float *r = update_acc_get(acc, key);
+        for (int j = 0; j < 6; j++)
+            assert_true(fabs(h.sent[key][j] + (r ? r[j] : 0) - added[key][j]) < 1e-4);
+    }
+
+    /* refusals: version 1 with the flag; odd K; with EXACT or NONNEG_LAST */
+    update_encode_opts_t o = {.flags = UPDATE_F_NONNEG_HALF, .select_count = UINT32_MAX};
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    buf[4] = 1;
+    reseal(buf, (size_t)len);
+    expect(buf, (size_t)len, UPDATE_E_FLAGS, 6);
+    update_encode_opts_t bad = {.flags = UPDATE_F_NONNEG_HALF | UPDATE_F_EXACT, .select_count = 1};
+    assert_int_equal(update_acc_encode(acc, &bad, buf, sizeof buf), -EINVAL);
+    bad.flags = UPDATE_F_NONNEG_HALF | UPDATE_F_NONNEG_LAST;
+    assert_int_equal(update_acc_encode(acc, &bad, buf, sizeof buf), -EINVAL);
+    update_acc_destroy(acc);
+    update_acc_t *odd = make_acc(3, 4, 8);
+    float inc[3] = {1, 1, 1};
+    assert_int_equal(update_acc_add(odd, 1, inc), 0);
+    bad.flags = UPDATE_F_NONNEG_HALF;
+    assert_int_equal(update_acc_encode(odd, &bad, buf, sizeof buf), -EINVAL);
+    update_acc_destroy(odd);
+
+    /* an LR message stays version 1, readable by builds before the flag */
+    uint8_t lr[512];
+    size_t n = sample(lr, UPDATE_F_NONNEG_LAST);
+    assert_int_equal(lr[4] | lr[5] << 8, UPDATE_FORMAT_VERSION_V1);
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(lr, n, &m, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -699,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_refuse_padding),
         cmocka_unit_test(test_dense_error_feedback),
         cmocka_unit_test(test_onebit_adam_quadratic),
+        cmocka_unit_test(test_nonneg_half),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,117 @@
+/*
+ * online_sync_impl.h — what online_sync.c (the trainer's side, publishing,
+ * start and stop) and online_sync_apply.c (consuming: apply, producers and
+ * gaps) share.  Not public: the rest of the server includes online_impl.h.
+ * The design is online_sync.c's comment.
+ */
+#ifndef TL_SERVER_ONLINE_SYNC_IMPL_H
+#define TL_SERVER_ONLINE_SYNC_IMPL_H
+
+#include "online_impl.h"
+
+#include "bus.h"
+#include "model/update_codec.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define G online__G
+#define SYNC_K 2                       /* LR: (dz, dn) per key */
+#define ROWS_ACC_BYTES (64u << 20)     /* rows: an accumulator's memory at most (keys capped) */
+#define SYNC_CHUNK 256                 /* keys per 1-bit scale */
+#define MSG_MAX_BYTES (1000u * 1000u)  /* under nats-server's default 1 MiB max_payload */
+#define APPLY_BATCH 4096               /* keys applied per hold of the writer lock */
+#define PRODUCERS_MAX 256
+#define READ_WAIT_MS 100
+
+struct online_sync_model {
+    update_acc_t *acc[2]; /* writer lock: acc[cur] is the trainer's, the other the publisher's */
+    uint32_t k;           /* values per key: 2 (LR's dz, dn) or 2R (a row's dx, dG) */
+    bool rows;            /* FM, FFM, DNN (train_sync.h: ROWS), else LR-FTRL */
+    uint32_t max_keys;    /* keys an accumulator holds */
+    uint64_t base[2];     /* writer lock: the version acc[i]'s residuals belong to */
+    uint64_t adds[2];     /* writer lock: increments into acc[i] while it was the trainer's */
+    int cur;              /* writer lock */
+    _Atomic bool urgent;  /* the hook found acc[cur] full: publish now */
+    uint8_t *buf;         /* publisher: one message, MSG_MAX_BYTES */
+    uint32_t per_msg;     /* keys one message carries at most */
+    _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
+};
+
+struct producer {
+    uint64_t id;
+    uint64_t next;      /* its sequence expected next */
+    uint64_t last_sseq; /* stream sequence of its last message handled */
+    bool refused;       /* unknown (first message not sequence 1) */
+};
+
+#define SYNC_COUNTERS(X)                                                                           \
+    X(sent, "tlserve_sync_sent_total", "update messages published")                                \
+    X(sent_keys, "tlserve_sync_sent_keys_total", "keys the published messages carried")            \
+    X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
+    X(exact, "tlserve_sync_exact_total", "published messages sent exact (quiet or crowded turn)")  \
+    X(applied, "tlserve_sync_applied_total", "peers' update messages applied")                     \
+    X(own, "tlserve_sync_own_subtracted_total",                                                   \
+      "this replica's messages of an earlier run subtracted from its accumulator (a restart)")    \
+    X(applied_keys, "tlserve_sync_applied_keys_total", "keys of peers' messages applied")          \
+    X(gaps, "tlserve_sync_gap_total", "producer sequence gaps seen (each re-read from the stream)") \
+    X(unrepaired, "tlserve_sync_gap_unrepaired_total",                                             \
+      "gaps whose messages were not in the stream either (lost)")                                 \
+    X(bad, "tlserve_sync_refused_bad_total",                                                      \
+      "stream messages that do not parse as an update, or carry another K than their model syncs") \
+    X(unknown, "tlserve_sync_refused_producer_total",                                             \
+      "messages of unknown producers (first message not sequence 1, or too many producers)")      \
+    X(model, "tlserve_sync_refused_model_total",                                                  \
+      "messages for a model not served here or not matching their subject")                       \
+    X(stale, "tlserve_sync_refused_version_total",                                                \
+      "messages made on another version than the active one")                                     \
+    X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
+    X(overflow, "tlserve_sync_overflow_total",                                                    \
+      "increments not accumulated (accumulator full: they stay local)")                           \
+    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge")
+
+struct online__sync_state {
+    bus_t *bus;
+    pthread_t publisher, consumer;
+    bool running;
+    _Atomic bool stop;
+    _Atomic bool stopped;       /* online__sync_stop ran: attach installs no hook any more */
+    pthread_once_t identity;    /* node and producer, from the config, once */
+    char node[160];
+    char prefix[80];
+    uint64_t producer;          /* this replica's id */
+    _Atomic uint64_t next_seq;  /* this producer's next sequence */
+    _Atomic bool caught_up;     /* the consumer has read the stream to its end once */
+    uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
+    /* the consumer's */
+    struct producer prod[PRODUCERS_MAX];
+    int nprod;
+    uint64_t max_sseq;     /* highest stream sequence handled: below it, a re-read */
+    uint64_t repair_until; /* a re-read runs up to this stream sequence (0: none) */
+#define SYNC_X_FIELD(f, name, help) _Atomic uint64_t f;
+    SYNC_COUNTERS(SYNC_X_FIELD)
+#undef SYNC_X_FIELD
+};
+
+/* The one state of partitioned replicas (online_sync.c defines it). */
+extern struct online__sync_state online__sync_S;
+#define S online__sync_S
+
+#define COUNT(f) atomic_fetch_add_explicit(&S.f, 1, memory_order_relaxed)
+
+static inline uint64_t sync__now_ms(void) { return online__now_ns() / 1000000; }
+
+static inline void sync__nap_ms(long ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL);
+}
+
+/* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
+ * must not flood the log. */
+static inline bool sync__log_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+
+/* The consumer thread (online_sync_apply.c): reads the stream from 1. */
+void *online__sync_consumer_main(void *arg);
+
+#endif
