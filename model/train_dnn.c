@@ -53,7 +53,8 @@
  * served copy stepped per sample would be read torn by every request;
  * the online part is the wide weights, the embeddings and the bias), each
  * step writes the stepped rows' prefixes, the bias's included, into the
- * served store with store_upsert (a key new to it is inserted), an id the
+ * served store with store_upsert_relaxed (a key new to it is inserted; no
+ * request waits for a trainer preempted mid-row), an id the
  * state lacks starts from its served row with zero sums (an id the served
  * store lacks too, as a new id), and predictions read the served rows of
  * the ids the state lacks, so train_predict equals the served score.  A
@@ -330,7 +331,7 @@ static int write_served(const train_dnn_t *t, uint64_t id, const float *row)
     for (uint32_t c = 0; c < t->K; c++)
         if (!isfinite(row[c]))
             return -ERANGE;
-    int rc = store_upsert(t->served, id, row);
+    int rc = store_upsert_relaxed(t->served, id, row);
     return rc < 0 ? rc : 0;
 }
 

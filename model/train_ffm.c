@@ -65,7 +65,8 @@
  * id's serving row [w | v_0 .. v_{F-1}] (K = 1 + F k fp32 floats; the bias
  * row [b | 0..0]).  Attached, every step writes the prefixes of the rows it
  * stepped (the bias's and each feature's with x != 0) into it with
- * store_upsert (a key new to it is inserted).  A row the table lacks
+ * store_upsert_relaxed (a key new to it is inserted; an existing row float
+ * by float, so that no request waits for a trainer preempted mid-row).  A row the table lacks
  * starts from the served row (optimizer sums 0) when the served store has
  * one, else as a new id (w 0, v from the hash); predictions read an id
  * the table lacks from the served store (0 when absent, as served), so
@@ -510,7 +511,7 @@ static int write_served(const train_ffm_t *t, uint64_t id, const float *row)
     for (uint32_t c = 0; c < t->K; c++)
         if (!isfinite(row[c]))
             return -ERANGE;
-    int rc = store_upsert(t->served, id, row);
+    int rc = store_upsert_relaxed(t->served, id, row);
     return rc < 0 ? rc : 0;
 }
 

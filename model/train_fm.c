@@ -59,8 +59,11 @@
  * LIVE (train_attach_live): the served store of an FM model holds each
  * id's serving row [w | v_1..v_k] (1 + k fp32 floats; the bias row
  * [b | 0..0]).  Attached, every step writes the stepped rows' prefixes,
- * the bias's included, into it with store_upsert (a key new to it is
- * inserted), and an id the state lacks starts from its served row:
+ * the bias's included, into it with store_upsert_relaxed (a key new to it
+ * is inserted; an existing row is overwritten float by float, so no
+ * request waits for a trainer preempted mid-row, and one may read a row
+ * half old, half new), and an id the state lacks starts from its served
+ * row:
  *
  *   served row found   [w | v] copied, optimizer sums 0, FTRL's z chosen as
  *                      train_lr.c's so that w does not move before the
@@ -458,7 +461,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         return -ERANGE;
     int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
     if (rc >= 0 && served)
-        rc = store_upsert(served, MODEL_BIAS_ID, brow);
+        rc = store_upsert_relaxed(served, MODEL_BIAS_ID, brow);
     if (rc < 0)
         return rc;
     if (sync->fn)
@@ -482,7 +485,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
             return -ERANGE;
         rc = store_upsert(t->store, ids[j], row);
         if (rc >= 0 && served)
-            rc = store_upsert(served, ids[j], row);
+            rc = store_upsert_relaxed(served, ids[j], row);
         if (rc < 0)
             return rc;
         if (sync->fn)
@@ -689,7 +692,7 @@ static int rows_apply(void *impl, uint64_t id, const float *d)
     t->rows_stale = true; /* the mirror (ON THREADS) no longer holds the state */
     rc = store_upsert(t->store, id, row);
     if (rc >= 0 && t->served)
-        rc = store_upsert(t->served, id, row);
+        rc = store_upsert_relaxed(t->served, id, row);
     return rc < 0 ? rc : 0;
 }
 
