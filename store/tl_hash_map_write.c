@@ -419,6 +419,30 @@ int store_upsert_batch(store_t *s, const uint64_t *keys, const float *values, si
     return added;
 }
 
+/* The pipelines' first stage: key located into l, its bucket (and the
+ * bucket's first value line) prefetched for writing. */
+static inline void locate_ahead(const store_t *s, uint64_t key, struct loc *l)
+{
+    uint64_t y;
+    split_key(s, key, &l->shard, &l->sub, &y);
+    const struct subtable *st = sub_ptr(s, l->shard, l->sub);
+    locate_in(s, st, y, l);
+    __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
+    if (!s->inline_values)
+        __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
+}
+
+/* Where the value of find_slot's answer j (>= 0 in bucket b, <= -2 in the
+ * stash) lies: an inline value is its 4-byte half of the bucket word. */
+static inline uint8_t *value_bytes(const store_t *s, struct subtable *st, uint64_t b, int j)
+{
+    if (j >= 0 && s->inline_values)
+        return bucket_at(st, b) + 8 * ((unsigned)j >> 1) + 4 * ((unsigned)j & 1);
+    if (j >= 0)
+        return value_at(s, st, b, (uint32_t)j);
+    return stash_value_at(s, st, (uint32_t)(-2 - j));
+}
+
 int store_upsert_relaxed(store_t *s, uint64_t key, const float *value)
 {
     if (s->dtype != STORE_DTYPE_F32)
@@ -432,12 +456,8 @@ int store_upsert_relaxed(store_t *s, uint64_t key, const float *value)
     struct subtable *st = sub_ptr(s, l.shard, l.sub);
     locate_in(s, st, y, &l);
     int j = find_slot(st, key, &l, &b);
-    if (j >= 0 && !s->inline_values) { /* float by float, the version untouched */
-        copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
-        return 0;
-    }
-    if (j <= -2) {
-        copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
+    if ((j >= 0 && !s->inline_values) || j <= -2) { /* float by float, the version untouched */
+        copy_raw_out(value_bytes(s, st, b, j), raw, s->vbytes);
         return 0;
     }
     return upsert_located(s, st, &l, y, key, raw); /* an inline overwrite, or an insert */
@@ -468,25 +488,15 @@ int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values,
                 memcpy(&v, raw, 4);
                 uint64_t w = load_word(p, wi);
                 store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
-            } else if (j >= 0) {
-                copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
             } else {
-                copy_raw_out(stash_value_at(s, st, (uint32_t)(-2 - j)), raw, s->vbytes);
+                copy_raw_out(value_bytes(s, st, b, j), raw, s->vbytes);
             }
             if (written)
                 written[at] = j != -1;
             count += j != -1;
         }
-        if (i < n) {
-            struct loc *l = &ring[i % PIPELINE_AHEAD];
-            uint64_t y;
-            split_key(s, keys[i], &l->shard, &l->sub, &y);
-            const struct subtable *st = sub_ptr(s, l->shard, l->sub);
-            locate_in(s, st, y, l);
-            __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
-            if (!s->inline_values)
-                __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
-        }
+        if (i < n)
+            locate_ahead(s, keys[i], &ring[i % PIPELINE_AHEAD]);
     }
     return count;
 }
@@ -504,27 +514,12 @@ int store_locate_batch(store_t *s, const uint64_t *keys, size_t n, float **slots
             struct subtable *st = sub_ptr(s, l->shard, l->sub);
             uint64_t b = 0;
             int j = find_slot(st, keys[at], l, &b);
-            float *v = NULL;
-            if (j >= 0 && s->inline_values) /* the float's half of its 64-bit word */
-                v = (float *)(void *)(bucket_at(st, b) + 8 * ((unsigned)j >> 1) +
-                                      4 * ((unsigned)j & 1));
-            else if (j >= 0)
-                v = (float *)(void *)value_at(s, st, b, (uint32_t)j);
-            else if (j <= -2)
-                v = (float *)(void *)stash_value_at(s, st, (uint32_t)(-2 - j));
+            float *v = j == -1 ? NULL : (float *)(void *)value_bytes(s, st, b, j);
             slots[at] = v;
             found += v != NULL;
         }
-        if (i < n) {
-            struct loc *l = &ring[i % PIPELINE_AHEAD];
-            uint64_t y;
-            split_key(s, keys[i], &l->shard, &l->sub, &y);
-            const struct subtable *st = sub_ptr(s, l->shard, l->sub);
-            locate_in(s, st, y, l);
-            __builtin_prefetch(bucket_at(st, l->b1), 1, 3);
-            if (!s->inline_values)
-                __builtin_prefetch(value_at(s, st, l->b1, 0), 1, 3);
-        }
+        if (i < n)
+            locate_ahead(s, keys[i], &ring[i % PIPELINE_AHEAD]);
     }
     return found;
 }
