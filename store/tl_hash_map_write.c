@@ -297,6 +297,19 @@ cold static int rebuild(store_t *s, uint32_t shard, uint32_t sub, uint64_t targe
 }
 
 /* Upsert of a key already located in st (l filled by locate_in). */
+/* An inline value (K = 1 fp32) into slot j of bucket b: one 64-bit store
+ * of the word that holds it, so readers see the old or the new float,
+ * never a torn one, with no version change. */
+static inline void inline_write(struct subtable *st, uint64_t b, int j, const uint8_t *raw)
+{
+    uint8_t *p = bucket_at(st, b);
+    unsigned wi = (unsigned)j >> 1, sh = 32 * ((unsigned)j & 1);
+    uint32_t v;
+    memcpy(&v, raw, 4);
+    uint64_t w = load_word(p, wi);
+    store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
+}
+
 static int upsert_located(store_t *s, struct subtable *st, struct loc *l, uint64_t y, uint64_t key,
                           const uint8_t *raw)
 {
@@ -304,13 +317,8 @@ static int upsert_located(store_t *s, struct subtable *st, struct loc *l, uint64
     uint64_t b = 0;
     int j = find_slot(st, key, l, &b);
     if (j >= 0) {
-        if (s->inline_values) { /* one 64-bit store: never torn */
-            uint8_t *p = bucket_at(st, b);
-            unsigned wi = (unsigned)j >> 1, sh = 32 * ((unsigned)j & 1);
-            uint32_t v;
-            memcpy(&v, raw, 4);
-            uint64_t w = load_word(p, wi);
-            store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
+        if (s->inline_values) {
+            inline_write(st, b, j, raw);
         } else {
             write_begin(st);
             copy_raw_out(value_at(s, st, b, (uint32_t)j), raw, s->vbytes);
@@ -481,13 +489,8 @@ int store_overwrite_batch(store_t *s, const uint64_t *keys, const float *values,
                 f32_to_raw(s, values + at * s->K, raw);
             if (j == -1) {
                 /* absent: not written */
-            } else if (j >= 0 && s->inline_values) { /* one 64-bit store */
-                uint8_t *p = bucket_at(st, b);
-                unsigned wi = (unsigned)j >> 1, sh = 32 * ((unsigned)j & 1);
-                uint32_t v;
-                memcpy(&v, raw, 4);
-                uint64_t w = load_word(p, wi);
-                store_word(p, wi, (w & ~(0xffffffffULL << sh)) | ((uint64_t)v << sh));
+            } else if (j >= 0 && s->inline_values) {
+                inline_write(st, b, j, raw);
             } else {
                 copy_raw_out(value_bytes(s, st, b, j), raw, s->vbytes);
             }
