@@ -4,16 +4,18 @@
  *
  * One sample is one step:
  *
- *   1. one batched store lookup of the sample's ids gives each feature's
- *      optimizer state (the bias's state is cached in the trainer and
- *      written through to the store after each step);
+ *   1. one batched locate of the sample's ids in the state store
+ *      (store_locate_batch: the state is the trainer's alone) gives each
+ *      feature's optimizer state where it lies, ids it lacks inserted
+ *      first (the bias's state is cached in the trainer and written
+ *      through to the store after each step);
  *   2. p = sigmoid(w_bias + sum_j w_j x_j), summed in double in feature
  *      order and with the bias added last, exactly as model_score() does;
- *   3. g = p - y; each coordinate takes its own step with g_j = g x_j in
- *      the sample's copy of its row;
- *   4. the rows go back to the store in one store_upsert_batch() (and the
- *      new weights to the served store, LIVE below), whose prefetches let
- *      the misses of a store larger than the cache overlap.
+ *   3. g = p - y; each coordinate takes its own step with g_j = g x_j, in
+ *      place (an undo restores the rows if a step is not finite);
+ *   4. the new weights go to the served store (LIVE below) in one
+ *      store_upsert_batch(), whose prefetches let the misses of a store
+ *      larger than the cache overlap.
  *
  * Samples arrive as batches (a shared block and its items) and are learned
  * by train_lr_batch.c, which looks the shared rows up once a batch; the

@@ -6,7 +6,8 @@
  * and the context's ids) and many items, each a sample shared ++ item.  The
  * shared rows are looked up once per batch, stepped in place by every item,
  * and written back (state and served store) once at its end; each item's
- * own rows are looked up, stepped and written per item.  Every position j
+ * own rows are stepped where they lie in the state (point_item) and their
+ * weights written to the served store per item.  Every position j
  * of a sample steps the row its id's FIRST occurrence owns (an id repeated,
  * or an item id that is also a shared id, steps on from the earlier step),
  * and the bias steps first, as update() always did: the same arithmetic in
@@ -15,8 +16,9 @@
  * of 100 items: a few milliseconds), an item id's when its item ends.
  *
  * A step that would not be finite returns -ERANGE: the items before it are
- * learned and written, the batch's shared rows are not written at all
- * (they hold part of the failing item's steps).
+ * learned and written, the failing item's own rows are restored from its
+ * undo, and the batch's shared rows are not written at all (they hold part
+ * of the failing item's steps).
  *
  * THREAD SAFETY: the trainer's one thread (train.h).
  */
