@@ -515,6 +515,19 @@ static void test_lr_refuses_a_non_finite_step(void **state)
         assert_int_equal(store_foreach(train_store(t), sh, row_is_finite, &k3), 0);
     for (uint32_t sh = 0; sh < store_shards(live); sh++)
         assert_int_equal(store_foreach(live, sh, row_is_finite, &k1), 0);
+    /* The same as an item's own ids (stepped in place in the state): the rows
+     * the item stepped before the failing one are restored, exactly. */
+    float before[3][3], after[3][3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(store_lookup(train_store(t), ids[i], before[i]), 1);
+    const codec_block_t none = {.ids = NULL, .values = NULL, .n = 0};
+    assert_int_equal(train_update(t, &none, &huge, 1, &zero, NULL, NULL), -ERANGE);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(store_lookup(train_store(t), ids[i], after[i]), 1);
+        assert_memory_equal(before[i], after[i], sizeof before[i]);
+    }
+    for (uint32_t sh = 0; sh < store_shards(live); sh++)
+        assert_int_equal(store_foreach(live, sh, row_is_finite, &k1), 0);
     float p = train_predict(t, &ok, NULL);
     assert_true(isfinite(p));
     train_destroy(t);
