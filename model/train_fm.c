@@ -539,15 +539,8 @@ static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of,
                      size_t why_len)
 {
     train_fm_t *t = impl;
-    if (t->served)
-        return train__refuse("an FM trainer attached to a live store trains on one thread",
-                             why, why_len);
-    int rc = train__par_mirror(t->store, &t->rows, &t->rows_stale);
-    if (rc != 0)
-        return rc;
-    *rows = t->rows;
-    *mirror_of = t->store;
-    return 0;
+    return train__par_mirror(t->store, t->served != NULL, "FM", &t->rows, &t->rows_stale, rows,
+                             mirror_of, why, why_len);
 }
 
 static int par_worker_create(void *impl, void **out)

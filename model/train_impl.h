@@ -160,10 +160,15 @@ typedef struct train__par_ops train__par_ops_t;
 
 extern const train__par_ops_t train__lr_par_ops, train__fm_par_ops, train__ffm_par_ops;
 
-/* LR's and FM's begin: *rows made a copy of store (row_floats = its
- * value_floats) when *rows is NULL or *stale, then *stale = false.  0 or
- * -ENOMEM.  Blocks (one pass over the store). */
-int train__par_mirror(const store_t *store, train__row_table_t **rows, bool *stale);
+/* LR's and FM's begin (train__par_ops_t.begin), whose rows mirror their
+ * store: refused with a sentence naming kind when the trainer is attached
+ * live (its writes need one writer per shard); else *mirror made a copy of
+ * store (row_floats = its value_floats) when NULL or *stale, *stale =
+ * false, and *rows = *mirror, *mirror_of = store.  0, -EINVAL or -ENOMEM.
+ * Blocks (one pass over the store). */
+int train__par_mirror(store_t *store, bool live, const char *kind, train__row_table_t **mirror,
+                      bool *stale, train__row_table_t **rows, store_t **mirror_of, char *why,
+                      size_t why_len);
 
 /* ---- LR (train_lr.c) --------------------------------------------------------- */
 

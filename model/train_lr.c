@@ -330,15 +330,8 @@ static int par_begin(void *impl, train__row_table_t **rows, store_t **mirror_of,
                      size_t why_len)
 {
     train_lr_t *t = impl;
-    if (t->live)
-        return train__refuse("an LR trainer attached to a live store trains on one thread",
-                             why, why_len);
-    int rc = train__par_mirror(t->store, &t->rows, &t->rows_stale);
-    if (rc != 0)
-        return rc;
-    *rows = t->rows;
-    *mirror_of = t->store;
-    return 0;
+    return train__par_mirror(t->store, t->live != NULL, "LR", &t->rows, &t->rows_stale, rows,
+                             mirror_of, why, why_len);
 }
 
 static int par_worker_create(void *impl, void **out)

@@ -181,24 +181,34 @@ static int copy_in(void *ctx, uint64_t key, const float *value)
     return 0;
 }
 
-__attribute__((cold)) int train__par_mirror(const store_t *store, train__row_table_t **rows,
-                                            bool *stale)
+__attribute__((cold)) int train__par_mirror(store_t *store, bool live, const char *kind,
+                                            train__row_table_t **mirror, bool *stale,
+                                            train__row_table_t **rows, store_t **mirror_of,
+                                            char *why, size_t why_len)
 {
-    if (*rows && !*stale)
-        return 0;
-    struct mirror_fill m = {.k = store_value_floats(store)};
-    int rc = train__row_table_create(m.k, store_count(store), &m.rows);
-    if (rc != 0)
-        return rc;
-    for (uint32_t sh = 0; sh < store_shards(store) && rc == 0; sh++)
-        rc = store_foreach(store, sh, copy_in, &m);
-    if (rc != 0) {
-        train__row_table_destroy(m.rows);
-        return rc;
+    if (live) {
+        char buf[120];
+        snprintf(buf, sizeof buf, "an %s trainer attached to a live store trains on one thread",
+                 kind);
+        return train__refuse(buf, why, why_len);
     }
-    train__row_table_destroy(*rows);
-    *rows = m.rows;
-    *stale = false;
+    if (!*mirror || *stale) {
+        struct mirror_fill m = {.k = store_value_floats(store)};
+        int rc = train__row_table_create(m.k, store_count(store), &m.rows);
+        if (rc != 0)
+            return rc;
+        for (uint32_t sh = 0; sh < store_shards(store) && rc == 0; sh++)
+            rc = store_foreach(store, sh, copy_in, &m);
+        if (rc != 0) {
+            train__row_table_destroy(m.rows);
+            return rc;
+        }
+        train__row_table_destroy(*mirror);
+        *mirror = m.rows;
+        *stale = false;
+    }
+    *rows = *mirror;
+    *mirror_of = store;
     return 0;
 }
 
