@@ -244,6 +244,23 @@ class Server(Proc):
         return tlserve.Client("127.0.0.1", self.port, timeout=10)
 
 
+def sync_settled(a, b, interval_ms, timeout=30):
+    """Partitioned replicas a and b (Servers): waits until each has applied every message the
+    other sent, nothing is left in the residuals, and that holds over two intervals of
+    interval_ms.  Returns the counters; raises AssertionError with both /metrics otherwise."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        now = (a.metric("tlserve_sync_sent_total"), b.metric("tlserve_sync_applied_total"),
+               b.metric("tlserve_sync_sent_total"), a.metric("tlserve_sync_applied_total"),
+               a.metric("tlserve_sync_residual_keys"), b.metric("tlserve_sync_residual_keys"))
+        if now[0] == now[1] and now[2] == now[3] and now[4] == 0 and now[5] == 0 and now == last:
+            return now
+        last = now
+        time.sleep(2.5 * interval_ms / 1000)
+    raise AssertionError("not settled: %s\n%s\n%s" % (last, a.metrics()[-2500:],
+                                                       b.metrics()[-2500:]))
+
 class ServerCase(unittest.TestCase):
     """A test case whose servers (self.serve) are stopped at tearDown, and whose temporary
     directory self.tmp (TMP_PREFIX) is removed then.  SERVE_FLAGS go before each server's own

@@ -26,6 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import natscluster  # noqa: E402
+import harness  # noqa: E402
 from harness import BUILD, TLSERVE, TLSYNTH, Server, require  # noqa: E402
 from test_online_fm import KINDS, PROBES, frame, gen, shared_block  # noqa: E402
 
@@ -94,19 +95,7 @@ class FmReplicas(unittest.TestCase):
                 self.assertGreater(sa[1], before[1], "the clicked item's score did not rise")
 
     def wait_settled(self, a, b, timeout=30):
-        """Until each has applied every message the other sent, nothing is left in the
-        residuals, and that holds over two intervals."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            now = (a.metric("tlserve_sync_sent_total"), b.metric("tlserve_sync_applied_total"),
-                   b.metric("tlserve_sync_sent_total"), a.metric("tlserve_sync_applied_total"),
-                   a.metric("tlserve_sync_residual_keys"), b.metric("tlserve_sync_residual_keys"))
-            if now[0] == now[1] and now[2] == now[3] and now[4] == 0 and now[5] == 0 and now == last:
-                return now
-            last = now
-            time.sleep(2.5 * SYNC_MS / 1000)
-        self.fail("not settled: %s\n%s\n%s" % (last, a.metrics()[-2500:], b.metrics()[-2500:]))
+        return harness.sync_settled(a, b, SYNC_MS, timeout)
 
     def test_partitioned_replicas_learn_as_one(self):
         for kind, args in KINDS.items():

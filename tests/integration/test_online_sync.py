@@ -44,6 +44,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import natscluster  # noqa: E402
+import harness  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSYNTH, Server, gen_model, model_key,  # noqa: E402
                      replica_frame, replica_sample, require)
 
@@ -137,19 +138,7 @@ class Partitioned(unittest.TestCase):
         return out
 
     def wait_settled(self, a, b, timeout=30):
-        """Until each has applied every message the other sent, nothing is left in the
-        residuals, and that holds over two intervals."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            now = (a.metric("tlserve_sync_sent_total"), b.metric("tlserve_sync_applied_total"),
-                   b.metric("tlserve_sync_sent_total"), a.metric("tlserve_sync_applied_total"),
-                   a.metric("tlserve_sync_residual_keys"), b.metric("tlserve_sync_residual_keys"))
-            if now[0] == now[1] and now[2] == now[3] and now[4] == 0 and now[5] == 0 and now == last:
-                return now
-            last = now
-            time.sleep(2.5 * INTERVAL_MS / 1000)
-        self.fail("not settled: %s\n%s\n%s" % (last, a.metrics()[-2500:], b.metrics()[-2500:]))
+        return harness.sync_settled(a, b, INTERVAL_MS, timeout)
 
     def test_halves_agree_and_match_one_node(self):
         a, b = self.replica("a"), self.replica("b")
