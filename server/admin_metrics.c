@@ -305,6 +305,10 @@ void admin__metrics(server_t *srv, struct evbuffer *b)
     metrics_counter(b, srv, "lookup_splits_total",
                     "Requests whose lookups the lookup threads shared (--lookup-threads)",
                     store_team_splits(srv->team));
+    metrics_counter(b, srv, "lookup_split_sleeps_total",
+                    "Shared lookups whose worker slept for a lookup thread's last part (a lookup "
+                    "thread preempted: more runnable threads than cores)",
+                    store_team_sleeps(srv->team));
     metrics_model(b, srv);
     metrics_loads(b);
     metrics_jemalloc(b);

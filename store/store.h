@@ -161,6 +161,11 @@ size_t store_team_lookup(store_team_t *t, const store_t *s, const uint64_t *keys
 /* Lookups split so far (the rest ran alone); for metrics and tests. */
 uint64_t store_team_splits(const store_team_t *t);
 
+/* Split lookups whose caller slept waiting for a helper's last chunk (a
+ * helper preempted inside it: the caller frees its core rather than spin
+ * through the helper's wait for one); for metrics and tests. */
+uint64_t store_team_sleeps(const store_team_t *t);
+
 /* ---- writes (one writer per shard) ------------------------------------ */
 
 /* Inserts key or overwrites its value (K floats, converted to the storage

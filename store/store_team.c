@@ -14,8 +14,19 @@
  * `done` counts every chunk, so the description a taker reads AFTER its CAS is
  * that generation's.  A helper that woke late, or read a claim of a finished
  * generation, fails its CAS (the word has moved on) and takes nothing.  The
- * owner takes chunks too, then spins until the chunks helpers hold are done
+ * owner takes chunks too, then waits until the chunks helpers hold are done
  * (at most one chunk each: ~1/8 of a share, tens of microseconds).
+ *
+ * The wait spins for at most OWNER_SPIN_NS, then sleeps on a futex on `done`
+ * that the helper finishing a chunk wakes.  On a machine with more runnable
+ * threads than cores a helper can be preempted inside its chunk; an owner
+ * spinning on then keeps its own core busy while the helper waits for a
+ * core, and the request stalls for the other thread's whole time slice
+ * (milliseconds).  Asleep, the owner frees its core for the helper.  The
+ * handshake is Dekker's: the owner stores owner_waits then loads done, a
+ * helper adds to done then loads owner_waits, all sequentially consistent,
+ * so either the owner sees the chunk done or the helper sees it waiting and
+ * wakes it; futex_wait returns at once if done moved since it was read.
  *
  * Memory ordering: the description is written with relaxed stores before the
  * release store of claim and read with relaxed loads after an acquire CAS on
@@ -32,11 +43,13 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_MIN_KEYS 8192
 #define MIN_CHUNK 1024
 #define CHUNKS_PER_THREAD 8
+#define OWNER_SPIN_NS 50000 /* a few chunks' time: past it the owner sleeps */
 
 struct store_team {
     /* the job's description, written by its owner between generations */
@@ -48,13 +61,15 @@ struct store_team {
     atomic_uint nchunks;
     /* the job's progress */
     _Alignas(64) _Atomic uint64_t claim; /* generation << 32 | next chunk */
-    atomic_uint done;                    /* chunks of this generation finished */
+    atomic_uint done;                    /* chunks of this generation finished; futex word */
+    atomic_bool owner_waits;             /* the owner sleeps on done */
     atomic_size_t hits;                  /* keys found in them */
     /* the team */
     _Alignas(64) atomic_bool busy; /* a caller owns the job */
     atomic_uint seq;               /* futex word: bumped per job and at stop */
     atomic_bool stopping;
     _Atomic uint64_t splits;
+    _Atomic uint64_t sleeps; /* owner waits that went to sleep */
     size_t min_keys;
     int helpers; /* threads running */
     pthread_t thread[];
@@ -92,9 +107,47 @@ static void take_chunks(store_team_t *t)
         size_t hits =
             store_lookup_batch(s, keys + from, len, out + from * K, found ? found + from : NULL);
         atomic_fetch_add_explicit(&t->hits, hits, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t->done, 1, memory_order_release);
+        atomic_fetch_add_explicit(&t->done, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&t->owner_waits, memory_order_seq_cst))
+            futex_wake(&t->done, 1);
         c++;
     }
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The owner's wait for the chunks helpers still hold (see the top). */
+static void wait_done(store_team_t *t, unsigned nchunks)
+{
+    uint64_t start = 0;
+    for (unsigned spins = 1; atomic_load_explicit(&t->done, memory_order_acquire) < nchunks;
+         spins++) {
+        if ((spins & 255) == 0) {
+            uint64_t now = mono_ns();
+            if (!start)
+                start = now;
+            else if (now - start > OWNER_SPIN_NS)
+                break;
+        }
+        cpu_relax();
+    }
+    unsigned d;
+    bool slept = false;
+    while ((d = atomic_load_explicit(&t->done, memory_order_seq_cst)) < nchunks) {
+        atomic_store_explicit(&t->owner_waits, true, memory_order_seq_cst);
+        if ((d = atomic_load_explicit(&t->done, memory_order_seq_cst)) >= nchunks)
+            break;
+        futex_wait(&t->done, d);
+        slept = true;
+    }
+    atomic_store_explicit(&t->owner_waits, false, memory_order_relaxed);
+    if (slept)
+        atomic_fetch_add_explicit(&t->sleeps, 1, memory_order_relaxed);
 }
 
 static void *helper_main(void *arg)
@@ -169,8 +222,7 @@ size_t store_team_lookup(store_team_t *t, const store_t *s, const uint64_t *keys
     futex_wake(&t->seq, t->helpers);
 
     take_chunks(t);
-    while (atomic_load_explicit(&t->done, memory_order_acquire) < nchunks)
-        cpu_relax();
+    wait_done(t, nchunks);
     size_t hits = atomic_load_explicit(&t->hits, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->splits, 1, memory_order_relaxed);
     atomic_store_explicit(&t->busy, false, memory_order_release);
@@ -180,4 +232,9 @@ size_t store_team_lookup(store_team_t *t, const store_t *s, const uint64_t *keys
 uint64_t store_team_splits(const store_team_t *t)
 {
     return t ? atomic_load_explicit(&t->splits, memory_order_relaxed) : 0;
+}
+
+uint64_t store_team_sleeps(const store_team_t *t)
+{
+    return t ? atomic_load_explicit(&t->sleeps, memory_order_relaxed) : 0;
 }

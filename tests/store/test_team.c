@@ -3,12 +3,16 @@
  * store_lookup_batch returns: the same floats, found flags and hit count, for
  * batches below and above the split size, with one and several helpers, and
  * with several callers at once (one wins the team, the others run alone;
- * every caller's answer must still be its own and complete).
+ * every caller's answer must still be its own and complete), and with the
+ * caller and its helpers on one CPU, where a helper is preempted inside its
+ * chunks and the caller sleeps for it (store_team_sleeps) instead of
+ * spinning through the helper's wait.
  *
  * The store holds keys k = i * 7 + 1 (i < N_KEYS) with K = 3 floats each,
  * value(k, j) = k * 0.5 + j; queried keys are a mix of present and absent
  * (even multiples of 7 plus 2 are never inserted).
  */
+#define _GNU_SOURCE /* sched_setaffinity, cpu_set_t */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +114,7 @@ static void test_bad_arguments(void **state)
     assert_int_equal(store_team_create(STORE_TEAM_MAX_HELPERS + 1, 0, &t), -EINVAL);
     store_team_destroy(NULL);
     assert_int_equal(store_team_splits(NULL), 0);
+    assert_int_equal(store_team_sleeps(NULL), 0);
 }
 
 /* One caller, sizes around the split threshold and chunk edges, 1 and 3 helpers. */
@@ -215,6 +221,41 @@ static void test_concurrent_callers(void **state)
     store_team_destroy(t);
 }
 
+/* Caller and three helpers on the caller's first allowed CPU: helpers run
+ * only when the caller yields or is preempted, so the caller's wait for the
+ * chunks they hold goes to sleep; every answer must be complete. */
+static void test_one_cpu(void **state)
+{
+    (void)state;
+    cpu_set_t old, one;
+    assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &old)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    store_team_t *t;
+    assert_int_equal(store_team_create(3, 8192, &t), 0); /* the helpers inherit one CPU */
+    static uint64_t keys[MAX_BATCH];
+    static float out[MAX_BATCH * K];
+    static uint8_t found[MAX_BATCH];
+    uint64_t rng = 7;
+    for (int call = 0; call < 100; call++) {
+        make_keys(keys, MAX_BATCH, &rng);
+        memset(out, 0xff, sizeof out);
+        size_t hits = store_team_lookup(t, g_store, keys, MAX_BATCH, out, found);
+        check_answer(keys, MAX_BATCH, out, found, hits);
+    }
+    assert_int_equal(store_team_splits(t), 100);
+    assert_true(store_team_sleeps(t) <= 100);
+    print_message("one CPU: %llu of 100 split lookups slept for a helper\n",
+                  (unsigned long long)store_team_sleeps(t));
+    store_team_destroy(t);
+    assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_one_caller_matches_batch),
         cmocka_unit_test(test_null_team),
         cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_one_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
