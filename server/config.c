@@ -135,8 +135,7 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
         double x = strtod(v, &end);
         if (*v == '\0' || *v == ' ' || *v == '\t' || *end != '\0' || errno == ERANGE ||
             !isfinite(x)) {
-            snprintf(why, why_len, "'%s' is not a number (allowed %lld..%lld)", v, e->min,
-                     e->max);
+            snprintf(why, why_len, "'%s' is not a number (allowed %lld..%lld)", v, e->min, e->max);
             return -1;
         }
         if (x < (double)e->min || x > (double)e->max) {

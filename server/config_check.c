@@ -179,9 +179,21 @@ void server__cfg_print_help(FILE *f)
 
 /* ---- after every source ------------------------------------------------------ */
 
-int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
+/* Whether dir, given as --flag, lies under --model-root: 0 with its real
+ * path in real (len bytes), or -1 with the reason on stderr. */
+static int under_root(const server_config_t *cfg, const char *flag, const char *dir, char *real,
+                      size_t len)
 {
     char why[400];
+    if (server_path_under_root(cfg->model_root, dir, real, len, why, sizeof why) == 0)
+        return 0;
+    fprintf(stderr, "tlserve: --%s '%s' is not under --model-root '%s': %s\n", flag, dir,
+            cfg->model_root, why);
+    return -1;
+}
+
+int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
+{
     int level = server__cfg_log_level(cfg->log_level);
 
     if (level >= 0)
@@ -198,12 +210,8 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
     }
     if (cfg->model_root[0] && cfg->model_dir[0]) {
         char real[sizeof cfg->model_dir];
-        if (server_path_under_root(cfg->model_root, cfg->model_dir, real, sizeof real, why,
-                                   sizeof why) != 0) {
-            fprintf(stderr, "tlserve: --model '%s' is not under --model-root '%s': %s\n",
-                    cfg->model_dir, cfg->model_root, why);
+        if (under_root(cfg, "model", cfg->model_dir, real, sizeof real) != 0)
             return -1;
-        }
     }
     if (cfg->model_repo[0] && cfg->model_dir[0]) {
         fprintf(stderr, "tlserve: --model and --model-repo together: serve one snapshot "
@@ -216,12 +224,8 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
     }
     if (cfg->model_root[0] && cfg->model_repo[0]) {
         char real[sizeof cfg->model_repo];
-        if (server_path_under_root(cfg->model_root, cfg->model_repo, real, sizeof real, why,
-                                   sizeof why) != 0) {
-            fprintf(stderr, "tlserve: --model-repo '%s' is not under --model-root '%s': %s\n",
-                    cfg->model_repo, cfg->model_root, why);
+        if (under_root(cfg, "model-repo", cfg->model_repo, real, sizeof real) != 0)
             return -1;
-        }
         memcpy(cfg->model_repo, real, sizeof real); /* watched by its real path */
     }
     if (secret_flag)
