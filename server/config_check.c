@@ -38,6 +38,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* ---- the model root ------------------------------------------------------------ */
+
 int server_path_under_root(const char *root, const char *path, char *resolved, size_t len,
                            char *why, size_t why_len)
 {
