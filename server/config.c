@@ -96,12 +96,13 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
         long long x = strtoll(v, &end, 10);
         /* strtoll skips leading blanks; we do not accept them either way. */
         if (*v == '\0' || *v == ' ' || *v == '\t' || *end != '\0' || errno == ERANGE) {
-            snprintf(why, why_len, "'%s' is not an integer (allowed %lld..%lld)", v, e->min,
-                     e->max);
+            snprintf(why, why_len, "'%s' is not an integer (allowed %lld..%lld)", v,
+                     (long long)e->min, (long long)e->max);
             return -1;
         }
-        if (x < e->min || x > e->max) {
-            snprintf(why, why_len, "%lld is out of range (allowed %lld..%lld)", x, e->min, e->max);
+        if ((double)x < e->min || (double)x > e->max) {
+            snprintf(why, why_len, "%lld is out of range (allowed %lld..%lld)", x,
+                     (long long)e->min, (long long)e->max);
             return -1;
         }
         *(int *)field = (int)x;
@@ -135,11 +136,11 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
         double x = strtod(v, &end);
         if (*v == '\0' || *v == ' ' || *v == '\t' || *end != '\0' || errno == ERANGE ||
             !isfinite(x)) {
-            snprintf(why, why_len, "'%s' is not a number (allowed %lld..%lld)", v, e->min, e->max);
+            snprintf(why, why_len, "'%s' is not a number (allowed %g..%g)", v, e->min, e->max);
             return -1;
         }
-        if (x < (double)e->min || x > (double)e->max) {
-            snprintf(why, why_len, "%g is out of range (allowed %lld..%lld)", x, e->min, e->max);
+        if (x < e->min || x > e->max) {
+            snprintf(why, why_len, "%g is out of range (allowed %g..%g)", x, e->min, e->max);
             return -1;
         }
         *(double *)field = x;

@@ -162,7 +162,7 @@ void server__cfg_print_help(FILE *f)
         snprintf(flag, sizeof flag, "--%s", e->name);
         switch (e->type) {
         case CFG_INT:
-            snprintf(range, sizeof range, "%lld..%lld", e->min, e->max);
+            snprintf(range, sizeof range, "%lld..%lld", (long long)e->min, (long long)e->max);
             break;
         case CFG_BOOL:
             snprintf(range, sizeof range, "true|false");
@@ -171,7 +171,7 @@ void server__cfg_print_help(FILE *f)
             snprintf(range, sizeof range, "%s", e->allowed ? e->allowed : "a string");
             break;
         case CFG_DOUBLE:
-            snprintf(range, sizeof range, "%lld..%lld (real)", e->min, e->max);
+            snprintf(range, sizeof range, "%g..%g (real)", e->min, e->max);
             break;
         }
         fprintf(f, "  %-18s %-12s %-24s %s%s%s%s\n", flag, e->def[0] ? e->def : "\"\"", range,

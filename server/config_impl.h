@@ -36,7 +36,7 @@ typedef int (*cfg_check_fn)(const char *value, char *why, size_t why_len);
 typedef struct cfg_entry {
     const char *name; /* flag name without "--", '-' between words */
     cfg_type_t type;
-    long long min, max;  /* CFG_INT: allowed range */
+    double min, max;     /* CFG_INT, CFG_DOUBLE: allowed range (integers exact to 2^53) */
     const char *def;     /* default, as text */
     const char *help;    /* one line for --help */
     size_t offset;       /* of the field in server_config_t */

@@ -223,6 +223,9 @@ static void test_bad_flags(void **state)
     expect_error(load(&c, "--log-level", "loud", NULL), "--log-level", "loud", "debug", NULL);
     expect_error(load(&c, "--force-epoll=maybe", NULL), "--force-epoll", "maybe", "true/false",
                  NULL);
+    expect_error(load(&c, "--sync-topk", "0", NULL), "--sync-topk", "out of range", "0.001..1",
+                 NULL); /* a real bound under 1 holds (0 would send nothing, ever) */
+    expect_error(load(&c, "--gate-max-psi", "nan", NULL), "--gate-max-psi", "not a number", NULL);
     expect_error(load(&c, "--nope", "1", NULL), "unknown flag", "--nope", NULL);
     expect_error(load(&c, "--port", NULL), "--port", "needs a value", NULL);
     expect_error(load(&c, "stray", NULL), "unexpected argument", "stray", NULL);
