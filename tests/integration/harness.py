@@ -266,6 +266,23 @@ def sync_settled(a, b, interval_ms, timeout=30):
                                                        b.metrics()[-2500:]))
 
 
+def sync_agree(a, b, scores, interval_ms, timeout=60, delta=1e-5):
+    """Partitioned replicas a and b (Servers), after a restart of one: waits until neither has
+    anything left in its residuals and scores(a), scores(b) (lists of floats) agree within
+    delta each, and returns scores(a); raises AssertionError with both /metrics when they do
+    not within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if a.metric("tlserve_sync_residual_keys") == 0 and \
+                b.metric("tlserve_sync_residual_keys") == 0:
+            sa, sb = scores(a), scores(b)
+            if all(abs(x - y) <= delta for x, y in zip(sa, sb)):
+                return sa
+        time.sleep(2.5 * interval_ms / 1000)
+    raise AssertionError("never agreed: %s %s\n%s\n%s" % (scores(a)[:5], scores(b)[:5],
+                                                        a.metrics()[-2500:], b.metrics()[-2500:]))
+
+
 def train_until_killed(server, model, frame, first, last, kill_at, ack_every=8, pause_every=40):
     """kill -9 in the middle of training.  Sends the TRAIN frames frame(k), k in [first, last),
     to server (a Server) on one connection without waiting, reads the acknowledgements of those
