@@ -147,7 +147,6 @@ class FmReplicas(unittest.TestCase):
                                 "tlserve_sync_gap_total", "tlserve_sync_overflow_total"):
                         self.assertEqual(s.metric(bad), 0, bad)
 
-
     def send(self, s, name, frames):
         with s.client() as c:
             for k in frames:
