@@ -20,8 +20,9 @@ LIVE):
   export scores float for float as a server that learned the frames before its position without
   a crash (an own export keeps the optimizer state: the exports hold exactly the live rows),
   and the restarted server as one that loaded that chain and learned the frames from that
-  position on.  Not as one that never crashed over those: Adagrad's G is not in the exported
-  rows, so a restart starts it afresh from the served rows, as on any new version.
+  position on.  Not as one that never crashed over those: the optimizer's state (FTRL's z and
+  n, Adagrad's G) is not in the exported rows, so a restart starts it afresh from the served
+  rows, as on any new version.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm.py
 """
