@@ -119,6 +119,7 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
         if (torn)
             LOG(LL_WARN, "online: sample log %s: a torn last record (%" PRIu64 " bytes, never "
                 "acknowledged) cut away", q->slog_dir, torn);
+        q->next_pos = sample_log_next_pos(q->slog); /* older records: replayed or not */
         uint64_t v, cr, from;
         rc = online__state_read(q->slog_dir, &v, &cr, &from);
         if (c->bus_servers[0] && !online__sync_mode(c)) { /* the stream is learned again */

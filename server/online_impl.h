@@ -52,6 +52,9 @@ typedef struct online_model {
     train_t *t;
     const store_t *attached; /* the store t writes, and its version */
     uint64_t att_version, att_created;
+    uint64_t next_pos; /* the log position of the next record the trainer takes (written and
+                          read under the model's writer lock): what an attach by another
+                          thread (the sync applier) names in trainer.state */
     bool replay_pending; /* a restart: the log from replay_from to replay_end first */
     uint64_t replay_version, replay_created, replay_from, replay_end;
     codec_arena_t arena;

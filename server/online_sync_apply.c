@@ -133,8 +133,11 @@ static void apply(const update_msg_t *m, const char *model, bool count_it, bool 
         }
         return;
     }
+    /* Attached here first, the version's first record learned is the next
+     * the trainer takes, not the log's end: records logged and still queued
+     * are learned into it, so a restart must replay them. */
     pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
-    int rc = online__attach(q, a.sm, q->slog ? sample_log_next_pos(q->slog) : 0);
+    int rc = online__attach(q, a.sm, q->next_pos);
     pthread_mutex_unlock(&q->lock);
     bool shaped = true;
     if (rc == 0 && q->t) {

@@ -467,6 +467,7 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         else
             atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
         online__export_learned(q, pos + 1); /* EXPORT */
+        q->next_pos = pos + 1;
         size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);
         consumed += sz;
         t += sz;

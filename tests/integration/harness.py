@@ -4,11 +4,14 @@ Where the built binaries are (TL_BUILD_DIR, default <repo>/build), free loopback
 function of `tlsynth model` (so tests can ask for keys the model holds), generating a model with
 tlsynth, a child process whose output goes to a file (Proc), and Server: the real tlserve on free
 loopback ports, up on /readyz, its admin plane and /metrics read over HTTP, stopped by SIGTERM.
-Standard library only; nothing here asserts anything about tlserve beyond "it came up".
+The kill -9 tests' two steps (train_until_killed, replayed_positions) are here too, shared by
+every model kind's.  Standard library only; nothing here asserts anything about tlserve beyond
+"it came up" (and, for those two, "it was killed", "it replayed").
 """
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +27,7 @@ import urllib.request
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "codec", "python"))
 import tlserve  # noqa: E402  (the client package, codec/python, not installed)
+from tlserve.wire import MsgType  # noqa: E402
 
 BUILD = os.path.abspath(os.environ.get("TL_BUILD_DIR") or os.path.join(REPO, "build"))
 TLSERVE = os.path.join(BUILD, "server", "tlserve")
@@ -260,6 +264,75 @@ def sync_settled(a, b, interval_ms, timeout=30):
         time.sleep(2.5 * interval_ms / 1000)
     raise AssertionError("not settled: %s\n%s\n%s" % (last, a.metrics()[-2500:],
                                                        b.metrics()[-2500:]))
+
+
+def sync_agree(a, b, scores, interval_ms, timeout=60, delta=1e-5):
+    """Partitioned replicas a and b (Servers), after a restart of one: waits until neither has
+    anything left in its residuals and scores(a), scores(b) (lists of floats) agree within
+    delta each, and returns scores(a); raises AssertionError with both /metrics when they do
+    not within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if a.metric("tlserve_sync_residual_keys") == 0 and \
+                b.metric("tlserve_sync_residual_keys") == 0:
+            sa, sb = scores(a), scores(b)
+            if all(abs(x - y) <= delta for x, y in zip(sa, sb)):
+                return sa
+        time.sleep(2.5 * interval_ms / 1000)
+    raise AssertionError("never agreed: %s %s\n%s\n%s" % (scores(a)[:5], scores(b)[:5],
+                                                        a.metrics()[-2500:], b.metrics()[-2500:]))
+
+
+def train_until_killed(server, model, frame, first, last, kill_at, ack_every=8, pause_every=40):
+    """kill -9 in the middle of training.  Sends the TRAIN frames frame(k), k in [first, last),
+    to server (a Server) on one connection without waiting, reads the acknowledgements of those
+    sent every ack_every frames, and SIGKILLs the server right after sending frame kill_at, so
+    frames are still arriving; a 0.1 s pause every pause_every frames lets timed exports happen
+    meanwhile.  Returns how many frames were acknowledged (a TRAIN_ACK read): those a restart
+    must not lose.  Blocks until the server is gone; raises what the client raised if the
+    connection failed before the kill, and AssertionError if frame kill_at was never sent."""
+    if not first <= kill_at < last:
+        raise ValueError("kill_at %d is not in [%d, %d)" % (kill_at, first, last))
+    acked, rids, killed = 0, [], False
+    try:
+        with server.client() as c:
+            for k in range(first, last):
+                shared, samples = frame(k)
+                rids.append(c.send_train(model, shared, samples))
+                if k == kill_at:
+                    os.kill(server.proc.pid, signal.SIGKILL)
+                    killed = True
+                if (k + 1) % ack_every == 0:
+                    for rid in rids:
+                        c._expect(c.wait_for(rid), MsgType.TRAIN_ACK)
+                        acked += 1
+                    rids = []
+                if k % pause_every == 0:
+                    time.sleep(0.1)
+    except (OSError, tlserve.TlserveError):
+        if not killed:
+            raise
+    if not killed:
+        raise AssertionError("frame %d never sent: %s" % (kill_at, server.output()[-2000:]))
+    server.proc.wait(timeout=30)
+    return acked
+
+
+def replayed_positions(server, timeout=20):
+    """A restarted --online server's replay of its sample log: waits for the line of
+    online_trainer.c that reports it and returns (samples, start, end), the records of
+    positions [start, end) learned again.  Raises AssertionError with the output when no
+    such line came within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = server.output()
+        m = re.search(r"(\d+) samples of positions (\d+)\.\.(\d+) learned again", out)
+        if m:
+            return tuple(int(g) for g in m.groups())
+        if time.monotonic() > deadline:
+            raise AssertionError("no replay of the sample log after %gs: %s" % (timeout, out))
+        time.sleep(0.05)
+
 
 class ServerCase(unittest.TestCase):
     """A test case whose servers (self.serve) are stopped at tearDown, and whose temporary

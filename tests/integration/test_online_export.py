@@ -25,14 +25,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import time
 import unittest
 
 import harness
-import tlserve
 from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
-from tlserve.wire import MsgType
 
 TOKEN = "online-export-token"
 SEED = 41
@@ -142,46 +139,18 @@ class OnlineExport(ServerCase):
 
     def test_kill_9_after_an_export_restarts_from_its_position(self):
         a = self.online()
-        acked = 0
         with a.client() as c:
             self.train(a, c, 50)
             self.wait_metric(a, 'tlserve_online_exports_total{model="%s"}' % M, 1)
             self.wait_version(c, 2)
-            acked = 50
-        try:
-            with a.client() as c:
-                rids = []
-                for k in range(50, 400):
-                    shared, samples = frame(k)
-                    rids.append(c.send_train(M, shared, samples))
-                    if k == 300:
-                        os.kill(a.proc.pid, signal.SIGKILL)  # frames still arriving
-                    if k % 8 == 7:
-                        for rid in rids:
-                            c._expect(c.wait_for(rid), MsgType.TRAIN_ACK)
-                            acked += 1
-                        rids = []
-                    if k % 40 == 0:
-                        time.sleep(0.1)  # let a few exports happen meanwhile
-        except (OSError, tlserve.TlserveError):
-            pass
-        a.proc.wait()
+        acked = 50 + harness.train_until_killed(a, M, frame, 50, 400, kill_at=300)
         self.assertGreater(acked, 150)
         have = versions(self.repo)
         self.assertGreaterEqual(len(have), 2)
         frozen = os.path.join(self.tmp, "frozen")  # the chain as the restart finds it
         shutil.copytree(self.repo, frozen)
         b = self.online(export_ms=60000)  # no export of its own before the comparison
-        out = ""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            out = b.output()
-            m = re.search(r"(\d+) samples of positions (\d+)\.\.(\d+) learned again", out)
-            if m:
-                break
-            time.sleep(0.05)
-        self.assertIsNotNone(m, out)
-        n, start, end = (int(g) for g in m.groups())
+        n, start, end = harness.replayed_positions(b)
         first = self.first_pos
         # frames [start - first, end - first) were learned again, on the newest export
         lo, hi = start - first, end - first

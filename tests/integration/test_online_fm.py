@@ -12,16 +12,28 @@ LIVE):
 - FEEDBACK joins a PREDICT flagged LOG of an FM model: accepted, and the item's score rises;
 - with --model-repo, SIGTERM exports the online updates as a delta (rows of 1 + k, 1 + F k,
   1 + dim floats; the DNN's MLP, unchanged, stays the full version's) and a plain tlserve on the repository (the chain) scores float for float as the
-  online server did.
+  online server did;
+- kill -9 in the middle of training (frames still arriving, after timed exports), restart on
+  the same repository and sample log: the server loads the chain and learns its log again from
+  the position the newest export covers, as for LR (test_online_export.py).  What was
+  acknowledged counts: every acknowledged frame is exported or learned again; the newest
+  export scores float for float as a server that learned the frames before its position without
+  a crash (an own export keeps the optimizer state: the exports hold exactly the live rows),
+  and the restarted server as one that loaded that chain and learned the frames from that
+  position on.  Not as one that never crashed over those: the optimizer's state (FTRL's z and
+  n, Adagrad's G) is not in the exported rows, so a restart starts it afresh from the served
+  rows, as on any new version.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm.py
 """
 
 import os
+import shutil
 import subprocess
 import time
 import unittest
 
+import harness
 from harness import TLSERVE, TLSYNTH, ServerCase, model_key, require
 
 SEED = 53
@@ -133,6 +145,56 @@ class OnlineFmFfm(ServerCase):
                 with plain.client() as c:
                     self.wait_version(c, kind, 2)
                     self.assertEqual(self.scores(c, kind), live)
+
+    def test_kill_9_in_training_restarts_from_the_newest_export(self):
+        for kind, args in KINDS.items():
+            with self.subTest(kind=kind):
+                self.kill_9_and_restart(kind, args)
+
+    def kill_9_and_restart(self, kind, args):
+        repo = os.path.join(self.tmp, "kill_" + kind)
+        gen(os.path.join(repo, kind, "1"), kind, args)
+        flags = ["--model-repo", repo, "--load-sched-idle=false"]
+        online = flags + ["--online", "--sample-log-dir", os.path.join(self.tmp, "log_" + kind)]
+        a = self.serve(None, *online, "--online-export-ms", "100")
+        with a.client() as c:
+            self.wait_version(c, kind, 1)
+            self.train(a, c, kind)
+            self.wait_metric(a, 'tlserve_online_exports_total{model="%s"}' % kind, 1)
+            self.wait_version(c, kind, 2)
+        acked = FRAMES + harness.train_until_killed(a, kind, frame, FRAMES, 200, kill_at=150)
+        self.assertGreater(acked, 100)
+        have = sorted(int(v) for v in os.listdir(os.path.join(repo, kind)) if v.isdigit())
+        self.assertGreaterEqual(len(have), 2)
+        frozen = os.path.join(self.tmp, "frozen_" + kind)  # the chain as the restart finds it
+        shutil.copytree(repo, frozen)
+        b = self.serve(None, *online, "--online-export-ms", "60000")  # no export of its own
+        n, lo, hi = harness.replayed_positions(b)  # frame k is the sample log's position k
+        self.assertEqual(n, 3 * (hi - lo))
+        self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
+        self.assertGreater(lo, 0, "the replay did not start at an export's position")
+        # the newest export: frames [0, lo) learned without a crash, from version 1
+        whole = self.serve(os.path.join(frozen, kind, "1"), "--online")
+        ref = self.serve(None, "--model-repo", frozen, "--load-sched-idle=false", "--online",
+                         "--online-export-ms", "0")
+        with whole.client() as cw, ref.client() as cr:
+            for k in range(lo):
+                shared, samples = frame(k)
+                self.assertEqual(cw.train(kind, shared, samples), 3)
+            self.wait_metric(whole, 'tlserve_online_samples_total{model="%s"}' % kind, 3 * lo)
+            self.assertEqual(self.wait_version(cr, kind, have[-1]), have[-1])
+            self.assertEqual(self.scores(cr, kind), self.scores(cw, kind),
+                             "the newest export is not the rows learned up to its position")
+            # and the restart: that chain, then frames [lo, hi) learned again
+            for k in range(lo, hi):
+                shared, samples = frame(k)
+                self.assertEqual(cr.train(kind, shared, samples), 3)
+            self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % kind, n)
+            with b.client() as cb:
+                self.assertEqual(cb.predict(kind, shared_block(), PROBES[:1]).version, have[-1])
+                self.assertEqual(self.scores(cb, kind), self.scores(cr, kind))
+        for s in (b, whole, ref):  # an ASan/UBSan build reports here
+            self.assertNotIn("runtime error", s.output())
 
     def wait_version(self, c, name, want, timeout=20):
         deadline = time.monotonic() + timeout

@@ -12,6 +12,11 @@
   added in another order (a replica adds its own steps as it makes them and its peer's per
   message), so float rounding of the sums differs in the last bits.  Their scores differ from a
   replica (no bus) that learned the even half alone: both halves count.
+- A partitioned FM replica killed (-9) with frames learned but maybe not yet published, and
+  started again on the same sample log and node name while its peer learns on: it learns its
+  whole log again (every sample it acknowledged), subtracts its own earlier messages from what
+  it will send, applies its peer's from the stream, and once both flushed they score the
+  probes alike within 1e-5 again, as the LR replicas do (test_online_sync.py).
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm_bus.py
 """
@@ -19,6 +24,7 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm_bus
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -140,6 +146,50 @@ class FmReplicas(unittest.TestCase):
                     for bad in ("tlserve_sync_refused_bad_total", "tlserve_sync_refused_keys_total",
                                 "tlserve_sync_gap_total", "tlserve_sync_overflow_total"):
                         self.assertEqual(s.metric(bad), 0, bad)
+
+    def send(self, s, name, frames):
+        with s.client() as c:
+            for k in frames:
+                shared, samples = frame(k)
+                self.assertEqual(c.train(name, shared, samples), len(samples))
+
+    def test_a_partitioned_fm_replica_killed_catches_up(self):
+        model = os.path.join(self.tmp, "kfm", "1")
+        gen(model, "fm", KINDS["fm"])
+        stream = "K%d" % random.randrange(1 << 30)
+        sync = ("--bus-mode", "partitioned", "--sync-interval-ms", str(SYNC_MS),
+                "--sync-topk", "0.25")
+        a, b = self.replica(model, stream, "a", *sync), self.replica(model, stream, "b", *sync)
+        before = self.probe_scores(a)
+        for r in range(3):  # rounds, each exchanged before the next
+            self.send(a, "fm", range(10 * r, 10 * r + 10, 2))
+            self.send(b, "fm", range(10 * r + 1, 10 * r + 10, 2))
+            self.wait_learned(a, "fm", 15 * (r + 1))
+            self.wait_learned(b, "fm", 15 * (r + 1))
+            self.wait_settled(a, b)
+        self.send(b, "fm", range(30, 40))  # learned, maybe not yet published
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait()
+        self.send(a, "fm", range(40, 50))  # while b is down
+        b2 = self.replica(model, stream, "b", *sync)  # the same sample log and node name
+        acked = 3 * (15 + 10)  # the samples b acknowledged: its whole log
+        self.assertEqual(self.wait_learned(b2, "fm", acked), acked)
+        self.assertEqual(b2.metric('tlserve_online_replayed_total{model="fm"}'), acked)
+        self.send(b2, "fm", range(50, 55))
+        sa = harness.sync_agree(a, b2, self.probe_scores, SYNC_MS)
+        self.assertGreater(b2.metric("tlserve_sync_own_subtracted_total"), 0)
+        for s in (a, b2):
+            self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_refused_producer_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_refused_bad_total"), 0)
+            self.assertNotIn("runtime error", s.output())
+        self.assertEqual(a.metric('tlserve_online_samples_total{model="fm"}'), 3 * 25)
+        self.assertNotEqual(sa, before)
+
+    @staticmethod
+    def probe_scores(s):
+        with s.client() as c:
+            return c.predict("fm", shared_block(), PROBES).scores
 
 
 if __name__ == "__main__":

@@ -174,19 +174,6 @@ class Partitioned(unittest.TestCase):
             self.assertGreater(s.metric("tlserve_sync_applied_keys_total"), 0)
             self.assertNotIn("tlserve_bus_forwarded_total", s.metrics())  # no samples on the bus
 
-    def wait_agree(self, a, b, timeout=60):
-        """Until both have nothing left in their residuals and score the probes alike."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if a.metric("tlserve_sync_residual_keys") == 0 and \
-                    b.metric("tlserve_sync_residual_keys") == 0:
-                sa, sb = self.scores(a), self.scores(b)
-                if all(abs(x - y) <= 1e-5 for x, y in zip(sa, sb)):
-                    return sa
-            time.sleep(2.5 * INTERVAL_MS / 1000)
-        self.fail("never agreed: %s %s\n%s\n%s" % (self.scores(a)[:5], self.scores(b)[:5],
-                                                   a.metrics()[-2500:], b.metrics()[-2500:]))
-
     def test_a_replica_killed_catches_up(self):
         a, b = self.replica("a"), self.replica("b")
         frames = [frame(k) for k in range(120)]
@@ -204,7 +191,7 @@ class Partitioned(unittest.TestCase):
         b2 = self.replica("b")  # the same sample log and node name
         self.wait_metric(b2, 'tlserve_online_replayed_total{model="ctr"}', 100)
         self.send(b2, [frame(k) for k in range(160, 170)])
-        self.wait_agree(a, b2)
+        harness.sync_agree(a, b2, self.scores, INTERVAL_MS)
         self.assertGreater(b2.metric("tlserve_sync_own_subtracted_total"), 0)
         self.assertEqual(a.metric("tlserve_sync_gap_total"), 0)
         self.assertEqual(a.metric("tlserve_sync_refused_producer_total"), 0)
