@@ -127,9 +127,12 @@ static int param_u32(const model_t *m, const char *key, uint32_t lo, uint32_t hi
  * set (l2 on w; -l1 applies to FM's FTRL only); the DNN its defaults
  * (Adagrad, whatever --online-optimizer says) with its shape from the
  * served MLP, --online-alpha as the sparse step and -l2.  0, or -1 with a
- * sentence. */
-static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len)
+ * sentence; note gets a sentence naming the --online-* settings the kind
+ * does not use (empty when none), for a warning at attach. */
+static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len,
+                       char *note, size_t note_len)
 {
+    note[0] = '\0';
     const store_meta_t *meta = model_meta(m);
     const server_config_t *c = &G.srv->cfg;
     train_optimizer_t opt = G.opts.lr.optimizer;
@@ -150,6 +153,8 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "an FM model of %u floats per key", K);
             return -1;
         }
+        if (opt != TRAIN_FTRL && c->online_l1 >= 0)
+            snprintf(note, note_len, "FM uses --online-l1 with ftrl only: not used");
         (void)train_defaults(STORE_MODEL_FM, opt, o);
         o->fm.k = K - 1;
         o->fm.norm = norm != 0;
@@ -170,6 +175,12 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "its params fields and k are missing or bad");
             return -1;
         }
+        if (opt == TRAIN_FTRL || c->online_l1 >= 0)
+            snprintf(note, note_len, "FFM learns with adagrad or sgd and no L1: %s%s",
+                     opt == TRAIN_FTRL ? "--online-optimizer ftrl means adagrad here" : "",
+                     c->online_l1 >= 0 ? (opt == TRAIN_FTRL ? ", --online-l1 is not used"
+                                                            : "--online-l1 is not used")
+                                       : "");
         (void)train_defaults(STORE_MODEL_FFM, opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD, o);
         o->ffm.optimizer = opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD;
         o->ffm.fields = F;
@@ -191,6 +202,10 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "its MLP: %s", bad);
             return -1;
         }
+        if (opt != TRAIN_ADAGRAD || c->online_beta >= 0 || c->online_l1 >= 0)
+            snprintf(note, note_len, "the DNN's embeddings and wide part learn with adagrad "
+                     "(--online-alpha, --online-l2 apply): --online-optimizer, --online-beta "
+                     "and --online-l1 are not used");
         train_dnn_defaults(&o->dnn);
         o->kind = STORE_MODEL_DNN;
         o->dnn.fields = net.fields;
@@ -227,10 +242,13 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     train_destroy(q->t);
     q->t = NULL;
     q->attached = NULL;
-    char why[240];
+    char why[240], note[200];
     train_options_t o;
-    int rc = options_for(m, &o, why, sizeof why) != 0 ? -EINVAL
-                                                       : train_create(&o, &q->t, why, sizeof why);
+    int rc = options_for(m, &o, why, sizeof why, note, sizeof note) != 0
+                 ? -EINVAL
+                 : train_create(&o, &q->t, why, sizeof why);
+    if (rc == 0 && note[0])
+        LOG(LL_WARN, "online: model '%s': %s", q->name, note);
     if (rc == 0)
         rc = train_attach_live_model(q->t, model_base_store(m), model_extras(m), why, sizeof why);
     if (rc != 0) {

@@ -18,7 +18,10 @@
  * (at most one chunk each: ~1/8 of a share, tens of microseconds).
  *
  * The wait spins for at most OWNER_SPIN_NS, then sleeps on a futex on `done`
- * that the helper finishing a chunk wakes.  On a machine with more runnable
+ * that the helper finishing a chunk wakes.  A chunk takes tens of
+ * microseconds (2,500 keys of a 40,000-key request), so a helper still on
+ * its chunk after half a millisecond is not running: only then does the
+ * owner sleep (a sleep costs a wake-up, and on a VM an idle vCPU's exit).  On a machine with more runnable
  * threads than cores a helper can be preempted inside its chunk; an owner
  * spinning on then keeps its own core busy while the helper waits for a
  * core, and the request stalls for the other thread's whole time slice
@@ -49,7 +52,7 @@
 #define DEFAULT_MIN_KEYS 8192
 #define MIN_CHUNK 1024
 #define CHUNKS_PER_THREAD 8
-#define OWNER_SPIN_NS 50000 /* a few chunks' time: past it the owner sleeps */
+#define OWNER_SPIN_NS 500000 /* ten chunks' time and more: past it the owner sleeps */
 
 struct store_team {
     /* the job's description, written by its owner between generations */

@@ -112,6 +112,22 @@ class OnlineFmFfm(ServerCase):
                 self.assertIn("learns into version 1 (%s" % kind, a.output())
                 self.assertEqual(a.metric('tlserve_online_resets_total{model="%s"}' % kind), 1)
 
+    def test_settings_a_kind_does_not_use_are_named(self):
+        """--online-optimizer ftrl for FFM learns with Adagrad and says so; the DNN likewise."""
+        for kind, want in (("ffm", "ftrl means adagrad here"), ("dnn", "are not used")):
+            with self.subTest(kind=kind):
+                model = os.path.join(self.tmp, "opt_" + kind, "1")
+                gen(model, kind, KINDS[kind])
+                s = self.serve(model, "--online", "--online-optimizer", "ftrl", "--online-l1", "1")
+                with s.client() as c:
+                    self.train(s, c, kind)
+                out = s.output()
+                self.assertIn("warn: online: model '%s'" % kind, out)
+                self.assertIn(want, out)
+                self.assertIn("--online-l1", out)
+                self.assertIn("learns into version 1 (%s/adagrad" % kind if kind == "ffm"
+                              else "learns into version 1 (dnn", out)
+
     def test_feedback_on_an_fm_model(self):
         model = os.path.join(self.tmp, "fm", "1")
         gen(model, "fm", KINDS["fm"])
