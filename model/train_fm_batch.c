@@ -140,6 +140,8 @@ void train__fm_batch_free(fm_batch_t *b)
     free(b->islot);
     free(b->iown);
     free(b->ids_out);
+    free(b->out);
+    free(b->written);
     free(b->miss_ids);
     free(b->irep);
     free(b->rgv);
@@ -189,6 +191,8 @@ static int batch_reserve(train_fm_t *t, uint32_t ns, uint32_t ni)
     if (grown) {
         size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
         if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
+            grow((void **)&b->out, out * (1 + t->k), sizeof *b->out) ||
+            grow((void **)&b->written, out, 1) ||
             grow((void **)&b->rgv, ((size_t)b->cap_s + b->cap_i) * t->k, sizeof *b->rgv)) {
             b->cap_s = b->cap_i = 0; /* grown again next time */
             return -ENOMEM;
@@ -396,6 +400,24 @@ static int step_block(const train_fm_t *t, const uint64_t *ids, float *const *pt
 
 /* ---- writes and the undo ----------------------------------------------------------- */
 
+/* Writes the serving rows [w | v] of the n rows (row[i], ids ids_out) to
+ * the served store as store_upsert_relaxed writes them: the rows it holds
+ * in one pipelined pass (store_overwrite_batch, whose writes are
+ * store_upsert_relaxed's: float by float, no version change), the ids new
+ * to it inserted after.  0 or -ENOMEM. */
+static int write_served(train_fm_t *t, float *const *row, uint32_t n)
+{
+    fm_batch_t *b = &t->b;
+    const size_t r = 1 + t->k;
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(b->out + i * r, row[i], r * sizeof *b->out);
+    int rc = store_overwrite_batch(t->served, b->ids_out, b->out, n, b->written);
+    for (uint32_t i = 0; rc >= 0 && i < n; i++)
+        if (!b->written[i])
+            rc = store_upsert_relaxed(t->served, b->ids_out[i], b->out + i * r);
+    return rc < 0 ? rc : 0;
+}
+
 /* Writes the shared block's rows (each id once: its first occurrence's
  * row) to the state and their serving rows to the served store.  Moves the
  * rows to the front of srows: the frame's pointers are stale after. */
@@ -411,11 +433,12 @@ static int write_shared(train_fm_t *t, const codec_block_t *sh)
             memcpy(b->srows + (size_t)m * sk, b->srows + (size_t)j * sk, sk * sizeof *b->srows);
         b->ids_out[m++] = sh->ids[j];
     }
-    if (t->served)
-        store_prefetch_write(t->served, b->ids_out, m);
     int rc = store_upsert_batch(t->store, b->ids_out, b->srows, m);
-    for (uint32_t q = 0; rc >= 0 && t->served && q < m; q++)
-        rc = store_upsert_relaxed(t->served, b->ids_out[q], b->srows + (size_t)q * sk);
+    if (rc >= 0 && t->served) {
+        for (uint32_t q = 0; q < m; q++)
+            b->sp[q] = b->srows + (size_t)q * sk;
+        rc = write_served(t, b->sp, m);
+    }
     return rc < 0 ? rc : 0;
 }
 
@@ -511,9 +534,8 @@ int train_fm_update_batch(train_fm_t *t, const codec_block_t *shared,
             goto out;
         }
         dirty = true;
-        for (int r = 0; served && r < own; r++) /* a repeated id: its one row, once */
-            if ((rc = store_upsert_relaxed(served, b->ids_out[r], b->islot[r])) < 0)
-                goto out;
+        if (served && (rc = write_served(t, b->islot, (uint32_t)own)) < 0)
+            goto out;
         rc = store_upsert(t->store, MODEL_BIAS_ID, b->bst);
         if (rc >= 0 && served)
             rc = store_upsert_relaxed(served, MODEL_BIAS_ID, b->bst);

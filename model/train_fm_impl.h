@@ -52,6 +52,8 @@ typedef struct fm_batch {
     float **islot;     /* cap_i: the item's own rows in the state (store_locate_batch) */
     uint32_t *iown;    /* cap_i: their positions in the item */
     uint64_t *ids_out; /* max(cap_s, cap_i): ids of rows located or written */
+    float *out;        /* max(cap_s, cap_i) * (1 + k): their serving rows, for the served store */
+    uint8_t *written;  /* max(cap_s, cap_i): which of them the served store held */
     uint64_t *miss_ids; /* cap_i: own ids the state lacked (inserted for this item) */
     fm_rep_t *irep;    /* cap_i: the item's repeats, in order */
     double *rgv;       /* (cap_s + cap_i) * k: the repeats' v gradients */
