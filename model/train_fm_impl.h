@@ -91,6 +91,21 @@ static inline void adagrad(float *c, float *G, double g, double alpha, double ep
     *c = (float)((double)*c - alpha * g / (sqrt(g2) + eps));
 }
 
+/* Adagrad steps of the k factors v[f] with accumulators G[f] for
+ * gradients gv[f] + l2v v[f]: adagrad() per factor, written over two
+ * arrays that do not overlap so that the compiler may run the factors side
+ * by side (per-lane operations: the same floats). */
+static inline void adagrad_v(float *restrict v, float *restrict G, const double *restrict gv,
+                             double l2v, uint32_t k, double alpha, double eps)
+{
+    for (uint32_t f = 0; f < k; f++) {
+        double g = gv[f] + l2v * v[f];
+        double g2 = (double)G[f] + g * g;
+        G[f] = (float)g2;
+        v[f] = (float)((double)v[f] - alpha * g / (sqrt(g2) + eps));
+    }
+}
+
 /* FTRL-Proximal step of w (row[0]) with z, n at row[zi], row[zi + 1]. */
 static inline void ftrl(const train_fm_t *t, float *row, uint32_t zi, double g, double l1,
                         double l2)
@@ -128,15 +143,12 @@ static inline void step(const train_fm_t *t, float *row, double gw, const double
     case TRAIN_ADAGRAD:
         adagrad(&row[0], &row[1 + k], gw + l2 * row[0], alpha, t->opt.beta);
         if (!is_bias)
-            for (uint32_t f = 0; f < k; f++)
-                adagrad(&row[1 + f], &row[2 + k + f], gv[f] + l2v * row[1 + f], alpha,
-                        t->opt.beta);
+            adagrad_v(&row[1], &row[2 + k], gv, l2v, k, alpha, t->opt.beta);
         break;
     case TRAIN_FTRL:
         ftrl(t, row, 1 + k, gw, is_bias ? 0 : t->opt.l1, l2);
         if (!is_bias)
-            for (uint32_t f = 0; f < k; f++)
-                adagrad(&row[1 + f], &row[3 + k + f], gv[f] + l2v * row[1 + f], alpha, 1e-6);
+            adagrad_v(&row[1], &row[3 + k], gv, l2v, k, alpha, 1e-6);
         break;
     }
 }
