@@ -22,7 +22,11 @@
  *                 to the state and the served store per item.
  *
  * The served store sees a shared id's new row when the frame ends (a frame
- * of 100 items: a few milliseconds), an item id's when its item ends.
+ * of 100 items: ~10 ms at live_train_bench's rate), an item id's when its
+ * item ends.  Served rows are written as update() writes them
+ * (store_upsert_relaxed: float by float, no version change, so no reader
+ * waits on a preempted trainer), the ones the served store holds in one
+ * pipelined pass (store_overwrite_batch, the same writes), new ids after.
  *
  * SAME FLOATS.  update() reads every row of the joined sample before any
  * step (the forward values), then steps the bias, then each position in
@@ -420,7 +424,8 @@ static int write_served(train_fm_t *t, float *const *row, uint32_t n)
 
 /* Writes the shared block's rows (each id once: its first occurrence's
  * row) to the state and their serving rows to the served store.  Moves the
- * rows to the front of srows: the frame's pointers are stale after. */
+ * rows to the front of srows and reuses sp: the frame's pointers are gone
+ * after. */
 static int write_shared(train_fm_t *t, const codec_block_t *sh)
 {
     fm_batch_t *b = &t->b;
