@@ -43,6 +43,10 @@
  * the shared block's sum of squares once per frame and the item's added
  * to it, which is the same sequence of double additions.
  *
+ * A sync hook (train_sync.h: ROWS) sees every step as update() reports
+ * it, the same deltas in the same order; a shared row's steps are reported
+ * as they are taken, before the frame's end writes the row.
+ *
  * NOT FINITE.  A step whose serving row is not finite returns -ERANGE with
  * the failing item undone whole: the shared rows, the bias and the item's
  * own rows restored from their copies at the item's start (srows is

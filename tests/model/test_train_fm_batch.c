@@ -13,7 +13,8 @@
  *     and inside an item, item ids are shared ids, and the bias's id is a
  *     feature of both blocks; blocks with values and without, an empty
  *     shared block, empty items, weights other than 1, a sample given
- *     alone (items NULL, as tltrain gives it);
+ *     alone (items NULL, as tltrain gives it); and what a sync hook
+ *     (train_sync.h: ROWS) sees, the same deltas in the same order;
  *   - a step that is not finite (values near FLT_MAX, unnormalised) makes
  *     the frame return -ERANGE at the item where update() returns it, and
  *     leaves the trainer exactly as a trainer that learned the items
@@ -28,6 +29,7 @@
 #include "model/model.h"
 #include "model/train.h"
 #include "model/train_impl.h"
+#include "model/train_sync.h"
 
 #include <errno.h>
 #include <math.h>
@@ -100,6 +102,25 @@ static void check_same(train_t *a, train_t *b, store_t *sa, store_t *sb, const c
     assert_int_equal(store_count(ta), store_count(tb));
 }
 
+/* What a sync hook saw (train_sync.h: ROWS): the calls, and a hash of
+ * their ids and deltas in order. */
+struct notes {
+    uint64_t calls, hash;
+};
+
+static void on_rows(void *ctx, uint64_t id, const float *d, uint32_t n)
+{
+    struct notes *no = ctx;
+    uint64_t h = no->hash ^ id;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &d[i], sizeof u);
+        h = (h ^ u) * 0x100000001b3ULL;
+    }
+    no->hash = h * 0x9e3779b97f4a7c15ULL;
+    no->calls++;
+}
+
 /* A trainer (and its served store when live: every other pool id and the
  * bias served, with non-zero rows). */
 static train_t *make(const train_options_t *o, bool live, store_t **served)
@@ -140,6 +161,9 @@ static void test_batch_equals_one_at_a_time(void **state)
                 o.fm.init_stdev = 0.1; /* factors large enough that pairs move p */
                 store_t *sa, *sb;
                 train_t *a = make(&o, live, &sa), *b = make(&o, live, &sb);
+                struct notes na = {0, 0}, nb = {0, 0};
+                assert_int_equal(train_rows_sync_hook(a, on_rows, &na), 0);
+                assert_int_equal(train_rows_sync_hook(b, on_rows, &nb), 0);
                 uint64_t s = 99 + (uint64_t)(oi * 4 + norm * 2 + live);
                 for (int f = 0; f < FRAMES; f++) {
                     uint64_t sid[SH], iid[ITEMS][IT];
@@ -179,6 +203,10 @@ static void test_batch_equals_one_at_a_time(void **state)
                     }
                 }
                 check_same(a, b, sa, sb, what);
+                if (na.calls != nb.calls || na.hash != nb.hash || na.calls == 0)
+                    fail_msg("%s: the sync hook saw %llu steps from the frames, %llu one at a "
+                             "time, or other deltas", what, (unsigned long long)na.calls,
+                             (unsigned long long)nb.calls);
                 /* a sample alone, as tltrain gives it */
                 for (int r = 0; r < 5; r++) {
                     uint64_t ids[IT];
