@@ -18,7 +18,9 @@
  *   - a step that is not finite (values near FLT_MAX, unnormalised) makes
  *     the frame return -ERANGE at the item where update() returns it, and
  *     leaves the trainer exactly as a trainer that learned the items
- *     before it, nothing non-finite in the state or the served store.
+ *     before it, nothing non-finite in the state or the served store;
+ *   - FFM's batch (update() per item, the shared rows served once a frame)
+ *     gives the same predictions, rows and served rows as item by item.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -302,11 +304,96 @@ static void test_non_finite_undoes_the_item(void **state)
         }
 }
 
+/* FFM's batch (train_ffm.c, BATCH): update() per item, the shared rows
+ * served once at the frame's end: predictions, every row's serving floats
+ * in the trainer (train_ffm_weights) and in the served store bit for bit
+ * against update() item by item, for Adagrad and SGD, live or not. */
+static void test_ffm_batch_equals_one_at_a_time(void **state)
+{
+    (void)state;
+    enum { F = 3, FK = 2, R = 1 + F * FK };
+    for (int oi = 0; oi < 2; oi++)
+        for (int live = 0; live < 2; live++) {
+            char what[96];
+            snprintf(what, sizeof what, "ffm/%s%s", oi ? "sgd" : "adagrad", live ? " live" : "");
+            train_options_t o;
+            assert_int_equal(train_defaults(STORE_MODEL_FFM, TRAIN_ADAGRAD, &o), 0);
+            o.ffm.optimizer = oi ? TRAIN_SGD : TRAIN_ADAGRAD;
+            o.ffm.fields = F;
+            o.ffm.k = FK;
+            train_t *t[2];
+            store_t *sv[2] = {NULL, NULL};
+            char why[256];
+            for (int x = 0; x < 2; x++) {
+                if (train_create(&o, &t[x], why, sizeof why) != 0)
+                    fail_msg("create: %s", why);
+                if (!live)
+                    continue;
+                store_options_t so = {.value_floats = R};
+                assert_int_equal(store_create(&so, &sv[x]), 0);
+                for (int i = 0; i < POOL; i += 2) {
+                    float row[R];
+                    for (int c = 0; c < R; c++)
+                        row[c] = i == 0 && c > 0 ? 0.0f : 0.02f * (float)(i + c + 1);
+                    assert_true(store_upsert(sv[x], pool_id(i), row) >= 0);
+                }
+                assert_int_equal(train_attach_live(t[x], sv[x], why, sizeof why), 0);
+            }
+            uint64_t s = 7 + (uint64_t)(oi * 2 + live);
+            for (int f = 0; f < FRAMES; f++) {
+                uint64_t sid[SH], iid[ITEMS][IT];
+                float shv[SH], iv[ITEMS][IT], labels[ITEMS];
+                for (int j = 0; j < SH; j++) {
+                    sid[j] = pool_id((int)(rnd(&s) % POOL));
+                    shv[j] = j == 4 ? 0.0f : (float)(rnd(&s) % 1000 + 1) / 500.0f;
+                }
+                codec_block_t items[ITEMS];
+                for (int i = 0; i < ITEMS; i++) {
+                    for (int j = 0; j < IT; j++) {
+                        iid[i][j] = pool_id((int)(rnd(&s) % POOL));
+                        iv[i][j] = (float)(rnd(&s) % 1000 + 1) / 500.0f;
+                    }
+                    labels[i] = (float)(rnd(&s) % 3 == 0);
+                    items[i] = (codec_block_t){.ids = iid[i], .values = f % 4 >= 2 ? NULL : iv[i],
+                                               .n = i == 3 ? 0 : IT};
+                }
+                const codec_block_t sh = {.ids = sid, .values = f % 2 ? NULL : shv, .n = SH};
+                float pa[ITEMS], pb[ITEMS];
+                assert_int_equal(train_update(t[0], &sh, items, ITEMS, labels, NULL, pa), 0);
+                for (int i = 0; i < ITEMS; i++)
+                    assert_int_equal(update_joined(t[1], &sh, &items[i], labels[i], 1.0f, &pb[i]),
+                                     0);
+                if (memcmp(pa, pb, sizeof pa) != 0)
+                    fail_msg("%s frame %d: predictions differ", what, f);
+            }
+            for (int i = 0; i < POOL; i++) {
+                float ra[R] = {0}, rb[R] = {0};
+                int fa = train_ffm_weights(train__impl(t[0]), pool_id(i), ra);
+                int fb = train_ffm_weights(train__impl(t[1]), pool_id(i), rb);
+                if (fa != fb || memcmp(ra, rb, sizeof ra) != 0)
+                    fail_msg("%s: pool id %d's row differs", what, i);
+                if (!live)
+                    continue;
+                memset(ra, 0, sizeof ra);
+                memset(rb, 0, sizeof rb);
+                fa = store_lookup(sv[0], pool_id(i), ra);
+                fb = store_lookup(sv[1], pool_id(i), rb);
+                if (fa != fb || memcmp(ra, rb, sizeof ra) != 0)
+                    fail_msg("%s: pool id %d's served row differs (found %d/%d)", what, i, fa, fb);
+            }
+            for (int x = 0; x < 2; x++) {
+                train_destroy(t[x]);
+                store_destroy(sv[x]);
+            }
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_equals_one_at_a_time),
         cmocka_unit_test(test_non_finite_undoes_the_item),
+        cmocka_unit_test(test_ffm_batch_equals_one_at_a_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
