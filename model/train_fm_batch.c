@@ -52,8 +52,8 @@
  * own rows restored from their copies at the item's start (srows is
  * copied once per item: ~20 KB, a small part of the item's steps), the
  * ids it inserted deleted; the items before it are written (state and
- * served), so the trainer holds exactly items 0..i-1 learned and nothing
- * non-finite anywhere.  A sync hook (train_sync.h) has seen the failing
+ * served), so the trainer holds exactly items 0..i-1 learned and no w or
+ * v anywhere is NaN or infinite.  A sync hook (train_sync.h) has seen the failing
  * item's steps up to the failure: -ERANGE is the caller's alarm that stops
  * training.  -ENOMEM: the items before are written, the failing item's
  * steps may be partly kept.
