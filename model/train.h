@@ -328,7 +328,9 @@ float train_predict(train_t *t, const codec_block_t *shared, const codec_block_t
  * steps of items 0..i-1).  0, or -ENOMEM (items before the failing one are
  * learned; the failing one is partially), or -ERANGE (LR: a step would
  * have made a non-finite value, which is not written: the sample is learned
- * up to that feature; every value held stays finite). */
+ * up to that feature; every value held stays finite.  FM: a serving row
+ * would not be finite; the items before are learned and written, the
+ * failing one not at all, train_fm_batch.c). */
 int train_update(train_t *t, const codec_block_t *shared, const codec_block_t *items,
                  uint32_t n_items, const float *labels, const float *weights, float *p);
 

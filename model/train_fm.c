@@ -76,15 +76,25 @@
  *   not found          the usual new id (w 0, v drawn from the hash).
  *
  * Predictions read the same rows (an id absent from both is 0, as
- * served), so train_predict equals the served score.  A step whose
- * serving row would not be finite returns -ERANGE before anything of that
- * row reaches the served store (the caller's alarm).
+ * served), so train_predict equals the served score.
+ *
+ * NOT FINITE: a step whose serving row would not be finite (feature values
+ * near FLT_MAX, unnormalised) returns -ERANGE before that row is written,
+ * to the state or the served store, live or not (the caller's alarm:
+ * training stops), so no value held is ever NaN or infinite in w or v.
+ *
+ * BATCH (train_fm_batch.c): train_update gives a frame (a shared block and
+ * its items) to train_fm_update_batch, which makes the very steps of this
+ * file's update item by item on shared ++ item while finding the shared
+ * rows once per frame; update here stays the one-sample step that tests
+ * hold the batch to, and a sample given alone to train_update is a batch
+ * of one.
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = 1 + k coordinates,
  * the serving prefix; G at 1 + k + i (Adagrad), none (SGD), and under
  * FTRL w's (z, n) at 1 + k, 2 + k with v_f's G at 2 + k + f.  A hooked
  * step copies each row before stepping it (the only cost when hooked);
- * train_rows_sync_apply starts a row as a step would (served_or_init).
+ * train_rows_sync_apply starts a row as a step would (train__fm_served_or_init).
  *
  * ON THREADS (train_threads.c): workers step a mirror of the store in a
  * row table (train_impl.h); a trainer attached live is refused there (its
@@ -96,11 +106,9 @@
  * THREAD SAFETY: one thread drives a trainer (train.h); a trainer's
  * workers run on many threads while that thread waits (train_threads.c).
  */
-#include "train_impl.h"
-#include "model.h"
+#include "train_fm_impl.h"
 #include "sigmoid.h"
 #include "train_export.h"
-#include "train_sync_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -109,22 +117,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct train_fm {
-    train_fm_options_t opt;
-    store_t *store;     /* owned: state rows, sk floats per id */
-    uint32_t k;         /* factors */
-    uint32_t sk;        /* floats per state row */
-    train__work_t w;    /* the current sample's state rows (sk floats each) */
-    double S[MODEL_FM_MAX_K]; /* per-factor sums of the last forward */
-    double Q[MODEL_FM_MAX_K];
-    double s, s2;             /* the last forward's scale s and s^2 (1 without norm) */
-    train__row_table_t *rows; /* owned, NULL until trained on threads: the
-                                 store's mirror that workers step */
-    bool rows_stale;          /* the store changed since rows was copied from it */
-    store_t *served;          /* not owned, NULL = none: the served store written
-                                 through (LIVE) */
-    train__rows_sync_t sync;  /* SYNC: the layout, and the hook (NULL = none) */
-};
 
 /* The occurrence count an id taken from the served store starts with (LIVE):
  * the count's cap, where float stops counting. */
@@ -231,6 +223,7 @@ void train_fm_destroy(train_fm_t *t)
         return;
     store_destroy(t->store);
     train__work_free(&t->w);
+    train__fm_batch_free(&t->b);
     train__row_table_destroy(t->rows);
     free(t);
 }
@@ -242,8 +235,8 @@ int train_fm_reserve(train_fm_t *t, uint32_t n)
     return train__work_reserve(&t->w, n);
 }
 
-/* A new id's state row (train__init_fn; ctx is the trainer). */
-static void init_row(const void *ctx, uint64_t id, float *row)
+/* train_fm_impl.h */
+void train__fm_init_row(const void *ctx, uint64_t id, float *row)
 {
     const train_fm_t *t = ctx;
     memset(row, 0, (size_t)t->sk * sizeof *row);
@@ -272,9 +265,8 @@ static void state_from_served(const train_fm_t *t, const float *sv, bool bias, f
         row[t->sk - 1] = FM_LIVE_COUNT;
 }
 
-/* train__init_fn of an update with a served store: the served row, or a
- * new id's row when the served store lacks it too. */
-static void served_or_init(const void *ctx, uint64_t id, float *row)
+/* train_fm_impl.h */
+void train__fm_served_or_init(const void *ctx, uint64_t id, float *row)
 {
     const train_fm_t *t = ctx;
     float sv[1 + MODEL_FM_MAX_K];
@@ -283,7 +275,7 @@ static void served_or_init(const void *ctx, uint64_t id, float *row)
     else if (id == MODEL_BIAS_ID)
         memset(row, 0, (size_t)t->sk * sizeof *row);
     else
-        init_row(t, id, row);
+        train__fm_init_row(t, id, row);
 }
 
 /* train__init_fn of a prediction with a served store: the served row, or
@@ -295,15 +287,6 @@ static void served_or_zero(const void *ctx, uint64_t id, float *row)
     float sv[1 + MODEL_FM_MAX_K];
     if (store_lookup(t->served, id, sv))
         memcpy(row, sv, (size_t)(1 + t->k) * sizeof *row);
-}
-
-/* 1 when the serving prefix [w | v] of row is finite. */
-static bool serving_finite(const train_fm_t *t, const float *row)
-{
-    for (uint32_t c = 0; c <= t->k; c++)
-        if (!isfinite(row[c]))
-            return false;
-    return true;
 }
 
 /* The margin's probability from the n rows at state (stride sk) and the
@@ -372,63 +355,6 @@ float train_fm_predict(train_fm_t *t, const uint64_t *ids, const float *values, 
     return forward(t, values, n, bias);
 }
 
-/* Adagrad step of one coordinate c with accumulator G. */
-static inline void adagrad(float *c, float *G, double g, double alpha, double eps)
-{
-    double g2 = (double)*G + g * g;
-    *G = (float)g2;
-    *c = (float)((double)*c - alpha * g / (sqrt(g2) + eps));
-}
-
-/* FTRL-Proximal step of w (row[0]) with z, n at row[zi], row[zi + 1]. */
-static inline void ftrl(const train_fm_t *t, float *row, uint32_t zi, double g, double l1,
-                        double l2)
-{
-    const double alpha = t->opt.alpha;
-    double z = row[zi], nn = row[zi + 1], w = row[0];
-    double n2 = nn + g * g;
-    double sq2 = sqrt(n2);
-    z += g - (sq2 - sqrt(nn)) / alpha * w;
-    double nw = 0;
-    if (fabs(z) > l1)
-        nw = -(z - copysign(l1, z)) / ((t->opt.beta + sq2) / alpha + l2);
-    row[zi] = (float)z;
-    row[zi + 1] = (float)n2;
-    row[0] = (float)nw;
-}
-
-/* Applies the step for gradient gw (w, L2 not yet added) and gv[f] (v, L2
- * not yet added) to row; is_bias: no regularisation and no v.  A feature's
- * row has its occurrence count (this one included) in its last float. */
-static void step(const train_fm_t *t, float *row, double gw, const double *gv, bool is_bias)
-{
-    const uint32_t k = t->k;
-    const double alpha = t->opt.alpha;
-    const double l2 = is_bias ? 0 : t->opt.l2;
-    const double l2v = is_bias ? 0 : t->opt.l2_v + t->opt.l2_v_freq / (double)row[t->sk - 1];
-    switch (t->opt.optimizer) {
-    case TRAIN_SGD:
-        row[0] = (float)((double)row[0] - alpha * (gw + l2 * row[0]));
-        if (!is_bias)
-            for (uint32_t f = 0; f < k; f++)
-                row[1 + f] = (float)((double)row[1 + f] - alpha * (gv[f] + l2v * row[1 + f]));
-        break;
-    case TRAIN_ADAGRAD:
-        adagrad(&row[0], &row[1 + k], gw + l2 * row[0], alpha, t->opt.beta);
-        if (!is_bias)
-            for (uint32_t f = 0; f < k; f++)
-                adagrad(&row[1 + f], &row[2 + k + f], gv[f] + l2v * row[1 + f], alpha,
-                        t->opt.beta);
-        break;
-    case TRAIN_FTRL:
-        ftrl(t, row, 1 + k, gw, is_bias ? 0 : t->opt.l1, l2);
-        if (!is_bias)
-            for (uint32_t f = 0; f < k; f++)
-                adagrad(&row[1 + f], &row[3 + k + f], gv[f] + l2v * row[1 + f], alpha, 1e-6);
-        break;
-    }
-}
-
 /* One step on logloss x weight. */
 int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uint32_t n,
                     float label, float weight, float *p_out)
@@ -444,8 +370,8 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     memset(brow, 0, sizeof brow);
     store_t *served = t->served;
     if (!store_lookup(t->store, MODEL_BIAS_ID, brow) && served)
-        served_or_init(t, MODEL_BIAS_ID, brow);
-    train__init_fn init = served ? served_or_init : init_row;
+        train__fm_served_or_init(t, MODEL_BIAS_ID, brow);
+    train__init_fn init = served ? train__fm_served_or_init : train__fm_init_row;
     train__work_load(&t->w, t->store, ids, n, init, t);
     float p = forward(t, values, n, brow[0]);
     if (p_out)
@@ -457,7 +383,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
     if (sync->fn)
         memcpy(before, brow, (size_t)sk * sizeof *brow);
     step(t, brow, g, NULL, true);
-    if (served && !serving_finite(t, brow))
+    if (!serving_finite(t, brow))
         return -ERANGE;
     int rc = store_upsert(t->store, MODEL_BIAS_ID, brow);
     if (rc >= 0 && served)
@@ -481,7 +407,7 @@ int train_fm_update(train_fm_t *t, const uint64_t *ids, const float *values, uin
         if (sync->fn)
             memcpy(before, row, (size_t)sk * sizeof *row);
         step(t, row, gx, gv, false);
-        if (served && !serving_finite(t, row))
+        if (!serving_finite(t, row))
             return -ERANGE;
         rc = store_upsert(t->store, ids[j], row);
         if (rc >= 0 && served)
@@ -590,7 +516,7 @@ static int par_update(void *wp, const uint64_t *ids, const float *values, uint32
     if (!b)
         return -ENOMEM;
     for (uint32_t j = 0; j < n; j++) {
-        if (!(w->row[j] = train__row_table_upsert_mt(w->rows, ids[j], init_row, t)))
+        if (!(w->row[j] = train__row_table_upsert_mt(w->rows, ids[j], train__fm_init_row, t)))
             return -ENOMEM;
         float *cp = w->state + (size_t)j * sk; /* float by float: tsan_hogwild.supp */
         for (uint32_t c = 0; c < sk; c++)
@@ -640,6 +566,11 @@ static int ops_update(void *impl, const uint64_t *ids, const float *values, uint
 {
     return train_fm_update(impl, ids, values, n, label, weight, p);
 }
+static int ops_update_batch(void *impl, const codec_block_t *shared, const codec_block_t *items,
+                            uint32_t n_items, const float *labels, const float *weights, float *p)
+{
+    return train_fm_update_batch(impl, shared, items, n_items, labels, weights, p);
+}
 static int ops_export(const void *impl, const char *dir, const store_meta_t *meta,
                       store_error_t *err)
 {
@@ -673,11 +604,11 @@ static int rows_apply(void *impl, uint64_t id, const float *d)
     float row[STORE_MAX_VALUE_FLOATS];
     if (!store_lookup(t->store, id, row)) { /* as a step starts it */
         if (t->served)
-            served_or_init(t, id, row);
+            train__fm_served_or_init(t, id, row);
         else if (id == MODEL_BIAS_ID)
             memset(row, 0, (size_t)t->sk * sizeof *row);
         else
-            init_row(t, id, row);
+            train__fm_init_row(t, id, row);
     }
     int rc = train__rows_add(&t->sync, id, row, d);
     if (rc != 0)
@@ -695,5 +626,6 @@ const train_ops_t train__fm_ops = {
     .kind = STORE_MODEL_FM, .name = "fm", .create = ops_create, .destroy = ops_destroy,
     .reserve = ops_reserve, .predict = ops_predict, .update = ops_update,
     .export_snapshot = ops_export, .store = ops_store, .describe = ops_describe,
-    .attach_live = ops_attach_live, .par = &train__fm_par_ops, .rows = &train__fm_rows_ops,
+    .attach_live = ops_attach_live, .update_batch = ops_update_batch, .par = &train__fm_par_ops,
+    .rows = &train__fm_rows_ops,
 };
