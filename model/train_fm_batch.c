@@ -67,73 +67,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- id -> first position (generation stamps, open addressing) ------------- */
-
-static void index_free(fm_index_t *m)
-{
-    free(m->ids);
-    free(m->idx);
-    free(m->stamp);
-    *m = (fm_index_t){0};
-}
-
-static int index_reserve(fm_index_t *m, uint32_t n)
-{
-    uint32_t bits = 6;
-    while ((1u << bits) < 2 * (uint64_t)n)
-        bits++;
-    if (m->ids && bits <= m->bits)
-        return 0;
-    size_t slots = (size_t)1 << bits;
-    uint64_t *ids = malloc(slots * sizeof *ids);
-    uint32_t *idx = malloc(slots * sizeof *idx), *stamp = calloc(slots, sizeof *stamp);
-    if (!ids || !idx || !stamp) {
-        free(ids);
-        free(idx);
-        free(stamp);
-        return -ENOMEM;
-    }
-    index_free(m);
-    *m = (fm_index_t){.ids = ids, .idx = idx, .stamp = stamp, .bits = bits, .gen = 0};
-    return 0;
-}
-
-static inline void index_next(fm_index_t *m)
-{
-    if (++m->gen == 0) { /* stamps wrapped: clear once every 2^32 blocks */
-        memset(m->stamp, 0, ((size_t)1 << m->bits) * sizeof *m->stamp);
-        m->gen = 1;
-    }
-}
-
-static inline uint32_t index_slot(const fm_index_t *m, uint64_t id)
-{
-    const uint32_t mask = (1u << m->bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - m->bits));
-    while (m->stamp[h] == m->gen && m->ids[h] != id)
-        h = (h + 1) & mask;
-    return h;
-}
-
-/* The position stored for id, after storing i when id was not there. */
-static inline uint32_t index_add(fm_index_t *m, uint64_t id, uint32_t i)
-{
-    uint32_t h = index_slot(m, id);
-    if (m->stamp[h] != m->gen) {
-        m->stamp[h] = m->gen;
-        m->ids[h] = id;
-        m->idx[h] = i;
-    }
-    return m->idx[h];
-}
-
-/* The position stored for id, or UINT32_MAX. */
-static inline uint32_t index_find(const fm_index_t *m, uint64_t id)
-{
-    uint32_t h = index_slot(m, id);
-    return m->stamp[h] == m->gen ? m->idx[h] : UINT32_MAX;
-}
-
 /* ---- work space ----------------------------------------------------------------- */
 
 void train__fm_batch_free(fm_batch_t *b)
@@ -153,8 +86,8 @@ void train__fm_batch_free(fm_batch_t *b)
     free(b->miss_ids);
     free(b->irep);
     free(b->rgv);
-    index_free(&b->sidx);
-    index_free(&b->iidx);
+    train__id_index_free(&b->sidx);
+    train__id_index_free(&b->iidx);
     *b = (fm_batch_t){0};
 }
 
@@ -179,7 +112,7 @@ static int batch_reserve(train_fm_t *t, uint32_t ns, uint32_t ni)
         if (!cap || grow((void **)&b->srows, cap * sk, sizeof *b->srows) ||
             grow((void **)&b->sundo, cap * sk, sizeof *b->sundo) ||
             grow((void **)&b->sp, cap, sizeof *b->sp) || grow((void **)&b->sfound, cap, 1) ||
-            grow((void **)&b->srep, cap, sizeof *b->srep) || index_reserve(&b->sidx, cap))
+            grow((void **)&b->srep, cap, sizeof *b->srep) || train__id_index_reserve(&b->sidx, cap))
             return -ENOMEM;
         b->cap_s = cap;
         grown = true;
@@ -191,7 +124,7 @@ static int batch_reserve(train_fm_t *t, uint32_t ns, uint32_t ni)
             grow((void **)&b->islot, cap, sizeof *b->islot) ||
             grow((void **)&b->iown, cap, sizeof *b->iown) ||
             grow((void **)&b->miss_ids, cap, sizeof *b->miss_ids) ||
-            grow((void **)&b->irep, cap, sizeof *b->irep) || index_reserve(&b->iidx, cap))
+            grow((void **)&b->irep, cap, sizeof *b->irep) || train__id_index_reserve(&b->iidx, cap))
             return -ENOMEM;
         b->cap_i = cap;
         grown = true;
@@ -220,7 +153,7 @@ static void load_shared(train_fm_t *t, const codec_block_t *sh)
     const uint32_t sk = t->sk;
     train__init_fn init = t->served ? train__fm_served_or_init : train__fm_init_row;
     store_lookup_batch(t->store, sh->ids, sh->n, b->srows, b->sfound);
-    index_next(&b->sidx);
+    train__id_index_next(&b->sidx);
     uint32_t nrep = 0;
     for (uint32_t j = 0; j < sh->n; j++) {
         const uint64_t id = sh->ids[j];
@@ -229,7 +162,7 @@ static void load_shared(train_fm_t *t, const codec_block_t *sh)
             b->srep[nrep++] = (fm_rep_t){.pos = j, .first = j, .target = b->bst};
             continue;
         }
-        uint32_t first = index_add(&b->sidx, id, j);
+        uint32_t first = train__id_index_add(&b->sidx, id, j);
         b->sp[j] = b->srows + (size_t)first * sk;
         if (first != j)
             b->srep[nrep++] = (fm_rep_t){.pos = j, .first = first, .target = b->sp[j]};
@@ -250,18 +183,18 @@ static int point_item(train_fm_t *t, const codec_block_t *it, uint32_t *nrep)
     fm_batch_t *b = &t->b;
     const uint32_t sk = t->sk;
     uint32_t m = 0, r = 0, s;
-    index_next(&b->iidx);
+    train__id_index_next(&b->iidx);
     b->nmiss = 0;
     for (uint32_t j = 0; j < it->n; j++) {
         const uint64_t id = it->ids[j];
         if (id == MODEL_BIAS_ID) {
             b->ip[j] = b->bfw;
             b->irep[r++] = (fm_rep_t){.pos = j, .first = j, .target = b->bst};
-        } else if ((s = index_find(&b->sidx, id)) != UINT32_MAX) {
+        } else if ((s = train__id_index_find(&b->sidx, id)) != UINT32_MAX) {
             b->ip[j] = b->sp[s];
             b->irep[r++] = (fm_rep_t){.pos = j, .first = j, .target = b->sp[s]};
         } else {
-            uint32_t first = index_add(&b->iidx, id, j);
+            uint32_t first = train__id_index_add(&b->iidx, id, j);
             if (first != j) {
                 b->irep[r++] = (fm_rep_t){.pos = j, .first = first, .target = NULL};
             } else {

@@ -10,6 +10,7 @@
 #define TL_MODEL_TRAIN_FM_IMPL_H
 
 #include "model.h"
+#include "id_index.h"
 #include "train_impl.h"
 #include "train_sync_impl.h"
 
@@ -20,13 +21,6 @@
 /* The widest state row: FTRL's 4 + 2k floats at k = MODEL_FM_MAX_K. */
 #define FM_MAX_STATE (4 + 2 * MODEL_FM_MAX_K)
 
-/* id -> the index of its first position in a block (generation stamps: no
- * clearing between blocks); at most half full. */
-typedef struct fm_index {
-    uint64_t *ids;
-    uint32_t *idx, *stamp;
-    uint32_t bits, gen;
-} fm_index_t;
 
 /* A position that steps a row an earlier position of its sample stepped
  * (a repeated id, an item id of the shared block, the bias's id): its
@@ -57,7 +51,7 @@ typedef struct fm_batch {
     uint64_t *miss_ids; /* cap_i: own ids the state lacked (inserted for this item) */
     fm_rep_t *irep;    /* cap_i: the item's repeats, in order */
     double *rgv;       /* (cap_s + cap_i) * k: the repeats' v gradients */
-    fm_index_t sidx, iidx; /* the shared block's ids, the item's own ids */
+    id_index_t sidx, iidx; /* the shared block's ids, the item's own ids */
     uint32_t nsrep;    /* srep's entries */
     uint32_t nmiss;    /* miss_ids' entries */
     float bst[FM_MAX_STATE];   /* the bias's state row, stepped by every item */

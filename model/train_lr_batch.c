@@ -30,14 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void id_index_free(id_index_t *m)
-{
-    free(m->ids);
-    free(m->idx);
-    free(m->stamp);
-    *m = (id_index_t){0};
-}
-
 void train__lr_batch_free(lr_batch_t *b)
 {
     free(b->srows);
@@ -52,67 +44,10 @@ void train__lr_batch_free(lr_batch_t *b)
     free(b->miss_ids);
     free(b->miss_w);
     free(b->miss_at);
-    id_index_free(&b->sidx);
+    train__id_index_free(&b->sidx);
     *b = (lr_batch_t){0};
 }
 
-
-static int id_index_reserve(id_index_t *m, uint32_t n)
-{
-    uint32_t bits = 6;
-    while ((1u << bits) < 2 * (uint64_t)n)
-        bits++;
-    if (m->ids && bits <= m->bits)
-        return 0;
-    size_t slots = (size_t)1 << bits;
-    uint64_t *ids = malloc(slots * sizeof *ids);
-    uint32_t *idx = malloc(slots * sizeof *idx), *stamp = calloc(slots, sizeof *stamp);
-    if (!ids || !idx || !stamp) {
-        free(ids);
-        free(idx);
-        free(stamp);
-        return -ENOMEM;
-    }
-    id_index_free(m);
-    *m = (id_index_t){.ids = ids, .idx = idx, .stamp = stamp, .bits = bits, .gen = 0};
-    return 0;
-}
-
-static inline void id_index_next(id_index_t *m)
-{
-    if (++m->gen == 0) { /* stamps wrapped: clear once every 2^32 blocks */
-        memset(m->stamp, 0, ((size_t)1 << m->bits) * sizeof *m->stamp);
-        m->gen = 1;
-    }
-}
-
-static inline uint32_t id_index_slot(const id_index_t *m, uint64_t id)
-{
-    const uint32_t mask = (1u << m->bits) - 1;
-    uint32_t h = (uint32_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - m->bits));
-    while (m->stamp[h] == m->gen && m->ids[h] != id)
-        h = (h + 1) & mask;
-    return h;
-}
-
-/* The index stored for id, after storing i when id was not there. */
-static inline uint32_t id_index_add(id_index_t *m, uint64_t id, uint32_t i)
-{
-    uint32_t h = id_index_slot(m, id);
-    if (m->stamp[h] != m->gen) {
-        m->stamp[h] = m->gen;
-        m->ids[h] = id;
-        m->idx[h] = i;
-    }
-    return m->idx[h];
-}
-
-/* The index stored for id, or UINT32_MAX. */
-static inline uint32_t id_index_find(const id_index_t *m, uint64_t id)
-{
-    uint32_t h = id_index_slot(m, id);
-    return m->stamp[h] == m->gen ? m->idx[h] : UINT32_MAX;
-}
 
 static int grow(void **p, size_t n, size_t size)
 {
@@ -132,7 +67,7 @@ static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
         uint32_t cap = train__grow(b->cap_s, ns);
         if (!cap || grow((void **)&b->srows, cap * k, sizeof *b->srows) ||
             grow((void **)&b->sp, cap, sizeof *b->sp) ||
-            grow((void **)&b->sfound, cap, 1) || id_index_reserve(&b->sidx, cap))
+            grow((void **)&b->sfound, cap, 1) || train__id_index_reserve(&b->sidx, cap))
             return -ENOMEM;
         b->cap_s = cap;
     }
@@ -186,9 +121,10 @@ static void load_rows(train_lr_t *t, const uint64_t *ids, uint32_t n, float *row
 static void point_rows(const uint64_t *ids, uint32_t n, float *rows, uint32_t k, float *bias,
                        id_index_t *idx, float **ptr)
 {
-    id_index_next(idx);
+    train__id_index_next(idx);
     for (uint32_t j = 0; j < n; j++)
-        ptr[j] = ids[j] == MODEL_BIAS_ID ? bias : rows + (size_t)id_index_add(idx, ids[j], j) * k;
+        ptr[j] =
+            ids[j] == MODEL_BIAS_ID ? bias : rows + (size_t)train__id_index_add(idx, ids[j], j) * k;
 }
 
 /* Points each position of an item at the row it steps: the bias's state,
@@ -207,7 +143,7 @@ static int point_item(train_lr_t *t, const codec_block_t *it, float *bias, float
     for (uint32_t j = 0; j < it->n; j++) {
         if (it->ids[j] == MODEL_BIAS_ID) {
             ptr[j] = bias;
-        } else if ((s = id_index_find(&b->sidx, it->ids[j])) != UINT32_MAX) {
+        } else if ((s = train__id_index_find(&b->sidx, it->ids[j])) != UINT32_MAX) {
             ptr[j] = b->sp[s];
         } else {
             b->iown[m] = j;

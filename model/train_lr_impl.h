@@ -7,20 +7,13 @@
 #ifndef TL_MODEL_TRAIN_LR_IMPL_H
 #define TL_MODEL_TRAIN_LR_IMPL_H
 
+#include "id_index.h"
 #include "train_impl.h"
 #include "train_sync.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-/* id -> the index of its first position in a block (generation stamps: no
- * clearing between blocks); at most half full. */
-typedef struct id_index {
-    uint64_t *ids;
-    uint32_t *idx, *stamp;
-    uint32_t bits, gen;
-} id_index_t;
 
 /* One batch's work space (train_lr_batch.c): rows and their positions' row
  * pointers for the shared block (s*) and the current item (i*); grown, never
