@@ -127,8 +127,9 @@ static int param_u32(const model_t *m, const char *key, uint32_t lo, uint32_t hi
  * set (l2 on w; -l1 applies to FM's FTRL only); the DNN its defaults
  * (Adagrad, whatever --online-optimizer says) with its shape from the
  * served MLP, --online-alpha as the sparse step and -l2.  0, or -1 with a
- * sentence; note gets a sentence naming the --online-* settings the kind
- * does not use (empty when none), for a warning at attach. */
+ * sentence; note gets a sentence naming the --online-* settings given that
+ * the kind does not use (empty when none), for a warning at attach (the
+ * default ftrl for FFM and the DNN is documented, not warned about). */
 static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len,
                        char *note, size_t note_len)
 {
@@ -175,12 +176,8 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "its params fields and k are missing or bad");
             return -1;
         }
-        if (opt == TRAIN_FTRL || c->online_l1 >= 0)
-            snprintf(note, note_len, "FFM learns with adagrad or sgd and no L1: %s%s",
-                     opt == TRAIN_FTRL ? "--online-optimizer ftrl means adagrad here" : "",
-                     c->online_l1 >= 0 ? (opt == TRAIN_FTRL ? ", --online-l1 is not used"
-                                                            : "--online-l1 is not used")
-                                       : "");
+        if (c->online_l1 >= 0)
+            snprintf(note, note_len, "FFM has no L1: --online-l1 is not used");
         (void)train_defaults(STORE_MODEL_FFM, opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD, o);
         o->ffm.optimizer = opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD;
         o->ffm.fields = F;
@@ -202,10 +199,12 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "its MLP: %s", bad);
             return -1;
         }
-        if (opt != TRAIN_ADAGRAD || c->online_beta >= 0 || c->online_l1 >= 0)
+        if (opt == TRAIN_SGD || c->online_beta >= 0 || c->online_l1 >= 0)
             snprintf(note, note_len, "the DNN's embeddings and wide part learn with adagrad "
-                     "(--online-alpha, --online-l2 apply): --online-optimizer, --online-beta "
-                     "and --online-l1 are not used");
+                     "(--online-alpha and --online-l2 apply):%s%s%s not used",
+                     opt == TRAIN_SGD ? " --online-optimizer sgd" : "",
+                     c->online_beta >= 0 ? " --online-beta" : "",
+                     c->online_l1 >= 0 ? " --online-l1" : "");
         train_dnn_defaults(&o->dnn);
         o->kind = STORE_MODEL_DNN;
         o->dnn.fields = net.fields;

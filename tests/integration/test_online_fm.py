@@ -113,20 +113,28 @@ class OnlineFmFfm(ServerCase):
                 self.assertEqual(a.metric('tlserve_online_resets_total{model="%s"}' % kind), 1)
 
     def test_settings_a_kind_does_not_use_are_named(self):
-        """--online-optimizer ftrl for FFM learns with Adagrad and says so; the DNN likewise."""
-        for kind, want in (("ffm", "ftrl means adagrad here"), ("dnn", "are not used")):
+        """A --online-* setting given that the kind does not use is named in a warning."""
+        for kind, args, want in (
+                ("ffm", ["--online-l1", "1"], "FFM has no L1: --online-l1 is not used"),
+                ("dnn", ["--online-optimizer", "sgd", "--online-beta", "2"],
+                 "learn with adagrad (--online-alpha and --online-l2 apply): "
+                 "--online-optimizer sgd --online-beta not used")):
             with self.subTest(kind=kind):
                 model = os.path.join(self.tmp, "opt_" + kind, "1")
                 gen(model, kind, KINDS[kind])
-                s = self.serve(model, "--online", "--online-optimizer", "ftrl", "--online-l1", "1")
+                s = self.serve(model, "--online", *args)
                 with s.client() as c:
                     self.train(s, c, kind)
                 out = s.output()
-                self.assertIn("warn: online: model '%s'" % kind, out)
+                self.assertIn("warn: online: model '%s': " % kind, out)
                 self.assertIn(want, out)
-                self.assertIn("--online-l1", out)
-                self.assertIn("learns into version 1 (%s/adagrad" % kind if kind == "ffm"
-                              else "learns into version 1 (dnn", out)
+                self.assertIn("learns into version 1 (%s" % kind, out)
+        model = os.path.join(self.tmp, "opt_ffm_default", "1")
+        gen(model, "ffm", KINDS["ffm"])
+        s = self.serve(model, "--online")  # ftrl, the default: documented, no warning
+        with s.client() as c:
+            self.train(s, c, "ffm")
+        self.assertNotIn("warn: online: model", s.output())
 
     def test_feedback_on_an_fm_model(self):
         model = os.path.join(self.tmp, "fm", "1")
