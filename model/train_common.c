@@ -83,6 +83,15 @@ uint32_t train__grow(uint32_t cap, uint32_t n)
     return cap;
 }
 
+int train__realloc_array(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
 int train__work_reserve(train__work_t *w, uint32_t n)
 {
     if (n <= w->cap && w->state)

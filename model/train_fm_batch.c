@@ -91,15 +91,6 @@ void train__fm_batch_free(fm_batch_t *b)
     *b = (fm_batch_t){0};
 }
 
-static int grow(void **p, size_t n, size_t size)
-{
-    void *q = realloc(*p, n * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    return 0;
-}
-
 /* Room for a shared block of ns ids and items of up to ni ids: 0 or
  * -ENOMEM.  Allocates only when it grows. */
 static int batch_reserve(train_fm_t *t, uint32_t ns, uint32_t ni)
@@ -109,32 +100,36 @@ static int batch_reserve(train_fm_t *t, uint32_t ns, uint32_t ni)
     bool grown = false;
     if (ns > b->cap_s || !b->srows) {
         uint32_t cap = train__grow(b->cap_s, ns);
-        if (!cap || grow((void **)&b->srows, cap * sk, sizeof *b->srows) ||
-            grow((void **)&b->sundo, cap * sk, sizeof *b->sundo) ||
-            grow((void **)&b->sp, cap, sizeof *b->sp) || grow((void **)&b->sfound, cap, 1) ||
-            grow((void **)&b->srep, cap, sizeof *b->srep) || train__id_index_reserve(&b->sidx, cap))
+        if (!cap || train__realloc_array((void **)&b->srows, cap * sk, sizeof *b->srows) ||
+            train__realloc_array((void **)&b->sundo, cap * sk, sizeof *b->sundo) ||
+            train__realloc_array((void **)&b->sp, cap, sizeof *b->sp) ||
+            train__realloc_array((void **)&b->sfound, cap, 1) ||
+            train__realloc_array((void **)&b->srep, cap, sizeof *b->srep) ||
+            train__id_index_reserve(&b->sidx, cap))
             return -ENOMEM;
         b->cap_s = cap;
         grown = true;
     }
     if (ni > b->cap_i || !b->irows) {
         uint32_t cap = train__grow(b->cap_i, ni);
-        if (!cap || grow((void **)&b->irows, cap * sk, sizeof *b->irows) ||
-            grow((void **)&b->ip, cap, sizeof *b->ip) ||
-            grow((void **)&b->islot, cap, sizeof *b->islot) ||
-            grow((void **)&b->iown, cap, sizeof *b->iown) ||
-            grow((void **)&b->miss_ids, cap, sizeof *b->miss_ids) ||
-            grow((void **)&b->irep, cap, sizeof *b->irep) || train__id_index_reserve(&b->iidx, cap))
+        if (!cap || train__realloc_array((void **)&b->irows, cap * sk, sizeof *b->irows) ||
+            train__realloc_array((void **)&b->ip, cap, sizeof *b->ip) ||
+            train__realloc_array((void **)&b->islot, cap, sizeof *b->islot) ||
+            train__realloc_array((void **)&b->iown, cap, sizeof *b->iown) ||
+            train__realloc_array((void **)&b->miss_ids, cap, sizeof *b->miss_ids) ||
+            train__realloc_array((void **)&b->irep, cap, sizeof *b->irep) ||
+            train__id_index_reserve(&b->iidx, cap))
             return -ENOMEM;
         b->cap_i = cap;
         grown = true;
     }
     if (grown) {
         size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
-        if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
-            grow((void **)&b->out, out * (1 + t->k), sizeof *b->out) ||
-            grow((void **)&b->written, out, 1) ||
-            grow((void **)&b->rgv, ((size_t)b->cap_s + b->cap_i) * t->k, sizeof *b->rgv)) {
+        if (train__realloc_array((void **)&b->ids_out, out, sizeof *b->ids_out) ||
+            train__realloc_array((void **)&b->out, out * (1 + t->k), sizeof *b->out) ||
+            train__realloc_array((void **)&b->written, out, 1) ||
+            train__realloc_array((void **)&b->rgv, ((size_t)b->cap_s + b->cap_i) * t->k,
+                                 sizeof *b->rgv)) {
             b->cap_s = b->cap_i = 0; /* grown again next time */
             return -ENOMEM;
         }

@@ -55,6 +55,10 @@ int train__store_create(uint32_t value_floats, uint32_t shards, uint64_t expecte
  * (from cap when non-zero).  0 when it would pass UINT32_MAX. */
 uint32_t train__grow(uint32_t cap, uint32_t n);
 
+/* *p reallocated to n elements of size bytes (contents kept up to the old
+ * size): 0, or -ENOMEM with *p unchanged.  The batch work spaces' growth. */
+int train__realloc_array(void **p, size_t n, size_t size);
+
 /* The per-sample work space of a kind whose state is a store (LR, FM, DNN):
  * the sample's state rows as looked up, which of them the store had, and
  * the ids already stepped in this sample.  Grown, never shrunk. */

@@ -48,16 +48,6 @@ void train__lr_batch_free(lr_batch_t *b)
     *b = (lr_batch_t){0};
 }
 
-
-static int grow(void **p, size_t n, size_t size)
-{
-    void *q = realloc(*p, n * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    return 0;
-}
-
 /* Room for a shared block of ns ids and items of up to ni ids. */
 static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
 {
@@ -65,27 +55,28 @@ static int batch_reserve(train_lr_t *t, uint32_t ns, uint32_t ni)
     const size_t k = t->k;
     if (ns > b->cap_s || !b->srows) {
         uint32_t cap = train__grow(b->cap_s, ns);
-        if (!cap || grow((void **)&b->srows, cap * k, sizeof *b->srows) ||
-            grow((void **)&b->sp, cap, sizeof *b->sp) ||
-            grow((void **)&b->sfound, cap, 1) || train__id_index_reserve(&b->sidx, cap))
+        if (!cap || train__realloc_array((void **)&b->srows, cap * k, sizeof *b->srows) ||
+            train__realloc_array((void **)&b->sp, cap, sizeof *b->sp) ||
+            train__realloc_array((void **)&b->sfound, cap, 1) ||
+            train__id_index_reserve(&b->sidx, cap))
             return -ENOMEM;
         b->cap_s = cap;
     }
     if (ni > b->cap_i || !b->irows) {
         uint32_t cap = train__grow(b->cap_i, ni);
-        if (!cap || grow((void **)&b->irows, cap * k, sizeof *b->irows) ||
-            grow((void **)&b->ip, cap, sizeof *b->ip) ||
-            grow((void **)&b->islot, cap, sizeof *b->islot) ||
-            grow((void **)&b->iown, cap, sizeof *b->iown))
+        if (!cap || train__realloc_array((void **)&b->irows, cap * k, sizeof *b->irows) ||
+            train__realloc_array((void **)&b->ip, cap, sizeof *b->ip) ||
+            train__realloc_array((void **)&b->islot, cap, sizeof *b->islot) ||
+            train__realloc_array((void **)&b->iown, cap, sizeof *b->iown))
             return -ENOMEM;
         b->cap_i = cap;
     }
     size_t out = b->cap_s > b->cap_i ? b->cap_s : b->cap_i;
-    if (grow((void **)&b->ids_out, out, sizeof *b->ids_out) ||
-        grow((void **)&b->out, out, sizeof *b->out) ||
-        grow((void **)&b->miss_ids, out, sizeof *b->miss_ids) ||
-        grow((void **)&b->miss_w, out, sizeof *b->miss_w) ||
-        grow((void **)&b->miss_at, out, sizeof *b->miss_at))
+    if (train__realloc_array((void **)&b->ids_out, out, sizeof *b->ids_out) ||
+        train__realloc_array((void **)&b->out, out, sizeof *b->out) ||
+        train__realloc_array((void **)&b->miss_ids, out, sizeof *b->miss_ids) ||
+        train__realloc_array((void **)&b->miss_w, out, sizeof *b->miss_w) ||
+        train__realloc_array((void **)&b->miss_at, out, sizeof *b->miss_at))
         return -ENOMEM;
     return 0;
 }
