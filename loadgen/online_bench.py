@@ -483,7 +483,11 @@ def main():
                                  'quantile="0.99"}') or 0),
                   pct(lower_ms, 50), pct(lower_ms, 99), max(lower_ms, default=float("nan")),
                   pct(upper_ms, 50), pct(upper_ms, 99), max(upper_ms, default=float("nan"))),
-              ""]
+              "", "Stalls over the whole run: worker loop rounds over 50 ms %d "
+              "(`tlserve_slow_rounds_total`), sample log appends over 20 ms %d "
+              "(`tlserve_online_log_slow_total`, each in tlserve.log)." % (
+                  metric(admin, "tlserve_slow_rounds_total") or 0,
+                  metric(admin, 'tlserve_online_log_slow_total{model="ctr_lr"}') or 0), ""]
         stop(p)
     finally:
         for q in PROCS:

@@ -74,6 +74,12 @@ uint64_t worker_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void worker_round_done(worker_t *w)
+{
+    if (worker_now_ms() - w->now_ms > WORKER_SLOW_ROUND_MS)
+        atomic_fetch_add_explicit(&w->m->slow_rounds_total, 1, memory_order_relaxed);
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;

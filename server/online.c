@@ -237,6 +237,9 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
  * forwarded, TRAIN and FEEDBACK get OVERLOADED. */
 #define BUS_MAX_LAG 65536
 
+/* An append that held the worker longer than this is counted and logged. */
+#define SLOW_APPEND_NS (20 * 1000000ull)
+
 /* Appends rec to the model's sample log (when it has one): 0 with its
  * position, or -1 with why.  Lock held. */
 static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos, char *why,
@@ -247,7 +250,15 @@ static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos
         return 0;
     sample_log_rec_t rec = {.train = *req, .weights = req->weights};
     sample_log_error_t err;
-    if (sample_log_append(q->slog, &rec, 1, pos, &err) == 0)
+    uint64_t t0 = online__now_ns();
+    int rc = sample_log_append(q->slog, &rec, 1, pos, &err);
+    uint64_t took = online__now_ns() - t0;
+    if (took > SLOW_APPEND_NS) { /* the worker and every frame behind it waited */
+        atomic_fetch_add_explicit(&q->log_slow, 1, memory_order_relaxed);
+        LOG(LL_WARN, "online: model '%s': a sample log append took %.1f ms (the disk)", q->name,
+            (double)took * 1e-6);
+    }
+    if (rc == 0)
         return 0;
     atomic_fetch_add_explicit(&q->log_failed, 1, memory_order_relaxed);
     snprintf(why, why_len, "sample log %s: %s", q->slog_dir, err.msg);
@@ -287,6 +298,34 @@ static int check_model(server_t *srv, const char *name, uint32_t *model_id, char
     return ONLINE_QUEUED;
 }
 
+/* The samples/s cap (--online-max-samples-per-s), a token bucket holding a
+ * second's burst: true when n samples may be learned now (always without a
+ * cap).  Lock held. */
+static bool tokens_enough_locked(online_model_t *q, uint32_t n, uint64_t now_ns)
+{
+    int cap = G.srv->cfg.online_max_samples_per_s;
+    if (cap <= 0)
+        return true;
+    q->tokens += (double)(now_ns - q->tokens_ns) * 1e-9 * cap;
+    if (q->tokens > cap)
+        q->tokens = cap;
+    q->tokens_ns = now_ns;
+    return q->tokens >= n;
+}
+
+/* Spends n samples' tokens.  The negatives the server makes itself are never
+ * refused, only spent (down to a second's debt), so that TRAIN and FEEDBACK
+ * make room for them and the cap holds for everything learned.  Lock held. */
+static void tokens_spend_locked(online_model_t *q, uint32_t n)
+{
+    int cap = G.srv->cfg.online_max_samples_per_s;
+    if (cap <= 0)
+        return;
+    q->tokens -= n;
+    if (q->tokens < -cap)
+        q->tokens = -cap;
+}
+
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len)
 {
@@ -311,14 +350,8 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     int cap = srv->cfg.online_max_samples_per_s;
     uint64_t t = online__now_ns(), pos = 0;
     pthread_mutex_lock(&q->lock);
-    if (cap > 0) {
-        q->tokens += (double)(t - q->tokens_ns) * 1e-9 * cap;
-        if (q->tokens > cap)
-            q->tokens = cap; /* a second's burst */
-        q->tokens_ns = t;
-        if (q->tokens < req->samples)
-            rc = ONLINE_RATE;
-    }
+    if (!tokens_enough_locked(q, req->samples, t))
+        rc = ONLINE_RATE;
     size_t at = SIZE_MAX;
     bool bus = online__bus_on();
     if (rc == ONLINE_QUEUED && bus &&
@@ -329,8 +362,7 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
         rc = ONLINE_LOG;
     if (rc == ONLINE_QUEUED) {
-        if (cap > 0)
-            q->tokens -= req->samples;
+        tokens_spend_locked(q, req->samples);
         if (!bus)
             put_locked(q, at, flags, payload, len, pos, t);
     }
@@ -361,9 +393,10 @@ static bool one_key_ok;
 
 static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free) == 0; }
 
-/* Queues one sample (from inside an impression-log emit): 0, or -1 when the
- * queue or the log could not take it. */
-static int push_sample(online_model_t *q, const impression_sample_t *s)
+/* Queues one sample (from inside an impression-log emit): 0, ONLINE_RATE
+ * when a client's sample (capped) finds the samples/s cap reached, or
+ * ONLINE_FULL when the queue or the log could not take it. */
+static int push_sample(online_model_t *q, const impression_sample_t *s, bool capped)
 {
     float label = s->label >= 0.5f ? 1.0f : 0.0f, weight = s->weight;
     codec_train_t one = {.samples = 1, .shared = s->shared, .labels = &label,
@@ -392,9 +425,11 @@ static int push_sample(online_model_t *q, const impression_sample_t *s)
     size_t sz = rec_size(plen);
     uint64_t pos, t = online__now_ns();
     char why[256];
-    int rc = -1;
+    int rc = ONLINE_FULL;
     pthread_mutex_lock(&q->lock);
-    if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
+    if (capped && !tokens_enough_locked(q, 1, t)) {
+        rc = ONLINE_RATE;
+    } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
         if (sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) <= BUS_MAX_LAG &&
             log_locked(q, &one, &pos, why, sizeof why) == 0)
             rc = 0;
@@ -405,6 +440,8 @@ static int push_sample(online_model_t *q, const impression_sample_t *s)
             rc = 0;
         }
     }
+    if (rc == 0)
+        tokens_spend_locked(q, 1);
     pthread_mutex_unlock(&q->lock);
     return rc;
 }
@@ -418,16 +455,22 @@ static int push_negative(const impression_sample_t *s, void *ctx)
         return -1;
     char why[200];
     online_model_t *q = online__model_get(srv->models[s->model_id].name, why, sizeof why);
-    if (!q || push_sample(q, s) != 0) {
+    if (!q || push_sample(q, s, false) != 0) {
         atomic_fetch_add_explicit(&G.neg_dropped, 1, memory_order_relaxed);
         return -1;
     }
     return 0;
 }
 
+struct joined {
+    online_model_t *q;
+    int rc; /* push_sample's last answer */
+};
+
 static int push_joined(const impression_sample_t *s, void *ctx)
 {
-    return push_sample(ctx, s);
+    struct joined *j = ctx;
+    return j->rc = push_sample(j->q, s, true);
 }
 
 void online_log_impression(server_t *srv, const codec_predict_t *req, const codec_block_t *items,
@@ -464,6 +507,7 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
     ack->accepted = ack->refused = 0;
     ack->refusal = refusals;
     uint64_t now = now_ms();
+    struct joined j = {q, 0};
     for (uint32_t i = 0; i < req->events; i++) {
         const codec_feedback_event_t *e = &req->event[i];
         uint8_t reason = 0;
@@ -472,13 +516,21 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
             continue;
         }
         switch (impression_log_feedback(G.imp, e->impression_id, model_id, e->item, e->label,
-                                        e->weight, now, push_joined, q)) {
+                                        e->weight, now, push_joined, &j)) {
         case IMPRESSION_FB_OK: ack->accepted++; continue;
         case IMPRESSION_FB_UNKNOWN_IMPRESSION: reason = CODEC_REFUSE_UNKNOWN_IMPRESSION; break;
         case IMPRESSION_FB_ITEM_OUT_OF_RANGE: reason = CODEC_REFUSE_ITEM_OUT_OF_RANGE; break;
         case IMPRESSION_FB_WRONG_MODEL: reason = CODEC_REFUSE_WRONG_MODEL; break;
         case IMPRESSION_FB_DUPLICATE: reason = CODEC_REFUSE_DUPLICATE; break;
-        default: /* NOT_TAKEN: the queue or the log; BAD_VALUE cannot pass the codec */
+        default: /* NOT_TAKEN: the cap, the queue or the log; BAD_VALUE cannot pass the codec */
+            if (j.rc == ONLINE_RATE) {
+                atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
+                snprintf(why, why_len, "FEEDBACK: model '%s' learns at most %d samples/s "
+                         "(--online-max-samples-per-s): event %u not taken; the %u events "
+                         "before it were accepted: a retry gets DUPLICATE for them", req->name,
+                         srv->cfg.online_max_samples_per_s, i, ack->accepted);
+                return ONLINE_RATE;
+            }
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
             snprintf(why, why_len, "FEEDBACK: the trainer of model '%s' could not take event %u "
                      "(its %zu-byte queue is full, or its sample log failed); the %u events "
@@ -674,6 +726,9 @@ size_t online_metrics_format(char *buf, size_t len)
             SPECIAL),
         FAM("tlserve_online_log_failed_total", "counter",
             "appends to the sample log that failed (the frame was refused)", log_failed, U64),
+        FAM("tlserve_online_log_slow_total", "counter",
+            "sample log appends that held the worker over 20 ms (the disk; each logged)", log_slow,
+            U64),
         FAM("tlserve_online_dropped_total", "counter",
             "queued frames not learned (the model's kind changed, or no memory)", dropped, U64),
         FAM("tlserve_online_halted", "gauge",

@@ -64,7 +64,7 @@ typedef struct online_model {
     double logloss_sum;
     /* published */
     _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
-    _Atomic uint64_t replayed, queue_bytes, last_version, log_failed;
+    _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow;
     _Atomic uint64_t halted; /* 1: a step would have made a non-finite weight; until a new version */
     _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
     _Atomic uint64_t fresh_p50_us, fresh_p99_us;

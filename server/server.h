@@ -146,7 +146,8 @@ int server_path_under_root(const char *root, const char *path, char *resolved, s
     X(bytes_out_total, "Bytes queued for sending on the data plane")                        \
     X(backpressure_total, "Times a connection reached --max-inflight unsent answers and stopped being read") \
     X(connections_refused_total, "Connections refused at accept (ERROR frame, then closed): at --max-connections with none idle to evict, or draining") \
-    X(accept_errors_total, "accept() failures (out of file descriptors: EMFILE/ENFILE, or other)")
+    X(accept_errors_total, "accept() failures (out of file descriptors: EMFILE/ENFILE, or other)") \
+    X(slow_rounds_total, "Worker loop rounds that took over 50 ms: every connection of that worker waited that long")
 
 #define SERVER_MAX_ERROR_CODES 32
 

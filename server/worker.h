@@ -146,6 +146,11 @@ void conn_free(worker_t *w, conn_t *c);
 
 uint64_t worker_now_ms(void);
 
+/* Called at the end of a driver's loop round (w->now_ms read at its start):
+ * a round over WORKER_SLOW_ROUND_MS counts in tlserve_slow_rounds_total. */
+#define WORKER_SLOW_ROUND_MS 50
+void worker_round_done(worker_t *w);
+
 /* sockets.c ---------------------------------------------------------------- */
 
 /* A connection the listening socket handed over (fd), or -errno from the

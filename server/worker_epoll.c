@@ -218,6 +218,7 @@ int worker_run_epoll(worker_t *w)
                     conn_trim(w, c, now);
             }
         }
+        worker_round_done(w);
     }
     while (w->conns)
         drop(w, &st, w->conns);

@@ -357,6 +357,7 @@ int worker_run_uring(worker_t *w)
             }
         }
         io_uring_cq_advance(&st.ring, seen);
+        worker_round_done(w);
     }
     /* Tear the ring down first (it cancels what is in flight), then free
      * whatever connections are left. */

@@ -14,7 +14,9 @@ its weights.
 FEEDBACK: a PREDICT flagged LOG is kept; a FEEDBACK for one of its items is accepted and
 learned (the item's score rises), one for an item out of range, an unknown impression or an
 item that has its feedback already is refused with its reason, and once the window passes the
-items without feedback are learned as negatives.
+items without feedback are learned as negatives.  A FEEDBACK with a bad label, weight or
+impression id is BAD_VALUE naming the field; one past the samples/s cap is OVERLOADED after the
+events that fit.
 
 Nothing lost (--sample-log-dir): tlserve is killed (SIGKILL) while TRAIN frames stream in;
 restarted on the same directories it learns its sample log again, and then scores, float for
@@ -35,7 +37,7 @@ import harness
 import tlserve
 from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
 from tlserve.errors import ServerError
-from tlserve.feedback import Refusal
+from tlserve.feedback import Refusal, encode_feedback
 from tlserve.wire import MsgType, encode_train
 
 TOKEN = "online-test-token"
@@ -233,6 +235,41 @@ class Online(ServerCase):
                 c.feedback("nope", [(77, 0, 1.0)])
             self.assertEqual(e.exception.name, "UNKNOWN_MODEL")
         self.assertEqual(s.metric("tlserve_impression_log_puts_total"), 1)
+
+    def test_feedback_refusals(self):
+        """A FEEDBACK a client got wrong is BAD_VALUE naming the field; one past the samples/s
+        cap is OVERLOADED after the events that fit (a retry: DUPLICATE for those); the
+        connection and PREDICT keep working."""
+        s = self.serve(self.model, "--online", "--online-max-samples-per-s", "5")
+        shared, _ = sample(8)
+        items = [sample(80 + j)[1] for j in range(10)]
+        with s.client() as c:
+            c.predict("ctr", shared, items, impression_id=91)
+            for events, field in (([(91, 0, 0.5)], "label"), ([(91, 0, 1.0, -1.0)], "weight"),
+                                  ([(91, 0, 1.0, float("nan"))], "weight"),
+                                  ([(0, 0, 1.0)], "impression")):
+                rid = c.send_frame(MsgType.FEEDBACK, encode_feedback("ctr", events,
+                                                                     check=False))
+                with self.assertRaises(ServerError) as e:
+                    c._raise_if_error(c.wait_for(rid))
+                self.assertEqual(e.exception.name, "BAD_VALUE", events)
+                self.assertIn(field, e.exception.message)
+            with self.assertRaises(ServerError) as e:  # 10 clicks, a second's burst is 5
+                c.feedback("ctr", [(91, j, 1.0) for j in range(10)])
+            self.assertEqual(e.exception.name, "OVERLOADED")
+            self.assertIn("5 samples/s", e.exception.message)
+            self.assertIn("the 5 events before it were accepted", e.exception.message)
+            self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 5)
+            time.sleep(1.2)  # the bucket refills: the retry's first five are duplicates
+            ack = c.feedback("ctr", [(91, j, 1.0) for j in range(10)])
+            self.assertEqual(ack.accepted, 5)
+            self.assertEqual([(r.event, r.reason) for r in ack.refused],
+                             [(j, Refusal.DUPLICATE) for j in range(5)])
+            self.assertEqual(len(c.predict("ctr", shared, items).scores), 10)
+        self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 10)
+        self.assertEqual(s.metric('tlserve_online_positives_total{model="ctr"}'), 10)
+        self.assertGreaterEqual(
+            s.metric('tlserve_online_refused_total{model="ctr",reason="rate"}'), 1)
 
     def test_kill_9_loses_nothing_acknowledged(self):
         logs = os.path.join(self.tmp, "samples")
