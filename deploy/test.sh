@@ -10,7 +10,7 @@
 # the exit status is non-zero when anything failed, and the last line is a summary.
 # Works from any directory.
 #
-#   TL_FUZZ_SECONDS=15   seconds per fuzz target (0 skips fuzzing)
+#   TL_FUZZ_SECONDS=10   seconds per fuzz target (0 skips fuzzing)
 #   TL_JOBS=N            build parallelism (default: nproc)
 #   TL_CTEST_JOBS=2      ctest parallelism
 set -euo pipefail
@@ -19,7 +19,7 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 ROOT=$(pwd)
 JOBS=${TL_JOBS:-$(nproc)}
 CTEST_JOBS=${TL_CTEST_JOBS:-2}
-FUZZ_SECONDS=${TL_FUZZ_SECONDS:-15}
+FUZZ_SECONDS=${TL_FUZZ_SECONDS:-10}
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -214,6 +214,11 @@ const cfg_entry_t server__cfg_table[] = {
      "online learning: the trainer threads' nice value; above 0 the workers go first when a "
      "core is contended, so training costs serving less (0: equal)",
      F(online_nice), NULL, NULL, NULL, false},
+    {"online-boost-ms", CFG_INT, 0, 60000, "30",
+     "online learning: when a queued sample has waited this long (the trainer starved at "
+     "--online-nice), the trainer runs at nice 0 until its queue is empty (needs CAP_SYS_NICE; "
+     "0: never)",
+     F(online_boost_ms), NULL, NULL, NULL, false},
     {"online-export-ms", CFG_INT, 0, 86400000, "10000",
      "online learning with --model-repo: export the online updates as a delta version of the "
      "model this often, and at a clean shutdown (0: never)",
@@ -227,6 +232,10 @@ const cfg_entry_t server__cfg_table[] = {
      "online learning: fdatasync the sample log at most this often (a kill -9 loses nothing "
      "either way; a power cut loses at most this much)",
      F(sample_log_sync_ms), NULL, NULL, NULL, false},
+    {"sample-log-segment-kib", CFG_INT, 4, 4194304, "65536",
+     "online learning: size at which a sample log segment is followed by a new one (trims "
+     "delete whole segments)",
+     F(sample_log_segment_kib), NULL, NULL, NULL, false},
     {"impression-log-mib", CFG_INT, 1, 1 << 20, "1024",
      "online learning: memory for PREDICTs flagged LOG awaiting FEEDBACK (full: the oldest are "
      "evicted early, their items learned as negatives)",

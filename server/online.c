@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -107,7 +108,8 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
     if (c->sample_log_dir[0]) {
         snprintf(q->slog_dir, sizeof q->slog_dir, "%s/%s", c->sample_log_dir, name);
         sample_log_config_t lc = {.sync = SAMPLE_LOG_SYNC_INTERVAL,
-                                  .sync_interval_ms = (uint32_t)c->sample_log_sync_ms};
+                                  .sync_interval_ms = (uint32_t)c->sample_log_sync_ms,
+                                  .segment_bytes = (uint64_t)c->sample_log_segment_kib << 10};
         sample_log_error_t lerr;
         uint64_t torn = 0;
         int rc = sample_log_open(q->slog_dir, &lc, &q->slog, &torn, &lerr);
@@ -117,8 +119,9 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
             return NULL;
         }
         if (torn)
-            LOG(LL_WARN, "online: sample log %s: a torn last record (%" PRIu64 " bytes, never "
-                "acknowledged) cut away", q->slog_dir, torn);
+            LOG(LL_WARN, "online: sample log %s: %" PRIu64 " bytes at its end cut away (a "
+                "record a crash tore, never acknowledged; or, after a power cut, what was "
+                "written after the last flush: --sample-log-sync-ms)", q->slog_dir, torn);
         q->next_pos = sample_log_next_pos(q->slog); /* older records: replayed or not */
         uint64_t v, cr, from;
         rc = online__state_read(q->slog_dir, &v, &cr, &from);
@@ -198,6 +201,43 @@ static size_t room_locked(online_model_t *q, size_t sz)
     return SIZE_MAX;
 }
 
+/* THE FRESHNESS BOOST.  The trainer runs at --online-nice so that a
+ * contended core goes to the workers first.  Under CFS a nice-19 thread
+ * beside busy nice-0 threads gets a slice about every 70 of theirs: it can
+ * sit a hundred milliseconds or more without running, and every queued
+ * sample (a click among them) waits with it.  So whoever queues a record
+ * looks at the oldest one still queued: past --online-boost-ms, it sets the
+ * trainer thread's nice to 0 (a starved trainer cannot do it itself), and
+ * the trainer goes back to --online-nice when its queue is empty.  Lowering
+ * a nice needs CAP_SYS_NICE (or RLIMIT_NICE); without it the first refusal
+ * is logged and the trainer stays at --online-nice.  A syscall only when
+ * the state changes.  Lock held. */
+static void boost_locked(online_model_t *q, uint64_t now_ns)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (q->boosted || q->boost_denied || c->online_boost_ms <= 0 || c->online_nice <= 0 ||
+        q->used == 0)
+        return;
+    size_t t = q->tail;
+    uint32_t len;
+    if (q->cap - t < ONLINE_REC_HDR || (memcpy(&len, q->ring + t, 4), len == ONLINE_WRAP))
+        t = 0; /* the end a producer skipped: the oldest is at the start */
+    uint64_t oldest;
+    memcpy(&oldest, q->ring + t + 8, 8);
+    int tid = atomic_load_explicit(&q->trainer_tid, memory_order_acquire);
+    if (tid <= 0 || now_ns - oldest < (uint64_t)c->online_boost_ms * 1000000u)
+        return;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, 0) == 0) {
+        q->boosted = true;
+        atomic_fetch_add_explicit(&q->boosts, 1, memory_order_relaxed);
+    } else {
+        q->boost_denied = true;
+        LOG(LL_WARN, "online: model '%s': cannot lower the trainer's nice to 0 for the "
+            "freshness boost (%s; needs CAP_SYS_NICE or LimitNICE): samples may wait while it "
+            "is starved", q->name, strerror(errno));
+    }
+}
+
 /* Queues one record (payload len bytes, with the log position it got).
  * Lock held; the room was found by room_locked(sz) at `at`. */
 static void put_locked(online_model_t *q, size_t at, uint16_t flags, const uint8_t *payload,
@@ -215,6 +255,7 @@ static void put_locked(online_model_t *q, size_t at, uint16_t flags, const uint8
     q->used += rec_size(len);
     atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
     pthread_cond_signal(&q->cond);
+    boost_locked(q, arrival);
 }
 
 int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, uint32_t len,
@@ -353,10 +394,10 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     if (!tokens_enough_locked(q, req->samples, t))
         rc = ONLINE_RATE;
     size_t at = SIZE_MAX;
-    bool bus = online__bus_on();
+    bool bus = online__bus_on(), bus_lag = false;
     if (rc == ONLINE_QUEUED && bus &&
         sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) > BUS_MAX_LAG)
-        rc = ONLINE_FULL;
+        rc = ONLINE_FULL, bus_lag = true;
     else if (rc == ONLINE_QUEUED && !bus && (at = room_locked(q, sz)) == SIZE_MAX)
         rc = ONLINE_FULL;
     if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
@@ -373,6 +414,10 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
+    } else if (rc == ONLINE_FULL && bus_lag) {
+        atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        snprintf(why, why_len, "TRAIN: model '%s' has over %d frames in its outbox not yet "
+                 "forwarded to the bus (NATS unreachable or slow)", req->name, BUS_MAX_LAG);
     } else if (rc == ONLINE_FULL) {
         atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: the trainer of model '%s' has its %zu-byte queue full "
@@ -729,6 +774,9 @@ size_t online_metrics_format(char *buf, size_t len)
         FAM("tlserve_online_log_slow_total", "counter",
             "sample log appends that held the worker over 20 ms (the disk; each logged)", log_slow,
             U64),
+        FAM("tlserve_online_boosts_total", "counter",
+            "times the trainer ran at nice 0 because a queued sample had waited "
+            "--online-boost-ms (it was starved at --online-nice)", boosts, U64),
         FAM("tlserve_online_dropped_total", "counter",
             "queued frames not learned (the model's kind changed, or no memory)", dropped, U64),
         FAM("tlserve_online_halted", "gauge",

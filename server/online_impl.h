@@ -44,6 +44,10 @@ typedef struct online_model {
     _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
     uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
     pthread_t thread;
+    /* the freshness boost (online.c, boost_locked; lock held) */
+    _Atomic int trainer_tid;  /* 0 until the trainer thread has started */
+    bool boosted;             /* the trainer runs at nice 0 until its queue is empty */
+    bool boost_denied;        /* setpriority refused it once (no CAP_SYS_NICE): never again */
     /* partitioned replicas (online_sync.c): its accumulators; set once, under
      * the model's writer lock, by online__sync_attach; NULL in other modes */
     struct online_sync_model *_Atomic sync;
@@ -64,7 +68,7 @@ typedef struct online_model {
     double logloss_sum;
     /* published */
     _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
-    _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow;
+    _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow, boosts;
     _Atomic uint64_t halted; /* 1: a step would have made a non-finite weight; until a new version */
     _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
     _Atomic uint64_t fresh_p50_us, fresh_p99_us;

@@ -496,20 +496,21 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
     return consumed;
 }
 
-/* The sample log's interval flush, called with q->lock held: the fdatasync
- * itself runs with the lock released (a worker appending a frame waits for
- * the lock, and must not wait for the disk). */
+/* The sample log's interval flush and its segment rolls' commits, called
+ * with q->lock held: the disk work runs with the lock released (a worker
+ * appending a frame waits for the lock, and must not wait for the disk). */
 static void sync_log(online_model_t *q)
 {
-    int fd = q->slog ? sample_log_sync_begin(q->slog, online__now_ns() / 1000000) : -1;
-    if (fd < 0)
+    sample_log_flush_t f;
+    if (!q->slog || !sample_log_sync_begin(q->slog, online__now_ns() / 1000000, &f))
         return;
     pthread_mutex_unlock(&q->lock);
-    int rc = sample_log_sync_end(fd);
+    int rc = sample_log_sync_end(&f);
     if (rc < 0)
-        LOG(LL_ERROR, "online: model '%s': the sample log's fdatasync failed: %s",
-               q->name, strerror(-rc));
+        LOG(LL_ERROR, "online: model '%s': the sample log's flush failed: %s", q->name,
+            strerror(-rc));
     pthread_mutex_lock(&q->lock);
+    sample_log_sync_done(q->slog, &f, rc);
 }
 
 void *online__trainer_main(void *arg)
@@ -522,10 +523,15 @@ void *online__trainer_main(void *arg)
         setpriority(PRIO_PROCESS, (id_t)gettid(), G.srv->cfg.online_nice) != 0)
         LOG(LL_WARN, "online: model '%s': cannot set the trainer's nice to %d: %s", q->name,
             G.srv->cfg.online_nice, strerror(errno));
+    atomic_store_explicit(&q->trainer_tid, (int)gettid(), memory_order_release);
     bool fresh = false; /* learned since the last publish */
     (void)online__export_init(q); /* EXPORT: logged when it cannot */
     for (;;) {
         pthread_mutex_lock(&q->lock);
+        if (q->used == 0 && q->boosted) { /* caught up: serving first again (online.c) */
+            (void)setpriority(PRIO_PROCESS, (id_t)gettid(), G.srv->cfg.online_nice);
+            q->boosted = false;
+        }
         while (q->used == 0 && !q->stop && !q->replay_pending) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

@@ -23,7 +23,8 @@
  *
  * A SEGMENT is `<position of its first record, %020llu>.slog`; its records'
  * positions follow on from its name, and the next segment's name is the
- * position after its last record.  A batch is written by one pwrite loop into
+ * position after its last record.  The newest may be `<...>.slog.new`, a
+ * roll not yet committed (sample_log.h ROLLS, sample_log_roll.c).  A batch is written by one pwrite loop into
  * one segment: a torn write can only leave a prefix of the batch at the end
  * of the newest segment, which open truncates (sample_log.h, OPENING).
  *
@@ -51,22 +52,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-struct sample_log {
-    char dir[PATH_MAX];
-    int dirfd;               /* the directory, flock'ed: one writer */
-    int fd;                  /* the segment being written */
-    uint64_t *segs;          /* first positions of the segments, ascending */
-    size_t nsegs, segs_cap;  /* segs[nsegs - 1] is the segment being written */
-    uint64_t seg_size;       /* bytes in the segment being written */
-    uint64_t next_pos;       /* position of the next record appended */
-    sample_log_config_t cfg; /* defaults filled in */
-    uint8_t *buf;            /* encode buffer of one batch */
-    size_t buf_cap;
-    bool dirty;              /* written since the last fdatasync */
-    bool broken;             /* a failed write could not be cut back */
-    uint64_t last_sync_ms;   /* sample_log_sync_if_due's clock */
-};
-
 /* ---- helpers ---------------------------------------------------------------- */
 
 int sample_log__fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const char *file,
@@ -84,10 +69,17 @@ int sample_log__fail(sample_log_error_t *err, int rc, sample_log_errc_t code, co
     return rc;
 }
 
-/* 1 and *first when name is a segment's name, else 0. */
+/* 1 and *first when name is a segment's name, 2 when it is a pending
+ * segment's (<first>.slog.new), else 0. */
 static int seg_parse(const char *name, uint64_t *first)
 {
-    if (strlen(name) != SEG_NAME_LEN || strcmp(name + 20, ".slog") != 0)
+    size_t len = strlen(name);
+    int kind = len == SEG_NAME_LEN ? 1
+             : len == SEG_NAME_LEN + strlen(SEG_PENDING_SUFFIX) &&
+                       strcmp(name + SEG_NAME_LEN, SEG_PENDING_SUFFIX) == 0
+                 ? 2
+                 : 0;
+    if (!kind || strncmp(name + 20, ".slog", 5) != 0)
         return 0;
     uint64_t v = 0;
     for (int i = 0; i < 20; i++) {
@@ -99,7 +91,7 @@ static int seg_parse(const char *name, uint64_t *first)
         v = v * 10 + d;
     }
     *first = v;
-    return 1;
+    return kind;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -109,19 +101,22 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The segments of dir, ascending, into a malloc'ed *out (caller frees). */
-int sample_log__list_segments(const char *dir, uint64_t **out, size_t *n, size_t *cap)
+int sample_log__list_segments(const char *dir, uint64_t **out, size_t *n, size_t *cap,
+                              size_t *npending)
 {
     DIR *d = opendir(dir);
     if (!d)
         return -errno;
     uint64_t *a = NULL;
-    size_t k = 0, c = 0;
+    size_t k = 0, c = 0, pending = 0;
     int rc = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         uint64_t first;
-        if (!seg_parse(e->d_name, &first))
+        int kind = seg_parse(e->d_name, &first);
+        if (!kind)
             continue;
+        pending += kind == 2;
         if (k == c) {
             size_t nc = c ? 2 * c : 16;
             uint64_t *na = realloc(a, nc * sizeof *a);
@@ -146,6 +141,44 @@ out:
     *n = k;
     if (cap)
         *cap = c;
+    if (npending)
+        *npending = pending;
+    return 0;
+}
+
+int sample_log__open_segment_ro(int dirfd, uint64_t first)
+{
+    char name[SEG_PATH_MAX];
+    for (int attempt = 0; attempt < 3; attempt++) { /* final, pending, final */
+        seg_name_suffixed(name, first, attempt == 1 ? SEG_PENDING_SUFFIX : "");
+        int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 || errno != ENOENT)
+            return fd >= 0 ? fd : -errno;
+    }
+    return -ENOENT;
+}
+
+int sample_log__segment_exists(int dirfd, uint64_t first)
+{
+    char name[SEG_PATH_MAX];
+    for (int attempt = 0; attempt < 3; attempt++) {
+        seg_name_suffixed(name, first, attempt == 1 ? SEG_PENDING_SUFFIX : "");
+        if (faccessat(dirfd, name, F_OK, 0) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int sample_log__segs_room(sample_log_t *log)
+{
+    if (log->nsegs < log->segs_cap)
+        return 0;
+    size_t nc = log->segs_cap ? 2 * log->segs_cap : 16;
+    uint64_t *na = realloc(log->segs, nc * sizeof *na);
+    if (!na)
+        return -ENOMEM;
+    log->segs = na;
+    log->segs_cap = nc;
     return 0;
 }
 
@@ -285,12 +318,13 @@ static int open_segment(sample_log_t *log, uint64_t first, int flags)
 }
 
 /* Checks every segment and recovers the last one's torn tail. */
-static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
+int sample_log__recover(sample_log_t *log, size_t from, size_t to, uint64_t *torn,
+                        sample_log_error_t *err)
 {
     char name[SEG_NAME_LEN + 1];
     struct scan s;
-    for (size_t i = 0; i < log->nsegs; i++) {
-        bool last = i + 1 == log->nsegs;
+    for (size_t i = from; i < to; i++) {
+        bool last = i + 1 == to;
         seg_name(name, log->segs[i]);
         int fd = openat(log->dirfd, name, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -320,6 +354,10 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
             return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, name, (int64_t)s.good,
                         "%s/%s is corrupt at byte offset %llu: %s", log->dir, name,
                         (unsigned long long)s.good, s.why);
+        if (i == from && from > 0 && log->segs[i] != log->next_pos)
+            return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, name, 0,
+                        "%s/%s: positions jump from %llu to %llu (a gap)", log->dir, name,
+                        (unsigned long long)log->next_pos, (unsigned long long)log->segs[i]);
         if (!last && s.next != log->segs[i + 1]) {
             char next[SEG_NAME_LEN + 1];
             seg_name(next, log->segs[i + 1]);
@@ -341,7 +379,7 @@ static int recover(sample_log_t *log, uint64_t *torn, sample_log_error_t *err)
                 }
                 close(wfd);
             }
-            *torn = s.size - s.good;
+            *torn += s.size - s.good;
             log->seg_size = s.good;
             log->next_pos = s.next;
         }
@@ -369,6 +407,7 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
     snprintf(log->dir, sizeof log->dir, "%s", dir);
     log->cfg = c;
     log->fd = -1;
+    log->prev_fd = -1;
     log->dirfd = -1;
     uint64_t torn = 0;
     int rc;
@@ -387,7 +426,9 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
              strerror(-rc));
         goto fail_out;
     }
-    if ((rc = sample_log__list_segments(dir, &log->segs, &log->nsegs, &log->segs_cap))) {
+    size_t npending = 0;
+    if ((rc = sample_log__list_segments(dir, &log->segs, &log->nsegs, &log->segs_cap,
+                                        &npending))) {
         sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: listing: %s", dir, strerror(-rc));
         goto fail_out;
     }
@@ -406,7 +447,18 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
             goto fail_out;
         }
     } else {
-        if ((rc = recover(log, &torn, err)))
+        size_t n = log->nsegs;
+        char pend[SEG_PATH_MAX];
+        seg_name_suffixed(pend, log->segs[n - 1], SEG_PENDING_SUFFIX);
+        if (npending > 0 && (npending > 1 || faccessat(log->dirfd, pend, F_OK, 0) != 0 ||
+                             (n > 1 && log->segs[n - 2] == log->segs[n - 1]))) {
+            rc = sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, -1,
+                      "%s: %zu segments named *.slog" SEG_PENDING_SUFFIX ", or one that is not "
+                      "the newest: only the newest segment's roll can be pending", dir, npending);
+            goto fail_out;
+        }
+        if ((rc = sample_log__recover(log, 0, n - npending, &torn, err)) ||
+            (npending && (rc = sample_log__recover_pending(log, &torn, err))))
             goto fail_out;
         if ((log->fd = open_segment(log, log->segs[log->nsegs - 1], 0)) < 0) {
             rc = sample_log__fail(err, log->fd, SAMPLE_LOG_E_IO, NULL, -1, "%s: opening the last segment: %s",
@@ -421,6 +473,8 @@ int sample_log_open(const char *dir, const sample_log_config_t *cfg, sample_log_
 fail_out:
     if (log->fd >= 0)
         close(log->fd);
+    if (log->prev_fd >= 0)
+        close(log->prev_fd);
     if (log->dirfd >= 0)
         close(log->dirfd);
     free(log->segs);
@@ -431,8 +485,9 @@ fail_out:
 
 int sample_log_sync(sample_log_t *log)
 {
-    if (!log->dirty)
-        return 0;
+    int rc = log->roll_pending ? sample_log__commit_roll(log) : 0;
+    if (rc || !log->dirty)
+        return rc;
     if (fdatasync(log->fd) < 0)
         return -errno;
     log->dirty = false;
@@ -441,8 +496,9 @@ int sample_log_sync(sample_log_t *log)
 
 int sample_log_sync_if_due(sample_log_t *log, uint64_t now_ms)
 {
-    if (log->cfg.sync != SAMPLE_LOG_SYNC_INTERVAL || !log->dirty ||
-        now_ms - log->last_sync_ms < log->cfg.sync_interval_ms)
+    if (log->cfg.sync != SAMPLE_LOG_SYNC_INTERVAL ||
+        (!log->roll_pending &&
+         (!log->dirty || now_ms - log->last_sync_ms < log->cfg.sync_interval_ms)))
         return 0;
     int rc = sample_log_sync(log);
     if (rc)
@@ -451,31 +507,14 @@ int sample_log_sync_if_due(sample_log_t *log, uint64_t now_ms)
     return 1;
 }
 
-int sample_log_sync_begin(sample_log_t *log, uint64_t now_ms)
-{
-    if (log->cfg.sync != SAMPLE_LOG_SYNC_INTERVAL || !log->dirty ||
-        now_ms - log->last_sync_ms < log->cfg.sync_interval_ms)
-        return -1;
-    int fd = fcntl(log->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0)
-        return -1; /* out of descriptors: the next call tries again */
-    log->dirty = false; /* an append from here on makes it dirty again */
-    log->last_sync_ms = now_ms;
-    return fd;
-}
-
-int sample_log_sync_end(int fd)
-{
-    int rc = fdatasync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 int sample_log_close(sample_log_t *log)
 {
     if (!log)
         return 0;
-    int rc = log->cfg.sync == SAMPLE_LOG_SYNC_NEVER ? 0 : sample_log_sync(log);
+    int rc = log->cfg.sync == SAMPLE_LOG_SYNC_NEVER && !log->roll_pending ? 0
+                                                                          : sample_log_sync(log);
+    if (log->prev_fd >= 0)
+        close(log->prev_fd);
     close(log->fd);
     close(log->dirfd);
     free(log->segs);
@@ -565,14 +604,8 @@ static int roll(sample_log_t *log, sample_log_error_t *err)
     if (sync && (rc = sample_log_sync(log)))
         return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: fdatasync before roll: %s",
                     log->dir, strerror(-rc));
-    if (log->nsegs == log->segs_cap) {
-        size_t nc = log->segs_cap ? 2 * log->segs_cap : 16;
-        uint64_t *na = realloc(log->segs, nc * sizeof *na);
-        if (!na)
-            return -ENOMEM;
-        log->segs = na;
-        log->segs_cap = nc;
-    }
+    if ((rc = sample_log__segs_room(log)))
+        return rc;
     int fd = open_segment(log, log->next_pos, O_CREAT | O_EXCL);
     if (fd < 0 || (sync && fsync(log->dirfd) < 0)) {
         rc = fd < 0 ? fd : -errno;
@@ -608,9 +641,17 @@ int sample_log_append(sample_log_t *log, const sample_log_rec_t *recs, size_t n,
     int rc = encode_batch(log, recs, n, &total, err);
     if (rc)
         return rc;
-    if (log->seg_size > 0 && log->seg_size + total > log->cfg.segment_bytes &&
-        (rc = roll(log, err)))
-        return rc;
+    if (log->seg_size > 0 && log->seg_size + total > log->cfg.segment_bytes) {
+        /* Under INTERVAL the finished segment's fdatasync is the caller's
+         * next flush (sample_log.h ROLLS); until it commits, this segment
+         * grows past segment_bytes. */
+        if (log->cfg.sync != SAMPLE_LOG_SYNC_INTERVAL)
+            rc = roll(log, err);
+        else if (!log->roll_pending)
+            rc = sample_log__roll_pending(log, err);
+        if (rc)
+            return rc;
+    }
     size_t done = 0;
     while (done < total) {
         ssize_t k = pwrite(log->fd, log->buf + done, total - done, (off_t)(log->seg_size + done));

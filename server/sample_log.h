@@ -36,6 +36,21 @@
  * is refused with a sentence naming the file and byte offset.  Acknowledged
  * data is never skipped in silence.
  *
+ * ROLLS.  A segment past segment_bytes is followed by a new one.  Under
+ * NEVER and EVERY_APPEND the append rolls at once (with EVERY_APPEND the
+ * finished segment's fdatasync and the directory's fsync first).  Under
+ * INTERVAL the append only opens <first>.slog.new and goes on there; the
+ * caller's next flush (sample_log_sync*, at once, not at the interval)
+ * commits the roll off the append path: fdatasync of the finished segment,
+ * the rename to <first>.slog, fsync of the directory.  Until then the new
+ * segment grows past segment_bytes rather than rolling again.  So a final
+ * name always follows a durable segment, and open reads a pending one
+ * accordingly: right after the segments before it (a kill -9: the page
+ * cache kept everything) it is committed; past a gap (a power cut took the
+ * finished segment's unflushed tail, which the interval allows) it is set
+ * aside as <first>.slog.orphan, its bytes counted as cut (torn_bytes).  Readers read
+ * pending segments as any other.
+ *
  * THREAD SAFETY.  A sample_log_t (the writer) belongs to one thread at a
  * time: append, sync, trim and close must be serialized by the caller.  One
  * writer per directory (flock; a second open gets -EBUSY).  Readers are
@@ -117,7 +132,8 @@ typedef struct sample_log_reader sample_log_reader_t;
 
 /* Opens (creating dir and an empty first segment when needed) the log in
  * dir for appending.  Recovers a torn tail of the last segment (truncated;
- * *torn_bytes, when not NULL, says how many bytes went, 0 when none) and
+ * *torn_bytes, when not NULL, says how many bytes went, 0 when none;
+ * a pending segment set aside past a gap counts there too: ROLLS) and
  * refuses corruption (-EBADMSG, *err names file and offset).  cfg may be
  * NULL (defaults).  Blocks on disk I/O (reads the last segment whole).  The
  * caller owns *out and closes it. */
@@ -153,14 +169,29 @@ int sample_log_sync(sample_log_t *log);
  * it flushed, 0 when not due, -errno on failure. */
 int sample_log_sync_if_due(sample_log_t *log, uint64_t now_ms);
 
-/* sample_log_sync_if_due split in two for a caller whose appends run under
- * a lock that the disk must not hold up: sample_log_sync_begin, under that
- * lock, returns -1 when nothing is due, else a descriptor of the current
- * segment (a dup) and counts the log as flushed; sample_log_sync_end(fd),
- * after the lock is released, fdatasyncs and closes it (0 or -errno).
- * Appends made between the two are flushed by the next due call. */
-int sample_log_sync_begin(sample_log_t *log, uint64_t now_ms);
-int sample_log_sync_end(int fd);
+/* sample_log_sync_if_due split in three for a caller whose appends run
+ * under a lock that the disk must not hold up:
+ *   sample_log_sync_begin, under that lock: 0 when nothing is due (no
+ *     unsynced bytes, or sync_interval_ms not passed, and no roll pending),
+ *     else 1 with *f filled (descriptors dup'ed) and the log counted as
+ *     flushed;
+ *   sample_log_sync_end(f), with the lock released: the disk work (the
+ *     pending roll's commit, then the current segment's fdatasync); closes
+ *     f's descriptors; 0 or -errno;
+ *   sample_log_sync_done(log, f, rc), under the lock again: a committed roll
+ *     lets the next one start; after a failure the next begin tries again.
+ * Appends made meanwhile are flushed by the next due call.  A log has at
+ * most one flush in flight (the caller's one thread runs all three). */
+typedef struct sample_log_flush {
+    int prev_fd;   /* the pending roll's finished segment (dup), -1: no roll */
+    int dirfd;     /* the directory (dup), when a roll commits */
+    int cur_fd;    /* the segment being written (dup), -1: nothing to flush */
+    uint64_t roll_first; /* the pending segment's first position; 0: no roll (a
+                          * pending segment never starts at 0) */
+} sample_log_flush_t;
+int sample_log_sync_begin(sample_log_t *log, uint64_t now_ms, sample_log_flush_t *f);
+int sample_log_sync_end(sample_log_flush_t *f);
+void sample_log_sync_done(sample_log_t *log, const sample_log_flush_t *f, int rc);
 
 /* Deletes the segments whose records are all < before_pos (a delta covering
  * them was exported), never the segment being written.  Returns the number

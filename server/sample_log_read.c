@@ -26,6 +26,7 @@
 
 struct sample_log_reader {
     char dir[PATH_MAX];
+    int dirfd;         /* the log's directory */
     int fd;            /* the segment being read */
     uint64_t seg;      /* its first position */
     uint64_t off;      /* byte offset of the next record in it */
@@ -118,11 +119,9 @@ int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_ar
 
 static int reader_switch(sample_log_reader_t *r, uint64_t first)
 {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%020llu.slog", r->dir, (unsigned long long)first);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = sample_log__open_segment_ro(r->dirfd, first); /* final or pending */
     if (fd < 0)
-        return -errno;
+        return fd;
     if (r->fd >= 0)
         close(r->fd);
     r->fd = fd;
@@ -131,12 +130,11 @@ static int reader_switch(sample_log_reader_t *r, uint64_t first)
     return 0;
 }
 
-/* 1 when the segment after the current one exists (so it is complete). */
+/* 1 when the segment after the current one exists, final or pending (so
+ * the current one is complete: the writer rolled past it). */
 static int next_segment_exists(const sample_log_reader_t *r)
 {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%020llu.slog", r->dir, (unsigned long long)r->pos);
-    return r->pos != r->seg && access(path, F_OK) == 0;
+    return r->pos != r->seg && sample_log__segment_exists(r->dirfd, r->pos) == 1;
 }
 
 static int reader_corrupt(const sample_log_reader_t *r, sample_log_error_t *err, const char *why)
@@ -233,7 +231,7 @@ int sample_log_reader_open(const char *dir, uint64_t from_pos, sample_log_reader
         return sample_log__fail(err, -ENAMETOOLONG, SAMPLE_LOG_E_IO, NULL, -1, "sample log dir too long");
     uint64_t *segs = NULL;
     size_t n = 0;
-    int rc = sample_log__list_segments(dir, &segs, &n, NULL);
+    int rc = sample_log__list_segments(dir, &segs, &n, NULL, NULL);
     if (rc)
         return sample_log__fail(err, rc, SAMPLE_LOG_E_IO, NULL, -1, "%s: listing: %s", dir, strerror(-rc));
     sample_log_reader_t *r = calloc(1, sizeof *r);
@@ -243,6 +241,12 @@ int sample_log_reader_open(const char *dir, uint64_t from_pos, sample_log_reader
     }
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     r->fd = -1;
+    r->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r->dirfd < 0) {
+        rc = sample_log__fail(err, -errno, SAMPLE_LOG_E_IO, NULL, -1, "%s: open: %s", dir,
+                              strerror(errno));
+        goto out;
+    }
     if (n == 0 || from_pos < segs[0]) {
         rc = sample_log__fail(err, -ERANGE, SAMPLE_LOG_E_POSITION, NULL, -1,
                   "%s: position %llu is before the first kept record (%llu)", dir,
@@ -310,6 +314,8 @@ void sample_log_reader_close(sample_log_reader_t *r)
         return;
     if (r->fd >= 0)
         close(r->fd);
+    if (r->dirfd >= 0)
+        close(r->dirfd);
     free(r->buf);
     free(r);
 }

@@ -182,6 +182,22 @@ static int count_segments(const char *dir)
 
 static const sample_log_config_t small = {.segment_bytes = 8192, .sync = SAMPLE_LOG_SYNC_NEVER};
 
+/* Files of dir whose names end with suffix. */
+static int count_named(const char *dir, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    size_t ls = strlen(suffix);
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        n += l >= ls && strcmp(e->d_name + l - ls, suffix) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static void round_trip_and_readers(void **state)
 {
     (void)state;
@@ -496,12 +512,21 @@ static void kill9_loses_nothing(void **state)
             close(pfd[0]);
             sample_log_t *log;
             sample_log_error_t err;
-            sample_log_config_t cfg = {.segment_bytes = 16384, .sync = SAMPLE_LOG_SYNC_NEVER};
+            /* odd rounds: INTERVAL, its rolls pending until a flush commits them,
+             * flushes (the three-step split the trainer uses) at random appends */
+            sample_log_config_t cfg = {.segment_bytes = 16384,
+                                       .sync = round % 2 ? SAMPLE_LOG_SYNC_INTERVAL
+                                                         : SAMPLE_LOG_SYNC_NEVER,
+                                       .sync_interval_ms = 1};
             if (sample_log_open(dir, &cfg, &log, NULL, &err))
                 _exit(2);
+            uint64_t clock_ms = 0;
             static struct gen g[32];
             static sample_log_rec_t recs[32];
-            for (uint64_t p = sample_log_next_pos(log);;) {
+            uint64_t start = sample_log_next_pos(log); /* opened: the kill's clock starts */
+            if (write(pfd[1], &start, sizeof start) != sizeof start)
+                _exit(4);
+            for (uint64_t p = start;;) {
                 size_t n = 1 + (size_t)(mix(p) % 32);
                 for (size_t i = 0; i < n; i++) {
                     gen_rec(&g[i], p + i);
@@ -513,15 +538,23 @@ static void kill9_loses_nothing(void **state)
                 p += n;
                 if (write(pfd[1], &p, sizeof p) != sizeof p)
                     _exit(4);
+                sample_log_flush_t f;
+                if (mix(p) % 4 == 0 && sample_log_sync_begin(log, clock_ms += 2, &f)) {
+                    int src = sample_log_sync_end(&f);
+                    sample_log_sync_done(log, &f, src);
+                    if (src)
+                        _exit(5);
+                }
             }
         }
         close(pfd[1]);
+        uint64_t p;
+        assert_int_equal(read(pfd[0], &p, sizeof p), (ssize_t)sizeof p); /* it has opened */
         usleep((useconds_t)(3000 + rand() % 30000));
         kill(pid, SIGKILL);
         int status;
         waitpid(pid, &status, 0);
         assert_true(WIFSIGNALED(status));
-        uint64_t p;
         while (read(pfd[0], &p, sizeof p) == sizeof p)
             acked = p;
         close(pfd[0]);
@@ -539,6 +572,7 @@ static void kill9_loses_nothing(void **state)
         assert_true(end >= acked);
         sample_log_close(log);
         assert_int_equal(read_all(dir, 0), end); /* every record intact, contiguous */
+        assert_int_equal(count_named(dir, ".slog.new"), 0); /* committed at open */
     }
     assert_true(acked > 0);
     test_rm_rf(dir);
@@ -587,7 +621,7 @@ static void sync_policies(void **state)
     sample_log_t *log;
     sample_log_error_t err;
     /* INTERVAL (the zero config): due only when dirty and the interval passed. */
-    const sample_log_config_t iv = {.segment_bytes = 8192, .sync_interval_ms = 100};
+    const sample_log_config_t iv = {.segment_bytes = 1 << 20, .sync_interval_ms = 100}; /* no roll */
     assert_int_equal(sample_log_open(dir, &iv, &log, NULL, &err), 0);
     assert_int_equal(sample_log_sync_if_due(log, 1000), 0); /* clean */
     append_range(log, 0, 10, 3);
@@ -610,6 +644,186 @@ static void sync_policies(void **state)
     test_rm_rf(dir);
 }
 
+/* The trainer's flush, in its three steps. */
+static int flush(sample_log_t *log, uint64_t now_ms)
+{
+    sample_log_flush_t f;
+    if (!sample_log_sync_begin(log, now_ms, &f))
+        return 0;
+    int rc = sample_log_sync_end(&f);
+    sample_log_sync_done(log, &f, rc);
+    return rc ? rc : 1;
+}
+
+static const sample_log_config_t interval = {.segment_bytes = 8192, .sync_interval_ms = 1000};
+
+/* Appends one record at a time until a roll is pending: the end. */
+static uint64_t append_until_pending(sample_log_t *log, const char *dir, uint64_t from)
+{
+    uint64_t p = from;
+    while (count_named(dir, ".slog.new") == 0) {
+        append_range(log, p, p + 1, 1);
+        p++;
+        assert_true(p - from < 10000);
+    }
+    return p;
+}
+
+/* Under INTERVAL an append past segment_bytes opens <first>.slog.new and
+ * flushes nothing; the segment grows rather than rolling again until a
+ * flush commits the roll (due at once, not at the interval); readers read
+ * through a pending segment; close commits one. */
+static void interval_rolls_commit_off_the_append(void **state)
+{
+    (void)state;
+    char *dir = tmpdir("roll");
+    sample_log_t *log;
+    sample_log_error_t err;
+    assert_int_equal(sample_log_open(dir, &interval, &log, NULL, &err), 0);
+    uint64_t p = append_until_pending(log, dir, 0);
+    assert_int_equal(count_named(dir, ".slog"), 1);
+    append_range(log, p, p + 200, 4); /* far past segment_bytes: no second roll */
+    p += 200;
+    assert_int_equal(count_named(dir, ".slog.new"), 1);
+    assert_int_equal(count_named(dir, ".slog"), 1);
+    assert_int_equal(read_all(dir, 0), p);
+    assert_int_equal(read_all(dir, p - 3), p);
+    assert_int_equal(flush(log, 10), 1); /* due for the roll, though the interval is not */
+    assert_int_equal(count_named(dir, ".slog.new"), 0);
+    assert_int_equal(count_named(dir, ".slog"), 2);
+    assert_int_equal(flush(log, 20), 0); /* nothing due now */
+    p = append_until_pending(log, dir, p);
+    assert_int_equal(read_all(dir, 0), p);
+    assert_int_equal(sample_log_close(log), 0); /* commits */
+    assert_int_equal(count_named(dir, ".slog.new"), 0);
+    assert_int_equal(count_named(dir, ".slog"), 3);
+    uint64_t torn = 99;
+    assert_int_equal(sample_log_open(dir, &interval, &log, &torn, &err), 0);
+    assert_int_equal(torn, 0);
+    assert_int_equal(sample_log_next_pos(log), p);
+    sample_log_close(log);
+    assert_int_equal(read_all(dir, 0), p);
+    test_rm_rf(dir);
+}
+
+/* A child leaves a roll pending and exits without closing (a crash); the
+ * parent may then cut the finished segment's tail (a power cut taking what
+ * was written after its last flush).  Returns the records appended. */
+static uint64_t crash_with_pending_roll(const char *dir)
+{
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        sample_log_t *log;
+        sample_log_error_t err;
+        if (sample_log_open(dir, &interval, &log, NULL, &err))
+            _exit(2);
+        uint64_t p = append_until_pending(log, dir, 0);
+        append_range(log, p, p + 5, 1);
+        p += 5;
+        _exit(write(pfd[1], &p, sizeof p) == sizeof p ? 0 : 3); /* no close */
+    }
+    close(pfd[1]);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    uint64_t n = 0;
+    assert_int_equal(read(pfd[0], &n, sizeof n), (ssize_t)sizeof n);
+    close(pfd[0]);
+    assert_int_equal(count_named(dir, ".slog.new"), 1);
+    return n;
+}
+
+static void pending_roll_after_a_crash(void **state)
+{
+    (void)state;
+    char *dir = tmpdir("pendcrash");
+    /* kill -9: the page cache kept everything; open commits the roll */
+    uint64_t n = crash_with_pending_roll(dir);
+    sample_log_t *log;
+    sample_log_error_t err;
+    uint64_t torn = 99;
+    assert_int_equal(sample_log_open(dir, &interval, &log, &torn, &err), 0);
+    assert_int_equal(torn, 0);
+    assert_int_equal(sample_log_next_pos(log), n);
+    assert_int_equal(count_named(dir, ".slog.new"), 0);
+    assert_int_equal(count_named(dir, ".slog"), 2);
+    sample_log_close(log);
+    assert_int_equal(read_all(dir, 0), n);
+    test_rm_rf(dir);
+
+    /* a power cut: the finished segment lost its last record and a half; the
+     * pending segment after the gap is set aside, not read as corruption */
+    n = crash_with_pending_roll(dir);
+    char first[600];
+    snprintf(first, sizeof first, "%s/%020d.slog", dir, 0);
+    struct stat st;
+    assert_int_equal(stat(first, &st), 0);
+    sample_log_reader_t *r;
+    assert_int_equal(sample_log_reader_open(dir, 0, &r, &err), 0);
+    uint64_t keep = 0, pos;
+    sample_log_rec_t rec;
+    for (;;) { /* the finished segment's records */
+        codec_arena_reset(&arena);
+        assert_int_equal(sample_log_next(r, &arena, &rec, &pos, &err), 0);
+        if (pos == n - 6)
+            break;
+        keep = pos + 1;
+    }
+    sample_log_reader_close(r);
+    assert_true(keep > 2);
+    off_t cut_at = 0; /* the end of record keep - 2, plus 10 bytes of the next */
+    {
+        int fd = open(first, O_RDONLY);
+        uint8_t h[16];
+        for (uint64_t i = 0; i < keep - 1; i++) {
+            assert_int_equal(pread(fd, h, 16, cut_at), 16);
+            uint32_t body;
+            memcpy(&body, h, 4);
+            cut_at += 16 + (off_t)body;
+        }
+        close(fd);
+    }
+    assert_int_equal(truncate(first, cut_at + 10), 0);
+    char pend[600];
+    snprintf(pend, sizeof pend, "%s/%020llu.slog.new", dir, (unsigned long long)(n - 6));
+    struct stat pst;
+    assert_int_equal(stat(pend, &pst), 0);
+    assert_int_equal(sample_log_open(dir, &interval, &log, &torn, &err), 0);
+    assert_int_equal(sample_log_next_pos(log), keep - 1);
+    assert_int_equal((uint64_t)torn, 10 + (uint64_t)pst.st_size);
+    assert_int_equal(count_named(dir, ".slog.new"), 0);
+    assert_int_equal(count_named(dir, ".slog.orphan"), 1);
+    append_range(log, keep - 1, keep + 20, 3); /* the log goes on from the gap */
+    sample_log_close(log);
+    assert_int_equal(read_all(dir, 0), keep + 20);
+    test_rm_rf(dir);
+}
+
+/* Only the newest segment's roll can be pending: any other .new is refused. */
+static void stray_pending_refused(void **state)
+{
+    (void)state;
+    char *dir = tmpdir("stray");
+    sample_log_t *log;
+    sample_log_error_t err;
+    assert_int_equal(sample_log_open(dir, &small, &log, NULL, &err), 0);
+    append_range(log, 0, 200, 4);
+    sample_log_close(log);
+    assert_true(count_named(dir, ".slog") >= 3);
+    char from[600], to[600];
+    snprintf(from, sizeof from, "%s/%020d.slog", dir, 0);
+    snprintf(to, sizeof to, "%s/%020d.slog.new", dir, 0);
+    assert_int_equal(rename(from, to), 0);
+    assert_int_equal(sample_log_open(dir, &small, &log, NULL, &err), -EBADMSG);
+    assert_int_equal(err.code, SAMPLE_LOG_E_CORRUPT);
+    assert_non_null(strstr(err.msg, "pending"));
+    test_rm_rf(dir);
+}
+
 int main(void)
 {
     arena.cap = sample_log_arena_bound();
@@ -623,6 +837,9 @@ int main(void)
         cmocka_unit_test(kill9_loses_nothing),
         cmocka_unit_test(parse_partial_is_end),
         cmocka_unit_test(sync_policies),
+        cmocka_unit_test(interval_rolls_commit_off_the_append),
+        cmocka_unit_test(pending_roll_after_a_crash),
+        cmocka_unit_test(stray_pending_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(arena.base);
