@@ -109,6 +109,20 @@ class Online(ServerCase):
         self.assertIn('tlserve_online_positives_total{model="ctr"} %d' % (2 * frames), m)
         ll = s.metric('tlserve_online_logloss{model="ctr"}')
         self.assertTrue(0 < ll < 10, ll)
+        # the window's figures: 40 positives then 160 negatives of one item, each scored before
+        # it was learned: some ranking to do, a mean prediction above the mean label
+        deadline = time.time() + 5  # published at most every 100 ms once the queue is empty
+        while True:
+            auc = s.metric('tlserve_online_window_auc{model="ctr"}')
+            if auc == auc or time.time() > deadline:  # NaN until both labels were published
+                break
+            time.sleep(0.05)
+        self.assertTrue(0 <= auc <= 1, auc)
+        calib = s.metric('tlserve_online_window_calibration{model="ctr"}')
+        self.assertGreater(calib, 1.0)  # the negatives came after the model had learned positives
+        p50 = s.metric('tlserve_online_freshness_seconds{model="ctr",quantile="0.5"}')
+        p99 = s.metric('tlserve_online_freshness_seconds{model="ctr",quantile="0.99"}')
+        self.assertTrue(0 < p50 <= p99 < 10, (p50, p99))
         self.assertEqual(s.metric('tlserve_online_resets_total{model="ctr"}'), 1)
         self.assertEqual(s.metric('tlserve_online_version{model="ctr"}'), 1)
 
