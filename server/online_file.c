@@ -406,28 +406,51 @@ static void feed_file(struct frame *fr, const char *path)
 
 /* ---- the thread ---------------------------------------------------------------------- */
 
+/* The feeder's frame sized for c (the cap, the queue): NULL without memory.
+ * Free with frame_free. */
+static struct frame *frame_new(const server_config_t *c)
+{
+    struct frame *fr = calloc(1, sizeof *fr);
+    if (!fr)
+        return NULL;
+    fr->ids = malloc((size_t)FRAME_FEATURES * sizeof *fr->ids);
+    fr->vals = malloc((size_t)FRAME_FEATURES * sizeof *fr->vals);
+    if (!fr->ids || !fr->vals) {
+        free(fr->ids);
+        free(fr->vals);
+        free(fr);
+        return NULL;
+    }
+    int cap = c->online_max_samples_per_s; /* a frame must fit the cap's bucket */
+    fr->max = ONLINE_FILE_FRAME_SAMPLES;
+    if (cap > 0 && (unsigned)cap / 4 < fr->max)
+        fr->max = cap / 4 > 0 ? (uint32_t)cap / 4 : 1;
+    size_t half = ((size_t)c->online_queue_bytes & ~(size_t)7) / 2; /* online_submit's TOO_BIG */
+    fr->max_payload = half > ONLINE_REC_HDR ? (half - ONLINE_REC_HDR) & ~(size_t)7 : 0;
+    if (fr->max_payload > CODEC_MAX_PAYLOAD)
+        fr->max_payload = CODEC_MAX_PAYLOAD;
+    return fr;
+}
+
+static void frame_free(struct frame *fr)
+{
+    if (!fr)
+        return;
+    free(fr->ids);
+    free(fr->vals);
+    free(fr->buf);
+    free(fr);
+}
+
 static void *feeder_main(void *arg)
 {
     (void)arg;
     const server_config_t *c = &G.srv->cfg;
-    struct frame *fr = calloc(1, sizeof *fr);
-    if (fr) {
-        fr->ids = malloc((size_t)FRAME_FEATURES * sizeof *fr->ids);
-        fr->vals = malloc((size_t)FRAME_FEATURES * sizeof *fr->vals);
-    }
-    if (!fr || !fr->ids || !fr->vals) {
+    struct frame *fr = frame_new(c);
+    if (!fr) {
         LOG(LL_ERROR, "online: --train-file: no memory for the feeder's frame: no file learned");
         goto out;
     }
-    int cap = c->online_max_samples_per_s;
-    fr->max = ONLINE_FILE_FRAME_SAMPLES;
-    if (cap > 0 && (unsigned)cap / 4 < fr->max)
-        fr->max = cap / 4 > 0 ? (uint32_t)cap / 4 : 1;
-    size_t half = ((size_t)c->online_queue_bytes & ~(size_t)7) / 2;
-    fr->max_payload = half > ONLINE_REC_HDR ? (half - ONLINE_REC_HDR) & ~(size_t)7 : 0;
-    if (fr->max_payload > CODEC_MAX_PAYLOAD)
-        fr->max_payload = CODEC_MAX_PAYLOAD;
-
     for (bool said = false;;) { /* the model active */
         server_model_t *sm = server_model_acquire_named(G.srv, F.model);
         if (sm) {
@@ -446,12 +469,7 @@ static void *feeder_main(void *arg)
     for (char *p = strtok_r(list, ",", &save); p && !stopping(); p = strtok_r(NULL, ",", &save))
         feed_file(fr, p);
 out:
-    if (fr) {
-        free(fr->ids);
-        free(fr->vals);
-        free(fr->buf);
-        free(fr);
-    }
+    frame_free(fr);
     return NULL;
 }
 
@@ -541,13 +559,8 @@ int online__file_start(char *why, size_t why_len)
     }
     pthread_setname_np(F.thread, "tl-trainfile");
     F.running = F.configured = true;
-    LOG(LL_INFO, "online: --train-file: %s into model '%s' (format %s), frames of up to %u "
-        "samples", c->train_file, F.model, F.sniff ? "told per file" : format_name(F.format),
-        c->online_max_samples_per_s > 0 && c->online_max_samples_per_s / 4 <
-                (int)ONLINE_FILE_FRAME_SAMPLES
-            ? (c->online_max_samples_per_s / 4 > 0 ? (unsigned)c->online_max_samples_per_s / 4
-                                                   : 1u)
-            : ONLINE_FILE_FRAME_SAMPLES);
+    LOG(LL_INFO, "online: --train-file: %s into model '%s' (format %s)", c->train_file, F.model,
+        F.sniff ? "told per file" : format_name(F.format));
     return 0;
 }
 
