@@ -122,8 +122,7 @@ class OnlineFile(ServerCase):
         self.assertEqual(a.metric('tlserve_online_file_samples_total{model="ctr"}'), 136 + 20)
         self.assertEqual(a.metric('tlserve_online_samples_total{model="ctr"}'), 136 + 20)
         out = a.output()
-        self.assertIn("ERROR", out)
-        self.assertIn("%s:137:" % path, out)
+        self.assertIn("error: online: --train-file %s stopped: %s:137:" % (path, path), out)
         self.assertIn("the 136 samples before it are learned", out)
         with a.client() as c:
             self.assertEqual(len(c.predict("ctr", [], PROBES).scores), len(PROBES))
