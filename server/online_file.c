@@ -84,8 +84,8 @@ static struct {
     pthread_mutex_t lock; /* stop and cond */
     pthread_cond_t cond;  /* the feeder's waits; signalled by online__file_stop */
     _Atomic bool stop;
-    bool running;     /* main only: the thread exists */
-    bool configured;  /* --train-file set and started: the metrics are shown */
+    bool running;    /* main only: the thread exists */
+    bool configured; /* --train-file set and started: the metrics are shown */
     pthread_t thread;
     char model[CODEC_MAX_NAME + 1];
     bool sniff;             /* --train-file-format auto */
@@ -95,11 +95,11 @@ static struct {
 
 /* The frame being gathered: the feeder's own. */
 struct frame {
-    uint64_t *ids; /* FRAME_FEATURES */
-    float *vals;   /* FRAME_FEATURES */
-    uint32_t used; /* features held */
-    uint32_t n;    /* samples held */
-    uint32_t max;  /* samples per frame */
+    uint64_t *ids;      /* FRAME_FEATURES */
+    float *vals;        /* FRAME_FEATURES */
+    uint32_t used;      /* features held */
+    uint32_t n;         /* samples held */
+    uint32_t max;       /* samples per frame */
     size_t max_payload; /* TRAIN payload bytes a frame may take */
     codec_block_t blk[ONLINE_FILE_FRAME_SAMPLES];
     float label[ONLINE_FILE_FRAME_SAMPLES];
@@ -141,8 +141,8 @@ static bool pause_ms(unsigned ms)
  * a tab with a first feature without colons: criteo; a first feature with
  * one colon: libsvm, two: libffm.  Only labels (or nothing): libsvm, which
  * reads them alike.  0, or -EINVAL with the line in why. */
-static int sniff(const char *buf, size_t len, bool complete, const char *name,
-                 reader_format_t *out, char *why, size_t why_len)
+static int sniff(const char *buf, size_t len, bool complete, const char *name, reader_format_t *out,
+                 char *why, size_t why_len)
 {
     *out = READER_LIBSVM;
     uint64_t line = 1;
@@ -178,7 +178,8 @@ static int sniff(const char *buf, size_t len, bool complete, const char *name,
                 return 0;
             }
             int shown = q - p > 40 ? 40 : (int)(q - p);
-            snprintf(why, why_len, "%s:%" PRIu64 ": cannot tell the format: the first feature "
+            snprintf(why, why_len,
+                     "%s:%" PRIu64 ": cannot tell the format: the first feature "
                      "'%.*s' is neither idx:val (libsvm) nor field:idx:val (libffm), and the "
                      "line is not criteo's tab or comma columns (--train-file-format)",
                      name, line, shown, buf + p);
@@ -243,7 +244,8 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
             return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
         }
         if (big)
-            snprintf(why, why_len, "%s:%" PRIu64 ": a sample of %zu bytes, more than a frame may "
+            snprintf(why, why_len,
+                     "%s:%" PRIu64 ": a sample of %zu bytes, more than a frame may "
                      "take (%zu: half of --online-queue-bytes, at most the wire's payload)",
                      path, fr->line[first], len - CODEC_HEADER_SIZE, fr->max_payload);
         else
@@ -343,8 +345,8 @@ static void feed_file(struct frame *fr, const char *path)
             break;
         }
         if (s.n > FRAME_FEATURES) {
-            snprintf(why, sizeof why, "%s:%" PRIu64 ": %u features, more than a frame "
-                     "holds (%u)", path, line, s.n, FRAME_FEATURES);
+            snprintf(why, sizeof why, "%s:%" PRIu64 ": %u features, more than a frame holds (%u)",
+                     path, line, s.n, FRAME_FEATURES);
             rc = -E2BIG;
             break;
         }
@@ -362,8 +364,10 @@ static void feed_file(struct frame *fr, const char *path)
                 v[i] = 1.0f;
         uint32_t n = codec_sort_unique(ids, v, s.n);
         if (n > CODEC_MAX_BLOCK_FEATURES) {
-            snprintf(why, sizeof why, "%s:%" PRIu64 ": %u distinct features, more than a TRAIN "
-                     "sample carries (%u)", path, line, n, CODEC_MAX_BLOCK_FEATURES);
+            snprintf(why, sizeof why,
+                     "%s:%" PRIu64 ": %u distinct features, more than a TRAIN "
+                     "sample carries (%u)",
+                     path, line, n, CODEC_MAX_BLOCK_FEATURES);
             rc = -E2BIG;
             break;
         }
@@ -392,15 +396,21 @@ static void feed_file(struct frame *fr, const char *path)
     double secs = (double)(online__now_ns() - t0) * 1e-9;
     if (rc == 0) {
         atomic_fetch_add_explicit(&F.done, 1, memory_order_relaxed);
-        LOG(LL_INFO, "online: --train-file %s (%s) done: %" PRIu64 " samples into model '%s' in "
-            "%.2f s", path, format_name(fmt), n, F.model, secs);
+        LOG(LL_INFO,
+            "online: --train-file %s (%s) done: %" PRIu64 " samples into model '%s' in "
+            "%.2f s",
+            path, format_name(fmt), n, F.model, secs);
     } else if (rc == -ECANCELED) {
-        LOG(LL_WARN, "online: --train-file %s: stopped by the shutdown after line %" PRIu64
-            ": %" PRIu64 " samples submitted, the rest of the file not learned", path, line, n);
+        LOG(LL_WARN,
+            "online: --train-file %s: stopped by the shutdown after line %" PRIu64 ": %" PRIu64
+            " samples submitted, the rest of the file not learned",
+            path, line, n);
     } else {
         atomic_fetch_add_explicit(&F.failed, 1, memory_order_relaxed);
-        LOG(LL_ERROR, "online: --train-file %s stopped: %s; the %" PRIu64 " samples before it "
-            "are learned, the rest of the file is not (%.2f s)", path, why, n, secs);
+        LOG(LL_ERROR,
+            "online: --train-file %s stopped: %s; the %" PRIu64 " samples before it "
+            "are learned, the rest of the file is not (%.2f s)",
+            path, why, n, secs);
     }
 }
 
@@ -520,13 +530,17 @@ int online__file_start(char *why, size_t why_len)
     if (c->train_file_model[0]) {
         snprintf(F.model, sizeof F.model, "%s", c->train_file_model);
         if (c->model_dir[0] && served == 1 && strcmp(srv->models[0].name, F.model) != 0) {
-            snprintf(why, why_len, "--train-file-model '%s': the server serves model '%s' "
-                     "(--model)", F.model, srv->models[0].name);
+            snprintf(why, why_len,
+                     "--train-file-model '%s': the server serves model '%s' "
+                     "(--model)",
+                     F.model, srv->models[0].name);
             return -EINVAL;
         }
         if (c->model_name[0] && strcmp(c->model_name, F.model) != 0) {
-            snprintf(why, why_len, "--train-file-model '%s': the server serves model '%s' "
-                     "(--model-name)", F.model, c->model_name);
+            snprintf(why, why_len,
+                     "--train-file-model '%s': the server serves model '%s' "
+                     "(--model-name)",
+                     F.model, c->model_name);
             return -EINVAL;
         }
     } else if (c->model_dir[0] && served == 1) {
@@ -537,13 +551,18 @@ int online__file_start(char *why, size_t why_len)
         char names[200];
         int n = repo_models(c->model_repo, names, sizeof names, F.model, sizeof F.model);
         if (n != 1) {
-            snprintf(why, why_len, "--train-file: the repository %s holds %d models%s%s%s: name "
-                     "the one to train with --train-file-model", c->model_repo, n,
-                     n ? " (" : "", names, n > 2 ? ", ...)" : n ? ")" : "");
+            snprintf(why, why_len,
+                     "--train-file: the repository %s holds %d models%s%s%s: name "
+                     "the one to train with --train-file-model",
+                     c->model_repo, n, n ? " (" : "", names,
+                     n > 2 ? ", ...)"
+                     : n   ? ")"
+                           : "");
             return -EINVAL;
         }
     } else {
-        snprintf(why, why_len, "--train-file: no model is served at start (--model or "
+        snprintf(why, why_len,
+                 "--train-file: no model is served at start (--model or "
                  "--model-repo): name the one to train with --train-file-model");
         return -EINVAL;
     }
@@ -586,8 +605,7 @@ size_t online__file_metrics(char *buf, size_t len)
     } fam[] = {
         {"tlserve_online_file_samples_total", "counter",
          "samples of --train-file submitted to the trainer (queued as a TRAIN's)", &F.samples},
-        {"tlserve_online_file_done_total", "counter", "training files read to their end",
-         &F.done},
+        {"tlserve_online_file_done_total", "counter", "training files read to their end", &F.done},
         {"tlserve_online_file_failed_total", "counter",
          "training files stopped by an error (a bad line: logged at ERROR with file:line)",
          &F.failed},
@@ -601,9 +619,10 @@ size_t online__file_metrics(char *buf, size_t len)
     size_t off = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
-        int n = snprintf(buf + off, len - off, "# HELP %s %s\n# TYPE %s %s\n%s{model=\"%s\"} %" PRIu64
-                         "\n", fam[i].name, fam[i].help, fam[i].name, fam[i].type, fam[i].name,
-                         F.model, atomic_load_explicit(fam[i].v, memory_order_relaxed));
+        int n = snprintf(buf + off, len - off,
+                         "# HELP %s %s\n# TYPE %s %s\n%s{model=\"%s\"} %" PRIu64 "\n", fam[i].name,
+                         fam[i].help, fam[i].name, fam[i].type, fam[i].name, F.model,
+                         atomic_load_explicit(fam[i].v, memory_order_relaxed));
         if (n < 0 || (size_t)n >= len - off) {
             buf[off] = '\0';
             break;

@@ -28,7 +28,10 @@ static server_t fuzz_srv;
 static codec_arena_t arena;
 static size_t max_payload;
 
-uint64_t online__now_ns(void) { return 0; }
+uint64_t online__now_ns(void)
+{
+    return 0;
+}
 
 server_model_t *server_model_acquire_named(server_t *srv, const char *name)
 {
@@ -37,7 +40,10 @@ server_model_t *server_model_acquire_named(server_t *srv, const char *name)
     return NULL;
 }
 
-void server_model_release(server_model_t *sm) { (void)sm; }
+void server_model_release(server_model_t *sm)
+{
+    (void)sm;
+}
 
 int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
                         const uint8_t *payload, uint32_t len, char *why, size_t why_len)

@@ -7,7 +7,8 @@ small --online-max-samples-per-s a file larger than a second of the cap is learn
 feeder waits, nothing dropped, no client refusal counted).  A file with a bad line K stops at
 it: the K-1 samples before are learned, the log names file:K, PREDICT keeps working.  SIGTERM
 while a file is read stops the server promptly.  A missing file, or --train-file without
---online, is refused at start with a sentence.
+--online, or a repository of two models without --train-file-model, is refused at start with a
+sentence.  A libsvm file is told from its lines (--train-file-format auto).
 
 Run: TL_BUILD_DIR=build python3 -B -m unittest tests/integration/test_online_file.py
 """
@@ -160,6 +161,29 @@ class OnlineFile(ServerCase):
         self.assertIn("--train-file needs --online", out)
         rc, out = self.refused("--online", "--train-file", path, "--train-file-model", "other")
         self.assertIn("--train-file-model 'other': the server serves model 'ctr'", out)
+
+    def test_ambiguous_model_refused(self):
+        repo = os.path.join(self.tmp, "repo")
+        gen_model(os.path.join(repo, "a", "1"), 500, "a", seed=SEED)
+        gen_model(os.path.join(repo, "b", "1"), 500, "b", seed=SEED)
+        path = self.write("ok.ffm", ffm_samples(5))
+        r = subprocess.run([TLSERVE, "--model-repo", repo, "--online", "--train-file", path,
+                            "--port", str(free_port()), "--admin-port", str(free_port())],
+                           capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("--train-file: the repository %s holds 2 models" % repo, out)
+        self.assertIn("name the one to train with --train-file-model", out)
+
+    def test_libsvm_told_from_the_file(self):
+        path = os.path.join(self.tmp, "a.svm")
+        with open(path, "w") as f:
+            for k in range(50):
+                f.write("%d %d:1 %d:0.5\n" % (k % 2, k % 7, 10 + k % 5))
+        a = self.serve(self.model, "--online", "--train-file", path)
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 50)
+        self.assertIn("--train-file %s (libsvm) done: 50 samples" % path, a.output())
 
 
 if __name__ == "__main__":
