@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int check_addr(const char *v, char *why, size_t why_len);
 static int check_level(const char *v, char *why, size_t why_len);
@@ -52,6 +53,8 @@ static int check_model_name(const char *v, char *why, size_t why_len);
 static int check_eval_file(const char *v, char *why, size_t why_len);
 static int check_optimizer(const char *v, char *why, size_t why_len);
 static int check_bus_mode(const char *v, char *why, size_t why_len);
+static int check_train_files(const char *v, char *why, size_t why_len);
+static int check_train_format(const char *v, char *why, size_t why_len);
 
 #define F(field) offsetof(server_config_t, field), sizeof(((server_config_t *)0)->field)
 
@@ -280,6 +283,18 @@ const cfg_entry_t server__cfg_table[] = {
      "online learning: items of a logged impression with no FEEDBACK in the window are learned "
      "as negatives (the delayed-feedback window)",
      F(impression_negatives), NULL, NULL, NULL, false},
+    {"train-file", CFG_STRING, 0, 0, "",
+     "online learning: files learned at start, in order (comma-separated), through the TRAIN "
+     "path (the checks, the sample log, the queue, the cap); a bad line stops its file (empty: "
+     "none)",
+     F(train_file), check_train_files, "PATH[,PATH...]", NULL, false},
+    {"train-file-model", CFG_STRING, 0, 0, "",
+     "online learning: the model --train-file trains (empty: the only model served)",
+     F(train_file_model), check_model_name, "[A-Za-z0-9_.-]+", NULL, false},
+    {"train-file-format", CFG_STRING, 0, 0, "auto",
+     "online learning: --train-file's format, as tltrain's --format; auto: told from each "
+     "file's first line with a feature",
+     F(train_file_format), check_train_format, "auto|libsvm|libffm|criteo", NULL, false},
     {"force-epoll", CFG_BOOL, 0, 1, "false", "use the epoll data plane even where io_uring works",
      F(force_epoll), NULL, NULL, NULL, false},
     {"log-level", CFG_STRING, 0, 0, "info", "log verbosity", F(log_level), check_level,
@@ -409,4 +424,48 @@ static int check_eval_file(const char *v, char *why, size_t why_len)
         return -1;
     }
     return 0;
+}
+
+/* Each of the comma-separated training files must be a readable regular
+ * file now: a typo must stop the start, not be found when the feeder gets
+ * to it (online_file.c reads them once the model is active). */
+static int check_train_files(const char *v, char *why, size_t why_len)
+{
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char path[PATH_MAX];
+        struct stat st;
+        if (n == 0 || n >= sizeof path) {
+            snprintf(why, why_len, "%s path at byte %zu of the list",
+                     n ? "a too long" : "an empty", (size_t)(p - v));
+            return -1;
+        }
+        memcpy(path, p, n);
+        path[n] = '\0';
+        if (stat(path, &st) != 0 || access(path, R_OK) != 0) {
+            snprintf(why, why_len, "cannot read training file '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            snprintf(why, why_len, "training file '%s' is not a regular file", path);
+            return -1;
+        }
+        p += n + (end != NULL);
+        if (end && !*p) {
+            snprintf(why, why_len, "the list ends with a comma");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_train_format(const char *v, char *why, size_t why_len)
+{
+    if (strcmp(v, "auto") == 0 || strcmp(v, "libsvm") == 0 || strcmp(v, "libffm") == 0 ||
+        strcmp(v, "criteo") == 0)
+        return 0;
+    snprintf(why, why_len, "'%s' is not auto, libsvm, libffm or criteo", v);
+    return -1;
 }

@@ -367,8 +367,10 @@ static void tokens_spend_locked(online_model_t *q, uint32_t n)
         q->tokens = -cap;
 }
 
-int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
-                  uint32_t len, char *why, size_t why_len)
+/* online_submit's body; client false: a refusal is not counted (the
+ * --train-file feeder waits and retries: online__submit_file). */
+static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
+                  uint32_t len, char *why, size_t why_len, bool client)
 {
     if (!srv->cfg.online) {
         snprintf(why, why_len, "online learning is not enabled on this server (--online)");
@@ -385,7 +387,8 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     if (sz > q->cap / 2) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
                  "(--online-queue-bytes %zu)", len, q->cap);
-        atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         return ONLINE_TOO_BIG;
     }
     int cap = srv->cfg.online_max_samples_per_s;
@@ -411,7 +414,8 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     if (rc == ONLINE_QUEUED) {
         atomic_fetch_add_explicit(&q->frames, 1, memory_order_relaxed);
     } else if (rc == ONLINE_RATE) {
-        atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
     } else if (rc == ONLINE_FULL && bus_lag) {
@@ -419,11 +423,26 @@ int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         snprintf(why, why_len, "TRAIN: model '%s' has over %d frames in its outbox not yet "
                  "forwarded to the bus (NATS unreachable or slow)", req->name, BUS_MAX_LAG);
     } else if (rc == ONLINE_FULL) {
-        atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: the trainer of model '%s' has its %zu-byte queue full "
                  "(--online-queue-bytes)", req->name, q->cap);
     }
     return rc;
+}
+
+int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
+                  uint32_t len, char *why, size_t why_len)
+{
+    return submit(srv, req, flags, payload, len, why, why_len, true);
+}
+
+/* --train-file's frames (online_file.c): online_submit's path, refusals not
+ * counted as a client's. */
+int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
+                        const uint8_t *payload, uint32_t len, char *why, size_t why_len)
+{
+    return submit(srv, req, flags, payload, len, why, why_len, false);
 }
 
 /* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
@@ -617,6 +636,10 @@ int online_start(server_t *srv, char *why, size_t why_len)
 {
     const server_config_t *c = &srv->cfg;
     G.srv = srv;
+    if (!c->online && c->train_file[0]) { /* online_file.c */
+        snprintf(why, why_len, "--train-file needs --online");
+        return -EINVAL;
+    }
     if (!c->online)
         return 0;
     train_optimizer_t opt;
@@ -683,6 +706,8 @@ int online_start(server_t *srv, char *why, size_t why_len)
     pthread_mutex_unlock(&G.lock);
     if (rc == 0)
         rc = online__bus_start(why, why_len);
+    if (rc == 0)
+        rc = online__file_start(why, why_len); /* online_file.c */
     if (rc != 0) {
         online_stop();
         return rc;
@@ -697,6 +722,7 @@ int online_start(server_t *srv, char *why, size_t why_len)
 
 void online_stop(void)
 {
+    online__file_stop(); /* online_file.c: it submits to the trainers, so first */
     online__bus_stop(); /* nothing more reaches the queues from the stream */
     pthread_mutex_lock(&G.lock);
     G.started = false;
@@ -855,5 +881,6 @@ size_t online_metrics_format(char *buf, size_t len)
             st.entries, st.bytes, st.max_bytes);
     }
 #undef PUT
-    return off + online__bus_metrics(buf + off, len - off);
+    off += online__bus_metrics(buf + off, len - off);
+    return off + online__file_metrics(buf + off, len - off); /* online_file.c */
 }

@@ -142,6 +142,38 @@ int online__state_write(const char *dir, uint64_t version, uint64_t created, uin
 
 uint64_t online__now_ns(void);
 
+/* ---- --train-file (online_file.c) ---------------------------------------------
+ *
+ * The feeder thread: once the model is active it reads each file in order
+ * with model/reader.h and submits its samples, frames of up to
+ * ONLINE_FILE_FRAME_SAMPLES, through online__submit_file; a full queue or
+ * the cap makes it wait and retry, never drop. */
+#define ONLINE_FILE_FRAME_SAMPLES 256u
+
+/* online_submit's path exactly (the model and kind checks, the cap, the
+ * sample log, the queue; the frames counter), except that ONLINE_FULL,
+ * ONLINE_RATE and ONLINE_TOO_BIG are not counted as a client's refusals:
+ * the caller waits and retries (or splits the frame).  Same contract
+ * otherwise; may block on the queue's lock, never on room. */
+int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
+                        const uint8_t *payload, uint32_t len, char *why, size_t why_len);
+
+/* From online_start, after the trainers and the bus: resolves the model
+ * (--train-file-model, else the only one served or in the repository) and
+ * starts the feeder when --train-file is set.  0 (also when it is not), or
+ * -EINVAL / -errno with a sentence in why (an ambiguous or unknown model,
+ * no thread). */
+int online__file_start(char *why, size_t why_len);
+
+/* From online_stop, first: the feeder stops at its next sample or wait
+ * (promptly: a wait is a few ms) and is joined; what it had not submitted is
+ * not learned (logged).  Idempotent; safe when it never started. */
+void online__file_stop(void);
+
+/* The tlserve_online_file_* families (Prometheus text) into buf, nothing
+ * without --train-file; the length written (cut at a line). */
+size_t online__file_metrics(char *buf, size_t len);
+
 /* ---- the export of the online updates (online_export.c) -----------------------
  *
  * The trainer thread calls these, and only these, at the points named; the

@@ -104,6 +104,9 @@ typedef struct server_config {
     int impression_log_mib;    /* PREDICTs flagged LOG kept for FEEDBACK, in MiB */
     int impression_window_ms;  /* how long an impression waits for its feedback */
     bool impression_negatives; /* items without feedback in the window are learned as negatives */
+    char train_file[4096];     /* comma-separated files learned at start (online_file.c; "" = none) */
+    char train_file_model[64]; /* the model they train ("" = the only one served) */
+    char train_file_format[16]; /* auto, libsvm, libffm, criteo */
     char bus_servers[1024];    /* NATS URLs: replicas learn one JetStream stream ("" = none) */
     char bus_stream[64];       /* the stream's name */
     char bus_subject_prefix[64]; /* subjects "<prefix>.<model>" */

@@ -1,0 +1,633 @@
+/*
+ * online_file.c — --train-file: files of samples learned by a model's online
+ * trainer at start, through the very path a TRAIN frame takes, so the
+ * trainer cannot tell the two apart.
+ *
+ * THE PATH
+ *   One feeder thread (tl-trainfile), started by online_start, waits until
+ *   the model (--train-file-model, or the only one served) is active, then
+ *   reads each file of the comma-separated list in order with tltrain's
+ *   reader (model/reader.h: the same ids tltrain gives the same lines) and
+ *   gathers samples into a frame:
+ *
+ *     shared block: empty      one sample per line: its features sorted and
+ *                              deduplicated (codec_sort_unique: the wire's
+ *                              rule; a duplicate keeps its largest value),
+ *                              its label, weight 1
+ *
+ *   A frame holds up to ONLINE_FILE_FRAME_SAMPLES samples (fewer under a
+ *   small --online-max-samples-per-s: a quarter second's worth, so a frame
+ *   can always pass the cap's bucket) and FRAME_FEATURES features.  It is
+ *   encoded as a TRAIN (codec_encode_train: the decoder's checks) and
+ *   handed to online__submit_file, which is online_submit's body: the
+ *   model's kind check, the cap, the sample log, the queue.  A frame larger
+ *   than half the queue (what online_submit refuses as TOO_BIG) or than
+ *   CODEC_MAX_PAYLOAD is split in halves before it is submitted; a single
+ *   sample that large stops its file.
+ *
+ * BACKPRESSURE, NEVER A DROP
+ *   A full queue, the cap reached, a sample log that refused the append or
+ *   the model not active make the feeder wait WAIT_MS and submit the same
+ *   frame again, for as long as it takes: a file's samples are all learned,
+ *   in file order.  These waits are not client refusals
+ *   (tlserve_online_refused_total does not count them); they are counted in
+ *   tlserve_online_file_waits_total.  The feeder shares the cap with the
+ *   clients: while it reads, TRAIN and FEEDBACK find fewer tokens.
+ *
+ * ERRORS
+ *   A line the reader refuses (its message names file:line and why), a
+ *   sample too large for a frame, or a frame the trainer refuses for good
+ *   (the model's kind) stops that file: ERROR in the log naming file:line,
+ *   the samples before the line are submitted (they stay learned), the
+ *   next file is read.  PREDICT never waits for any of this.  A file that
+ *   cannot be opened fails the same way; a missing one was refused at start
+ *   by the config check.
+ *
+ * RESTARTS: the files are read at every start.  With --sample-log-dir the
+ * samples of a run are in the log like any TRAIN's, and a restart replays
+ * the log and then reads the files again: point --train-file at data not
+ * yet learned, or drop it after the first start.
+ *
+ * THREAD SAFETY
+ *   online__file_start and online__file_stop run on main (online_start,
+ *   online_stop); the feeder owns its frame; F.lock guards stop and the
+ *   condition the feeder waits on; the counters are atomics, read by the
+ *   admin thread (online__file_metrics).
+ */
+#define _GNU_SOURCE
+#include "online_impl.h"
+
+#include "log.h"
+#include "model/reader.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define G online__G
+#define FRAME_FEATURES (1u << 18) /* per frame, before deduplication: 3 MiB of ids and values */
+#define WAIT_MS 5                 /* backpressure: the queue drains, the bucket refills */
+#define MODEL_WAIT_MS 50          /* until the model is active */
+#define SNIFF_BYTES 65536u        /* the format is told from the lines within these bytes */
+
+_Static_assert(FRAME_FEATURES <= CODEC_MAX_REQUEST_FEATURES, "a frame's features fit a TRAIN");
+_Static_assert(ONLINE_FILE_FRAME_SAMPLES <= CODEC_MAX_ITEMS, "a frame's samples fit a TRAIN");
+
+static struct {
+    pthread_mutex_t lock; /* stop and cond */
+    pthread_cond_t cond;  /* the feeder's waits; signalled by online__file_stop */
+    _Atomic bool stop;
+    bool running;    /* main only: the thread exists */
+    bool configured; /* --train-file set and started: the metrics are shown */
+    pthread_t thread;
+    char model[CODEC_MAX_NAME + 1];
+    bool sniff;             /* --train-file-format auto */
+    reader_format_t format; /* otherwise */
+    _Atomic uint64_t samples, done, failed, reading, waits;
+} F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* The frame being gathered: the feeder's own. */
+struct frame {
+    uint64_t *ids;      /* FRAME_FEATURES */
+    float *vals;        /* FRAME_FEATURES */
+    uint32_t used;      /* features held */
+    uint32_t n;         /* samples held */
+    uint32_t max;       /* samples per frame */
+    size_t max_payload; /* TRAIN payload bytes a frame may take */
+    codec_block_t blk[ONLINE_FILE_FRAME_SAMPLES];
+    float label[ONLINE_FILE_FRAME_SAMPLES];
+    uint64_t line[ONLINE_FILE_FRAME_SAMPLES];
+    uint8_t *buf; /* the encoded frame, grown (checked) */
+    size_t cap;
+};
+
+static const char *format_name(reader_format_t f)
+{
+    return f == READER_LIBFFM ? "libffm" : f == READER_CRITEO ? "criteo" : "libsvm";
+}
+
+static bool stopping(void)
+{
+    return atomic_load_explicit(&F.stop, memory_order_acquire) ||
+           atomic_load_explicit(&G.srv->stopping, memory_order_acquire);
+}
+
+/* Waits ms (less when stopped): true when the feeder is to stop. */
+static bool pause_ms(unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000;
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_mutex_lock(&F.lock);
+    if (!atomic_load(&F.stop))
+        pthread_cond_timedwait(&F.cond, &F.lock, &ts);
+    pthread_mutex_unlock(&F.lock);
+    return stopping();
+}
+
+/* ---- the format ----------------------------------------------------------------- */
+
+/* The format of the text buf[0..len) (the file's head; complete: the whole
+ * file is in it): from the first line with more than a label.  A comma, or
+ * a tab with a first feature without colons: criteo; a first feature with
+ * one colon: libsvm, two: libffm.  Only labels (or nothing): libsvm, which
+ * reads them alike.  0, or -EINVAL with the line in why. */
+static int sniff(const char *buf, size_t len, bool complete, const char *name, reader_format_t *out,
+                 char *why, size_t why_len)
+{
+    *out = READER_LIBSVM;
+    uint64_t line = 1;
+    for (size_t i = 0; i < len; line++) {
+        size_t eol = i;
+        while (eol < len && buf[eol] != '\n')
+            eol++;
+        if (eol == len && !complete)
+            break; /* cut by the head's end */
+        bool tab = memchr(buf + i, '\t', eol - i) != NULL;
+        if (memchr(buf + i, ',', eol - i)) {
+            *out = READER_CRITEO;
+            return 0;
+        }
+        size_t p = i;
+        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
+            p++;
+        while (p < eol && buf[p] != ' ' && buf[p] != '\t' && buf[p] != '\r')
+            p++; /* the label */
+        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
+            p++;
+        if (p < eol) {
+            size_t q = p;
+            int colons = 0;
+            while (q < eol && buf[q] != ' ' && buf[q] != '\t' && buf[q] != '\r')
+                colons += buf[q++] == ':';
+            if (colons == 1 || colons == 2) {
+                *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
+                return 0;
+            }
+            if (colons == 0 && tab) {
+                *out = READER_CRITEO;
+                return 0;
+            }
+            int shown = q - p > 40 ? 40 : (int)(q - p);
+            snprintf(why, why_len,
+                     "%s:%" PRIu64 ": cannot tell the format: the first feature "
+                     "'%.*s' is neither idx:val (libsvm) nor field:idx:val (libffm), and the "
+                     "line is not criteo's tab or comma columns (--train-file-format)",
+                     name, line, shown, buf + p);
+            return -EINVAL;
+        }
+        if (tab) { /* a label and empty tab columns */
+            *out = READER_CRITEO;
+            return 0;
+        }
+        i = eol + 1;
+    }
+    return 0;
+}
+
+/* The file's format by sniff: 0, or -errno with why. */
+static int sniff_file(const char *path, reader_format_t *out, char *why, size_t why_len)
+{
+    static char head[SNIFF_BYTES]; /* the feeder's only */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, why_len, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    size_t got = 0;
+    while (got < sizeof head) {
+        ssize_t r = read(fd, head + got, sizeof head - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            snprintf(why, why_len, "%s: %s", path, strerror(e));
+            return -e;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return sniff(head, got, got < sizeof head, path, out, why, why_len);
+}
+
+/* ---- submitting ------------------------------------------------------------------ */
+
+/* Submits samples [first, first + count) of fr as TRAIN frames, split in
+ * halves while a frame is too large, waiting for room as long as it takes.
+ * 0; -ECANCELED when stopped; else -errno with why naming file:line. */
+static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const char *path,
+                        char *why, size_t why_len)
+{
+    codec_train_t req = {.samples = count, .labels = fr->label + first, .sample = fr->blk + first};
+    snprintf(req.name, sizeof req.name, "%s", F.model);
+    codec_error_t err;
+    size_t len = 0;
+    int rc = codec_encode_train(NULL, 0, 0, &req, &len, &err);
+    bool big = rc == CODEC_NEED_MORE && len - CODEC_HEADER_SIZE > fr->max_payload;
+    if ((rc != CODEC_NEED_MORE && rc != CODEC_OK) || big) {
+        if (count > 1) { /* split: attributes an error to its line too */
+            uint32_t half = count / 2;
+            rc = submit_range(fr, first, half, path, why, why_len);
+            return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+        }
+        if (big)
+            snprintf(why, why_len,
+                     "%s:%" PRIu64 ": a sample of %zu bytes, more than a frame may "
+                     "take (%zu: half of --online-queue-bytes, at most the wire's payload)",
+                     path, fr->line[first], len - CODEC_HEADER_SIZE, fr->max_payload);
+        else
+            snprintf(why, why_len, "%s:%" PRIu64 ": %s", path, fr->line[first], err.msg);
+        return big ? -E2BIG : -EINVAL;
+    }
+    if (len > fr->cap) {
+        uint8_t *b = realloc(fr->buf, len);
+        if (!b) {
+            snprintf(why, why_len, "%s:%" PRIu64 ": no memory for a frame of %zu bytes", path,
+                     fr->line[first], len);
+            return -ENOMEM;
+        }
+        fr->buf = b;
+        fr->cap = len;
+    }
+    if (codec_encode_train(fr->buf, fr->cap, 0, &req, &len, &err) != CODEC_OK) {
+        snprintf(why, why_len, "%s:%" PRIu64 ": %s", path, fr->line[first], err.msg);
+        return -EINVAL;
+    }
+    uint16_t flags;
+    memcpy(&flags, fr->buf + 6, 2);
+    const uint8_t *payload = fr->buf + CODEC_HEADER_SIZE;
+    uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
+    bool warned = false;
+    for (;;) {
+        if (stopping())
+            return -ECANCELED;
+        char msg[512];
+        rc = online__submit_file(G.srv, &req, flags, payload, plen, msg, sizeof msg);
+        switch (rc) {
+        case ONLINE_QUEUED:
+            atomic_fetch_add_explicit(&F.samples, count, memory_order_relaxed);
+            return 0;
+        case ONLINE_FULL:
+        case ONLINE_RATE:
+        case ONLINE_NO_MODEL:
+        case ONLINE_LOG:
+            atomic_fetch_add_explicit(&F.waits, 1, memory_order_relaxed);
+            if ((rc == ONLINE_NO_MODEL || rc == ONLINE_LOG) && !warned) {
+                LOG(LL_WARN, "online: --train-file %s: waiting at line %" PRIu64 ": %s", path,
+                    fr->line[first], msg);
+                warned = true;
+            }
+            if (pause_ms(WAIT_MS))
+                return -ECANCELED;
+            continue;
+        case ONLINE_TOO_BIG:
+            if (count > 1) {
+                uint32_t half = count / 2;
+                rc = submit_range(fr, first, half, path, why, why_len);
+                return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+            }
+            /* fall through */
+        default:
+            snprintf(why, why_len, "%s:%" PRIu64 ": %s", path, fr->line[first], msg);
+            return -EIO;
+        }
+    }
+}
+
+/* Submits the frame gathered and empties it: submit_range's result. */
+static int flush(struct frame *fr, const char *path, char *why, size_t why_len)
+{
+    int rc = fr->n ? submit_range(fr, 0, fr->n, path, why, why_len) : 0;
+    fr->n = fr->used = 0;
+    return rc;
+}
+
+/* ---- one file --------------------------------------------------------------------- */
+
+/* Reads path to its end (or its first bad line, or the stop), submitting
+ * every sample; logs the outcome and counts it. */
+static void feed_file(struct frame *fr, const char *path)
+{
+    char why[1400] = "";
+    uint64_t t0 = online__now_ns(), s0 = atomic_load(&F.samples), line = 0;
+    reader_format_t fmt = F.format;
+    reader_t *r = NULL;
+    int rc = F.sniff ? sniff_file(path, &fmt, why, sizeof why) : 0;
+    reader_options_t ro = {.format = fmt};
+    if (rc == 0)
+        rc = reader_open(path, &ro, &r, why, sizeof why);
+    if (rc != 0) {
+        atomic_fetch_add_explicit(&F.failed, 1, memory_order_relaxed);
+        LOG(LL_ERROR, "online: --train-file %s: %s; nothing of it learned", path, why);
+        return;
+    }
+    atomic_store(&F.reading, 1);
+    fr->n = fr->used = 0;
+    reader_sample_t s;
+    int got;
+    while ((got = reader_next(r, &s)) == 1) {
+        line = reader_line(r);
+        if (stopping()) {
+            rc = -ECANCELED;
+            break;
+        }
+        if (s.n > FRAME_FEATURES) {
+            snprintf(why, sizeof why, "%s:%" PRIu64 ": %u features, more than a frame holds (%u)",
+                     path, line, s.n, FRAME_FEATURES);
+            rc = -E2BIG;
+            break;
+        }
+        if (fr->n == fr->max || fr->used + s.n > FRAME_FEATURES) {
+            if ((rc = flush(fr, path, why, sizeof why)) != 0)
+                break;
+        }
+        uint64_t *ids = fr->ids + fr->used;
+        float *v = fr->vals + fr->used;
+        memcpy(ids, s.ids, (size_t)s.n * sizeof *ids);
+        if (s.values)
+            memcpy(v, s.values, (size_t)s.n * sizeof *v);
+        else
+            for (uint32_t i = 0; i < s.n; i++)
+                v[i] = 1.0f;
+        uint32_t n = codec_sort_unique(ids, v, s.n);
+        if (n > CODEC_MAX_BLOCK_FEATURES) {
+            snprintf(why, sizeof why,
+                     "%s:%" PRIu64 ": %u distinct features, more than a TRAIN "
+                     "sample carries (%u)",
+                     path, line, n, CODEC_MAX_BLOCK_FEATURES);
+            rc = -E2BIG;
+            break;
+        }
+        fr->blk[fr->n] = (codec_block_t){ids, v, n};
+        fr->label[fr->n] = s.label;
+        fr->line[fr->n] = line;
+        fr->n++;
+        fr->used += n;
+    }
+    if (got < 0 && rc == 0) {
+        snprintf(why, sizeof why, "%s", reader_error(r));
+        rc = got;
+    }
+    if (rc != -ECANCELED) { /* the samples before an error are learned */
+        char fwhy[1400];
+        int frc = flush(fr, path, fwhy, sizeof fwhy);
+        if (frc != 0 && rc == 0) {
+            rc = frc;
+            memcpy(why, fwhy, sizeof why);
+        }
+    }
+    fr->n = fr->used = 0;
+    reader_close(r);
+    atomic_store(&F.reading, 0);
+    uint64_t n = atomic_load(&F.samples) - s0;
+    double secs = (double)(online__now_ns() - t0) * 1e-9;
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&F.done, 1, memory_order_relaxed);
+        LOG(LL_INFO,
+            "online: --train-file %s (%s) done: %" PRIu64 " samples into model '%s' in "
+            "%.2f s",
+            path, format_name(fmt), n, F.model, secs);
+    } else if (rc == -ECANCELED) {
+        LOG(LL_WARN,
+            "online: --train-file %s: stopped by the shutdown after line %" PRIu64 ": %" PRIu64
+            " samples submitted, the rest of the file not learned",
+            path, line, n);
+    } else {
+        atomic_fetch_add_explicit(&F.failed, 1, memory_order_relaxed);
+        LOG(LL_ERROR,
+            "online: --train-file %s stopped: %s; the %" PRIu64 " samples before it "
+            "are learned, the rest of the file is not (%.2f s)",
+            path, why, n, secs);
+    }
+}
+
+/* ---- the thread ---------------------------------------------------------------------- */
+
+/* The feeder's frame sized for c (the cap, the queue): NULL without memory.
+ * Free with frame_free. */
+static struct frame *frame_new(const server_config_t *c)
+{
+    struct frame *fr = calloc(1, sizeof *fr);
+    if (!fr)
+        return NULL;
+    fr->ids = malloc((size_t)FRAME_FEATURES * sizeof *fr->ids);
+    fr->vals = malloc((size_t)FRAME_FEATURES * sizeof *fr->vals);
+    if (!fr->ids || !fr->vals) {
+        free(fr->ids);
+        free(fr->vals);
+        free(fr);
+        return NULL;
+    }
+    int cap = c->online_max_samples_per_s; /* a frame must fit the cap's bucket */
+    fr->max = ONLINE_FILE_FRAME_SAMPLES;
+    if (cap > 0 && (unsigned)cap / 4 < fr->max)
+        fr->max = cap / 4 > 0 ? (uint32_t)cap / 4 : 1;
+    size_t half = ((size_t)c->online_queue_bytes & ~(size_t)7) / 2; /* online_submit's TOO_BIG */
+    fr->max_payload = half > ONLINE_REC_HDR ? (half - ONLINE_REC_HDR) & ~(size_t)7 : 0;
+    if (fr->max_payload > CODEC_MAX_PAYLOAD)
+        fr->max_payload = CODEC_MAX_PAYLOAD;
+    return fr;
+}
+
+static void frame_free(struct frame *fr)
+{
+    if (!fr)
+        return;
+    free(fr->ids);
+    free(fr->vals);
+    free(fr->buf);
+    free(fr);
+}
+
+static void *feeder_main(void *arg)
+{
+    (void)arg;
+    const server_config_t *c = &G.srv->cfg;
+    struct frame *fr = frame_new(c);
+    if (!fr) {
+        LOG(LL_ERROR, "online: --train-file: no memory for the feeder's frame: no file learned");
+        goto out;
+    }
+    for (bool said = false;;) { /* the model active */
+        server_model_t *sm = server_model_acquire_named(G.srv, F.model);
+        if (sm) {
+            server_model_release(sm);
+            break;
+        }
+        if (!said)
+            LOG(LL_INFO, "online: --train-file waits for model '%s' to be active", F.model);
+        said = true;
+        if (pause_ms(MODEL_WAIT_MS))
+            goto out;
+    }
+    char list[sizeof c->train_file];
+    snprintf(list, sizeof list, "%s", c->train_file);
+    char *save = NULL;
+    for (char *p = strtok_r(list, ",", &save); p && !stopping(); p = strtok_r(NULL, ",", &save))
+        feed_file(fr, p);
+out:
+    frame_free(fr);
+    return NULL;
+}
+
+/* ---- start, stop, metrics ----------------------------------------------------------- */
+
+/* The one model directory of --model-repo: 1 with its name, else the
+ * count (0, or more than 1 with the first two named in names). */
+static int repo_models(const char *repo, char *names, size_t names_len, char *one, size_t one_len)
+{
+    DIR *d = opendir(repo);
+    int n = 0;
+    names[0] = '\0';
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        char p[1400];
+        struct stat st;
+        if (de->d_name[0] == '.' || strlen(de->d_name) > CODEC_MAX_NAME)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", repo, de->d_name);
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (n == 0)
+            snprintf(one, one_len, "%s", de->d_name);
+        if (n < 2) {
+            size_t o = strlen(names);
+            snprintf(names + o, names_len - o, "%s'%s'", n ? ", " : "", de->d_name);
+        }
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+int online__file_start(char *why, size_t why_len)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (!c->train_file[0])
+        return 0;
+    F.sniff = strcmp(c->train_file_format, "auto") == 0;
+    if (!F.sniff && reader_format_parse(c->train_file_format, &F.format) != 0) {
+        snprintf(why, why_len, "--train-file-format '%s': use auto, libsvm, libffm or criteo",
+                 c->train_file_format);
+        return -EINVAL;
+    }
+    server_t *srv = G.srv;
+    uint32_t served = atomic_load_explicit(&srv->nmodels, memory_order_acquire);
+    if (c->train_file_model[0]) {
+        snprintf(F.model, sizeof F.model, "%s", c->train_file_model);
+        if (c->model_dir[0] && served == 1 && strcmp(srv->models[0].name, F.model) != 0) {
+            snprintf(why, why_len,
+                     "--train-file-model '%s': the server serves model '%s' "
+                     "(--model)",
+                     F.model, srv->models[0].name);
+            return -EINVAL;
+        }
+        if (c->model_name[0] && strcmp(c->model_name, F.model) != 0) {
+            snprintf(why, why_len,
+                     "--train-file-model '%s': the server serves model '%s' "
+                     "(--model-name)",
+                     F.model, c->model_name);
+            return -EINVAL;
+        }
+    } else if (c->model_dir[0] && served == 1) {
+        snprintf(F.model, sizeof F.model, "%s", srv->models[0].name);
+    } else if (c->model_name[0]) {
+        snprintf(F.model, sizeof F.model, "%s", c->model_name);
+    } else if (c->model_repo[0]) {
+        char names[200];
+        int n = repo_models(c->model_repo, names, sizeof names, F.model, sizeof F.model);
+        if (n != 1) {
+            snprintf(why, why_len,
+                     "--train-file: the repository %s holds %d models%s%s%s: name "
+                     "the one to train with --train-file-model",
+                     c->model_repo, n, n ? " (" : "", names,
+                     n > 2 ? ", ...)"
+                     : n   ? ")"
+                           : "");
+            return -EINVAL;
+        }
+    } else {
+        snprintf(why, why_len,
+                 "--train-file: no model is served at start (--model or "
+                 "--model-repo): name the one to train with --train-file-model");
+        return -EINVAL;
+    }
+    atomic_store(&F.stop, false);
+    atomic_store(&F.samples, 0);
+    atomic_store(&F.done, 0);
+    atomic_store(&F.failed, 0);
+    atomic_store(&F.reading, 0);
+    atomic_store(&F.waits, 0);
+    if (pthread_create(&F.thread, NULL, feeder_main, NULL) != 0) {
+        snprintf(why, why_len, "--train-file: cannot start the feeder thread");
+        return -EAGAIN;
+    }
+    pthread_setname_np(F.thread, "tl-trainfile");
+    F.running = F.configured = true;
+    LOG(LL_INFO, "online: --train-file: %s into model '%s' (format %s)", c->train_file, F.model,
+        F.sniff ? "told per file" : format_name(F.format));
+    return 0;
+}
+
+void online__file_stop(void)
+{
+    if (!F.running)
+        return;
+    pthread_mutex_lock(&F.lock);
+    atomic_store(&F.stop, true);
+    pthread_cond_broadcast(&F.cond);
+    pthread_mutex_unlock(&F.lock);
+    pthread_join(F.thread, NULL);
+    F.running = false;
+}
+
+size_t online__file_metrics(char *buf, size_t len)
+{
+    if (!F.configured || len == 0)
+        return 0;
+    static const struct {
+        const char *name, *type, *help;
+        _Atomic uint64_t *v;
+    } fam[] = {
+        {"tlserve_online_file_samples_total", "counter",
+         "samples of --train-file submitted to the trainer (queued as a TRAIN's)", &F.samples},
+        {"tlserve_online_file_done_total", "counter", "training files read to their end", &F.done},
+        {"tlserve_online_file_failed_total", "counter",
+         "training files stopped by an error (a bad line: logged at ERROR with file:line)",
+         &F.failed},
+        {"tlserve_online_file_reading", "gauge", "1 while a training file is being read",
+         &F.reading},
+        {"tlserve_online_file_waits_total", "counter",
+         "waits for room (queue full, samples/s cap, model not active): backpressure, nothing "
+         "dropped",
+         &F.waits},
+    };
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
+        int n = snprintf(buf + off, len - off,
+                         "# HELP %s %s\n# TYPE %s %s\n%s{model=\"%s\"} %" PRIu64 "\n", fam[i].name,
+                         fam[i].help, fam[i].name, fam[i].type, fam[i].name, F.model,
+                         atomic_load_explicit(fam[i].v, memory_order_relaxed));
+        if (n < 0 || (size_t)n >= len - off) {
+            buf[off] = '\0';
+            break;
+        }
+        off += (size_t)n;
+    }
+    return off;
+}

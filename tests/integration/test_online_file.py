@@ -1,0 +1,190 @@
+"""--train-file in a real tlserve (server/online_file.c): files learned at start as TRAIN frames.
+
+A small libffm file written here is learned at start into the served LR model (tlsynth), and the
+server then scores, float for float, as a second server that was sent the same samples as TRAIN
+frames (the same order, the same trainer): the file's samples take the frames' path.  Under a
+small --online-max-samples-per-s a file larger than a second of the cap is learned whole (the
+feeder waits, nothing dropped, no client refusal counted).  A file with a bad line K stops at
+it: the K-1 samples before are learned, the log names file:K, PREDICT keeps working.  SIGTERM
+while a file is read stops the server promptly.  A missing file, or --train-file without
+--online, or a repository of two models without --train-file-model, is refused at start with a
+sentence.  A libsvm file is told from its lines (--train-file-format auto).
+
+Run: TL_BUILD_DIR=build python3 -B -m unittest tests/integration/test_online_file.py
+"""
+
+import os
+import random
+import subprocess
+import unittest
+
+from harness import TLSERVE, TLSYNTH, ServerCase, free_port, gen_model, require
+
+SEED = 53
+VALUES = (1.0, 0.5, 0.25, 2.0)  # exact in text and in f32: both paths read the same floats
+
+
+def ffm_samples(n, seed=7):
+    """n samples (label, [(field, idx, value)]) with distinct (field, idx) per line."""
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        feats = {}
+        for _ in range(rnd.randrange(3, 9)):
+            feats[(rnd.randrange(4), rnd.randrange(40))] = rnd.choice(VALUES)
+        out.append((rnd.choice((0, 1)), sorted((f, i, v) for (f, i), v in feats.items())))
+    return out
+
+
+def ffm_line(label, feats):
+    return "%d %s\n" % (label, " ".join("%d:%d:%g" % (f, i, v) for f, i, v in feats))
+
+
+def block(feats):
+    """The reader's ids: (field << 56) | (idx + 1)."""
+    return ([(f << 56) | (i + 1) for f, i, _ in feats], [v for _, _, v in feats])
+
+
+PROBES = [block([(f, i, 1.0) for f in range(4)]) for i in range(0, 40, 3)]
+
+
+class OnlineFile(ServerCase):
+    TMP_PREFIX = "tl_online_file_"
+
+    @classmethod
+    def setUpClass(cls):
+        require(TLSERVE, TLSYNTH)
+
+    def setUp(self):
+        super().setUp()
+        self.model = os.path.join(self.tmp, "ctr", "1")
+        gen_model(self.model, 2000, "ctr", seed=SEED)
+
+    def write(self, name, samples, bad_at=None):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            for k, (label, feats) in enumerate(samples, 1):
+                bad = "1 0:3:1 this-is-not-a-feature\n"
+                f.write(bad if k == bad_at else ffm_line(label, feats))
+        return path
+
+    def scores(self, s):
+        with s.client() as c:
+            return c.predict("ctr", [], PROBES).scores
+
+    def test_file_learns_as_train_frames_do(self):
+        samples = ffm_samples(300)
+        path = self.write("a.ffm", samples)
+        b = self.serve(self.model, "--online")
+        before = self.scores(b)
+        a = self.serve(self.model, "--online", "--train-file", path)
+        with b.client() as c:
+            for k in range(0, len(samples), 256):
+                chunk = samples[k:k + 256]
+                self.assertEqual(c.train("ctr", [], [(float(y), block(f)) for y, f in chunk]),
+                                 len(chunk))
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 300)
+        self.wait_metric(b, 'tlserve_online_samples_total{model="ctr"}', 300)
+        got, want = self.scores(a), self.scores(b)
+        self.assertEqual(got, want, "the file's samples trained otherwise than the frames'")
+        self.assertNotEqual(got, before, "300 samples did not move the served scores")
+        self.assertEqual(a.metric('tlserve_online_file_samples_total{model="ctr"}'), 300)
+        self.assertEqual(a.metric('tlserve_online_file_failed_total{model="ctr"}'), 0)
+        self.assertEqual(a.metric('tlserve_online_file_reading{model="ctr"}'), 0)
+        self.assertEqual(a.metric("tlserve_online_refused_total"), 0)
+        out = a.output()
+        self.assertIn("--train-file %s (libffm) done: 300 samples into model 'ctr'" % path, out)
+
+    def test_backpressure_learns_everything(self):
+        samples = ffm_samples(500, seed=9)
+        path = self.write("big.ffm", samples)
+        # 200 samples/s: a second's burst, then 300 more wait for tokens (about 1.5 s)
+        a = self.serve(self.model, "--online", "--online-max-samples-per-s", "200",
+                       "--train-file", path)
+        with a.client() as c:
+            self.assertEqual(len(c.predict("ctr", [], PROBES).scores), len(PROBES))
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 500)
+        self.assertEqual(a.metric('tlserve_online_samples_total{model="ctr"}'), 500)
+        self.assertEqual(a.metric('tlserve_online_file_samples_total{model="ctr"}'), 500)
+        self.assertGreater(a.metric('tlserve_online_file_waits_total{model="ctr"}'), 0)
+        self.assertEqual(a.metric("tlserve_online_refused_total"), 0,
+                         "the feeder's waits counted as client refusals")
+
+    def test_bad_line_stops_the_file(self):
+        samples = ffm_samples(300, seed=11)
+        path = self.write("bad.ffm", samples, bad_at=137)
+        good = self.write("good.ffm", samples[:20])
+        a = self.serve(self.model, "--online", "--train-file", path + "," + good)
+        self.wait_metric(a, 'tlserve_online_file_failed_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 136 + 20)
+        self.assertEqual(a.metric('tlserve_online_file_samples_total{model="ctr"}'), 136 + 20)
+        self.assertEqual(a.metric('tlserve_online_samples_total{model="ctr"}'), 136 + 20)
+        out = a.output()
+        self.assertIn("error: online: --train-file %s stopped: %s:137:" % (path, path), out)
+        self.assertIn("the 136 samples before it are learned", out)
+        with a.client() as c:
+            self.assertEqual(len(c.predict("ctr", [], PROBES).scores), len(PROBES))
+
+    def test_sigterm_stops_a_file_promptly(self):
+        path = self.write("slow.ffm", ffm_samples(400, seed=13))
+        # 20 samples/s: the file would take 20 s
+        a = self.serve(self.model, "--online", "--online-max-samples-per-s", "20",
+                       "--train-file", path)
+        self.wait_metric(a, 'tlserve_online_file_reading{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_file_waits_total{model="ctr"}', 1)
+        a.proc.send_signal(15)
+        a.proc.wait(timeout=10)
+        out = a.output()
+        self.assertEqual(a.proc.returncode, 0, out)
+        self.assertIn("stopped by the shutdown", out)
+
+    def refused(self, *args):
+        """tlserve with args exits at start: (exit status, its output)."""
+        r = subprocess.run([TLSERVE, "--model", self.model, "--port", str(free_port()),
+                            "--admin-port", str(free_port())] + list(args),
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.returncode, r.stdout + r.stderr
+
+    def test_refused_at_start(self):
+        missing = os.path.join(self.tmp, "nope.ffm")
+        rc, out = self.refused("--online", "--train-file", missing)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("cannot read training file '%s'" % missing, out)
+        path = self.write("ok.ffm", ffm_samples(5))
+        rc, out = self.refused("--online", "--train-file", path + ",")
+        self.assertIn("the list ends with a comma", out)
+        rc, out = self.refused("--train-file", path)
+        self.assertIn("--train-file needs --online", out)
+        rc, out = self.refused("--online", "--train-file", path, "--train-file-model", "other")
+        self.assertIn("--train-file-model 'other': the server serves model 'ctr'", out)
+
+    def test_ambiguous_model_refused(self):
+        repo = os.path.join(self.tmp, "repo")
+        gen_model(os.path.join(repo, "a", "1"), 500, "a", seed=SEED)
+        gen_model(os.path.join(repo, "b", "1"), 500, "b", seed=SEED)
+        path = self.write("ok.ffm", ffm_samples(5))
+        r = subprocess.run([TLSERVE, "--model-repo", repo, "--online", "--train-file", path,
+                            "--port", str(free_port()), "--admin-port", str(free_port())],
+                           capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("--train-file: the repository %s holds 2 models" % repo, out)
+        self.assertIn("name the one to train with --train-file-model", out)
+
+    def test_libsvm_told_from_the_file(self):
+        path = os.path.join(self.tmp, "a.svm")
+        with open(path, "w") as f:
+            for k in range(50):
+                f.write("%d %d:1 %d:0.5\n" % (k % 2, k % 7, 10 + k % 5))
+        a = self.serve(self.model, "--online", "--train-file", path)
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 50)
+        self.assertIn("--train-file %s (libsvm) done: 50 samples" % path, a.output())
+
+
+if __name__ == "__main__":
+    unittest.main()
