@@ -122,6 +122,8 @@ int sample_log_sync_end(sample_log_flush_t *f)
 
 void sample_log_sync_done(sample_log_t *log, const sample_log_flush_t *f, int rc)
 {
+    if (rc != 0)
+        log->dirty = true; /* the next due flush tries again */
     if (f->roll_first == 0 || !log->roll_pending || log->segs[log->nsegs - 1] != f->roll_first)
         return;
     char name[SEG_PATH_MAX];
@@ -129,11 +131,8 @@ void sample_log_sync_done(sample_log_t *log, const sample_log_flush_t *f, int rc
     /* a failure after the rename (the directory's fsync, the current
      * segment's flush) still committed the name: the next flush must not
      * rename again, only sync */
-    if (rc == 0 || faccessat(log->dirfd, name, F_OK, 0) == 0) {
+    if (rc == 0 || faccessat(log->dirfd, name, F_OK, 0) == 0)
         committed(log);
-        if (rc != 0)
-            log->dirty = true; /* the next flush retries the syncs */
-    }
 }
 
 int sample_log__recover_pending(sample_log_t *log, uint64_t *cut, sample_log_error_t *err)
