@@ -30,6 +30,17 @@
  * struct per message). The reader keeps the expected next sequence: a smaller one is a copy
  * and is skipped, a larger one is returned as BUS_READ_GAP with the count skipped.
  *
+ * Starting without NATS. With connect_in_background, natsOptions_SetRetryOnFailedConnect makes
+ * nats.c keep trying a first connection that failed, on its reconnect schedule, and the bus is
+ * returned "not ready": the stream's settings are kept (opts_*) so that bus_ready can check or
+ * create it once a server answers. Publishing before that is refused rather than buffered:
+ * nats.c would send the buffer on connect, before anyone made sure the stream exists.
+ *
+ * Lag. JetStream tells each delivery how many messages the consumer still has after it (the
+ * reply subject's last number), and each publish acknowledgement its sequence: last_seq keeps
+ * the highest stream sequence either showed (and the stream's state at ready and at each
+ * bus_refresh), so a reader's lag costs no request per message.
+ *
  * THREAD SAFETY: pub_mu serializes publishers (the jsCtx's async-pending set is one per
  * context). Counters are relaxed atomics written by callers and nats.c's threads. A reader is
  * its owner thread's alone.
@@ -73,7 +84,14 @@ struct bus {
     char *stream;
     char *servers;
     char *only_subject;          /* the stream's subject when it binds exactly one, else NULL */
+    char **opt_subjects;         /* the stream's settings, for bus_ready (owned copies) */
+    int opt_n_subjects;
+    int opt_replicas;
+    int64_t opt_max_bytes, opt_max_age_ms, opt_dedup_window_ms;
     int64_t timeout_ms;
+    pthread_mutex_t ready_mu;    /* one stream setup at a time */
+    _Atomic bool ready;          /* the stream was checked or created: publishes may go */
+    _Atomic uint64_t last_seq;   /* highest stream sequence seen (bus_last_seq) */
     pthread_mutex_t pub_mu;      /* one publisher at a time */
     pthread_mutex_t close_mu;    /* with close_cv: the closed callback has run (closed) */
     pthread_cond_t close_cv;
@@ -92,6 +110,16 @@ struct bus_reader {
 };
 
 #define INC(b, field, n) atomic_fetch_add_explicit(&(b)->field, (n), memory_order_relaxed)
+
+/* last_seq = max(last_seq, seq): any thread. */
+static void note_last(bus_t *bus, uint64_t seq)
+{
+    uint64_t cur = atomic_load_explicit(&bus->last_seq, memory_order_relaxed);
+    while (seq > cur && !atomic_compare_exchange_weak_explicit(&bus->last_seq, &cur, seq,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
 
 __attribute__((format(printf, 3, 4))) static void set_err(bus_error_t *err, bus_errcode_t code,
                                                           const char *fmt, ...)
@@ -155,6 +183,12 @@ static int parse_u64(const char *p, size_t n, uint64_t *out)
 
 int bus__parse_reply(const char *reply, size_t len, uint64_t *seq)
 {
+    uint64_t pending;
+    return bus__parse_reply_pending(reply, len, seq, &pending);
+}
+
+int bus__parse_reply_pending(const char *reply, size_t len, uint64_t *seq, uint64_t *pending)
+{
     enum { MAXTOK = 13 };
     const char *tok[MAXTOK];
     size_t tlen[MAXTOK];
@@ -188,6 +222,7 @@ int bus__parse_reply(const char *reply, size_t len, uint64_t *seq)
         if (parse_u64(tok[k], tlen[k], &tmp) < 0)
             return -EINVAL;
     *seq = v;
+    *pending = tmp;   /* the last number read: <pending> */
     return 0;
 }
 
@@ -197,6 +232,14 @@ static void on_disconnected(natsConnection *nc, void *closure)
 {
     (void)nc;
     INC((bus_t *)closure, disconnects, 1);
+}
+
+/* The first connection made in the background (connect_in_background): bus_ready polls the
+ * state, so there is nothing to do but exist (nats.c wants a callback for the async mode). */
+static void on_connected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    (void)closure;
 }
 
 static void on_reconnected(natsConnection *nc, void *closure)
@@ -284,19 +327,20 @@ __attribute__((cold)) static int check_stream(const bus_t *bus, const jsStreamCo
     return 0;
 }
 
-__attribute__((cold)) static int open_stream(bus_t *bus, const bus_options_t *o, bus_error_t *err)
+/* Checks or creates the stream from the settings bus_open kept. ready_mu held. */
+__attribute__((cold)) static int open_stream(bus_t *bus, bus_error_t *err)
 {
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
     cfg.Name = bus->stream;
-    cfg.Subjects = (const char **)o->subjects;
-    cfg.SubjectsLen = o->n_subjects;
+    cfg.Subjects = (const char **)bus->opt_subjects;
+    cfg.SubjectsLen = bus->opt_n_subjects;
     cfg.Retention = js_LimitsPolicy;
     cfg.Storage = js_FileStorage;
-    cfg.Replicas = o->replicas ? o->replicas : 3;
-    cfg.MaxBytes = o->max_bytes ? o->max_bytes : -1;
-    cfg.MaxAge = o->max_age_ms * 1000000;
-    cfg.Duplicates = (o->dedup_window_ms ? o->dedup_window_ms : 120000) * 1000000;
+    cfg.Replicas = bus->opt_replicas ? bus->opt_replicas : 3;
+    cfg.MaxBytes = bus->opt_max_bytes ? bus->opt_max_bytes : -1;
+    cfg.MaxAge = bus->opt_max_age_ms * 1000000;
+    cfg.Duplicates = (bus->opt_dedup_window_ms ? bus->opt_dedup_window_ms : 120000) * 1000000;
     cfg.Discard = js_DiscardOld;
 
     jsStreamInfo *si = NULL;
@@ -304,6 +348,7 @@ __attribute__((cold)) static int open_stream(bus_t *bus, const bus_options_t *o,
     natsStatus s = js_GetStreamInfo(&si, bus->js, bus->stream, NULL, &jerr);
     if (s == NATS_OK) {
         int rc = check_stream(bus, si->Config, &cfg, err);
+        note_last(bus, si->State.LastSeq);
         jsStreamInfo_Destroy(si);
         return rc;
     }
@@ -325,6 +370,52 @@ __attribute__((cold)) static int open_stream(bus_t *bus, const bus_options_t *o,
 
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure);
 
+/* [scheme://][user[:pass]@]host[:port], host a name, an IPv4 or a bracketed IPv6 address,
+ * port 1..65535: what nats.c can dial. A bad URL would otherwise only show as a server that
+ * never answers, which connect_in_background waits for forever. */
+static bool url_ok(const char *u)
+{
+    const char *p = strstr(u, "://");
+    if (p) {
+        for (const char *c = u; c < p; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+                return false;
+        if (p == u)
+            return false;
+        u = p + 3;
+    }
+    const char *at = strrchr(u, '@');
+    if (at)
+        u = at + 1;
+    const char *host = u, *end;
+    if (*u == '[') {
+        end = strchr(u, ']');
+        if (!end || end == u + 1)
+            return false;
+        end++;
+    } else {
+        end = u;
+        while (*end && *end != ':')
+            end++;
+        if (end == host)
+            return false;
+    }
+    for (const char *c = host; c < end; c++)
+        if (*c <= ' ' || *c == '/' || *c == '?' || *c == '#' || *c == 0x7f)
+            return false;
+    if (*end == 0)
+        return true;
+    if (*end != ':' || !end[1] || strlen(end + 1) > 5)
+        return false;
+    long port = 0;
+    for (const char *c = end + 1; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return false;
+        port = port * 10 + (*c - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
 static int split_servers(const char *list, char **copy, const char **urls, int max)
 {
     *copy = strdup(list);
@@ -333,7 +424,7 @@ static int split_servers(const char *list, char **copy, const char **urls, int m
     int n = 0;
     char *save = NULL;
     for (char *t = strtok_r(*copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        if (n == max)
+        if (n == max || !url_ok(t))
             return -EINVAL;
         urls[n++] = t;
     }
@@ -365,6 +456,7 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     bus_t *bus = calloc(1, sizeof *bus);
     if (!bus)
         return -ENOMEM;
+    pthread_mutex_init(&bus->ready_mu, NULL);
     pthread_mutex_init(&bus->pub_mu, NULL);
     pthread_mutex_init(&bus->close_mu, NULL);
     pthread_cond_init(&bus->close_cv, NULL);
@@ -376,12 +468,21 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     bus->servers = strdup(o->servers);
     if (o->n_subjects == 1 && !(bus->only_subject = strdup(o->subjects[0])))
         goto out;
-    if (!bus->stream || !bus->servers)
+    if (!bus->stream || !bus->servers || !(bus->opt_subjects = calloc((size_t)o->n_subjects, sizeof(char *))))
         goto out;
+    for (int i = 0; i < o->n_subjects; i++)
+        if (!(bus->opt_subjects[i] = strdup(o->subjects[i])))
+            goto out;
+    bus->opt_n_subjects = o->n_subjects;
+    bus->opt_replicas = o->replicas;
+    bus->opt_max_bytes = o->max_bytes;
+    bus->opt_max_age_ms = o->max_age_ms;
+    bus->opt_dedup_window_ms = o->dedup_window_ms;
     int n = split_servers(o->servers, &copy, urls, 16);
     if (n < 0) {
         rc = n;
-        set_err(err, BUS_E_ARG, "bus servers '%.160s': expected 1..16 URLs, comma separated", o->servers);
+        set_err(err, BUS_E_ARG, "bus servers '%.160s': expected 1..16 NATS URLs "
+                "([nats://][user[:pass]@]host[:port], port 1..65535), comma separated", o->servers);
         goto out;
     }
     natsStatus s = natsOptions_Create(&bus->opts);
@@ -397,13 +498,16 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(bus->opts, on_disconnected, bus);
     if (s == NATS_OK) s = natsOptions_SetReconnectedCB(bus->opts, on_reconnected, bus);
     if (s == NATS_OK) s = natsOptions_SetClosedCB(bus->opts, on_closed, bus);
+    if (s == NATS_OK && o->connect_in_background)
+        s = natsOptions_SetRetryOnFailedConnect(bus->opts, true, on_connected, bus);
     if (s != NATS_OK) {
         rc = status_errno(s);
         set_err(err, BUS_E_NATS, "bus: nats options for %.160s: %s", o->servers, natsStatus_GetText(s));
         goto out;
     }
     s = natsConnection_Connect(&bus->nc, bus->opts);
-    if (s != NATS_OK) {
+    bool later = s == NATS_NOT_YET_CONNECTED && o->connect_in_background;
+    if (s != NATS_OK && !later) {
         rc = s == NATS_NO_SERVER ? -ECONNREFUSED : status_errno(s);
         set_err(err, BUS_E_CONNECT, "bus: cannot connect to %.160s: %s", o->servers, why(s));
         goto out;
@@ -421,7 +525,17 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
         set_err(err, BUS_E_NATS, "bus: no JetStream context on %.160s: %s", o->servers, natsStatus_GetText(s));
         goto out;
     }
-    rc = open_stream(bus, o, err);
+    if (later) {   /* nats.c keeps trying; bus_ready sets the stream up */
+        rc = 0;
+        goto out;
+    }
+    pthread_mutex_lock(&bus->ready_mu);
+    rc = open_stream(bus, err);
+    pthread_mutex_unlock(&bus->ready_mu);
+    if (rc == 0)
+        atomic_store_explicit(&bus->ready, true, memory_order_release);
+    else if (o->connect_in_background && rc != -EEXIST && rc != -EINVAL)
+        rc = 0;    /* JetStream not answering yet: bus_ready retries */
 out:
     free(copy);
     if (rc < 0) {
@@ -447,6 +561,10 @@ void bus_close(bus_t *bus)
         natsConnection_Destroy(bus->nc);
     }
     natsOptions_Destroy(bus->opts);
+    for (int i = 0; bus->opt_subjects && i < bus->opt_n_subjects; i++)
+        free(bus->opt_subjects[i]);
+    free(bus->opt_subjects);
+    pthread_mutex_destroy(&bus->ready_mu);
     pthread_mutex_destroy(&bus->pub_mu);
     pthread_mutex_destroy(&bus->close_mu);
     pthread_cond_destroy(&bus->close_cv);
@@ -459,6 +577,62 @@ void bus_close(bus_t *bus)
 bool bus_connected(const bus_t *bus)
 {
     return bus && bus->nc && natsConnection_Status(bus->nc) == NATS_CONN_STATUS_CONNECTED;
+}
+
+static bool is_ready(const bus_t *bus)
+{
+    return atomic_load_explicit(&bus->ready, memory_order_acquire);
+}
+
+int bus_ready(bus_t *bus, int64_t timeout_ms, bus_error_t *err)
+{
+    if (!bus) {
+        set_err(err, BUS_E_ARG, "bus_ready: no bus");
+        return -EINVAL;
+    }
+    if (is_ready(bus))
+        return 0;
+    /* cold: a 10 ms poll of nats.c's state, no callback plumbing */
+    for (int64_t waited = 0; !bus_connected(bus); waited += 10) {
+        if (waited >= timeout_ms) {
+            set_err(err, BUS_E_CONNECT, "bus: no server of %.160s reachable yet (nats.c keeps "
+                    "trying)", bus->servers);
+            return -ENOTCONN;
+        }
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+    pthread_mutex_lock(&bus->ready_mu);
+    int rc = is_ready(bus) ? 0 : open_stream(bus, err);
+    if (rc == 0)
+        atomic_store_explicit(&bus->ready, true, memory_order_release);
+    pthread_mutex_unlock(&bus->ready_mu);
+    return rc;
+}
+
+uint64_t bus_last_seq(const bus_t *bus)
+{
+    return atomic_load_explicit(&bus->last_seq, memory_order_relaxed);
+}
+
+int bus_refresh(bus_t *bus, bus_error_t *err)
+{
+    if (!is_ready(bus) || !bus_connected(bus)) {
+        set_err(err, BUS_E_CONNECT, "bus: stream %s: not connected to %.160s", bus->stream,
+                bus->servers);
+        return -ENOTCONN;
+    }
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, bus->js, bus->stream, NULL, &jerr);
+    if (s != NATS_OK) {
+        set_err(err, status_code(s, BUS_E_STREAM), "stream %s on %.160s: cannot read its state: %s (%d)",
+                bus->stream, bus->servers, why(s), (int)jerr);
+        return status_errno(s);
+    }
+    note_last(bus, si->State.LastSeq);
+    jsStreamInfo_Destroy(si);
+    return 0;
 }
 
 void bus_stats(const bus_t *bus, bus_stats_t *out)
@@ -479,6 +653,11 @@ int bus_publish(bus_t *bus, const char *subject, const void *data, size_t len,
                 "ack and a message id of 1..128 bytes (or none) are required", bus ? bus->stream : "?",
                 BUS_MAX_DATA);
         return -EINVAL;
+    }
+    if (!is_ready(bus)) {
+        set_err(err, BUS_E_CONNECT, "publish to %s: the stream %s is not set up yet (no server of "
+                "%.120s has answered)", subject, bus->stream, bus->servers);
+        return -ENOTCONN;
     }
     jsPubOptions po;
     jsPubOptions_Init(&po);
@@ -501,6 +680,7 @@ int bus_publish(bus_t *bus, const char *subject, const void *data, size_t len,
     }
     ack->seq = pa->Sequence;
     ack->duplicate = pa->Duplicate;
+    note_last(bus, pa->Sequence);
     INC(bus, acked, 1);
     if (pa->Duplicate)
         INC(bus, duplicates, 1);
@@ -551,6 +731,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
             b->items[i].ack.seq = pa->Sequence;
             b->items[i].ack.duplicate = pa->Duplicate;
             b->items[i].acked = true;
+            note_last(bus, pa->Sequence);
             INC(bus, acked, 1);
             if (pa->Duplicate)
                 INC(bus, duplicates, 1);
@@ -588,6 +769,11 @@ int bus_publish_batch(bus_t *bus, bus_item_t *items, int n, bus_error_t *err)
     }
     if (n == 0)
         return 0;
+    if (!is_ready(bus)) {
+        set_err(err, BUS_E_CONNECT, "bus batch publish: the stream %s is not set up yet (no server "
+                "of %.120s has answered)", bus->stream, bus->servers);
+        return -ENOTCONN;
+    }
     struct batch b = {.items = items, .n = n};
     b.msgs = calloc((size_t)n, sizeof *b.msgs);
     if (!b.msgs) {
@@ -679,6 +865,11 @@ int bus_reader_open(bus_t *bus, const char *subject, uint64_t start_seq, bus_rea
                 "(NULL only when the stream binds one subject) are required", bus ? bus->stream : "?");
         return -EINVAL;
     }
+    if (!is_ready(bus)) {
+        set_err(err, BUS_E_CONNECT, "bus reader of stream %s: the stream is not set up yet (no "
+                "server of %.120s has answered)", bus->stream, bus->servers);
+        return -ENOTCONN;
+    }
     bus_reader_t *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
@@ -720,14 +911,16 @@ int bus_reader_next(bus_reader_t *r, int64_t timeout_ms, bus_msg_t *msg, bus_err
             return status_errno(s);
         }
         const char *reply = natsMsg_GetReply(m);
-        uint64_t seq = 0;
-        if (!reply || bus__parse_reply(reply, strlen(reply), &seq) < 0) {
+        uint64_t seq = 0, pending = 0;
+        if (!reply || bus__parse_reply_pending(reply, strlen(reply), &seq, &pending) < 0) {
             set_err(err, BUS_E_READ, "bus reader of stream %s at %llu: a delivery on %.64s without a "
                     "JetStream reply subject ('%.64s')", r->bus->stream, (unsigned long long)r->next_seq,
                     natsMsg_GetSubject(m), reply ? reply : "");
             natsMsg_Destroy(m);
             return -EIO;
         }
+        if (pending <= UINT64_MAX - seq)
+            note_last(r->bus, seq + pending);
         if (seq < r->next_seq) {   /* a copy of one already returned */
             natsMsg_Destroy(m);
             continue;

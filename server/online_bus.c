@@ -23,6 +23,19 @@
  * names (1 when none: everything the stream keeps), and a model skips the
  * records before its own.
  *
+ * NATS down, restarting, or slower than the clients.  The bus connects in
+ * the background (bus.h: connect_in_background): with no server reachable
+ * at start, or after losing them all, PREDICT is served as ever and TRAIN
+ * and FEEDBACK are acknowledged into the outbox, which is the point of an
+ * outbox; the forwarder sets the stream up once a server answers and
+ * forwards the backlog.  Past ONLINE_BUS_MAX_LAG records not yet forwarded
+ * for a model, online.c answers OVERLOADED (online__bus_lagging): the bound
+ * keeps a long outage from filling the disk and says at once that the bus
+ * cannot keep up, instead of acknowledging samples hours from the stream.
+ * The metrics show both sides: the outbox's lag per model (what this server
+ * has not forwarded) and the consumer's lag (what the stream holds that this
+ * replica has not read yet: a replica far behind, catching up).
+ *
  * LIMIT: replicas switch to a new version each at the stream position where
  * it went live there; between their switch points they learn different
  * samples into different versions, so after a version change replicas agree
@@ -44,18 +57,35 @@
 
 #define G online__G
 #define FORWARD_BATCH 256
+#define REFRESH_NS 1000000000ull /* the stream's state for the consumer lag: once a second */
 
 static struct {
     bus_t *bus;
     pthread_t forwarder, consumer;
     bool running;
     _Atomic bool stop;
+    _Atomic bool ready;     /* the forwarder saw bus_ready succeed: the consumer may open */
     char node[160];
     uint64_t start_seq;
-    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model;
+    _Atomic uint64_t read_seq; /* the last stream sequence the consumer handed on (or skipped) */
+    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model, lag_refused;
 } B;
 
 bool online__bus_on(void) { return B.bus != NULL; }
+
+bool online__bus_lagging(online_model_t *q, char *why, size_t why_len)
+{
+    uint64_t lag = sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos);
+    if (lag <= ONLINE_BUS_MAX_LAG)
+        return false;
+    atomic_fetch_add_explicit(&B.lag_refused, 1, memory_order_relaxed);
+    if (why)
+        snprintf(why, why_len, "model '%s': %" PRIu64 " samples wait to be forwarded to the bus "
+                 "(NATS %s; at most %d): try again later", q->name, lag,
+                 bus_connected(B.bus) ? "slower than the clients" : "not reachable",
+                 ONLINE_BUS_MAX_LAG);
+    return true;
+}
 
 /* ---- the outbox's position ------------------------------------------------------- */
 
@@ -181,7 +211,49 @@ static void *forwarder_main(void *arg)
         LOG(LL_ERROR, "online: no memory for the bus forwarder: nothing reaches the stream");
         return NULL;
     }
+    bool up = true;          /* as last logged */
+    char last_err[256] = ""; /* bus_ready's last failure, logged once */
+    uint64_t refreshed = 0;
     while (!atomic_load(&B.stop)) {
+        if (!atomic_load(&B.ready)) {
+            bus_error_t err;
+            int rc = bus_ready(B.bus, 200, &err);
+            if (rc != 0) {
+                if (rc != -ENOTCONN && strcmp(err.msg, last_err) != 0)
+                    LOG(LL_WARN, "online: the bus is reachable but not ready: %s; trying again",
+                        err.msg);
+                snprintf(last_err, sizeof last_err, "%s", err.msg);
+                if (rc != -ENOTCONN) {
+                    struct timespec nap = {0, 200 * 1000000};
+                    nanosleep(&nap, NULL);
+                }
+                continue;
+            }
+            LOG(LL_INFO, "online: the bus is connected: stream %s on %s ready; forwarding the "
+                "outbox and learning from sequence %" PRIu64, G.srv->cfg.bus_stream,
+                G.srv->cfg.bus_servers, B.start_seq);
+            atomic_store(&B.ready, true);
+        }
+        bool now = bus_connected(B.bus);
+        if (now != up) {
+            if (now)
+                LOG(LL_INFO, "online: the bus is reachable again: forwarding the outbox");
+            else
+                LOG(LL_WARN, "online: the bus lost its servers (%s): TRAIN and FEEDBACK wait in "
+                    "the outbox, at most %d per model, then OVERLOADED; PREDICT is not affected",
+                    G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
+            up = now;
+        }
+        if (!now) { /* publishing now would only fill nats.c's reconnect buffer */
+            struct timespec nap = {0, 20 * 1000000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        uint64_t t = online__now_ns();
+        if (t - refreshed >= REFRESH_NS) { /* the consumer lag's other side */
+            (void)bus_refresh(B.bus, NULL);
+            refreshed = t;
+        }
         int moved = 0;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n; i++) {
@@ -202,24 +274,50 @@ static void *forwarder_main(void *arg)
 
 /* ---- consuming ------------------------------------------------------------------ */
 
+/* Sleeps up to ms, waking early when the bus stops. */
+static void nap_unless_stopped(int ms)
+{
+    for (int i = 0; i < ms / 10 && !atomic_load(&B.stop); i++) {
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Opens the reader from seq once the forwarder found the bus ready: NULL when stopping. */
+static bus_reader_t *reader_open(uint64_t seq)
+{
+    bus_reader_t *r = NULL;
+    bus_error_t err;
+    while (!atomic_load(&B.stop)) {
+        if (!atomic_load(&B.ready)) {
+            nap_unless_stopped(20);
+            continue;
+        }
+        if (bus_reader_open(B.bus, NULL, seq, &r, &err) == 0)
+            return r;
+        LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
+        nap_unless_stopped(1000);
+    }
+    return NULL;
+}
+
 static void *consumer_main(void *arg)
 {
     (void)arg;
-    bus_reader_t *r = NULL;
     bus_error_t err;
-    while (!atomic_load(&B.stop) && bus_reader_open(B.bus, NULL, B.start_seq, &r, &err) != 0) {
-        LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
-        sleep(1);
-    }
+    bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
     while (r && !atomic_load(&B.stop)) {
         bus_msg_t m;
         int rc = bus_reader_next(r, 100, &m, &err);
         if (rc == BUS_READ_TIMEOUT)
             continue;
-        if (rc < 0) {
-            LOG(LL_WARN, "online: the bus reader: %s", err.msg);
-            sleep(1);
+        if (rc < 0) { /* a consumer nats.c could not re-create: a new one from where we are */
+            uint64_t at = bus_reader_position(r);
+            LOG(LL_WARN, "online: the bus reader: %s; reading again from %" PRIu64, err.msg, at);
+            bus_reader_close(r);
+            nap_unless_stopped(1000);
+            r = reader_open(at);
             continue;
         }
         if (rc == BUS_READ_GAP) {
@@ -238,6 +336,7 @@ static void *consumer_main(void *arg)
             codec_parse_header(m.data, m.len, &h, &cerr) != CODEC_OK || h.type != CODEC_TRAIN ||
             h.payload_len != m.len - CODEC_HEADER_SIZE) {
             atomic_fetch_add_explicit(&B.bad, 1, memory_order_relaxed);
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
             continue;
         }
         char why[200];
@@ -245,16 +344,20 @@ static void *consumer_main(void *arg)
                                                             : NULL;
         if (!q) {
             atomic_fetch_add_explicit(&B.unknown_model, 1, memory_order_relaxed);
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
             continue;
         }
-        if (m.seq < q->bus_from)
-            continue; /* learned into this version before the restart */
+        if (m.seq < q->bus_from) { /* learned into this version before the restart */
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
+            continue;
+        }
         while (!atomic_load(&B.stop) &&
                online__enqueue(q, h.flags, (const uint8_t *)m.data + CODEC_HEADER_SIZE,
                                h.payload_len, m.seq) != 0) {
             struct timespec nap = {0, 1000000}; /* the queue is full: wait for the trainer */
             nanosleep(&nap, NULL);
         }
+        atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
     }
     bus_reader_close(r);
     return NULL;
@@ -285,14 +388,21 @@ int online__bus_start(char *why, size_t why_len)
     snprintf(subject, sizeof subject, "%s.>", c->bus_subject_prefix);
     const char *subjects[1] = {subject};
     bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
-                       .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node};
+                       .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node,
+                       .connect_in_background = true};
     bus_error_t err;
     int rc = bus_open(&o, &B.bus, &err);
-    if (rc != 0) {
+    if (rc != 0) { /* a bad URL or a stream with other settings: retrying cannot cure it */
         snprintf(why, why_len, "the bus: %s", err.msg);
         return rc;
     }
+    if (!bus_connected(B.bus))
+        LOG(LL_WARN, "online: the bus is not reachable yet (%s): PREDICT is served; TRAIN and "
+            "FEEDBACK are acknowledged into the outbox, at most %d per model, then OVERLOADED; "
+            "forwarding and learning start when a server answers", c->bus_servers,
+            ONLINE_BUS_MAX_LAG);
     /* where the consumer starts: the lowest position a model's trainer.state names */
+    atomic_store(&B.ready, false);
     uint64_t start = UINT64_MAX;
     uint32_t n = atomic_load(&G.nmodels);
     for (uint32_t i = 0; i < n; i++) { /* model_create_locked set their positions */
@@ -300,6 +410,7 @@ int online__bus_start(char *why, size_t why_len)
         start = q->bus_from < start ? q->bus_from : start;
     }
     B.start_seq = start == UINT64_MAX ? 1 : start;
+    atomic_store(&B.read_seq, B.start_seq - 1);
     atomic_store(&B.stop, false);
     if (pthread_create(&B.forwarder, NULL, forwarder_main, NULL) != 0) {
         bus_close(B.bus);
@@ -317,7 +428,8 @@ int online__bus_start(char *why, size_t why_len)
     }
     B.running = true;
     LOG(LL_INFO, "online: replicas over the bus: stream %s on %s, subject %s, node %s; learning "
-        "from sequence %" PRIu64, c->bus_stream, c->bus_servers, subject, B.node, B.start_seq);
+        "from sequence %" PRIu64 " once connected", c->bus_stream, c->bus_servers, subject, B.node,
+        B.start_seq);
     return 0;
 }
 
@@ -362,5 +474,45 @@ size_t online__bus_metrics(char *buf, size_t len)
         bus_connected(B.bus) ? 1 : 0, atomic_load(&B.forwarded), atomic_load(&B.consumed),
         atomic_load(&B.bad), atomic_load(&B.unknown_model), atomic_load(&B.gaps), st.reconnects,
         st.failed);
-    return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
+    if (n < 0 || (size_t)n >= len)
+        return n < 0 ? 0 : len - 1;
+    size_t off = (size_t)n;
+    uint64_t last = bus_last_seq(B.bus), read = atomic_load(&B.read_seq);
+    n = snprintf(buf + off, len - off,
+                 "# HELP tlserve_bus_ready 1 once the stream was checked or created (forwarding "
+                 "and learning run)\n# TYPE tlserve_bus_ready gauge\ntlserve_bus_ready %d\n"
+                 "# HELP tlserve_bus_consumer_lag Stream messages this replica has not read yet "
+                 "(the highest sequence seen minus the last read)\n"
+                 "# TYPE tlserve_bus_consumer_lag gauge\ntlserve_bus_consumer_lag %" PRIu64 "\n"
+                 "# HELP tlserve_bus_lag_refused_total TRAIN or FEEDBACK answered OVERLOADED "
+                 "because the outbox held tlserve_bus_outbox_max_lag records not forwarded\n"
+                 "# TYPE tlserve_bus_lag_refused_total counter\n"
+                 "tlserve_bus_lag_refused_total %" PRIu64 "\n"
+                 "# HELP tlserve_bus_outbox_max_lag Records a model's outbox may hold not "
+                 "forwarded before OVERLOADED\n# TYPE tlserve_bus_outbox_max_lag gauge\n"
+                 "tlserve_bus_outbox_max_lag %d\n"
+                 "# HELP tlserve_bus_outbox_lag Records in the model's outbox (sample log) not "
+                 "yet forwarded to the stream\n# TYPE tlserve_bus_outbox_lag gauge\n",
+                 atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
+                 atomic_load(&B.lag_refused), ONLINE_BUS_MAX_LAG);
+    if (n < 0 || (size_t)n >= len - off)
+        return off;
+    off += (size_t)n;
+    uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < nm; i++) {
+        online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (!q || !q->slog)
+            continue;
+        pthread_mutex_lock(&q->lock); /* a scrape, not a request: the lock is cheap here */
+        uint64_t lag = sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos);
+        pthread_mutex_unlock(&q->lock);
+        n = snprintf(buf + off, len - off, "tlserve_bus_outbox_lag{model=\"%s\"} %" PRIu64 "\n",
+                     q->name, lag);
+        if (n < 0 || (size_t)n >= len - off) {
+            buf[off] = 0;
+            return off;
+        }
+        off += (size_t)n;
+    }
+    return off;
 }
