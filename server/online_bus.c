@@ -73,9 +73,16 @@ static struct {
 
 bool online__bus_on(void) { return B.bus != NULL; }
 
+/* Records of q's outbox not yet forwarded.  q->lock held (the log's end). */
+static uint64_t outbox_lag_locked(online_model_t *q)
+{
+    uint64_t end = sample_log_next_pos(q->slog), fwd = atomic_load(&q->fwd_pos);
+    return end > fwd ? end - fwd : 0;
+}
+
 bool online__bus_lagging(online_model_t *q, char *why, size_t why_len)
 {
-    uint64_t lag = sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos);
+    uint64_t lag = outbox_lag_locked(q);
     if (lag <= ONLINE_BUS_MAX_LAG)
         return false;
     atomic_fetch_add_explicit(&B.lag_refused, 1, memory_order_relaxed);
@@ -495,8 +502,10 @@ size_t online__bus_metrics(char *buf, size_t len)
                  "yet forwarded to the stream\n# TYPE tlserve_bus_outbox_lag gauge\n",
                  atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
                  atomic_load(&B.lag_refused), ONLINE_BUS_MAX_LAG);
-    if (n < 0 || (size_t)n >= len - off)
+    if (n < 0 || (size_t)n >= len - off) {
+        buf[off] = 0;
         return off;
+    }
     off += (size_t)n;
     uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
     for (uint32_t i = 0; i < nm; i++) {
@@ -504,7 +513,7 @@ size_t online__bus_metrics(char *buf, size_t len)
         if (!q || !q->slog)
             continue;
         pthread_mutex_lock(&q->lock); /* a scrape, not a request: the lock is cheap here */
-        uint64_t lag = sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos);
+        uint64_t lag = outbox_lag_locked(q);
         pthread_mutex_unlock(&q->lock);
         n = snprintf(buf + off, len - off, "tlserve_bus_outbox_lag{model=\"%s\"} %" PRIu64 "\n",
                      q->name, lag);

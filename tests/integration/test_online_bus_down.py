@@ -14,9 +14,11 @@ starts, the cluster always stopped at the end (tearDown, at exit, on SIGTERM):
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_bus_down.py
 """
 
+import atexit
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -45,7 +47,8 @@ class BusDown(unittest.TestCase):
         gen_model(self.model, 2000, "ctr", seed=SEED)
         self.stream = "D%d" % random.randrange(1 << 30)
         self.cluster = natscluster.Cluster("tl_busdown_nats_")
-        self.addCleanup(self.cluster.stop)
+        atexit.register(self.cluster.stop)
+        signal.signal(signal.SIGTERM, lambda *_: (self.cluster.stop(), os._exit(143)))
         for _ in range(50):  # ports free now; nothing listens on them until start()
             self.cluster.base = random.randrange(21000, 32000)
             if natscluster._ports_free(self.cluster.base):
