@@ -62,6 +62,7 @@
 #define BUS_MAX_SUBJECTS 16
 #define BUS_MAX_BATCH 65536
 #define BUS_MAX_DATA (1u << 20)   /* nats-server's default max_payload */
+#define READY_WAIT_MS 1000        /* bus_ready's API wait: a few round trips on a loaded host */
 
 struct batch {
     pthread_mutex_t mu;
@@ -89,6 +90,8 @@ struct bus {
     int opt_replicas;
     int64_t opt_max_bytes, opt_max_age_ms, opt_dedup_window_ms;
     int64_t timeout_ms;
+    void (*on_state)(bool up, void *arg); /* bus_options_t's, on nats.c's threads */
+    void *on_state_arg;
     pthread_mutex_t ready_mu;    /* one stream setup at a time */
     _Atomic bool ready;          /* the stream was checked or created: publishes may go */
     _Atomic uint64_t last_seq;   /* highest stream sequence seen (bus_last_seq) */
@@ -215,7 +218,7 @@ int bus__parse_reply_pending(const char *reply, size_t len, uint64_t *seq, uint6
         at = 7;        /* $JS.ACK.domain.acchash.stream.consumer.delivered.sseq.cseq.ns.pending[.rand] */
     else
         return -EINVAL;
-    uint64_t v, tmp;
+    uint64_t v, tmp = 0;
     if (parse_u64(tok[at], tlen[at], &v) < 0 || v == 0)
         return -EINVAL;
     for (int k = at - 1; k < nt - (nt == 12); k++)   /* delivered..pending are numbers too */
@@ -231,21 +234,28 @@ int bus__parse_reply_pending(const char *reply, size_t len, uint64_t *seq, uint6
 static void on_disconnected(natsConnection *nc, void *closure)
 {
     (void)nc;
-    INC((bus_t *)closure, disconnects, 1);
+    bus_t *bus = closure;
+    INC(bus, disconnects, 1);
+    if (bus->on_state)
+        bus->on_state(false, bus->on_state_arg);
 }
 
-/* The first connection made in the background (connect_in_background): bus_ready polls the
- * state, so there is nothing to do but exist (nats.c wants a callback for the async mode). */
+/* The first connection made in the background (connect_in_background). */
 static void on_connected(natsConnection *nc, void *closure)
 {
     (void)nc;
-    (void)closure;
+    bus_t *bus = closure;
+    if (bus->on_state)
+        bus->on_state(true, bus->on_state_arg);
 }
 
 static void on_reconnected(natsConnection *nc, void *closure)
 {
     (void)nc;
-    INC((bus_t *)closure, reconnects, 1);
+    bus_t *bus = closure;
+    INC(bus, reconnects, 1);
+    if (bus->on_state)
+        bus->on_state(true, bus->on_state_arg);
 }
 
 /* The last callback nats.c delivers for a connection: after it, no callback touches the bus,
@@ -327,9 +337,13 @@ __attribute__((cold)) static int check_stream(const bus_t *bus, const jsStreamCo
     return 0;
 }
 
-/* Checks or creates the stream from the settings bus_open kept. ready_mu held. */
-__attribute__((cold)) static int open_stream(bus_t *bus, bus_error_t *err)
+/* Checks or creates the stream from the settings bus_open kept, each API request waiting up
+ * to wait_ms. ready_mu held. */
+__attribute__((cold)) static int open_stream(bus_t *bus, int64_t wait_ms, bus_error_t *err)
 {
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = wait_ms;
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
     cfg.Name = bus->stream;
@@ -345,7 +359,7 @@ __attribute__((cold)) static int open_stream(bus_t *bus, bus_error_t *err)
 
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, bus->js, bus->stream, NULL, &jerr);
+    natsStatus s = js_GetStreamInfo(&si, bus->js, bus->stream, &jo, &jerr);
     if (s == NATS_OK) {
         int rc = check_stream(bus, si->Config, &cfg, err);
         note_last(bus, si->State.LastSeq);
@@ -357,7 +371,7 @@ __attribute__((cold)) static int open_stream(bus_t *bus, bus_error_t *err)
                 bus->stream, bus->servers, why(s), (int)jerr);
         return status_errno(s);
     }
-    s = js_AddStream(&si, bus->js, &cfg, NULL, &jerr);
+    s = js_AddStream(&si, bus->js, &cfg, &jo, &jerr);
     if (s != NATS_OK) {
         set_err(err, status_code(s, BUS_E_STREAM),
                 "stream %s on %s: cannot create it (replicas %lld): %s (%d)", bus->stream,
@@ -478,6 +492,8 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
     bus->opt_max_bytes = o->max_bytes;
     bus->opt_max_age_ms = o->max_age_ms;
     bus->opt_dedup_window_ms = o->dedup_window_ms;
+    bus->on_state = o->on_state;
+    bus->on_state_arg = o->on_state_arg;
     int n = split_servers(o->servers, &copy, urls, 16);
     if (n < 0) {
         rc = n;
@@ -530,7 +546,7 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err)
         goto out;
     }
     pthread_mutex_lock(&bus->ready_mu);
-    rc = open_stream(bus, err);
+    rc = open_stream(bus, bus->timeout_ms, err);
     pthread_mutex_unlock(&bus->ready_mu);
     if (rc == 0)
         atomic_store_explicit(&bus->ready, true, memory_order_release);
@@ -603,7 +619,10 @@ int bus_ready(bus_t *bus, int64_t timeout_ms, bus_error_t *err)
         nanosleep(&nap, NULL);
     }
     pthread_mutex_lock(&bus->ready_mu);
-    int rc = is_ready(bus) ? 0 : open_stream(bus, err);
+    /* a cluster that accepts clients before it has a JetStream leader does not answer: ask
+     * again soon rather than wait the whole timeout */
+    int64_t wait = bus->timeout_ms < READY_WAIT_MS ? bus->timeout_ms : READY_WAIT_MS;
+    int rc = is_ready(bus) ? 0 : open_stream(bus, wait, err);
     if (rc == 0)
         atomic_store_explicit(&bus->ready, true, memory_order_release);
     pthread_mutex_unlock(&bus->ready_mu);

@@ -77,6 +77,11 @@ typedef struct {
     const char *name;         /* connection name shown by the servers; NULL: "tlserve-bus" */
     bool connect_in_background; /* no server reachable at open: return a bus that is not ready
                                    yet (see STARTING WITHOUT NATS) instead of -ECONNREFUSED */
+    void (*on_state)(bool up, void *arg); /* may be NULL: called on a nats.c thread when the
+                                   connection comes up (a first connection made in the
+                                   background, a reconnect) or goes down (also during
+                                   bus_close); it must not block nor call the bus */
+    void *on_state_arg;
 } bus_options_t;
 
 /* Connects to the servers and creates the stream, or checks that an existing one has the same
@@ -99,7 +104,8 @@ int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err);
  * -ENOTCONN (err: BUS_E_CONNECT) while no server answers, -ETIMEDOUT/-EIO while JetStream
  * does not (a cluster electing its leader), -EEXIST for a stream with other settings; all
  * may be retried (an operator may fix the stream). Any thread; blocks up to timeout_ms plus
- * one API wait. */
+ * two API requests of at most a second each (a JetStream without a leader yet is asked
+ * again at the next call rather than waited for). */
 int bus_ready(bus_t *bus, int64_t timeout_ms, bus_error_t *err);
 
 /* Closes the connection (pending asynchronous publishes are abandoned: a batch call has

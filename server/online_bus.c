@@ -218,7 +218,6 @@ static void *forwarder_main(void *arg)
         LOG(LL_ERROR, "online: no memory for the bus forwarder: nothing reaches the stream");
         return NULL;
     }
-    bool up = true;          /* as last logged */
     char last_err[256] = ""; /* bus_ready's last failure, logged once */
     uint64_t refreshed = 0;
     while (!atomic_load(&B.stop)) {
@@ -241,17 +240,7 @@ static void *forwarder_main(void *arg)
                 G.srv->cfg.bus_servers, B.start_seq);
             atomic_store(&B.ready, true);
         }
-        bool now = bus_connected(B.bus);
-        if (now != up) {
-            if (now)
-                LOG(LL_INFO, "online: the bus is reachable again: forwarding the outbox");
-            else
-                LOG(LL_WARN, "online: the bus lost its servers (%s): TRAIN and FEEDBACK wait in "
-                    "the outbox, at most %d per model, then OVERLOADED; PREDICT is not affected",
-                    G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
-            up = now;
-        }
-        if (!now) { /* publishing now would only fill nats.c's reconnect buffer */
+        if (!bus_connected(B.bus)) { /* publishing now would only fill nats.c's reconnect buffer */
             struct timespec nap = {0, 20 * 1000000};
             nanosleep(&nap, NULL);
             continue;
@@ -277,6 +266,20 @@ static void *forwarder_main(void *arg)
     free(f->arena.base);
     free(f);
     return NULL;
+}
+
+/* nats.c's thread: the connection went down or came back (logged; not at stop). */
+static void on_state(bool up, void *arg)
+{
+    (void)arg;
+    if (atomic_load(&B.stop))
+        return;
+    if (!up)
+        LOG(LL_WARN, "online: the bus lost its servers (%s): TRAIN and FEEDBACK wait in the "
+            "outbox, at most %d per model, then OVERLOADED; PREDICT is not affected",
+            G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
+    else if (atomic_load(&B.ready))
+        LOG(LL_INFO, "online: the bus is reachable again: forwarding the outbox");
 }
 
 /* ---- consuming ------------------------------------------------------------------ */
@@ -396,8 +399,9 @@ int online__bus_start(char *why, size_t why_len)
     const char *subjects[1] = {subject};
     bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
                        .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node,
-                       .connect_in_background = true};
+                       .connect_in_background = true, .on_state = on_state};
     bus_error_t err;
+    atomic_store(&B.stop, true); /* no state logs from a bus that fails to open */
     int rc = bus_open(&o, &B.bus, &err);
     if (rc != 0) { /* a bad URL or a stream with other settings: retrying cannot cure it */
         snprintf(why, why_len, "the bus: %s", err.msg);
@@ -420,6 +424,7 @@ int online__bus_start(char *why, size_t why_len)
     atomic_store(&B.read_seq, B.start_seq - 1);
     atomic_store(&B.stop, false);
     if (pthread_create(&B.forwarder, NULL, forwarder_main, NULL) != 0) {
+        atomic_store(&B.stop, true);
         bus_close(B.bus);
         B.bus = NULL;
         snprintf(why, why_len, "cannot start the bus forwarder thread");
