@@ -65,6 +65,7 @@ static struct {
     bool running;
     _Atomic bool stop;
     _Atomic bool ready;     /* the forwarder saw bus_ready succeed: the consumer may open */
+    _Atomic bool reopen;    /* the connection came back: the consumer re-opens its reader */
     char node[160];
     uint64_t start_seq;
     _Atomic uint64_t read_seq; /* the last stream sequence the consumer handed on (or skipped) */
@@ -136,7 +137,7 @@ struct fwd {
 };
 
 /* Forwards what q's log holds past its forwarded position: the records
- * forwarded (0 when none, or when the batch failed and waits for a retry). */
+ * forwarded (0 when none), or -1 when the batch failed and waits for a retry. */
 static int forward_model(online_model_t *q, struct fwd *f)
 {
     sample_log_reader_t *r = NULL;
@@ -190,9 +191,20 @@ static int forward_model(online_model_t *q, struct fwd *f)
     bus_error_t berr;
     int acked = bus_publish_batch(B.bus, f->items, n, &berr);
     if (acked != n) {
-        LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); the "
-            "batch is sent again", q->name, acked < 0 ? 0 : acked, n, berr.msg);
-        return 0;
+        /* a cluster coming back answers "no responders" at once, again and again: one line
+         * per 5 s, with the count */
+        static uint64_t logged_ns, quiet;
+        uint64_t now = online__now_ns();
+        if (now - logged_ns >= 5000000000ull) {
+            LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); "
+                "the batch is sent again (%" PRIu64 " more failed batches not logged)", q->name,
+                acked < 0 ? 0 : acked, n, berr.msg, quiet);
+            logged_ns = now;
+            quiet = 0;
+        } else {
+            quiet++;
+        }
+        return -1;
     }
     uint64_t fwd = atomic_load(&q->fwd_pos) + (uint64_t)n;
     atomic_store(&q->fwd_pos, fwd);
@@ -250,14 +262,20 @@ static void *forwarder_main(void *arg)
             (void)bus_refresh(B.bus, NULL);
             refreshed = t;
         }
-        int moved = 0;
+        int moved = 0, failed = 0;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n; i++) {
             online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
-            if (q && q->slog)
-                moved += forward_model(q, f);
+            int k = q && q->slog ? forward_model(q, f) : 0;
+            if (k < 0)
+                failed++;
+            else
+                moved += k;
         }
-        if (!moved) {
+        if (failed) { /* the stream is electing a leader, or gone: retry in a while */
+            struct timespec nap = {0, 100 * 1000000};
+            nanosleep(&nap, NULL);
+        } else if (!moved) {
             struct timespec nap = {0, 1000000}; /* 1 ms: the freshness budget is 100 */
             nanosleep(&nap, NULL);
         }
@@ -278,8 +296,10 @@ static void on_state(bool up, void *arg)
         LOG(LL_WARN, "online: the bus lost its servers (%s): TRAIN and FEEDBACK wait in the "
             "outbox, at most %d per model, then OVERLOADED; PREDICT is not affected",
             G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
-    else if (atomic_load(&B.ready))
+    else if (atomic_load(&B.ready)) {
         LOG(LL_INFO, "online: the bus is reachable again: forwarding the outbox");
+        atomic_store(&B.reopen, true);
+    }
 }
 
 /* ---- consuming ------------------------------------------------------------------ */
@@ -306,7 +326,7 @@ static bus_reader_t *reader_open(uint64_t seq)
         if (bus_reader_open(B.bus, NULL, seq, &r, &err) == 0)
             return r;
         LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
-        nap_unless_stopped(1000);
+        nap_unless_stopped(250);
     }
     return NULL;
 }
@@ -318,6 +338,15 @@ static void *consumer_main(void *arg)
     bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
     while (r && !atomic_load(&B.stop)) {
+        if (atomic_exchange(&B.reopen, false)) {
+            /* nats.c re-creates the consumer too, but only after missing its heartbeats (5 s)
+             * when the whole cluster restarted and forgot it: a new one now, from where we
+             * are (a message both deliver is skipped by its sequence) */
+            uint64_t at = bus_reader_position(r);
+            bus_reader_close(r);
+            r = reader_open(at);
+            continue;
+        }
         bus_msg_t m;
         int rc = bus_reader_next(r, 100, &m, &err);
         if (rc == BUS_READ_TIMEOUT)
@@ -399,7 +428,11 @@ int online__bus_start(char *why, size_t why_len)
     const char *subjects[1] = {subject};
     bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
                        .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node,
-                       .connect_in_background = true, .on_state = on_state};
+                       .connect_in_background = true, .on_state = on_state,
+                       /* an ack on a healthy cluster takes milliseconds; a stream electing
+                        * its leader after a restart answers nothing, and the outbox's batch
+                        * waits this long before it is sent again */
+                       .timeout_ms = 2000};
     bus_error_t err;
     atomic_store(&B.stop, true); /* no state logs from a bus that fails to open */
     int rc = bus_open(&o, &B.bus, &err);
