@@ -170,7 +170,6 @@ class BusDown(unittest.TestCase):
         self.wait_metric("tlserve_bus_consumer_lag", lambda v: v == 0, "fell to 0")
         self.assertEqual(s.metric("tlserve_bus_lag_refused_total"), 0)  # far below the bound
         out = s.output()
-        print(out)
         self.assertIn("the bus lost its servers", out)
         self.assertIn("the bus is reachable again", out)
 
