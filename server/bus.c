@@ -384,10 +384,9 @@ __attribute__((cold)) static int open_stream(bus_t *bus, int64_t wait_ms, bus_er
 
 static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure);
 
-/* [scheme://][user[:pass]@]host[:port], host a name, an IPv4 or a bracketed IPv6 address,
- * port 1..65535: what nats.c can dial. A bad URL would otherwise only show as a server that
- * never answers, which connect_in_background waits for forever. */
-static bool url_ok(const char *u)
+/* A bad URL would otherwise only show as a server that never answers, which
+ * connect_in_background waits for forever. */
+bool bus__url_ok(const char *u)
 {
     const char *p = strstr(u, "://");
     if (p) {
@@ -438,7 +437,7 @@ static int split_servers(const char *list, char **copy, const char **urls, int m
     int n = 0;
     char *save = NULL;
     for (char *t = strtok_r(*copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        if (n == max || !url_ok(t))
+        if (n == max || !bus__url_ok(t))
             return -EINVAL;
         urls[n++] = t;
     }

@@ -236,4 +236,9 @@ int bus__parse_reply(const char *reply, size_t len, uint64_t *seq);
 /* The same, also returning the <pending> token (the consumer's messages after this one). */
 int bus__parse_reply_pending(const char *reply, size_t len, uint64_t *seq, uint64_t *pending);
 
+/* true when url is one server of --bus-servers that nats.c can dial:
+ * [scheme://][user[:pass]@]host[:port], host a name, an IPv4 or a bracketed IPv6 address, port
+ * 1..65535. url is NUL-terminated; nothing past its NUL is read. */
+bool bus__url_ok(const char *url);
+
 #endif
