@@ -293,11 +293,12 @@ static void on_state(bool up, void *arg)
     if (atomic_load(&B.stop))
         return;
     if (!up)
-        LOG(LL_WARN, "online: the bus lost its servers (%s): TRAIN and FEEDBACK wait in the "
-            "outbox, at most %d per model, then OVERLOADED; PREDICT is not affected",
+        LOG(LL_WARN, "online: the bus lost its NATS connection (%s): until a server answers, "
+            "TRAIN and FEEDBACK wait in the outbox, at most %d per model, then OVERLOADED; "
+            "PREDICT is not affected",
             G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
     else if (atomic_load(&B.ready)) {
-        LOG(LL_INFO, "online: the bus is reachable again: forwarding the outbox");
+        LOG(LL_INFO, "online: the bus is connected again: forwarding the outbox");
         atomic_store(&B.reopen, true);
     }
 }
