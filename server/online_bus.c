@@ -88,8 +88,8 @@ bool online__bus_lagging(online_model_t *q, char *why, size_t why_len)
         return false;
     atomic_fetch_add_explicit(&B.lag_refused, 1, memory_order_relaxed);
     if (why)
-        snprintf(why, why_len, "model '%s': %" PRIu64 " samples wait to be forwarded to the bus "
-                 "(NATS %s; at most %d): try again later", q->name, lag,
+        snprintf(why, why_len, "model '%s': %" PRIu64 " records of its sample log wait to be "
+                 "forwarded to the bus (NATS %s; at most %d): try again later", q->name, lag,
                  bus_connected(B.bus) ? "slower than the clients" : "not reachable",
                  ONLINE_BUS_MAX_LAG);
     return true;
