@@ -11,6 +11,14 @@
  *   from any thread (the admin thread's /metrics). A bus_reader_t belongs to one thread.
  *   Reconnects are nats.c's: it reconnects forever (a wait between attempts), buffers
  *   publishes made while disconnected, and re-creates readers' consumers; the bus counts them.
+ *   bus_ready may be called by several threads at once (serialized inside).
+ *
+ * STARTING WITHOUT NATS
+ *   With connect_in_background, bus_open does not need a server: when none answers it
+ *   returns a bus that is not ready yet while nats.c keeps trying (reconnect_wait_ms apart).
+ *   bus_ready then waits for the connection and checks or creates the stream once; until it
+ *   has returned 0, publishes and bus_reader_open fail with -ENOTCONN (nothing is buffered
+ *   for a stream that may not exist). Without the flag bus_open returns a ready bus or fails.
  *
  * ERRORS
  *   Functions return 0 (or a count) on success and -errno on failure: -EINVAL for bad
@@ -67,15 +75,38 @@ typedef struct {
     int64_t reconnect_wait_ms;/* pause between reconnect attempts; 0: 250 */
     int reconnect_buf_bytes;  /* publishes buffered while reconnecting; 0: 8 MiB */
     const char *name;         /* connection name shown by the servers; NULL: "tlserve-bus" */
+    bool connect_in_background; /* no server reachable at open: return a bus that is not ready
+                                   yet (see STARTING WITHOUT NATS) instead of -ECONNREFUSED */
+    void (*on_state)(bool up, void *arg); /* may be NULL: called on a nats.c thread when the
+                                   connection comes up (a first connection made in the
+                                   background, a reconnect) or goes down (also during
+                                   bus_close); it must not block nor call the bus */
+    void *on_state_arg;
 } bus_options_t;
 
 /* Connects to the servers and creates the stream, or checks that an existing one has the same
  * subjects, replicas, storage (file), retention (limits), max bytes, max age and dedup window;
  * any difference fails with -EEXIST and a sentence naming it (the bus never changes a stream
- * it did not create: another deployment may own it). The first connection must succeed
- * (-ECONNREFUSED otherwise); later disconnects are retried forever. Blocks up to a few
- * timeouts. On success *out is owned by the caller: bus_close it. */
+ * it did not create: another deployment may own it). Later disconnects are retried forever.
+ * A server list that is not 1..16 NATS URLs ([nats://][user[:pass]@]host[:port], port
+ * 1..65535) fails with -EINVAL in every mode. Without o->connect_in_background the first
+ * connection must succeed (-ECONNREFUSED otherwise) and the bus is ready on return. With it,
+ * no reachable server is not an error: the bus is returned not ready; when a server answers
+ * at once the stream is set up here as above, and only a failure that retrying cannot cure
+ * (-EEXIST, -EINVAL) fails the open (a JetStream that does not answer yet is left to
+ * bus_ready). Blocks up to a few timeouts. On success *out is owned by the caller:
+ * bus_close it. */
 int bus_open(const bus_options_t *o, bus_t **out, bus_error_t *err);
+
+/* Waits up to timeout_ms (0: only looks) for the connection, then checks or creates the
+ * stream as bus_open does, once per bus: after the first 0 it returns 0 at once, forever
+ * (later disconnects do not make a bus unready: nats.c reconnects underneath). Returns
+ * -ENOTCONN (err: BUS_E_CONNECT) while no server answers, -ETIMEDOUT/-EIO while JetStream
+ * does not (a cluster electing its leader), -EEXIST for a stream with other settings; all
+ * may be retried (an operator may fix the stream). Any thread; blocks up to timeout_ms plus
+ * two API requests of at most a second each (a JetStream without a leader yet is asked
+ * again at the next call rather than waited for). */
+int bus_ready(bus_t *bus, int64_t timeout_ms, bus_error_t *err);
 
 /* Closes the connection (pending asynchronous publishes are abandoned: a batch call has
  * already returned their fate) and frees the bus. Readers must be closed first. NULL ok. */
@@ -94,7 +125,7 @@ typedef struct {
  * *ack tells its sequence: the caller may acknowledge its own client. On failure (-ETIMEDOUT,
  * -EIO, ...) the message may or may not be stored: retry with the same msg_id. Blocks up to
  * the timeout. data may be NULL when len is 0; len at most 1 MiB (the servers' default
- * max_payload: group samples into messages below it). */
+ * max_payload: group samples into messages below it). -ENOTCONN before the bus is ready. */
 int bus_publish(bus_t *bus, const char *subject, const void *data, size_t len,
                 const char *msg_id, bus_ack_t *ack, bus_error_t *err);
 
@@ -113,7 +144,8 @@ typedef struct {
  * acked == false: those were NOT dropped in silence, the caller must retry them (with the
  * same msg_id) before acknowledging its own clients. Acked items need not be a prefix: after
  * a failover JetStream may store item 7 and lose item 6. Sequences of acked items follow
- * item order when all are acked and no other publisher writes to the stream. n <= 65536. */
+ * item order when all are acked and no other publisher writes to the stream. n <= 65536.
+ * -ENOTCONN (nothing sent) before the bus is ready. */
 int bus_publish_batch(bus_t *bus, bus_item_t *items, int n, bus_error_t *err);
 
 /* ---- state and counters: any thread, no lock ---- */
@@ -140,6 +172,19 @@ void bus_stats(const bus_t *bus, bus_stats_t *out);
 /* true while the connection is up (false while nats.c reconnects or after close). */
 bool bus_connected(const bus_t *bus);
 
+/* The highest stream sequence this bus has seen stored: the stream's state when it became
+ * ready or at the last bus_refresh, every publish acknowledgement, and every delivery's
+ * sequence plus the pending count JetStream sends with it (messages after it that match the
+ * reader's subject). A lower bound of the stream's last sequence, fresh within a delivery,
+ * an acknowledgement or a refresh: a reader's lag is this minus the last sequence it read.
+ * 0 before anything was seen. Any thread, no lock. */
+uint64_t bus_last_seq(const bus_t *bus);
+
+/* Reads the stream's state (one JetStream API request) into bus_last_seq. 0, -ENOTCONN when
+ * the bus is not connected or not ready (no request made), or -ETIMEDOUT/-EIO. Blocks up to
+ * the timeout: call it off the hot path, e.g. once a second from a background thread. */
+int bus_refresh(bus_t *bus, bus_error_t *err);
+
 /* ---- reading in stream order: one reader per thread ---- */
 
 typedef struct {
@@ -164,7 +209,8 @@ enum {
  * as gaps. The consumer
  * is ephemeral, in server memory, without acknowledgements; nats.c re-creates it after a
  * reconnect or a missed delivery, from the last sequence seen, so the order holds. *out is
- * owned by the caller: bus_reader_close it before bus_close. Blocks up to the timeout. */
+ * owned by the caller: bus_reader_close it before bus_close. Blocks up to the timeout.
+ * -ENOTCONN before the bus is ready. */
 int bus_reader_open(bus_t *bus, const char *subject, uint64_t start_seq, bus_reader_t **out,
                     bus_error_t *err);
 
@@ -186,5 +232,13 @@ void bus_reader_close(bus_reader_t *r);
  * form with domain and account hash, optionally followed by a token). Returns 0 and *seq,
  * or -EINVAL for anything else (never reads past len). */
 int bus__parse_reply(const char *reply, size_t len, uint64_t *seq);
+
+/* The same, also returning the <pending> token (the consumer's messages after this one). */
+int bus__parse_reply_pending(const char *reply, size_t len, uint64_t *seq, uint64_t *pending);
+
+/* true when url is one server of --bus-servers that nats.c can dial:
+ * [scheme://][user[:pass]@]host[:port], host a name, an IPv4 or a bracketed IPv6 address, port
+ * 1..65535. url is NUL-terminated; nothing past its NUL is read. */
+bool bus__url_ok(const char *url);
 
 #endif

@@ -23,6 +23,19 @@
  * names (1 when none: everything the stream keeps), and a model skips the
  * records before its own.
  *
+ * NATS down, restarting, or slower than the clients.  The bus connects in
+ * the background (bus.h: connect_in_background): with no server reachable
+ * at start, or after losing them all, PREDICT is served as ever and TRAIN
+ * and FEEDBACK are acknowledged into the outbox, which is the point of an
+ * outbox; the forwarder sets the stream up once a server answers and
+ * forwards the backlog.  Past ONLINE_BUS_MAX_LAG records not yet forwarded
+ * for a model, online.c answers OVERLOADED (online__bus_lagging): the bound
+ * keeps a long outage from filling the disk and says at once that the bus
+ * cannot keep up, instead of acknowledging samples hours from the stream.
+ * The metrics show both sides: the outbox's lag per model (what this server
+ * has not forwarded) and the consumer's lag (what the stream holds that this
+ * replica has not read yet: a replica far behind, catching up).
+ *
  * LIMIT: replicas switch to a new version each at the stream position where
  * it went live there; between their switch points they learn different
  * samples into different versions, so after a version change replicas agree
@@ -44,18 +57,43 @@
 
 #define G online__G
 #define FORWARD_BATCH 256
+#define REFRESH_NS 1000000000ull /* the stream's state for the consumer lag: once a second */
 
 static struct {
     bus_t *bus;
     pthread_t forwarder, consumer;
     bool running;
     _Atomic bool stop;
+    _Atomic bool ready;     /* the forwarder saw bus_ready succeed: the consumer may open */
+    _Atomic bool reopen;    /* the connection came back: the consumer re-opens its reader */
     char node[160];
     uint64_t start_seq;
-    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model;
+    _Atomic uint64_t read_seq; /* the last stream sequence the consumer handed on (or skipped) */
+    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model, lag_refused;
 } B;
 
 bool online__bus_on(void) { return B.bus != NULL; }
+
+/* Records of q's outbox not yet forwarded.  q->lock held (the log's end). */
+static uint64_t outbox_lag_locked(online_model_t *q)
+{
+    uint64_t end = sample_log_next_pos(q->slog), fwd = atomic_load(&q->fwd_pos);
+    return end > fwd ? end - fwd : 0;
+}
+
+bool online__bus_lagging(online_model_t *q, char *why, size_t why_len)
+{
+    uint64_t lag = outbox_lag_locked(q);
+    if (lag <= ONLINE_BUS_MAX_LAG)
+        return false;
+    atomic_fetch_add_explicit(&B.lag_refused, 1, memory_order_relaxed);
+    if (why)
+        snprintf(why, why_len, "model '%s': %" PRIu64 " records of its sample log wait to be "
+                 "forwarded to the bus (NATS %s; at most %d): try again later", q->name, lag,
+                 bus_connected(B.bus) ? "slower than the clients" : "not reachable",
+                 ONLINE_BUS_MAX_LAG);
+    return true;
+}
 
 /* ---- the outbox's position ------------------------------------------------------- */
 
@@ -99,7 +137,7 @@ struct fwd {
 };
 
 /* Forwards what q's log holds past its forwarded position: the records
- * forwarded (0 when none, or when the batch failed and waits for a retry). */
+ * forwarded (0 when none), or -1 when the batch failed and waits for a retry. */
 static int forward_model(online_model_t *q, struct fwd *f)
 {
     sample_log_reader_t *r = NULL;
@@ -153,9 +191,20 @@ static int forward_model(online_model_t *q, struct fwd *f)
     bus_error_t berr;
     int acked = bus_publish_batch(B.bus, f->items, n, &berr);
     if (acked != n) {
-        LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); the "
-            "batch is sent again", q->name, acked < 0 ? 0 : acked, n, berr.msg);
-        return 0;
+        /* a cluster coming back answers "no responders" at once, again and again: one line
+         * per 5 s, with the count */
+        static uint64_t logged_ns, quiet;
+        uint64_t now = online__now_ns();
+        if (now - logged_ns >= 5000000000ull) {
+            LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); "
+                "the batch is sent again (%" PRIu64 " more failed batches not logged)", q->name,
+                acked < 0 ? 0 : acked, n, berr.msg, quiet);
+            logged_ns = now;
+            quiet = 0;
+        } else {
+            quiet++;
+        }
+        return -1;
     }
     uint64_t fwd = atomic_load(&q->fwd_pos) + (uint64_t)n;
     atomic_store(&q->fwd_pos, fwd);
@@ -181,15 +230,52 @@ static void *forwarder_main(void *arg)
         LOG(LL_ERROR, "online: no memory for the bus forwarder: nothing reaches the stream");
         return NULL;
     }
+    char last_err[256] = ""; /* bus_ready's last failure, logged once */
+    uint64_t refreshed = 0;
     while (!atomic_load(&B.stop)) {
-        int moved = 0;
+        if (!atomic_load(&B.ready)) {
+            bus_error_t err;
+            int rc = bus_ready(B.bus, 200, &err);
+            if (rc != 0) {
+                if (rc != -ENOTCONN && strcmp(err.msg, last_err) != 0)
+                    LOG(LL_WARN, "online: the bus is reachable but not ready: %s; trying again",
+                        err.msg);
+                snprintf(last_err, sizeof last_err, "%s", err.msg);
+                if (rc != -ENOTCONN) {
+                    struct timespec nap = {0, 200 * 1000000};
+                    nanosleep(&nap, NULL);
+                }
+                continue;
+            }
+            LOG(LL_INFO, "online: the bus is connected: stream %s on %s ready; forwarding the "
+                "outbox and learning from sequence %" PRIu64, G.srv->cfg.bus_stream,
+                G.srv->cfg.bus_servers, B.start_seq);
+            atomic_store(&B.ready, true);
+        }
+        if (!bus_connected(B.bus)) { /* publishing now would only fill nats.c's reconnect buffer */
+            struct timespec nap = {0, 20 * 1000000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        uint64_t t = online__now_ns();
+        if (t - refreshed >= REFRESH_NS) { /* the consumer lag's other side */
+            (void)bus_refresh(B.bus, NULL);
+            refreshed = t;
+        }
+        int moved = 0, failed = 0;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n; i++) {
             online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
-            if (q && q->slog)
-                moved += forward_model(q, f);
+            int k = q && q->slog ? forward_model(q, f) : 0;
+            if (k < 0)
+                failed++;
+            else
+                moved += k;
         }
-        if (!moved) {
+        if (failed) { /* the stream is electing a leader, or gone: retry in a while */
+            struct timespec nap = {0, 100 * 1000000};
+            nanosleep(&nap, NULL);
+        } else if (!moved) {
             struct timespec nap = {0, 1000000}; /* 1 ms: the freshness budget is 100 */
             nanosleep(&nap, NULL);
         }
@@ -200,26 +286,78 @@ static void *forwarder_main(void *arg)
     return NULL;
 }
 
+/* nats.c's thread: the connection went down or came back (logged; not at stop). */
+static void on_state(bool up, void *arg)
+{
+    (void)arg;
+    if (atomic_load(&B.stop))
+        return;
+    if (!up)
+        LOG(LL_WARN, "online: the bus lost its NATS connection (%s): until a server answers, "
+            "TRAIN and FEEDBACK wait in the outbox, at most %d per model, then OVERLOADED; "
+            "PREDICT is not affected",
+            G.srv->cfg.bus_servers, ONLINE_BUS_MAX_LAG);
+    else if (atomic_load(&B.ready)) {
+        LOG(LL_INFO, "online: the bus is connected again: forwarding the outbox");
+        atomic_store(&B.reopen, true);
+    }
+}
+
 /* ---- consuming ------------------------------------------------------------------ */
+
+/* Sleeps up to ms, waking early when the bus stops. */
+static void nap_unless_stopped(int ms)
+{
+    for (int i = 0; i < ms / 10 && !atomic_load(&B.stop); i++) {
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Opens the reader from seq once the forwarder found the bus ready: NULL when stopping. */
+static bus_reader_t *reader_open(uint64_t seq)
+{
+    bus_reader_t *r = NULL;
+    bus_error_t err;
+    while (!atomic_load(&B.stop)) {
+        if (!atomic_load(&B.ready)) {
+            nap_unless_stopped(20);
+            continue;
+        }
+        if (bus_reader_open(B.bus, NULL, seq, &r, &err) == 0)
+            return r;
+        LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
+        nap_unless_stopped(250);
+    }
+    return NULL;
+}
 
 static void *consumer_main(void *arg)
 {
     (void)arg;
-    bus_reader_t *r = NULL;
     bus_error_t err;
-    while (!atomic_load(&B.stop) && bus_reader_open(B.bus, NULL, B.start_seq, &r, &err) != 0) {
-        LOG(LL_WARN, "online: the bus reader did not open (%s); trying again", err.msg);
-        sleep(1);
-    }
+    bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
     while (r && !atomic_load(&B.stop)) {
+        if (atomic_exchange(&B.reopen, false)) {
+            /* nats.c re-creates the consumer too, but only after missing its heartbeats (5 s)
+             * when the whole cluster restarted and forgot it: a new one now, from where we
+             * are (a message both deliver is skipped by its sequence) */
+            uint64_t at = bus_reader_position(r);
+            bus_reader_close(r);
+            r = reader_open(at);
+            continue;
+        }
         bus_msg_t m;
         int rc = bus_reader_next(r, 100, &m, &err);
         if (rc == BUS_READ_TIMEOUT)
             continue;
-        if (rc < 0) {
-            LOG(LL_WARN, "online: the bus reader: %s", err.msg);
-            sleep(1);
+        if (rc < 0) { /* a consumer nats.c could not re-create: a new one from where we are */
+            uint64_t at = bus_reader_position(r);
+            LOG(LL_WARN, "online: the bus reader: %s; reading again from %" PRIu64, err.msg, at);
+            bus_reader_close(r);
+            nap_unless_stopped(1000);
+            r = reader_open(at);
             continue;
         }
         if (rc == BUS_READ_GAP) {
@@ -238,6 +376,7 @@ static void *consumer_main(void *arg)
             codec_parse_header(m.data, m.len, &h, &cerr) != CODEC_OK || h.type != CODEC_TRAIN ||
             h.payload_len != m.len - CODEC_HEADER_SIZE) {
             atomic_fetch_add_explicit(&B.bad, 1, memory_order_relaxed);
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
             continue;
         }
         char why[200];
@@ -245,16 +384,20 @@ static void *consumer_main(void *arg)
                                                             : NULL;
         if (!q) {
             atomic_fetch_add_explicit(&B.unknown_model, 1, memory_order_relaxed);
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
             continue;
         }
-        if (m.seq < q->bus_from)
-            continue; /* learned into this version before the restart */
+        if (m.seq < q->bus_from) { /* learned into this version before the restart */
+            atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
+            continue;
+        }
         while (!atomic_load(&B.stop) &&
                online__enqueue(q, h.flags, (const uint8_t *)m.data + CODEC_HEADER_SIZE,
                                h.payload_len, m.seq) != 0) {
             struct timespec nap = {0, 1000000}; /* the queue is full: wait for the trainer */
             nanosleep(&nap, NULL);
         }
+        atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
     }
     bus_reader_close(r);
     return NULL;
@@ -285,14 +428,26 @@ int online__bus_start(char *why, size_t why_len)
     snprintf(subject, sizeof subject, "%s.>", c->bus_subject_prefix);
     const char *subjects[1] = {subject};
     bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
-                       .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node};
+                       .n_subjects = 1, .replicas = c->bus_replicas, .name = B.node,
+                       .connect_in_background = true, .on_state = on_state,
+                       /* an ack on a healthy cluster takes milliseconds; a stream electing
+                        * its leader after a restart answers nothing, and the outbox's batch
+                        * waits this long before it is sent again */
+                       .timeout_ms = 2000};
     bus_error_t err;
+    atomic_store(&B.stop, true); /* no state logs from a bus that fails to open */
     int rc = bus_open(&o, &B.bus, &err);
-    if (rc != 0) {
+    if (rc != 0) { /* a bad URL or a stream with other settings: retrying cannot cure it */
         snprintf(why, why_len, "the bus: %s", err.msg);
         return rc;
     }
+    if (!bus_connected(B.bus))
+        LOG(LL_WARN, "online: the bus is not reachable yet (%s): PREDICT is served; TRAIN and "
+            "FEEDBACK are acknowledged into the outbox, at most %d per model, then OVERLOADED; "
+            "forwarding and learning start when a server answers", c->bus_servers,
+            ONLINE_BUS_MAX_LAG);
     /* where the consumer starts: the lowest position a model's trainer.state names */
+    atomic_store(&B.ready, false);
     uint64_t start = UINT64_MAX;
     uint32_t n = atomic_load(&G.nmodels);
     for (uint32_t i = 0; i < n; i++) { /* model_create_locked set their positions */
@@ -300,8 +455,10 @@ int online__bus_start(char *why, size_t why_len)
         start = q->bus_from < start ? q->bus_from : start;
     }
     B.start_seq = start == UINT64_MAX ? 1 : start;
+    atomic_store(&B.read_seq, B.start_seq - 1);
     atomic_store(&B.stop, false);
     if (pthread_create(&B.forwarder, NULL, forwarder_main, NULL) != 0) {
+        atomic_store(&B.stop, true);
         bus_close(B.bus);
         B.bus = NULL;
         snprintf(why, why_len, "cannot start the bus forwarder thread");
@@ -317,7 +474,8 @@ int online__bus_start(char *why, size_t why_len)
     }
     B.running = true;
     LOG(LL_INFO, "online: replicas over the bus: stream %s on %s, subject %s, node %s; learning "
-        "from sequence %" PRIu64, c->bus_stream, c->bus_servers, subject, B.node, B.start_seq);
+        "from sequence %" PRIu64 " once connected", c->bus_stream, c->bus_servers, subject, B.node,
+        B.start_seq);
     return 0;
 }
 
@@ -362,5 +520,47 @@ size_t online__bus_metrics(char *buf, size_t len)
         bus_connected(B.bus) ? 1 : 0, atomic_load(&B.forwarded), atomic_load(&B.consumed),
         atomic_load(&B.bad), atomic_load(&B.unknown_model), atomic_load(&B.gaps), st.reconnects,
         st.failed);
-    return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
+    if (n < 0 || (size_t)n >= len)
+        return n < 0 ? 0 : len - 1;
+    size_t off = (size_t)n;
+    uint64_t last = bus_last_seq(B.bus), read = atomic_load(&B.read_seq);
+    n = snprintf(buf + off, len - off,
+                 "# HELP tlserve_bus_ready 1 once the stream was checked or created (forwarding "
+                 "and learning run)\n# TYPE tlserve_bus_ready gauge\ntlserve_bus_ready %d\n"
+                 "# HELP tlserve_bus_consumer_lag Stream messages this replica has not read yet "
+                 "(the highest sequence seen minus the last read)\n"
+                 "# TYPE tlserve_bus_consumer_lag gauge\ntlserve_bus_consumer_lag %" PRIu64 "\n"
+                 "# HELP tlserve_bus_lag_refused_total TRAIN or FEEDBACK answered OVERLOADED "
+                 "because the outbox held tlserve_bus_outbox_max_lag records not forwarded\n"
+                 "# TYPE tlserve_bus_lag_refused_total counter\n"
+                 "tlserve_bus_lag_refused_total %" PRIu64 "\n"
+                 "# HELP tlserve_bus_outbox_max_lag Records a model's outbox may hold not "
+                 "forwarded before OVERLOADED\n# TYPE tlserve_bus_outbox_max_lag gauge\n"
+                 "tlserve_bus_outbox_max_lag %d\n"
+                 "# HELP tlserve_bus_outbox_lag Records in the model's outbox (sample log) not "
+                 "yet forwarded to the stream\n# TYPE tlserve_bus_outbox_lag gauge\n",
+                 atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
+                 atomic_load(&B.lag_refused), ONLINE_BUS_MAX_LAG);
+    if (n < 0 || (size_t)n >= len - off) {
+        buf[off] = 0;
+        return off;
+    }
+    off += (size_t)n;
+    uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < nm; i++) {
+        online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (!q || !q->slog)
+            continue;
+        pthread_mutex_lock(&q->lock); /* a scrape, not a request: the lock is cheap here */
+        uint64_t lag = outbox_lag_locked(q);
+        pthread_mutex_unlock(&q->lock);
+        n = snprintf(buf + off, len - off, "tlserve_bus_outbox_lag{model=\"%s\"} %" PRIu64 "\n",
+                     q->name, lag);
+        if (n < 0 || (size_t)n >= len - off) {
+            buf[off] = 0;
+            return off;
+        }
+        off += (size_t)n;
+    }
+    return off;
 }

@@ -107,6 +107,16 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
 int online__bus_start(char *why, size_t why_len);
 void online__bus_stop(void);
 bool online__bus_on(void);
+/* Records a model's outbox may hold not yet forwarded to the stream; past them
+ * TRAIN and FEEDBACK get OVERLOADED (see online__bus_lagging). */
+#define ONLINE_BUS_MAX_LAG 65536
+/* With the bus on: true when q's outbox holds more than ONLINE_BUS_MAX_LAG
+ * records not yet forwarded (NATS down, restarting, or slower than the
+ * clients).  The caller answers OVERLOADED with the sentence written to why
+ * (why may be NULL); each true answer is counted in
+ * tlserve_bus_lag_refused_total, apart from the queue-full reason.  q->lock
+ * held; no syscall, no allocation. */
+bool online__bus_lagging(online_model_t *q, char *why, size_t why_len);
 size_t online__bus_metrics(char *buf, size_t len);
 uint64_t online__outbox_read(const char *dir);
 
