@@ -273,11 +273,6 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
     return rc;
 }
 
-/* With the bus, the sample log is the outbox: a sample goes there only and
- * reaches the queue through the stream.  Past this many records not yet
- * forwarded, TRAIN and FEEDBACK get OVERLOADED. */
-#define BUS_MAX_LAG 65536
-
 /* An append that held the worker longer than this is counted and logged. */
 #define SLOW_APPEND_NS (20 * 1000000ull)
 
@@ -398,9 +393,8 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         rc = ONLINE_RATE;
     size_t at = SIZE_MAX;
     bool bus = online__bus_on(), bus_lag = false;
-    if (rc == ONLINE_QUEUED && bus &&
-        sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) > BUS_MAX_LAG)
-        rc = ONLINE_FULL, bus_lag = true;
+    if (rc == ONLINE_QUEUED && bus && (bus_lag = online__bus_lagging(q, why, why_len)))
+        rc = ONLINE_FULL; /* why says so; counted in tlserve_bus_lag_refused_total */
     else if (rc == ONLINE_QUEUED && !bus && (at = room_locked(q, sz)) == SIZE_MAX)
         rc = ONLINE_FULL;
     if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
@@ -418,12 +412,7 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
             atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
-    } else if (rc == ONLINE_FULL && bus_lag) {
-        if (client)
-            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
-        snprintf(why, why_len, "TRAIN: model '%s' has over %d frames in its outbox not yet "
-                 "forwarded to the bus (NATS unreachable or slow)", req->name, BUS_MAX_LAG);
-    } else if (rc == ONLINE_FULL) {
+    } else if (rc == ONLINE_FULL && !bus_lag) {
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: the trainer of model '%s' has its %zu-byte queue full "
@@ -495,8 +484,7 @@ static int push_sample(online_model_t *q, const impression_sample_t *s, bool cap
     if (capped && !tokens_enough_locked(q, 1, t)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
-        if (sample_log_next_pos(q->slog) - atomic_load(&q->fwd_pos) <= BUS_MAX_LAG &&
-            log_locked(q, &one, &pos, why, sizeof why) == 0)
+        if (!online__bus_lagging(q, NULL, 0) && log_locked(q, &one, &pos, why, sizeof why) == 0)
             rc = 0;
     } else {
         size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
@@ -598,7 +586,8 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
             }
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
             snprintf(why, why_len, "FEEDBACK: the trainer of model '%s' could not take event %u "
-                     "(its %zu-byte queue is full, or its sample log failed); the %u events "
+                     "(its %zu-byte queue is full, its sample log failed, or its outbox waits for "
+                     "the bus); the %u events "
                      "before it were accepted: a retry gets DUPLICATE for them", req->name, i,
                      q->cap, ack->accepted);
             return ONLINE_FULL;
