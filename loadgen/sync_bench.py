@@ -239,7 +239,7 @@ def main():
     work = tempfile.mkdtemp(prefix="tl_syncb_")
     cluster = None
     modes = [("1bit", [])] + [("topk=" + t, ["--sync-topk", t]) for t in TOPKS] + \
-            [("exact", ["--sync-exact", "true"])]
+            [("exact", ["--sync-exact"])]
     results = []
     try:
         cluster = natscluster.start("tl_syncb_nats_")

@@ -216,7 +216,7 @@ class Partitioned(unittest.TestCase):
 
     def test_exact_leaves_no_residuals_and_fp32_counts(self):
         frames = [frame(k) for k in range(120)]
-        a, b = self.replica("a", "--sync-exact", "true"), self.replica("b", "--sync-exact", "1")
+        a, b = self.replica("a", "--sync-exact"), self.replica("b", "--sync-exact=true")
         for k in range(0, 120, 20):  # rounds: whenever read, no turn has left a residual
             self.send(a, frames[k:k + 20:2])
             self.send(b, frames[k + 1:k + 20:2])
