@@ -106,6 +106,11 @@ def read_libffm(path):
 
 class Replica:
     def __init__(self, model, work, cluster, stream, name, mode_args):
+        self.args = (model, work, cluster, stream, name, mode_args)
+        self.start()
+
+    def start(self):
+        model, work, cluster, stream, name, mode_args = self.args
         self.port, self.admin = free_port(), free_port()
         while self.admin == self.port:
             self.admin = free_port()
@@ -120,7 +125,9 @@ class Replica:
             + mode_args + SERVER_ARGS, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         PROCS.append(self.p)
 
-    def ready(self):
+    def ready(self, tries=3):
+        """Waits until it is connected to the bus.  A start that failed (the cluster slow to
+        answer the stream's info on a loaded machine) is made again, up to `tries` times."""
         for _ in range(600):
             try:
                 if metric(self.admin, "tlserve_bus_connected") == 1:
@@ -128,7 +135,13 @@ class Replica:
             except OSError:
                 pass
             if self.p.poll() is not None:
-                sys.exit("tlserve exited: see %s" % self.log)
+                if tries <= 1:
+                    sys.exit("tlserve exited: see %s" % self.log)
+                say("tlserve exited at start (%s): starting it again" % open(
+                    self.log).read().strip().splitlines()[-1])
+                time.sleep(1)
+                self.start()
+                return self.ready(tries - 1)
             time.sleep(0.1)
         sys.exit("tlserve not connected to the bus: see %s" % self.log)
 

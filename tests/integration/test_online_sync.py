@@ -24,9 +24,12 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
   its peers' from the stream: the two agree again within 1e-5.
 - --sync-exact (the uncompressed exchange): every message exact, nothing left as a residual
   after any turn, and tlserve_sync_fp32_bytes_total is exactly 16 B x the keys sent (an exact
-  turn sends the keys stepped since the last one, which is what that counter counts).  The
-  same stream, spread over many turns, through the 1-bit exchange (default --sync-topk): the
-  fp32-equivalent bytes are over FP32_FACTOR x the bytes published.
+  turn sends the keys stepped since the last one, which is what that counter counts); the
+  bytes published are within the varint bounds of those keys (hashed keys take ~9 B as gaps,
+  so here the exact exchange costs a little MORE than the fp32 figure; libffm ids less).  The
+  same frames spread over 40 turns through the 1-bit exchange (default --sync-topk): the
+  fp32-equivalent bytes over LIVE_FACTOR x the bytes when the last sample is learned, over
+  DRAINED_FACTOR x once the residuals went out.
 - A message that is not an update, on the updates subject, is counted
   (tlserve_sync_refused_bad_total) and skipped; PREDICT keeps working.
 - A hand-made producer's sequence 1 then 3: the gap is counted (tlserve_sync_gap_total), the
@@ -59,7 +62,10 @@ SYNC_PROBE = os.path.join(BUILD, "tests", "sync_probe")
 SEED = 43
 INTERVAL_MS = 50
 ROUNDS = 8
-FP32_FACTOR = 2  # placeholder until measured
+# 1-bit against fp32 on test_exact_...'s stream: measured 5.0-5.2x at the stream's end (residuals
+# still held), 2.1x once drained (the quiet turns send every residual key exact)
+LIVE_FACTOR = 3
+DRAINED_FACTOR = 1.5
 _cluster = None
 
 
@@ -212,7 +218,10 @@ class Partitioned(unittest.TestCase):
                 time.sleep(turns * INTERVAL_MS / 1000 / len(frames))
         for s in (a, b):
             self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', len(frames))
-        return self.wait_settled(a, b)
+        live = [sum(s.metric(m) for s in (a, b))
+                for m in ("tlserve_sync_fp32_bytes_total", "tlserve_sync_bytes_total")]
+        self.wait_settled(a, b)
+        return live
 
     def test_exact_leaves_no_residuals_and_fp32_counts(self):
         frames = [frame(k) for k in range(120)]
@@ -246,13 +255,15 @@ class Partitioned(unittest.TestCase):
         stream = self.stream + "C"
         c = self.replica("c", "--sync-topk", "0.05", stream=stream)  # the default
         d = self.replica("d", "--sync-topk", "0.05", stream=stream)
-        self.stream_spread(c, d, frames, 40)
+        live = self.stream_spread(c, d, frames, 40)
         fp32_1bit = sum(s.metric("tlserve_sync_fp32_bytes_total") for s in (c, d))
         bytes_1bit = sum(s.metric("tlserve_sync_bytes_total") for s in (c, d))
         print("\nsync exact: bytes %d, fp32-equivalent %d; 1-bit: bytes %d, fp32-equivalent %d "
-              "(%.2fx)" % (bytes_exact, fp32_exact, bytes_1bit, fp32_1bit,
-                           fp32_1bit / max(bytes_1bit, 1)), file=sys.stderr)
-        self.assertGreater(fp32_1bit, FP32_FACTOR * bytes_1bit)
+              "(%.2fx; at the stream's end %.2fx)" % (bytes_exact, fp32_exact, bytes_1bit,
+                                                     fp32_1bit, fp32_1bit / max(bytes_1bit, 1),
+                                                     live[0] / max(live[1], 1)), file=sys.stderr)
+        self.assertGreater(live[0], LIVE_FACTOR * live[1])
+        self.assertGreater(fp32_1bit, DRAINED_FACTOR * bytes_1bit)
 
     def probe(self, producer, seq, base, model, key=model_key(3, SEED), dz=0.01, dn=0.01,
               subject=None):
