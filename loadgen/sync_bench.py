@@ -200,6 +200,7 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
     texts = [metrics(rep.admin) for rep in reps]  # the stream's end, before the drain
     live_bytes = sum(metric(0, "tlserve_sync_bytes_total", t) for t in texts)
     live_fp32 = sum(metric(0, "tlserve_sync_fp32_bytes_total", t) for t in texts)
+    live_residual = [metric(0, "tlserve_sync_residual_keys", t) for t in texts]
     shares = [len(range(i, len(train), r)) for i in range(r)]
     settled = settle(reps, shares)
     if not settled:
@@ -207,7 +208,7 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
     time.sleep(1.2)  # the trainer publishes its logloss at most every second
     texts = [metrics(rep.admin) for rep in reps]
     row = {"r": r, "mode": mode, "settled": settled, "streamed_s": streamed,
-           "live_bytes": live_bytes, "live_fp32": live_fp32,
+           "live_bytes": live_bytes, "live_fp32": live_fp32, "live_residual": live_residual,
            "bytes": sum(metric(0, "tlserve_sync_bytes_total", t) for t in texts),
            "fp32": sum(metric(0, "tlserve_sync_fp32_bytes_total", t) for t in texts),
            "sent": sum(metric(0, "tlserve_sync_sent_total", t) for t in texts),
@@ -229,10 +230,11 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
     row["test"] = tests
     for rep in reps:
         rep.stop()
-    say("R=%d %s: bytes %d, fp32-equivalent %d (%.2fx; at the stream's end %.2fx), %d messages "
-        "(%d exact, %d keys), progressive logloss %s, test logloss %s, streamed in %.1f s" % (
+    say("R=%d %s: bytes %d, fp32-equivalent %d (%.2fx; at the stream's end %.2fx, residual keys "
+        "then %s), %d messages (%d exact, %d keys), progressive logloss %s, test logloss %s, "
+        "streamed in %.1f s" % (
             r, mode, row["bytes"], row["fp32"], row["fp32"] / max(row["bytes"], 1),
-            live_fp32 / max(live_bytes, 1), row["sent"],
+            live_fp32 / max(live_bytes, 1), " ".join("%d" % x for x in live_residual), row["sent"],
             row["exact"], row["keys"], " ".join("%.5f" % x for x in row["prog"]),
             " ".join("%.5f" % x for x in tests), streamed))
     return row
