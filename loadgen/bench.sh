@@ -36,6 +36,9 @@
 #        loadgen/bench.sh online     online learning: online equals offline, trainer throughput,
 #                                    PREDICT p99 with training on/off, freshness
 #                                    (loadgen/online_bench.py; its env there)
+#        loadgen/bench.sh sync       partitioned replicas (2 and 4): bytes on the bus against
+#                                    fp32 updates, logloss of 1-bit against --sync-exact
+#                                    (loadgen/sync_bench.py; its env there)
 #        loadgen/bench.sh quality    training quality: tltrain's defaults, every kind on every
 #                                    set in ../shared/data (model/bench/quality.sh; its env there)
 # Env:   MODELS=lr,fm,dnn   KEYS=100M (LR)  FM_KEYS=20M  DNN_KEYS=20M  FFM_KEYS=20M
@@ -57,6 +60,7 @@ cd "$(dirname "$(readlink -f "$0")")/.."
 ROOT=$PWD
 if [ "${1:-}" = reload ]; then shift; exec python3 loadgen/reload_bench.py "$@"; fi
 if [ "${1:-}" = online ]; then shift; exec python3 loadgen/online_bench.py "$@"; fi
+if [ "${1:-}" = sync ]; then shift; exec python3 loadgen/sync_bench.py "$@"; fi
 if [ "${1:-}" = quality ]; then shift; exec model/bench/quality.sh "$@"; fi
 T0=$(date +%s)
 LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)   # before we start anything: other load on the machine

@@ -279,6 +279,11 @@ const cfg_entry_t server__cfg_table[] = {
      "partitioned replicas: fraction of the held keys (largest updates first) a message carries; "
      "the rest wait as residuals",
      F(sync_topk), NULL, NULL, NULL, false},
+    {"sync-exact", CFG_BOOL, 0, 1, "false",
+     "partitioned replicas: send every turn exact (f32 values, every held key), nothing kept as "
+     "a residual: the uncompressed exchange 1-bit top-k is measured against "
+     "(tlserve_sync_bytes_total beside tlserve_sync_fp32_bytes_total)",
+     F(sync_exact), NULL, NULL, NULL, false},
     {"impression-negatives", CFG_BOOL, 0, 1, "true",
      "online learning: items of a logged impression with no FEEDBACK in the window are learned "
      "as negatives (the delayed-feedback window)",

@@ -25,6 +25,20 @@
 #define PRODUCERS_MAX 256
 #define READ_WAIT_MS 100
 
+/* The distinct keys the trainer touched since the last turn, for
+ * tlserve_sync_fp32_bytes_total (what an uncompressed exchange would send):
+ * open addressing over a power of two >= 2 x max_keys slots; a slot whose
+ * gen is not the current one is empty, so a turn empties the set by
+ * bumping gen.  Only keys the accumulator took are inserted (at most
+ * max_keys a turn), so the load stays <= 1/2 and a probe ends. */
+struct touched_set {
+    uint64_t *key;   /* writer lock (the trainer's hook, the turn's swap) */
+    uint32_t *gen;   /* writer lock; 0 never current (calloc: all empty) */
+    uint32_t mask;   /* slots - 1 */
+    uint32_t cur;    /* writer lock: the current generation, >= 1 */
+    uint32_t count;  /* writer lock: keys of generation cur */
+};
+
 struct online_sync_model {
     update_acc_t *acc[2]; /* writer lock: acc[cur] is the trainer's, the other the publisher's */
     uint32_t k;           /* values per key: 2 (LR's dz, dn) or 2R (a row's dx, dG) */
@@ -37,6 +51,7 @@ struct online_sync_model {
     uint8_t *buf;         /* publisher: one message, MSG_MAX_BYTES */
     uint32_t per_msg;     /* keys one message carries at most */
     _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
+    struct touched_set touched;     /* keys stepped since the last turn (fp32 figure) */
 };
 
 struct producer {
@@ -50,7 +65,12 @@ struct producer {
     X(sent, "tlserve_sync_sent_total", "update messages published")                                \
     X(sent_keys, "tlserve_sync_sent_keys_total", "keys the published messages carried")            \
     X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
-    X(exact, "tlserve_sync_exact_total", "published messages sent exact (quiet or crowded turn)")  \
+    X(exact, "tlserve_sync_exact_total",                                                         \
+      "published messages sent exact (quiet or crowded turn, final, or --sync-exact)")            \
+    X(fp32_bytes, "tlserve_sync_fp32_bytes_total",                                                \
+      "what uncompressed fp32 updates of the same turns would cost: per turn, the distinct keys "  \
+      "the trainer stepped since the last turn x (8 B key + 4 B x K values a key); residuals "     \
+      "of earlier turns not counted")                                                             \
     X(applied, "tlserve_sync_applied_total", "peers' update messages applied")                     \
     X(own, "tlserve_sync_own_subtracted_total",                                                   \
       "this replica's messages of an earlier run subtracted from its accumulator (a restart)")    \

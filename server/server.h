@@ -116,6 +116,7 @@ typedef struct server_config {
     int sync_interval_ms;      /* partitioned: publish accumulated updates this often */
     int sync_max_keys;         /* partitioned: keys an update accumulator holds */
     double sync_topk;          /* partitioned: fraction of held keys sent per message */
+    bool sync_exact;           /* partitioned: every turn exact (f32, every key), no residuals */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings

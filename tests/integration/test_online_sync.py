@@ -22,6 +22,14 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
 - A replica killed (-9) and started again learns its sample log again and subtracts its own
   earlier messages from what it will send (their difference is what its peers lack), applies
   its peers' from the stream: the two agree again within 1e-5.
+- --sync-exact (the uncompressed exchange): every message exact, nothing left as a residual
+  after any turn, and tlserve_sync_fp32_bytes_total is exactly 16 B x the keys sent (an exact
+  turn sends the keys stepped since the last one, which is what that counter counts); the
+  bytes published are within the varint bounds of those keys (hashed keys take ~9 B as gaps,
+  so here the exact exchange costs a little MORE than the fp32 figure; libffm ids less).  The
+  same frames spread over 40 turns through the 1-bit exchange (default --sync-topk): the
+  fp32-equivalent bytes over LIVE_FACTOR x the bytes when the last sample is learned, over
+  DRAINED_FACTOR x once the residuals went out.
 - A message that is not an update, on the updates subject, is counted
   (tlserve_sync_refused_bad_total) and skipped; PREDICT keeps working.
 - A hand-made producer's sequence 1 then 3: the gap is counted (tlserve_sync_gap_total), the
@@ -54,6 +62,10 @@ SYNC_PROBE = os.path.join(BUILD, "tests", "sync_probe")
 SEED = 43
 INTERVAL_MS = 50
 ROUNDS = 8
+# 1-bit against fp32 on test_exact_...'s stream: measured 5.0-5.2x at the stream's end (residuals
+# still held), 2.1x once drained (the quiet turns send every residual key exact)
+LIVE_FACTOR = 3
+DRAINED_FACTOR = 1.5
 _cluster = None
 
 
@@ -102,11 +114,12 @@ class Partitioned(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(problems, [])
 
-    def replica(self, name):
+    def replica(self, name, *mode, stream=None):
+        stream = stream or self.stream
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
-                   "--bus-servers", _cluster.urls, "--bus-stream", self.stream, "--bus-node", name,
-                   "--bus-subject-prefix", self.prefix, "--bus-mode", "partitioned",
-                   "--sync-interval-ms", str(INTERVAL_MS), "--sync-topk", "0.25",
+                   "--bus-servers", _cluster.urls, "--bus-stream", stream, "--bus-node", name,
+                   "--bus-subject-prefix", stream.lower(), "--bus-mode", "partitioned",
+                   "--sync-interval-ms", str(INTERVAL_MS), *(mode or ("--sync-topk", "0.25")),
                    "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
         return s
@@ -195,6 +208,62 @@ class Partitioned(unittest.TestCase):
         self.assertGreater(b2.metric("tlserve_sync_own_subtracted_total"), 0)
         self.assertEqual(a.metric("tlserve_sync_gap_total"), 0)
         self.assertEqual(a.metric("tlserve_sync_refused_producer_total"), 0)
+
+    def stream_spread(self, a, b, frames, turns):
+        """Sends frames alternately to a and b spread over about `turns` turns, then waits
+        until both learned them and settled."""
+        with a.client() as ca, b.client() as cb:
+            for k, (shared, samples) in enumerate(frames):
+                self.assertEqual((ca, cb)[k % 2].train("ctr", shared, samples), len(samples))
+                time.sleep(turns * INTERVAL_MS / 1000 / len(frames))
+        for s in (a, b):
+            self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', len(frames))
+        live = [sum(s.metric(m) for s in (a, b))
+                for m in ("tlserve_sync_fp32_bytes_total", "tlserve_sync_bytes_total")]
+        self.wait_settled(a, b)
+        return live
+
+    def test_exact_leaves_no_residuals_and_fp32_counts(self):
+        frames = [frame(k) for k in range(120)]
+        a, b = self.replica("a", "--sync-exact"), self.replica("b", "--sync-exact=true")
+        for k in range(0, 120, 20):  # rounds: whenever read, no turn has left a residual
+            self.send(a, frames[k:k + 20:2])
+            self.send(b, frames[k + 1:k + 20:2])
+            for s in (a, b):
+                self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', k + 20)
+                self.assertEqual(s.metric("tlserve_sync_residual_keys"), 0)
+            time.sleep(INTERVAL_MS / 1000)
+            for s in (a, b):
+                self.assertEqual(s.metric("tlserve_sync_residual_keys"), 0)
+        self.wait_settled(a, b)
+        fp32_exact, bytes_exact = 0, 0
+        for s in (a, b):
+            sent, exact = s.metric("tlserve_sync_sent_total"), s.metric("tlserve_sync_exact_total")
+            keys, fp32 = s.metric("tlserve_sync_sent_keys_total"), \
+                s.metric("tlserve_sync_fp32_bytes_total")
+            nbytes = s.metric("tlserve_sync_bytes_total")
+            self.assertGreater(sent, 0)
+            self.assertEqual(exact, sent)  # every turn exact, not only the quiet ones
+            self.assertEqual(fp32, 16 * keys)  # (8 B key + 2 x 4 B) a key stepped and sent
+            # an exact message: a header, the name and a checksum, and a key's varint gap
+            # (<= 10 B; hashed keys take about 9) and its two floats
+            self.assertLessEqual(nbytes, sent * (48 + 3 + 8) + keys * (10 + 8))
+            self.assertGreaterEqual(nbytes, sent * (48 + 3 + 8) + keys * (1 + 8))
+            fp32_exact += fp32
+            bytes_exact += nbytes
+        # the same frames spread over many turns, through the 1-bit exchange
+        stream = self.stream + "C"
+        c = self.replica("c", "--sync-topk", "0.05", stream=stream)  # the default
+        d = self.replica("d", "--sync-topk", "0.05", stream=stream)
+        live = self.stream_spread(c, d, frames, 40)
+        fp32_1bit = sum(s.metric("tlserve_sync_fp32_bytes_total") for s in (c, d))
+        bytes_1bit = sum(s.metric("tlserve_sync_bytes_total") for s in (c, d))
+        print("\nsync exact: bytes %d, fp32-equivalent %d; 1-bit: bytes %d, fp32-equivalent %d "
+              "(%.2fx; at the stream's end %.2fx)" % (bytes_exact, fp32_exact, bytes_1bit,
+                                                     fp32_1bit, fp32_1bit / max(bytes_1bit, 1),
+                                                     live[0] / max(live[1], 1)), file=sys.stderr)
+        self.assertGreater(live[0], LIVE_FACTOR * live[1])
+        self.assertGreater(fp32_1bit, DRAINED_FACTOR * bytes_1bit)
 
     def probe(self, producer, seq, base, model, key=model_key(3, SEED), dz=0.01, dn=0.01,
               subject=None):
