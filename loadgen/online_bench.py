@@ -485,9 +485,11 @@ def main():
                   pct(upper_ms, 50), pct(upper_ms, 99), max(upper_ms, default=float("nan"))),
               "", "Stalls over the whole run: worker loop rounds over 50 ms %d "
               "(`tlserve_slow_rounds_total`), sample log appends over 20 ms %d "
-              "(`tlserve_online_log_slow_total`, each in tlserve.log)." % (
+              "(`tlserve_online_log_slow_total`, each in tlserve.log); the starved trainer "
+              "boosted to nice 0 %d times (`tlserve_online_boosts_total`)." % (
                   metric(admin, "tlserve_slow_rounds_total") or 0,
-                  metric(admin, 'tlserve_online_log_slow_total{model="ctr_lr"}') or 0), ""]
+                  metric(admin, 'tlserve_online_log_slow_total{model="ctr_lr"}') or 0,
+                  metric(admin, 'tlserve_online_boosts_total{model="ctr_lr"}') or 0), ""]
         stop(p)
     finally:
         for q in PROCS:
