@@ -138,6 +138,14 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
             q->replay_from = from < sample_log_first_pos(q->slog) ? sample_log_first_pos(q->slog)
                                                                   : from;
             q->replay_end = sample_log_next_pos(q->slog);
+        } else if (rc == -ENOENT &&
+                   sample_log_next_pos(q->slog) > sample_log_first_pos(q->slog)) {
+            /* acknowledged records and no trainer.state: the server stopped before its
+             * trainer first attached, so none was learned: into the version active now */
+            q->replay_pending = true;
+            q->replay_any = true;
+            q->replay_from = sample_log_first_pos(q->slog);
+            q->replay_end = sample_log_next_pos(q->slog);
         } else if (rc == -EINVAL || rc == 0) {
             LOG(LL_WARN, "online: %s/trainer.state is unreadable or past the log's end: "
                 "nothing replayed", q->slog_dir);

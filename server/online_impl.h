@@ -60,6 +60,7 @@ typedef struct online_model {
                           read under the model's writer lock): what an attach by another
                           thread (the sync applier) names in trainer.state */
     bool replay_pending; /* a restart: the log from replay_from to replay_end first */
+    bool replay_any;     /* ... into the version active then (no trainer.state: never learned) */
     uint64_t replay_version, replay_created, replay_from, replay_end;
     codec_arena_t arena;
     float p[CODEC_MAX_ITEMS];

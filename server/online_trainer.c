@@ -452,17 +452,31 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
     }
     size_t consumed = 0, t = *tail;
     if (q->replay_pending) {
+        if (q->replay_any) { /* no trainer.state (online.c): the version active now */
+            const store_meta_t *meta = model_meta(sm->model);
+            q->replay_version = meta->version;
+            q->replay_created = meta->created_unix;
+        }
         online__export_restart(q, sm->model); /* EXPORT: the active one may be an export */
         pthread_mutex_lock(&q->lock); /* attach may trim the log */
         bool can = online__attach(q, sm, q->replay_end) == 0;
         pthread_mutex_unlock(&q->lock);
-        if (can && q->att_version == q->replay_version && q->att_created == q->replay_created)
+        if (can && q->att_version == q->replay_version && q->att_created == q->replay_created) {
+            if (q->replay_any) { /* from now on a restart replays as any other */
+                int src = online__state_write(q->slog_dir, q->att_version, q->att_created,
+                                              q->replay_from);
+                LOG(LL_INFO, "online: model '%s': no trainer.state beside %" PRIu64 " logged "
+                    "records (a stop before the trainer's first sample): learned now%s", q->name,
+                    q->replay_end - q->replay_from, src ? ", trainer.state not written" : "");
+            }
             replay(q);
+        }
         else
             LOG(LL_WARN, "online: model '%s': version %" PRIu64 " is active, not %" PRIu64
                 " that the sample log was learned into: not replayed", q->name, q->att_version,
                 q->replay_version);
         q->replay_pending = false;
+        q->replay_any = false;
     }
     for (int r = 0; r < BATCH_RECORDS && consumed < avail;) {
         uint32_t len;

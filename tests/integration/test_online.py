@@ -328,6 +328,36 @@ class Online(ServerCase):
             time.sleep(0.05)
         self.assertEqual(trainer_nice(), 19)  # caught up: serving first again
 
+    def test_a_log_without_trainer_state_is_learned(self):
+        """A crash before the trainer's first sample leaves logged, acknowledged frames and no
+        trainer.state (made here by removing it): the restart learns the whole log into the
+        version active then, and scores as a server that learned those frames."""
+        logs = os.path.join(self.tmp, "samples")
+        args = ("--online", "--sample-log-dir", logs)
+        frames = [(sample(k % 13)[0], [(float(k % 2), sample(k % 7)[1])]) for k in range(30)]
+        a = self.serve(self.model, *args)
+        with a.client() as c:
+            for shared, samples in frames:
+                c.train("ctr", shared, samples)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 30)
+        os.kill(a.proc.pid, signal.SIGKILL)
+        a.proc.wait()
+        os.unlink(os.path.join(logs, "ctr", "trainer.state"))
+        b = self.serve(self.model, *args)
+        self.wait_metric(b, 'tlserve_online_replayed_total{model="ctr"}', 30)
+        self.assertIn("no trainer.state beside 30 logged records", b.output())
+        ref = self.serve(self.model, "--online")
+        with ref.client() as c:
+            for shared, samples in frames:
+                c.train("ctr", shared, samples)
+        self.wait_metric(ref, 'tlserve_online_samples_total{model="ctr"}', 30)
+        with b.client() as cb, ref.client() as cr:
+            for j in range(13):
+                shared, item = sample(j)
+                self.assertEqual(cb.predict("ctr", shared, [item]).scores,
+                                 cr.predict("ctr", shared, [item]).scores)
+        self.assertTrue(os.path.exists(os.path.join(logs, "ctr", "trainer.state")))
+
     def test_kill_9_loses_nothing_acknowledged(self):
         logs = os.path.join(self.tmp, "samples")
         # 4 KiB segments: the log rolls every few frames, so the kill finds rolls pending
