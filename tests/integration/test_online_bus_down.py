@@ -15,7 +15,7 @@ starts, the cluster always stopped at the end (tearDown, at exit, on SIGTERM):
   nothing is published (tlserve_bus_ready 0), the log says so at WARN. The cluster started: the
   bus becomes ready, the accumulated updates are published (tlserve_sync_sent_total grows), and
   a second partitioned replica started afterwards applies them from the stream: it ends with the
-  first one's score for the trained item.
+  first one's score for the trained item. A bad --bus-servers is refused at start in both modes.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_bus_down.py
 """
@@ -227,9 +227,11 @@ class BusDown(unittest.TestCase):
         self.assertEqual(b.metric("tlserve_sync_refused_bad_total"), 0)
 
     def test_a_bad_server_list_is_refused_at_start(self):
-        for bad in ("nats://127.0.0.1:99999", "nats://:4222", "nats://127.0.0.1:42x"):
+        for bad, mode in [(b, m) for b in ("nats://127.0.0.1:99999", "nats://:4222",
+                                            "nats://127.0.0.1:42x")
+                          for m in ((), ("--bus-mode", "partitioned"))]:
             s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, "log"),
-                       "--bus-servers", bad, wait=None)
+                       "--bus-servers", bad, *mode, wait=None)
             try:
                 rc = s.proc.wait(timeout=20)
                 out = s.output()
