@@ -225,6 +225,13 @@ class BusDown(unittest.TestCase):
             self.assertAlmostEqual(self.score(c), learned, delta=1e-5)
         self.assertEqual(b.metric("tlserve_sync_gap_total"), 0)
         self.assertEqual(b.metric("tlserve_sync_refused_bad_total"), 0)
+        for s in (b, a):  # SIGTERM: the last exact turn, the bus closed, a clean exit
+            s.proc.send_signal(signal.SIGTERM)
+            rc = s.proc.wait(timeout=20)
+            out = s.output()
+            self.assertEqual(rc, 0, out[-3000:])
+            self.assertNotIn("Sanitizer", out)
+            self.assertNotIn("runtime error", out)
 
     def test_a_bad_server_list_is_refused_at_start(self):
         for bad, mode in [(b, m) for b in ("nats://127.0.0.1:99999", "nats://:4222",
