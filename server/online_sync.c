@@ -94,8 +94,8 @@
  * bus_ready (INFO when it succeeds) and the publisher for the consumer to
  * have read the stream (its own next sequence), so no turn runs meanwhile:
  * acc[cur] keeps every increment of the keys it holds, a new key past
- * --sync-max-keys stays local (FULL above), and the first turn sends it
- * all, exact when crowded.  A bad --bus-servers is still refused at start.
+ * --sync-max-keys stays local (FULL above), and the first turns send it
+ * (all of it at once, exact, when crowded).  A bad --bus-servers is still refused at start.
  * A NATS lost later: nats.c reconnects, publish() sends each message again
  * (its id makes that safe) and the trainer feeds the other accumulator.
  *
@@ -576,7 +576,8 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "turn (all models)\n# TYPE tlserve_sync_residual_keys gauge\n"
                      "tlserve_sync_residual_keys %" PRIu64 "\n"
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
-                     "update exchange runs)\n# TYPE tlserve_bus_ready gauge\ntlserve_bus_ready %d\n",
+                     "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
+                     "tlserve_bus_ready %d\n",
                      bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 #define SYNC_X_TEXT(f, name, help)                                                                 \
