@@ -88,6 +88,17 @@
  * replica's model only (tlserve_sync_overflow_total) and the publisher
  * sends at once.  Size it above the keys touched per interval.
  *
+ * NATS DOWN AT START.  The bus is opened in the background (bus.h:
+ * connect_in_background): with no server reachable tlserve starts, serves
+ * PREDICT and learns TRAIN here (WARN once); the consumer waits for
+ * bus_ready (INFO when it succeeds) and the publisher for the consumer to
+ * have read the stream (its own next sequence), so no turn runs meanwhile:
+ * acc[cur] keeps every increment of the keys it holds, a new key past
+ * --sync-max-keys stays local (FULL above), and the first turns send it
+ * (all of it at once, exact, when crowded).  A bad --bus-servers is still refused at start.
+ * A NATS lost later: nats.c reconnects, publish() sends each message again
+ * (its id makes that safe) and the trainer feeds the other accumulator.
+ *
  * PRODUCERS AND GAPS.  A replica's producer id is a hash of its --bus-node
  * name (stable across restarts); its sequence runs 1, 2, ... over all its
  * models.  At start the consumer reads the whole stream (learning this
@@ -442,6 +453,20 @@ static void *publisher_main(void *arg)
 
 /* ---- start, stop, metrics ---------------------------------------------------- */
 
+/* nats.c's thread: the connection went down or came back after the bus was
+ * ready (logged; not while opening or stopping).  Must not block. */
+static void on_state(bool up, void *arg)
+{
+    (void)arg;
+    if (atomic_load(&S.stop) || !atomic_load(&S.ready))
+        return;
+    if (!up)
+        LOG(LL_WARN, "online: the bus lost its NATS connection (%s): PREDICT and TRAIN go on "
+            "here; updates accumulate until a server answers", G.srv->cfg.bus_servers);
+    else
+        LOG(LL_INFO, "online: the bus is connected again: the update exchange resumes");
+}
+
 int online__sync_start(char *why, size_t why_len)
 {
     const server_config_t *c = &G.srv->cfg;
@@ -453,6 +478,7 @@ int online__sync_start(char *why, size_t why_len)
     pthread_once(&S.identity, identity);
     snprintf(S.prefix, sizeof S.prefix, "%s", c->bus_subject_prefix);
     atomic_store(&S.next_seq, 1);
+    atomic_store(&S.ready, false);
     atomic_store(&S.caught_up, false);
     atomic_store(&S.stopped, false);
     S.nprod = 0;
@@ -461,13 +487,20 @@ int online__sync_start(char *why, size_t why_len)
     snprintf(subject, sizeof subject, "%s.>", c->bus_subject_prefix);
     const char *subjects[1] = {subject};
     bus_options_t o = {.servers = c->bus_servers, .stream = c->bus_stream, .subjects = subjects,
-                       .n_subjects = 1, .replicas = c->bus_replicas, .name = S.node};
+                       .n_subjects = 1, .replicas = c->bus_replicas, .name = S.node,
+                       .connect_in_background = true, .on_state = on_state};
     bus_error_t err;
+    atomic_store(&S.stop, true); /* no state logs from a bus that fails to open */
     int rc = bus_open(&o, &S.bus, &err);
-    if (rc != 0) {
+    if (rc != 0) { /* a bad URL or a stream with other settings: retrying cannot cure it */
         snprintf(why, why_len, "the bus: %s", err.msg);
         return rc;
     }
+    if (!bus_connected(S.bus))
+        LOG(LL_WARN, "online: the bus is not reachable yet (%s): PREDICT is served and TRAIN "
+            "learned here; updates accumulate (at most --sync-max-keys %d keys a model, then "
+            "new keys stay local) and the exchange with the peers starts when a server answers",
+            c->bus_servers, c->sync_max_keys);
     atomic_store(&S.stop, false);
     bool con = pthread_create(&S.consumer, NULL, online__sync_consumer_main, NULL) == 0;
     if (!con || pthread_create(&S.publisher, NULL, publisher_main, NULL) != 0) {
@@ -541,8 +574,11 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "# TYPE tlserve_bus_connected gauge\ntlserve_bus_connected %d\n"
                      "# HELP tlserve_sync_residual_keys Keys waiting as residuals after the last "
                      "turn (all models)\n# TYPE tlserve_sync_residual_keys gauge\n"
-                     "tlserve_sync_residual_keys %" PRIu64 "\n",
-                     bus_connected(S.bus) ? 1 : 0, residual);
+                     "tlserve_sync_residual_keys %" PRIu64 "\n"
+                     "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
+                     "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
+                     "tlserve_bus_ready %d\n",
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \

@@ -9,6 +9,11 @@
  * messages of an earlier run are subtracted from its accumulator instead
  * (online_sync.c: RESTART).
  *
+ * NATS DOWN AT START: the bus is opened in the background (online_sync.c);
+ * the consumer first waits for bus_ready, then reads from 1.  The publisher
+ * sends only once the consumer has read to the end (S.caught_up), so it
+ * waits for the bus too, and the trainer's increments accumulate meanwhile.
+ *
  * THREAD SAFETY: the consumer thread alone reads and writes the producer
  * table and the re-read state (S.prod, nprod, max_sseq, repair_until);
  * trainer state and accumulators only under the model's writer lock.
@@ -298,12 +303,42 @@ static uint64_t handle(const bus_msg_t *bm)
     return 0;
 }
 
+/* Waits until bus_ready has succeeded once (the bus was opened in the
+ * background: NATS may be down at start), logging a failure other than "no
+ * server yet" once per distinct sentence: true, or false when stopping. */
+static bool wait_ready(void)
+{
+    char last[256] = "";
+    while (!atomic_load(&S.stop)) {
+        bus_error_t err;
+        int rc = bus_ready(S.bus, 200, &err);
+        if (rc == 0) {
+            const server_config_t *c = &G.srv->cfg;
+            LOG(LL_INFO, "online: the bus is connected: stream %s on %s ready; reading the "
+                "peers' updates from sequence 1, publishing once read to the end",
+                c->bus_stream, c->bus_servers);
+            atomic_store(&S.ready, true);
+            return true;
+        }
+        if (rc != -ENOTCONN) { /* reachable, JetStream not answering yet (a leader election) */
+            if (strcmp(err.msg, last) != 0)
+                LOG(LL_WARN, "online: the bus is reachable but not ready: %s; trying again",
+                    err.msg);
+            snprintf(last, sizeof last, "%s", err.msg);
+            sync__nap_ms(200);
+        }
+    }
+    return false;
+}
+
 void *online__sync_consumer_main(void *arg)
 {
     (void)arg;
     bus_reader_t *r = NULL;
     bus_error_t err;
     uint64_t from = 1;
+    if (!wait_ready())
+        return NULL;
     while (!atomic_load(&S.stop)) {
         if (!r && bus_reader_open(S.bus, NULL, from, &r, &err) != 0) {
             LOG(LL_WARN, "online: the update reader did not open at %" PRIu64 " (%s); trying "

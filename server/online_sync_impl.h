@@ -102,7 +102,9 @@ struct online__sync_state {
     char prefix[80];
     uint64_t producer;          /* this replica's id */
     _Atomic uint64_t next_seq;  /* this producer's next sequence */
-    _Atomic bool caught_up;     /* the consumer has read the stream to its end once */
+    _Atomic bool ready;         /* the consumer saw bus_ready succeed (the stream exists) */
+    _Atomic bool caught_up;     /* the consumer has read the stream to its end once (implies
+                                   ready): the publisher sends only from then on */
     uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
     /* the consumer's */
     struct producer prod[PRODUCERS_MAX];

@@ -10,6 +10,12 @@ starts, the cluster always stopped at the end (tearDown, at exit, on SIGTERM):
 - The whole cluster stopped while a client sends PREDICT and TRAIN: no PREDICT fails, every
   TRAIN is acknowledged or OVERLOADED (never another error), the outbox lag grows. The
   cluster started again: the lag returns to 0 and every acknowledged sample is learned.
+- Partitioned mode (--bus-mode partitioned) with NATS down at start: tlserve starts anyway,
+  /readyz is ready, PREDICT answers, TRAIN is acknowledged and learned here (the score moves),
+  nothing is published (tlserve_bus_ready 0), the log says so at WARN. The cluster started: the
+  bus becomes ready, the accumulated updates are published (tlserve_sync_sent_total grows), and
+  a second partitioned replica started afterwards applies them from the stream: it ends with the
+  first one's score for the trained item. A bad --bus-servers is refused at start in both modes.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_bus_down.py
 """
@@ -57,10 +63,12 @@ class BusDown(unittest.TestCase):
         b = self.cluster.base
         self.urls = ",".join("nats://127.0.0.1:%d" % (b + i) for i in range(3))
         self.server = None
+        self.others = []
 
     def tearDown(self):
-        if self.server:
-            self.server.stop()
+        for s in [self.server] + self.others:
+            if s:
+                s.stop()
         self.cluster.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -173,10 +181,64 @@ class BusDown(unittest.TestCase):
         self.assertIn("the bus lost its NATS connection", out)
         self.assertIn("the bus is connected again", out)
 
+    def partitioned(self, node):
+        return Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, node),
+                      "--bus-servers", self.urls, "--bus-stream", self.stream, "--bus-node", node,
+                      "--bus-subject-prefix", self.stream.lower(), "--bus-mode", "partitioned",
+                      "--sync-interval-ms", "50", "--gate-sample", "0", "--guard-window-ms", "0")
+
+    def test_partitioned_nats_down_at_start(self):
+        a = self.server = self.partitioned("a")
+        # NATS down at start: ready (Server waited for /readyz), PREDICT answered, TRAIN learned
+        with a.client() as c:
+            before = self.score(c)
+            for k in range(20):
+                shared, samples = replica_frame(k, SEED)
+                self.assertEqual(c.train("ctr", shared, samples), 2)
+        self.wait_metric('tlserve_online_samples_total{model="ctr"}', lambda v: v >= 40,
+                         "reached 40")
+        with a.client() as c:
+            learned = self.score(c)
+        self.assertNotEqual(learned, before)  # learned here: partitioned replicas train locally
+        time.sleep(0.2)  # several intervals: still nothing published
+        self.assertEqual(a.metric("tlserve_bus_connected"), 0)
+        self.assertEqual(a.metric("tlserve_bus_ready"), 0)
+        self.assertEqual(a.metric("tlserve_sync_sent_total"), 0)
+        self.assertEqual(a.metric("tlserve_sync_publish_failed_total"), 0)
+        self.assertIn("the bus is not reachable yet", a.output())
+
+        self.start_cluster()
+        self.wait_metric("tlserve_bus_ready", lambda v: v == 1, "went to 1")
+        self.wait_metric("tlserve_sync_sent_total", lambda v: v >= 1, "grew")
+        self.wait_metric("tlserve_sync_residual_keys", lambda v: v == 0, "fell to 0")
+        self.assertEqual(a.metric("tlserve_bus_connected"), 1)
+        self.assertIn("the bus is connected", a.output())
+
+        b = self.partitioned("b")  # reads a's updates from the stream
+        self.others.append(b)
+        sent = a.metric("tlserve_sync_sent_total")
+        deadline = time.monotonic() + 30
+        while b.metric("tlserve_sync_applied_total") < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(b.metric("tlserve_sync_applied_total"), sent, b.metrics()[-2500:])
+        with b.client() as c:
+            self.assertAlmostEqual(self.score(c), learned, delta=1e-5)
+        self.assertEqual(b.metric("tlserve_sync_gap_total"), 0)
+        self.assertEqual(b.metric("tlserve_sync_refused_bad_total"), 0)
+        for s in (b, a):  # SIGTERM: the last exact turn, the bus closed, a clean exit
+            s.proc.send_signal(signal.SIGTERM)
+            rc = s.proc.wait(timeout=20)
+            out = s.output()
+            self.assertEqual(rc, 0, out[-3000:])
+            self.assertNotIn("Sanitizer", out)
+            self.assertNotIn("runtime error", out)
+
     def test_a_bad_server_list_is_refused_at_start(self):
-        for bad in ("nats://127.0.0.1:99999", "nats://:4222", "nats://127.0.0.1:42x"):
+        for bad, mode in [(b, m) for b in ("nats://127.0.0.1:99999", "nats://:4222",
+                                            "nats://127.0.0.1:42x")
+                          for m in ((), ("--bus-mode", "partitioned"))]:
             s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, "log"),
-                       "--bus-servers", bad, wait=None)
+                       "--bus-servers", bad, *mode, wait=None)
             try:
                 rc = s.proc.wait(timeout=20)
                 out = s.output()
