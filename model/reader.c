@@ -79,6 +79,59 @@ int reader_format_parse(const char *name, reader_format_t *out)
     return 0;
 }
 
+static bool blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
+                        reader_format_t *out, uint64_t *bad_line, const char **bad,
+                        int *bad_len)
+{
+    *out = READER_LIBSVM;
+    uint64_t line = 1;
+    for (size_t i = 0; i < len; line++) {
+        size_t eol = i;
+        while (eol < len && buf[eol] != '\n')
+            eol++;
+        if (eol == len && !complete)
+            break; /* cut by the head's end */
+        bool tab = criteo && memchr(buf + i, '\t', eol - i) != NULL;
+        if (criteo && memchr(buf + i, ',', eol - i)) {
+            *out = READER_CRITEO;
+            return 0;
+        }
+        size_t p = i;
+        while (p < eol && blank(buf[p]))
+            p++;
+        while (p < eol && !blank(buf[p]))
+            p++; /* the label */
+        while (p < eol && blank(buf[p]))
+            p++;
+        if (p < eol) {
+            size_t q = p;
+            int colons = 0;
+            while (q < eol && !blank(buf[q]))
+                colons += buf[q++] == ':';
+            if (colons == 1 || colons == 2) {
+                *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
+                return 0;
+            }
+            if (colons == 0 && tab) {
+                *out = READER_CRITEO;
+                return 0;
+            }
+            *bad_line = line;
+            *bad = buf + p;
+            *bad_len = q - p > 40 ? 40 : (int)(q - p);
+            return -EINVAL;
+        }
+        if (tab) { /* a label and empty tab columns */
+            *out = READER_CRITEO;
+            return 0;
+        }
+        i = eol + 1;
+    }
+    return 0;
+}
+
 /* ---- setup ---------------------------------------------------------------- */
 
 __attribute__((cold)) static int reader_init(reader_t **out, const char *name,

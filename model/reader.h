@@ -101,6 +101,18 @@ void reader_close(reader_t *r);
 /* "libsvm" / "libffm" / "criteo" -> format; returns 0 or -EINVAL. */
 int reader_format_parse(const char *name, reader_format_t *out);
 
+/* The format of the text buf[0..len) (a file's head; complete: the whole
+ * file is in it, else a last line cut short is not looked at), told from
+ * the first line with more than a label: its first feature with one colon
+ * is libsvm, with two libffm; with criteo allowed, a comma in the line, or
+ * a tab and a first feature without colons (or only tabs after the label),
+ * is criteo.  Only labels, or nothing: libsvm (reads them alike).  Returns
+ * 0, or -EINVAL when that first feature tells nothing: *bad_line (1-based)
+ * and the feature's bytes in *bad, *bad_len (at most 40). */
+int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
+                        reader_format_t *out, uint64_t *bad_line, const char **bad,
+                        int *bad_len);
+
 /* The Criteo integer transform: v > 2 ? floor(log(v)^2) : v. */
 int64_t reader_criteo_transform(int64_t v);
 

@@ -102,45 +102,20 @@ static int set_error(gate_eval_error_t *err, gate_eval_errc_t code, uint64_t lin
 
 /* ---- the format ---------------------------------------------------------- */
 
-/* libsvm or libffm from the first line with a feature: its first feature's
- * colons (1 or 2).  No feature in buf: libsvm (label-only rows read alike).
- * Returns 0, or -EINVAL naming the line. */
+/* libsvm or libffm (model/reader.h's sniff, criteo not allowed): 0, or
+ * -EINVAL naming the line. */
 static int sniff(const char *buf, size_t len, const char *name, reader_format_t *out,
                  gate_eval_error_t *err)
 {
-    *out = READER_LIBSVM;
-    uint64_t line = 1;
-    size_t i = 0;
-    while (i < len) {
-        size_t eol = i;
-        while (eol < len && buf[eol] != '\n')
-            eol++;
-        size_t p = i;
-        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
-            p++;
-        while (p < eol && buf[p] != ' ' && buf[p] != '\t' && buf[p] != '\r')
-            p++; /* the label */
-        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
-            p++;
-        if (p < eol) {
-            size_t q = p;
-            int colons = 0;
-            while (q < eol && buf[q] != ' ' && buf[q] != '\t' && buf[q] != '\r')
-                colons += buf[q++] == ':';
-            if (colons == 1 || colons == 2) {
-                *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
-                return 0;
-            }
-            int shown = q - p > 40 ? 40 : (int)(q - p);
-            return set_error(err, GATE_EVAL_FORMAT, line, -EINVAL,
-                             "%s:%llu: the first feature '%.*s' is neither idx:val (libsvm) "
-                             "nor field:idx:val (libffm)",
-                             name, (unsigned long long)line, shown, buf + p);
-        }
-        i = eol + 1;
-        line++;
-    }
-    return 0;
+    uint64_t line;
+    const char *bad;
+    int shown;
+    if (reader_sniff_format(buf, len, true, false, out, &line, &bad, &shown) == 0)
+        return 0;
+    return set_error(err, GATE_EVAL_FORMAT, line, -EINVAL,
+                     "%s:%llu: the first feature '%.*s' is neither idx:val (libsvm) "
+                     "nor field:idx:val (libffm)",
+                     name, (unsigned long long)line, shown, bad);
 }
 
 /* ---- loading ------------------------------------------------------------- */

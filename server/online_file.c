@@ -136,62 +136,22 @@ static bool pause_ms(unsigned ms)
 
 /* ---- the format ----------------------------------------------------------------- */
 
-/* The format of the text buf[0..len) (the file's head; complete: the whole
- * file is in it): from the first line with more than a label.  A comma, or
- * a tab with a first feature without colons: criteo; a first feature with
- * one colon: libsvm, two: libffm.  Only labels (or nothing): libsvm, which
- * reads them alike.  0, or -EINVAL with the line in why. */
+/* The format of the file's head buf[0..len) (model/reader.h's sniff, criteo
+ * allowed): 0, or -EINVAL with the line in why. */
 static int sniff(const char *buf, size_t len, bool complete, const char *name, reader_format_t *out,
                  char *why, size_t why_len)
 {
-    *out = READER_LIBSVM;
-    uint64_t line = 1;
-    for (size_t i = 0; i < len; line++) {
-        size_t eol = i;
-        while (eol < len && buf[eol] != '\n')
-            eol++;
-        if (eol == len && !complete)
-            break; /* cut by the head's end */
-        bool tab = memchr(buf + i, '\t', eol - i) != NULL;
-        if (memchr(buf + i, ',', eol - i)) {
-            *out = READER_CRITEO;
-            return 0;
-        }
-        size_t p = i;
-        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
-            p++;
-        while (p < eol && buf[p] != ' ' && buf[p] != '\t' && buf[p] != '\r')
-            p++; /* the label */
-        while (p < eol && (buf[p] == ' ' || buf[p] == '\t' || buf[p] == '\r'))
-            p++;
-        if (p < eol) {
-            size_t q = p;
-            int colons = 0;
-            while (q < eol && buf[q] != ' ' && buf[q] != '\t' && buf[q] != '\r')
-                colons += buf[q++] == ':';
-            if (colons == 1 || colons == 2) {
-                *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
-                return 0;
-            }
-            if (colons == 0 && tab) {
-                *out = READER_CRITEO;
-                return 0;
-            }
-            int shown = q - p > 40 ? 40 : (int)(q - p);
-            snprintf(why, why_len,
-                     "%s:%" PRIu64 ": cannot tell the format: the first feature "
-                     "'%.*s' is neither idx:val (libsvm) nor field:idx:val (libffm), and the "
-                     "line is not criteo's tab or comma columns (--train-file-format)",
-                     name, line, shown, buf + p);
-            return -EINVAL;
-        }
-        if (tab) { /* a label and empty tab columns */
-            *out = READER_CRITEO;
-            return 0;
-        }
-        i = eol + 1;
-    }
-    return 0;
+    uint64_t line;
+    const char *bad;
+    int shown;
+    if (reader_sniff_format(buf, len, complete, true, out, &line, &bad, &shown) == 0)
+        return 0;
+    snprintf(why, why_len,
+             "%s:%" PRIu64 ": cannot tell the format: the first feature "
+             "'%.*s' is neither idx:val (libsvm) nor field:idx:val (libffm), and the "
+             "line is not criteo's tab or comma columns (--train-file-format)",
+             name, line, shown, bad);
+    return -EINVAL;
 }
 
 /* The file's format by sniff: 0, or -errno with why. */
