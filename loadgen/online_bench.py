@@ -163,16 +163,6 @@ def wait_metric(admin, name, want, timeout=300):
 
 # ---- 1. online equals offline -------------------------------------------------------------
 
-def read_libffm(path):
-    rows = []
-    for line in open(path):
-        parts = line.split()
-        if parts:
-            ids = sorted({tlserve.libffm_id(int(f), int(i))
-                          for f, i, _ in (t.split(":") for t in parts[1:])})
-            rows.append((float(parts[0]), ids))
-    return rows
-
 
 def equality(work):
     empty = os.path.join(work, "empty")
@@ -182,7 +172,7 @@ def equality(work):
                         "libffm", "--model", "lr", "--epochs", "1"], capture_output=True,
                        text=True, check=True)
     offline = float(r.stdout.split("progressive logloss")[1].split()[0])
-    rows = read_libffm(DATA)
+    rows = tlserve.libffm_rows(DATA)
     p, port, admin = serve(empty, "--online", log="tlserve_equality.log")
     with tlserve.Client("127.0.0.1", port, timeout=30) as c:
         for k in range(0, len(rows), 64):

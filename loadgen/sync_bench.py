@@ -93,17 +93,6 @@ def metric(admin, name, text=None):
     return 0.0
 
 
-def read_libffm(path):
-    rows = []
-    for line in open(path):
-        parts = line.split()
-        if parts:
-            ids = sorted({tlserve.libffm_id(int(f), int(i))
-                          for f, i, _ in (t.split(":") for t in parts[1:])})
-            rows.append((float(parts[0]), ids))
-    return rows
-
-
 class Replica:
     def __init__(self, model, work, cluster, stream, name, mode_args):
         self.args = (model, work, cluster, stream, name, mode_args)
@@ -246,7 +235,7 @@ def mean(xs):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    rows = read_libffm(DATA)
+    rows = tlserve.libffm_rows(DATA)
     if ROWS:
         rows = rows[:ROWS]
     cut = len(rows) - len(rows) // 10

@@ -32,7 +32,7 @@ import struct
 from typing import Iterable, List, Optional
 
 __all__ = ["HASH_MASK", "xxh3_64", "feature_id", "libsvm_id", "libffm_id", "criteo_int",
-           "criteo_ids"]
+           "criteo_ids", "libffm_rows"]
 
 HASH_MASK = (1 << 56) - 1
 _M64 = (1 << 64) - 1
@@ -293,6 +293,21 @@ def libffm_id(field: int, idx: int) -> int:
     if not 0 <= idx < HASH_MASK:
         raise ValueError("index must be 0..2^56-2, got %r" % (idx,))
     return (field << 56) | (idx + 1)
+
+
+def libffm_rows(path) -> list:
+    """A libffm file's rows as (label, ids): each line's ids as model/reader.c gives them
+    (libffm_id), sorted and unique, as a request block wants them.  Values are dropped: for
+    one-hot data (every value 1), such as the criteo sets."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if parts:
+                ids = sorted({libffm_id(int(fl), int(i))
+                              for fl, i, _ in (t.split(":") for t in parts[1:])})
+                rows.append((float(parts[0]), ids))
+    return rows
 
 
 def criteo_int(v: int) -> int:
