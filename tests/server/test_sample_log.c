@@ -168,18 +168,6 @@ static uint64_t read_all(const char *dir, uint64_t from)
     return want;
 }
 
-static int count_segments(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strstr(e->d_name, ".slog") != NULL;
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static const sample_log_config_t small = {.segment_bytes = 8192, .sync = SAMPLE_LOG_SYNC_NEVER};
 
 /* Files of dir whose names end with suffix. */
@@ -209,7 +197,7 @@ static void round_trip_and_readers(void **state)
     assert_int_equal(torn, 0);
     append_range(log, 0, 300, 1);
     append_range(log, 300, 700, 16);
-    assert_true(count_segments(dir) >= 5);
+    assert_true(count_named(dir, ".slog") >= 5);
     assert_int_equal(read_all(dir, 0), 700);   /* from the start */
     assert_int_equal(read_all(dir, 351), 700); /* from the middle */
     assert_int_equal(read_all(dir, 699), 700); /* from the last record */
@@ -254,11 +242,11 @@ static void trim_whole_segments(void **state)
     sample_log_error_t err;
     assert_int_equal(sample_log_open(dir, &small, &log, NULL, &err), 0);
     append_range(log, 0, 500, 8);
-    int before = count_segments(dir);
+    int before = count_named(dir, ".slog");
     assert_int_equal(sample_log_trim(log, 0), 0);
     int k = sample_log_trim(log, 250);
     assert_true(k >= 1);
-    assert_int_equal(count_segments(dir), before - k);
+    assert_int_equal(count_named(dir, ".slog"), before - k);
     uint64_t first = sample_log_first_pos(log);
     assert_true(first > 0 && first <= 250);
     assert_int_equal(read_all(dir, 250), 500); /* still there */
@@ -267,7 +255,7 @@ static void trim_whole_segments(void **state)
     assert_int_equal(sample_log_reader_open(dir, first - 1, &r, &err), -ERANGE);
     /* Never the segment being written, even past the end. */
     sample_log_trim(log, UINT64_MAX);
-    assert_int_equal(count_segments(dir), 1);
+    assert_int_equal(count_named(dir, ".slog"), 1);
     append_range(log, 500, 520, 4);
     assert_int_equal(sample_log_close(log), 0);
     assert_int_equal(sample_log_open(dir, &small, &log, NULL, &err), 0);
@@ -438,7 +426,7 @@ static void middle_corruption_refused(void **state)
     assert_int_equal(sample_log_open(dir, &small, &log, NULL, &err), 0);
     append_range(log, 0, 200, 4);
     sample_log_close(log);
-    assert_true(count_segments(dir) >= 3);
+    assert_true(count_named(dir, ".slog") >= 3);
 
     /* A byte of a middle record of the last segment. */
     char seg[600];
