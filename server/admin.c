@@ -27,6 +27,8 @@
  *                                 dropped when kept) until activated (admin_models.c)
  *   GET  /v1/models/{name}/versions  every version known and its state
  *                                 (admin_models.c)
+ *   GET  /v1/models/{name}/digest    a fingerprint of the active version's
+ *                                 weights, bit for bit (admin_digest.c)
  *   /v1/models' "repository" also shows the "pinned" version (0: none) and
  *   the "rolled_back" ones.
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
@@ -524,7 +526,7 @@ static void method_not_allowed(struct evhttp_request *req, const char *allow)
 }
 
 /* Routes the calls on one model: {name}:load, {name}:rollback,
- * {name}:activate and {name}/versions (rest is the path after
+ * {name}:activate, {name}/versions and {name}/digest (rest is the path after
  * "/v1/models/"); 1 when it answered, 0 when rest is none of them.  A
  * method without a handler gets 405 with the entry's Allow. */
 static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const char *rest)
@@ -539,6 +541,7 @@ static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const 
                  {":refuse", "POST", admin__on_refuse, NULL},
                  {":activate", "POST", admin__on_activate, NULL},
                  {"/versions", "GET, HEAD", NULL, admin__on_versions},
+                 {"/digest", "GET, HEAD", NULL, admin__on_digest},
                  {":load", "GET, HEAD, POST", admin__on_load, admin__on_load_status}};
     size_t len = strlen(rest);
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -587,7 +590,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
     } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
                model_call(req, m, path + sizeof models_prefix - 1)) {
-        /* answered: :load, :rollback, :activate, /versions */
+        /* answered: :load, :rollback, :activate, /versions, /digest */
     } else {
         reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
                     path);

@@ -43,6 +43,10 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
 void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *name);
 void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *name);
 
+/* GET /v1/models/{name}/digest (admin_digest.c): the active version's
+ * weights fingerprinted under the model's writer lock.  name is validated. */
+void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *name);
+
 /* Keeps req open until the load with that id ends, then answers it (200
  * with the version's JSON, 409 with the load's error, 503 on shutdown).
  * Takes req: the caller must not reply to it.  Call only from the handler

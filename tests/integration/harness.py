@@ -9,6 +9,7 @@ every model kind's.  Standard library only; nothing here asserts anything about 
 "it came up" (and, for those two, "it was killed", "it replayed").
 """
 
+import json
 import os
 import random
 import re
@@ -151,6 +152,14 @@ def http(port, path, method="GET", body=None, headers=None, timeout=10.0):
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
+
+
+def digest(server, model):
+    """GET /v1/models/MODEL/digest: the fingerprint of every weight the model serves (a dict)."""
+    status, _, body = http(server.admin_port, "/v1/models/%s/digest" % model)
+    if status != 200:
+        raise AssertionError("digest of %s: %d %s" % (model, status, body))
+    return json.loads(body)
 
 
 class Proc:

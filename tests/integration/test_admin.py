@@ -101,6 +101,28 @@ class AdminTest(unittest.TestCase):
         # GET .../demo:load is the load status: none since start.
         self.assertEqual(http(srv.admin_port, "/v1/models/demo:load", "GET")[0], 404)
 
+    def test_digest_fingerprints_the_weights(self):
+        # demo/1 again, written with 16 shards instead of 4: the same keys and weights in
+        # another table layout and order, so the same digest
+        same = os.path.join(self.tmp.name, "demo16", "1")
+        gen_model(same, 1000, "demo", version=1, shards=16)
+        a, b = self.start(self.v1), self.start(same)
+        da, db = (json.loads(s.get("/v1/models/demo/digest")[2]) for s in (a, b))
+        self.assertEqual((da["model"], da["version"], da["keys"], da["value_floats"]),
+                         ("demo", 1, 1000, 1))
+        self.assertRegex(da["digest"], "^[0-9a-f]{16}$")
+        self.assertEqual(da["digest"], db["digest"])
+        self.assertEqual(self.load_and_digest(a, self.v2)["version"], 2)
+        d2 = json.loads(a.get("/v1/models/demo/digest")[2])
+        self.assertNotEqual(d2["digest"], da["digest"])
+        self.assertEqual(a.get("/v1/models/nope/digest")[0], 404)
+        self.assertEqual(http(a.admin_port, "/v1/models/demo/digest", "POST", b"")[0], 405)
+
+    def load_and_digest(self, srv, model_dir):
+        status, _, body = srv.load("demo", json.dumps({"path": model_dir}).encode(), TOKEN)
+        self.assertEqual(status, 200, body)
+        return json.loads(srv.get("/v1/models/demo/digest")[2])
+
     def test_not_ready_without_model(self):
         srv = self.start(None)
         self.assertEqual(srv.get("/healthz")[0], 200)

@@ -5,7 +5,8 @@ stopped at the end (also on SIGTERM). Two tlserve replicas serve the same LR ver
 its own sample log (the outbox) and the same stream:
 
 - TRAIN frames sent to either replica are learned by both, in the stream's order: once both
-  have learned every acknowledged sample, they score, float for float, the same.
+  have learned every acknowledged sample, they hold bit-identical weights (the admin plane's
+  /v1/models/ctr/digest of every served float) and score, float for float, the same.
 - A NATS node killed (-9) while frames stream in, and started again: nothing acknowledged is
   lost (both replicas learn every acknowledged sample) and they still score the same.
 - A replica killed (-9) and started again catches up from the stream (and from its outbox,
@@ -26,6 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import natscluster  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSYNTH, Server, gen_model, replica_frame,  # noqa: E402
                      replica_sample, require)
@@ -92,6 +94,9 @@ class Replicas(unittest.TestCase):
         self.fail("learned %s of %s samples: %s" % (self.learned(s), want, s.metrics()[-1500:]))
 
     def assert_same(self, a, b):
+        """Bit-identical weights (the digest of every served float), and probes scored alike."""
+        da, db = harness.digest(a, "ctr"), harness.digest(b, "ctr")
+        self.assertEqual((da["keys"], da["digest"]), (db["keys"], db["digest"]))
         with a.client() as ca, b.client() as cb:
             for j in range(30):
                 shared, item = sample(j)
@@ -113,6 +118,7 @@ class Replicas(unittest.TestCase):
         self.assert_same(a, b)
         plain = Server(self.model)
         self.servers.append(plain)
+        self.assertNotEqual(harness.digest(plain, "ctr")["digest"], harness.digest(a, "ctr")["digest"])
         with a.client() as ca, plain.client() as cp:
             shared, item = sample(1)
             self.assertNotEqual(ca.predict("ctr", shared, [item]).scores,

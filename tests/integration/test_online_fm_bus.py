@@ -3,7 +3,8 @@
 - Replay mode (the default --bus-mode): two replicas serve the same FM (then FFM) model; TRAIN
   frames sent to either are learned by both in the stream's order, and since the trainer is
   deterministic (it starts from the served rows, a new id from a hash of the seed) they then
-  score float for float the same, and other than the model's original scores.
+  hold bit-identical weights (/v1/models/NAME/digest) and score float for float the same, and
+  other than the model's original scores.
 - Partitioned mode (--bus-mode partitioned, server/online_sync.c: ROWS): two replicas of an FM
   (then FFM, then DNN) model are each sent different TRAIN frames (even / odd) and exchange
   their rows' (dx, dG) every 50 ms (top 25% of the keys in 1 bit, the rest as residuals, quiet
@@ -97,6 +98,8 @@ class FmReplicas(unittest.TestCase):
                     sa = ca.predict(kind, shared_block(), PROBES).scores
                     sb = cb.predict(kind, shared_block(), PROBES).scores
                 self.assertEqual(sa, sb, "the replicas learned the same stream apart")
+                da, db = (harness.digest(s, kind) for s in (a, b))
+                self.assertEqual(da["digest"], db["digest"], "weights differ: %s %s" % (da, db))
                 self.assertNotEqual(sa, before)
                 self.assertGreater(sa[1], before[1], "the clicked item's score did not rise")
 
