@@ -12,6 +12,9 @@
    DURATION s; the trainer's rate is tlserve_online_samples_total over the window, x 500
    features a sample.  The figure is bounded by what the sender and the worker deliver on 2
    cores shared with the trainer: OVERLOADED answers say the queue was full (trainer-bound).
+   Twice: ids over all the model's keys (every id a random access into tables larger than the
+   caches), then over its first HOT_KEYS keys (40k: the id count of tltrain's offline figure,
+   a working set that fits the caches, as a stream's popular ids do).
 3. The cost of training to serving: tlgen sends the standard request at RATE req/s in phases
    of PHASE s, PHASES rounds of three kinds in a rotating order: "off" (serving alone),
    "train" (TRAIN at TRAIN_RATE samples/s, frames of 100 samples) and "burn" (a process at
@@ -27,7 +30,7 @@
    bounds on the freshness from both sides (see probe), beside the server's own figure,
    which measures the target's quantity directly.  The probe runs in a process of its own.
 
-Env: KEYS=10M  RATE=300  TRAIN_RATE=10000  PHASE=20  PHASES=2  DURATION=5  BUILD=build
+Env: KEYS=10M  HOT_KEYS=40k  RATE=300  TRAIN_RATE=10000  PHASE=20  PHASES=2  DURATION=5  BUILD=build
      SERVER_ARGS="" (more tlserve options for parts 2 and 3, e.g. --online-nice 0)
      DATA=../shared/data/criteo_tiny/train.ffm  RESULTS=results/<date>_online
 Prints the summary (markdown) on stdout; everything goes to RESULTS.
@@ -63,6 +66,7 @@ def count(s):
 
 
 KEYS = count(env("KEYS", "10M"))
+HOT_KEYS = count(env("HOT_KEYS", "40k"))  # part 2's second run: ids from this many keys
 RATE = float(env("RATE", "300"))
 TRAIN_RATE = float(env("TRAIN_RATE", "10000"))
 SERVER_ARGS = env("SERVER_ARGS", "").split()  # more tlserve options for parts 2 and 3
@@ -186,14 +190,16 @@ def equality(work):
 
 # ---- 2 and 3 -------------------------------------------------------------------------------
 
-def std_payloads(n, seed):
-    """n TRAIN payloads of the standard shape over the model's keys."""
+def std_payloads(n, seed, space=None):
+    """n TRAIN payloads of the standard shape, ids drawn uniformly from the model's first
+    `space` keys (all of them by default)."""
+    space = space or KEYS
     rnd = random.Random(seed)
     out = []
     for _ in range(n):
-        shared = sorted({model_key(rnd.randrange(KEYS)) for _ in range(300)})
+        shared = sorted({model_key(rnd.randrange(space)) for _ in range(300)})
         samples = [(float(rnd.random() < 0.1),
-                    sorted({model_key(rnd.randrange(KEYS)) for _ in range(200)}))
+                    sorted({model_key(rnd.randrange(space)) for _ in range(200)}))
                    for _ in range(100)]
         out.append(tlserve.encode_train("ctr_lr", shared, samples))
     return out
@@ -235,6 +241,35 @@ class Trainer(threading.Thread):
                     self.settle(c, inflight.pop(0))
             for rid in inflight:
                 self.settle(c, rid)
+
+
+def throughput(p, port, admin, payloads, where):
+    """Part 2 on payloads (ids drawn `where`): the summary's lines."""
+    t = Trainer(port, payloads, 0)
+    t.start()
+    time.sleep(1.0)
+    s0, w0 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+    c0 = thread_cpu(p.pid, "tl-train-0")
+    time.sleep(DURATION)
+    s1, w1 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
+    c1 = thread_cpu(p.pid, "tl-train-0")
+    t.stopping = True
+    t.join()
+    rate = (s1 - s0) / (w1 - w0)
+    busy = (c1 - c0) / (w1 - w0) if c0 is not None and c1 is not None else float("nan")
+    per_cpu = rate / busy if busy > 0 else float("nan")
+    say("throughput %s: %.0f samples/s, trainer on a core %.0f%% of the time, %.0f samples per "
+        "trainer CPU second" % (where, rate, 100 * busy, per_cpu))
+    drain(admin)
+    return ["## Trainer throughput (one trainer thread, LR-FTRL), ids %s" % where,
+            "", "%.0f samples/s x 500 features = **%.2fM feature updates/s** over %.1f s "
+            "(frames sent %d, OVERLOADED %d: %s). The trainer thread was on a core %.0f%% of "
+            "the time: **%.2fM feature updates per second of its CPU**; the rest of the 2 "
+            "cores went to the worker decoding the frames, the sample log and this sender." % (
+                rate, rate * 500 / 1e6, w1 - w0, t.sent, t.refused,
+                "the queue was full: the trainer is the bound" if t.refused else
+                "the queue never filled: the sender was the bound", 100 * busy,
+                per_cpu * 500 / 1e6), ""]
 
 
 def logit(p):
@@ -367,31 +402,11 @@ def main():
         logs = os.path.join(work, "samples")
         p, port, admin = serve(model, "--online", "--sample-log-dir", logs, *SERVER_ARGS)
         say("tlserve --online on %d keys; throughput for %g s" % (KEYS, DURATION))
-        t = Trainer(port, payloads, 0)
-        t.start()
-        time.sleep(1.0)
-        s0, w0 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
-        c0 = thread_cpu(p.pid, "tl-train-0")
-        time.sleep(DURATION)
-        s1, w1 = metric(admin, 'tlserve_online_samples_total{model="ctr_lr"}'), time.time()
-        c1 = thread_cpu(p.pid, "tl-train-0")
-        t.stopping = True
-        t.join()
-        rate = (s1 - s0) / (w1 - w0)
-        busy = (c1 - c0) / (w1 - w0) if c0 is not None and c1 is not None else float("nan")
-        per_cpu = rate / busy if busy > 0 else float("nan")
-        L += ["## Trainer throughput (one trainer thread, LR-FTRL, %s keys)" % "{:,}".format(KEYS),
-              "", "%.0f samples/s x 500 features = **%.2fM feature updates/s** over %.1f s "
-              "(frames sent %d, OVERLOADED %d: %s). The trainer thread was on a core %.0f%% of "
-              "the time: **%.2fM feature updates per second of its CPU**; the rest of the 2 "
-              "cores went to the worker decoding the frames, the sample log and this sender." % (
-                  rate, rate * 500 / 1e6, w1 - w0, t.sent, t.refused,
-                  "the queue was full: the trainer is the bound" if t.refused else
-                  "the queue never filled: the sender was the bound", 100 * busy,
-                  per_cpu * 500 / 1e6), ""]
-        say("throughput: %.0f samples/s, trainer on a core %.0f%% of the time, %.0f samples per "
-            "trainer CPU second" % (rate, 100 * busy, per_cpu))
-        drain(admin)
+        L += throughput(p, port, admin, payloads, "over all %s keys of the model" % "{:,}".format(KEYS))
+        hot = min(HOT_KEYS, KEYS)
+        L += throughput(p, port, admin, std_payloads(16, 4, hot),
+                        "over %s of its keys (the id count of tltrain's offline figure)" %
+                        "{:,}".format(hot))
 
         kinds = ("off", "train", "burn")
         rows, fresh, share = [], [], None
