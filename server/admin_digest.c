@@ -15,16 +15,21 @@
  * (the DNN's MLP), name and floats in order.  Floats count by their bits:
  * 0.0 and -0.0 differ, as they would in a snapshot file.
  *
- * It walks the active version's base store under the model's writer lock
- * (server_slot_t.writer): the online trainer and a delta's fold wait for
- * it, so the figure is of one state of the model; requests never wait (they
- * do not take the lock).  The walk runs on the admin thread at the
- * store's iteration speed (tens of millions of entries a second), so other
- * admin calls wait that long on a large model: this is an operator's
- * check, not something to poll.  A version with an overlay (a delta not yet
- * folded) answers 409: its served weights are the base and the overlay
- * together, and the fold is about to make them one; retry after it.
- * 404 when name has no active version.
+ * What a version serves is its base store seen through its overlays (a
+ * delta not yet folded, or the undo a kept version got from a fold;
+ * model/overlay.h: first match wins), so the walk takes each base entry's
+ * value from the first overlay that names it (skipped when that overlay
+ * deletes it), then the overlays' keys the base lacks, each once, from the
+ * first overlay that names it: a version with overlays and the same weights
+ * folded into a base have one digest.
+ *
+ * It walks under the model's writer lock (server_slot_t.writer): the online
+ * trainer and a delta's fold wait for it, so the figure is of one state of
+ * the model; requests never wait (they do not take the lock).  The walk
+ * runs on the admin thread at the store's iteration speed (millions of
+ * entries a second, slower per overlay), so other admin calls wait that
+ * long on a large model: an operator's check, not something to poll.  404
+ * when name has no active version.
  */
 #include "admin_impl.h"
 #include "model/model.h"
@@ -41,6 +46,10 @@ typedef struct digest {
     uint64_t sum;
     uint64_t keys;
     uint32_t floats;
+    const store_t *base;
+    model_overlay_t *ov[MODEL_OVERLAYS_MAX];
+    uint32_t nov, cur; /* overlays; the one whose entries are walked */
+    float *row;        /* one row of scratch */
 } digest_t;
 
 /* One float's bits folded into the running mix h. */
@@ -51,14 +60,43 @@ static inline uint64_t mix_float(uint64_t h, float f)
     return store_mix64(h ^ bits);
 }
 
-static int visit(void *ctx, uint64_t key, const float *value)
+static void add_entry(digest_t *d, uint64_t key, const float *value)
 {
-    digest_t *d = ctx;
     uint64_t h = store_mix64(key ^ 0x9e3779b97f4a7c15ULL);
     for (uint32_t i = 0; i < d->floats; i++)
         h = mix_float(h + i, value[i]);
     d->sum += h;
     d->keys++;
+}
+
+/* The first of overlays [0, upto) that names key: 1 value (in d->row), 2
+ * deleted, 0 none. */
+static int overlays_say(digest_t *d, uint64_t key, uint32_t upto)
+{
+    for (uint32_t i = 0; i < upto; i++) {
+        int r = model_overlay_get(d->ov[i], key, d->row);
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+static int visit_base(void *ctx, uint64_t key, const float *value)
+{
+    digest_t *d = ctx;
+    int r = overlays_say(d, key, d->nov);
+    if (r != 2)
+        add_entry(d, key, r == 1 ? d->row : value);
+    return 0;
+}
+
+/* An entry of overlay d->cur: counted here when the base lacks its key and
+ * no overlay before it names it (the base's keys were counted by visit_base). */
+static int visit_overlay(void *ctx, uint64_t key, const float *value)
+{
+    digest_t *d = ctx;
+    if (value && !store_lookup(d->base, key, d->row) && overlays_say(d, key, d->cur) == 0)
+        add_entry(d, key, value);
     return 0;
 }
 
@@ -97,19 +135,14 @@ void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *nam
     }
     const model_t *m = sm->model;
     uint64_t version = model_meta(m)->version;
-    if (model_overlays(m, NULL) > 0) {
-        server_model_release(sm);
-        pthread_mutex_unlock(&slot->writer);
-        admin__reply_error(req, 409,
-                           "model '%s' version %" PRIu64 " has a delta not yet folded into its "
-                           "base; retry once it is (tlserve_folds_total)",
-                           name, version);
-        return;
-    }
     const store_t *s = model_store(m);
-    digest_t d = {.sum = 0, .keys = 0, .floats = store_value_floats(s)};
+    float row[STORE_MAX_VALUE_FLOATS];
+    digest_t d = {.floats = store_value_floats(s), .base = s, .row = row};
+    d.nov = model_overlays(m, d.ov);
     for (uint32_t sh = 0; sh < store_shards(s); sh++)
-        (void)store_foreach(s, sh, visit, &d);
+        (void)store_foreach(s, sh, visit_base, &d);
+    for (d.cur = 0; d.cur < d.nov; d.cur++)
+        (void)model_overlay_foreach(d.ov[d.cur], visit_overlay, &d);
     uint64_t dense_floats;
     uint64_t digest = d.sum + dense_mix(model_extras(m), &dense_floats);
     server_model_release(sm);

@@ -1,6 +1,6 @@
 /*
  * tlctl.c — a small command line client of tlserve's admin API: status,
- * versions, activate, rollback, watch.  It speaks plain HTTP/1.1 over one
+ * versions, activate, rollback, refuse, watch, digest.  It speaks plain HTTP/1.1 over one
  * TCP connection per call ("Connection: close", the body read to EOF), so
  * it needs nothing but libc and jansson, which the server links already.
  *
@@ -57,6 +57,8 @@ static void usage(FILE *f)
             "  refuse MODEL VERSION [WHY] never serve VERSION (rolled back first when active);\n"
             "                             \"tlctl activate MODEL VERSION\" lifts it\n"
             "  watch [MODEL]              print a line per version state change (1 s polls)\n"
+            "  digest MODEL               a fingerprint of every weight MODEL serves: replicas\n"
+            "                             with equal digests hold the same model bit for bit\n"
             "options:\n"
             "  --admin HOST:PORT          the admin plane (default 127.0.0.1:7071)\n"
             "  --token-file FILE          admin token (else $TLSERVE_ADMIN_TOKEN)\n"
@@ -301,6 +303,24 @@ static int cmd_versions(const char *model)
         printf("%-10lld %-12s %s\n", jint(v, "version"), jstr(v, "state", "?"),
                jstr(v, "reason", ""));
     }
+    json_decref(j);
+    return 0;
+}
+
+static int cmd_digest(const char *model)
+{
+    char path[256];
+    json_t *j;
+    snprintf(path, sizeof path, "/v1/models/%s/digest", model);
+    int rc = call("GET", path, NULL, &j, NULL);
+    if (rc)
+        return rc;
+    if (O.json)
+        print_json(j);
+    else
+        printf("model %s version %lld: %lld keys x %lld floats, %lld dense floats, digest %s\n",
+               model, jint(j, "version"), jint(j, "keys"), jint(j, "value_floats"),
+               jint(j, "dense_floats"), jstr(j, "digest", "?"));
     json_decref(j);
     return 0;
 }
@@ -558,6 +578,8 @@ int main(int argc, char **argv)
         return cmd_status();
     if (strcmp(cmd, "versions") == 0 && na == 1)
         return cmd_versions(a[0]);
+    if (strcmp(cmd, "digest") == 0 && na == 1)
+        return cmd_digest(a[0]);
     if (strcmp(cmd, "activate") == 0 && na == 2)
         return cmd_activate(a[0], a[1]);
     if (strcmp(cmd, "rollback") == 0 && na == 1)

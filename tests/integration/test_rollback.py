@@ -57,6 +57,11 @@ class Rollback(unittest.TestCase):
         j = json.loads(r.stdout)
         return j, {v["version"]: v for v in j["versions"]}
 
+    def digest(self, srv):
+        r = self.tlctl(srv, "--json", "digest", NAME)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
     def active(self, srv):
         m = tr.models(srv)["models"]
         return m[0]["version"] if m else None
@@ -94,6 +99,12 @@ class Rollback(unittest.TestCase):
         r = self.tlctl(srv, "rollback", NAME, token="wrong")
         self.assertEqual(r.returncode, 1)
         self.assertIn("wrong admin token", r.stderr)
+
+        digest1 = self.digest(srv)
+        r = self.tlctl(srv, "digest", NAME)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("version 1: ", r.stdout)
+        self.assertIn("digest %s" % digest1["digest"], r.stdout)
 
         # Version 2 (a delta) appears: served, 1 kept as standby.
         self.add_delta(1, 2)
@@ -141,6 +152,9 @@ class Rollback(unittest.TestCase):
         self.assertEqual(list(a.scores), want[1])
         time.sleep(0.3)
         scorer.stop()
+        # the rolled-back-to version (its base folded past it, seen through the fold's undo)
+        # serves version 1's weights bit for bit again
+        self.assertEqual(self.digest(srv)["digest"], digest1["digest"])
         self.assertEqual(scorer.failures, [])
         self.assertGreater(len(scorer.answers), 10)
         self.assertEqual(scorer.answers[-1][0], 1)
