@@ -356,7 +356,7 @@ static train_ffm_t *make_ffm(train_optimizer_t o, uint32_t F, uint32_t k, double
                              double l2, double sd, bool norm)
 {
     train_ffm_options_t opt;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     opt.optimizer = o;
     opt.fields = F;
     opt.k = k;
@@ -464,7 +464,7 @@ static void test_sgd_step_by_hand(void **state)
     const double alpha = 0.1, ratio = 0.5, l2 = 0.01, l2v = 0.02;
     const double alpha_w = alpha * ratio; /* the bias and w step at alpha x w_ratio */
     train_ffm_options_t opt;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     opt.optimizer = TRAIN_SGD;
     opt.fields = F;
     opt.k = KF;
@@ -530,7 +530,7 @@ static void test_export_roundtrip(void **state)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const struct rt_case *rc = &cases[ci];
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.optimizer = rc->opt;
         opt.fields = rc->F;
         opt.k = rc->k;
@@ -620,7 +620,7 @@ static void test_seeded_init(void **state)
     float p[3];
     for (int i = 0; i < 3; i++) {
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.fields = 3;
         opt.seed = i == 2 ? 99 : 1;
         train_ffm_t *t;
@@ -646,13 +646,30 @@ static void test_bad_options(void **state)
     (void)state;
     train_ffm_options_t opt;
     train_ffm_t *t;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     expect_bad(&opt, "fields must be 1..256 for FFM"); /* the caller must set fields */
     opt.fields = 257;
     expect_bad(&opt, "fields must be 1..256 for FFM");
     opt.fields = 20;
-    opt.optimizer = TRAIN_FTRL;
-    expect_bad(&opt, "FTRL is not supported for FFM: use adagrad or sgd");
+    opt.optimizer = TRAIN_FTRL; /* [w | v | z | n | Gv]: 2 (1 + F k) + 1 floats */
+    opt.k = 26;
+    expect_bad(&opt, "k must be 1..25 for FFM with 20 fields and ftrl "
+                     "(1 + fields x k must be <= 511)");
+    opt.k = 25; /* 2 (1 + 500) + 1 = 1003 floats of state */
+    assert_int_equal(train_ffm_create(&opt, &t, NULL, 0), 0);
+    train_ffm_destroy(t);
+    opt.fields = 255;
+    opt.k = 2; /* 2 (1 + 510) + 1 = 1023: the widest FTRL row */
+    assert_int_equal(train_ffm_create(&opt, &t, NULL, 0), 0);
+    train_ffm_destroy(t);
+    opt.fields = 256;
+    expect_bad(&opt, "k must be 1..1 for FFM with 256 fields and ftrl "
+                     "(1 + fields x k must be <= 511)");
+    opt.fields = 20;
+    opt.k = 4;
+    opt.l1 = -1;
+    expect_bad(&opt, "l1 must be >= 0");
+    opt.l1 = 0.01;
     opt.optimizer = TRAIN_ADAGRAD;
     opt.k = 26;
     expect_bad(&opt, "k must be 1..25 for FFM with 20 fields and adagrad "
@@ -740,7 +757,7 @@ static int quality(void)
         if (run_file(NULL, tr, NULL, &maxf) != 0)
             return 1;
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.fields = maxf + 1;
         train_ffm_t *t;
         metrics_t *m;
