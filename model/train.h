@@ -356,9 +356,10 @@ int train_export(const train_t *t, const char *dir, const store_meta_t *meta, st
  * the new served floats of every id it touched, the bias's included, into
  * live (a key new to live is inserted), and an id the trainer's state
  * lacks starts from live's served floats with zero optimizer statistics
- * (train_lr.c and train_fm.c say how FTRL's z is chosen so that the served
- * weight does not move before the id's first step; an id live lacks too
- * starts as a new id), so training continues the served model rather than
+ * (train_lr.c, train_fm.c and train_ffm.c say how FTRL's z is chosen so
+ * that the served weight does not move before the id's first step; an id
+ * live lacks too starts as a new id), so training continues the served
+ * model rather than
  * starting afresh; predictions read live for the ids the state lacks, so
  * train_predict is the served score.  A row whose served floats would not
  * be finite is never written into live: the step stops there with -ERANGE

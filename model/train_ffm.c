@@ -100,8 +100,9 @@
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K coordinates, G
  * at K + i (Adagrad) or none (SGD); under FTRL w's additive (z, n) at K,
  * K + 1 (w recomputed from them, as LR and FM-FTRL sync) and v_i's G at
- * K + 1 + i; rows of K over STORE_MAX_VALUE_FLOATS do not sync.  A hooked step copies each row before stepping it; workers
- * on threads never call the hook.
+ * K + 1 + i; rows of K over STORE_MAX_VALUE_FLOATS do not sync.  A hooked
+ * step copies each row before stepping it; workers on threads never call
+ * the hook.
  *
  * ON THREADS (train_threads.c): each worker is a copy of the trainer with
  * its own work space over the same row table; new ids are made through
@@ -613,7 +614,7 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     double g = ((double)p - (double)label) * (double)weight;
 
     const train__rows_sync_t *sync = &t->sync;
-    float before[2 * STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step (sk <= 2K) */
+    float before[2 * STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step (sk <= 2K + 1) */
     if (sync->fn)
         memcpy(before, bias, (size_t)t->sk * sizeof *bias);
     step_w(t, bias, g, 0, 0);
