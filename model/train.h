@@ -359,9 +359,8 @@ int train_export(const train_t *t, const char *dir, const store_meta_t *meta, st
  * (train_lr.c, train_fm.c and train_ffm.c say how FTRL's z is chosen so
  * that the served weight does not move before the id's first step; an id
  * live lacks too starts as a new id), so training continues the served
- * model rather than
- * starting afresh; predictions read live for the ids the state lacks, so
- * train_predict is the served score.  A row whose served floats would not
+ * model rather than starting afresh; predictions read live for the ids
+ * the state lacks, so train_predict is the served score.  A row whose served floats would not
  * be finite is never written into live: the step stops there with -ERANGE
  * (the caller's alarm: stop training this trainer).  The caller must be
  * live's only writer while attached (store.h: one writer per shard);
