@@ -136,6 +136,7 @@ class OnlineFmFfm(ServerCase):
         with s.client() as c:
             self.train(s, c, "ffm")
         self.assertNotIn("warn: online: model", s.output())
+        self.assertIn("learns into version 1 (ffm/ftrl ", s.output())
 
     def test_feedback_on_an_fm_model(self):
         model = os.path.join(self.tmp, "fm", "1")
