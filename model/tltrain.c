@@ -63,21 +63,24 @@ static void usage(FILE *f)
             "  --format F       libsvm (label idx:val), libffm (label field:idx:val) or criteo\n"
             "                   (raw TSV/CSV: label, I1-I13, C1-C26; hashed per field)\n"
             "  --model M        lr, fm, ffm (field-aware FM) or dnn (Wide & Deep)\n"
-            "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm;\n"
-            "                   fm with ftrl: FTRL for the linear weights, Adagrad for v);\n"
+            "  --optimizer O    ftrl, adagrad or sgd (default: ftrl for lr, adagrad for fm\n"
+            "                   and ffm; fm, ffm with ftrl: FTRL for the bias and linear\n"
+            "                   weights, Adagrad for v);\n"
             "                   dnn: adam (its only mode: Adam for the MLP, Adagrad for the\n"
             "                   embeddings and wide weights)\n"
             "  --lr X           learning rate (FTRL alpha); lr: ftrl 0.1, adagrad 0.05, sgd 0.05;\n"
             "                   fm: adagrad 0.2, ftrl/sgd 0.05; ffm: 0.4 for the factors, half\n"
-            "                   that for the bias and linear weights\n"
+            "                   that for the bias and linear weights (ftrl: their FTRL alpha)\n"
             "  --beta X         FTRL beta (default 1); Adagrad epsilon (default 1, so that\n"
-            "                   no step exceeds lr x |gradient|)\n"
+            "                   no step exceeds lr x |gradient|; ffm with ftrl: both)\n"
             "  --l1 X           L1 (FTRL only; default 0.1)\n"
             "  --l2 X           L2 on the linear weights (lr: ftrl 1, adagrad/sgd 1e-4;\n"
-            "                   fm: ftrl 1, adagrad 2e-5, sgd 0.001; ffm: 0.002;\n"
+            "                   fm: ftrl 1, adagrad 2e-5, sgd 0.001; ffm: ftrl 1,\n"
+            "                   adagrad/sgd 0.002;\n"
             "                   dnn: 1e-4 on w and e)\n"
             "  --k K            fm: factors per id (default 4, at most 64); ffm: factors per\n"
-            "                   id and field (default 4; 1 + fields x k <= 512 with adagrad)\n"
+            "                   id and field (default 4; 1 + fields x k <= 512 with adagrad,\n"
+            "                   511 with ftrl)\n"
             "  --norm, --no-norm  ffm, fm: instance normalisation, x / |x| (default on;\n"
             "                   fm with ftrl or sgd: off)\n"
             "  --l2-v X         fm: L2 on the factors (adagrad 2e-5 + 3 / the id's occurrences\n"
@@ -378,6 +381,7 @@ static void apply_params(const struct cli_params *c, const train_dnn_options_t *
     case STORE_MODEL_FFM:
         if (c->lr >= 0) o->ffm.alpha = c->lr;
         if (c->beta >= 0) o->ffm.beta = c->beta;
+        if (c->l1 >= 0) o->ffm.l1 = c->l1;
         if (c->l2 >= 0) o->ffm.l2 = c->l2;
         if (c->l2v >= 0) o->ffm.l2_v = c->l2v;
         if (c->init_sd >= 0) o->ffm.init_stdev = c->init_sd;

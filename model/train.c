@@ -67,8 +67,7 @@ int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options
         train_fm_defaults(opt, &o->fm);
         return 0;
     case STORE_MODEL_FFM:
-        train_ffm_defaults(&o->ffm);
-        o->ffm.optimizer = opt;
+        train_ffm_defaults(opt, &o->ffm);
         return 0;
     case STORE_MODEL_DNN:
         train_dnn_defaults(&o->dnn);

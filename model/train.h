@@ -157,17 +157,24 @@ typedef struct train_fm_options {
  *
  *   SGD      [ w | v (F k) ]                    1 + F k  <= STORE_MAX_VALUE_FLOATS
  *   Adagrad  [ w | v (F k) | Gw | Gv (F k) ]    2 + 2F k <= STORE_MAX_VALUE_FLOATS
+ *   FTRL     [ w | v (F k) | z | n | Gv (F k) ] 3 + 2F k <= STORE_MAX_VALUE_FLOATS
+ *            (FTRL-Proximal for the bias and w, as FM: w the closed form of
+ *            z, n with alpha x w_ratio, beta, l1, l2; the bias with l1 = l2 =
+ *            0.  Adagrad for v with alpha, epsilon beta and l2_v)
  *
  * A new id's v starts uniform in [0, init_stdev) from a hash of (seed, id,
- * coordinate): the same for any sample order.  FTRL is refused. */
+ * coordinate): the same for any sample order. */
 typedef struct train_ffm_options {
-    train_optimizer_t optimizer; /* TRAIN_ADAGRAD (default) or TRAIN_SGD */
+    train_optimizer_t optimizer; /* TRAIN_ADAGRAD (default), TRAIN_FTRL or TRAIN_SGD */
     uint32_t fields, k;     /* F in 1..FFM_MAX_FIELDS, k >= 1; the state row must fit
                              * STORE_MAX_VALUE_FLOATS */
     double alpha;           /* learning rate of v; > 0 */
-    double w_ratio;         /* the bias and w step at alpha x w_ratio; > 0 */
-    double beta;            /* Adagrad: added to sqrt(sum g^2); >= 0 */
-    double l2;              /* L2 on w; >= 0 */
+    double w_ratio;         /* the bias and w step at alpha x w_ratio (FTRL: that is
+                             * their FTRL alpha); > 0 */
+    double beta;            /* Adagrad: added to sqrt(sum g^2) (v, and w unless FTRL);
+                             * FTRL: beta for w; >= 0 */
+    double l1;              /* FTRL only: L1 on w; >= 0 */
+    double l2;              /* L2 on w (FTRL: in the closed form); >= 0 */
     double l2_v;            /* L2 on v; >= 0 */
     double init_stdev;      /* v starts uniform in [0, init_stdev) (LIBFFM's 1/sqrt(k)
                              * for k = 4 by default); >= 0 */
@@ -207,15 +214,16 @@ typedef struct train_dnn_options {
     uint32_t shards;        /* trainer store shards; 0 = 16 */
 } train_dnn_options_t;
 
-/* Fills o with each kind's tuned defaults (train_*.c say where from).  LR
- * and FM take the optimizer; FM's Adagrad defaults are the tuned ones
+/* Fills o with each kind's tuned defaults (train_*.c say where from).  LR,
+ * FM and FFM take the optimizer; FM's Adagrad defaults are the tuned ones
  * (norm on, alpha 0.2, beta 1, l2 and l2_v 2e-5, l2_v_freq 3), FTRL's and
- * SGD's untuned starting points (norm off).  FFM: Adagrad, k 4, norm on,
- * fields left 0 (the caller must set them).  DNN: 26 fields, d 16, hidden
- * 256,128, wide. */
+ * SGD's untuned starting points (norm off).  FFM: k 4, norm on, fields left
+ * 0 (the caller must set them); Adagrad's are the tuned ones, FTRL keeps
+ * them for v and has its own l1, l2 for w (train_ffm.c).  DNN: 26 fields,
+ * d 16, hidden 256,128, wide. */
 void train_lr_defaults(train_optimizer_t opt, train_lr_options_t *o);
 void train_fm_defaults(train_optimizer_t opt, train_fm_options_t *o);
-void train_ffm_defaults(train_ffm_options_t *o);
+void train_ffm_defaults(train_optimizer_t opt, train_ffm_options_t *o);
 void train_dnn_defaults(train_dnn_options_t *o);
 
 /* A trainer's options: the kind, and that kind's struct. */
@@ -234,7 +242,8 @@ typedef struct train_options {
 int train_defaults(store_model_kind_t kind, train_optimizer_t opt, train_options_t *o);
 
 /* The optimizer a kind is tuned with: FTRL for LR, Adagrad for FM and FFM
- * (and the DNN's embeddings, whose optimizer is fixed). */
+ * (and the DNN's embeddings, whose optimizer is fixed).  FM and FFM also
+ * train with FTRL (FTRL-Proximal for the bias and w, Adagrad for v). */
 train_optimizer_t train_default_optimizer(store_model_kind_t kind);
 
 /* The passes over a training file the defaults are tuned for. */
@@ -347,11 +356,11 @@ int train_export(const train_t *t, const char *dir, const store_meta_t *meta, st
  * the new served floats of every id it touched, the bias's included, into
  * live (a key new to live is inserted), and an id the trainer's state
  * lacks starts from live's served floats with zero optimizer statistics
- * (train_lr.c and train_fm.c say how FTRL's z is chosen so that the served
- * weight does not move before the id's first step; an id live lacks too
- * starts as a new id), so training continues the served model rather than
- * starting afresh; predictions read live for the ids the state lacks, so
- * train_predict is the served score.  A row whose served floats would not
+ * (train_lr.c, train_fm.c and train_ffm.c say how FTRL's z is chosen so
+ * that the served weight does not move before the id's first step; an id
+ * live lacks too starts as a new id), so training continues the served
+ * model rather than starting afresh; predictions read live for the ids
+ * the state lacks, so train_predict is the served score.  A row whose served floats would not
  * be finite is never written into live: the step stops there with -ERANGE
  * (the caller's alarm: stop training this trainer).  The caller must be
  * live's only writer while attached (store.h: one writer per shard);

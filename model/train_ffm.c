@@ -1,6 +1,7 @@
 /*
  * train_ffm.c — FFM training (train.h; the table train__ffm_ops): Adagrad
- * or SGD on every coordinate, logistic loss.
+ * or SGD on every coordinate, or FTRL-Proximal for the bias and w with
+ * Adagrad for the factors (as train_fm.c's FTRL), logistic loss.
  *
  *   margin = bias + s sum_j w_j x_j + s^2 sum_{j<l} <v_{j,f(l)}, v_{l,f(j)}> x_j x_l
  *
@@ -19,8 +20,8 @@
  *      empty item, so the prediction is by construction what a server
  *      scores on an export;
  *   3. g = p - y; each coordinate takes its own step, in place in the
- *      table.  The bias row is [b | 0..0 | Gb | 0..0]; its v's stay 0 and
- *      it has no L2.
+ *      table.  The bias row is [b | 0..0 | its w statistics | 0..0]; its
+ *      v's stay 0 and it has no L1 or L2.
  *
  * The forward pass reads the rows where the table keeps them; each
  * feature's own v_fj block is saved first, as the gradient needs the
@@ -36,10 +37,19 @@
  *
  *   SGD      [ w | v_0 .. v_{F-1} ]
  *   Adagrad  [ w | v_0 .. v_{F-1} | Gw | Gv_0 .. Gv_{F-1} ]
+ *   FTRL     [ w | v_0 .. v_{F-1} | z | n | Gv_0 .. Gv_{F-1} ]
  *
+ * (the factors' sums start at column gv0: K + 1, or K + 2 under FTRL).
  * Steps, per coordinate with gradient g_c (L2 folded in as g_c += l2 c):
  * SGD c -= a g_c; Adagrad G += g_c^2, c -= a g_c / (sqrt(G) + beta), with
- * a = alpha for the factors and alpha w_ratio for the bias and w.
+ * a = alpha for the factors and alpha w_ratio for the bias and w.  FTRL
+ * steps the bias and w as train_fm.c does (FTRL-Proximal, McMahan et al.
+ * 2013): z += g - (sqrt(n + g^2) - sqrt(n)) / a w, n += g^2, and w the
+ * closed form of (z, n) with a = alpha w_ratio, beta, l1 and l2 (0 and 0
+ * for the bias; L2 in the closed form, not in g); the factors take
+ * Adagrad's step above, whose defaults are the tuned ones.  Why FTRL for w:
+ * its L1 leaves rare ids' w at exactly 0, and its (z, n) are sums that
+ * partitioned replicas add in any order (SYNC).
  *
  * Sparse updates.  v_{j,h} has a data gradient only when another feature of
  * the sample lies in field h (B[h][f(j)] minus j's own share is otherwise
@@ -67,8 +77,10 @@
  * stepped (the bias's and each feature's with x != 0) into it with
  * store_upsert_relaxed (a key new to it is inserted; an existing row float
  * by float, so that no request waits for a trainer preempted mid-row).  A row the table lacks
- * starts from the served row (optimizer sums 0) when the served store has
- * one, else as a new id (w 0, v from the hash); predictions read an id
+ * starts from the served row (optimizer sums 0; under FTRL n = 0 and z the
+ * value whose closed form is the served w, as train_fm.c chooses it, so
+ * that w does not move before the id's first step) when the served store
+ * has one, else as a new id (w 0, v from the hash); predictions read an id
  * the table lacks from the served store (0 when absent, as served), so
  * train_predict equals the served score.  A step whose serving row would
  * not be finite returns -ERANGE before that row reaches the served store
@@ -86,9 +98,11 @@
  * shared rows stepped are served as stepped, except the spoilt one.
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K coordinates, G
- * at K + i (Adagrad) or none (SGD); rows of K over STORE_MAX_VALUE_FLOATS
- * do not sync.  A hooked step copies each row before stepping it; workers
- * on threads never call the hook.
+ * at K + i (Adagrad) or none (SGD); under FTRL w's additive (z, n) at K,
+ * K + 1 (w recomputed from them, as LR and FM-FTRL sync) and v_i's G at
+ * K + 1 + i; rows of K over STORE_MAX_VALUE_FLOATS do not sync.  A hooked
+ * step copies each row before stepping it; workers on threads never call
+ * the hook.
  *
  * ON THREADS (train_threads.c): each worker is a copy of the trainer with
  * its own work space over the same row table; new ids are made through
@@ -117,16 +131,20 @@
 #include <string.h>
 
 
+/* FTRL's defaults for w (train_ffm_defaults): L1 and closed-form L2. */
+#define FFM_FTRL_L1 0.1
+#define FFM_FTRL_L2 1.0
+
 static uint32_t state_floats(train_optimizer_t o, uint64_t K)
 {
-    uint64_t sk = o == TRAIN_SGD ? K : 2 * K;
+    uint64_t sk = o == TRAIN_SGD ? K : o == TRAIN_FTRL ? 2 * K + 1 : 2 * K;
     return sk > UINT32_MAX ? UINT32_MAX : (uint32_t)sk;
 }
 
-void train_ffm_defaults(train_ffm_options_t *o)
+void train_ffm_defaults(train_optimizer_t opt, train_ffm_options_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->optimizer = TRAIN_ADAGRAD;
+    o->optimizer = opt;
     o->fields = 0;
     o->k = 4;
     /* Tuned on the four sets of the quality table (test_ffm --quality) with
@@ -144,6 +162,16 @@ void train_ffm_defaults(train_ffm_options_t *o)
     o->init_stdev = 0.5;
     o->norm = true;
     o->seed = 1;
+    if (opt == TRAIN_FTRL) {
+        /* v keeps Adagrad's tuned step above; w's FTRL alpha is the same
+         * alpha x w_ratio.  l1 and l2 are LR's and FM's FTRL ones (l2 in
+         * the closed form: a penalty on w as a whole, not per occurrence
+         * as Adagrad's).  On the four quality sets l1 0..0.1 and l2 0..1
+         * moved test logloss by under .002; docs/performance.md has the
+         * figures against Adagrad's. */
+        o->l1 = FFM_FTRL_L1;
+        o->l2 = FFM_FTRL_L2;
+    }
 }
 
 static void free_work(train_ffm_t *t)
@@ -160,23 +188,24 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
         {opt->alpha, true, "learning rate (alpha) must be > 0"},
         {opt->w_ratio, true, "the linear step ratio (w_ratio) must be > 0"},
         {opt->beta, false, "beta must be >= 0"},
+        {opt->l1, false, "l1 must be >= 0"},
         {opt->l2, false, "l2 must be >= 0"},
         {opt->l2_v, false, "l2 on v must be >= 0"},
         {opt->init_stdev, false, "init stdev must be >= 0"},
     };
     const char *bad = NULL;
     char buf[160];
-    if (opt->optimizer == TRAIN_FTRL)
-        bad = "FTRL is not supported for FFM: use adagrad or sgd";
-    else if (opt->optimizer != TRAIN_ADAGRAD && opt->optimizer != TRAIN_SGD)
+    if ((unsigned)opt->optimizer > TRAIN_SGD)
         bad = "unknown optimizer";
     else if (opt->fields < 1 || opt->fields > FFM_MAX_FIELDS) {
         snprintf(buf, sizeof buf, "fields must be 1..%d for FFM", FFM_MAX_FIELDS);
         bad = buf;
     } else if (opt->k < 1 || state_floats(opt->optimizer, 1 + (uint64_t)opt->fields * opt->k) >
                                  STORE_MAX_VALUE_FLOATS) {
-        uint32_t per =
-            opt->optimizer == TRAIN_SGD ? STORE_MAX_VALUE_FLOATS : STORE_MAX_VALUE_FLOATS / 2;
+        /* the largest K = 1 + F k whose state row fits */
+        uint32_t per = opt->optimizer == TRAIN_SGD    ? STORE_MAX_VALUE_FLOATS
+                       : opt->optimizer == TRAIN_FTRL ? (STORE_MAX_VALUE_FLOATS - 1) / 2
+                                                      : STORE_MAX_VALUE_FLOATS / 2;
         snprintf(buf, sizeof buf,
                  "k must be 1..%u for FFM with %u fields and %s (1 + fields x k must be <= %u)",
                  (per - 1) / opt->fields, opt->fields, train_optimizer_name(opt->optimizer), per);
@@ -193,8 +222,13 @@ __attribute__((cold)) int train_ffm_create(const train_ffm_options_t *opt, train
     t->k = opt->k;
     t->K = 1 + opt->fields * opt->k;
     t->sk = state_floats(opt->optimizer, t->K);
+    t->gv0 = opt->optimizer == TRAIN_FTRL ? t->K + 2 : t->K + 1;
+    const bool ftrl = opt->optimizer == TRAIN_FTRL;
     t->sync = (train__rows_sync_t){
-        .r = t->K, .g0 = opt->optimizer == TRAIN_SGD ? TRAIN__ROWS_NO_G : t->K};
+        .r = t->K,
+        .g0 = opt->optimizer == TRAIN_SGD ? TRAIN__ROWS_NO_G : t->gv0 - 1,
+        .z = ftrl ? t->K : 0,
+        .alpha = opt->alpha * opt->w_ratio, .beta = opt->beta, .l1 = opt->l1, .l2 = opt->l2};
     const size_t Fk = (size_t)t->F * t->k;
     t->zero = calloc(t->K, sizeof *t->zero);
     t->work = malloc(model_ffm_work_doubles(t->F, t->k) * sizeof *t->work);
@@ -325,6 +359,23 @@ static float *attach_mt(train_ffm_t *t, const uint64_t *ids, const float *values
     return bias;
 }
 
+/* FTRL (LIVE): row's z, n for its served w (row[0]) with zero statistics:
+ * n = 0 (1 when beta and l2 are 0: at n = 0 every z gives w = 0) and the z
+ * whose closed form is w, train_fm.c's choice, so that w does not move
+ * before the id's first step.  l1, l2 are 0 for the bias. */
+static void ftrl_from_served(const train_ffm_t *t, bool bias, float *row)
+{
+    if (row[0] == 0)
+        return; /* z = n = 0 gives w = 0 */
+    const double alpha = t->opt.alpha * t->opt.w_ratio;
+    const double l1 = bias ? 0 : t->opt.l1, l2 = bias ? 0 : t->opt.l2;
+    const double n0 = t->opt.beta == 0 && l2 == 0 ? 1 : 0;
+    const double d = (t->opt.beta + sqrt(n0)) / alpha + l2;
+    const double w = row[0];
+    row[t->K] = (float)(-w * d - copysign(l1, w));
+    row[t->K + 1] = (float)n0;
+}
+
 /* A new row of id (created in the table, sk floats): from the served
  * store's row when attached and it has one (LIVE), else init_row (or all 0
  * for the bias). */
@@ -332,8 +383,11 @@ void train__ffm_new_row(const train_ffm_t *t, uint64_t id, float *row)
 {
     if (t->served) {
         memset(row, 0, (size_t)t->sk * sizeof *row);
-        if (store_lookup(t->served, id, row))
+        if (store_lookup(t->served, id, row)) {
+            if (t->opt.optimizer == TRAIN_FTRL)
+                ftrl_from_served(t, id == MODEL_BIAS_ID, row);
             return;
+        }
     }
     if (id != MODEL_BIAS_ID)
         init_row(t, id, row);
@@ -472,14 +526,38 @@ static inline void sgd_1(float *c, double g, double l2, double alpha)
     *c = (float)((double)*c - alpha * (g + l2 * (double)*c));
 }
 
-/* Steps w (row[0]) by gradient gw with L2 l2. */
-static void step_w(const train_ffm_t *t, float *row, double gw, double l2)
+/* FTRL-Proximal step of w (*w) with its z, n at zn[0], zn[1]: train_fm.c's
+ * ftrl(), the closed form train_lr_ftrl_weight's. */
+static inline void ftrl_1(float *w, float *zn, double g, double l1, double l2, double alpha,
+                          double beta)
+{
+    double z = zn[0], n = zn[1];
+    double n2 = n + g * g;
+    double sq2 = sqrt(n2);
+    z += g - (sq2 - sqrt(n)) / alpha * (double)*w;
+    double nw = 0;
+    if (fabs(z) > l1)
+        nw = -(z - copysign(l1, z)) / ((beta + sq2) / alpha + l2);
+    zn[0] = (float)z;
+    zn[1] = (float)n2;
+    *w = (float)nw;
+}
+
+/* Steps w (row[0]) by gradient gw with L1 l1 (FTRL only) and L2 l2. */
+static void step_w(const train_ffm_t *t, float *row, double gw, double l1, double l2)
 {
     const double alpha_w = t->opt.alpha * t->opt.w_ratio;
-    if (t->opt.optimizer == TRAIN_SGD)
+    switch (t->opt.optimizer) {
+    case TRAIN_SGD:
         sgd_1(row, gw, l2, alpha_w);
-    else
+        break;
+    case TRAIN_ADAGRAD:
         adagrad_1(row, row + t->K, gw, l2, alpha_w, t->opt.beta);
+        break;
+    case TRAIN_FTRL:
+        ftrl_1(row, row + t->K, gw, l1, l2, alpha_w, t->opt.beta);
+        break;
+    }
 }
 
 /* Steps row's v by t->gv where t->mask says. */
@@ -490,8 +568,8 @@ static void step_v(const train_ffm_t *t, float *row)
     if (t->opt.optimizer == TRAIN_SGD)
         train__ffm_sgd_v(row + 1, t->gv, t->mask, Fk, l2v, alpha);
     else
-        train__ffm_adagrad_v(row + 1, row + t->K + 1, t->gv, t->mask, Fk, l2v, alpha,
-                             (float)t->opt.beta);
+        train__ffm_adagrad_v(row + 1, row + t->gv0, t->gv, t->mask, Fk, l2v, alpha,
+                             (float)t->opt.beta); /* FTRL's factors too */
 }
 
 /* LIVE: row's serving prefix (K floats) into the served store when
@@ -536,10 +614,10 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
     double g = ((double)p - (double)label) * (double)weight;
 
     const train__rows_sync_t *sync = &t->sync;
-    float before[2 * STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step (sk <= 2K) */
+    float before[2 * STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step (sk <= 2K + 1) */
     if (sync->fn)
         memcpy(before, bias, (size_t)t->sk * sizeof *bias);
-    step_w(t, bias, g, 0);
+    step_w(t, bias, g, 0, 0);
     int rc = train__ffm_write_served(t, MODEL_BIAS_ID, bias, true);
     if (rc != 0)
         return rc;
@@ -558,7 +636,7 @@ int train_ffm_update(train_ffm_t *t, const uint64_t *ids, const float *values, u
         factor_gradient(t, t->selfv + (size_t)j * t->k, fj, x, g * s2);
         if (sync->fn)
             memcpy(before, t->live[j], (size_t)t->sk * sizeof *before);
-        step_w(t, t->live[j], g * s * x, t->opt.l2);
+        step_w(t, t->live[j], g * s * x, t->opt.l1, t->opt.l2);
         step_v(t, t->live[j]);
         mask_block(t, fj, 1);
         if (j < t->defer_n) { /* BATCH: served at the frame's end; refused as below */

@@ -18,7 +18,8 @@ struct train_ffm {
     train__row_table_t *table; /* owned: state rows, sk floats per id, stepped in place */
     uint32_t F, k;      /* fields, factors */
     uint32_t K;         /* serving floats per id: 1 + F k */
-    uint32_t sk;        /* state floats per id: K (SGD) or 2K (Adagrad) */
+    uint32_t sk;        /* state floats per id: K (SGD), 2K (Adagrad), 2K + 1 (FTRL) */
+    uint32_t gv0;       /* the state column of v's first Adagrad sum: K + 1 (FTRL: K + 2) */
     uint32_t cap;       /* features the work space holds */
     float **live;       /* cap: each feature's state row in the table (or zero) */
     float *selfv;       /* cap * k: each feature's v block of its own field, as forward saw it */

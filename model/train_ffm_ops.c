@@ -164,10 +164,11 @@ static void ops_describe(const void *impl, char *buf, size_t len)
 {
     const train_ffm_options_t *o = &((const train_ffm_t *)impl)->opt;
     snprintf(buf, len,
-             "ffm/%s fields=%u k=%u norm=%d alpha=%g beta=%g l2=%g l2_v=%g init_stdev=%g "
-             "seed=%llu",
+             "ffm/%s fields=%u k=%u norm=%d alpha=%g w_ratio=%g beta=%g l1=%g l2=%g l2_v=%g "
+             "init_stdev=%g seed=%llu",
              train_optimizer_name(o->optimizer), o->fields, o->k, (int)o->norm, o->alpha,
-             o->beta, o->l2, o->l2_v, o->init_stdev, (unsigned long long)o->seed);
+             o->w_ratio, o->beta, o->optimizer == TRAIN_FTRL ? o->l1 : 0.0, o->l2, o->l2_v,
+             o->init_stdev, (unsigned long long)o->seed);
 }
 
 static int ops_attach_live(void *impl, store_t *live, const store_extras_t *x, char *why,

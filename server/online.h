@@ -46,8 +46,8 @@
  * anything new, in the same order, so the model it serves equals the one
  * before the crash (online_trainer.c).
  *
- * KINDS: LR (FTRL, Adagrad, SGD), FM (the same three), FFM (Adagrad, SGD)
- * and the DNN (Adagrad on its sparse rows, its served MLP frozen), each
+ * KINDS: LR (FTRL, Adagrad, SGD), FM and FFM (the same three; FTRL for
+ * their w, Adagrad for v) and the DNN (Adagrad on its sparse rows, its served MLP frozen), each
  * trainer made from its served model's kind, shape and params
  * (online_trainer.c); with partitioned replicas LR only.  A TRAIN for a
  * model it cannot learn (another kind, fp16 rows) is refused with a

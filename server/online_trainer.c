@@ -120,16 +120,16 @@ static int param_u32(const model_t *m, const char *key, uint32_t lo, uint32_t hi
 }
 
 /* The trainer's options for m (KINDS in online.h): LR takes G.opts (the
- * --online-* settings, checked at start); FM and FFM the kind's tuned
- * defaults for --online-optimizer (FFM has no FTRL: Adagrad, its tuned
- * one), their shape and norm from the served model (the scorer's, so the
+ * --online-* settings, checked at start); FM and FFM the kind's defaults
+ * for --online-optimizer (with ftrl: FTRL for w, Adagrad for v), their
+ * shape and norm from the served model (the scorer's, so the
  * trainer predicts what is served), and --online-alpha, -beta, -l2 where
- * set (l2 on w; -l1 applies to FM's FTRL only); the DNN its defaults
+ * set (l2 on w; -l1 applies to w under FTRL only); the DNN its defaults
  * (Adagrad, whatever --online-optimizer says) with its shape from the
  * served MLP, --online-alpha as the sparse step and -l2.  0, or -1 with a
  * sentence; note gets a sentence naming the --online-* settings given that
  * the kind does not use (empty when none), for a warning at attach (the
- * default ftrl for FFM and the DNN is documented, not warned about). */
+ * default ftrl for the DNN is documented, not warned about). */
 static int options_for(const model_t *m, train_options_t *o, char *why, size_t why_len,
                        char *note, size_t note_len)
 {
@@ -176,10 +176,9 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             snprintf(why, why_len, "its params fields and k are missing or bad");
             return -1;
         }
-        if (c->online_l1 >= 0)
-            snprintf(note, note_len, "FFM has no L1: --online-l1 is not used");
-        (void)train_defaults(STORE_MODEL_FFM, opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD, o);
-        o->ffm.optimizer = opt == TRAIN_SGD ? TRAIN_SGD : TRAIN_ADAGRAD;
+        if (opt != TRAIN_FTRL && c->online_l1 >= 0)
+            snprintf(note, note_len, "FFM uses --online-l1 with ftrl only: not used");
+        (void)train_defaults(STORE_MODEL_FFM, opt, o);
         o->ffm.fields = F;
         o->ffm.k = k;
         o->ffm.norm = norm != 0;
@@ -187,6 +186,8 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
             o->ffm.alpha = c->online_alpha;
         if (c->online_beta >= 0)
             o->ffm.beta = c->online_beta;
+        if (c->online_l1 >= 0)
+            o->ffm.l1 = c->online_l1;
         if (c->online_l2 >= 0)
             o->ffm.l2 = c->online_l2;
         return 0;

@@ -115,7 +115,8 @@ class OnlineFmFfm(ServerCase):
     def test_settings_a_kind_does_not_use_are_named(self):
         """A --online-* setting given that the kind does not use is named in a warning."""
         for kind, args, want in (
-                ("ffm", ["--online-l1", "1"], "FFM has no L1: --online-l1 is not used"),
+                ("ffm", ["--online-optimizer", "adagrad", "--online-l1", "1"],
+                 "FFM uses --online-l1 with ftrl only: not used"),
                 ("dnn", ["--online-optimizer", "sgd", "--online-beta", "2"],
                  "learn with adagrad (--online-alpha and --online-l2 apply): "
                  "--online-optimizer sgd --online-beta not used")):
@@ -131,10 +132,11 @@ class OnlineFmFfm(ServerCase):
                 self.assertIn("learns into version 1 (%s" % kind, out)
         model = os.path.join(self.tmp, "opt_ffm_default", "1")
         gen(model, "ffm", KINDS["ffm"])
-        s = self.serve(model, "--online")  # ftrl, the default: documented, no warning
+        s = self.serve(model, "--online")  # ftrl, the default: FFM learns with it, no warning
         with s.client() as c:
             self.train(s, c, "ffm")
         self.assertNotIn("warn: online: model", s.output())
+        self.assertIn("learns into version 1 (ffm/ftrl ", s.output())
 
     def test_feedback_on_an_fm_model(self):
         model = os.path.join(self.tmp, "fm", "1")

@@ -356,7 +356,7 @@ static train_ffm_t *make_ffm(train_optimizer_t o, uint32_t F, uint32_t k, double
                              double l2, double sd, bool norm)
 {
     train_ffm_options_t opt;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     opt.optimizer = o;
     opt.fields = F;
     opt.k = k;
@@ -464,7 +464,7 @@ static void test_sgd_step_by_hand(void **state)
     const double alpha = 0.1, ratio = 0.5, l2 = 0.01, l2v = 0.02;
     const double alpha_w = alpha * ratio; /* the bias and w step at alpha x w_ratio */
     train_ffm_options_t opt;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     opt.optimizer = TRAIN_SGD;
     opt.fields = F;
     opt.k = KF;
@@ -530,7 +530,7 @@ static void test_export_roundtrip(void **state)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const struct rt_case *rc = &cases[ci];
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.optimizer = rc->opt;
         opt.fields = rc->F;
         opt.k = rc->k;
@@ -620,7 +620,7 @@ static void test_seeded_init(void **state)
     float p[3];
     for (int i = 0; i < 3; i++) {
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.fields = 3;
         opt.seed = i == 2 ? 99 : 1;
         train_ffm_t *t;
@@ -646,13 +646,30 @@ static void test_bad_options(void **state)
     (void)state;
     train_ffm_options_t opt;
     train_ffm_t *t;
-    train_ffm_defaults(&opt);
+    train_ffm_defaults(TRAIN_ADAGRAD, &opt);
     expect_bad(&opt, "fields must be 1..256 for FFM"); /* the caller must set fields */
     opt.fields = 257;
     expect_bad(&opt, "fields must be 1..256 for FFM");
     opt.fields = 20;
-    opt.optimizer = TRAIN_FTRL;
-    expect_bad(&opt, "FTRL is not supported for FFM: use adagrad or sgd");
+    opt.optimizer = TRAIN_FTRL; /* [w | v | z | n | Gv]: 2 (1 + F k) + 1 floats */
+    opt.k = 26;
+    expect_bad(&opt, "k must be 1..25 for FFM with 20 fields and ftrl "
+                     "(1 + fields x k must be <= 511)");
+    opt.k = 25; /* 2 (1 + 500) + 1 = 1003 floats of state */
+    assert_int_equal(train_ffm_create(&opt, &t, NULL, 0), 0);
+    train_ffm_destroy(t);
+    opt.fields = 255;
+    opt.k = 2; /* 2 (1 + 510) + 1 = 1023: the widest FTRL row */
+    assert_int_equal(train_ffm_create(&opt, &t, NULL, 0), 0);
+    train_ffm_destroy(t);
+    opt.fields = 256;
+    expect_bad(&opt, "k must be 1..1 for FFM with 256 fields and ftrl "
+                     "(1 + fields x k must be <= 511)");
+    opt.fields = 20;
+    opt.k = 4;
+    opt.l1 = -1;
+    expect_bad(&opt, "l1 must be >= 0");
+    opt.l1 = 0.01;
     opt.optimizer = TRAIN_ADAGRAD;
     opt.k = 26;
     expect_bad(&opt, "k must be 1..25 for FFM with 20 fields and adagrad "
@@ -712,6 +729,70 @@ static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *ma
     return rc;
 }
 
+/* The mean label of path's samples (*n of them): the constant predictor. */
+static int mean_label(const char *path, double *mean, uint64_t *n)
+{
+    reader_options_t ro = {.format = READER_LIBFFM};
+    reader_t *r;
+    char err[512];
+    if (reader_open(path, &ro, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    reader_sample_t smp;
+    int rc;
+    double sum = 0;
+    *n = 0;
+    while ((rc = reader_next(r, &smp)) == 1) {
+        sum += smp.label;
+        ++*n;
+    }
+    reader_close(r);
+    *mean = *n ? sum / (double)*n : 0;
+    return rc;
+}
+
+/* FFM-FTRL with its defaults (no tuning to the data) on criteo_tiny: the
+ * test logloss is finite and beats the constant predictor (the training
+ * set's click rate on every test row).  -1 when the set is absent. */
+static int quality_ftrl(const char *data)
+{
+    char tr[1024], te[1024];
+    snprintf(tr, sizeof tr, "%s/criteo_tiny/train.ffm", data);
+    snprintf(te, sizeof te, "%s/criteo_tiny/test.ffm", data);
+    if (access(tr, R_OK) != 0 || access(te, R_OK) != 0)
+        return -1;
+    uint32_t maxf = 0;
+    double p0, q;
+    uint64_t ntr, nte;
+    if (run_file(NULL, tr, NULL, &maxf) != 0 || mean_label(tr, &p0, &ntr) != 0 ||
+        mean_label(te, &q, &nte) != 0 || p0 <= 0 || p0 >= 1)
+        return 0;
+    const double constant = -(q * log(p0) + (1 - q) * log(1 - p0));
+    train_ffm_options_t opt;
+    train_ffm_defaults(TRAIN_FTRL, &opt);
+    opt.fields = maxf + 1;
+    train_ffm_t *t;
+    metrics_t *m;
+    if (train_ffm_create(&opt, &t, NULL, 0) != 0 || metrics_create(&m) != 0)
+        return 0;
+    for (int ep = 0; ep < TRAIN_FFM_DEFAULT_EPOCHS; ep++)
+        if (run_file(t, tr, NULL, NULL) != 0)
+            return 0;
+    if (run_file(t, te, m, NULL) != 0)
+        return 0;
+    metrics_result_t res;
+    metrics_compute(m, &res);
+    metrics_destroy(m);
+    train_ffm_destroy(t);
+    int pass = isfinite(res.logloss) && res.logloss < constant;
+    printf("criteo_tiny    FFM-FTRL defaults (F %u, k %u, %d epochs): logloss %.4f (constant "
+           "predictor %.4f) auc %.4f calibration %.3f: %s\n",
+           opt.fields, opt.k, TRAIN_FFM_DEFAULT_EPOCHS, res.logloss, constant, res.auc,
+           res.calibration, pass ? "ok" : "FAIL");
+    return pass;
+}
+
 static int quality(void)
 {
     /* target: the better of LIBFFM's and xLearn's FFM + 0.005 logloss / - 0.005 AUC.
@@ -740,7 +821,7 @@ static int quality(void)
         if (run_file(NULL, tr, NULL, &maxf) != 0)
             return 1;
         train_ffm_options_t opt;
-        train_ffm_defaults(&opt);
+        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
         opt.fields = maxf + 1;
         train_ffm_t *t;
         metrics_t *m;
@@ -769,6 +850,11 @@ static int quality(void)
         fprintf(stderr, "test_ffm --quality: no data sets under TL_SHARED_DATA: skipped\n");
         return 77;
     }
+    int ftrl = quality_ftrl(data);
+    if (ftrl == -1)
+        printf("criteo_tiny absent: FFM-FTRL's quality not checked\n");
+    else
+        ok &= ftrl;
     return ok ? 0 : 1;
 }
 

@@ -20,7 +20,8 @@
  *     leaves the trainer exactly as a trainer that learned the items
  *     before it, nothing non-finite in the state or the served store;
  *   - FFM's batch (update() per item, the shared rows served once a frame)
- *     gives the same predictions, rows and served rows as item by item.
+ *     gives the same predictions, rows and served rows as item by item
+ *     (Adagrad, SGD and FTRL).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -307,18 +308,19 @@ static void test_non_finite_undoes_the_item(void **state)
 /* FFM's batch (train_ffm.c, BATCH): update() per item, the shared rows
  * served once at the frame's end: predictions, every row's serving floats
  * in the trainer (train_ffm_weights) and in the served store bit for bit
- * against update() item by item, for Adagrad and SGD, live or not. */
+ * against update() item by item, for Adagrad, SGD and FTRL, live or not. */
 static void test_ffm_batch_equals_one_at_a_time(void **state)
 {
     (void)state;
     enum { F = 3, FK = 2, R = 1 + F * FK };
-    for (int oi = 0; oi < 2; oi++)
+    static const train_optimizer_t opts[] = {TRAIN_ADAGRAD, TRAIN_SGD, TRAIN_FTRL};
+    for (int oi = 0; oi < 3; oi++)
         for (int live = 0; live < 2; live++) {
             char what[96];
-            snprintf(what, sizeof what, "ffm/%s%s", oi ? "sgd" : "adagrad", live ? " live" : "");
+            snprintf(what, sizeof what, "ffm/%s%s", train_optimizer_name(opts[oi]),
+                     live ? " live" : "");
             train_options_t o;
-            assert_int_equal(train_defaults(STORE_MODEL_FFM, TRAIN_ADAGRAD, &o), 0);
-            o.ffm.optimizer = oi ? TRAIN_SGD : TRAIN_ADAGRAD;
+            assert_int_equal(train_defaults(STORE_MODEL_FFM, opts[oi], &o), 0);
             o.ffm.fields = F;
             o.ffm.k = FK;
             train_t *t[2];

@@ -16,7 +16,12 @@
  *     new ids are in the served store, and a positive sample's served
  *     score rose: a trainer that wrote nothing fails all three;
  *   - a store of another width (LR's one float, FM's of another k) is
- *     refused with a sentence; detaching works.
+ *     refused with a sentence; detaching works;
+ *   - FFM-FTRL: an id the trainer lacks starts from its served w with the
+ *     z whose closed form is that w, so a step of weight 0 (g = 0) leaves
+ *     every served w where it was (a z left 0 would drop each to 0);
+ *   - a step whose serving row would not be finite is -ERANGE (SGD and
+ *     FFM-FTRL for sure) and never reaches the served store.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,7 +78,8 @@ struct config {
 static const struct config configs[] = {
     {STORE_MODEL_FM, TRAIN_ADAGRAD}, {STORE_MODEL_FM, TRAIN_FTRL},
     {STORE_MODEL_FM, TRAIN_SGD},     {STORE_MODEL_FFM, TRAIN_ADAGRAD},
-    {STORE_MODEL_FFM, TRAIN_SGD},    {STORE_MODEL_DNN, TRAIN_ADAGRAD},
+    {STORE_MODEL_FFM, TRAIN_SGD},    {STORE_MODEL_FFM, TRAIN_FTRL},
+    {STORE_MODEL_DNN, TRAIN_ADAGRAD},
 };
 
 static void options_for(const struct config *c, train_options_t *o)
@@ -308,7 +314,9 @@ static void test_non_finite_is_not_served(void **state)
             y = (float)(r & 1);
             rc = train_update(t, &b, NULL, 1, &y, NULL, NULL);
         }
-        if ((configs[ci].opt == TRAIN_SGD || rc != 0) && rc != -ERANGE)
+        const bool must = configs[ci].opt == TRAIN_SGD ||
+                          (configs[ci].kind == STORE_MODEL_FFM && configs[ci].opt == TRAIN_FTRL);
+        if ((must || rc != 0) && rc != -ERANGE)
             fail_msg("%s/%s: rc %d", store_model_kind_name(configs[ci].kind),
                      train_optimizer_name(configs[ci].opt), rc);
         float row[STORE_MAX_VALUE_FLOATS];
@@ -321,11 +329,66 @@ static void test_non_finite_is_not_served(void **state)
     }
 }
 
+/* FFM-FTRL attached: the served w of every id the trainer lacks (the
+ * bias's too: no l1, l2) survives a step of weight 0, which recomputes w
+ * from (z, n); with beta 1 (n starts at 0) and beta 0 (the bias's n starts
+ * at 1: at n = 0 its closed form has no denominator). */
+static void test_ffm_ftrl_starts_at_the_served_w(void **state)
+{
+    (void)state;
+    enum { FK = 2, R = 1 + FIELDS * FK, N = 12 };
+    for (int variant = 0; variant < 2; variant++) {
+        train_options_t o;
+        const struct config c = {STORE_MODEL_FFM, TRAIN_FTRL};
+        options_for(&c, &o);
+        assert_int_equal(o.ffm.k, FK);
+        o.ffm.beta = variant ? 0.0 : 1.0;
+        train_t *t;
+        char why[256];
+        assert_int_equal(train_create(&o, &t, why, sizeof why), 0);
+        store_options_t so = {.value_floats = R};
+        store_t *live;
+        assert_int_equal(store_create(&so, &live), 0);
+        uint64_t ids[N + 1];
+        float served[N + 1][R];
+        for (int i = 0; i <= N; i++) { /* ids[N]: the bias */
+            ids[i] = i == N ? MODEL_BIAS_ID : ((uint64_t)(i % FIELDS) << 56) | (uint64_t)(i + 1);
+            for (int f = 0; f < R; f++)
+                served[i][f] = i == N && f > 0 ? 0.0f : 0.01f * (float)((i * 7 + f) % 11 + 1);
+            served[i][0] = (i % 2 ? -1.0f : 1.0f) * (0.003f + 0.4f * (float)i / N);
+            assert_true(store_upsert(live, ids[i], served[i]) >= 0);
+        }
+        assert_int_equal(train_attach_live(t, live, why, sizeof why), 0);
+        codec_block_t b = {.ids = ids, .values = NULL, .n = N};
+        float y = 1, zero = 0, p = NAN;
+        assert_int_equal(train_update(t, &b, NULL, 1, &y, &zero, &p), 0);
+        assert_true(isfinite(p));
+        const double l1d = o.ffm.l1 / (o.ffm.beta / (o.ffm.alpha * o.ffm.w_ratio) + o.ffm.l2);
+        for (int i = 0; i <= N; i++) {
+            float now[R];
+            assert_int_equal(store_lookup(live, ids[i], now), 1);
+            /* z rounds to a float: |dw| <= eps (|w| + l1 / d) */
+            double tol = 1e-6 * (fabs((double)served[i][0]) + (i == N ? 0 : l1d));
+            if (fabs((double)now[0] - served[i][0]) > tol)
+                fail_msg("beta %g, %s: served w %.9g became %.9g", o.ffm.beta,
+                         i == N ? "the bias" : "an id", served[i][0], now[0]);
+        }
+        /* and the step of a real gradient moves them */
+        assert_int_equal(train_update(t, &b, NULL, 1, &y, NULL, NULL), 0);
+        float now[R];
+        assert_int_equal(store_lookup(live, MODEL_BIAS_ID, now), 1);
+        assert_true(now[0] > served[N][0]);
+        train_destroy(t);
+        store_destroy(live);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_into_the_served_store),
         cmocka_unit_test(test_non_finite_is_not_served),
+        cmocka_unit_test(test_ffm_ftrl_starts_at_the_served_w),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  * (model/train_sync.h: ROWS; UPDATE_F_NONNEG_HALF of model/update_codec.h)
  * with real trainers, real served stores and real update messages:
  *
- *   - exact exchange: two replicas of FM (Adagrad, FTRL, SGD), FFM and the
+ *   - exact exchange: two replicas of FM (Adagrad, FTRL, SGD), FFM (Adagrad,
+ *     FTRL: w's (dz, dn) in coordinate 0's places, as FM-FTRL's) and the
  *     DNN each learn one half of a sample stream (even / odd samples) and,
  *     every interval, add the (dx, dG) the other's hook reported.  After
  *     the last exchange both hold the same rows: within REL of each other
@@ -102,7 +103,7 @@ static void hook(void *ctx, uint64_t id, const float *d, uint32_t n)
     p->n_out++;
 }
 
-enum kind { FM_ADAGRAD, FM_FTRL, FM_SGD, FFM, DNN };
+enum kind { FM_ADAGRAD, FM_FTRL, FM_SGD, FFM, DNN, FFM_FTRL };
 
 static void options(enum kind k, train_options_t *o)
 {
@@ -117,9 +118,12 @@ static void options(enum kind k, train_options_t *o)
         o->fm.l1 = k == FM_FTRL ? 0.01 : 0; /* FTRL's closed form with l1 */
         break;
     case FFM:
-        assert_int_equal(train_defaults(STORE_MODEL_FFM, TRAIN_ADAGRAD, o), 0);
+    case FFM_FTRL:
+        assert_int_equal(
+            train_defaults(STORE_MODEL_FFM, k == FFM ? TRAIN_ADAGRAD : TRAIN_FTRL, o), 0);
         o->ffm.fields = 3;
         o->ffm.k = 2;
+        o->ffm.l1 = k == FFM_FTRL ? 0.01 : 0; /* FTRL's closed form with l1 */
         break;
     case DNN:
         assert_int_equal(train_defaults(STORE_MODEL_DNN, TRAIN_ADAGRAD, o), 0);
@@ -131,7 +135,9 @@ static void options(enum kind k, train_options_t *o)
     }
 }
 
-static uint32_t served_floats(enum kind k) { return k == FFM ? 1 + 3 * 2 : k == DNN ? 5 : 5; }
+static bool is_ffm(enum kind k) { return k == FFM || k == FFM_FTRL; }
+
+static uint32_t served_floats(enum kind k) { return is_ffm(k) ? 1 + 3 * 2 : k == DNN ? 5 : 5; }
 
 static void replica_make(struct replica *p, enum kind k, bool hooked)
 {
@@ -222,7 +228,7 @@ static double disagreement(const struct replica *a, const struct replica *b, dou
 /* The served row is the state's prefix (FM: the state is a store). */
 static void served_is_state(const struct replica *p, enum kind k)
 {
-    if (k == FFM || k == DNN)
+    if (is_ffm(k) || k == DNN)
         return;
     for (uint64_t i = 0; i <= NID; i++) {
         float sv[MAXD], st[4 * MAXD];
@@ -269,6 +275,7 @@ static void test_exact_fm_adagrad(void **s) { (void)s; exact_exchange(FM_ADAGRAD
 static void test_exact_fm_ftrl(void **s) { (void)s; exact_exchange(FM_FTRL); }
 static void test_exact_fm_sgd(void **s) { (void)s; exact_exchange(FM_SGD); }
 static void test_exact_ffm(void **s) { (void)s; exact_exchange(FFM); }
+static void test_exact_ffm_ftrl(void **s) { (void)s; exact_exchange(FFM_FTRL); }
 static void test_exact_dnn(void **s) { (void)s; exact_exchange(DNN); }
 
 /* ---- 1 bit with error feedback ------------------------------------------ */
@@ -334,7 +341,7 @@ static void onebit_exchange(enum kind k)
         }
         sent += turn(&a, &b, UPDATE_F_NONNEG_HALF, 0);
         sent += turn(&b, &a, UPDATE_F_NONNEG_HALF, 0);
-        if (k != FFM) {
+        if (!is_ffm(k)) {
             g_nonneg(&a);
             g_nonneg(&b);
         }
@@ -356,6 +363,7 @@ static void onebit_exchange(enum kind k)
 
 static void test_onebit_fm(void **s) { (void)s; onebit_exchange(FM_ADAGRAD); }
 static void test_onebit_ffm(void **s) { (void)s; onebit_exchange(FFM); }
+static void test_onebit_ffm_ftrl(void **s) { (void)s; onebit_exchange(FFM_FTRL); }
 
 /* ---- refusals ---------------------------------------------------------- */
 
@@ -404,9 +412,10 @@ static void test_apply_refuses(void **s)
     assert_true(served_after[0] == 0.25f);
     replica_free(&p);
 
-    /* FFM and DNN: an unseen id with a refused d is not created anywhere */
-    static const enum kind others[] = {FFM, DNN};
-    for (int i = 0; i < 2; i++) {
+    /* FFM and DNN: an unseen id with a refused d is not created anywhere
+     * (FFM-FTRL: d[r] is w's dn, n = 0 - 1) */
+    static const enum kind others[] = {FFM, DNN, FFM_FTRL};
+    for (int i = 0; i < 3; i++) {
         replica_make(&p, others[i], false);
         float bad[MAXD] = {0};
         bad[p.r] = -1.0f; /* G = 0 - 1 */
@@ -441,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_exact_fm_sgd),     cmocka_unit_test(test_exact_ffm),
         cmocka_unit_test(test_exact_dnn),        cmocka_unit_test(test_onebit_fm),
         cmocka_unit_test(test_onebit_ffm),       cmocka_unit_test(test_apply_refuses),
+        cmocka_unit_test(test_exact_ffm_ftrl),   cmocka_unit_test(test_onebit_ffm_ftrl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,8 +6,9 @@
  *     train__row_table_upsert_mt while finding others; every id ends with
  *     exactly one row, holding its init values, and the count is exact;
  *   - one thread of the Hogwild path is train_update's arithmetic: LR
- *     (FTRL and Adagrad), FM and FFM trained by train_threads_epoch(1) and
- *     by train_update predict every test sample bit for bit alike, with the
+ *     (FTRL and Adagrad), FM and FFM (Adagrad and FTRL) trained by
+ *     train_threads_epoch(1) and by train_update predict every test sample
+ *     bit for bit alike, with the
  *     same progressive logloss; also when threaded and one-thread epochs
  *     alternate (the LR/FM store mirror is re-copied after a train_update);
  *   - two threads (and four, more than the cores) train LR, FM and FFM on
@@ -168,6 +169,7 @@ static const struct kind_case cases[] = {
     {STORE_MODEL_LR, TRAIN_ADAGRAD, 3},
     {STORE_MODEL_FM, TRAIN_ADAGRAD, 10},
     {STORE_MODEL_FFM, TRAIN_ADAGRAD, 11},
+    {STORE_MODEL_FFM, TRAIN_FTRL, 11},
 };
 
 /* ---- the row table under threads ------------------------------------------- */
