@@ -47,11 +47,10 @@
  * before the crash (online_trainer.c).
  *
  * KINDS: LR (FTRL, Adagrad, SGD), FM and FFM (the same three; FTRL for
- * their w, Adagrad for v) and the DNN (Adagrad on its sparse rows, its served MLP frozen), each
- * trainer made from its served model's kind, shape and params
- * (online_trainer.c); with partitioned replicas LR only.  A TRAIN for a
- * model it cannot learn (another kind, fp16 rows) is refused with a
- * sentence.
+ * their w, Adagrad for v) and the DNN (Adagrad on its sparse rows, its
+ * served MLP frozen), each trainer made from its served model's kind, shape
+ * and params (online_trainer.c), in every bus mode.  A TRAIN for a model it
+ * cannot learn (another kind, fp16 rows) is refused with a sentence.
  *
  * THREAD SAFETY: online_submit from any worker; online_metrics_format from
  * the admin thread; online_start/online_stop from main.
