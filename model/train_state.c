@@ -117,7 +117,7 @@ int train_state_put(train_t *t, const uint64_t *ids, size_t n, const float *rows
         }
         int rc = kind == STORE_MODEL_LR ? train__lr_state_put(impl, ids[i], row)
                                         : store_upsert(state_store(t), ids[i], row);
-        if (rc != 0)
+        if (rc < 0)
             return rc;
         if (kind == STORE_MODEL_FM)
             ((train_fm_t *)impl)->rows_stale = true;

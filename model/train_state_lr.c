@@ -17,7 +17,7 @@ int train__lr_state_put(void *impl, uint64_t id, const float *row)
 {
     train_lr_t *lr = impl;
     int rc = store_upsert(lr->store, id, row);
-    if (rc != 0)
+    if (rc < 0)
         return rc;
     lr->rows_stale = true;
     if (id == MODEL_BIAS_ID)
