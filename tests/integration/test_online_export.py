@@ -8,11 +8,12 @@ and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (produ
 - after SIGTERM, a plain tlserve on the repository (the chain: full + the exports) scores float
   for float as the online server did before it stopped: the exports hold exactly the live
   weights;
-- kill -9 after some exports and more acknowledged frames, restart: the server loads the chain
-  and learns its sample log again from the position the newest export covers.  It then equals,
-  float for float, a server that loaded the same chain and learned the same frames (those from
-  that position on).  Not a server that never crashed: FTRL's z and n are not in the exported
-  weights, so a restart starts them afresh from the served weights, as on any new version;
+- kill -9 after some exports and more acknowledged frames, restart: the server loads the chain,
+  restores the optimizer state the exports carry (FTRL's z and n of the keys each exported, in
+  their TRAINER_STATE files) and learns its sample log again from the position the newest
+  export covers.  It then equals, float for float, a server that NEVER crashed: one that loaded
+  version 1 and learned every acknowledged frame in the same order (without exports: they do
+  not change the math);
 - rollback after an export drops the online updates: the served scores are the rolled-back-to
   version's files' scores, exactly;
 - an export that cannot be written is an ERROR line and a counted failure; training goes on and
@@ -157,14 +158,19 @@ class OnlineExport(ServerCase):
         self.assertEqual(n, 2 * (hi - lo))
         self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
         self.assertGreater(lo, 0, "the replay did not start at an export's position")
-        ref = self.serve("--online", "--online-export-ms", "0", repo=frozen)
+        self.assertIn("online exports) restored", b.output())
+        for v in have[1:]:  # every export carries the optimizer state of its keys
+            self.assertTrue(os.path.exists(os.path.join(frozen, M, str(v), "TRAINER_STATE")))
+        # the reference never crashed: version 1, then frames [0, hi) in order, no exports
+        never = os.path.join(self.tmp, "never")
+        shutil.copytree(os.path.join(frozen, M, "1"), os.path.join(never, M, "1"))
+        ref = self.serve("--online", "--online-export-ms", "0", repo=never)
         with ref.client() as c:
-            vb = self.wait_version(c, have[-1])
-            self.assertEqual(vb, have[-1])
-            for k in range(lo, hi):
+            self.assertEqual(self.wait_version(c, 1), 1)
+            for k in range(hi):
                 shared, samples = frame(k)
-                c.train(M, shared, samples)
-        self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % M, 2 * (hi - lo))
+                self.assertEqual(c.train(M, shared, samples), 2)
+        self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % M, 2 * hi)
         with b.client() as cb, ref.client() as cr:
             self.assertEqual(cb.predict(M, *PROBES[0][:1], [PROBES[0][1]]).version, have[-1])
             self.assertEqual(self.scores(cb), self.scores(cr))
