@@ -26,11 +26,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import unittest
 
 import harness
-from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
+from harness import TLSERVE, TLSNAP, TLSYNTH, ServerCase, gen_model, model_key, require
 
 TOKEN = "online-export-token"
 SEED = 41
@@ -62,7 +63,7 @@ class OnlineExport(ServerCase):
 
     @classmethod
     def setUpClass(cls):
-        require(TLSERVE, TLSYNTH)
+        require(TLSERVE, TLSYNTH, TLSNAP)
 
     def setUp(self):
         super().setUp()
@@ -159,8 +160,12 @@ class OnlineExport(ServerCase):
         self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
         self.assertGreater(lo, 0, "the replay did not start at an export's position")
         self.assertIn("online exports) restored", b.output())
-        for v in have[1:]:  # every export carries the optimizer state of its keys
-            self.assertTrue(os.path.exists(os.path.join(frozen, M, str(v), "TRAINER_STATE")))
+        for v in have[1:]:  # every export carries the optimizer state of its keys,
+            d = os.path.join(frozen, M, str(v))  # which tlsnap (as the loader) ignores
+            self.assertTrue(os.path.exists(os.path.join(d, "TRAINER_STATE")))
+            r = subprocess.run([TLSNAP, "verify", d, "--threads", "1"], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         # the reference never crashed: version 1, then frames [0, hi) in order, no exports
         never = os.path.join(self.tmp, "never")
         shutil.copytree(os.path.join(frozen, M, "1"), os.path.join(never, M, "1"))
