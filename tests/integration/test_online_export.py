@@ -14,6 +14,8 @@ and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (produ
   export covers.  It then equals, float for float, a server that NEVER crashed: one that loaded
   version 1 and learned every acknowledged frame in the same order (without exports: they do
   not change the math);
+- a corrupt TRAINER_STATE at a restart is a warning naming the file and what was wrong; the
+  server serves and learns on from a fresh optimizer state;
 - rollback after an export drops the online updates: the served scores are the rolled-back-to
   version's files' scores, exactly;
 - an export that cannot be written is an ERROR line and a counted failure; training goes on and
@@ -138,6 +140,30 @@ class OnlineExport(ServerCase):
         with plain.client() as c:
             self.assertEqual(self.wait_version(c, 2), 2)
             self.assertEqual(self.scores(c), live)
+
+    def test_a_corrupt_state_file_is_a_warning_and_a_fresh_state(self):
+        s = self.online(export_ms=60000)
+        with s.client() as c:
+            self.train(s, c, 20)
+        self.assertEqual(s.stop(), 0)
+        self.assertEqual(versions(self.repo), [1, 2])
+        state = os.path.join(self.repo, M, "2", "TRAINER_STATE")
+        with open(state, "r+b") as f:  # cut inside its rows
+            f.truncate(os.path.getsize(state) - 13)
+        b = self.online(export_ms=60000)
+        with b.client() as c:
+            self.assertEqual(self.wait_version(c, 2), 2)
+            deadline = time.monotonic() + 20
+            while "TRAINER_STATE: byte" not in b.output():  # the trainer's attach
+                self.assertLess(time.monotonic(), deadline, b.output())
+                time.sleep(0.05)
+            for k in range(20, 25):  # serves and learns on, from a fresh state
+                shared, samples = frame(k)
+                self.assertEqual(c.train(M, shared, samples), 2)
+        self.wait_metric(b, 'tlserve_online_samples_total{model="%s"}' % M, 10)
+        self.assertRegex(b.output(), r"warn: online: model 'ctr': \S+/2/TRAINER_STATE: byte "
+                                     r"\d+: checksum mismatch .*starts afresh")
+        self.assertNotIn("online exports) restored", b.output())
 
     def test_kill_9_after_an_export_restarts_from_its_position(self):
         a = self.online()
