@@ -113,7 +113,7 @@ struct export_job {
     /* THE OPTIMIZER STATE: the trainer's rows of the keys above that it has */
     uint64_t *skeys;         /* sh.count keys, */
     float *srows;            /* sh.count * sh.width floats */
-    size_t scap;             /* rows skeys and srows hold */
+    size_t scap, sfloats;    /* keys skeys holds, floats srows holds */
     train_state_header_t sh; /* kind, optimizer, width, count; version at the write */
     bool has_state;          /* false: gathering failed (no memory): no state file */
 };
@@ -597,14 +597,12 @@ static int job_reserve(struct export_job *j, size_t n, uint32_t K)
 }
 
 /* The trainer's state rows of the job's keys into skeys / srows (the
- * writer lock held: they agree with the values).  Without memory the
- * export goes without them (logged: a restart then starts that state
- * afresh). */
+ * writer lock held: they agree with the values).  Without memory, none. */
 static void gather_state(online_model_t *q, struct export_job *j)
 {
     const uint32_t W = train_state_width(q->t);
     j->has_state = false;
-    if (j->n > j->scap || (j->n > 0 && j->sh.width != W)) {
+    if (j->n > j->scap || j->n * W > j->sfloats) {
         size_t cap = j->cap; /* >= n */
         uint64_t *k = malloc(cap * sizeof *k);
         float *r = malloc(cap * W * sizeof *r);
@@ -612,7 +610,7 @@ static void gather_state(online_model_t *q, struct export_job *j)
             free(k);
             free(r);
             LOG(LL_WARN, "online: model '%s': no memory for the optimizer state of %zu keys: "
-                "the export goes without it", q->name, j->n);
+                "the export goes without it (a restart from it starts afresh)", q->name, j->n);
             return;
         }
         free(j->skeys);
@@ -620,6 +618,7 @@ static void gather_state(online_model_t *q, struct export_job *j)
         j->skeys = k;
         j->srows = r;
         j->scap = cap;
+        j->sfloats = cap * W;
     }
     train_state_header_of(q->t, &j->sh);
     (void)train_state_get(q->t, j->keys, j->n, j->srows, j->found);
