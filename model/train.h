@@ -389,7 +389,8 @@ void train_describe(const train_t *t, char *buf, size_t len);
  * from a fresh optimizer (server/online_export.c writes the file below).
  *
  * THREAD SAFETY: the trainer's one writer (get reads the row table FFM
- * steps in place; put writes the state).  None of them allocates. */
+ * steps in place; put writes the state).  get never allocates or blocks;
+ * put grows the state as a step does. */
 
 /* Floats per id of t's state row (LR-FTRL 3, FM-Adagrad 3 + 2k, ...). */
 uint32_t train_state_width(const train_t *t);
