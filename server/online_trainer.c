@@ -475,6 +475,8 @@ static void restore_state(online_model_t *q, server_model_t *sm)
                                     why, sizeof why) == 0) {
             train_destroy(q->t);
             q->t = fresh;
+            if (online__sync_mode(c)) /* the hook was the old trainer's */
+                online__sync_attach(q, q->att_version);
         } else {
             train_destroy(fresh);
         }
