@@ -385,6 +385,98 @@ const store_t *train_store(const train_t *t);
 /* One line of the trainer's hyper-parameters ("lr/ftrl alpha=0.1 ..."). */
 void train_describe(const train_t *t, char *buf, size_t len);
 
+/* ---- the optimizer state, out and in (train_state.c) -------------------------
+ *
+ * A trainer's STATE ROW of an id is the per-id row of the layouts above
+ * (LR's [z | n | w], FM's [w | v | ... | c], FFM's, the DNN's), the bias's
+ * under MODEL_BIAS_ID included: everything a step reads of that id.  Copying
+ * the rows of the ids a trainer has stepped into a fresh trainer of the same
+ * options makes it, float for float, the trainer it was (predictions, steps,
+ * state), provided both read the same served rows and, for the DNN, the
+ * same MLP (attached to the same served model: train_attach_live_model).
+ * This is what lets the online server restart from its exports instead of
+ * from a fresh optimizer (server/online_export.c writes the file below).
+ *
+ * THREAD SAFETY: the trainer's one writer (get reads the row table FFM
+ * steps in place; put writes the state).  get never allocates or blocks;
+ * put grows the state as a step does. */
+
+/* Floats per id of t's state row (LR-FTRL 3, FM-Adagrad 3 + 2k, ...). */
+uint32_t train_state_width(const train_t *t);
+
+/* The state rows of ids[0..n) into rows (n x width floats), found[i] = 1
+ * where t has a row for ids[i] (else found[i] = 0 and rows[i] is undefined).
+ * Returns how many were found. */
+size_t train_state_get(train_t *t, const uint64_t *ids, size_t n, float *rows, uint8_t *found);
+
+/* Makes rows (n x width floats) the state rows of ids[0..n), in order (a
+ * later id wins), replacing what t held.  Writes nothing into an attached
+ * served store: the served floats of the rows' ids must already be what
+ * the rows' serving prefix says (the server restores after loading the
+ * chain whose versions carry them).  0, -ERANGE when a value is not finite
+ * (rows before it are put), -ENOMEM. */
+int train_state_put(train_t *t, const uint64_t *ids, size_t n, const float *rows);
+
+/* ---- the state file ----------------------------------------------------------
+ *
+ * The rows of some ids as one file (an export's, in its version directory):
+ *
+ *   0   magic "TLTSTAT1"        8 bytes
+ *   8   format                  u32 (TRAIN_STATE_FORMAT)
+ *   12  kind                    u32 (store_model_kind_t)
+ *   16  optimizer               u32 (train_optimizer_t; the DNN: TRAIN_ADAGRAD)
+ *   20  width                   u32 (floats per row, 1..STORE_MAX_VALUE_FLOATS)
+ *   24  count                   u64 (rows)
+ *   32  version                 u64 (the model version it belongs to)
+ *   40  rows: count x [id u64 | width x f32]
+ *   ..  XXH3-64 of every byte before it, u64
+ *
+ * little-endian; the file is exactly 48 + count (8 + 4 width) bytes. */
+#define TRAIN_STATE_FILE "TRAINER_STATE"
+#define TRAIN_STATE_MAGIC "TLTSTAT1"
+#define TRAIN_STATE_FORMAT 1u
+#define TRAIN_STATE_HEADER_BYTES 40u
+
+typedef struct train_state_header {
+    uint32_t kind, optimizer, width; /* what a trainer must match to take the rows */
+    uint64_t count;                  /* rows */
+    uint64_t version;                /* the version the rows belong to */
+} train_state_header_t;
+
+/* What t's rows are (count 0, version 0: the caller's). */
+void train_state_header_of(const train_t *t, train_state_header_t *h);
+
+typedef struct train_state_error {
+    char msg[256]; /* what was wrong and where ("byte 40: ...") */
+} train_state_error_t;
+
+/* Writes h->count rows (ids, rows of h->width floats) as the file `name`
+ * in the directory dirfd, then fsyncs it.  0 or -errno.  Blocks. */
+int train_state_write_at(int dirfd, const char *name, const train_state_header_t *h,
+                         const uint64_t *ids, const float *rows);
+
+/* Calls fn(ctx, id, row) for each row of buf (row: width aligned floats,
+ * valid during the call) until fn returns non-zero, which is returned.
+ * NULL fn: checks only. */
+typedef int (*train_state_visit_fn)(void *ctx, uint64_t id, const float *row);
+
+/* Parses and verifies untrusted bytes, everything before the first visit:
+ * the length, the magic, the format, the checksum, width, count consistent
+ * with the length, every value finite; with expect (non-NULL), kind,
+ * optimizer, width and version equal to its.  *out (when non-NULL) gets the
+ * header.  0 (or fn's non-zero), or -EBADMSG with err naming the byte and
+ * what was wrong (err may be NULL). */
+int train_state_parse(const void *buf, size_t len, const train_state_header_t *expect,
+                      train_state_header_t *out, train_state_visit_fn fn, void *ctx,
+                      train_state_error_t *err);
+
+/* train_state_parse of the file at path against t's header (version
+ * `version`) and, when apply, train_state_put of every row into t.
+ * 0; -ENOENT (no file), -EBADMSG (err says why), -errno reading it, or
+ * put's -ENOMEM (rows before it put).  Blocks. */
+int train_state_load(train_t *t, const char *path, uint64_t version, bool apply,
+                     train_state_error_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,14 @@
  * itself (fsyncs) runs on the export thread with no lock the trainer or
  * the workers wait for.
  *
+ * THE OPTIMIZER STATE: the hand-over also reads, under that lock, the
+ * trainer's state rows of those keys (train_state_get), and the export
+ * thread writes them as TRAIN_STATE_FILE (model/train.h) into the
+ * version's temporary directory before its MANIFEST
+ * (store_delta_side_file): version and state appear together and agree.
+ * A restart restores them (online_trainer.c: restore_state); the loader
+ * and tlsnap ignore the file, which the manifest does not list.
+ *
  * THE POSITION: the delta's producer (a manifest field, so it is published
  * with the version atomically, with no sidecar file to write first or to
  * miss) is "tlserve-online log=P id=X": every sample-log record below P is
@@ -102,6 +110,12 @@ struct export_job {
     store_delta_layout_t layout;
     uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
     bool all;                    /* every key of the store (the set had overflowed) */
+    /* THE OPTIMIZER STATE: the trainer's rows of the keys above that it has */
+    uint64_t *skeys;         /* sh.count keys, */
+    float *srows;            /* sh.count * sh.width floats */
+    size_t scap, sfloats;    /* keys skeys holds, floats srows holds */
+    train_state_header_t sh; /* kind, optimizer, width, count; version at the write */
+    bool has_state;          /* false: gathering failed (no memory): no state file */
 };
 
 struct online_export {
@@ -333,6 +347,13 @@ static int64_t highest_version(const char *dir)
     return top > INT64_MAX ? -EOVERFLOW : (int64_t)top;
 }
 
+/* store_delta_side_file's: the job's state rows into the version's directory. */
+static int write_state(void *ctx, int dirfd)
+{
+    const struct export_job *j = ctx;
+    return train_state_write_at(dirfd, TRAIN_STATE_FILE, &j->sh, j->skeys, j->srows);
+}
+
 /* Writes e->job as the next version.  0 written; else -errno with why. */
 static int write_job(struct online_export *e, uint64_t *version, char *why, size_t why_len)
 {
@@ -365,6 +386,10 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     producer_of(j->pos, producer);
     own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
+    if (rc == 0 && j->has_state) {
+        j->sh.version = *version;
+        store_delta_side_file(w, TRAIN_STATE_FILE, write_state, j);
+    }
     for (size_t i = 0; rc == 0 && i < j->n; i++)
         rc = store_delta_put(w, j->keys[i], j->vals + i * j->K);
     if (rc == 0) {
@@ -571,6 +596,44 @@ static int job_reserve(struct export_job *j, size_t n, uint32_t K)
     return 0;
 }
 
+/* The trainer's state rows of the job's keys into skeys / srows (the
+ * writer lock held: they agree with the values).  Without memory, none. */
+static void gather_state(online_model_t *q, struct export_job *j)
+{
+    const uint32_t W = train_state_width(q->t);
+    j->has_state = false;
+    if (j->n > j->scap || j->n * W > j->sfloats) {
+        size_t cap = j->cap; /* >= n */
+        uint64_t *k = malloc(cap * sizeof *k);
+        float *r = malloc(cap * W * sizeof *r);
+        if (!k || !r) {
+            free(k);
+            free(r);
+            LOG(LL_WARN, "online: model '%s': no memory for the optimizer state of %zu keys: "
+                "the export goes without it (a restart from it starts afresh)", q->name, j->n);
+            return;
+        }
+        free(j->skeys);
+        free(j->srows);
+        j->skeys = k;
+        j->srows = r;
+        j->scap = cap;
+        j->sfloats = cap * W;
+    }
+    train_state_header_of(q->t, &j->sh);
+    (void)train_state_get(q->t, j->keys, j->n, j->srows, j->found);
+    size_t w = 0; /* keys the state lacks (served, never stepped) stay out */
+    for (size_t i = 0; i < j->n; i++)
+        if (j->found[i]) {
+            j->skeys[w] = j->keys[i];
+            if (w != i)
+                memmove(j->srows + w * W, j->srows + i * W, W * sizeof *j->srows);
+            w++;
+        }
+    j->sh.count = w;
+    j->has_state = true;
+}
+
 /* Builds the job from the set and hands it to the export thread: 1 handed
  * over, 0 not now (the thread busy, a version change pending, nothing
  * dirty). */
@@ -640,6 +703,7 @@ static int hand_over(online_model_t *q)
             }
         j->n = w;
     }
+    gather_state(q, j); /* the same lock, the same instant as the values */
     store_delta_layout_of(s, meta, &j->layout);
     j->all = e->overflow;
     j->pos = e->next_pos;
@@ -736,6 +800,8 @@ void online__export_stop(online_model_t *q)
     free(e->job.keys);
     free(e->job.vals);
     free(e->job.found);
+    free(e->job.skeys);
+    free(e->job.srows);
     free(e->slots);
     free(e);
     q->exp = NULL;

@@ -26,7 +26,9 @@
  * the loop hands them over when an export is due; attach keeps the
  * optimizer state when the new version is the trainer's own export (and
  * trainer.state then names it with the position it covers); a restart
- * whose active version is an export replays from that position.
+ * whose active version is an export replays from that position, after
+ * restoring the optimizer state the exports carry (restore_state): so the
+ * restarted trainer is, float for float, the one that never crashed.
  *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
@@ -40,6 +42,7 @@
 #include "log.h"
 #include "model/model.h"
 #include "model/overlay.h"
+#include "store/delta.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -400,6 +403,88 @@ static void learn(online_model_t *q, const uint8_t *payload, uint32_t len, uint1
     learn_req(q, &req, arrival_ns);
 }
 
+/* ---- the restart's optimizer state (EXPORT STATE) ---------------------------------- */
+
+/* 1 when "<mdir>/<v>" is a delta whose producer is an online export (any
+ * process's); 0 otherwise (a full version, another producer, unreadable). */
+static int is_online_export(const char *mdir, uint64_t v)
+{
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, mdir, v);
+    store_delta_t *d = NULL;
+    uint64_t pos;
+    int yes = store_delta_open(dir, &d, NULL) == 0 &&
+              online_export_producer_pos(store_delta_info(d)->producer, &pos);
+    store_delta_close(d);
+    return yes;
+}
+
+/* A restart attached a fresh trainer to the active version: when that
+ * version is an online export, the state files of every export of its
+ * chain since the last version no export wrote (a full version, an
+ * offline delta) are put into the trainer, oldest first (a later row
+ * wins), so the replay that follows continues the trainer that wrote them.
+ * All are checked before any is put: a missing, truncated or corrupt file
+ * (untrusted: train_state_parse checks every length, count, width, kind) is
+ * a WARN naming it and what was wrong, and the trainer keeps its fresh
+ * state (the behaviour without state files: served weights, fresh sums).
+ * A put that fails midway (no memory) swaps in a fresh trainer. */
+static void restore_state(online_model_t *q, server_model_t *sm)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (!c->model_repo[0] || !q->t)
+        return;
+    char mdir[1100], path[1300];
+    snprintf(mdir, sizeof mdir, "%s/%s", c->model_repo, q->name);
+    store_chain_t *ch = malloc(sizeof *ch);
+    if (!ch || store_version_chain(mdir, q->att_version, ch, NULL) != 0 ||
+        ch->created_unix[ch->n - 1] != q->att_created) {
+        free(ch); /* not a version of the repository (or no memory): nothing to restore */
+        return;
+    }
+    uint32_t first = ch->n;
+    while (first > 1 && is_online_export(mdir, ch->versions[first - 1]))
+        first--;
+    train_state_error_t err;
+    int rc = 0;
+    uint32_t i;
+    for (i = first; i < ch->n && rc == 0; i++) { /* 1. check every file */
+        snprintf(path, sizeof path, "%s/%" PRIu64 "/" TRAIN_STATE_FILE, mdir, ch->versions[i]);
+        rc = train_state_load(q->t, path, ch->versions[i], false, &err);
+    }
+    if (rc != 0) {
+        LOG(LL_WARN, "online: model '%s': %s: %s; the optimizer state starts afresh from the "
+            "served weights (the restarted model then differs from one that never crashed)",
+            q->name, path, rc == -ENOENT ? "missing" : err.msg);
+        free(ch);
+        return;
+    }
+    for (i = first; i < ch->n && rc == 0; i++) { /* 2. put them, oldest first */
+        snprintf(path, sizeof path, "%s/%" PRIu64 "/" TRAIN_STATE_FILE, mdir, ch->versions[i]);
+        rc = train_state_load(q->t, path, ch->versions[i], true, &err);
+    }
+    if (rc == 0 && first < ch->n)
+        LOG(LL_INFO, "online: model '%s': the optimizer state of versions %" PRIu64 "..%" PRIu64
+            " (online exports) restored", q->name, ch->versions[first], ch->versions[ch->n - 1]);
+    else if (rc != 0) { /* rows were put: back to a fresh state */
+        LOG(LL_WARN, "online: model '%s': %s: %s; the optimizer state starts afresh",
+            q->name, path, err.msg);
+        train_t *fresh = NULL;
+        char why[200];
+        if (train_create(train_options(q->t), &fresh, why, sizeof why) == 0 &&
+            train_attach_live_model(fresh, model_base_store(sm->model), model_extras(sm->model),
+                                    why, sizeof why) == 0) {
+            train_destroy(q->t);
+            q->t = fresh;
+            if (online__sync_mode(c)) /* the hook was the old trainer's */
+                online__sync_attach(q, q->att_version);
+        } else {
+            train_destroy(fresh);
+        }
+    }
+    free(ch);
+}
+
 /* Learns the sample log from replay_from to replay_end into the version
  * attached (the same one as before the restart). */
 static void replay(online_model_t *q)
@@ -470,6 +555,7 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
                     "records (a stop before the trainer's first sample): learned now%s", q->name,
                     q->replay_end - q->replay_from, src ? ", trainer.state not written" : "");
             }
+            restore_state(q, sm); /* EXPORT STATE: the exports' optimizer state first */
             replay(q);
         }
         else

@@ -111,6 +111,18 @@ int store_delta_del(store_delta_writer_t *w, uint64_t key);
  * place, whole, but perhaps not durable.  Blocks (writes and fsyncs). */
 int store_delta_commit(store_delta_writer_t *w, store_error_t *err);
 
+/* A file of the producer's own in the version (the online trainer's
+ * optimizer state): at commit, after the shard files and before the
+ * MANIFEST, fn(ctx, dirfd) is called with the temporary directory open as
+ * dirfd and writes its file(s) there (fsynced, names other than the shard
+ * files' and MANIFEST), so they appear with the version atomically.  fn
+ * returns 0 or -errno; a failure fails the commit, naming `what`.  Readers
+ * of versions ignore files the manifest does not list.  One per writer (a
+ * later call replaces it); fn NULL removes it.  Never blocks. */
+typedef int (*store_delta_side_fn)(void *ctx, int dirfd);
+void store_delta_side_file(store_delta_writer_t *w, const char *what, store_delta_side_fn fn,
+                           void *ctx);
+
 /* Drops w and everything recorded.  NULL is a no-op.  Never blocks. */
 void store_delta_abort(store_delta_writer_t *w);
 

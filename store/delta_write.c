@@ -70,6 +70,9 @@ struct store_delta_writer {
     uint64_t seq;             /* calls so far */
     struct op_arena *ops;     /* one per shard */
     int kill_step;            /* commit steps so far (test hook) */
+    store_delta_side_fn side; /* NULL = none: the producer's own file (store_delta_side_file) */
+    void *side_ctx;
+    char side_what[64];       /* names it in an error */
 };
 
 static void kill_point(store_delta_writer_t *w)
@@ -415,6 +418,16 @@ static int write_shard(store_delta_writer_t *w, int tmpfd, uint32_t i, uint8_t *
     return rc;
 }
 
+void store_delta_side_file(store_delta_writer_t *w, const char *what, store_delta_side_fn fn,
+                           void *ctx)
+{
+    if (!w)
+        return;
+    w->side = fn;
+    w->side_ctx = fn ? ctx : NULL;
+    snprintf(w->side_what, sizeof w->side_what, "%s", fn && what ? what : "");
+}
+
 /* Removes the files of a temporary directory, then the directory. */
 static void remove_tmp(const char *path)
 {
@@ -509,6 +522,13 @@ int store_delta_commit(store_delta_writer_t *w, store_error_t *err)
         free(w->ops[i].p); /* written: give the memory back as we go */
         w->ops[i].p = NULL;
         w->ops[i].n = w->ops[i].cap = 0;
+    }
+    if (w->side) {
+        int rc = w->side(w->side_ctx, tmpfd);
+        if (rc != 0) {
+            store__snap_fail(err, STORE_E_IO, w->side_what, -1, "cannot write: %s", ERRTEXT(-rc));
+            goto fail;
+        }
     }
     if (write_manifest(w, tmpfd, err) != 0)
         goto fail;

@@ -8,11 +8,14 @@ and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (produ
 - after SIGTERM, a plain tlserve on the repository (the chain: full + the exports) scores float
   for float as the online server did before it stopped: the exports hold exactly the live
   weights;
-- kill -9 after some exports and more acknowledged frames, restart: the server loads the chain
-  and learns its sample log again from the position the newest export covers.  It then equals,
-  float for float, a server that loaded the same chain and learned the same frames (those from
-  that position on).  Not a server that never crashed: FTRL's z and n are not in the exported
-  weights, so a restart starts them afresh from the served weights, as on any new version;
+- kill -9 after some exports and more acknowledged frames, restart: the server loads the chain,
+  restores the optimizer state the exports carry (FTRL's z and n of the keys each exported, in
+  their TRAINER_STATE files) and learns its sample log again from the position the newest
+  export covers.  It then equals, float for float, a server that NEVER crashed: one that loaded
+  version 1 and learned every acknowledged frame in the same order (without exports: they do
+  not change the math);
+- a corrupt TRAINER_STATE at a restart is a warning naming the file and what was wrong; the
+  server serves and learns on from a fresh optimizer state;
 - rollback after an export drops the online updates: the served scores are the rolled-back-to
   version's files' scores, exactly;
 - an export that cannot be written is an ERROR line and a counted failure; training goes on and
@@ -25,11 +28,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import unittest
 
 import harness
-from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
+from harness import TLSERVE, TLSNAP, TLSYNTH, ServerCase, gen_model, model_key, require
 
 TOKEN = "online-export-token"
 SEED = 41
@@ -61,7 +65,7 @@ class OnlineExport(ServerCase):
 
     @classmethod
     def setUpClass(cls):
-        require(TLSERVE, TLSYNTH)
+        require(TLSERVE, TLSYNTH, TLSNAP)
 
     def setUp(self):
         super().setUp()
@@ -137,6 +141,30 @@ class OnlineExport(ServerCase):
             self.assertEqual(self.wait_version(c, 2), 2)
             self.assertEqual(self.scores(c), live)
 
+    def test_a_corrupt_state_file_is_a_warning_and_a_fresh_state(self):
+        s = self.online(export_ms=60000)
+        with s.client() as c:
+            self.train(s, c, 20)
+        self.assertEqual(s.stop(), 0)
+        self.assertEqual(versions(self.repo), [1, 2])
+        state = os.path.join(self.repo, M, "2", "TRAINER_STATE")
+        with open(state, "r+b") as f:  # cut inside its rows
+            f.truncate(os.path.getsize(state) - 13)
+        b = self.online(export_ms=60000)
+        with b.client() as c:
+            self.assertEqual(self.wait_version(c, 2), 2)
+            deadline = time.monotonic() + 20
+            while "TRAINER_STATE: byte" not in b.output():  # the trainer's attach
+                self.assertLess(time.monotonic(), deadline, b.output())
+                time.sleep(0.05)
+            for k in range(20, 25):  # serves and learns on, from a fresh state
+                shared, samples = frame(k)
+                self.assertEqual(c.train(M, shared, samples), 2)
+        self.wait_metric(b, 'tlserve_online_samples_total{model="%s"}' % M, 10)
+        self.assertRegex(b.output(), r"warn: online: model 'ctr': \S+/2/TRAINER_STATE: byte "
+                                     r"\d+: checksum mismatch .*starts afresh")
+        self.assertNotIn("online exports) restored", b.output())
+
     def test_kill_9_after_an_export_restarts_from_its_position(self):
         a = self.online()
         with a.client() as c:
@@ -157,14 +185,23 @@ class OnlineExport(ServerCase):
         self.assertEqual(n, 2 * (hi - lo))
         self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
         self.assertGreater(lo, 0, "the replay did not start at an export's position")
-        ref = self.serve("--online", "--online-export-ms", "0", repo=frozen)
+        self.assertIn("online exports) restored", b.output())
+        for v in have[1:]:  # every export carries the optimizer state of its keys,
+            d = os.path.join(frozen, M, str(v))  # which tlsnap (as the loader) ignores
+            self.assertTrue(os.path.exists(os.path.join(d, "TRAINER_STATE")))
+            r = subprocess.run([TLSNAP, "verify", d, "--threads", "1"], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # the reference never crashed: version 1, then frames [0, hi) in order, no exports
+        never = os.path.join(self.tmp, "never")
+        shutil.copytree(os.path.join(frozen, M, "1"), os.path.join(never, M, "1"))
+        ref = self.serve("--online", "--online-export-ms", "0", repo=never)
         with ref.client() as c:
-            vb = self.wait_version(c, have[-1])
-            self.assertEqual(vb, have[-1])
-            for k in range(lo, hi):
+            self.assertEqual(self.wait_version(c, 1), 1)
+            for k in range(hi):
                 shared, samples = frame(k)
-                c.train(M, shared, samples)
-        self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % M, 2 * (hi - lo))
+                self.assertEqual(c.train(M, shared, samples), 2)
+        self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % M, 2 * hi)
         with b.client() as cb, ref.client() as cr:
             self.assertEqual(cb.predict(M, *PROBES[0][:1], [PROBES[0][1]]).version, have[-1])
             self.assertEqual(self.scores(cb), self.scores(cr))

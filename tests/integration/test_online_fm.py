@@ -19,10 +19,9 @@ LIVE):
   acknowledged counts: every acknowledged frame is exported or learned again; the newest
   export scores float for float as a server that learned the frames before its position without
   a crash (an own export keeps the optimizer state: the exports hold exactly the live rows),
-  and the restarted server as one that loaded that chain and learned the frames from that
-  position on.  Not as one that never crashed over those: the optimizer's state (FTRL's z and
-  n, Adagrad's G) is not in the exported rows, so a restart starts it afresh from the served
-  rows, as on any new version.
+  and the restarted server, which restored the optimizer state the exports carry (Adagrad's
+  sums, FM's occurrence counts: TRAINER_STATE), float for float as that server that never
+  crashed once it has learned the rest of the logged frames in the same order.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_fm.py
 """
@@ -199,6 +198,7 @@ class OnlineFmFfm(ServerCase):
         self.assertEqual(n, 3 * (hi - lo))
         self.assertGreaterEqual(hi, acked, "an acknowledged frame is neither exported nor replayed")
         self.assertGreater(lo, 0, "the replay did not start at an export's position")
+        self.assertIn("online exports) restored", b.output())
         # the newest export: frames [0, lo) learned without a crash, from version 1
         whole = self.serve(os.path.join(frozen, kind, "1"), "--online")
         ref = self.serve(None, "--model-repo", frozen, "--load-sched-idle=false", "--online",
@@ -211,14 +211,14 @@ class OnlineFmFfm(ServerCase):
             self.assertEqual(self.wait_version(cr, kind, have[-1]), have[-1])
             self.assertEqual(self.scores(cr, kind), self.scores(cw, kind),
                              "the newest export is not the rows learned up to its position")
-            # and the restart: that chain, then frames [lo, hi) learned again
+            # and the restart: the server that never crashed, after frames [lo, hi) too
             for k in range(lo, hi):
                 shared, samples = frame(k)
-                self.assertEqual(cr.train(kind, shared, samples), 3)
-            self.wait_metric(ref, 'tlserve_online_samples_total{model="%s"}' % kind, n)
+                self.assertEqual(cw.train(kind, shared, samples), 3)
+            self.wait_metric(whole, 'tlserve_online_samples_total{model="%s"}' % kind, 3 * hi)
             with b.client() as cb:
                 self.assertEqual(cb.predict(kind, shared_block(), PROBES[:1]).version, have[-1])
-                self.assertEqual(self.scores(cb, kind), self.scores(cr, kind))
+                self.assertEqual(self.scores(cb, kind), self.scores(cw, kind))
         for s in (b, whole, ref):  # an ASan/UBSan build reports here
             self.assertNotIn("runtime error", s.output())
 
