@@ -72,7 +72,8 @@
  * state and the job are under e->lock (the job is the export thread's
  * while BUSY, the trainer's otherwise); head and epoch under e->commit,
  * which the export thread holds across a commit.  The registry of own
- * exports (OWN) has its own leaf lock: the chain loader's thread asks it.
+ * exports is online_export_own.c's, with its own leaf lock: the chain
+ * loader's thread asks it.
  */
 #define _GNU_SOURCE
 #include "online_impl.h"
@@ -89,7 +90,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,105 +140,6 @@ struct online_export {
     char model_dir[1100];
 };
 
-/* ---- the registry of this process's exports ------------------------------------- */
-
-static struct {
-    pthread_mutex_t lock;
-    uint64_t id; /* this process's export id (0: not drawn yet) */
-    struct own_model {
-        char model[64];
-        unsigned next;                          /* ring index */
-        uint64_t version[ONLINE_EXPORT_OWN_MAX]; /* 0: empty */
-        uint64_t pos[ONLINE_EXPORT_OWN_MAX];
-        bool void_[ONLINE_EXPORT_OWN_MAX]; /* dropped by a rollback: written by us, not served */
-    } m[ONLINE_MODELS_MAX];
-} OWN = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* OWN.lock held. */
-static struct own_model *own_find(const char *model, bool add)
-{
-    for (unsigned i = 0; i < ONLINE_MODELS_MAX; i++) {
-        if (strcmp(OWN.m[i].model, model) == 0)
-            return &OWN.m[i];
-        if (!OWN.m[i].model[0]) {
-            if (!add)
-                return NULL;
-            snprintf(OWN.m[i].model, sizeof OWN.m[i].model, "%s", model);
-            return &OWN.m[i];
-        }
-    }
-    return NULL;
-}
-
-static uint64_t own_id(void)
-{
-    pthread_mutex_lock(&OWN.lock);
-    while (OWN.id == 0) {
-        uint64_t r = 0;
-        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-            r = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ online__now_ns();
-        OWN.id = r;
-    }
-    uint64_t id = OWN.id;
-    pthread_mutex_unlock(&OWN.lock);
-    return id;
-}
-
-static void producer_of(uint64_t pos, char out[STORE_PRODUCER_MAX])
-{
-    snprintf(out, STORE_PRODUCER_MAX, ONLINE_EXPORT_PRODUCER " log=%" PRIu64 " id=%016" PRIx64,
-             pos, own_id());
-}
-
-static void own_add(const char *model, uint64_t version, uint64_t pos)
-{
-    pthread_mutex_lock(&OWN.lock);
-    struct own_model *o = own_find(model, true);
-    if (o) {
-        unsigned at = o->next;
-        for (unsigned i = 0; i < ONLINE_EXPORT_OWN_MAX; i++)
-            if (o->version[i] == version)
-                at = i; /* a retry of the same number */
-        o->version[at] = version;
-        o->pos[at] = pos;
-        o->void_[at] = false;
-        if (at == o->next)
-            o->next = (o->next + 1) % ONLINE_EXPORT_OWN_MAX;
-    }
-    pthread_mutex_unlock(&OWN.lock);
-}
-
-/* 1 with *pos when version is one of model's own exports (void ones too
- * when with_void). */
-static int own_pos_ex(const char *model, uint64_t version, uint64_t *pos, bool with_void)
-{
-    int found = 0;
-    pthread_mutex_lock(&OWN.lock);
-    struct own_model *o = own_find(model, false);
-    for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX && !found; i++)
-        if (o->version[i] == version && (with_void || !o->void_[i])) {
-            *pos = o->pos[i];
-            found = 1;
-        }
-    pthread_mutex_unlock(&OWN.lock);
-    return found;
-}
-
-static int own_pos(const char *model, uint64_t version, uint64_t *pos)
-{
-    return own_pos_ex(model, version, pos, false);
-}
-
-int online_export_is_own(const char *model, uint64_t version, const char *producer)
-{
-    uint64_t pos;
-    char mine[STORE_PRODUCER_MAX];
-    if (!own_pos(model, version, &pos))
-        return 0;
-    producer_of(pos, mine);
-    return strcmp(mine, producer) == 0;
-}
-
 size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
 {
     uint32_t nm = atomic_load_explicit(&G.nmodels, memory_order_acquire);
@@ -251,17 +152,7 @@ size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t 
             pthread_mutex_unlock(&e->commit);
         }
     }
-    size_t n = 0;
-    pthread_mutex_lock(&OWN.lock);
-    struct own_model *o = own_find(model, false);
-    for (unsigned i = 0; o && i < ONLINE_EXPORT_OWN_MAX; i++)
-        if (o->version[i] > to && !o->void_[i]) {
-            if (n < cap)
-                out[n++] = o->version[i];
-            o->void_[i] = true;
-        }
-    pthread_mutex_unlock(&OWN.lock);
-    return n;
+    return online__export_own_void_above(model, to, out, cap);
 }
 
 /* ---- the dirty set (trainer thread) ---------------------------------------------- */
@@ -375,7 +266,7 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         goto out;
     }
     uint64_t own_top;
-    if ((uint64_t)top > e->head && !own_pos_ex(e->q->name, (uint64_t)top, &own_top, true)) {
+    if ((uint64_t)top > e->head && !online__export_own_pos(e->q->name, (uint64_t)top, &own_top, true)) {
         snprintf(why, why_len, "version %" PRId64 " appeared above %" PRIu64 " (another "
                  "producer's): waiting for it to go live", top, e->head);
         rc = -EAGAIN;
@@ -383,8 +274,8 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     }
     *version = (uint64_t)top + 1;
     snprintf(dir, sizeof dir, "%s/%" PRIu64, e->model_dir, *version);
-    producer_of(j->pos, producer);
-    own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
+    online__export_producer(j->pos, producer);
+    online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
     if (rc == 0 && j->has_state) {
         j->sh.version = *version;
@@ -488,7 +379,7 @@ int online__export_init(online_model_t *q)
         return -EAGAIN;
     }
     pthread_setname_np(e->thread, "tl-export");
-    (void)own_id();
+    online__export_own_id();
     q->exp = e;
     return 0;
 }
@@ -496,7 +387,7 @@ int online__export_init(online_model_t *q)
 bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
 {
     uint64_t pos;
-    if (!q->exp || meta->version <= q->att_version || !own_pos(q->name, meta->version, &pos))
+    if (!q->exp || meta->version <= q->att_version || !online__export_own_pos(q->name, meta->version, &pos, false))
         return false;
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
@@ -741,7 +632,7 @@ bool online__export_stale(online_model_t *q, const model_t *m)
     uint64_t pos;
     if (!e || !q->t || model_store(m) != q->attached ||
         (meta->version == q->att_version && meta->created_unix == q->att_created) ||
-        (meta->version > q->att_version && own_pos(q->name, meta->version, &pos)))
+        (meta->version > q->att_version && online__export_own_pos(q->name, meta->version, &pos, false)))
         return false;
     if (!e->stale_said)
         LOG(LL_INFO, "online: model '%s': version %" PRIu64 " went live again on the store the "

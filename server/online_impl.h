@@ -10,6 +10,7 @@
 #include "model/train.h"
 #include "online.h"
 #include "sample_log.h"
+#include "store/delta.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -242,5 +243,20 @@ void online__export_tick(online_model_t *q);
 /* At the trainer thread's end (a clean shutdown): hands over what is left,
  * waits for its write, stops the export thread and frees q->exp. */
 void online__export_stop(online_model_t *q);
+
+/* The registry of this process's own exports (online_export_own.c; any
+ * thread, its own leaf lock). */
+uint64_t online__export_own_id(void); /* this process's random export id, drawn once */
+/* "tlserve-online log=<pos> id=<own id>": an export's producer field. */
+void online__export_producer(uint64_t pos, char out[STORE_PRODUCER_MAX]);
+/* Records model's export version covering log records below pos (a retry of
+ * the same version replaces it); the last ONLINE_EXPORT_OWN_MAX are kept. */
+void online__export_own_add(const char *model, uint64_t version, uint64_t pos);
+/* 1 with *pos when version is one of model's own exports (voided ones too
+ * when with_void), else 0. */
+int online__export_own_pos(const char *model, uint64_t version, uint64_t *pos, bool with_void);
+/* Voids model's own exports above version to (a rollback): their versions
+ * into out (up to cap); returns how many were voided. */
+size_t online__export_own_void_above(const char *model, uint64_t to, uint64_t *out, size_t cap);
 
 #endif /* TL_SERVER_ONLINE_IMPL_H */
