@@ -219,9 +219,13 @@ const cfg_entry_t server__cfg_table[] = {
      F(online_nice), NULL, NULL, NULL, false},
     {"online-boost-ms", CFG_INT, 0, 60000, "30",
      "online learning: when a queued sample has waited this long (the trainer starved at "
-     "--online-nice), the trainer runs at nice 0 until its queue is empty (needs CAP_SYS_NICE; "
-     "0: never)",
+     "--online-nice), the trainer runs at --online-boost-nice until its queue is empty (needs "
+     "CAP_SYS_NICE; 0: never)",
      F(online_boost_ms), NULL, NULL, NULL, false},
+    {"online-boost-nice", CFG_INT, 0, 19, "0",
+     "online learning: the trainer's nice while boosted (--online-boost-ms); between 0 (level "
+     "with the workers: the freshest) and --online-nice (no boost)",
+     F(online_boost_nice), NULL, NULL, NULL, false},
     {"online-export-ms", CFG_INT, 0, 86400000, "10000",
      "online learning with --model-repo: export the online updates as a delta version of the "
      "model this often, and at a clean shutdown (0: never)",

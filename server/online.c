@@ -215,16 +215,17 @@ static size_t room_locked(online_model_t *q, size_t sz)
  * sit a hundred milliseconds or more without running, and every queued
  * sample (a click among them) waits with it.  So whoever queues a record
  * looks at the oldest one still queued: past --online-boost-ms, it sets the
- * trainer thread's nice to 0 (a starved trainer cannot do it itself), and
- * the trainer goes back to --online-nice when its queue is empty.  Lowering
+ * trainer thread's nice to --online-boost-nice (0 by default: level with the
+ * workers; a starved trainer cannot do it itself), and the trainer goes back
+ * to --online-nice when its queue is empty.  Lowering
  * a nice needs CAP_SYS_NICE (or RLIMIT_NICE); without it the first refusal
  * is logged and the trainer stays at --online-nice.  A syscall only when
  * the state changes.  Lock held. */
 static void boost_locked(online_model_t *q, uint64_t now_ns)
 {
     const server_config_t *c = &G.srv->cfg;
-    if (q->boosted || q->boost_denied || c->online_boost_ms <= 0 || c->online_nice <= 0 ||
-        q->used == 0)
+    if (q->boosted || q->boost_denied || c->online_boost_ms <= 0 ||
+        c->online_nice <= c->online_boost_nice || q->used == 0)
         return;
     size_t t = q->tail;
     uint32_t len;
@@ -235,14 +236,14 @@ static void boost_locked(online_model_t *q, uint64_t now_ns)
     int tid = atomic_load_explicit(&q->trainer_tid, memory_order_acquire);
     if (tid <= 0 || now_ns - oldest < (uint64_t)c->online_boost_ms * 1000000u)
         return;
-    if (setpriority(PRIO_PROCESS, (id_t)tid, 0) == 0) {
+    if (setpriority(PRIO_PROCESS, (id_t)tid, c->online_boost_nice) == 0) {
         q->boosted = true;
         atomic_fetch_add_explicit(&q->boosts, 1, memory_order_relaxed);
     } else {
         q->boost_denied = true;
-        LOG(LL_WARN, "online: model '%s': cannot lower the trainer's nice to 0 for the "
+        LOG(LL_WARN, "online: model '%s': cannot lower the trainer's nice to %d for the "
             "freshness boost (%s; needs CAP_SYS_NICE or LimitNICE): samples may wait while it "
-            "is starved", q->name, strerror(errno));
+            "is starved", q->name, c->online_boost_nice, strerror(errno));
     }
 }
 

@@ -96,7 +96,8 @@ typedef struct server_config {
     int online_queue_bytes;    /* per model: TRAIN payloads queued before OVERLOADED */
     int online_max_samples_per_s; /* per model, 0 = no cap */
     int online_nice;              /* the trainer threads' nice value, 0..19 */
-    int online_boost_ms;          /* a sample queued this long: the trainer at nice 0 */
+    int online_boost_ms;          /* a sample queued this long: the trainer at online_boost_nice */
+    int online_boost_nice;        /* the trainer's nice while boosted (0..19) */
     char sample_log_dir[1024]; /* TRAIN/FEEDBACK samples logged before acknowledged ("" = none) */
     int sample_log_sync_ms;    /* fdatasync of the sample log at most this often */
     int sample_log_segment_kib; /* a segment past this is followed by a new one */

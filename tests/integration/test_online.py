@@ -288,12 +288,13 @@ class Online(ServerCase):
     def test_a_starved_trainer_is_boosted(self):
         """The trainer at nice 19 on a core shared with two busy nice-0 processes gets a slice
         about every 70 of theirs; a sample queued past --online-boost-ms makes the worker set
-        its nice to 0, and it goes back to 19 once its queue is empty."""
+        its nice to --online-boost-nice (5 here), and it goes back to 19 once its queue is
+        empty."""
         if os.geteuid() != 0:
             self.skipTest("lowering a nice needs CAP_SYS_NICE")
         cpu = str(sorted(os.sched_getaffinity(0))[0])
-        s = self.serve(self.model, "--online", "--online-boost-ms", "5", "--workers", "1",
-                       "--lookup-threads", "0")
+        s = self.serve(self.model, "--online", "--online-boost-ms", "5", "--online-boost-nice",
+                       "5", "--workers", "1", "--lookup-threads", "0")
         with s.client() as c:  # the trainer thread starts with the model's first sample
             c.train("ctr", *sample(99)[:1], [(1.0, sample(99)[1])])
         self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 1)
@@ -303,26 +304,32 @@ class Online(ServerCase):
         def trainer_nice():
             for tid in os.listdir("/proc/%d/task" % s.proc.pid):
                 with open("/proc/%d/task/%s/stat" % (s.proc.pid, tid)) as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[16]) == 19:  # nice, field 19 of stat
-                    return 19
-            return 0
+                    comm, fields = f.read().split("(", 1)[1].rsplit(")", 1)
+                if comm == "tl-train-0":
+                    return int(fields.split()[16])  # nice, field 19 of stat
+            self.fail("no tl-train-0 thread")
 
         self.assertEqual(trainer_nice(), 19)
         hogs = [subprocess.Popen(["taskset", "-c", cpu, "sh", "-c", "while :; do :; done"])
                 for _ in range(2)]
+        seen = set()
         try:
             with s.client() as c:
                 for j in range(40):
                     shared, item = sample(j)
                     c.train("ctr", shared, [(1.0, item)])
+                    seen.add(trainer_nice())
                     time.sleep(0.01)
-                self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 41)
+                while s.metric('tlserve_online_samples_total{model="ctr"}') < 41:
+                    seen.add(trainer_nice())
+                    time.sleep(0.002)
         finally:
             for h in hogs:
                 h.kill()
                 h.wait()
         self.assertGreaterEqual(s.metric('tlserve_online_boosts_total{model="ctr"}'), 1)
+        self.assertIn(5, seen, "the boosted trainer's nice was never seen at 5")
+        self.assertLessEqual(seen, {5, 19})
         deadline = time.time() + 10
         while trainer_nice() != 19 and time.time() < deadline:
             time.sleep(0.05)
