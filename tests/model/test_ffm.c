@@ -752,6 +752,38 @@ static int mean_label(const char *path, double *mean, uint64_t *n)
     return rc;
 }
 
+/* FFM with optimizer o's defaults (its fields from the training file)
+ * trained the default epochs on tr, then scored on te into *res; *opt gets
+ * the options used.  0, or -1 when a file cannot be read or the trainer
+ * not made. */
+static int train_and_test(train_optimizer_t o, const char *tr, const char *te,
+                          train_ffm_options_t *opt, metrics_result_t *res)
+{
+    uint32_t maxf = 0;
+    if (run_file(NULL, tr, NULL, &maxf) != 0)
+        return -1;
+    train_ffm_defaults(o, opt);
+    opt->fields = maxf + 1;
+    train_ffm_t *t;
+    metrics_t *m;
+    if (train_ffm_create(opt, &t, NULL, 0) != 0)
+        return -1;
+    if (metrics_create(&m) != 0) {
+        train_ffm_destroy(t);
+        return -1;
+    }
+    int rc = 0;
+    for (int ep = 0; ep < TRAIN_FFM_DEFAULT_EPOCHS && rc == 0; ep++)
+        rc = run_file(t, tr, NULL, NULL) != 0 ? -1 : 0;
+    if (rc == 0 && run_file(t, te, m, NULL) != 0)
+        rc = -1;
+    if (rc == 0)
+        metrics_compute(m, res);
+    metrics_destroy(m);
+    train_ffm_destroy(t);
+    return rc;
+}
+
 /* FFM-FTRL with its defaults (no tuning to the data) on criteo_tiny: the
  * test logloss is finite and beats the constant predictor (the training
  * set's click rate on every test row).  -1 when the set is absent. */
@@ -762,29 +794,15 @@ static int quality_ftrl(const char *data)
     snprintf(te, sizeof te, "%s/criteo_tiny/test.ffm", data);
     if (access(tr, R_OK) != 0 || access(te, R_OK) != 0)
         return -1;
-    uint32_t maxf = 0;
     double p0, q;
     uint64_t ntr, nte;
-    if (run_file(NULL, tr, NULL, &maxf) != 0 || mean_label(tr, &p0, &ntr) != 0 ||
-        mean_label(te, &q, &nte) != 0 || p0 <= 0 || p0 >= 1)
+    if (mean_label(tr, &p0, &ntr) != 0 || mean_label(te, &q, &nte) != 0 || p0 <= 0 || p0 >= 1)
         return 0;
     const double constant = -(q * log(p0) + (1 - q) * log(1 - p0));
     train_ffm_options_t opt;
-    train_ffm_defaults(TRAIN_FTRL, &opt);
-    opt.fields = maxf + 1;
-    train_ffm_t *t;
-    metrics_t *m;
-    if (train_ffm_create(&opt, &t, NULL, 0) != 0 || metrics_create(&m) != 0)
-        return 0;
-    for (int ep = 0; ep < TRAIN_FFM_DEFAULT_EPOCHS; ep++)
-        if (run_file(t, tr, NULL, NULL) != 0)
-            return 0;
-    if (run_file(t, te, m, NULL) != 0)
-        return 0;
     metrics_result_t res;
-    metrics_compute(m, &res);
-    metrics_destroy(m);
-    train_ffm_destroy(t);
+    if (train_and_test(TRAIN_FTRL, tr, te, &opt, &res) != 0)
+        return 0;
     int pass = isfinite(res.logloss) && res.logloss < constant;
     printf("criteo_tiny    FFM-FTRL defaults (F %u, k %u, %d epochs): logloss %.4f (constant "
            "predictor %.4f) auc %.4f calibration %.3f: %s\n",
@@ -817,25 +835,10 @@ static int quality(void)
         snprintf(te, sizeof te, "%s/%s/test.ffm", data ? data : "", sets[i].name);
         if (!data || access(tr, R_OK) != 0 || access(te, R_OK) != 0)
             continue;
-        uint32_t maxf = 0;
-        if (run_file(NULL, tr, NULL, &maxf) != 0)
-            return 1;
         train_ffm_options_t opt;
-        train_ffm_defaults(TRAIN_ADAGRAD, &opt);
-        opt.fields = maxf + 1;
-        train_ffm_t *t;
-        metrics_t *m;
-        if (train_ffm_create(&opt, &t, NULL, 0) != 0 || metrics_create(&m) != 0)
-            return 1;
-        for (int ep = 0; ep < TRAIN_FFM_DEFAULT_EPOCHS; ep++)
-            if (run_file(t, tr, NULL, NULL) != 0)
-                return 1;
-        if (run_file(t, te, m, NULL) != 0)
-            return 1;
         metrics_result_t res;
-        metrics_compute(m, &res);
-        metrics_destroy(m);
-        train_ffm_destroy(t);
+        if (train_and_test(TRAIN_ADAGRAD, tr, te, &opt, &res) != 0)
+            return 1;
         int target = res.logloss <= sets[i].max_ll && res.auc >= sets[i].min_auc;
         int pass = res.logloss <= sets[i].guard_ll && res.auc >= sets[i].guard_auc;
         printf("%-14s FFM defaults (F %u, k %u, %d epochs): logloss %.4f (target <= %.4f) auc "
