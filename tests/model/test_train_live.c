@@ -31,6 +31,7 @@
 
 #include "model/model.h"
 #include "model/train.h"
+#include "train_samples.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,13 +42,6 @@
 
 enum { SAMPLES = 300, NS = 5, NI = 3, NF = NS + NI, FIELDS = 4, NEW_BASE = 1000 };
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* Samples over FIELDS fields (field in the top byte), values in (0, 1];
  * with fresh, ids from NEW_BASE up: none of them in the served model. */
@@ -59,15 +53,8 @@ struct data {
 
 static void make_data(struct data *d, uint64_t seed, bool fresh)
 {
-    uint64_t s = seed;
-    for (int i = 0; i < SAMPLES; i++) {
-        for (int j = 0; j < NF; j++) {
-            uint64_t h = rnd(&s) % 30 + 1 + (fresh && j == NF - 1 ? NEW_BASE : 0);
-            d->ids[i][j] = ((uint64_t)(j % FIELDS) << 56) | h;
-            d->vals[i][j] = (float)(rnd(&s) % 1000 + 1) / 1000.0f;
-        }
-        d->labels[i] = (d->ids[i][0] & 3) == 0 ? 1.0f : 0.0f;
-    }
+    make_samples(&d->ids[0][0], &d->vals[0][0], d->labels, SAMPLES, NF, FIELDS, NEW_BASE, seed,
+                 fresh, false);
 }
 
 struct config {

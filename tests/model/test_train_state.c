@@ -29,6 +29,7 @@
 
 #include "model/model.h"
 #include "model/train.h"
+#include "train_samples.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,13 +42,6 @@
 enum { SAMPLES = 200, NS = 5, NI = 3, NF = NS + NI, FIELDS = 4, NEW_BASE = 1000 };
 #define MAX_IDS (2 * SAMPLES * NF + 1)
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 struct data {
     uint64_t ids[SAMPLES][NF];
@@ -58,15 +52,8 @@ struct data {
 /* Samples over FIELDS fields; with fresh, the last id of each is new. */
 static void make_data(struct data *d, uint64_t seed, bool fresh)
 {
-    uint64_t s = seed;
-    for (int i = 0; i < SAMPLES; i++) {
-        for (int j = 0; j < NF; j++) {
-            uint64_t h = rnd(&s) % 30 + 1 + (fresh && j == NF - 1 ? NEW_BASE : 0);
-            d->ids[i][j] = ((uint64_t)(j % FIELDS) << 56) | h;
-            d->vals[i][j] = (float)(rnd(&s) % 1000 + 1) / 1000.0f;
-        }
-        d->labels[i] = (d->ids[i][0] & 3) == 0 || rnd(&s) % 5 == 0 ? 1.0f : 0.0f;
-    }
+    make_samples(&d->ids[0][0], &d->vals[0][0], d->labels, SAMPLES, NF, FIELDS, NEW_BASE, seed,
+                 fresh, true);
 }
 
 struct config {
