@@ -700,16 +700,25 @@ static void test_bad_options(void **state)
 
 /* ---- quality (--quality) ------------------------------------------------------ */
 
-/* Streams path once: trains (m == NULL) or evaluates into m. */
-static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *max_field)
+/* A libffm reader of path, NULL (said on stderr) when it cannot be opened. */
+static reader_t *open_libffm(const char *path)
 {
     reader_options_t ro = {.format = READER_LIBFFM};
     reader_t *r;
     char err[512];
     if (reader_open(path, &ro, &r, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
-        return -1;
+        return NULL;
     }
+    return r;
+}
+
+/* Streams path once: trains (m == NULL) or evaluates into m. */
+static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *max_field)
+{
+    reader_t *r = open_libffm(path);
+    if (!r)
+        return -1;
     reader_sample_t s;
     int rc;
     while ((rc = reader_next(r, &s)) == 1) {
@@ -732,13 +741,9 @@ static int run_file(train_ffm_t *t, const char *path, metrics_t *m, uint32_t *ma
 /* The mean label of path's samples (*n of them): the constant predictor. */
 static int mean_label(const char *path, double *mean, uint64_t *n)
 {
-    reader_options_t ro = {.format = READER_LIBFFM};
-    reader_t *r;
-    char err[512];
-    if (reader_open(path, &ro, &r, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
+    reader_t *r = open_libffm(path);
+    if (!r)
         return -1;
-    }
     reader_sample_t smp;
     int rc;
     double sum = 0;

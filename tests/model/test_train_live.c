@@ -42,7 +42,6 @@
 
 enum { SAMPLES = 300, NS = 5, NI = 3, NF = NS + NI, FIELDS = 4, NEW_BASE = 1000 };
 
-
 /* Samples over FIELDS fields (field in the top byte), values in (0, 1];
  * with fresh, ids from NEW_BASE up: none of them in the served model. */
 struct data {

@@ -42,7 +42,6 @@
 enum { SAMPLES = 200, NS = 5, NI = 3, NF = NS + NI, FIELDS = 4, NEW_BASE = 1000 };
 #define MAX_IDS (2 * SAMPLES * NF + 1)
 
-
 struct data {
     uint64_t ids[SAMPLES][NF];
     float vals[SAMPLES][NF];
