@@ -219,8 +219,8 @@ static size_t room_locked(online_model_t *q, size_t sz)
  * workers; a starved trainer cannot do it itself), and the trainer goes back
  * to --online-nice when its queue is empty.  Lowering
  * a nice needs CAP_SYS_NICE (or RLIMIT_NICE); without it the first refusal
- * is logged and the trainer stays at --online-nice.  A syscall only when
- * the state changes.  Lock held. */
+ * is logged and the trainer stays at --online-nice; the first boost is
+ * logged too.  A syscall only when the state changes.  Lock held. */
 static void boost_locked(online_model_t *q, uint64_t now_ns)
 {
     const server_config_t *c = &G.srv->cfg;
@@ -239,6 +239,13 @@ static void boost_locked(online_model_t *q, uint64_t now_ns)
     if (setpriority(PRIO_PROCESS, (id_t)tid, c->online_boost_nice) == 0) {
         q->boosted = true;
         atomic_fetch_add_explicit(&q->boosts, 1, memory_order_relaxed);
+        if (!q->boost_said) {
+            q->boost_said = true;
+            LOG(LL_INFO, "online: model '%s': a queued sample waited %d ms or more: the trainer "
+                "runs at nice %d until its queue is empty (logged once; "
+                "tlserve_online_boosts_total counts them)", q->name, c->online_boost_ms,
+                c->online_boost_nice);
+        }
     } else {
         q->boost_denied = true;
         LOG(LL_WARN, "online: model '%s': cannot lower the trainer's nice to %d for the "

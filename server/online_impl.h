@@ -47,8 +47,9 @@ typedef struct online_model {
     pthread_t thread;
     /* the freshness boost (online.c, boost_locked; lock held) */
     _Atomic int trainer_tid;  /* 0 until the trainer thread has started */
-    bool boosted;             /* the trainer runs at nice 0 until its queue is empty */
+    bool boosted;             /* the trainer runs at --online-boost-nice until its queue is empty */
     bool boost_denied;        /* setpriority refused it once (no CAP_SYS_NICE): never again */
+    bool boost_said;          /* the first boost logged */
     /* partitioned replicas (online_sync.c): its accumulators; set once, under
      * the model's writer lock, by online__sync_attach; NULL in other modes */
     struct online_sync_model *_Atomic sync;
