@@ -13,6 +13,7 @@
 #   TL_FUZZ_SECONDS=10   seconds per fuzz target (0 skips fuzzing)
 #   TL_JOBS=N            build parallelism (default: nproc)
 #   TL_CTEST_JOBS=2      ctest parallelism
+#   TL_FUZZ_JOBS=N       fuzz targets run at once (default: nproc; each uses one core)
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
@@ -20,6 +21,7 @@ ROOT=$(pwd)
 JOBS=${TL_JOBS:-$(nproc)}
 CTEST_JOBS=${TL_CTEST_JOBS:-2}
 FUZZ_SECONDS=${TL_FUZZ_SECONDS:-10}
+FUZZ_JOBS=${TL_FUZZ_JOBS:-$(nproc)}
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -116,9 +118,22 @@ elif run "configure build-fuzz/" cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Rel
   if [ ${#fuzzers[@]} -eq 0 ]; then
     run "find fuzz_* targets in build-fuzz/" false || true
   fi
+  # FUZZ_JOBS targets at a time, each into its own output and status file; then each is
+  # reported as a step of its own, in order
+  fuzz_out=$(mktemp -d "${TMPDIR:-/tmp}/tl-fuzz-out.XXXXXX")
+  i=0
   for bin in "${fuzzers[@]}"; do
-    run "fuzz $(basename "$bin"), ${FUZZ_SECONDS} s budget" fuzz_one "$bin" || true
+    name=$(basename "$bin")
+    (fuzz_one "$bin" >"$fuzz_out/$name.out" 2>&1 && rc=0 || rc=$?; echo "$rc" >"$fuzz_out/$name.rc") &
+    i=$((i + 1))
+    if [ $((i % FUZZ_JOBS)) -eq 0 ]; then wait; fi
   done
+  wait
+  fuzz_report() { cat "$fuzz_out/$1.out"; return "$(cat "$fuzz_out/$1.rc" 2>/dev/null || echo 1)"; }
+  for bin in "${fuzzers[@]}"; do
+    run "fuzz $(basename "$bin"), ${FUZZ_SECONDS} s budget" fuzz_report "$(basename "$bin")" || true
+  done
+  rm -rf -- "$fuzz_out"
 fi
 
 header "summary"
