@@ -143,123 +143,6 @@ static struct admin {
     bool running;                /* main thread only */
 } A = {.ended_lock = PTHREAD_MUTEX_INITIALIZER, .ended_tail = &A.ended};
 
-/* ---- replies ---------------------------------------------------------------- */
-
-static const char *reason(int code)
-{
-    switch (code) {
-    case 200:
-        return "OK";
-    case 202:
-        return "Accepted";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Payload Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 503:
-        return "Service Unavailable";
-    default:
-        return "Error";
-    }
-}
-
-static void reply(struct evhttp_request *req, int code, const char *ctype, const char *body,
-                  size_t len)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (b && body)
-        evbuffer_add(b, body, len);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
-    evhttp_send_reply(req, code, reason(code), b);
-    if (b)
-        evbuffer_free(b);
-}
-
-static void reply_text(struct evhttp_request *req, int code, const char *text)
-{
-    reply(req, code, "text/plain; charset=utf-8", text, strlen(text));
-}
-
-/* Sends j (consumed) as the body, with a trailing newline. */
-static void reply_json(struct evhttp_request *req, int code, json_t *j)
-{
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        reply_text(req, 500, "cannot encode JSON\n");
-        return;
-    }
-    struct evbuffer *b = evbuffer_new();
-    if (b) {
-        evbuffer_add(b, s, strlen(s));
-        evbuffer_add(b, "\n", 1);
-    }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, code, reason(code), b);
-    if (b)
-        evbuffer_free(b);
-    free(s);
-}
-
-/* {"error": msg}; bytes outside printable ASCII become '?' so that a path
- * with arbitrary bytes cannot make the JSON invalid. */
-static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    for (char *p = msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-            *p = '?';
-    reply_json(req, code, json_pack("{s:s}", "error", msg));
-}
-
-/* {"name","version","kind","keys"}: one version, as GET /v1/models lists it
- * and a ?wait=1 load answers it. */
-static json_t *version_json(const char *name, uint64_t version, const char *kind, uint64_t keys)
-{
-    return json_pack("{s:s, s:I, s:s, s:I}", "name", name, "version", (json_int_t)version, "kind",
-                     kind, "keys", (json_int_t)keys);
-}
-
-static json_t *model_json(const model_t *m)
-{
-    const store_meta_t *meta = model_meta(m);
-    return version_json(meta->model_name, meta->version, store_model_kind_name(meta->model_kind),
-                        model_key_count(m));
-}
-
-void admin__reply_json(struct evhttp_request *req, int code, json_t *j)
-{
-    reply_json(req, code, j);
-}
-
-void admin__reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    reply_error(req, code, "%s", msg);
-}
-
 /* ---- GET endpoints ---------------------------------------------------------- */
 
 /* Both say 503 from the moment main sets srv->stopping (SIGTERM/SIGINT),
@@ -268,70 +151,21 @@ void admin__reply_error(struct evhttp_request *req, int code, const char *fmt, .
 static void on_healthz(struct evhttp_request *req)
 {
     if (atomic_load(&A.srv->stopping))
-        reply_text(req, 503, "draining\n");
+        admin__reply_text(req, 503, "draining\n");
     else
-        reply_text(req, 200, "ok\n");
+        admin__reply_text(req, 200, "ok\n");
 }
 
 static void on_readyz(struct evhttp_request *req)
 {
     if (atomic_load(&A.srv->stopping))
-        reply_text(req, 503, "draining\n");
+        admin__reply_text(req, 503, "draining\n");
     else if (!atomic_load(&A.srv->listening))
-        reply_text(req, 503, "data plane not listening yet\n");
+        admin__reply_text(req, 503, "data plane not listening yet\n");
     else if (server_model_any_active(A.srv))
-        reply_text(req, 200, "ready\n");
+        admin__reply_text(req, 200, "ready\n");
     else
-        reply_text(req, 503, "no model loaded\n");
-}
-
-/* {"dir","model","readable","latest","loading","refused":[{"version","error"}],
- * "pinned","rolled_back":[...]}: the repository's state of model (repo.h),
- * or NULL when it does not serve it. */
-static json_t *repo_model_json(const char *model)
-{
-    repo_status_t *rs = malloc(sizeof *rs);
-    if (!rs)
-        return NULL;
-    json_t *j = NULL;
-    if (repo_get_status(model, rs) == 0) {
-        json_t *refused = json_array();
-        for (unsigned i = 0; i < rs->n_refused; i++)
-            json_array_append_new(refused,
-                                  json_pack("{s:I, s:s}", "version",
-                                            (json_int_t)rs->refused[i].version, "error",
-                                            rs->refused[i].error));
-        json_t *rb = json_array();
-        for (unsigned i = 0; i < rs->n_rolled_back; i++)
-            json_array_append_new(rb, json_integer((json_int_t)rs->rolled_back[i]));
-        j = json_pack("{s:s, s:s, s:b, s:I, s:I, s:o, s:I, s:o}", "dir", rs->dir, "model",
-                      rs->model, "readable", rs->readable, "latest", (json_int_t)rs->latest,
-                      "loading", (json_int_t)rs->loading, "refused", refused, "pinned",
-                      (json_int_t)rs->pinned, "rolled_back", rb);
-    }
-    free(rs);
-    return j;
-}
-
-/* Sets "repository" (the first model's state: what a client of a
- * one-model repository reads) and "repositories" (every model's, in the
- * order served) in body; neither without --model-repo. */
-static void repo_json(json_t *body)
-{
-    char names[SERVER_MODELS_MAX][64];
-    unsigned n = repo_models(names, SERVER_MODELS_MAX);
-    if (n == 0)
-        return;
-    json_t *all = json_array();
-    for (unsigned i = 0; i < n && i < SERVER_MODELS_MAX; i++) {
-        json_t *j = repo_model_json(names[i]);
-        if (j)
-            json_array_append_new(all, j);
-    }
-    json_t *first = json_array_size(all) ? json_incref(json_array_get(all, 0)) : NULL;
-    if (first)
-        json_object_set_new(body, "repository", first);
-    json_object_set_new(body, "repositories", all);
+        admin__reply_text(req, 503, "no model loaded\n");
 }
 
 static void on_models(struct evhttp_request *req)
@@ -342,20 +176,20 @@ static void on_models(struct evhttp_request *req)
     for (size_t i = 0; i < n && i < SERVER_MODELS_MAX; i++) {
         server_model_t *sm = server_model_acquire_named(A.srv, names[i]);
         if (sm) {
-            json_array_append_new(list, model_json(sm->model));
+            json_array_append_new(list, admin__model_json(sm->model));
             server_model_release(sm);
         }
     }
     json_t *body = json_pack("{s:o}", "models", list);
-    repo_json(body);
-    reply_json(req, 200, body);
+    admin__repo_json(body);
+    admin__reply_json(req, 200, body);
 }
 
 static void on_metrics(struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        reply_text(req, 500, "out of memory\n");
+        admin__reply_text(req, 500, "out of memory\n");
         return;
     }
     admin__metrics(A.srv, b);
@@ -382,7 +216,7 @@ int admin__check_auth(struct evhttp_request *req)
 {
     const char *want = A.srv->cfg.admin_token;
     if (want[0] == '\0') {
-        reply_error(req, 403,
+        admin__reply_error(req, 403,
                     "no admin token configured: state-changing calls are disabled "
                     "(start tlserve with --admin-token)");
         return -1;
@@ -399,7 +233,7 @@ int admin__check_auth(struct evhttp_request *req)
             return 0;
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-    reply_error(req, 401,
+    admin__reply_error(req, 401,
                 h ? "wrong admin token" : "missing 'Authorization: Bearer <token>' header");
     LOG(LL_WARN, "admin: refused %s %s (%s)", "POST", evhttp_request_get_uri(req),
         h ? "wrong token" : "no token");
@@ -411,7 +245,7 @@ long admin__body(struct evhttp_request *req, char *buf, size_t max)
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     if (len > max) {
-        reply_error(req, 413, "body of %zu bytes is over the %zu byte limit", len, max);
+        admin__reply_error(req, 413, "body of %zu bytes is over the %zu byte limit", len, max);
         return -1;
     }
     evbuffer_copyout(in, buf, len);
@@ -442,9 +276,9 @@ static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
     if (evcon) /* back to the normal idle timeout for what follows on this connection */
         evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
     if (st->state == LOADER_DONE)
-        reply_json(req, 200, version_json(st->model, st->version, st->kind, st->keys));
+        admin__reply_json(req, 200, admin__version_json(st->model, st->version, st->kind, st->keys));
     else
-        reply_error(req, st->shutdown ? 503 : 409, "%s", st->error);
+        admin__reply_error(req, st->shutdown ? 503 : 409, "%s", st->error);
 }
 
 /* done_ev: answers the waiting requests of every load that ended.  Returns
@@ -522,7 +356,7 @@ static int is_get(enum evhttp_cmd_type m)
 static void method_not_allowed(struct evhttp_request *req, const char *allow)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-    reply_error(req, 405, "method not allowed; use %s", allow);
+    admin__reply_error(req, 405, "method not allowed; use %s", allow);
 }
 
 /* Routes the calls on one model: {name}:load, {name}:rollback,
@@ -553,7 +387,7 @@ static int model_call(struct evhttp_request *req, enum evhttp_cmd_type m, const 
         if (!fn) {
             method_not_allowed(req, calls[i].allow);
         } else if (!valid_name(rest, n)) {
-            reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
+            admin__reply_error(req, 400, "bad model name in the URL (1..63 characters of [A-Za-z0-9_.-])");
         } else {
             char nm[64];
             memcpy(nm, rest, n);
@@ -575,7 +409,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     static const char models_prefix[] = "/v1/models/";
 
     if (!path) {
-        reply_error(req, 400, "cannot parse the request URI");
+        admin__reply_error(req, 400, "cannot parse the request URI");
         return;
     }
     LOG(LL_DEBUG, "admin: %d %s", (int)m, path);
@@ -592,7 +426,7 @@ static void on_request(struct evhttp_request *req, void *arg)
                model_call(req, m, path + sizeof models_prefix - 1)) {
         /* answered: :load, :rollback, :activate, /versions, /digest */
     } else {
-        reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
+        admin__reply_error(req, 404, "no such endpoint: %s (see /healthz, /readyz, /metrics, /v1/models)",
                     path);
     }
     free(path);
@@ -704,7 +538,7 @@ static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
     while (A.waiters) {
         waiter_t *w = A.waiters;
         A.waiters = w->next;
-        reply_error(w->req, 503, "the server is shutting down");
+        admin__reply_error(w->req, 503, "the server is shutting down");
         free(w);
         answered++;
     }

@@ -1,8 +1,9 @@
 /*
- * admin_impl.h — what admin.c (the admin thread, routing, replies) shares
- * with admin_load.c (the :load endpoint), admin_models.c (the version
- * lifecycle endpoints) and admin_metrics.c.  Private to the admin plane:
- * every function here runs on the admin thread only.
+ * admin_impl.h — what admin.c (the admin thread, routing) and admin_reply.c
+ * (replies) share with admin_load.c (the :load endpoint), admin_models.c
+ * (the version lifecycle endpoints), admin_digest.c and admin_metrics.c.
+ * Private to the admin plane: every function here runs on the admin thread
+ * only.
  */
 #ifndef TL_SERVER_ADMIN_IMPL_H
 #define TL_SERVER_ADMIN_IMPL_H
@@ -17,8 +18,21 @@
  * body's buffer. */
 #define ADMIN_MAX_BODY (64 * 1024)
 
-/* Sends j (consumed) as a JSON body with status code. */
+/* Replies (admin_reply.c): body (len bytes, may be NULL) as ctype; text
+ * as text/plain; j (consumed) as a JSON body with a trailing newline. */
+void admin__reply(struct evhttp_request *req, int code, const char *ctype, const char *body,
+                  size_t len);
+void admin__reply_text(struct evhttp_request *req, int code, const char *text);
 void admin__reply_json(struct evhttp_request *req, int code, json_t *j);
+
+/* {"name","version","kind","keys"}: one version, as GET /v1/models lists it
+ * and a ?wait=1 load answers it; a served model's. */
+json_t *admin__version_json(const char *name, uint64_t version, const char *kind, uint64_t keys);
+json_t *admin__model_json(const model_t *m);
+
+/* Sets "repository" (the first model's state) and "repositories" (every
+ * model's) in body; neither without --model-repo. */
+void admin__repo_json(json_t *body);
 
 /* {"error": msg} with status code (non-printable bytes become '?'). */
 void admin__reply_error(struct evhttp_request *req, int code, const char *fmt, ...)
