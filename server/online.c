@@ -294,13 +294,13 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
 
 /* Appends rec to the model's sample log (when it has one): 0 with its
  * position, or -1 with why.  Lock held. */
-static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos, char *why,
-                      size_t why_len)
+static int log_locked(online_model_t *q, const codec_train_t *req, const uint8_t *mark,
+                      uint64_t *pos, char *why, size_t why_len)
 {
     *pos = 0;
     if (!q->slog)
         return 0;
-    sample_log_rec_t rec = {.train = *req, .weights = req->weights};
+    sample_log_rec_t rec = {.train = *req, .weights = req->weights, .mark = mark};
     sample_log_error_t err;
     uint64_t t0 = online__now_ns();
     int rc = sample_log_append(q->slog, &rec, 1, pos, &err);
@@ -379,9 +379,10 @@ static void tokens_spend_locked(online_model_t *q, uint32_t n)
 }
 
 /* online_submit's body; client false: a refusal is not counted (the
- * --train-file feeder waits and retries: online__submit_file). */
+ * --train-file feeder waits and retries: online__submit_file), mark the
+ * sample log record's (NULL: none). */
 static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
-                  uint32_t len, char *why, size_t why_len, bool client)
+                  uint32_t len, char *why, size_t why_len, bool client, const uint8_t *mark)
 {
     if (!srv->cfg.online) {
         snprintf(why, why_len, "online learning is not enabled on this server (--online)");
@@ -413,7 +414,7 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         rc = ONLINE_FULL; /* why says so; counted in tlserve_bus_lag_refused_total */
     else if (rc == ONLINE_QUEUED && !bus && (at = room_locked(q, sz)) == SIZE_MAX)
         rc = ONLINE_FULL;
-    if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
+    if (rc == ONLINE_QUEUED && log_locked(q, req, mark, &pos, why, why_len) != 0)
         rc = ONLINE_LOG;
     if (rc == ONLINE_QUEUED) {
         tokens_spend_locked(q, req->samples);
@@ -440,15 +441,16 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len)
 {
-    return submit(srv, req, flags, payload, len, why, why_len, true);
+    return submit(srv, req, flags, payload, len, why, why_len, true, NULL);
 }
 
 /* --train-file's frames (online_file.c): online_submit's path, refusals not
  * counted as a client's. */
 int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
-                        const uint8_t *payload, uint32_t len, char *why, size_t why_len)
+                        const uint8_t *payload, uint32_t len, const uint8_t *mark, char *why,
+                        size_t why_len)
 {
-    return submit(srv, req, flags, payload, len, why, why_len, false);
+    return submit(srv, req, flags, payload, len, why, why_len, false, mark);
 }
 
 /* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
@@ -500,11 +502,11 @@ static int push_sample(online_model_t *q, const impression_sample_t *s, bool cap
     if (capped && !tokens_enough_locked(q, 1, t)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
-        if (!online__bus_lagging(q, NULL, 0) && log_locked(q, &one, &pos, why, sizeof why) == 0)
+        if (!online__bus_lagging(q, NULL, 0) && log_locked(q, &one, NULL, &pos, why, sizeof why) == 0)
             rc = 0;
     } else {
         size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
-        if (at != SIZE_MAX && log_locked(q, &one, &pos, why, sizeof why) == 0) {
+        if (at != SIZE_MAX && log_locked(q, &one, NULL, &pos, why, sizeof why) == 0) {
             put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, pos, t);
             rc = 0;
         }

@@ -70,6 +70,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define G online__G
 #define FRAME_FEATURES (1u << 18) /* per frame, before deduplication: 3 MiB of ids and values */
@@ -90,7 +91,7 @@ static struct {
     char model[CODEC_MAX_NAME + 1];
     bool sniff;             /* --train-file-format auto */
     reader_format_t format; /* otherwise */
-    _Atomic uint64_t samples, done, failed, reading, waits;
+    _Atomic uint64_t samples, done, failed, reading, waits, skipped;
 } F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* The frame being gathered: the feeder's own. */
@@ -104,6 +105,7 @@ struct frame {
     codec_block_t blk[ONLINE_FILE_FRAME_SAMPLES];
     float label[ONLINE_FILE_FRAME_SAMPLES];
     uint64_t line[ONLINE_FILE_FRAME_SAMPLES];
+    uint64_t end_off[ONLINE_FILE_FRAME_SAMPLES]; /* the file's bytes read through the sample */
     uint8_t *buf; /* the encoded frame, grown (checked) */
     size_t cap;
 };
@@ -132,6 +134,154 @@ static bool pause_ms(unsigned ms)
         pthread_cond_timedwait(&F.cond, &F.lock, &ts);
     pthread_mutex_unlock(&F.lock);
     return stopping();
+}
+
+/* ---- progress: the marks ---------------------------------------------------------- */
+
+/* One file of the list as the feeder reads it: what its marks say. */
+struct progress {
+    uint64_t key;      /* the path's hash, seeded with its occurrence in the list */
+    int fd;            /* the file again, for the prefix's hash (-1: none) */
+    XXH3_state_t *xx;  /* the hash of bytes [0, hashed) */
+    uint64_t hashed;   /* bytes hashed */
+    uint64_t samples;  /* the file's samples submitted, from its start (resumed ones too) */
+    /* the latest mark found in the sample log at start (found false: none) */
+    bool found;
+    uint64_t m_offset, m_line, m_prefix, m_samples, m_pos;
+};
+
+static void put64le(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64le(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+void online__file_mark_encode(const online_file_mark_t *m, uint8_t out[SAMPLE_LOG_MARK_BYTES])
+{
+    put64le(out, m->key);
+    put64le(out + 8, m->offset);
+    put64le(out + 16, m->line);
+    put64le(out + 24, m->prefix);
+    put64le(out + 32, m->samples);
+}
+
+int online__file_mark_decode(const uint8_t in[SAMPLE_LOG_MARK_BYTES], online_file_mark_t *m,
+                             char *why, size_t why_len)
+{
+    m->key = get64le(in);
+    m->offset = get64le(in + 8);
+    m->line = get64le(in + 16);
+    m->prefix = get64le(in + 24);
+    m->samples = get64le(in + 32);
+    /* a line takes a byte at least, a sample a line */
+    if (m->line > m->offset || m->samples > m->line || (m->offset > 0 && m->line == 0)) {
+        snprintf(why, why_len,
+                 "a --train-file mark of %" PRIu64 " bytes, %" PRIu64 " lines and %" PRIu64
+                 " samples cannot be (a line takes a byte, a sample a line)",
+                 m->offset, m->line, m->samples);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Hashes p's file up to byte `to` (p->hashed <= to): 0; -EIO when the file
+ * ends before it (it shrank), else -errno. */
+static int hash_to(struct progress *p, uint64_t to)
+{
+    static uint8_t chunk[1u << 16]; /* the feeder's only */
+    while (p->hashed < to) {
+        size_t want = to - p->hashed < sizeof chunk ? (size_t)(to - p->hashed) : sizeof chunk;
+        ssize_t r = pread(p->fd, chunk, want, (off_t)p->hashed);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -EIO;
+        XXH3_64bits_update(p->xx, chunk, (size_t)r);
+        p->hashed += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* The path's key: its occurrence-th appearance in the list (0 the first). */
+static uint64_t path_key(const char *path, unsigned occurrence)
+{
+    return XXH3_64bits_withSeed(path, strlen(path), occurrence);
+}
+
+/* Finds the latest mark of each of ps[0..n) in the model's sample log (the
+ * whole of what it keeps, read before the feeder appends anything).  0; a
+ * log that cannot be read (or a mark that cannot be) is logged at WARN and
+ * every mark found is forgotten: the files are read from the start. */
+static void find_marks(struct progress *ps, size_t n)
+{
+    char why[512];
+    online_model_t *q = online__model_get(F.model, why, sizeof why);
+    if (!q || !q->slog)
+        return;
+    pthread_mutex_lock(&q->lock);
+    uint64_t from = sample_log_first_pos(q->slog), end = sample_log_next_pos(q->slog);
+    pthread_mutex_unlock(&q->lock);
+    if (from == end)
+        return;
+    codec_arena_t arena = {0};
+    arena.cap = sample_log_arena_bound();
+    arena.base = malloc(arena.cap);
+    sample_log_reader_t *r = NULL;
+    sample_log_error_t err = {0};
+    int rc = arena.base ? sample_log_reader_open(q->slog_dir, from, &r, &err) : -ENOMEM;
+    uint64_t pos = from, marks = 0;
+    while (rc == 0 && pos < end) {
+        sample_log_rec_t rec;
+        arena.used = 0;
+        rc = sample_log_next(r, &arena, &rec, &pos, &err);
+        if (rc == SAMPLE_LOG_END) {
+            snprintf(err.msg, sizeof err.msg, "the log ends at position %" PRIu64 " before %" PRIu64,
+                     pos, end);
+            rc = -EIO;
+        }
+        if (rc != 0)
+            break;
+        if (rec.mark && strcmp(rec.train.name, F.model) == 0) {
+            online_file_mark_t m;
+            if ((rc = online__file_mark_decode(rec.mark, &m, err.msg, sizeof err.msg)) != 0)
+                break;
+            for (size_t i = 0; i < n; i++) {
+                if (ps[i].key == m.key) {
+                    ps[i].found = true;
+                    ps[i].m_offset = m.offset;
+                    ps[i].m_line = m.line;
+                    ps[i].m_prefix = m.prefix;
+                    ps[i].m_samples = m.samples;
+                    ps[i].m_pos = pos;
+                    marks++;
+                }
+            }
+        }
+        pos++;
+    }
+    sample_log_reader_close(r);
+    free(arena.base);
+    if (rc != 0) {
+        LOG(LL_WARN,
+            "online: --train-file: the sample log %s cannot tell how far the files were learned "
+            "(position %" PRIu64 ": %s): every file is read from the start as new data",
+            q->slog_dir, pos, rc == -ENOMEM ? "no memory for a record" : err.msg);
+        for (size_t i = 0; i < n; i++)
+            ps[i].found = false;
+        return;
+    }
+    LOG(LL_DEBUG, "online: --train-file: %" PRIu64 " marks in sample log positions %" PRIu64
+        "..%" PRIu64, marks, from, end);
 }
 
 /* ---- the format ----------------------------------------------------------------- */
@@ -188,8 +338,8 @@ static int sniff_file(const char *path, reader_format_t *out, char *why, size_t 
 /* Submits samples [first, first + count) of fr as TRAIN frames, split in
  * halves while a frame is too large, waiting for room as long as it takes.
  * 0; -ECANCELED when stopped; else -errno with why naming file:line. */
-static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const char *path,
-                        char *why, size_t why_len)
+static int submit_range(struct frame *fr, struct progress *pg, uint32_t first, uint32_t count,
+                        const char *path, char *why, size_t why_len)
 {
     codec_train_t req = {.samples = count, .labels = fr->label + first, .sample = fr->blk + first};
     snprintf(req.name, sizeof req.name, "%s", F.model);
@@ -200,8 +350,8 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
     if ((rc != CODEC_NEED_MORE && rc != CODEC_OK) || big) {
         if (count > 1) { /* split: attributes an error to its line too */
             uint32_t half = count / 2;
-            rc = submit_range(fr, first, half, path, why, why_len);
-            return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+            rc = submit_range(fr, pg, first, half, path, why, why_len);
+            return rc ? rc : submit_range(fr, pg, first + half, count - half, path, why, why_len);
         }
         if (big)
             snprintf(why, why_len,
@@ -230,14 +380,28 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
     memcpy(&flags, fr->buf + 6, 2);
     const uint8_t *payload = fr->buf + CODEC_HEADER_SIZE;
     uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
+    uint32_t last = first + count - 1;
+    online_file_mark_t m = {.key = pg->key,
+                            .offset = fr->end_off[last],
+                            .line = fr->line[last],
+                            .samples = pg->samples + count};
+    uint8_t mark[SAMPLE_LOG_MARK_BYTES];
+    if ((rc = hash_to(pg, m.offset)) != 0) {
+        snprintf(why, why_len, "%s:%" PRIu64 ": the file cannot be read again for its hash: %s",
+                 path, fr->line[first], rc == -EIO ? "it shrank while read" : strerror(-rc));
+        return rc;
+    }
+    m.prefix = XXH3_64bits_digest(pg->xx);
+    online__file_mark_encode(&m, mark);
     bool warned = false;
     for (;;) {
         if (stopping())
             return -ECANCELED;
         char msg[512];
-        rc = online__submit_file(G.srv, &req, flags, payload, plen, msg, sizeof msg);
+        rc = online__submit_file(G.srv, &req, flags, payload, plen, mark, msg, sizeof msg);
         switch (rc) {
         case ONLINE_QUEUED:
+            pg->samples += count;
             atomic_fetch_add_explicit(&F.samples, count, memory_order_relaxed);
             return 0;
         case ONLINE_FULL:
@@ -256,8 +420,9 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
         case ONLINE_TOO_BIG:
             if (count > 1) {
                 uint32_t half = count / 2;
-                rc = submit_range(fr, first, half, path, why, why_len);
-                return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+                rc = submit_range(fr, pg, first, half, path, why, why_len);
+                return rc ? rc : submit_range(fr, pg, first + half, count - half, path, why,
+                                              why_len);
             }
             /* fall through */
         default:
@@ -268,9 +433,10 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
 }
 
 /* Submits the frame gathered and empties it: submit_range's result. */
-static int flush(struct frame *fr, const char *path, char *why, size_t why_len)
+static int flush(struct frame *fr, struct progress *pg, const char *path, char *why,
+                 size_t why_len)
 {
-    int rc = fr->n ? submit_range(fr, 0, fr->n, path, why, why_len) : 0;
+    int rc = fr->n ? submit_range(fr, pg, 0, fr->n, path, why, why_len) : 0;
     fr->n = fr->used = 0;
     return rc;
 }
@@ -279,7 +445,47 @@ static int flush(struct frame *fr, const char *path, char *why, size_t why_len)
 
 /* Reads path to its end (or its first bad line, or the stop), submitting
  * every sample; logs the outcome and counts it. */
-static void feed_file(struct frame *fr, const char *path)
+/* Resumes r after what pg's mark says was submitted when the file's first
+ * mark.offset bytes still hash as they did; else reads from the start
+ * (WARN).  Leaves pg's hash at the resume point.  0, or -errno of the seek
+ * with why. */
+static int resume(reader_t *r, struct progress *pg, const char *path, uint64_t *line, char *why,
+                  size_t why_len)
+{
+    XXH3_64bits_reset(pg->xx);
+    pg->hashed = pg->samples = 0;
+    if (!pg->found)
+        return 0;
+    int rc = hash_to(pg, pg->m_offset);
+    if (rc == 0 && XXH3_64bits_digest(pg->xx) == pg->m_prefix) {
+        if ((rc = reader_seek(r, pg->m_offset, pg->m_line)) != 0) {
+            snprintf(why, why_len, "%s: cannot seek to byte %" PRIu64 ": %s", path, pg->m_offset,
+                     strerror(-rc));
+            return rc;
+        }
+        pg->samples = pg->m_samples;
+        *line = pg->m_line;
+        atomic_fetch_add_explicit(&F.skipped, pg->m_samples, memory_order_relaxed);
+        LOG(LL_INFO,
+            "online: --train-file %s resumed at byte %" PRIu64 " (line %" PRIu64 "), %" PRIu64
+            " samples already learned (sample log position %" PRIu64 ")",
+            path, pg->m_offset, pg->m_line, pg->m_samples, pg->m_pos);
+        return 0;
+    }
+    LOG(LL_WARN,
+        "online: --train-file %s: %s since %" PRIu64 " samples of its first %" PRIu64
+        " bytes were learned: read from the start as new data",
+        path,
+        rc == -EIO  ? "the file is shorter"
+        : rc != 0   ? "the file's head cannot be read again"
+                    : "the file's head changed",
+        pg->m_samples, pg->m_offset);
+    XXH3_64bits_reset(pg->xx);
+    pg->hashed = 0;
+    return 0;
+}
+
+static void feed_file(struct frame *fr, struct progress *pg, const char *path)
 {
     char why[1400] = "";
     uint64_t t0 = online__now_ns(), s0 = atomic_load(&F.samples), line = 0;
@@ -289,9 +495,19 @@ static void feed_file(struct frame *fr, const char *path)
     reader_options_t ro = {.format = fmt};
     if (rc == 0)
         rc = reader_open(path, &ro, &r, why, sizeof why);
+    if (rc == 0 && (pg->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = -errno;
+        snprintf(why, sizeof why, "%s: %s", path, strerror(-rc));
+    }
+    if (rc == 0)
+        rc = resume(r, pg, path, &line, why, sizeof why);
     if (rc != 0) {
         atomic_fetch_add_explicit(&F.failed, 1, memory_order_relaxed);
-        LOG(LL_ERROR, "online: --train-file %s: %s; nothing of it learned", path, why);
+        LOG(LL_ERROR, "online: --train-file %s: %s; nothing more of it learned", path, why);
+        reader_close(r);
+        if (pg->fd >= 0)
+            close(pg->fd);
+        pg->fd = -1;
         return;
     }
     atomic_store(&F.reading, 1);
@@ -311,7 +527,7 @@ static void feed_file(struct frame *fr, const char *path)
             break;
         }
         if (fr->n == fr->max || fr->used + s.n > FRAME_FEATURES) {
-            if ((rc = flush(fr, path, why, sizeof why)) != 0)
+            if ((rc = flush(fr, pg, path, why, sizeof why)) != 0)
                 break;
         }
         uint64_t *ids = fr->ids + fr->used;
@@ -334,6 +550,7 @@ static void feed_file(struct frame *fr, const char *path)
         fr->blk[fr->n] = (codec_block_t){ids, v, n};
         fr->label[fr->n] = s.label;
         fr->line[fr->n] = line;
+        fr->end_off[fr->n] = reader_offset(r);
         fr->n++;
         fr->used += n;
     }
@@ -343,7 +560,7 @@ static void feed_file(struct frame *fr, const char *path)
     }
     if (rc != -ECANCELED) { /* the samples before an error are learned */
         char fwhy[1400];
-        int frc = flush(fr, path, fwhy, sizeof fwhy);
+        int frc = flush(fr, pg, path, fwhy, sizeof fwhy);
         if (frc != 0 && rc == 0) {
             rc = frc;
             memcpy(why, fwhy, sizeof why);
@@ -351,6 +568,8 @@ static void feed_file(struct frame *fr, const char *path)
     }
     fr->n = fr->used = 0;
     reader_close(r);
+    close(pg->fd);
+    pg->fd = -1;
     atomic_store(&F.reading, 0);
     uint64_t n = atomic_load(&F.samples) - s0;
     double secs = (double)(online__now_ns() - t0) * 1e-9;
@@ -416,6 +635,9 @@ static void *feeder_main(void *arg)
 {
     (void)arg;
     const server_config_t *c = &G.srv->cfg;
+    struct progress *ps = NULL;
+    XXH3_state_t *xx = NULL;
+    char **paths = NULL;
     struct frame *fr = frame_new(c);
     if (!fr) {
         LOG(LL_ERROR, "online: --train-file: no memory for the feeder's frame: no file learned");
@@ -433,12 +655,32 @@ static void *feeder_main(void *arg)
         if (pause_ms(MODEL_WAIT_MS))
             goto out;
     }
-    char list[sizeof c->train_file];
+    static char list[sizeof c->train_file]; /* the feeder's only */
     snprintf(list, sizeof list, "%s", c->train_file);
+    size_t n = 0, cap = strlen(list) / 2 + 1;
+    paths = calloc(cap, sizeof *paths);
+    ps = calloc(cap, sizeof *ps);
+    xx = XXH3_createState();
+    if (!paths || !ps || !xx) {
+        LOG(LL_ERROR, "online: --train-file: no memory for the files' progress: no file learned");
+        goto out;
+    }
     char *save = NULL;
-    for (char *p = strtok_r(list, ",", &save); p && !stopping(); p = strtok_r(NULL, ",", &save))
-        feed_file(fr, p);
+    for (char *p = strtok_r(list, ",", &save); p && n < cap; p = strtok_r(NULL, ",", &save)) {
+        unsigned occurrence = 0;
+        for (size_t i = 0; i < n; i++)
+            occurrence += strcmp(paths[i], p) == 0;
+        paths[n] = p;
+        ps[n] = (struct progress){.key = path_key(p, occurrence), .fd = -1, .xx = xx};
+        n++;
+    }
+    find_marks(ps, n);
+    for (size_t i = 0; i < n && !stopping(); i++)
+        feed_file(fr, &ps[i], paths[i]);
 out:
+    XXH3_freeState(xx);
+    free(ps);
+    free(paths);
     frame_free(fr);
     return NULL;
 }
@@ -532,6 +774,7 @@ int online__file_start(char *why, size_t why_len)
     atomic_store(&F.failed, 0);
     atomic_store(&F.reading, 0);
     atomic_store(&F.waits, 0);
+    atomic_store(&F.skipped, 0);
     if (pthread_create(&F.thread, NULL, feeder_main, NULL) != 0) {
         snprintf(why, why_len, "--train-file: cannot start the feeder thread");
         return -EAGAIN;
@@ -575,6 +818,10 @@ size_t online__file_metrics(char *buf, size_t len)
          "waits for room (queue full, samples/s cap, model not active): backpressure, nothing "
          "dropped",
          &F.waits},
+        {"tlserve_online_file_resumed_samples_total", "counter",
+         "samples of --train-file not submitted again at this start: the sample log says they "
+         "were (each file resumes after them)",
+         &F.skipped},
     };
     size_t off = 0;
     buf[0] = '\0';

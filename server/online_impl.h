@@ -166,10 +166,30 @@ uint64_t online__now_ns(void);
 /* online_submit's path exactly (the model and kind checks, the cap, the
  * sample log, the queue; the frames counter), except that ONLINE_FULL,
  * ONLINE_RATE and ONLINE_TOO_BIG are not counted as a client's refusals:
- * the caller waits and retries (or splits the frame).  Same contract
- * otherwise; may block on the queue's lock, never on room. */
+ * the caller waits and retries (or splits the frame), and that the sample
+ * log record carries mark (SAMPLE_LOG_MARK_BYTES: the file's progress
+ * through this frame; NULL: none).  Same contract otherwise; may block on
+ * the queue's lock, never on room. */
 int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
-                        const uint8_t *payload, uint32_t len, char *why, size_t why_len);
+                        const uint8_t *payload, uint32_t len, const uint8_t *mark, char *why,
+                        size_t why_len);
+
+/* A --train-file frame's mark in the sample log (SAMPLE_LOG_MARK_BYTES,
+ * five u64 little-endian, in this order): how far its file was submitted
+ * once the frame was. */
+typedef struct online_file_mark {
+    uint64_t key;     /* XXH3_64 of the path as listed, seeded with its occurrence in the list */
+    uint64_t offset;  /* bytes of the file read through the frame's last sample */
+    uint64_t line;    /* lines read through it (the last sample's line number) */
+    uint64_t prefix;  /* XXH3_64 of the file's bytes [0, offset) */
+    uint64_t samples; /* the file's samples submitted through the frame, from its start */
+} online_file_mark_t;
+
+void online__file_mark_encode(const online_file_mark_t *m, uint8_t out[SAMPLE_LOG_MARK_BYTES]);
+/* Reads a mark read back from the log (input: a log outlives versions of
+ * this code): 0, or -EINVAL with why when its figures cannot be. */
+int online__file_mark_decode(const uint8_t in[SAMPLE_LOG_MARK_BYTES], online_file_mark_t *m,
+                             char *why, size_t why_len);
 
 /* From online_start, after the trainers and the bus: resolves the model
  * (--train-file-model, else the only one served or in the repository) and
