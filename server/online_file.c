@@ -43,10 +43,28 @@
  *   cannot be opened fails the same way; a missing one was refused at start
  *   by the config check.
  *
- * RESTARTS: the files are read at every start.  With --sample-log-dir the
- * samples of a run are in the log like any TRAIN's, and a restart replays
- * the log and then reads the files again: point --train-file at data not
- * yet learned, or drop it after the first start.
+ * RESTARTS resume each file where its learned samples end.  Every frame's
+ * sample log record carries a MARK (sample_log_rec_t.mark, 40 bytes,
+ * online_file_mark_t): the file's key (XXH3 of the path as listed, seeded
+ * with its occurrence in the list), the bytes and lines read through the
+ * frame's last sample, the XXH3 of those bytes, and the file's samples so
+ * far.  The mark is in the record because the record is what a restart
+ * learns again: committed by the same append, it can be neither ahead of
+ * nor behind the samples (a file beside the log could be either after a
+ * kill -9 between two writes).  At start, before it appends anything, the
+ * feeder reads the log's kept records for the latest mark of each listed
+ * file (find_marks), hashes the file's first mark.offset bytes and, when
+ * they hash the same, seeks there (reader_seek): the replay learns the
+ * logged frames again and the feeder goes on after them, so each line is
+ * learned once.  A file appended to resumes at its old end; a head that
+ * changed or a file that shrank is a WARN and a read from the start; a
+ * file with no mark (listed anew) is read from the start.  A log that
+ * cannot be read to its end, or a mark whose figures cannot be, is a WARN
+ * and every file is read from the start.  The prefix hash is kept as the
+ * file is read: at each frame the bytes since the last one are read again
+ * (pread, page cache) into a streaming XXH3 (hash_to).  Without
+ * --sample-log-dir nothing keeps marks and the files are read from the
+ * start at every start.
  *
  * THREAD SAFETY
  *   online__file_start and online__file_stop run on main (online_start,
