@@ -76,6 +76,7 @@
 #include "online_impl.h"
 
 #include "log.h"
+#include "model/model.h"
 #include "model/reader.h"
 
 #include <dirent.h>
@@ -168,48 +169,6 @@ struct progress {
     uint64_t m_offset, m_line, m_prefix, m_samples, m_pos;
 };
 
-static void put64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-void online__file_mark_encode(const online_file_mark_t *m, uint8_t out[SAMPLE_LOG_MARK_BYTES])
-{
-    put64le(out, m->key);
-    put64le(out + 8, m->offset);
-    put64le(out + 16, m->line);
-    put64le(out + 24, m->prefix);
-    put64le(out + 32, m->samples);
-}
-
-int online__file_mark_decode(const uint8_t in[SAMPLE_LOG_MARK_BYTES], online_file_mark_t *m,
-                             char *why, size_t why_len)
-{
-    m->key = get64le(in);
-    m->offset = get64le(in + 8);
-    m->line = get64le(in + 16);
-    m->prefix = get64le(in + 24);
-    m->samples = get64le(in + 32);
-    /* a line takes a byte at least, a sample a line */
-    if (m->line > m->offset || m->samples > m->line || (m->offset > 0 && m->line == 0)) {
-        snprintf(why, why_len,
-                 "a --train-file mark of %" PRIu64 " bytes, %" PRIu64 " lines and %" PRIu64
-                 " samples cannot be (a line takes a byte, a sample a line)",
-                 m->offset, m->line, m->samples);
-        return -EINVAL;
-    }
-    return 0;
-}
-
 /* Hashes p's file up to byte `to` (p->hashed <= to): 0; -EIO when the file
  * ends before it (it shrank), else -errno. */
 static int hash_to(struct progress *p, uint64_t to)
@@ -240,9 +199,48 @@ static uint64_t path_key(const char *path, unsigned occurrence)
  * whole of what it keeps, read before the feeder appends anything).  0; a
  * log that cannot be read (or a mark that cannot be) is logged at WARN and
  * every mark found is forgotten: the files are read from the start. */
+static void take_mark(struct progress *ps, size_t n, const online_file_mark_t *m, uint64_t pos)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ps[i].key == m->key && (!ps[i].found || pos >= ps[i].m_pos)) {
+            ps[i].found = true;
+            ps[i].m_offset = m->offset;
+            ps[i].m_line = m->line;
+            ps[i].m_prefix = m->prefix;
+            ps[i].m_samples = m->samples;
+            ps[i].m_pos = pos;
+        }
+    }
+}
+
+/* The marks of the active version when it is an online export (its
+ * TRAINFILE_MARKS: online_file_marks.c) into ps; a bad file is a WARN and
+ * no mark. */
+static void version_marks(struct progress *ps, size_t n)
+{
+    const server_config_t *c = &G.srv->cfg;
+    server_model_t *sm = c->model_repo[0] ? server_model_acquire_named(G.srv, F.model) : NULL;
+    if (!sm)
+        return;
+    uint64_t version = model_meta(sm->model)->version;
+    server_model_release(sm);
+    static online_file_progress_t got[ONLINE_FILE_MARKS_MAX]; /* the feeder's only */
+    char path[1400], why[300];
+    uint32_t k = 0;
+    snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
+             F.model, version);
+    int rc = online__file_marks_read(path, got, &k, why, sizeof why);
+    if (rc != 0 && rc != -ENOENT)
+        LOG(LL_WARN, "online: --train-file: %s: %s; the files' progress is what the sample log "
+            "holds, if any", path, why);
+    for (uint32_t i = 0; i < k; i++)
+        take_mark(ps, n, &got[i].m, got[i].pos);
+}
+
 static void find_marks(struct progress *ps, size_t n)
 {
     char why[512];
+    version_marks(ps, n);
     online_model_t *q = online__model_get(F.model, why, sizeof why);
     if (!q || !q->slog)
         return;
@@ -273,17 +271,8 @@ static void find_marks(struct progress *ps, size_t n)
             online_file_mark_t m;
             if ((rc = online__file_mark_decode(rec.mark, &m, err.msg, sizeof err.msg)) != 0)
                 break;
-            for (size_t i = 0; i < n; i++) {
-                if (ps[i].key == m.key) {
-                    ps[i].found = true;
-                    ps[i].m_offset = m.offset;
-                    ps[i].m_line = m.line;
-                    ps[i].m_prefix = m.prefix;
-                    ps[i].m_samples = m.samples;
-                    ps[i].m_pos = pos;
-                    marks++;
-                }
-            }
+            take_mark(ps, n, &m, pos);
+            marks++;
         }
         pos++;
     }
@@ -633,7 +622,8 @@ static struct frame *frame_new(const server_config_t *c)
     if (cap > 0 && (unsigned)cap / 4 < fr->max)
         fr->max = cap / 4 > 0 ? (uint32_t)cap / 4 : 1;
     size_t half = ((size_t)c->online_queue_bytes & ~(size_t)7) / 2; /* online_submit's TOO_BIG */
-    fr->max_payload = half > ONLINE_REC_HDR ? (half - ONLINE_REC_HDR) & ~(size_t)7 : 0;
+    size_t hdr = ONLINE_REC_HDR + SAMPLE_LOG_MARK_BYTES; /* the mark rides in the queue too */
+    fr->max_payload = half > hdr ? (half - hdr) & ~(size_t)7 : 0;
     if (fr->max_payload > CODEC_MAX_PAYLOAD)
         fr->max_payload = CODEC_MAX_PAYLOAD;
     return fr;
