@@ -248,10 +248,7 @@ class OnlineFileRestart(ServerCase):
     def test_kill_9_after_an_export_resumes_too(self):
         n = 3000
         path = self.write("big.ffm", ffm_samples(n, seed=23))
-        repos = []
-        for name in ("repo", "repo_ref"):
-            repos.append(os.path.join(self.tmp, name))
-            gen_model(os.path.join(repos[-1], "ctr", "1"), 2000, "ctr", seed=SEED)
+        repos = self.repos("repo", "repo_ref")
 
         def flags(k):
             return ("--model-repo", repos[k], "--load-sched-idle=false", "--online",
@@ -273,6 +270,71 @@ class OnlineFileRestart(ServerCase):
         self.wait_metric(ref, LEARNED, n)
         time.sleep(0.2)
         self.assertEqual(got, digest(ref, "ctr")["digest"], "the restarted model differs")
+
+    def repos(self, *names):
+        out = []
+        for name in names:
+            out.append(os.path.join(self.tmp, name))
+            gen_model(os.path.join(out[-1], "ctr", "1"), 2000, "ctr", seed=SEED)
+        return out
+
+    def test_trimmed_log_the_export_keeps_the_progress(self):
+        # 4 KiB segments: a frame's record fills one, so each export trims the log behind it
+        # and the first file's records are gone by the restart: only the export's
+        # TRAINFILE_MARKS says that file was learned
+        small, n = ffm_samples(300, seed=29), 4000
+        first = self.write("first.ffm", small)
+        path = self.write("big.ffm", ffm_samples(n, seed=31))
+        repos = self.repos("repo", "repo_ref")
+
+        def flags(k):
+            return ("--model-repo", repos[k], "--load-sched-idle=false", "--online",
+                    "--sample-log-dir", os.path.join(self.tmp, "slog%d" % k),
+                    "--sample-log-segment-kib", "4", "--online-export-ms", "100", *self.CAP,
+                    "--train-file", first + "," + path)
+        a = self.serve(None, *flags(0))
+        first_segment = os.path.join(self.tmp, "slog0", "ctr", "%020d.slog" % 0)
+        self.wait_metric(a, FILE % "samples_total", len(small) + 500)
+        deadline = time.monotonic() + 10
+        while os.path.exists(first_segment):  # an export went live and trimmed the log
+            self.assertLess(time.monotonic(), deadline, "the log was not trimmed")
+            time.sleep(0.01)
+        self.kill_mid_file(a, n, 0)
+        b = self.serve(None, *flags(0))
+        replayed, _, _ = replayed_positions(b)
+        self.wait_metric(b, FILE % "done_total", 2)
+        skipped = b.metric(FILE % "resumed_samples_total")
+        got = self.learn_all(b, replayed + len(small) + n - skipped)
+        self.assertIn("--train-file %s resumed at byte %d (line %d), %d samples already learned"
+                      % (first, os.path.getsize(first), len(small), len(small)), b.output())
+        self.assertGreater(skipped, len(small), "the kill did not land in the second file")
+        self.assertLess(skipped, len(small) + n, "the kill did not land mid-file")
+        ref = self.serve(None, *flags(1))
+        self.wait_metric(ref, FILE % "done_total", 2)
+        self.wait_metric(ref, LEARNED, len(small) + n)
+        time.sleep(0.2)
+        self.assertEqual(ref.metric(LEARNED), len(small) + n)
+        self.assertEqual(got, digest(ref, "ctr")["digest"], "the restarted model differs")
+
+    def test_without_a_sample_log_the_export_says_what_was_learned(self):
+        n = 3000
+        path = self.write("big.ffm", ffm_samples(n, seed=33))
+        repo, = self.repos("repo")
+        flags = ("--model-repo", repo, "--load-sched-idle=false", "--online",
+                 "--online-export-ms", "100", *self.CAP, "--train-file", path)
+        a = self.serve(None, *flags)
+        self.wait_metric(a, FILE % "samples_total", 600)
+        exported = a.metric('tlserve_online_exports_total{model="ctr"}')
+        self.wait_metric(a, 'tlserve_online_exports_total{model="ctr"}', exported + 1)
+        self.kill_mid_file(a, n, 0)
+        b = self.serve(None, *flags)
+        self.wait_metric(b, FILE % "done_total", 1)
+        skipped = b.metric(FILE % "resumed_samples_total")
+        self.assertGreater(skipped, 0, "the restart did not resume: " + b.output())
+        self.assertLess(skipped, n, "the kill did not land mid-file")
+        # what the active export holds is not learned again; the rest once
+        self.learn_all(b, n - skipped)
+        self.assertEqual(b.metric(FILE % "samples_total"), n - skipped)
 
     def test_appended_file_learns_only_the_new_lines(self):
         old, new = ffm_samples(400, seed=25), ffm_samples(150, seed=26)
