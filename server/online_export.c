@@ -32,7 +32,10 @@
  * version's temporary directory before its MANIFEST
  * (store_delta_side_file): version and state appear together and agree.
  * A restart restores them (online_trainer.c: restore_state); the loader
- * and tlsnap ignore the file, which the manifest does not list.
+ * and tlsnap ignore the file, which the manifest does not list.  The same
+ * side file writer also writes the trainer's --train-file marks at the
+ * hand-over (TRAINFILE_MARKS, online_file_marks.c): how far each file is
+ * in the version.
  *
  * THE POSITION: the delta's producer (a manifest field, so it is published
  * with the version atomically, with no sidecar file to write first or to

@@ -62,8 +62,11 @@
  * cannot be read to its end, or a mark whose figures cannot be, is a WARN
  * and every file is read from the start.  The prefix hash is kept as the
  * file is read: at each frame the bytes since the last one are read again
- * (pread, page cache) into a streaming XXH3 (hash_to).  Without
- * --sample-log-dir nothing keeps marks and the files are read from the
+ * (pread, page cache) into a streaming XXH3 (hash_to).  The log is
+ * trimmed behind exports, and may be absent: an online export carries the
+ * marks of the records it covers (TRAINFILE_MARKS, online_file_marks.c),
+ * and find_marks takes the active version's first, the log's later ones
+ * winning.  With neither a log nor exports the files are read from the
  * start at every start.
  *
  * THREAD SAFETY
@@ -195,10 +198,12 @@ static uint64_t path_key(const char *path, unsigned occurrence)
     return XXH3_64bits_withSeed(path, strlen(path), occurrence);
 }
 
-/* Finds the latest mark of each of ps[0..n) in the model's sample log (the
- * whole of what it keeps, read before the feeder appends anything).  0; a
- * log that cannot be read (or a mark that cannot be) is logged at WARN and
- * every mark found is forgotten: the files are read from the start. */
+/* Finds the latest mark of each of ps[0..n): the active version's
+ * TRAINFILE_MARKS, then the model's sample log (the whole of what it
+ * keeps, read before the feeder appends anything), a later position
+ * winning.  A log that cannot be read (or a mark that cannot be) is logged
+ * at WARN and every mark found is forgotten: the files are read from the
+ * start. */
 static void take_mark(struct progress *ps, size_t n, const online_file_mark_t *m, uint64_t pos)
 {
     for (size_t i = 0; i < n; i++) {
