@@ -128,7 +128,7 @@ struct frame {
     float label[ONLINE_FILE_FRAME_SAMPLES];
     uint64_t line[ONLINE_FILE_FRAME_SAMPLES];
     uint64_t end_off[ONLINE_FILE_FRAME_SAMPLES]; /* the file's bytes read through the sample */
-    uint8_t *buf; /* the encoded frame, grown (checked) */
+    uint8_t *buf;                                /* the encoded frame, grown (checked) */
     size_t cap;
 };
 
@@ -162,11 +162,11 @@ static bool pause_ms(unsigned ms)
 
 /* One file of the list as the feeder reads it: what its marks say. */
 struct progress {
-    uint64_t key;      /* the path's hash, seeded with its occurrence in the list */
-    int fd;            /* the file again, for the prefix's hash (-1: none) */
-    XXH3_state_t *xx;  /* the hash of bytes [0, hashed) */
-    uint64_t hashed;   /* bytes hashed */
-    uint64_t samples;  /* the file's samples submitted, from its start (resumed ones too) */
+    uint64_t key;     /* the path's hash, seeded with its occurrence in the list */
+    int fd;           /* the file again, for the prefix's hash (-1: none) */
+    XXH3_state_t *xx; /* the hash of bytes [0, hashed) */
+    uint64_t hashed;  /* bytes hashed */
+    uint64_t samples; /* the file's samples submitted, from its start (resumed ones too) */
     /* the latest mark found in the sample log at start (found false: none) */
     bool found;
     uint64_t m_offset, m_line, m_prefix, m_samples, m_pos;
@@ -232,12 +232,14 @@ static void version_marks(struct progress *ps, size_t n)
     static online_file_progress_t got[ONLINE_FILE_MARKS_MAX]; /* the feeder's only */
     char path[1400], why[300];
     uint32_t k = 0;
-    snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
-             F.model, version);
+    snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo, F.model,
+             version);
     int rc = online__file_marks_read(path, got, &k, why, sizeof why);
     if (rc != 0 && rc != -ENOENT)
-        LOG(LL_WARN, "online: --train-file: %s: %s; the files' progress is what the sample log "
-            "holds, if any", path, why);
+        LOG(LL_WARN,
+            "online: --train-file: %s: %s; the files' progress is what the sample log "
+            "holds, if any",
+            path, why);
     for (uint32_t i = 0; i < k; i++)
         take_mark(ps, n, &got[i].m, got[i].pos);
 }
@@ -266,8 +268,8 @@ static void find_marks(struct progress *ps, size_t n)
         arena.used = 0;
         rc = sample_log_next(r, &arena, &rec, &pos, &err);
         if (rc == SAMPLE_LOG_END) {
-            snprintf(err.msg, sizeof err.msg, "the log ends at position %" PRIu64 " before %" PRIu64,
-                     pos, end);
+            snprintf(err.msg, sizeof err.msg,
+                     "the log ends at position %" PRIu64 " before %" PRIu64, pos, end);
             rc = -EIO;
         }
         if (rc != 0)
@@ -292,8 +294,9 @@ static void find_marks(struct progress *ps, size_t n)
             ps[i].found = false;
         return;
     }
-    LOG(LL_DEBUG, "online: --train-file: %" PRIu64 " marks in sample log positions %" PRIu64
-        "..%" PRIu64, marks, from, end);
+    LOG(LL_DEBUG,
+        "online: --train-file: %" PRIu64 " marks in sample log positions %" PRIu64 "..%" PRIu64,
+        marks, from, end);
 }
 
 /* ---- the format ----------------------------------------------------------------- */
@@ -433,8 +436,8 @@ static int submit_range(struct frame *fr, struct progress *pg, uint32_t first, u
             if (count > 1) {
                 uint32_t half = count / 2;
                 rc = submit_range(fr, pg, first, half, path, why, why_len);
-                return rc ? rc : submit_range(fr, pg, first + half, count - half, path, why,
-                                              why_len);
+                return rc ? rc
+                          : submit_range(fr, pg, first + half, count - half, path, why, why_len);
             }
             /* fall through */
         default:
@@ -445,8 +448,7 @@ static int submit_range(struct frame *fr, struct progress *pg, uint32_t first, u
 }
 
 /* Submits the frame gathered and empties it: submit_range's result. */
-static int flush(struct frame *fr, struct progress *pg, const char *path, char *why,
-                 size_t why_len)
+static int flush(struct frame *fr, struct progress *pg, const char *path, char *why, size_t why_len)
 {
     int rc = fr->n ? submit_range(fr, pg, 0, fr->n, path, why, why_len) : 0;
     fr->n = fr->used = 0;
@@ -488,9 +490,9 @@ static int resume(reader_t *r, struct progress *pg, const char *path, uint64_t *
         "online: --train-file %s: %s since %" PRIu64 " samples of its first %" PRIu64
         " bytes were learned: read from the start as new data",
         path,
-        rc == -EIO  ? "the file is shorter"
-        : rc != 0   ? "the file's head cannot be read again"
-                    : "the file's head changed",
+        rc == -EIO ? "the file is shorter"
+        : rc != 0  ? "the file's head cannot be read again"
+                   : "the file's head changed",
         pg->m_samples, pg->m_offset);
     XXH3_64bits_reset(pg->xx);
     pg->hashed = 0;

@@ -116,7 +116,10 @@ void online__file_marks_note(online_model_t *q, const uint8_t *mark, uint64_t po
     online__file_marks_put(q->fmarks, &q->nfmarks, &m, pos);
 }
 
-size_t online__file_marks_size(uint32_t n) { return HEAD_BYTES + (size_t)n * ENTRY_BYTES + 8; }
+size_t online__file_marks_size(uint32_t n)
+{
+    return HEAD_BYTES + (size_t)n * ENTRY_BYTES + 8;
+}
 
 void online__file_marks_encode(const online_file_progress_t *t, uint32_t n, uint8_t *out)
 {
@@ -133,8 +136,8 @@ void online__file_marks_encode(const online_file_progress_t *t, uint32_t n, uint
     put64le(p, XXH3_64bits(out, (size_t)(p - out)));
 }
 
-int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progress_t *t,
-                             uint32_t *n, char *why, size_t why_len)
+int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progress_t *t, uint32_t *n,
+                             char *why, size_t why_len)
 {
     *n = 0;
     if (len < HEAD_BYTES + 8 || memcmp(buf, MAGIC, 8) != 0) {
