@@ -142,8 +142,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (any_mark) { /* a restart: resumes after the last mark, submits nothing more */
         online_file_mark_t m = last_mark;
-        pg = (struct progress){.key = m.key, .fd = -1, .xx = xx, .found = true,
-                               .m_offset = m.offset, .m_line = m.line, .m_prefix = m.prefix,
+        pg = (struct progress){.key = m.key,
+                               .fd = -1,
+                               .xx = xx,
+                               .found = true,
+                               .m_offset = m.offset,
+                               .m_line = m.line,
+                               .m_prefix = m.prefix,
                                .m_samples = m.samples};
         uint64_t before = atomic_load(&F.samples);
         feed_file(fr, &pg, path);
