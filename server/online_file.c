@@ -198,12 +198,7 @@ static uint64_t path_key(const char *path, unsigned occurrence)
     return XXH3_64bits_withSeed(path, strlen(path), occurrence);
 }
 
-/* Finds the latest mark of each of ps[0..n): the active version's
- * TRAINFILE_MARKS, then the model's sample log (the whole of what it
- * keeps, read before the feeder appends anything), a later position
- * winning.  A log that cannot be read (or a mark that cannot be) is logged
- * at WARN and every mark found is forgotten: the files are read from the
- * start. */
+/* Takes m (of log position pos) for its file in ps when no later one was. */
 static void take_mark(struct progress *ps, size_t n, const online_file_mark_t *m, uint64_t pos)
 {
     for (size_t i = 0; i < n; i++) {
@@ -218,37 +213,51 @@ static void take_mark(struct progress *ps, size_t n, const online_file_mark_t *m
     }
 }
 
-/* The marks of the active version when it is an online export (its
- * TRAINFILE_MARKS: online_file_marks.c) into ps; a bad file is a WARN and
- * no mark. */
-static void version_marks(struct progress *ps, size_t n)
+/* The marks of a TRAINFILE_MARKS file (online_file_marks.c) into ps; a
+ * missing file is none, a bad one a WARN and none. */
+static void file_marks(struct progress *ps, size_t n, const char *path)
 {
-    const server_config_t *c = &G.srv->cfg;
-    server_model_t *sm = c->model_repo[0] ? server_model_acquire_named(G.srv, F.model) : NULL;
-    if (!sm)
-        return;
-    uint64_t version = model_meta(sm->model)->version;
-    server_model_release(sm);
     static online_file_progress_t got[ONLINE_FILE_MARKS_MAX]; /* the feeder's only */
-    char path[1400], why[300];
+    char why[300];
     uint32_t k = 0;
-    snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo, F.model,
-             version);
     int rc = online__file_marks_read(path, got, &k, why, sizeof why);
     if (rc != 0 && rc != -ENOENT)
-        LOG(LL_WARN,
-            "online: --train-file: %s: %s; the files' progress is what the sample log "
-            "holds, if any",
+        LOG(LL_WARN, "online: --train-file: %s: %s; the files' progress is what the rest holds",
             path, why);
     for (uint32_t i = 0; i < k; i++)
         take_mark(ps, n, &got[i].m, got[i].pos);
 }
 
+/* The marks the active version carries when it is an online export, and
+ * those its sample log set aside at its last trim by an attach. */
+static void kept_marks(struct progress *ps, size_t n, const online_model_t *q)
+{
+    const server_config_t *c = &G.srv->cfg;
+    char path[1400];
+    server_model_t *sm = c->model_repo[0] ? server_model_acquire_named(G.srv, F.model) : NULL;
+    if (sm) {
+        uint64_t version = model_meta(sm->model)->version;
+        server_model_release(sm);
+        snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
+                 F.model, version);
+        file_marks(ps, n, path);
+    }
+    if (q && q->slog) {
+        snprintf(path, sizeof path, "%s/" ONLINE_FILE_MARKS_FILE, q->slog_dir);
+        file_marks(ps, n, path);
+    }
+}
+
+/* Finds the latest mark of each of ps[0..n): the TRAINFILE_MARKS kept
+ * (kept_marks), then the model's sample log (the whole of what it keeps,
+ * read before the feeder appends anything), a later position winning.  A log that cannot be read
+ * (or a mark that cannot be) is logged at WARN and every mark found is forgotten: the files are
+ * read from the start. */
 static void find_marks(struct progress *ps, size_t n)
 {
     char why[512];
-    version_marks(ps, n);
     online_model_t *q = online__model_get(F.model, why, sizeof why);
+    kept_marks(ps, n, q);
     if (!q || !q->slog)
         return;
     pthread_mutex_lock(&q->lock);

@@ -19,6 +19,10 @@
  * files learned before it) and the feeder merges that file with the log's
  * marks, the later position winning (online_file.c, find_marks).
  *
+ * An attach to a new version trims the log too, and that version carries
+ * no marks: the trainer writes its table into the log's directory first
+ * (the same file format), which seeds it and the feeder the same way.
+ *
  * THE FILE (little-endian), read back as untrusted input:
  *
  *   0         8       12      16
@@ -223,8 +227,9 @@ int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint
     if (!buf)
         return -ENOMEM;
     online__file_marks_encode(t, n, buf);
-    int rc = 0;
-    int fd = openat(dirfd, ONLINE_FILE_MARKS_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = 0; /* a temporary file renamed: a reader sees the old file or the new one */
+    int fd = openat(dirfd, ONLINE_FILE_MARKS_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    0644);
     if (fd < 0) {
         rc = -errno;
         goto out;
@@ -242,6 +247,9 @@ int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint
     if (rc == 0 && fsync(fd) != 0)
         rc = -errno;
     close(fd);
+    if (rc == 0 &&
+        renameat(dirfd, ONLINE_FILE_MARKS_FILE ".tmp", dirfd, ONLINE_FILE_MARKS_FILE) != 0)
+        rc = -errno;
 out:
     free(buf);
     return rc;

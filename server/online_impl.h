@@ -223,7 +223,8 @@ int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progres
 /* Reads and parses the file at path: 0, -ENOENT, -EINVAL, -errno; why set. */
 int online__file_marks_read(const char *path, online_file_progress_t *t, uint32_t *n, char *why,
                             size_t why_len);
-/* Writes t[0..n) as ONLINE_FILE_MARKS_FILE in dirfd (fsync'ed): 0 or -errno. */
+/* Writes t[0..n) as ONLINE_FILE_MARKS_FILE in dirfd (a temporary file,
+ * fsync, rename): 0 or -errno.  Blocks on the disk. */
 int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint32_t n);
 
 /* From online_start, after the trainers and the bus: resolves the model

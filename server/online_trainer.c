@@ -237,18 +237,47 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
 static void seed_file_marks(online_model_t *q, uint64_t version)
 {
     const server_config_t *c = &G.srv->cfg;
-    if (q->fmarks_seeded || !q->fmarks || !c->model_repo[0])
+    if (q->fmarks_seeded || !q->fmarks)
         return;
-    q->fmarks_seeded = true; /* before any record is learned: the table is empty */
+    q->fmarks_seeded = true;
+    static online_file_progress_t got[ONLINE_FILE_MARKS_MAX];
+    static pthread_mutex_t got_lock = PTHREAD_MUTEX_INITIALIZER; /* trainers of two models */
     char path[1400], why[300];
-    uint32_t n = 0;
-    snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
-             q->name, version);
-    int rc = online__file_marks_read(path, q->fmarks, &n, why, sizeof why);
-    if (rc != 0 && rc != -ENOENT)
-        LOG(LL_WARN, "online: model '%s': %s: %s; its --train-file marks are not carried on",
-            q->name, path, why);
-    q->nfmarks = rc == 0 ? n : 0;
+    for (int k = 0; k < 2; k++) { /* the export's marks, then those its sample log set aside */
+        if (k == 0 && c->model_repo[0])
+            snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE,
+                     c->model_repo, q->name, version);
+        else if (k == 1 && q->slog)
+            snprintf(path, sizeof path, "%s/" ONLINE_FILE_MARKS_FILE, q->slog_dir);
+        else
+            continue;
+        uint32_t n = 0;
+        pthread_mutex_lock(&got_lock);
+        int rc = online__file_marks_read(path, got, &n, why, sizeof why);
+        if (rc != 0 && rc != -ENOENT)
+            LOG(LL_WARN, "online: model '%s': %s: %s; its --train-file marks are not carried on",
+                q->name, path, why);
+        for (uint32_t i = 0; i < n; i++)
+            online__file_marks_put(q->fmarks, &q->nfmarks, &got[i].m, got[i].pos);
+        pthread_mutex_unlock(&got_lock);
+    }
+}
+
+/* Before the log is trimmed behind pos at an attach: the marks of the
+ * records about to go, into <log dir>/TRAINFILE_MARKS (the new version
+ * carries none; find_marks and seed_file_marks read it).  Logged when it
+ * fails: a restart would then read those files again. */
+static void keep_file_marks(online_model_t *q)
+{
+    if (!q->fmarks || q->nfmarks == 0)
+        return;
+    int dirfd = open(q->slog_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dirfd < 0 ? -errno : online__file_marks_write_at(dirfd, q->fmarks, q->nfmarks);
+    if (dirfd >= 0)
+        close(dirfd);
+    if (rc != 0)
+        LOG(LL_WARN, "online: %s/" ONLINE_FILE_MARKS_FILE " not written (%s): a restart would "
+            "read the --train-file files learned so far again", q->slog_dir, strerror(-rc));
 }
 
 /* (Re)attaches the trainer to sm's store when the active version changed;
@@ -299,8 +328,10 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart would not learn "
                 "the log again", q->slog_dir, strerror(-rc));
-        else if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
+        else if (!online__bus_on()) { /* with the bus, pos is the stream's: the forwarder trims */
+            keep_file_marks(q);
             (void)sample_log_trim(q->slog, pos); /* under q->lock: see the caller */
+        }
     }
     char desc[200];
     train_describe(q->t, desc, sizeof desc);

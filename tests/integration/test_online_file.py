@@ -336,6 +336,38 @@ class OnlineFileRestart(ServerCase):
         self.learn_all(b, n - skipped)
         self.assertEqual(b.metric(FILE % "samples_total"), n - skipped)
 
+    def test_a_new_version_trims_the_log_the_marks_stay(self):
+        # a new version attached trims the log behind it, and carries no marks: the trainer
+        # sets the marks aside in the log's directory first
+        small = ffm_samples(300, seed=35)
+        path = self.write("first.ffm", small)
+        repo, = self.repos("repo")
+        slog = os.path.join(self.tmp, "slog")
+        flags = ("--model-repo", repo, "--load-sched-idle=false", "--online",
+                 "--sample-log-dir", slog, "--sample-log-segment-kib", "4",
+                 "--online-export-ms", "0", "--train-file", path)
+        a = self.serve(None, *flags)
+        self.learn_all(a, len(small))
+        staged = os.path.join(self.tmp, "v2")
+        gen_model(staged, 2000, "ctr", version=2, seed=SEED + 1)
+        os.rename(staged, os.path.join(repo, "ctr", "2"))
+        with a.client() as c:
+            deadline = time.monotonic() + 20
+            while c.predict("ctr", [], PROBES[:1]).version != 2:
+                self.assertLess(time.monotonic(), deadline, "version 2 never went live")
+                time.sleep(0.02)
+            label, feats = small[0]
+            self.assertEqual(c.train("ctr", [], [(float(label), block(feats))]), 1)
+        self.wait_metric(a, LEARNED, len(small) + 1)
+        self.assertFalse(os.path.exists(os.path.join(slog, "ctr", "%020d.slog" % 0)),
+                         "the attach did not trim the log")
+        a.proc.kill()
+        a.proc.wait()
+        b = self.serve(None, *flags)
+        self.wait_metric(b, FILE % "done_total", 1)
+        self.assertEqual(b.metric(FILE % "resumed_samples_total"), len(small))
+        self.assertEqual(b.metric(FILE % "samples_total"), 0, "learned again: " + b.output())
+
     def test_appended_file_learns_only_the_new_lines(self):
         old, new = ffm_samples(400, seed=25), ffm_samples(150, seed=26)
         path = self.write("grows.ffm", old)
