@@ -345,9 +345,15 @@ class OnlineFileRestart(ServerCase):
         slog = os.path.join(self.tmp, "slog")
         flags = ("--model-repo", repo, "--load-sched-idle=false", "--online",
                  "--sample-log-dir", slog, "--sample-log-segment-kib", "4",
-                 "--online-export-ms", "0", "--train-file", path)
+                 "--sample-log-sync-ms", "5", "--online-export-ms", "0", "--train-file", path)
         a = self.serve(None, *flags)
         self.learn_all(a, len(small))
+        more = [(float(y), block(f)) for y, f in small[:100]]  # about 6 KiB: a segment each
+        with a.client() as c:  # records after the file's, each rolled: its segments can go
+            for k in range(3):
+                self.assertEqual(c.train("ctr", [], more), len(more))
+                time.sleep(0.05)  # a roll commits at the next flush
+        self.wait_metric(a, LEARNED, len(small) + 3 * len(more))
         staged = os.path.join(self.tmp, "v2")
         gen_model(staged, 2000, "ctr", version=2, seed=SEED + 1)
         os.rename(staged, os.path.join(repo, "ctr", "2"))
@@ -356,11 +362,11 @@ class OnlineFileRestart(ServerCase):
             while c.predict("ctr", [], PROBES[:1]).version != 2:
                 self.assertLess(time.monotonic(), deadline, "version 2 never went live")
                 time.sleep(0.02)
-            label, feats = small[0]
-            self.assertEqual(c.train("ctr", [], [(float(label), block(feats))]), 1)
-        self.wait_metric(a, LEARNED, len(small) + 1)
-        self.assertFalse(os.path.exists(os.path.join(slog, "ctr", "%020d.slog" % 0)),
-                         "the attach did not trim the log")
+            self.assertEqual(c.train("ctr", [], more), len(more))
+        self.wait_metric(a, LEARNED, len(small) + 4 * len(more))
+        kept = sorted(os.listdir(os.path.join(slog, "ctr")))
+        self.assertFalse(any(n.endswith(".slog") and int(n[:20]) < 2 for n in kept),
+                         "the attach did not trim the file's records: %s" % kept)
         a.proc.kill()
         a.proc.wait()
         b = self.serve(None, *flags)
