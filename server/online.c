@@ -508,7 +508,8 @@ static int push_sample(online_model_t *q, const impression_sample_t *s, bool cap
     if (capped && !tokens_enough_locked(q, 1, t)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
-        if (!online__bus_lagging(q, NULL, 0) && log_locked(q, &one, NULL, &pos, why, sizeof why) == 0)
+        if (!online__bus_lagging(q, NULL, 0) &&
+            log_locked(q, &one, NULL, &pos, why, sizeof why) == 0)
             rc = 0;
     } else {
         size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;

@@ -631,7 +631,8 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         uint64_t arrival, pos;
         memcpy(&flags, q->ring + t + 4, 2);
         memcpy(&has_mark, q->ring + t + 6, 2);
-        uint32_t plen = has_mark && len >= SAMPLE_LOG_MARK_BYTES ? len - SAMPLE_LOG_MARK_BYTES : len;
+        uint32_t plen = has_mark && len >= SAMPLE_LOG_MARK_BYTES ? len - SAMPLE_LOG_MARK_BYTES
+                                                                 : len; /* the mark after */
         memcpy(&arrival, q->ring + t + 8, 8);
         memcpy(&pos, q->ring + t + 16, 8);
         pthread_mutex_lock(&q->lock);
