@@ -63,11 +63,12 @@
  * and every file is read from the start.  The prefix hash is kept as the
  * file is read: at each frame the bytes since the last one are read again
  * (pread, page cache) into a streaming XXH3 (hash_to).  The log is
- * trimmed behind exports, and may be absent: an online export carries the
- * marks of the records it covers (TRAINFILE_MARKS, online_file_marks.c),
- * and find_marks takes the active version's first, the log's later ones
- * winning.  With neither a log nor exports the files are read from the
- * start at every start.
+ * trimmed behind exports (and an attach), and may be absent: an online
+ * export carries the marks of the records it covers, an attach sets them
+ * aside in the log's directory (TRAINFILE_MARKS, online_file_marks.c), and
+ * find_marks (online__file_marks_find) takes those files first, the log's
+ * later marks winning.  With neither a log nor exports the files are read
+ * from the start at every start.
  *
  * THREAD SAFETY
  *   online__file_start and online__file_stop run on main (online_start,
@@ -198,114 +199,35 @@ static uint64_t path_key(const char *path, unsigned occurrence)
     return XXH3_64bits_withSeed(path, strlen(path), occurrence);
 }
 
-/* Takes m (of log position pos) for its file in ps when no later one was. */
-static void take_mark(struct progress *ps, size_t n, const online_file_mark_t *m, uint64_t pos)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (ps[i].key == m->key && (!ps[i].found || pos >= ps[i].m_pos)) {
-            ps[i].found = true;
-            ps[i].m_offset = m->offset;
-            ps[i].m_line = m->line;
-            ps[i].m_prefix = m->prefix;
-            ps[i].m_samples = m->samples;
-            ps[i].m_pos = pos;
-        }
-    }
-}
-
-/* The marks of a TRAINFILE_MARKS file (online_file_marks.c) into ps; a
- * missing file is none, a bad one a WARN and none. */
-static void file_marks(struct progress *ps, size_t n, const char *path)
-{
-    static online_file_progress_t got[ONLINE_FILE_MARKS_MAX]; /* the feeder's only */
-    char why[300];
-    uint32_t k = 0;
-    int rc = online__file_marks_read(path, got, &k, why, sizeof why);
-    if (rc != 0 && rc != -ENOENT)
-        LOG(LL_WARN, "online: --train-file: %s: %s; the files' progress is what the rest holds",
-            path, why);
-    for (uint32_t i = 0; i < k; i++)
-        take_mark(ps, n, &got[i].m, got[i].pos);
-}
-
-/* The marks the active version carries when it is an online export, and
- * those its sample log set aside at its last trim by an attach. */
-static void kept_marks(struct progress *ps, size_t n, const online_model_t *q)
-{
-    const server_config_t *c = &G.srv->cfg;
-    char path[1400];
-    server_model_t *sm = c->model_repo[0] ? server_model_acquire_named(G.srv, F.model) : NULL;
-    if (sm) {
-        uint64_t version = model_meta(sm->model)->version;
-        server_model_release(sm);
-        snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
-                 F.model, version);
-        file_marks(ps, n, path);
-    }
-    if (q && q->slog) {
-        snprintf(path, sizeof path, "%s/" ONLINE_FILE_MARKS_FILE, q->slog_dir);
-        file_marks(ps, n, path);
-    }
-}
-
-/* Finds the latest mark of each of ps[0..n): the TRAINFILE_MARKS kept
- * (kept_marks), then the model's sample log (the whole of what it keeps,
- * read before the feeder appends anything), a later position winning.  A log that cannot be read
- * (or a mark that cannot be) is logged at WARN and every mark found is forgotten: the files are
- * read from the start. */
+/* The latest mark of each file of ps (online__file_marks_find), taken as
+ * where it resumes. */
 static void find_marks(struct progress *ps, size_t n)
 {
-    char why[512];
-    online_model_t *q = online__model_get(F.model, why, sizeof why);
-    kept_marks(ps, n, q);
-    if (!q || !q->slog)
-        return;
-    pthread_mutex_lock(&q->lock);
-    uint64_t from = sample_log_first_pos(q->slog), end = sample_log_next_pos(q->slog);
-    pthread_mutex_unlock(&q->lock);
-    if (from == end)
-        return;
-    codec_arena_t arena = {0};
-    arena.cap = sample_log_arena_bound();
-    arena.base = malloc(arena.cap);
-    sample_log_reader_t *r = NULL;
-    sample_log_error_t err = {0};
-    int rc = arena.base ? sample_log_reader_open(q->slog_dir, from, &r, &err) : -ENOMEM;
-    uint64_t pos = from, marks = 0;
-    while (rc == 0 && pos < end) {
-        sample_log_rec_t rec;
-        arena.used = 0;
-        rc = sample_log_next(r, &arena, &rec, &pos, &err);
-        if (rc == SAMPLE_LOG_END) {
-            snprintf(err.msg, sizeof err.msg,
-                     "the log ends at position %" PRIu64 " before %" PRIu64, pos, end);
-            rc = -EIO;
-        }
-        if (rc != 0)
-            break;
-        if (rec.mark && strcmp(rec.train.name, F.model) == 0) {
-            online_file_mark_t m;
-            if ((rc = online__file_mark_decode(rec.mark, &m, err.msg, sizeof err.msg)) != 0)
-                break;
-            take_mark(ps, n, &m, pos);
-            marks++;
-        }
-        pos++;
+    uint64_t *keys = calloc(n ? n : 1, sizeof *keys);
+    online_file_progress_t *got = calloc(n ? n : 1, sizeof *got);
+    bool *found = calloc(n ? n : 1, sizeof *found);
+    if (!keys || !got || !found) {
+        LOG(LL_WARN, "online: --train-file: no memory to read the files' progress: every file "
+                     "is read from the start as new data");
+        goto out;
     }
-    sample_log_reader_close(r);
-    free(arena.base);
-    if (rc != 0) {
-        LOG(LL_WARN,
-            "online: --train-file: the sample log %s cannot tell how far the files were learned "
-            "(position %" PRIu64 ": %s): every file is read from the start as new data",
-            q->slog_dir, pos, rc == -ENOMEM ? "no memory for a record" : err.msg);
-        for (size_t i = 0; i < n; i++)
-            ps[i].found = false;
-        return;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = ps[i].key;
+    online__file_marks_find(F.model, keys, n, got, found);
+    for (size_t i = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        ps[i].found = true;
+        ps[i].m_offset = got[i].m.offset;
+        ps[i].m_line = got[i].m.line;
+        ps[i].m_prefix = got[i].m.prefix;
+        ps[i].m_samples = got[i].m.samples;
+        ps[i].m_pos = got[i].pos;
     }
-    LOG(LL_DEBUG,
-        "online: --train-file: %" PRIu64 " marks in sample log positions %" PRIu64 "..%" PRIu64,
-        marks, from, end);
+out:
+    free(keys);
+    free(got);
+    free(found);
 }
 
 /* ---- the format ----------------------------------------------------------------- */

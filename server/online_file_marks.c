@@ -32,11 +32,20 @@
  *   pos: the sample log position of the record the mark came with (0
  *   without a log); the XXH3_64 covers every byte before it.
  *
+ * AT A START the feeder asks online__file_marks_find for the latest mark of
+ * each listed file: the kept files (the active version's, the log
+ * directory's), then every record the sample log keeps, read before the
+ * feeder appends anything; a later position wins.
+ *
  * THREAD SAFETY: the table is the trainer thread's (online_model_t); the
- * functions here hold no state of their own.
+ * finding is the feeder's (one thread: its buffer is static); nothing
+ * else here holds state.
  */
 #define _GNU_SOURCE
 #include "online_impl.h"
+
+#include "log.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +56,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#define G online__G
 #define MAGIC "TLFMARK1"
 #define ENTRY_BYTES (SAMPLE_LOG_MARK_BYTES + 8u)
 #define HEAD_BYTES 16u
@@ -253,4 +263,116 @@ int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint
 out:
     free(buf);
     return rc;
+}
+
+/* ---- reading them back at a start (the feeder) ------------------------------------ */
+
+struct found {
+    const uint64_t *keys;
+    size_t n;
+    online_file_progress_t *out;
+    bool *found;
+};
+
+/* Takes m (of log position pos) for its file when no later one was. */
+static void take(struct found *f, const online_file_mark_t *m, uint64_t pos)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->keys[i] == m->key && (!f->found[i] || pos >= f->out[i].pos)) {
+            f->found[i] = true;
+            f->out[i] = (online_file_progress_t){*m, pos};
+        }
+    }
+}
+
+/* The marks of a TRAINFILE_MARKS file; a missing file is none, a bad one a
+ * WARN and none. */
+static void take_file(struct found *f, const char *path)
+{
+    static online_file_progress_t got[ONLINE_FILE_MARKS_MAX]; /* the feeder's only */
+    char why[300];
+    uint32_t k = 0;
+    int rc = online__file_marks_read(path, got, &k, why, sizeof why);
+    if (rc != 0 && rc != -ENOENT)
+        LOG(LL_WARN, "online: --train-file: %s: %s; the files' progress is what the rest holds",
+            path, why);
+    for (uint32_t i = 0; i < k; i++)
+        take(f, &got[i].m, got[i].pos);
+}
+
+/* The marks the active version carries when it is an online export, and
+ * those the model's sample log set aside at its last trim by an attach. */
+static void take_kept(struct found *f, const char *model, const online_model_t *q)
+{
+    const server_config_t *c = &G.srv->cfg;
+    char path[1400];
+    server_model_t *sm = c->model_repo[0] ? server_model_acquire_named(G.srv, model) : NULL;
+    if (sm) {
+        uint64_t version = model_meta(sm->model)->version;
+        server_model_release(sm);
+        snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE, c->model_repo,
+                 model, version);
+        take_file(f, path);
+    }
+    if (q && q->slog) {
+        snprintf(path, sizeof path, "%s/" ONLINE_FILE_MARKS_FILE, q->slog_dir);
+        take_file(f, path);
+    }
+}
+
+void online__file_marks_find(const char *model, const uint64_t *keys, size_t n,
+                             online_file_progress_t *out, bool *found)
+{
+    struct found f = {keys, n, out, found};
+    char why[512];
+    memset(found, 0, n * sizeof *found);
+    online_model_t *q = online__model_get(model, why, sizeof why);
+    take_kept(&f, model, q);
+    if (!q || !q->slog)
+        return;
+    pthread_mutex_lock(&q->lock);
+    uint64_t from = sample_log_first_pos(q->slog), end = sample_log_next_pos(q->slog);
+    pthread_mutex_unlock(&q->lock);
+    if (from == end)
+        return;
+    codec_arena_t arena = {0};
+    arena.cap = sample_log_arena_bound();
+    arena.base = malloc(arena.cap);
+    sample_log_reader_t *r = NULL;
+    sample_log_error_t err = {0};
+    int rc = arena.base ? sample_log_reader_open(q->slog_dir, from, &r, &err) : -ENOMEM;
+    uint64_t pos = from, marks = 0;
+    while (rc == 0 && pos < end) {
+        sample_log_rec_t rec;
+        arena.used = 0;
+        rc = sample_log_next(r, &arena, &rec, &pos, &err);
+        if (rc == SAMPLE_LOG_END) {
+            snprintf(err.msg, sizeof err.msg,
+                     "the log ends at position %" PRIu64 " before %" PRIu64, pos, end);
+            rc = -EIO;
+        }
+        if (rc != 0)
+            break;
+        if (rec.mark && strcmp(rec.train.name, model) == 0) {
+            online_file_mark_t m;
+            if ((rc = online__file_mark_decode(rec.mark, &m, err.msg, sizeof err.msg)) != 0)
+                break;
+            take(&f, &m, pos);
+            marks++;
+        }
+        pos++;
+    }
+    sample_log_reader_close(r);
+    free(arena.base);
+    if (rc != 0) {
+        LOG(LL_WARN,
+            "online: --train-file: the sample log %s cannot tell how far the files were learned "
+            "(position %" PRIu64 ": %s): every file is read from the start as new data",
+            q->slog_dir, pos, rc == -ENOMEM ? "no memory for a record" : err.msg);
+        memset(found, 0, n * sizeof *found);
+        return;
+    }
+    LOG(LL_DEBUG,
+        "online: --train-file: %" PRIu64 " marks in sample log positions %" PRIu64 "..%" PRIu64,
+        marks, from, end);
 }

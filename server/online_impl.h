@@ -223,6 +223,15 @@ int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progres
 /* Reads and parses the file at path: 0, -ENOENT, -EINVAL, -errno; why set. */
 int online__file_marks_read(const char *path, online_file_progress_t *t, uint32_t *n, char *why,
                             size_t why_len);
+/* The latest mark of each of keys[0..n) for model, found[i] false when
+ * none: the active version's TRAINFILE_MARKS and the sample log
+ * directory's, then every record the model's sample log keeps, a later
+ * position winning.  A log that cannot be read to its end (or a mark in it
+ * that cannot be) is a WARN and nothing found: the files are read from
+ * the start.  The feeder's, once, before it appends: blocks on disk I/O. */
+void online__file_marks_find(const char *model, const uint64_t *keys, size_t n,
+                             online_file_progress_t *out, bool *found);
+
 /* Writes t[0..n) as ONLINE_FILE_MARKS_FILE in dirfd (a temporary file,
  * fsync, rename): 0 or -errno.  Blocks on the disk. */
 int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint32_t n);

@@ -265,7 +265,7 @@ static void seed_file_marks(online_model_t *q, uint64_t version)
 
 /* Before the log is trimmed behind pos at an attach: the marks of the
  * records about to go, into <log dir>/TRAINFILE_MARKS (the new version
- * carries none; find_marks and seed_file_marks read it).  Logged when it
+ * carries none; online__file_marks_find and seed_file_marks read it).  Logged when it
  * fails: a restart would then read those files again. */
 static void keep_file_marks(online_model_t *q)
 {
