@@ -46,6 +46,7 @@ struct reader {
     size_t mem_len, mem_pos;
     char *buf;             /* read buffer, cap + 1 bytes (room for a NUL) */
     size_t cap, start, end;
+    uint64_t src_off;      /* bytes of the source read into buf, from its start */
     int eof;               /* the source has nothing more */
     uint64_t line;         /* number of the last line cut */
     uint64_t skipped;
@@ -218,6 +219,7 @@ int reader_rewind(reader_t *r)
         return -errno;
     r->mem_pos = 0;
     r->start = r->end = 0;
+    r->src_off = 0;
     r->eof = 0;
     r->line = 0;
     r->skipped = 0;
@@ -226,6 +228,30 @@ int reader_rewind(reader_t *r)
     r->err[0] = '\0';
     return 0;
 }
+
+int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
+{
+    if (r->fd >= 0) {
+        if (offset > (uint64_t)INT64_MAX)
+            return -EINVAL;
+        if (lseek(r->fd, (off_t)offset, SEEK_SET) < 0)
+            return -errno;
+    } else {
+        if (offset > r->mem_len)
+            return -EINVAL;
+        r->mem_pos = (size_t)offset;
+    }
+    r->start = r->end = 0;
+    r->src_off = offset;
+    r->eof = 0;
+    r->line = line;
+    r->sep = 0;
+    r->failed = 0;
+    r->err[0] = '\0';
+    return 0;
+}
+
+uint64_t reader_offset(const reader_t *r) { return r->src_off - (r->end - r->start); }
 
 const char *reader_error(const reader_t *r) { return r->err; }
 uint64_t reader_line(const reader_t *r) { return r->line; }
@@ -245,12 +271,14 @@ static ssize_t fill(reader_t *r)
         memcpy(r->buf + r->end, r->mem + r->mem_pos, n);
         r->mem_pos += n;
         r->end += n;
+        r->src_off += n;
         return (ssize_t)n;
     }
     for (;;) {
         ssize_t n = read(r->fd, r->buf + r->end, room);
         if (n >= 0) {
             r->end += (size_t)n;
+            r->src_off += (uint64_t)n;
             return n;
         }
         if (errno != EINTR)

@@ -93,6 +93,18 @@ int reader_next(reader_t *r, reader_sample_t *s);
  * -errno. */
 int reader_rewind(reader_t *r);
 
+/* The source's bytes consumed by the lines read so far: the offset of the
+ * next line's first byte (a last line without a newline counts whole). */
+uint64_t reader_offset(const reader_t *r);
+
+/* Resumes at byte offset of the source, a line's first byte the caller
+ * knows (a reader_offset of an earlier read of the same bytes), numbering
+ * the lines after it from line + 1; a criteo reader takes its separator
+ * from the next line as from a first one.  The sticky error is cleared.
+ * 0, -EINVAL (offset past a memory source's end or beyond off_t), or
+ * -errno of lseek. */
+int reader_seek(reader_t *r, uint64_t offset, uint64_t line);
+
 const char *reader_error(const reader_t *r); /* "" when none */
 uint64_t reader_line(const reader_t *r);     /* 1-based number of the last line read */
 uint64_t reader_skipped(const reader_t *r);  /* malformed lines skipped (skip_bad) */

@@ -73,6 +73,7 @@ static void model_free(online_model_t *q)
     train_destroy(q->t);
     free(q->arena.base);
     free(q->ring);
+    free(q->fmarks);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cond);
     free(q);
@@ -98,6 +99,7 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
     pthread_cond_init(&q->cond, NULL);
     q->cap = (size_t)c->online_queue_bytes & ~(size_t)7;
     q->ring = malloc(q->cap);
+    q->fmarks = calloc(ONLINE_FILE_MARKS_MAX, sizeof *q->fmarks); /* NULL: exports name no file */
     q->tokens = c->online_max_samples_per_s;
     q->tokens_ns = online__now_ns();
     if (!q->ring) {
@@ -254,21 +256,25 @@ static void boost_locked(online_model_t *q, uint64_t now_ns)
     }
 }
 
-/* Queues one record (payload len bytes, with the log position it got).
- * Lock held; the room was found by room_locked(sz) at `at`. */
+/* Queues one record (payload len bytes, with the log position it got, and
+ * a --train-file mark or NULL).  Lock held; the room was found by
+ * room_locked(rec_size(len + the mark's bytes)) at `at`. */
 static void put_locked(online_model_t *q, size_t at, uint16_t flags, const uint8_t *payload,
-                       uint32_t len, uint64_t pos, uint64_t arrival)
+                       uint32_t len, const uint8_t *mark, uint64_t pos, uint64_t arrival)
 {
     uint8_t *r = q->ring + at;
-    uint16_t pad = 0;
-    memcpy(r, &len, 4);
+    uint16_t has_mark = mark != NULL;
+    uint32_t total = len + (mark ? SAMPLE_LOG_MARK_BYTES : 0);
+    memcpy(r, &total, 4);
     memcpy(r + 4, &flags, 2);
-    memcpy(r + 6, &pad, 2);
+    memcpy(r + 6, &has_mark, 2);
     memcpy(r + 8, &arrival, 8);
     memcpy(r + 16, &pos, 8);
     memcpy(r + ONLINE_REC_HDR, payload, len);
-    q->head = at + rec_size(len);
-    q->used += rec_size(len);
+    if (mark)
+        memcpy(r + ONLINE_REC_HDR + len, mark, SAMPLE_LOG_MARK_BYTES);
+    q->head = at + rec_size(total);
+    q->used += rec_size(total);
     atomic_store_explicit(&q->queue_bytes, q->used, memory_order_relaxed);
     pthread_cond_signal(&q->cond);
     boost_locked(q, arrival);
@@ -282,7 +288,7 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
     pthread_mutex_lock(&q->lock);
     size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
     if (at != SIZE_MAX) {
-        put_locked(q, at, flags, payload, len, pos, online__now_ns());
+        put_locked(q, at, flags, payload, len, NULL, pos, online__now_ns());
         rc = 0;
     }
     pthread_mutex_unlock(&q->lock);
@@ -294,13 +300,13 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
 
 /* Appends rec to the model's sample log (when it has one): 0 with its
  * position, or -1 with why.  Lock held. */
-static int log_locked(online_model_t *q, const codec_train_t *req, uint64_t *pos, char *why,
-                      size_t why_len)
+static int log_locked(online_model_t *q, const codec_train_t *req, const uint8_t *mark,
+                      uint64_t *pos, char *why, size_t why_len)
 {
     *pos = 0;
     if (!q->slog)
         return 0;
-    sample_log_rec_t rec = {.train = *req, .weights = req->weights};
+    sample_log_rec_t rec = {.train = *req, .weights = req->weights, .mark = mark};
     sample_log_error_t err;
     uint64_t t0 = online__now_ns();
     int rc = sample_log_append(q->slog, &rec, 1, pos, &err);
@@ -379,9 +385,10 @@ static void tokens_spend_locked(online_model_t *q, uint32_t n)
 }
 
 /* online_submit's body; client false: a refusal is not counted (the
- * --train-file feeder waits and retries: online__submit_file). */
+ * --train-file feeder waits and retries: online__submit_file), mark the
+ * sample log record's (NULL: none). */
 static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
-                  uint32_t len, char *why, size_t why_len, bool client)
+                  uint32_t len, char *why, size_t why_len, bool client, const uint8_t *mark)
 {
     if (!srv->cfg.online) {
         snprintf(why, why_len, "online learning is not enabled on this server (--online)");
@@ -394,7 +401,7 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     online_model_t *q = online__model_get(req->name, why, why_len);
     if (!q)
         return ONLINE_NOMEM;
-    size_t sz = rec_size(len);
+    size_t sz = rec_size(len + (mark ? SAMPLE_LOG_MARK_BYTES : 0));
     if (sz > q->cap / 2) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
                  "(--online-queue-bytes %zu)", len, q->cap);
@@ -413,12 +420,12 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         rc = ONLINE_FULL; /* why says so; counted in tlserve_bus_lag_refused_total */
     else if (rc == ONLINE_QUEUED && !bus && (at = room_locked(q, sz)) == SIZE_MAX)
         rc = ONLINE_FULL;
-    if (rc == ONLINE_QUEUED && log_locked(q, req, &pos, why, why_len) != 0)
+    if (rc == ONLINE_QUEUED && log_locked(q, req, mark, &pos, why, why_len) != 0)
         rc = ONLINE_LOG;
     if (rc == ONLINE_QUEUED) {
         tokens_spend_locked(q, req->samples);
         if (!bus)
-            put_locked(q, at, flags, payload, len, pos, t);
+            put_locked(q, at, flags, payload, len, mark, pos, t);
     }
     pthread_mutex_unlock(&q->lock);
     if (rc == ONLINE_QUEUED) {
@@ -440,15 +447,16 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
 int online_submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len)
 {
-    return submit(srv, req, flags, payload, len, why, why_len, true);
+    return submit(srv, req, flags, payload, len, why, why_len, true, NULL);
 }
 
 /* --train-file's frames (online_file.c): online_submit's path, refusals not
  * counted as a client's. */
 int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
-                        const uint8_t *payload, uint32_t len, char *why, size_t why_len)
+                        const uint8_t *payload, uint32_t len, const uint8_t *mark, char *why,
+                        size_t why_len)
 {
-    return submit(srv, req, flags, payload, len, why, why_len, false);
+    return submit(srv, req, flags, payload, len, why, why_len, false, mark);
 }
 
 /* ---- joined samples: FEEDBACK events, negatives ------------------------------- */
@@ -500,12 +508,13 @@ static int push_sample(online_model_t *q, const impression_sample_t *s, bool cap
     if (capped && !tokens_enough_locked(q, 1, t)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
-        if (!online__bus_lagging(q, NULL, 0) && log_locked(q, &one, &pos, why, sizeof why) == 0)
+        if (!online__bus_lagging(q, NULL, 0) &&
+            log_locked(q, &one, NULL, &pos, why, sizeof why) == 0)
             rc = 0;
     } else {
         size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
-        if (at != SIZE_MAX && log_locked(q, &one, &pos, why, sizeof why) == 0) {
-            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, pos, t);
+        if (at != SIZE_MAX && log_locked(q, &one, NULL, &pos, why, sizeof why) == 0) {
+            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, NULL, pos, t);
             rc = 0;
         }
     }

@@ -32,7 +32,10 @@
  * version's temporary directory before its MANIFEST
  * (store_delta_side_file): version and state appear together and agree.
  * A restart restores them (online_trainer.c: restore_state); the loader
- * and tlsnap ignore the file, which the manifest does not list.
+ * and tlsnap ignore the file, which the manifest does not list.  The same
+ * side file writer also writes the trainer's --train-file marks at the
+ * hand-over (TRAINFILE_MARKS, online_file_marks.c): how far each file is
+ * in the version.
  *
  * THE POSITION: the delta's producer (a manifest field, so it is published
  * with the version atomically, with no sidecar file to write first or to
@@ -116,6 +119,9 @@ struct export_job {
     size_t scap, sfloats;    /* keys skeys holds, floats srows holds */
     train_state_header_t sh; /* kind, optimizer, width, count; version at the write */
     bool has_state;          /* false: gathering failed (no memory): no state file */
+    /* the trainer's --train-file marks at the hand-over (online_file_marks.c) */
+    online_file_progress_t fm[ONLINE_FILE_MARKS_MAX];
+    uint32_t nfm;
 };
 
 struct online_export {
@@ -238,11 +244,15 @@ static int64_t highest_version(const char *dir)
     return top > INT64_MAX ? -EOVERFLOW : (int64_t)top;
 }
 
-/* store_delta_side_file's: the job's state rows into the version's directory. */
-static int write_state(void *ctx, int dirfd)
+/* store_delta_side_file's: the job's state rows and --train-file marks
+ * into the version's directory. */
+static int write_side(void *ctx, int dirfd)
 {
     const struct export_job *j = ctx;
-    return train_state_write_at(dirfd, TRAIN_STATE_FILE, &j->sh, j->skeys, j->srows);
+    int rc = j->has_state ? train_state_write_at(dirfd, TRAIN_STATE_FILE, &j->sh, j->skeys,
+                                                 j->srows)
+                          : 0;
+    return rc == 0 && j->nfm ? online__file_marks_write_at(dirfd, j->fm, j->nfm) : rc;
 }
 
 /* Writes e->job as the next version.  0 written; else -errno with why. */
@@ -277,9 +287,10 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     online__export_producer(j->pos, producer);
     online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
-    if (rc == 0 && j->has_state) {
+    if (rc == 0 && (j->has_state || j->nfm)) {
         j->sh.version = *version;
-        store_delta_side_file(w, TRAIN_STATE_FILE, write_state, j);
+        store_delta_side_file(w, j->has_state ? TRAIN_STATE_FILE : ONLINE_FILE_MARKS_FILE,
+                              write_side, j);
     }
     for (size_t i = 0; rc == 0 && i < j->n; i++)
         rc = store_delta_put(w, j->keys[i], j->vals + i * j->K);
@@ -595,6 +606,9 @@ static int hand_over(online_model_t *q)
         j->n = w;
     }
     gather_state(q, j); /* the same lock, the same instant as the values */
+    j->nfm = q->fmarks ? q->nfmarks : 0; /* and the files' progress in them */
+    if (j->nfm)
+        memcpy(j->fm, q->fmarks, j->nfm * sizeof *j->fm);
     store_delta_layout_of(s, meta, &j->layout);
     j->all = e->overflow;
     j->pos = e->next_pos;

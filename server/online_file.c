@@ -43,10 +43,32 @@
  *   cannot be opened fails the same way; a missing one was refused at start
  *   by the config check.
  *
- * RESTARTS: the files are read at every start.  With --sample-log-dir the
- * samples of a run are in the log like any TRAIN's, and a restart replays
- * the log and then reads the files again: point --train-file at data not
- * yet learned, or drop it after the first start.
+ * RESTARTS resume each file where its learned samples end.  Every frame's
+ * sample log record carries a MARK (sample_log_rec_t.mark, 40 bytes,
+ * online_file_mark_t): the file's key (XXH3 of the path as listed, seeded
+ * with its occurrence in the list), the bytes and lines read through the
+ * frame's last sample, the XXH3 of those bytes, and the file's samples so
+ * far.  The mark is in the record because the record is what a restart
+ * learns again: committed by the same append, it can be neither ahead of
+ * nor behind the samples (a file beside the log could be either after a
+ * kill -9 between two writes).  At start, before it appends anything, the
+ * feeder reads the log's kept records for the latest mark of each listed
+ * file (find_marks), hashes the file's first mark.offset bytes and, when
+ * they hash the same, seeks there (reader_seek): the replay learns the
+ * logged frames again and the feeder goes on after them, so each line is
+ * learned once.  A file appended to resumes at its old end; a head that
+ * changed or a file that shrank is a WARN and a read from the start; a
+ * file with no mark (listed anew) is read from the start.  A log that
+ * cannot be read to its end, or a mark whose figures cannot be, is a WARN
+ * and every file is read from the start.  The prefix hash is kept as the
+ * file is read: at each frame the bytes since the last one are read again
+ * (pread, page cache) into a streaming XXH3 (hash_to).  The log is
+ * trimmed behind exports (and an attach), and may be absent: an online
+ * export carries the marks of the records it covers, an attach sets them
+ * aside in the log's directory (TRAINFILE_MARKS, online_file_marks.c), and
+ * find_marks (online__file_marks_find) takes those files first, the log's
+ * later marks winning.  With neither a log nor exports the files are read
+ * from the start at every start.
  *
  * THREAD SAFETY
  *   online__file_start and online__file_stop run on main (online_start,
@@ -58,6 +80,7 @@
 #include "online_impl.h"
 
 #include "log.h"
+#include "model/model.h"
 #include "model/reader.h"
 
 #include <dirent.h>
@@ -70,6 +93,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define G online__G
 #define FRAME_FEATURES (1u << 18) /* per frame, before deduplication: 3 MiB of ids and values */
@@ -90,7 +114,7 @@ static struct {
     char model[CODEC_MAX_NAME + 1];
     bool sniff;             /* --train-file-format auto */
     reader_format_t format; /* otherwise */
-    _Atomic uint64_t samples, done, failed, reading, waits;
+    _Atomic uint64_t samples, done, failed, reading, waits, skipped;
 } F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* The frame being gathered: the feeder's own. */
@@ -104,7 +128,8 @@ struct frame {
     codec_block_t blk[ONLINE_FILE_FRAME_SAMPLES];
     float label[ONLINE_FILE_FRAME_SAMPLES];
     uint64_t line[ONLINE_FILE_FRAME_SAMPLES];
-    uint8_t *buf; /* the encoded frame, grown (checked) */
+    uint64_t end_off[ONLINE_FILE_FRAME_SAMPLES]; /* the file's bytes read through the sample */
+    uint8_t *buf;                                /* the encoded frame, grown (checked) */
     size_t cap;
 };
 
@@ -132,6 +157,77 @@ static bool pause_ms(unsigned ms)
         pthread_cond_timedwait(&F.cond, &F.lock, &ts);
     pthread_mutex_unlock(&F.lock);
     return stopping();
+}
+
+/* ---- progress: the marks ---------------------------------------------------------- */
+
+/* One file of the list as the feeder reads it: what its marks say. */
+struct progress {
+    uint64_t key;     /* the path's hash, seeded with its occurrence in the list */
+    int fd;           /* the file again, for the prefix's hash (-1: none) */
+    XXH3_state_t *xx; /* the hash of bytes [0, hashed) */
+    uint64_t hashed;  /* bytes hashed */
+    uint64_t samples; /* the file's samples submitted, from its start (resumed ones too) */
+    /* the latest mark found in the sample log at start (found false: none) */
+    bool found;
+    uint64_t m_offset, m_line, m_prefix, m_samples, m_pos;
+};
+
+/* Hashes p's file up to byte `to` (p->hashed <= to): 0; -EIO when the file
+ * ends before it (it shrank), else -errno. */
+static int hash_to(struct progress *p, uint64_t to)
+{
+    static uint8_t chunk[1u << 16]; /* the feeder's only */
+    while (p->hashed < to) {
+        size_t want = to - p->hashed < sizeof chunk ? (size_t)(to - p->hashed) : sizeof chunk;
+        ssize_t r = pread(p->fd, chunk, want, (off_t)p->hashed);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -EIO;
+        XXH3_64bits_update(p->xx, chunk, (size_t)r);
+        p->hashed += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* The path's key: its occurrence-th appearance in the list (0 the first). */
+static uint64_t path_key(const char *path, unsigned occurrence)
+{
+    return XXH3_64bits_withSeed(path, strlen(path), occurrence);
+}
+
+/* The latest mark of each file of ps (online__file_marks_find), taken as
+ * where it resumes. */
+static void find_marks(struct progress *ps, size_t n)
+{
+    uint64_t *keys = calloc(n ? n : 1, sizeof *keys);
+    online_file_progress_t *got = calloc(n ? n : 1, sizeof *got);
+    bool *found = calloc(n ? n : 1, sizeof *found);
+    if (!keys || !got || !found) {
+        LOG(LL_WARN, "online: --train-file: no memory to read the files' progress: every file "
+                     "is read from the start as new data");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = ps[i].key;
+    online__file_marks_find(F.model, keys, n, got, found);
+    for (size_t i = 0; i < n; i++) {
+        if (!found[i])
+            continue;
+        ps[i].found = true;
+        ps[i].m_offset = got[i].m.offset;
+        ps[i].m_line = got[i].m.line;
+        ps[i].m_prefix = got[i].m.prefix;
+        ps[i].m_samples = got[i].m.samples;
+        ps[i].m_pos = got[i].pos;
+    }
+out:
+    free(keys);
+    free(got);
+    free(found);
 }
 
 /* ---- the format ----------------------------------------------------------------- */
@@ -188,8 +284,8 @@ static int sniff_file(const char *path, reader_format_t *out, char *why, size_t 
 /* Submits samples [first, first + count) of fr as TRAIN frames, split in
  * halves while a frame is too large, waiting for room as long as it takes.
  * 0; -ECANCELED when stopped; else -errno with why naming file:line. */
-static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const char *path,
-                        char *why, size_t why_len)
+static int submit_range(struct frame *fr, struct progress *pg, uint32_t first, uint32_t count,
+                        const char *path, char *why, size_t why_len)
 {
     codec_train_t req = {.samples = count, .labels = fr->label + first, .sample = fr->blk + first};
     snprintf(req.name, sizeof req.name, "%s", F.model);
@@ -200,8 +296,8 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
     if ((rc != CODEC_NEED_MORE && rc != CODEC_OK) || big) {
         if (count > 1) { /* split: attributes an error to its line too */
             uint32_t half = count / 2;
-            rc = submit_range(fr, first, half, path, why, why_len);
-            return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+            rc = submit_range(fr, pg, first, half, path, why, why_len);
+            return rc ? rc : submit_range(fr, pg, first + half, count - half, path, why, why_len);
         }
         if (big)
             snprintf(why, why_len,
@@ -230,14 +326,28 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
     memcpy(&flags, fr->buf + 6, 2);
     const uint8_t *payload = fr->buf + CODEC_HEADER_SIZE;
     uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
+    uint32_t last = first + count - 1;
+    online_file_mark_t m = {.key = pg->key,
+                            .offset = fr->end_off[last],
+                            .line = fr->line[last],
+                            .samples = pg->samples + count};
+    uint8_t mark[SAMPLE_LOG_MARK_BYTES];
+    if ((rc = hash_to(pg, m.offset)) != 0) {
+        snprintf(why, why_len, "%s:%" PRIu64 ": the file cannot be read again for its hash: %s",
+                 path, fr->line[first], rc == -EIO ? "it shrank while read" : strerror(-rc));
+        return rc;
+    }
+    m.prefix = XXH3_64bits_digest(pg->xx);
+    online__file_mark_encode(&m, mark);
     bool warned = false;
     for (;;) {
         if (stopping())
             return -ECANCELED;
         char msg[512];
-        rc = online__submit_file(G.srv, &req, flags, payload, plen, msg, sizeof msg);
+        rc = online__submit_file(G.srv, &req, flags, payload, plen, mark, msg, sizeof msg);
         switch (rc) {
         case ONLINE_QUEUED:
+            pg->samples += count;
             atomic_fetch_add_explicit(&F.samples, count, memory_order_relaxed);
             return 0;
         case ONLINE_FULL:
@@ -256,8 +366,9 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
         case ONLINE_TOO_BIG:
             if (count > 1) {
                 uint32_t half = count / 2;
-                rc = submit_range(fr, first, half, path, why, why_len);
-                return rc ? rc : submit_range(fr, first + half, count - half, path, why, why_len);
+                rc = submit_range(fr, pg, first, half, path, why, why_len);
+                return rc ? rc
+                          : submit_range(fr, pg, first + half, count - half, path, why, why_len);
             }
             /* fall through */
         default:
@@ -268,9 +379,9 @@ static int submit_range(struct frame *fr, uint32_t first, uint32_t count, const 
 }
 
 /* Submits the frame gathered and empties it: submit_range's result. */
-static int flush(struct frame *fr, const char *path, char *why, size_t why_len)
+static int flush(struct frame *fr, struct progress *pg, const char *path, char *why, size_t why_len)
 {
-    int rc = fr->n ? submit_range(fr, 0, fr->n, path, why, why_len) : 0;
+    int rc = fr->n ? submit_range(fr, pg, 0, fr->n, path, why, why_len) : 0;
     fr->n = fr->used = 0;
     return rc;
 }
@@ -279,7 +390,47 @@ static int flush(struct frame *fr, const char *path, char *why, size_t why_len)
 
 /* Reads path to its end (or its first bad line, or the stop), submitting
  * every sample; logs the outcome and counts it. */
-static void feed_file(struct frame *fr, const char *path)
+/* Resumes r after what pg's mark says was submitted when the file's first
+ * mark.offset bytes still hash as they did; else reads from the start
+ * (WARN).  Leaves pg's hash at the resume point.  0, or -errno of the seek
+ * with why. */
+static int resume(reader_t *r, struct progress *pg, const char *path, uint64_t *line, char *why,
+                  size_t why_len)
+{
+    XXH3_64bits_reset(pg->xx);
+    pg->hashed = pg->samples = 0;
+    if (!pg->found)
+        return 0;
+    int rc = hash_to(pg, pg->m_offset);
+    if (rc == 0 && XXH3_64bits_digest(pg->xx) == pg->m_prefix) {
+        if ((rc = reader_seek(r, pg->m_offset, pg->m_line)) != 0) {
+            snprintf(why, why_len, "%s: cannot seek to byte %" PRIu64 ": %s", path, pg->m_offset,
+                     strerror(-rc));
+            return rc;
+        }
+        pg->samples = pg->m_samples;
+        *line = pg->m_line;
+        atomic_fetch_add_explicit(&F.skipped, pg->m_samples, memory_order_relaxed);
+        LOG(LL_INFO,
+            "online: --train-file %s resumed at byte %" PRIu64 " (line %" PRIu64 "), %" PRIu64
+            " samples already learned (sample log position %" PRIu64 ")",
+            path, pg->m_offset, pg->m_line, pg->m_samples, pg->m_pos);
+        return 0;
+    }
+    LOG(LL_WARN,
+        "online: --train-file %s: %s since %" PRIu64 " samples of its first %" PRIu64
+        " bytes were learned: read from the start as new data",
+        path,
+        rc == -EIO ? "the file is shorter"
+        : rc != 0  ? "the file's head cannot be read again"
+                   : "the file's head changed",
+        pg->m_samples, pg->m_offset);
+    XXH3_64bits_reset(pg->xx);
+    pg->hashed = 0;
+    return 0;
+}
+
+static void feed_file(struct frame *fr, struct progress *pg, const char *path)
 {
     char why[1400] = "";
     uint64_t t0 = online__now_ns(), s0 = atomic_load(&F.samples), line = 0;
@@ -289,9 +440,19 @@ static void feed_file(struct frame *fr, const char *path)
     reader_options_t ro = {.format = fmt};
     if (rc == 0)
         rc = reader_open(path, &ro, &r, why, sizeof why);
+    if (rc == 0 && (pg->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = -errno;
+        snprintf(why, sizeof why, "%s: %s", path, strerror(-rc));
+    }
+    if (rc == 0)
+        rc = resume(r, pg, path, &line, why, sizeof why);
     if (rc != 0) {
         atomic_fetch_add_explicit(&F.failed, 1, memory_order_relaxed);
-        LOG(LL_ERROR, "online: --train-file %s: %s; nothing of it learned", path, why);
+        LOG(LL_ERROR, "online: --train-file %s: %s; nothing more of it learned", path, why);
+        reader_close(r);
+        if (pg->fd >= 0)
+            close(pg->fd);
+        pg->fd = -1;
         return;
     }
     atomic_store(&F.reading, 1);
@@ -311,7 +472,7 @@ static void feed_file(struct frame *fr, const char *path)
             break;
         }
         if (fr->n == fr->max || fr->used + s.n > FRAME_FEATURES) {
-            if ((rc = flush(fr, path, why, sizeof why)) != 0)
+            if ((rc = flush(fr, pg, path, why, sizeof why)) != 0)
                 break;
         }
         uint64_t *ids = fr->ids + fr->used;
@@ -334,6 +495,7 @@ static void feed_file(struct frame *fr, const char *path)
         fr->blk[fr->n] = (codec_block_t){ids, v, n};
         fr->label[fr->n] = s.label;
         fr->line[fr->n] = line;
+        fr->end_off[fr->n] = reader_offset(r);
         fr->n++;
         fr->used += n;
     }
@@ -343,7 +505,7 @@ static void feed_file(struct frame *fr, const char *path)
     }
     if (rc != -ECANCELED) { /* the samples before an error are learned */
         char fwhy[1400];
-        int frc = flush(fr, path, fwhy, sizeof fwhy);
+        int frc = flush(fr, pg, path, fwhy, sizeof fwhy);
         if (frc != 0 && rc == 0) {
             rc = frc;
             memcpy(why, fwhy, sizeof why);
@@ -351,6 +513,8 @@ static void feed_file(struct frame *fr, const char *path)
     }
     fr->n = fr->used = 0;
     reader_close(r);
+    close(pg->fd);
+    pg->fd = -1;
     atomic_store(&F.reading, 0);
     uint64_t n = atomic_load(&F.samples) - s0;
     double secs = (double)(online__now_ns() - t0) * 1e-9;
@@ -396,7 +560,8 @@ static struct frame *frame_new(const server_config_t *c)
     if (cap > 0 && (unsigned)cap / 4 < fr->max)
         fr->max = cap / 4 > 0 ? (uint32_t)cap / 4 : 1;
     size_t half = ((size_t)c->online_queue_bytes & ~(size_t)7) / 2; /* online_submit's TOO_BIG */
-    fr->max_payload = half > ONLINE_REC_HDR ? (half - ONLINE_REC_HDR) & ~(size_t)7 : 0;
+    size_t hdr = ONLINE_REC_HDR + SAMPLE_LOG_MARK_BYTES; /* the mark rides in the queue too */
+    fr->max_payload = half > hdr ? (half - hdr) & ~(size_t)7 : 0;
     if (fr->max_payload > CODEC_MAX_PAYLOAD)
         fr->max_payload = CODEC_MAX_PAYLOAD;
     return fr;
@@ -416,6 +581,9 @@ static void *feeder_main(void *arg)
 {
     (void)arg;
     const server_config_t *c = &G.srv->cfg;
+    struct progress *ps = NULL;
+    XXH3_state_t *xx = NULL;
+    char **paths = NULL;
     struct frame *fr = frame_new(c);
     if (!fr) {
         LOG(LL_ERROR, "online: --train-file: no memory for the feeder's frame: no file learned");
@@ -433,12 +601,32 @@ static void *feeder_main(void *arg)
         if (pause_ms(MODEL_WAIT_MS))
             goto out;
     }
-    char list[sizeof c->train_file];
+    static char list[sizeof c->train_file]; /* the feeder's only */
     snprintf(list, sizeof list, "%s", c->train_file);
+    size_t n = 0, cap = strlen(list) / 2 + 1;
+    paths = calloc(cap, sizeof *paths);
+    ps = calloc(cap, sizeof *ps);
+    xx = XXH3_createState();
+    if (!paths || !ps || !xx) {
+        LOG(LL_ERROR, "online: --train-file: no memory for the files' progress: no file learned");
+        goto out;
+    }
     char *save = NULL;
-    for (char *p = strtok_r(list, ",", &save); p && !stopping(); p = strtok_r(NULL, ",", &save))
-        feed_file(fr, p);
+    for (char *p = strtok_r(list, ",", &save); p && n < cap; p = strtok_r(NULL, ",", &save)) {
+        unsigned occurrence = 0;
+        for (size_t i = 0; i < n; i++)
+            occurrence += strcmp(paths[i], p) == 0;
+        paths[n] = p;
+        ps[n] = (struct progress){.key = path_key(p, occurrence), .fd = -1, .xx = xx};
+        n++;
+    }
+    find_marks(ps, n);
+    for (size_t i = 0; i < n && !stopping(); i++)
+        feed_file(fr, &ps[i], paths[i]);
 out:
+    XXH3_freeState(xx);
+    free(ps);
+    free(paths);
     frame_free(fr);
     return NULL;
 }
@@ -532,6 +720,7 @@ int online__file_start(char *why, size_t why_len)
     atomic_store(&F.failed, 0);
     atomic_store(&F.reading, 0);
     atomic_store(&F.waits, 0);
+    atomic_store(&F.skipped, 0);
     if (pthread_create(&F.thread, NULL, feeder_main, NULL) != 0) {
         snprintf(why, why_len, "--train-file: cannot start the feeder thread");
         return -EAGAIN;
@@ -575,6 +764,10 @@ size_t online__file_metrics(char *buf, size_t len)
          "waits for room (queue full, samples/s cap, model not active): backpressure, nothing "
          "dropped",
          &F.waits},
+        {"tlserve_online_file_resumed_samples_total", "counter",
+         "samples of --train-file not submitted again at this start: the sample log says they "
+         "were (each file resumes after them)",
+         &F.skipped},
     };
     size_t off = 0;
     buf[0] = '\0';

@@ -17,8 +17,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A queued record: [len u32 | flags u16 | pad u16 | arrival ns u64 |
- * log position u64 | TRAIN payload, padded to 8]. */
+/* A queued record: [len u32 | flags u16 | mark u16 | arrival ns u64 |
+ * log position u64 | TRAIN payload, then with mark 1 a --train-file mark
+ * (SAMPLE_LOG_MARK_BYTES, counted in len), padded to 8]. */
 #define ONLINE_REC_HDR 24u
 #define ONLINE_WRAP UINT32_MAX
 #define ONLINE_WINDOW 8192
@@ -28,6 +29,26 @@ struct online_win {
     uint8_t y;
     uint32_t fresh_us;
 };
+
+/* A --train-file frame's mark in the sample log (SAMPLE_LOG_MARK_BYTES,
+ * five u64 little-endian, in this order): how far its file was submitted
+ * once the frame was. */
+typedef struct online_file_mark {
+    uint64_t key;     /* XXH3_64 of the path as listed, seeded with its occurrence in the list */
+    uint64_t offset;  /* bytes of the file read through the frame's last sample */
+    uint64_t line;    /* lines read through it (the last sample's line number) */
+    uint64_t prefix;  /* XXH3_64 of the file's bytes [0, offset) */
+    uint64_t samples; /* the file's samples submitted through the frame, from its start */
+} online_file_mark_t;
+
+/* A mark with the sample log position of the record it came with (0 without
+ * a log): the trainer's table, an export's TRAINFILE_MARKS. */
+typedef struct online_file_progress {
+    online_file_mark_t m;
+    uint64_t pos;
+} online_file_progress_t;
+#define ONLINE_FILE_MARKS_MAX 256u /* files whose progress a table keeps (the latest ones) */
+#define ONLINE_FILE_MARKS_FILE "TRAINFILE_MARKS" /* beside an export's delta */
 
 /* One model's queue and trainer. */
 typedef struct online_model {
@@ -79,6 +100,11 @@ typedef struct online_model {
     struct online_export *exp; /* NULL: no export (--online-export-ms 0 or no --model-repo) */
     _Atomic uint64_t exports, export_failures, export_keys, export_version, export_pos;
     _Atomic(const void *) trained_store; /* the store the trainer writes (online_store_trained) */
+    /* --train-file: the latest mark of each file among the records learned
+     * (online_file_marks.c); the trainer's, read by its export's hand-over */
+    online_file_progress_t *fmarks; /* ONLINE_FILE_MARKS_MAX, NULL: no memory (no marks) */
+    uint32_t nfmarks;
+    bool fmarks_seeded; /* the active version's TRAINFILE_MARKS read (once, at the first attach) */
 } online_model_t;
 
 #define ONLINE_MODELS_MAX SERVER_MODELS_MAX
@@ -166,10 +192,49 @@ uint64_t online__now_ns(void);
 /* online_submit's path exactly (the model and kind checks, the cap, the
  * sample log, the queue; the frames counter), except that ONLINE_FULL,
  * ONLINE_RATE and ONLINE_TOO_BIG are not counted as a client's refusals:
- * the caller waits and retries (or splits the frame).  Same contract
- * otherwise; may block on the queue's lock, never on room. */
+ * the caller waits and retries (or splits the frame), and that the sample
+ * log record carries mark (SAMPLE_LOG_MARK_BYTES: the file's progress
+ * through this frame; NULL: none).  Same contract otherwise; may block on
+ * the queue's lock, never on room. */
 int online__submit_file(server_t *srv, const codec_train_t *req, uint16_t flags,
-                        const uint8_t *payload, uint32_t len, char *why, size_t why_len);
+                        const uint8_t *payload, uint32_t len, const uint8_t *mark, char *why,
+                        size_t why_len);
+
+void online__file_mark_encode(const online_file_mark_t *m, uint8_t out[SAMPLE_LOG_MARK_BYTES]);
+/* Reads a mark read back from the log (input: a log outlives versions of
+ * this code): 0, or -EINVAL with why when its figures cannot be. */
+int online__file_mark_decode(const uint8_t in[SAMPLE_LOG_MARK_BYTES], online_file_mark_t *m,
+                             char *why, size_t why_len);
+
+/* online_file_marks.c: the table and the TRAINFILE_MARKS file. */
+/* Puts m (of log position pos) into t[0..*n): replaces its file's entry
+ * when pos is not older, else adds it, replacing the oldest when full. */
+void online__file_marks_put(online_file_progress_t *t, uint32_t *n, const online_file_mark_t *m,
+                            uint64_t pos);
+/* The trainer, for each record learned (or replayed) that carries a mark. */
+void online__file_marks_note(online_model_t *q, const uint8_t *mark, uint64_t pos);
+size_t online__file_marks_size(uint32_t n); /* the file's bytes for n marks */
+void online__file_marks_encode(const online_file_progress_t *t, uint32_t n, uint8_t *out);
+/* Parses a TRAINFILE_MARKS file's bytes (untrusted) into t (room for
+ * ONLINE_FILE_MARKS_MAX): 0 with *n, or -EINVAL with why (a cut file, a
+ * bad checksum, a mark that cannot be). */
+int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progress_t *t,
+                             uint32_t *n, char *why, size_t why_len);
+/* Reads and parses the file at path: 0, -ENOENT, -EINVAL, -errno; why set. */
+int online__file_marks_read(const char *path, online_file_progress_t *t, uint32_t *n, char *why,
+                            size_t why_len);
+/* The latest mark of each of keys[0..n) for model, found[i] false when
+ * none: the active version's TRAINFILE_MARKS and the sample log
+ * directory's, then every record the model's sample log keeps, a later
+ * position winning.  A log that cannot be read to its end (or a mark in it
+ * that cannot be) is a WARN and nothing found: the files are read from
+ * the start.  The feeder's, once, before it appends: blocks on disk I/O. */
+void online__file_marks_find(const char *model, const uint64_t *keys, size_t n,
+                             online_file_progress_t *out, bool *found);
+
+/* Writes t[0..n) as ONLINE_FILE_MARKS_FILE in dirfd (a temporary file,
+ * fsync, rename): 0 or -errno.  Blocks on the disk. */
+int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint32_t n);
 
 /* From online_start, after the trainers and the bus: resolves the model
  * (--train-file-model, else the only one served or in the repository) and

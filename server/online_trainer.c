@@ -230,6 +230,56 @@ static int options_for(const model_t *m, train_options_t *o, char *why, size_t w
     }
 }
 
+/* At the first attach of this process: the --train-file marks the version
+ * (an online export) carries, so that the trainer's next export still names
+ * the files learned before the restart (online_file_marks.c).  A missing
+ * file is no mark; a bad one is a WARN and no mark. */
+static void seed_file_marks(online_model_t *q, uint64_t version)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (q->fmarks_seeded || !q->fmarks)
+        return;
+    q->fmarks_seeded = true;
+    static online_file_progress_t got[ONLINE_FILE_MARKS_MAX];
+    static pthread_mutex_t got_lock = PTHREAD_MUTEX_INITIALIZER; /* trainers of two models */
+    char path[1400], why[300];
+    for (int k = 0; k < 2; k++) { /* the export's marks, then those its sample log set aside */
+        if (k == 0 && c->model_repo[0])
+            snprintf(path, sizeof path, "%s/%s/%" PRIu64 "/" ONLINE_FILE_MARKS_FILE,
+                     c->model_repo, q->name, version);
+        else if (k == 1 && q->slog)
+            snprintf(path, sizeof path, "%s/" ONLINE_FILE_MARKS_FILE, q->slog_dir);
+        else
+            continue;
+        uint32_t n = 0;
+        pthread_mutex_lock(&got_lock);
+        int rc = online__file_marks_read(path, got, &n, why, sizeof why);
+        if (rc != 0 && rc != -ENOENT)
+            LOG(LL_WARN, "online: model '%s': %s: %s; its --train-file marks are not carried on",
+                q->name, path, why);
+        for (uint32_t i = 0; i < n; i++)
+            online__file_marks_put(q->fmarks, &q->nfmarks, &got[i].m, got[i].pos);
+        pthread_mutex_unlock(&got_lock);
+    }
+}
+
+/* Before the log is trimmed behind pos at an attach: the marks of the
+ * records about to go, into <log dir>/TRAINFILE_MARKS (the new version
+ * carries none; online__file_marks_find and seed_file_marks read it).  Logged when it
+ * fails: a restart would then read those files again. */
+static void keep_file_marks(online_model_t *q)
+{
+    if (!q->fmarks || q->nfmarks == 0)
+        return;
+    int dirfd = open(q->slog_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dirfd < 0 ? -errno : online__file_marks_write_at(dirfd, q->fmarks, q->nfmarks);
+    if (dirfd >= 0)
+        close(dirfd);
+    if (rc != 0)
+        LOG(LL_WARN, "online: %s/" ONLINE_FILE_MARKS_FILE " not written (%s): a restart would "
+            "read the --train-file files learned so far again", q->slog_dir, strerror(-rc));
+}
+
 /* (Re)attaches the trainer to sm's store when the active version changed;
  * pos: the log position of the first record it will learn into it.  0, or
  * -1 (the records are dropped, counted and logged).  online_impl.h. */
@@ -262,6 +312,7 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         return -1;
     }
     q->attached = model_store(m);
+    seed_file_marks(q, meta->version);
     if (online__sync_mode(&G.srv->cfg)) /* partitioned replicas: (dz, dn) out */
         online__sync_attach(q, meta->version);
     atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
@@ -277,8 +328,10 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart would not learn "
                 "the log again", q->slog_dir, strerror(-rc));
-        else if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
+        else if (!online__bus_on()) { /* with the bus, pos is the stream's: the forwarder trims */
+            keep_file_marks(q);
             (void)sample_log_trim(q->slog, pos); /* under q->lock: see the caller */
+        }
     }
     char desc[200];
     train_describe(q->t, desc, sizeof desc);
@@ -503,6 +556,8 @@ static void replay(online_model_t *q)
             break;
         rec.train.weights = rec.weights;
         learn_req(q, &rec.train, 0);
+        if (rec.mark)
+            online__file_marks_note(q, rec.mark, pos);
         n += rec.train.samples;
         pos++;
     }
@@ -572,18 +627,23 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
             t = 0;
             continue;
         }
-        uint16_t flags;
+        uint16_t flags, has_mark;
         uint64_t arrival, pos;
         memcpy(&flags, q->ring + t + 4, 2);
+        memcpy(&has_mark, q->ring + t + 6, 2);
+        uint32_t plen = has_mark && len >= SAMPLE_LOG_MARK_BYTES ? len - SAMPLE_LOG_MARK_BYTES
+                                                                 : len; /* the mark after */
         memcpy(&arrival, q->ring + t + 8, 8);
         memcpy(&pos, q->ring + t + 16, 8);
         pthread_mutex_lock(&q->lock);
         bool can = online__attach(q, sm, pos) == 0;
         pthread_mutex_unlock(&q->lock);
         if (can)
-            learn(q, q->ring + t + ONLINE_REC_HDR, len, flags, arrival);
+            learn(q, q->ring + t + ONLINE_REC_HDR, plen, flags, arrival);
         else
             atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+        if (plen != len) /* learned or dropped, the file's samples are behind us */
+            online__file_marks_note(q, q->ring + t + ONLINE_REC_HDR + plen, pos);
         online__export_learned(q, pos + 1); /* EXPORT */
         q->next_pos = pos + 1;
         size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);

@@ -14,8 +14,10 @@
  *   +--------+--------+----------------+--------+--------+-------------+----------------+
  *                     |<----------------- checked: low 32 bits of XXH3_64 ------------->|
  *
- *   body_len = bytes after offset 16 = 8 + pay_len + (flags bit 0 ? 4 * samples : 0);
- *   flags: bit 0 = weights follow (absent: every weight is 1.0), other bits 0.
+ *   body_len = bytes after offset 16 = 8 + pay_len + (flags bit 0 ? 4 * samples : 0)
+ *              + (flags bit 1 ? SAMPLE_LOG_MARK_BYTES : 0);
+ *   flags: bit 0 = weights follow (absent: every weight is 1.0), bit 1 = the
+ *   record's mark follows the weights (sample_log_rec_t), other bits 0.
  * The checksum covers the position too, so a record copied to the wrong
  * place or a torn position fails it.  The encoder writes a whole TRAIN frame
  * (24-byte header + payload) at the record's start and the record header then
@@ -551,7 +553,7 @@ static int encode_batch(sample_log_t *log, const sample_log_rec_t *recs, size_t 
                                     &plain, &flen, &cerr);
             if (rc != CODEC_NEED_MORE)
                 break;
-            size_t need = off + flen + 4 * (size_t)r->train.samples;
+            size_t need = off + flen + 4 * (size_t)r->train.samples + SAMPLE_LOG_MARK_BYTES;
             if (need > BATCH_MAX)
                 return sample_log__fail(err, -E2BIG, SAMPLE_LOG_E_TOO_LARGE, NULL, -1,
                             "sample log: batch of %zu records is over %zu bytes at record %zu", n,
@@ -568,7 +570,8 @@ static int encode_batch(sample_log_t *log, const sample_log_rec_t *recs, size_t 
                         "sample log: record %zu refused: %s", i, cerr.msg);
         uint32_t samples = r->train.samples;
         size_t wbytes = r->weights ? 4 * (size_t)samples : 0;
-        if ((rc = sample_log__grow(&log->buf, &log->buf_cap, off + flen + wbytes)))
+        size_t mbytes = r->mark ? SAMPLE_LOG_MARK_BYTES : 0;
+        if ((rc = sample_log__grow(&log->buf, &log->buf_cap, off + flen + wbytes + mbytes)))
             return rc;
         uint8_t *rec = log->buf + off;
         if (r->weights) {
@@ -583,12 +586,14 @@ static int encode_batch(sample_log_t *log, const sample_log_rec_t *recs, size_t 
                 put32(rec + flen + 4 * (size_t)k, bits);
             }
         }
+        if (r->mark)
+            memcpy(rec + flen + wbytes, r->mark, SAMPLE_LOG_MARK_BYTES);
         uint32_t pay_len = (uint32_t)(flen - CODEC_HEADER_SIZE);
-        uint32_t body_len = 8 + pay_len + (uint32_t)wbytes;
+        uint32_t body_len = 8 + pay_len + (uint32_t)(wbytes + mbytes);
         put32(rec, body_len);
         put64(rec + 8, log->next_pos + i);
         put32(rec + 16, pay_len);
-        put32(rec + 20, r->weights ? FLAG_WEIGHTS : 0);
+        put32(rec + 20, (r->weights ? FLAG_WEIGHTS : 0) | (r->mark ? FLAG_MARK : 0));
         put32(rec + 4, check_of(rec, body_len));
         off += 16 + (size_t)body_len;
     }

@@ -84,8 +84,10 @@ extern "C" {
 #define SAMPLE_LOG_SEGMENT_MIN 4096u           /* smallest segment_bytes accepted */
 #define SAMPLE_LOG_SYNC_INTERVAL_DEFAULT 1000u /* ms, SAMPLE_LOG_SYNC_INTERVAL */
 #define SAMPLE_LOG_REC_HEADER 24u              /* bytes of a record before its payload */
-/* Largest record on disk: header, payload, one f32 weight per sample. */
-#define SAMPLE_LOG_REC_MAX (SAMPLE_LOG_REC_HEADER + CODEC_MAX_PAYLOAD + 4u * CODEC_MAX_ITEMS)
+#define SAMPLE_LOG_MARK_BYTES 40u                /* a record's mark: see sample_log_rec_t */
+/* Largest record on disk: header, payload, one f32 weight per sample, a mark. */
+#define SAMPLE_LOG_REC_MAX                                                                         \
+    (SAMPLE_LOG_REC_HEADER + CODEC_MAX_PAYLOAD + 4u * CODEC_MAX_ITEMS + SAMPLE_LOG_MARK_BYTES)
 #define SAMPLE_LOG_END 1 /* sample_log_next: no complete record after the last one read */
 
 typedef enum sample_log_sync {
@@ -117,6 +119,12 @@ typedef struct sample_log_error {
 typedef struct sample_log_rec {
     codec_train_t train; /* name, samples, shared, labels, sample blocks */
     float *weights;      /* samples weights, finite and >= 0; NULL on append = all 1.0 */
+    /* NULL, or SAMPLE_LOG_MARK_BYTES the log keeps with the record and does
+     * not interpret: what the record's producer needs to know at a restart
+     * about where the record came from, committed by the same append (the
+     * --train-file feeder's progress, online_file.c).  On read: in the
+     * arena, or NULL when the record has none. */
+    const uint8_t *mark;
 } sample_log_rec_t;
 
 typedef struct sample_log_config {

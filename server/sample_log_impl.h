@@ -24,6 +24,7 @@
 #define BATCH_MAX ((size_t)1 << 30)        /* bytes of one append's batch */
 #define BODY_MAX (SAMPLE_LOG_REC_MAX - 16u) /* largest body_len */
 #define FLAG_WEIGHTS 0x1u
+#define FLAG_MARK 0x2u /* the record's mark follows its weights */
 
 /* Fills *err (may be NULL) and returns rc. */
 int sample_log__fail(sample_log_error_t *err, int rc, sample_log_errc_t code, const char *file,

@@ -47,7 +47,8 @@ static void *arena_alloc(codec_arena_t *a, size_t n)
 
 size_t sample_log_arena_bound(void)
 {
-    return codec_arena_bound(CODEC_MAX_PAYLOAD) + 4u * CODEC_MAX_ITEMS + 64;
+    return codec_arena_bound(CODEC_MAX_PAYLOAD) + 4u * CODEC_MAX_ITEMS + SAMPLE_LOG_MARK_BYTES +
+           64;
 }
 
 int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_arena_t *arena,
@@ -72,7 +73,7 @@ int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_ar
                     "record position %llu where %llu was due (a gap or a misplaced record)",
                     (unsigned long long)p, (unsigned long long)want_pos);
     uint32_t pay_len = get32(buf + 16), flags = get32(buf + 20);
-    if (flags & ~FLAG_WEIGHTS)
+    if (flags & ~(FLAG_WEIGHTS | FLAG_MARK))
         return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 20,
                     "record flags %#x have undefined bits", flags);
     if (pay_len > body_len - 8)
@@ -88,10 +89,20 @@ int sample_log_parse(const uint8_t *buf, size_t len, uint64_t want_pos, codec_ar
                     "record body refused by the codec: %s", cerr.msg);
     uint32_t samples = rec->train.samples;
     size_t rest = body_len - 8 - pay_len;
-    if (rest != ((flags & FLAG_WEIGHTS) ? 4 * (size_t)samples : 0))
+    size_t wbytes = (flags & FLAG_WEIGHTS) ? 4 * (size_t)samples : 0;
+    size_t mbytes = (flags & FLAG_MARK) ? SAMPLE_LOG_MARK_BYTES : 0;
+    if (rest != wbytes + mbytes)
         return sample_log__fail(err, -EBADMSG, SAMPLE_LOG_E_CORRUPT, NULL, 24 + (int64_t)pay_len,
                     "record has %zu bytes after its payload where its flags want %zu", rest,
-                    (flags & FLAG_WEIGHTS) ? 4 * (size_t)samples : 0);
+                    wbytes + mbytes);
+    rec->mark = NULL;
+    if (mbytes) {
+        uint8_t *m = arena_alloc(arena, SAMPLE_LOG_MARK_BYTES);
+        if (!m)
+            return -ENOMEM;
+        memcpy(m, buf + 24 + pay_len + wbytes, SAMPLE_LOG_MARK_BYTES);
+        rec->mark = m;
+    }
     float *w = arena_alloc(arena, 4 * (size_t)samples);
     if (!w)
         return -ENOMEM;

@@ -2,7 +2,8 @@
  * fuzz_sample_log.c — libFuzzer target for the sample log's record parser
  * and its recovery (server/sample_log.c).  The input is the bytes of one
  * segment file, `00000000000000000000.slog`:
- *   1. in memory: sample_log_parse walks the records from position 0; each
+ *   1. in memory: sample_log_parse walks the records from position 0 (the
+ *      corpus has records with weights and with marks); each
  *      parsed record must have its position, a size within the input and
  *      1..CODEC_MAX_ITEMS samples with finite weights >= 0;
  *   2. on disk: the bytes become the only segment of a log in a temporary

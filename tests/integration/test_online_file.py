@@ -16,9 +16,11 @@ Run: TL_BUILD_DIR=build python3 -B -m unittest tests/integration/test_online_fil
 import os
 import random
 import subprocess
+import time
 import unittest
 
-from harness import TLSERVE, TLSYNTH, ServerCase, free_port, gen_model, require
+from harness import (TLSERVE, TLSYNTH, ServerCase, digest, free_port, gen_model,
+                     replayed_positions, require)
 
 SEED = 53
 VALUES = (1.0, 0.5, 0.25, 2.0)  # exact in text and in f32: both paths read the same floats
@@ -184,6 +186,233 @@ class OnlineFile(ServerCase):
         self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
         self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 50)
         self.assertIn("--train-file %s (libsvm) done: 50 samples" % path, a.output())
+
+
+
+FILE = 'tlserve_online_file_%s{model="ctr"}'
+LEARNED = 'tlserve_online_samples_total{model="ctr"}'
+
+
+class OnlineFileRestart(ServerCase):
+    """A restart resumes each --train-file where the samples its sample log holds end
+    (online_file.c, RESTARTS): kill -9 mid-file, a file appended to, a file whose head changed.
+    Each compares the model's digest with a server that learned the samples once."""
+    TMP_PREFIX = "tl_online_file_restart_"
+    CAP = ("--online-max-samples-per-s", "2000")  # 500-sample frames; a 3000-line file: ~1 s
+
+    setUpClass = OnlineFile.setUpClass
+
+    def setUp(self):
+        ServerCase.setUp(self)
+        self.model = os.path.join(self.tmp, "ctr", "1")
+        gen_model(self.model, 2000, "ctr", seed=SEED)
+
+    write = OnlineFile.write
+
+    def learn_all(self, s, want):
+        """Waits until the feeder is done and s learned `want` samples; returns its digest."""
+        self.wait_metric(s, FILE % "done_total", 1)
+        self.wait_metric(s, LEARNED, want)
+        time.sleep(0.2)  # a sample learned twice would show now
+        self.assertEqual(s.metric(LEARNED), want, "samples learned more than once")
+        return digest(s, "ctr")["digest"]
+
+    def kill_mid_file(self, s, n, at):
+        """kill -9 once s submitted at least `at` of the file's n samples, before its end."""
+        self.wait_metric(s, FILE % "samples_total", at)
+        s.proc.kill()
+        s.proc.wait()
+
+    def check_resumed_mid_file(self, b, n, path):
+        skipped = b.metric(FILE % "resumed_samples_total")
+        self.assertGreater(skipped, 0, "the restart did not resume: " + b.output())
+        self.assertLess(skipped, n, "the kill did not land mid-file")
+        self.assertEqual(b.metric(FILE % "samples_total"), n - skipped)
+        self.assertRegex(b.output(), r"--train-file %s resumed at byte \d+ \(line %d\), %d "
+                         r"samples already learned" % (path, skipped, skipped))
+
+    def test_kill_9_mid_file_resumes_after_the_logged_samples(self):
+        n = 3000
+        path = self.write("big.ffm", ffm_samples(n, seed=21))
+        flags = ("--online", "--sample-log-dir", os.path.join(self.tmp, "slog"), *self.CAP,
+                 "--train-file", path)
+        a = self.serve(self.model, *flags)
+        self.kill_mid_file(a, n, 1000)
+        b = self.serve(self.model, *flags)
+        got = self.learn_all(b, n)  # the log's replay and the rest of the file: each once
+        self.check_resumed_mid_file(b, n, path)
+        ref = self.serve(self.model, "--online", "--sample-log-dir",
+                         os.path.join(self.tmp, "slog_ref"), *self.CAP, "--train-file", path)
+        self.assertEqual(got, self.learn_all(ref, n), "the restarted model differs")
+
+    def test_kill_9_after_an_export_resumes_too(self):
+        n = 3000
+        path = self.write("big.ffm", ffm_samples(n, seed=23))
+        repos = self.repos("repo", "repo_ref")
+
+        def flags(k):
+            return ("--model-repo", repos[k], "--load-sched-idle=false", "--online",
+                    "--sample-log-dir", os.path.join(self.tmp, "slog%d" % k),
+                    "--online-export-ms", "100", *self.CAP, "--train-file", path)
+        a = self.serve(None, *flags(0))
+        self.wait_metric(a, 'tlserve_online_exports_total{model="ctr"}', 1)
+        self.kill_mid_file(a, n, a.metric(FILE % "samples_total") + 200)
+        b = self.serve(None, *flags(0))
+        replayed, start, _ = replayed_positions(b)
+        self.assertGreater(start, 0, "the replay did not start at an export's position")
+        self.wait_metric(b, FILE % "done_total", 1)
+        skipped = b.metric(FILE % "resumed_samples_total")
+        # after the export's samples: the log's records past it, then the file's rest
+        got = self.learn_all(b, replayed + n - skipped)
+        self.check_resumed_mid_file(b, n, path)
+        ref = self.serve(None, *flags(1))
+        self.wait_metric(ref, FILE % "done_total", 1)
+        self.wait_metric(ref, LEARNED, n)
+        time.sleep(0.2)
+        self.assertEqual(got, digest(ref, "ctr")["digest"], "the restarted model differs")
+
+    def repos(self, *names):
+        out = []
+        for name in names:
+            out.append(os.path.join(self.tmp, name))
+            gen_model(os.path.join(out[-1], "ctr", "1"), 2000, "ctr", seed=SEED)
+        return out
+
+    def test_trimmed_log_the_export_keeps_the_progress(self):
+        # 4 KiB segments: a frame's record fills one, so each export trims the log behind it
+        # and the first file's records are gone by the restart: only the export's
+        # TRAINFILE_MARKS says that file was learned
+        small, n = ffm_samples(300, seed=29), 4000
+        first = self.write("first.ffm", small)
+        path = self.write("big.ffm", ffm_samples(n, seed=31))
+        repos = self.repos("repo", "repo_ref")
+
+        def flags(k):
+            return ("--model-repo", repos[k], "--load-sched-idle=false", "--online",
+                    "--sample-log-dir", os.path.join(self.tmp, "slog%d" % k),
+                    "--sample-log-segment-kib", "4", "--online-export-ms", "100", *self.CAP,
+                    "--train-file", first + "," + path)
+        a = self.serve(None, *flags(0))
+        first_segment = os.path.join(self.tmp, "slog0", "ctr", "%020d.slog" % 0)
+        self.wait_metric(a, FILE % "samples_total", len(small) + 500)
+        deadline = time.monotonic() + 10
+        while os.path.exists(first_segment):  # an export went live and trimmed the log
+            self.assertLess(time.monotonic(), deadline, "the log was not trimmed")
+            time.sleep(0.01)
+        self.kill_mid_file(a, n, 0)
+        b = self.serve(None, *flags(0))
+        replayed, _, _ = replayed_positions(b)
+        self.wait_metric(b, FILE % "done_total", 2)
+        skipped = b.metric(FILE % "resumed_samples_total")
+        got = self.learn_all(b, replayed + len(small) + n - skipped)
+        self.assertIn("--train-file %s resumed at byte %d (line %d), %d samples already learned"
+                      % (first, os.path.getsize(first), len(small), len(small)), b.output())
+        self.assertGreater(skipped, len(small), "the kill did not land in the second file")
+        self.assertLess(skipped, len(small) + n, "the kill did not land mid-file")
+        ref = self.serve(None, *flags(1))
+        self.wait_metric(ref, FILE % "done_total", 2)
+        self.wait_metric(ref, LEARNED, len(small) + n)
+        time.sleep(0.2)
+        self.assertEqual(ref.metric(LEARNED), len(small) + n)
+        self.assertEqual(got, digest(ref, "ctr")["digest"], "the restarted model differs")
+
+    def test_without_a_sample_log_the_export_says_what_was_learned(self):
+        n = 3000
+        path = self.write("big.ffm", ffm_samples(n, seed=33))
+        repo, = self.repos("repo")
+        flags = ("--model-repo", repo, "--load-sched-idle=false", "--online",
+                 "--online-export-ms", "100", *self.CAP, "--train-file", path)
+        a = self.serve(None, *flags)
+        self.wait_metric(a, FILE % "samples_total", 600)
+        exported = a.metric('tlserve_online_exports_total{model="ctr"}')
+        self.wait_metric(a, 'tlserve_online_exports_total{model="ctr"}', exported + 1)
+        self.kill_mid_file(a, n, 0)
+        b = self.serve(None, *flags)
+        self.wait_metric(b, FILE % "done_total", 1)
+        skipped = b.metric(FILE % "resumed_samples_total")
+        self.assertGreater(skipped, 0, "the restart did not resume: " + b.output())
+        self.assertLess(skipped, n, "the kill did not land mid-file")
+        # what the active export holds is not learned again; the rest once
+        self.learn_all(b, n - skipped)
+        self.assertEqual(b.metric(FILE % "samples_total"), n - skipped)
+
+    def test_a_new_version_trims_the_log_the_marks_stay(self):
+        # a new version attached trims the log behind it, and carries no marks: the trainer
+        # sets the marks aside in the log's directory first
+        small = ffm_samples(300, seed=35)
+        path = self.write("first.ffm", small)
+        repo, = self.repos("repo")
+        slog = os.path.join(self.tmp, "slog")
+        flags = ("--model-repo", repo, "--load-sched-idle=false", "--online",
+                 "--sample-log-dir", slog, "--sample-log-segment-kib", "4",
+                 "--sample-log-sync-ms", "5", "--online-export-ms", "0", "--train-file", path)
+        a = self.serve(None, *flags)
+        self.learn_all(a, len(small))
+        more = [(float(y), block(f)) for y, f in small[:100]]  # about 6 KiB: a segment each
+        with a.client() as c:  # records after the file's, each rolled: its segments can go
+            for k in range(3):
+                self.assertEqual(c.train("ctr", [], more), len(more))
+                time.sleep(0.05)  # a roll commits at the next flush
+        self.wait_metric(a, LEARNED, len(small) + 3 * len(more))
+        staged = os.path.join(self.tmp, "v2")
+        gen_model(staged, 2000, "ctr", version=2, seed=SEED + 1)
+        os.rename(staged, os.path.join(repo, "ctr", "2"))
+        with a.client() as c:
+            deadline = time.monotonic() + 20
+            while c.predict("ctr", [], PROBES[:1]).version != 2:
+                self.assertLess(time.monotonic(), deadline, "version 2 never went live")
+                time.sleep(0.02)
+            self.assertEqual(c.train("ctr", [], more), len(more))
+        self.wait_metric(a, LEARNED, len(small) + 4 * len(more))
+        kept = sorted(os.listdir(os.path.join(slog, "ctr")))
+        self.assertFalse(any(n.endswith(".slog") and int(n[:20]) < 2 for n in kept),
+                         "the attach did not trim the file's records: %s" % kept)
+        a.proc.kill()
+        a.proc.wait()
+        b = self.serve(None, *flags)
+        self.wait_metric(b, FILE % "done_total", 1)
+        self.assertEqual(b.metric(FILE % "resumed_samples_total"), len(small))
+        self.assertEqual(b.metric(FILE % "samples_total"), 0, "learned again: " + b.output())
+
+    def test_appended_file_learns_only_the_new_lines(self):
+        old, new = ffm_samples(400, seed=25), ffm_samples(150, seed=26)
+        path = self.write("grows.ffm", old)
+        flags = ("--online", "--sample-log-dir", os.path.join(self.tmp, "slog"),
+                 "--train-file", path)
+        a = self.serve(self.model, *flags)
+        self.learn_all(a, len(old))
+        a.stop(check=True)
+        with open(path, "a") as f:
+            for label, feats in new:
+                f.write(ffm_line(label, feats))
+        b = self.serve(self.model, *flags)
+        got = self.learn_all(b, len(old) + len(new))  # the replay, then the new lines
+        self.assertEqual(b.metric(FILE % "samples_total"), len(new))
+        self.assertEqual(b.metric(FILE % "resumed_samples_total"), len(old))
+        self.assertIn("--train-file %s resumed at byte %d (line %d), %d samples already learned"
+                      % (path, sum(len(ffm_line(*x)) for x in old), len(old), len(old)),
+                      b.output())
+        whole = self.write("whole.ffm", old + new)
+        ref = self.serve(self.model, "--online", "--train-file", whole)
+        self.assertEqual(got, self.learn_all(ref, len(old) + len(new)))
+
+    def test_changed_head_is_read_again_as_new_data(self):
+        old = ffm_samples(300, seed=27)
+        path = self.write("edited.ffm", old)
+        flags = ("--online", "--sample-log-dir", os.path.join(self.tmp, "slog"),
+                 "--train-file", path)
+        a = self.serve(self.model, *flags)
+        self.learn_all(a, len(old))
+        a.stop(check=True)
+        edited = [(1 - old[0][0], old[0][1])] + old[1:]  # the first label flipped
+        self.write("edited.ffm", edited)
+        b = self.serve(self.model, *flags)
+        self.learn_all(b, 2 * len(old))  # the replay, then the whole file again
+        self.assertEqual(b.metric(FILE % "samples_total"), len(old))
+        self.assertEqual(b.metric(FILE % "resumed_samples_total"), 0)
+        self.assertIn("--train-file %s: the file's head changed since %d samples of its first "
+                      "%d bytes were learned: read from the start as new data"
+                      % (path, len(old), os.path.getsize(path)), b.output())
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ struct gen {
     float vals[MAXS + 1][MAXF];
     float labels[MAXS];
     float weights[MAXS];
+    uint8_t mark[SAMPLE_LOG_MARK_BYTES];
 };
 
 static uint64_t mix(uint64_t x)
@@ -78,6 +79,9 @@ static void gen_rec(struct gen *g, uint64_t pos)
     g->rec.train.labels = g->labels;
     g->rec.train.sample = g->blocks;
     g->rec.weights = (pos % 4 == 0) ? NULL : g->weights;
+    for (uint32_t i = 0; i < SAMPLE_LOG_MARK_BYTES; i++) /* every third record: a mark */
+        g->mark[i] = (uint8_t)mix(pos * 13 + i);
+    g->rec.mark = (pos % 3 == 1) ? g->mark : NULL;
 }
 
 static void same_block(const codec_block_t *a, const codec_block_t *b)
@@ -99,6 +103,9 @@ static void check_rec(const sample_log_rec_t *rec, uint64_t pos)
     assert_int_equal(rec->train.samples, g.rec.train.samples);
     same_block(&rec->train.shared, &g.rec.train.shared);
     assert_non_null(rec->weights);
+    assert_int_equal(rec->mark != NULL, g.rec.mark != NULL);
+    if (g.rec.mark)
+        assert_memory_equal(rec->mark, g.mark, SAMPLE_LOG_MARK_BYTES);
     for (uint32_t i = 0; i < g.rec.train.samples; i++) {
         assert_true(rec->train.labels[i] == g.labels[i]);
         assert_true(rec->weights[i] == (g.rec.weights ? g.weights[i] : 1.0f));
