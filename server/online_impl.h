@@ -84,6 +84,7 @@ typedef struct online_model {
                           thread (the sync applier) names in trainer.state */
     bool replay_pending; /* a restart: the log from replay_from to replay_end first */
     bool replay_any;     /* ... into the version active then (no trainer.state: never learned) */
+    bool restore_pending; /* no sample log, no bus: the exports' optimizer state at the first attach */
     uint64_t replay_version, replay_created, replay_from, replay_end;
     codec_arena_t arena;
     float p[CODEC_MAX_ITEMS];

@@ -29,6 +29,8 @@
  * whose active version is an export replays from that position, after
  * restoring the optimizer state the exports carry (restore_state): so the
  * restarted trainer is, float for float, the one that never crashed.
+ * Without a sample log (and without the bus) the state is restored at the
+ * first attach: what the export holds continues as its trainer left it.
  *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
@@ -638,6 +640,10 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         pthread_mutex_lock(&q->lock);
         bool can = online__attach(q, sm, pos) == 0;
         pthread_mutex_unlock(&q->lock);
+        if (can && q->restore_pending) { /* EXPORT STATE: no log to replay after it */
+            restore_state(q, sm);
+            q->restore_pending = false;
+        }
         if (can)
             learn(q, q->ring + t + ONLINE_REC_HDR, plen, flags, arrival);
         else

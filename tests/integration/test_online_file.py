@@ -316,7 +316,7 @@ class OnlineFileRestart(ServerCase):
         self.assertEqual(ref.metric(LEARNED), len(small) + n)
         self.assertEqual(got, digest(ref, "ctr")["digest"], "the restarted model differs")
 
-    def test_without_a_sample_log_the_export_says_what_was_learned(self):
+    def test_without_a_sample_log_the_export_and_its_state_resume(self):
         n = 3000
         path = self.write("big.ffm", ffm_samples(n, seed=33))
         repo, = self.repos("repo")
@@ -332,9 +332,15 @@ class OnlineFileRestart(ServerCase):
         skipped = b.metric(FILE % "resumed_samples_total")
         self.assertGreater(skipped, 0, "the restart did not resume: " + b.output())
         self.assertLess(skipped, n, "the kill did not land mid-file")
-        # what the active export holds is not learned again; the rest once
-        self.learn_all(b, n - skipped)
+        # what the active export holds is not learned again; the rest once, continuing the
+        # export's optimizer state: the model a server that never crashed learns
+        got = self.learn_all(b, n - skipped)
         self.assertEqual(b.metric(FILE % "samples_total"), n - skipped)
+        self.assertIn("optimizer state of versions", b.output())
+        ref_repo, = self.repos("repo_ref")
+        ref = self.serve(None, "--model-repo", ref_repo, "--load-sched-idle=false", "--online",
+                         *self.CAP, "--train-file", path)
+        self.assertEqual(got, self.learn_all(ref, n), "the restarted model differs")
 
     def test_a_new_version_trims_the_log_the_marks_stay(self):
         # a new version attached trims the log behind it, and carries no marks: the trainer
