@@ -147,7 +147,7 @@ void train_ffm_defaults(train_optimizer_t opt, train_ffm_options_t *o)
     o->optimizer = opt;
     o->fields = 0;
     o->k = 4;
-    /* Tuned on the four sets of the quality table (test_ffm --quality) with
+    /* Tuned on the four sets of the quality table (test_ffm_quality) with
      * TRAIN_FFM_DEFAULT_EPOCHS passes.  beta 1: no first step is larger than
      * alpha |g| (with 1e-6 the first steps were a full alpha and FFM overfit
      * the small sets from its second epoch).  The linear part steps at half

@@ -36,7 +36,7 @@ struct umap {
 };
 
 extern "C" {
-/* The C face; store_bench.c declares the same prototypes. */
+/* The C face; store_bench.h declares the same prototypes. */
 int umap_create(uint64_t reserve, struct umap **out);
 int umap_insert_batch(struct umap *m, const uint64_t *keys, const float *values, size_t n);
 size_t umap_find_batch(const struct umap *m, const uint64_t *keys, size_t n, float *out);

@@ -2,7 +2,7 @@
  * manifest_testutil.h — test-only: build MANIFEST bytes with no field checks,
  * to reach decode errors that store__manifest_encode() refuses to write (names of 64+
  * bytes, a shard list whose length differs from shard_count, absent fields,
- * enum values out of range).  Linked into test_manifest only.
+ * enum values out of range).  Linked into the test_manifest_* programs only.
  */
 #ifndef TL_TESTS_MANIFEST_TESTUTIL_H
 #define TL_TESTS_MANIFEST_TESTUTIL_H
