@@ -88,4 +88,56 @@ int train_rows_sync_apply(train_t *t, uint64_t id, const float *d);
  * the bias): what train_lr_sync_apply writes.  Exposed for the tests. */
 float train_lr_ftrl_weight(double z, double n, double alpha, double beta, double l1, double l2);
 
+/* ---- DENSE: the DNN's MLP under 1-bit Adam (train_dnn_sync.c) ---------------- */
+
+#include "update_codec.h"
+
+#include <stddef.h>
+
+typedef struct train_dnn_sync train_dnn_sync_t; /* opaque */
+
+typedef struct train_dnn_sync_config {
+    uint32_t n;                 /* the MLP's parameters (floats), 1..UPDATE_MAX_COUNT */
+    uint32_t chunk;             /* values per 1-bit scale, 1..65535 */
+    uint32_t warmup_steps;      /* local Adam steps before the variance freezes, >= 1 */
+    float lr, beta1, beta2, eps; /* Adam's */
+    uint64_t producer;          /* this replica's id on the bus (nonzero) */
+    const char *model;          /* the model name messages carry */
+} train_dnn_sync_config_t;
+
+/* All memory is allocated here (state, pending delta, error, scratch);
+ * step, publish and apply never allocate.  0, -EINVAL (a config field out
+ * of range) or -ENOMEM. */
+int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t *cfg);
+void train_dnn_sync_destroy(train_dnn_sync_t *s);
+
+/* One local Adam step of x[0..n) on gradient g[0..n): during the warm-up
+ * m and v both move, after it v is frozen and only m moves; the step's
+ * change of x is added to the interval's pending delta.  -EINVAL (nothing
+ * changed) when g, or the result, is not finite. */
+int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g);
+
+bool train_dnn_sync_frozen(const train_dnn_sync_t *s); /* warm-up over */
+size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum size */
+
+/* Encode the interval's pending delta into buf[0..cap): exact f32 during
+ * the warm-up, 1 bit with the sender's error feedback after it.  x (this
+ * replica's parameters, which already hold the true delta) is corrected to
+ * hold what was sent, so every replica holds x0 + the sum of sent messages
+ * once all have arrived; what was not sent stays in the error vector for
+ * the next interval.  The pending delta is reset.  Returns the length,
+ * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
+long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+
+/* Add a peer's message buf[0..len) to x[0..n).  0; -EBADMSG (the bytes do
+ * not decode) or -EINVAL (not DENSE, wrong length n, another model, this
+ * replica's own message, a result not finite): nothing written, *err names
+ * the reason (err may be NULL). */
+int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err);
+
+/* The sender's error vector (n floats): the sum of true deltas published
+ * minus the sum of what messages carried. */
+const float *train_dnn_sync_residual(const train_dnn_sync_t *s);
+uint64_t train_dnn_sync_bytes_sent(const train_dnn_sync_t *s);
+
 #endif
