@@ -139,6 +139,24 @@ const float *train_dnn_sync_residual(const train_dnn_sync_t *s) { return update_
 
 uint64_t train_dnn_sync_bytes_sent(const train_dnn_sync_t *s) { return s->bytes_sent; }
 
+uint32_t train_dnn_sync_count(const train_dnn_sync_t *s) { return s->n; }
+
+/* v bias-corrected, and floored at VAR_FLOOR x its mean: a parameter
+ * whose gradient was still 0 at the freeze (a ReLU that never fired, an
+ * input field not yet seen) would otherwise step by lr m / eps for ever. */
+#define VAR_FLOOR 0.01
+static void freeze_variance(train_dnn_sync_t *s, float c2)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        sum += (double)s->v[i] * c2;
+    float floor_v = (float)(VAR_FLOOR * sum / s->n);
+    for (uint32_t i = 0; i < s->n; i++) {
+        float v = s->v[i] * c2;
+        s->v[i] = v > floor_v ? v : floor_v;
+    }
+}
+
 int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g)
 {
     for (uint32_t i = 0; i < s->n; i++)
@@ -174,9 +192,8 @@ int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g)
     s->b1_pow = b1_pow;
     s->b2_pow = b2_pow;
     s->steps++;
-    if (!frozen && train_dnn_sync_frozen(s)) /* freeze v bias-corrected */
-        for (uint32_t i = 0; i < s->n; i++)
-            s->v[i] *= c2;
+    if (!frozen && train_dnn_sync_frozen(s))
+        freeze_variance(s, c2);
     return 0;
 }
 

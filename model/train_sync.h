@@ -139,5 +139,20 @@ int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size
  * minus the sum of what messages carried. */
 const float *train_dnn_sync_residual(const train_dnn_sync_t *s);
 uint64_t train_dnn_sync_bytes_sent(const train_dnn_sync_t *s);
+uint32_t train_dnn_sync_count(const train_dnn_sync_t *s); /* n */
+
+/* A DNN trainer's MLP stepped by s (not owned; NULL detaches: Adam's own
+ * step again) instead of its own Adam: each train_update calls
+ * train_dnn_sync_step with the sample's MLP gradient (L2 folded in); a
+ * step that would not be finite is -ERANGE.  s's lr, betas and eps are the
+ * caller's (the trainer's lr_dense is not read).  0, -ENOTSUP (t is not a
+ * DNN), -EINVAL (s's n is not the MLP's parameter count). */
+int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s);
+/* The MLP's parameter count of a DNN trainer (the n its sync needs), 0 if
+ * t is not a DNN. */
+size_t train_dnn_mlp_floats(const train_t *t);
+/* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
+long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
+int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err);
 
 #endif
