@@ -62,9 +62,13 @@
  * Detached, the MLP learns again (Adam from its moments as they were).
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K = 1 + d
- * coordinates, G at K + i.  The MLP is not synced: replicas agree on the
- * rows' scores only while it is frozen (LIVE), as the server runs it.  A
- * hooked step copies each row before stepping it.
+ * coordinates, G at K + i.  A hooked step copies each row before stepping
+ * it.  The MLP (train_sync.h: DENSE) is synced only when a
+ * train_dnn_sync_t is attached (train_dnn_sync_attach): the step then
+ * hands the MLP's gradient to its 1-bit Adam instead of adam(), and the
+ * replicas exchange the MLP at intervals (train_dnn_sync_publish_mlp,
+ * _apply_mlp).  Without one, replicas agree on the rows' scores only while
+ * the MLP is frozen (LIVE), as the server runs it.
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */

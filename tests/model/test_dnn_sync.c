@@ -11,7 +11,13 @@
  *   - four replicas on a noisy quadratic reach the optimum with 1 bit as
  *     with fp32, for a fraction of the bytes;
  *   - refusals: truncated (every prefix), wrong n, another model, own
- *     message, not DENSE, a non-finite result, a NaN gradient.
+ *     message, not DENSE, a non-finite result, a NaN gradient;
+ *   - the variance floor: a parameter with no gradient during the warm-up
+ *     steps afterwards by at most lr / sqrt(floor), not lr / eps;
+ *   - two real DNN trainers (train_dnn_sync_attach), rows exchanged at once
+ *     through the ROWS hook and the MLP every interval with 1-bit Adam,
+ *     score every sample alike after the last exchange; the attach and
+ *     publish refusals (not a DNN, wrong n, nothing attached).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +25,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "model/train.h"
 #include "model/train_sync.h"
 
 #include <errno.h>
@@ -255,6 +262,122 @@ static void test_refusals(void **state)
         train_dnn_sync_destroy(other);
 }
 
+static void test_variance_floor(void **state)
+{
+    (void)state;
+    enum { M = 512 };
+    train_dnn_sync_t *a = make(M, 1, 10, "dnn");
+    float x[M] = {0}, g[M];
+    for (int k = 0; k < 10; k++) { /* warm-up: parameter 0 never has a gradient */
+        for (uint32_t i = 0; i < M; i++)
+            g[i] = i == 0 ? 0.0f : 1.0f;
+        assert_int_equal(train_dnn_sync_step(a, x, g), 0);
+    }
+    assert_true(train_dnn_sync_frozen(a));
+    float x0 = x[0];
+    g[0] = 1.0f;
+    assert_int_equal(train_dnn_sync_step(a, x, g), 0);
+    /* floor = 1% of the mean v (~1): sqrt 0.1; m's bias-corrected value
+     * after 11 steps is ~0.1/0.69; the step stays under lr (0.01) x 2. */
+    assert_true(fabsf(x[0] - x0) > 0.0f);
+    assert_true(fabsf(x[0] - x0) < 0.02f);
+    train_dnn_sync_destroy(a);
+}
+
+/* ---- two real DNN trainers ---- */
+
+struct pair {
+    train_t *t[2];
+    int who[2];
+};
+static struct pair *the_pair;
+
+static void row_to_peer(void *ctx, uint64_t id, const float *d, uint32_t n)
+{
+    (void)n;
+    int from = *(const int *)ctx;
+    assert_int_equal(train_rows_sync_apply(the_pair->t[1 - from], id, d), 0);
+}
+
+static void test_dnn_trainers_agree(void **state)
+{
+    (void)state;
+    train_options_t o;
+    assert_int_equal(train_defaults(STORE_MODEL_DNN, TRAIN_ADAGRAD, &o), 0);
+    o.dnn.fields = 3;
+    o.dnn.dim = 4;
+    o.dnn.n_hidden = 1;
+    o.dnn.hidden[0] = 8;
+    struct pair p = {.who = {0, 1}};
+    the_pair = &p;
+    train_dnn_sync_t *s[2];
+    char why[256];
+    uint8_t *buf[2];
+    size_t n = 0, cap = 0;
+    for (int r = 0; r < 2; r++) {
+        if (train_create(&o, &p.t[r], why, sizeof why) != 0)
+            fail_msg("%s", why);
+        n = train_dnn_mlp_floats(p.t[r]);
+        assert_true(n > 3 * 4 * 8);
+        s[r] = make((uint32_t)n, (uint64_t)r + 1, 20, "dnn");
+        assert_int_equal(train_dnn_sync_publish_mlp(p.t[r], NULL, 0), -ENOTSUP);
+        assert_int_equal(train_dnn_sync_attach(p.t[r], s[r]), 0);
+        assert_int_equal(train_rows_sync_hook(p.t[r], row_to_peer, &p.who[r]), 0);
+        cap = train_dnn_sync_bound(s[r]);
+        buf[r] = malloc(cap);
+    }
+    train_dnn_sync_t *wrong = make((uint32_t)n + 1, 9, 20, "dnn");
+    assert_int_equal(train_dnn_sync_attach(p.t[0], wrong), -EINVAL);
+    train_options_t lo;
+    assert_int_equal(train_defaults(STORE_MODEL_LR, TRAIN_FTRL, &lo), 0);
+    train_t *lr = NULL;
+    if (train_create(&lo, &lr, why, sizeof why) != 0)
+        fail_msg("%s", why);
+    assert_int_equal(train_dnn_sync_attach(lr, wrong), -ENOTSUP);
+    assert_int_equal(train_dnn_mlp_floats(lr), 0);
+    train_destroy(lr);
+    train_dnn_sync_destroy(wrong);
+
+    enum { SAMPLES = 64 };
+    uint64_t ids[SAMPLES][3];
+    float labels[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) {
+        for (uint64_t f = 0; f < 3; f++)
+            ids[i][f] = (f << 56) | (uint64_t)(1 + (i * 7 + (int)f) % 11);
+        labels[i] = (i % 3 == 0) ? 1.0f : 0.0f;
+    }
+    const codec_block_t none = {0};
+    for (int interval = 0; interval < 12; interval++) {
+        for (int r = 0; r < 2; r++)
+            for (int k = 0; k < 8; k++) {
+                int i = (interval * 16 + 2 * k + r) % SAMPLES;
+                codec_block_t b = {.ids = ids[i], .values = NULL, .n = 3};
+                assert_int_equal(train_update(p.t[r], &b, &none, 1, &labels[i], NULL, NULL), 0);
+            }
+        long len[2];
+        for (int r = 0; r < 2; r++) {
+            len[r] = train_dnn_sync_publish_mlp(p.t[r], buf[r], cap);
+            assert_true(len[r] > 0);
+        }
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(train_dnn_sync_apply_mlp(p.t[r], buf[1 - r], (size_t)len[1 - r], NULL), 0);
+    }
+    assert_true(train_dnn_sync_frozen(s[0]) && train_dnn_sync_frozen(s[1]));
+    double spread = 0;
+    for (int i = 0; i < SAMPLES; i++) {
+        codec_block_t b = {.ids = ids[i], .values = NULL, .n = 3};
+        float p0 = train_predict(p.t[0], &b, NULL), p1 = train_predict(p.t[1], &b, NULL);
+        assert_float_equal(p0, p1, 1e-5);
+        spread = fmax(spread, fabs(p0 - 0.5));
+    }
+    assert_true(spread > 0.01); /* they learned something */
+    for (int r = 0; r < 2; r++) {
+        train_destroy(p.t[r]);
+        train_dnn_sync_destroy(s[r]);
+        free(buf[r]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_error_feedback_sum),
         cmocka_unit_test(test_four_replicas_converge),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_variance_floor),
+        cmocka_unit_test(test_dnn_trainers_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
