@@ -18,7 +18,13 @@
  * ALGORITHM (per replica; x the MLP's n floats):
  *   step:    m = b1 m + (1-b1) g; during the warm-up also v = b2 v +
  *            (1-b2) g^2 (bias-corrected); x += d = -lr m / (sqrt(v)+eps);
- *            pending += d.
+ *            pending += d.  At the freeze v is floored at 1% of its mean,
+ *            and afterwards |m / (sqrt(v)+eps)| is clipped at
+ *            (1-b1)/sqrt(1-b2), the most plain Adam's ratio can reach:
+ *            CTR gradients are rare and bursty (ipinyou: 1% positives),
+ *            so a v frozen over a quiet warm-up is too small for a later
+ *            positive's gradient, and unclipped such a step sent the MLP
+ *            to NaN within a thousand samples.
  *   publish: warm-up: send pending as exact f32.  After: send
  *            q = sign/scale(pending + e) and keep e = pending + e - q
  *            (the sender's error feedback, update_dense_encode); then
@@ -65,6 +71,7 @@ struct train_dnn_sync {
     uint32_t warmup_steps;  /* local steps before v freezes */
     uint64_t steps;         /* local steps taken */
     float lr, beta1, beta2, eps;
+    float ratio_max;        /* (1-b1)/sqrt(1-b2): plain Adam's largest |m/sqrt(v)| */
     double b1_pow, b2_pow;  /* beta^t for the bias correction */
     uint64_t producer;      /* own id: own messages are refused on apply */
     size_t name_len;
@@ -97,6 +104,7 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
     s->beta1 = cfg->beta1;
     s->beta2 = cfg->beta2;
     s->eps = cfg->eps;
+    s->ratio_max = (1 - cfg->beta1) / sqrtf(1 - cfg->beta2);
     s->b1_pow = 1;
     s->b2_pow = 1;
     s->producer = cfg->producer;
@@ -177,7 +185,10 @@ int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g)
     for (uint32_t i = 0; i < s->n; i++) {
         float m = b1 * s->m[i] + (1 - b1) * g[i];
         float v = frozen ? s->v[i] : b2 * s->v[i] + (1 - b2) * g[i] * g[i];
-        float d = -s->lr * (m * c1) / (sqrtf(frozen ? v : v * c2) + s->eps);
+        float ratio = (m * c1) / (sqrtf(frozen ? v : v * c2) + s->eps);
+        if (frozen) /* never further than plain Adam can step */
+            ratio = ratio > s->ratio_max ? s->ratio_max : ratio < -s->ratio_max ? -s->ratio_max : ratio;
+        float d = -s->lr * ratio;
         if (!isfinite(d) || !isfinite(x[i] + d) || !isfinite(v))
             return -EINVAL;
         s->scratch[i] = d;
