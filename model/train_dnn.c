@@ -62,9 +62,13 @@
  * Detached, the MLP learns again (Adam from its moments as they were).
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K = 1 + d
- * coordinates, G at K + i.  The MLP is not synced: replicas agree on the
- * rows' scores only while it is frozen (LIVE), as the server runs it.  A
- * hooked step copies each row before stepping it.
+ * coordinates, G at K + i.  A hooked step copies each row before stepping
+ * it.  The MLP (train_sync.h: DENSE) is synced only when a
+ * train_dnn_sync_t is attached (train_dnn_sync_attach): the step then
+ * hands the MLP's gradient to its 1-bit Adam instead of adam(), and the
+ * replicas exchange the MLP at intervals (train_dnn_sync_publish_mlp,
+ * _apply_mlp).  Without one, replicas agree on the rows' scores only while
+ * the MLP is frozen (LIVE), as the server runs it.
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
@@ -107,6 +111,7 @@ struct train_dnn {
     store_t *served;    /* not owned, NULL = none: the served store written through (LIVE) */
     bool frozen;        /* the MLP takes no step (LIVE) */
     train__rows_sync_t sync; /* SYNC: the layout, and the hook (NULL = none) */
+    train_dnn_sync_t *dense_sync; /* not owned, NULL = none: steps the MLP instead of adam() */
 };
 
 void train_dnn_defaults(train_dnn_options_t *o)
@@ -457,6 +462,21 @@ static void adam(train_dnn_t *t)
     }
 }
 
+/* SYNC (DENSE): the MLP's step by the replicas' 1-bit Adam instead of
+ * adam(), L2 on the weights folded into the gradient as adam() folds it.
+ * -ERANGE (the MLP untouched) when the step would not be finite. */
+static int dense_sync_step(train_dnn_t *t)
+{
+    const dnn_net_t *n = &t->net;
+    const float l2 = (float)t->opt.l2_dense;
+    for (uint32_t l = 0; l < n->n_layers && l2 != 0.0f; l++) {
+        size_t off = n->W[l] - t->dense, cnt = (size_t)n->width[l] * n->width[l + 1];
+        for (size_t i = 0; i < cnt; i++)
+            t->grad[off + i] += l2 * t->dense[off + i];
+    }
+    return train_dnn_sync_step(t->dense_sync, t->dense, t->grad) == 0 ? 0 : -ERANGE;
+}
+
 /* Adagrad step of one coordinate c with accumulator G. */
 static inline void adagrad(float *c, float *G, double g, double alpha)
 {
@@ -531,8 +551,11 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
         if (sync->fn)
             train__rows_note(sync, ids[j], before, row);
     }
-    if (!t->frozen)
-        adam(t); /* every gradient above was taken at the weights of the forward pass */
+    if (t->frozen)
+        return 0;
+    if (t->dense_sync) /* every gradient above was taken at the weights of the forward pass */
+        return dense_sync_step(t);
+    adam(t);
     return 0;
 }
 
@@ -684,6 +707,46 @@ static int rows_apply(void *impl, uint64_t id, const float *d)
     if (rc == 0)
         rc = store_upsert(t->store, id, row);
     return rc < 0 ? rc : 0;
+}
+
+/* ---- SYNC (DENSE): the MLP under the replicas' 1-bit Adam (train_sync.h) ---- */
+
+static train_dnn_t *dnn_of(train_t *t)
+{
+    return t && train_ops(t) == &train__dnn_ops ? train__impl(t) : NULL;
+}
+
+size_t train_dnn_mlp_floats(const train_t *t)
+{
+    const train_dnn_t *d = t && train_ops(t) == &train__dnn_ops ? train__impl(t) : NULL;
+    return d ? d->n_dense : 0;
+}
+
+int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d)
+        return -ENOTSUP;
+    if (s && train_dnn_sync_count(s) != d->n_dense)
+        return -EINVAL;
+    d->dense_sync = s;
+    return 0;
+}
+
+long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d || !d->dense_sync)
+        return -ENOTSUP;
+    return train_dnn_sync_publish(d->dense_sync, d->dense, buf, cap);
+}
+
+int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d || !d->dense_sync)
+        return -ENOTSUP;
+    return train_dnn_sync_apply(d->dense_sync, d->dense, buf, len, err);
 }
 
 const train__rows_ops_t train__dnn_rows_ops = {.sync = rows_sync, .apply = rows_apply};

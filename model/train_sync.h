@@ -22,8 +22,9 @@
  * and approximately with one node that saw every sample.  SGD: dx, and
  * dG = 0.  FM's w under FTRL: (dz, dn) in coordinate 0's two places, w
  * recomputed from FTRL's closed form, as LR's.  What is not synced stays
- * each replica's own: FM's occurrence count (its 1/c factor shrinkage),
- * the DNN's MLP (frozen online).
+ * each replica's own: FM's occurrence count (its 1/c factor shrinkage).
+ * The DNN's MLP is dense: frozen online, or synced as a whole vector per
+ * interval by 1-bit Adam (DENSE below, train_dnn_sync.c).
  *
  *   d[0 .. R)    dx_i   (FM-FTRL: d[0] = dz)
  *   d[R .. 2R)   dG_i >= 0 on a step (FM-FTRL: d[R] = dn; SGD: 0)
@@ -87,5 +88,72 @@ int train_rows_sync_apply(train_t *t, uint64_t id, const float *d);
 /* FTRL's weight of (z, n) with the trainer's alpha, beta and l1, l2 (0 for
  * the bias): what train_lr_sync_apply writes.  Exposed for the tests. */
 float train_lr_ftrl_weight(double z, double n, double alpha, double beta, double l1, double l2);
+
+/* ---- DENSE: the DNN's MLP under 1-bit Adam (train_dnn_sync.c) ---------------- */
+
+#include "update_codec.h"
+
+#include <stddef.h>
+
+typedef struct train_dnn_sync train_dnn_sync_t; /* opaque */
+
+typedef struct train_dnn_sync_config {
+    uint32_t n;                 /* the MLP's parameters (floats), 1..UPDATE_MAX_COUNT */
+    uint32_t chunk;             /* values per 1-bit scale, 1..65535 */
+    uint32_t warmup_steps;      /* local Adam steps before the variance freezes, >= 1 */
+    float lr, beta1, beta2, eps; /* Adam's */
+    uint64_t producer;          /* this replica's id on the bus (nonzero) */
+    const char *model;          /* the model name messages carry */
+} train_dnn_sync_config_t;
+
+/* All memory is allocated here (state, pending delta, error, scratch);
+ * step, publish and apply never allocate.  0, -EINVAL (a config field out
+ * of range) or -ENOMEM. */
+int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t *cfg);
+void train_dnn_sync_destroy(train_dnn_sync_t *s);
+
+/* One local Adam step of x[0..n) on gradient g[0..n): during the warm-up
+ * m and v both move, after it v is frozen and only m moves; the step's
+ * change of x is added to the interval's pending delta.  -EINVAL (nothing
+ * changed) when g, or the result, is not finite. */
+int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g);
+
+bool train_dnn_sync_frozen(const train_dnn_sync_t *s); /* warm-up over */
+size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum size */
+
+/* Encode the interval's pending delta into buf[0..cap): exact f32 during
+ * the warm-up, 1 bit with the sender's error feedback after it.  x (this
+ * replica's parameters, which already hold the true delta) is corrected to
+ * hold what was sent, so every replica holds x0 + the sum of sent messages
+ * once all have arrived; what was not sent stays in the error vector for
+ * the next interval.  The pending delta is reset.  Returns the length,
+ * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
+long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+
+/* Add a peer's message buf[0..len) to x[0..n).  0; -EBADMSG (the bytes do
+ * not decode) or -EINVAL (not DENSE, wrong length n, another model, this
+ * replica's own message, a result not finite): nothing written, *err names
+ * the reason (err may be NULL). */
+int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err);
+
+/* The sender's error vector (n floats): the sum of true deltas published
+ * minus the sum of what messages carried. */
+const float *train_dnn_sync_residual(const train_dnn_sync_t *s);
+uint64_t train_dnn_sync_bytes_sent(const train_dnn_sync_t *s);
+uint32_t train_dnn_sync_count(const train_dnn_sync_t *s); /* n */
+
+/* A DNN trainer's MLP stepped by s (not owned; NULL detaches: Adam's own
+ * step again) instead of its own Adam: each train_update calls
+ * train_dnn_sync_step with the sample's MLP gradient (L2 folded in); a
+ * step that would not be finite is -ERANGE.  s's lr, betas and eps are the
+ * caller's (the trainer's lr_dense is not read).  0, -ENOTSUP (t is not a
+ * DNN), -EINVAL (s's n is not the MLP's parameter count). */
+int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s);
+/* The MLP's parameter count of a DNN trainer (the n its sync needs), 0 if
+ * t is not a DNN. */
+size_t train_dnn_mlp_floats(const train_t *t);
+/* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
+long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
+int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err);
 
 #endif

@@ -15,23 +15,12 @@
  *
  *   DENSE (the DNN's MLP under 1-bit Adam): a float vector sent as signs and
  *   per-chunk scales, the sender's quantization error kept in its encoder
- *   state and added to the next vector (error feedback).  How 1-bit Adam
- *   uses it (Tang et al. 2021, "1-bit Adam"):
- *     1. warm-up: plain Adam; replicas exchange their exact gradients
- *        (update_dense_encode with UPDATE_F_EXACT) and all apply the mean;
- *     2. then the variance v is frozen (it has stabilised; every replica
- *        holds the same v because all applied the same means);
- *     3. each step a replica updates its local momentum
- *        m = b1*m + (1-b1)*g_local, sends m as 1 bit with error feedback
- *        (update_dense_encode), decodes every replica's message (its own
- *        too), sets m = the mean of the decoded momenta and steps
- *        x -= lr * m / (sqrt(v) + eps).
- *   The paper's second, receiver-side error feedback belongs to its
- *   two-stage all-reduce (a server re-compresses the average); on a bus
- *   every replica broadcasts to every other and nobody re-compresses, so the
- *   sender's error feedback is the only one needed.  The decoded means are
- *   identical on every replica, so replicas stay in step.
- *
+ *   state and added to the next vector (error feedback).  Its user is
+ *   model/train_dnn_sync.c: exact f32 interval deltas during the warm-up
+ *   (UPDATE_F_EXACT), then, with Adam's variance frozen, each interval's
+ *   momentum-based delta in 1 bit; receivers add the decoded deltas, in any
+ *   order (that file says why no receiver-side error feedback is needed).
+
  * MESSAGE (little endian; one layout for sparse, dense, 1-bit and exact):
  *
  *    0  u32 magic "TLUP"     4  u16 format version (1, 2)  6  u16 flags

@@ -126,19 +126,14 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
- * THE DNN's MLP (not built: it is frozen online, and not synced).  Training
- * it online first needs a double-buffered MLP: the trainer steps a private
- * copy and publishes it to the scorers by pointer swap under the model's
- * epoch (a request must never see a half-stepped matrix), every N samples.
- * Then 1-bit Adam (Tang et al. 2021), as update_codec.h sketches: a
- * warm-up with exact gradients (update_dense_encode, UPDATE_F_EXACT) until
- * v is stable, then v frozen and each replica's momentum sent 1-bit with
- * sender-side error feedback every interval; every replica decodes every
- * message itself (its own too), so the decoded mean is identical everywhere
- * and the replicas' MLPs stay in step, which the rows' sums do not need.  Not 0/1 Adam: its local steps
- * (skipped rounds) let replicas' MLPs drift apart between syncs, and its
- * adaptive freezing needs every replica to agree on when to sync; at one
- * message per second a 1-bit MLP update is already small.
+ * THE DNN's MLP (not built here: it is frozen online, and not synced).
+ * The model level exists: model/train_dnn_sync.c (1-bit Adam over
+ * interval deltas, train_dnn_sync_attach / _publish_mlp / _apply_mlp in
+ * train_sync.h; its design comment says why 1-bit Adam and not 0/1 Adam).
+ * Serving it online first needs a double-buffered MLP: the trainer steps
+ * a private copy and publishes it to the scorers by pointer swap under the
+ * model's epoch (a request must never see a half-stepped matrix), every
+ * interval; then a DENSE message per interval on the bus beside the rows'.
  *
  * FILES: this one (the trainer's side, publishing, start, stop, metrics) and
  * online_sync_apply.c (consuming: apply, producers, gaps); online_sync_impl.h

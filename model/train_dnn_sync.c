@@ -1,0 +1,263 @@
+/*
+ * train_dnn_sync.c — the DNN's MLP shared by partitioned replicas with
+ * 1-bit Adam (Tang et al. 2021): the MLP is dense, every sample moves every
+ * parameter, so its exchange is a whole vector per interval, and 1 bit per
+ * value (update_codec.h's DENSE messages) is what makes it affordable.
+ *
+ * VARIANT.  1-bit Adam, not 0/1 Adam (Lu et al. 2022).  0/1 Adam freezes
+ * the variance adaptively and skips rounds by a schedule that every worker
+ * follows in lockstep (its rounds are synchronous all-reduces with a common
+ * step count).  Our replicas exchange asynchronously: each trains on its
+ * own samples at its own pace and publishes every interval; peers' messages
+ * arrive late and in any order.  1-bit Adam's one decision, "the variance
+ * freezes after W local steps", needs no agreement between replicas, and
+ * a frozen v makes the step a linear function of the momentum, which is
+ * what lets compressed deltas be summed.  From 0/1 Adam we keep only the
+ * idea that replicas take local steps between exchanges (our intervals).
+ *
+ * ALGORITHM (per replica; x the MLP's n floats):
+ *   step:    m = b1 m + (1-b1) g; during the warm-up also v = b2 v +
+ *            (1-b2) g^2 (bias-corrected); x += d = -lr m / (sqrt(v)+eps);
+ *            pending += d.  At the freeze v is floored at 1% of its mean,
+ *            and afterwards |m / (sqrt(v)+eps)| is clipped at
+ *            (1-b1)/sqrt(1-b2), the most plain Adam's ratio can reach:
+ *            CTR gradients are rare and bursty (ipinyou: 1% positives),
+ *            so a v frozen over a quiet warm-up is too small for a later
+ *            positive's gradient, and unclipped such a step sent the MLP
+ *            to NaN within a thousand samples.
+ *   publish: warm-up: send pending as exact f32.  After: send
+ *            q = sign/scale(pending + e) and keep e = pending + e - q
+ *            (the sender's error feedback, update_dense_encode); then
+ *            x += e_old - e_new, so that x holds exactly what peers will
+ *            add: every replica's x is x0 + the sum of all sent messages
+ *            plus only its own pending steps.
+ *   apply:   x += q of a peer (decoded; refused whole if bad).
+ * The sum of what a replica has sent equals the sum of its true deltas
+ * minus its residual e: nothing is lost, only delayed.
+ *
+ * RECEIVER-SIDE ERROR FEEDBACK.  The paper's second error vector belongs to
+ * its two-stage all-reduce, where a server averages and re-compresses.  On
+ * our bus every replica broadcasts to every other and nobody re-compresses
+ * or re-broadcasts, so there is no second quantization and nothing for a
+ * receiver's error vector to hold: the receiver adds the decoded message
+ * as it is.
+ *
+ * ORDER OF APPLICATION.  apply is an addition, so once every message has
+ * arrived every replica holds the same x whatever the order (float
+ * rounding of the sums aside).  Between arrivals, a replica's local steps
+ * see whichever peers' messages have arrived, so the gradients (and the
+ * momentum m, which stays each replica's own) depend on timing; the
+ * deltas, not x, are what is exchanged, so a late message still lands.
+ * v is each replica's own too: frozen after its own warm-up on its own
+ * samples (partitions of one stream, so close).
+ *
+ * Summing (not averaging) deltas makes R replicas behave like one node
+ * stepping on every sample, as the ROWS sync does (train_sync.h).
+ *
+ * THREAD SAFETY
+ *   A train_dnn_sync_t and its x belong to one writer (the trainer); the
+ *   caller serialises step, publish and apply.
+ */
+#include "train_sync.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct train_dnn_sync {
+    uint32_t n;             /* parameters */
+    uint32_t warmup_steps;  /* local steps before v freezes */
+    uint64_t steps;         /* local steps taken */
+    float lr, beta1, beta2, eps;
+    float ratio_max;        /* (1-b1)/sqrt(1-b2): plain Adam's largest |m/sqrt(v)| */
+    double b1_pow, b2_pow;  /* beta^t for the bias correction */
+    uint64_t producer;      /* own id: own messages are refused on apply */
+    size_t name_len;
+    char model[UPDATE_NAME_MAX];
+    uint64_t bytes_sent;    /* sum of published message lengths */
+    float *m;               /* n: momentum (this replica's own) */
+    float *v;               /* n: variance, bias-corrected once frozen */
+    float *pending;         /* n: sum of this interval's local deltas */
+    float *scratch;         /* n: old error on publish, decoded message on apply */
+    update_dense_t *enc;    /* 1-bit encoder with the sender's error vector */
+};
+
+int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t *cfg)
+{
+    *out = NULL;
+    if (!cfg->n || cfg->n > UPDATE_MAX_COUNT || !cfg->warmup_steps || !cfg->chunk || cfg->chunk > 65535 || !cfg->producer || !cfg->model)
+        return -EINVAL;
+    size_t name_len = strlen(cfg->model);
+    if (!name_len || name_len > UPDATE_NAME_MAX)
+        return -EINVAL;
+    if (!(cfg->lr > 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1) ||
+        !(cfg->eps > 0) || !isfinite(cfg->lr))
+        return -EINVAL;
+    train_dnn_sync_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->n = cfg->n;
+    s->warmup_steps = cfg->warmup_steps;
+    s->lr = cfg->lr;
+    s->beta1 = cfg->beta1;
+    s->beta2 = cfg->beta2;
+    s->eps = cfg->eps;
+    s->ratio_max = (1 - cfg->beta1) / sqrtf(1 - cfg->beta2);
+    s->b1_pow = 1;
+    s->b2_pow = 1;
+    s->producer = cfg->producer;
+    s->name_len = name_len;
+    memcpy(s->model, cfg->model, name_len);
+    s->m = calloc(cfg->n, sizeof(float));
+    s->v = calloc(cfg->n, sizeof(float));
+    s->pending = calloc(cfg->n, sizeof(float));
+    s->scratch = calloc(cfg->n, sizeof(float));
+    int rc = -ENOMEM;
+    if (!s->m || !s->v || !s->pending || !s->scratch)
+        goto out;
+    rc = update_dense_create(&s->enc, cfg->n, cfg->chunk, cfg->producer, 1, cfg->model);
+    if (rc < 0)
+        goto out;
+    *out = s;
+    return 0;
+out:
+    train_dnn_sync_destroy(s);
+    return rc;
+}
+
+void train_dnn_sync_destroy(train_dnn_sync_t *s)
+{
+    if (!s)
+        return;
+    update_dense_destroy(s->enc);
+    free(s->m);
+    free(s->v);
+    free(s->pending);
+    free(s->scratch);
+    free(s);
+}
+
+bool train_dnn_sync_frozen(const train_dnn_sync_t *s) { return s->steps >= s->warmup_steps; }
+
+size_t train_dnn_sync_bound(const train_dnn_sync_t *s) { return update_dense_bound(s->enc, UPDATE_F_EXACT); }
+
+const float *train_dnn_sync_residual(const train_dnn_sync_t *s) { return update_dense_error(s->enc); }
+
+uint64_t train_dnn_sync_bytes_sent(const train_dnn_sync_t *s) { return s->bytes_sent; }
+
+uint32_t train_dnn_sync_count(const train_dnn_sync_t *s) { return s->n; }
+
+/* v bias-corrected, and floored at VAR_FLOOR x its mean: a parameter
+ * whose gradient was still 0 at the freeze (a ReLU that never fired, an
+ * input field not yet seen) would otherwise step by lr m / eps for ever. */
+#define VAR_FLOOR 0.01
+static void freeze_variance(train_dnn_sync_t *s, float c2)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        sum += (double)s->v[i] * c2;
+    float floor_v = (float)(VAR_FLOOR * sum / s->n);
+    for (uint32_t i = 0; i < s->n; i++) {
+        float v = s->v[i] * c2;
+        s->v[i] = v > floor_v ? v : floor_v;
+    }
+}
+
+int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (!isfinite(g[i]))
+            return -EINVAL;
+    bool frozen = train_dnn_sync_frozen(s);
+    float b1 = s->beta1, b2 = s->beta2;
+    double b1_pow = s->b1_pow * b1;
+    float c1 = (float)(1.0 / (1.0 - b1_pow)); /* momentum bias correction */
+    float c2 = 1.0f;
+    double b2_pow = s->b2_pow;
+    if (!frozen) {
+        b2_pow *= b2;
+        c2 = (float)(1.0 / (1.0 - b2_pow));
+    }
+    /* First pass: the step's delta into scratch, refused whole if any
+     * result is not finite (x, m, v untouched). */
+    for (uint32_t i = 0; i < s->n; i++) {
+        float m = b1 * s->m[i] + (1 - b1) * g[i];
+        float v = frozen ? s->v[i] : b2 * s->v[i] + (1 - b2) * g[i] * g[i];
+        float ratio = (m * c1) / (sqrtf(frozen ? v : v * c2) + s->eps);
+        if (frozen) /* never further than plain Adam can step */
+            ratio = ratio > s->ratio_max ? s->ratio_max : ratio < -s->ratio_max ? -s->ratio_max : ratio;
+        float d = -s->lr * ratio;
+        if (!isfinite(d) || !isfinite(x[i] + d) || !isfinite(v))
+            return -EINVAL;
+        s->scratch[i] = d;
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        s->m[i] = b1 * s->m[i] + (1 - b1) * g[i];
+        if (!frozen)
+            s->v[i] = b2 * s->v[i] + (1 - b2) * g[i] * g[i];
+        x[i] += s->scratch[i];
+        s->pending[i] += s->scratch[i];
+    }
+    s->b1_pow = b1_pow;
+    s->b2_pow = b2_pow;
+    s->steps++;
+    if (!frozen && train_dnn_sync_frozen(s))
+        freeze_variance(s, c2);
+    return 0;
+}
+
+long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap)
+{
+    bool onebit = train_dnn_sync_frozen(s);
+    uint32_t flags = onebit ? 0 : UPDATE_F_EXACT;
+    if (cap < update_dense_bound(s->enc, flags))
+        return -ENOBUFS;
+    const float *err = update_dense_error(s->enc);
+    memcpy(s->scratch, err, sizeof(float) * s->n);
+    long len = update_dense_encode(s->enc, s->pending, flags, 0, buf, cap);
+    if (len < 0)
+        return len; /* -EINVAL cannot happen: step keeps pending finite */
+    if (onebit)
+        for (uint32_t i = 0; i < s->n; i++)
+            x[i] += s->scratch[i] - err[i];
+    memset(s->pending, 0, sizeof(float) * s->n);
+    s->bytes_sent += (uint64_t)len;
+    return len;
+}
+
+static int refuse(update_error_t *err, const char *fmt, unsigned long long a, unsigned long long b)
+{
+    if (err) {
+        err->code = UPDATE_OK;
+        err->offset = 0;
+        snprintf(err->msg, sizeof err->msg, fmt, a, b);
+    }
+    return -EINVAL;
+}
+
+int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err)
+{
+    update_msg_t msg;
+    int rc = update_msg_decode(buf, len, &msg, err);
+    if (rc < 0)
+        return rc;
+    if (!(msg.flags & UPDATE_F_DENSE))
+        return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg.flags, 0);
+    if (msg.count != s->n)
+        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg.count, s->n);
+    if (msg.model_len != s->name_len || memcmp(msg.model, s->model, s->name_len) != 0)
+        return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu", msg.model_len, 0);
+    if (msg.producer == s->producer)
+        return refuse(err, "MLP message: producer %llu is this replica%.0llu", msg.producer, 0);
+    rc = update_msg_dense(&msg, s->scratch, s->n);
+    if (rc < 0)
+        return refuse(err, "MLP message: dense payload did not decode (%llu)%.0llu", (unsigned long long)-rc, 0);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (!isfinite(x[i] + s->scratch[i]))
+            return refuse(err, "MLP message: parameter %llu would become non-finite%.0llu", i, 0);
+    for (uint32_t i = 0; i < s->n; i++)
+        x[i] += s->scratch[i];
+    return 0;
+}

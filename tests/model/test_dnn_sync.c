@@ -1,0 +1,392 @@
+/*
+ * test_dnn_sync.c — the DNN's MLP under 1-bit Adam between partitioned
+ * replicas (model/train_dnn_sync.c, train_sync.h):
+ *
+ *   - round trip: a replica's exact warm-up messages and 1-bit messages,
+ *     applied by a peer, leave both with the same parameters (float
+ *     rounding aside): the sender's correction holds what it sent;
+ *   - error feedback: over 40 intervals the sum of what the messages
+ *     carried plus the sender's residual equals the sum of its true
+ *     deltas, value by value;
+ *   - four replicas on a noisy quadratic reach the optimum with 1 bit as
+ *     with fp32, for a fraction of the bytes;
+ *   - refusals: truncated (every prefix), wrong n, another model, own
+ *     message, not DENSE, a non-finite result, a NaN gradient;
+ *   - the variance floor: a parameter with no gradient during the warm-up
+ *     steps afterwards by at most lr / sqrt(floor), not lr / eps;
+ *   - two real DNN trainers (train_dnn_sync_attach), rows exchanged at once
+ *     through the ROWS hook and the MLP every interval with 1-bit Adam,
+ *     score every sample alike after the last exchange; the attach and
+ *     publish refusals (not a DNN, wrong n, nothing attached).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "model/train.h"
+#include "model/train_sync.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 1000u
+#define CHUNK 64u
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float uniform(void) /* [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static train_dnn_sync_t *make(uint32_t n, uint64_t producer, uint32_t warmup, const char *model)
+{
+    train_dnn_sync_config_t cfg = {.n = n, .chunk = CHUNK, .warmup_steps = warmup, .lr = 0.01f,
+                                   .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .producer = producer,
+                                   .model = model};
+    train_dnn_sync_t *s = NULL;
+    assert_int_equal(train_dnn_sync_create(&s, &cfg), 0);
+    return s;
+}
+
+static void gradient(float *g, const float *x, uint32_t n) /* of 0.5 |x - t|^2 + noise, t_i = sin(i) */
+{
+    for (uint32_t i = 0; i < n; i++)
+        g[i] = x[i] - sinf((float)i) + 0.3f * uniform();
+}
+
+static void test_round_trip_agree(void **state)
+{
+    (void)state;
+    train_dnn_sync_t *a = make(N, 1, 20, "dnn"), *b = make(N, 2, 20, "dnn");
+    float *xa = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * N);
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *buf = malloc(cap);
+    size_t exact_len = 0, onebit_len = 0;
+    for (int interval = 0; interval < 10; interval++) {
+        for (int k = 0; k < 5; k++) {
+            gradient(g, xa, N);
+            assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+        }
+        bool frozen = train_dnn_sync_frozen(a);
+        long len = train_dnn_sync_publish(a, xa, buf, cap);
+        assert_true(len > 0);
+        if (frozen)
+            onebit_len = (size_t)len;
+        else
+            exact_len = (size_t)len;
+        update_error_t err;
+        assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+        for (uint32_t i = 0; i < N; i++)
+            assert_float_equal(xa[i], xb[i], 1e-5);
+    }
+    assert_true(train_dnn_sync_frozen(a));
+    assert_true(exact_len > 4 * N && onebit_len < exact_len / 8); /* ~1 bit + scales per value */
+    free(xa), free(xb), free(g), free(buf);
+    train_dnn_sync_destroy(a), train_dnn_sync_destroy(b);
+}
+
+static void test_error_feedback_sum(void **state)
+{
+    (void)state;
+    train_dnn_sync_t *a = make(N, 1, 1, "dnn"), *b = make(N, 2, 1, "dnn");
+    float *xa = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * N), *before = malloc(4 * N);
+    double *truth = calloc(N, sizeof(double));
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *buf = malloc(cap);
+    for (int interval = 0; interval < 40; interval++) {
+        memcpy(before, xa, 4 * N);
+        for (int k = 0; k < 3; k++) {
+            gradient(g, xa, N);
+            assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+        }
+        for (uint32_t i = 0; i < N; i++)
+            truth[i] += (double)xa[i] - before[i];
+        long len = train_dnn_sync_publish(a, xa, buf, cap);
+        assert_true(len > 0 && (size_t)len < cap / 8);
+        assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, NULL), 0);
+    }
+    const float *res = train_dnn_sync_residual(a);
+    double max_res = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        /* xb = 0 + sum of decoded messages. */
+        assert_float_equal((double)xb[i] + res[i], truth[i], 1e-4);
+        max_res = fmax(max_res, fabs(res[i]));
+    }
+    assert_true(max_res > 0); /* 1 bit did leave something behind */
+    free(xa), free(xb), free(g), free(before), free(truth), free(buf);
+    train_dnn_sync_destroy(a), train_dnn_sync_destroy(b);
+}
+
+/* R replicas, each stepping on its own noisy gradients, all messages
+ * delivered at the end of each interval; returns the mean squared distance
+ * to the optimum of replica 0 and the bytes exchanged. */
+static double run_replicas(int R, bool onebit, uint64_t *bytes)
+{
+    enum { RMAX = 4, INTERVALS = 150, STEPS = 4 };
+    train_dnn_sync_t *s[RMAX];
+    float *x[RMAX], *g = malloc(4 * N);
+    uint8_t *buf[RMAX];
+    size_t cap = 0;
+    long len[RMAX];
+    rng_state = 0x1234567ull;
+    for (int r = 0; r < R; r++) {
+        s[r] = make(N, (uint64_t)r + 1, onebit ? 40 : UINT32_MAX, "dnn");
+        x[r] = calloc(N, 4);
+        cap = train_dnn_sync_bound(s[r]);
+        buf[r] = malloc(cap);
+    }
+    *bytes = 0;
+    for (int t = 0; t < INTERVALS; t++) {
+        for (int r = 0; r < R; r++) {
+            for (int k = 0; k < STEPS; k++) {
+                gradient(g, x[r], N);
+                assert_int_equal(train_dnn_sync_step(s[r], x[r], g), 0);
+            }
+            len[r] = train_dnn_sync_publish(s[r], x[r], buf[r], cap);
+            assert_true(len[r] > 0);
+            *bytes += (uint64_t)len[r];
+        }
+        for (int r = 0; r < R; r++) /* each replica applies its peers' in a different order */
+            for (int j = 1; j < R; j++) {
+                int p = (r + (r % 2 ? R - j : j)) % R;
+                assert_int_equal(train_dnn_sync_apply(s[r], x[r], buf[p], (size_t)len[p], NULL), 0);
+            }
+    }
+    double d = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        double e = x[0][i] - sin((double)i);
+        d += e * e;
+        for (int r = 1; r < R; r++) /* replicas agree once all messages are in */
+            assert_float_equal(x[r][i], x[0][i], 1e-4);
+    }
+    for (int r = 0; r < R; r++) {
+        train_dnn_sync_destroy(s[r]);
+        free(x[r]), free(buf[r]);
+    }
+    free(g);
+    return d / N;
+}
+
+static void test_four_replicas_converge(void **state)
+{
+    (void)state;
+    uint64_t bytes_fp32, bytes_1bit;
+    double d_fp32 = run_replicas(4, false, &bytes_fp32);
+    double d_1bit = run_replicas(4, true, &bytes_1bit);
+    /* From 0.5 (mean sin^2) to the noise floor, 1 bit as close as fp32. */
+    assert_true(d_fp32 < 0.01);
+    assert_true(d_1bit < 0.01);
+    assert_true(d_1bit < 2 * d_fp32 + 1e-3);
+    assert_true(bytes_1bit * 4 < bytes_fp32);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    train_dnn_sync_t *a = make(N, 1, 1, "dnn"), *b = make(N, 2, 1, "dnn");
+    train_dnn_sync_t *wrong_n = make(N + 1, 3, 1, "dnn"), *other = make(N, 4, 1, "wide");
+    float *xa = calloc(N + 1, 4), *xb = calloc(N, 4), *g = malloc(4 * (N + 1));
+    size_t cap = train_dnn_sync_bound(wrong_n);
+    uint8_t *buf = malloc(cap);
+    update_error_t err;
+    gradient(g, xa, N + 1);
+
+    g[7] = NAN;
+    assert_int_equal(train_dnn_sync_step(a, xa, g), -EINVAL);
+    g[7] = 0;
+    assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+    long len = train_dnn_sync_publish(a, xa, buf, 16);
+    assert_int_equal(len, -ENOBUFS);
+    len = train_dnn_sync_publish(a, xa, buf, cap);
+    assert_true(len > 0);
+
+    for (size_t n = 0; n < (size_t)len; n++) /* no truncation passes */
+        assert_int_equal(train_dnn_sync_apply(b, xb, buf, n, &err), -EBADMSG);
+    assert_int_equal(train_dnn_sync_apply(a, xa, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "this replica"));
+
+    xb[5] = INFINITY; /* a result not finite (FLT_MAX + a small delta rounds back): nothing written */
+    float *copy = malloc(4 * N);
+    memcpy(copy, xb, 4 * N);
+    int rc = train_dnn_sync_apply(b, xb, buf, (size_t)len, &err);
+    assert_int_equal(rc, -EINVAL);
+    assert_non_null(strstr(err.msg, "non-finite"));
+    assert_memory_equal(copy, xb, 4 * N);
+    memset(xb, 0, 4 * N);
+
+    assert_int_equal(train_dnn_sync_step(wrong_n, xa, g), 0);
+    len = train_dnn_sync_publish(wrong_n, xa, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "values, the MLP has"));
+
+    assert_int_equal(train_dnn_sync_step(other, xa, g), 0);
+    len = train_dnn_sync_publish(other, xa, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "model name"));
+
+    /* A sparse message of the same model. */
+    update_acc_t *acc = NULL;
+    update_acc_config_t acfg = {.k = 1, .chunk = 8, .max_keys = 16, .producer = 9, .first_seq = 1, .model = "dnn"};
+    assert_int_equal(update_acc_create(&acc, &acfg), 0);
+    float one = 1.0f;
+    assert_int_equal(update_acc_add(acc, 42, &one), 0);
+    update_encode_opts_t opts = {.flags = UPDATE_F_EXACT, .select_count = UINT32_MAX};
+    len = update_acc_encode(acc, &opts, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "not DENSE"));
+    for (uint32_t i = 0; i < N; i++)
+        assert_true(xb[i] == 0.0f);
+    update_acc_destroy(acc);
+
+    train_dnn_sync_config_t bad = {.n = 0, .chunk = CHUNK, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                   .eps = 1e-8f, .producer = 1, .model = "dnn"};
+    train_dnn_sync_t *none = NULL;
+    assert_int_equal(train_dnn_sync_create(&none, &bad), -EINVAL);
+    bad.n = N, bad.producer = 0;
+    assert_int_equal(train_dnn_sync_create(&none, &bad), -EINVAL);
+    assert_null(none);
+
+    free(xa), free(xb), free(g), free(buf), free(copy);
+    train_dnn_sync_destroy(a), train_dnn_sync_destroy(b), train_dnn_sync_destroy(wrong_n),
+        train_dnn_sync_destroy(other);
+}
+
+static void test_variance_floor(void **state)
+{
+    (void)state;
+    enum { M = 512 };
+    train_dnn_sync_t *a = make(M, 1, 10, "dnn");
+    float x[M] = {0}, g[M];
+    for (int k = 0; k < 10; k++) { /* warm-up: parameter 0 never has a gradient */
+        for (uint32_t i = 0; i < M; i++)
+            g[i] = i == 0 ? 0.0f : 1.0f;
+        assert_int_equal(train_dnn_sync_step(a, x, g), 0);
+    }
+    assert_true(train_dnn_sync_frozen(a));
+    float x0 = x[0];
+    g[0] = 1.0f;
+    assert_int_equal(train_dnn_sync_step(a, x, g), 0);
+    /* floor = 1% of the mean v (~1): sqrt 0.1; m's bias-corrected value
+     * after 11 steps is ~0.1/0.69; the step stays under lr (0.01) x 2. */
+    assert_true(fabsf(x[0] - x0) > 0.0f);
+    assert_true(fabsf(x[0] - x0) < 0.02f);
+    train_dnn_sync_destroy(a);
+}
+
+/* ---- two real DNN trainers ---- */
+
+struct pair {
+    train_t *t[2];
+    int who[2];
+};
+static struct pair *the_pair;
+
+static void row_to_peer(void *ctx, uint64_t id, const float *d, uint32_t n)
+{
+    (void)n;
+    int from = *(const int *)ctx;
+    assert_int_equal(train_rows_sync_apply(the_pair->t[1 - from], id, d), 0);
+}
+
+static void test_dnn_trainers_agree(void **state)
+{
+    (void)state;
+    train_options_t o;
+    assert_int_equal(train_defaults(STORE_MODEL_DNN, TRAIN_ADAGRAD, &o), 0);
+    o.dnn.fields = 3;
+    o.dnn.dim = 4;
+    o.dnn.n_hidden = 1;
+    o.dnn.hidden[0] = 8;
+    struct pair p = {.who = {0, 1}};
+    the_pair = &p;
+    train_dnn_sync_t *s[2];
+    char why[256];
+    uint8_t *buf[2];
+    size_t n = 0, cap = 0;
+    for (int r = 0; r < 2; r++) {
+        if (train_create(&o, &p.t[r], why, sizeof why) != 0)
+            fail_msg("%s", why);
+        n = train_dnn_mlp_floats(p.t[r]);
+        assert_true(n > 3 * 4 * 8);
+        s[r] = make((uint32_t)n, (uint64_t)r + 1, 20, "dnn");
+        assert_int_equal(train_dnn_sync_publish_mlp(p.t[r], NULL, 0), -ENOTSUP);
+        assert_int_equal(train_dnn_sync_attach(p.t[r], s[r]), 0);
+        assert_int_equal(train_rows_sync_hook(p.t[r], row_to_peer, &p.who[r]), 0);
+        cap = train_dnn_sync_bound(s[r]);
+        buf[r] = malloc(cap);
+    }
+    train_dnn_sync_t *wrong = make((uint32_t)n + 1, 9, 20, "dnn");
+    assert_int_equal(train_dnn_sync_attach(p.t[0], wrong), -EINVAL);
+    train_options_t lo;
+    assert_int_equal(train_defaults(STORE_MODEL_LR, TRAIN_FTRL, &lo), 0);
+    train_t *lr = NULL;
+    if (train_create(&lo, &lr, why, sizeof why) != 0)
+        fail_msg("%s", why);
+    assert_int_equal(train_dnn_sync_attach(lr, wrong), -ENOTSUP);
+    assert_int_equal(train_dnn_mlp_floats(lr), 0);
+    train_destroy(lr);
+    train_dnn_sync_destroy(wrong);
+
+    enum { SAMPLES = 64 };
+    uint64_t ids[SAMPLES][3];
+    float labels[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) {
+        for (uint64_t f = 0; f < 3; f++)
+            ids[i][f] = (f << 56) | (uint64_t)(1 + (i * 7 + (int)f) % 11);
+        labels[i] = (i % 3 == 0) ? 1.0f : 0.0f;
+    }
+    const codec_block_t none = {0};
+    for (int interval = 0; interval < 12; interval++) {
+        for (int r = 0; r < 2; r++)
+            for (int k = 0; k < 8; k++) {
+                int i = (interval * 16 + 2 * k + r) % SAMPLES;
+                codec_block_t b = {.ids = ids[i], .values = NULL, .n = 3};
+                assert_int_equal(train_update(p.t[r], &b, &none, 1, &labels[i], NULL, NULL), 0);
+            }
+        long len[2];
+        for (int r = 0; r < 2; r++) {
+            len[r] = train_dnn_sync_publish_mlp(p.t[r], buf[r], cap);
+            assert_true(len[r] > 0);
+        }
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(train_dnn_sync_apply_mlp(p.t[r], buf[1 - r], (size_t)len[1 - r], NULL), 0);
+    }
+    assert_true(train_dnn_sync_frozen(s[0]) && train_dnn_sync_frozen(s[1]));
+    double spread = 0;
+    for (int i = 0; i < SAMPLES; i++) {
+        codec_block_t b = {.ids = ids[i], .values = NULL, .n = 3};
+        float p0 = train_predict(p.t[0], &b, NULL), p1 = train_predict(p.t[1], &b, NULL);
+        assert_float_equal(p0, p1, 1e-5);
+        spread = fmax(spread, fabs(p0 - 0.5));
+    }
+    assert_true(spread > 0.01); /* they learned something */
+    for (int r = 0; r < 2; r++) {
+        train_destroy(p.t[r]);
+        train_dnn_sync_destroy(s[r]);
+        free(buf[r]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_agree),
+        cmocka_unit_test(test_error_feedback_sum),
+        cmocka_unit_test(test_four_replicas_converge),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_variance_floor),
+        cmocka_unit_test(test_dnn_trainers_agree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
