@@ -23,6 +23,7 @@
  *
  * THREAD SAFETY: a program; single-threaded.
  */
+#include "bench_data.h"
 #include "model/metrics.h"
 #include "model/reader.h"
 #include "model/train.h"
@@ -36,72 +37,6 @@
 #include <string.h>
 
 #define MAX_REPLICAS 16
-
-struct data {
-    uint64_t *ids;
-    float *values;
-    uint64_t *start; /* samples + 1 offsets into ids/values */
-    float *labels;
-    uint64_t samples, features;
-    uint64_t cap_ids, cap_values, cap_start, cap_labels;
-    uint32_t max_field, max_n;
-};
-
-static int grow(void **p, uint64_t *cap, uint64_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-static int load(const char *path, reader_format_t fmt, struct data *d)
-{
-    reader_options_t o = {.format = fmt};
-    reader_t *r;
-    char why[512];
-    if (reader_open(path, &o, &r, why, sizeof why) != 0) {
-        fprintf(stderr, "dnn_sync_bench: %s\n", why);
-        return -1;
-    }
-    reader_sample_t s;
-    int rc;
-    while ((rc = reader_next(r, &s)) == 1) {
-        if (grow((void **)&d->ids, &d->cap_ids, d->features + s.n, sizeof *d->ids) ||
-            grow((void **)&d->values, &d->cap_values, d->features + s.n, sizeof *d->values) ||
-            grow((void **)&d->start, &d->cap_start, d->samples + 2, sizeof *d->start) ||
-            grow((void **)&d->labels, &d->cap_labels, d->samples + 2, sizeof *d->labels)) {
-            fprintf(stderr, "dnn_sync_bench: out of memory at sample %llu\n", (unsigned long long)d->samples);
-            reader_close(r);
-            return -1;
-        }
-        memcpy(d->ids + d->features, s.ids, (size_t)s.n * sizeof *d->ids);
-        for (uint32_t j = 0; j < s.n; j++) {
-            d->values[d->features + j] = s.values ? s.values[j] : 1.0f;
-            if ((uint32_t)(s.ids[j] >> 56) > d->max_field)
-                d->max_field = (uint32_t)(s.ids[j] >> 56);
-        }
-        if (s.n > d->max_n)
-            d->max_n = s.n;
-        d->start[d->samples] = d->features;
-        d->labels[d->samples] = s.label;
-        d->features += s.n;
-        d->samples++;
-    }
-    if (d->start)
-        d->start[d->samples] = d->features;
-    if (rc < 0)
-        fprintf(stderr, "dnn_sync_bench: %s\n", reader_error(r));
-    reader_close(r);
-    return rc < 0 || !d->samples ? -1 : 0;
-}
 
 static codec_block_t sample_of(const struct data *d, uint64_t i)
 {
@@ -279,7 +214,8 @@ int main(int argc, char **argv)
         return 2;
     }
     struct data tr = {0}, te = {0};
-    if (load(train_path, fmt, &tr) != 0 || load(test_path, fmt, &te) != 0)
+    if (bench_data_load("dnn_sync_bench", train_path, fmt, &tr) != 0 ||
+        bench_data_load("dnn_sync_bench", test_path, fmt, &te) != 0)
         return 1;
     train_options_t o;
     train_defaults(STORE_MODEL_DNN, train_default_optimizer(STORE_MODEL_DNN), &o);
@@ -305,5 +241,7 @@ int main(int argc, char **argv)
                (double)exact.bytes / (double)onebit.bytes, onebit.mean_logloss - exact.mean_logloss);
         p = *end == ',' ? end + 1 : end;
     }
+    bench_data_free(&tr);
+    bench_data_free(&te);
     return 0;
 }

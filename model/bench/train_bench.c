@@ -32,6 +32,7 @@
  *
  * THREAD SAFETY: a program; train_threads_epoch runs its own threads.
  */
+#include "bench_data.h"
 #include "model/metrics.h"
 #include "model/reader.h"
 #include "model/train.h"
@@ -52,74 +53,6 @@ static double now_sec(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* All samples of a file, back to back. */
-struct data {
-    uint64_t *ids;
-    float *values;
-    uint64_t *start; /* samples + 1 offsets into ids/values */
-    float *labels;
-    uint64_t samples, features;
-    uint64_t cap_ids, cap_values, cap_start, cap_labels;
-    uint32_t max_field, max_n;
-};
-
-static int grow(void **p, uint64_t *cap, uint64_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    uint64_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-static int load(const char *path, reader_format_t fmt, struct data *d)
-{
-    reader_options_t o = {.format = fmt};
-    reader_t *r;
-    char why[512];
-    if (reader_open(path, &o, &r, why, sizeof why) != 0) {
-        fprintf(stderr, "train_bench: %s\n", why);
-        return -1;
-    }
-    reader_sample_t s;
-    int rc;
-    while ((rc = reader_next(r, &s)) == 1) {
-        if (grow((void **)&d->ids, &d->cap_ids, d->features + s.n, sizeof *d->ids) ||
-            grow((void **)&d->values, &d->cap_values, d->features + s.n, sizeof *d->values) ||
-            grow((void **)&d->start, &d->cap_start, d->samples + 2, sizeof *d->start) ||
-            grow((void **)&d->labels, &d->cap_labels, d->samples + 2, sizeof *d->labels)) {
-            fprintf(stderr, "train_bench: out of memory at sample %llu\n",
-                    (unsigned long long)d->samples);
-            reader_close(r);
-            return -1;
-        }
-        memcpy(d->ids + d->features, s.ids, (size_t)s.n * sizeof *d->ids);
-        for (uint32_t j = 0; j < s.n; j++)
-            d->values[d->features + j] = s.values ? s.values[j] : 1.0f;
-        for (uint32_t j = 0; j < s.n; j++)
-            if ((uint32_t)(s.ids[j] >> 56) > d->max_field)
-                d->max_field = (uint32_t)(s.ids[j] >> 56);
-        if (s.n > d->max_n)
-            d->max_n = s.n;
-        d->start[d->samples] = d->features;
-        d->labels[d->samples] = s.label;
-        d->features += s.n;
-        d->samples++;
-    }
-    if (d->start)
-        d->start[d->samples] = d->features;
-    if (rc < 0)
-        fprintf(stderr, "train_bench: %s\n", reader_error(r));
-    reader_close(r);
-    return rc < 0 ? -1 : 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -441,7 +374,7 @@ int main(int argc, char **argv)
 
     struct data d = {0};
     double t0 = now_sec();
-    if (load(path, fmt, &d) != 0)
+    if (bench_data_load("train_bench", path, fmt, &d) != 0)
         return 1;
     uint64_t distinct = distinct_ids(&d), keys = presize ? distinct : 0;
     fprintf(stderr, "train_bench: %s: %llu samples, %llu features (%llu distinct), parsed in %.2f s\n",
@@ -514,25 +447,19 @@ int main(int argc, char **argv)
            sink == -1 ? "!" : "");
     if (threads) {
         struct data test = {0};
-        if (test_path && load(test_path, fmt, &test) != 0)
+        if (test_path && bench_data_load("train_bench", test_path, fmt, &test) != 0)
             return 1;
         double ll0 = test_logloss(t, &test);
         double serial = best / ((double)d.features / (double)d.samples);
         if (compare_threads(&o, &d, (uint32_t)threads, epochs, rounds, &test, ll0, serial) != 0)
             return 1;
-        free(test.ids);
-        free(test.values);
-        free(test.start);
-        free(test.labels);
+        bench_data_free(&test);
     }
     if (json)
         printf("{\"model\":\"%s\",\"samples\":%llu,\"features\":%llu,\"best_updates_per_s\":%.0f}\n",
                model, (unsigned long long)d.samples, (unsigned long long)d.features, best);
     train_destroy(t);
     store_destroy(served);
-    free(d.ids);
-    free(d.values);
-    free(d.start);
-    free(d.labels);
+    bench_data_free(&d);
     return 0;
 }
