@@ -21,7 +21,13 @@
  * of the stream) is counted and logged: never skipped in silence.  At start
  * the consumer reads from the lowest position any model's trainer.state
  * names (1 when none: everything the stream keeps), and a model skips the
- * records before its own.
+ * records before its own.  With exports (online_export.c: THE POSITION)
+ * each export that goes live moves trainer.state to the stream sequence
+ * after it, so a restart reads the stream from the last export on, not from
+ * where the version began.  A stream that no longer holds that sequence
+ * (its retention dropped it) is an ERROR naming both sequences; the replica
+ * learns from the first message kept, the missing ones counted in
+ * tlserve_bus_gap_total.
  *
  * NATS down, restarting, or slower than the clients.  The bus connects in
  * the background (bus.h: connect_in_background): with no server reachable
@@ -362,8 +368,15 @@ static void *consumer_main(void *arg)
         }
         if (rc == BUS_READ_GAP) {
             atomic_fetch_add_explicit(&B.gaps, m.skipped, memory_order_relaxed);
-            LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64
-                " (aged out or deleted): not learned", m.seq - m.skipped, m.seq - 1);
+            if (m.seq - m.skipped == B.start_seq && atomic_load(&B.consumed) == 0)
+                LOG(LL_ERROR, "online: the stream no longer holds sequence %" PRIu64 ", where "
+                    "this replica's learning resumes (trainer.state or its export): its first "
+                    "message kept is %" PRIu64 "; learning from there, the %" PRIu64 " messages "
+                    "between are lost to this replica's model (tlserve_bus_gap_total)",
+                    B.start_seq, m.seq, m.skipped);
+            else
+                LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64
+                    " (aged out or deleted): not learned", m.seq - m.skipped, m.seq - 1);
         }
         atomic_fetch_add_explicit(&B.consumed, 1, memory_order_relaxed);
         const char *model = strncmp(m.subject, G.srv->cfg.bus_subject_prefix, plen) == 0 &&
@@ -525,6 +538,9 @@ size_t online__bus_metrics(char *buf, size_t len)
     size_t off = (size_t)n;
     uint64_t last = bus_last_seq(B.bus), read = atomic_load(&B.read_seq);
     n = snprintf(buf + off, len - off,
+                 "# HELP tlserve_bus_start_seq The stream sequence the consumer started from "
+                 "(the lowest a model's trainer.state names; 1: the whole stream)\n"
+                 "# TYPE tlserve_bus_start_seq gauge\ntlserve_bus_start_seq %" PRIu64 "\n"
                  "# HELP tlserve_bus_ready 1 once the stream was checked or created (forwarding "
                  "and learning run)\n# TYPE tlserve_bus_ready gauge\ntlserve_bus_ready %d\n"
                  "# HELP tlserve_bus_consumer_lag Stream messages this replica has not read yet "
@@ -539,7 +555,7 @@ size_t online__bus_metrics(char *buf, size_t len)
                  "tlserve_bus_outbox_max_lag %d\n"
                  "# HELP tlserve_bus_outbox_lag Records in the model's outbox (sample log) not "
                  "yet forwarded to the stream\n# TYPE tlserve_bus_outbox_lag gauge\n",
-                 atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
+                 B.start_seq, atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
                  atomic_load(&B.lag_refused), ONLINE_BUS_MAX_LAG);
     if (n < 0 || (size_t)n >= len - off) {
         buf[off] = 0;

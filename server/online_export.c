@@ -45,7 +45,14 @@
  * else's (a restarted server's: loaded from the files).  A restart
  * (online__export_restart) replays the log from P when the active version
  * is such an export, whether or not trainer.state was rewritten before a
- * kill.
+ * kill.  With the bus in replay mode the sample log is only the outbox and
+ * the trainer's positions are stream sequences: the producer is then
+ * "tlserve-online stream=S id=X", every stream message up to sequence S is
+ * in the version, and a restart whose active version is such an export
+ * (online__export_bus_restart) restores its optimizer state and learns
+ * from S + 1 (the consumer starts at trainer.state's position, which each
+ * export that goes live moves to S + 1).  Each replica exports into its
+ * own repository: a replica's exports are its own lineage.
  *
  * LINEAGE: an export's parent is the newest version of the trainer's
  * lineage (head: the version it attached to, then each export); its
@@ -358,9 +365,10 @@ int online__export_init(online_model_t *q)
     const server_config_t *c = &G.srv->cfg;
     if (c->online_export_ms <= 0 || !c->model_repo[0])
         return 0;
-    if (c->bus_servers[0]) {
-        LOG(LL_WARN, "online: model '%s': --online-export-ms is not supported with the bus yet "
-            "(several replicas would write one repository): no exports", q->name);
+    if (online__sync_mode(c)) {
+        LOG(LL_WARN, "online: model '%s': --online-export-ms is not supported in the "
+            "partitioned bus mode yet (the peers' updates applied carry no stream position an "
+            "export could record): no exports", q->name);
         return 0;
     }
     struct online_export *e = calloc(1, sizeof *e);
@@ -408,7 +416,8 @@ bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart replays from "
                 "the export's position all the same", q->slog_dir, strerror(-rc));
-        (void)sample_log_trim(q->slog, pos); /* under q->lock: see attach */
+        if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
+            (void)sample_log_trim(q->slog, pos); /* under q->lock: see attach */
     }
     LOG(LL_INFO, "online: model '%s' serves its own export, version %" PRIu64 ", and learns on "
         "(optimizer state kept)", q->name, meta->version);
@@ -459,6 +468,29 @@ void online__export_restart(online_model_t *q, const model_t *m)
         q->replay_from = pos;
     }
     store_delta_close(d);
+}
+
+uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
+{
+    if (!q->exp)
+        return 0;
+    const store_meta_t *meta = model_meta(m);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
+    store_delta_t *d = NULL;
+    uint64_t seq, next = 0;
+    if (store_delta_open(dir, &d, NULL) != 0)
+        return 0; /* a full version, or unreadable: trainer.state decides */
+    const store_delta_info_t *in = store_delta_info(d);
+    if (in->meta.created_unix == meta->created_unix &&
+        online_export_producer_stream(in->producer, &seq) && seq < UINT64_MAX) {
+        next = seq + 1;
+        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is an online export holding the "
+            "stream up to sequence %" PRIu64 ": learning from %" PRIu64, q->name,
+            meta->version, seq, next);
+    }
+    store_delta_close(d);
+    return next;
 }
 
 static int collect_row(void *ctx, uint64_t key, const float *value)
