@@ -338,10 +338,39 @@ static bus_reader_t *reader_open(uint64_t seq)
     return NULL;
 }
 
+/* With --model-repo the versions load in the background after the start: a
+ * message read before its model's slot exists would be skipped as naming a
+ * model not served here.  The models this server learned before (their
+ * trainers exist from their sample logs, online_start) are waited for, up
+ * to SLOTS_WAIT_MS, then the consumer reads anyway (a WARN names them). */
+#define SLOTS_WAIT_MS 60000
+static void wait_for_slots(void)
+{
+    for (int waited = 0; !atomic_load(&B.stop); waited += 20) {
+        const char *missing = NULL;
+        uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+        for (uint32_t i = 0; i < n && !missing; i++) {
+            online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+            if (q && !server_slot_named(G.srv, q->name))
+                missing = q->name;
+        }
+        if (!missing)
+            return;
+        if (waited >= SLOTS_WAIT_MS) {
+            LOG(LL_WARN, "online: model '%s' learned here before is not served after %d s: "
+                "the stream's messages for it are skipped (tlserve_bus_unknown_model_total)",
+                missing, SLOTS_WAIT_MS / 1000);
+            return;
+        }
+        nap_unless_stopped(20);
+    }
+}
+
 static void *consumer_main(void *arg)
 {
     (void)arg;
     bus_error_t err;
+    wait_for_slots();
     bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
     while (r && !atomic_load(&B.stop)) {

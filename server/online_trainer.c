@@ -471,7 +471,8 @@ static int is_online_export(const char *mdir, uint64_t v)
     store_delta_t *d = NULL;
     uint64_t pos;
     int yes = store_delta_open(dir, &d, NULL) == 0 &&
-              online_export_producer_pos(store_delta_info(d)->producer, &pos);
+              (online_export_producer_pos(store_delta_info(d)->producer, &pos) ||
+               online_export_producer_stream(store_delta_info(d)->producer, &pos));
     store_delta_close(d);
     return yes;
 }
