@@ -340,14 +340,19 @@ static bus_reader_t *reader_open(uint64_t seq)
 
 /* With --model-repo the versions load in the background after the start: a
  * message read before its model's slot exists would be skipped as naming a
- * model not served here.  The models this server learned before (their
- * trainers exist from their sample logs, online_start) are waited for, up
- * to SLOTS_WAIT_MS, then the consumer reads anyway (a WARN names them). */
+ * model not served here.  A first version of the repository (what /readyz
+ * waits for) and the models this server learned before (their trainers
+ * exist from their sample logs, online_start) are waited for, up to
+ * SLOTS_WAIT_MS, then the consumer reads anyway (a WARN names the one
+ * missing).  LIMIT: a second model of a repository, never learned here,
+ * that loads after the first may miss the stream's first messages. */
 #define SLOTS_WAIT_MS 60000
 static void wait_for_slots(void)
 {
     for (int waited = 0; !atomic_load(&B.stop); waited += 20) {
-        const char *missing = NULL;
+        const char *missing = G.srv->cfg.model_repo[0] && !server_model_any_active(G.srv)
+                                  ? "(the repository's first)"
+                                  : NULL;
         uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
         for (uint32_t i = 0; i < n && !missing; i++) {
             online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);

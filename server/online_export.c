@@ -100,6 +100,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,6 +133,7 @@ struct export_job {
 };
 
 struct online_export {
+    int repo_lock; /* <repo>/<model> opened and flock'ed: one exporting process per repository */
     /* the trainer thread's */
     uint64_t *slots; /* DIRTY_SLOTS keys, 0 = empty (key 0 is has_zero) */
     size_t count;    /* keys in slots, has_zero included */
@@ -384,6 +386,19 @@ int online__export_init(online_model_t *q)
     e->q = q;
     e->due_ms = online__now_ns() / 1000000 + (uint64_t)c->online_export_ms;
     snprintf(e->model_dir, sizeof e->model_dir, "%s/%s", c->model_repo, q->name);
+    /* two servers exporting into one repository would each take the other's exports for an
+     * offline producer's and their lineages would interleave: the second one refuses */
+    e->repo_lock = open(e->model_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (e->repo_lock < 0 || flock(e->repo_lock, LOCK_EX | LOCK_NB) != 0) {
+        LOG(LL_ERROR, "online: model '%s': %s: %s: no exports (give each replica its own "
+            "--model-repo)", q->name, e->model_dir, e->repo_lock < 0 ? strerror(errno)
+            : "another tlserve process exports into it");
+        if (e->repo_lock >= 0)
+            close(e->repo_lock);
+        free(slots);
+        free(e);
+        return 0;
+    }
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->commit, NULL);
     pthread_cond_init(&e->cond, NULL);
@@ -391,6 +406,7 @@ int online__export_init(online_model_t *q)
         pthread_mutex_destroy(&e->lock);
         pthread_mutex_destroy(&e->commit);
         pthread_cond_destroy(&e->cond);
+        close(e->repo_lock);
         free(slots);
         free(e);
         LOG(LL_ERROR, "online: model '%s': cannot start the export thread: no exports",
@@ -734,6 +750,7 @@ void online__export_stop(online_model_t *q)
     pthread_mutex_destroy(&e->lock);
     pthread_mutex_destroy(&e->commit);
     pthread_cond_destroy(&e->cond);
+    close(e->repo_lock);
     free(e->job.keys);
     free(e->job.vals);
     free(e->job.found);

@@ -72,9 +72,9 @@ class BusExports(unittest.TestCase):
         self.servers.append(s)
         return s
 
-    def exporter(self):
+    def exporter(self, name="b"):
         s = Server(None, "--model-repo", self.repo, "--load-sched-idle=false",
-                   "--online-export-ms", "150", *self.bus_args("b"))
+                   "--online-export-ms", "150", *self.bus_args(name))
         self.servers.append(s)
         return s
 
@@ -121,6 +121,18 @@ class BusExports(unittest.TestCase):
             'tlserve_online_export_position{model="%s"}' % M) >= 121, b)
         self.wait("a learning everything", lambda: self.learned(a) >= 240, a)
         self.assert_same_digest(a, b)
+
+    def test_two_replicas_on_one_repository_refused(self):
+        b = self.exporter()
+        self.send(b, range(0, 5))
+        self.wait("b's export", lambda: b.metric(
+            'tlserve_online_exports_total{model="%s"}' % M) >= 1, b)
+        c = self.exporter("c")  # its own outbox, b's repository
+        self.send(c, range(5, 10))
+        self.wait("c learning", lambda: self.learned(c) >= 20, c)
+        self.assertIn("another tlserve process exports into it", c.output())
+        time.sleep(0.5)  # several of c's export ticks
+        self.assertEqual(c.metric('tlserve_online_exports_total{model="%s"}' % M), 0)
 
     def test_killed_before_trainer_state_moved(self):
         """The export went live, no message learned since: trainer.state still names version 1
