@@ -362,7 +362,8 @@ static void wait_for_slots(void)
         if (!missing)
             return;
         if (waited >= SLOTS_WAIT_MS) {
-            LOG(LL_WARN, "online: model '%s' learned here before is not served after %d s: "
+            LOG(LL_WARN,
+                "online: model '%s' learned here before is not served after %d s: "
                 "the stream's messages for it are skipped (tlserve_bus_unknown_model_total)",
                 missing, SLOTS_WAIT_MS / 1000);
             return;
@@ -403,14 +404,17 @@ static void *consumer_main(void *arg)
         if (rc == BUS_READ_GAP) {
             atomic_fetch_add_explicit(&B.gaps, m.skipped, memory_order_relaxed);
             if (m.seq - m.skipped == B.start_seq && atomic_load(&B.consumed) == 0)
-                LOG(LL_ERROR, "online: the stream no longer holds sequence %" PRIu64 ", where "
+                LOG(LL_ERROR,
+                    "online: the stream no longer holds sequence %" PRIu64 ", where "
                     "this replica's learning resumes (trainer.state or its export): its first "
                     "message kept is %" PRIu64 "; learning from there, the %" PRIu64 " messages "
                     "between are lost to this replica's model (tlserve_bus_gap_total)",
                     B.start_seq, m.seq, m.skipped);
             else
-                LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64
-                    " (aged out or deleted): not learned", m.seq - m.skipped, m.seq - 1);
+                LOG(LL_WARN,
+                    "online: the stream has no messages %" PRIu64 "..%" PRIu64
+                    " (aged out or deleted): not learned",
+                    m.seq - m.skipped, m.seq - 1);
         }
         atomic_fetch_add_explicit(&B.consumed, 1, memory_order_relaxed);
         const char *model = strncmp(m.subject, G.srv->cfg.bus_subject_prefix, plen) == 0 &&

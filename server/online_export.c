@@ -368,9 +368,11 @@ int online__export_init(online_model_t *q)
     if (c->online_export_ms <= 0 || !c->model_repo[0])
         return 0;
     if (online__sync_mode(c)) {
-        LOG(LL_WARN, "online: model '%s': --online-export-ms is not supported in the "
+        LOG(LL_WARN,
+            "online: model '%s': --online-export-ms is not supported in the "
             "partitioned bus mode yet (the peers' updates applied carry no stream position an "
-            "export could record): no exports", q->name);
+            "export could record): no exports",
+            q->name);
         return 0;
     }
     struct online_export *e = calloc(1, sizeof *e);
@@ -390,9 +392,11 @@ int online__export_init(online_model_t *q)
      * offline producer's and their lineages would interleave: the second one refuses */
     e->repo_lock = open(e->model_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (e->repo_lock < 0 || flock(e->repo_lock, LOCK_EX | LOCK_NB) != 0) {
-        LOG(LL_ERROR, "online: model '%s': %s: %s: no exports (give each replica its own "
-            "--model-repo)", q->name, e->model_dir, e->repo_lock < 0 ? strerror(errno)
-            : "another tlserve process exports into it");
+        LOG(LL_ERROR,
+            "online: model '%s': %s: %s: no exports (give each replica its own "
+            "--model-repo)",
+            q->name, e->model_dir,
+            e->repo_lock < 0 ? strerror(errno) : "another tlserve process exports into it");
         if (e->repo_lock >= 0)
             close(e->repo_lock);
         free(slots);
@@ -501,9 +505,10 @@ uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
     if (in->meta.created_unix == meta->created_unix &&
         online_export_producer_stream(in->producer, &seq) && seq < UINT64_MAX) {
         next = seq + 1;
-        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is an online export holding the "
-            "stream up to sequence %" PRIu64 ": learning from %" PRIu64, q->name,
-            meta->version, seq, next);
+        LOG(LL_INFO,
+            "online: model '%s': version %" PRIu64 " is an online export holding the "
+            "stream up to sequence %" PRIu64 ": learning from %" PRIu64,
+            q->name, meta->version, seq, next);
     }
     store_delta_close(d);
     return next;

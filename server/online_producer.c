@@ -3,10 +3,10 @@
  * (online.h: EXPORTS), "tlserve-online log=P id=X" (every sample-log
  * record below P is in the version) or, with the bus in replay mode,
  * "tlserve-online stream=S id=X" (every stream message up to sequence S),
- * read back from a version's manifest at a restart to find where to go on.  The manifest is on disk and anyone may have written it:
- * the parse checks every byte and refuses, never guesses.  Pure; apart from
- * online_export.c so that its fuzz target (tests/fuzz/fuzz_online_producer.c)
- * links it alone.
+ * read back from a version's manifest at a restart to find where to go on.  The manifest is on disk
+ * and anyone may have written it: the parse checks every byte and refuses, never guesses.  Pure;
+ * apart from online_export.c so that its fuzz target (tests/fuzz/fuzz_online_producer.c) links it
+ * alone.
  */
 #include "online.h"
 
