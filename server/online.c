@@ -107,7 +107,8 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
         model_free(q);
         return NULL;
     }
-    q->restore_pending = !c->sample_log_dir[0] && !c->bus_servers[0];
+    /* no log to replay (the bus's replay mode: the stream from the export on) */
+    q->restore_pending = !c->bus_servers[0] ? !c->sample_log_dir[0] : !online__sync_mode(c);
     if (c->sample_log_dir[0]) {
         snprintf(q->slog_dir, sizeof q->slog_dir, "%s/%s", c->sample_log_dir, name);
         sample_log_config_t lc = {.sync = SAMPLE_LOG_SYNC_INTERVAL,

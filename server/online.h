@@ -138,6 +138,11 @@ size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t 
  * else 0 (another producer).  Pure. */
 int online_export_producer_pos(const char *producer, uint64_t *pos);
 
+/* Parses a bus export's producer "tlserve-online stream=S id=X" (replay
+ * mode: every stream message up to sequence S is in the version): 1 with
+ * *seq = S, else 0 (another producer, or a "log=" one).  Pure. */
+int online_export_producer_stream(const char *producer, uint64_t *seq);
+
 /* 1 when the online trainer of model has written into store (the base of
  * the versions sharing it, kept ones included: a version swapped back in
  * on it does not hold its files' values); else 0.  Any thread. */

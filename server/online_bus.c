@@ -21,7 +21,13 @@
  * of the stream) is counted and logged: never skipped in silence.  At start
  * the consumer reads from the lowest position any model's trainer.state
  * names (1 when none: everything the stream keeps), and a model skips the
- * records before its own.
+ * records before its own.  With exports (online_export.c: THE POSITION)
+ * each export that goes live moves trainer.state to the stream sequence
+ * after it, so a restart reads the stream from the last export on, not from
+ * where the version began.  A stream that no longer holds that sequence
+ * (its retention dropped it) is an ERROR naming both sequences; the replica
+ * learns from the first message kept, the missing ones counted in
+ * tlserve_bus_gap_total.
  *
  * NATS down, restarting, or slower than the clients.  The bus connects in
  * the background (bus.h: connect_in_background): with no server reachable
@@ -332,10 +338,45 @@ static bus_reader_t *reader_open(uint64_t seq)
     return NULL;
 }
 
+/* With --model-repo the versions load in the background after the start: a
+ * message read before its model's slot exists would be skipped as naming a
+ * model not served here.  A first version of the repository (what /readyz
+ * waits for) and the models this server learned before (their trainers
+ * exist from their sample logs, online_start) are waited for, up to
+ * SLOTS_WAIT_MS, then the consumer reads anyway (a WARN names the one
+ * missing).  LIMIT: a second model of a repository, never learned here,
+ * that loads after the first may miss the stream's first messages. */
+#define SLOTS_WAIT_MS 60000
+static void wait_for_slots(void)
+{
+    for (int waited = 0; !atomic_load(&B.stop); waited += 20) {
+        const char *missing = G.srv->cfg.model_repo[0] && !server_model_any_active(G.srv)
+                                  ? "(the repository's first)"
+                                  : NULL;
+        uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+        for (uint32_t i = 0; i < n && !missing; i++) {
+            online_model_t *q = atomic_load_explicit(&G.models[i], memory_order_acquire);
+            if (q && !server_slot_named(G.srv, q->name))
+                missing = q->name;
+        }
+        if (!missing)
+            return;
+        if (waited >= SLOTS_WAIT_MS) {
+            LOG(LL_WARN,
+                "online: model '%s' learned here before is not served after %d s: "
+                "the stream's messages for it are skipped (tlserve_bus_unknown_model_total)",
+                missing, SLOTS_WAIT_MS / 1000);
+            return;
+        }
+        nap_unless_stopped(20);
+    }
+}
+
 static void *consumer_main(void *arg)
 {
     (void)arg;
     bus_error_t err;
+    wait_for_slots();
     bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
     while (r && !atomic_load(&B.stop)) {
@@ -362,8 +403,18 @@ static void *consumer_main(void *arg)
         }
         if (rc == BUS_READ_GAP) {
             atomic_fetch_add_explicit(&B.gaps, m.skipped, memory_order_relaxed);
-            LOG(LL_WARN, "online: the stream has no messages %" PRIu64 "..%" PRIu64
-                " (aged out or deleted): not learned", m.seq - m.skipped, m.seq - 1);
+            if (m.seq - m.skipped == B.start_seq && atomic_load(&B.consumed) == 0)
+                LOG(LL_ERROR,
+                    "online: the stream no longer holds sequence %" PRIu64 ", where "
+                    "this replica's learning resumes (trainer.state or its export): its first "
+                    "message kept is %" PRIu64 "; learning from there, the %" PRIu64 " messages "
+                    "between are lost to this replica's model (tlserve_bus_gap_total)",
+                    B.start_seq, m.seq, m.skipped);
+            else
+                LOG(LL_WARN,
+                    "online: the stream has no messages %" PRIu64 "..%" PRIu64
+                    " (aged out or deleted): not learned",
+                    m.seq - m.skipped, m.seq - 1);
         }
         atomic_fetch_add_explicit(&B.consumed, 1, memory_order_relaxed);
         const char *model = strncmp(m.subject, G.srv->cfg.bus_subject_prefix, plen) == 0 &&
@@ -525,6 +576,9 @@ size_t online__bus_metrics(char *buf, size_t len)
     size_t off = (size_t)n;
     uint64_t last = bus_last_seq(B.bus), read = atomic_load(&B.read_seq);
     n = snprintf(buf + off, len - off,
+                 "# HELP tlserve_bus_start_seq The stream sequence the consumer started from "
+                 "(the lowest a model's trainer.state names; 1: the whole stream)\n"
+                 "# TYPE tlserve_bus_start_seq gauge\ntlserve_bus_start_seq %" PRIu64 "\n"
                  "# HELP tlserve_bus_ready 1 once the stream was checked or created (forwarding "
                  "and learning run)\n# TYPE tlserve_bus_ready gauge\ntlserve_bus_ready %d\n"
                  "# HELP tlserve_bus_consumer_lag Stream messages this replica has not read yet "
@@ -539,7 +593,7 @@ size_t online__bus_metrics(char *buf, size_t len)
                  "tlserve_bus_outbox_max_lag %d\n"
                  "# HELP tlserve_bus_outbox_lag Records in the model's outbox (sample log) not "
                  "yet forwarded to the stream\n# TYPE tlserve_bus_outbox_lag gauge\n",
-                 atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
+                 B.start_seq, atomic_load(&B.ready) ? 1 : 0, last > read ? last - read : 0,
                  atomic_load(&B.lag_refused), ONLINE_BUS_MAX_LAG);
     if (n < 0 || (size_t)n >= len - off) {
         buf[off] = 0;

@@ -45,7 +45,14 @@
  * else's (a restarted server's: loaded from the files).  A restart
  * (online__export_restart) replays the log from P when the active version
  * is such an export, whether or not trainer.state was rewritten before a
- * kill.
+ * kill.  With the bus in replay mode the sample log is only the outbox and
+ * the trainer's positions are stream sequences: the producer is then
+ * "tlserve-online stream=S id=X", every stream message up to sequence S is
+ * in the version, and a restart whose active version is such an export
+ * (online__export_bus_restart) restores its optimizer state and learns
+ * from S + 1 (the consumer starts at trainer.state's position, which each
+ * export that goes live moves to S + 1).  Each replica exports into its
+ * own repository: a replica's exports are its own lineage.
  *
  * LINEAGE: an export's parent is the newest version of the trainer's
  * lineage (head: the version it attached to, then each export); its
@@ -93,6 +100,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,6 +133,7 @@ struct export_job {
 };
 
 struct online_export {
+    int repo_lock; /* <repo>/<model> opened and flock'ed: one exporting process per repository */
     /* the trainer thread's */
     uint64_t *slots; /* DIRTY_SLOTS keys, 0 = empty (key 0 is has_zero) */
     size_t count;    /* keys in slots, has_zero included */
@@ -358,9 +367,12 @@ int online__export_init(online_model_t *q)
     const server_config_t *c = &G.srv->cfg;
     if (c->online_export_ms <= 0 || !c->model_repo[0])
         return 0;
-    if (c->bus_servers[0]) {
-        LOG(LL_WARN, "online: model '%s': --online-export-ms is not supported with the bus yet "
-            "(several replicas would write one repository): no exports", q->name);
+    if (online__sync_mode(c)) {
+        LOG(LL_WARN,
+            "online: model '%s': --online-export-ms is not supported in the "
+            "partitioned bus mode yet (the peers' updates applied carry no stream position an "
+            "export could record): no exports",
+            q->name);
         return 0;
     }
     struct online_export *e = calloc(1, sizeof *e);
@@ -376,6 +388,21 @@ int online__export_init(online_model_t *q)
     e->q = q;
     e->due_ms = online__now_ns() / 1000000 + (uint64_t)c->online_export_ms;
     snprintf(e->model_dir, sizeof e->model_dir, "%s/%s", c->model_repo, q->name);
+    /* two servers exporting into one repository would each take the other's exports for an
+     * offline producer's and their lineages would interleave: the second one refuses */
+    e->repo_lock = open(e->model_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (e->repo_lock < 0 || flock(e->repo_lock, LOCK_EX | LOCK_NB) != 0) {
+        LOG(LL_ERROR,
+            "online: model '%s': %s: %s: no exports (give each replica its own "
+            "--model-repo)",
+            q->name, e->model_dir,
+            e->repo_lock < 0 ? strerror(errno) : "another tlserve process exports into it");
+        if (e->repo_lock >= 0)
+            close(e->repo_lock);
+        free(slots);
+        free(e);
+        return 0;
+    }
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->commit, NULL);
     pthread_cond_init(&e->cond, NULL);
@@ -383,6 +410,7 @@ int online__export_init(online_model_t *q)
         pthread_mutex_destroy(&e->lock);
         pthread_mutex_destroy(&e->commit);
         pthread_cond_destroy(&e->cond);
+        close(e->repo_lock);
         free(slots);
         free(e);
         LOG(LL_ERROR, "online: model '%s': cannot start the export thread: no exports",
@@ -408,7 +436,8 @@ bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart replays from "
                 "the export's position all the same", q->slog_dir, strerror(-rc));
-        (void)sample_log_trim(q->slog, pos); /* under q->lock: see attach */
+        if (!online__bus_on()) /* with the bus, pos is the stream's: the forwarder trims */
+            (void)sample_log_trim(q->slog, pos); /* under q->lock: see attach */
     }
     LOG(LL_INFO, "online: model '%s' serves its own export, version %" PRIu64 ", and learns on "
         "(optimizer state kept)", q->name, meta->version);
@@ -459,6 +488,30 @@ void online__export_restart(online_model_t *q, const model_t *m)
         q->replay_from = pos;
     }
     store_delta_close(d);
+}
+
+uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
+{
+    if (!q->exp)
+        return 0;
+    const store_meta_t *meta = model_meta(m);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
+    store_delta_t *d = NULL;
+    uint64_t seq, next = 0;
+    if (store_delta_open(dir, &d, NULL) != 0)
+        return 0; /* a full version, or unreadable: trainer.state decides */
+    const store_delta_info_t *in = store_delta_info(d);
+    if (in->meta.created_unix == meta->created_unix &&
+        online_export_producer_stream(in->producer, &seq) && seq < UINT64_MAX) {
+        next = seq + 1;
+        LOG(LL_INFO,
+            "online: model '%s': version %" PRIu64 " is an online export holding the "
+            "stream up to sequence %" PRIu64 ": learning from %" PRIu64,
+            q->name, meta->version, seq, next);
+    }
+    store_delta_close(d);
+    return next;
 }
 
 static int collect_row(void *ctx, uint64_t key, const float *value)
@@ -702,6 +755,7 @@ void online__export_stop(online_model_t *q)
     pthread_mutex_destroy(&e->lock);
     pthread_mutex_destroy(&e->commit);
     pthread_cond_destroy(&e->cond);
+    close(e->repo_lock);
     free(e->job.keys);
     free(e->job.vals);
     free(e->job.found);

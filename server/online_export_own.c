@@ -60,8 +60,13 @@ uint64_t online__export_own_id(void)
 
 void online__export_producer(uint64_t pos, char out[STORE_PRODUCER_MAX])
 {
-    snprintf(out, STORE_PRODUCER_MAX, ONLINE_EXPORT_PRODUCER " log=%" PRIu64 " id=%016" PRIx64,
-             pos, online__export_own_id());
+    if (online__bus_on()) /* replay mode: pos is the stream's next sequence */
+        snprintf(out, STORE_PRODUCER_MAX,
+                 ONLINE_EXPORT_PRODUCER " stream=%" PRIu64 " id=%016" PRIx64, pos ? pos - 1 : 0,
+                 online__export_own_id());
+    else
+        snprintf(out, STORE_PRODUCER_MAX, ONLINE_EXPORT_PRODUCER " log=%" PRIu64 " id=%016" PRIx64,
+                 pos, online__export_own_id());
 }
 
 void online__export_own_add(const char *model, uint64_t version, uint64_t pos)

@@ -65,6 +65,7 @@ typedef struct online_model {
     char slog_dir[1100];
     _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
     uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
+    uint64_t bus_skip_below;  /* ... nor these: in the active export (the trainer's) */
     pthread_t thread;
     /* the freshness boost (online.c, boost_locked; lock held) */
     _Atomic int trainer_tid;  /* 0 until the trainer thread has started */
@@ -94,6 +95,7 @@ typedef struct online_model {
     /* published */
     _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
     _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow, boosts;
+    _Atomic uint64_t bus_skipped; /* stream messages skipped at a start: in the active export */
     _Atomic uint64_t halted; /* 1: a step would have made a non-finite weight; until a new version */
     _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
     _Atomic uint64_t fresh_p50_us, fresh_p99_us;
@@ -289,6 +291,13 @@ void online__export_reset(online_model_t *q, const store_meta_t *meta);
  * replay is set to start there on it, whatever trainer.state says. */
 void online__export_restart(online_model_t *q, const model_t *m);
 
+/* The same with the bus in replay mode, from the trainer's first batch
+ * after a start: when the active version m is an online export of this
+ * model ("stream=S", any process's), returns S + 1, the first stream
+ * sequence it does not hold (the trainer skips those below, whatever
+ * trainer.state said); else 0.  Reads the version's manifest: may block. */
+uint64_t online__export_bus_restart(online_model_t *q, const model_t *m);
+
 /* True when an export is due (the timer with keys dirty, a filling set):
  * the trainer's idle wait ends for online__export_tick. */
 bool online__export_due(const online_model_t *q);
@@ -314,7 +323,8 @@ void online__export_stop(online_model_t *q);
 /* The registry of this process's own exports (online_export_own.c; any
  * thread, its own leaf lock). */
 uint64_t online__export_own_id(void); /* this process's random export id, drawn once */
-/* "tlserve-online log=<pos> id=<own id>": an export's producer field. */
+/* "tlserve-online log=<pos> id=<own id>" (with the bus: "stream=<pos - 1>"): an
+ * export's producer field. */
 void online__export_producer(uint64_t pos, char out[STORE_PRODUCER_MAX]);
 /* Records model's export version covering log records below pos (a retry of
  * the same version replaces it); the last ONLINE_EXPORT_OWN_MAX are kept. */

@@ -46,6 +46,9 @@ size_t online_metrics_format(char *buf, size_t len)
         FAM("tlserve_online_samples_total", "counter", "samples learned", samples, U64),
         FAM("tlserve_online_replayed_total", "counter",
             "samples learned again from the sample log at start", replayed, U64),
+        FAM("tlserve_online_bus_export_skipped_total", "counter",
+            "stream messages read at a start and not learned: the active online export holds "
+            "them (replay mode)", bus_skipped, U64),
         FAM("tlserve_online_positives_total", "counter", "samples learned with label 1",
             positives, U64),
         FAM("tlserve_online_refused_total", "counter",
@@ -76,7 +79,8 @@ size_t online_metrics_format(char *buf, size_t len)
         FAM("tlserve_online_export_version", "gauge", "the version the last export wrote",
             export_version, U64),
         FAM("tlserve_online_export_position", "gauge",
-            "the sample-log position the last export covers (records below it)", export_pos,
+            "the position the last export covers (sample-log records below it; with the bus, "
+            "stream sequences below it)", export_pos,
             U64),
         FAM("tlserve_online_version", "gauge", "the version the trainer writes", last_version,
             U64),

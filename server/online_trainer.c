@@ -31,6 +31,8 @@
  * restarted trainer is, float for float, the one that never crashed.
  * Without a sample log (and without the bus) the state is restored at the
  * first attach: what the export holds continues as its trainer left it.
+ * With the bus in replay mode too, and the stream messages the active
+ * export holds (online__export_bus_restart) are skipped, not learned twice.
  *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
@@ -469,7 +471,8 @@ static int is_online_export(const char *mdir, uint64_t v)
     store_delta_t *d = NULL;
     uint64_t pos;
     int yes = store_delta_open(dir, &d, NULL) == 0 &&
-              online_export_producer_pos(store_delta_info(d)->producer, &pos);
+              (online_export_producer_pos(store_delta_info(d)->producer, &pos) ||
+               online_export_producer_stream(store_delta_info(d)->producer, &pos));
     store_delta_close(d);
     return yes;
 }
@@ -622,6 +625,10 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
         q->replay_pending = false;
         q->replay_any = false;
     }
+    if (q->restore_pending && online__bus_on() && !q->bus_skip_below) { /* EXPORT: a start */
+        uint64_t next = online__export_bus_restart(q, sm->model);
+        q->bus_skip_below = next ? next : 1;
+    }
     for (int r = 0; r < BATCH_RECORDS && consumed < avail;) {
         uint32_t len;
         if (q->cap - t < ONLINE_REC_HDR || (memcpy(&len, q->ring + t, 4), len == ONLINE_WRAP)) {
@@ -637,6 +644,14 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
                                                                  : len; /* the mark after */
         memcpy(&arrival, q->ring + t + 8, 8);
         memcpy(&pos, q->ring + t + 16, 8);
+        size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);
+        if (pos < q->bus_skip_below) { /* in the active export already (a restart) */
+            atomic_fetch_add_explicit(&q->bus_skipped, 1, memory_order_relaxed);
+            consumed += sz;
+            t += sz;
+            r++;
+            continue;
+        }
         pthread_mutex_lock(&q->lock);
         bool can = online__attach(q, sm, pos) == 0;
         pthread_mutex_unlock(&q->lock);
@@ -652,7 +667,6 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
             online__file_marks_note(q, q->ring + t + ONLINE_REC_HDR + plen, pos);
         online__export_learned(q, pos + 1); /* EXPORT */
         q->next_pos = pos + 1;
-        size_t sz = ONLINE_REC_HDR + (((size_t)len + 7) & ~(size_t)7);
         consumed += sz;
         t += sz;
         r++;
