@@ -491,14 +491,21 @@ def report(ivf, gen_out, events, burns, samples, hwm, rate, max_rps, delta_bytes
                  "after %.3f s)%s." % (v, kind, dt, t_act - t_ren, extra))
     # tlserve's own account (its log): load to active, and the gate's share of it
     import re
-    active_s, gate_s = {}, {}
+    active_s, gate_s, gate_cpu, build = {}, {}, {}, {}
     for line in open(os.path.join(OUT, "tlserve.log"), errors="replace"):
         m = re.search(r"load \d+: \S+ version (\d+) active after ([\d.]+) s", line)
         if m:
             active_s[int(m.group(1))] = float(m.group(2))
-        m = re.search(r"gate: \S+ version (\d+) passed: .*; ([\d.]+) s", line)
+        m = re.search(r"gate: \S+ version (\d+) passed: .*; ([\d.]+) s"
+                      r"(?: \(this thread's CPU ([\d.]+) s\))?", line)
         if m:
             gate_s[int(m.group(1))] = float(m.group(2))
+            if m.group(3):
+                gate_cpu[int(m.group(1))] = float(m.group(3))
+        m = re.search(r"repo: version (\d+) = version \d+ \+ \d+ delta\(s\), (\d+) keys as an "
+                      r"overlay in ([\d.]+) s .*this thread's CPU ([\d.]+) s", line)
+        if m:
+            build[int(m.group(1))] = (int(m.group(2)), float(m.group(3)), float(m.group(4)))
     if active_s:
         L.append("")
         L.append("tlserve's log (load start to active; the gate's part): " + "; ".join(
@@ -509,6 +516,21 @@ def report(ivf, gen_out, events, burns, samples, hwm, rate, max_rps, delta_bytes
         if dl:
             L.append("Delta apply rate by tlserve's log (changed keys / load-to-active): median "
                      "%.2fM keys/s." % (dl[len(dl) // 2] / 1e6))
+    if build:
+        # The loader runs SCHED_IDLE: its wall time is mostly waiting for the CPU serving leaves.
+        vs = sorted(build)
+        wall = sorted(k / w for k, w, c in build.values() if w > 0)
+        cpu = sorted(k / c for k, w, c in build.values() if c > 0)
+        L.append("Overlay builds (keys; wall s; the loader thread's CPU s): " + "; ".join(
+            "v%d %d, %.3f, %.3f" % (v, *build[v]) for v in vs) + ".")
+        if wall and cpu:
+            L.append("Overlay build rate median %.2fM keys/s of wall time, %.2fM keys per second "
+                     "of the loader thread's CPU." % (wall[len(wall) // 2] / 1e6,
+                                                     cpu[len(cpu) // 2] / 1e6))
+        g = sorted((gate_s[v], gate_cpu[v]) for v in vs if v in gate_s and v in gate_cpu)
+        if g:
+            L.append("Their gates (wall s, the loader thread's CPU s): " +
+                     "; ".join("%.3f, %.3f" % x for x in g) + ".")
     if deltas:
         dts = sorted(w[4] - w[3] for w in deltas)
         L.append("")

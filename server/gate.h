@@ -122,6 +122,7 @@ typedef struct gate_verdict {
     double eval_logloss_active;    /* of the active version; NAN without one (first load) */
     double eval_seconds;     /* scoring them (and re-reading the file when it changed) */
     double seconds;          /* the whole check */
+    double cpu_seconds;      /* of it, CPU on the calling thread (not its helpers') */
     char msg[1024];          /* refused: why, with the numbers; passed: the numbers */
 } gate_verdict_t;
 

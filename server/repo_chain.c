@@ -44,6 +44,15 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* CPU time of the calling thread: the loader's, which runs SCHED_IDLE by
+ * default, so its wall time is mostly waiting for what serving leaves. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* The chain's deltas after the active version, as one overlay over it
  * (overlay.h): memory and time of the deltas, not of the model.  Applies when
  * the active version is a link of the chain (same model, version and
@@ -70,7 +79,7 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
     store_delta_t **d = calloc(n, sizeof *d);
     model_t *m = NULL;
     int rc = d ? 0 : store_error_set(err, STORE_E_NOMEM, "no memory for %u deltas", n);
-    uint64_t t0 = now_ns(), keys = 0;
+    uint64_t t0 = now_ns(), c0 = thread_cpu_ns(), keys = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         char path[1200];
         snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[at + 1 + i]);
@@ -101,7 +110,7 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
         rc = -ENOENT;
     }
     if (rc == 0) {
-        uint64_t t2 = now_ns();
+        uint64_t t2 = now_ns(), c2 = thread_cpu_ns();
         rc = server_model_wrap(m, out);
         if (rc != 0) {
             model_destroy(m);
@@ -111,12 +120,14 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
             double s = (double)(t2 - t0) * 1e-9;
             LOG(LL_INFO,
                 "repo: version %" PRIu64 " = version %" PRIu64 " + %u delta(s), %" PRIu64
-                " keys %s in %.3f s (read and verified %.3f s; %.1f M keys/s)",
+                " keys %s in %.3f s (read and verified %.3f s; %.1f M keys/s; this "
+                "thread's CPU %.3f s, %.1f M keys per CPU second)",
                 chain->versions[chain->n - 1], am->version, n, keys,
                 own ? "exported by the online trainer: its live store, relabelled"
                     : "as an overlay",
-                s, (double)(t1 - t0) * 1e-9,
-                s > 0 ? (double)keys / s * 1e-6 : 0.0);
+                s, (double)(t1 - t0) * 1e-9, s > 0 ? (double)keys / s * 1e-6 : 0.0,
+                (double)(c2 - c0) * 1e-9,
+                c2 > c0 ? (double)keys / ((double)(c2 - c0) * 1e-9) * 1e-6 : 0.0);
             repo__note_apply(keys, s);
         }
     }

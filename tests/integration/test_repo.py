@@ -251,6 +251,9 @@ class ModelRepo(unittest.TestCase):
         self.assertTrue({1, 2, 4} <= seen, seen)
         log = srv.output()
         self.assertIn("as an overlay", log)
+        # the loader thread's CPU beside the wall time, for the build and the gate
+        self.assertRegex(log, r"as an overlay in [\d.]+ s .*this thread's CPU [\d.]+ s")
+        self.assertRegex(log, r"gate: \S+ version \d+ passed: .*; [\d.]+ s \(this thread's CPU [\d.]+ s\)")
         self.assertIn("folded into the base", log)
         self.assertGreaterEqual(srv.metric("tlserve_delta_overlays_total"), 2)
         self.assertEqual(srv.metric('tlserve_delta_folds_total{result="stopped"}'), 0)
