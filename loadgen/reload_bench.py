@@ -155,26 +155,44 @@ def cpu_at(samples, t):
 
 
 BURNER = r"""
-import os, sys, time
-share, stop_at, nice = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+import mmap, os, sys, time
+share, stop_at, nice, touch = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 os.nice(nice)
+# touch: bytes of fresh anonymous memory faulted in, one page at a time, paced to be done by
+# 90% of the window (part of the CPU share), and unmapped at its end
+m = mmap.mmap(-1, touch) if touch > 0 else None
+start, off = time.time(), 0
+span = max(1e-3, 0.9 * (stop_at - start))
 while time.time() < stop_at:
     t0 = time.time()
     while time.time() - t0 < 0.01 * share:
-        pass
+        if m is not None and off < touch and off < touch * (time.time() - start) / span:
+            m[off] = 1
+            off += 4096
     time.sleep(max(0.0, 0.01 * (1 - share)))
+if m is not None:
+    m.close()
 """
 
 
-def burn(cores, seconds, nice):
-    """Spends `cores` of CPU for `seconds` at `nice` (ceil(cores) processes, 10 ms periods)."""
-    n = max(1, -(-cores // 1)) if cores > 0 else 0
+def burn(cores, seconds, nice, touch=0):
+    """Spends `cores` of CPU for `seconds` at `nice` (ceil(cores) processes, 10 ms periods),
+    the first of them also faulting in `touch` bytes of fresh memory within that CPU."""
+    n = max(1, -(-cores // 1)) if cores > 0 or touch > 0 else 0
     stop_at = time.time() + seconds
-    ps = [subprocess.Popen([sys.executable, "-c", BURNER, "%.3f" % min(1.0, cores / n),
-                            "%.3f" % stop_at, str(nice)]) for _ in range(int(n))]
+    ps = [subprocess.Popen([sys.executable, "-c", BURNER, "%.3f" % min(1.0, max(cores / n, 0.01)),
+                            "%.3f" % stop_at, str(nice), str(touch if i == 0 else 0)])
+          for i in range(int(n))]
     time.sleep(max(0.0, stop_at - time.time()))
     for p in ps:
         p.wait()
+
+
+def rss_growth(samples, a, z):
+    """Bytes tlserve's VmRSS rose in [a, z] over its value at a (0 without samples)."""
+    base = next((r for t, r, _ in reversed(samples) if t <= a), None)
+    top = max((r for t, r, _ in samples if a <= t <= z), default=None)
+    return max(0, top - base) * 1024 if base is not None and top is not None else 0
 
 
 def vm_hwm(pid):
@@ -331,23 +349,26 @@ def bench(work, tlsnap, tlsynth, tlserve, tlgen, mkdelta):
         at = t_act + (FULL_GAP if kind == "full" else GAP)
     # The floor: each reload's extra CPU (tlserve's CPU over its steady rate) replayed by
     # processes that only burn it, at the loader's nice (10) until live and the fold's (0)
-    # until folded, one reload at a time with the same gaps: what spending that much CPU
-    # costs serving on this machine, whoever spends it.
+    # until folded, one reload at a time with the same gaps, and as much fresh memory faulted
+    # in as tlserve's RSS grew then: what spending that much CPU and memory costs serving on
+    # this machine, whoever spends it.
     time.sleep(max(0.0, at - time.time()))
     t_st = events[0][3]
     r0 = (cpu_at(samples, t_st) - cpu_at(samples, start)) / max(1e-3, t_st - start)
     burns = []
     for v, kind, nkeys, t_ren, t_act, t_fold in events:
-        b0, spent = time.time(), []
+        b0, spent, touched = time.time(), [], 0
         for a, z, nice in ((t_ren, t_act, 10), (t_act, t_fold, 0)):
             if z - a < 0.05:
                 continue
             extra = max(0.0, cpu_at(samples, z) - cpu_at(samples, a) - r0 * (z - a))
+            grown = rss_growth(samples, a, z)
             spent.append(extra)
-            burn(extra / (z - a), z - a, nice)
+            touched += grown
+            burn(extra / (z - a), z - a, nice, grown)
         burns.append((v, kind, b0, time.time(), sum(spent)))
-        say("floor for version %d (%s): %.2f CPU s over %.3f s" % (v, kind, sum(spent),
-                                                                    time.time() - b0))
+        say("floor for version %d (%s): %.2f CPU s, %.0f MiB of fresh memory, over %.3f s"
+            % (v, kind, sum(spent), touched / 2**20, time.time() - b0))
         time.sleep(FULL_GAP if kind == "full" else GAP)
     gen.wait()
     stop.set()
@@ -469,7 +490,8 @@ def report(ivf, gen_out, events, burns, samples, hwm, rate, max_rps, delta_bytes
     if fl_d or fl_f:
         L.append("")
         L.append("Floor (each reload's extra CPU, %s CPU s in all, spent by a process that only "
-                 "burns it, at nice 10 until live and 0 until folded): p99 during the deltas over "
+                 "burns it and faults in as much fresh memory as tlserve's RSS grew, at nice 10 until "
+                 "live and 0 until folded): p99 during the deltas over "
                  "their floor %s, during the full swap over its floor %s." % (
                      "%.1f" % sum(b[4] for b in burns),
                      "%.2fx" % (re_d / fl_d) if re_d and fl_d else "-",
