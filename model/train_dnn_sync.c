@@ -77,6 +77,7 @@ struct train_dnn_sync {
     size_t name_len;
     char model[UPDATE_NAME_MAX];
     uint64_t bytes_sent;    /* sum of published message lengths */
+    uint64_t base_version;  /* in the next message's header */
     float *m;               /* n: momentum (this replica's own) */
     float *v;               /* n: variance, bias-corrected once frozen */
     float *pending;         /* n: sum of this interval's local deltas */
@@ -216,7 +217,7 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
         return -ENOBUFS;
     const float *err = update_dense_error(s->enc);
     memcpy(s->scratch, err, sizeof(float) * s->n);
-    long len = update_dense_encode(s->enc, s->pending, flags, 0, buf, cap);
+    long len = update_dense_encode(s->enc, s->pending, flags, s->base_version, buf, cap);
     if (len < 0)
         return len; /* -EINVAL cannot happen: step keeps pending finite */
     if (onebit)
@@ -225,6 +226,12 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
     memset(s->pending, 0, sizeof(float) * s->n);
     s->bytes_sent += (uint64_t)len;
     return len;
+}
+
+void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version)
+{
+    update_dense_set_next_seq(s->enc, seq);
+    s->base_version = base_version;
 }
 
 static int refuse(update_error_t *err, const char *fmt, unsigned long long a, unsigned long long b)

@@ -129,6 +129,9 @@ size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum s
  * the next interval.  The pending delta is reset.  Returns the length,
  * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
 long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+/* The bus header of the next published message: this producer's sequence
+ * (shared with its row messages) and the model version it was made on. */
+void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version);
 
 /* Add a peer's message buf[0..len) to x[0..n).  0; -EBADMSG (the bytes do
  * not decode) or -EINVAL (not DENSE, wrong length n, another model, this
@@ -152,6 +155,14 @@ int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s);
 /* The MLP's parameter count of a DNN trainer (the n its sync needs), 0 if
  * t is not a DNN. */
 size_t train_dnn_mlp_floats(const train_t *t);
+/* t's MLP as a network (W, b into the trainer's parameters), for the
+ * server to copy into its scorers (model_dnn_install_mlp); NULL if t is not
+ * a DNN.  Valid while t lives; read it where t's writer is excluded. */
+const dnn_net_t *train_dnn_sync_net(const train_t *t);
+/* Copies net's weights over t's MLP (the served MLP a new trainer starts
+ * from when the one served is no longer the snapshot's).  0, -ENOTSUP (not
+ * a DNN), -EINVAL (another shape: nothing copied). */
+int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net);
 /* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
 int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err);
