@@ -142,6 +142,8 @@ void train_dnn_sync_destroy(train_dnn_sync_t *s)
 
 bool train_dnn_sync_frozen(const train_dnn_sync_t *s) { return s->steps >= s->warmup_steps; }
 
+uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s) { return s->steps; }
+
 size_t train_dnn_sync_bound(const train_dnn_sync_t *s) { return update_dense_bound(s->enc, UPDATE_F_EXACT); }
 
 const float *train_dnn_sync_residual(const train_dnn_sync_t *s) { return update_dense_error(s->enc); }

@@ -119,6 +119,7 @@ void train_dnn_sync_destroy(train_dnn_sync_t *s);
 int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g);
 
 bool train_dnn_sync_frozen(const train_dnn_sync_t *s); /* warm-up over */
+uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s); /* local steps taken */
 size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum size */
 
 /* Encode the interval's pending delta into buf[0..cap): exact f32 during

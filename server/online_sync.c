@@ -263,6 +263,7 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s->touched.key);
     free(s->touched.gen);
     free(s->buf);
+    online__sync_dense_free(s->dense);
     free(s);
 }
 
@@ -301,8 +302,9 @@ static cold struct online_sync_model *model_new(const online_model_t *q, uint32_
     return s;
 }
 
-void online__sync_attach(online_model_t *q, uint64_t version)
+void online__sync_attach(online_model_t *q, const model_t *m)
 {
+    const uint64_t version = model_meta(m)->version;
     if (atomic_load(&S.stopped))
         return;
     pthread_once(&S.identity, identity);
@@ -337,13 +339,13 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     if (rc != 0)
         LOG(LL_WARN, "online: model '%s': its trainer has no statistics partitioned replicas "
             "can add (LR needs FTRL): it learns here without publishing", q->name);
+    else
+        online__sync_dense_attach(q, s, m); /* a DNN: its MLP too */
 }
 
 /* ---- publishing -------------------------------------------------------------------- */
 
-/* Publishes one message until JetStream stores it (the message id makes a
- * retry safe) or the server stops: 0 or -ECANCELED. */
-static int publish(const uint8_t *buf, size_t len, const char *model, uint64_t seq)
+int online__sync_publish(const uint8_t *buf, size_t len, const char *model, uint64_t seq)
 {
     char subject[200], id[256];
     snprintf(subject, sizeof subject, "%s.%s.updates", S.prefix, model);
@@ -401,7 +403,7 @@ static void publish_model(online_model_t *q, bool final)
             LOG(LL_ERROR, "online: model '%s': update encode failed (%s)", q->name, strerror((int)-len));
             break;
         }
-        if (publish(s->buf, (size_t)len, q->name, seq) != 0)
+        if (online__sync_publish(s->buf, (size_t)len, q->name, seq) != 0)
             break;
         atomic_store(&S.next_seq, seq + 1);
         COUNT(sent);
@@ -412,6 +414,7 @@ static void publish_model(online_model_t *q, bool final)
         want -= n;
     }
     atomic_store_explicit(&s->residual_keys, update_acc_count(a), memory_order_relaxed);
+    online__sync_dense_turn(q, s, ms); /* the DNN's MLP: its own message, then the swap */
 }
 
 static void publish_all(bool final)
@@ -544,8 +547,11 @@ void online__sync_stop(void)
             continue;
         pthread_mutex_lock(&ms->writer);
         struct online_sync_model *s = atomic_exchange(&q->sync, NULL);
-        if (q->t)
+        if (q->t) {
             (void)train_lr_sync_hook(q->t, NULL, NULL);
+            (void)train_rows_sync_hook(q->t, NULL, NULL);
+            (void)train_dnn_sync_attach(q->t, NULL); /* the MLP is frozen again */
+        }
         pthread_mutex_unlock(&ms->writer);
         model_free_sync(s);
     }
@@ -572,8 +578,12 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "tlserve_sync_residual_keys %" PRIu64 "\n"
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
-                     "tlserve_bus_ready %d\n",
-                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
+                     "tlserve_bus_ready %d\n"
+                     "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
+                     "froze its variance and sends 1 bit a value (exact f32 before)\n"
+                     "# TYPE tlserve_sync_dnn_warmup_over gauge\ntlserve_sync_dnn_warmup_over %d\n",
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
+                     atomic_load(&S.dnn_warm) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \

@@ -318,7 +318,7 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     q->attached = model_store(m);
     seed_file_marks(q, meta->version);
     if (online__sync_mode(&G.srv->cfg)) /* partitioned replicas: (dz, dn) out */
-        online__sync_attach(q, meta->version);
+        online__sync_attach(q, m);
     atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
@@ -535,7 +535,7 @@ static void restore_state(online_model_t *q, server_model_t *sm)
             train_destroy(q->t);
             q->t = fresh;
             if (online__sync_mode(c)) /* the hook was the old trainer's */
-                online__sync_attach(q, q->att_version);
+                online__sync_attach(q, sm->model);
         } else {
             train_destroy(fresh);
         }
