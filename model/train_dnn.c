@@ -60,6 +60,8 @@
  * the ids the state lacks, so train_predict equals the served score.  A
  * row whose serving floats would not be finite is not written: -ERANGE.
  * Detached, the MLP learns again (Adam from its moments as they were).
+ * With a train_dnn_sync_t attached (SYNC below) the MLP learns while
+ * attached: it is the trainer's private copy, never the served one.
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K = 1 + d
  * coordinates, G at K + i.  A hooked step copies each row before stepping

@@ -23,8 +23,9 @@
  * dG = 0.  FM's w under FTRL: (dz, dn) in coordinate 0's two places, w
  * recomputed from FTRL's closed form, as LR's.  What is not synced stays
  * each replica's own: FM's occurrence count (its 1/c factor shrinkage).
- * The DNN's MLP is dense: frozen online, or synced as a whole vector per
- * interval by 1-bit Adam (DENSE below, train_dnn_sync.c).
+ * The DNN's MLP is dense: frozen online, or (partitioned replicas) synced
+ * as a whole vector per interval by 1-bit Adam (DENSE below,
+ * train_dnn_sync.c), the server swapping whole copies in for its scorers.
  *
  *   d[0 .. R)    dx_i   (FM-FTRL: d[0] = dz)
  *   d[R .. 2R)   dG_i >= 0 on a step (FM-FTRL: d[R] = dn; SGD: 0)

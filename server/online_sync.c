@@ -126,18 +126,17 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
- * THE DNN's MLP (not built here: it is frozen online, and not synced).
- * The model level exists: model/train_dnn_sync.c (1-bit Adam over
- * interval deltas, train_dnn_sync_attach / _publish_mlp / _apply_mlp in
- * train_sync.h; its design comment says why 1-bit Adam and not 0/1 Adam).
- * Serving it online first needs a double-buffered MLP: the trainer steps
- * a private copy and publishes it to the scorers by pointer swap under the
- * model's epoch (a request must never see a half-stepped matrix), every
- * interval; then a DENSE message per interval on the bus beside the rows'.
+ * THE DNN's MLP (online_sync_dense.c).  Dense, so not in the accumulators:
+ * model/train_dnn_sync.c's 1-bit Adam steps the trainer's private copy, and
+ * each turn here publishes one DENSE message of its interval's delta (the
+ * same producer, sequence and gap repair as the rows') and swaps a copy in
+ * for the scorers (model_dnn_install_mlp: a request never sees a half-
+ * written matrix).  The consumer hands DENSE messages there.
  *
- * FILES: this one (the trainer's side, publishing, start, stop, metrics) and
- * online_sync_apply.c (consuming: apply, producers, gaps); online_sync_impl.h
- * has what they share.
+ * FILES: this one (the trainer's side, publishing, start, stop, metrics),
+ * online_sync_apply.c (consuming: apply, producers, gaps) and
+ * online_sync_dense.c (the DNN's MLP); online_sync_impl.h has what they
+ * share.
  *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's
