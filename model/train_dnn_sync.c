@@ -246,23 +246,65 @@ static int refuse(update_error_t *err, const char *fmt, unsigned long long a, un
     return -EINVAL;
 }
 
+/* Decodes a DENSE message of this model and n into s->scratch: 0, or the
+ * refusal (the producer is checked by the callers). */
+static int decode_dense(train_dnn_sync_t *s, const uint8_t *buf, size_t len, update_msg_t *msg,
+                        update_error_t *err)
+{
+    int rc = update_msg_decode(buf, len, msg, err);
+    if (rc < 0)
+        return rc;
+    if (!(msg->flags & UPDATE_F_DENSE))
+        return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg->flags, 0);
+    if (msg->count != s->n)
+        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg->count, s->n);
+    if (msg->model_len != s->name_len || memcmp(msg->model, s->model, s->name_len) != 0)
+        return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu",
+                      msg->model_len, 0);
+    rc = update_msg_dense(msg, s->scratch, s->n);
+    if (rc < 0)
+        return refuse(err, "MLP message: dense payload did not decode (%llu)%.0llu",
+                      (unsigned long long)-rc, 0);
+    return 0;
+}
+
+int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
+                                update_error_t *err)
+{
+    update_msg_t msg;
+    int rc = decode_dense(s, buf, len, &msg, err);
+    if (rc < 0)
+        return rc;
+    if (msg.producer != s->producer)
+        return refuse(err, "MLP message: producer %llu is not this replica (%llu)", msg.producer,
+                      s->producer);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (!isfinite(s->pending[i] - s->scratch[i]))
+            return refuse(err, "MLP message: pending %llu would become non-finite%.0llu", i, 0);
+    for (uint32_t i = 0; i < s->n; i++)
+        s->pending[i] -= s->scratch[i];
+    return 0;
+}
+
+void train_dnn_sync_reset(train_dnn_sync_t *s)
+{
+    memset(s->m, 0, sizeof(float) * s->n);
+    memset(s->v, 0, sizeof(float) * s->n);
+    memset(s->pending, 0, sizeof(float) * s->n);
+    update_dense_clear_error(s->enc);
+    s->steps = 0;
+    s->b1_pow = 1;
+    s->b2_pow = 1;
+}
+
 int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err)
 {
     update_msg_t msg;
-    int rc = update_msg_decode(buf, len, &msg, err);
+    int rc = decode_dense(s, buf, len, &msg, err);
     if (rc < 0)
         return rc;
-    if (!(msg.flags & UPDATE_F_DENSE))
-        return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg.flags, 0);
-    if (msg.count != s->n)
-        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg.count, s->n);
-    if (msg.model_len != s->name_len || memcmp(msg.model, s->model, s->name_len) != 0)
-        return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu", msg.model_len, 0);
     if (msg.producer == s->producer)
         return refuse(err, "MLP message: producer %llu is this replica%.0llu", msg.producer, 0);
-    rc = update_msg_dense(&msg, s->scratch, s->n);
-    if (rc < 0)
-        return refuse(err, "MLP message: dense payload did not decode (%llu)%.0llu", (unsigned long long)-rc, 0);
     for (uint32_t i = 0; i < s->n; i++)
         if (!isfinite(x[i] + s->scratch[i]))
             return refuse(err, "MLP message: parameter %llu would become non-finite%.0llu", i, 0);

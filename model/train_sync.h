@@ -141,6 +141,18 @@ void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_
  * the reason (err may be NULL). */
 int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err);
 
+/* A restart (server/online_sync_dense.c): this replica's own message of an
+ * earlier run, buf[0..len), subtracted from the pending delta, so the next
+ * publish sends what the replayed steps add beyond what the peers already
+ * hold.  x is not touched.  0; -EBADMSG, or -EINVAL (not DENSE, wrong n,
+ * another model, another producer than this one's, not finite), *err
+ * naming it (err may be NULL). */
+int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
+                                update_error_t *err);
+/* Back to a fresh state (moments, warm-up, pending delta, error vector):
+ * for a model version whose MLP is another snapshot's. */
+void train_dnn_sync_reset(train_dnn_sync_t *s);
+
 /* The sender's error vector (n floats): the sum of true deltas published
  * minus the sum of what messages carried. */
 const float *train_dnn_sync_residual(const train_dnn_sync_t *s);

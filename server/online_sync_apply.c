@@ -301,7 +301,9 @@ static uint64_t handle(const bus_msg_t *bm)
         return 0;
     }
     if (m.flags & UPDATE_F_DENSE) { /* the DNN's MLP (online_sync_dense.c) */
-        if (!own)                    /* an earlier run's own: not subtracted (see there) */
+        if (own)                     /* an earlier run's: R - P (RESTART) */
+            online__sync_dense_own(&m, bm->data, bm->len, model);
+        else
             online__sync_dense_apply(&m, bm->data, bm->len, model);
         return 0;
     }

@@ -36,13 +36,21 @@
  * no exchange; the replicas' reason to learn it (they see different
  * samples) is not there.
  *
- * VERSIONS.  A new trainer (a new version, or a restart) starts its MLP
- * from the one served (model_dnn_served_mlp: the last installed on that
- * base, else the snapshot's), and the 1-bit Adam state (moments, frozen
- * variance, error vector) carries on.  Not handled: a restart's own DENSE
- * messages of the earlier run are skipped (the rows subtract theirs), so a
- * restarted replica serves its snapshot's MLP plus what peers send from
- * then on, and the replicas' MLPs agree again only at the next version.
+ * VERSIONS.  A new trainer starts its MLP from the one served
+ * (model_dnn_served_mlp).  A version on the same base (a fold): the old
+ * trainer's MLP is installed first (online__sync_dense_detach), so the new
+ * one starts exactly where the old stopped, and the 1-bit Adam state
+ * (moments, frozen variance, pending delta, error vector) carries on.  A
+ * version of another snapshot: that state starts afresh.
+ *
+ * RESTART (online_sync.c: RESTART, the same arithmetic).  The trainer
+ * starts from the served snapshot's MLP and learns its sample log again:
+ * its pending delta gets R, its own steps since the version began; its
+ * peers hold P, the sum of its DENSE messages in the stream.  Those read
+ * before the consumer caught up are subtracted from the pending delta
+ * (train_dnn_sync_subtract_own), so it sends R - P and the peers end with
+ * R; the peers' messages in the stream are applied to it as they are read,
+ * so it ends with what they hold.
  *
  * THREAD SAFETY: the train_dnn_sync_t and the trainer's MLP under the
  * model's writer lock (trainer steps, turns, applies); buf is the
@@ -69,6 +77,7 @@ struct online_sync_dense {
     size_t cap;
     uint64_t steps_sent;   /* writer lock: local steps at the last turn */
     uint64_t applied;      /* writer lock: peers' messages applied since the last install */
+    bool own_subtracted;   /* writer lock: a restart's own message changed the pending delta */
 };
 
 void online__sync_dense_free(struct online_sync_dense *d)
@@ -121,6 +130,26 @@ void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, c
     (void)train_dnn_sync_attach(q->t, s->dense->s);
 }
 
+void online__sync_dense_detach(online_model_t *q, model_t *m)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    struct online_sync_dense *d = s ? s->dense : NULL;
+    if (!d || !q->t || !train_dnn_sync_net(q->t))
+        return;
+    if (model_store(m) == q->attached) { /* the same base: its MLP goes on */
+        int rc = model_dnn_install_mlp(m, train_dnn_sync_net(q->t));
+        if (rc != 0)
+            LOG(LL_WARN, "online: model '%s': the learned MLP was not carried to the new "
+                "version (%s)", q->name, strerror(-rc));
+        else
+            COUNT(dnn_installs);
+    } else { /* another snapshot's MLP: the old one's deltas mean nothing for it */
+        train_dnn_sync_reset(d->s);
+        d->own_subtracted = false;
+    }
+    (void)train_dnn_sync_attach(q->t, NULL);
+}
+
 void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms)
 {
     struct online_sync_dense *d = s->dense;
@@ -133,11 +162,12 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
     bool mine = sm && q->t && model_store(sm->model) == q->attached &&
                 train_dnn_sync_net(q->t) != NULL;
     uint64_t steps = train_dnn_sync_steps(d->s);
-    if (mine && steps != d->steps_sent) {
+    if (mine && (steps != d->steps_sent || d->own_subtracted)) {
         seq = atomic_load(&S.next_seq);
         train_dnn_sync_set_header(d->s, seq, q->att_version);
         len = train_dnn_sync_publish_mlp(q->t, d->buf, d->cap);
         d->steps_sent = steps;
+        d->own_subtracted = false;
     }
     if (mine && (len > 0 || d->applied)) {
         int rc = model_dnn_install_mlp(sm->model, train_dnn_sync_net(q->t));
@@ -159,6 +189,45 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
     atomic_store(&S.next_seq, seq + 1);
     COUNT(dnn_sent);
     atomic_fetch_add_explicit(&S.dnn_bytes, (uint64_t)len, memory_order_relaxed);
+}
+
+void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
+                            const char *model)
+{
+    char why[320];
+    online_model_t *q = online__model_get(model, why, sizeof why);
+    server_slot_t *ms = server_slot_named(G.srv, model);
+    if (!q || !ms)
+        return;
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, model);
+    while (sm && model_overlays(sm->model, NULL) > 0 && !atomic_load(&S.stop)) {
+        server_model_release(sm);
+        pthread_mutex_unlock(&ms->writer);
+        sync__nap_ms(2);
+        pthread_mutex_lock(&ms->writer);
+        sm = server_model_acquire_named(G.srv, model);
+    }
+    why[0] = 0;
+    if (sm && model_meta(sm->model)->version == m->base_version) {
+        pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
+        int rc = online__attach(q, sm, q->next_pos);
+        pthread_mutex_unlock(&q->lock);
+        struct online_sync_model *s = atomic_load(&q->sync);
+        update_error_t err = {.code = UPDATE_OK};
+        if (rc == 0 && s && s->dense &&
+            (rc = train_dnn_sync_subtract_own(s->dense->s, buf, len, &err)) != 0)
+            snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : strerror(-rc));
+        else if (rc == 0 && s && s->dense)
+            s->dense->own_subtracted = true;
+    }
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    if (why[0])
+        LOG(LL_WARN, "online: model '%s': own MLP update %" PRIu64 " of an earlier run not "
+            "subtracted: %s", model, m->seq, why);
+    else
+        COUNT(own);
 }
 
 /* Counts a refusal of a peer's DENSE message and says why (rate-limited). */

@@ -159,6 +159,10 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
  * model; applied or counted as refused with its reason logged. */
 void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t len,
                               const char *model);
+/* The consumer, before it caught up: this replica's own DENSE message of
+ * an earlier run, subtracted from the pending delta (a restart). */
+void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
+                            const char *model);
 void online__sync_dense_free(struct online_sync_dense *d);
 
 /* The consumer thread (online_sync_apply.c): reads the stream from 1. */

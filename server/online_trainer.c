@@ -296,6 +296,8 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         return 0;
     if (q->t && q->attached == model_store(m) && online__export_adopt(q, meta))
         return 0; /* EXPORT: its own export went live; the optimizer state stays */
+    if (q->t && online__sync_mode(&G.srv->cfg)) /* the DNN's learned MLP */
+        online__sync_dense_detach(q, m);
     train_destroy(q->t);
     q->t = NULL;
     q->attached = NULL;

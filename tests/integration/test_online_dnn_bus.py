@@ -9,6 +9,10 @@ real 3-node NATS JetStream cluster (natscluster.py).
   intervals), the MLP each serves (the digest's "mlp") is no longer the snapshot's, both
   report the warm-up over, and the two score the probes alike within 1e-5 (the same deltas
   added in another order: float rounding).
+- A replica killed (-9) with frames learned but maybe not yet published, started again on
+  its sample log and node name while its peer learns on: it learns its log again, subtracts
+  its earlier run's DENSE messages from what it will send (as the rows do), applies its peer's,
+  and the two score the probes alike within 1e-5 again.
 - A third replica whose DNN has the same rows but another MLP shape joins the stream: its
   DENSE messages are refused by the others (tlserve_sync_dnn_refused_total, reason logged),
   which keep serving.
@@ -19,6 +23,7 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_dnn_bu
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -107,11 +112,18 @@ class DnnReplicas(unittest.TestCase):
         for t in readers:
             t.start()
         try:
-            with a.client() as ca, b.client() as cb:
-                for k in range(FRAMES):
-                    shared, samples = frame(k)
-                    c = ca if k % 2 == 0 else cb
-                    self.assertEqual(c.train("dnn", shared, samples), len(samples))
+            # 2 frames each (6 local steps, under the warm-up of 10): exact messages
+            self.send(a, range(0, 4, 2))
+            self.send(b, range(1, 4, 2))
+            self.wait_learned(a, 6)
+            self.wait_learned(b, 6)
+            harness.sync_settled(a, b, SYNC_MS, 30)
+            for s in (a, b):
+                self.assertEqual(s.metric("tlserve_sync_dnn_warmup_over"), 0)
+                self.assertGreater(s.metric("tlserve_sync_dnn_applied_total"), 0)
+            warm_bytes = a.metric("tlserve_sync_dnn_bytes_total")
+            self.send(a, range(4, FRAMES, 2))  # the rest: 1 bit a value
+            self.send(b, range(5, FRAMES, 2))
             half = 3 * FRAMES // 2
             self.assertEqual(self.wait_learned(a, half), half)
             self.assertEqual(self.wait_learned(b, half), half)
@@ -138,10 +150,49 @@ class DnnReplicas(unittest.TestCase):
             self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
             self.assertNotIn("runtime error", s.output())
-        print("\ndnn mlp: max |a - b| %.2g, dense bytes %d + %d, installs %d + %d" % (
+        self.assertGreater(a.metric("tlserve_sync_dnn_bytes_total"), warm_bytes)
+        print("\ndnn mlp: max |a - b| %.2g, dense bytes %d + %d (warm-up %d), installs %d + %d" % (
             max(abs(x - y) for x, y in zip(sa, sb)), a.metric("tlserve_sync_dnn_bytes_total"),
-            b.metric("tlserve_sync_dnn_bytes_total"), da["mlp_installs"], db["mlp_installs"]),
+            b.metric("tlserve_sync_dnn_bytes_total"), warm_bytes, da["mlp_installs"],
+            db["mlp_installs"]),
             file=sys.stderr)
+
+    def send(self, s, frames):
+        with s.client() as c:
+            for k in frames:
+                shared, samples = frame(k)
+                self.assertEqual(c.train("dnn", shared, samples), len(samples))
+
+    @staticmethod
+    def probe_scores(s):
+        with s.client() as c:
+            return c.predict("dnn", shared_block(), PROBES).scores
+
+    def test_a_replica_killed_catches_up(self):
+        model = self.model("k")
+        a, b = self.replica(model, "a"), self.replica(model, "b")
+        self.send(a, range(0, 20, 2))
+        self.send(b, range(1, 20, 2))
+        self.wait_learned(a, 30)
+        self.wait_learned(b, 30)
+        harness.sync_settled(a, b, SYNC_MS, 30)
+        self.send(b, range(20, 30))  # learned, maybe not yet published
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait()
+        self.send(a, range(30, 40))  # while b is down
+        b2 = self.replica(model, "b")  # the same sample log and node name
+        self.assertEqual(self.wait_learned(b2, 60), 60)  # its whole log again
+        self.send(b2, range(40, 46))
+        harness.sync_agree(a, b2, self.probe_scores, SYNC_MS)
+        # its earlier run's MLP messages were subtracted, not sent twice
+        self.assertGreater(b2.metric("tlserve_sync_own_subtracted_total"), 0)
+        da, db = harness.digest(a, "dnn"), harness.digest(b2, "dnn")
+        self.assertGreater(db["mlp_installs"], 0)
+        for s in (a, b2):
+            self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
+            self.assertNotIn("runtime error", s.output())
+        print("\ndnn restart: mlp %s / %s" % (da["mlp"], db["mlp"]), file=sys.stderr)
 
     def test_an_mlp_of_another_shape_is_refused(self):
         a = self.replica(self.model("m"), "a")
