@@ -262,6 +262,63 @@ static void test_refusals(void **state)
         train_dnn_sync_destroy(other);
 }
 
+/* A restart (server/online_sync_dense.c): a fresh state that replays the
+ * same steps and subtracts its earlier run's message has nothing left to
+ * send; another producer's message is not subtracted; reset empties. */
+static void test_subtract_own_and_reset(void **state)
+{
+    (void)state;
+    enum { STEPS = 3 };
+    train_dnn_sync_t *a = make(N, 1, 1000, "dnn"), *b = make(N, 2, 1000, "dnn");
+    float *x = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * (size_t)N * STEPS);
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *earlier = malloc(cap), *buf = malloc(cap);
+    update_error_t err;
+    for (int k = 0; k < STEPS; k++) {
+        gradient(g + (size_t)k * N, x, N);
+        assert_int_equal(train_dnn_sync_step(a, x, g + (size_t)k * N), 0);
+    }
+    long elen = train_dnn_sync_publish(a, x, earlier, cap); /* exact: in the warm-up */
+    assert_true(elen > 0);
+    train_dnn_sync_destroy(a);
+
+    train_dnn_sync_t *a2 = make(N, 1, 1000, "dnn"); /* restarted: replays the same steps */
+    memset(x, 0, 4 * N);
+    for (int k = 0; k < STEPS; k++)
+        assert_int_equal(train_dnn_sync_step(a2, x, g + (size_t)k * N), 0);
+    assert_int_equal(train_dnn_sync_steps(a2), STEPS);
+    assert_int_equal(train_dnn_sync_subtract_own(a2, earlier, (size_t)elen, &err), 0);
+    long len = train_dnn_sync_publish(a2, x, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    for (uint32_t i = 0; i < N; i++) /* the peer already had it all: nothing more */
+        assert_true(xb[i] == 0.0f);
+
+    /* b's message is not a2's to subtract; a truncated one neither */
+    assert_int_equal(train_dnn_sync_step(b, xb, g), 0);
+    len = train_dnn_sync_publish(b, xb, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_subtract_own(a2, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "not this replica"));
+    assert_int_equal(train_dnn_sync_subtract_own(a2, earlier, (size_t)elen - 1, &err), -EBADMSG);
+
+    /* reset: a fresh state, nothing pending */
+    assert_int_equal(train_dnn_sync_step(a2, x, g), 0);
+    train_dnn_sync_reset(a2);
+    assert_int_equal(train_dnn_sync_steps(a2), 0);
+    assert_false(train_dnn_sync_frozen(a2));
+    memset(xb, 0, 4 * N);
+    len = train_dnn_sync_publish(a2, x, buf, cap);
+    assert_true(len > 0);
+    train_dnn_sync_t *c = make(N, 3, 1000, "dnn");
+    assert_int_equal(train_dnn_sync_apply(c, xb, buf, (size_t)len, &err), 0);
+    for (uint32_t i = 0; i < N; i++)
+        assert_true(xb[i] == 0.0f);
+
+    free(x), free(xb), free(g), free(earlier), free(buf);
+    train_dnn_sync_destroy(a2), train_dnn_sync_destroy(b), train_dnn_sync_destroy(c);
+}
+
 static void test_variance_floor(void **state)
 {
     (void)state;
@@ -385,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_error_feedback_sum),
         cmocka_unit_test(test_four_replicas_converge),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_subtract_own_and_reset),
         cmocka_unit_test(test_variance_floor),
         cmocka_unit_test(test_dnn_trainers_agree),
     };
