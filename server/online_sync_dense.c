@@ -125,8 +125,7 @@ void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, c
     const dnn_net_t *served = model_dnn_served_mlp(m);
     if (served && train_dnn_sync_load_mlp(q->t, served) != 0)
         LOG(LL_WARN, "online: model '%s': the served MLP does not fit its trainer", q->name);
-    s->dense->steps_sent = train_dnn_sync_steps(s->dense->s);
-    s->dense->applied = 0;
+    s->dense->applied = 0; /* steps_sent stays: a pending delta is still owed */
     (void)train_dnn_sync_attach(q->t, s->dense->s);
 }
 
@@ -145,6 +144,7 @@ void online__sync_dense_detach(online_model_t *q, model_t *m)
             COUNT(dnn_installs);
     } else { /* another snapshot's MLP: the old one's deltas mean nothing for it */
         train_dnn_sync_reset(d->s);
+        d->steps_sent = 0;
         d->own_subtracted = false;
     }
     (void)train_dnn_sync_attach(q->t, NULL);
