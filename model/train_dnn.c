@@ -771,6 +771,14 @@ long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap)
     return train_dnn_sync_publish(d->dense_sync, d->dense, buf, cap);
 }
 
+long train_dnn_sync_flush_mlp(train_t *t, uint8_t *buf, size_t cap)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d || !d->dense_sync)
+        return -ENOTSUP;
+    return train_dnn_sync_flush(d->dense_sync, d->dense, buf, cap);
+}
+
 int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err)
 {
     train_dnn_t *d = dnn_of(t);

@@ -32,6 +32,9 @@
  *            add: every replica's x is x0 + the sum of all sent messages
  *            plus only its own pending steps.
  *   apply:   x += q of a peer (decoded; refused whole if bad).
+ *   flush:   a quiet interval (the server: no local step) sends pending +
+ *            e exact and empties e, x += e: replicas that stop learning
+ *            end with every local step, not less each one's residual.
  * The sum of what a replica has sent equals the sum of its true deltas
  * minus its residual e: nothing is lost, only delayed.
  *
@@ -228,6 +231,36 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
     memset(s->pending, 0, sizeof(float) * s->n);
     s->bytes_sent += (uint64_t)len;
     return len;
+}
+
+long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap)
+{
+    if (cap < update_dense_bound(s->enc, UPDATE_F_EXACT))
+        return -ENOBUFS;
+    const float *err = update_dense_error(s->enc);
+    for (uint32_t i = 0; i < s->n; i++) {
+        s->scratch[i] = s->pending[i] + err[i];
+        if (!isfinite(s->scratch[i]) || !isfinite(x[i] + err[i]))
+            return -EINVAL;
+    }
+    long len = update_dense_encode(s->enc, s->scratch, UPDATE_F_EXACT, s->base_version, buf, cap);
+    if (len < 0)
+        return len;
+    for (uint32_t i = 0; i < s->n; i++) /* x back to every local step: the peers get them all */
+        x[i] += err[i];
+    update_dense_clear_error(s->enc);
+    memset(s->pending, 0, sizeof(float) * s->n);
+    s->bytes_sent += (uint64_t)len;
+    return len;
+}
+
+bool train_dnn_sync_owes(const train_dnn_sync_t *s)
+{
+    const float *err = update_dense_error(s->enc);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (err[i] != 0 || s->pending[i] != 0)
+            return true;
+    return false;
 }
 
 void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version)

@@ -131,6 +131,14 @@ size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum s
  * the next interval.  The pending delta is reset.  Returns the length,
  * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
 long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+/* Sends everything owed exact: the pending delta plus the error vector,
+ * which is then 0, and x gets the error back (x holds every local step
+ * again).  For a quiet interval, so that replicas that stop learning agree
+ * on all their steps.  Returns the length, -ENOBUFS (cap under the bound),
+ * -EINVAL (not finite; nothing changed). */
+long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+/* Whether a pending delta or an error vector is nonzero. */
+bool train_dnn_sync_owes(const train_dnn_sync_t *s);
 /* The bus header of the next published message: this producer's sequence
  * (shared with its row messages) and the model version it was made on. */
 void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version);
@@ -179,6 +187,7 @@ const dnn_net_t *train_dnn_sync_net(const train_t *t);
 int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net);
 /* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
+long train_dnn_sync_flush_mlp(train_t *t, uint8_t *buf, size_t cap); /* _flush on t's MLP */
 int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err);
 
 #endif

@@ -413,7 +413,7 @@ static void publish_model(online_model_t *q, bool final)
         want -= n;
     }
     atomic_store_explicit(&s->residual_keys, update_acc_count(a), memory_order_relaxed);
-    online__sync_dense_turn(q, s, ms); /* the DNN's MLP: its own message, then the swap */
+    online__sync_dense_turn(q, s, ms, final); /* the DNN's MLP: its message, then the swap */
 }
 
 static void publish_all(bool final)

@@ -18,9 +18,12 @@
  *      reads it).
  *
  * and publishes the message outside the lock on <prefix>.<model>.updates
- * with id <node>/sync/<seq>, as the rows'.  A turn with no local step
- * since the last sends nothing (the sums the peers hold are complete) and
- * installs only if a peer's message was applied since.
+ * with id <node>/sync/<seq>, as the rows'.  A quiet turn (no local step
+ * since the last) or the final one at shutdown sends what is still owed
+ * exact (train_dnn_sync_flush: the pending delta and the 1-bit error
+ * vector), as the rows' quiet turns do, so replicas that stop learning end
+ * with all of each other's steps; then nothing until the next step.  A
+ * turn installs only if it published or a peer's message was applied.
  *
  * The consumer (online_sync_apply.c) hands a DENSE message here: it is
  * refused (tlserve_sync_dnn_refused_total, WARN with the reason) when made
@@ -150,7 +153,8 @@ void online__sync_dense_detach(online_model_t *q, model_t *m)
     (void)train_dnn_sync_attach(q->t, NULL);
 }
 
-void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms)
+void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms,
+                             bool final)
 {
     struct online_sync_dense *d = s->dense;
     if (!d)
@@ -162,10 +166,13 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
     bool mine = sm && q->t && model_store(sm->model) == q->attached &&
                 train_dnn_sync_net(q->t) != NULL;
     uint64_t steps = train_dnn_sync_steps(d->s);
-    if (mine && (steps != d->steps_sent || d->own_subtracted)) {
+    bool stepped = steps != d->steps_sent || d->own_subtracted;
+    bool quiet = !stepped || final; /* what is owed goes out exact */
+    if (mine && (stepped || (quiet && train_dnn_sync_owes(d->s)))) {
         seq = atomic_load(&S.next_seq);
         train_dnn_sync_set_header(d->s, seq, q->att_version);
-        len = train_dnn_sync_publish_mlp(q->t, d->buf, d->cap);
+        len = quiet ? train_dnn_sync_flush_mlp(q->t, d->buf, d->cap)
+                    : train_dnn_sync_publish_mlp(q->t, d->buf, d->cap);
         d->steps_sent = steps;
         d->own_subtracted = false;
     }

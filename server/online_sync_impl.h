@@ -152,9 +152,10 @@ struct online_sync_dense;
  * (writer lock): its MLP's 1-bit Adam (made the first time), started from
  * the MLP m serves.  A failure is logged; the MLP then stays frozen. */
 void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, const model_t *m);
-/* The publisher's turn for q's MLP: publish its delta, install it for the
- * scorers.  Takes the writer lock; blocks on the bus. */
-void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms);
+/* The publisher's turn for q's MLP: publish its delta (owed exact when
+ * quiet or final), install it for the scorers.  Takes the writer lock; blocks on the bus. */
+void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms,
+                             bool final);
 /* The consumer: a peer's verified DENSE message m (bytes buf[0..len)) for
  * model; applied or counted as refused with its reason logged. */
 void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t len,

@@ -319,6 +319,46 @@ static void test_subtract_own_and_reset(void **state)
     train_dnn_sync_destroy(a2), train_dnn_sync_destroy(b), train_dnn_sync_destroy(c);
 }
 
+/* A quiet interval's flush: after 1-bit turns the peer lacks a's
+ * residual; the flush sends it exact and both hold every step of a. */
+static void test_flush_sends_what_is_owed(void **state)
+{
+    (void)state;
+    train_dnn_sync_t *a = make(N, 1, 1, "dnn"), *b = make(N, 2, 1, "dnn");
+    float *xa = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * N);
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *buf = malloc(cap);
+    update_error_t err;
+    assert_false(train_dnn_sync_owes(a));
+    for (int k = 0; k < 5; k++) {
+        gradient(g, xa, N);
+        assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+        long len = train_dnn_sync_publish(a, xa, buf, cap); /* 1 bit: past the warm-up of 1 */
+        assert_true(len > 0 && (size_t)len < cap / 4);
+        assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    }
+    assert_true(train_dnn_sync_owes(a));
+    double before = 0;
+    for (uint32_t i = 0; i < N; i++)
+        before = fmax(before, fabs(xa[i] - xb[i])); /* a's x is what it sent: equal already */
+    float *sent = malloc(4 * N);
+    memcpy(sent, xa, 4 * N);
+    long len = train_dnn_sync_flush(a, xa, buf, cap);
+    assert_true(len > 0);
+    assert_false(train_dnn_sync_owes(a));
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    double after = 0, moved = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        after = fmax(after, fabs(xa[i] - xb[i]));
+        moved = fmax(moved, fabs(xa[i] - sent[i]));
+    }
+    assert_true(before < 1e-6 && after < 1e-6);
+    assert_true(moved > 1e-5); /* the residual was real, and both now hold it */
+    assert_int_equal(train_dnn_sync_flush(a, xa, buf, 16), -ENOBUFS);
+    free(xa), free(xb), free(g), free(buf), free(sent);
+    train_dnn_sync_destroy(a), train_dnn_sync_destroy(b);
+}
+
 static void test_variance_floor(void **state)
 {
     (void)state;
@@ -443,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_four_replicas_converge),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_subtract_own_and_reset),
+        cmocka_unit_test(test_flush_sends_what_is_owed),
         cmocka_unit_test(test_variance_floor),
         cmocka_unit_test(test_dnn_trainers_agree),
     };
