@@ -6,7 +6,8 @@
  *     snapshot's) and B (A's weights halved) give the probe two different
  *     scores sA, sB;
  *   - two threads score the probe in a loop while the main thread installs
- *     B, A, B, ... 3000 times: every score is bit for bit sA or sB (a
+ *     B, A, B, ... (at least 3000 times, and until the readers scored 1000
+ *     times): every score is bit for bit sA or sB (a
  *     request that read a half-copied matrix would score something else),
  *     and after the last install the score is the last MLP's;
  *   - an MLP with a NaN is refused (-ERANGE) and one of another shape
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,17 +144,22 @@ static void test_install_under_readers(void **state)
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, reader, m), 0);
-    for (int i = 0; i < INSTALLS; i++)
-        assert_int_equal(model_dnn_install_mlp(m, i % 2 == 0 ? &b : &a), 0);
+    while (atomic_load(&scored) < 2) /* both readers running (a loaded host schedules late) */
+        sched_yield();
+    int installs = 0;
+    while (installs < INSTALLS || atomic_load(&scored) < 1000 || installs % 2 != 0) {
+        assert_int_equal(model_dnn_install_mlp(m, installs % 2 == 0 ? &b : &a), 0);
+        installs++;
+    }
     atomic_store(&stop, true);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
     printf("test_model_mlp: %lu scores during %d installs, %lu of neither MLP\n",
-           atomic_load(&scored), INSTALLS, atomic_load(&wrong));
+           atomic_load(&scored), installs, atomic_load(&wrong));
     assert_int_equal(atomic_load(&wrong), 0);
     assert_true(atomic_load(&scored) > 0);
-    assert_int_equal(model_dnn_mlp_installs(m), INSTALLS + 2);
-    float last = score(m, sc); /* INSTALLS even: the last install was a */
+    assert_int_equal(model_dnn_mlp_installs(m), (uint64_t)installs + 2);
+    float last = score(m, sc); /* installs even: the last install was a */
     assert_true(memcmp(&last, &sA, sizeof last) == 0);
 
     /* refusals leave the served MLP as it was */
@@ -163,7 +170,7 @@ static void test_install_under_readers(void **state)
     assert_int_equal(model_dnn_install_mlp(m, &other), -EINVAL);
     last = score(m, sc);
     assert_true(memcmp(&last, &sA, sizeof last) == 0);
-    assert_int_equal(model_dnn_mlp_installs(m), INSTALLS + 2);
+    assert_int_equal(model_dnn_mlp_installs(m), (uint64_t)installs + 2);
 
     free_copy(&a);
     free_copy(&b);
