@@ -269,6 +269,7 @@ void model_destroy(model_t *m)
     if (atomic_fetch_sub_explicit(&m->base->sharers, 1, memory_order_acq_rel) == 1) {
         store_destroy(m->base->store);
         store_extras_free(&m->base->extras);
+        model__mlp_free(m->base);
         free(m->base);
     }
     free(m);
@@ -653,8 +654,12 @@ static void score_rows(const model_t *m, const codec_block_t *shared, const code
                    sc->work, scores);
         break;
     case STORE_MODEL_DNN:
-        model_dnn_scores(&m->dnn, shared, items, n_items, sc->weights, sc->work, scores);
+    {
+        const dnn_net_t *net = model__mlp_enter(m); /* installed online, or the snapshot's */
+        model_dnn_scores(net, shared, items, n_items, sc->weights, sc->work, scores);
+        model__mlp_exit();
         break;
+    }
     default:
         model_lr_scores(sc->weights, shared, items, n_items, scores);
     }

@@ -63,6 +63,28 @@ const store_extras_t *model_extras(const model_t *m);
 
 void model_destroy(model_t *m);
 
+/* ---- the DNN's served MLP, learned online (model_mlp.c) ---------------------------
+ * Every version derived from one base (model_derive) serves the same MLP:
+ * the snapshot's until the first install, then the last installed. */
+struct dnn_net;
+/* The MLP's parameter count (weights and biases of every layer), 0 if m
+ * is not a DNN. */
+size_t model_dnn_mlp_floats(const model_t *m);
+/* Copies net (the same shape as m's MLP) and makes it the MLP requests
+ * score with, by pointer swap: a request sees the old or the new one,
+ * never a mix.  Blocks until no request still reads the copy it replaced
+ * (store_epoch_synchronize; one forward pass at most), which the next
+ * install reuses: no allocation after the first.  Callers serialise
+ * installs and model_dnn_served_mlp (the server: the model's writer
+ * lock).  0; -EINVAL (not a DNN, or another shape), -ERANGE (a value not
+ * finite: nothing changed), -ENOMEM (the first install). */
+int model_dnn_install_mlp(model_t *m, const struct dnn_net *net);
+/* The MLP served now (installed, else the snapshot's), owned by m's base;
+ * valid until the next install (same serialisation).  NULL if not a DNN. */
+const struct dnn_net *model_dnn_served_mlp(const model_t *m);
+/* Installs into m's base so far (any thread). */
+uint64_t model_dnn_mlp_installs(const model_t *m);
+
 const store_meta_t *model_meta(const model_t *m);
 /* The base's store itself, for its one writer (the fold of a delta, the
  * server's online trainer), which must keep to store.h's rule: one writer

@@ -21,6 +21,12 @@ struct model_base {
     store_t *store;           /* owned by the base */
     store_extras_t extras;    /* owned (dense arrays): params and layers */
     _Atomic uint32_t sharers; /* versions alive on this base */
+    /* DNN, learned online (model_mlp.c): the MLP scorers read when not NULL
+     * (else the version's dnn), under store_epoch_enter; mlp_spare is the
+     * installer's alone (its callers serialise installs). */
+    _Atomic(struct model_mlp *) mlp_live;
+    struct model_mlp *mlp_spare;
+    _Atomic uint64_t mlp_installs; /* installs so far */
 };
 
 struct model {
@@ -37,6 +43,14 @@ struct model {
     dnn_net_t dnn;           /* DNN: points into base->extras */
     size_t work_bytes;       /* per-request work space beyond the rows */
 };
+
+/* ---- the served MLP (model_mlp.c) ----------------------------------------------------
+ * A scorer reads the MLP between model__mlp_enter (a store epoch section;
+ * returns the live MLP or m->dnn) and model__mlp_exit; model_destroy of a
+ * base's last version calls model__mlp_free. */
+const dnn_net_t *model__mlp_enter(const model_t *m);
+void model__mlp_exit(void);
+void model__mlp_free(struct model_base *b);
 
 /* ---- the overlay's partitioned build (overlay.c; used by model_version.c) -----------
  *

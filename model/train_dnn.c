@@ -60,6 +60,8 @@
  * the ids the state lacks, so train_predict equals the served score.  A
  * row whose serving floats would not be finite is not written: -ERANGE.
  * Detached, the MLP learns again (Adam from its moments as they were).
+ * With a train_dnn_sync_t attached (SYNC below) the MLP learns while
+ * attached: it is the trainer's private copy, never the served one.
  *
  * SYNC (train_sync.h: ROWS, partitioned replicas): R = K = 1 + d
  * coordinates, G at K + i.  A hooked step copies each row before stepping
@@ -67,8 +69,10 @@
  * train_dnn_sync_t is attached (train_dnn_sync_attach): the step then
  * hands the MLP's gradient to its 1-bit Adam instead of adam(), and the
  * replicas exchange the MLP at intervals (train_dnn_sync_publish_mlp,
- * _apply_mlp).  Without one, replicas agree on the rows' scores only while
- * the MLP is frozen (LIVE), as the server runs it.
+ * _apply_mlp); attached LIVE too, the MLP then learns (the frozen rule is
+ * for a trainer alone: the server swaps whole copies in for its scorers,
+ * model_dnn_install_mlp, from train_dnn_sync_net).  Without one, replicas
+ * agree on the rows' scores only while the MLP is frozen (LIVE).
  *
  * THREAD SAFETY: one thread drives a trainer (train.h).
  */
@@ -511,7 +515,8 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
     if (p_out)
         *p_out = p;
     const double g = ((double)p - (double)label) * (double)weight;
-    const float *dinput = backward(t, g, !t->frozen);
+    const bool mlp_learns = !t->frozen || t->dense_sync; /* SYNC: the replicas' 1-bit Adam */
+    const float *dinput = backward(t, g, mlp_learns);
 
     const train__rows_sync_t *sync = &t->sync;
     float before[STORE_MAX_VALUE_FLOATS]; /* SYNC: a row before its step */
@@ -551,10 +556,10 @@ int train_dnn_update(train_dnn_t *t, const uint64_t *ids, const float *values, u
         if (sync->fn)
             train__rows_note(sync, ids[j], before, row);
     }
-    if (t->frozen)
-        return 0;
     if (t->dense_sync) /* every gradient above was taken at the weights of the forward pass */
         return dense_sync_step(t);
+    if (t->frozen)
+        return 0;
     adam(t);
     return 0;
 }
@@ -733,12 +738,45 @@ int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s)
     return 0;
 }
 
+const dnn_net_t *train_dnn_sync_net(const train_t *t)
+{
+    const train_dnn_t *d = t && train_ops(t) == &train__dnn_ops ? train__impl(t) : NULL;
+    return d ? &d->net : NULL;
+}
+
+int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d)
+        return -ENOTSUP;
+    const dnn_net_t *mine = &d->net;
+    bool same = net->n_layers == mine->n_layers && net->fields == mine->fields &&
+                net->dim == mine->dim && net->wide == mine->wide;
+    for (uint32_t l = 0; same && l <= net->n_layers; l++)
+        same = net->width[l] == mine->width[l];
+    if (!same)
+        return -EINVAL;
+    for (uint32_t l = 0; l < net->n_layers; l++) {
+        memcpy((float *)mine->W[l], net->W[l], (size_t)net->width[l] * net->width[l + 1] * sizeof(float));
+        memcpy((float *)mine->b[l], net->b[l], (size_t)net->width[l + 1] * sizeof(float));
+    }
+    return 0;
+}
+
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap)
 {
     train_dnn_t *d = dnn_of(t);
     if (!d || !d->dense_sync)
         return -ENOTSUP;
     return train_dnn_sync_publish(d->dense_sync, d->dense, buf, cap);
+}
+
+long train_dnn_sync_flush_mlp(train_t *t, uint8_t *buf, size_t cap)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d || !d->dense_sync)
+        return -ENOTSUP;
+    return train_dnn_sync_flush(d->dense_sync, d->dense, buf, cap);
 }
 
 int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err)

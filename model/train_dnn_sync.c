@@ -32,6 +32,9 @@
  *            add: every replica's x is x0 + the sum of all sent messages
  *            plus only its own pending steps.
  *   apply:   x += q of a peer (decoded; refused whole if bad).
+ *   flush:   a quiet interval (the server: no local step) sends pending +
+ *            e exact and empties e, x += e: replicas that stop learning
+ *            end with every local step, not less each one's residual.
  * The sum of what a replica has sent equals the sum of its true deltas
  * minus its residual e: nothing is lost, only delayed.
  *
@@ -77,6 +80,7 @@ struct train_dnn_sync {
     size_t name_len;
     char model[UPDATE_NAME_MAX];
     uint64_t bytes_sent;    /* sum of published message lengths */
+    uint64_t base_version;  /* in the next message's header */
     float *m;               /* n: momentum (this replica's own) */
     float *v;               /* n: variance, bias-corrected once frozen */
     float *pending;         /* n: sum of this interval's local deltas */
@@ -140,6 +144,8 @@ void train_dnn_sync_destroy(train_dnn_sync_t *s)
 }
 
 bool train_dnn_sync_frozen(const train_dnn_sync_t *s) { return s->steps >= s->warmup_steps; }
+
+uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s) { return s->steps; }
 
 size_t train_dnn_sync_bound(const train_dnn_sync_t *s) { return update_dense_bound(s->enc, UPDATE_F_EXACT); }
 
@@ -216,7 +222,7 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
         return -ENOBUFS;
     const float *err = update_dense_error(s->enc);
     memcpy(s->scratch, err, sizeof(float) * s->n);
-    long len = update_dense_encode(s->enc, s->pending, flags, 0, buf, cap);
+    long len = update_dense_encode(s->enc, s->pending, flags, s->base_version, buf, cap);
     if (len < 0)
         return len; /* -EINVAL cannot happen: step keeps pending finite */
     if (onebit)
@@ -225,6 +231,42 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
     memset(s->pending, 0, sizeof(float) * s->n);
     s->bytes_sent += (uint64_t)len;
     return len;
+}
+
+long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap)
+{
+    if (cap < update_dense_bound(s->enc, UPDATE_F_EXACT))
+        return -ENOBUFS;
+    const float *err = update_dense_error(s->enc);
+    for (uint32_t i = 0; i < s->n; i++) {
+        s->scratch[i] = s->pending[i] + err[i];
+        if (!isfinite(s->scratch[i]) || !isfinite(x[i] + err[i]))
+            return -EINVAL;
+    }
+    long len = update_dense_encode(s->enc, s->scratch, UPDATE_F_EXACT, s->base_version, buf, cap);
+    if (len < 0)
+        return len;
+    for (uint32_t i = 0; i < s->n; i++) /* x back to every local step: the peers get them all */
+        x[i] += err[i];
+    update_dense_clear_error(s->enc);
+    memset(s->pending, 0, sizeof(float) * s->n);
+    s->bytes_sent += (uint64_t)len;
+    return len;
+}
+
+bool train_dnn_sync_owes(const train_dnn_sync_t *s)
+{
+    const float *err = update_dense_error(s->enc);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (err[i] != 0 || s->pending[i] != 0)
+            return true;
+    return false;
+}
+
+void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version)
+{
+    update_dense_set_next_seq(s->enc, seq);
+    s->base_version = base_version;
 }
 
 static int refuse(update_error_t *err, const char *fmt, unsigned long long a, unsigned long long b)
@@ -237,23 +279,65 @@ static int refuse(update_error_t *err, const char *fmt, unsigned long long a, un
     return -EINVAL;
 }
 
+/* Decodes a DENSE message of this model and n into s->scratch: 0, or the
+ * refusal (the producer is checked by the callers). */
+static int decode_dense(train_dnn_sync_t *s, const uint8_t *buf, size_t len, update_msg_t *msg,
+                        update_error_t *err)
+{
+    int rc = update_msg_decode(buf, len, msg, err);
+    if (rc < 0)
+        return rc;
+    if (!(msg->flags & UPDATE_F_DENSE))
+        return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg->flags, 0);
+    if (msg->count != s->n)
+        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg->count, s->n);
+    if (msg->model_len != s->name_len || memcmp(msg->model, s->model, s->name_len) != 0)
+        return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu",
+                      msg->model_len, 0);
+    rc = update_msg_dense(msg, s->scratch, s->n);
+    if (rc < 0)
+        return refuse(err, "MLP message: dense payload did not decode (%llu)%.0llu",
+                      (unsigned long long)-rc, 0);
+    return 0;
+}
+
+int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
+                                update_error_t *err)
+{
+    update_msg_t msg;
+    int rc = decode_dense(s, buf, len, &msg, err);
+    if (rc < 0)
+        return rc;
+    if (msg.producer != s->producer)
+        return refuse(err, "MLP message: producer %llu is not this replica (%llu)", msg.producer,
+                      s->producer);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (!isfinite(s->pending[i] - s->scratch[i]))
+            return refuse(err, "MLP message: pending %llu would become non-finite%.0llu", i, 0);
+    for (uint32_t i = 0; i < s->n; i++)
+        s->pending[i] -= s->scratch[i];
+    return 0;
+}
+
+void train_dnn_sync_reset(train_dnn_sync_t *s)
+{
+    memset(s->m, 0, sizeof(float) * s->n);
+    memset(s->v, 0, sizeof(float) * s->n);
+    memset(s->pending, 0, sizeof(float) * s->n);
+    update_dense_clear_error(s->enc);
+    s->steps = 0;
+    s->b1_pow = 1;
+    s->b2_pow = 1;
+}
+
 int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err)
 {
     update_msg_t msg;
-    int rc = update_msg_decode(buf, len, &msg, err);
+    int rc = decode_dense(s, buf, len, &msg, err);
     if (rc < 0)
         return rc;
-    if (!(msg.flags & UPDATE_F_DENSE))
-        return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg.flags, 0);
-    if (msg.count != s->n)
-        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg.count, s->n);
-    if (msg.model_len != s->name_len || memcmp(msg.model, s->model, s->name_len) != 0)
-        return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu", msg.model_len, 0);
     if (msg.producer == s->producer)
         return refuse(err, "MLP message: producer %llu is this replica%.0llu", msg.producer, 0);
-    rc = update_msg_dense(&msg, s->scratch, s->n);
-    if (rc < 0)
-        return refuse(err, "MLP message: dense payload did not decode (%llu)%.0llu", (unsigned long long)-rc, 0);
     for (uint32_t i = 0; i < s->n; i++)
         if (!isfinite(x[i] + s->scratch[i]))
             return refuse(err, "MLP message: parameter %llu would become non-finite%.0llu", i, 0);

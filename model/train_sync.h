@@ -23,8 +23,9 @@
  * dG = 0.  FM's w under FTRL: (dz, dn) in coordinate 0's two places, w
  * recomputed from FTRL's closed form, as LR's.  What is not synced stays
  * each replica's own: FM's occurrence count (its 1/c factor shrinkage).
- * The DNN's MLP is dense: frozen online, or synced as a whole vector per
- * interval by 1-bit Adam (DENSE below, train_dnn_sync.c).
+ * The DNN's MLP is dense: frozen online, or (partitioned replicas) synced
+ * as a whole vector per interval by 1-bit Adam (DENSE below,
+ * train_dnn_sync.c), the server swapping whole copies in for its scorers.
  *
  *   d[0 .. R)    dx_i   (FM-FTRL: d[0] = dz)
  *   d[R .. 2R)   dG_i >= 0 on a step (FM-FTRL: d[R] = dn; SGD: 0)
@@ -119,6 +120,7 @@ void train_dnn_sync_destroy(train_dnn_sync_t *s);
 int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g);
 
 bool train_dnn_sync_frozen(const train_dnn_sync_t *s); /* warm-up over */
+uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s); /* local steps taken */
 size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum size */
 
 /* Encode the interval's pending delta into buf[0..cap): exact f32 during
@@ -129,12 +131,35 @@ size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum s
  * the next interval.  The pending delta is reset.  Returns the length,
  * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
 long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+/* Sends everything owed exact: the pending delta plus the error vector,
+ * which is then 0, and x gets the error back (x holds every local step
+ * again).  For a quiet interval, so that replicas that stop learning agree
+ * on all their steps.  Returns the length, -ENOBUFS (cap under the bound),
+ * -EINVAL (not finite; nothing changed). */
+long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
+/* Whether a pending delta or an error vector is nonzero. */
+bool train_dnn_sync_owes(const train_dnn_sync_t *s);
+/* The bus header of the next published message: this producer's sequence
+ * (shared with its row messages) and the model version it was made on. */
+void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version);
 
 /* Add a peer's message buf[0..len) to x[0..n).  0; -EBADMSG (the bytes do
  * not decode) or -EINVAL (not DENSE, wrong length n, another model, this
  * replica's own message, a result not finite): nothing written, *err names
  * the reason (err may be NULL). */
 int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err);
+
+/* A restart (server/online_sync_dense.c): this replica's own message of an
+ * earlier run, buf[0..len), subtracted from the pending delta, so the next
+ * publish sends what the replayed steps add beyond what the peers already
+ * hold.  x is not touched.  0; -EBADMSG, or -EINVAL (not DENSE, wrong n,
+ * another model, another producer than this one's, not finite), *err
+ * naming it (err may be NULL). */
+int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
+                                update_error_t *err);
+/* Back to a fresh state (moments, warm-up, pending delta, error vector):
+ * for a model version whose MLP is another snapshot's. */
+void train_dnn_sync_reset(train_dnn_sync_t *s);
 
 /* The sender's error vector (n floats): the sum of true deltas published
  * minus the sum of what messages carried. */
@@ -152,8 +177,17 @@ int train_dnn_sync_attach(train_t *t, train_dnn_sync_t *s);
 /* The MLP's parameter count of a DNN trainer (the n its sync needs), 0 if
  * t is not a DNN. */
 size_t train_dnn_mlp_floats(const train_t *t);
+/* t's MLP as a network (W, b into the trainer's parameters), for the
+ * server to copy into its scorers (model_dnn_install_mlp); NULL if t is not
+ * a DNN.  Valid while t lives; read it where t's writer is excluded. */
+const dnn_net_t *train_dnn_sync_net(const train_t *t);
+/* Copies net's weights over t's MLP (the served MLP a new trainer starts
+ * from when the one served is no longer the snapshot's).  0, -ENOTSUP (not
+ * a DNN), -EINVAL (another shape: nothing copied). */
+int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net);
 /* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
+long train_dnn_sync_flush_mlp(train_t *t, uint8_t *buf, size_t cap); /* _flush on t's MLP */
 int train_dnn_sync_apply_mlp(train_t *t, const uint8_t *buf, size_t len, update_error_t *err);
 
 #endif

@@ -198,6 +198,8 @@ size_t update_dense_bound(const update_dense_t *d, uint32_t flags);  /* exact me
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version,
                          uint8_t *buf, size_t cap);
 const float *update_dense_error(const update_dense_t *d);  /* n floats */
+void update_dense_set_next_seq(update_dense_t *d, uint64_t seq); /* the next message's */
+void update_dense_clear_error(update_dense_t *d); /* the error vector back to 0 */
 
 /* ---------------------------------------------------------------- decode */
 

@@ -5,14 +5,17 @@
  * probes alike.
  *
  *   200 {"model","version","keys","value_floats","dense_floats",
- *        "digest":"<16 hex>","micros"}
+ *        "digest":"<16 hex>","mlp":"<16 hex>","mlp_installs","micros"}
  *
  * The digest is the sum, modulo 2^64, of a 64-bit mix of each entry (its
  * key and the bit patterns of its served floats), so it does not depend on
  * the order entries sit in the table (two replicas that inserted the same
  * keys in another order, or into stores of other shard counts or
  * capacities, agree), plus a mix of every dense array the version carries
- * (the DNN's MLP), name and floats in order.  Floats count by their bits:
+ * (the DNN's MLP as its snapshot has it), name and floats in order.  "mlp"
+ * mixes the MLP a DNN serves NOW (partitioned replicas learn it online and
+ * install copies: model_dnn_install_mlp; "mlp_installs" counts them), 0
+ * for other kinds.  Floats count by their bits:
  * 0.0 and -0.0 differ, as they would in a snapshot file.
  *
  * What a version serves is its base store seen through its overlays (a
@@ -32,6 +35,7 @@
  * when name has no active version.
  */
 #include "admin_impl.h"
+#include "model/dnn.h"
 #include "model/model.h"
 #include "model/overlay.h"
 #include "store/synthetic.h"
@@ -117,6 +121,22 @@ static uint64_t dense_mix(const store_extras_t *x, uint64_t *floats)
     return h;
 }
 
+/* The MLP a DNN serves now (installed online, else the snapshot's), its
+ * layers' weights and biases in order; 0 for other kinds.  Writer lock
+ * held: no install runs meanwhile. */
+static uint64_t served_mlp_mix(const model_t *m)
+{
+    const dnn_net_t *n = model_dnn_served_mlp(m);
+    uint64_t h = 0, j = 0;
+    for (uint32_t l = 0; n && l < n->n_layers; l++) {
+        for (size_t i = 0; i < (size_t)n->width[l] * n->width[l + 1]; i++)
+            h = mix_float(h + j++, n->W[l][i]);
+        for (size_t i = 0; i < n->width[l + 1]; i++)
+            h = mix_float(h + j++, n->b[l][i]);
+    }
+    return h;
+}
+
 void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *name)
 {
     server_slot_t *slot = server_slot_named(srv, name);
@@ -145,16 +165,19 @@ void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *nam
         (void)model_overlay_foreach(d.ov[d.cur], visit_overlay, &d);
     uint64_t dense_floats;
     uint64_t digest = d.sum + dense_mix(model_extras(m), &dense_floats);
+    uint64_t mlp = served_mlp_mix(m), installs = model_dnn_mlp_installs(m);
     server_model_release(sm);
     pthread_mutex_unlock(&slot->writer);
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
-    char hex[17];
+    char hex[17], mlp_hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, digest);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I}", "model", name, "version",
-                          (json_int_t)version, "keys", (json_int_t)d.keys, "value_floats",
-                          (json_int_t)d.floats, "dense_floats", (json_int_t)dense_floats,
-                          "digest", hex, "micros",
+    snprintf(mlp_hex, sizeof mlp_hex, "%016" PRIx64, mlp);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:I}", "model", name,
+                          "version", (json_int_t)version, "keys", (json_int_t)d.keys,
+                          "value_floats", (json_int_t)d.floats, "dense_floats",
+                          (json_int_t)dense_floats, "digest", hex, "mlp", mlp_hex,
+                          "mlp_installs", (json_int_t)installs, "micros",
                           (json_int_t)((t1.tv_sec - t0.tv_sec) * 1000000 +
                                        (t1.tv_nsec - t0.tv_nsec) / 1000));
     if (!j) {

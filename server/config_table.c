@@ -288,6 +288,16 @@ const cfg_entry_t server__cfg_table[] = {
      "a residual: the uncompressed exchange 1-bit top-k is measured against "
      "(tlserve_sync_bytes_total beside tlserve_sync_fp32_bytes_total)",
      F(sync_exact), NULL, NULL, NULL, false},
+    {"sync-dnn-warmup", CFG_INT, 1, 1 << 30, "1000",
+     "partitioned replicas, DNN: local steps of the MLP under plain Adam (sent exact, f32) "
+     "before its variance freezes and its deltas go out as 1 bit a value with error feedback",
+     F(sync_dnn_warmup), NULL, NULL, NULL, false},
+    {"sync-dnn-chunk", CFG_INT, 1, 65535, "256",
+     "partitioned replicas, DNN: MLP values sharing one scale in a 1-bit message",
+     F(sync_dnn_chunk), NULL, NULL, NULL, false},
+    {"sync-dnn-lr", CFG_DOUBLE, 1e-7, 1, "0.0003",
+     "partitioned replicas, DNN: the MLP's Adam step (the MLP learns online only in this mode)",
+     F(sync_dnn_lr), NULL, NULL, NULL, false},
     {"impression-negatives", CFG_BOOL, 0, 1, "true",
      "online learning: items of a logged impression with no FEEDBACK in the window are learned "
      "as negatives (the delayed-feedback window)",

@@ -174,7 +174,12 @@ size_t online__sync_metrics(char *buf, size_t len);
  * accumulator it feeds (residuals of another version mean nothing here).
  * Allocates q's accumulators the first time; a failure is logged and the
  * model then trains without publishing.  Caller holds the writer lock. */
-void online__sync_attach(online_model_t *q, uint64_t version);
+void online__sync_attach(online_model_t *q, const model_t *m); /* m: the version attached */
+/* Called by online__attach before it drops the trainer for version m
+ * (writer lock): a DNN's MLP learned so far is installed into m when m
+ * shares the old version's base, else its sync state starts afresh
+ * (online_sync_dense.c). */
+void online__sync_dense_detach(online_model_t *q, model_t *m);
 /* What the trainer's state file says (a restart's replay), read at creation:
  * 0 with the fields set, -ENOENT when there is none, -EINVAL when bad. */
 int online__state_read(const char *dir, uint64_t *version, uint64_t *created, uint64_t *from);

@@ -126,18 +126,17 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
- * THE DNN's MLP (not built here: it is frozen online, and not synced).
- * The model level exists: model/train_dnn_sync.c (1-bit Adam over
- * interval deltas, train_dnn_sync_attach / _publish_mlp / _apply_mlp in
- * train_sync.h; its design comment says why 1-bit Adam and not 0/1 Adam).
- * Serving it online first needs a double-buffered MLP: the trainer steps
- * a private copy and publishes it to the scorers by pointer swap under the
- * model's epoch (a request must never see a half-stepped matrix), every
- * interval; then a DENSE message per interval on the bus beside the rows'.
+ * THE DNN's MLP (online_sync_dense.c).  Dense, so not in the accumulators:
+ * model/train_dnn_sync.c's 1-bit Adam steps the trainer's private copy, and
+ * each turn here publishes one DENSE message of its interval's delta (the
+ * same producer, sequence and gap repair as the rows') and swaps a copy in
+ * for the scorers (model_dnn_install_mlp: a request never sees a half-
+ * written matrix).  The consumer hands DENSE messages there.
  *
- * FILES: this one (the trainer's side, publishing, start, stop, metrics) and
- * online_sync_apply.c (consuming: apply, producers, gaps); online_sync_impl.h
- * has what they share.
+ * FILES: this one (the trainer's side, publishing, start, stop, metrics),
+ * online_sync_apply.c (consuming: apply, producers, gaps) and
+ * online_sync_dense.c (the DNN's MLP); online_sync_impl.h has what they
+ * share.
  *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's
@@ -263,6 +262,7 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s->touched.key);
     free(s->touched.gen);
     free(s->buf);
+    online__sync_dense_free(s->dense);
     free(s);
 }
 
@@ -301,8 +301,9 @@ static cold struct online_sync_model *model_new(const online_model_t *q, uint32_
     return s;
 }
 
-void online__sync_attach(online_model_t *q, uint64_t version)
+void online__sync_attach(online_model_t *q, const model_t *m)
 {
+    const uint64_t version = model_meta(m)->version;
     if (atomic_load(&S.stopped))
         return;
     pthread_once(&S.identity, identity);
@@ -337,13 +338,13 @@ void online__sync_attach(online_model_t *q, uint64_t version)
     if (rc != 0)
         LOG(LL_WARN, "online: model '%s': its trainer has no statistics partitioned replicas "
             "can add (LR needs FTRL): it learns here without publishing", q->name);
+    else
+        online__sync_dense_attach(q, s, m); /* a DNN: its MLP too */
 }
 
 /* ---- publishing -------------------------------------------------------------------- */
 
-/* Publishes one message until JetStream stores it (the message id makes a
- * retry safe) or the server stops: 0 or -ECANCELED. */
-static int publish(const uint8_t *buf, size_t len, const char *model, uint64_t seq)
+int online__sync_publish(const uint8_t *buf, size_t len, const char *model, uint64_t seq)
 {
     char subject[200], id[256];
     snprintf(subject, sizeof subject, "%s.%s.updates", S.prefix, model);
@@ -401,7 +402,7 @@ static void publish_model(online_model_t *q, bool final)
             LOG(LL_ERROR, "online: model '%s': update encode failed (%s)", q->name, strerror((int)-len));
             break;
         }
-        if (publish(s->buf, (size_t)len, q->name, seq) != 0)
+        if (online__sync_publish(s->buf, (size_t)len, q->name, seq) != 0)
             break;
         atomic_store(&S.next_seq, seq + 1);
         COUNT(sent);
@@ -412,6 +413,7 @@ static void publish_model(online_model_t *q, bool final)
         want -= n;
     }
     atomic_store_explicit(&s->residual_keys, update_acc_count(a), memory_order_relaxed);
+    online__sync_dense_turn(q, s, ms, final); /* the DNN's MLP: its message, then the swap */
 }
 
 static void publish_all(bool final)
@@ -544,8 +546,11 @@ void online__sync_stop(void)
             continue;
         pthread_mutex_lock(&ms->writer);
         struct online_sync_model *s = atomic_exchange(&q->sync, NULL);
-        if (q->t)
+        if (q->t) {
             (void)train_lr_sync_hook(q->t, NULL, NULL);
+            (void)train_rows_sync_hook(q->t, NULL, NULL);
+            (void)train_dnn_sync_attach(q->t, NULL); /* the MLP is frozen again */
+        }
         pthread_mutex_unlock(&ms->writer);
         model_free_sync(s);
     }
@@ -572,8 +577,12 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "tlserve_sync_residual_keys %" PRIu64 "\n"
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
-                     "tlserve_bus_ready %d\n",
-                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
+                     "tlserve_bus_ready %d\n"
+                     "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
+                     "froze its variance and sends 1 bit a value (exact f32 before)\n"
+                     "# TYPE tlserve_sync_dnn_warmup_over gauge\ntlserve_sync_dnn_warmup_over %d\n",
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
+                     atomic_load(&S.dnn_warm) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \

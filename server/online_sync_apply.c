@@ -5,7 +5,8 @@
  * producers refused), and adds each peer message's increments to its
  * model's trainer under the model's writer lock, APPLY_BATCH keys a hold:
  * train_lr_sync_apply for LR-FTRL, train_rows_sync_apply for FM, FFM and
- * the DNN (K = 2R; a message of another K is refused).  This replica's own
+ * the DNN (K = 2R; a message of another K is refused); a DENSE message (the
+ * DNN's MLP) goes to online_sync_dense.c.  This replica's own
  * messages of an earlier run are subtracted from its accumulator instead
  * (online_sync.c: RESTART).
  *
@@ -258,12 +259,12 @@ static uint64_t handle(const bus_msg_t *bm)
     update_msg_t m;
     update_error_t err;
     err.code = UPDATE_OK;
-    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0 || (m.flags & UPDATE_F_DENSE)) {
+    if (update_msg_decode(bm->data, bm->len, &m, &err) != 0) {
         if (!reread) {
             uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
             if (sync__log_due(n))
                 LOG(LL_WARN, "online: stream message %" PRIu64 " on %s is not an update: %s",
-                    sseq, bm->subject, err.code == UPDATE_OK ? "a dense vector" : err.msg);
+                    sseq, bm->subject, err.msg);
         }
         return 0;
     }
@@ -297,6 +298,13 @@ static uint64_t handle(const bus_msg_t *bm)
                     "model '%.*s': not served here, or not its subject's", m.seq, m.producer,
                     bm->subject, (int)m.model_len, m.model);
         }
+        return 0;
+    }
+    if (m.flags & UPDATE_F_DENSE) { /* the DNN's MLP (online_sync_dense.c) */
+        if (own)                     /* an earlier run's: R - P (RESTART) */
+            online__sync_dense_own(&m, bm->data, bm->len, model);
+        else
+            online__sync_dense_apply(&m, bm->data, bm->len, model);
         return 0;
     }
     apply(&m, model, !reread, own);

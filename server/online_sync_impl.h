@@ -52,6 +52,7 @@ struct online_sync_model {
     uint32_t per_msg;     /* keys one message carries at most */
     _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
     struct touched_set touched;     /* keys stepped since the last turn (fp32 figure) */
+    struct online_sync_dense *dense; /* the DNN's MLP (online_sync_dense.c), else NULL */
 };
 
 struct producer {
@@ -89,7 +90,14 @@ struct producer {
     X(range, "tlserve_sync_refused_keys_total", "keys whose sum would not be finite")              \
     X(overflow, "tlserve_sync_overflow_total",                                                    \
       "increments not accumulated (accumulator full: they stay local)")                           \
-    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge")
+    X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge") \
+    X(dnn_sent, "tlserve_sync_dnn_sent_total", "DENSE messages (the DNN's MLP) published")          \
+    X(dnn_bytes, "tlserve_sync_dnn_bytes_total", "bytes of the published DENSE messages")           \
+    X(dnn_applied, "tlserve_sync_dnn_applied_total", "peers' DENSE messages added to the MLP")      \
+    X(dnn_refused, "tlserve_sync_dnn_refused_total",                                               \
+      "peers' DENSE messages refused (another version, length or model, not finite, no DNN)")     \
+    X(dnn_installs, "tlserve_sync_dnn_installs_total",                                             \
+      "learned MLPs swapped in for the scorers")
 
 struct online__sync_state {
     bus_t *bus;
@@ -106,6 +114,7 @@ struct online__sync_state {
     _Atomic bool caught_up;     /* the consumer has read the stream to its end once (implies
                                    ready): the publisher sends only from then on */
     uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
+    _Atomic bool dnn_warm;      /* the DNN's MLP: 1-bit Adam's warm-up is over (last turn) */
     /* the consumer's */
     struct producer prod[PRODUCERS_MAX];
     int nprod;
@@ -132,6 +141,30 @@ static inline void sync__nap_ms(long ms)
 /* Logs the first 10 of a kind, then every 1000th: a flood of bad messages
  * must not flood the log. */
 static inline bool sync__log_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+
+/* Publishes one message until JetStream stores it (its id <node>/sync/<seq>
+ * makes a retry safe) or the server stops: 0 or -ECANCELED. */
+int online__sync_publish(const uint8_t *buf, size_t len, const char *model, uint64_t seq);
+
+/* ---- the DNN's MLP (online_sync_dense.c) ---- */
+struct online_sync_dense;
+/* After online__sync_attach installed the rows' hook on a DNN trainer
+ * (writer lock): its MLP's 1-bit Adam (made the first time), started from
+ * the MLP m serves.  A failure is logged; the MLP then stays frozen. */
+void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, const model_t *m);
+/* The publisher's turn for q's MLP: publish its delta (owed exact when
+ * quiet or final), install it for the scorers.  Takes the writer lock; blocks on the bus. */
+void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms,
+                             bool final);
+/* The consumer: a peer's verified DENSE message m (bytes buf[0..len)) for
+ * model; applied or counted as refused with its reason logged. */
+void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t len,
+                              const char *model);
+/* The consumer, before it caught up: this replica's own DENSE message of
+ * an earlier run, subtracted from the pending delta (a restart). */
+void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
+                            const char *model);
+void online__sync_dense_free(struct online_sync_dense *d);
 
 /* The consumer thread (online_sync_apply.c): reads the stream from 1. */
 void *online__sync_consumer_main(void *arg);

@@ -296,6 +296,8 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
         return 0;
     if (q->t && q->attached == model_store(m) && online__export_adopt(q, meta))
         return 0; /* EXPORT: its own export went live; the optimizer state stays */
+    if (q->t && online__sync_mode(&G.srv->cfg)) /* the DNN's learned MLP */
+        online__sync_dense_detach(q, m);
     train_destroy(q->t);
     q->t = NULL;
     q->attached = NULL;
@@ -318,7 +320,7 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     q->attached = model_store(m);
     seed_file_marks(q, meta->version);
     if (online__sync_mode(&G.srv->cfg)) /* partitioned replicas: (dz, dn) out */
-        online__sync_attach(q, meta->version);
+        online__sync_attach(q, m);
     atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
@@ -535,7 +537,7 @@ static void restore_state(online_model_t *q, server_model_t *sm)
             train_destroy(q->t);
             q->t = fresh;
             if (online__sync_mode(c)) /* the hook was the old trainer's */
-                online__sync_attach(q, q->att_version);
+                online__sync_attach(q, sm->model);
         } else {
             train_destroy(fresh);
         }

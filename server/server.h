@@ -118,6 +118,9 @@ typedef struct server_config {
     int sync_max_keys;         /* partitioned: keys an update accumulator holds */
     double sync_topk;          /* partitioned: fraction of held keys sent per message */
     bool sync_exact;           /* partitioned: every turn exact (f32, every key), no residuals */
+    int sync_dnn_warmup;       /* partitioned DNN: local MLP steps before 1-bit Adam freezes v */
+    int sync_dnn_chunk;        /* partitioned DNN: MLP values per 1-bit scale */
+    double sync_dnn_lr;        /* partitioned DNN: the MLP's Adam step */
 } server_config_t;
 
 /* Fills defaults, then the --config file, then the environment (settings

@@ -23,6 +23,7 @@
  * thread; store__epoch_synchronize may run concurrently with itself.
  */
 #include "epoch.h"
+#include "store.h"
 #include "store_internal.h"
 
 #include <pthread.h>
@@ -119,3 +120,8 @@ void store__epoch_synchronize(void)
         }
     }
 }
+
+/* store.h's public names for the same sections (the model's served MLP). */
+void store_epoch_enter(void) { store__epoch_enter(); }
+void store_epoch_exit(void) { store__epoch_exit(); }
+void store_epoch_synchronize(void) { store__epoch_synchronize(); }

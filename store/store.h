@@ -123,6 +123,19 @@ size_t store_lookup_batch(const store_t *s, const uint64_t *keys, size_t n,
 /* One key: returns 1 and fills out[0..K-1] when present, 0 when absent. */
 int store_lookup(const store_t *s, uint64_t key, float *out);
 
+/* ---- epoch-based reclamation for memory beside a store (epoch.c) ------ */
+
+/* The store's own read sections, for a library that swaps memory readers
+ * use beside the store (the model's served DNN MLP): a reader brackets its
+ * use of the shared pointer with store_epoch_enter() / _exit() (two stores
+ * to a thread-private line; sections nest), and a writer that unlinked the
+ * old memory calls store_epoch_synchronize(), which blocks (spins, then
+ * yields) until every read section begun before it has ended; then the old
+ * memory is the writer's again.  Never call synchronize inside a section. */
+void store_epoch_enter(void);
+void store_epoch_exit(void);
+void store_epoch_synchronize(void);
+
 /* ---- split lookups over helper threads (store_team.c) ----------------- */
 
 /* A request of 200 items looks up ~40,000 ids; on one core that takes about a

@@ -259,15 +259,19 @@ class Server(Proc):
 
 def sync_settled(a, b, interval_ms, timeout=30):
     """Partitioned replicas a and b (Servers): waits until each has applied every message the
-    other sent, nothing is left in the residuals, and that holds over two intervals of
+    other sent (rows' and the DNN MLP's DENSE messages), nothing is left in the residuals, and
+    that holds over two intervals of
     interval_ms.  Returns the counters; raises AssertionError with both /metrics otherwise."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         now = (a.metric("tlserve_sync_sent_total"), b.metric("tlserve_sync_applied_total"),
                b.metric("tlserve_sync_sent_total"), a.metric("tlserve_sync_applied_total"),
-               a.metric("tlserve_sync_residual_keys"), b.metric("tlserve_sync_residual_keys"))
-        if now[0] == now[1] and now[2] == now[3] and now[4] == 0 and now[5] == 0 and now == last:
+               a.metric("tlserve_sync_residual_keys"), b.metric("tlserve_sync_residual_keys"),
+               a.metric("tlserve_sync_dnn_sent_total"), b.metric("tlserve_sync_dnn_applied_total"),
+               b.metric("tlserve_sync_dnn_sent_total"), a.metric("tlserve_sync_dnn_applied_total"))
+        if now[0] == now[1] and now[2] == now[3] and now[4] == 0 and now[5] == 0 and \
+                now[6] == now[7] and now[8] == now[9] and now == last:
             return now
         last = now
         time.sleep(2.5 * interval_ms / 1000)

@@ -262,6 +262,103 @@ static void test_refusals(void **state)
         train_dnn_sync_destroy(other);
 }
 
+/* A restart (server/online_sync_dense.c): a fresh state that replays the
+ * same steps and subtracts its earlier run's message has nothing left to
+ * send; another producer's message is not subtracted; reset empties. */
+static void test_subtract_own_and_reset(void **state)
+{
+    (void)state;
+    enum { STEPS = 3 };
+    train_dnn_sync_t *a = make(N, 1, 1000, "dnn"), *b = make(N, 2, 1000, "dnn");
+    float *x = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * (size_t)N * STEPS);
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *earlier = malloc(cap), *buf = malloc(cap);
+    update_error_t err;
+    for (int k = 0; k < STEPS; k++) {
+        gradient(g + (size_t)k * N, x, N);
+        assert_int_equal(train_dnn_sync_step(a, x, g + (size_t)k * N), 0);
+    }
+    long elen = train_dnn_sync_publish(a, x, earlier, cap); /* exact: in the warm-up */
+    assert_true(elen > 0);
+    train_dnn_sync_destroy(a);
+
+    train_dnn_sync_t *a2 = make(N, 1, 1000, "dnn"); /* restarted: replays the same steps */
+    memset(x, 0, 4 * N);
+    for (int k = 0; k < STEPS; k++)
+        assert_int_equal(train_dnn_sync_step(a2, x, g + (size_t)k * N), 0);
+    assert_int_equal(train_dnn_sync_steps(a2), STEPS);
+    assert_int_equal(train_dnn_sync_subtract_own(a2, earlier, (size_t)elen, &err), 0);
+    long len = train_dnn_sync_publish(a2, x, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    for (uint32_t i = 0; i < N; i++) /* the peer already had it all: nothing more */
+        assert_true(xb[i] == 0.0f);
+
+    /* b's message is not a2's to subtract; a truncated one neither */
+    assert_int_equal(train_dnn_sync_step(b, xb, g), 0);
+    len = train_dnn_sync_publish(b, xb, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(train_dnn_sync_subtract_own(a2, buf, (size_t)len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "not this replica"));
+    assert_int_equal(train_dnn_sync_subtract_own(a2, earlier, (size_t)elen - 1, &err), -EBADMSG);
+
+    /* reset: a fresh state, nothing pending */
+    assert_int_equal(train_dnn_sync_step(a2, x, g), 0);
+    train_dnn_sync_reset(a2);
+    assert_int_equal(train_dnn_sync_steps(a2), 0);
+    assert_false(train_dnn_sync_frozen(a2));
+    memset(xb, 0, 4 * N);
+    len = train_dnn_sync_publish(a2, x, buf, cap);
+    assert_true(len > 0);
+    train_dnn_sync_t *c = make(N, 3, 1000, "dnn");
+    assert_int_equal(train_dnn_sync_apply(c, xb, buf, (size_t)len, &err), 0);
+    for (uint32_t i = 0; i < N; i++)
+        assert_true(xb[i] == 0.0f);
+
+    free(x), free(xb), free(g), free(earlier), free(buf);
+    train_dnn_sync_destroy(a2), train_dnn_sync_destroy(b), train_dnn_sync_destroy(c);
+}
+
+/* A quiet interval's flush: after 1-bit turns the peer lacks a's
+ * residual; the flush sends it exact and both hold every step of a. */
+static void test_flush_sends_what_is_owed(void **state)
+{
+    (void)state;
+    train_dnn_sync_t *a = make(N, 1, 1, "dnn"), *b = make(N, 2, 1, "dnn");
+    float *xa = calloc(N, 4), *xb = calloc(N, 4), *g = malloc(4 * N);
+    size_t cap = train_dnn_sync_bound(a);
+    uint8_t *buf = malloc(cap);
+    update_error_t err;
+    assert_false(train_dnn_sync_owes(a));
+    for (int k = 0; k < 5; k++) {
+        gradient(g, xa, N);
+        assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+        long len = train_dnn_sync_publish(a, xa, buf, cap); /* 1 bit: past the warm-up of 1 */
+        assert_true(len > 0 && (size_t)len < cap / 4);
+        assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    }
+    assert_true(train_dnn_sync_owes(a));
+    double before = 0;
+    for (uint32_t i = 0; i < N; i++)
+        before = fmax(before, fabs(xa[i] - xb[i])); /* a's x is what it sent: equal already */
+    float *sent = malloc(4 * N);
+    memcpy(sent, xa, 4 * N);
+    long len = train_dnn_sync_flush(a, xa, buf, cap);
+    assert_true(len > 0);
+    assert_false(train_dnn_sync_owes(a));
+    assert_int_equal(train_dnn_sync_apply(b, xb, buf, (size_t)len, &err), 0);
+    double after = 0, moved = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        after = fmax(after, fabs(xa[i] - xb[i]));
+        moved = fmax(moved, fabs(xa[i] - sent[i]));
+    }
+    assert_true(before < 1e-6 && after < 1e-6);
+    assert_true(moved > 1e-5); /* the residual was real, and both now hold it */
+    assert_int_equal(train_dnn_sync_flush(a, xa, buf, 16), -ENOBUFS);
+    free(xa), free(xb), free(g), free(buf), free(sent);
+    train_dnn_sync_destroy(a), train_dnn_sync_destroy(b);
+}
+
 static void test_variance_floor(void **state)
 {
     (void)state;
@@ -385,6 +482,8 @@ int main(void)
         cmocka_unit_test(test_error_feedback_sum),
         cmocka_unit_test(test_four_replicas_converge),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_subtract_own_and_reset),
+        cmocka_unit_test(test_flush_sends_what_is_owed),
         cmocka_unit_test(test_variance_floor),
         cmocka_unit_test(test_dnn_trainers_agree),
     };

@@ -1,0 +1,294 @@
+/*
+ * online_sync_dense.c — the DNN's MLP under partitioned replicas
+ * (online_sync.c has the rows' design; model/train_dnn_sync.c the 1-bit
+ * Adam).  The MLP is dense, so it is not in the rows' accumulators: per
+ * model a train_dnn_sync_t steps the trainer's private MLP, and every turn
+ * of the publisher (--sync-interval-ms, the rows' turn) does, under the
+ * model's writer lock:
+ *
+ *   1. train_dnn_sync_publish_mlp: the interval's delta as one DENSE
+ *      message (exact f32 during the first --sync-dnn-warmup local steps,
+ *      then 1 bit a value with the sender's error feedback), sequence from
+ *      this producer's one counter (S.next_seq, shared with the rows'
+ *      messages, so the consumer's gap repair covers both);
+ *   2. model_dnn_install_mlp: a copy of the trainer's MLP (its own steps
+ *      and the peers' messages applied since) becomes what requests score
+ *      with, by pointer swap (model/model_mlp.c: a request never sees a
+ *      half-written matrix; the replaced copy is reused once no request
+ *      reads it).
+ *
+ * and publishes the message outside the lock on <prefix>.<model>.updates
+ * with id <node>/sync/<seq>, as the rows'.  A quiet turn (no local step
+ * since the last) or the final one at shutdown sends what is still owed
+ * exact (train_dnn_sync_flush: the pending delta and the 1-bit error
+ * vector), as the rows' quiet turns do, so replicas that stop learning end
+ * with all of each other's steps; then nothing until the next step.  A
+ * turn installs only if it published or a peer's message was applied.
+ *
+ * The consumer (online_sync_apply.c) hands a DENSE message here: it is
+ * refused (tlserve_sync_dnn_refused_total, WARN with the reason) when made
+ * on another version than the active one, when the model here is not a DNN
+ * learning its MLP, or when train_dnn_sync_apply_mlp refuses it (another
+ * length n, another model, this replica's own, a value or a result not
+ * finite); else it is added to the trainer's MLP
+ * (tlserve_sync_dnn_applied_total), which the next turn installs.
+ *
+ * WHERE IT LEARNS.  Only in partitioned mode: alone, or with replay
+ * replicas, the served MLP stays frozen (train_dnn.c: LIVE).  Learning it
+ * there too would cost an install per interval and a second MLP copy for
+ * no exchange; the replicas' reason to learn it (they see different
+ * samples) is not there.
+ *
+ * VERSIONS.  A new trainer starts its MLP from the one served
+ * (model_dnn_served_mlp).  A version on the same base (a fold): the old
+ * trainer's MLP is installed first (online__sync_dense_detach), so the new
+ * one starts exactly where the old stopped, and the 1-bit Adam state
+ * (moments, frozen variance, pending delta, error vector) carries on.  A
+ * version of another snapshot: that state starts afresh.
+ *
+ * RESTART (online_sync.c: RESTART, the same arithmetic).  The trainer
+ * starts from the served snapshot's MLP and learns its sample log again:
+ * its pending delta gets R, its own steps since the version began; its
+ * peers hold P, the sum of its DENSE messages in the stream.  Those read
+ * before the consumer caught up are subtracted from the pending delta
+ * (train_dnn_sync_subtract_own), so it sends R - P and the peers end with
+ * R; the peers' messages in the stream are applied to it as they are read,
+ * so it ends with what they hold.
+ *
+ * THREAD SAFETY: the train_dnn_sync_t and the trainer's MLP under the
+ * model's writer lock (trainer steps, turns, applies); buf is the
+ * publisher's; counters are relaxed atomics.
+ */
+#define _GNU_SOURCE
+#include "online_sync_impl.h"
+
+#include "log.h"
+#include "model/dnn.h"
+#include "model/model.h"
+#include "model/overlay.h"
+#include "model/train_sync.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct online_sync_dense {
+    train_dnn_sync_t *s;   /* writer lock */
+    uint8_t *buf;          /* publisher: one message, train_dnn_sync_bound bytes */
+    size_t cap;
+    uint64_t steps_sent;   /* writer lock: local steps at the last turn */
+    uint64_t applied;      /* writer lock: peers' messages applied since the last install */
+    bool own_subtracted;   /* writer lock: a restart's own message changed the pending delta */
+};
+
+void online__sync_dense_free(struct online_sync_dense *d)
+{
+    if (!d)
+        return;
+    train_dnn_sync_destroy(d->s);
+    free(d->buf);
+    free(d);
+}
+
+void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, const model_t *m)
+{
+    const server_config_t *c = &G.srv->cfg;
+    size_t n = train_dnn_mlp_floats(q->t);
+    if (!n)
+        return;
+    if (s->dense && train_dnn_sync_count(s->dense->s) != n) {
+        LOG(LL_WARN, "online: model '%s': an MLP of %zu parameters, %u before: its MLP stays "
+            "frozen here until a restart", q->name, n, train_dnn_sync_count(s->dense->s));
+        return;
+    }
+    if (!s->dense) {
+        train_dnn_sync_config_t sc = {.n = (uint32_t)n, .chunk = (uint32_t)c->sync_dnn_chunk,
+                                      .warmup_steps = (uint32_t)c->sync_dnn_warmup,
+                                      .lr = (float)c->sync_dnn_lr, .beta1 = 0.9f,
+                                      .beta2 = 0.999f, .eps = 1e-8f, .producer = S.producer,
+                                      .model = q->name};
+        struct online_sync_dense *d = calloc(1, sizeof *d);
+        int rc = d ? train_dnn_sync_create(&d->s, &sc) : -ENOMEM;
+        if (rc == 0) {
+            d->cap = train_dnn_sync_bound(d->s);
+            d->buf = d->cap <= MSG_MAX_BYTES ? malloc(d->cap) : NULL;
+            rc = d->cap > MSG_MAX_BYTES ? -E2BIG : d->buf ? 0 : -ENOMEM;
+        }
+        if (rc != 0) {
+            LOG(LL_WARN, "online: model '%s': its MLP of %zu parameters cannot be synced (%s): "
+                "it stays frozen here", q->name, n,
+                rc == -E2BIG ? "an exact message would pass the bus's 1 MB" : strerror(-rc));
+            online__sync_dense_free(d);
+            return;
+        }
+        s->dense = d;
+    }
+    const dnn_net_t *served = model_dnn_served_mlp(m);
+    if (served && train_dnn_sync_load_mlp(q->t, served) != 0)
+        LOG(LL_WARN, "online: model '%s': the served MLP does not fit its trainer", q->name);
+    s->dense->applied = 0; /* steps_sent stays: a pending delta is still owed */
+    (void)train_dnn_sync_attach(q->t, s->dense->s);
+}
+
+void online__sync_dense_detach(online_model_t *q, model_t *m)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    struct online_sync_dense *d = s ? s->dense : NULL;
+    if (!d || !q->t || !train_dnn_sync_net(q->t))
+        return;
+    if (model_store(m) == q->attached) { /* the same base: its MLP goes on */
+        int rc = model_dnn_install_mlp(m, train_dnn_sync_net(q->t));
+        if (rc != 0)
+            LOG(LL_WARN, "online: model '%s': the learned MLP was not carried to the new "
+                "version (%s)", q->name, strerror(-rc));
+        else
+            COUNT(dnn_installs);
+    } else { /* another snapshot's MLP: the old one's deltas mean nothing for it */
+        train_dnn_sync_reset(d->s);
+        d->steps_sent = 0;
+        d->own_subtracted = false;
+    }
+    (void)train_dnn_sync_attach(q->t, NULL);
+}
+
+void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, server_slot_t *ms,
+                             bool final)
+{
+    struct online_sync_dense *d = s->dense;
+    if (!d)
+        return;
+    long len = 0;
+    uint64_t seq = 0;
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, q->name);
+    bool mine = sm && q->t && model_store(sm->model) == q->attached &&
+                train_dnn_sync_net(q->t) != NULL;
+    uint64_t steps = train_dnn_sync_steps(d->s);
+    bool stepped = steps != d->steps_sent || d->own_subtracted;
+    bool quiet = !stepped || final; /* what is owed goes out exact */
+    if (mine && (stepped || (quiet && train_dnn_sync_owes(d->s)))) {
+        seq = atomic_load(&S.next_seq);
+        train_dnn_sync_set_header(d->s, seq, q->att_version);
+        len = quiet ? train_dnn_sync_flush_mlp(q->t, d->buf, d->cap)
+                    : train_dnn_sync_publish_mlp(q->t, d->buf, d->cap);
+        d->steps_sent = steps;
+        d->own_subtracted = false;
+    }
+    if (mine && (len > 0 || d->applied)) {
+        int rc = model_dnn_install_mlp(sm->model, train_dnn_sync_net(q->t));
+        if (rc != 0)
+            LOG(LL_WARN, "online: model '%s': the learned MLP was not installed (%s)", q->name,
+                strerror(-rc));
+        else
+            COUNT(dnn_installs);
+        d->applied = 0;
+    }
+    atomic_store_explicit(&S.dnn_warm, train_dnn_sync_frozen(d->s), memory_order_relaxed);
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    if (len < 0)
+        LOG(LL_ERROR, "online: model '%s': MLP message not encoded (%s)", q->name,
+            strerror((int)-len));
+    if (len <= 0 || online__sync_publish(d->buf, (size_t)len, q->name, seq) != 0)
+        return;
+    atomic_store(&S.next_seq, seq + 1);
+    COUNT(dnn_sent);
+    atomic_fetch_add_explicit(&S.dnn_bytes, (uint64_t)len, memory_order_relaxed);
+}
+
+void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
+                            const char *model)
+{
+    char why[320];
+    online_model_t *q = online__model_get(model, why, sizeof why);
+    server_slot_t *ms = server_slot_named(G.srv, model);
+    if (!q || !ms)
+        return;
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, model);
+    while (sm && model_overlays(sm->model, NULL) > 0 && !atomic_load(&S.stop)) {
+        server_model_release(sm);
+        pthread_mutex_unlock(&ms->writer);
+        sync__nap_ms(2);
+        pthread_mutex_lock(&ms->writer);
+        sm = server_model_acquire_named(G.srv, model);
+    }
+    why[0] = 0;
+    if (sm && model_meta(sm->model)->version == m->base_version) {
+        pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
+        int rc = online__attach(q, sm, q->next_pos);
+        pthread_mutex_unlock(&q->lock);
+        struct online_sync_model *s = atomic_load(&q->sync);
+        update_error_t err = {.code = UPDATE_OK};
+        if (rc == 0 && s && s->dense &&
+            (rc = train_dnn_sync_subtract_own(s->dense->s, buf, len, &err)) != 0)
+            snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : strerror(-rc));
+        else if (rc == 0 && s && s->dense)
+            s->dense->own_subtracted = true;
+    }
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    if (why[0])
+        LOG(LL_WARN, "online: model '%s': own MLP update %" PRIu64 " of an earlier run not "
+            "subtracted: %s", model, m->seq, why);
+    else
+        COUNT(own);
+}
+
+/* Counts a refusal of a peer's DENSE message and says why (rate-limited). */
+static void refused(const update_msg_t *m, const char *model, const char *why)
+{
+    uint64_t n = atomic_fetch_add_explicit(&S.dnn_refused, 1, memory_order_relaxed) + 1;
+    if (sync__log_due(n))
+        LOG(LL_WARN, "online: MLP update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
+            "not applied: %s", m->seq, m->producer, model, why);
+}
+
+void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t len,
+                              const char *model)
+{
+    char why[320];
+    online_model_t *q = online__model_get(model, why, sizeof why);
+    server_slot_t *ms = server_slot_named(G.srv, model);
+    if (!q || !ms) {
+        refused(m, model, q ? "no version of it is live" : why);
+        return;
+    }
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, model);
+    while (sm && model_overlays(sm->model, NULL) > 0 && !atomic_load(&S.stop)) {
+        server_model_release(sm); /* a fold is due: it goes first, as for the trainer */
+        pthread_mutex_unlock(&ms->writer);
+        sync__nap_ms(2);
+        pthread_mutex_lock(&ms->writer);
+        sm = server_model_acquire_named(G.srv, model);
+    }
+    if (!sm) {
+        snprintf(why, sizeof why, "no version of it is live");
+    } else if (model_meta(sm->model)->version != m->base_version) {
+        snprintf(why, sizeof why, "made on version %" PRIu64 ", version %" PRIu64 " is active "
+                 "here", m->base_version, model_meta(sm->model)->version);
+    } else {
+        pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
+        int rc = online__attach(q, sm, q->next_pos);
+        pthread_mutex_unlock(&q->lock);
+        struct online_sync_model *s = atomic_load(&q->sync);
+        update_error_t err = {.code = UPDATE_OK};
+        if (rc != 0 || !q->t || !s || !s->dense) {
+            snprintf(why, sizeof why, "its MLP does not learn here (not a DNN, or no trainer)");
+        } else if ((rc = train_dnn_sync_apply_mlp(q->t, buf, len, &err)) != 0) {
+            snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : strerror(-rc));
+        } else {
+            s->dense->applied++;
+            why[0] = 0;
+        }
+    }
+    server_model_release(sm);
+    pthread_mutex_unlock(&ms->writer);
+    if (why[0])
+        refused(m, model, why);
+    else
+        COUNT(dnn_applied);
+}
