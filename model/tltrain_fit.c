@@ -167,6 +167,9 @@ __attribute__((cold)) static int split_file(const char *path, int criteo, FILE *
         snprintf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
+    unsigned char bom[3]; /* a UTF-8 byte-order mark opens the file, not its first line */
+    if (fread(bom, 1, 3, in) != 3 || memcmp(bom, "\xEF\xBB\xBF", 3) != 0)
+        rewind(in);
     int rc = split_stream(in, criteo, out, rows);
     if (rc != 0)
         snprintf(err, err_len, "%s: read error while holding out the validation slice", path);

@@ -6,7 +6,8 @@
 #     M = E + patience (or the maximum), then trains a fresh model on ALL the lines for E
 #     epochs (its epoch lines count every row; the search's count train + validation = all),
 #     and --json reports E; the result beats --no-auto-stop --epochs 1, which reports 1;
-#   - the held-out slice is chosen by a hash of each line: the same for shuffled lines;
+#   - the held-out slice is chosen by a hash of each line: the same for shuffled lines, and
+#     for the file with a UTF-8 byte-order mark before its first line;
 #   - --patience 1 stops one epoch after the best; --epochs 3 caps the search at 3;
 #   - --validation FILE: the search runs on all the training lines (no hold-out);
 #   - a file too small to hold out 100 clicks trains the fixed default epochs, saying so;
@@ -90,6 +91,13 @@ h1=$(grep -o '[0-9]* of [0-9]* lines.*' "$tmp/auto.err"); h2=$(grep -o '[0-9]* o
 h1=${h1//tr.ffm/X}; h2=${h2//shuf.ffm/X}
 [ "$rc" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] && ok "shuffled lines, same slice: $h1" ||
   bad "shuffled: '$h1' vs '$h2' (exit $rc)"
+
+# --- a UTF-8 byte-order mark before the first line: dropped, the same slice -------
+{ printf '\xef\xbb\xbf'; cat "$tmp/tr.ffm"; } >"$tmp/bom.ffm"
+rc=$(run bom --train "$tmp/bom.ffm" --model lr --epochs 2)
+h3=$(grep -o '[0-9]* of [0-9]* lines.*' "$tmp/bom.err"); h3=${h3//bom.ffm/X}
+[ "$rc" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h3" ] && ok "a UTF-8 BOM: dropped, same slice: $h3" ||
+  bad "a UTF-8 BOM: exit $rc, '$h3' vs '$h1': $(tail -2 "$tmp/bom.err")"
 
 # --- patience, maximum, --validation ---------------------------------------------
 rc=$(run p1 --train "$tmp/tr.ffm" --model fm --patience 1)
