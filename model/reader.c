@@ -254,6 +254,7 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
 uint64_t reader_offset(const reader_t *r) { return r->src_off - (r->end - r->start); }
 
 const char *reader_error(const reader_t *r) { return r->err; }
+const char *reader_name(const reader_t *r) { return r->name; }
 uint64_t reader_line(const reader_t *r) { return r->line; }
 uint64_t reader_skipped(const reader_t *r) { return r->skipped; }
 

@@ -22,8 +22,9 @@
  *
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..,"epochs":..}.
- * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error or an
- * unimplemented model.  One thread streams the files, once per
+ * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error, an
+ * unimplemented model, or a data file that holds no samples or cannot be
+ * read more than once (a pipe: every file is read once per epoch).  One thread streams the files, once per
  * epoch; --threads T parses the training file into memory once and trains
  * on T threads (train_threads.h).
  */
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -305,6 +307,30 @@ static void json_num(FILE *f, const char *key, double v, int last)
         fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
+/* tltrain reads each data file more than once (a check, the auto-stop split,
+ * every epoch): a pipe or a FIFO would block or come back empty, a device is
+ * no data set.  0 (a regular file, or one stat cannot see: the open names
+ * that), or 2 (printed). */
+__attribute__((cold)) static int check_rereadable(const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return 0;
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tltrain: %s %s: a directory, not a data file\n", opt, path);
+        return 2;
+    }
+    const char *what = S_ISFIFO(st.st_mode)   ? "a pipe or FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    fprintf(stderr,
+            "tltrain: %s %s: %s; tltrain reads its data files more than once (once per "
+            "epoch), so each must be a regular file (save a stream to a file first)\n",
+            opt, path, what);
+    return 2;
+}
+
 /* --hidden "256,128" (or "" for none) into o->hidden; 0 or -1 (printed). */
 static int parse_hidden(const char *s, train_dnn_options_t *o)
 {
@@ -566,6 +592,9 @@ int main(int argc, char **argv)
                         "--no-auto-stop (see --help)\n", validation ? "validation" : "patience");
         return 2;
     }
+    if (check_rereadable("--train", train_path) || check_rereadable("--test", test_path) ||
+        check_rereadable("--validation", validation))
+        return 2;
     if (!delta_dir != !parent_dir) {
         fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");
         return 2;

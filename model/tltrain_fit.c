@@ -248,9 +248,23 @@ static int count_classes(reader_t *r, uint64_t cls[2])
 
 /* ---- epochs --------------------------------------------------------------------- */
 
+/* The stop for a file that gave no sample (empty, blank lines, a header only,
+ * or every line skipped as bad): a model of nothing, or metrics of nothing,
+ * is no result.  Returns 2 (printed). */
+__attribute__((cold)) static int no_samples(const char *what, const char *path,
+                                            const reader_t *r)
+{
+    fprintf(stderr, "tltrain: %s %s holds no samples", what, path);
+    if (reader_skipped(r))
+        fprintf(stderr, " (%llu malformed lines skipped by --skip-bad)",
+                (unsigned long long)reader_skipped(r));
+    fprintf(stderr, "\n");
+    return 2;
+}
+
 /* One pass of r into t, then (when score) scores score: one stdout line
- * "<label> <ep>: train ... | <score_name> ...", one stderr timing line.  0
- * or 1 (printed). */
+ * "<label> <ep>: train ... | <score_name> ...", one stderr timing line.  0,
+ * 1 (printed) or 2 (a file without samples: printed). */
 static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char *label, long ep,
                      reader_t *score, const char *score_name, metrics_result_t *res)
 {
@@ -258,6 +272,9 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
     uint64_t rows, updates;
     if (f->epoch(r, t, &loss, &rows, &updates, &busy) != 0)
         return 1;
+    if (rows == 0) /* r: the training file or the auto-stop search's part of it */
+        return no_samples(r == f->train ? "--train" : "the part of --train kept for training,",
+                          f->train_path, r);
     double wall = now_sec() - t0;
     printf("%s %ld: train rows %llu progressive logloss %.6f", label, ep, (unsigned long long)rows,
            loss);
@@ -266,6 +283,9 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
     if (score) {
         if (f->eval(score, t, res) != 0)
             return 1;
+        if (res->n == 0) /* --validation and the held-out slice are checked before */
+            return no_samples(score == f->test ? "--test" : score_name, reader_name(score),
+                              score);
         printf(" | %s rows %zu logloss %.6f auc %.6f calibration %.4f", score_name, res->n,
                res->logloss, res->auc, res->calibration);
     }
@@ -280,12 +300,14 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
 }
 
 /* n epochs of t over the whole training file, the test file scored after
- * each: the final model.  0 or 1 (printed). */
+ * each: the final model.  0, or one_epoch's error. */
 static int final_epochs(tltrain_fit_t *f, train_t *t, long n)
 {
-    for (long ep = 1; ep <= n; ep++)
-        if (one_epoch(f, f->train, t, "epoch", ep, f->test, "test", &f->test_res) != 0)
-            return 1;
+    for (long ep = 1; ep <= n; ep++) {
+        int rc = one_epoch(f, f->train, t, "epoch", ep, f->test, "test", &f->test_res);
+        if (rc != 0)
+            return rc;
+    }
     f->chosen = n;
     return 0;
 }
@@ -380,8 +402,11 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
     long best_ep = 0, since = 0, ep;
     for (ep = 1; ep <= f->epochs; ep++) {
         metrics_result_t res;
-        if (one_epoch(f, search, *model, "auto-stop epoch", ep, val, "validation", &res) != 0)
+        int rc = one_epoch(f, search, *model, "auto-stop epoch", ep, val, "validation", &res);
+        if (rc != 0) {
+            status = rc;
             goto out;
+        }
         if (isfinite(res.logloss) &&
             (best_ep == 0 || res.logloss < best - TLTRAIN_FIT_MIN_DELTA * best)) {
             best = res.logloss;

@@ -13,7 +13,9 @@
 #   - a file too small to hold out 100 clicks trains the fixed default epochs, saying so;
 #   - errors: --patience 0 / 1001 / x, --validation unparsable or empty (exit 2, named),
 #     missing (exit 1), auto-stop options with --no-auto-stop (exit 2), a bad training line
-#     named in the user's file (exit 1).
+#     named in the user's file (exit 1), an empty --train or --test or one whose every line
+#     --skip-bad drops (exit 2, "holds no samples"), a FIFO, a device or a directory as a
+#     data file (exit 2 at once, not a hang).
 # Runs in a few seconds (RelWithDebInfo); the data lives in a mktemp -d removed on exit.
 #
 #   test_autostop.sh TLSYNTH TLTRAIN
@@ -156,4 +158,29 @@ rc=$(run err --train "$tmp/badtrain.ffm" --model lr)
 [ "$rc" = 1 ] && grep -q "badtrain.ffm" "$tmp/err.err" && grep -q "1001" "$tmp/err.err" &&
   ! grep -q "/proc/" "$tmp/err.err" && ok "a bad training line: exit 1, named in the user's file" ||
   bad "bad training line: exit $rc: $(cat "$tmp/err.err")"
+# a file without samples, or one that cannot be read twice: exit 2, named, no hang
+: >"$tmp/empty.ffm"
+for o in "" "--no-auto-stop"; do
+  # shellcheck disable=SC2086
+  rc=$(run err --train "$tmp/empty.ffm" --model lr $o)
+  [ "$rc" = 2 ] && grep -q -- "--train .*empty.ffm holds no samples" "$tmp/err.err" &&
+    ok "empty --train $o: exit 2, named" || bad "empty --train $o: exit $rc: $(cat "$tmp/err.err")"
+done
+printf '1 0:1:nan\n0 0:zz:1\n' >"$tmp/allbad.ffm"
+rc=$(run err --train "$tmp/allbad.ffm" --model lr --skip-bad --no-auto-stop)
+[ "$rc" = 2 ] && grep -q "holds no samples (2 malformed lines skipped" "$tmp/err.err" &&
+  ok "--skip-bad, every line bad: exit 2" || bad "every line bad: exit $rc: $(cat "$tmp/err.err")"
+rc=$(run err --train "$tmp/small.ffm" --model lr --test "$tmp/empty.ffm")
+[ "$rc" = 2 ] && grep -q -- "--test .*empty.ffm holds no samples" "$tmp/err.err" &&
+  ok "empty --test: exit 2, named" || bad "empty --test: exit $rc: $(cat "$tmp/err.err")"
+mkfifo "$tmp/fifo.ffm"
+for o in "--train $tmp/fifo.ffm" "--train $tmp/small.ffm --test $tmp/fifo.ffm" \
+         "--train /dev/null" "--train $tmp/small.ffm --validation $tmp"; do
+  # shellcheck disable=SC2086
+  timeout 10 "$train" --format libffm --model lr $o >"$tmp/err.out" 2>"$tmp/err.err"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "a pipe or FIFO\|a character device\|a directory" "$tmp/err.err" &&
+    ok "${o##*/}: exit 2 ($(head -c 60 "$tmp/err.err")...)" ||
+    bad "$o: exit $rc (124: hung): $(cat "$tmp/err.err")"
+done
 exit $fail
