@@ -329,9 +329,11 @@ static int retrain(tltrain_fit_t *f, train_t **model, long n)
     return final_epochs(f, t, n);
 }
 
-/* The given validation file: a reader, checked by one full parse.  0, 1
- * (cannot open: printed) or 2 (unparsable or empty: printed). */
-__attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_t **out)
+/* The given validation file: a reader, checked by one full parse that counts
+ * its non-clicks and clicks into cls.  0, 1 (cannot open: printed) or 2
+ * (unparsable or empty: printed). */
+__attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_t **out,
+                                                 uint64_t cls[2])
 {
     char err[512];
     reader_sample_t s;
@@ -341,8 +343,11 @@ __attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_
         fprintf(stderr, "tltrain: --validation: %s\n", err);
         return 1;
     }
-    while ((rc = reader_next(*out, &s)) == 1)
+    cls[0] = cls[1] = 0;
+    while ((rc = reader_next(*out, &s)) == 1) {
+        cls[s.label > 0.5f]++;
         n++;
+    }
     if (rc < 0) {
         fprintf(stderr, "tltrain: --validation: %s\n", reader_error(*out));
         return rc == -EINVAL || rc == -E2BIG ? 2 : 1;
@@ -365,11 +370,9 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
         return final_epochs(f, *model, f->epochs);
     if (f->validation_path) {
         uint64_t cls[2];
-        if ((status = open_validation(f, &val)) != 0)
+        if ((status = open_validation(f, &val, cls)) != 0)
             goto out;
         status = 1;
-        if (count_classes(val, cls) != 0)
-            goto out;
         if (cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS)
             fprintf(stderr,
                     "tltrain: auto-stop: note: %s holds %llu clicks and %llu "

@@ -9,7 +9,8 @@
 #   - the held-out slice is chosen by a hash of each line: the same for shuffled lines, and
 #     for the file with a UTF-8 byte-order mark before its first line;
 #   - --patience 1 stops one epoch after the best; --epochs 3 caps the search at 3;
-#   - --validation FILE: the search runs on all the training lines (no hold-out);
+#   - --validation FILE: the search runs on all the training lines (no hold-out); its clicks
+#     and non-clicks are counted (the few-clicks note names the true counts, and only then);
 #   - a file too small to hold out 100 clicks trains the fixed default epochs, saying so;
 #   - errors: --patience 0 / 1001 / x, --validation unparsable or empty (exit 2, named),
 #     missing (exit 1), auto-stop options with --no-auto-stop (exit 2), a bad training line
@@ -121,6 +122,19 @@ if [ "$rc" = 0 ] && [ "$vr" = "$all+5000" ] && [ -n "$ve" ] && [ "$ve" = "$(awk 
 else
   bad "--validation: exit $rc, rows $vr, '$l', epochs $ve"
 fi
+
+# a --validation file's classes are counted (a note only when one has fewer than 100)
+if [ "$rc" = 0 ] && ! grep -q "note:" "$tmp/val.err"; then
+  ok "--validation with 5000 lines: no few-clicks note"
+else
+  bad "--validation: a note on a 5000-line file: $(grep note: "$tmp/val.err")"
+fi
+head -n 50 "$tmp/te.ffm" >"$tmp/val50.ffm"
+c50=$(awk '$1 == 1' "$tmp/val50.ffm" | wc -l)
+rc=$(run val50 --train "$tmp/tr.ffm" --validation "$tmp/val50.ffm" --model lr --epochs 2)
+[ "$rc" = 0 ] && grep -q "val50.ffm holds $c50 clicks and $((50 - c50)) non-clicks" "$tmp/val50.err" &&
+  ok "--validation with 50 lines: the note counts $c50 clicks" ||
+  bad "--validation 50 lines: exit $rc, want $c50 clicks: $(grep note: "$tmp/val50.err")"
 
 # --- a file too small for a slice: fixed epochs ----------------------------------
 head -n 300 "$tmp/tr.ffm" >"$tmp/small.ffm"
