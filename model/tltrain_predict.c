@@ -23,11 +23,22 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int tltrain_predict_main(int argc, char **argv);
+
+/* "key":v with six decimals, or "key":null for a metric that has no value
+ * (AUC of a one-class file, anything of zero samples): JSON has no NaN. */
+static void json_metric(const char *key, double v, const char *sep)
+{
+    if (isfinite(v))
+        printf("\"%s\":%.6f%s", key, v, sep);
+    else
+        printf("\"%s\":null%s", key, sep);
+}
 
 static void usage(FILE *f)
 {
@@ -157,8 +168,10 @@ int tltrain_predict_main(int argc, char **argv)
     if (json) {
         metrics_result_t res;
         metrics_compute(met, &res);
-        printf("{\"samples\":%llu,\"logloss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f}\n",
-               (unsigned long long)n, res.logloss, res.auc, res.calibration);
+        printf("{\"samples\":%llu,", (unsigned long long)n);
+        json_metric("logloss", res.logloss, ",");
+        json_metric("auc", res.auc, ",");
+        json_metric("calibration", res.calibration, "}\n");
     }
     rc = 0;
 out:
