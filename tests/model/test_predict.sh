@@ -4,7 +4,7 @@
 # predict the test file from the snapshot; the metrics line must equal the trainer's own
 # (same floats: model_score on the export is bit for bit the trainer's prediction), there must
 # be one score per sample, every score a probability; --json stays JSON when a metric has no
-# value (null); and bad input gets exit 2 / 1 with a
+# value (null); --out naming the --data file is refused; and bad input gets exit 2 / 1 with a
 # message naming what was wrong.
 #
 #   test_predict.sh TLSYNTH TLTRAIN
@@ -72,5 +72,14 @@ assert d["auc"] is None, d' "$line" 2>"$tmp/err"; then
   else
     bad "$f.ffm: --json '$line': $(tail -n 1 "$tmp/err")"
   fi
+done
+# --out naming the --data file (or a link to it) is refused before it is emptied
+cp "$tmp/te.ffm" "$tmp/same.ffm"; ln -s same.ffm "$tmp/link.ffm"
+for o in same link; do
+  "$train" predict --model-dir "$tmp/lr" --data "$tmp/same.ffm" --format libffm \
+    --out "$tmp/$o.ffm" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "is the --data file" "$tmp/err" && cmp -s "$tmp/te.ffm" "$tmp/same.ffm" &&
+    ok "--out $o.ffm = --data: exit 2, the data intact" ||
+    bad "--out $o.ffm = --data: exit $rc, $(wc -l <"$tmp/same.ffm") lines left: $(cat "$tmp/err")"
 done
 exit $fail
