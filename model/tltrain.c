@@ -636,8 +636,9 @@ int main(int argc, char **argv)
     if (!epochs)
         epochs = auto_stop ? TLTRAIN_FIT_MAX_EPOCHS : fixed_epochs;
     store_meta_t meta = {.model_kind = ops->kind, .version = version};
-    if (strlen(name) >= sizeof meta.model_name) {
-        fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
+    char bad_name[128];
+    if (store_model_name_check(name, bad_name, sizeof bad_name) != 0) { /* now, not at export */
+        fprintf(stderr, "tltrain: --name '%s': %s\n", name, bad_name);
         return 2;
     }
     strcpy(meta.model_name, name);

@@ -16,7 +16,8 @@
 #     missing (exit 1), auto-stop options with --no-auto-stop (exit 2), a bad training line
 #     named in the user's file (exit 1), an empty --train or --test or one whose every line
 #     --skip-bad drops (exit 2, "holds no samples"), a FIFO, a device or a directory as a
-#     data file (exit 2 at once, not a hang).
+#     data file (exit 2 at once, not a hang), a --name a snapshot cannot carry (exit 2
+#     before any epoch).
 # Runs in a few seconds (RelWithDebInfo); the data lives in a mktemp -d removed on exit.
 #
 #   test_autostop.sh TLSYNTH TLTRAIN
@@ -196,5 +197,12 @@ for o in "--train $tmp/fifo.ffm" "--train $tmp/small.ffm --test $tmp/fifo.ffm" \
   [ "$rc" = 2 ] && grep -q "a pipe or FIFO\|a character device\|a directory" "$tmp/err.err" &&
     ok "${o##*/}: exit 2 ($(head -c 60 "$tmp/err.err")...)" ||
     bad "$o: exit $rc (124: hung): $(cat "$tmp/err.err")"
+done
+# a --name no snapshot may carry: refused before training, not after it at the export
+for n in "my model" ".." "$(printf 'n%.0s' {1..64})"; do
+  rc=$(run err --train "$tmp/small.ffm" --model lr --name "$n" --export "$tmp/named")
+  [ "$rc" = 2 ] && grep -q -- "--name" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
+    [ ! -e "$tmp/named" ] && ok "--name '${n:0:12}': exit 2 before training" ||
+    bad "--name '$n': exit $rc: $(tail -2 "$tmp/err.err")"
 done
 exit $fail
