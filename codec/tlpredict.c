@@ -110,6 +110,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tlpredict: --port and --model are required\n%s", usage);
         return 2;
     }
+    if (strlen(model) > CODEC_MAX_NAME) { /* req.name would cut it: another model's name */
+        fprintf(stderr, "tlpredict: --model: '%.16s...' is %zu bytes; a model name is 1..%u\n",
+                model, strlen(model), CODEC_MAX_NAME);
+        return 2;
+    }
     if ((unsigned long long)(shared + items * per_item) > CODEC_MAX_REQUEST_FEATURES) {
         fprintf(stderr, "tlpredict: %lld features per request is over the wire limit %u\n",
                 shared + items * per_item, CODEC_MAX_REQUEST_FEATURES);

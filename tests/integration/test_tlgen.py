@@ -30,6 +30,7 @@ from harness import (BUILD, REPO, SEED, TLSERVE, TLSYNTH, Server, free_port,  # 
                      require, temp_model)
 
 TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
+TLPREDICT = os.path.join(BUILD, "codec", "tlpredict")
 PLOT = os.path.join(REPO, "loadgen", "plot.sh")
 MODEL = "ctr_lr"
 KEYS = 20000
@@ -319,6 +320,15 @@ class Usage(unittest.TestCase):
                     ["--search-from", "10", "--rate", "10"]):        # range without a search
             r = subprocess.run(base + bad, capture_output=True, text=True)
             self.assertEqual(r.returncode, 2, bad)
+
+    def test_model_name_too_long_is_refused_not_cut(self):
+        # 65 bytes: cut to the wire's 64 it would ask the server for another model
+        for tool, rest in ((TLGEN, ["--rate", "10", "--duration", "1"]),
+                           (TLPREDICT, ["--requests", "1"])):
+            r = subprocess.run([tool, "--port", str(free_port()), "--model", "m" * 65, *rest],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (tool, r.stderr))
+            self.assertIn("--model", r.stderr)
 
     def test_connection_refused(self):
         r = subprocess.run([TLGEN, "--port", str(free_port()), "--model", "m", "--rate", "10",
