@@ -38,6 +38,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +333,44 @@ __attribute__((cold)) static int check_rereadable(const char *opt, const char *p
     return 2;
 }
 
+/* What would make the --export write fail once training is done: a file
+ * there, a snapshot already there (never overwritten), a parent directory
+ * missing (the writer creates DIR, not its parents).  Checked first so that
+ * no training is lost to it.  0, or 2 (printed). */
+__attribute__((cold)) static int check_export_dir(const char *dir)
+{
+    struct stat st;
+    char path[PATH_MAX];
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "tltrain: --export %s: exists and is not a directory\n", dir);
+            return 2;
+        }
+        if ((size_t)snprintf(path, sizeof path, "%s/MANIFEST", dir) < sizeof path &&
+            lstat(path, &st) == 0) {
+            fprintf(stderr, "tltrain: --export %s already holds a snapshot (a MANIFEST); "
+                            "snapshots are never overwritten: give a new directory\n", dir);
+            return 2;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "tltrain: --export %s: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+        fprintf(stderr, "tltrain: --export: the path is longer than %d bytes\n", PATH_MAX - 1);
+        return 2;
+    }
+    const char *parent = dirname(path);
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tltrain: --export %s: its parent directory %s does not exist\n", dir,
+                parent);
+        return 2;
+    }
+    return 0;
+}
+
 /* --hidden "256,128" (or "" for none) into o->hidden; 0 or -1 (printed). */
 static int parse_hidden(const char *s, train_dnn_options_t *o)
 {
@@ -594,6 +634,8 @@ int main(int argc, char **argv)
     }
     if (check_rereadable("--train", train_path) || check_rereadable("--test", test_path) ||
         check_rereadable("--validation", validation))
+        return 2;
+    if (export_dir && check_export_dir(export_dir) != 0)
         return 2;
     if (!delta_dir != !parent_dir) {
         fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");

@@ -16,8 +16,8 @@
 #     missing (exit 1), auto-stop options with --no-auto-stop (exit 2), a bad training line
 #     named in the user's file (exit 1), an empty --train or --test or one whose every line
 #     --skip-bad drops (exit 2, "holds no samples"), a FIFO, a device or a directory as a
-#     data file (exit 2 at once, not a hang), a --name a snapshot cannot carry (exit 2
-#     before any epoch).
+#     data file (exit 2 at once, not a hang), a --name a snapshot cannot carry or an
+#     --export that is a file, holds a snapshot or lacks its parent (exit 2 before any epoch).
 # Runs in a few seconds (RelWithDebInfo); the data lives in a mktemp -d removed on exit.
 #
 #   test_autostop.sh TLSYNTH TLTRAIN
@@ -204,5 +204,14 @@ for n in "my model" ".." "$(printf 'n%.0s' {1..64})"; do
   [ "$rc" = 2 ] && grep -q -- "--name" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
     [ ! -e "$tmp/named" ] && ok "--name '${n:0:12}': exit 2 before training" ||
     bad "--name '$n': exit $rc: $(tail -2 "$tmp/err.err")"
+done
+# an --export the write would refuse after training: refused before any epoch
+: >"$tmp/afile"
+mkdir -p "$tmp/held"; : >"$tmp/held/MANIFEST"
+for e in "$tmp/afile" "$tmp/held" "$tmp/no/such/dir"; do
+  rc=$(run err --train "$tmp/small.ffm" --model lr --export "$e")
+  [ "$rc" = 2 ] && grep -q -- "--export" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
+    ok "--export ${e#"$tmp"/}: exit 2 before training" ||
+    bad "--export $e: exit $rc: $(tail -2 "$tmp/err.err")"
 done
 exit $fail
