@@ -333,6 +333,20 @@ class ModelRepo(unittest.TestCase):
         self.add_delta(1, 2)
         self.wait_for(srv, lambda m: m["models"][0]["version"] == 2, "version 2 after return")
 
+    def test_misnamed_version_is_named_in_the_warning(self):
+        # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
+        # version is servable names the directory it skipped and the rule
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "001"))
+        srv = self.serve("--model-repo", self.repo, wait="/healthz")
+        deadline = time.monotonic() + 20
+        while "no servable version" not in srv.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = srv.output()
+        self.assertIn("no servable version", out)
+        self.assertIn("'001' is not a version name", out)
+        self.assertIn("no leading zero", out)
+        self.assertEqual(models(srv)["models"], [])
+
     def test_bad_settings(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         r = subprocess.run([TLSERVE, "--model", self.full[1], "--model-repo", self.repo],
