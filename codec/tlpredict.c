@@ -151,6 +151,9 @@ int main(int argc, char **argv)
         if (rc != 0) {
             if (rc > 0)
                 fprintf(stderr, "tlpredict: server error %s: %s\n", codec_errc_name(rc), err.msg);
+            else if (rc == -EPROTO) /* err says what in the bytes was not a frame */
+                fprintf(stderr, "tlpredict: %s:%lld answered what is not a tlserve frame: %s\n",
+                        host, port, err.msg);
             else
                 fprintf(stderr, "tlpredict: %s\n", strerror(-rc));
             return 1;
