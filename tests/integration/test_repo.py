@@ -347,6 +347,20 @@ class ModelRepo(unittest.TestCase):
         self.assertIn("no leading zero", out)
         self.assertEqual(models(srv)["models"], [])
 
+    def test_model_flag_on_a_repository_hints_model_repo(self):
+        # --model given a repository, a model directory or a delta: exit 1, and the line says
+        # which flag or tool serves it
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        tlsnap("diff", self.full[1], self.full[2], os.path.join(self.mdir, "2"))
+        for model, hint in ((self.repo, "--model-repo " + self.repo),
+                            (self.mdir, "--model %s/1" % self.mdir),
+                            (os.path.join(self.mdir, "2"), "tlsnap compact")):
+            r = subprocess.run([TLSERVE, "--model", model, "--port", str(harness.free_port()),
+                                "--admin-port", str(harness.free_port())], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn(hint, r.stdout)
+
     def test_bad_settings(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         r = subprocess.run([TLSERVE, "--model", self.full[1], "--model-repo", self.repo],
