@@ -24,9 +24,9 @@
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..,"epochs":..}.
  * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error, an
  * unimplemented model, or a data file that holds no samples or cannot be
- * read more than once (a pipe: every file is read once per epoch).  One thread streams the files, once per
- * epoch; --threads T parses the training file into memory once and trains
- * on T threads (train_threads.h).
+ * read more than once (a pipe: every file is read once per epoch).  One
+ * thread streams the files, once per epoch; --threads T parses the training
+ * file into memory once and trains on T threads (train_threads.h).
  */
 #include "metrics.h"
 #include "model.h"
@@ -154,6 +154,18 @@ static double now_sec(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* An unsigned decimal: digits only (strtoull alone takes "-1" as 2^64-1 and
+ * clamps an overflow to it).  0, or -1. */
+static int parse_u64_arg(const char *s, unsigned long long *out)
+{
+    char *e;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *out = strtoull(s, &e, 10);
+    return errno || *e ? -1 : 0;
 }
 
 static int parse_double(const char *opt, const char *s, double *out)
@@ -520,6 +532,7 @@ int main(int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *e;
+        unsigned long long u;
         switch (c) {
         case O_TRAIN: train_path = optarg; break;
         case O_TEST: test_path = optarg; break;
@@ -553,10 +566,8 @@ int main(int argc, char **argv)
             }
             break;
         case O_SEED:
-            errno = 0;
-            seed = strtoull(optarg, &e, 10);
-            if (errno || *e || e == optarg) {
-                fprintf(stderr, "tltrain: --seed: '%s' is not a number\n", optarg);
+            if (parse_u64_arg(optarg, &seed) != 0) {
+                fprintf(stderr, "tltrain: --seed: '%s' is not a number in 0..2^64-1\n", optarg);
                 return 2;
             }
             break;
@@ -582,28 +593,27 @@ int main(int argc, char **argv)
         case O_PARENT: parent_dir = optarg; break;
         case O_NAME: name = optarg; break;
         case O_VERSION:
-            version = strtoull(optarg, &e, 10);
-            if (*e || e == optarg || version == 0) {
-                fprintf(stderr, "tltrain: --version: '%s' is not a number > 0\n", optarg);
+            if (parse_u64_arg(optarg, &version) != 0 || version == 0) {
+                fprintf(stderr, "tltrain: --version: '%s' is not a number in 1..2^64-1\n", optarg);
                 return 2;
             }
             break;
         case O_SKIP: skip_bad = 1; break;
         case O_JSON: json = 1; break;
         case O_DIM:
-            dno.dim = (uint32_t)strtoul(optarg, &e, 10);
-            if (*e || e == optarg || dno.dim < 1 || dno.dim > TRAIN_DNN_MAX_DIM) {
+            if (parse_u64_arg(optarg, &u) != 0 || u < 1 || u > TRAIN_DNN_MAX_DIM) {
                 fprintf(stderr, "tltrain: --dim: '%s' is not a number in 1..%d\n", optarg,
                         TRAIN_DNN_MAX_DIM);
                 return 2;
             }
+            dno.dim = (uint32_t)u;
             break;
         case O_FIELDS:
-            dno.fields = (uint32_t)strtoul(optarg, &e, 10);
-            if (*e || e == optarg || dno.fields < 1 || dno.fields > 256) {
+            if (parse_u64_arg(optarg, &u) != 0 || u < 1 || u > 256) {
                 fprintf(stderr, "tltrain: --fields: '%s' is not a number in 1..256\n", optarg);
                 return 2;
             }
+            dno.fields = (uint32_t)u;
             fields_given = 1;
             break;
         case O_HIDDEN: if (parse_hidden(optarg, &dno)) return 2; break;

@@ -17,7 +17,8 @@
 #     named in the user's file (exit 1), an empty --train or --test or one whose every line
 #     --skip-bad drops (exit 2, "holds no samples"), a FIFO, a device or a directory as a
 #     data file (exit 2 at once, not a hang), a --name a snapshot cannot carry or an
-#     --export that is a file, holds a snapshot or lacks its parent (exit 2 before any epoch).
+#     --export that is a file, holds a snapshot or lacks its parent (exit 2 before any epoch);
+#     --version / --seed / --dim / --fields out of range once wrapped or cut (exit 2).
 # Runs in a few seconds (RelWithDebInfo); the data lives in a mktemp -d removed on exit.
 #
 #   test_autostop.sh TLSYNTH TLTRAIN
@@ -213,5 +214,13 @@ for e in "$tmp/afile" "$tmp/held" "$tmp/no/such/dir"; do
   [ "$rc" = 2 ] && grep -q -- "--export" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
     ok "--export ${e#"$tmp"/}: exit 2 before training" ||
     bad "--export $e: exit $rc: $(tail -2 "$tmp/err.err")"
+done
+# numbers strtoull would wrap or clamp ("-1" is 2^64-1) and strtoul cut to 32 bits
+for o in "--version -1" "--version 18446744073709551616" "--seed -1" "--dim 4294967297" \
+         "--fields -4294967295"; do
+  # shellcheck disable=SC2086
+  rc=$(run err --train "$tmp/small.ffm" --model dnn $o)
+  [ "$rc" = 2 ] && grep -q -- "${o%% *}: .* is not a number in" "$tmp/err.err" &&
+    ok "$o: exit 2" || bad "$o: exit $rc: $(tail -1 "$tmp/err.err")"
 done
 exit $fail
