@@ -454,6 +454,20 @@ static void test_model_repo(void **state)
     test_rm_rf(base);
 }
 
+/* "--gate false" (a bool given its value as the next argument): refused
+ * with the '=' form to use, not as a stray argument 'false'. */
+static void test_bool_value_without_equals(void **state)
+{
+    (void)state;
+    server_config_t c;
+    expect_error(load(&c, "--gate", "false", NULL), "--gate false", "--gate=false",
+                 "alone means true", NULL);
+    expect_error(load(&c, "--online", "on", "--port", "7171", NULL), "--online=on", NULL);
+    assert_int_equal(load(&c, "--gate=false", "--online", NULL), 0);
+    assert_false(c.gate);
+    assert_true(c.online);
+}
+
 /* The data plane and the admin plane on one address and port: refused at
  * the command line, not at the second listen ("address in use"). */
 static void test_same_port_for_both_planes(void **state)
@@ -489,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_config_not_a_file), cmocka_unit_test(test_admin_token_sources),
         cmocka_unit_test(test_model_root),      cmocka_unit_test(test_model_repo),
         cmocka_unit_test(test_same_port_for_both_planes),
+        cmocka_unit_test(test_bool_value_without_equals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
