@@ -48,7 +48,9 @@ int tlclient_send_predict(tlclient_t *c, const codec_predict_t *req, uint64_t *r
                           codec_error_t *err);
 
 /* Receives the next frame within timeout_ms into *msg.  Arrays in *msg live
- * in the client's own arena until the next tlclient_recv. */
+ * in the client's own arena until the next tlclient_recv.  Returns 0, the
+ * server's ERROR code, -EPROTO when the bytes received are not a frame
+ * (*err then says what was wrong in them: magic, type, length), or -errno. */
 int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t *err);
 
 /* Sends req and waits for its answer: copies req->items scores to scores

@@ -110,6 +110,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tlpredict: --port and --model are required\n%s", usage);
         return 2;
     }
+    if (strlen(model) > CODEC_MAX_NAME) { /* req.name would cut it: another model's name */
+        fprintf(stderr, "tlpredict: --model: '%.16s...' is %zu bytes; a model name is 1..%u\n",
+                model, strlen(model), CODEC_MAX_NAME);
+        return 2;
+    }
     if ((unsigned long long)(shared + items * per_item) > CODEC_MAX_REQUEST_FEATURES) {
         fprintf(stderr, "tlpredict: %lld features per request is over the wire limit %u\n",
                 shared + items * per_item, CODEC_MAX_REQUEST_FEATURES);
@@ -146,6 +151,9 @@ int main(int argc, char **argv)
         if (rc != 0) {
             if (rc > 0)
                 fprintf(stderr, "tlpredict: server error %s: %s\n", codec_errc_name(rc), err.msg);
+            else if (rc == -EPROTO) /* err says what in the bytes was not a frame */
+                fprintf(stderr, "tlpredict: %s:%lld answered what is not a tlserve frame: %s\n",
+                        host, port, err.msg);
             else
                 fprintf(stderr, "tlpredict: %s\n", strerror(-rc));
             return 1;

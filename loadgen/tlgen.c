@@ -202,8 +202,11 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
             o->host = v;
         else if (!strcmp(f, "--port"))
             o->port = (int)arg_int(f, v, 1, 65535);
-        else if (!strcmp(f, "--model"))
+        else if (!strcmp(f, "--model")) {
+            if (strlen(v) > CODEC_MAX_NAME) /* the request's name field would cut it */
+                die_usage("--model '%s' is longer than a model name's 64 bytes%s", v, "");
             o->wl.model = v;
+        }
         else if (!strcmp(f, "--rate"))
             o->rate = arg_num(f, v, 0.001, 1e8);
         else if (!strcmp(f, "--duration"))

@@ -254,6 +254,7 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
 uint64_t reader_offset(const reader_t *r) { return r->src_off - (r->end - r->start); }
 
 const char *reader_error(const reader_t *r) { return r->err; }
+const char *reader_name(const reader_t *r) { return r->name; }
 uint64_t reader_line(const reader_t *r) { return r->line; }
 uint64_t reader_skipped(const reader_t *r) { return r->skipped; }
 
@@ -297,9 +298,21 @@ __attribute__((cold, format(printf, 2, 3))) static void set_err(reader_t *r, con
     va_end(ap);
 }
 
+/* A UTF-8 byte-order mark, which Windows editors and spreadsheet exports put
+ * before the first line: dropped when it opens the source (offset 0), so the
+ * first label parses. */
+static void skip_bom(uint64_t line_off, char **lp, size_t *ll)
+{
+    if (line_off == 0 && *ll >= 3 && memcmp(*lp, "\xEF\xBB\xBF", 3) == 0) {
+        *lp += 3;
+        *ll -= 3;
+    }
+}
+
 /* Cuts the next line into [*lp, *lp + *ll) (newline and trailing CR
- * removed).  Returns 1, 0 at EOF, -E2BIG for an over-long line (consumed
- * when skip_bad), or another -errno. */
+ * removed; a UTF-8 byte-order mark at the source's start too).  Returns 1,
+ * 0 at EOF, -E2BIG for an over-long line (consumed when skip_bad), or
+ * another -errno. */
 static int next_line(reader_t *r, char **lp, size_t *ll)
 {
     int discarding = 0; /* dropping an over-long line up to its newline */
@@ -321,6 +334,7 @@ static int next_line(reader_t *r, char **lp, size_t *ll)
             r->line++;
             *lp = s;
             *ll = len;
+            skip_bom(r->src_off - avail, lp, ll);
             return 1;
         }
         if (r->eof) {
@@ -334,10 +348,12 @@ static int next_line(reader_t *r, char **lp, size_t *ll)
             r->line++;
             if (avail > r->opt.max_line)
                 return -E2BIG;
+            uint64_t line_off = r->src_off - avail;
             if (s[avail - 1] == '\r')
                 avail--;
             *lp = s;
             *ll = avail;
+            skip_bom(line_off, lp, ll);
             return 1;
         }
         /* No newline yet: make room and read more. */

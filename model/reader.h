@@ -106,6 +106,7 @@ uint64_t reader_offset(const reader_t *r);
 int reader_seek(reader_t *r, uint64_t offset, uint64_t line);
 
 const char *reader_error(const reader_t *r); /* "" when none */
+const char *reader_name(const reader_t *r);  /* the path (or name) it was opened with */
 uint64_t reader_line(const reader_t *r);     /* 1-based number of the last line read */
 uint64_t reader_skipped(const reader_t *r);  /* malformed lines skipped (skip_bad) */
 void reader_close(reader_t *r);

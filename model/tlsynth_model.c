@@ -141,20 +141,6 @@ out:
 
 static const store_cli_usage_t usage = {"tlsynth model", usage_text};
 
-static int valid_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof(((store_meta_t *)0)->model_name))
-        return 0;
-    for (const char *p = s; *p; p++) {
-        char c = *p;
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* ---- the fill ------------------------------------------------------------------ */
 
 struct fill_job {
@@ -382,9 +368,11 @@ int tlsynth_model_main(int argc, char **argv)
                 store_cli_usage_error(&usage, "--shards: %" PRIu64 " is not a power of two",
                                       shards);
         } else if (store_cli_flag(&usage, argc, argv, &i, "--name", &v)) {
-            if (!valid_name(v))
+            char why[128];
+            if (store_model_name_check(v, why, sizeof why) != 0)
                 store_cli_usage_error(&usage,
-                                      "--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-]", v);
+                                      "--name: '%s' must be 1..63 characters of [A-Za-z0-9_.-], "
+                                      "not '.' or '..'", v);
             name = v;
         } else if (store_cli_flag(&usage, argc, argv, &i, "--kind", &v)) {
             if (strcmp(v, "lr") == 0)

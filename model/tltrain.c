@@ -22,10 +22,11 @@
  *
  * Human-readable progress goes to stderr; stdout gets one line per epoch and
  * (with --json) a last line {"logloss":..,"auc":..,"calibration":..,"epochs":..}.
- * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error or an
- * unimplemented model.  One thread streams the files, once per
- * epoch; --threads T parses the training file into memory once and trains
- * on T threads (train_threads.h).
+ * Exit codes: 0 ok, 1 runtime error (bad data, I/O), 2 usage error, an
+ * unimplemented model, or a data file that holds no samples or cannot be
+ * read more than once (a pipe: every file is read once per epoch).  One
+ * thread streams the files, once per epoch; --threads T parses the training
+ * file into memory once and trains on T threads (train_threads.h).
  */
 #include "metrics.h"
 #include "model.h"
@@ -37,10 +38,13 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,6 +154,18 @@ static double now_sec(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* An unsigned decimal: digits only (strtoull alone takes "-1" as 2^64-1 and
+ * clamps an overflow to it).  0, or -1. */
+static int parse_u64_arg(const char *s, unsigned long long *out)
+{
+    char *e;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *out = strtoull(s, &e, 10);
+    return errno || *e ? -1 : 0;
 }
 
 static int parse_double(const char *opt, const char *s, double *out)
@@ -305,6 +321,68 @@ static void json_num(FILE *f, const char *key, double v, int last)
         fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
+/* tltrain reads each data file more than once (a check, the auto-stop split,
+ * every epoch): a pipe or a FIFO would block or come back empty, a device is
+ * no data set.  0 (a regular file, or one stat cannot see: the open names
+ * that), or 2 (printed). */
+__attribute__((cold)) static int check_rereadable(const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return 0;
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tltrain: %s %s: a directory, not a data file\n", opt, path);
+        return 2;
+    }
+    const char *what = S_ISFIFO(st.st_mode)   ? "a pipe or FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    fprintf(stderr,
+            "tltrain: %s %s: %s; tltrain reads its data files more than once (once per "
+            "epoch), so each must be a regular file (save a stream to a file first)\n",
+            opt, path, what);
+    return 2;
+}
+
+/* What would make the --export write fail once training is done: a file
+ * there, a snapshot already there (never overwritten), a parent directory
+ * missing (the writer creates DIR, not its parents).  Checked first so that
+ * no training is lost to it.  0, or 2 (printed). */
+__attribute__((cold)) static int check_export_dir(const char *dir)
+{
+    struct stat st;
+    char path[PATH_MAX];
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "tltrain: --export %s: exists and is not a directory\n", dir);
+            return 2;
+        }
+        if ((size_t)snprintf(path, sizeof path, "%s/MANIFEST", dir) < sizeof path &&
+            lstat(path, &st) == 0) {
+            fprintf(stderr, "tltrain: --export %s already holds a snapshot (a MANIFEST); "
+                            "snapshots are never overwritten: give a new directory\n", dir);
+            return 2;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        fprintf(stderr, "tltrain: --export %s: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+        fprintf(stderr, "tltrain: --export: the path is longer than %d bytes\n", PATH_MAX - 1);
+        return 2;
+    }
+    const char *parent = dirname(path);
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tltrain: --export %s: its parent directory %s does not exist\n", dir,
+                parent);
+        return 2;
+    }
+    return 0;
+}
+
 /* --hidden "256,128" (or "" for none) into o->hidden; 0 or -1 (printed). */
 static int parse_hidden(const char *s, train_dnn_options_t *o)
 {
@@ -454,6 +532,7 @@ int main(int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *e;
+        unsigned long long u;
         switch (c) {
         case O_TRAIN: train_path = optarg; break;
         case O_TEST: test_path = optarg; break;
@@ -487,10 +566,8 @@ int main(int argc, char **argv)
             }
             break;
         case O_SEED:
-            errno = 0;
-            seed = strtoull(optarg, &e, 10);
-            if (errno || *e || e == optarg) {
-                fprintf(stderr, "tltrain: --seed: '%s' is not a number\n", optarg);
+            if (parse_u64_arg(optarg, &seed) != 0) {
+                fprintf(stderr, "tltrain: --seed: '%s' is not a number in 0..2^64-1\n", optarg);
                 return 2;
             }
             break;
@@ -516,28 +593,27 @@ int main(int argc, char **argv)
         case O_PARENT: parent_dir = optarg; break;
         case O_NAME: name = optarg; break;
         case O_VERSION:
-            version = strtoull(optarg, &e, 10);
-            if (*e || e == optarg || version == 0) {
-                fprintf(stderr, "tltrain: --version: '%s' is not a number > 0\n", optarg);
+            if (parse_u64_arg(optarg, &version) != 0 || version == 0) {
+                fprintf(stderr, "tltrain: --version: '%s' is not a number in 1..2^64-1\n", optarg);
                 return 2;
             }
             break;
         case O_SKIP: skip_bad = 1; break;
         case O_JSON: json = 1; break;
         case O_DIM:
-            dno.dim = (uint32_t)strtoul(optarg, &e, 10);
-            if (*e || e == optarg || dno.dim < 1 || dno.dim > TRAIN_DNN_MAX_DIM) {
+            if (parse_u64_arg(optarg, &u) != 0 || u < 1 || u > TRAIN_DNN_MAX_DIM) {
                 fprintf(stderr, "tltrain: --dim: '%s' is not a number in 1..%d\n", optarg,
                         TRAIN_DNN_MAX_DIM);
                 return 2;
             }
+            dno.dim = (uint32_t)u;
             break;
         case O_FIELDS:
-            dno.fields = (uint32_t)strtoul(optarg, &e, 10);
-            if (*e || e == optarg || dno.fields < 1 || dno.fields > 256) {
+            if (parse_u64_arg(optarg, &u) != 0 || u < 1 || u > 256) {
                 fprintf(stderr, "tltrain: --fields: '%s' is not a number in 1..256\n", optarg);
                 return 2;
             }
+            dno.fields = (uint32_t)u;
             fields_given = 1;
             break;
         case O_HIDDEN: if (parse_hidden(optarg, &dno)) return 2; break;
@@ -566,6 +642,11 @@ int main(int argc, char **argv)
                         "--no-auto-stop (see --help)\n", validation ? "validation" : "patience");
         return 2;
     }
+    if (check_rereadable("--train", train_path) || check_rereadable("--test", test_path) ||
+        check_rereadable("--validation", validation))
+        return 2;
+    if (export_dir && check_export_dir(export_dir) != 0)
+        return 2;
     if (!delta_dir != !parent_dir) {
         fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");
         return 2;
@@ -607,8 +688,9 @@ int main(int argc, char **argv)
     if (!epochs)
         epochs = auto_stop ? TLTRAIN_FIT_MAX_EPOCHS : fixed_epochs;
     store_meta_t meta = {.model_kind = ops->kind, .version = version};
-    if (strlen(name) >= sizeof meta.model_name) {
-        fprintf(stderr, "tltrain: --name: longer than %zu bytes\n", sizeof meta.model_name - 1);
+    char bad_name[128];
+    if (store_model_name_check(name, bad_name, sizeof bad_name) != 0) { /* now, not at export */
+        fprintf(stderr, "tltrain: --name '%s': %s\n", name, bad_name);
         return 2;
     }
     strcpy(meta.model_name, name);

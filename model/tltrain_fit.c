@@ -167,6 +167,9 @@ __attribute__((cold)) static int split_file(const char *path, int criteo, FILE *
         snprintf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
+    unsigned char bom[3]; /* a UTF-8 byte-order mark opens the file, not its first line */
+    if (fread(bom, 1, 3, in) != 3 || memcmp(bom, "\xEF\xBB\xBF", 3) != 0)
+        rewind(in);
     int rc = split_stream(in, criteo, out, rows);
     if (rc != 0)
         snprintf(err, err_len, "%s: read error while holding out the validation slice", path);
@@ -245,9 +248,23 @@ static int count_classes(reader_t *r, uint64_t cls[2])
 
 /* ---- epochs --------------------------------------------------------------------- */
 
+/* The stop for a file that gave no sample (empty, blank lines, a header only,
+ * or every line skipped as bad): a model of nothing, or metrics of nothing,
+ * is no result.  Returns 2 (printed). */
+__attribute__((cold)) static int no_samples(const char *what, const char *path,
+                                            const reader_t *r)
+{
+    fprintf(stderr, "tltrain: %s %s holds no samples", what, path);
+    if (reader_skipped(r))
+        fprintf(stderr, " (%llu malformed lines skipped by --skip-bad)",
+                (unsigned long long)reader_skipped(r));
+    fprintf(stderr, "\n");
+    return 2;
+}
+
 /* One pass of r into t, then (when score) scores score: one stdout line
- * "<label> <ep>: train ... | <score_name> ...", one stderr timing line.  0
- * or 1 (printed). */
+ * "<label> <ep>: train ... | <score_name> ...", one stderr timing line.  0,
+ * 1 (printed) or 2 (a file without samples: printed). */
 static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char *label, long ep,
                      reader_t *score, const char *score_name, metrics_result_t *res)
 {
@@ -255,6 +272,9 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
     uint64_t rows, updates;
     if (f->epoch(r, t, &loss, &rows, &updates, &busy) != 0)
         return 1;
+    if (rows == 0) /* r: the training file or the auto-stop search's part of it */
+        return no_samples(r == f->train ? "--train" : "the part of --train kept for training,",
+                          f->train_path, r);
     double wall = now_sec() - t0;
     printf("%s %ld: train rows %llu progressive logloss %.6f", label, ep, (unsigned long long)rows,
            loss);
@@ -263,6 +283,9 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
     if (score) {
         if (f->eval(score, t, res) != 0)
             return 1;
+        if (res->n == 0) /* --validation and the held-out slice are checked before */
+            return no_samples(score == f->test ? "--test" : score_name, reader_name(score),
+                              score);
         printf(" | %s rows %zu logloss %.6f auc %.6f calibration %.4f", score_name, res->n,
                res->logloss, res->auc, res->calibration);
     }
@@ -277,12 +300,14 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
 }
 
 /* n epochs of t over the whole training file, the test file scored after
- * each: the final model.  0 or 1 (printed). */
+ * each: the final model.  0, or one_epoch's error. */
 static int final_epochs(tltrain_fit_t *f, train_t *t, long n)
 {
-    for (long ep = 1; ep <= n; ep++)
-        if (one_epoch(f, f->train, t, "epoch", ep, f->test, "test", &f->test_res) != 0)
-            return 1;
+    for (long ep = 1; ep <= n; ep++) {
+        int rc = one_epoch(f, f->train, t, "epoch", ep, f->test, "test", &f->test_res);
+        if (rc != 0)
+            return rc;
+    }
     f->chosen = n;
     return 0;
 }
@@ -304,9 +329,11 @@ static int retrain(tltrain_fit_t *f, train_t **model, long n)
     return final_epochs(f, t, n);
 }
 
-/* The given validation file: a reader, checked by one full parse.  0, 1
- * (cannot open: printed) or 2 (unparsable or empty: printed). */
-__attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_t **out)
+/* The given validation file: a reader, checked by one full parse that counts
+ * its non-clicks and clicks into cls.  0, 1 (cannot open: printed) or 2
+ * (unparsable or empty: printed). */
+__attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_t **out,
+                                                 uint64_t cls[2])
 {
     char err[512];
     reader_sample_t s;
@@ -316,8 +343,11 @@ __attribute__((cold)) static int open_validation(const tltrain_fit_t *f, reader_
         fprintf(stderr, "tltrain: --validation: %s\n", err);
         return 1;
     }
-    while ((rc = reader_next(*out, &s)) == 1)
+    cls[0] = cls[1] = 0;
+    while ((rc = reader_next(*out, &s)) == 1) {
+        cls[s.label > 0.5f]++;
         n++;
+    }
     if (rc < 0) {
         fprintf(stderr, "tltrain: --validation: %s\n", reader_error(*out));
         return rc == -EINVAL || rc == -E2BIG ? 2 : 1;
@@ -340,11 +370,9 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
         return final_epochs(f, *model, f->epochs);
     if (f->validation_path) {
         uint64_t cls[2];
-        if ((status = open_validation(f, &val)) != 0)
+        if ((status = open_validation(f, &val, cls)) != 0)
             goto out;
         status = 1;
-        if (count_classes(val, cls) != 0)
-            goto out;
         if (cls[0] < TLTRAIN_FIT_MIN_CLASS || cls[1] < TLTRAIN_FIT_MIN_CLASS)
             fprintf(stderr,
                     "tltrain: auto-stop: note: %s holds %llu clicks and %llu "
@@ -377,8 +405,11 @@ int tltrain_fit_run(tltrain_fit_t *f, train_t **model)
     long best_ep = 0, since = 0, ep;
     for (ep = 1; ep <= f->epochs; ep++) {
         metrics_result_t res;
-        if (one_epoch(f, search, *model, "auto-stop epoch", ep, val, "validation", &res) != 0)
+        int rc = one_epoch(f, search, *model, "auto-stop epoch", ep, val, "validation", &res);
+        if (rc != 0) {
+            status = rc;
             goto out;
+        }
         if (isfinite(res.logloss) &&
             (best_ep == 0 || res.logloss < best - TLTRAIN_FIT_MIN_DELTA * best)) {
             best = res.logloss;

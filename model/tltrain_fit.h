@@ -101,8 +101,9 @@ typedef struct tltrain_fit {
  * trainer (possibly another one: the first is then destroyed), which the
  * caller owns (train_destroy), also on failure (NULL then possible).
  * Returns 0; 1 on a runtime failure (I/O, bad training data, no memory;
- * printed); 2 on a bad --validation file (unparsable or without samples;
- * printed).  Blocks for the whole training. */
+ * printed); 2 on a bad --validation file (unparsable or without samples)
+ * or a training or test file without samples (printed).  Blocks for the
+ * whole training. */
 int tltrain_fit_run(tltrain_fit_t *f, train_t **model);
 
 #endif /* TL_MODEL_TLTRAIN_FIT_H */

@@ -14,7 +14,8 @@
  * calibration on the last stdout line; the scores go to --out (default
  * stdout, then before the JSON line).  Any model kind.
  *
- * Exit codes: 0 ok, 1 runtime error (bad snapshot, bad data, I/O), 2 usage.
+ * Exit codes: 0 ok, 1 runtime error (bad snapshot, bad data, I/O), 2 usage
+ * (--out naming the --data file among them).
  * Single-threaded; the file is streamed.
  */
 #include "metrics.h"
@@ -23,11 +24,31 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int tltrain_predict_main(int argc, char **argv);
+
+/* "key":v with six decimals, or "key":null for a metric that has no value
+ * (AUC of a one-class file, anything of zero samples): JSON has no NaN. */
+static void json_metric(const char *key, double v, const char *sep)
+{
+    if (isfinite(v))
+        printf("\"%s\":%.6f%s", key, v, sep);
+    else
+        printf("\"%s\":null%s", key, sep);
+}
+
+/* Whether paths a and b name one file (hard links and symlinks included). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
 
 static void usage(FILE *f)
 {
@@ -85,6 +106,12 @@ int tltrain_predict_main(int argc, char **argv)
                 : !data       ? "--data FILE is required"
                               : "--format is required");
         usage(stderr);
+        return 2;
+    }
+
+    if (out_path && same_file(out_path, data)) { /* "w" would empty it before it is read */
+        fprintf(stderr, "tltrain predict: --out %s is the --data file: the scores would "
+                        "overwrite the samples\n", out_path);
         return 2;
     }
 
@@ -157,8 +184,10 @@ int tltrain_predict_main(int argc, char **argv)
     if (json) {
         metrics_result_t res;
         metrics_compute(met, &res);
-        printf("{\"samples\":%llu,\"logloss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f}\n",
-               (unsigned long long)n, res.logloss, res.auc, res.calibration);
+        printf("{\"samples\":%llu,", (unsigned long long)n);
+        json_metric("logloss", res.logloss, ",");
+        json_metric("auc", res.auc, ",");
+        json_metric("calibration", res.calibration, "}\n");
     }
     rc = 0;
 out:

@@ -324,6 +324,14 @@ int server_config_load(server_config_t *cfg, int argc, char **argv)
             return -1;
         }
         if (!val) {
+            bool next;
+            if (e->type == CFG_BOOL && i + 1 < argc && parse_bool(argv[i + 1], &next) == 0) {
+                /* "--gate false": a bare bool is true, so 'false' would be a stray argument */
+                fprintf(stderr, "tlserve: --%s %s: a bool takes its value after '=' (--%s=%s); "
+                                "--%s alone means true\n",
+                        e->name, argv[i + 1], e->name, argv[i + 1], e->name);
+                return -1;
+            }
             if (e->type == CFG_BOOL) {
                 val = "true";
             } else if (i + 1 >= argc) {

@@ -194,6 +194,14 @@ static int under_root(const server_config_t *cfg, const char *flag, const char *
     return -1;
 }
 
+/* Whether two listen addresses can collide on one port: the same address, or
+ * either one a wildcard (0.0.0.0, ::) that covers the other. */
+static bool planes_may_clash(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0 || strcmp(a, "0.0.0.0") == 0 || strcmp(b, "0.0.0.0") == 0 ||
+           strcmp(a, "::") == 0 || strcmp(b, "::") == 0;
+}
+
 int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
 {
     int level = server__cfg_log_level(cfg->log_level);
@@ -229,6 +237,12 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
         if (under_root(cfg, "model-repo", cfg->model_repo, real, sizeof real) != 0)
             return -1;
         memcpy(cfg->model_repo, real, sizeof real); /* watched by its real path */
+    }
+    if (cfg->port == cfg->admin_port && planes_may_clash(cfg->bind, cfg->admin_bind)) {
+        /* the second listen would fail as "address in use", blaming another process */
+        fprintf(stderr, "tlserve: --port and --admin-port are both %d: the data plane and the "
+                        "admin plane each need a port of their own\n", cfg->port);
+        return -1;
     }
     if (secret_flag)
         LOG(LL_WARN,

@@ -56,14 +56,58 @@
 #include "online.h"
 #include "repo.h"
 #include "server.h"
+#include "store/delta.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A hint for a --model that did not load because it is not one full
+ * snapshot: a model directory of versions or a whole repository (meant for
+ * --model-repo), or a delta version (served through its chain).  "" when
+ * none fits.  Blocks (lists a directory or two). */
+cold static const char *model_dir_hint(const char *dir, const store_error_t *err)
+{
+    static char hint[1400];
+    uint64_t v[1];
+    store_meta_t meta;
+    store_error_t meta_err;
+    hint[0] = '\0';
+    if (err->code == STORE_E_NO_MANIFEST) {
+        if (store_version_list(dir, v, 1) > 0) {
+            snprintf(hint, sizeof hint, " (%s holds version directories: serve the model's "
+                     "latest with --model-repo on its parent directory, or one version with "
+                     "--model %s/%" PRIu64 ")", dir, dir, v[0]);
+            return hint;
+        }
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        char sub[1200];
+        while (d && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' ||
+                (size_t)snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name) >= sizeof sub)
+                continue;
+            if (store_version_list(sub, v, 1) > 0) {
+                snprintf(hint, sizeof hint, " (%s looks like a model repository, %s/<version>/: "
+                         "serve it with --model-repo %s)", dir, sub, dir);
+                break;
+            }
+        }
+        if (d)
+            closedir(d);
+    } else if (store_snapshot_read_meta(dir, &meta, NULL, &meta_err) == 0 && meta.parent_version) {
+        snprintf(hint, sizeof hint, " (a delta version: serve it from its repository with "
+                 "--model-repo, or fold it into a full snapshot with tlsnap compact)");
+    }
+    return hint;
+}
 
 /* The signals main() takes with sigwait(). */
 static void stop_signals(sigset_t *set)
@@ -136,8 +180,9 @@ int main(int argc, char **argv)
         LOG(LL_INFO, "loading model from %s", cfg->model_dir); /* the swap's line has no path */
         rc = server_model_load(srv, cfg->model_dir, &err);
         if (rc != 0) {
-            LOG(LL_ERROR, "cannot load model from %s: %s", cfg->model_dir,
-                err.msg[0] ? err.msg : strerror(rc < 0 ? -rc : EIO));
+            LOG(LL_ERROR, "cannot load model from %s: %s%s", cfg->model_dir,
+                err.msg[0] ? err.msg : strerror(rc < 0 ? -rc : EIO),
+                model_dir_hint(cfg->model_dir, &err));
             goto out;
         }
     } else if (cfg->model_repo[0]) {

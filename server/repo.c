@@ -51,6 +51,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -338,6 +339,27 @@ static int queue_load(struct repo_model *r, uint64_t target, uint64_t prefix_sig
     return rc;
 }
 
+/* The first entry of model_dir that the version listing skips although a
+ * user may have meant it as a version ("001", "v2", "2.bak"; not dot names
+ * or temporaries) into out, for the "no servable version" warning: "" when
+ * none.  Blocks (one readdir). */
+cold static void first_non_version(const char *model_dir, char *out, size_t len)
+{
+    out[0] = '\0';
+    DIR *d = opendir(model_dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    uint64_t v;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && !store_version_is_temp(e->d_name) &&
+            !store_version_parse(e->d_name, &v)) {
+            snprintf(out, len, "%s", e->d_name);
+            break;
+        }
+    closedir(d);
+}
+
 /* One scan of model r; *versions and *prefix (*cap entries each) grow with
  * the listing.  r's name and dir are immutable: read without the lock. */
 static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
@@ -391,6 +413,11 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
 
     char active_name[64];
     uint64_t active = active_version(R.srv, r->model, active_name, sizeof active_name);
+    char skipped[NAME_MAX + 1]; /* with no version: a name the user may have meant as one */
+    if (n == 0)
+        first_non_version(r->model_dir, skipped, sizeof skipped);
+    else
+        skipped[0] = '\0';
 
     pthread_mutex_lock(&R.lock);
     if (listing != r->listing_sig) {
@@ -424,8 +451,12 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
     target = repo_pick_version(versions, (size_t)n, is_refused, r);
     if (target == 0) {
         if (!r->said_none)
-            LOG(LL_WARN, "repo: %s has no servable version (%ld versions, %u refused)%s",
-                r->model_dir, n, r->n_refused, active ? ": the active version keeps serving" : "");
+            LOG(LL_WARN, "repo: %s has no servable version (%ld versions, %u refused)%s%s%s%s",
+                r->model_dir, n, r->n_refused, active ? ": the active version keeps serving" : "",
+                skipped[0] ? "; '" : "", skipped,
+                skipped[0] ? "' is not a version name (a version directory is named by its "
+                             "number: 1, 2, ..., no leading zero)"
+                           : "");
         r->said_none = true;
         r->pending = false;
     } else if (active == target && strcmp(active_name, r->model) == 0) {

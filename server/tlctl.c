@@ -546,6 +546,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "tlctl: --admin wants HOST:PORT, not '%s'\n", a);
                 return EXIT_USAGE;
             }
+            char *end;
+            long port = strtol(colon + 1, &end, 10); /* digits only: no service names */
+            if (*end || port < 1 || port > 65535 || colon[1] < '0' || colon[1] > '9') {
+                fprintf(stderr, "tlctl: --admin '%s': the port is not a number in 1..65535\n", a);
+                return EXIT_USAGE;
+            }
             const char *h = a;
             size_t hl = (size_t)(colon - a);
             if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') /* [::1]:7071 */

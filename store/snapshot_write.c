@@ -70,13 +70,12 @@ void store__snapshot_header_encode(const snapshot_header_t *h, uint8_t out[SHARD
 
 /* ---- public: write --------------------------------------------------------- */
 
-/* Checks meta for a full snapshot; returns 0 or -1 with why filled. */
-static int check_meta(const store_meta_t *meta, char *why, size_t len)
+int store_model_name_check(const char *name, char *why, size_t len)
 {
-    const char *name = meta->model_name;
-    size_t n = strnlen(name, sizeof meta->model_name);
-    if (n == sizeof meta->model_name) {
-        snprintf(why, len, "model_name has no NUL within its %zu bytes", sizeof meta->model_name);
+    size_t n = strnlen(name, sizeof ((store_meta_t *)0)->model_name);
+    if (n == sizeof ((store_meta_t *)0)->model_name) {
+        snprintf(why, len, "model_name is longer than %zu bytes",
+                 sizeof ((store_meta_t *)0)->model_name - 1);
         return -1;
     }
     if (n == 0) {
@@ -96,6 +95,14 @@ static int check_meta(const store_meta_t *meta, char *why, size_t len)
         snprintf(why, len, "model_name \"%s\" is a path component", name);
         return -1;
     }
+    return 0;
+}
+
+/* Checks meta for a full snapshot; returns 0 or -1 with why filled. */
+static int check_meta(const store_meta_t *meta, char *why, size_t len)
+{
+    if (store_model_name_check(meta->model_name, why, len) != 0)
+        return -1;
     if ((unsigned)meta->model_kind > STORE_MODEL_DNN) {
         snprintf(why, len, "model_kind is %d, expected 0..3 (LR, FM, FFM, DNN)",
                  (int)meta->model_kind);

@@ -280,6 +280,12 @@ typedef struct store_meta {
     uint64_t created_unix;       /* seconds; 0 = now on write */
 } store_meta_t;
 
+/* Whether name is a model name a snapshot may carry (1..63 bytes of
+ * [A-Za-z0-9_.-], not "." or ".."): 0, or -1 with a sentence naming the
+ * offending byte in why.  Tools call it on a --name before long work, so a
+ * bad name is refused at once rather than at the write. */
+int store_model_name_check(const char *name, char *why, size_t why_len);
+
 typedef enum store_errc {
     STORE_OK = 0,
     STORE_E_IO,            /* open/read/write/fsync/rename failed (msg has errno text) */

@@ -123,7 +123,9 @@ static const char usage_diff[] =
     "shard count, params and dense arrays) and writes into OUT (created\n"
     "atomically; it must not exist) the delta of version NEW against parent\n"
     "OLD: NEW's keys that OLD lacks or holds with other values as upserts,\n"
-    "OLD's keys that NEW lacks as deletes.  Producer \"tlsnap diff\".\n"
+    "OLD's keys that NEW lacks as deletes.  Producer \"tlsnap diff\".  NEW's\n"
+    "version must be above OLD's (swapped arguments would write a delta that\n"
+    "undoes NEW).\n"
     "\n"
     "  --threads T       loader threads (default 0 = one per core)\n";
 
@@ -596,6 +598,16 @@ static int cmd_diff(int argc, char **argv)
     memset(&xb, 0, sizeof xb);
     store_error_t err = {0};
     int ret = 1;
+    /* Versions first, from the manifests: OLD and NEW swapped (the delta would undo NEW) or
+     * equal is refused before two loads. */
+    if (store_snapshot_read_meta(p[0], &ma, NULL, &err) == 0 &&
+        store_snapshot_read_meta(p[1], &mb, NULL, &err) == 0 && mb.version <= ma.version) {
+        fprintf(stderr,
+                "%s: NEW %s is version %" PRIu64 ", not newer than OLD %s (version %" PRIu64
+                "): a delta leads from a version to a later one (OLD and NEW swapped?)\n",
+                U.prog, p[1], mb.version, p[0], ma.version);
+        goto out;
+    }
     if (store_snapshot_load_ex(p[0], (int)threads, &a, &ma, &xa, &err) != 0) {
         store_cli_print_error(U.prog, p[0], &err);
         goto out;

@@ -124,6 +124,10 @@ class TlsnapDelta(unittest.TestCase):
         self.ok("diff", a, b, self.path("2"))
         # OUT exists
         self.refused("already exists", "diff", a, b, self.path("2"))
+        # OLD and NEW swapped, or one version twice: no delta that would undo NEW
+        self.refused("not newer than OLD", "diff", b, a, os.path.join(self.tmp, "SW"))
+        self.refused("(OLD and NEW swapped?)", "diff", a, a, os.path.join(self.tmp, "SW"))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "SW")))
         # layouts differ
         k8 = os.path.join(self.tmp, "K8")
         synth(k8, 100, 5, extra=["--kind", "fm", "--value-floats", "8"])

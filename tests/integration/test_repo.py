@@ -333,6 +333,34 @@ class ModelRepo(unittest.TestCase):
         self.add_delta(1, 2)
         self.wait_for(srv, lambda m: m["models"][0]["version"] == 2, "version 2 after return")
 
+    def test_misnamed_version_is_named_in_the_warning(self):
+        # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
+        # version is servable names the directory it skipped and the rule
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "001"))
+        srv = self.serve("--model-repo", self.repo, wait="/healthz")
+        deadline = time.monotonic() + 20
+        while "no servable version" not in srv.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = srv.output()
+        self.assertIn("no servable version", out)
+        self.assertIn("'001' is not a version name", out)
+        self.assertIn("no leading zero", out)
+        self.assertEqual(models(srv)["models"], [])
+
+    def test_model_flag_on_a_repository_hints_model_repo(self):
+        # --model given a repository, a model directory or a delta: exit 1, and the line says
+        # which flag or tool serves it
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        tlsnap("diff", self.full[1], self.full[2], os.path.join(self.mdir, "2"))
+        for model, hint in ((self.repo, "--model-repo " + self.repo),
+                            (self.mdir, "--model %s/1" % self.mdir),
+                            (os.path.join(self.mdir, "2"), "tlsnap compact")):
+            r = subprocess.run([TLSERVE, "--model", model, "--port", str(harness.free_port()),
+                                "--admin-port", str(harness.free_port())], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn(hint, r.stdout)
+
     def test_bad_settings(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         r = subprocess.run([TLSERVE, "--model", self.full[1], "--model-repo", self.repo],

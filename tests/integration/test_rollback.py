@@ -309,5 +309,17 @@ class Rollback(unittest.TestCase):
         srv.stop()
 
 
+class TlctlAdminFlag(unittest.TestCase):
+    def test_bad_admin_port_is_a_usage_error(self):
+        # glibc's getaddrinfo takes 99999 modulo 65536 and "http" as port 80: tlctl would
+        # try another port and report a refused connection (exit 3) for a typo
+        for admin in ("127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:http", "127.0.0.1:70x",
+                      "127.0.0.1:-1"):
+            r = subprocess.run([TLCTL, "--admin", admin, "status"], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (admin, r.stderr))
+            self.assertIn("not a number in 1..65535", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

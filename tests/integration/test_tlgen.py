@@ -20,8 +20,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -30,6 +32,7 @@ from harness import (BUILD, REPO, SEED, TLSERVE, TLSYNTH, Server, free_port,  # 
                      require, temp_model)
 
 TLGEN = os.path.join(BUILD, "loadgen", "tlgen")
+TLPREDICT = os.path.join(BUILD, "codec", "tlpredict")
 PLOT = os.path.join(REPO, "loadgen", "plot.sh")
 MODEL = "ctr_lr"
 KEYS = 20000
@@ -319,6 +322,39 @@ class Usage(unittest.TestCase):
                     ["--search-from", "10", "--rate", "10"]):        # range without a search
             r = subprocess.run(base + bad, capture_output=True, text=True)
             self.assertEqual(r.returncode, 2, bad)
+
+    def test_model_name_too_long_is_refused_not_cut(self):
+        # 65 bytes: cut to the wire's 64 it would ask the server for another model
+        for tool, rest in ((TLGEN, ["--rate", "10", "--duration", "1"]),
+                           (TLPREDICT, ["--requests", "1"])):
+            r = subprocess.run([tool, "--port", str(free_port()), "--model", "m" * 65, *rest],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (tool, r.stderr))
+            self.assertIn("--model", r.stderr)
+
+    def test_tlpredict_names_an_unreadable_answer(self):
+        # a peer that is not tlserve (here an HTTP server on the port): the message says what
+        # in its bytes was wrong, not just "Protocol error"
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(1)
+
+        def answer():
+            c, _ = lsock.accept()
+            c.recv(1 << 16)
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            time.sleep(0.5)
+            c.close()
+        t = threading.Thread(target=answer, daemon=True)
+        t.start()
+        r = subprocess.run([TLPREDICT, "--port", str(lsock.getsockname()[1]), "--model", "m",
+                            "--requests", "1", "--items", "1", "--timeout-ms", "5000"],
+                           capture_output=True, text=True, timeout=30)
+        t.join(5)
+        lsock.close()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("not a tlserve frame", r.stderr)
+        self.assertIn("magic", r.stderr)
 
     def test_connection_refused(self):
         r = subprocess.run([TLGEN, "--port", str(free_port()), "--model", "m", "--rate", "10",

@@ -88,8 +88,10 @@ class TestPredict(WireErrorMixin, unittest.TestCase):
         for bad in (b"", b"x" * 65, b"a b", b"a/b", b"caf\xc3\xa9", b"a\x00", b"x" * 255):
             with self.subTest(name=bad):
                 self.assertWireError(E.BAD_NAME, w.decode_predict, self.raw_predict(bad))
-        for bad in ("", "x" * 65, "a b"):
-            self.assertWireError(E.BAD_NAME, w.encode_predict, bad, [], [[]])
+        for bad, why in (("", "length 0 is not 1..64"), ("x" * 300, "length 300 is not 1..64"),
+                         ("a b", "characters outside [A-Za-z0-9_.-]")):
+            e = self.assertWireError(E.BAD_NAME, w.encode_predict, bad, [], [[]])
+            self.assertIn(why, str(e))  # the client says what is wrong with the name
         # check=False lets tests send the bad name anyway
         p = w.encode_predict("a b", [], [[]], check=False)
         self.assertWireError(E.BAD_NAME, w.decode_predict, p)

@@ -6,13 +6,19 @@
 #     M = E + patience (or the maximum), then trains a fresh model on ALL the lines for E
 #     epochs (its epoch lines count every row; the search's count train + validation = all),
 #     and --json reports E; the result beats --no-auto-stop --epochs 1, which reports 1;
-#   - the held-out slice is chosen by a hash of each line: the same for shuffled lines;
+#   - the held-out slice is chosen by a hash of each line: the same for shuffled lines, and
+#     for the file with a UTF-8 byte-order mark before its first line;
 #   - --patience 1 stops one epoch after the best; --epochs 3 caps the search at 3;
-#   - --validation FILE: the search runs on all the training lines (no hold-out);
+#   - --validation FILE: the search runs on all the training lines (no hold-out); its clicks
+#     and non-clicks are counted (the few-clicks note names the true counts, and only then);
 #   - a file too small to hold out 100 clicks trains the fixed default epochs, saying so;
 #   - errors: --patience 0 / 1001 / x, --validation unparsable or empty (exit 2, named),
 #     missing (exit 1), auto-stop options with --no-auto-stop (exit 2), a bad training line
-#     named in the user's file (exit 1).
+#     named in the user's file (exit 1), an empty --train or --test or one whose every line
+#     --skip-bad drops (exit 2, "holds no samples"), a FIFO, a device or a directory as a
+#     data file (exit 2 at once, not a hang), a --name a snapshot cannot carry or an
+#     --export that is a file, holds a snapshot or lacks its parent (exit 2 before any epoch);
+#     --version / --seed / --dim / --fields out of range once wrapped or cut (exit 2).
 # Runs in a few seconds (RelWithDebInfo); the data lives in a mktemp -d removed on exit.
 #
 #   test_autostop.sh TLSYNTH TLTRAIN
@@ -91,6 +97,13 @@ h1=${h1//tr.ffm/X}; h2=${h2//shuf.ffm/X}
 [ "$rc" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] && ok "shuffled lines, same slice: $h1" ||
   bad "shuffled: '$h1' vs '$h2' (exit $rc)"
 
+# --- a UTF-8 byte-order mark before the first line: dropped, the same slice -------
+{ printf '\xef\xbb\xbf'; cat "$tmp/tr.ffm"; } >"$tmp/bom.ffm"
+rc=$(run bom --train "$tmp/bom.ffm" --model lr --epochs 2)
+h3=$(grep -o '[0-9]* of [0-9]* lines.*' "$tmp/bom.err"); h3=${h3//bom.ffm/X}
+[ "$rc" = 0 ] && [ -n "$h1" ] && [ "$h1" = "$h3" ] && ok "a UTF-8 BOM: dropped, same slice: $h3" ||
+  bad "a UTF-8 BOM: exit $rc, '$h3' vs '$h1': $(tail -2 "$tmp/bom.err")"
+
 # --- patience, maximum, --validation ---------------------------------------------
 rc=$(run p1 --train "$tmp/tr.ffm" --model fm --patience 1)
 l=$(grep -o 'best epoch [0-9]* of [0-9]*' "$tmp/p1.err")
@@ -111,6 +124,19 @@ if [ "$rc" = 0 ] && [ "$vr" = "$all+5000" ] && [ -n "$ve" ] && [ "$ve" = "$(awk 
 else
   bad "--validation: exit $rc, rows $vr, '$l', epochs $ve"
 fi
+
+# a --validation file's classes are counted (a note only when one has fewer than 100)
+if [ "$rc" = 0 ] && ! grep -q "note:" "$tmp/val.err"; then
+  ok "--validation with 5000 lines: no few-clicks note"
+else
+  bad "--validation: a note on a 5000-line file: $(grep note: "$tmp/val.err")"
+fi
+head -n 50 "$tmp/te.ffm" >"$tmp/val50.ffm"
+c50=$(awk '$1 == 1' "$tmp/val50.ffm" | wc -l)
+rc=$(run val50 --train "$tmp/tr.ffm" --validation "$tmp/val50.ffm" --model lr --epochs 2)
+[ "$rc" = 0 ] && grep -q "val50.ffm holds $c50 clicks and $((50 - c50)) non-clicks" "$tmp/val50.err" &&
+  ok "--validation with 50 lines: the note counts $c50 clicks" ||
+  bad "--validation 50 lines: exit $rc, want $c50 clicks: $(grep note: "$tmp/val50.err")"
 
 # --- a file too small for a slice: fixed epochs ----------------------------------
 head -n 300 "$tmp/tr.ffm" >"$tmp/small.ffm"
@@ -148,4 +174,53 @@ rc=$(run err --train "$tmp/badtrain.ffm" --model lr)
 [ "$rc" = 1 ] && grep -q "badtrain.ffm" "$tmp/err.err" && grep -q "1001" "$tmp/err.err" &&
   ! grep -q "/proc/" "$tmp/err.err" && ok "a bad training line: exit 1, named in the user's file" ||
   bad "bad training line: exit $rc: $(cat "$tmp/err.err")"
+# a file without samples, or one that cannot be read twice: exit 2, named, no hang
+: >"$tmp/empty.ffm"
+for o in "" "--no-auto-stop"; do
+  # shellcheck disable=SC2086
+  rc=$(run err --train "$tmp/empty.ffm" --model lr $o)
+  [ "$rc" = 2 ] && grep -q -- "--train .*empty.ffm holds no samples" "$tmp/err.err" &&
+    ok "empty --train $o: exit 2, named" || bad "empty --train $o: exit $rc: $(cat "$tmp/err.err")"
+done
+printf '1 0:1:nan\n0 0:zz:1\n' >"$tmp/allbad.ffm"
+rc=$(run err --train "$tmp/allbad.ffm" --model lr --skip-bad --no-auto-stop)
+[ "$rc" = 2 ] && grep -q "holds no samples (2 malformed lines skipped" "$tmp/err.err" &&
+  ok "--skip-bad, every line bad: exit 2" || bad "every line bad: exit $rc: $(cat "$tmp/err.err")"
+rc=$(run err --train "$tmp/small.ffm" --model lr --test "$tmp/empty.ffm")
+[ "$rc" = 2 ] && grep -q -- "--test .*empty.ffm holds no samples" "$tmp/err.err" &&
+  ok "empty --test: exit 2, named" || bad "empty --test: exit $rc: $(cat "$tmp/err.err")"
+mkfifo "$tmp/fifo.ffm"
+for o in "--train $tmp/fifo.ffm" "--train $tmp/small.ffm --test $tmp/fifo.ffm" \
+         "--train /dev/null" "--train $tmp/small.ffm --validation $tmp"; do
+  # shellcheck disable=SC2086
+  timeout 10 "$train" --format libffm --model lr $o >"$tmp/err.out" 2>"$tmp/err.err"
+  rc=$?
+  [ "$rc" = 2 ] && grep -q "a pipe or FIFO\|a character device\|a directory" "$tmp/err.err" &&
+    ok "${o##*/}: exit 2 ($(head -c 60 "$tmp/err.err")...)" ||
+    bad "$o: exit $rc (124: hung): $(cat "$tmp/err.err")"
+done
+# a --name no snapshot may carry: refused before training, not after it at the export
+for n in "my model" ".." "$(printf 'n%.0s' {1..64})"; do
+  rc=$(run err --train "$tmp/small.ffm" --model lr --name "$n" --export "$tmp/named")
+  [ "$rc" = 2 ] && grep -q -- "--name" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
+    [ ! -e "$tmp/named" ] && ok "--name '${n:0:12}': exit 2 before training" ||
+    bad "--name '$n': exit $rc: $(tail -2 "$tmp/err.err")"
+done
+# an --export the write would refuse after training: refused before any epoch
+: >"$tmp/afile"
+mkdir -p "$tmp/held"; : >"$tmp/held/MANIFEST"
+for e in "$tmp/afile" "$tmp/held" "$tmp/no/such/dir"; do
+  rc=$(run err --train "$tmp/small.ffm" --model lr --export "$e")
+  [ "$rc" = 2 ] && grep -q -- "--export" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
+    ok "--export ${e#"$tmp"/}: exit 2 before training" ||
+    bad "--export $e: exit $rc: $(tail -2 "$tmp/err.err")"
+done
+# numbers strtoull would wrap or clamp ("-1" is 2^64-1) and strtoul cut to 32 bits
+for o in "--version -1" "--version 18446744073709551616" "--seed -1" "--dim 4294967297" \
+         "--fields -4294967295"; do
+  # shellcheck disable=SC2086
+  rc=$(run err --train "$tmp/small.ffm" --model dnn $o)
+  [ "$rc" = 2 ] && grep -q -- "${o%% *}: .* is not a number in" "$tmp/err.err" &&
+    ok "$o: exit 2" || bad "$o: exit $rc: $(tail -1 "$tmp/err.err")"
+done
 exit $fail

@@ -3,7 +3,8 @@
 # evaluated: for each model kind, train on a small planted data set (tlsynth), export, then
 # predict the test file from the snapshot; the metrics line must equal the trainer's own
 # (same floats: model_score on the export is bit for bit the trainer's prediction), there must
-# be one score per sample, every score a probability; and bad input gets exit 2 / 1 with a
+# be one score per sample, every score a probability; --json stays JSON when a metric has no
+# value (null); --out naming the --data file is refused; and bad input gets exit 2 / 1 with a
 # message naming what was wrong.
 #
 #   test_predict.sh TLSYNTH TLTRAIN
@@ -57,4 +58,28 @@ printf '1 0:1:1\nthis is not libffm\n' >"$tmp/badline.ffm"
 [ $rc -eq 1 ] && grep -q "badline.ffm" "$tmp/err" && grep -q "2" "$tmp/err" &&
   ok "malformed line: exit 1, file and line named ($(head -c 120 "$tmp/err"))" ||
   bad "malformed line: exit $rc: $(cat "$tmp/err")"
+# --json is JSON: a metric without a value (AUC of one class, anything of no sample) is null
+grep '^1 ' "$tmp/te.ffm" | head -n 20 >"$tmp/pos.ffm"
+: >"$tmp/empty.ffm"
+for f in pos empty; do
+  line=$("$train" predict --model-dir "$tmp/lr" --data "$tmp/$f.ffm" --format libffm --json \
+    2>/dev/null | tail -n 1)
+  if python3 -c 'import json, sys
+def no(c): raise ValueError(c)
+d = json.loads(sys.argv[1], parse_constant=no)
+assert d["auc"] is None, d' "$line" 2>"$tmp/err"; then
+    ok "$f.ffm: --json parses, auc null ($line)"
+  else
+    bad "$f.ffm: --json '$line': $(tail -n 1 "$tmp/err")"
+  fi
+done
+# --out naming the --data file (or a link to it) is refused before it is emptied
+cp "$tmp/te.ffm" "$tmp/same.ffm"; ln -s same.ffm "$tmp/link.ffm"
+for o in same link; do
+  "$train" predict --model-dir "$tmp/lr" --data "$tmp/same.ffm" --format libffm \
+    --out "$tmp/$o.ffm" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "is the --data file" "$tmp/err" && cmp -s "$tmp/te.ffm" "$tmp/same.ffm" &&
+    ok "--out $o.ffm = --data: exit 2, the data intact" ||
+    bad "--out $o.ffm = --data: exit $rc, $(wc -l <"$tmp/same.ffm") lines left: $(cat "$tmp/err")"
+done
 exit $fail

@@ -287,6 +287,30 @@ static void test_criteo_errors(void **state)
     expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:2: bad label '2' (want 0 or 1)");
 }
 
+/* A UTF-8 byte-order mark opening the source is dropped (Windows editors and
+ * spreadsheet exports write one); elsewhere it is still a bad label. */
+static void test_utf8_bom(void **state)
+{
+    (void)state;
+    reader_t *r = open_mem("\xEF\xBB\xBF" "1 3:0.5\r\n0 2:1\n", "t.svm", READER_LIBSVM, 0, 0);
+    reader_sample_t s;
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 1.0f && s.n == 1 && s.ids[0] == 4 && s.values[0] == 0.5f);
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 0.0f && s.n == 1 && s.ids[0] == 3);
+    assert_int_equal(reader_next(r, &s), 0);
+    assert_int_equal(reader_rewind(r), 0); /* again from the start: dropped again */
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 1.0f && s.ids[0] == 4);
+    reader_close(r);
+    r = open_mem("\xEF\xBB\xBF" "0 1:2:1", "t.ffm", READER_LIBFFM, 0, 0); /* no newline */
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 0.0f && s.n == 1 && s.ids[0] == ((UINT64_C(1) << 56) | 3));
+    reader_close(r);
+    expect_error("1 3:1\n\xEF\xBB\xBF" "0 2:1\n", READER_LIBSVM, -EINVAL,
+                 "t.svm:2: bad label '???0' (want 0, 1, -1 or +1)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,7 +318,7 @@ int main(void)
         cmocka_unit_test(test_sparse_errors),   cmocka_unit_test(test_skip_bad),
         cmocka_unit_test(test_long_lines),      cmocka_unit_test(test_file_stream),
         cmocka_unit_test(test_criteo_transform), cmocka_unit_test(test_criteo_good),
-        cmocka_unit_test(test_criteo_errors),
+        cmocka_unit_test(test_criteo_errors),   cmocka_unit_test(test_utf8_bom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -454,6 +454,37 @@ static void test_model_repo(void **state)
     test_rm_rf(base);
 }
 
+/* "--gate false" (a bool given its value as the next argument): refused
+ * with the '=' form to use, not as a stray argument 'false'. */
+static void test_bool_value_without_equals(void **state)
+{
+    (void)state;
+    server_config_t c;
+    expect_error(load(&c, "--gate", "false", NULL), "--gate false", "--gate=false",
+                 "alone means true", NULL);
+    expect_error(load(&c, "--online", "on", "--port", "7171", NULL), "--online=on", NULL);
+    assert_int_equal(load(&c, "--gate=false", "--online", NULL), 0);
+    assert_false(c.gate);
+    assert_true(c.online);
+}
+
+/* The data plane and the admin plane on one address and port: refused at
+ * the command line, not at the second listen ("address in use"). */
+static void test_same_port_for_both_planes(void **state)
+{
+    (void)state;
+    server_config_t c;
+    expect_error(load(&c, "--port", "7171", "--admin-port", "7171", NULL), "--port",
+                 "--admin-port", "7171", NULL);
+    expect_error(load(&c, "--port", "7171", "--admin-port", "7171", "--bind", "0.0.0.0",
+                      "--admin-bind", "127.0.0.2", NULL),
+                 "both 7171", NULL);
+    assert_int_equal(load(&c, "--port", "7171", "--admin-port", "7171", "--bind", "127.0.0.1",
+                          "--admin-bind", "127.0.0.2", NULL),
+                     0); /* two addresses: no clash */
+    assert_int_equal(load(&c, "--port", "7171", "--admin-port", "7172", NULL), 0);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -471,6 +502,8 @@ int main(void)
         cmocka_unit_test(test_bad_file),        cmocka_unit_test(test_help),
         cmocka_unit_test(test_config_not_a_file), cmocka_unit_test(test_admin_token_sources),
         cmocka_unit_test(test_model_root),      cmocka_unit_test(test_model_repo),
+        cmocka_unit_test(test_same_port_for_both_planes),
+        cmocka_unit_test(test_bool_value_without_equals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

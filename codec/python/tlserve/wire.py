@@ -513,8 +513,12 @@ class ErrorMessage(NamedTuple):
 def _encode_name(model, out: bytearray, check: bool):
     raw = model.encode("utf-8") if isinstance(model, str) else bytes(model)
     if check:
-        if not 1 <= len(raw) <= MAX_NAME_LEN or not _NAME_CHARS.issuperset(raw):
-            raise WireError(ErrorCode.BAD_NAME, "bad model name %r" % (raw,))
+        if not 1 <= len(raw) <= MAX_NAME_LEN:
+            raise WireError(ErrorCode.BAD_NAME, "model name %r...: length %d is not 1..%d"
+                            % (raw[:16], len(raw), MAX_NAME_LEN))
+        if not _NAME_CHARS.issuperset(raw):
+            raise WireError(ErrorCode.BAD_NAME, "model name %r has characters outside "
+                            "[A-Za-z0-9_.-]" % (raw,))
     out.append(len(raw) & 0xFF)
     out += raw
 
