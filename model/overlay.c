@@ -107,11 +107,6 @@ static inline uint64_t slot_of_hash(const model_overlay_t *o, uint64_t h)
     return (uint64_t)(((unsigned __int128)h * o->nslots) >> 64);
 }
 
-static inline uint64_t slot_of(const model_overlay_t *o, uint64_t key)
-{
-    return slot_of_hash(o, hash_of(key));
-}
-
 /* The filter: one 64-bit word a key, two bits in it (a blocked Bloom filter
  * of one word: one cache line read, about 5% false positives at 8 bits a
  * key).  Bits from the middle of the hash; word from its high bits, as the
