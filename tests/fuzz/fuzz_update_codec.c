@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
+#include "fuzz_seal.h"
 
 #include "model/update_codec.h"
 
@@ -67,15 +67,9 @@ static int visit(void *ctx, uint64_t key, const float *vals)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t *buf = malloc(size ? size : 1);
+    uint8_t *buf = fuzz_copy_sealed(data, size);
     if (!buf)
         return 0;
-    memcpy(buf, data, size);
-    static const uint8_t zero[8];
-    if (size >= 8 && !memcmp(buf + size - 8, zero, 8)) {
-        uint64_t h = XXH3_64bits(buf, size - 8);
-        memcpy(buf + size - 8, &h, 8);
-    }
     update_msg_t m;
     update_error_t err = {0};
     int rc = update_msg_decode(buf, size, &m, &err);
