@@ -229,8 +229,45 @@ int reader_rewind(reader_t *r)
     return 0;
 }
 
+static int next_line(reader_t *r, char **lp, size_t *ll);
+static char criteo_sep(const char *p, const char *e);
+
+/* The separator a criteo read from the source's start would hold on
+ * reaching byte offset: its first non-blank line's, when that line starts
+ * before offset; 0 (not yet known) otherwise.  Reads from the start. */
+static int criteo_sep_before(reader_t *r, uint64_t offset, char *sep)
+{
+    int rc = reader_rewind(r);
+    *sep = 0;
+    while (rc == 0) {
+        uint64_t at = reader_offset(r);
+        char *lp;
+        size_t ll;
+        if (at >= offset)
+            break;
+        rc = next_line(r, &lp, &ll);
+        if (rc == 1 && ll > 0) {
+            *sep = criteo_sep(lp, lp + ll);
+            break;
+        }
+        if (rc == 1 || rc == -E2BIG) /* blank, or too long to have been read */
+            rc = 0;
+        else if (rc == 0)
+            break;
+    }
+    return rc < 0 ? rc : 0;
+}
+
 int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
 {
+    char sep = 0;
+    if (r->opt.format == READER_CRITEO && offset > 0) {
+        uint64_t skipped = r->skipped; /* the rewind zeroes it */
+        int rc = criteo_sep_before(r, offset, &sep);
+        r->skipped = skipped;
+        if (rc != 0)
+            return rc;
+    }
     if (r->fd >= 0) {
         if (offset > (uint64_t)INT64_MAX)
             return -EINVAL;
@@ -245,7 +282,7 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
     r->src_off = offset;
     r->eof = 0;
     r->line = line;
-    r->sep = 0;
+    r->sep = sep;
     r->failed = 0;
     r->err[0] = '\0';
     return 0;
@@ -611,6 +648,12 @@ static inline uint64_t hash_id(uint64_t field, const char *p, size_t len)
     return field << 56 | (XXH3_64bits_withSeed(p, len, field) & ID_MASK);
 }
 
+/* A criteo file's separator, told by its first non-blank line p..e. */
+static char criteo_sep(const char *p, const char *e)
+{
+    return memchr(p, '\t', (size_t)(e - p)) ? '\t' : ',';
+}
+
 /* Criteo TSV/CSV.  Returns 1 sample, 0 blank or header line, or -errno. */
 static int parse_criteo(reader_t *r, const char *p, const char *e, reader_sample_t *s)
 {
@@ -618,7 +661,7 @@ static int parse_criteo(reader_t *r, const char *p, const char *e, reader_sample
     if (p == e)
         return 0;
     if (!r->sep) { /* first non-blank line: separator, maybe a header */
-        r->sep = memchr(p, '\t', (size_t)(e - p)) ? '\t' : ',';
+        r->sep = criteo_sep(p, e);
         if ((unsigned)(*p - '0') > 9 && *p != '-' && *p != '+')
             return 0; /* header */
     }

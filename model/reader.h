@@ -99,10 +99,11 @@ uint64_t reader_offset(const reader_t *r);
 
 /* Resumes at byte offset of the source, a line's first byte the caller
  * knows (a reader_offset of an earlier read of the same bytes), numbering
- * the lines after it from line + 1; a criteo reader takes its separator
- * from the next line as from a first one.  The sticky error is cleared.
- * 0, -EINVAL (offset past a memory source's end or beyond off_t), or
- * -errno of lseek. */
+ * the lines after it from line + 1; a criteo reader reads the source's
+ * head again for the separator its first non-blank line set, so that the
+ * lines after offset parse as they did in the whole read.  The sticky error
+ * is cleared.  0, -EINVAL (offset past a memory source's end or beyond
+ * off_t), or -errno of lseek or read. */
 int reader_seek(reader_t *r, uint64_t offset, uint64_t line);
 
 const char *reader_error(const reader_t *r); /* "" when none */

@@ -311,6 +311,43 @@ static void test_utf8_bom(void **state)
                  "t.svm:2: bad label '???0' (want 0, 1, -1 or +1)");
 }
 
+/* A seek resumes with the separator the whole read held there: the file's
+ * first non-blank line's, not the next line's.  A CSV whose third line is
+ * tab-separated fails there read whole, and must fail there resumed. */
+static void test_criteo_seek_keeps_separator(void **state)
+{
+    (void)state;
+    char csv[512] = "0", tsv[512] = "1";
+    for (int i = 0; i < 39; i++) {
+        strcat(csv, ",7");
+        strcat(tsv, "\t7");
+    }
+    char text[1400];
+    snprintf(text, sizeof text, "\n%s\n%s\n%s\n", csv, csv, tsv);
+    reader_t *r = open_mem(text, "t.csv", READER_CRITEO, 0, 0);
+    reader_sample_t s;
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_int_equal(reader_next(r, &s), 1);
+    uint64_t off = reader_offset(r), line = reader_line(r);
+    assert_int_equal(reader_next(r, &s), -EINVAL); /* read whole: the TSV line is refused */
+    reader_close(r);
+    r = open_mem(text, "t.csv", READER_CRITEO, 0, 0);
+    assert_int_equal(reader_seek(r, off, line), 0);
+    assert_int_equal(reader_next(r, &s), -EINVAL);
+    assert_string_equal(reader_error(r),
+                        "t.csv:4: expected 40 columns (label, I1-I13, C1-C26) or 41 (Id first), got 1");
+    reader_close(r);
+    /* A seek to the first non-blank line itself still takes the separator,
+     * and a header, from it. */
+    snprintf(text, sizeof text, "\nLabel\tI1\n%s\n", tsv);
+    r = open_mem(text, "t.tsv", READER_CRITEO, 0, 0);
+    assert_int_equal(reader_seek(r, 1, 1), 0);
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 1.0f && s.n == 39);
+    assert_int_equal(reader_line(r), 3);
+    reader_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_long_lines),      cmocka_unit_test(test_file_stream),
         cmocka_unit_test(test_criteo_transform), cmocka_unit_test(test_criteo_good),
         cmocka_unit_test(test_criteo_errors),   cmocka_unit_test(test_utf8_bom),
+        cmocka_unit_test(test_criteo_seek_keeps_separator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
