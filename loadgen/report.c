@@ -8,7 +8,10 @@
  * requests to a connection (no connection up counts too: the load was not
  * offered; so is a full send backlog, and the rest of the schedule skipped
  * when the sender is still over 1 s behind at the end).  Errors and timeouts
- * do not make a run invalid: they are the server's result.
+ * do not make a run invalid: they are the server's result; but a run where
+ * not one request succeeded is (a wrong --model or --host, a server refusing
+ * everything): its latencies are of error answers, not of scoring, and a
+ * script that trusts exit 0 must not take them for figures.
  *
  * RATES: offered = the --rate asked for; achieved = requests sent in the
  * measured window / its length; completed = successful responses / length.
@@ -81,6 +84,23 @@ void report_judge(tlgen_report_t *r)
                      (unsigned long long)s->sent, (unsigned long long)s->scheduled,
                      (unsigned long long)s->unsent, (unsigned long long)s->backlogged,
                      (unsigned long long)s->skipped);
+    }
+    uint64_t errors = report_errors(s);
+    if (s->ok == 0 && errors > 0) {
+        int top = -1; /* the most frequent wire code, named in the reason */
+        for (int i = 0; i < TLGEN_NCODES; i++)
+            if (s->err_code[i] && (top < 0 || s->err_code[i] > s->err_code[top]))
+                top = i;
+        r->valid = false;
+        n = strlen(r->why);
+        if (n > 0 && n < sizeof r->why)
+            n += (size_t)snprintf(r->why + n, sizeof r->why - n, "; ");
+        if (n < sizeof r->why)
+            snprintf(r->why + n, sizeof r->why - n,
+                     "no request succeeded (%llu errors%s%s): the latencies are of error "
+                     "answers",
+                     (unsigned long long)errors, top >= 0 ? ", most of them " : "",
+                     top >= 0 ? codec_errc_name(top) : "");
     }
 }
 

@@ -102,7 +102,8 @@ static const char usage[] =
     "Latencies: corrected = response - due time; from send = response - actual send;\n"
     "uncorrected = response - max(actual send, previous response on the connection), what a\n"
     "closed-loop client would have recorded.  The run is invalid when the sender fell behind\n"
-    "its schedule (mean lag over 1 ms, or under 98% of due requests sent).\n"
+    "its schedule (mean lag over 1 ms, or under 98% of due requests sent), or when not one\n"
+    "request succeeded (the latencies would be of error answers).\n"
     "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.  A sweep exits 3 when\n"
     "any of its runs was invalid; a search exits 3 when no probe passed.\n";
 

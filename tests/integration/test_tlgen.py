@@ -157,7 +157,12 @@ class OpenLoop(unittest.TestCase):
         proc = start_tlgen(self.srv.port, "--rate", "200", "--duration", "1", "--json", *SMALL,
                            model="no_such_model")
         rc, out, r = finish(proc)
-        self.assertEqual(rc, 0, out)  # errors are the server's answer; the run is valid
+        # errors are the server's answer, but with not one success the latencies are of
+        # error answers: the run is invalid (exit 3) and says why
+        self.assertEqual(rc, 3, out)
+        self.assertFalse(r["valid"])
+        self.assertIn("no request succeeded", r["invalid_reason"])
+        self.assertIn("most of them UNKNOWN_MODEL", r["invalid_reason"])
         self.assertEqual(r["ok"], 0)
         self.assertEqual(r["errors"], r["scheduled"])
         self.assertEqual(r["errors_by_code"]["UNKNOWN_MODEL"], r["scheduled"])
