@@ -426,6 +426,35 @@ static int fields_from_data(reader_t *r, uint32_t *fields)
     return 0;
 }
 
+/* --test read through once before any training: a malformed line or a file
+ * without samples is named now, not after the first epoch.  0 (rewound), 1
+ * (a bad line, printed) or 2 (no samples, printed). */
+static int check_test_file(reader_t *r, const char *path)
+{
+    reader_sample_t s;
+    uint64_t n = 0;
+    int rc;
+    while ((rc = reader_next(r, &s)) == 1)
+        n++;
+    if (rc < 0) {
+        fprintf(stderr, "tltrain: --test: %s\n", reader_error(r));
+        return 1;
+    }
+    if (n == 0) {
+        fprintf(stderr, "tltrain: --test %s holds no samples", path);
+        if (reader_skipped(r))
+            fprintf(stderr, " (%llu malformed lines skipped by --skip-bad)",
+                    (unsigned long long)reader_skipped(r));
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    if (reader_rewind(r) != 0) {
+        fprintf(stderr, "tltrain: --test %s: cannot read it again\n", path);
+        return 1;
+    }
+    return 0;
+}
+
 /* The command line's hyper-parameters (negative: not given) onto a kind's
  * options, which hold that kind's defaults. */
 struct cli_params {
@@ -726,6 +755,13 @@ int main(int argc, char **argv)
         (test_path && reader_open(test_path, &ro, &rtest, err, sizeof err) != 0)) {
         fprintf(stderr, "tltrain: %s\n", err);
         goto out;
+    }
+    if (rtest) {
+        int bad = check_test_file(rtest, test_path);
+        if (bad) {
+            status = bad;
+            goto out;
+        }
     }
     if (check) {
         uint32_t seen;

@@ -186,9 +186,16 @@ printf '1 0:1:nan\n0 0:zz:1\n' >"$tmp/allbad.ffm"
 rc=$(run err --train "$tmp/allbad.ffm" --model lr --skip-bad --no-auto-stop)
 [ "$rc" = 2 ] && grep -q "holds no samples (2 malformed lines skipped" "$tmp/err.err" &&
   ok "--skip-bad, every line bad: exit 2" || bad "every line bad: exit $rc: $(cat "$tmp/err.err")"
+# --test is read through before any epoch: empty or malformed, named before training
 rc=$(run err --train "$tmp/small.ffm" --model lr --test "$tmp/empty.ffm")
 [ "$rc" = 2 ] && grep -q -- "--test .*empty.ffm holds no samples" "$tmp/err.err" &&
-  ok "empty --test: exit 2, named" || bad "empty --test: exit $rc: $(cat "$tmp/err.err")"
+  ! grep -q "epoch" "$tmp/err.out" &&
+  ok "empty --test: exit 2, named before training" || bad "empty --test: exit $rc: $(cat "$tmp/err.err")"
+{ head -n 50 "$tmp/small.ffm"; echo "1 0:zz:1"; } >"$tmp/badtest.ffm"
+rc=$(run err --train "$tmp/small.ffm" --model lr --test "$tmp/badtest.ffm")
+[ "$rc" = 1 ] && grep -q -- "--test: .*badtest.ffm:51" "$tmp/err.err" && ! grep -q "epoch" "$tmp/err.out" &&
+  ok "a bad --test line: exit 1, named before training" ||
+  bad "bad --test line: exit $rc: $(cat "$tmp/err.err")"
 mkfifo "$tmp/fifo.ffm"
 for o in "--train $tmp/fifo.ffm" "--train $tmp/small.ffm --test $tmp/fifo.ffm" \
          "--train /dev/null" "--train $tmp/small.ffm --validation $tmp"; do
