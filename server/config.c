@@ -21,7 +21,8 @@
  *   file keys or sections, positional arguments, numbers with trailing junk
  *   and unparseable addresses are all refused: a typo in a config must not
  *   silently leave a default in force.  For the same reason --config must
- *   name a regular file: a directory reads as an empty file.
+ *   name a regular file (a directory reads as an empty file), and a file
+ *   that sets one setting twice is refused.
  *
  * THREAD SAFETY
  *   Runs on the main thread before any other thread starts; it also sets
@@ -155,6 +156,7 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
 
 typedef struct file_ctx {
     server_config_t *cfg;
+    bool *seen; /* [server__cfg_ntable]: set by an earlier line of the file */
     char msg[600]; /* first error, without the "file:line: " prefix */
     bool failed;
 } file_ctx_t;
@@ -183,6 +185,14 @@ static int on_key(void *user, const char *section, const char *key, const char *
         snprintf(fc->msg, sizeof fc->msg, "unknown setting '%s' (see tlserve --help)", key);
         goto bad;
     }
+    /* A setting given twice is refused: which one a reader of the file meant
+     * is not knowable, and "the last wins" hides a forgotten line. */
+    if (fc->seen[e - server__cfg_table]) {
+        snprintf(fc->msg, sizeof fc->msg,
+                 "'%s' is set a second time in this file (name each setting once)", e->name);
+        goto bad;
+    }
+    fc->seen[e - server__cfg_table] = true;
     if (set_value(fc->cfg, e, value, why, sizeof why) != 0) {
         snprintf(fc->msg, sizeof fc->msg, "%s: %s", e->name, why);
         goto bad;
@@ -220,12 +230,19 @@ static FILE *open_config(const char *path)
 
 static int load_file(server_config_t *cfg, const char *path)
 {
-    file_ctx_t fc = {.cfg = cfg};
-    FILE *f = open_config(path);
-    if (!f)
+    file_ctx_t fc = {.cfg = cfg, .seen = calloc(server__cfg_ntable, sizeof(bool))};
+    if (!fc.seen) {
+        fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
         return -1;
+    }
+    FILE *f = open_config(path);
+    if (!f) {
+        free(fc.seen);
+        return -1;
+    }
     int line = ini_parse_file(f, on_key, &fc);
     fclose(f);
+    free(fc.seen);
     if (line == -2) {
         fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
         return -1;

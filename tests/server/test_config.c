@@ -253,6 +253,8 @@ static void test_bad_file(void **state)
         {"port = 1\n", {":1:", "outside a section", "port", NULL}},
         {"[router]\nport = 1\n", {":2:", "[router]", "unknown section", NULL}},
         {"[server]\nthis is not ini\n", {":2:", "not an INI line", NULL}},
+        {"[server]\nport = 1\nworkers = 2\nport = 3\n", {":4:", "'port'", "second time", NULL}},
+        {"[server]\nadmin_bind = ::1\nadmin-bind = ::1\n", {":3:", "admin-bind", "second", NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *path = write_file("bad.ini", cases[i].text);
