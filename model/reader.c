@@ -654,31 +654,91 @@ static char criteo_sep(const char *p, const char *e)
     return memchr(p, '\t', (size_t)(e - p)) ? '\t' : ',';
 }
 
+/* Splits a CSV line that holds a double quote into columns as RFC 4180
+ * reads it (a field in quotes may hold commas, and "" for a quote), taking
+ * the quotes off in place: a field only shrinks, so the write never passes
+ * the read.  A quote inside an unquoted field is kept as a character.
+ * Returns the column count (the first 42 in col/cend), or -1 for a quoted
+ * field left open or followed by text before its comma (*bad_col: which). */
+static int split_csv_quoted(char *p, char *e, const char **col, const char **cend, int *bad_col)
+{
+    int ncol = 0;
+    char *q = p;
+    for (;;) {
+        char *start = q, *w;
+        if (q < e && *q == '"') {
+            w = start;
+            for (q++;; q++) {
+                if (q == e) {
+                    *bad_col = ncol;
+                    return -1; /* no closing quote */
+                }
+                if (*q == '"') {
+                    if (q + 1 < e && q[1] == '"') {
+                        *w++ = '"';
+                        q++;
+                        continue;
+                    }
+                    q++;
+                    break;
+                }
+                *w++ = *q;
+            }
+            if (q < e && *q != ',') {
+                *bad_col = ncol;
+                return -1; /* text after the closing quote */
+            }
+        } else {
+            char *x = memchr(q, ',', (size_t)(e - q));
+            q = x ? x : e;
+            w = q;
+        }
+        if (ncol < 42) {
+            col[ncol] = start;
+            cend[ncol] = w;
+        }
+        ncol++;
+        if (q == e)
+            return ncol;
+        q++; /* the comma */
+    }
+}
+
 /* Criteo TSV/CSV.  Returns 1 sample, 0 blank or header line, or -errno. */
-static int parse_criteo(reader_t *r, const char *p, const char *e, reader_sample_t *s)
+static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s)
 {
     char b[48], cn[16];
     if (p == e)
         return 0;
     if (!r->sep) { /* first non-blank line: separator, maybe a header */
         r->sep = criteo_sep(p, e);
-        if ((unsigned)(*p - '0') > 9 && *p != '-' && *p != '+')
+        const char *h = *p == '"' ? p + 1 : p; /* a quoted CSV's first field */
+        if (h == e || ((unsigned)(*h - '0') > 9 && *h != '-' && *h != '+'))
             return 0; /* header */
     }
     const char *col[42];
     const char *cend[42];
     int ncol = 0;
-    const char *q = p;
-    for (;;) {
-        const char *x = memchr(q, r->sep, (size_t)(e - q));
-        if (ncol < 42) {
-            col[ncol] = q;
-            cend[ncol] = x ? x : e;
+    if (r->sep == ',' && memchr(p, '"', (size_t)(e - p))) {
+        int bad_col;
+        if ((ncol = split_csv_quoted(p, e, col, cend, &bad_col)) < 0) {
+            set_err(r, "column %d: a quoted field %s", bad_col + 1,
+                    "without its closing quote, or with text after it");
+            return -EINVAL;
         }
-        ncol++;
-        if (!x)
-            break;
-        q = x + 1;
+    } else {
+        const char *q = p;
+        for (;;) {
+            const char *x = memchr(q, r->sep, (size_t)(e - q));
+            if (ncol < 42) {
+                col[ncol] = q;
+                cend[ncol] = x ? x : e;
+            }
+            ncol++;
+            if (!x)
+                break;
+            q = x + 1;
+        }
     }
     if (ncol != 40 && ncol != 41) {
         set_err(r, "expected 40 columns (label, I1-I13, C1-C26) or 41 (Id first), got %d", ncol);

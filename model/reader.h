@@ -26,7 +26,10 @@
  * every Criteo feature has value 1.  A line has 40 columns (label first) or
  * 41 (an Id column first, as in the Kaggle CSV); the separator is a tab when
  * the first line holds one, else a comma; a first line that does not start
- * with a digit is a header and is skipped.
+ * with a digit (after an opening quote) is a header and is skipped.  A CSV
+ * field may be in double quotes as RFC 4180 writes it (commas inside, "" for
+ * a quote): the quotes are not part of the value, so a quoted file gives
+ * the ids of the same file unquoted.
  *
  * Labels: 0, 1, -1 or +1 (also 0.0 / 1.0); -1 means 0.
  *

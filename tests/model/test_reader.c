@@ -348,6 +348,67 @@ static void test_criteo_seek_keeps_separator(void **state)
     reader_close(r);
 }
 
+/* RFC 4180 quoting in a criteo CSV: every field quoted (a spreadsheet's or
+ * pandas' QUOTE_ALL export) reads as the same file unquoted; a quoted
+ * field may hold the separator and "" for a quote; a field left open is an
+ * error naming its column. */
+static void test_criteo_csv_quoted(void **state)
+{
+    (void)state;
+    char plain[1024] = "Label", quoted[1024] = "\"Label\"";
+    for (int i = 0; i < 39; i++) {
+        char h[16];
+        snprintf(h, sizeof h, i < 13 ? ",I%d" : ",C%d", i < 13 ? i + 1 : i - 12);
+        strcat(plain, h);
+        snprintf(h, sizeof h, i < 13 ? ",\"I%d\"" : ",\"C%d\"", i < 13 ? i + 1 : i - 12);
+        strcat(quoted, h);
+    }
+    strcat(plain, "\n1");
+    strcat(quoted, "\n\"1\"");
+    for (int i = 0; i < 39; i++) {
+        char v[32];
+        snprintf(v, sizeof v, ",%d", 7 * i);
+        strcat(plain, i == 20 ? "," : v); /* C8 missing */
+        snprintf(v, sizeof v, ",\"%d\"", 7 * i);
+        strcat(quoted, i == 20 ? ",\"\"" : v);
+    }
+    strcat(plain, "\n");
+    strcat(quoted, "\n");
+    reader_t *a = open_mem(plain, "p.csv", READER_CRITEO, 0, 0);
+    reader_t *b = open_mem(quoted, "q.csv", READER_CRITEO, 0, 0);
+    reader_sample_t sa, sb;
+    assert_int_equal(reader_next(a, &sa), 1);
+    uint64_t ids[64];
+    uint32_t n = sa.n;
+    memcpy(ids, sa.ids, n * sizeof *ids);
+    assert_int_equal(reader_next(b, &sb), 1);
+    assert_true(sb.label == 1.0f && sa.label == 1.0f);
+    assert_int_equal(sb.n, n);
+    assert_int_equal(n, 38);
+    assert_memory_equal(sb.ids, ids, n * sizeof *ids);
+    assert_int_equal(reader_next(b, &sb), 0);
+    reader_close(a);
+    reader_close(b);
+
+    /* A comma and an escaped quote inside a quoted value: one column, hashed as read. */
+    char line[1024] = "0";
+    for (int i = 0; i < 38; i++)
+        strcat(line, ",1");
+    strcat(line, ",\"a,\"\"b\"\"\"\n");
+    reader_t *r = open_mem(line, "t.csv", READER_CRITEO, 0, 0);
+    reader_sample_t s;
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_int_equal(s.n, 39);
+    assert_true(s.ids[38] == hid(38, "a,\"b\""));
+    reader_close(r);
+
+    line[strlen(line) - 2] = '\0'; /* drop the closing quote */
+    strcat(line, "\n");
+    expect_error(line, READER_CRITEO, -EINVAL,
+                 "t.tsv:1: column 40: a quoted field without its closing quote, or with text "
+                 "after it");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_criteo_transform), cmocka_unit_test(test_criteo_good),
         cmocka_unit_test(test_criteo_errors),   cmocka_unit_test(test_utf8_bom),
         cmocka_unit_test(test_criteo_seek_keeps_separator),
+        cmocka_unit_test(test_criteo_csv_quoted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
