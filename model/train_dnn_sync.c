@@ -81,12 +81,15 @@ struct train_dnn_sync {
     char model[UPDATE_NAME_MAX];
     uint64_t bytes_sent;    /* sum of published message lengths */
     uint64_t base_version;  /* in the next message's header */
+    size_t max_msg_bytes;   /* 0: no limit */
     float *m;               /* n: momentum (this replica's own) */
     float *v;               /* n: variance, bias-corrected once frozen */
     float *pending;         /* n: sum of this interval's local deltas */
     float *scratch;         /* n: old error on publish, decoded message on apply */
     update_dense_t *enc;    /* 1-bit encoder with the sender's error vector */
 };
+
+static uint32_t parts_of(const train_dnn_sync_t *s, uint32_t flags, uint32_t *per_out);
 
 int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t *cfg)
 {
@@ -112,6 +115,7 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
     s->b1_pow = 1;
     s->b2_pow = 1;
     s->producer = cfg->producer;
+    s->max_msg_bytes = cfg->max_msg_bytes;
     s->name_len = name_len;
     memcpy(s->model, cfg->model, name_len);
     s->m = calloc(cfg->n, sizeof(float));
@@ -124,6 +128,10 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
     rc = update_dense_create(&s->enc, cfg->n, cfg->chunk, cfg->producer, 1, cfg->model);
     if (rc < 0)
         goto out;
+    uint32_t per;
+    rc = -EINVAL;
+    if (parts_of(s, UPDATE_F_EXACT, &per) == 0)
+        goto out; /* max_msg_bytes under a message of one value */
     *out = s;
     return 0;
 out:
@@ -147,7 +155,70 @@ bool train_dnn_sync_frozen(const train_dnn_sync_t *s) { return s->steps >= s->wa
 
 uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s) { return s->steps; }
 
-size_t train_dnn_sync_bound(const train_dnn_sync_t *s) { return update_dense_bound(s->enc, UPDATE_F_EXACT); }
+/* The parts a turn of flags sends (1: the whole vector in one message),
+ * each of *per values but the last (the rest); 0 when a message of one
+ * value passes max_msg_bytes.  Parts are as many as the limit needs and as
+ * even as they can be. */
+static uint32_t parts_of(const train_dnn_sync_t *s, uint32_t flags, uint32_t *per_out)
+{
+    *per_out = s->n;
+    if (!s->max_msg_bytes || update_dense_bound(s->enc, flags) <= s->max_msg_bytes)
+        return 1;
+    if (update_dense_part_bound(s->enc, 1, flags) > s->max_msg_bytes)
+        return 0;
+    uint32_t lo = 1, hi = s->n - 1; /* the most values a part fits: in [lo, hi] */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        if (update_dense_part_bound(s->enc, mid, flags) <= s->max_msg_bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    /* Parts start on chunk boundaries, so a 1-bit part's scales are the
+     * whole message's: parts change the framing, not one value sent. */
+    uint32_t c = update_dense_chunk(s->enc);
+    if (lo >= c)
+        lo -= lo % c;
+    uint32_t parts = s->n / lo + (s->n % lo != 0);
+    uint32_t per = s->n / parts + (s->n % parts != 0); /* <= lo: as many, evened out */
+    if (lo >= c && per % c)
+        per += c - per % c; /* still <= lo, a multiple of c */
+    *per_out = per;
+    return s->n / per + (s->n % per != 0);
+}
+
+size_t train_dnn_sync_bound(const train_dnn_sync_t *s)
+{
+    uint32_t per, parts = parts_of(s, UPDATE_F_EXACT, &per);
+    if (parts <= 1)
+        return update_dense_bound(s->enc, UPDATE_F_EXACT);
+    return (size_t)(parts - 1) * update_dense_part_bound(s->enc, per, UPDATE_F_EXACT) +
+           update_dense_part_bound(s->enc, s->n - (parts - 1) * per, UPDATE_F_EXACT);
+}
+
+uint32_t train_dnn_sync_max_parts(const train_dnn_sync_t *s)
+{
+    uint32_t per;
+    return parts_of(s, UPDATE_F_EXACT, &per);
+}
+
+/* v[0..n) encoded as the turn's messages of flags into buf, end to end:
+ * the bytes, -ENOBUFS or -E2BIG (no part fits the limit). */
+static long encode_parts(train_dnn_sync_t *s, const float *v, uint32_t flags, uint8_t *buf, size_t cap)
+{
+    uint32_t per, parts = parts_of(s, flags, &per);
+    if (!parts)
+        return -E2BIG;
+    size_t off = 0;
+    for (uint32_t at = 0; at < s->n; at += per) {
+        uint32_t count = s->n - at < per ? s->n - at : per;
+        long len = update_dense_encode_part(s->enc, v, at, count, flags, s->base_version, buf + off, cap - off);
+        if (len < 0)
+            return len;
+        off += (size_t)len;
+    }
+    return (long)off;
+}
 
 const float *train_dnn_sync_residual(const train_dnn_sync_t *s) { return update_dense_error(s->enc); }
 
@@ -218,11 +289,11 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
 {
     bool onebit = train_dnn_sync_frozen(s);
     uint32_t flags = onebit ? 0 : UPDATE_F_EXACT;
-    if (cap < update_dense_bound(s->enc, flags))
+    if (cap < train_dnn_sync_bound(s)) /* every part fits: none is half sent */
         return -ENOBUFS;
     const float *err = update_dense_error(s->enc);
     memcpy(s->scratch, err, sizeof(float) * s->n);
-    long len = update_dense_encode(s->enc, s->pending, flags, s->base_version, buf, cap);
+    long len = encode_parts(s, s->pending, flags, buf, cap);
     if (len < 0)
         return len; /* -EINVAL cannot happen: step keeps pending finite */
     if (onebit)
@@ -235,7 +306,7 @@ long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t 
 
 long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap)
 {
-    if (cap < update_dense_bound(s->enc, UPDATE_F_EXACT))
+    if (cap < train_dnn_sync_bound(s))
         return -ENOBUFS;
     const float *err = update_dense_error(s->enc);
     for (uint32_t i = 0; i < s->n; i++) {
@@ -243,7 +314,7 @@ long train_dnn_sync_flush(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t ca
         if (!isfinite(s->scratch[i]) || !isfinite(x[i] + err[i]))
             return -EINVAL;
     }
-    long len = update_dense_encode(s->enc, s->scratch, UPDATE_F_EXACT, s->base_version, buf, cap);
+    long len = encode_parts(s, s->scratch, UPDATE_F_EXACT, buf, cap);
     if (len < 0)
         return len;
     for (uint32_t i = 0; i < s->n; i++) /* x back to every local step: the peers get them all */
@@ -279,8 +350,8 @@ static int refuse(update_error_t *err, const char *fmt, unsigned long long a, un
     return -EINVAL;
 }
 
-/* Decodes a DENSE message of this model and n into s->scratch: 0, or the
- * refusal (the producer is checked by the callers). */
+/* Decodes a DENSE message of this model and n into s->scratch[dense_offset,
+ * + count): 0, or the refusal (the producer is checked by the callers). */
 static int decode_dense(train_dnn_sync_t *s, const uint8_t *buf, size_t len, update_msg_t *msg,
                         update_error_t *err)
 {
@@ -289,8 +360,9 @@ static int decode_dense(train_dnn_sync_t *s, const uint8_t *buf, size_t len, upd
         return rc;
     if (!(msg->flags & UPDATE_F_DENSE))
         return refuse(err, "MLP message: not DENSE (flags 0x%llx)%.0llu", msg->flags, 0);
-    if (msg->count != s->n)
-        return refuse(err, "MLP message: %llu values, the MLP has %llu", msg->count, s->n);
+    if (msg->dense_total != s->n)
+        return refuse(err, "MLP message: of a vector of %llu values, the MLP has %llu",
+                      msg->dense_total, s->n);
     if (msg->model_len != s->name_len || memcmp(msg->model, s->model, s->name_len) != 0)
         return refuse(err, "MLP message: model name of %llu bytes is not this model's%.0llu",
                       msg->model_len, 0);
@@ -311,10 +383,11 @@ int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t 
     if (msg.producer != s->producer)
         return refuse(err, "MLP message: producer %llu is not this replica (%llu)", msg.producer,
                       s->producer);
-    for (uint32_t i = 0; i < s->n; i++)
+    const uint32_t lo = msg.dense_offset, hi = lo + msg.count;
+    for (uint32_t i = lo; i < hi; i++)
         if (!isfinite(s->pending[i] - s->scratch[i]))
             return refuse(err, "MLP message: pending %llu would become non-finite%.0llu", i, 0);
-    for (uint32_t i = 0; i < s->n; i++)
+    for (uint32_t i = lo; i < hi; i++)
         s->pending[i] -= s->scratch[i];
     return 0;
 }
@@ -338,10 +411,11 @@ int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size
         return rc;
     if (msg.producer == s->producer)
         return refuse(err, "MLP message: producer %llu is this replica%.0llu", msg.producer, 0);
-    for (uint32_t i = 0; i < s->n; i++)
+    const uint32_t lo = msg.dense_offset, hi = lo + msg.count;
+    for (uint32_t i = lo; i < hi; i++)
         if (!isfinite(x[i] + s->scratch[i]))
             return refuse(err, "MLP message: parameter %llu would become non-finite%.0llu", i, 0);
-    for (uint32_t i = 0; i < s->n; i++)
+    for (uint32_t i = lo; i < hi; i++)
         x[i] += s->scratch[i];
     return 0;
 }

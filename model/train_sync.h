@@ -105,6 +105,9 @@ typedef struct train_dnn_sync_config {
     float lr, beta1, beta2, eps; /* Adam's */
     uint64_t producer;          /* this replica's id on the bus (nonzero) */
     const char *model;          /* the model name messages carry */
+    size_t max_msg_bytes;       /* a message's largest size (the bus's); 0: no limit.  A
+                                   turn whose message would pass it goes out as parts
+                                   (update_codec.h: UPDATE_F_PART), each at most this */
 } train_dnn_sync_config_t;
 
 /* All memory is allocated here (state, pending delta, error, scratch);
@@ -121,15 +124,22 @@ int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g);
 
 bool train_dnn_sync_frozen(const train_dnn_sync_t *s); /* warm-up over */
 uint64_t train_dnn_sync_steps(const train_dnn_sync_t *s); /* local steps taken */
-size_t train_dnn_sync_bound(const train_dnn_sync_t *s); /* a message's maximum size */
+/* The bytes of a turn's messages at most (all its parts, exact). */
+size_t train_dnn_sync_bound(const train_dnn_sync_t *s);
+/* The messages a turn writes at most: 1 unless an exact message of the
+ * whole MLP passes max_msg_bytes. */
+uint32_t train_dnn_sync_max_parts(const train_dnn_sync_t *s);
 
 /* Encode the interval's pending delta into buf[0..cap): exact f32 during
- * the warm-up, 1 bit with the sender's error feedback after it.  x (this
- * replica's parameters, which already hold the true delta) is corrected to
- * hold what was sent, so every replica holds x0 + the sum of sent messages
- * once all have arrived; what was not sent stays in the error vector for
- * the next interval.  The pending delta is reset.  Returns the length,
- * -ENOBUFS (cap under train_dnn_sync_bound; nothing changed). */
+ * the warm-up, 1 bit with the sender's error feedback after it, as one
+ * message, or as parts laid end to end (update_msg_span walks them; each
+ * takes the next sequence number) when one would pass max_msg_bytes.  x
+ * (this replica's parameters, which already hold the true delta) is
+ * corrected to hold what was sent, so every replica holds x0 + the sum of
+ * sent messages once all have arrived; what was not sent stays in the
+ * error vector for the next interval.  The pending delta is reset.
+ * Returns the bytes written (every part), -ENOBUFS (cap under
+ * train_dnn_sync_bound; nothing changed). */
 long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap);
 /* Sends everything owed exact: the pending delta plus the error vector,
  * which is then 0, and x gets the error back (x holds every local step
@@ -143,10 +153,11 @@ bool train_dnn_sync_owes(const train_dnn_sync_t *s);
  * (shared with its row messages) and the model version it was made on. */
 void train_dnn_sync_set_header(train_dnn_sync_t *s, uint64_t seq, uint64_t base_version);
 
-/* Add a peer's message buf[0..len) to x[0..n).  0; -EBADMSG (the bytes do
- * not decode) or -EINVAL (not DENSE, wrong length n, another model, this
- * replica's own message, a result not finite): nothing written, *err names
- * the reason (err may be NULL). */
+/* Add a peer's message buf[0..len) to x[0..n) (a part: to its range).  0;
+ * -EBADMSG (the bytes do not decode) or -EINVAL (not DENSE, a vector of
+ * another length than n, another model, this replica's own message, a
+ * result not finite): nothing written, *err names the reason (err may be
+ * NULL). */
 int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size_t len, update_error_t *err);
 
 /* A restart (server/online_sync_dense.c): this replica's own message of an

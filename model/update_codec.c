@@ -259,9 +259,14 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
     if (want != len)
         return fail(err, UPDATE_E_SIZE, H_BODY, "header says %llu bytes (body %llu), the buffer holds %zu",
                     (unsigned long long)want, (unsigned long long)body, len);
+    if ((m->flags & UPDATE_F_PART) && !(m->flags & UPDATE_F_DENSE))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART without DENSE (flags 0x%x)", m->flags);
+    if ((m->flags & UPDATE_F_PART) && ver == UPDATE_FORMAT_VERSION_V1)
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART in a format version 1 message");
     uint64_t pay = payload_bytes(m->count, m->k, m->chunk, m->flags);
-    uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? 0 : m->count;
-    uint64_t keys_max = (m->flags & UPDATE_F_DENSE) ? 0 : 10ull * m->count;
+    uint64_t part = (m->flags & UPDATE_F_PART) ? UPDATE_PART_BYTES : 0;
+    uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? part : m->count;
+    uint64_t keys_max = (m->flags & UPDATE_F_DENSE) ? part : 10ull * m->count;
     if (body < pay + keys_min || body > pay + keys_max)
         return fail(err, UPDATE_E_LENGTH, H_BODY,
                     "body of %llu bytes cannot hold %u keys with K %u, chunk %u (%llu payload bytes)",
@@ -278,6 +283,19 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
     m->end = buf + len - 8;
     m->payload = m->end - pay;
     m->keys = (m->flags & UPDATE_F_DENSE) ? NULL : buf + UPDATE_HEADER_BYTES + m->model_len;
+    m->dense_total = m->count;
+    m->dense_offset = 0;
+    if (part) {
+        size_t at = UPDATE_HEADER_BYTES + m->model_len;
+        m->dense_total = get32(buf + at);
+        m->dense_offset = get32(buf + at + 4);
+        if (m->count == 0 || m->dense_total > UPDATE_MAX_COUNT ||
+            (uint64_t)m->dense_offset + m->count > m->dense_total)
+            return fail(err, UPDATE_E_LIMIT, at,
+                        "part of %u values at offset %u of a vector of %u: must be a non-empty "
+                        "range inside it (at most %u)",
+                        m->count, m->dense_offset, m->dense_total, UPDATE_MAX_COUNT);
+    }
     return 0;
 }
 
@@ -348,7 +366,7 @@ int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key,
                 return -EBADMSG; /* not a decoded message */
             key += gap;
         } else {
-            key = i;
+            key = (uint64_t)m->dense_offset + i;
         }
         if (m->flags & UPDATE_F_EXACT) {
             memcpy(vals, m->payload + 4 * (uint64_t)i * m->k, 4 * (size_t)m->k);
@@ -382,10 +400,19 @@ static int dense_put(void *ctx, uint64_t key, const float *vals)
 
 int update_msg_dense(const update_msg_t *msg, float *out, uint32_t n)
 {
-    if (!(msg->flags & UPDATE_F_DENSE) || msg->count != n || msg->k != 1)
+    if (!(msg->flags & UPDATE_F_DENSE) || msg->dense_total != n || msg->k != 1 ||
+        (uint64_t)msg->dense_offset + msg->count > n)
         return -EINVAL;
     struct dense_ctx c = {out};
     return update_msg_foreach(msg, dense_put, &c);
+}
+
+size_t update_msg_span(const uint8_t *buf, size_t len)
+{
+    if (len < UPDATE_HEADER_BYTES + 8)
+        return 0;
+    uint64_t span = (uint64_t)UPDATE_HEADER_BYTES + get16(buf + H_NAME_LEN) + get32(buf + H_BODY) + 8;
+    return span <= len ? (size_t)span : 0;
 }
 
 /* --------------------------------------------------------- dense encoder */
@@ -437,10 +464,18 @@ void update_dense_destroy(update_dense_t *d)
 
 size_t update_dense_bound(const update_dense_t *d, uint32_t flags)
 {
-    return update__msg_bound(d->n, 1, d->chunk, (flags & UPDATE_F_EXACT) | UPDATE_F_DENSE, d->name_len);
+    return update_dense_part_bound(d, d->n, flags);
+}
+
+size_t update_dense_part_bound(const update_dense_t *d, uint32_t count, uint32_t flags)
+{
+    size_t part = count < d->n ? UPDATE_PART_BYTES : 0;
+    return update__msg_bound(count, 1, d->chunk, (flags & UPDATE_F_EXACT) | UPDATE_F_DENSE, d->name_len) + part;
 }
 
 const float *update_dense_error(const update_dense_t *d) { return d->err; }
+
+uint32_t update_dense_chunk(const update_dense_t *d) { return d->chunk; }
 
 void update_dense_set_next_seq(update_dense_t *d, uint64_t seq) { d->next_seq = seq; }
 
@@ -449,30 +484,45 @@ void update_dense_clear_error(update_dense_t *d) { memset(d->err, 0, sizeof(floa
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version, uint8_t *buf,
                          size_t cap)
 {
+    return update_dense_encode_part(d, v, 0, d->n, flags, base_version, buf, cap);
+}
+
+long update_dense_encode_part(update_dense_t *d, const float *v, uint32_t offset, uint32_t count,
+                              uint32_t flags, uint64_t base_version, uint8_t *buf, size_t cap)
+{
     if (flags & ~UPDATE_F_EXACT)
         return -EINVAL;
-    flags |= UPDATE_F_DENSE;
-    size_t need = update_dense_bound(d, flags);
+    if (count == 0 || offset > d->n || count > d->n - offset)
+        return -EINVAL;
+    size_t need = update_dense_part_bound(d, count, flags);
+    flags |= UPDATE_F_DENSE | (count < d->n ? UPDATE_F_PART : 0);
     if (cap < need)
         return -ENOBUFS;
-    for (uint32_t i = 0; i < d->n; i++)
-        if (!isfinite(v[i]))
+    const float *vp = v + offset;
+    for (uint32_t i = 0; i < count; i++)
+        if (!isfinite(vp[i]))
             return -EINVAL;
-    size_t off = update__write_header(buf, flags, d->producer, d->next_seq, base_version, d->n, 1, d->chunk,
+    size_t off = update__write_header(buf, flags, d->producer, d->next_seq, base_version, count, 1, d->chunk,
                                       d->model, d->name_len);
     size_t name_end = off;
+    if (flags & UPDATE_F_PART) {
+        put32(buf + off, d->n);
+        put32(buf + off + 4, offset);
+        off += UPDATE_PART_BYTES;
+    }
     if (flags & UPDATE_F_EXACT) {
-        memcpy(buf + off, v, 4 * (size_t)d->n);
-        off += 4 * (size_t)d->n;
+        memcpy(buf + off, vp, 4 * (size_t)count);
+        off += 4 * (size_t)count;
     } else {
-        for (uint32_t i = 0; i < d->n; i++)
-            d->work[i] = v[i] + d->err[i];
-        uint64_t nchunks = chunks_of(d->n, d->chunk);
+        float *work = d->work + offset, *err = d->err + offset;
+        for (uint32_t i = 0; i < count; i++)
+            work[i] = vp[i] + err[i];
+        uint64_t nchunks = chunks_of(count, d->chunk);
         uint8_t *bits = buf + off + 4 * nchunks;
-        memset(bits, 0, (d->n + 7) / 8);
-        update__quantize(d->work, d->n, d->chunk, buf + off, bits, 0);
-        memcpy(d->err, d->work, 4 * (size_t)d->n);
-        off += 4 * nchunks + (d->n + 7) / 8;
+        memset(bits, 0, (count + 7) / 8);
+        update__quantize(work, count, d->chunk, buf + off, bits, 0);
+        memcpy(err, work, 4 * (size_t)count);
+        off += 4 * nchunks + (count + 7) / 8;
     }
     d->next_seq++;
     return (long)update__finish(buf, name_end, off);

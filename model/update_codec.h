@@ -32,6 +32,7 @@
  *   48  model name bytes (printable ASCII, no NUL)
  *       keys: count LEB128 varints, the first key then the gaps to the
  *             next (strictly ascending: every gap >= 1); absent if DENSE
+ *       part (DENSE with UPDATE_F_PART only): u32 total, u32 offset
  *       1-bit: scales f32[K][ceil(count/C)] (column j, chunk c), each
  *             finite and >= 0; then sign bits, bit (j*count + i) set when
  *             key i's column j is negative, the value being -scale, else
@@ -89,7 +90,18 @@
  * written as format version 2 (a build that reads version 1 only says so
  * instead of misreading the columns); all others as version 1. */
 #define UPDATE_F_NONNEG_HALF 0x8u
-#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF)
+/* A DENSE message that carries a range of the vector, not all of it: its
+ * body opens with u32 total (the vector's length) and u32 offset (where the
+ * range starts), and its count values are the vector's [offset, offset +
+ * count), offset + count <= total.  One vector too large for one message
+ * (the bus's limit) goes out as several, each a whole message with its own
+ * sequence number; a receiver adds each into its range as it arrives (the
+ * values are additive), with no state between them.  Only with DENSE;
+ * format version 2. */
+#define UPDATE_F_PART 0x10u
+#define UPDATE_PART_BYTES 8u /* total, offset */
+#define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF | \
+                      UPDATE_F_PART)
 
 typedef enum update_errc {
     UPDATE_OK = 0,
@@ -192,12 +204,21 @@ int update_dense_create(update_dense_t **out, uint32_t n, uint32_t chunk, uint64
                         uint64_t first_seq, const char *model);
 void update_dense_destroy(update_dense_t *d);
 size_t update_dense_bound(const update_dense_t *d, uint32_t flags);  /* exact message size */
+/* The size of a message carrying count of the n values (a part when count < n). */
+size_t update_dense_part_bound(const update_dense_t *d, uint32_t count, uint32_t flags);
 /* Encode v (n floats).  1 bit (flags 0): q = quantize(v + error), error =
  * (v + error) - q, q sent.  UPDATE_F_EXACT: v sent as is, the error vector
  * untouched.  Returns the length, -ENOBUFS, or -EINVAL (non-finite v). */
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version,
                          uint8_t *buf, size_t cap);
+/* Encode v[offset, offset + count) of the n floats as one message, a part
+ * (UPDATE_F_PART) unless it is the whole vector; the error feedback as
+ * update_dense_encode's, on that range only.  -EINVAL also for a range
+ * outside 0..n or empty. */
+long update_dense_encode_part(update_dense_t *d, const float *v, uint32_t offset, uint32_t count,
+                              uint32_t flags, uint64_t base_version, uint8_t *buf, size_t cap);
 const float *update_dense_error(const update_dense_t *d);  /* n floats */
+uint32_t update_dense_chunk(const update_dense_t *d);      /* values per scale */
 void update_dense_set_next_seq(update_dense_t *d, uint64_t seq); /* the next message's */
 void update_dense_clear_error(update_dense_t *d); /* the error vector back to 0 */
 
@@ -211,6 +232,8 @@ typedef struct update_msg {
     const char *model;       /* not NUL-terminated: model_len bytes */
     uint32_t model_len;
     const uint8_t *keys;     /* varint section (NULL if DENSE) */
+    uint32_t dense_total;    /* DENSE: the vector's length (count unless a PART) */
+    uint32_t dense_offset;   /* DENSE: where the message's values start (0 unless a PART) */
     const uint8_t *payload;  /* scales then signs, or exact values */
     const uint8_t *end;      /* the checksum */
 } update_msg_t;
@@ -227,8 +250,14 @@ int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_
 int update_msg_foreach(const update_msg_t *msg, int (*fn)(void *ctx, uint64_t key, const float *vals),
                        void *ctx);
 
-/* Decode a DENSE message into out[0..n): -EINVAL unless it is dense with
- * count == n. */
+/* Decode a DENSE message of a vector of n floats into out[dense_offset,
+ * dense_offset + count) (out holds n; the rest untouched): -EINVAL unless
+ * it is dense with dense_total == n. */
 int update_msg_dense(const update_msg_t *msg, float *out, uint32_t n);
+
+/* The length of the message at buf[0..len) as its header says (48 + name +
+ * body + checksum), for walking messages laid end to end; 0 when len does
+ * not hold a header or the length passes len.  Decode it to trust it. */
+size_t update_msg_span(const uint8_t *buf, size_t len);
 
 #endif

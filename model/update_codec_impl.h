@@ -37,7 +37,8 @@ static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
 /* The format version a message of flags and k is written as. */
 static inline unsigned update__version_for(uint32_t flags, uint32_t k)
 {
-    return (flags & UPDATE_F_NONNEG_HALF) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION : UPDATE_FORMAT_VERSION_V1;
+    return (flags & (UPDATE_F_NONNEG_HALF | UPDATE_F_PART)) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION
+                                                                                 : UPDATE_FORMAT_VERSION_V1;
 }
 
 #endif

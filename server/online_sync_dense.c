@@ -8,9 +8,12 @@
  *
  *   1. train_dnn_sync_publish_mlp: the interval's delta as one DENSE
  *      message (exact f32 during the first --sync-dnn-warmup local steps,
- *      then 1 bit a value with the sender's error feedback), sequence from
- *      this producer's one counter (S.next_seq, shared with the rows'
- *      messages, so the consumer's gap repair covers both);
+ *      then 1 bit a value with the sender's error feedback), or, for an
+ *      MLP whose message would pass the bus's MSG_MAX_BYTES, as parts of
+ *      it (update_codec.h: UPDATE_F_PART), each a whole message over a
+ *      range of the parameters; each takes its sequence from this
+ *      producer's one counter (S.next_seq, shared with the rows' messages,
+ *      so the consumer's gap repair covers both);
  *   2. model_dnn_install_mlp: a copy of the trainer's MLP (its own steps
  *      and the peers' messages applied since) becomes what requests score
  *      with, by pointer swap (model/model_mlp.c: a request never sees a
@@ -76,7 +79,7 @@
 
 struct online_sync_dense {
     train_dnn_sync_t *s;   /* writer lock */
-    uint8_t *buf;          /* publisher: one message, train_dnn_sync_bound bytes */
+    uint8_t *buf;          /* publisher: a turn's messages, train_dnn_sync_bound bytes */
     size_t cap;
     uint64_t steps_sent;   /* writer lock: local steps at the last turn */
     uint64_t applied;      /* writer lock: peers' messages applied since the last install */
@@ -108,18 +111,17 @@ void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, c
                                       .warmup_steps = (uint32_t)c->sync_dnn_warmup,
                                       .lr = (float)c->sync_dnn_lr, .beta1 = 0.9f,
                                       .beta2 = 0.999f, .eps = 1e-8f, .producer = S.producer,
-                                      .model = q->name};
+                                      .model = q->name, .max_msg_bytes = MSG_MAX_BYTES};
         struct online_sync_dense *d = calloc(1, sizeof *d);
         int rc = d ? train_dnn_sync_create(&d->s, &sc) : -ENOMEM;
         if (rc == 0) {
             d->cap = train_dnn_sync_bound(d->s);
-            d->buf = d->cap <= MSG_MAX_BYTES ? malloc(d->cap) : NULL;
-            rc = d->cap > MSG_MAX_BYTES ? -E2BIG : d->buf ? 0 : -ENOMEM;
+            d->buf = malloc(d->cap);
+            rc = d->buf ? 0 : -ENOMEM;
         }
         if (rc != 0) {
             LOG(LL_WARN, "online: model '%s': its MLP of %zu parameters cannot be synced (%s): "
-                "it stays frozen here", q->name, n,
-                rc == -E2BIG ? "an exact message would pass the bus's 1 MB" : strerror(-rc));
+                "it stays frozen here", q->name, n, strerror(-rc));
             online__sync_dense_free(d);
             return;
         }
@@ -191,11 +193,22 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
     if (len < 0)
         LOG(LL_ERROR, "online: model '%s': MLP message not encoded (%s)", q->name,
             strerror((int)-len));
-    if (len <= 0 || online__sync_publish(d->buf, (size_t)len, q->name, seq) != 0)
-        return;
-    atomic_store(&S.next_seq, seq + 1);
-    COUNT(dnn_sent);
-    atomic_fetch_add_explicit(&S.dnn_bytes, (uint64_t)len, memory_order_relaxed);
+    /* One message, or the parts of one too large for the bus, end to end,
+     * each with the next sequence number (train_dnn_sync_publish). */
+    for (size_t off = 0; len > 0 && off < (size_t)len;) {
+        size_t one = update_msg_span(d->buf + off, (size_t)len - off);
+        if (!one) {
+            LOG(LL_ERROR, "online: model '%s': MLP message at byte %zu of %ld does not parse",
+                q->name, off, len);
+            return;
+        }
+        if (online__sync_publish(d->buf + off, one, q->name, seq) != 0)
+            return; /* shutting down */
+        atomic_store(&S.next_seq, ++seq);
+        COUNT(dnn_sent);
+        atomic_fetch_add_explicit(&S.dnn_bytes, (uint64_t)one, memory_order_relaxed);
+        off += one;
+    }
 }
 
 void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,

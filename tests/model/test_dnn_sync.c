@@ -14,6 +14,12 @@
  *     message, not DENSE, a non-finite result, a NaN gradient;
  *   - the variance floor: a parameter with no gradient during the warm-up
  *     steps afterwards by at most lr / sqrt(floor), not lr / eps;
+ *   - parts: with a message limit under the MLP's exact message, a turn goes
+ *     out as several messages (each within the limit, consecutive sequence
+ *     numbers, on chunk boundaries); applied in any order they leave the
+ *     receiver bit for bit where the same turns sent whole leave another,
+ *     through the warm-up and the 1-bit turns, and a part of a vector of
+ *     another length is refused;
  *   - two real DNN trainers (train_dnn_sync_attach), rows exchanged at once
  *     through the ROWS hook and the MLP every interval with 1-bit Adam,
  *     score every sample alike after the last exchange; the attach and
@@ -475,6 +481,104 @@ static void test_dnn_trainers_agree(void **state)
     }
 }
 
+static train_dnn_sync_t *make_limited(uint32_t n, uint64_t producer, uint32_t warmup, size_t max)
+{
+    train_dnn_sync_config_t cfg = {.n = n, .chunk = CHUNK, .warmup_steps = warmup, .lr = 0.01f,
+                                   .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                   .producer = producer, .model = "dnn", .max_msg_bytes = max};
+    train_dnn_sync_t *s = NULL;
+    assert_int_equal(train_dnn_sync_create(&s, &cfg), 0);
+    return s;
+}
+
+static void test_parts(void **state)
+{
+    (void)state;
+    const size_t max = 1200; /* an exact message of N = 1000 floats is ~4 KB: 4 parts */
+    const uint32_t warmup = 12;
+    train_dnn_sync_t *whole = make(N, 1, warmup, "dnn"), *parted = make_limited(N, 1, warmup, max);
+    train_dnn_sync_t *rw = make(N, 2, warmup, "dnn"), *rp = make(N, 2, warmup, "dnn");
+    assert_int_equal(train_dnn_sync_max_parts(whole), 1);
+    assert_int_equal(train_dnn_sync_max_parts(parted), 4);
+    float *xw = calloc(N, 4), *xp = calloc(N, 4), *yw = calloc(N, 4), *yp = calloc(N, 4);
+    float *g = malloc(4 * N);
+    size_t capw = train_dnn_sync_bound(whole), capp = train_dnn_sync_bound(parted);
+    assert_true(capp > capw && capp < capw + 4 * 100); /* the parts' headers */
+    uint8_t *bw = malloc(capw), *bp = malloc(capp);
+    uint64_t seq = 100;
+    int parted_turns = 0;
+    for (int interval = 0; interval < 8; interval++) {
+        for (int k = 0; k < 3; k++) {
+            gradient(g, xw, N);
+            assert_int_equal(train_dnn_sync_step(whole, xw, g), 0);
+            assert_int_equal(train_dnn_sync_step(parted, xp, g), 0);
+        }
+        train_dnn_sync_set_header(parted, seq, 7);
+        train_dnn_sync_set_header(whole, 1, 7);
+        long lw = interval == 7 ? train_dnn_sync_flush(whole, xw, bw, capw)
+                                : train_dnn_sync_publish(whole, xw, bw, capw);
+        long lp = interval == 7 ? train_dnn_sync_flush(parted, xp, bp, capp)
+                                : train_dnn_sync_publish(parted, xp, bp, capp);
+        assert_true(lw > 0 && lp > 0);
+        assert_int_equal(train_dnn_sync_apply(rw, yw, bw, (size_t)lw, NULL), 0);
+        const uint8_t *part[8];
+        size_t plen[8], np = 0;
+        uint32_t covered = 0;
+        for (size_t off = 0; off < (size_t)lp; np++) {
+            assert_true(np < 8);
+            plen[np] = update_msg_span(bp + off, (size_t)lp - off);
+            assert_true(plen[np] > 0 && plen[np] <= max);
+            update_msg_t m;
+            assert_int_equal(update_msg_decode(bp + off, plen[np], &m, NULL), 0);
+            assert_int_equal(m.seq, seq++); /* one sequence number a message */
+            assert_int_equal(m.dense_total, N);
+            assert_int_equal(m.dense_offset, covered);
+            assert_int_equal(m.dense_offset % CHUNK, 0);
+            assert_int_equal(!!(m.flags & UPDATE_F_PART), lp > (long)max);
+            covered += m.count;
+            part[np] = bp + off;
+            off += plen[np];
+        }
+        assert_int_equal(covered, N);
+        parted_turns += np > 1;
+        for (size_t i = np; i-- > 0;) /* last part first: any order adds up alike */
+            assert_int_equal(train_dnn_sync_apply(rp, yp, part[i], plen[i], NULL), 0);
+        /* the same values sent, framed otherwise: bit for bit */
+        assert_memory_equal(xw, xp, 4 * N);
+        assert_memory_equal(yw, yp, 4 * N);
+    }
+    assert_true(train_dnn_sync_frozen(parted));
+    assert_int_equal(parted_turns, 4); /* the exact turns: 3 of the warm-up, the flush */
+
+    /* a part of a vector of another length is refused, naming both */
+    train_dnn_sync_t *other = make_limited(2 * N, 3, warmup, max);
+    float *xo = calloc(2 * N, 4);
+    uint8_t *bo = malloc(train_dnn_sync_bound(other));
+    gradient(g, xo, N);
+    float *go = calloc(2 * N, 4);
+    memcpy(go, g, 4 * N);
+    assert_int_equal(train_dnn_sync_step(other, xo, go), 0);
+    long lo = train_dnn_sync_publish(other, xo, bo, train_dnn_sync_bound(other));
+    assert_true(lo > 0);
+    update_error_t err;
+    size_t first = update_msg_span(bo, (size_t)lo);
+    assert_true(first > 0 && first < (size_t)lo);
+    assert_int_equal(train_dnn_sync_apply(rp, yp, bo, first, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "of a vector of 2000 values, the MLP has 1000"));
+    free(xo), free(bo), free(go);
+    train_dnn_sync_destroy(other);
+
+    /* a limit under a message of one value: refused at create */
+    train_dnn_sync_config_t tiny = {.n = N, .chunk = CHUNK, .warmup_steps = 1, .lr = 0.01f,
+                                    .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .producer = 1,
+                                    .model = "dnn", .max_msg_bytes = 40};
+    train_dnn_sync_t *t = NULL;
+    assert_int_equal(train_dnn_sync_create(&t, &tiny), -EINVAL);
+    free(xw), free(xp), free(yw), free(yp), free(g), free(bw), free(bp);
+    train_dnn_sync_destroy(whole), train_dnn_sync_destroy(parted);
+    train_dnn_sync_destroy(rw), train_dnn_sync_destroy(rp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_subtract_own_and_reset),
         cmocka_unit_test(test_flush_sends_what_is_owed),
         cmocka_unit_test(test_variance_floor),
+        cmocka_unit_test(test_parts),
         cmocka_unit_test(test_dnn_trainers_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,7 +13,9 @@
  *   - a full accumulator refuses a new key, an exact flush makes room;
  *   - every decoding refusal, one test each, and no truncation is accepted;
  *   - a message of 0 keys;
- *   - dense: error feedback loses nothing; exact dense is bit for bit;
+ *   - dense: error feedback loses nothing; exact dense is bit for bit; a
+ *     part (a range of the vector) decodes into its range only, and bad
+ *     ranges are refused on encode and decode;
  *   - 1-bit Adam (exact warm-up, frozen variance, 1-bit momentum with error
  *     feedback) on a toy quadratic shared by 4 replicas ends within a small
  *     tolerance of plain Adam.
@@ -567,6 +569,79 @@ static void test_dense_error_feedback(void **state)
     update_dense_destroy(d);
 }
 
+/* A part (UPDATE_F_PART): a range of the vector, its place in the header's
+ * part field; decoded into that range only; the whole vector is not a
+ * part; bad ranges refused on encode and on decode. */
+static void test_dense_parts(void **state)
+{
+    (void)state;
+    update_dense_t *d = NULL;
+    assert_int_equal(update_dense_create(&d, 100, 8, 9, 1, "mlp"), 0);
+    float v[100], out[100];
+    for (int i = 0; i < 100; i++)
+        v[i] = (float)i - 50.5f;
+    size_t cap = update_dense_part_bound(d, 40, UPDATE_F_EXACT);
+    assert_int_equal(cap, UPDATE_HEADER_BYTES + 3 + 8 + 4 * 40 + 8); /* header, name, part, values, sum */
+    uint8_t buf[1024];
+    long len = update_dense_encode_part(d, v, 16, 40, UPDATE_F_EXACT, 3, buf, cap);
+    assert_int_equal(len, (long)cap);
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(m.flags, UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_PART);
+    assert_int_equal(buf[4], UPDATE_FORMAT_VERSION);
+    assert_int_equal(m.count, 40);
+    assert_int_equal(m.dense_total, 100);
+    assert_int_equal(m.dense_offset, 16);
+    assert_int_equal(update_msg_span(buf, sizeof buf), (size_t)len);
+    assert_int_equal(update_msg_span(buf, (size_t)len - 1), 0);
+    for (int i = 0; i < 100; i++)
+        out[i] = -1;
+    assert_int_equal(update_msg_dense(&m, out, 100), 0);
+    for (int i = 0; i < 100; i++)
+        assert_true(out[i] == (i >= 16 && i < 56 ? v[i] : -1.0f));
+    assert_int_equal(update_msg_dense(&m, out, 99), -EINVAL); /* another vector's length */
+    /* 1 bit: the error vector moves on the range only */
+    len = update_dense_encode_part(d, v, 96, 4, 0, 3, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(m.dense_offset, 96);
+    const float *e = update_dense_error(d);
+    for (int i = 0; i < 96; i++)
+        assert_true(e[i] == 0.0f);
+    /* the whole vector is one plain DENSE message */
+    len = update_dense_encode_part(d, v, 0, 100, UPDATE_F_EXACT, 3, buf, sizeof buf);
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(m.flags, UPDATE_F_EXACT | UPDATE_F_DENSE);
+    assert_int_equal(m.dense_total, 100);
+    assert_int_equal(m.dense_offset, 0);
+    /* ranges the encoder refuses */
+    assert_int_equal(update_dense_encode_part(d, v, 0, 0, 0, 3, buf, sizeof buf), -EINVAL);
+    assert_int_equal(update_dense_encode_part(d, v, 90, 11, 0, 3, buf, sizeof buf), -EINVAL);
+    assert_int_equal(update_dense_encode_part(d, v, 101, 1, 0, 3, buf, sizeof buf), -EINVAL);
+    /* ranges the decoder refuses: the part field says more than the vector holds */
+    len = update_dense_encode_part(d, v, 16, 40, UPDATE_F_EXACT, 3, buf, sizeof buf);
+    const size_t part_at = UPDATE_HEADER_BYTES + 3;
+    uint32_t off61 = 61, total_big = UPDATE_MAX_COUNT + 1;
+    memcpy(buf + part_at + 4, &off61, 4); /* 61 + 40 > 100 */
+    reseal(buf, (size_t)len);
+    expect(buf, (size_t)len, UPDATE_E_LIMIT, part_at);
+    len = update_dense_encode_part(d, v, 16, 40, UPDATE_F_EXACT, 3, buf, sizeof buf);
+    memcpy(buf + part_at, &total_big, 4);
+    reseal(buf, (size_t)len);
+    expect(buf, (size_t)len, UPDATE_E_LIMIT, part_at);
+    /* PART in a version 1 message, and PART on a sparse one */
+    len = update_dense_encode_part(d, v, 16, 40, UPDATE_F_EXACT, 3, buf, sizeof buf);
+    buf[4] = UPDATE_FORMAT_VERSION_V1;
+    reseal(buf, (size_t)len);
+    expect(buf, (size_t)len, UPDATE_E_FLAGS, 6);
+    len = (long)sample(buf, 0);
+    buf[4] = UPDATE_FORMAT_VERSION;
+    buf[6] |= UPDATE_F_PART;
+    reseal(buf, (size_t)len);
+    expect(buf, (size_t)len, UPDATE_E_FLAGS, 6);
+    update_dense_destroy(d);
+}
+
 /* 1-bit Adam vs plain Adam on f(x) = 1/2 sum_i a_i (x_i - c_i)^2, shared by
  * W replicas whose local targets differ (their mean is c): each replica's
  * gradient stays far from zero at the optimum, the hard case for 1 bit.
@@ -792,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_refuse_value),
         cmocka_unit_test(test_refuse_padding),
         cmocka_unit_test(test_dense_error_feedback),
+        cmocka_unit_test(test_dense_parts),
         cmocka_unit_test(test_onebit_adam_quadratic),
         cmocka_unit_test(test_nonneg_half),
     };
