@@ -31,7 +31,10 @@
  *            x += e_old - e_new, so that x holds exactly what peers will
  *            add: every replica's x is x0 + the sum of all sent messages
  *            plus only its own pending steps.
- *   apply:   x += q of a peer (decoded; refused whole if bad).
+ *            A message past max_msg_bytes (the bus's) goes out as parts
+ *            over ranges of x on chunk boundaries: the same values sent.
+ *   apply:   x += q of a peer (decoded; refused whole if bad), a part
+ *            into its range.
  *   flush:   a quiet interval (the server: no local step) sends pending +
  *            e exact and empties e, x += e: replicas that stop learning
  *            end with every local step, not less each one's residual.

@@ -9,16 +9,19 @@
  * the header's fields (flags, count, producer, model name) and the payload.
  * The receiver: an MLP of N = 24 floats, chunk 8, model "dnn", producer 7.
  * Oracle: a refused message leaves x bit for bit as it was and names its
- * reason (a non-empty sentence); an accepted one is DENSE with count N,
- * model "dnn", another producer, and leaves every x finite.  Anything else
- * abort()s.
+ * reason (a non-empty sentence); an accepted one is DENSE of a vector of N
+ * (whole, or a part whose range lies inside it), model "dnn", another
+ * producer, leaves every x finite and changes no x outside its range.
+ * Anything else abort()s.
  *
  *   ./fuzz_dnn_sync_apply -max_len=1024 ../tests/fuzz/corpus/dnn_sync_apply
  *
  * Seeds in corpus/dnn_sync_apply/: exact and 1-bit messages of producer 9
  * that apply, and ones of another length, model and of producer 7 (this
- * replica), a truncated one and one with a NaN value (checksum zeroed: the
- * target fixes it).  Without TL_FUZZ this target replays them under ctest.
+ * replica), a truncated one and one with a NaN value, a part that applies,
+ * one past the vector's end and one of a vector of another length
+ * (checksum zeroed: the target fixes it).  Without TL_FUZZ this target
+ * replays them under ctest.
  */
 #include <errno.h>
 #include <math.h>
@@ -67,11 +70,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         update_msg_t m;
         check(update_msg_decode(buf, size, &m, NULL) == 0, "applied a message that does not decode");
-        check((m.flags & UPDATE_F_DENSE) && m.count == N, "applied another shape");
+        check((m.flags & UPDATE_F_DENSE) && m.dense_total == N &&
+                  (uint64_t)m.dense_offset + m.count <= N, "applied another shape");
         check(m.model_len == 3 && memcmp(m.model, "dnn", 3) == 0, "applied another model's");
         check(m.producer != 7, "applied this replica's own");
-        for (int i = 0; i < N; i++)
+        for (int i = 0; i < N; i++) {
             check(isfinite(x[i]), "x not finite after apply");
+            if ((uint32_t)i < m.dense_offset || (uint32_t)i >= m.dense_offset + m.count)
+                check(memcmp(&x[i], &before[i], sizeof x[i]) == 0, "changed x outside the part");
+        }
     }
     free(buf);
     return 0;

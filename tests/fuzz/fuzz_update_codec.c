@@ -8,7 +8,8 @@
  * the checksum into the keys, scales, values and padding.
  * Oracle: a refused message has a code, an offset inside the input and a
  * sentence naming the code; an accepted one iterates exactly count keys,
- * strictly ascending (0..count-1 when dense), each value finite and, in
+ * strictly ascending (offset..offset+count-1 when dense: 0 unless a part,
+ * whose range lies inside its vector), each value finite and, in
  * 1-bit mode, +-scale of a finite scale >= 0 (with NONNEG_LAST the last
  * column 0 or +scale, with NONNEG_HALF the last K/2 columns); a dense one also decodes into
  * a vector.  Anything else abort()s.
@@ -17,7 +18,8 @@
  *   ./fuzz_update_codec -max_len=4096 ../tests/fuzz/corpus/update_codec
  *
  * The seeds in corpus/update_codec/ are small messages (1 bit and exact,
- * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2) and broken ones (order, scale, padding).
+ * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2, a dense part) and broken ones
+ * (order, scale, padding).
  * Without TL_FUZZ this target replays them under ctest.
  */
 #include <math.h>
@@ -50,7 +52,7 @@ static int visit(void *ctx, uint64_t key, const float *vals)
 {
     struct walk *w = ctx;
     if (w->m->flags & UPDATE_F_DENSE)
-        check(key == w->n, "dense key is not its index");
+        check(key == (uint64_t)w->m->dense_offset + w->n, "dense key is not its index");
     else
         check(w->n == 0 || key > w->prev, "keys not strictly ascending");
     w->prev = key;
@@ -85,10 +87,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(update_msg_foreach(&m, visit, &w) == 0, "foreach failed on a decoded message");
         check(w.n == m.count, "foreach count differs from the header");
         if (m.flags & UPDATE_F_DENSE) {
-            float *out = malloc(sizeof(float) * (m.count ? m.count : 1));
-            if (out) {
-                check(update_msg_dense(&m, out, m.count) == 0, "dense decode failed");
-                free(out);
+            check((uint64_t)m.dense_offset + m.count <= m.dense_total &&
+                      m.dense_total <= UPDATE_MAX_COUNT &&
+                      ((m.flags & UPDATE_F_PART) ? m.count > 0
+                                                 : m.dense_offset == 0 && m.dense_total == m.count),
+                  "dense range outside its vector");
+            /* a part's vector may be large: decode it into a vector of its own size when small */
+            if (m.dense_total <= (1u << 20)) {
+                float *out = malloc(sizeof(float) * (m.dense_total ? m.dense_total : 1));
+                if (out) {
+                    check(update_msg_dense(&m, out, m.dense_total) == 0, "dense decode failed");
+                    free(out);
+                }
             }
         }
     }

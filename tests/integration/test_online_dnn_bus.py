@@ -16,6 +16,8 @@ real 3-node NATS JetStream cluster (natscluster.py).
 - A third replica whose DNN has the same rows but another MLP shape joins the stream: its
   DENSE messages are refused by the others (tlserve_sync_dnn_refused_total, reason logged),
   which keep serving.
+- Two replicas of a DNN whose MLP's exact message passes the bus's 1 MB send each turn as
+  parts over ranges of it: both MLPs move and the two score the probes alike.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_dnn_bus.py
 """
@@ -209,6 +211,31 @@ class DnnReplicas(unittest.TestCase):
         self.assertEqual(a.metric("tlserve_sync_dnn_applied_total"), 0)
         with a.client() as c:  # serving goes on
             self.assertEqual(len(c.predict("dnn", shared_block(), PROBES).scores), len(PROBES))
+
+    def test_an_mlp_past_the_bus_limit_learns_in_parts(self):
+        # 16 -> 512 -> 512 -> 1: 271,873 floats, an exact message of 1.09 MB, over the bus's
+        # 1 MB: each warm-up turn goes out as parts (update_codec.h: UPDATE_F_PART)
+        model = self.model("big", mlp="16,512,512,1", hidden="512,512")
+        a, b = self.replica(model, "a"), self.replica(model, "b")
+        start = harness.digest(a, "dnn")
+        self.send(a, range(0, 8, 2))  # 12 local steps each: the warm-up of 10, then 1 bit
+        self.send(b, range(1, 8, 2))
+        self.wait_learned(a, 12)
+        self.wait_learned(b, 12)
+        harness.sync_settled(a, b, SYNC_MS, 30)
+        harness.sync_agree(a, b, self.probe_scores, SYNC_MS)
+        for s in (a, b):
+            d = harness.digest(s, "dnn")
+            self.assertNotEqual(d["mlp"], start["mlp"], "the served MLP did not move: %s" % d)
+            self.assertGreater(d["mlp_installs"], 0)
+            # a turn of parts counts each message: more messages than exact turns
+            self.assertGreater(s.metric("tlserve_sync_dnn_sent_total"), 2)
+            self.assertGreater(s.metric("tlserve_sync_dnn_bytes_total"), 1000 * 1000)
+            self.assertEqual(s.metric("tlserve_sync_dnn_warmup_over"), 1)
+            self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
+            self.assertNotIn("stays frozen", s.output())
+            self.assertNotIn("not stored", s.output())
 
 
 if __name__ == "__main__":
