@@ -580,10 +580,18 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "tlserve_bus_ready %d\n"
                      "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
                      "froze its variance and sends 1 bit a value (exact f32 before)\n"
-                     "# TYPE tlserve_sync_dnn_warmup_over gauge\ntlserve_sync_dnn_warmup_over %d\n",
-                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
-                     atomic_load(&S.dnn_warm) ? 1 : 0);
+                     "# TYPE tlserve_sync_dnn_warmup_over gauge\n",
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
+    for (uint32_t i = 0; i < nm && off < len; i++) { /* one sample a DNN whose MLP is synced */
+        online_model_t *q = atomic_load(&G.models[i]);
+        struct online_sync_model *s = q ? atomic_load(&q->sync) : NULL;
+        if (!s || !s->dense)
+            continue;
+        n = snprintf(buf + off, len - off, "tlserve_sync_dnn_warmup_over{model=\"%s\"} %d\n",
+                     q->name, online__sync_dense_warm(s->dense));
+        off += n < 0 ? 0 : (size_t)n >= len - off ? len - off - 1 : (size_t)n;
+    }
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \
         n = snprintf(buf + off, len - off, "# HELP " name " " help "\n# TYPE " name                \

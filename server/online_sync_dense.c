@@ -84,7 +84,13 @@ struct online_sync_dense {
     uint64_t steps_sent;   /* writer lock: local steps at the last turn */
     uint64_t applied;      /* writer lock: peers' messages applied since the last install */
     bool own_subtracted;   /* writer lock: a restart's own message changed the pending delta */
+    _Atomic bool warm;     /* the warm-up is over, as of the last turn (the metrics read it) */
 };
+
+int online__sync_dense_warm(const struct online_sync_dense *d)
+{
+    return atomic_load_explicit(&d->warm, memory_order_relaxed) ? 1 : 0;
+}
 
 void online__sync_dense_free(struct online_sync_dense *d)
 {
@@ -187,7 +193,7 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
             COUNT(dnn_installs);
         d->applied = 0;
     }
-    atomic_store_explicit(&S.dnn_warm, train_dnn_sync_frozen(d->s), memory_order_relaxed);
+    atomic_store_explicit(&d->warm, train_dnn_sync_frozen(d->s), memory_order_relaxed);
     server_model_release(sm);
     pthread_mutex_unlock(&ms->writer);
     if (len < 0)

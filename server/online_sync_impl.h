@@ -52,7 +52,7 @@ struct online_sync_model {
     uint32_t per_msg;     /* keys one message carries at most */
     _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
     struct touched_set touched;     /* keys stepped since the last turn (fp32 figure) */
-    struct online_sync_dense *dense; /* the DNN's MLP (online_sync_dense.c), else NULL */
+    struct online_sync_dense *_Atomic dense; /* the DNN's MLP (online_sync_dense.c), else NULL; the metrics read it */
 };
 
 struct producer {
@@ -114,7 +114,6 @@ struct online__sync_state {
     _Atomic bool caught_up;     /* the consumer has read the stream to its end once (implies
                                    ready): the publisher sends only from then on */
     uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
-    _Atomic bool dnn_warm;      /* the DNN's MLP: 1-bit Adam's warm-up is over (last turn) */
     /* the consumer's */
     struct producer prod[PRODUCERS_MAX];
     int nprod;
@@ -165,6 +164,8 @@ void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t 
 void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
                             const char *model);
 void online__sync_dense_free(struct online_sync_dense *d);
+/* 1 once d's 1-bit Adam froze its variance (as of its last turn), else 0. */
+int online__sync_dense_warm(const struct online_sync_dense *d);
 
 /* The consumer thread (online_sync_apply.c): reads the stream from 1. */
 void *online__sync_consumer_main(void *arg);

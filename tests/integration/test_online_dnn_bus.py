@@ -147,6 +147,7 @@ class DnnReplicas(unittest.TestCase):
             self.assertAlmostEqual(x, y, delta=1e-5, msg="probe %d" % j)
         for s in (a, b):
             self.assertEqual(s.metric("tlserve_sync_dnn_warmup_over"), 1)
+            self.assertIn('tlserve_sync_dnn_warmup_over{model="dnn"} 1\n', s.metrics())
             self.assertGreater(s.metric("tlserve_sync_dnn_applied_total"), 0)
             self.assertGreater(s.metric("tlserve_sync_dnn_bytes_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
