@@ -720,7 +720,7 @@ static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s)
     const char *cend[42];
     int ncol = 0;
     if (r->sep == ',' && memchr(p, '"', (size_t)(e - p))) {
-        int bad_col;
+        int bad_col = 0;
         if ((ncol = split_csv_quoted(p, e, col, cend, &bad_col)) < 0) {
             set_err(r, "column %d: a quoted field %s", bad_col + 1,
                     "without its closing quote, or with text after it");
