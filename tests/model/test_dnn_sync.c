@@ -52,14 +52,21 @@ static float uniform(void) /* [-1, 1) */
     return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static train_dnn_sync_t *make(uint32_t n, uint64_t producer, uint32_t warmup, const char *model)
+/* A sync of n floats; max_msg_bytes 0: no message limit. */
+static train_dnn_sync_t *make_with(uint32_t n, uint64_t producer, uint32_t warmup, const char *model,
+                                   size_t max_msg_bytes)
 {
     train_dnn_sync_config_t cfg = {.n = n, .chunk = CHUNK, .warmup_steps = warmup, .lr = 0.01f,
                                    .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .producer = producer,
-                                   .model = model};
+                                   .model = model, .max_msg_bytes = max_msg_bytes};
     train_dnn_sync_t *s = NULL;
     assert_int_equal(train_dnn_sync_create(&s, &cfg), 0);
     return s;
+}
+
+static train_dnn_sync_t *make(uint32_t n, uint64_t producer, uint32_t warmup, const char *model)
+{
+    return make_with(n, producer, warmup, model, 0);
 }
 
 static void gradient(float *g, const float *x, uint32_t n) /* of 0.5 |x - t|^2 + noise, t_i = sin(i) */
@@ -481,22 +488,12 @@ static void test_dnn_trainers_agree(void **state)
     }
 }
 
-static train_dnn_sync_t *make_limited(uint32_t n, uint64_t producer, uint32_t warmup, size_t max)
-{
-    train_dnn_sync_config_t cfg = {.n = n, .chunk = CHUNK, .warmup_steps = warmup, .lr = 0.01f,
-                                   .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                                   .producer = producer, .model = "dnn", .max_msg_bytes = max};
-    train_dnn_sync_t *s = NULL;
-    assert_int_equal(train_dnn_sync_create(&s, &cfg), 0);
-    return s;
-}
-
 static void test_parts(void **state)
 {
     (void)state;
     const size_t max = 1200; /* an exact message of N = 1000 floats is ~4 KB: 4 parts */
     const uint32_t warmup = 12;
-    train_dnn_sync_t *whole = make(N, 1, warmup, "dnn"), *parted = make_limited(N, 1, warmup, max);
+    train_dnn_sync_t *whole = make(N, 1, warmup, "dnn"), *parted = make_with(N, 1, warmup, "dnn", max);
     train_dnn_sync_t *rw = make(N, 2, warmup, "dnn"), *rp = make(N, 2, warmup, "dnn");
     assert_int_equal(train_dnn_sync_max_parts(whole), 1);
     assert_int_equal(train_dnn_sync_max_parts(parted), 4);
@@ -551,7 +548,7 @@ static void test_parts(void **state)
     assert_int_equal(parted_turns, 4); /* the exact turns: 3 of the warm-up, the flush */
 
     /* a part of a vector of another length is refused, naming both */
-    train_dnn_sync_t *other = make_limited(2 * N, 3, warmup, max);
+    train_dnn_sync_t *other = make_with(2 * N, 3, warmup, "dnn", max);
     float *xo = calloc(2 * N, 4);
     uint8_t *bo = malloc(train_dnn_sync_bound(other));
     gradient(g, xo, N);
