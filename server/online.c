@@ -38,6 +38,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct online_state online__G = {.lock = PTHREAD_MUTEX_INITIALIZER,
                                  .expiry_cond = PTHREAD_COND_INITIALIZER};
@@ -649,12 +650,46 @@ static void *expiry_main(void *arg)
 
 /* ---- start, stop ------------------------------------------------------------------ */
 
+/* --sample-log-dir: made when missing; otherwise a directory this process can list and
+ * write in, or the start is refused (else every TRAIN would be refused, or a restart would
+ * not learn the logs it cannot list again). */
+static int sample_log_dir_usable(const char *dir, char *why, size_t why_len)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        snprintf(why, why_len, "--sample-log-dir %s: cannot make it: %s", dir, strerror(e));
+        return -e;
+    }
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        snprintf(why, why_len, "--sample-log-dir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "--sample-log-dir %s: not a directory; name a directory "
+                 "(made when missing)", dir);
+        return -ENOTDIR;
+    }
+    if (access(dir, R_OK | W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(why, why_len, "--sample-log-dir %s: this process (uid %u) cannot list and write "
+                 "in it: %s; fix its owner or mode", dir, (unsigned)geteuid(), strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
 int online_start(server_t *srv, char *why, size_t why_len)
 {
     const server_config_t *c = &srv->cfg;
     G.srv = srv;
     if (!c->online && c->train_file[0]) { /* online_file.c */
         snprintf(why, why_len, "--train-file needs --online");
+        return -EINVAL;
+    }
+    if (!c->online && c->sample_log_dir[0]) {
+        snprintf(why, why_len, "--sample-log-dir needs --online (without it nothing is logged)");
         return -EINVAL;
     }
     if (!c->online)
@@ -694,12 +729,11 @@ int online_start(server_t *srv, char *why, size_t why_len)
                  c->impression_log_mib, strerror(-rc));
         return rc;
     }
-    if (c->sample_log_dir[0] && mkdir(c->sample_log_dir, 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        snprintf(why, why_len, "--sample-log-dir %s: %s", c->sample_log_dir, strerror(e));
+    if (c->sample_log_dir[0] && (rc = sample_log_dir_usable(c->sample_log_dir, why,
+                                                           why_len)) != 0) {
         impression_log_destroy(G.imp);
         G.imp = NULL;
-        return -e;
+        return rc;
     }
     pthread_mutex_lock(&G.lock);
     G.started = true;

@@ -35,7 +35,7 @@ import unittest
 
 import harness
 import tlserve
-from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, free_port, gen_model, model_key, require
 from tlserve.errors import ServerError
 from tlserve.feedback import Refusal, encode_feedback
 from tlserve.wire import MsgType, encode_train
@@ -364,6 +364,25 @@ class Online(ServerCase):
                 self.assertEqual(cb.predict("ctr", shared, [item]).scores,
                                  cr.predict("ctr", shared, [item]).scores)
         self.assertTrue(os.path.exists(os.path.join(logs, "ctr", "trainer.state")))
+
+    def test_a_sample_log_dir_that_cannot_be_one_is_refused_at_start(self):
+        """--sample-log-dir naming a file, or under one, or given without --online, stops the
+        start with the flag and the reason (not a server that refuses every TRAIN later)."""
+        a_file = os.path.join(self.tmp, "a_file")
+        with open(a_file, "w") as f:
+            f.write("x")
+        for args, want in ((("--online", "--sample-log-dir", a_file),
+                            "--sample-log-dir %s: not a directory" % a_file),
+                           (("--online", "--sample-log-dir", os.path.join(a_file, "logs")),
+                            "--sample-log-dir %s/logs: cannot make it" % a_file),
+                           (("--sample-log-dir", os.path.join(self.tmp, "logs")),
+                            "--sample-log-dir needs --online")):
+            r = subprocess.run([TLSERVE, "--model", self.model, "--port", str(free_port()),
+                                "--admin-port", str(free_port())] + list(args),
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(want, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "logs")))
 
     def test_kill_9_loses_nothing_acknowledged(self):
         logs = os.path.join(self.tmp, "samples")
