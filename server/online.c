@@ -151,9 +151,22 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
             q->replay_any = true;
             q->replay_from = sample_log_first_pos(q->slog);
             q->replay_end = sample_log_next_pos(q->slog);
+        } else if (rc == -EINVAL &&
+                   sample_log_next_pos(q->slog) > sample_log_first_pos(q->slog)) {
+            /* which version the logged records were learned into, and from where, is
+             * unknown: replaying none would drop acknowledged samples, all may learn some
+             * twice; the operator decides */
+            snprintf(why, why_len, "sample log %s: its trainer.state is unreadable or not "
+                     "'VERSION CREATED FROM', beside acknowledged records at positions "
+                     "%" PRIu64 "..%" PRIu64 ": remove trainer.state to learn them all again "
+                     "into the version active at start, or move the directory away to learn "
+                     "none", q->slog_dir, sample_log_first_pos(q->slog),
+                     sample_log_next_pos(q->slog));
+            model_free(q);
+            return NULL;
         } else if (rc == -EINVAL || rc == 0) {
-            LOG(LL_WARN, "online: %s/trainer.state is unreadable or past the log's end: "
-                "nothing replayed", q->slog_dir);
+            LOG(LL_WARN, "online: %s/trainer.state is unreadable (the log is empty) or past "
+                "the log's end: nothing replayed", q->slog_dir);
         }
     }
     if (pthread_create(&q->thread, NULL, online__trainer_main, q) != 0) {
