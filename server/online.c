@@ -784,8 +784,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
     return 0;
 }
 
-void online_stop(void)
+int online_stop(void)
 {
+    int lost = 0;
     online__file_stop(); /* online_file.c: it submits to the trainers, so first */
     online__bus_stop(); /* nothing more reaches the queues from the stream */
     pthread_mutex_lock(&G.lock);
@@ -811,10 +812,12 @@ void online_stop(void)
         LOG(left ? LL_WARN : LL_INFO, "online: trainer of model '%s' stopped: %" PRIu64
             " samples learned, %" PRIu64 " bytes left unlearned%s", q->name,
             atomic_load(&q->samples), left, left && q->slog ? " (in its sample log)" : "");
+        lost += q->export_lost;
         atomic_store(&G.models[i], NULL);
         model_free(q);
     }
     atomic_store(&G.nmodels, 0);
     impression_log_destroy(G.imp);
     G.imp = NULL;
+    return lost;
 }

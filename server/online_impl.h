@@ -62,6 +62,7 @@ typedef struct online_model {
     double tokens; /* the samples/s cap's bucket */
     uint64_t tokens_ns;
     sample_log_t *slog;  /* NULL without --sample-log-dir */
+    bool export_lost;    /* the shutdown's export failed (online_export.c; online_stop reads) */
     char slog_dir[1100];
     _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
     uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
@@ -323,7 +324,7 @@ void online__export_tick(online_model_t *q);
 
 /* At the trainer thread's end (a clean shutdown): hands over what is left,
  * waits for its write, stops the export thread and frees q->exp. */
-void online__export_stop(online_model_t *q);
+void online__export_stop(online_model_t *q); /* sets q->export_lost when it failed */
 
 /* The registry of this process's own exports (online_export_own.c; any
  * thread, its own leaf lock). */

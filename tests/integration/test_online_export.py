@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import unittest
@@ -276,6 +277,24 @@ class OnlineExport(ServerCase):
         self.assertRegex(s.output(), r"error: online: model 'ctr': the export of the online "
                                      r"updates .* failed: .*\.tmp-2-")
 
+
+    def test_a_failed_export_at_sigterm_is_exit_status_1(self):
+        """The shutdown's export cannot be written and no sample log keeps the samples: the
+        ERROR line says they are lost and tlserve exits 1, not 0 as after a clean drain."""
+        s = self.serve("--online", "--online-export-ms", "3600000")
+        block = os.path.join(self.repo, M, ".tmp-2-%d" % s.proc.pid)
+        with open(block, "w") as f:
+            f.write("in the way\n")
+        with s.client() as c:
+            self.train(s, c, 5)
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=20)
+        out = s.output()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("were not exported at shutdown; no --sample-log-dir keeps their samples: "
+                      "they are lost", out)
+        self.assertIn("the online updates of 1 model(s) were not exported", out)
+        self.assertEqual(versions(self.repo), [1])
 
 if __name__ == "__main__":
     unittest.main()
