@@ -515,6 +515,11 @@ static int read_token_file(const char *f)
     O.token[n] = '\0';
     while (n > 0 && (O.token[n - 1] == '\n' || O.token[n - 1] == '\r' || O.token[n - 1] == ' '))
         O.token[--n] = '\0';
+    if (n == 0) { /* else the call goes out without a token and the server's 401 says less */
+        fprintf(stderr, "tlctl: the token file %s is empty: put the server's admin token in it\n",
+                f);
+        return -1;
+    }
     return 0;
 }
 

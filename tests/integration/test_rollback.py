@@ -99,6 +99,11 @@ class Rollback(unittest.TestCase):
         r = self.tlctl(srv, "rollback", NAME, token="wrong")
         self.assertEqual(r.returncode, 1)
         self.assertIn("wrong admin token", r.stderr)
+        empty = os.path.join(self.tmp, "empty_token")
+        open(empty, "w").close()
+        r = self.tlctl(srv, "--token-file", empty, "rollback", NAME, token=None)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("the token file %s is empty" % empty, r.stderr)
 
         digest1 = self.digest(srv)
         r = self.tlctl(srv, "digest", NAME)
