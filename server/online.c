@@ -748,6 +748,16 @@ int online_start(server_t *srv, char *why, size_t why_len)
         G.imp = NULL;
         return rc;
     }
+    if (c->model_repo[0] && c->online_export_ms > 0 && access(c->model_repo, W_OK | X_OK) != 0) {
+        int e = errno; /* every export would fail, and the updates with them */
+        snprintf(why, why_len, "--online exports into --model-repo %s every %d ms "
+                 "(--online-export-ms), but this process cannot write in it: %s; make it "
+                 "writable, or --online-export-ms 0 to learn without exports", c->model_repo,
+                 c->online_export_ms, strerror(e));
+        impression_log_destroy(G.imp);
+        G.imp = NULL;
+        return -e;
+    }
     pthread_mutex_lock(&G.lock);
     G.started = true;
     /* a model with a sample log learns it again first (a restart) */
