@@ -38,7 +38,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 struct online_state online__G = {.lock = PTHREAD_MUTEX_INITIALIZER,
                                  .expiry_cond = PTHREAD_COND_INITIALIZER};
@@ -663,36 +662,6 @@ static void *expiry_main(void *arg)
 
 /* ---- start, stop ------------------------------------------------------------------ */
 
-/* --sample-log-dir: made when missing; otherwise a directory this process can list and
- * write in, or the start is refused (else every TRAIN would be refused, or a restart would
- * not learn the logs it cannot list again). */
-static int sample_log_dir_usable(const char *dir, char *why, size_t why_len)
-{
-    struct stat st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        snprintf(why, why_len, "--sample-log-dir %s: cannot make it: %s", dir, strerror(e));
-        return -e;
-    }
-    if (stat(dir, &st) != 0) {
-        int e = errno;
-        snprintf(why, why_len, "--sample-log-dir %s: %s", dir, strerror(e));
-        return -e;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(why, why_len, "--sample-log-dir %s: not a directory; name a directory "
-                 "(made when missing)", dir);
-        return -ENOTDIR;
-    }
-    if (access(dir, R_OK | W_OK | X_OK) != 0) {
-        int e = errno;
-        snprintf(why, why_len, "--sample-log-dir %s: this process (uid %u) cannot list and write "
-                 "in it: %s; fix its owner or mode", dir, (unsigned)geteuid(), strerror(e));
-        return -e;
-    }
-    return 0;
-}
-
 int online_start(server_t *srv, char *why, size_t why_len)
 {
     const server_config_t *c = &srv->cfg;
@@ -732,6 +701,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
     train_describe(probe, desc, sizeof desc);
     train_destroy(probe);
 
+    if ((rc = online__check_dirs(c, why, why_len)) != 0) /* online_dirs.c */
+        return rc;
+
     impression_log_config_t ic = impression_log_config_default();
     ic.max_bytes = (uint64_t)c->impression_log_mib << 20;
     ic.window_ms = (uint64_t)c->impression_window_ms;
@@ -741,22 +713,6 @@ int online_start(server_t *srv, char *why, size_t why_len)
         snprintf(why, why_len, "the impression log (--impression-log-mib %d) could not be made: %s",
                  c->impression_log_mib, strerror(-rc));
         return rc;
-    }
-    if (c->sample_log_dir[0] && (rc = sample_log_dir_usable(c->sample_log_dir, why,
-                                                           why_len)) != 0) {
-        impression_log_destroy(G.imp);
-        G.imp = NULL;
-        return rc;
-    }
-    if (c->model_repo[0] && c->online_export_ms > 0 && access(c->model_repo, W_OK | X_OK) != 0) {
-        int e = errno; /* every export would fail, and the updates with them */
-        snprintf(why, why_len, "--online exports into --model-repo %s every %d ms "
-                 "(--online-export-ms), but this process cannot write in it: %s; make it "
-                 "writable, or --online-export-ms 0 to learn without exports", c->model_repo,
-                 c->online_export_ms, strerror(e));
-        impression_log_destroy(G.imp);
-        G.imp = NULL;
-        return -e;
     }
     pthread_mutex_lock(&G.lock);
     G.started = true;

@@ -137,6 +137,9 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
 
 /* The bus (online_bus.c): started by online_start when --bus-servers is set
  * (0, or -errno with why), stopped first by online_stop; its metrics. */
+/* online_dirs.c: --sample-log-dir and, with exports, --model-repo usable by this process;
+ * 0, or a negative errno with the flag and the reason in why. */
+int online__check_dirs(const server_config_t *c, char *why, size_t why_len);
 int online__bus_start(char *why, size_t why_len);
 void online__bus_stop(void);
 bool online__bus_on(void);
