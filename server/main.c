@@ -260,9 +260,12 @@ int main(int argc, char **argv)
     atomic_store(&srv->stopping, true);
     repo_stop(); /* queues nothing more; before the loader stops */
     workers_stop(srv);
-    online_stop(); /* no worker submits any more; learns what is queued */
+    int unexported = online_stop(); /* no worker submits any more; learns what is queued */
     admin_stop(srv);
-    status = 0;
+    status = unexported ? 1 : 0;
+    if (unexported)
+        LOG(LL_ERROR, "stopped, but the online updates of %d model(s) were not exported "
+            "(above): exit status 1", unexported);
 out:
     /* No thread is left that could acquire: drop the server's reference. */
     server_model_drop_standby(srv);

@@ -150,9 +150,22 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
             q->replay_any = true;
             q->replay_from = sample_log_first_pos(q->slog);
             q->replay_end = sample_log_next_pos(q->slog);
+        } else if (rc == -EINVAL &&
+                   sample_log_next_pos(q->slog) > sample_log_first_pos(q->slog)) {
+            /* which version the logged records were learned into, and from where, is
+             * unknown: replaying none would drop acknowledged samples, all may learn some
+             * twice; the operator decides */
+            snprintf(why, why_len, "sample log %s: its trainer.state is unreadable or not "
+                     "'VERSION CREATED FROM', beside acknowledged records at positions "
+                     "%" PRIu64 "..%" PRIu64 ": remove trainer.state to learn them all again "
+                     "into the version active at start, or move the directory away to learn "
+                     "none", q->slog_dir, sample_log_first_pos(q->slog),
+                     sample_log_next_pos(q->slog));
+            model_free(q);
+            return NULL;
         } else if (rc == -EINVAL || rc == 0) {
-            LOG(LL_WARN, "online: %s/trainer.state is unreadable or past the log's end: "
-                "nothing replayed", q->slog_dir);
+            LOG(LL_WARN, "online: %s/trainer.state is unreadable (the log is empty) or past "
+                "the log's end: nothing replayed", q->slog_dir);
         }
     }
     if (pthread_create(&q->thread, NULL, online__trainer_main, q) != 0) {
@@ -657,6 +670,10 @@ int online_start(server_t *srv, char *why, size_t why_len)
         snprintf(why, why_len, "--train-file needs --online");
         return -EINVAL;
     }
+    if (!c->online && c->sample_log_dir[0]) {
+        snprintf(why, why_len, "--sample-log-dir needs --online (without it nothing is logged)");
+        return -EINVAL;
+    }
     if (!c->online)
         return 0;
     train_optimizer_t opt;
@@ -684,6 +701,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
     train_describe(probe, desc, sizeof desc);
     train_destroy(probe);
 
+    if ((rc = online__check_dirs(c, why, why_len)) != 0) /* online_dirs.c */
+        return rc;
+
     impression_log_config_t ic = impression_log_config_default();
     ic.max_bytes = (uint64_t)c->impression_log_mib << 20;
     ic.window_ms = (uint64_t)c->impression_window_ms;
@@ -693,13 +713,6 @@ int online_start(server_t *srv, char *why, size_t why_len)
         snprintf(why, why_len, "the impression log (--impression-log-mib %d) could not be made: %s",
                  c->impression_log_mib, strerror(-rc));
         return rc;
-    }
-    if (c->sample_log_dir[0] && mkdir(c->sample_log_dir, 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        snprintf(why, why_len, "--sample-log-dir %s: %s", c->sample_log_dir, strerror(e));
-        impression_log_destroy(G.imp);
-        G.imp = NULL;
-        return -e;
     }
     pthread_mutex_lock(&G.lock);
     G.started = true;
@@ -737,8 +750,9 @@ int online_start(server_t *srv, char *why, size_t why_len)
     return 0;
 }
 
-void online_stop(void)
+int online_stop(void)
 {
+    int lost = 0;
     online__file_stop(); /* online_file.c: it submits to the trainers, so first */
     online__bus_stop(); /* nothing more reaches the queues from the stream */
     pthread_mutex_lock(&G.lock);
@@ -764,10 +778,12 @@ void online_stop(void)
         LOG(left ? LL_WARN : LL_INFO, "online: trainer of model '%s' stopped: %" PRIu64
             " samples learned, %" PRIu64 " bytes left unlearned%s", q->name,
             atomic_load(&q->samples), left, left && q->slog ? " (in its sample log)" : "");
+        lost += q->export_lost;
         atomic_store(&G.models[i], NULL);
         model_free(q);
     }
     atomic_store(&G.nmodels, 0);
     impression_log_destroy(G.imp);
     G.imp = NULL;
+    return lost;
 }

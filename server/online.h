@@ -70,8 +70,9 @@
 int online_start(server_t *srv, char *why, size_t why_len);
 
 /* Lets each trainer learn what is queued (up to a second), then joins the
- * threads and frees everything.  Idempotent. */
-void online_stop(void);
+ * threads and frees everything.  Idempotent.  Returns how many models' online
+ * updates the shutdown's export could not write (each an ERROR line). */
+int online_stop(void);
 
 /* Outcomes of online_submit. */
 enum {

@@ -349,8 +349,9 @@ static void *export_main(void *arg)
             atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
             LOG(LL_ERROR, "online: model '%s': the export of the online updates (%zu keys, "
                 "sample log below position %" PRIu64 ") failed: %s; training goes on, the "
-                "export is retried at the next tick, the sample log keeps the samples",
-                q->name, e->job.n, e->job.pos, why);
+                "export is retried at the next tick and at shutdown%s", q->name, e->job.n,
+                e->job.pos, why, q->slog ? ", the sample log keeps the samples"
+                                         : " (no --sample-log-dir: nothing else keeps them)");
         }
         pthread_mutex_lock(&e->lock);
         e->state = rc == 0 || rc == -ESTALE ? EXP_IDLE : EXP_FAILED;
@@ -749,9 +750,12 @@ void online__export_stop(online_model_t *q)
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
-    if (failed || e->count > 0 || e->overflow)
+    q->export_lost = failed || e->count > 0 || e->overflow;
+    if (q->export_lost)
         LOG(LL_ERROR, "online: model '%s': the online updates since version %" PRIu64 " were "
-            "not exported at shutdown; the sample log keeps their samples", q->name, e->head);
+            "not exported at shutdown; %s", q->name, e->head,
+            q->slog ? "the sample log keeps their samples: a restart learns them again"
+                    : "no --sample-log-dir keeps their samples: they are lost");
     pthread_mutex_destroy(&e->lock);
     pthread_mutex_destroy(&e->commit);
     pthread_cond_destroy(&e->cond);

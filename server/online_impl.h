@@ -62,6 +62,7 @@ typedef struct online_model {
     double tokens; /* the samples/s cap's bucket */
     uint64_t tokens_ns;
     sample_log_t *slog;  /* NULL without --sample-log-dir */
+    bool export_lost;    /* the shutdown's export failed (online_export.c; online_stop reads) */
     char slog_dir[1100];
     _Atomic uint64_t fwd_pos; /* with the bus: the next log position to forward */
     uint64_t bus_from;        /* with the bus: stream sequences below it are not learned */
@@ -136,6 +137,9 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
 
 /* The bus (online_bus.c): started by online_start when --bus-servers is set
  * (0, or -errno with why), stopped first by online_stop; its metrics. */
+/* online_dirs.c: --sample-log-dir and, with exports, --model-repo usable by this process;
+ * 0, or a negative errno with the flag and the reason in why. */
+int online__check_dirs(const server_config_t *c, char *why, size_t why_len);
 int online__bus_start(char *why, size_t why_len);
 void online__bus_stop(void);
 bool online__bus_on(void);
@@ -323,7 +327,7 @@ void online__export_tick(online_model_t *q);
 
 /* At the trainer thread's end (a clean shutdown): hands over what is left,
  * waits for its write, stops the export thread and frees q->exp. */
-void online__export_stop(online_model_t *q);
+void online__export_stop(online_model_t *q); /* sets q->export_lost when it failed */
 
 /* The registry of this process's own exports (online_export_own.c; any
  * thread, its own leaf lock). */

@@ -145,6 +145,7 @@ static int http(const char *method, const char *path, const char *payload, char 
     buf = malloc(cap + 1);
     if (!buf)
         goto out;
+    bool timed_out = false;
     for (;;) {
         if (len == cap) {
             if (cap >= TLCTL_MAX_REPLY)
@@ -158,6 +159,8 @@ static int http(const char *method, const char *path, const char *payload, char 
         ssize_t r = read(fd, buf + len, cap - len);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            timed_out = true; /* SO_RCVTIMEO */
         if (r <= 0)
             break;
         len += (size_t)r;
@@ -166,7 +169,12 @@ static int http(const char *method, const char *path, const char *payload, char 
     int code;
     size_t at;
     if (parse_reply(buf, len, &code, &at) != 0) {
-        fprintf(stderr, "tlctl: %s:%s did not answer HTTP\n", O.host, O.port);
+        if (timed_out)
+            fprintf(stderr, "tlctl: %s:%s accepted the connection but sent %s in %d s: is it a "
+                    "tlserve admin port, and is that server stalled?\n", O.host, O.port,
+                    len ? "no complete HTTP answer" : "nothing", TLCTL_TIMEOUT_S);
+        else
+            fprintf(stderr, "tlctl: %s:%s did not answer HTTP\n", O.host, O.port);
         goto out;
     }
     *body = strdup(buf + at);
@@ -515,6 +523,11 @@ static int read_token_file(const char *f)
     O.token[n] = '\0';
     while (n > 0 && (O.token[n - 1] == '\n' || O.token[n - 1] == '\r' || O.token[n - 1] == ' '))
         O.token[--n] = '\0';
+    if (n == 0) { /* else the call goes out without a token and the server's 401 says less */
+        fprintf(stderr, "tlctl: the token file %s is empty: put the server's admin token in it\n",
+                f);
+        return -1;
+    }
     return 0;
 }
 

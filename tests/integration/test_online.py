@@ -35,7 +35,7 @@ import unittest
 
 import harness
 import tlserve
-from harness import TLSERVE, TLSYNTH, ServerCase, gen_model, model_key, require
+from harness import TLSERVE, TLSYNTH, ServerCase, free_port, gen_model, model_key, require
 from tlserve.errors import ServerError
 from tlserve.feedback import Refusal, encode_feedback
 from tlserve.wire import MsgType, encode_train
@@ -364,6 +364,53 @@ class Online(ServerCase):
                 self.assertEqual(cb.predict("ctr", shared, [item]).scores,
                                  cr.predict("ctr", shared, [item]).scores)
         self.assertTrue(os.path.exists(os.path.join(logs, "ctr", "trainer.state")))
+
+    def test_a_corrupt_trainer_state_beside_records_stops_the_start(self):
+        """A trainer.state that does not parse beside acknowledged records: the start is
+        refused naming the file, the positions and the two ways on (not a restart that learns
+        none of them); removed, the restart learns them all."""
+        logs = os.path.join(self.tmp, "samples")
+        args = ("--online", "--sample-log-dir", logs)
+        a = self.serve(self.model, *args)
+        with a.client() as c:
+            for k in range(20):
+                c.train("ctr", sample(k % 13)[0], [(float(k % 2), sample(k % 7)[1])])
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 20)
+        os.kill(a.proc.pid, signal.SIGKILL)
+        a.proc.wait()
+        state = os.path.join(logs, "ctr", "trainer.state")
+        with open(state, "w") as f:
+            f.write("garbage")
+        r = subprocess.run([TLSERVE, "--model", self.model, "--port", str(free_port()),
+                            "--admin-port", str(free_port())] + list(args),
+                           capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("its trainer.state is unreadable", out)
+        self.assertIn("positions 0..20: remove trainer.state", out)
+        os.unlink(state)
+        b = self.serve(self.model, *args)
+        self.assertEqual(self.wait_metric(b, 'tlserve_online_replayed_total{model="ctr"}', 20),
+                         20)
+
+    def test_a_sample_log_dir_that_cannot_be_one_is_refused_at_start(self):
+        """--sample-log-dir naming a file, or under one, or given without --online, stops the
+        start with the flag and the reason (not a server that refuses every TRAIN later)."""
+        a_file = os.path.join(self.tmp, "a_file")
+        with open(a_file, "w") as f:
+            f.write("x")
+        for args, want in ((("--online", "--sample-log-dir", a_file),
+                            "--sample-log-dir %s: not a directory" % a_file),
+                           (("--online", "--sample-log-dir", os.path.join(a_file, "logs")),
+                            "--sample-log-dir %s/logs: cannot make it" % a_file),
+                           (("--sample-log-dir", os.path.join(self.tmp, "logs")),
+                            "--sample-log-dir needs --online")):
+            r = subprocess.run([TLSERVE, "--model", self.model, "--port", str(free_port()),
+                                "--admin-port", str(free_port())] + list(args),
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(want, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "logs")))
 
     def test_kill_9_loses_nothing_acknowledged(self):
         logs = os.path.join(self.tmp, "samples")

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import unittest
@@ -276,6 +277,63 @@ class OnlineExport(ServerCase):
         self.assertRegex(s.output(), r"error: online: model 'ctr': the export of the online "
                                      r"updates .* failed: .*\.tmp-2-")
 
+
+    def test_a_failed_export_at_sigterm_is_exit_status_1(self):
+        """The shutdown's export cannot be written and no sample log keeps the samples: the
+        ERROR line says they are lost and tlserve exits 1, not 0 as after a clean drain."""
+        s = self.serve("--online", "--online-export-ms", "3600000")
+        block = os.path.join(self.repo, M, ".tmp-2-%d" % s.proc.pid)
+        with open(block, "w") as f:
+            f.write("in the way\n")
+        with s.client() as c:
+            self.train(s, c, 5)
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=20)
+        out = s.output()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("were not exported at shutdown; no --sample-log-dir keeps their samples: "
+                      "they are lost", out)
+        self.assertIn("the online updates of 1 model(s) were not exported", out)
+        self.assertEqual(versions(self.repo), [1])
+    def test_a_repository_it_cannot_write_in_stops_the_start(self):
+        """--online exporting into a --model-repo this process cannot write in is refused at
+        start naming both flags (not a server whose every export fails); with
+        --online-export-ms 0 it serves.  Root writes anywhere: as root the server runs as
+        nobody (setpriv), else the repository is made read-only."""
+        os.chmod(self.tmp, 0o755)
+        prefix = []
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if not setpriv:
+                self.skipTest("root, and no setpriv to drop to nobody")
+            prefix = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+            for root, dirs, files in os.walk(self.tmp):
+                for n in dirs + files:
+                    os.chmod(os.path.join(root, n), 0o755)
+        else:
+            os.chmod(self.repo, 0o555)
+        try:
+            self.refused_then_served_without_exports(prefix)
+        finally:
+            os.chmod(self.repo, 0o755)  # before tearDown removes it
+
+    def refused_then_served_without_exports(self, prefix):
+        argv = prefix + [TLSERVE, "--model-repo", self.repo, "--online", "--port",
+                         str(harness.free_port()), "--admin-port", str(harness.free_port())]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        self.assertNotEqual(r.returncode, 0, out)
+        self.assertIn("--online exports into --model-repo %s every 10000 ms "
+                      "(--online-export-ms), but this process cannot write in it" % self.repo,
+                      out)
+        p = subprocess.Popen(argv + ["--online-export-ms", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        time.sleep(1.5)
+        alive = p.poll() is None
+        p.terminate()
+        out = p.communicate(timeout=20)[0]
+        self.assertTrue(alive, out)
+        self.assertEqual(p.returncode, 0, out)
 
 if __name__ == "__main__":
     unittest.main()

@@ -16,6 +16,7 @@ server 3, refusals 1), --json output and tables are checked on the way.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import unittest
@@ -99,6 +100,11 @@ class Rollback(unittest.TestCase):
         r = self.tlctl(srv, "rollback", NAME, token="wrong")
         self.assertEqual(r.returncode, 1)
         self.assertIn("wrong admin token", r.stderr)
+        empty = os.path.join(self.tmp, "empty_token")
+        open(empty, "w").close()
+        r = self.tlctl(srv, "--token-file", empty, "rollback", NAME, token=None)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("the token file %s is empty" % empty, r.stderr)
 
         digest1 = self.digest(srv)
         r = self.tlctl(srv, "digest", NAME)
@@ -320,6 +326,17 @@ class TlctlAdminFlag(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (admin, r.stderr))
             self.assertIn("not a number in 1..65535", r.stderr)
 
+    def test_a_port_that_never_answers_is_named_a_timeout(self):
+        """A listener that accepts (the kernel's backlog) and never answers: exit 3 after
+        tlctl's 10 s, saying it sent nothing in time (not 'did not answer HTTP')."""
+        with socket.socket() as ls:
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(1)
+            admin = "127.0.0.1:%d" % ls.getsockname()[1]
+            r = subprocess.run([TLCTL, "--admin", admin, "status"], capture_output=True,
+                               text=True, timeout=30)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("accepted the connection but sent nothing in 10 s", r.stderr)
 
 if __name__ == "__main__":
     unittest.main()
