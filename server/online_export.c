@@ -120,7 +120,12 @@ struct export_job {
     uint32_t K;
     store_delta_layout_t layout;
     uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
-    bool all;                    /* every key of the store (the set had overflowed) */
+    bool all;                    /* every key of the store (the set had overflowed, or full) */
+    bool full;                   /* written as a FULL version (FULL EXPORTS) */
+    store_meta_t meta;           /* full: the live model's meta at the hand-over */
+    store_extras_t x;            /* full: its params and dense arrays (data in dense) */
+    float *dense;                /* dense_cap floats: the copies x.dense[] point into */
+    size_t dense_cap;
     /* THE OPTIMIZER STATE: the trainer's rows of the keys above that it has */
     uint64_t *skeys;         /* sh.count keys, */
     float *srows;            /* sh.count * sh.width floats */
@@ -149,6 +154,8 @@ struct online_export {
     /* lineage: commit (held by the export thread across a commit) */
     pthread_mutex_t commit;
     uint64_t head, epoch;
+    uint32_t links;   /* deltas in head's chain after its full version, */
+    bool links_known; /* once an export learned it (reset: unknown) */
     pthread_t thread;
     bool stale_said;   /* the trainer's: "waiting for the reload" logged */
     online_model_t *q; /* counters; outlives e */
@@ -264,6 +271,61 @@ static int write_side(void *ctx, int dirfd)
     return rc == 0 && j->nfm ? online__file_marks_write_at(dirfd, j->fm, j->nfm) : rc;
 }
 
+/* Writes job j as the full version dir (FULL EXPORTS): its rows into a
+ * store of the live one's layout, published with the producer and the
+ * side files by the snapshot writer.  0 or -errno with *err. */
+static int write_full(struct export_job *j, const char *dir, uint64_t version,
+                      const char *producer, store_error_t *err)
+{
+    store_options_t o = {.value_floats = j->K, .dtype = j->layout.dtype,
+                         .shards = j->layout.shards, .expected_keys = j->n,
+                         .hash_seed = j->layout.hash_seed};
+    store_t *s = NULL;
+    int rc = store_create(&o, &s);
+    if (rc != 0)
+        return store_error_set(err, rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID,
+                               "cannot create a store of %zu keys for the full version: %s",
+                               j->n, strerror(-rc));
+    enum { BATCH = 4096 };
+    for (size_t i = 0; rc == 0 && i < j->n; i += BATCH)
+        rc = store_upsert_batch(s, j->keys + i, j->vals + i * j->K,
+                                j->n - i < BATCH ? j->n - i : BATCH);
+    if (rc != 0) {
+        store_destroy(s);
+        return store_error_set(err, STORE_E_NOMEM, "no memory to gather %zu keys for the full "
+                               "version", j->n);
+    }
+    store_meta_t meta = j->meta;
+    meta.version = version;
+    meta.parent_version = j->parent; /* the lineage, for people: a full version needs none */
+    meta.created_unix = 0;
+    j->sh.version = version;
+    rc = store_snapshot_publish(s, dir, &meta, &j->x, producer,
+                                j->has_state || j->nfm ? write_side : NULL, j, err);
+    store_destroy(s);
+    return rc;
+}
+
+/* After an export of version went live (e->commit held): the chain's
+ * length, which the next hand-over reads to decide a full export.  The
+ * first export of a lineage reads it from the repository once. */
+static void note_links(struct online_export *e, bool full, uint64_t version)
+{
+    if (full) {
+        e->links = 0;
+        e->links_known = true;
+    } else if (e->links_known) {
+        e->links++;
+    } else {
+        store_chain_t *ch = malloc(sizeof *ch);
+        if (ch && store_version_chain(e->model_dir, version, ch, NULL) == 0) {
+            e->links = ch->n - 1;
+            e->links_known = true;
+        }
+        free(ch); /* unknown still: the next export asks again */
+    }
+}
+
 /* Writes e->job as the next version.  0 written; else -errno with why. */
 static int write_job(struct online_export *e, uint64_t *version, char *why, size_t why_len)
 {
@@ -295,6 +357,10 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     snprintf(dir, sizeof dir, "%s/%" PRIu64, e->model_dir, *version);
     online__export_producer(j->pos, producer);
     online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
+    if (j->full) {
+        rc = write_full(j, dir, *version, producer, &err);
+        goto written;
+    }
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
     if (rc == 0 && (j->has_state || j->nfm)) {
         j->sh.version = *version;
@@ -307,10 +373,13 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         rc = store_delta_commit(w, &err); /* frees w */
         w = NULL;
     }
-    if (rc == 0)
+written:
+    if (rc == 0) {
         e->head = *version;
-    else
+        note_links(e, j->full, *version);
+    } else {
         snprintf(why, why_len, "%s", err.msg[0] ? err.msg : strerror(-rc));
+    }
 out:
     pthread_mutex_unlock(&e->commit);
     store_delta_abort(w);
@@ -335,13 +404,15 @@ static void *export_main(void *arg)
         double s = (double)(online__now_ns() - t0) * 1e-9;
         if (rc == 0) {
             atomic_fetch_add_explicit(&q->exports, 1, memory_order_relaxed);
+            if (e->job.full)
+                atomic_fetch_add_explicit(&q->full_exports, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&q->export_keys, e->job.n, memory_order_relaxed);
             atomic_store_explicit(&q->export_version, version, memory_order_relaxed);
             atomic_store_explicit(&q->export_pos, e->job.pos, memory_order_relaxed);
             LOG(LL_INFO, "online: model '%s': online updates exported as version %" PRIu64
-                " (delta of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
-                ") in %.3f s", q->name, version, e->job.parent, e->job.n,
-                e->job.all ? ": every key" : "", e->job.pos, s);
+                " (%s of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
+                ") in %.3f s", q->name, version, e->job.full ? "full, lineage" : "delta",
+                e->job.parent, e->job.n, e->job.all ? ": every key" : "", e->job.pos, s);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);
@@ -454,6 +525,7 @@ void online__export_reset(online_model_t *q, const store_meta_t *meta)
     pthread_mutex_lock(&e->commit); /* waits for a commit under way */
     e->epoch++;
     e->head = meta->version;
+    e->links_known = false;
     pthread_mutex_unlock(&e->commit);
     pthread_mutex_lock(&e->lock);
     if (e->state == EXP_FAILED)
@@ -470,14 +542,13 @@ void online__export_restart(online_model_t *q, const model_t *m)
     const store_meta_t *meta = model_meta(m);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
-    store_delta_t *d = NULL;
-    store_error_t err;
+    char producer[STORE_PRODUCER_MAX];
+    store_meta_t vm;
     uint64_t pos;
-    if (store_delta_open(dir, &d, &err) != 0)
-        return; /* a full version, or unreadable: trainer.state decides */
-    const store_delta_info_t *in = store_delta_info(d);
-    if (in->meta.created_unix == meta->created_unix &&
-        online_export_producer_pos(in->producer, &pos) && pos <= q->replay_end &&
+    if (store_version_producer(dir, producer, NULL, &vm, NULL) != 0)
+        return; /* unreadable: trainer.state decides */
+    if (vm.created_unix == meta->created_unix &&
+        online_export_producer_pos(producer, &pos) && pos <= q->replay_end &&
         pos >= sample_log_first_pos(q->slog)) {
         if (q->replay_version != meta->version || q->replay_from != pos)
             LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is an online export covering "
@@ -487,7 +558,6 @@ void online__export_restart(online_model_t *q, const model_t *m)
         q->replay_created = meta->created_unix;
         q->replay_from = pos;
     }
-    store_delta_close(d);
 }
 
 uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
@@ -497,20 +567,19 @@ uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
     const store_meta_t *meta = model_meta(m);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
-    store_delta_t *d = NULL;
+    char producer[STORE_PRODUCER_MAX];
+    store_meta_t vm;
     uint64_t seq, next = 0;
-    if (store_delta_open(dir, &d, NULL) != 0)
-        return 0; /* a full version, or unreadable: trainer.state decides */
-    const store_delta_info_t *in = store_delta_info(d);
-    if (in->meta.created_unix == meta->created_unix &&
-        online_export_producer_stream(in->producer, &seq) && seq < UINT64_MAX) {
+    if (store_version_producer(dir, producer, NULL, &vm, NULL) != 0)
+        return 0; /* unreadable: trainer.state decides */
+    if (vm.created_unix == meta->created_unix &&
+        online_export_producer_stream(producer, &seq) && seq < UINT64_MAX) {
         next = seq + 1;
         LOG(LL_INFO,
             "online: model '%s': version %" PRIu64 " is an online export holding the "
             "stream up to sequence %" PRIu64 ": learning from %" PRIu64,
             q->name, meta->version, seq, next);
     }
-    store_delta_close(d);
     return next;
 }
 
@@ -589,6 +658,43 @@ static void gather_state(online_model_t *q, struct export_job *j)
     j->has_state = true;
 }
 
+/* The chain length past which an export is FULL: --online-full-every,
+ * and never past half of STORE_CHAIN_MAX whatever the setting. */
+static uint32_t full_every_links(void)
+{
+    int every = G.srv->cfg.online_full_every;
+    uint32_t n = every > 0 ? (uint32_t)every : 1;
+    return n < STORE_CHAIN_MAX / 2 ? n : STORE_CHAIN_MAX / 2;
+}
+
+/* j->x := x, the dense arrays copied into j->dense (the trainer may write
+ * them once the writer lock is released).  0 or -ENOMEM (j->x empty). */
+static int copy_extras(struct export_job *j, const store_extras_t *x)
+{
+    memset(&j->x, 0, sizeof j->x);
+    if (!x)
+        return 0;
+    size_t total = 0;
+    for (uint32_t i = 0; i < x->n_dense; i++)
+        total += x->dense[i].count;
+    if (total > j->dense_cap) {
+        float *d = malloc(total * sizeof *d);
+        if (!d)
+            return -ENOMEM;
+        free(j->dense);
+        j->dense = d;
+        j->dense_cap = total;
+    }
+    j->x = *x;
+    size_t at = 0;
+    for (uint32_t i = 0; i < x->n_dense; i++) {
+        memcpy(j->dense + at, x->dense[i].data, x->dense[i].count * sizeof *j->dense);
+        j->x.dense[i].data = j->dense + at;
+        at += x->dense[i].count;
+    }
+    return 0;
+}
+
 /* Builds the job from the set and hands it to the export thread: 1 handed
  * over, 0 not now (the thread busy, a version change pending, nothing
  * dirty). */
@@ -631,6 +737,16 @@ static int hand_over(online_model_t *q)
         goto out; /* a version change pending: attach decides first */
     const store_t *s = model_store(sm->model);
     uint32_t K = store_value_floats(s);
+    pthread_mutex_lock(&e->commit);
+    bool full = e->links_known && e->links + 1 >= full_every_links();
+    pthread_mutex_unlock(&e->commit);
+    if (full && copy_extras(j, model_extras(sm->model)) != 0) {
+        LOG(LL_WARN, "online: model '%s': no memory to copy the dense arrays for a full "
+            "export: a delta this time", q->name);
+        full = false;
+    }
+    if (full)
+        e->overflow = true; /* every key */
     size_t n = e->overflow ? (size_t)store_count(s) : e->count;
     if (job_reserve(j, n, K) != 0) {
         atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
@@ -664,6 +780,8 @@ static int hand_over(online_model_t *q)
         memcpy(j->fm, q->fmarks, j->nfm * sizeof *j->fm);
     store_delta_layout_of(s, meta, &j->layout);
     j->all = e->overflow;
+    j->full = full;
+    j->meta = *meta;
     j->pos = e->next_pos;
     pthread_mutex_lock(&e->commit);
     j->parent = e->head;
@@ -761,6 +879,7 @@ void online__export_stop(online_model_t *q)
     free(e->job.found);
     free(e->job.skeys);
     free(e->job.srows);
+    free(e->job.dense);
     free(e->slots);
     free(e);
     q->exp = NULL;
