@@ -287,17 +287,17 @@ static int write_full(struct export_job *j, const char *dir, uint64_t version,
                                "cannot create a store of %zu keys for the full version: %s",
                                j->n, strerror(-rc));
     enum { BATCH = 4096 };
-    for (size_t i = 0; rc == 0 && i < j->n; i += BATCH)
+    for (size_t i = 0; rc >= 0 && i < j->n; i += BATCH) /* the number of new keys, or -ENOMEM */
         rc = store_upsert_batch(s, j->keys + i, j->vals + i * j->K,
                                 j->n - i < BATCH ? j->n - i : BATCH);
-    if (rc != 0) {
+    if (rc < 0) {
         store_destroy(s);
         return store_error_set(err, STORE_E_NOMEM, "no memory to gather %zu keys for the full "
                                "version", j->n);
     }
     store_meta_t meta = j->meta;
     meta.version = version;
-    meta.parent_version = j->parent; /* the lineage, for people: a full version needs none */
+    meta.parent_version = 0; /* a full version has none; the log line names the lineage */
     meta.created_unix = 0;
     j->sh.version = version;
     rc = store_snapshot_publish(s, dir, &meta, &j->x, producer,
