@@ -122,6 +122,7 @@ struct export_job {
     uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
     bool all;                    /* every key of the store (the set had overflowed, or full) */
     bool full;                   /* written as a FULL version (FULL EXPORTS) */
+    uint64_t held_ns;            /* the hand-over's time under the writer lock */
     store_meta_t meta;           /* full: the live model's meta at the hand-over */
     store_extras_t x;            /* full: its params and dense arrays (data in dense) */
     float *dense;                /* dense_cap floats: the copies x.dense[] point into */
@@ -411,8 +412,9 @@ static void *export_main(void *arg)
             atomic_store_explicit(&q->export_pos, e->job.pos, memory_order_relaxed);
             LOG(LL_INFO, "online: model '%s': online updates exported as version %" PRIu64
                 " (%s of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
-                ") in %.3f s", q->name, version, e->job.full ? "full, lineage" : "delta",
-                e->job.parent, e->job.n, e->job.all ? ": every key" : "", e->job.pos, s);
+                ") in %.3f s (the trainer's writer lock held %.3f s to gather them)", q->name,
+                version, e->job.full ? "full, lineage" : "delta", e->job.parent, e->job.n,
+                e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);
@@ -723,6 +725,7 @@ static int hand_over(online_model_t *q)
     if (!ms)
         return 0;
     int handed = 0;
+    uint64_t t0 = online__now_ns();
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(G.srv, q->name);
     const store_meta_t *meta = sm ? model_meta(sm->model) : NULL;
@@ -788,6 +791,7 @@ static int hand_over(online_model_t *q)
     j->epoch = e->epoch;
     pthread_mutex_unlock(&e->commit);
     dirty_clear(e);
+    j->held_ns = online__now_ns() - t0;
     pthread_mutex_lock(&e->lock);
     e->state = EXP_PENDING;
     pthread_cond_signal(&e->cond);
