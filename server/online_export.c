@@ -103,7 +103,7 @@
  * loader's thread asks it.
  */
 #define _GNU_SOURCE
-#include "online_impl.h"
+#include "online_export_impl.h"
 
 #include "log.h"
 #include "model/model.h"
@@ -126,59 +126,6 @@
 #define DIRTY_SLOTS (1u << DIRTY_BITS)
 #define DIRTY_KEYS (DIRTY_SLOTS / 2) /* keys tracked between two exports */
 #define DIRTY_EARLY (DIRTY_KEYS / 2) /* past it an export is due at once */
-
-enum { EXP_IDLE, EXP_PENDING, EXP_BUSY, EXP_FAILED };
-
-struct export_job {
-    uint64_t *keys; /* n keys, */
-    float *vals;    /* n * K values */
-    uint8_t *found; /* lookup scratch */
-    size_t n, cap;
-    uint32_t K;
-    store_delta_layout_t layout;
-    uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
-    bool all;                    /* every key of the store (the set had overflowed, or full) */
-    bool full;                   /* written as a FULL version (FULL EXPORTS) */
-    uint64_t held_ns;            /* the hand-over's time under the writer lock */
-    store_meta_t meta;           /* full: the live model's meta at the hand-over */
-    store_extras_t x;            /* full: its params and dense arrays (data in dense) */
-    float *dense;                /* dense_cap floats: the copies x.dense[] point into */
-    size_t dense_cap;
-    /* THE OPTIMIZER STATE: the trainer's rows of the keys above that it has */
-    uint64_t *skeys;         /* sh.count keys, */
-    float *srows;            /* sh.count * sh.width floats */
-    size_t scap, sfloats;    /* keys skeys holds, floats srows holds */
-    train_state_header_t sh; /* kind, optimizer, width, count; version at the write */
-    bool has_state;          /* false: gathering failed (no memory): no state file */
-    /* the trainer's --train-file marks at the hand-over (online_file_marks.c) */
-    online_file_progress_t fm[ONLINE_FILE_MARKS_MAX];
-    uint32_t nfm;
-};
-
-struct online_export {
-    int repo_lock; /* <repo>/<model> opened and flock'ed: one exporting process per repository */
-    /* the trainer thread's */
-    uint64_t *slots; /* DIRTY_SLOTS keys, 0 = empty (key 0 is has_zero) */
-    size_t count;    /* keys in slots, has_zero included */
-    bool has_zero, overflow;
-    uint64_t next_pos; /* records below it learned */
-    uint64_t due_ms;   /* the timer's next export */
-    /* state and job: lock */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int state; /* EXP_* */
-    bool stop;
-    struct export_job job;
-    /* lineage: commit (held by the export thread across a commit) */
-    pthread_mutex_t commit;
-    uint64_t head, epoch;
-    uint32_t links;   /* deltas in head's chain after its full version, */
-    bool links_known; /* once an export learned it (reset: unknown) */
-    pthread_t thread;
-    bool stale_said;   /* the trainer's: "waiting for the reload" logged */
-    online_model_t *q; /* counters; outlives e */
-    char model_dir[1100];
-};
 
 size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
 {
@@ -289,61 +236,6 @@ static int write_side(void *ctx, int dirfd)
     return rc == 0 && j->nfm ? online__file_marks_write_at(dirfd, j->fm, j->nfm) : rc;
 }
 
-/* Writes job j as the full version dir (FULL EXPORTS): its rows into a
- * store of the live one's layout, published with the producer and the
- * side files by the snapshot writer.  0 or -errno with *err. */
-static int write_full(struct export_job *j, const char *dir, uint64_t version,
-                      const char *producer, store_error_t *err)
-{
-    store_options_t o = {.value_floats = j->K, .dtype = j->layout.dtype,
-                         .shards = j->layout.shards, .expected_keys = j->n,
-                         .hash_seed = j->layout.hash_seed};
-    store_t *s = NULL;
-    int rc = store_create(&o, &s);
-    if (rc != 0)
-        return store_error_set(err, rc == -ENOMEM ? STORE_E_NOMEM : STORE_E_INVALID,
-                               "cannot create a store of %zu keys for the full version: %s",
-                               j->n, strerror(-rc));
-    enum { BATCH = 4096 };
-    for (size_t i = 0; rc >= 0 && i < j->n; i += BATCH) /* the number of new keys, or -ENOMEM */
-        rc = store_upsert_batch(s, j->keys + i, j->vals + i * j->K,
-                                j->n - i < BATCH ? j->n - i : BATCH);
-    if (rc < 0) {
-        store_destroy(s);
-        return store_error_set(err, STORE_E_NOMEM, "no memory to gather %zu keys for the full "
-                               "version", j->n);
-    }
-    store_meta_t meta = j->meta;
-    meta.version = version;
-    meta.parent_version = 0; /* a full version has none; the log line names the lineage */
-    meta.created_unix = 0;
-    j->sh.version = version;
-    rc = store_snapshot_publish(s, dir, &meta, &j->x, producer,
-                                j->has_state || j->nfm ? write_side : NULL, j, err);
-    store_destroy(s);
-    return rc;
-}
-
-/* After an export of version went live (e->commit held): the chain's
- * length, which the next hand-over reads to decide a full export.  The
- * first export of a lineage reads it from the repository once. */
-static void note_links(struct online_export *e, bool full, uint64_t version)
-{
-    if (full) {
-        e->links = 0;
-        e->links_known = true;
-    } else if (e->links_known) {
-        e->links++;
-    } else {
-        store_chain_t *ch = malloc(sizeof *ch);
-        if (ch && store_version_chain(e->model_dir, version, ch, NULL) == 0) {
-            e->links = ch->n - 1;
-            e->links_known = true;
-        }
-        free(ch); /* unknown still: the next export asks again */
-    }
-}
-
 /* Writes e->job as the next version.  0 written; else -errno with why. */
 static int write_job(struct online_export *e, uint64_t *version, char *why, size_t why_len)
 {
@@ -376,7 +268,7 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     online__export_producer(j->pos, producer);
     online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
     if (j->full) {
-        rc = write_full(j, dir, *version, producer, &err);
+        rc = online__export_write_full(j, dir, *version, producer, write_side, &err);
         goto written;
     }
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
@@ -394,7 +286,7 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
 written:
     if (rc == 0) {
         e->head = *version;
-        note_links(e, j->full, *version);
+        online__export_note_links(e, j->full, *version);
     } else {
         snprintf(why, why_len, "%s", err.msg[0] ? err.msg : strerror(-rc));
     }
@@ -677,43 +569,6 @@ static void gather_state(online_model_t *q, struct export_job *j)
     j->has_state = true;
 }
 
-/* The chain length past which an export is FULL: --online-full-every,
- * and never past half of STORE_CHAIN_MAX whatever the setting. */
-static uint32_t full_every_links(void)
-{
-    int every = G.srv->cfg.online_full_every;
-    uint32_t n = every > 0 ? (uint32_t)every : 1;
-    return n < STORE_CHAIN_MAX / 2 ? n : STORE_CHAIN_MAX / 2;
-}
-
-/* j->x := x, the dense arrays copied into j->dense (the trainer may write
- * them once the writer lock is released).  0 or -ENOMEM (j->x empty). */
-static int copy_extras(struct export_job *j, const store_extras_t *x)
-{
-    memset(&j->x, 0, sizeof j->x);
-    if (!x)
-        return 0;
-    size_t total = 0;
-    for (uint32_t i = 0; i < x->n_dense; i++)
-        total += x->dense[i].count;
-    if (total > j->dense_cap) {
-        float *d = malloc(total * sizeof *d);
-        if (!d)
-            return -ENOMEM;
-        free(j->dense);
-        j->dense = d;
-        j->dense_cap = total;
-    }
-    j->x = *x;
-    size_t at = 0;
-    for (uint32_t i = 0; i < x->n_dense; i++) {
-        memcpy(j->dense + at, x->dense[i].data, x->dense[i].count * sizeof *j->dense);
-        j->x.dense[i].data = j->dense + at;
-        at += x->dense[i].count;
-    }
-    return 0;
-}
-
 /* Builds the job from the set and hands it to the export thread: 1 handed
  * over, 0 not now (the thread busy, a version change pending, nothing
  * dirty). */
@@ -758,9 +613,9 @@ static int hand_over(online_model_t *q)
     const store_t *s = model_store(sm->model);
     uint32_t K = store_value_floats(s);
     pthread_mutex_lock(&e->commit);
-    bool full = e->links_known && e->links + 1 >= full_every_links();
+    bool full = e->links_known && e->links + 1 >= online__export_full_every();
     pthread_mutex_unlock(&e->commit);
-    if (full && copy_extras(j, model_extras(sm->model)) != 0) {
+    if (full && online__export_copy_extras(j, model_extras(sm->model)) != 0) {
         LOG(LL_WARN, "online: model '%s': no memory to copy the dense arrays for a full "
             "export: a delta this time", q->name);
         full = false;
