@@ -100,10 +100,11 @@ void online__export_note_links(struct online_export *e, bool full, uint64_t vers
         e->links++;
     } else {
         store_chain_t *ch = malloc(sizeof *ch);
-        if (ch && store_version_chain(e->model_dir, version, ch, NULL) == 0) {
-            e->links = ch->n - 1;
-            e->links_known = true;
-        }
-        free(ch); /* unknown still: the next export asks again */
+        /* a chain that does not resolve (too long, or no memory): the next one is full */
+        e->links = ch && store_version_chain(e->model_dir, version, ch, NULL) == 0
+                       ? ch->n - 1
+                       : STORE_CHAIN_MAX;
+        e->links_known = true;
+        free(ch);
     }
 }
