@@ -14,7 +14,8 @@
  * online_export_is_own) are neither: their values are in the active
  * store already (the trainer wrote them, and more since), so the version
  * is the active model relabelled (model_derive, no overlay, no fold that
- * would write the export's older values over the newer live ones).
+ * would write the export's older values over the newer live ones); so is
+ * a full version the trainer exported from the active store (open_own_full).
  *
  * THREAD SAFETY
  *   Runs on the loader thread; touches no watcher state but the metrics
