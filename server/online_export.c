@@ -1,8 +1,8 @@
 /*
  * online_export.c — the online updates of a model exported as delta
- * versions, and now and then a full one, into its repository (online.h: EXPORTS), so that a restart, a
- * replica or an operator finds them there, and the sample log can be
- * trimmed behind them.
+ * versions, and now and then a full one, into its repository (online.h:
+ * EXPORTS), so that a restart, a replica or an operator finds them there,
+ * and the sample log can be trimmed behind them.
  *
  *   trainer thread                                export thread (one per model)
  *   step ─ mark(keys) ─> dirty set (bounded)
