@@ -230,6 +230,11 @@ const cfg_entry_t server__cfg_table[] = {
      "online learning with --model-repo: export the online updates as a delta version of the "
      "model this often, and at a clean shutdown (0: never)",
      F(online_export_ms), NULL, NULL, NULL, false},
+    {"online-full-every", CFG_INT, 1, 2048, "360",
+     "online learning with --online-export-ms: every N-th export writes a FULL version (every "
+     "key and its optimizer state) instead of a delta, so the chain a restart loads stays at "
+     "most N links long (1: every export is full)",
+     F(online_full_every), NULL, NULL, NULL, false},
     {"sample-log-dir", CFG_STRING, 0, 0, "",
      "online learning: directory of the per-model sample logs; a TRAIN or FEEDBACK is appended "
      "there before it is acknowledged, and a restart learns it again (empty: none, acknowledged "

@@ -1,8 +1,8 @@
 /*
  * online_export.c — the online updates of a model exported as delta
- * versions into its repository (online.h: EXPORTS), so that a restart, a
- * replica or an operator finds them there, and the sample log can be
- * trimmed behind them.
+ * versions, and now and then a full one, into its repository (online.h:
+ * EXPORTS), so that a restart, a replica or an operator finds them there,
+ * and the sample log can be trimmed behind them.
  *
  *   trainer thread                                export thread (one per model)
  *   step ─ mark(keys) ─> dirty set (bounded)
@@ -69,9 +69,26 @@
  * repository refuses them as rolled back, and the next export is numbered
  * above them with the rolled-back-to version as its parent.
  *
- * CHAIN LENGTH: every export adds a link; a chain is refused past
- * STORE_CHAIN_MAX links, so a server exporting every 10 s needs a full
- * version (an offline one, or tlsnap) within about 11 hours.
+ * CHAIN LENGTH, FULL EXPORTS: every delta export adds a link, a chain is
+ * refused past STORE_CHAIN_MAX links and a restart loads every link; so
+ * every --online-full-every-th export (and, whatever the setting, one
+ * before the chain passes STORE_CHAIN_MAX / 2) is a FULL version: the
+ * hand-over takes every key of the store (as an overflowed set does), the
+ * state rows of those keys and a copy of the model's extras (params, dense
+ * arrays), and the export thread puts the rows into a store of the live
+ * one's layout and publishes it with store_snapshot_publish (the snapshot
+ * writer in a temporary directory, TRAINER_STATE, rename): the same
+ * producer, no parent, no version or a whole one after a kill.  The chain
+ * loader serves it as the live store relabelled (repo_chain.c:
+ * open_own_full) and the trainer adopts it as a delta; a restart starts
+ * the chain, and the optimizer state (online_trainer.c: restore_state), at
+ * it.  The chain's length is the export thread's (links, under commit):
+ * the first export of a lineage reads it from the repository, each later
+ * one counts, and the next hand-over decides.  Its cost: the copy under
+ * the writer lock, which the trainer waits for (requests do not), about
+ * 0.07-0.1 s per million LR keys on the 2-core test machine (the log line
+ * says how long each hand-over held it); the write then holds a second
+ * copy of the rows on the export thread.
  *
  * FAILURES (a full disk, an unwritable repository): an ERROR line per try
  * (one a tick), counted; the job's keys go back into the set at the next tick and are
@@ -86,7 +103,7 @@
  * loader's thread asks it.
  */
 #define _GNU_SOURCE
-#include "online_impl.h"
+#include "online_export_impl.h"
 
 #include "log.h"
 #include "model/model.h"
@@ -109,51 +126,6 @@
 #define DIRTY_SLOTS (1u << DIRTY_BITS)
 #define DIRTY_KEYS (DIRTY_SLOTS / 2) /* keys tracked between two exports */
 #define DIRTY_EARLY (DIRTY_KEYS / 2) /* past it an export is due at once */
-
-enum { EXP_IDLE, EXP_PENDING, EXP_BUSY, EXP_FAILED };
-
-struct export_job {
-    uint64_t *keys; /* n keys, */
-    float *vals;    /* n * K values */
-    uint8_t *found; /* lookup scratch */
-    size_t n, cap;
-    uint32_t K;
-    store_delta_layout_t layout;
-    uint64_t parent, pos, epoch; /* head, position covered and epoch at the hand-over */
-    bool all;                    /* every key of the store (the set had overflowed) */
-    /* THE OPTIMIZER STATE: the trainer's rows of the keys above that it has */
-    uint64_t *skeys;         /* sh.count keys, */
-    float *srows;            /* sh.count * sh.width floats */
-    size_t scap, sfloats;    /* keys skeys holds, floats srows holds */
-    train_state_header_t sh; /* kind, optimizer, width, count; version at the write */
-    bool has_state;          /* false: gathering failed (no memory): no state file */
-    /* the trainer's --train-file marks at the hand-over (online_file_marks.c) */
-    online_file_progress_t fm[ONLINE_FILE_MARKS_MAX];
-    uint32_t nfm;
-};
-
-struct online_export {
-    int repo_lock; /* <repo>/<model> opened and flock'ed: one exporting process per repository */
-    /* the trainer thread's */
-    uint64_t *slots; /* DIRTY_SLOTS keys, 0 = empty (key 0 is has_zero) */
-    size_t count;    /* keys in slots, has_zero included */
-    bool has_zero, overflow;
-    uint64_t next_pos; /* records below it learned */
-    uint64_t due_ms;   /* the timer's next export */
-    /* state and job: lock */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int state; /* EXP_* */
-    bool stop;
-    struct export_job job;
-    /* lineage: commit (held by the export thread across a commit) */
-    pthread_mutex_t commit;
-    uint64_t head, epoch;
-    pthread_t thread;
-    bool stale_said;   /* the trainer's: "waiting for the reload" logged */
-    online_model_t *q; /* counters; outlives e */
-    char model_dir[1100];
-};
 
 size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
 {
@@ -295,6 +267,10 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     snprintf(dir, sizeof dir, "%s/%" PRIu64, e->model_dir, *version);
     online__export_producer(j->pos, producer);
     online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
+    if (j->full) {
+        rc = online__export_write_full(j, dir, *version, producer, write_side, &err);
+        goto written;
+    }
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
     if (rc == 0 && (j->has_state || j->nfm)) {
         j->sh.version = *version;
@@ -307,10 +283,13 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         rc = store_delta_commit(w, &err); /* frees w */
         w = NULL;
     }
-    if (rc == 0)
+written:
+    if (rc == 0) {
         e->head = *version;
-    else
+        online__export_note_links(e, j->full, *version);
+    } else {
         snprintf(why, why_len, "%s", err.msg[0] ? err.msg : strerror(-rc));
+    }
 out:
     pthread_mutex_unlock(&e->commit);
     store_delta_abort(w);
@@ -335,13 +314,16 @@ static void *export_main(void *arg)
         double s = (double)(online__now_ns() - t0) * 1e-9;
         if (rc == 0) {
             atomic_fetch_add_explicit(&q->exports, 1, memory_order_relaxed);
+            if (e->job.full)
+                atomic_fetch_add_explicit(&q->full_exports, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&q->export_keys, e->job.n, memory_order_relaxed);
             atomic_store_explicit(&q->export_version, version, memory_order_relaxed);
             atomic_store_explicit(&q->export_pos, e->job.pos, memory_order_relaxed);
             LOG(LL_INFO, "online: model '%s': online updates exported as version %" PRIu64
-                " (delta of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
-                ") in %.3f s", q->name, version, e->job.parent, e->job.n,
-                e->job.all ? ": every key" : "", e->job.pos, s);
+                " (%s of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
+                ") in %.3f s (the trainer's writer lock held %.3f s to gather them)", q->name,
+                version, e->job.full ? "full, lineage" : "delta", e->job.parent, e->job.n,
+                e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);
@@ -455,6 +437,7 @@ void online__export_reset(online_model_t *q, const store_meta_t *meta)
     pthread_mutex_lock(&e->commit); /* waits for a commit under way */
     e->epoch++;
     e->head = meta->version;
+    e->links_known = false;
     pthread_mutex_unlock(&e->commit);
     pthread_mutex_lock(&e->lock);
     if (e->state == EXP_FAILED)
@@ -471,14 +454,13 @@ void online__export_restart(online_model_t *q, const model_t *m)
     const store_meta_t *meta = model_meta(m);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
-    store_delta_t *d = NULL;
-    store_error_t err;
+    char producer[STORE_PRODUCER_MAX];
+    store_meta_t vm;
     uint64_t pos;
-    if (store_delta_open(dir, &d, &err) != 0)
-        return; /* a full version, or unreadable: trainer.state decides */
-    const store_delta_info_t *in = store_delta_info(d);
-    if (in->meta.created_unix == meta->created_unix &&
-        online_export_producer_pos(in->producer, &pos) && pos <= q->replay_end &&
+    if (store_version_producer(dir, producer, NULL, &vm, NULL) != 0)
+        return; /* unreadable: trainer.state decides */
+    if (vm.created_unix == meta->created_unix &&
+        online_export_producer_pos(producer, &pos) && pos <= q->replay_end &&
         pos >= sample_log_first_pos(q->slog)) {
         if (q->replay_version != meta->version || q->replay_from != pos)
             LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is an online export covering "
@@ -488,7 +470,6 @@ void online__export_restart(online_model_t *q, const model_t *m)
         q->replay_created = meta->created_unix;
         q->replay_from = pos;
     }
-    store_delta_close(d);
 }
 
 uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
@@ -498,20 +479,19 @@ uint64_t online__export_bus_restart(online_model_t *q, const model_t *m)
     const store_meta_t *meta = model_meta(m);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/%" PRIu64, q->exp->model_dir, meta->version);
-    store_delta_t *d = NULL;
+    char producer[STORE_PRODUCER_MAX];
+    store_meta_t vm;
     uint64_t seq, next = 0;
-    if (store_delta_open(dir, &d, NULL) != 0)
-        return 0; /* a full version, or unreadable: trainer.state decides */
-    const store_delta_info_t *in = store_delta_info(d);
-    if (in->meta.created_unix == meta->created_unix &&
-        online_export_producer_stream(in->producer, &seq) && seq < UINT64_MAX) {
+    if (store_version_producer(dir, producer, NULL, &vm, NULL) != 0)
+        return 0; /* unreadable: trainer.state decides */
+    if (vm.created_unix == meta->created_unix &&
+        online_export_producer_stream(producer, &seq) && seq < UINT64_MAX) {
         next = seq + 1;
         LOG(LL_INFO,
             "online: model '%s': version %" PRIu64 " is an online export holding the "
             "stream up to sequence %" PRIu64 ": learning from %" PRIu64,
             q->name, meta->version, seq, next);
     }
-    store_delta_close(d);
     return next;
 }
 
@@ -618,6 +598,7 @@ static int hand_over(online_model_t *q)
     if (!ms)
         return 0;
     int handed = 0;
+    uint64_t t0 = online__now_ns();
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(G.srv, q->name);
     const store_meta_t *meta = sm ? model_meta(sm->model) : NULL;
@@ -632,6 +613,16 @@ static int hand_over(online_model_t *q)
         goto out; /* a version change pending: attach decides first */
     const store_t *s = model_store(sm->model);
     uint32_t K = store_value_floats(s);
+    pthread_mutex_lock(&e->commit);
+    bool full = e->links_known && e->links + 1 >= online__export_full_every();
+    pthread_mutex_unlock(&e->commit);
+    if (full && online__export_copy_extras(j, model_extras(sm->model)) != 0) {
+        LOG(LL_WARN, "online: model '%s': no memory to copy the dense arrays for a full "
+            "export: a delta this time", q->name);
+        full = false;
+    }
+    if (full)
+        e->overflow = true; /* every key */
     size_t n = e->overflow ? (size_t)store_count(s) : e->count;
     if (job_reserve(j, n, K) != 0) {
         atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
@@ -665,12 +656,15 @@ static int hand_over(online_model_t *q)
         memcpy(j->fm, q->fmarks, j->nfm * sizeof *j->fm);
     store_delta_layout_of(s, meta, &j->layout);
     j->all = e->overflow;
+    j->full = full;
+    j->meta = *meta;
     j->pos = e->next_pos;
     pthread_mutex_lock(&e->commit);
     j->parent = e->head;
     j->epoch = e->epoch;
     pthread_mutex_unlock(&e->commit);
     dirty_clear(e);
+    j->held_ns = online__now_ns() - t0;
     pthread_mutex_lock(&e->lock);
     e->state = EXP_PENDING;
     pthread_cond_signal(&e->cond);
@@ -765,6 +759,7 @@ void online__export_stop(online_model_t *q)
     free(e->job.found);
     free(e->job.skeys);
     free(e->job.srows);
+    free(e->job.dense);
     free(e->slots);
     free(e);
     q->exp = NULL;

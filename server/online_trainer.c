@@ -464,26 +464,26 @@ static void learn(online_model_t *q, const uint8_t *payload, uint32_t len, uint1
 
 /* ---- the restart's optimizer state (EXPORT STATE) ---------------------------------- */
 
-/* 1 when "<mdir>/<v>" is a delta whose producer is an online export (any
- * process's); 0 otherwise (a full version, another producer, unreadable). */
+/* 1 when "<mdir>/<v>" is a version, delta or full, whose producer is an
+ * online export (any process's); 0 otherwise (another producer,
+ * unreadable). */
 static int is_online_export(const char *mdir, uint64_t v)
 {
-    char dir[1200];
+    char dir[1200], producer[STORE_PRODUCER_MAX];
     snprintf(dir, sizeof dir, "%s/%" PRIu64, mdir, v);
-    store_delta_t *d = NULL;
     uint64_t pos;
-    int yes = store_delta_open(dir, &d, NULL) == 0 &&
-              (online_export_producer_pos(store_delta_info(d)->producer, &pos) ||
-               online_export_producer_stream(store_delta_info(d)->producer, &pos));
-    store_delta_close(d);
-    return yes;
+    return store_version_producer(dir, producer, NULL, NULL, NULL) == 0 &&
+           (online_export_producer_pos(producer, &pos) ||
+            online_export_producer_stream(producer, &pos));
 }
 
 /* A restart attached a fresh trainer to the active version: when that
  * version is an online export, the state files of every export of its
- * chain since the last version no export wrote (a full version, an
- * offline delta) are put into the trainer, oldest first (a later row
- * wins), so the replay that follows continues the trainer that wrote them.
+ * chain since the last version no export wrote (an offline full version
+ * or delta) are put into the trainer, oldest first (a later row wins), so
+ * the replay that follows continues the trainer that wrote them.  A chain
+ * that starts at a full online export starts at its state file, which
+ * holds every key's state (online_export.c: FULL EXPORTS).
  * All are checked before any is put: a missing, truncated or corrupt file
  * (untrusted: train_state_parse checks every length, count, width, kind) is
  * a WARN naming it and what was wrong, and the trainer keeps its fresh
@@ -505,6 +505,8 @@ static void restore_state(online_model_t *q, server_model_t *sm)
     uint32_t first = ch->n;
     while (first > 1 && is_online_export(mdir, ch->versions[first - 1]))
         first--;
+    if (first == 1 && is_online_export(mdir, ch->versions[0]))
+        first = 0; /* a full export: its state holds every key */
     train_state_error_t err;
     int rc = 0;
     uint32_t i;

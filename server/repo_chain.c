@@ -14,7 +14,8 @@
  * online_export_is_own) are neither: their values are in the active
  * store already (the trainer wrote them, and more since), so the version
  * is the active model relabelled (model_derive, no overlay, no fold that
- * would write the export's older values over the newer live ones).
+ * would write the export's older values over the newer live ones); so is
+ * a full version the trainer exported from the active store (open_own_full).
  *
  * THREAD SAFETY
  *   Runs on the loader thread; touches no watcher state but the metrics
@@ -135,6 +136,45 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
     return rc;
 }
 
+/* A full version the online trainer exported from the active model's
+ * store (online_export.c: FULL EXPORTS): the active model relabelled, as
+ * its own deltas are.  -ENOENT when it is not (the caller loads it). */
+static int open_own_full(server_t *srv, const char *model, const char *model_dir,
+                         uint64_t version, server_model_t **out, store_error_t *err)
+{
+    char path[1200], producer[STORE_PRODUCER_MAX];
+    store_meta_t vm;
+    bool full = false;
+    snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, version);
+    if (store_version_producer(path, producer, &full, &vm, NULL) != 0 || !full ||
+        !online_export_is_own(model, version, producer))
+        return -ENOENT;
+    server_model_t *act = server_model_acquire_named(srv, model);
+    if (!act)
+        return -ENOENT;
+    int rc = -ENOENT;
+    model_t *m = NULL;
+    if (model_overlays(act->model, NULL) == 0 &&
+        online_store_trained(model, model_store(act->model))) {
+        store_meta_t meta = *model_meta(act->model);
+        meta.version = vm.version;
+        meta.parent_version = vm.parent_version;
+        meta.created_unix = vm.created_unix;
+        rc = model_derive(act->model, &meta, NULL, 0, model_key_count(act->model), &m);
+        if (rc != 0)
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory for version %" PRIu64, version);
+        else if ((rc = server_model_wrap(m, out)) != 0) {
+            model_destroy(m);
+            rc = store_error_set(err, STORE_E_NOMEM, "no memory for the handle of version %" PRIu64,
+                                 version);
+        } else
+            LOG(LL_INFO, "repo: version %" PRIu64 " = a full version exported by the online "
+                "trainer: its live store, relabelled", version);
+    }
+    server_model_release(act);
+    return rc;
+}
+
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
                       store_error_t *err)
 {
@@ -154,6 +194,8 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, se
     if (rc != 0)
         goto out;
     rc = open_over_active(srv, model, model_dir, chain, out, err);
+    if (rc == -ENOENT && chain->n == 1)
+        rc = open_own_full(srv, model, model_dir, chain->versions[0], out, err);
     if (rc != -ENOENT)
         goto out; /* applied as an overlay, or refused */
     store_meta_t meta;

@@ -101,6 +101,7 @@ typedef struct server_config {
     char sample_log_dir[1024]; /* TRAIN/FEEDBACK samples logged before acknowledged ("" = none) */
     int sample_log_sync_ms;    /* fdatasync of the sample log at most this often */
     int sample_log_segment_kib; /* a segment past this is followed by a new one */
+    int online_full_every;     /* every N-th export a full version (online_export.c) */
     int online_export_ms;      /* with --model-repo: online updates exported this often (0 = off) */
     int impression_log_mib;    /* PREDICTs flagged LOG kept for FEEDBACK, in MiB */
     int impression_window_ms;  /* how long an impression waits for its feedback */

@@ -42,6 +42,7 @@
 
 #include "store.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -197,6 +198,27 @@ int store_delta_diff(const store_t *old_s, const store_meta_t *old_meta, const s
                      uint64_t *upserts, uint64_t *deletes, store_error_t *err);
 
 /* ---- repositories: chains and listings ------------------------------------ */
+
+/* A full version written as a delta is (store_delta_commit): store_snapshot_write_ex
+ * of s, meta and x (NULL: none) with producer (NULL = "") in its manifest,
+ * into "<dir's parent>/.tmp-<name>-<pid>"; then side(ctx, dirfd) (NULL: none)
+ * writes the producer's own files there (store_delta_side_file's rule);
+ * then the directory is renamed to dir (never replacing one) and the parent
+ * fsynced.  A kill at any point leaves no version or a whole one.  Needs no
+ * concurrent writer of s.  0, or store_errc_errno(err->code) < 0: -EEXIST
+ * when dir exists, -EIO (the last, after the rename: the parent's fsync,
+ * the version in place but perhaps not durable), -ENOMEM, -EINVAL.  Blocks. */
+typedef int (*store_snapshot_side_fn)(void *ctx, int dirfd);
+int store_snapshot_publish(const store_t *s, const char *dir, const store_meta_t *meta,
+                           const store_extras_t *x, const char *producer,
+                           store_snapshot_side_fn side, void *ctx, store_error_t *err);
+
+/* The producer recorded in the MANIFEST of version directory dir, full or
+ * delta ("" when none); *full (may be NULL) whether it is a full version,
+ * *meta (may be NULL) its meta.  Reads the manifest only.  0, or
+ * store_errc_errno(err->code) < 0 (err may be NULL). */
+int store_version_producer(const char *dir, char producer[STORE_PRODUCER_MAX], bool *full,
+                           store_meta_t *meta, store_error_t *err);
 
 typedef struct store_chain {
     uint32_t n;                         /* links: 1 (a full version) .. STORE_CHAIN_MAX */

@@ -18,6 +18,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 
 #include "snapshot_internal.h"
+#include "delta.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -236,5 +237,30 @@ int store__snap_load_extras(int dirfd, const manifest_t *m, store_extras_t *x, s
         }
         x->n_dense = i + 1;
     }
+    return 0;
+}
+
+int store_version_producer(const char *dir, char producer[STORE_PRODUCER_MAX], bool *full,
+                           store_meta_t *meta, store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    producer[0] = '\0';
+    int dirfd = store__snap_open_dir(dir, err);
+    if (dirfd < 0)
+        return store_errc_errno(err->code);
+    manifest_t m;
+    memset(&m, 0, sizeof m);
+    int rc = store__snap_read_manifest(dirfd, dir, &m, err);
+    close(dirfd);
+    if (rc != 0)
+        return store_errc_errno(err->code);
+    snprintf(producer, STORE_PRODUCER_MAX, "%s", m.producer);
+    if (full)
+        *full = m.kind == MANIFEST_KIND_FULL;
+    if (meta)
+        *meta = m.meta;
+    store__manifest_free(&m);
     return 0;
 }

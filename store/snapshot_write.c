@@ -22,10 +22,12 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 
 #include "snapshot_internal.h"
+#include "delta.h"
 
 #include "manifest.h"
 #include "store_internal.h"
 
+#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -477,8 +479,17 @@ int store_snapshot_write(const store_t *s, const char *dir, const store_meta_t *
     return store_snapshot_write_ex(s, dir, meta, NULL, err);
 }
 
+static int snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
+                          const store_extras_t *x, const char *producer, store_error_t *err);
+
 int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_t *meta,
                             const store_extras_t *x, store_error_t *err)
+{
+    return snapshot_write(s, dir, meta, x, NULL, err);
+}
+
+static int snapshot_write(const store_t *s, const char *dir, const store_meta_t *meta,
+                          const store_extras_t *x, const char *producer, store_error_t *err)
 {
     store_error_t scratch;
     if (!err)
@@ -580,6 +591,8 @@ int store_snapshot_write_ex(const store_t *s, const char *dir, const store_meta_
         .hash_seed = store_hash_seed(s),
     };
     memcpy(m->params, x->params, sizeof m->params);
+    if (producer)
+        snprintf(m->producer, sizeof m->producer, "%s", producer);
     for (; dense_written < x->n_dense; dense_written++) {
         if (write_dense(dirfd, &x->dense[dense_written], dense_written,
                         &m->dense[dense_written], err) != 0)
@@ -653,4 +666,85 @@ out:
     if (dirfd >= 0)
         close(dirfd);
     return rc == 0 ? 0 : store_errc_errno(err->code);
+}
+
+/* Removes the files of directory path and the directory (one level: a
+ * snapshot's temporary directory holds files only). */
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL)
+            if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+                unlinkat(dirfd(d), de->d_name, 0);
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+int store_snapshot_publish(const store_t *s, const char *dir, const store_meta_t *meta,
+                           const store_extras_t *x, const char *producer,
+                           store_snapshot_side_fn side, void *ctx, store_error_t *err)
+{
+    store_error_t scratch;
+    if (!err)
+        err = &scratch;
+    store__snap_err_clear(err);
+    if (producer && strlen(producer) >= MANIFEST_PRODUCER_MAX) {
+        store__snap_fail(err, STORE_E_INVALID, "", -1, "producer '%s' is over %d bytes",
+                         producer, MANIFEST_PRODUCER_MAX - 1);
+        return store_errc_errno(err->code);
+    }
+    const char *slash = dir ? strrchr(dir, '/') : NULL;
+    char tmp[4096];
+    int n = dir ? snprintf(tmp, sizeof tmp, "%.*s.tmp-%s-%ld", slash ? (int)(slash - dir + 1) : 0,
+                           dir, slash ? slash + 1 : dir, (long)getpid())
+                : -1;
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        store__snap_fail(err, STORE_E_INVALID, "", -1, "store_snapshot_publish: dir %s",
+                         dir ? "is too long" : "is NULL");
+        return store_errc_errno(err->code);
+    }
+    remove_tree(tmp); /* a killed write of this pid's number, long ago */
+    int rc = snapshot_write(s, tmp, meta, x, producer, err);
+    if (rc != 0) {
+        remove_tree(tmp);
+        return rc;
+    }
+    if (side) {
+        int fd = store__snap_open_dir(tmp, err);
+        int e = fd < 0 ? -EIO : side(ctx, fd);
+        if (fd >= 0 && e == 0 && fsync(fd) != 0)
+            e = -errno;
+        if (fd >= 0)
+            close(fd);
+        if (e != 0) {
+            if (fd >= 0)
+                store__snap_fail(err, STORE_E_IO, "", -1, "%s: the producer's side file: %s",
+                                 tmp, ERRTEXT(-e));
+            remove_tree(tmp);
+            return store_errc_errno(err->code);
+        }
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) != 0) {
+        int e = errno;
+        bool exists = e == EEXIST || e == ENOTEMPTY;
+        store__snap_fail(err, exists ? STORE_E_EXISTS : STORE_E_IO, "", -1,
+                         "cannot rename %s to %s: %s", tmp, dir, ERRTEXT(e));
+        remove_tree(tmp);
+        return store_errc_errno(err->code);
+    }
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
+    int pfd = open(parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0 || fsync(pfd) != 0) {
+        store__snap_fail(err, STORE_E_IO, "", -1, "%s: cannot fsync the directory (version %s "
+                         "in place, perhaps not durable): %s", parent, dir, ERRTEXT(errno));
+        if (pfd >= 0)
+            close(pfd);
+        return store_errc_errno(err->code);
+    }
+    close(pfd);
+    return 0;
 }

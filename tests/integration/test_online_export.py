@@ -19,7 +19,12 @@ and at SIGTERM, writes what it changed as a delta version REPO/ctr/<v+1>/ (produ
 - rollback after an export drops the online updates: the served scores are the rolled-back-to
   version's files' scores, exactly;
 - an export that cannot be written is an ERROR line and a counted failure; training goes on and
-  the next tick exports.
+  the next tick exports;
+- with --online-full-every 3 every third export is a FULL version (producer "tlserve-online",
+  every key, TRAINER_STATE with every key's state) that tlsnap verifies and the next delta has
+  as its parent; kill -9 and a restart serve exactly the digest served before (the chain starts
+  at the full export, the optimizer state at its TRAINER_STATE), and learning on from there
+  equals a server that never crashed.
 
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_export.py
 """
@@ -79,9 +84,9 @@ class OnlineExport(ServerCase):
         return super().serve(None, "--model-repo", repo or self.repo,
                              "--load-sched-idle=false", *args, **kw)
 
-    def online(self, export_ms=200, repo=None, **kw):
+    def online(self, export_ms=200, *extra, repo=None, **kw):
         return self.serve("--online", "--sample-log-dir", self.logs, "--online-export-ms",
-                          str(export_ms), repo=repo, **kw)
+                          str(export_ms), *extra, repo=repo, **kw)
 
     def wait_version(self, c, want, timeout=20):
         deadline = time.monotonic() + timeout
@@ -295,6 +300,7 @@ class OnlineExport(ServerCase):
                       "they are lost", out)
         self.assertIn("the online updates of 1 model(s) were not exported", out)
         self.assertEqual(versions(self.repo), [1])
+
     def test_a_repository_it_cannot_write_in_stops_the_start(self):
         """--online exporting into a --model-repo this process cannot write in is refused at
         start naming both flags (not a server whose every export fails); with
@@ -334,6 +340,67 @@ class OnlineExport(ServerCase):
         out = p.communicate(timeout=20)[0]
         self.assertTrue(alive, out)
         self.assertEqual(p.returncode, 0, out)
+
+    def test_every_third_export_is_full_and_a_restart_starts_from_it(self):
+        a = self.online(150, "--online-full-every", "3")
+        name = 'tlserve_online_exports_total{model="%s"}' % M
+        with a.client() as c:
+            for r in range(5):  # the third export is full (the first learns the chain's length)
+                self.train(a, c, 10, first=10 * r)
+                self.wait_metric(a, name, r + 1)
+            self.wait_metric(a, 'tlserve_online_export_position{model="%s"}' % M, 50)
+            self.assertEqual(a.metric('tlserve_online_export_position{model="%s"}' % M), 50)
+            last = versions(self.repo)[-1]
+            self.wait_version(c, last)
+            served = harness.digest(a, M)
+            served.pop("micros")  # the time it took
+        self.assertGreaterEqual(a.metric('tlserve_online_full_exports_total{model="%s"}' % M), 1)
+        self.assertRegex(a.output(), r"exported as version \d+ \(full, lineage of \d+")
+        os.kill(a.proc.pid, 9)
+        a.proc.wait()
+        info = {}
+        for v in versions(self.repo):
+            r = subprocess.run([TLSNAP, "info", os.path.join(self.repo, M, str(v))],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            info[v] = r.stdout
+        full = [v for v in info if v > 1 and "delta" not in info[v]]
+        self.assertTrue(full, info)
+        f = full[-1]
+        self.assertIn("producer   tlserve-online log=", info[f])
+        self.assertIn("(full)", info[f])
+        self.assertTrue(os.path.exists(os.path.join(self.repo, M, str(f), "TRAINER_STATE")))
+        self.assertIn("entries    20001", info[f])  # every key (and the bias), not the dirty ones
+        later = [v for v in info if v > f]
+        self.assertTrue(later, "no delta after the full export %d: %s" % (f, sorted(info)))
+        self.assertIn("delta of %d" % f, info[later[0]])
+        r = subprocess.run([TLSNAP, "verify", os.path.join(self.repo, M, str(f)), "--threads",
+                            "1"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        b = self.online(60000, "--online-full-every", "3")  # no export before the comparison
+        with b.client() as c:
+            self.assertEqual(self.wait_version(c, last), last)
+            deadline = time.monotonic() + 20
+            while "online exports) restored" not in b.output():
+                self.assertLess(time.monotonic(), deadline, b.output())
+                time.sleep(0.05)
+            again = harness.digest(b, M)
+            again.pop("micros")
+            self.assertEqual(again, served)
+            self.assertIn("versions %d..%d (online exports) restored" % (f, last), b.output())
+            for k in range(50, 70):  # learns on from the full export's state
+                shared, samples = frame(k)
+                self.assertEqual(c.train(M, shared, samples), 2)
+        self.wait_metric(b, 'tlserve_online_samples_total{model="%s"}' % M, 40)
+        never = os.path.join(self.tmp, "never")
+        shutil.copytree(os.path.join(self.tmp, "repo", M, "1"), os.path.join(never, M, "1"))
+        ref = self.serve("--online", "--online-export-ms", "0", repo=never)
+        with ref.client() as c:
+            self.assertEqual(self.wait_version(c, 1), 1)
+            self.train(ref, c, 70)
+        with b.client() as cb, ref.client() as cr:
+            self.assertEqual(self.scores(cb), self.scores(cr))
+
 
 if __name__ == "__main__":
     unittest.main()

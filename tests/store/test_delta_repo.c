@@ -4,6 +4,9 @@
  * listings that skip temporaries, and kill -9 of a writer at every step of
  * its commit and at random times: the version is either absent or whole,
  * and whatever else is left is a ".tmp-*" directory that readers ignore.
+ * store_snapshot_publish (a full version with a producer and a side file)
+ * likewise: read back, refused over an existing version, and killed at
+ * random times.
  *
  * Scratch directories go under $TL_TEST_TMP (created when missing).
  */
@@ -224,12 +227,156 @@ static void test_kill_at_random_times(void **state)
     test_rm_rf(root);
 }
 
+static int side_ok(void *ctx, int dirfd)
+{
+    (void)ctx;
+    int fd = openat(dirfd, "SIDE", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = write(fd, "side", 4) == 4 ? 0 : -EIO;
+    close(fd);
+    return rc;
+}
+
+static int side_fails(void *ctx, int dirfd)
+{
+    (void)ctx;
+    (void)dirfd;
+    return -ENOSPC;
+}
+
+/* Nothing but dot entries and `keep` in root. */
+static void assert_only(const char *root, const char *keep)
+{
+    DIR *dp = opendir(root);
+    struct dirent *e;
+    while ((e = readdir(dp)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            assert_string_equal(e->d_name, keep ? keep : "(nothing)");
+    closedir(dp);
+}
+
+static void test_publish(void **state)
+{
+    (void)state;
+    char root[PATH_MAX], p[PATH_MAX], f[PATH_MAX + 8];
+    scratch_dir(root);
+    test_rm_rf(root);
+    test_mkdir_p(root);
+    store_t *a = make_store(500, 0, STORE_DTYPE_F32, 0x7);
+    store_meta_t ma = meta_of("pub", 9);
+    store_error_t err;
+    path2(p, root, "9");
+    /* a failing side file: no version, no temporary */
+    expect_err(store_snapshot_publish(a, p, &ma, NULL, "me", side_fails, NULL, &err), &err,
+               STORE_E_IO, "side file");
+    assert_only(root, NULL);
+    assert_int_equal(store_snapshot_publish(a, p, &ma, NULL, "tlserve-online log=5 id=ab",
+                                            side_ok, NULL, &err),
+                     0);
+    assert_only(root, "9");
+    char producer[STORE_PRODUCER_MAX];
+    bool full = false;
+    store_meta_t m;
+    assert_int_equal(store_version_producer(p, producer, &full, &m, &err), 0);
+    assert_string_equal(producer, "tlserve-online log=5 id=ab");
+    assert_true(full);
+    assert_int_equal(m.version, 9);
+    snprintf(f, sizeof f, "%s/SIDE", p);
+    struct stat st;
+    assert_int_equal(stat(f, &st), 0);
+    assert_int_equal(st.st_size, 4);
+    store_t *b = NULL;
+    assert_int_equal(store_snapshot_load(p, 1, &b, NULL, &err), 0);
+    assert_stores_equal(a, b);
+    store_destroy(b);
+    /* over an existing version: refused, the version untouched, no temporary */
+    expect_err(store_snapshot_publish(a, p, &ma, NULL, NULL, NULL, NULL, &err), &err,
+               STORE_E_EXISTS, "cannot rename");
+    assert_only(root, "9");
+    /* a delta's producer reads the same way */
+    store_delta_layout_t l;
+    store_delta_layout_of(a, &ma, &l);
+    path2(p, root, "10");
+    write_delta(p, &l, 9, 10, 1, 10, 0, 0);
+    assert_int_equal(store_version_producer(p, producer, &full, NULL, &err), 0);
+    assert_false(full);
+    store_destroy(a);
+    test_rm_rf(root);
+}
+
+/* In a child: publishes a full version of KILL_UPSERTS keys into dir. */
+static void publish_child(const char *dir)
+{
+    store_t *a = make_store(KILL_UPSERTS, 0, STORE_DTYPE_F32, 0x9);
+    store_meta_t ma = meta_of("kill", 2);
+    _exit(store_snapshot_publish(a, dir, &ma, NULL, "kill test", side_ok, NULL, NULL) == 0 ? 0
+                                                                                          : 5);
+}
+
+static void test_publish_killed_at_random_times(void **state)
+{
+    (void)state;
+    char root[PATH_MAX], dir[PATH_MAX], f[PATH_MAX + 8];
+    scratch_dir(root);
+    path2(dir, root, "2");
+    struct timespec t0, t1;
+    int status = 0, whole = 0, absent = 0;
+    srand(43);
+    long span_us = 0;
+    for (int run = 0; run < 25; run++) {
+        test_rm_rf(root);
+        test_mkdir_p(root);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            publish_child(dir);
+        if (run > 0) { /* the first run times a whole write */
+            usleep((useconds_t)(rand() % (span_us + span_us / 4)));
+            kill(pid, SIGKILL);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (run == 0) {
+            assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            span_us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+            span_us = span_us < 100 ? 100 : span_us;
+        }
+        struct stat st;
+        if (stat(dir, &st) == 0) { /* whole: loads, with its side file */
+            store_t *b = NULL;
+            store_error_t err;
+            assert_int_equal(store_snapshot_load(dir, 1, &b, NULL, &err), 0);
+            assert_int_equal(store_count(b), KILL_UPSERTS);
+            store_destroy(b);
+            snprintf(f, sizeof f, "%s/SIDE", dir);
+            assert_int_equal(stat(f, &st), 0);
+            whole++;
+        } else {
+            absent++;
+        }
+        DIR *dp = opendir(root);
+        struct dirent *e;
+        while ((e = readdir(dp)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+                strcmp(e->d_name, "2") != 0)
+                assert_true(store_version_is_temp(e->d_name));
+        closedir(dp);
+    }
+    assert_true(whole >= 1);
+    (void)absent;
+    test_rm_rf(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain),
         cmocka_unit_test(test_kill_at_every_step),
         cmocka_unit_test(test_kill_at_random_times),
+        cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_publish_killed_at_random_times),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
