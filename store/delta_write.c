@@ -33,7 +33,6 @@
 
 #include "delta_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -428,20 +427,6 @@ void store_delta_side_file(store_delta_writer_t *w, const char *what, store_delt
     snprintf(w->side_what, sizeof w->side_what, "%s", fn && what ? what : "");
 }
 
-/* Removes the files of a temporary directory, then the directory. */
-static void remove_tmp(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-                unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 static int write_manifest(store_delta_writer_t *w, int tmpfd, store_error_t *err)
 {
     uint8_t *mb = NULL;
@@ -500,7 +485,7 @@ int store_delta_commit(store_delta_writer_t *w, store_error_t *err)
     if (mkdir(tmp, 0755) != 0) {
         int e = errno;
         if (e == EEXIST) {
-            remove_tmp(tmp); /* left by a killed writer that had our pid */
+            store__remove_tmp_dir(tmp); /* left by a killed writer that had our pid */
             e = mkdir(tmp, 0755) == 0 ? 0 : errno;
         }
         if (e != 0) {
@@ -567,7 +552,7 @@ fail:
     if (tmpfd >= 0)
         close(tmpfd);
     if (made)
-        remove_tmp(tmp);
+        store__remove_tmp_dir(tmp);
     free(buf);
     store_delta_abort(w);
     return store_errc_errno(err->code);

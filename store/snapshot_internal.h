@@ -130,6 +130,10 @@ store_options_t store__snap_loader_options(uint32_t K, store_dtype_t dt, uint32_
 /* Opens dir (O_DIRECTORY).  The fd, or -1 with *err filled (STORE_E_IO). */
 int store__snap_open_dir(const char *dir, store_error_t *err);
 
+/* Removes the files of a writer's temporary directory, then the directory
+ * (one level: a version being written holds files only).  Best effort. */
+void store__remove_tmp_dir(const char *path);
+
 /* Reads and decodes dir's MANIFEST (dirfd open on dir; dir for messages).
  * Returns 0 with *m filled (store__manifest_free it) or -1 with *err filled
  * (snapshot_meta.c). */

@@ -668,9 +668,7 @@ out:
     return rc == 0 ? 0 : store_errc_errno(err->code);
 }
 
-/* Removes the files of directory path and the directory (one level: a
- * snapshot's temporary directory holds files only). */
-static void remove_tree(const char *path)
+void store__remove_tmp_dir(const char *path)
 {
     DIR *d = opendir(path);
     if (d) {
@@ -706,10 +704,10 @@ int store_snapshot_publish(const store_t *s, const char *dir, const store_meta_t
                          dir ? "is too long" : "is NULL");
         return store_errc_errno(err->code);
     }
-    remove_tree(tmp); /* a killed write of this pid's number, long ago */
+    store__remove_tmp_dir(tmp); /* a killed write of this pid's number, long ago */
     int rc = snapshot_write(s, tmp, meta, x, producer, err);
     if (rc != 0) {
-        remove_tree(tmp);
+        store__remove_tmp_dir(tmp);
         return rc;
     }
     if (side) {
@@ -723,7 +721,7 @@ int store_snapshot_publish(const store_t *s, const char *dir, const store_meta_t
             if (fd >= 0)
                 store__snap_fail(err, STORE_E_IO, "", -1, "%s: the producer's side file: %s",
                                  tmp, ERRTEXT(-e));
-            remove_tree(tmp);
+            store__remove_tmp_dir(tmp);
             return store_errc_errno(err->code);
         }
     }
@@ -732,7 +730,7 @@ int store_snapshot_publish(const store_t *s, const char *dir, const store_meta_t
         bool exists = e == EEXIST || e == ENOTEMPTY;
         store__snap_fail(err, exists ? STORE_E_EXISTS : STORE_E_IO, "", -1,
                          "cannot rename %s to %s: %s", tmp, dir, ERRTEXT(e));
-        remove_tree(tmp);
+        store__remove_tmp_dir(tmp);
         return store_errc_errno(err->code);
     }
     char parent[4096];
