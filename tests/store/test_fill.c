@@ -78,11 +78,17 @@ static int append_raw(void *ctx, uint64_t key, const void *raw)
 
 /* A store of n keys created for `expected` (it grows when that is less),
  * and its records per shard in bucket order. */
+/* The sources' bucket placement seed, fixed: with about one random seed in
+ * 75 (e.g. 125 and 145) no duplicate pair of test_duplicates_in_both_buckets
+ * lands in order in both of its buckets, so that test would exercise
+ * nothing and fail; a fixed seed makes every run check the same layout. */
+#define SOURCE_SEED 1
+
 static store_t *source_sized(uint32_t k, store_dtype_t dt, uint32_t shards, size_t n,
                              size_t expected, struct recs *out)
 {
     store_options_t opt = {.value_floats = k, .dtype = dt, .shards = shards,
-                           .expected_keys = expected};
+                           .expected_keys = expected, .hash_seed = SOURCE_SEED};
     store_t *s = NULL;
     assert_int_equal(store_create(&opt, &s), 0);
     uint64_t x = 7 + n;
