@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +79,13 @@ class Traffic(threading.Thread):
         self.halt.set()
         self.join(timeout=30)
 
+    def wait_version(self, version, timeout=30):
+        """Until an answer carried version (the thread may be slow to run on a busy host)."""
+        deadline = time.monotonic() + timeout
+        while version not in self.versions and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        return version in self.versions
+
 
 @unittest.skipUnless(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, GATE_SNAP)),
                      f"needs {TLSERVE}, {TLSYNTH} and {GATE_SNAP} (set TL_BUILD_DIR)")
@@ -135,6 +143,7 @@ class Gate(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["version"], 4)
         self.assertEqual(srv.metric('tlserve_gate_verdicts_total{result="pass"}'), 1)
+        self.assertTrue(traffic.wait_version(4), traffic.versions)  # served, before it is replaced
 
         # "force" must be a boolean; forced, the x10 version is served.
         headers = {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN}
