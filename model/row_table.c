@@ -3,8 +3,9 @@
  *
  * Index: 2^bits slots of {id, row + 1} (0 = empty), linear probing from
  * the top bits of a mixed id, grown by doubling before it is half full.
- * Rows: chunk c holds rows [c CHUNK, (c + 1) CHUNK); a chunk is calloc'd
- * when its first row is created.  The chunk directory is allocated once at
+ * Rows: chunk c holds rows [c CHUNK, (c + 1) CHUNK), small rows spread
+ * over its lines (place()); a chunk is calloc'd when its first row is
+ * created.  The chunk directory is allocated once at
  * its largest (2^30 rows / CHUNK pointers, 2 MiB of address space whose
  * untouched pages cost nothing), so it never moves under a reader.
  *
@@ -55,6 +56,7 @@ struct row_index {
 
 struct row_table {
     uint32_t row_floats;
+    uint32_t stripe_bits;              /* place(): 0 for rows of a line or more */
     _Atomic(struct row_index *) index; /* current index; swapped under lock */
     struct row_index *retired;         /* old indexes finders may still probe */
     uint32_t rows;                     /* rows created: under lock (or one thread) */
@@ -75,9 +77,36 @@ static inline uint32_t home(uint32_t bits, uint64_t id)
     return (uint32_t)(mix(id) >> (64 - bits));
 }
 
+/* Row r's place in its chunk.  Rows of less than a cache line are dealt
+ * round-robin over 2^stripe_bits stripes of the chunk, each at least a
+ * line long, so the first 512 rows made (256 of one float), which hold a
+ * trainer's hottest ids (the first samples'), lie in different lines:
+ * Hogwild threads then share a line when they step the same id, not when
+ * they step neighbours.  Rows of a line or more keep their order. */
+#define SPREAD_BITS_MAX 9u
+#define CHUNK_BITS 12u
+_Static_assert(ROW_TABLE_CHUNK == 1u << CHUNK_BITS, "CHUNK_BITS");
+
+static uint32_t stripe_bits_of(uint32_t row_floats)
+{
+    const uint64_t lines = (uint64_t)ROW_TABLE_CHUNK * row_floats * sizeof(float) / 64;
+    if (row_floats * sizeof(float) >= 64)
+        return 0;
+    uint32_t bits = 0;
+    while (bits < SPREAD_BITS_MAX && (UINT64_C(2) << bits) <= lines)
+        bits++;
+    return bits;
+}
+
+static inline uint32_t place(const train__row_table_t *t, uint32_t r)
+{
+    const uint32_t i = r % ROW_TABLE_CHUNK, b = t->stripe_bits;
+    return (i & ((1u << b) - 1)) << (CHUNK_BITS - b) | i >> b;
+}
+
 static inline float *row_at(const train__row_table_t *t, uint32_t r)
 {
-    return t->chunks[r / ROW_TABLE_CHUNK] + (size_t)(r % ROW_TABLE_CHUNK) * t->row_floats;
+    return t->chunks[r / ROW_TABLE_CHUNK] + (size_t)place(t, r) * t->row_floats;
 }
 
 static struct row_index *index_new(uint32_t bits)
@@ -104,6 +133,7 @@ int train__row_table_create(uint32_t row_floats, uint64_t expected, train__row_t
     if (!t)
         return -ENOMEM;
     t->row_floats = row_floats;
+    t->stripe_bits = stripe_bits_of(row_floats);
     struct row_index *x = index_new(bits);
     t->chunks = calloc(ROW_TABLE_MAX_CHUNKS, sizeof *t->chunks);
     if (!x || !t->chunks || pthread_mutex_init(&t->lock, NULL) != 0) {

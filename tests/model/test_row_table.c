@@ -8,6 +8,9 @@
  *     chunk boundaries;
  *   - foreach visits every row once with its own id, and stops on a
  *     non-zero return;
+ *   - rows of less than a cache line made one after the other (a
+ *     sample's first ids, the hottest) lie in different lines, and no two
+ *     rows of a chunk overlap;
  *   - bad sizes are refused.
  */
 #include <stdarg.h>
@@ -110,6 +113,46 @@ static void test_foreach(void **state)
     train__row_table_destroy(t);
 }
 
+static int by_address(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)*(float *const *)a, y = (uintptr_t)*(float *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The first 512 rows of a chunk (256 of one float) lie in as many
+ * different 64-byte lines. */
+
+static void test_small_rows_apart(void **state)
+{
+    (void)state;
+    static const uint32_t floats[] = {1, 3, 5, 15};
+    for (size_t f = 0; f < sizeof floats / sizeof *floats; f++) {
+        const uint32_t k = floats[f], apart = k == 1 ? 256 : 512;
+        train__row_table_t *t;
+        assert_int_equal(train__row_table_create(k, 0, &t), 0);
+        float **row = malloc(ROW_TABLE_CHUNK * sizeof *row);
+        uintptr_t *line = malloc(apart * sizeof *line);
+        assert_non_null(row);
+        assert_non_null(line);
+        for (uint32_t i = 0; i < ROW_TABLE_CHUNK; i++) {
+            bool created;
+            assert_non_null(row[i] = train__row_table_upsert(t, id_of(i), &created));
+            if (i < apart)
+                line[i] = (uintptr_t)row[i] / 64;
+        }
+        for (uint32_t i = 0; i < apart; i++)
+            for (uint32_t j = i + 1; j < apart; j++)
+                if (line[i] == line[j]) /* a row may straddle: its first line counts */
+                    fail_msg("%u floats: rows %u and %u share a line", k, i, j);
+        qsort(row, ROW_TABLE_CHUNK, sizeof *row, by_address);
+        for (uint32_t i = 1; i < ROW_TABLE_CHUNK; i++)
+            assert_true(row[i - 1] + k <= row[i]); /* no overlap */
+        free(line);
+        free(row);
+        train__row_table_destroy(t);
+    }
+}
+
 static void test_bad_sizes(void **state)
 {
     (void)state;
@@ -124,6 +167,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upsert_find_grow),
         cmocka_unit_test(test_foreach),
+        cmocka_unit_test(test_small_rows_apart),
         cmocka_unit_test(test_bad_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
