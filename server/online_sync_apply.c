@@ -45,6 +45,7 @@ struct apply_ctx {
     bool rows;           /* the trainer syncs rows (train_rows_sync_apply), else LR-FTRL */
     uint32_t k;          /* the message's values per key (the trainer's) */
     bool aborted;        /* the version changed mid-message: the rest is not applied */
+    struct online_sync_model *s; /* the model's accumulators (NULL: none) */
 };
 
 /* Takes the writer lock and pins the active version with no overlay (a fold
@@ -80,8 +81,7 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
     struct apply_ctx *a = ctx;
     if (a->in_batch == APPLY_BATCH) { /* let the trainer and a fold in */
         unhold(a);
-        if (!hold(a) || model_meta(a->sm->model)->version != a->version ||
-            a->q->att_version != a->version || !a->q->t) {
+        if (!hold(a) || a->q->sync_base != a->version || !a->q->t) { /* a new lineage */
             a->aborted = true;
             return 1;
         }
@@ -97,10 +97,11 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
         if (rc == -ENOSPC)
             COUNT(overflow);
         rc = rc == -EINVAL ? -ERANGE : 0;
-    } else if (a->rows) {
-        rc = train_rows_sync_apply(a->q->t, key, v);
     } else {
-        rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+        rc = a->rows ? train_rows_sync_apply(a->q->t, key, v)
+                     : train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+        if (rc == 0 && a->s)
+            online__sync_peer_mark(a->s, key); /* the next export carries it */
     }
     if (rc == -ERANGE)
         a->refused++;
@@ -127,36 +128,63 @@ static void apply(const update_msg_t *m, const char *model, bool count_it, bool 
     }
     if (!hold(&a))
         return;
-    const store_meta_t *meta = model_meta(a.sm->model);
-    if (meta->version != m->base_version) {
+    while (q->replay_pending) { /* a restart's replay (and resume from an export) first */
         unhold(&a);
-        if (count_it && !own) {
-            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
-            if (sync__log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
-                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here: not "
-                    "applied", m->seq, m->producer, model, m->base_version, meta->version);
-        }
-        return;
+        sync__nap_ms(5);
+        if (!hold(&a))
+            return;
     }
+    const store_meta_t *meta = model_meta(a.sm->model);
     /* Attached here first, the version's first record learned is the next
      * the trainer takes, not the log's end: records logged and still queued
      * are learned into it, so a restart must replay them. */
     pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
     int rc = online__attach(q, a.sm, q->next_pos);
     pthread_mutex_unlock(&q->lock);
+    if (rc == 0 && q->t && q->sync_base != m->base_version) { /* the lineage's first version */
+        unhold(&a);
+        if (count_it && !own) {
+            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
+            if (sync__log_due(n))
+                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
+                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here (its "
+                    "lineage from %" PRIu64 "): not applied", m->seq, m->producer, model,
+                    m->base_version, meta->version, q->sync_base);
+        }
+        return;
+    }
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (rc == 0 && q->t && s &&
+        m->seq <= (own ? s->own_skip : online__sync_applied_seq(s, m->producer))) {
+        unhold(&a); /* EXPORTS: the active export holds it (or its residual counts it) */
+        COUNT(resumed);
+        return;
+    }
     bool shaped = true;
     if (rc == 0 && q->t) {
         const uint32_t r = train_rows_sync_width(q->t);
         a.rows = r != 0;
         a.k = r ? 2 * r : SYNC_K;
-        a.version = meta->version;
+        a.version = q->sync_base;
+        a.s = s;
         shaped = m->k == a.k;
+        if (s)
+            s->applying = true; /* no export's cut inside a message */
         if (shaped)
             (void)update_msg_foreach(m, apply_key, &a);
     }
-    if (a.sm)
+    if (!a.sm && s) { /* stopping, or no version live any more: the lock was let go */
+        pthread_mutex_lock(&a.ms->writer);
+        s->applying = false;
+        pthread_mutex_unlock(&a.ms->writer);
+    } else if (a.sm) {
+        if (s) {
+            s->applying = false;
+            if (!own && shaped && rc == 0 && q->t && !a.aborted)
+                online__sync_applied_note(s, m->producer, m->seq);
+        }
         unhold(&a);
+    }
     if (!shaped) { /* a peer with another model of that name, or a corrupt producer */
         if (count_it || own) {
             uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
