@@ -273,6 +273,32 @@ static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_
     return TRACK_APPLY;
 }
 
+/* A model restarting from its sample log (replay_pending, set at start)
+ * whose version is not served yet (a repository still loading it): its
+ * messages wait for it (refused, they would be lost to it), logged once
+ * after 10 s; until served or stopping. */
+static void wait_restart_version(const char *model)
+{
+    online_model_t *q = NULL;
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
+    for (uint32_t i = 0; i < n && !q; i++) {
+        online_model_t *m = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (m && strcmp(m->name, model) == 0)
+            q = m;
+    }
+    if (!q || !__atomic_load_n(&q->replay_pending, __ATOMIC_RELAXED))
+        return;
+    uint64_t said = sync__now_ms() + 10000;
+    while (!atomic_load(&S.stop) && !server_slot_named(G.srv, model)) {
+        if (said && sync__now_ms() > said) {
+            LOG(LL_WARN, "online: model '%s' restarts from its sample log and no version of it "
+                "is served yet: its peers' updates wait for it", model);
+            said = 0;
+        }
+        sync__nap_ms(20);
+    }
+}
+
 /* Handles the message at stream sequence sseq.  Returns 0, or the stream
  * sequence to read again from (a gap to repair). */
 static uint64_t handle(const bus_msg_t *bm)
@@ -318,6 +344,8 @@ static uint64_t handle(const bus_msg_t *bm)
         memcpy(model, m.model, mlen); /* m.model_len <= UPDATE_NAME_MAX (decoded) */
         model[mlen] = 0;
     }
+    if (named && !server_slot_named(G.srv, model))
+        wait_restart_version(model);
     if (!named || !server_slot_named(G.srv, model)) {
         if (!reread || giving_up) {
             uint64_t n = atomic_fetch_add_explicit(&S.model, 1, memory_order_relaxed) + 1;
