@@ -71,11 +71,11 @@ class PartitionedExports(unittest.TestCase):
             s.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def replica(self, name, stream, export=True):
+    def replica(self, name, stream, export=True, extra=()):
         repo = os.path.join(self.tmp, "repo_" + name)
         if not os.path.isdir(repo):
             shutil.copytree(self.model, os.path.join(repo, M, "1"))
-        extra = ("--online-export-ms", "150") if export else ()
+        extra = (("--online-export-ms", "150") if export else ()) + tuple(extra)
         s = Server(None, "--model-repo", repo, "--load-sched-idle=false", *extra, "--online",
                    "--sample-log-dir", os.path.join(self.tmp, "log_" + name),
                    "--bus-servers", _cluster.urls, "--bus-stream", stream, "--bus-node", name,
@@ -206,6 +206,26 @@ class PartitionedExports(unittest.TestCase):
               "the control moved by %.5f" % (replayed, b_log, far, moved), file=sys.stderr)
         self.assertLessEqual(far, CONTROL_DELTA)
         self.assertLess(far, moved / 3)
+
+    def test_full_exports_carry_it(self):
+        """--online-full-every 2: every other export is a FULL version, with the same
+        SYNC_STATE; the restart's chain starts at one."""
+        stream = "Z%d" % random.randrange(1 << 30)
+        full = ("--online-full-every", "2")
+        a, b = self.replica("a", stream, extra=full), self.replica("b", stream, extra=full)
+        self.train_and_crash(a, b)
+        b2 = self.replica("b", stream, extra=full)
+        self.wait("b2's replay", lambda: "learned again from the sample log" in b2.output(), b2)
+        self.finish(a, b2)
+        out = b2.output()
+        self.assertIn("resumes the update exchange of export", out)
+        self.assertGreater(b2.metric("tlserve_sync_resume_skipped_total"), 0)
+        self.assertIn("(full, lineage", b.output())  # b wrote full versions before the kill
+        mdir = os.path.join(self.tmp, "repo_b", M)
+        exported = [v for v in os.listdir(mdir) if v.isdigit() and int(v) > 1]
+        self.assertGreaterEqual(len(exported), 3)
+        for v in exported:  # full and delta versions alike
+            self.assertTrue(os.path.exists(os.path.join(mdir, v, "SYNC_STATE")), v)
 
     def test_bad_sync_state_falls_back(self):
         stream = "Y%d" % random.randrange(1 << 30)
