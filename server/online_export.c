@@ -52,7 +52,11 @@
  * (online__export_bus_restart) restores its optimizer state and learns
  * from S + 1 (the consumer starts at trainer.state's position, which each
  * export that goes live moves to S + 1).  Each replica exports into its
- * own repository: a replica's exports are its own lineage.
+ * own repository: a replica's exports are its own lineage.  In the
+ * partitioned bus mode the producer is "log=P" again, the hand-over also
+ * takes the update exchange's cut (online_sync_export.c: SYNC_STATE, and
+ * the keys only peers' messages wrote), and an export going live moves
+ * neither trainer.state nor the log's trim (its restart's fallback).
  *
  * LINEAGE: an export's parent is the newest version of the trainer's
  * lineage (head: the version it attached to, then each export); its

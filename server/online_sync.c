@@ -126,6 +126,16 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
+ * EXPORTS (online_sync_export.c).  With --model-repo and --online-export-ms
+ * each export also records the exchange's position (SYNC_STATE: per peer
+ * the last sequence applied, this replica's last sequence, its residual),
+ * taken under the writer lock with the values; S.pub_lock, held from a
+ * message's encode to its acknowledgement, keeps the cut off a message in
+ * flight.  A restart from the export learns the log after it only, skips
+ * what the export holds, and subtracts its own later messages as above.
+ * Messages carry the lineage's first version (q->sync_base) as their base:
+ * a replica's own exports going live do not change it.
+ *
  * THE DNN's MLP (online_sync_dense.c).  Dense, so not in the accumulators:
  * model/train_dnn_sync.c's 1-bit Adam steps the trainer's private copy, and
  * each turn here publishes one DENSE message of its interval's delta (the
@@ -135,8 +145,9 @@
  *
  * FILES: this one (the trainer's side, publishing, start, stop, metrics),
  * online_sync_apply.c (consuming: apply, producers, gaps) and
- * online_sync_dense.c (the DNN's MLP); online_sync_impl.h has what they
- * share.
+ * online_sync_dense.c (the DNN's MLP), online_sync_export.c (exports: the
+ * cut and the restart from one) and online_sync_state.c (its SYNC_STATE
+ * file); online_sync_impl.h has what they share.
  *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's

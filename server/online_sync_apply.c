@@ -10,6 +10,16 @@
  * messages of an earlier run are subtracted from its accumulator instead
  * (online_sync.c: RESTART).
  *
+ * A RESTART FROM AN EXPORT (online_sync_export.c): nothing of a model is
+ * applied while its trainer's replay is pending (the resume puts the
+ * export's positions in place first); then a peer's message at or below
+ * the last sequence applied into the model (s->applied, which the export
+ * recorded) and an own one at or below s->own_skip are skipped.  A model
+ * restarting from its sample log whose version the repository has not
+ * loaded yet holds the consumer up to RESTART_WAIT_MS (its messages would
+ * be refused as for a model not served).  A message spans several holds
+ * of the writer lock: s->applying keeps an export's cut out of it.
+ *
  * NATS DOWN AT START: the bus is opened in the background (online_sync.c);
  * the consumer first waits for bus_ready, then reads from 1.  The publisher
  * sends only once the consumer has read to the end (S.caught_up), so it
@@ -275,25 +285,28 @@ static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_
 
 /* A model restarting from its sample log (replay_pending, set at start)
  * whose version is not served yet (a repository still loading it): its
- * messages wait for it (refused, they would be lost to it), logged once
- * after 10 s; until served or stopping. */
+ * messages wait for it (refused, they would be lost to it), up to
+ * RESTART_WAIT_MS (then WARN, and refused as for a model not served). */
 static void wait_restart_version(const char *model)
 {
+    static bool gave_up[ONLINE_MODELS_MAX]; /* the consumer thread's */
     online_model_t *q = NULL;
-    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire);
-    for (uint32_t i = 0; i < n && !q; i++) {
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire), i;
+    for (i = 0; i < n && !q; i++) {
         online_model_t *m = atomic_load_explicit(&G.models[i], memory_order_acquire);
         if (m && strcmp(m->name, model) == 0)
             q = m;
     }
-    if (!q || !__atomic_load_n(&q->replay_pending, __ATOMIC_RELAXED))
+    if (!q || gave_up[i - 1] || !__atomic_load_n(&q->replay_pending, __ATOMIC_RELAXED))
         return;
-    uint64_t said = sync__now_ms() + 10000;
+    const uint64_t until = sync__now_ms() + RESTART_WAIT_MS;
     while (!atomic_load(&S.stop) && !server_slot_named(G.srv, model)) {
-        if (said && sync__now_ms() > said) {
+        if (sync__now_ms() > until) {
             LOG(LL_WARN, "online: model '%s' restarts from its sample log and no version of it "
-                "is served yet: its peers' updates wait for it", model);
-            said = 0;
+                "is served after %d s: its peers' updates are refused meanwhile", model,
+                RESTART_WAIT_MS / 1000);
+            gave_up[i - 1] = true;
+            return;
         }
         sync__nap_ms(20);
     }

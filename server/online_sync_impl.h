@@ -26,6 +26,7 @@
 #define PRODUCERS_MAX 256
 _Static_assert(PRODUCERS_MAX == SYNC_STATE_PEERS_MAX, "a SYNC_STATE holds the consumer's producers");
 #define READ_WAIT_MS 100
+#define RESTART_WAIT_MS 60000          /* a restarting model's version: its messages wait for it */
 
 /* The distinct keys the trainer touched since the last turn, for
  * tlserve_sync_fp32_bytes_total (what an uncompressed exchange would send):

@@ -33,6 +33,8 @@
  * first attach: what the export holds continues as its trainer left it.
  * With the bus in replay mode too, and the stream messages the active
  * export holds (online__export_bus_restart) are skipped, not learned twice.
+ * In partitioned mode the replay first resumes the update exchange where
+ * the export left it (online__sync_resume, online_sync_export.c).
  *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
