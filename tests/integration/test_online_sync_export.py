@@ -17,6 +17,12 @@ after several exports, and started again on the same repository, sample log and 
   dz uses its own weights at the time of the step, which depend on when its peer's messages
   arrived, and the restarted b relearned its last records on another interleaving.  Asserted:
   max |crashed pair - control pair| <= CONTROL_DELTA (measured RECORD below).
+- test_full_exports_carry_it: with --online-full-every 2 every export, full or delta, carries
+  SYNC_STATE, and the restart resumes and agrees the same way.
+- test_fm_restart_resumes_from_export: an FM model (the rows' (dx, dG) exchange): the same
+  restart from an export, the same agreement within 1e-5.
+- test_dnn_not_exported: a DNN's MLP is not in the accumulators: no exports of it in this mode,
+  a WARN once that says why.
 - test_bad_sync_state_falls_back: SYNC_STATE of b's newest export cut short before the restart:
   a WARN names the file, b's online exports are set aside (void-*), version 1 loads, the whole
   sample log is learned again and the stream read from its start (its own earlier messages
@@ -40,6 +46,7 @@ import harness  # noqa: E402
 import natscluster  # noqa: E402
 from harness import (TLSERVE, TLSYNTH, Server, gen_model, replica_frame,  # noqa: E402
                      replica_sample, require)
+import test_online_fm as fmt  # noqa: E402
 
 SEED = 43
 M = "ctr"
@@ -71,10 +78,10 @@ class PartitionedExports(unittest.TestCase):
             s.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def replica(self, name, stream, export=True, extra=()):
+    def replica(self, name, stream, export=True, extra=(), model=None, mname=M):
         repo = os.path.join(self.tmp, "repo_" + name)
         if not os.path.isdir(repo):
-            shutil.copytree(self.model, os.path.join(repo, M, "1"))
+            shutil.copytree(model or self.model, os.path.join(repo, mname, "1"))
         extra = (("--online-export-ms", "150") if export else ()) + tuple(extra)
         s = Server(None, "--model-repo", repo, "--load-sched-idle=false", *extra, "--online",
                    "--sample-log-dir", os.path.join(self.tmp, "log_" + name),
@@ -226,6 +233,67 @@ class PartitionedExports(unittest.TestCase):
         self.assertGreaterEqual(len(exported), 3)
         for v in exported:  # full and delta versions alike
             self.assertTrue(os.path.exists(os.path.join(mdir, v, "SYNC_STATE")), v)
+
+    def test_fm_restart_resumes_from_export(self):
+        """The rows' exchange (FM: (dx, dG) of each row) is exported and resumed the same way."""
+        model = os.path.join(self.tmp, "fm", "1")
+        fmt.gen(model, "fm", fmt.KINDS["fm"])
+        stream = "F%d" % random.randrange(1 << 30)
+        a = self.replica("a", stream, model=model, mname="fm")
+        b = self.replica("b", stream, model=model, mname="fm")
+
+        def send(s, ks, pause=0.0):
+            with s.client() as c:
+                for k in ks:
+                    shared, samples = fmt.frame(k)
+                    self.assertEqual(c.train("fm", shared, samples), len(samples))
+                    time.sleep(pause)
+
+        def learned(s):
+            return s.metric('tlserve_online_samples_total{model="fm"}')
+
+        for r in range(3):
+            send(a, range(10 * r, 10 * r + 10, 2))
+            send(b, range(10 * r + 1, 10 * r + 10, 2))
+            self.wait("fm round %d" % r, lambda: learned(a) >= 15 * (r + 1) and
+                      learned(b) >= 15 * (r + 1), b)
+            harness.sync_settled(a, b, INTERVAL_MS)
+            self.wait("fm export %d" % r, lambda: b.metric(
+                'tlserve_online_export_position{model="fm"}') >= 5 * (r + 1), b)
+        sender = threading.Thread(target=send, args=(a, range(40, 60), 0.025))
+        sender.start()
+        send(b, range(30, 40), 0.05)
+        os.kill(b.proc.pid, signal.SIGKILL)
+        b.proc.wait()
+        sender.join()
+        b2 = self.replica("b", stream, model=model, mname="fm")
+        self.wait("b2's replay", lambda: "learned again from the sample log" in b2.output(), b2)
+        send(b2, range(60, 65))
+        self.wait("a learned", lambda: learned(a) >= 3 * 15 + 60, a)
+        def scores(s):
+            with s.client() as c:
+                return c.predict("fm", fmt.shared_block(), fmt.PROBES).scores
+
+        harness.sync_agree(a, b2, scores, INTERVAL_MS)
+        self.assertIn("resumes the update exchange of export", b2.output())
+        self.assertGreater(b2.metric("tlserve_sync_resume_skipped_total"), 0)
+        self.assertLess(b2.metric('tlserve_online_replayed_total{model="fm"}'), 3 * 15 + 30)
+
+    def test_dnn_not_exported(self):
+        """A DNN's MLP is not in the accumulators: no exports of it in this mode, said once."""
+        model = os.path.join(self.tmp, "dnn", "1")
+        fmt.gen(model, "dnn", fmt.KINDS["dnn"])
+        stream = "D%d" % random.randrange(1 << 30)
+        a = self.replica("a", stream, model=model, mname="dnn")
+        with a.client() as c:
+            for k in range(6):
+                shared, samples = fmt.frame(k)
+                self.assertEqual(c.train("dnn", shared, samples), len(samples))
+        self.wait("the refusal", lambda: "model 'dnn': no exports in the partitioned bus mode: "
+                  "a DNN" in a.output(), a)
+        time.sleep(0.5)  # several export ticks
+        self.assertEqual(a.metric('tlserve_online_exports_total{model="dnn"}'), 0)
+        self.assertEqual(a.output().count("no exports in the partitioned bus mode"), 1)
 
     def test_bad_sync_state_falls_back(self):
         stream = "Y%d" % random.randrange(1 << 30)
