@@ -90,6 +90,10 @@ class PartitionedExports(unittest.TestCase):
                    "--sync-interval-ms", str(INTERVAL_MS), "--sync-topk", "0.25",
                    "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
+        # the stream checked or created (a new stream's leader election can take seconds on a
+        # busy host): before that a replica learns alone and, not having read the stream, takes
+        # no export's cut
+        self.wait("the bus ready", lambda: s.metric("tlserve_bus_ready") == 1, s, timeout=60)
         return s
 
     def learned(self, s):
@@ -213,6 +217,13 @@ class PartitionedExports(unittest.TestCase):
               "the control moved by %.5f" % (replayed, b_log, far, moved), file=sys.stderr)
         self.assertLessEqual(far, CONTROL_DELTA)
         self.assertLess(far, moved / 3)
+        self.send(b2, range(190, 200))  # learned, maybe not yet exported: the shutdown does
+        b2.proc.send_signal(signal.SIGTERM)  # the last turns, then the last export (its cut)
+        self.assertEqual(b2.proc.wait(timeout=20), 0)
+        out = b2.output()
+        self.assertNotIn("not exported at shutdown", out)
+        self.assertRegex(out, r"exported as version \d+ \(delta of \d+, \d+ keys, sample log below "
+                         r"position %d\)" % (len(fb) + 20))
 
     def test_full_exports_carry_it(self):
         """--online-full-every 2: every other export is a FULL version, with the same
