@@ -592,6 +592,8 @@ static int hand_over(online_model_t *q)
 {
     struct online_export *e = q->exp;
     struct export_job *j = &e->job;
+    if (e->refused) /* said once: this model is not exported */
+        return 0;
     pthread_mutex_lock(&e->lock);
     int st = e->state;
     pthread_mutex_unlock(&e->lock);
@@ -779,7 +781,7 @@ void online__export_stop(online_model_t *q)
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
-    q->export_lost = failed || e->count > 0 || e->overflow;
+    q->export_lost = !e->refused && (failed || e->count > 0 || e->overflow);
     if (q->export_lost)
         LOG(LL_ERROR, "online: model '%s': the online updates since version %" PRIu64 " were "
             "not exported at shutdown; %s", q->name, e->head,

@@ -609,10 +609,14 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
                      "tlserve_bus_ready %d\n"
+                     "# HELP tlserve_sync_caught_up 1 once the consumer read the update stream "
+                     "to its end (publishing and exports' cuts run from then on)\n"
+                     "# TYPE tlserve_sync_caught_up gauge\ntlserve_sync_caught_up %d\n"
                      "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
                      "froze its variance and sends 1 bit a value (exact f32 before)\n"
                      "# TYPE tlserve_sync_dnn_warmup_over gauge\n",
-                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
+                     atomic_load(&S.caught_up) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
     for (uint32_t i = 0; i < nm && off < len; i++) { /* one sample a DNN whose MLP is synced */
         online_model_t *q = atomic_load(&G.models[i]);

@@ -35,6 +35,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,9 +75,22 @@ class PartitionedExports(unittest.TestCase):
         self.servers = []
 
     def tearDown(self):
+        """Every server still running exits 0 on SIGTERM (the last exact turns, the shutdown's
+        export and its cut), with no sanitizer report in its output."""
+        problems = []
         for s in self.servers:
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGTERM)
+                try:
+                    rc = s.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    rc = None
+                out = s.output()
+                if rc != 0 or "Sanitizer" in out or "runtime error" in out:
+                    problems.append("exit %s: %s" % (rc, out[-3000:]))
             s.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self.assertEqual(problems, [])
 
     def replica(self, name, stream, export=True, extra=(), model=None, mname=M):
         repo = os.path.join(self.tmp, "repo_" + name)
@@ -90,10 +104,11 @@ class PartitionedExports(unittest.TestCase):
                    "--sync-interval-ms", str(INTERVAL_MS), "--sync-topk", "0.25",
                    "--gate-sample", "0", "--guard-window-ms", "0")
         self.servers.append(s)
-        # the stream checked or created (a new stream's leader election can take seconds on a
-        # busy host): before that a replica learns alone and, not having read the stream, takes
-        # no export's cut
-        self.wait("the bus ready", lambda: s.metric("tlserve_bus_ready") == 1, s, timeout=60)
+        # the stream checked or created and read to its end (a new stream's leader election can
+        # take seconds on a busy host): before that a replica learns alone and, not having read
+        # the stream, neither publishes nor takes an export's cut
+        self.wait("the stream read", lambda: s.metric("tlserve_sync_caught_up") == 1, s,
+                  timeout=60)
         return s
 
     def learned(self, s):
@@ -103,6 +118,9 @@ class PartitionedExports(unittest.TestCase):
         deadline = time.monotonic() + timeout
         while not cond():
             if time.monotonic() > deadline:
+                if os.environ.get("TL_DEBUG"):
+                    with open("/tmp/pexport-fail.log", "w") as f:
+                        f.write(s.metrics() + "\n" + s.output())
                 self.fail("%s never happened: %s\n%s" % (what, s.metrics()[-2500:],
                                                          s.output()[-3000:]))
             time.sleep(0.05)
