@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "model/model.h"
+#include "online_sync_state.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -70,6 +71,11 @@ static void model_free(online_model_t *q)
     if (!q)
         return;
     sample_log_close(q->slog);
+    online__sync_model_free(q);
+    if (q->sync_resume) {
+        sync_state_free(q->sync_resume);
+        free(q->sync_resume);
+    }
     train_destroy(q->t);
     free(q->arena.base);
     free(q->ring);
@@ -136,6 +142,8 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
                                           : f);
             q->bus_from = rc == 0 && from > 0 ? from : 1;
         } else if (rc == 0 && from <= sample_log_next_pos(q->slog)) {
+            if (online__sync_mode(c)) /* an export to resume from, or set aside */
+                online__sync_state_check(q, v);
             q->replay_pending = true;
             q->replay_version = v;
             q->replay_created = cr;

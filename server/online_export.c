@@ -52,7 +52,11 @@
  * (online__export_bus_restart) restores its optimizer state and learns
  * from S + 1 (the consumer starts at trainer.state's position, which each
  * export that goes live moves to S + 1).  Each replica exports into its
- * own repository: a replica's exports are its own lineage.
+ * own repository: a replica's exports are its own lineage.  In the
+ * partitioned bus mode the producer is "log=P" again, the hand-over also
+ * takes the update exchange's cut (online_sync_export.c: SYNC_STATE, and
+ * the keys only peers' messages wrote), and an export going live moves
+ * neither trainer.state nor the log's trim (its restart's fallback).
  *
  * LINEAGE: an export's parent is the newest version of the trainer's
  * lineage (head: the version it attached to, then each export); its
@@ -194,6 +198,12 @@ void online__export_mark(online_model_t *q, const codec_train_t *req)
         dirty_add_block(e, req->sample[i].ids, req->sample[i].n);
 }
 
+/* online__sync_cut_keys's mark: a key a peer's message wrote. */
+static void mark_key(void *ctx, uint64_t key)
+{
+    dirty_add(ctx, key);
+}
+
 void online__export_learned(online_model_t *q, uint64_t next_pos)
 {
     if (q->exp)
@@ -233,6 +243,8 @@ static int write_side(void *ctx, int dirfd)
     int rc = j->has_state ? train_state_write_at(dirfd, TRAIN_STATE_FILE, &j->sh, j->skeys,
                                                  j->srows)
                           : 0;
+    if (rc == 0 && j->has_sync)
+        rc = sync_state_write_at(dirfd, &j->sync);
     return rc == 0 && j->nfm ? online__file_marks_write_at(dirfd, j->fm, j->nfm) : rc;
 }
 
@@ -267,12 +279,13 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
     snprintf(dir, sizeof dir, "%s/%" PRIu64, e->model_dir, *version);
     online__export_producer(j->pos, producer);
     online__export_own_add(e->q->name, *version, j->pos); /* before the watcher can see it */
+    j->sync.version = *version;
     if (j->full) {
         rc = online__export_write_full(j, dir, *version, producer, write_side, &err);
         goto written;
     }
     rc = store_delta_begin(dir, &j->layout, j->parent, *version, producer, &w, &err);
-    if (rc == 0 && (j->has_state || j->nfm)) {
+    if (rc == 0 && (j->has_state || j->nfm || j->has_sync)) {
         j->sh.version = *version;
         store_delta_side_file(w, j->has_state ? TRAIN_STATE_FILE : ONLINE_FILE_MARKS_FILE,
                               write_side, j);
@@ -350,11 +363,11 @@ int online__export_init(online_model_t *q)
     const server_config_t *c = &G.srv->cfg;
     if (c->online_export_ms <= 0 || !c->model_repo[0])
         return 0;
-    if (online__sync_mode(c)) {
+    if (online__sync_mode(c) && !c->sample_log_dir[0]) {
         LOG(LL_WARN,
-            "online: model '%s': --online-export-ms is not supported in the "
-            "partitioned bus mode yet (the peers' updates applied carry no stream position an "
-            "export could record): no exports",
+            "online: model '%s': --online-export-ms in the partitioned bus mode needs "
+            "--sample-log-dir (a restart resumes from an export by learning the log after it): "
+            "no exports",
             q->name);
         return 0;
     }
@@ -414,7 +427,9 @@ bool online__export_adopt(online_model_t *q, const store_meta_t *meta)
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
     atomic_store_explicit(&q->last_version, meta->version, memory_order_relaxed);
-    if (q->slog) {
+    if (q->slog && !online__sync_mode(&G.srv->cfg)) { /* partitioned: the log stays whole,
+                                                        trainer.state at the lineage's start
+                                                        (online_sync_export.c: FALLBACK) */
         int rc = online__state_write(q->slog_dir, meta->version, meta->created_unix, pos);
         if (rc != 0)
             LOG(LL_WARN, "online: %s/trainer.state not written (%s): a restart replays from "
@@ -577,6 +592,8 @@ static int hand_over(online_model_t *q)
 {
     struct online_export *e = q->exp;
     struct export_job *j = &e->job;
+    if (e->refused) /* said once: this model is not exported */
+        return 0;
     pthread_mutex_lock(&e->lock);
     int st = e->state;
     pthread_mutex_unlock(&e->lock);
@@ -592,7 +609,7 @@ static int hand_over(online_model_t *q)
         e->state = EXP_IDLE;
         pthread_mutex_unlock(&e->lock);
     }
-    if (e->count == 0 && !e->overflow)
+    if (e->count == 0 && !e->overflow && !online__sync_peer_pending(q))
         return 0;
     server_slot_t *ms = server_slot_named(G.srv, q->name);
     if (!ms)
@@ -611,6 +628,25 @@ static int hand_over(online_model_t *q)
     if (!sm || model_overlays(sm->model, NULL) > 0 || model_store(sm->model) != q->attached ||
         meta->version != q->att_version || meta->created_unix != q->att_created)
         goto out; /* a version change pending: attach decides first */
+    j->has_sync = false;
+    if (online__sync_mode(&G.srv->cfg)) { /* the exchange's position, with the values */
+        char why[240];
+        int rc = online__sync_cut(q, &j->sync, why, sizeof why);
+        if (rc == -ENOTSUP) {
+            e->refused = true;
+            LOG(LL_WARN, "online: model '%s': no exports in the partitioned bus mode: %s",
+                q->name, why);
+        } else if (rc == -ENOMEM) {
+            atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
+            LOG(LL_ERROR, "online: model '%s': %s; the export is retried at the next tick",
+                q->name, why);
+        }
+        if (rc != 0)
+            goto out;
+        j->has_sync = true;
+        if (online__sync_cut_keys(q, mark_key, e)) /* keys only peers' messages wrote */
+            e->overflow = true;
+    }
     const store_t *s = model_store(sm->model);
     uint32_t K = store_value_floats(s);
     pthread_mutex_lock(&e->commit);
@@ -707,8 +743,9 @@ bool online__export_stale(online_model_t *q, const model_t *m)
 bool online__export_due(const online_model_t *q)
 {
     const struct online_export *e = q->exp;
-    return e && (e->count >= DIRTY_EARLY || e->overflow ||
-                 (e->count > 0 && online__now_ns() / 1000000 >= e->due_ms));
+    return e && !e->refused && (e->count >= DIRTY_EARLY || e->overflow ||
+                 ((e->count > 0 || online__sync_peer_pending(q)) &&
+                  online__now_ns() / 1000000 >= e->due_ms));
 }
 
 void online__export_tick(online_model_t *q)
@@ -744,7 +781,7 @@ void online__export_stop(online_model_t *q)
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
-    q->export_lost = failed || e->count > 0 || e->overflow;
+    q->export_lost = !e->refused && (failed || e->count > 0 || e->overflow);
     if (q->export_lost)
         LOG(LL_ERROR, "online: model '%s': the online updates since version %" PRIu64 " were "
             "not exported at shutdown; %s", q->name, e->head,
@@ -760,6 +797,7 @@ void online__export_stop(online_model_t *q)
     free(e->job.skeys);
     free(e->job.srows);
     free(e->job.dense);
+    sync_state_free(&e->job.sync);
     free(e->slots);
     free(e);
     q->exp = NULL;

@@ -9,6 +9,7 @@
 
 #include "online_impl.h"
 
+#include "online_sync_state.h"
 #include "store/delta.h"
 
 enum { EXP_IDLE, EXP_PENDING, EXP_BUSY, EXP_FAILED };
@@ -37,6 +38,9 @@ struct export_job {
     /* the trainer's --train-file marks at the hand-over (online_file_marks.c) */
     online_file_progress_t fm[ONLINE_FILE_MARKS_MAX];
     uint32_t nfm;
+    /* partitioned bus mode: the exchange's position at the hand-over (online_sync_export.c) */
+    sync_state_t sync;
+    bool has_sync;
 };
 
 struct online_export {
@@ -60,6 +64,7 @@ struct online_export {
     bool links_known; /* once an export learned it (reset: unknown) */
     pthread_t thread;
     bool stale_said;   /* the trainer's: "waiting for the reload" logged */
+    bool refused;      /* the trainer's: this model cannot be exported (said once) */
     online_model_t *q; /* counters; outlives e */
     char model_dir[1100];
 };

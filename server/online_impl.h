@@ -76,6 +76,9 @@ typedef struct online_model {
     /* partitioned replicas (online_sync.c): its accumulators; set once, under
      * the model's writer lock, by online__sync_attach; NULL in other modes */
     struct online_sync_model *_Atomic sync;
+    uint64_t sync_base; /* writer lock: the lineage's first version, the messages' base_version
+                           (the trainer's own exports going live do not change it) */
+    struct sync_state *sync_resume; /* a restart from an export: its SYNC_STATE, until resumed */
     /* the trainer's own (its thread only; also the sync applier's, under the
      * model's writer lock) */
     train_t *t;
@@ -184,6 +187,37 @@ void online__sync_attach(online_model_t *q, const model_t *m); /* m: the version
  * shares the old version's base, else its sync state starts afresh
  * (online_sync_dense.c). */
 void online__sync_dense_detach(online_model_t *q, model_t *m);
+/* ---- exports in partitioned mode (online_sync_export.c) ---- */
+struct sync_state;
+/* The export's cut, under the writer lock with the values it copies: the
+ * peers' positions, this replica's last sequence and its residual into *st
+ * (keys and vals allocated, the caller frees them with sync_state_free).  0;
+ * -EAGAIN not now (a message half applied or being published, the stream not
+ * read to its end yet: the next tick tries again); -ENOTSUP never for this
+ * model (no accumulators, or a DNN whose MLP it cannot place), why says so;
+ * -ENOMEM. */
+int online__sync_cut(online_model_t *q, struct sync_state *st, char *why, size_t why_len);
+/* After a cut that returned 0 (writer lock still held): every key a peer's
+ * message wrote since the previous cut, given to mark(ctx, key); returns
+ * true instead when there were more than the set holds (the export must
+ * take every key). */
+/* Whether peers' messages wrote keys since the last cut (any thread: a hint
+ * that an export is due, read without the lock). */
+bool online__sync_peer_pending(const online_model_t *q);
+bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t key), void *ctx);
+/* A restart (the trainer, writer lock, after restore_state): when the active
+ * version is the export q->sync_resume was read from, puts its residual into
+ * the accumulators and the peers' positions into the applier.  Frees it. */
+void online__sync_resume(online_model_t *q);
+/* At a start, before the repository loads (online.c): when the newest
+ * version of q's repository is an online export above version root (the
+ * lineage's, trainer.state's), reads its SYNC_STATE into q->sync_resume; a
+ * missing or bad file is a WARN naming it, and the online exports above root
+ * are set aside (renamed void-<v>-<time>) so that root loads and the sample
+ * log is learned again whole, the stream read from its start. */
+void online__sync_state_check(online_model_t *q, uint64_t root);
+/* Frees q's accumulators (online_stop, after the trainer stopped). */
+void online__sync_model_free(online_model_t *q);
 /* What the trainer's state file says (a restart's replay), read at creation:
  * 0 with the fields set, -ENOENT when there is none, -EINVAL when bad. */
 int online__state_read(const char *dir, uint64_t *version, uint64_t *created, uint64_t *from);

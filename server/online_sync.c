@@ -126,6 +126,16 @@
  * so does this replica.  Nothing acknowledged is lost (with
  * --sample-log-dir) and the replicas agree again.
  *
+ * EXPORTS (online_sync_export.c).  With --model-repo and --online-export-ms
+ * each export also records the exchange's position (SYNC_STATE: per peer
+ * the last sequence applied, this replica's last sequence, its residual),
+ * taken under the writer lock with the values; S.pub_lock, held from a
+ * message's encode to its acknowledgement, keeps the cut off a message in
+ * flight.  A restart from the export learns the log after it only, skips
+ * what the export holds, and subtracts its own later messages as above.
+ * Messages carry the lineage's first version (q->sync_base) as their base:
+ * a replica's own exports going live do not change it.
+ *
  * THE DNN's MLP (online_sync_dense.c).  Dense, so not in the accumulators:
  * model/train_dnn_sync.c's 1-bit Adam steps the trainer's private copy, and
  * each turn here publishes one DENSE message of its interval's delta (the
@@ -135,8 +145,9 @@
  *
  * FILES: this one (the trainer's side, publishing, start, stop, metrics),
  * online_sync_apply.c (consuming: apply, producers, gaps) and
- * online_sync_dense.c (the DNN's MLP); online_sync_impl.h has what they
- * share.
+ * online_sync_dense.c (the DNN's MLP), online_sync_export.c (exports: the
+ * cut and the restart from one) and online_sync_state.c (its SYNC_STATE
+ * file); online_sync_impl.h has what they share.
  *
  * THREAD SAFETY
  *   acc[], cur, base[], adds[] of a model: its writer lock (the trainer's
@@ -160,7 +171,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct online__sync_state online__sync_S = {.identity = PTHREAD_ONCE_INIT};
+struct online__sync_state online__sync_S = {.identity = PTHREAD_ONCE_INIT,
+                                            .pub_lock = PTHREAD_MUTEX_INITIALIZER};
 
 bool online__sync_mode(const server_config_t *c)
 {
@@ -187,6 +199,12 @@ static void identity(void)
     for (const char *p = S.node; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     S.producer = h ? h : 1;
+}
+
+uint64_t online__sync_producer(void)
+{
+    pthread_once(&S.identity, identity);
+    return S.producer;
 }
 
 /* ---- the trainer's side ---------------------------------------------------------- */
@@ -262,6 +280,7 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s->touched.key);
     free(s->touched.gen);
     free(s->buf);
+    free(s->peer_keys);
     online__sync_dense_free(s->dense);
     free(s);
 }
@@ -303,7 +322,7 @@ static cold struct online_sync_model *model_new(const online_model_t *q, uint32_
 
 void online__sync_attach(online_model_t *q, const model_t *m)
 {
-    const uint64_t version = model_meta(m)->version;
+    const uint64_t version = q->sync_base ? q->sync_base : model_meta(m)->version;
     if (atomic_load(&S.stopped))
         return;
     pthread_once(&S.identity, identity);
@@ -331,6 +350,7 @@ void online__sync_attach(online_model_t *q, const model_t *m)
         }
         atomic_store(&q->sync, s);
     }
+    online__sync_peer_keys_init(s);
     update_acc_clear(s->acc[s->cur]);
     s->base[s->cur] = version;
     s->adds[s->cur] = 0;
@@ -378,9 +398,9 @@ static void publish_model(online_model_t *q, bool final)
     s->adds[r] = 0;
     uint64_t fp32 = (uint64_t)touched_take(&s->touched) * (8 + 4 * (uint64_t)s->k);
     atomic_store_explicit(&s->urgent, false, memory_order_relaxed);
-    if (q->t && s->base[s->cur] != q->att_version) { /* residuals of an old version */
+    if (q->t && s->base[s->cur] != q->sync_base) { /* residuals of an old lineage */
         update_acc_clear(s->acc[s->cur]);
-        s->base[s->cur] = q->att_version;
+        s->base[s->cur] = q->sync_base;
         s->adds[s->cur] = 0;
     }
     pthread_mutex_unlock(&ms->writer);
@@ -395,16 +415,22 @@ static void publish_model(online_model_t *q, bool final)
         uint32_t onebit = s->rows ? UPDATE_F_NONNEG_HALF : UPDATE_F_NONNEG_LAST;
         update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : onebit,
                                   .select_count = n, .base_version = s->base[r]};
+        pthread_mutex_lock(&S.pub_lock); /* EXPORTS: no cut between encode and store */
         uint64_t seq = atomic_load(&S.next_seq);
         update_acc_set_next_seq(a, seq);
         long len = update_acc_encode(a, &o, s->buf, MSG_MAX_BYTES);
         if (len < 0) { /* cannot happen: per_msg keeps the bound under the buffer */
+            pthread_mutex_unlock(&S.pub_lock);
             LOG(LL_ERROR, "online: model '%s': update encode failed (%s)", q->name, strerror((int)-len));
             break;
         }
-        if (online__sync_publish(s->buf, (size_t)len, q->name, seq) != 0)
+        if (online__sync_publish(s->buf, (size_t)len, q->name, seq) != 0) {
+            atomic_store(&S.unsent, true); /* its keys left the residual, not for the stream */
+            pthread_mutex_unlock(&S.pub_lock);
             break;
+        }
         atomic_store(&S.next_seq, seq + 1);
+        pthread_mutex_unlock(&S.pub_lock);
         COUNT(sent);
         if (exact)
             COUNT(exact);
@@ -536,7 +562,9 @@ void online__sync_stop(void)
     S.bus = NULL;
     S.running = false;
     /* the trainers still run: the hook goes under each model's writer lock
-     * (the trainer steps under it), and no attach installs it again */
+     * (the trainer steps under it), and no attach installs it again; the
+     * accumulators stay for the shutdown's export (its cut) until
+     * online__sync_model_free */
     atomic_store(&S.stopped, true);
     uint32_t n = atomic_load(&G.nmodels);
     for (uint32_t i = 0; i < n; i++) {
@@ -545,15 +573,18 @@ void online__sync_stop(void)
         if (!ms || !atomic_load(&q->sync)) /* sync is made under a live version's slot */
             continue;
         pthread_mutex_lock(&ms->writer);
-        struct online_sync_model *s = atomic_exchange(&q->sync, NULL);
         if (q->t) {
             (void)train_lr_sync_hook(q->t, NULL, NULL);
             (void)train_rows_sync_hook(q->t, NULL, NULL);
             (void)train_dnn_sync_attach(q->t, NULL); /* the MLP is frozen again */
         }
         pthread_mutex_unlock(&ms->writer);
-        model_free_sync(s);
     }
+}
+
+void online__sync_model_free(online_model_t *q)
+{
+    model_free_sync(atomic_exchange(&q->sync, NULL));
 }
 
 size_t online__sync_metrics(char *buf, size_t len)
@@ -578,10 +609,14 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
                      "tlserve_bus_ready %d\n"
+                     "# HELP tlserve_sync_caught_up 1 once the consumer read the update stream "
+                     "to its end (publishing and exports' cuts run from then on)\n"
+                     "# TYPE tlserve_sync_caught_up gauge\ntlserve_sync_caught_up %d\n"
                      "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
                      "froze its variance and sends 1 bit a value (exact f32 before)\n"
                      "# TYPE tlserve_sync_dnn_warmup_over gauge\n",
-                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0);
+                     bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
+                     atomic_load(&S.caught_up) ? 1 : 0);
     off = n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
     for (uint32_t i = 0; i < nm && off < len; i++) { /* one sample a DNN whose MLP is synced */
         online_model_t *q = atomic_load(&G.models[i]);

@@ -10,6 +10,16 @@
  * messages of an earlier run are subtracted from its accumulator instead
  * (online_sync.c: RESTART).
  *
+ * A RESTART FROM AN EXPORT (online_sync_export.c): nothing of a model is
+ * applied while its trainer's replay is pending (the resume puts the
+ * export's positions in place first); then a peer's message at or below
+ * the last sequence applied into the model (s->applied, which the export
+ * recorded) and an own one at or below s->own_skip are skipped.  A model
+ * restarting from its sample log whose version the repository has not
+ * loaded yet holds the consumer up to RESTART_WAIT_MS (its messages would
+ * be refused as for a model not served).  A message spans several holds
+ * of the writer lock: s->applying keeps an export's cut out of it.
+ *
  * NATS DOWN AT START: the bus is opened in the background (online_sync.c);
  * the consumer first waits for bus_ready, then reads from 1.  The publisher
  * sends only once the consumer has read to the end (S.caught_up), so it
@@ -45,6 +55,7 @@ struct apply_ctx {
     bool rows;           /* the trainer syncs rows (train_rows_sync_apply), else LR-FTRL */
     uint32_t k;          /* the message's values per key (the trainer's) */
     bool aborted;        /* the version changed mid-message: the rest is not applied */
+    struct online_sync_model *s; /* the model's accumulators (NULL: none) */
 };
 
 /* Takes the writer lock and pins the active version with no overlay (a fold
@@ -80,8 +91,7 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
     struct apply_ctx *a = ctx;
     if (a->in_batch == APPLY_BATCH) { /* let the trainer and a fold in */
         unhold(a);
-        if (!hold(a) || model_meta(a->sm->model)->version != a->version ||
-            a->q->att_version != a->version || !a->q->t) {
+        if (!hold(a) || a->q->sync_base != a->version || !a->q->t) { /* a new lineage */
             a->aborted = true;
             return 1;
         }
@@ -97,10 +107,11 @@ static int apply_key(void *ctx, uint64_t key, const float *v)
         if (rc == -ENOSPC)
             COUNT(overflow);
         rc = rc == -EINVAL ? -ERANGE : 0;
-    } else if (a->rows) {
-        rc = train_rows_sync_apply(a->q->t, key, v);
     } else {
-        rc = train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+        rc = a->rows ? train_rows_sync_apply(a->q->t, key, v)
+                     : train_lr_sync_apply(a->q->t, key, v[0], v[1]);
+        if (rc == 0 && a->s)
+            online__sync_peer_mark(a->s, key); /* the next export carries it */
     }
     if (rc == -ERANGE)
         a->refused++;
@@ -127,36 +138,63 @@ static void apply(const update_msg_t *m, const char *model, bool count_it, bool 
     }
     if (!hold(&a))
         return;
-    const store_meta_t *meta = model_meta(a.sm->model);
-    if (meta->version != m->base_version) {
+    while (q->replay_pending) { /* a restart's replay (and resume from an export) first */
         unhold(&a);
-        if (count_it && !own) {
-            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
-            if (sync__log_due(n))
-                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
-                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here: not "
-                    "applied", m->seq, m->producer, model, m->base_version, meta->version);
-        }
-        return;
+        sync__nap_ms(5);
+        if (!hold(&a))
+            return;
     }
+    const store_meta_t *meta = model_meta(a.sm->model);
     /* Attached here first, the version's first record learned is the next
      * the trainer takes, not the log's end: records logged and still queued
      * are learned into it, so a restart must replay them. */
     pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
     int rc = online__attach(q, a.sm, q->next_pos);
     pthread_mutex_unlock(&q->lock);
+    if (rc == 0 && q->t && q->sync_base != m->base_version) { /* the lineage's first version */
+        unhold(&a);
+        if (count_it && !own) {
+            uint64_t n = atomic_fetch_add_explicit(&S.stale, 1, memory_order_relaxed) + 1;
+            if (sync__log_due(n))
+                LOG(LL_WARN, "online: update %" PRIu64 " of producer %016" PRIx64 " for model '%s' "
+                    "was made on version %" PRIu64 ", version %" PRIu64 " is active here (its "
+                    "lineage from %" PRIu64 "): not applied", m->seq, m->producer, model,
+                    m->base_version, meta->version, q->sync_base);
+        }
+        return;
+    }
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (rc == 0 && q->t && s &&
+        m->seq <= (own ? s->own_skip : online__sync_applied_seq(s, m->producer))) {
+        unhold(&a); /* EXPORTS: the active export holds it (or its residual counts it) */
+        COUNT(resumed);
+        return;
+    }
     bool shaped = true;
     if (rc == 0 && q->t) {
         const uint32_t r = train_rows_sync_width(q->t);
         a.rows = r != 0;
         a.k = r ? 2 * r : SYNC_K;
-        a.version = meta->version;
+        a.version = q->sync_base;
+        a.s = s;
         shaped = m->k == a.k;
+        if (s)
+            s->applying = true; /* no export's cut inside a message */
         if (shaped)
             (void)update_msg_foreach(m, apply_key, &a);
     }
-    if (a.sm)
+    if (!a.sm && s) { /* stopping, or no version live any more: the lock was let go */
+        pthread_mutex_lock(&a.ms->writer);
+        s->applying = false;
+        pthread_mutex_unlock(&a.ms->writer);
+    } else if (a.sm) {
+        if (s) {
+            s->applying = false;
+            if (!own && shaped && rc == 0 && q->t && !a.aborted)
+                online__sync_applied_note(s, m->producer, m->seq);
+        }
         unhold(&a);
+    }
     if (!shaped) { /* a peer with another model of that name, or a corrupt producer */
         if (count_it || own) {
             uint64_t n = atomic_fetch_add_explicit(&S.bad, 1, memory_order_relaxed) + 1;
@@ -245,6 +283,35 @@ static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_
     return TRACK_APPLY;
 }
 
+/* A model restarting from its sample log (replay_pending, set at start)
+ * whose version is not served yet (a repository still loading it): its
+ * messages wait for it (refused, they would be lost to it), up to
+ * RESTART_WAIT_MS (then WARN, and refused as for a model not served). */
+static void wait_restart_version(const char *model)
+{
+    static bool gave_up[ONLINE_MODELS_MAX]; /* the consumer thread's */
+    online_model_t *q = NULL;
+    uint32_t n = atomic_load_explicit(&G.nmodels, memory_order_acquire), i;
+    for (i = 0; i < n && !q; i++) {
+        online_model_t *m = atomic_load_explicit(&G.models[i], memory_order_acquire);
+        if (m && strcmp(m->name, model) == 0)
+            q = m;
+    }
+    if (!q || gave_up[i - 1] || !__atomic_load_n(&q->replay_pending, __ATOMIC_RELAXED))
+        return;
+    const uint64_t until = sync__now_ms() + RESTART_WAIT_MS;
+    while (!atomic_load(&S.stop) && !server_slot_named(G.srv, model)) {
+        if (sync__now_ms() > until) {
+            LOG(LL_WARN, "online: model '%s' restarts from its sample log and no version of it "
+                "is served after %d s: its peers' updates are refused meanwhile", model,
+                RESTART_WAIT_MS / 1000);
+            gave_up[i - 1] = true;
+            return;
+        }
+        sync__nap_ms(20);
+    }
+}
+
 /* Handles the message at stream sequence sseq.  Returns 0, or the stream
  * sequence to read again from (a gap to repair). */
 static uint64_t handle(const bus_msg_t *bm)
@@ -290,6 +357,8 @@ static uint64_t handle(const bus_msg_t *bm)
         memcpy(model, m.model, mlen); /* m.model_len <= UPDATE_NAME_MAX (decoded) */
         model[mlen] = 0;
     }
+    if (named && !server_slot_named(G.srv, model))
+        wait_restart_version(model);
     if (!named || !server_slot_named(G.srv, model)) {
         if (!reread || giving_up) {
             uint64_t n = atomic_fetch_add_explicit(&S.model, 1, memory_order_relaxed) + 1;

@@ -11,6 +11,7 @@
 
 #include "bus.h"
 #include "model/update_codec.h"
+#include "online_sync_state.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,7 +24,9 @@
 #define MSG_MAX_BYTES (1000u * 1000u)  /* under nats-server's default 1 MiB max_payload */
 #define APPLY_BATCH 4096               /* keys applied per hold of the writer lock */
 #define PRODUCERS_MAX 256
+_Static_assert(PRODUCERS_MAX == SYNC_STATE_PEERS_MAX, "a SYNC_STATE holds the consumer's producers");
 #define READ_WAIT_MS 100
+#define RESTART_WAIT_MS 60000          /* a restarting model's version: its messages wait for it */
 
 /* The distinct keys the trainer touched since the last turn, for
  * tlserve_sync_fp32_bytes_total (what an uncompressed exchange would send):
@@ -53,7 +56,19 @@ struct online_sync_model {
     _Atomic uint64_t residual_keys; /* keys the retired accumulator kept after its turn */
     struct touched_set touched;     /* keys stepped since the last turn (fp32 figure) */
     struct online_sync_dense *_Atomic dense; /* the DNN's MLP (online_sync_dense.c), else NULL; the metrics read it */
+    /* EXPORTS (online_sync_export.c), all under the writer lock */
+    bool applying;        /* the consumer is inside a message (it spans several holds) */
+    uint32_t napplied;
+    sync_state_peer_t applied[PRODUCERS_MAX]; /* per peer, its last message applied here */
+    uint64_t own_skip;    /* a restart: own messages up to it are in the export's residual */
+    uint64_t *peer_keys;  /* PEER_KEYS_SLOTS (0 = empty; key 0 is peer_zero), NULL: exports off */
+    uint32_t peer_count;  /* keys in peer_keys: written by peers' messages since the last cut */
+    _Atomic bool peer_pending; /* peer_count > 0 or peer_zero or peer_all: read without the lock */
+    bool peer_zero, peer_all; /* key 0 written; the set overflowed (the export takes every key) */
 };
+
+#define PEER_KEYS_BITS 20
+#define PEER_KEYS_SLOTS (1u << PEER_KEYS_BITS)
 
 struct producer {
     uint64_t id;
@@ -91,6 +106,9 @@ struct producer {
     X(overflow, "tlserve_sync_overflow_total",                                                    \
       "increments not accumulated (accumulator full: they stay local)")                           \
     X(failed, "tlserve_sync_publish_failed_total", "publish attempts JetStream did not acknowledge") \
+    X(resumed, "tlserve_sync_resume_skipped_total",                                              \
+      "stream messages skipped at a restart: the active export holds them (peers') or its "       \
+      "residual accounts for them (own)")                                                         \
     X(dnn_sent, "tlserve_sync_dnn_sent_total", "DENSE messages (the DNN's MLP) published")          \
     X(dnn_bytes, "tlserve_sync_dnn_bytes_total", "bytes of the published DENSE messages")           \
     X(dnn_applied, "tlserve_sync_dnn_applied_total", "peers' DENSE messages added to the MLP")      \
@@ -110,6 +128,10 @@ struct online__sync_state {
     char prefix[80];
     uint64_t producer;          /* this replica's id */
     _Atomic uint64_t next_seq;  /* this producer's next sequence */
+    pthread_mutex_t pub_lock;   /* held by the publisher from a message's encode to its
+                                   acknowledgement (next_seq moved): an export's cut takes it */
+    _Atomic bool unsent;        /* a message was encoded and never stored (stopping): no cut
+                                   is consistent any more */
     _Atomic bool ready;         /* the consumer saw bus_ready succeed (the stream exists) */
     _Atomic bool caught_up;     /* the consumer has read the stream to its end once (implies
                                    ready): the publisher sends only from then on */
@@ -166,6 +188,21 @@ void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t le
 void online__sync_dense_free(struct online_sync_dense *d);
 /* 1 once d's 1-bit Adam froze its variance (as of its last turn), else 0. */
 int online__sync_dense_warm(const struct online_sync_dense *d);
+
+/* The consumer, writer lock held: key was written by a peer's message (the
+ * next export must carry it; online_sync_export.c). */
+void online__sync_peer_mark(struct online_sync_model *s, uint64_t key);
+/* online__sync_attach: the peer-key set, when exports are on (once). */
+void online__sync_peer_keys_init(struct online_sync_model *s);
+
+/* This replica's producer id (from the config, once). */
+uint64_t online__sync_producer(void);
+
+/* The consumer (online_sync_apply.c), writer lock held: records that the
+ * peer message (producer, seq) was applied to s's model. */
+void online__sync_applied_note(struct online_sync_model *s, uint64_t producer, uint64_t seq);
+/* ... and the last sequence of producer applied (0: none). */
+uint64_t online__sync_applied_seq(const struct online_sync_model *s, uint64_t producer);
 
 /* The consumer thread (online_sync_apply.c): reads the stream from 1. */
 void *online__sync_consumer_main(void *arg);

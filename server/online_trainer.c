@@ -33,6 +33,8 @@
  * first attach: what the export holds continues as its trainer left it.
  * With the bus in replay mode too, and the stream messages the active
  * export holds (online__export_bus_restart) are skipped, not learned twice.
+ * In partitioned mode the replay first resumes the update exchange where
+ * the export left it (online__sync_resume, online_sync_export.c).
  *
  * FIGURES: over the last ONLINE_WINDOW samples (a ring the trainer owns):
  * logloss, AUC (rank sum, ties averaged), calibration (mean prediction over
@@ -319,8 +321,10 @@ int online__attach(online_model_t *q, server_model_t *sm, uint64_t pos)
     }
     q->attached = model_store(m);
     seed_file_marks(q, meta->version);
-    if (online__sync_mode(&G.srv->cfg)) /* partitioned replicas: (dz, dn) out */
+    if (online__sync_mode(&G.srv->cfg)) { /* partitioned replicas: (dz, dn) out */
+        q->sync_base = meta->version;     /* a new lineage (a restart's resume may set it back) */
         online__sync_attach(q, m);
+    }
     atomic_store_explicit(&q->halted, 0, memory_order_relaxed); /* a new version: learn again */
     q->att_version = meta->version;
     q->att_created = meta->created_unix;
@@ -620,12 +624,14 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
                     q->replay_end - q->replay_from, src ? ", trainer.state not written" : "");
             }
             restore_state(q, sm); /* EXPORT STATE: the exports' optimizer state first */
+            online__sync_resume(q); /* EXPORT, partitioned: the exchange where it stood */
             replay(q);
         }
         else
             LOG(LL_WARN, "online: model '%s': version %" PRIu64 " is active, not %" PRIu64
                 " that the sample log was learned into: not replayed", q->name, q->att_version,
                 q->replay_version);
+        online__sync_resume(q); /* not resumed above: freed */
         q->replay_pending = false;
         q->replay_any = false;
     }

@@ -1,0 +1,375 @@
+/*
+ * online_sync_export.c — online exports in partitioned bus mode: what an
+ * export records of the update exchange (online_sync.c) so that a replica
+ * restarted from it continues as the one that never crashed, and the
+ * restart that reads it back.  The file format is online_sync_state.c's.
+ *
+ * WHAT A VERSION HOLDS.  An exported value is the snapshot plus this
+ * replica's own steps on the sample-log records below P (the producer's
+ * "log=P", as without the bus) plus every peer message the consumer had
+ * applied.  So the export also records, in SYNC_STATE beside TRAIN_STATE:
+ *   peers     per peer producer, the last sequence applied into the values:
+ *             the restart applies only its messages after it;
+ *   own_last  this replica's last published sequence, and
+ *   residual  what its accumulators held (learned, not yet sent): the
+ *             restart puts the residual back, learns the log from P (the
+ *             hook adds those steps), and subtracts its own messages after
+ *             own_last read from the stream (they were encoded from that
+ *             residual after the cut); its peers then lack exactly what
+ *             the accumulators hold, as before the kill;
+ *   base      the lineage's first version, which every message carries as
+ *             base_version: the trainer's own exports going live do not
+ *             start a lineage (q->sync_base), so a peer (on its own
+ *             exports, numbered in its own repository) still applies them.
+ *
+ * THE CUT (online__sync_cut, from the hand-over under the model's writer
+ * lock, the instant the values and TRAIN_STATE are copied).  The writer
+ * lock covers the trainer's steps and hook, the consumer's applies and the
+ * accumulators' swap; two things run outside it and are excluded:
+ *   - a message the consumer applies spans several holds (APPLY_BATCH
+ *     keys each): s->applying is set through it, and a cut then waits;
+ *   - the publisher encodes the retired accumulator outside the lock, and
+ *     an encode subtracts the message's keys from the residual before the
+ *     stream has stored it.  It holds S.pub_lock from the encode to the
+ *     acknowledgement (next_seq moved), and the cut try-locks it: so every
+ *     own message up to own_last = next_seq - 1 is stored and out of the
+ *     residual, and every later one is encoded from the residual copied.
+ *     A publish given up (stopping with NATS away) loses that message's
+ *     keys from the residual: S.unsent, and no cut is taken after it (the
+ *     restart then starts from the previous export, which is consistent).
+ * Before the consumer has read the stream once (S.caught_up), own messages
+ * of an earlier run are still being subtracted: no cut either.  A cut not
+ * taken is not an error: the export waits for the next tick (try-locks,
+ * never a wait under the writer lock).  The residual is both accumulators'
+ * keys as they are (a key in both is listed twice: the restart adds both).
+ *
+ * PEERS' KEYS.  The dirty set of online_export.c is the trainer's; a key
+ * only a peer's message wrote must be exported too, so the consumer marks
+ * it here (peer_keys, PEER_KEYS_SLOTS open-addressed, under the writer
+ * lock) and the cut hands them to the dirty set; past half the slots the
+ * export takes every key of the store (as an overflowed dirty set does).
+ *
+ * THE RESTART (online__sync_state_check at start, online__sync_resume in
+ * the trainer's replay): when the newest version of the repository is an
+ * online export above the lineage's first version (trainer.state's: in
+ * partitioned mode an export going live moves neither trainer.state nor
+ * the log's trim, see FALLBACK), its SYNC_STATE is read before the
+ * repository loads; the trainer attaches to the export, restores the
+ * optimizer state (restore_state), then the resume puts the residual and
+ * the positions in place under the writer lock, and the log from P is
+ * learned.  The consumer applies nothing of that model until the replay is
+ * done (online_sync_apply.c waits while replay_pending), then skips a
+ * peer's message at or below its position and an own message at or below
+ * own_last (tlserve_sync_resume_skipped_total), and subtracts own later
+ * ones as it does at any restart.
+ *
+ * FALLBACK.  A SYNC_STATE missing, damaged or not this replica's: the
+ * values cannot be split into the peers' part and ours.  The start logs a
+ * WARN naming the file and sets the online exports above the lineage's
+ * first version aside (renamed void-<v>-<unix time>, kept for the
+ * operator), so the repository loads that first version, trainer.state
+ * (still naming it) replays the whole log and the consumer reads every
+ * message from the stream's start: the restart without exports.
+ *
+ * NOT COVERED: a DNN's MLP (its DENSE messages and 1-bit Adam are not in
+ * the accumulators): such a model is not exported in this mode (WARN).
+ *
+ * THREAD SAFETY: the cut, the peer marks and the resume run under the
+ * model's writer lock (the cut also try-locks S.pub_lock); the start's
+ * check runs before any thread of the model.
+ */
+#define _GNU_SOURCE
+#include "online_sync_impl.h"
+
+#include "log.h"
+#include "model/train_sync.h"
+#include "store/delta.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void online__sync_peer_keys_init(struct online_sync_model *s)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (s->peer_keys || s->peer_all || c->online_export_ms <= 0 || !c->model_repo[0])
+        return;
+    s->peer_keys = calloc(PEER_KEYS_SLOTS, sizeof *s->peer_keys);
+    if (!s->peer_keys)
+        s->peer_all = true; /* no memory: every export takes every key */
+}
+
+bool online__sync_peer_pending(const online_model_t *q)
+{
+    struct online_sync_model *s = atomic_load_explicit(&q->sync, memory_order_relaxed);
+    return s && atomic_load_explicit(&s->peer_pending, memory_order_relaxed);
+}
+
+void online__sync_peer_mark(struct online_sync_model *s, uint64_t key)
+{
+    atomic_store_explicit(&s->peer_pending, true, memory_order_relaxed);
+    if (!s->peer_keys || s->peer_all)
+        return;
+    if (key == 0) {
+        s->peer_zero = true;
+        return;
+    }
+    uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - PEER_KEYS_BITS));
+    for (;; i = (i + 1) & (PEER_KEYS_SLOTS - 1)) {
+        if (s->peer_keys[i] == key)
+            return;
+        if (s->peer_keys[i] == 0)
+            break;
+    }
+    if (s->peer_count >= PEER_KEYS_SLOTS / 2) {
+        s->peer_all = true;
+        return;
+    }
+    s->peer_keys[i] = key;
+    s->peer_count++;
+}
+
+void online__sync_applied_note(struct online_sync_model *s, uint64_t producer, uint64_t seq)
+{
+    for (uint32_t i = 0; i < s->napplied; i++)
+        if (s->applied[i].id == producer) {
+            if (seq > s->applied[i].last_seq)
+                s->applied[i].last_seq = seq;
+            return;
+        }
+    if (s->napplied < PRODUCERS_MAX) /* the consumer tracks at most as many */
+        s->applied[s->napplied++] = (sync_state_peer_t){producer, seq};
+}
+
+uint64_t online__sync_applied_seq(const struct online_sync_model *s, uint64_t producer)
+{
+    for (uint32_t i = 0; i < s->napplied; i++)
+        if (s->applied[i].id == producer)
+            return s->applied[i].last_seq;
+    return 0;
+}
+
+/* ---- the cut ---------------------------------------------------------------------- */
+
+struct fill {
+    sync_state_t *st;
+    uint64_t cap;
+};
+
+static int take(void *ctx, uint64_t key, const float *vals)
+{
+    struct fill *f = ctx;
+    if (f->st->nkeys == f->cap)
+        return 1; /* cannot happen: counted under the same locks */
+    f->st->keys[f->st->nkeys] = key;
+    memcpy(f->st->vals + f->st->nkeys * f->st->k, vals, f->st->k * sizeof *vals);
+    f->st->nkeys++;
+    return 0;
+}
+
+int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_len)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!s || !q->t) {
+        snprintf(why, why_len, "its trainer publishes nothing to its peers here (no "
+                 "accumulators): an export could not place their updates");
+        return -ENOTSUP;
+    }
+    if (atomic_load(&s->dense)) {
+        snprintf(why, why_len, "a DNN, whose MLP is exchanged as DENSE messages (1-bit Adam) "
+                 "that an export does not place yet; it learns and syncs on");
+        return -ENOTSUP;
+    }
+    if (s->applying || !atomic_load(&S.caught_up) || atomic_load(&S.unsent))
+        return -EAGAIN;
+    if (pthread_mutex_trylock(&S.pub_lock) != 0)
+        return -EAGAIN; /* a message between its encode and its acknowledgement */
+    sync_state_free(st);
+    uint64_t n = 0;
+    for (int i = 0; i < 2; i++)
+        if (s->base[i] == q->sync_base)
+            n += update_acc_count(s->acc[i]);
+    int rc = 0;
+    if (n) {
+        st->keys = malloc(n * sizeof *st->keys);
+        st->vals = malloc(n * s->k * sizeof *st->vals);
+        if (!st->keys || !st->vals) {
+            sync_state_free(st);
+            snprintf(why, why_len, "no memory for the %" PRIu64 " residual keys of the "
+                     "accumulators", n);
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    st->k = s->k;
+    struct fill f = {st, n};
+    for (int i = 0; i < 2; i++)
+        if (s->base[i] == q->sync_base)
+            (void)update_acc_foreach(s->acc[i], take, &f);
+    st->base = q->sync_base;
+    st->producer = S.producer;
+    st->own_last = atomic_load(&S.next_seq) - 1;
+    st->npeers = s->napplied;
+    memcpy(st->peers, s->applied, s->napplied * sizeof *st->peers);
+out:
+    pthread_mutex_unlock(&S.pub_lock);
+    return rc;
+}
+
+bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t key), void *ctx)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!s)
+        return false;
+    bool all = s->peer_all;
+    if (!all && s->peer_zero)
+        mark(ctx, 0);
+    for (uint32_t i = 0; !all && s->peer_count && i < PEER_KEYS_SLOTS; i++)
+        if (s->peer_keys[i])
+            mark(ctx, s->peer_keys[i]);
+    if (s->peer_count)
+        memset(s->peer_keys, 0, PEER_KEYS_SLOTS * sizeof *s->peer_keys);
+    s->peer_count = 0;
+    s->peer_zero = false;
+    s->peer_all = !s->peer_keys; /* no memory: always every key */
+    atomic_store_explicit(&s->peer_pending, false, memory_order_relaxed);
+    return all;
+}
+
+/* ---- the restart -------------------------------------------------------------------- */
+
+void online__sync_resume(online_model_t *q)
+{
+    sync_state_t *st = q->sync_resume;
+    if (!st)
+        return;
+    q->sync_resume = NULL;
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (q->att_version != st->version) {
+        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is active, not the export %" PRIu64
+            " whose update exchange was kept: a new lineage", q->name, q->att_version,
+            st->version);
+    } else if (!q->t || !s || s->k != st->k) {
+        LOG(LL_WARN, "online: model '%s': version %" PRIu64 "'s " SYNC_STATE_FILE " holds %u "
+            "values a key, its trainer here syncs %u: the exchange is not resumed (its peers' "
+            "updates are applied again: this replica will differ from them)", q->name,
+            st->version, st->k, s ? s->k : 0);
+    } else {
+        q->sync_base = st->base;
+        s->base[0] = s->base[1] = st->base;
+        uint64_t lost = 0;
+        for (uint64_t i = 0; i < st->nkeys; i++) {
+            const float *v = st->vals + i * st->k;
+            if (update_acc_add(s->acc[s->cur], st->keys[i], v) != 0 &&
+                update_acc_add(s->acc[s->cur ^ 1], st->keys[i], v) != 0)
+                lost++; /* both full: --sync-max-keys smaller than at the export */
+        }
+        if (lost) {
+            atomic_fetch_add_explicit(&S.overflow, lost, memory_order_relaxed);
+            LOG(LL_WARN, "online: model '%s': %" PRIu64 " residual keys of the export did not "
+                "fit the accumulators (--sync-max-keys %u): they stay in this replica only",
+                q->name, lost, s->max_keys);
+        }
+        s->napplied = st->npeers;
+        memcpy(s->applied, st->peers, st->npeers * sizeof *s->applied);
+        s->own_skip = st->own_last;
+        LOG(LL_INFO, "online: model '%s': resumes the update exchange of export %" PRIu64
+            " (lineage of version %" PRIu64 "): %" PRIu64 " residual keys back in its "
+            "accumulators, its own messages after sequence %" PRIu64 " subtracted, %u peers "
+            "followed after their positions", q->name, st->version, st->base, st->nkeys,
+            st->own_last, st->npeers);
+        for (uint32_t i = 0; i < st->npeers; i++)
+            LOG(LL_INFO, "online: model '%s': producer %016" PRIx64 " resumes after sequence %"
+                PRIu64 " (the export holds its updates up to it)", q->name, st->peers[i].id,
+                st->peers[i].last_seq);
+    }
+    sync_state_free(st);
+    free(st);
+}
+
+/* Whether version v of mdir is an online export written in log mode. */
+static bool online_export_at(const char *mdir, uint64_t v)
+{
+    char dir[1200], producer[STORE_PRODUCER_MAX];
+    uint64_t pos;
+    snprintf(dir, sizeof dir, "%s/%" PRIu64, mdir, v);
+    return store_version_producer(dir, producer, NULL, NULL, NULL) == 0 &&
+           online_export_producer_pos(producer, &pos);
+}
+
+/* The versions of mdir above root, ascending, into out (at most cap): how many. */
+static size_t versions_above(const char *mdir, uint64_t root, uint64_t *out, size_t cap)
+{
+    DIR *d = opendir(mdir);
+    size_t n = 0;
+    struct dirent *de;
+    uint64_t v;
+    while (d && (de = readdir(d)) != NULL)
+        if (!store_version_is_temp(de->d_name) && store_version_parse(de->d_name, &v) &&
+            v > root && n < cap) {
+            size_t at = n++;
+            while (at > 0 && out[at - 1] > v) {
+                out[at] = out[at - 1];
+                at--;
+            }
+            out[at] = v;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+void online__sync_state_check(online_model_t *q, uint64_t root)
+{
+    const server_config_t *c = &G.srv->cfg;
+    if (c->online_export_ms <= 0 || !c->model_repo[0])
+        return;
+    enum { MAX_ASIDE = 4096 };
+    char mdir[1100], path[1300], why[300];
+    snprintf(mdir, sizeof mdir, "%s/%s", c->model_repo, q->name);
+    uint64_t *vs = malloc(MAX_ASIDE * sizeof *vs);
+    size_t n = vs ? versions_above(mdir, root, vs, MAX_ASIDE) : 0;
+    if (n == 0 || !online_export_at(mdir, vs[n - 1])) {
+        free(vs); /* the newest is the lineage's first or another producer's: nothing to resume */
+        return;
+    }
+    uint64_t top = vs[n - 1];
+    snprintf(path, sizeof path, "%s/%" PRIu64 "/" SYNC_STATE_FILE, mdir, top);
+    sync_state_t *st = calloc(1, sizeof *st);
+    int rc = st ? sync_state_read(path, st, why, sizeof why) : -ENOMEM;
+    if (!st)
+        snprintf(why, sizeof why, "no memory");
+    if (rc == 0 && st->version != top)
+        snprintf(why, sizeof why, "it names version %" PRIu64, st->version);
+    else if (rc == 0 && st->producer != online__sync_producer())
+        snprintf(why, sizeof why, "producer %016" PRIx64 " wrote it, this replica is %016" PRIx64
+                 " (another --bus-node)", st->producer, online__sync_producer());
+    if (rc == 0 && st->version == top && st->producer == online__sync_producer()) {
+        q->sync_resume = st;
+        free(vs);
+        return;
+    }
+    if (st)
+        sync_state_free(st);
+    free(st);
+    LOG(LL_WARN, "online: model '%s': %s: %s; the restart cannot tell its peers' updates in "
+        "version %" PRIu64 " from its own: the online exports above version %" PRIu64 " are set "
+        "aside (void-<version>-<time> in %s), version %" PRIu64 " loads and the whole sample log "
+        "and update stream are learned again", q->name, path, why, top, root, mdir, root);
+    long now = (long)time(NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (!online_export_at(mdir, vs[i]))
+            continue;
+        char from[1200], to[1300];
+        snprintf(from, sizeof from, "%s/%" PRIu64, mdir, vs[i]);
+        snprintf(to, sizeof to, "%s/void-%" PRIu64 "-%ld", mdir, vs[i], now);
+        if (rename(from, to) != 0)
+            LOG(LL_ERROR, "online: model '%s': %s not set aside (%s): it may load, and its "
+                "peers' updates would then count twice here", q->name, from, strerror(errno));
+    }
+    free(vs);
+}

@@ -1,0 +1,278 @@
+/*
+ * online_sync_state.c — SYNC_STATE, the side file of an online export in
+ * partitioned bus mode (online_sync.c: EXPORTS has the cut and the restart
+ * that reads it): written into the version's temporary directory before its
+ * MANIFEST, as TRAIN_STATE_FILE, so version and file appear together.
+ *
+ * THE FILE (little-endian), read back as untrusted input:
+ *
+ *   0          8        16      24         32         40   44       48       56
+ *   +----------+--------+-------+----------+----------+----+--------+--------+
+ *   |"TLSYNCS1"| version| base  | producer | own_last | k  | npeers | nkeys  |
+ *   +----------+--------+-------+----------+----------+----+--------+--------+
+ *   | npeers x (id u64, last_seq u64) | nkeys x (key u64, k x f32) | XXH3_64 |
+ *   +---------------------------------+----------------------------+---------+
+ *
+ *   version   the export it belongs to (a copied file names another)
+ *   base      the lineage's first version: what the messages carry as
+ *             base_version (own exports do not change it)
+ *   producer  this replica's id; own_last its last published sequence
+ *   peers     per peer producer, its last update applied into the values
+ *   residual  what the accumulators held, learned here and not yet sent (a
+ *             key may come twice, once per accumulator: the values add)
+ *   XXH3_64   of every byte before it
+ *
+ * The parse checks the magic, every count against its bound and the exact
+ * size, the checksum, k even in 2..SYNC_STATE_K_MAX, producer ids non-zero
+ * and distinct, sequences in order (own_last and a peer's last below
+ * UINT64_MAX) and every value finite; a refusal says which.
+ *
+ * THREAD SAFETY: none held; the caller owns the struct.
+ */
+#define _GNU_SOURCE
+#include "online_sync_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define MAGIC "TLSYNCS1"
+#define HEAD_BYTES 56u
+#define PEER_BYTES 16u
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+size_t sync_state_size(const sync_state_t *st)
+{
+    return HEAD_BYTES + (size_t)st->npeers * PEER_BYTES +
+           (size_t)st->nkeys * (8 + 4 * (size_t)st->k) + 8;
+}
+
+void sync_state_encode(const sync_state_t *st, uint8_t *buf)
+{
+    memcpy(buf, MAGIC, 8);
+    put64(buf + 8, st->version);
+    put64(buf + 16, st->base);
+    put64(buf + 24, st->producer);
+    put64(buf + 32, st->own_last);
+    put32(buf + 40, st->k);
+    put32(buf + 44, st->npeers);
+    put64(buf + 48, st->nkeys);
+    uint8_t *p = buf + HEAD_BYTES;
+    for (uint32_t i = 0; i < st->npeers; i++, p += PEER_BYTES) {
+        put64(p, st->peers[i].id);
+        put64(p + 8, st->peers[i].last_seq);
+    }
+    for (uint64_t i = 0; i < st->nkeys; i++) {
+        put64(p, st->keys[i]);
+        p += 8;
+        for (uint32_t j = 0; j < st->k; j++, p += 4) {
+            uint32_t u;
+            memcpy(&u, &st->vals[i * st->k + j], 4);
+            put32(p, u);
+        }
+    }
+    put64(p, XXH3_64bits(buf, (size_t)(p - buf)));
+}
+
+void sync_state_free(sync_state_t *st)
+{
+    if (!st)
+        return;
+    free(st->keys);
+    free(st->vals);
+    st->keys = NULL;
+    st->vals = NULL;
+    st->nkeys = 0;
+    st->npeers = 0;
+}
+
+int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *why, size_t why_len)
+{
+    memset(out, 0, sizeof *out);
+    if (len < HEAD_BYTES + 8 || memcmp(buf, MAGIC, 8) != 0) {
+        snprintf(why, why_len, "%zu bytes without the " MAGIC " header", len);
+        return -EINVAL;
+    }
+    uint64_t sum = get64(buf + len - 8);
+    if (sum != XXH3_64bits(buf, len - 8)) {
+        snprintf(why, why_len, "its checksum does not match its %zu bytes (damaged or cut)", len);
+        return -EINVAL;
+    }
+    sync_state_t st = {.version = get64(buf + 8), .base = get64(buf + 16),
+                       .producer = get64(buf + 24), .own_last = get64(buf + 32),
+                       .k = get32(buf + 40), .npeers = get32(buf + 44), .nkeys = get64(buf + 48)};
+    if (st.k < 2 || st.k > SYNC_STATE_K_MAX || st.k % 2) {
+        snprintf(why, why_len, "k %u at offset 40: not an even count of 2..%u values a key",
+                 st.k, SYNC_STATE_K_MAX);
+        return -EINVAL;
+    }
+    if (st.npeers > SYNC_STATE_PEERS_MAX) {
+        snprintf(why, why_len, "%u peers at offset 44: at most %u", st.npeers,
+                 SYNC_STATE_PEERS_MAX);
+        return -EINVAL;
+    }
+    if (st.nkeys > SYNC_STATE_KEYS_MAX) {
+        snprintf(why, why_len, "%" PRIu64 " residual keys at offset 48: at most %u", st.nkeys,
+                 SYNC_STATE_KEYS_MAX);
+        return -EINVAL;
+    }
+    size_t want = sync_state_size(&st); /* bounded above: no overflow */
+    if (len != want) {
+        snprintf(why, why_len, "%zu bytes where its counts (%u peers, %" PRIu64 " keys of %u "
+                 "values) make %zu", len, st.npeers, st.nkeys, st.k, want);
+        return -EINVAL;
+    }
+    if (st.version == 0 || st.base == 0 || st.base > st.version || st.producer == 0 ||
+        st.own_last == UINT64_MAX) {
+        snprintf(why, why_len, "version %" PRIu64 ", base %" PRIu64 ", producer %016" PRIx64
+                 ", own sequence %" PRIu64 ": not a replica's state", st.version, st.base,
+                 st.producer, st.own_last);
+        return -EINVAL;
+    }
+    const uint8_t *p = buf + HEAD_BYTES;
+    for (uint32_t i = 0; i < st.npeers; i++, p += PEER_BYTES) {
+        st.peers[i] = (sync_state_peer_t){get64(p), get64(p + 8)};
+        bool dup = st.peers[i].id == 0 || st.peers[i].id == st.producer ||
+                   st.peers[i].last_seq == 0 || st.peers[i].last_seq == UINT64_MAX;
+        for (uint32_t j = 0; j < i && !dup; j++)
+            dup = st.peers[j].id == st.peers[i].id;
+        if (dup) {
+            snprintf(why, why_len, "peer %u at offset %zu (producer %016" PRIx64 ", sequence %"
+                     PRIu64 "): zero, ours, repeated or out of range", i, (size_t)(p - buf),
+                     st.peers[i].id, st.peers[i].last_seq);
+            return -EINVAL;
+        }
+    }
+    if (st.nkeys) {
+        st.keys = malloc((size_t)st.nkeys * sizeof *st.keys);
+        st.vals = malloc((size_t)st.nkeys * st.k * sizeof *st.vals);
+        if (!st.keys || !st.vals) {
+            sync_state_free(&st);
+            snprintf(why, why_len, "no memory for %" PRIu64 " residual keys", st.nkeys);
+            return -ENOMEM;
+        }
+    }
+    for (uint64_t i = 0; i < st.nkeys; i++) {
+        st.keys[i] = get64(p);
+        p += 8;
+        for (uint32_t j = 0; j < st.k; j++, p += 4) {
+            uint32_t u = get32(p);
+            float f;
+            memcpy(&f, &u, 4);
+            if (!isfinite(f)) {
+                snprintf(why, why_len, "residual key %" PRIu64 " (offset %zu): value %u is not "
+                         "finite", st.keys[i], (size_t)(p - buf), j);
+                sync_state_free(&st);
+                return -EINVAL;
+            }
+            st.vals[i * st.k + j] = f;
+        }
+    }
+    *out = st;
+    return 0;
+}
+
+int sync_state_write_at(int dirfd, const sync_state_t *st)
+{
+    size_t len = sync_state_size(st);
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    sync_state_encode(st, buf);
+    int rc = 0; /* a temporary file renamed: a reader sees no file or the whole one */
+    int fd = openat(dirfd, SYNC_STATE_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            rc = -errno;
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) != 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0 && renameat(dirfd, SYNC_STATE_FILE ".tmp", dirfd, SYNC_STATE_FILE) != 0)
+        rc = -errno;
+out:
+    free(buf);
+    return rc;
+}
+
+int sync_state_read(const char *path, sync_state_t *out, char *why, size_t why_len)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, why_len, "%s", e == ENOENT ? "missing" : strerror(e));
+        return -e;
+    }
+    struct stat sb;
+    sync_state_t bound = {.k = SYNC_STATE_K_MAX, .npeers = SYNC_STATE_PEERS_MAX,
+                          .nkeys = SYNC_STATE_KEYS_MAX};
+    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > sync_state_size(&bound)) {
+        snprintf(why, why_len, "%lld bytes: not a file of its bound", (long long)sb.st_size);
+        close(fd);
+        return -EINVAL;
+    }
+    size_t len = (size_t)sb.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    int rc = buf ? 0 : -ENOMEM;
+    for (size_t off = 0; rc == 0 && off < len;) {
+        ssize_t r = read(fd, buf + off, len - off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = r < 0 ? -errno : -EINVAL;
+            snprintf(why, why_len, "read: %s", r < 0 ? strerror(errno) : "shorter than its size");
+            break;
+        }
+        off += (size_t)r;
+    }
+    close(fd);
+    if (rc == 0)
+        rc = sync_state_parse(buf, len, out, why, why_len);
+    else if (rc == -ENOMEM)
+        snprintf(why, why_len, "no memory for %zu bytes", len);
+    free(buf);
+    return rc;
+}
