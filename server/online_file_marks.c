@@ -44,6 +44,7 @@
 #define _GNU_SOURCE
 #include "online_impl.h"
 
+#include "file_replace.h"
 #include "log.h"
 #include "model/model.h"
 
@@ -237,30 +238,7 @@ int online__file_marks_write_at(int dirfd, const online_file_progress_t *t, uint
     if (!buf)
         return -ENOMEM;
     online__file_marks_encode(t, n, buf);
-    int rc = 0; /* a temporary file renamed: a reader sees the old file or the new one */
-    int fd = openat(dirfd, ONLINE_FILE_MARKS_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0644);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    for (size_t off = 0; off < len;) {
-        ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            rc = -errno;
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    if (rc == 0 &&
-        renameat(dirfd, ONLINE_FILE_MARKS_FILE ".tmp", dirfd, ONLINE_FILE_MARKS_FILE) != 0)
-        rc = -errno;
-out:
+    int rc = file_replace_at(dirfd, ONLINE_FILE_MARKS_FILE, buf, len);
     free(buf);
     return rc;
 }

@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "online_sync_state.h"
+#include "file_replace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -211,28 +212,7 @@ int sync_state_write_at(int dirfd, const sync_state_t *st)
     if (!buf)
         return -ENOMEM;
     sync_state_encode(st, buf);
-    int rc = 0; /* a temporary file renamed: a reader sees no file or the whole one */
-    int fd = openat(dirfd, SYNC_STATE_FILE ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    for (size_t off = 0; off < len;) {
-        ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            rc = -errno;
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    if (rc == 0 && renameat(dirfd, SYNC_STATE_FILE ".tmp", dirfd, SYNC_STATE_FILE) != 0)
-        rc = -errno;
-out:
+    int rc = file_replace_at(dirfd, SYNC_STATE_FILE, buf, len);
     free(buf);
     return rc;
 }

@@ -121,6 +121,24 @@ def snapshot_records(snap):
     return sorted(recs)
 
 
+def sigterm_all(servers, timeout=20):
+    """SIGTERM to every server of `servers` still running, each then stopped; returns one line
+    per server that did not exit 0 or printed a sanitizer report, with its output's tail."""
+    problems = []
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = s.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                rc = None
+            out = s.output()
+            if rc != 0 or "Sanitizer" in out or "runtime error" in out:
+                problems.append("exit %s: %s" % (rc, out[-3000:]))
+        s.stop()
+    return problems
+
+
 def gen_model(out, keys, name, version=1, seed=SEED, shards=4):
     """Writes a `tlsynth model` snapshot of `keys` keys to the directory `out`."""
     r = subprocess.run([TLSYNTH, "model", "--keys", str(keys), "--out", out, "--name", name,

@@ -40,7 +40,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -82,18 +81,7 @@ class PartitionedExports(unittest.TestCase):
     def tearDown(self):
         """Every server still running exits 0 on SIGTERM (the last exact turns, the shutdown's
         export and its cut), with no sanitizer report in its output."""
-        problems = []
-        for s in self.servers:
-            if s.proc.poll() is None:
-                s.proc.send_signal(signal.SIGTERM)
-                try:
-                    rc = s.proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    rc = None
-                out = s.output()
-                if rc != 0 or "Sanitizer" in out or "runtime error" in out:
-                    problems.append("exit %s: %s" % (rc, out[-3000:]))
-            s.stop()
+        problems = harness.sigterm_all(self.servers)
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(problems, [])
 
