@@ -415,7 +415,17 @@ int online__export_init(online_model_t *q)
     }
     pthread_setname_np(e->thread, "tl-export");
     online__export_own_id();
+    /* partitioned bus mode: the consumer's first peer message may have attached the trainer
+     * already (online__attach, writer lock), its online__export_reset finding no e: the
+     * lineage's head is the version attached */
+    server_slot_t *ms = server_slot_named(G.srv, q->name);
+    if (ms)
+        pthread_mutex_lock(&ms->writer);
+    if (q->t)
+        e->head = q->att_version;
     q->exp = e;
+    if (ms)
+        pthread_mutex_unlock(&ms->writer);
     return 0;
 }
 

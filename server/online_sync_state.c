@@ -23,8 +23,8 @@
  *   XXH3_64   of every byte before it
  *
  * The parse checks the magic, every count against its bound and the exact
- * size, the checksum, k even in 2..SYNC_STATE_K_MAX, producer ids non-zero
- * and distinct, sequences in order (own_last and a peer's last below
+ * size, the checksum, k even in 2..SYNC_STATE_K_MAX, the peers' ids distinct
+ * and not the producer's (0 may be one: the consumer follows any id), sequences in order (own_last and a peer's last below
  * UINT64_MAX) and every value finite; a refusal says which.
  *
  * THREAD SAFETY: none held; the caller owns the struct.
@@ -165,13 +165,13 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     const uint8_t *p = buf + HEAD_BYTES;
     for (uint32_t i = 0; i < st.npeers; i++, p += PEER_BYTES) {
         st.peers[i] = (sync_state_peer_t){get64(p), get64(p + 8)};
-        bool dup = st.peers[i].id == 0 || st.peers[i].id == st.producer ||
-                   st.peers[i].last_seq == 0 || st.peers[i].last_seq == UINT64_MAX;
+        bool dup = st.peers[i].id == st.producer || st.peers[i].last_seq == 0 ||
+                   st.peers[i].last_seq == UINT64_MAX; /* id 0: a producer the stream had */
         for (uint32_t j = 0; j < i && !dup; j++)
             dup = st.peers[j].id == st.peers[i].id;
         if (dup) {
             snprintf(why, why_len, "peer %u at offset %zu (producer %016" PRIx64 ", sequence %"
-                     PRIu64 "): zero, ours, repeated or out of range", i, (size_t)(p - buf),
+                     PRIu64 "): ours, repeated or out of range", i, (size_t)(p - buf),
                      st.peers[i].id, st.peers[i].last_seq);
             return -EINVAL;
         }

@@ -18,7 +18,7 @@
 #define SYNC_STATE_KEYS_MAX (1u << 27)  /* residual keys: two accumulators of 2^26 */
 
 typedef struct sync_state_peer {
-    uint64_t id;       /* a peer's producer id (never 0, never ours) */
+    uint64_t id;       /* a peer's producer id (never ours; 0 if the stream had it) */
     uint64_t last_seq; /* its last update applied into the exported values */
 } sync_state_peer_t;
 

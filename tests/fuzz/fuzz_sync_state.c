@@ -5,7 +5,7 @@
  * input is the file's bytes, parsed twice: as given, and with its last 8
  * bytes replaced by the checksum of the rest (so the fuzzer reaches past
  * the checksum).  A parse must refuse them with a sentence, or give counts
- * within their bounds, distinct non-zero peers that are not the producer,
+ * within their bounds, distinct peers that are not the producer,
  * finite values, and encode back to exactly the input bytes (nothing
  * accepted is ignored).  Anything else abort()s.
  *
@@ -37,7 +37,7 @@ static void check(const uint8_t *data, size_t size)
         st.base > st.version)
         abort();
     for (uint32_t i = 0; i < st.npeers; i++) {
-        if (st.peers[i].id == 0 || st.peers[i].id == st.producer || st.peers[i].last_seq == 0)
+        if (st.peers[i].id == st.producer || st.peers[i].last_seq == 0)
             abort();
         for (uint32_t j = 0; j < i; j++)
             if (st.peers[j].id == st.peers[i].id)

@@ -28,6 +28,10 @@ after several exports, and started again on the same repository, sample log and 
   restart from an export, the same agreement within 1e-5.
 - test_dnn_not_exported: a DNN's MLP is not in the accumulators: no exports of it in this mode,
   a WARN once that says why.
+- test_peer_message_first: b's model first seen in a's update message (the consumer creates it
+  and attaches its trainer, maybe before the trainer thread set up its exports): b's exports
+  still name version 1 as their parent and are written; SIGTERM exits 0.  Without the fix every
+  export of b failed ("another producer's") and the shutdown exited 1 (2 of 2 runs).
 - test_bad_sync_state_falls_back: SYNC_STATE of b's newest export cut short before the restart:
   a WARN names the file, b's online exports are set aside (void-*), version 1 loads, the whole
   sample log is learned again and the stream read from its start (its own earlier messages
@@ -313,6 +317,23 @@ class PartitionedExports(unittest.TestCase):
         time.sleep(0.5)  # several export ticks
         self.assertEqual(a.metric('tlserve_online_exports_total{model="dnn"}'), 0)
         self.assertEqual(a.output().count("no exports in the partitioned bus mode"), 1)
+
+    def test_peer_message_first(self):
+        """b's model is first seen in a peer's message: the consumer creates it (and its
+        trainer thread) and attaches the trainer itself, maybe before that thread set up its
+        exports.  b's exports still name version 1 as their parent: they are written (none
+        refused as "another producer's"), and SIGTERM exits 0."""
+        stream = "P%d" % random.randrange(1 << 30)
+        a, b = self.replica("a", stream), self.replica("b", stream)
+        self.send(a, range(0, 20))
+        self.wait("a's messages applied by b", lambda: b.metric(
+            "tlserve_sync_applied_total") > 0, b)
+        self.send(b, range(20, 40))
+        self.wait("b learned", lambda: self.learned(b) >= 40, b)
+        self.wait("an export of b", lambda: self.exports(b) >= 1, b)
+        self.assertNotIn("another producer's", b.output())
+        b.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(b.proc.wait(timeout=20), 0, b.output()[-3000:])
 
     def test_bad_sync_state_falls_back(self):
         stream = "Y%d" % random.randrange(1 << 30)
