@@ -561,10 +561,12 @@ void online__sync_stop(void)
     bus_close(S.bus);
     S.bus = NULL;
     S.running = false;
-    /* the trainers still run: the hook goes under each model's writer lock
-     * (the trainer steps under it), and no attach installs it again; the
-     * accumulators stay for the shutdown's export (its cut) until
-     * online__sync_model_free */
+    /* the trainers still run (each drains its queue before it stops): the
+     * LR and rows hooks stay, so what they learn now is in the accumulators
+     * for the shutdown's export (its cut: a restart from it sends that
+     * residual to the peers), which live until online__sync_model_free; the
+     * MLP's sync goes under each model's writer lock (the trainer steps
+     * under it), and no attach installs anything again */
     atomic_store(&S.stopped, true);
     uint32_t n = atomic_load(&G.nmodels);
     for (uint32_t i = 0; i < n; i++) {
@@ -573,11 +575,8 @@ void online__sync_stop(void)
         if (!ms || !atomic_load(&q->sync)) /* sync is made under a live version's slot */
             continue;
         pthread_mutex_lock(&ms->writer);
-        if (q->t) {
-            (void)train_lr_sync_hook(q->t, NULL, NULL);
-            (void)train_rows_sync_hook(q->t, NULL, NULL);
+        if (q->t)
             (void)train_dnn_sync_attach(q->t, NULL); /* the MLP is frozen again */
-        }
         pthread_mutex_unlock(&ms->writer);
     }
 }
