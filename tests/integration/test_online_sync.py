@@ -97,8 +97,8 @@ class Partitioned(unittest.TestCase):
         self.servers = []
 
     def tearDown(self):
-        """Every server still running exits 0 on SIGTERM (the last exact turn, the hook's
-        removal under the writer lock), with no sanitizer report in its output."""
+        """Every server still running exits 0 on SIGTERM (the last exact turns, the trainers'
+        drain into the accumulators), with no sanitizer report in its output."""
         problems = harness.sigterm_all(self.servers)
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(problems, [])
