@@ -301,26 +301,43 @@ static bool online_export_at(const char *mdir, uint64_t v)
            online_export_producer_pos(producer, &pos);
 }
 
-/* The versions of mdir above root, ascending, into out (at most cap): how many. */
-static size_t versions_above(const char *mdir, uint64_t root, uint64_t *out, size_t cap)
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The versions of mdir above root, ascending, into *out (allocated, the caller frees it):
+ * how many (every one: the newest decides, the fallback sets each aside); -1 with no memory. */
+static long versions_above(const char *mdir, uint64_t root, uint64_t **out)
 {
     DIR *d = opendir(mdir);
-    size_t n = 0;
+    size_t n = 0, cap = 0;
+    uint64_t *vs = NULL, v;
     struct dirent *de;
-    uint64_t v;
-    while (d && (de = readdir(d)) != NULL)
-        if (!store_version_is_temp(de->d_name) && store_version_parse(de->d_name, &v) &&
-            v > root && n < cap) {
-            size_t at = n++;
-            while (at > 0 && out[at - 1] > v) {
-                out[at] = out[at - 1];
-                at--;
+    while (d && (de = readdir(d)) != NULL) {
+        if (store_version_is_temp(de->d_name) || !store_version_parse(de->d_name, &v) ||
+            v <= root)
+            continue;
+        if (n == cap) {
+            uint64_t *grown = realloc(vs, (cap ? 2 * cap : 256) * sizeof *vs);
+            if (!grown) {
+                closedir(d);
+                free(vs);
+                *out = NULL;
+                return -1;
             }
-            out[at] = v;
+            vs = grown;
+            cap = cap ? 2 * cap : 256;
         }
+        vs[n++] = v;
+    }
     if (d)
         closedir(d);
-    return n;
+    if (n)
+        qsort(vs, n, sizeof *vs, cmp_u64);
+    *out = vs;
+    return (long)n;
 }
 
 void online__sync_state_check(online_model_t *q, uint64_t root)
@@ -328,11 +345,14 @@ void online__sync_state_check(online_model_t *q, uint64_t root)
     const server_config_t *c = &G.srv->cfg;
     if (c->online_export_ms <= 0 || !c->model_repo[0])
         return;
-    enum { MAX_ASIDE = 4096 };
     char mdir[1100], path[1300], why[300];
     snprintf(mdir, sizeof mdir, "%s/%s", c->model_repo, q->name);
-    uint64_t *vs = malloc(MAX_ASIDE * sizeof *vs);
-    size_t n = vs ? versions_above(mdir, root, vs, MAX_ASIDE) : 0;
+    uint64_t *vs = NULL;
+    long listed = versions_above(mdir, root, &vs);
+    if (listed < 0)
+        LOG(LL_ERROR, "online: model '%s': no memory to list the versions of %s: the update "
+            "exchange of its newest export is not resumed", q->name, mdir);
+    size_t n = listed > 0 ? (size_t)listed : 0;
     if (n == 0 || !online_export_at(mdir, vs[n - 1])) {
         free(vs); /* the newest is the lineage's first or another producer's: nothing to resume */
         return;
