@@ -130,6 +130,7 @@
 #define DIRTY_SLOTS (1u << DIRTY_BITS)
 #define DIRTY_KEYS (DIRTY_SLOTS / 2) /* keys tracked between two exports */
 #define DIRTY_EARLY (DIRTY_KEYS / 2) /* past it an export is due at once */
+#define CUT_WAIT_WARN_MS 60000 /* partitioned mode: an export kept waiting this long is said */
 
 size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap)
 {
@@ -650,9 +651,21 @@ static int hand_over(online_model_t *q)
             atomic_fetch_add_explicit(&q->export_failures, 1, memory_order_relaxed);
             LOG(LL_ERROR, "online: model '%s': %s; the export is retried at the next tick",
                 q->name, why);
+        } else if (rc == -EAGAIN) { /* said once a wait passes CUT_WAIT_WARN_MS */
+            uint64_t now = online__now_ns() / 1000000;
+            if (!e->cut_wait_ms)
+                e->cut_wait_ms = now;
+            if (!e->cut_wait_said && now - e->cut_wait_ms >= CUT_WAIT_WARN_MS) {
+                e->cut_wait_said = true;
+                LOG(LL_WARN, "online: model '%s': no export for %" PRIu64 " s: %s (the export "
+                    "runs once it can; logged once)", q->name, (now - e->cut_wait_ms) / 1000,
+                    why);
+            }
         }
         if (rc != 0)
             goto out;
+        e->cut_wait_ms = 0;
+        e->cut_wait_said = false;
         j->has_sync = true;
         if (online__sync_cut_keys(q, mark_key, e)) /* keys only peers' messages wrote */
             e->overflow = true;

@@ -65,6 +65,8 @@ struct online_export {
     pthread_t thread;
     bool stale_said;   /* the trainer's: "waiting for the reload" logged */
     bool refused;      /* the trainer's: this model cannot be exported (said once) */
+    uint64_t cut_wait_ms; /* the trainer's: since when the exchange keeps the cut out (0: not) */
+    bool cut_wait_said;   /* the trainer's: that wait logged */
     online_model_t *q; /* counters; outlives e */
     char model_dir[1100];
 };

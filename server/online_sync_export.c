@@ -184,10 +184,21 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
                  "that an export does not place yet; it learns and syncs on");
         return -ENOTSUP;
     }
-    if (s->applying || !atomic_load(&S.caught_up) || atomic_load(&S.unsent))
+    if (!atomic_load(&S.caught_up)) {
+        snprintf(why, why_len, "the update stream has not been read to its end since the start "
+                 "(NATS unreachable, or a long stream; tlserve_sync_caught_up)");
         return -EAGAIN;
-    if (pthread_mutex_trylock(&S.pub_lock) != 0)
-        return -EAGAIN; /* a message between its encode and its acknowledgement */
+    }
+    if (atomic_load(&S.unsent)) {
+        snprintf(why, why_len, "an update message was given up unsent (its keys left the "
+                 "residual): exports resume after a restart");
+        return -EAGAIN;
+    }
+    if (s->applying || pthread_mutex_trylock(&S.pub_lock) != 0) {
+        snprintf(why, why_len, "a peer's message half applied, or one of ours between its "
+                 "encoding and the stream's acknowledgement (a publish retrying?)");
+        return -EAGAIN;
+    }
     sync_state_free(st);
     uint64_t n = 0;
     for (int i = 0; i < 2; i++)
