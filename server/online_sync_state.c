@@ -229,7 +229,13 @@ int sync_state_read(const char *path, sync_state_t *out, char *why, size_t why_l
     struct stat sb;
     sync_state_t bound = {.k = SYNC_STATE_K_MAX, .npeers = SYNC_STATE_PEERS_MAX,
                           .nkeys = SYNC_STATE_KEYS_MAX};
-    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > sync_state_size(&bound)) {
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        snprintf(why, why_len, "fstat: %s", strerror(e));
+        close(fd);
+        return -e;
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > sync_state_size(&bound)) {
         snprintf(why, why_len, "%lld bytes: not a file of its bound", (long long)sb.st_size);
         close(fd);
         return -EINVAL;
