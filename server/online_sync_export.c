@@ -261,9 +261,10 @@ void online__sync_resume(online_model_t *q)
     q->sync_resume = NULL;
     struct online_sync_model *s = atomic_load(&q->sync);
     if (q->att_version != st->version) {
-        LOG(LL_INFO, "online: model '%s': version %" PRIu64 " is active, not the export %" PRIu64
-            " whose update exchange was kept: a new lineage", q->name, q->att_version,
-            st->version);
+        LOG(LL_WARN, "online: model '%s': version %" PRIu64 " is active, not the export %" PRIu64
+            " whose update exchange was kept: a new lineage, whose updates its peers refuse "
+            "(and it theirs) until the replicas serve the same version", q->name,
+            q->att_version, st->version);
     } else if (!q->t || !s || s->k != st->k) {
         LOG(LL_WARN, "online: model '%s': version %" PRIu64 "'s " SYNC_STATE_FILE " holds %u "
             "values a key, its trainer here syncs %u: the exchange is not resumed (its peers' "

@@ -24,8 +24,9 @@ after several exports, and started again on the same repository, sample log and 
   exported (the shutdown's export takes its cut after the last turns).
 - test_full_exports_carry_it: with --online-full-every 2 every export, full or delta, carries
   SYNC_STATE, and the restart resumes and agrees the same way.
-- test_fm_restart_resumes_from_export: an FM model (the rows' (dx, dG) exchange): the same
-  restart from an export, the same agreement within 1e-5.
+- test_fm_restart_resumes_from_export, test_ffm_restart_resumes_from_export: an FM and an FFM
+  model (the rows' (dx, dG) exchange): the same restart from an export, the same agreement
+  within 1e-5.
 - test_dnn_not_exported: a DNN's MLP is not in the accumulators: no exports of it in this mode,
   a WARN once that says why.
 - test_peer_message_first: b's model first seen in a's update message (the consumer creates it
@@ -259,48 +260,56 @@ class PartitionedExports(unittest.TestCase):
 
     def test_fm_restart_resumes_from_export(self):
         """The rows' exchange (FM: (dx, dG) of each row) is exported and resumed the same way."""
-        model = os.path.join(self.tmp, "fm", "1")
-        fmt.gen(model, "fm", fmt.KINDS["fm"])
+        self.rows_restart("fm")
+
+    def test_ffm_restart_resumes_from_export(self):
+        """FFM's rows (1 + fields x k floats) the same way."""
+        self.rows_restart("ffm")
+
+    def rows_restart(self, kind):
+        model = os.path.join(self.tmp, kind, "1")
+        fmt.gen(model, kind, fmt.KINDS[kind])
         stream = "F%d" % random.randrange(1 << 30)
-        a = self.replica("a", stream, model=model, mname="fm")
-        b = self.replica("b", stream, model=model, mname="fm")
+        a = self.replica("a", stream, model=model, mname=kind)
+        b = self.replica("b", stream, model=model, mname=kind)
 
         def send(s, ks, pause=0.0):
             with s.client() as c:
                 for k in ks:
                     shared, samples = fmt.frame(k)
-                    self.assertEqual(c.train("fm", shared, samples), len(samples))
+                    self.assertEqual(c.train(kind, shared, samples), len(samples))
                     time.sleep(pause)
 
         def learned(s):
-            return s.metric('tlserve_online_samples_total{model="fm"}')
+            return s.metric('tlserve_online_samples_total{model="%s"}' % kind)
 
         for r in range(3):
             send(a, range(10 * r, 10 * r + 10, 2))
             send(b, range(10 * r + 1, 10 * r + 10, 2))
-            self.wait("fm round %d" % r, lambda: learned(a) >= 15 * (r + 1) and
+            self.wait("%s round %d" % (kind, r), lambda: learned(a) >= 15 * (r + 1) and
                       learned(b) >= 15 * (r + 1), b)
             harness.sync_settled(a, b, INTERVAL_MS)
-            self.wait("fm export %d" % r, lambda: b.metric(
-                'tlserve_online_export_position{model="fm"}') >= 5 * (r + 1), b)
+            self.wait("%s export %d" % (kind, r), lambda: b.metric(
+                'tlserve_online_export_position{model="%s"}' % kind) >= 5 * (r + 1), b)
         sender = threading.Thread(target=send, args=(a, range(40, 60), 0.025))
         sender.start()
         send(b, range(30, 40), 0.05)
         os.kill(b.proc.pid, signal.SIGKILL)
         b.proc.wait()
         sender.join()
-        b2 = self.replica("b", stream, model=model, mname="fm")
+        b2 = self.replica("b", stream, model=model, mname=kind)
         self.wait("b2's replay", lambda: "learned again from the sample log" in b2.output(), b2)
         send(b2, range(60, 65))
         self.wait("a learned", lambda: learned(a) >= 3 * 15 + 60, a)
         def scores(s):
             with s.client() as c:
-                return c.predict("fm", fmt.shared_block(), fmt.PROBES).scores
+                return c.predict(kind, fmt.shared_block(), fmt.PROBES).scores
 
         harness.sync_agree(a, b2, scores, INTERVAL_MS)
         self.assertIn("resumes the update exchange of export", b2.output())
         self.assertGreater(b2.metric("tlserve_sync_resume_skipped_total"), 0)
-        self.assertLess(b2.metric('tlserve_online_replayed_total{model="fm"}'), 3 * 15 + 30)
+        replayed = b2.metric('tlserve_online_replayed_total{model="%s"}' % kind)
+        self.assertLess(replayed, 3 * 15 + 30)
 
     def test_dnn_not_exported(self):
         """A DNN's MLP is not in the accumulators: no exports of it in this mode, said once."""
