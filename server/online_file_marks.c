@@ -45,6 +45,7 @@
 #include "online_impl.h"
 
 #include "file_replace.h"
+#include "le_bytes.h"
 #include "log.h"
 #include "model/model.h"
 
@@ -62,37 +63,23 @@
 #define ENTRY_BYTES (SAMPLE_LOG_MARK_BYTES + 8u)
 #define HEAD_BYTES 16u
 
-static void put64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 void online__file_mark_encode(const online_file_mark_t *m, uint8_t out[SAMPLE_LOG_MARK_BYTES])
 {
-    put64le(out, m->key);
-    put64le(out + 8, m->offset);
-    put64le(out + 16, m->line);
-    put64le(out + 24, m->prefix);
-    put64le(out + 32, m->samples);
+    put_le64(out, m->key);
+    put_le64(out + 8, m->offset);
+    put_le64(out + 16, m->line);
+    put_le64(out + 24, m->prefix);
+    put_le64(out + 32, m->samples);
 }
 
 int online__file_mark_decode(const uint8_t in[SAMPLE_LOG_MARK_BYTES], online_file_mark_t *m,
                              char *why, size_t why_len)
 {
-    m->key = get64le(in);
-    m->offset = get64le(in + 8);
-    m->line = get64le(in + 16);
-    m->prefix = get64le(in + 24);
-    m->samples = get64le(in + 32);
+    m->key = get_le64(in);
+    m->offset = get_le64(in + 8);
+    m->line = get_le64(in + 16);
+    m->prefix = get_le64(in + 24);
+    m->samples = get_le64(in + 32);
     /* a line takes a byte at least, a sample a line */
     if (m->line > m->offset || m->samples > m->line || (m->offset > 0 && m->line == 0)) {
         snprintf(why, why_len,
@@ -146,9 +133,9 @@ void online__file_marks_encode(const online_file_progress_t *t, uint32_t n, uint
     p = out + HEAD_BYTES;
     for (uint32_t i = 0; i < n; i++, p += ENTRY_BYTES) {
         online__file_mark_encode(&t[i].m, p);
-        put64le(p + SAMPLE_LOG_MARK_BYTES, t[i].pos);
+        put_le64(p + SAMPLE_LOG_MARK_BYTES, t[i].pos);
     }
-    put64le(p, XXH3_64bits(out, (size_t)(p - out)));
+    put_le64(p, XXH3_64bits(out, (size_t)(p - out)));
 }
 
 int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progress_t *t, uint32_t *n,
@@ -175,7 +162,7 @@ int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progres
         snprintf(why, why_len, "reserved header bytes 12..15 are not zero");
         return -EINVAL;
     }
-    if (XXH3_64bits(buf, len - 8) != get64le(buf + len - 8)) {
+    if (XXH3_64bits(buf, len - 8) != get_le64(buf + len - 8)) {
         snprintf(why, why_len, "its checksum does not match its bytes");
         return -EINVAL;
     }
@@ -186,7 +173,7 @@ int online__file_marks_parse(const uint8_t *buf, size_t len, online_file_progres
             snprintf(why, why_len, "mark %u: %s", i, mwhy);
             return -EINVAL;
         }
-        t[i].pos = get64le(p + SAMPLE_LOG_MARK_BYTES);
+        t[i].pos = get_le64(p + SAMPLE_LOG_MARK_BYTES);
     }
     *n = count;
     return 0;

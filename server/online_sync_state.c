@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include "online_sync_state.h"
 #include "file_replace.h"
+#include "le_bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,31 +50,6 @@
 #define HEAD_BYTES 56u
 #define PEER_BYTES 16u
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 size_t sync_state_size(const sync_state_t *st)
 {
     return HEAD_BYTES + (size_t)st->npeers * PEER_BYTES +
@@ -83,28 +59,28 @@ size_t sync_state_size(const sync_state_t *st)
 void sync_state_encode(const sync_state_t *st, uint8_t *buf)
 {
     memcpy(buf, MAGIC, 8);
-    put64(buf + 8, st->version);
-    put64(buf + 16, st->base);
-    put64(buf + 24, st->producer);
-    put64(buf + 32, st->own_last);
-    put32(buf + 40, st->k);
-    put32(buf + 44, st->npeers);
-    put64(buf + 48, st->nkeys);
+    put_le64(buf + 8, st->version);
+    put_le64(buf + 16, st->base);
+    put_le64(buf + 24, st->producer);
+    put_le64(buf + 32, st->own_last);
+    put_le32(buf + 40, st->k);
+    put_le32(buf + 44, st->npeers);
+    put_le64(buf + 48, st->nkeys);
     uint8_t *p = buf + HEAD_BYTES;
     for (uint32_t i = 0; i < st->npeers; i++, p += PEER_BYTES) {
-        put64(p, st->peers[i].id);
-        put64(p + 8, st->peers[i].last_seq);
+        put_le64(p, st->peers[i].id);
+        put_le64(p + 8, st->peers[i].last_seq);
     }
     for (uint64_t i = 0; i < st->nkeys; i++) {
-        put64(p, st->keys[i]);
+        put_le64(p, st->keys[i]);
         p += 8;
         for (uint32_t j = 0; j < st->k; j++, p += 4) {
             uint32_t u;
             memcpy(&u, &st->vals[i * st->k + j], 4);
-            put32(p, u);
+            put_le32(p, u);
         }
     }
-    put64(p, XXH3_64bits(buf, (size_t)(p - buf)));
+    put_le64(p, XXH3_64bits(buf, (size_t)(p - buf)));
 }
 
 void sync_state_free(sync_state_t *st)
@@ -126,14 +102,14 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
         snprintf(why, why_len, "%zu bytes without the " MAGIC " header", len);
         return -EINVAL;
     }
-    uint64_t sum = get64(buf + len - 8);
+    uint64_t sum = get_le64(buf + len - 8);
     if (sum != XXH3_64bits(buf, len - 8)) {
         snprintf(why, why_len, "its checksum does not match its %zu bytes (damaged or cut)", len);
         return -EINVAL;
     }
-    sync_state_t st = {.version = get64(buf + 8), .base = get64(buf + 16),
-                       .producer = get64(buf + 24), .own_last = get64(buf + 32),
-                       .k = get32(buf + 40), .npeers = get32(buf + 44), .nkeys = get64(buf + 48)};
+    sync_state_t st = {.version = get_le64(buf + 8), .base = get_le64(buf + 16),
+                       .producer = get_le64(buf + 24), .own_last = get_le64(buf + 32),
+                       .k = get_le32(buf + 40), .npeers = get_le32(buf + 44), .nkeys = get_le64(buf + 48)};
     if (st.k < 2 || st.k > SYNC_STATE_K_MAX || st.k % 2) {
         snprintf(why, why_len, "k %u at offset 40: not an even count of 2..%u values a key",
                  st.k, SYNC_STATE_K_MAX);
@@ -164,7 +140,7 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     }
     const uint8_t *p = buf + HEAD_BYTES;
     for (uint32_t i = 0; i < st.npeers; i++, p += PEER_BYTES) {
-        st.peers[i] = (sync_state_peer_t){get64(p), get64(p + 8)};
+        st.peers[i] = (sync_state_peer_t){get_le64(p), get_le64(p + 8)};
         bool dup = st.peers[i].id == st.producer || st.peers[i].last_seq == 0 ||
                    st.peers[i].last_seq == UINT64_MAX; /* id 0: a producer the stream had */
         for (uint32_t j = 0; j < i && !dup; j++)
@@ -186,10 +162,10 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
         }
     }
     for (uint64_t i = 0; i < st.nkeys; i++) {
-        st.keys[i] = get64(p);
+        st.keys[i] = get_le64(p);
         p += 8;
         for (uint32_t j = 0; j < st.k; j++, p += 4) {
-            uint32_t u = get32(p);
+            uint32_t u = get_le32(p);
             float f;
             memcpy(&f, &u, 4);
             if (!isfinite(f)) {
