@@ -195,8 +195,12 @@ static void metrics_loads(struct evbuffer *b)
                         "tlserve_model_repo_errors_total %" PRIu64 "\n"
                         "# HELP tlserve_model_repo_scans_total Scans of the model repository\n"
                         "# TYPE tlserve_model_repo_scans_total counter\n"
-                        "tlserve_model_repo_scans_total %" PRIu64 "\n",
-                        rm.refused, rm.repo_errors, rm.scans);
+                        "tlserve_model_repo_scans_total %" PRIu64 "\n"
+                        "# HELP tlserve_repo_marks_write_errors_total Writes of a model's marks "
+                        "file (pin, rollbacks, refusals kept across restarts) that failed\n"
+                        "# TYPE tlserve_repo_marks_write_errors_total counter\n"
+                        "tlserve_repo_marks_write_errors_total %" PRIu64 "\n",
+                        rm.refused, rm.repo_errors, rm.scans, rm.marks_write_errors);
     server_fold_metrics_t fm;
     server_model_fold_metrics(&fm);
     evbuffer_add_printf(b,

@@ -73,6 +73,11 @@ const cfg_entry_t server__cfg_table[] = {
     {"model-name", CFG_STRING, 0, 0, "",
      "the one model of --model-repo to serve (empty: every one it holds)", F(model_name),
      check_model_name, "[A-Za-z0-9_.-]+", NULL, false},
+    {"repo-marks-dir", CFG_STRING, 0, 0, "",
+     "where each model's pin, rolled-back versions and refusals are kept across restarts "
+     "(<dir>/<model>.marks; empty: <model-repo>/<model>/.tlserve-marks); set it when the "
+     "repository is read-only, shared by several servers or synchronized with deletion",
+     F(repo_marks_dir), NULL, "a directory path", NULL, false},
     {"keep-versions", CFG_INT, 0, SERVER_KEEP_VERSIONS_MAX, "1",
      "swapped-out versions kept loaded for an instant rollback (each costs its memory)",
      F(keep_versions), NULL, NULL, NULL, false},

@@ -238,6 +238,7 @@ static void *loader_main(void *arg)
         } else if (refused) {
             snprintf(r->error, sizeof r->error, "version %llu from %s refused by the gate: %s",
                      (unsigned long long)model_meta(sm->model)->version, dir, gv.msg);
+            r->gate_refused = true;
             finish(r, LOADER_FAILED, t0);
         } else if (L.stopping) {
             snprintf(r->error, sizeof r->error,

@@ -243,6 +243,8 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
             snprintf(r->refused[i].error, sizeof r->refused[i].error, "%s", error);
             r->refused_sig[i] = sig;
             r->refused[i].by_admin = false;
+            r->refused[i].by_gate = false;
+            r->marks_dirty = true; /* it may have been a kept one */
             return;
         }
     if (r->n_refused == REPO_REFUSED_MAX) {
@@ -254,6 +256,7 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
         memmove(&r->refused_sig[0], &r->refused_sig[1],
                 (REPO_REFUSED_MAX - 1) * sizeof r->refused_sig[0]);
         r->n_refused--;
+        r->marks_dirty = true;
     }
     unsigned at = r->n_refused;
     while (at > 0 && r->refused[at - 1].version > version)
@@ -263,6 +266,7 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
             (r->n_refused - at) * sizeof r->refused_sig[0]);
     r->refused[at].version = version;
     r->refused[at].by_admin = false;
+    r->refused[at].by_gate = false;
     snprintf(r->refused[at].error, sizeof r->refused[at].error, "%s", error);
     r->refused_sig[at] = sig;
     r->n_refused++;
@@ -275,14 +279,29 @@ void repo__load_ended(const loader_status_t *st, void *arg)
     pthread_mutex_lock(&R.lock);
     if (r->loading == st->version)
         r->loading = 0;
+    bool pin_load = r->pin_loading && st->version == r->pinned;
+    if (st->version == r->pinned)
+        r->pin_loading = false;
     if (st->state == LOADER_FAILED && !st->shutdown) {
         repo__add_refusal(r, st->version, r->loading_sig, st->error);
+        if (st->gate_refused) { /* kept across a restart: its traffic is gone then */
+            for (unsigned i = 0; i < r->n_refused; i++)
+                if (r->refused[i].version == st->version)
+                    r->refused[i].by_gate = true;
+            r->marks_dirty = true;
+        }
         R.metrics.refused++;
         r->pending = true; /* try the next lower version */
         LOG(LL_WARN,
             "repo: version %" PRIu64 " of %s refused (load %" PRIu64 " above says why); not "
             "tried again until its files or a lower version's change",
             st->version, r->model, st->id);
+        if (pin_load) {
+            LOG(LL_WARN, "repo: %s was pinned to version %" PRIu64 " before the restart, which "
+                "does not load now: unpinned, the latest policy serves", r->model, st->version);
+            r->pinned = 0;
+            r->marks_dirty = true;
+        }
     }
     repo__wake(); /* also after a success: a version that appeared meanwhile is picked at once */
     pthread_mutex_unlock(&R.lock);
@@ -360,6 +379,36 @@ cold static void first_non_version(const char *model_dir, char *out, size_t len)
     closedir(d);
 }
 
+/* The first scan after a restart of a model pinned in its marks file
+ * (repo_persist.c): serves the pinned version, or unpins when it is gone.
+ * R.lock held. */
+static void restore_pin(struct repo_model *r, const uint64_t *versions, const uint64_t *prefix,
+                        long n, uint64_t active, const char *active_name)
+{
+    long at = -1;
+    for (long j = 0; j < n; j++)
+        if (versions[j] == r->pinned)
+            at = j;
+    uint64_t from;
+    if (at < 0) {
+        LOG(LL_WARN, "repo: %s was pinned to version %" PRIu64 " before the restart, which is "
+            "no longer in %s: unpinned, the latest policy serves", r->model, r->pinned,
+            r->model_dir);
+        r->pinned = 0;
+        r->pin_restored = false;
+        r->pending = true;
+        r->marks_dirty = true;
+    } else if ((active == r->pinned && strcmp(active_name, r->model) == 0) ||
+               server_model_activate_kept(R.srv, r->model, r->pinned, &from) == 0) {
+        r->pin_restored = false;
+    } else if (queue_load(r, r->pinned, prefix[at]) == 0) {
+        r->pin_restored = false;
+        r->pin_loading = true;
+        LOG(LL_INFO, "repo: %s is pinned to version %" PRIu64 " (its marks file): loading it, "
+            "not the latest", r->model, r->pinned);
+    } /* else the loader is busy: the next scan tries again */
+}
+
 /* One scan of model r; *versions and *prefix (*cap entries each) grow with
  * the listing.  r's name and dir are immutable: read without the lock. */
 static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_p, size_t *cap)
@@ -433,6 +482,8 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
             if (versions[j] == r->refused[i].version)
                 at = j;
         if (!r->refused[i].by_admin && (at < 0 || prefix[at] != r->refused_sig[i])) {
+            if (r->refused[i].by_gate)
+                r->marks_dirty = true;
             LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: it will be tried again if picked",
                 r->model, r->refused[i].version, at < 0 ? "is gone" : "or a lower one changed");
             memmove(&r->refused[i], &r->refused[i + 1],
@@ -446,6 +497,8 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
         }
     }
     uint64_t target = 0, from;
+    if (r->pin_restored && !r->loading)
+        restore_pin(r, versions, prefix, n, active, active_name);
     if (!r->pending || r->loading || r->pinned)
         goto out;
     target = repo_pick_version(versions, (size_t)n, is_refused, r);
@@ -477,7 +530,10 @@ out:
 
 /* Adds a model directory named name to the served models (R.lock held):
  * 0, -EEXIST when served already, -ENOSPC past SERVER_MODELS_MAX. */
-static int add_model(const char *name)
+/* Adds model name (R.lock held), with the marks its file kept
+ * (repo_persist.c): 0, -EEXIST, -ENOSPC, or -EINVAL with why when the
+ * marks file is damaged (the model is not added). */
+static int add_model(const char *name, char *why, size_t why_len)
 {
     for (unsigned i = 0; i < R.n_models; i++)
         if (strcmp(R.models[i].model, name) == 0)
@@ -489,6 +545,9 @@ static int add_model(const char *name)
     snprintf(r->model, sizeof r->model, "%s", name);
     snprintf(r->model_dir, sizeof r->model_dir, "%s/%s", R.dir, name);
     r->pending = true;
+    int rc = repo__marks_restore(r, why, why_len); /* a small file, read under the lock */
+    if (rc != 0)
+        return rc;
     R.n_models++; /* last: a reader of n_models under the lock sees it whole */
     return 0;
 }
@@ -515,8 +574,22 @@ static void find_new_models(void)
         said = true;
     }
     for (int i = 0; i < n; i++) {
-        int rc = add_model(names[i]);
-        if (rc == 0)
+        char bad[2400];
+        int rc = add_model(names[i], bad, sizeof bad);
+        if (rc == -EINVAL) {
+            /* Said once per name (the watcher thread only): it is retried every scan. */
+            static char said_bad[SERVER_MODELS_MAX][64];
+            bool said = false;
+            for (unsigned k = 0; k < SERVER_MODELS_MAX && said_bad[k][0] && !said; k++)
+                said = strcmp(said_bad[k], names[i]) == 0;
+            for (unsigned k = 0; k < SERVER_MODELS_MAX && !said; k++)
+                if (!said_bad[k][0]) {
+                    snprintf(said_bad[k], sizeof said_bad[k], "%s", names[i]);
+                    break;
+                }
+            if (!said)
+                LOG(LL_WARN, "repo: new model %s not served: %s", names[i], bad);
+        } else if (rc == 0)
             LOG(LL_INFO, "repo: new model %s in %s: served (latest version)", names[i], R.dir);
         else if (rc == -ENOSPC)
             LOG(LL_WARN, "repo: new model %s in %s not served: %d models already", names[i],
@@ -548,6 +621,7 @@ static void *repo_main(void *arg)
         pthread_mutex_unlock(&R.lock);
         for (unsigned i = 0; i < n_models; i++)
             scan(&R.models[i], &versions, &prefix, &cap);
+        repo__marks_flush(); /* the gate's refusals, a restored pin dropped */
         struct pollfd p[2] = {{.fd = R.wake[0], .events = POLLIN}, {.fd = R.ino, .events = POLLIN}};
         int rc = poll(p, R.ino >= 0 ? 2 : 1, REPO_RESCAN_MS);
         if (rc <= 0)
@@ -579,6 +653,27 @@ static void close_fds_locked(void)
     R.ino = -1;
 }
 
+/* 0, or -errno with why when --repo-marks-dir cannot hold the marks
+ * files (made when missing). */
+static int marks_dir_usable(const char *dir, char *why, size_t why_len)
+{
+    struct stat st;
+    int e = 0;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        e = errno;
+    else if (stat(dir, &st) != 0)
+        e = errno;
+    else if (!S_ISDIR(st.st_mode))
+        e = ENOTDIR;
+    else if (access(dir, R_OK | W_OK | X_OK) != 0)
+        e = errno;
+    if (e)
+        snprintf(why, why_len, "--repo-marks-dir %s cannot hold the models' marks files: %s "
+                 "(uid %u); name a directory this process can write in (made when missing)",
+                 dir, strerror(e), (unsigned)geteuid());
+    return -e;
+}
+
 int repo_start(server_t *srv, const char (*models)[64], unsigned n)
 {
     if (n == 0 || n > SERVER_MODELS_MAX)
@@ -589,9 +684,17 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
     R.fixed = srv->cfg.model_name[0] != '\0';
     R.stopping = false;
     R.n_models = 0;
-    for (unsigned i = 0; i < n; i++)
-        add_model(models[i]);
+    snprintf(R.marks_dir, sizeof R.marks_dir, "%s", srv->cfg.repo_marks_dir);
+    char why[2400];
+    int rc = R.marks_dir[0] ? marks_dir_usable(R.marks_dir, why, sizeof why) : 0;
+    for (unsigned i = 0; i < n && rc == 0; i++)
+        if ((rc = add_model(models[i], why, sizeof why)) == -EEXIST)
+            rc = 0;
     pthread_mutex_unlock(&R.lock);
+    if (rc != 0) {
+        LOG(LL_ERROR, "repo: %s", why);
+        return rc;
+    }
     if (pipe2(R.wake, O_NONBLOCK | O_CLOEXEC) != 0)
         return -errno;
     R.ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -602,7 +705,7 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
     pthread_mutex_lock(&R.lock);
     R.running = true;
     pthread_mutex_unlock(&R.lock);
-    int rc = -pthread_create(&R.thread, NULL, repo_main, NULL);
+    rc = -pthread_create(&R.thread, NULL, repo_main, NULL);
     if (rc != 0) {
         pthread_mutex_lock(&R.lock);
         R.running = false;

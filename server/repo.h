@@ -93,6 +93,7 @@ unsigned repo_models(char (*names)[64], unsigned cap);
 typedef struct repo_refusal {
     uint64_t version;
     bool by_admin;    /* refused by the admin (repo_refuse): kept until activated */
+    bool by_gate;     /* refused by the validation gate (kept across a restart, repo_marks.h) */
     char error[2048]; /* the loader's sentence: the version's path, the store's code and message */
 } repo_refusal_t;
 
@@ -121,6 +122,7 @@ typedef struct repo_metrics {
     uint64_t refused;     /* versions refused (each once per change of its files) */
     uint64_t repo_errors; /* times the repository became unreadable or vanished */
     uint64_t scans;       /* scans done */
+    uint64_t marks_write_errors;  /* marks files (repo_marks.h) that could not be written */
     uint64_t overlay_applies;     /* versions opened as an overlay over the active one */
     uint64_t overlay_keys;        /* delta keys (upserts + deletes) those overlays took */
     uint64_t last_apply_keys;     /* the last one's keys and time: delta files read and */

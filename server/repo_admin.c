@@ -184,6 +184,7 @@ int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
                 repo__add_rolled_back(r, exported[i]);
         if (r->pinned == from)
             r->pinned = to;
+        r->marks_dirty = true;
         rc = 0;
         LOG(LL_INFO,
             "repo: %s version %" PRIu64 " rolled back: refused by the policy until "
@@ -191,6 +192,7 @@ int repo_rolled_back(const char *model, uint64_t from, uint64_t to)
             model, from);
     }
     pthread_mutex_unlock(&R.lock);
+    repo__marks_flush(); /* on disk before the rollback is answered */
     if (rc == 0)
         reload_if_trained(model, to);
     return rc;
@@ -252,6 +254,8 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
             break;
         }
     r->pinned = version;
+    r->pin_restored = false; /* an activation replaces a pin the restart restored */
+    r->marks_dirty = true;
     if (r->loading == version) {
         rc = 1; /* already on its way */
         loader_status(model, st);
@@ -272,6 +276,7 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
     }
 out:
     pthread_mutex_unlock(&R.lock);
+    repo__marks_flush();
     if (kept) {
         uint64_t exported[ONLINE_EXPORT_OWN_MAX]; /* pinned below them: void, not refused */
         (void)online_export_drop(model, version, exported, ONLINE_EXPORT_OWN_MAX);
@@ -290,11 +295,14 @@ int repo_unpin(const char *model)
             LOG(LL_INFO, "repo: %s unpinned from version %" PRIu64 ": latest policy", model,
                 r->pinned);
         r->pinned = 0;
+        r->pin_restored = r->pin_loading = false;
         r->pending = true;
+        r->marks_dirty = true;
         repo__wake();
         rc = 0;
     }
     pthread_mutex_unlock(&R.lock);
+    repo__marks_flush();
     return rc;
 }
 
@@ -316,13 +324,16 @@ int repo_refuse(const char *model, uint64_t version, const char *why)
             LOG(LL_INFO, "repo: %s unpinned from refused version %" PRIu64 ": latest policy",
                 model, version);
             r->pinned = 0;
+            r->pin_restored = r->pin_loading = false;
         }
         r->pending = true;
+        r->marks_dirty = true;
         repo__wake();
         rc = 0;
         LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: never served until activated", model,
             version, msg);
     }
     pthread_mutex_unlock(&R.lock);
+    repo__marks_flush();
     return rc;
 }

@@ -36,6 +36,10 @@ struct repo_model {
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
     uint64_t refused_sig[REPO_REFUSED_MAX];   /* prefix signature at refusal */
     uint64_t pinned;                          /* version pinned by the admin (0: latest policy) */
+    bool pin_restored;  /* pinned from the marks file: the next scan loads it (repo_persist.c) */
+    bool pin_loading;   /* that load is queued or running: a failure unpins */
+    bool marks_dirty;   /* the marks changed since the marks file was written */
+    bool marks_failed;  /* the last write of the marks file failed (said once) */
     unsigned n_rolled_back;
     uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; refused until activated */
 };
@@ -52,6 +56,7 @@ struct repo {
     int wake[2];       /* pipe: repo_stop and the done hook wake the watcher */
     int ino;           /* inotify fd, -1 when unavailable */
     char dir[1024];    /* the repository (immutable while running) */
+    char marks_dir[1024]; /* --repo-marks-dir, "" = each model's directory (immutable) */
     unsigned n_models; /* models[0 .. n_models) in use */
     struct repo_model models[SERVER_MODELS_MAX]; /* in the order first listed */
     repo_metrics_t metrics;                      /* all models' */
@@ -88,5 +93,17 @@ int repo__add_rolled_back(struct repo_model *r, uint64_t version);
  * load's, forgotten when the files change; by_admin false), kept ascending,
  * the lowest forgotten when full.  R.lock held. */
 void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, const char *error);
+
+/* repo_persist.c: the marks files (repo_marks.h).
+ * Reads the marks file of r (its name and dir set, not yet listed) into
+ * r: 0 (also when there is none), or -EINVAL with why naming the file, the
+ * line and the fix.  R.lock held or single-threaded; reads a small file. */
+int repo__marks_restore(struct repo_model *r, char *why, size_t why_len);
+/* Writes the marks file of every model whose marks changed (marks_dirty),
+ * or removes it when it would hold nothing.  Called without R.lock (takes
+ * it to copy the marks); writes are serialized, so the file ends with the
+ * latest marks.  A failure is logged (once until a write succeeds) and
+ * counted; the marks stay in memory. */
+void repo__marks_flush(void);
 
 #endif /* TL_SERVER_REPO_IMPL_H */

@@ -48,6 +48,7 @@ typedef struct server_config {
     char model_dir[1024];      /* snapshot to serve at start ("" = none) */
     char model_root[1024];     /* loads only from under this directory's real path ("" = any) */
     char model_repo[1024];     /* model repository to serve from and watch (repo.h; "" = none) */
+    char repo_marks_dir[1024]; /* where the models' marks files go (repo_marks.h; "" = beside) */
     char model_name[64];       /* the repository's model to serve ("" = its only one) */
     int keep_versions;         /* swapped-out versions kept loaded for rollback (0..4) */
     char bind[64];             /* data plane address, default 127.0.0.1 */
@@ -404,6 +405,7 @@ typedef struct loader_status {
     char kind[16];         /* DONE: store_model_kind_name */
     uint64_t keys;         /* DONE: keys in the new version */
     bool shutdown;         /* FAILED because the server stopped, not by the snapshot */
+    bool gate_refused;     /* FAILED because the validation gate refused the version */
     char error[2048];      /* FAILED: one sentence naming the snapshot and the store's error */
     uint64_t queued_ns;    /* CLOCK_MONOTONIC when accepted */
     uint64_t finished_ns;  /* when DONE/FAILED, else 0 */

@@ -123,11 +123,12 @@ static void test_list_models(void **state)
 static void test_models_state(void **state)
 {
     (void)state;
+    char why[2400];
     snprintf(R.dir, sizeof R.dir, "%s/pick", base);
     R.n_models = 0;
-    assert_int_equal(add_model("alpha"), 0);
-    assert_int_equal(add_model("beta"), 0);
-    assert_int_equal(add_model("alpha"), -EEXIST);
+    assert_int_equal(add_model("alpha", why, sizeof why), 0);
+    assert_int_equal(add_model("beta", why, sizeof why), 0);
+    assert_int_equal(add_model("alpha", why, sizeof why), -EEXIST);
     assert_null(repo__find("alpha")); /* not running */
     R.running = true;
     struct repo_model *a = repo__find("alpha"), *b = repo__find("beta");
@@ -174,9 +175,9 @@ static void test_models_state(void **state)
     for (unsigned i = 2; i < SERVER_MODELS_MAX; i++) {
         char n[16];
         snprintf(n, sizeof n, "m%u", i);
-        assert_int_equal(add_model(n), 0);
+        assert_int_equal(add_model(n, why, sizeof why), 0);
     }
-    assert_int_equal(add_model("one-too-many"), -ENOSPC);
+    assert_int_equal(add_model("one-too-many", why, sizeof why), -ENOSPC);
     assert_int_equal(repo_models(names, SERVER_MODELS_MAX), SERVER_MODELS_MAX);
     R.running = false;
     assert_int_equal(repo_get_status(NULL, rs), -ENOENT);
@@ -413,6 +414,85 @@ static void test_rolled_back(void **state)
     memset(r, 0, sizeof *r);
 }
 
+/* The marks a restart keeps (repo_persist.c): a rollback, an admin's and
+ * the gate's refusals and a pin are in the model's marks file once made,
+ * and a model listed again starts with them; a load's refusal for bad
+ * files is not kept; no marks, no file; a damaged file refuses the model,
+ * naming the file and the line. */
+static void test_marks_kept(void **state)
+{
+    (void)state;
+    char why[2400], dir[1100], path[1200];
+    snprintf(R.dir, sizeof R.dir, "%s/marks", base);
+    snprintf(dir, sizeof dir, "%s/ctr", R.dir);
+    snprintf(path, sizeof path, "%s/.tlserve-marks", dir);
+    test_mkdir_p(dir);
+    R.marks_dir[0] = '\0';
+    R.n_models = 0;
+    assert_int_equal(add_model("ctr", why, sizeof why), 0);
+    R.running = true;
+    struct repo_model *r = repo__find("ctr");
+    assert_non_null(r);
+    assert_int_equal(repo_rolled_back("ctr", 5, 4), 0);
+    assert_int_equal(access(path, F_OK), 0); /* on disk once answered */
+    assert_int_equal(repo_refuse("ctr", 7, "off in the A/B"), 0);
+    pthread_mutex_lock(&R.lock);
+    repo__add_refusal(r, 9, 0xabcdef, "cannot load version 9: CORRUPT"); /* not kept */
+    repo__add_refusal(r, 8, 0x1234, "version 8 refused by the gate: PSI 0.4");
+    r->refused[1].by_gate = true; /* 7 admin, 8 gate, 9 files */
+    r->pinned = 4;
+    r->marks_dirty = true;
+    pthread_mutex_unlock(&R.lock);
+    repo__marks_flush();
+    assert_false(r->marks_dirty);
+    assert_false(r->marks_failed);
+
+    R.n_models = 0; /* the restart: the model listed again */
+    assert_int_equal(add_model("ctr", why, sizeof why), 0);
+    r = repo__find("ctr");
+    assert_int_equal(r->pinned, 4);
+    assert_true(r->pin_restored);
+    assert_int_equal(r->n_rolled_back, 1);
+    assert_int_equal(r->rolled_back[0], 5);
+    assert_int_equal(r->n_refused, 2);
+    assert_int_equal(r->refused[0].version, 7);
+    assert_true(r->refused[0].by_admin);
+    assert_string_equal(r->refused[0].error, "refused by admin: off in the A/B");
+    assert_int_equal(r->refused[1].version, 8);
+    assert_true(r->refused[1].by_gate);
+    assert_int_equal(r->refused_sig[1], 0x1234);
+    assert_true(is_refused(r, 5) && is_refused(r, 7) && is_refused(r, 8));
+    assert_false(is_refused(r, 9));
+
+    /* Activating and unpinning clears them: no marks, no file. */
+    pthread_mutex_lock(&R.lock);
+    r->n_refused = 0;
+    r->n_rolled_back = 0;
+    pthread_mutex_unlock(&R.lock);
+    assert_int_equal(repo_unpin("ctr"), 0);
+    assert_int_equal(access(path, F_OK), -1);
+
+    /* A damaged file: the model is not added, the file and line named. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("tlserve-marks 1 ctr\nrolled_back 5\nrolled_back 3\nend 2\n", f);
+    fclose(f);
+    R.n_models = 0;
+    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    assert_non_null(strstr(why, path));
+    assert_non_null(strstr(why, "line 3: rolled-back versions not ascending"));
+    assert_int_equal(R.n_models, 0);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("tlserve-marks 1 ctr\npinned 4\n", f); /* cut short */
+    fclose(f);
+    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    assert_non_null(strstr(why, "no end line"));
+    unlink(path);
+    R.running = false;
+    R.n_models = 0;
+}
+
 int main(void)
 {
     snprintf(base, sizeof base, "%s/test_repo_%d", tmpdir(), (int)getpid());
@@ -426,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_open_chain),
         cmocka_unit_test(test_standby_and_rollback),
         cmocka_unit_test(test_rolled_back),
+        cmocka_unit_test(test_marks_kept),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rm_rf(base);
