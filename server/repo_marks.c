@@ -47,10 +47,11 @@ size_t repo_marks_format(const repo_marks_t *m, const char *model, char *buf, si
             reason[k] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
         }
         reason[n] = '\0';
+        const char *sep = n ? " " : ""; /* no trailing space after an empty reason */
         if (f->by_admin)
-            PUT("refused %" PRIu64 " admin %s\n", f->version, reason);
+            PUT("refused %" PRIu64 " admin%s%s\n", f->version, sep, reason);
         else
-            PUT("refused %" PRIu64 " gate %016" PRIx64 " %s\n", f->version, f->sig, reason);
+            PUT("refused %" PRIu64 " gate %016" PRIx64 "%s%s\n", f->version, f->sig, sep, reason);
         lines++;
     }
     PUT("end %u\n", lines);
@@ -135,6 +136,8 @@ static int parse_refusal(const char *s, const char *end, struct repo_marked_refu
         return fail(why, why_len, line, "refused: the kind must be admin or gate");
     }
     size_t n = (size_t)(end - s);
+    if (n == 0 && s[-1] == ' ')
+        return fail(why, why_len, line, "a space at the end of the line (a reason follows one)");
     if (n > REPO_MARKS_REASON_MAX)
         return fail(why, why_len, line, "the reason is longer than %d bytes", REPO_MARKS_REASON_MAX);
     for (size_t k = 0; k < n; k++)
@@ -152,6 +155,7 @@ int repo_marks_parse(const char *buf, size_t len, const char *model, repo_marks_
     memset(m, 0, sizeof *m);
     const char *p = buf, *stop = buf + len;
     unsigned line = 0, marks = 0;
+    int stage = 0; /* 1 pinned, 2 rolled_back, 3 refused: the marks come in this order */
     bool ended = false;
     while (p < stop) {
         const char *end = memchr(p, '\n', (size_t)(stop - p));
@@ -186,13 +190,21 @@ int repo_marks_parse(const char *buf, size_t len, const char *model, repo_marks_
             ended = true;
             continue;
         }
-        if (take_word(&s, end, "pinned")) {
+        int kind = take_word(&s, end, "pinned")        ? 1
+                   : take_word(&s, end, "rolled_back") ? 2
+                   : take_word(&s, end, "refused")     ? 3
+                                                       : 0;
+        if (kind && kind < stage)
+            return fail(why, why_len, line, "marks out of order (pinned, rolled_back, refused, "
+                        "end)");
+        stage = kind;
+        if (kind == 1) {
             if (m->pinned)
                 return fail(why, why_len, line, "a second pinned version");
             if (parse_version(&s, end, &v) != 0 || s != end)
                 return fail(why, why_len, line, "pinned: one version (1 .. 2^63) expected");
             m->pinned = v;
-        } else if (take_word(&s, end, "rolled_back")) {
+        } else if (kind == 2) {
             if (parse_version(&s, end, &v) != 0 || s != end)
                 return fail(why, why_len, line, "rolled_back: one version (1 .. 2^63) expected");
             if (m->n_rolled_back == REPO_ROLLED_BACK_MAX)
@@ -201,7 +213,7 @@ int repo_marks_parse(const char *buf, size_t len, const char *model, repo_marks_
             if (m->n_rolled_back && m->rolled_back[m->n_rolled_back - 1] >= v)
                 return fail(why, why_len, line, "rolled-back versions not ascending");
             m->rolled_back[m->n_rolled_back++] = v;
-        } else if (take_word(&s, end, "refused")) {
+        } else if (kind == 3) {
             if (m->n_refused == REPO_REFUSED_MAX)
                 return fail(why, why_len, line, "more than %d refused versions", REPO_REFUSED_MAX);
             struct repo_marked_refusal *f = &m->refused[m->n_refused];

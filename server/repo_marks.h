@@ -14,6 +14,8 @@
  *   refused <version> admin <reason>            ascending with the gate's,
  *   refused <version> gate <sig> <reason>       at most REPO_REFUSED_MAX
  *   end <count of the lines above it>
+ * The marks come in this order (pinned, rolled_back, refused); a reason,
+ * when there is one, follows its kind (or signature) after one space.
  * Versions are decimal, 1 .. 2^63; sig is 16 hex digits (the prefix
  * signature of repo.c: SIGNATURES, so the refusal is forgotten when the
  * files change); a reason is printable text without '\n', at most
