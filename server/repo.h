@@ -24,6 +24,9 @@
  *   An explicit admin load wins until the repository changes again.
  *   Two admin overrides (below): a PIN (repo_activate) suspends the policy
  *   until repo_unpin, and a ROLLED-BACK version is refused until activated.
+ *   The pin, the rolled-back versions and the refusals a restart could not
+ *   make again (the admin's, the gate's) are kept in the model's marks file
+ *   and read back when a restart lists the model (repo_marks.h).
  *   A version the policy picks that is still kept loaded as a standby
  *   (model_registry.c) is made active by a pointer swap, not loaded.
  *

@@ -13,7 +13,7 @@
  *   rolled_back <version>                       ascending, at most REPO_ROLLED_BACK_MAX
  *   refused <version> admin <reason>            ascending with the gate's,
  *   refused <version> gate <sig> <reason>       at most REPO_REFUSED_MAX
- *   end <count of the lines above it>
+ *   end <count of the marks above>
  * The marks come in this order (pinned, rolled_back, refused); a reason,
  * when there is one, follows its kind (or signature) after one space.
  * Versions are decimal, 1 .. 2^63; sig is 16 hex digits (the prefix
