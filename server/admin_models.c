@@ -23,7 +23,7 @@
  *   GET  /v1/models/{name}/versions   200 {"model","pinned","pinned_version",
  *        "keep_versions","versions":[{"version","state","reason"?}]}, newest
  *        first.  Versions are the repository's listing plus the loaded
- *        ones; state is active, loading, standby, rolled_back, refused
+ *        ones; state is active, loading, validating, standby, rolled_back, refused
  *        (reason: the loader's sentence) or retired (on disk, not loaded).
  *        404 when name is neither active nor the repository's model.
  *
@@ -381,8 +381,13 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
         if (strcmp(kept[i].name, name) == 0)
             row_of(rows, &n, kept[i].version)->state = "standby";
     uint64_t lv;
+    loader_status_t ls;
     if (load_under_way(name, &lv) && lv)
-        row_of(rows, &n, lv)->state = "loading";
+        row_of(rows, &n, lv)->state =
+            loader_status(name, &ls) == 0 && ls.finished_ns == 0 && ls.version == lv &&
+                    ls.state == LOADER_VALIDATING
+                ? "validating" /* loaded, in the gate */
+                : "loading";
     if (is_active) {
         row_t *r = row_of(rows, &n, av);
         r->state = "active";

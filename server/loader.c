@@ -22,6 +22,7 @@
  *   LOADER_QUEUE_MAX + 1 records are unfinished, so one can always be taken.
  *
  *   records: [demo: DONE #3] [big: LOADING #5] [other: QUEUED #6] [ ]...
+ *   (a record's states: QUEUED -> LOADING -> VALIDATING -> DONE | FAILED)
  *   queue:   head -> &other
  *
  * PRIORITY
@@ -45,7 +46,8 @@
  *
  * GATE
  *   Between the open and the swap, the candidate passes the validation gate
- *   (gate_check, on this thread, without L.lock) unless its job is forced;
+ *   (gate_check, on this thread, without L.lock; the record says VALIDATING)
+ *   unless its job is forced;
  *   a refusal fails the load with the gate's message and the version is
  *   released unserved.
  *
@@ -119,6 +121,8 @@ const char *loader_state_name(loader_state_t st)
         return "queued";
     case LOADER_LOADING:
         return "loading";
+    case LOADER_VALIDATING:
+        return "validating";
     case LOADER_DONE:
         return "done";
     case LOADER_FAILED:
@@ -223,7 +227,13 @@ static void *loader_main(void *arg)
         }
         /* The gate (gate.h) before the swap: a refused version is never served. */
         gate_verdict_t gv;
-        bool refused = rc == 0 && !hk.force && gate_check(srv, sm, &gv) != 0;
+        bool gated = rc == 0 && !hk.force;
+        if (gated) {
+            pthread_mutex_lock(&L.lock);
+            r->state = LOADER_VALIDATING;
+            pthread_mutex_unlock(&L.lock);
+        }
+        bool refused = gated && gate_check(srv, sm, &gv) != 0;
 
         pthread_mutex_lock(&L.lock);
         if (rc != 0) {

@@ -390,6 +390,7 @@ void server_model_drop_standby(server_t *srv);
 typedef enum loader_state {
     LOADER_QUEUED,
     LOADER_LOADING,
+    LOADER_VALIDATING, /* loaded, in the validation gate (gate.h) */
     LOADER_DONE,
     LOADER_FAILED,
 } loader_state_t;

@@ -208,6 +208,10 @@ class LoadBackground(unittest.TestCase):
         self.assertEqual(bad, [], "healthz did not answer 200 throughout the load")
         loading = [t for t, state in states if state == "loading"]
         self.assertTrue(loading, f"the load was never seen loading: {states}")
+        # The states in their one order: queued, loading, validating (the gate), done.
+        order = ["queued", "loading", "validating", "done"]
+        seen = [order.index(state) for _, state in states]
+        self.assertEqual(seen, sorted(seen), f"states out of order: {states}")
         during = [s for s in poller.samples if loading[0] <= s[0] + s[2] and s[0] <= loading[-1]]
         self.assertTrue(during, "no healthz answer while the load was seen loading")
         print(f"\nhealthz during a {LOAD_KEYS}-key load: {len(poller.samples)} samples, "
@@ -297,13 +301,13 @@ class LoadBackground(unittest.TestCase):
         s.sendall(b"POST /v1/models/demo:load?wait=1 HTTP/1.1\r\nHost: x\r\n"
                   b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        wait_state(port, "demo", ("loading", "done"))  # off the queue (the loader is niced)
+        wait_state(port, "demo", ("loading", "validating", "done"))  # off the queue (the loader is niced)
         # While it is loading (a {LOAD_KEYS}-key load takes a while; the checks
         # below are skipped if it has already ended): a second load of the same model gets
         # 409 naming it, and the queue takes queue_max() loads, one more gets 503.
         answers = [post_load(port, "demo", self.v3)]
         answers += [post_load(port, name, path) for name, path in self.others]
-        still = load_status(port, "demo")[1]["state"] == "loading"
+        still = load_status(port, "demo")[1]["state"] in ("loading", "validating")
         s.close()
         if still:
             self.assertEqual(answers[0][0], 409, answers[0][2])
@@ -336,7 +340,7 @@ class LoadBackground(unittest.TestCase):
 
             waiter = threading.Thread(target=wait_for_load)
             waiter.start()
-            wait_state(port, "demo", ("loading", "done"))
+            wait_state(port, "demo", ("loading", "validating", "done"))
             queued = post_load(port, "q0", self.others[0][1])
             self.assertEqual(queued[0], 202, queued[2])
             rc = srv.stop(timeout=600.0)
