@@ -10,9 +10,9 @@
  *   configured (state-changing calls are off), 401 without or with a wrong
  *   token (compared in constant time for a given token length), 400 when the
  *   request is malformed (body not JSON, no "path", bad model name in the
- *   URL, a wait= other than 1/true/0/false), 403 when --model-root is set
- *   and the path does not resolve (realpath) to a path strictly under the
- *   root's (the root itself, '..' escapes and symlinks out are refused; the
+ *   URL, a wait= other than 1/true/0/false), 403 when --model-repo (else
+ *   --model-root) is set and the path does not resolve (realpath) to a path
+ *   strictly under it (the root itself, '..' escapes and symlinks out are refused; the
  *   resolved path is the one loaded), 409 when the manifest cannot be
  *   read or names another model than the URL (snapshots are write-once
  *   directories, so the manifest read here is the one the loader loads).
@@ -131,15 +131,19 @@ void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name)
                            sizeof dir);
         return;
     }
-    if (srv->cfg.model_root[0]) {
+    /* With a repository, loads stay inside it (it lies under --model-root
+     * when both are set: main checks that). */
+    const char *root = srv->cfg.model_repo[0] ? srv->cfg.model_repo : srv->cfg.model_root;
+    if (root[0]) {
         /* Loaded from the resolved path, so that a symlink swapped after
          * this check cannot lead the loader elsewhere. */
         char why[2 * PATH_MAX + 256];
-        if (server_path_under_root(srv->cfg.model_root, path, dir, sizeof dir, why, sizeof why) !=
-            0) {
+        if (server_path_under_root(root, path, dir, sizeof dir, why, sizeof why) != 0) {
             LOG(LL_WARN, "admin: load %s refused: %s", name, why);
-            admin__reply_error(req, 403, "loads are restricted to --model-root '%s': %s",
-                               srv->cfg.model_root, why);
+            admin__reply_error(req, 403, "loads are restricted to %s '%s': %s",
+                               srv->cfg.model_repo[0] ? "the model repository (--model-repo)"
+                                                      : "--model-root",
+                               root, why);
             json_decref(j);
             return;
         }

@@ -300,6 +300,26 @@ class Rollback(unittest.TestCase):
         self.assertEqual(vs[2]["state"], "active")
         self.assertIn("refused by admin", srv.output())
 
+    def test_admin_loads_stay_inside_the_repository(self):
+        # With --model-repo an admin load names a version inside the repository: a snapshot
+        # outside it (here the very same files) is refused with 403 naming the repository.
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        shutil.copytree(self.full[2], os.path.join(self.mdir, "2"))
+        srv = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(srv, 2)
+        hdr = {"Authorization": "Bearer " + TOKEN}
+        for outside in (self.full[1], os.path.join(self.mdir, "..", "..", "full", "1")):
+            st, _, body = harness.http(srv.admin_port, "/v1/models/rm:load?wait=1", "POST",
+                                       json.dumps({"path": outside}).encode(), hdr)
+            self.assertEqual(st, 403, body)
+            self.assertIn("restricted to the model repository (--model-repo) '%s'" % self.repo,
+                          json.loads(body)["error"])
+        self.assertEqual(self.active(srv), 2)
+        st, _, body = harness.http(srv.admin_port, "/v1/models/rm:load?wait=1", "POST",
+                                   json.dumps({"path": os.path.join(self.mdir, "1")}).encode(), hdr)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.active(srv), 1)
+
     def test_no_standby_without_keep(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo, "--keep-versions", "0", token=TOKEN)
