@@ -311,7 +311,10 @@ int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model
                store_error_t *err)
 {
     const struct repo_model *r = arg;
-    return repo_open_version(srv, r->model_dir, st->version, out, err);
+    pthread_mutex_lock(&R.lock);
+    bool explicit_load = r->pinned == st->version; /* the admin's activation (or its pin) */
+    pthread_mutex_unlock(&R.lock);
+    return repo__open_chain(srv, r->model_dir, st->version, explicit_load, out, err);
 }
 
 /* The active version of model and its manifest's model name (0 when none). */

@@ -10,6 +10,15 @@
  *   active = 5:  overlay(8) over the active model         (memory of the delta)
  *   else:        load 3, apply 5 and 8, wrap as a model   (memory of a full load)
  *
+ * LINEAGE: a delta must extend what serves.  When the model serves a
+ * version A of this repository, a delta version whose parent is neither A
+ * nor one of A's links is refused (check_lineage): it was made from
+ * another line of versions (a producer on a stale base, or one building on
+ * a version rolled back or refused), and serving it would silently drop
+ * what A holds beyond that parent.  An explicit activation of it (the
+ * admin's) loads it anyway; a server with nothing active (a start) has no
+ * line to keep; a served A no longer in the repository cannot be checked.
+ *
  * The online trainer's own exports of the active version (online.h:
  * online_export_is_own) are neither: their values are in the active
  * store already (the trainer wrote them, and more since), so the version
@@ -175,8 +184,60 @@ static int open_own_full(server_t *srv, const char *model, const char *model_dir
     return rc;
 }
 
+/* LINEAGE (above): 0 when the delta chain may be rebuilt over what model
+ * serves, else the refusal in err. */
+static int check_lineage(server_t *srv, const char *model, const char *model_dir,
+                         const store_chain_t *chain, store_error_t *err)
+{
+    if (chain->n < 2)
+        return 0; /* a full version starts a line of its own */
+    server_model_t *act = server_model_acquire_named(srv, model);
+    if (!act)
+        return 0;
+    const store_meta_t am = *model_meta(act->model);
+    server_model_release(act);
+    uint64_t parent = chain->versions[chain->n - 2];
+    uint64_t parent_created = chain->created_unix[chain->n - 2];
+    if (strcmp(am.model_name, model) != 0 ||
+        (parent == am.version && parent_created == am.created_unix))
+        return 0;
+    store_chain_t *ac = malloc(sizeof *ac);
+    store_error_t aerr;
+    if (!ac || store_version_chain(model_dir, am.version, ac, &aerr) != 0 ||
+        ac->created_unix[ac->n - 1] != am.created_unix) {
+        free(ac);
+        return 0; /* the served version is not (or no longer) this repository's */
+    }
+    char links[256];
+    size_t off = 0;
+    int found = 0;
+    links[0] = '\0';
+    for (uint32_t i = 0; i < ac->n; i++) {
+        found |= ac->versions[i] == parent && ac->created_unix[i] == parent_created;
+        if (off < sizeof links - 24)
+            off += (size_t)snprintf(links + off, sizeof links - off, "%s%" PRIu64,
+                                    i ? " <- " : "", ac->versions[ac->n - 1 - i]);
+    }
+    free(ac);
+    if (found)
+        return 0;
+    return store_error_set(err, STORE_E_MISMATCH,
+                           "delta version %" PRIu64 " extends version %" PRIu64 ", which is "
+                           "neither the active version %" PRIu64 " nor one of its ancestors "
+                           "(%s): it was made from another line of versions, and serving it "
+                           "would drop what %" PRIu64 " holds; activate it explicitly to serve "
+                           "it anyway",
+                           chain->versions[chain->n - 1], parent, am.version, links, am.version);
+}
+
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
                       store_error_t *err)
+{
+    return repo__open_chain(srv, model_dir, version, false, out, err);
+}
+
+int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
+                     server_model_t **out, store_error_t *err)
 {
     const char *slash = strrchr(model_dir, '/');
     const char *model = slash ? slash + 1 : model_dir;
@@ -198,6 +259,8 @@ int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, se
         rc = open_own_full(srv, model, model_dir, chain->versions[0], out, err);
     if (rc != -ENOENT)
         goto out; /* applied as an overlay, or refused */
+    if (!explicit_load && (rc = check_lineage(srv, model, model_dir, chain, err)) != 0)
+        goto out;
     store_meta_t meta;
     snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[0]);
     if (chain->n == 1) {

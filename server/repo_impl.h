@@ -83,6 +83,11 @@ void repo__load_ended(const loader_status_t *st, void *arg);
  * struct repo_model; model_dir is immutable, read without the lock). */
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                store_error_t *err);
+/* repo_open_version, and with explicit_load false refusing a delta that does
+ * not extend the active version's line (repo_chain.c: LINEAGE); the
+ * watcher's loads check it, the admin's activations do not. */
+int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
+                     server_model_t **out, store_error_t *err);
 /* Drops version from r's rolled-back list (no-op when absent).  R.lock held. */
 void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
 /* Adds version to r's rolled-back list (R.lock held or single-threaded):

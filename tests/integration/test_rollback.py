@@ -320,6 +320,35 @@ class Rollback(unittest.TestCase):
         self.assertEqual(st, 200, body)
         self.assertEqual(self.active(srv), 1)
 
+    def test_delta_off_another_line_is_refused(self):
+        # A delta must extend the active version's line: 4 (a delta of 2) while the full 3
+        # serves is refused, naming its parent, the active version and its ancestors; an
+        # explicit activation serves it anyway; then 5, a delta of 3, is refused the same way.
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(srv, 1)
+        self.add_delta(1, 2)
+        self.wait_active(srv, 2)
+        self.place_full(3)
+        self.wait_active(srv, 3)
+        self.add_delta(2, 4)
+        self.wait_for(srv, lambda m: any(r["version"] == 4 for r in m["repository"]["refused"]),
+                      "version 4 refused")
+        _, vs = self.versions(srv)
+        self.assertEqual(vs[4]["state"], "refused")
+        self.assertIn("delta version 4 extends version 2, which is neither the active version 3 "
+                      "nor one of its ancestors (3)", vs[4]["reason"])
+        self.assertEqual(self.active(srv), 3)
+        r = self.tlctl(srv, "activate", NAME, "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_active(srv, 4)
+        r = self.tlctl(srv, "activate", NAME, "latest")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.add_delta(3, 5)  # extends 3, an ancestor of nothing active now (4 serves): refused
+        self.wait_for(srv, lambda m: any(r["version"] == 5 for r in m["repository"]["refused"]),
+                      "version 5 refused")
+        self.assertEqual(self.active(srv), 4)
+
     def test_no_standby_without_keep(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo, "--keep-versions", "0", token=TOKEN)
