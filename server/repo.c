@@ -393,10 +393,12 @@ static void restore_pin(struct repo_model *r, const uint64_t *versions, const ui
         if (versions[j] == r->pinned)
             at = j;
     uint64_t from;
-    if (at < 0) {
+    if (at < 0 || is_refused(r, r->pinned)) {
+        /* Refused too: its load failed while pinned (the gate's refusal
+         * is kept), and the version served then is not known. */
         LOG(LL_WARN, "repo: %s was pinned to version %" PRIu64 " before the restart, which is "
-            "no longer in %s: unpinned, the latest policy serves", r->model, r->pinned,
-            r->model_dir);
+            "%s %s: unpinned, the latest policy serves", r->model, r->pinned,
+            at < 0 ? "no longer in" : "refused in", r->model_dir);
         r->pinned = 0;
         r->pin_restored = false;
         r->pending = true;

@@ -198,6 +198,34 @@ class GateMarks(unittest.TestCase):
             shared, items = tg.Traffic(srv).request()
             self.assertEqual(c.predict("gm", shared, items).version, 1)
 
+        # Activated by the admin (pinned), 2 meets the gate again and is refused again; the
+        # restart then unpins it (the version served meanwhile is not known) and serves 1.
+        traffic = tg.Traffic(srv)
+        traffic.start()
+        self.addCleanup(traffic.stop)
+        while traffic.ok < 300:
+            self.assertEqual(traffic.failed, [])
+            threading.Event().wait(0.01)
+        st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
+                                   b'{"version": 2}', {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 202, body)
+        for _ in range(600):
+            if srv.output().count("repo: version 2 of gm refused") >= 1:
+                break
+            threading.Event().wait(0.05)
+        traffic.stop()
+        self.assertEqual(traffic.failed, [])
+        body = json.loads(srv.get("/v1/models/gm/versions")[2])
+        self.assertEqual((body["pinned"], body["pinned_version"]), (True, 2))
+        srv.stop()
+        srv = harness.Server(None, "--model-repo", repo, "--workers", "1", token=TOKEN)
+        self.addCleanup(srv.stop, timeout=60.0)
+        self.assertIn("pinned to version 2 before the restart, which is refused in", srv.output())
+        body = json.loads(srv.get("/v1/models/gm/versions")[2])
+        self.assertFalse(body["pinned"])
+        self.assertEqual({v["version"]: v["state"] for v in body["versions"]},
+                         {1: "active", 2: "refused"})
+
 
 if __name__ == "__main__":
     unittest.main()
