@@ -179,11 +179,6 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
                  "accumulators): an export could not place their updates");
         return -ENOTSUP;
     }
-    if (atomic_load(&s->dense)) {
-        snprintf(why, why_len, "a DNN, whose MLP is exchanged as DENSE messages (1-bit Adam) "
-                 "that an export does not place yet; it learns and syncs on");
-        return -ENOTSUP;
-    }
     if (!atomic_load(&S.caught_up)) {
         snprintf(why, why_len, "the update stream has not been read to its end since the start "
                  "(NATS unreachable, or a long stream; tlserve_sync_caught_up)");
@@ -226,6 +221,9 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
     st->own_last = atomic_load(&S.next_seq) - 1;
     st->npeers = s->napplied;
     memcpy(st->peers, s->applied, s->napplied * sizeof *st->peers);
+    rc = online__sync_dense_cut(q, s, st, why, why_len); /* a DNN's MLP, the same instant */
+    if (rc != 0)
+        sync_state_free(st);
 out:
     pthread_mutex_unlock(&S.pub_lock);
     return rc;
@@ -253,7 +251,7 @@ bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t k
 
 /* ---- the restart -------------------------------------------------------------------- */
 
-void online__sync_resume(online_model_t *q)
+void online__sync_resume(online_model_t *q, model_t *m)
 {
     sync_state_t *st = q->sync_resume;
     if (!st)
@@ -289,6 +287,15 @@ void online__sync_resume(online_model_t *q)
         s->napplied = st->npeers;
         memcpy(s->applied, st->peers, st->npeers * sizeof *s->applied);
         s->own_skip = st->own_last;
+        char why[200];
+        if (online__sync_dense_resume(q, s, m, st, why, sizeof why) != 0)
+            LOG(LL_WARN, "online: model '%s': the MLP of export %" PRIu64 " is not resumed: %s; "
+                "it learns on from the served one (this replica will differ from its peers)",
+                q->name, st->version, why);
+        else if (st->dense_n)
+            LOG(LL_INFO, "online: model '%s': resumes its MLP of %u parameters and its 1-bit "
+                "Adam after %" PRIu64 " local steps from export %" PRIu64, q->name, st->dense_n,
+                st->dense_steps, st->version);
         LOG(LL_INFO, "online: model '%s': resumes the update exchange of export %" PRIu64
             " (lineage of version %" PRIu64 "): %" PRIu64 " residual keys back in its "
             "accumulators, its own messages after sequence %" PRIu64 " subtracted, %u peers "
