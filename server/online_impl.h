@@ -197,6 +197,10 @@ struct sync_state;
  * model (no accumulators), why says so; -ENOMEM.  A DNN's MLP and its 1-bit
  * Adam state go into st's MLP section (online_sync_dense.c). */
 int online__sync_cut(online_model_t *q, struct sync_state *st, char *why, size_t why_len);
+/* A full export (writer lock held, with the cut): the MLP arrays of x (the
+ * export's copy of the model's extras) overwritten with the trainer's MLP,
+ * the one the cut recorded; nothing when the MLP does not learn here. */
+void online__sync_dense_to_extras(online_model_t *q, store_extras_t *x);
 /* After a cut that returned 0 (writer lock still held): every key a peer's
  * message wrote since the previous cut, given to mark(ctx, key); returns
  * true instead when there were more than the set holds (the export must

@@ -413,3 +413,23 @@ int online__sync_dense_resume(online_model_t *q, struct online_sync_model *s, mo
     atomic_store_explicit(&d->warm, train_dnn_sync_frozen(d->s), memory_order_relaxed);
     return 0;
 }
+
+void online__sync_dense_to_extras(online_model_t *q, store_extras_t *x)
+{
+    const dnn_net_t *net = q->t ? train_dnn_sync_net(q->t) : NULL;
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!net || !s || !s->dense)
+        return; /* the MLP does not learn here: the snapshot's is the one served */
+    char wname[STORE_DENSE_NAME_MAX], bname[STORE_DENSE_NAME_MAX];
+    for (uint32_t l = 0; l < net->n_layers; l++) {
+        model_dnn_layer_names(l, wname, bname);
+        uint64_t wn = (uint64_t)net->width[l] * net->width[l + 1], bn = net->width[l + 1];
+        for (uint32_t i = 0; i < x->n_dense; i++) {
+            store_dense_t *a = &x->dense[i];
+            if (strcmp(a->name, wname) == 0 && a->count == wn)
+                memcpy(a->data, net->W[l], wn * sizeof *a->data);
+            else if (strcmp(a->name, bname) == 0 && a->count == bn)
+                memcpy(a->data, net->b[l], bn * sizeof *a->data);
+        }
+    }
+}
