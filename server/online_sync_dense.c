@@ -30,7 +30,8 @@
  *
  * The consumer (online_sync_apply.c) hands a DENSE message here: it is
  * refused (tlserve_sync_dnn_refused_total, WARN with the reason) when made
- * on another version than the active one, when the model here is not a DNN
+ * on another lineage (its base_version, the lineage's first version, is
+ * not q->sync_base), when the model here is not a DNN
  * learning its MLP, or when train_dnn_sync_apply_mlp refuses it (another
  * length n, another model, this replica's own, a value or a result not
  * finite); else it is added to the trainer's MLP
@@ -49,18 +50,39 @@
  * (moments, frozen variance, pending delta, error vector) carries on.  A
  * version of another snapshot: that state starts afresh.
  *
- * RESTART (online_sync.c: RESTART, the same arithmetic).  The trainer
- * starts from the served snapshot's MLP and learns its sample log again:
- * its pending delta gets R, its own steps since the version began; its
- * peers hold P, the sum of its DENSE messages in the stream.  Those read
- * before the consumer caught up are subtracted from the pending delta
+ * RESTART (online_sync.c: RESTART, the same arithmetic).  x, the
+ * trainer's MLP, is always the snapshot's plus every message applied
+ * (peers') or sent (own) plus the pending delta; the error vector is what
+ * was learned and is not in x yet.  Without an export the trainer starts
+ * from the served snapshot's MLP and learns its sample log again: its
+ * pending delta gets R, its own steps since the version began; its peers
+ * hold P, the sum of its DENSE messages in the stream.  Those read before
+ * the consumer caught up are subtracted from the pending delta
  * (train_dnn_sync_subtract_own), so it sends R - P and the peers end with
  * R; the peers' messages in the stream are applied to it as they are read,
- * so it ends with what they hold.
+ * so it ends with what they hold.  From an export (online_sync_export.c)
+ * the same from the cut: x, the moments, counts, pending delta and error
+ * vector put back (online__sync_dense_resume: SYNC_STATE's MLP section),
+ * the log after the export's position learned, the messages up to the
+ * recorded positions skipped (peers') or left alone (own: the state is
+ * after them), later own ones subtracted.  Nothing is applied or
+ * subtracted while the replay is pending (hold): the resume would
+ * overwrite it.
+ *
+ * EXPORTS.  The cut (online__sync_dense_cut, under the writer lock) copies
+ * x and the 1-bit Adam state; a turn holds S.pub_lock from its encode
+ * (which moves the pending delta and error vector into the message) to
+ * JetStream's acknowledgement, so a cut sees either the message stored
+ * (its sequence at most own_last) or its delta still pending.  A peer's
+ * DENSE message applied moves that peer's position (applied_note), as a
+ * row message does; messages carry the lineage's first version
+ * (q->sync_base), which the replica's own exports going live do not move.
  *
  * THREAD SAFETY: the train_dnn_sync_t and the trainer's MLP under the
- * model's writer lock (trainer steps, turns, applies); buf is the
- * publisher's; counters are relaxed atomics.
+ * model's writer lock (trainer steps, turns, applies, cuts, the resume);
+ * buf is the publisher's, under S.pub_lock from encode to acknowledgement
+ * (taken before the writer lock; the cut only try-locks it); counters are
+ * relaxed atomics.
  */
 #define _GNU_SOURCE
 #include "online_sync_impl.h"

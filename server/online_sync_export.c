@@ -21,6 +21,21 @@
  *             base_version: the trainer's own exports going live do not
  *             start a lineage (q->sync_base), so a peer (on its own
  *             exports, numbered in its own repository) still applies them.
+ *   a DNN's MLP (online_sync_dense.c: DENSE messages, 1-bit Adam) is not
+ *             in the accumulators: its part is the trainer's MLP x and its
+ *             1-bit Adam state (moments, variance, warm-up and step counts,
+ *             the pending delta and the error vector: what was learned here
+ *             and not sent, its residual).  DENSE messages take their
+ *             sequence from the one counter of the rows', and the consumer
+ *             notes a peer's DENSE message applied as it notes a row one, so
+ *             the positions above cover both.  x is the trainer's copy, not
+ *             the one served (that is installed at the turns, so it lags):
+ *             the trainer's is the one the positions describe.  A full
+ *             export writes that x as its MLP arrays too.  The restart puts
+ *             x and the state back (x served at once), learns the log from P
+ *             into them, and subtracts its own DENSE messages after own_last
+ *             from the pending delta: x = snapshot + peers' messages + own
+ *             messages + pending holds after it as before the kill.
  *
  * THE CUT (online__sync_cut, from the hand-over under the model's writer
  * lock, the instant the values and TRAIN_STATE are copied).  The writer
@@ -28,9 +43,10 @@
  * accumulators' swap; two things run outside it and are excluded:
  *   - a message the consumer applies spans several holds (APPLY_BATCH
  *     keys each): s->applying is set through it, and a cut then waits;
- *   - the publisher encodes the retired accumulator outside the lock, and
- *     an encode subtracts the message's keys from the residual before the
- *     stream has stored it.  It holds S.pub_lock from the encode to the
+ *   - the publisher encodes the retired accumulator outside the lock (and
+ *     a DNN's MLP under it), and an encode takes the message's values out
+ *     of the residual (the pending delta) before the stream has stored it.
+ *     It holds S.pub_lock from the encode to the
  *     acknowledgement (next_seq moved), and the cut try-locks it: so every
  *     own message up to own_last = next_seq - 1 is stored and out of the
  *     residual, and every later one is encoded from the residual copied.
@@ -55,9 +71,9 @@
  * partitioned mode an export going live moves neither trainer.state nor
  * the log's trim, see FALLBACK), its SYNC_STATE is read before the
  * repository loads; the trainer attaches to the export, restores the
- * optimizer state (restore_state), then the resume puts the residual and
- * the positions in place under the writer lock, and the log from P is
- * learned.  The consumer applies nothing of that model until the replay is
+ * optimizer state (restore_state), then the resume puts the residual, the
+ * positions and a DNN's MLP and 1-bit Adam in place under the writer lock,
+ * and the log from P is learned.  The consumer applies nothing of that model until the replay is
  * done (online_sync_apply.c waits while replay_pending), then skips a
  * peer's message at or below its position and an own message at or below
  * own_last (tlserve_sync_resume_skipped_total), and subtracts own later
@@ -70,9 +86,6 @@
  * operator), so the repository loads that first version, trainer.state
  * (still naming it) replays the whole log and the consumer reads every
  * message from the stream's start: the restart without exports.
- *
- * NOT COVERED: a DNN's MLP (its DENSE messages and 1-bit Adam are not in
- * the accumulators): such a model is not exported in this mode (WARN).
  *
  * THREAD SAFETY: the cut, the peer marks and the resume run under the
  * model's writer lock (the cut also try-locks S.pub_lock); the start's
