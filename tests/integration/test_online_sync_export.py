@@ -31,7 +31,10 @@ after several exports, and started again on the same repository, sample log and 
   Adam): the export's SYNC_STATE also holds the trainer's MLP and its 1-bit Adam state (moments,
   frozen variance, step counts, pending delta, error vector); the restart restores them, learns
   only the sample log after the export's position (exactly those samples), skips what the
-  export holds, serves a learned MLP at once and agrees with a within 1e-5.
+  export holds and agrees with a within 1e-5; a full export's MLP arrays are the learned MLP.
+  Each piece disabled in turn (the MLP not restored; only the MLP, not its 1-bit Adam state;
+  own DENSE messages up to the recorded sequence subtracted again; peers' DENSE messages up to
+  their positions applied again) never agrees within 1e-5 (60 s; measured once each).
 - test_peer_message_first: b's model first seen in a's update message (the consumer creates it
   and attaches its trainer, maybe before the trainer thread set up its exports): b's exports
   still name version 1 as their parent and are written; SIGTERM exits 0.  Without the fix every
@@ -272,7 +275,7 @@ class PartitionedExports(unittest.TestCase):
 
     def rows_restart(self, kind, extra=()):
         """Two replicas of kind exporting, b killed -9 mid-training and restarted from its
-        last export; both agree within 1e-5 once settled.  Returns (a, b2)."""
+        last export; both agree within 1e-5 once settled.  Returns (a, b, b2)."""
         model = os.path.join(self.tmp, kind, "1")
         fmt.gen(model, kind, fmt.KINDS[kind])
         stream = "F%d" % random.randrange(1 << 30)
@@ -316,16 +319,17 @@ class PartitionedExports(unittest.TestCase):
         self.assertGreater(b2.metric("tlserve_sync_resume_skipped_total"), 0)
         replayed = b2.metric('tlserve_online_replayed_total{model="%s"}' % kind)
         self.assertLess(replayed, 3 * 15 + 30)
-        return a, b2
+        return a, b, b2
 
     def test_dnn_restart_resumes_from_export(self):
         """A DNN: its rows as FM's, and its MLP (DENSE messages, 1-bit Adam, past its warm-up
         of 10 local steps before the kill) exported in SYNC_STATE's MLP section: b2 restores
         the trainer's MLP and its 1-bit Adam state from the export, learns only its sample log
         after the export's position, skips the messages the export holds, and agrees with a
-        within 1e-5 (as the others)."""
-        dnn = ("--sync-dnn-warmup", "10", "--sync-dnn-lr", "0.01")
-        a, b2 = self.rows_restart("dnn", dnn)
+        within 1e-5 (as the others).  Every other export is full (--online-full-every 2): its
+        MLP arrays are the learned MLP, not the snapshot's."""
+        dnn = ("--sync-dnn-warmup", "10", "--sync-dnn-lr", "0.01", "--online-full-every", "2")
+        a, b, b2 = self.rows_restart("dnn", dnn)
         out = b2.output()
         self.assertRegex(out, r"model 'dnn': resumes its MLP of [1-9]\d* parameters and its "
                          r"1-bit Adam after [1-9]\d* local steps from export \d+")
@@ -338,16 +342,20 @@ class PartitionedExports(unittest.TestCase):
         self.assertRegex(out, r"%d samples of positions %d\.\.25 learned again" % (
             3 * (25 - p), p))
         self.assertEqual(b2.metric('tlserve_online_replayed_total{model="dnn"}'), 3 * (25 - p))
-        # b2 serves a learned MLP, not the snapshot's its repository's version 1 holds
-        snap = Server(os.path.join(self.tmp, "dnn", "1"), "--gate-sample", "0")
-        self.servers.append(snap)
-        self.assertNotEqual(harness.digest(b2, "dnn")["mlp"], harness.digest(snap, "dnn")["mlp"])
         for s in (a, b2):
             self.assertGreater(s.metric("tlserve_sync_dnn_applied_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_refused_version_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
             self.assertEqual(s.metric("tlserve_sync_dnn_warmup_over"), 1)
+        # a full export of b, loaded alone, serves an MLP other than the snapshot's
+        fulls = re.findall(r"model 'dnn': online updates exported as version (\d+) \(full, "
+                           r"lineage", b.output())
+        self.assertTrue(fulls, b.output()[-3000:])
+        snap = Server(os.path.join(self.tmp, "dnn", "1"), "--gate-sample", "0")
+        full = Server(os.path.join(self.tmp, "repo_b", "dnn", fulls[-1]), "--gate-sample", "0")
+        self.servers += [snap, full]
+        self.assertNotEqual(harness.digest(full, "dnn")["mlp"], harness.digest(snap, "dnn")["mlp"])
 
     def test_peer_message_first(self):
         """b's model is first seen in a peer's message: the consumer creates it (and its
