@@ -74,7 +74,8 @@
 
 struct train_dnn_sync {
     uint32_t n;             /* parameters */
-    uint32_t warmup_steps;  /* local steps before v freezes */
+    uint32_t warmup_steps;  /* local steps before v freezes (a restored state's own) */
+    uint32_t warmup_cfg;    /* the configured one: a reset goes back to it */
     uint64_t steps;         /* local steps taken */
     float lr, beta1, beta2, eps;
     float ratio_max;        /* (1-b1)/sqrt(1-b2): plain Adam's largest |m/sqrt(v)| */
@@ -110,6 +111,7 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
         return -ENOMEM;
     s->n = cfg->n;
     s->warmup_steps = cfg->warmup_steps;
+    s->warmup_cfg = cfg->warmup_steps;
     s->lr = cfg->lr;
     s->beta1 = cfg->beta1;
     s->beta2 = cfg->beta2;
@@ -436,6 +438,7 @@ void train_dnn_sync_reset(train_dnn_sync_t *s)
     memset(s->v, 0, sizeof(float) * s->n);
     memset(s->pending, 0, sizeof(float) * s->n);
     update_dense_clear_error(s->enc);
+    s->warmup_steps = s->warmup_cfg;
     s->steps = 0;
     s->b1_pow = 1;
     s->b2_pow = 1;

@@ -168,8 +168,9 @@ int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size
  * naming it (err may be NULL). */
 int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
                                 update_error_t *err);
-/* Back to a fresh state (moments, warm-up, pending delta, error vector):
- * for a model version whose MLP is another snapshot's. */
+/* Back to a fresh state (moments, warm-up and its configured length,
+ * pending delta, error vector): for a model version whose MLP is another
+ * snapshot's. */
 void train_dnn_sync_reset(train_dnn_sync_t *s);
 
 /* The state a partitioned export keeps of s (server/online_sync_export.c)

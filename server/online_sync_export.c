@@ -73,8 +73,9 @@
  * repository loads; the trainer attaches to the export, restores the
  * optimizer state (restore_state), then the resume puts the residual, the
  * positions and a DNN's MLP and 1-bit Adam in place under the writer lock,
- * and the log from P is learned.  The consumer applies nothing of that model until the replay is
- * done (online_sync_apply.c waits while replay_pending), then skips a
+ * and the log from P is learned.  The consumer applies nothing of that
+ * model until the replay is done (online_sync_apply.c, online_sync_dense.c
+ * wait while replay_pending), then skips a
  * peer's message at or below its position and an own message at or below
  * own_last (tlserve_sync_resume_skipped_total), and subtracts own later
  * ones as it does at any restart.

@@ -24,7 +24,8 @@
  *     from another's saved state, mid warm-up and after the freeze, then
  *     steps and publishes bit for bit as the one saved (the same message
  *     bytes, the same parameters); a state that cannot be is refused
- *     whole (another n, v below 0, a NaN, a power past 1, warm-up 0);
+ *     whole (another n, v below 0, a NaN, a power past 1, warm-up 0); a
+ *     reset afterwards goes back to the configured warm-up length;
  *   - two real DNN trainers (train_dnn_sync_attach), rows exchanged at once
  *     through the ROWS hook and the MLP every interval with 1-bit Adam,
  *     score every sample alike after the last exchange; the attach and
@@ -496,6 +497,14 @@ static void test_save_restore(void **state)
         assert_int_equal(train_dnn_sync_save(b, &wrong), -EINVAL);
         assert_int_equal(now.steps, train_dnn_sync_steps(a)); /* the refusals left b as it was */
         free(now.m);
+        /* a reset (another snapshot) goes back to the configured warm-up: 100 after the
+         * freeze's cut (7 steps: not frozen), 2 mid warm-up (frozen) */
+        train_dnn_sync_reset(b);
+        for (int t = 0; t < 7; t++) {
+            gradient(g, xb, n);
+            assert_int_equal(train_dnn_sync_step(b, xb, g), 0);
+        }
+        assert_int_equal(train_dnn_sync_frozen(b), !cut);
         free(sv.m);
         train_dnn_sync_destroy(a);
         train_dnn_sync_destroy(b);
