@@ -763,6 +763,31 @@ int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net)
     return 0;
 }
 
+int train_dnn_sync_get_params(const train_t *t, float *x, size_t n)
+{
+    const train_dnn_t *d = t && train_ops(t) == &train__dnn_ops ? train__impl(t) : NULL;
+    if (!d)
+        return -ENOTSUP;
+    if (n != d->n_dense)
+        return -EINVAL;
+    memcpy(x, d->dense, n * sizeof *x);
+    return 0;
+}
+
+int train_dnn_sync_set_params(train_t *t, const float *x, size_t n)
+{
+    train_dnn_t *d = dnn_of(t);
+    if (!d)
+        return -ENOTSUP;
+    if (n != d->n_dense)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return -EINVAL;
+    memcpy(d->dense, x, n * sizeof *x);
+    return 0;
+}
+
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap)
 {
     train_dnn_t *d = dnn_of(t);

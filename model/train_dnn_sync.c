@@ -74,7 +74,8 @@
 
 struct train_dnn_sync {
     uint32_t n;             /* parameters */
-    uint32_t warmup_steps;  /* local steps before v freezes */
+    uint32_t warmup_steps;  /* local steps before v freezes (a restored state's own) */
+    uint32_t warmup_cfg;    /* the configured one: a reset goes back to it */
     uint64_t steps;         /* local steps taken */
     float lr, beta1, beta2, eps;
     float ratio_max;        /* (1-b1)/sqrt(1-b2): plain Adam's largest |m/sqrt(v)| */
@@ -110,6 +111,7 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
         return -ENOMEM;
     s->n = cfg->n;
     s->warmup_steps = cfg->warmup_steps;
+    s->warmup_cfg = cfg->warmup_steps;
     s->lr = cfg->lr;
     s->beta1 = cfg->beta1;
     s->beta2 = cfg->beta2;
@@ -395,12 +397,48 @@ int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t 
     return 0;
 }
 
+int train_dnn_sync_save(const train_dnn_sync_t *s, train_dnn_sync_saved_t *out)
+{
+    if (out->n != s->n)
+        return -EINVAL;
+    out->warmup_steps = s->warmup_steps;
+    out->steps = s->steps;
+    out->b1_pow = s->b1_pow;
+    out->b2_pow = s->b2_pow;
+    memcpy(out->m, s->m, sizeof(float) * s->n);
+    memcpy(out->v, s->v, sizeof(float) * s->n);
+    memcpy(out->pending, s->pending, sizeof(float) * s->n);
+    memcpy(out->error, update_dense_error(s->enc), sizeof(float) * s->n);
+    return 0;
+}
+
+int train_dnn_sync_restore(train_dnn_sync_t *s, const train_dnn_sync_saved_t *in)
+{
+    if (in->n != s->n || !in->warmup_steps || !(in->b1_pow >= 0 && in->b1_pow <= 1) ||
+        !(in->b2_pow >= 0 && in->b2_pow <= 1))
+        return -EINVAL;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (!isfinite(in->m[i]) || !(in->v[i] >= 0) || !isfinite(in->v[i]) ||
+            !isfinite(in->pending[i]) || !isfinite(in->error[i]))
+            return -EINVAL;
+    s->warmup_steps = in->warmup_steps;
+    s->steps = in->steps;
+    s->b1_pow = in->b1_pow;
+    s->b2_pow = in->b2_pow;
+    memcpy(s->m, in->m, sizeof(float) * s->n);
+    memcpy(s->v, in->v, sizeof(float) * s->n);
+    memcpy(s->pending, in->pending, sizeof(float) * s->n);
+    update_dense_set_error(s->enc, in->error);
+    return 0;
+}
+
 void train_dnn_sync_reset(train_dnn_sync_t *s)
 {
     memset(s->m, 0, sizeof(float) * s->n);
     memset(s->v, 0, sizeof(float) * s->n);
     memset(s->pending, 0, sizeof(float) * s->n);
     update_dense_clear_error(s->enc);
+    s->warmup_steps = s->warmup_cfg;
     s->steps = 0;
     s->b1_pow = 1;
     s->b2_pow = 1;

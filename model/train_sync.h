@@ -168,9 +168,30 @@ int train_dnn_sync_apply(train_dnn_sync_t *s, float *x, const uint8_t *buf, size
  * naming it (err may be NULL). */
 int train_dnn_sync_subtract_own(train_dnn_sync_t *s, const uint8_t *buf, size_t len,
                                 update_error_t *err);
-/* Back to a fresh state (moments, warm-up, pending delta, error vector):
- * for a model version whose MLP is another snapshot's. */
+/* Back to a fresh state (moments, warm-up and its configured length,
+ * pending delta, error vector): for a model version whose MLP is another
+ * snapshot's. */
 void train_dnn_sync_reset(train_dnn_sync_t *s);
+
+/* The state a partitioned export keeps of s (server/online_sync_export.c)
+ * so that a restart continues where it stood: the step counts, and n floats
+ * each of moments, pending delta and error vector, in the caller's arrays. */
+typedef struct train_dnn_sync_saved {
+    uint32_t n;             /* the arrays' length: s's parameters */
+    uint32_t warmup_steps;  /* local steps before v freezes */
+    uint64_t steps;         /* local steps taken */
+    double b1_pow, b2_pow;  /* beta^t of the bias correction */
+    float *m, *v;           /* n each: momentum, variance (bias-corrected once frozen) */
+    float *pending, *error; /* n each: the delta not yet published, the sender's error */
+} train_dnn_sync_saved_t;
+/* Copies s's state into *out (its n set by the caller, its arrays the
+ * caller's).  0, or -EINVAL (out->n is not s's; nothing written). */
+int train_dnn_sync_save(const train_dnn_sync_t *s, train_dnn_sync_saved_t *out);
+/* Puts a saved state back into s: s then publishes, steps and freezes as
+ * the one saved would have (its warm-up length included).  0, or -EINVAL
+ * (another n, a value not finite, v below 0, a power outside [0, 1], a
+ * warm-up of 0: nothing changed). */
+int train_dnn_sync_restore(train_dnn_sync_t *s, const train_dnn_sync_saved_t *in);
 
 /* The sender's error vector (n floats): the sum of true deltas published
  * minus the sum of what messages carried. */
@@ -196,6 +217,11 @@ const dnn_net_t *train_dnn_sync_net(const train_t *t);
  * from when the one served is no longer the snapshot's).  0, -ENOTSUP (not
  * a DNN), -EINVAL (another shape: nothing copied). */
 int train_dnn_sync_load_mlp(train_t *t, const dnn_net_t *net);
+/* t's MLP as its n floats (train_dnn_mlp_floats), copied out to x or in
+ * from x (every value finite).  0, -ENOTSUP (not a DNN), -EINVAL (another
+ * n, or a value not finite: nothing copied). */
+int train_dnn_sync_get_params(const train_t *t, float *x, size_t n);
+int train_dnn_sync_set_params(train_t *t, const float *x, size_t n);
 /* train_dnn_sync_publish / _apply on t's MLP; -ENOTSUP when t has no s. */
 long train_dnn_sync_publish_mlp(train_t *t, uint8_t *buf, size_t cap);
 long train_dnn_sync_flush_mlp(train_t *t, uint8_t *buf, size_t cap); /* _flush on t's MLP */

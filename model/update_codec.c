@@ -481,6 +481,11 @@ void update_dense_set_next_seq(update_dense_t *d, uint64_t seq) { d->next_seq = 
 
 void update_dense_clear_error(update_dense_t *d) { memset(d->err, 0, sizeof(float) * d->n); }
 
+void update_dense_set_error(update_dense_t *d, const float *err)
+{
+    memcpy(d->err, err, sizeof(float) * d->n);
+}
+
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version, uint8_t *buf,
                          size_t cap)
 {

@@ -221,6 +221,7 @@ const float *update_dense_error(const update_dense_t *d);  /* n floats */
 uint32_t update_dense_chunk(const update_dense_t *d);      /* values per scale */
 void update_dense_set_next_seq(update_dense_t *d, uint64_t seq); /* the next message's */
 void update_dense_clear_error(update_dense_t *d); /* the error vector back to 0 */
+void update_dense_set_error(update_dense_t *d, const float *err); /* n floats (a restart's) */
 
 /* ---------------------------------------------------------------- decode */
 

@@ -680,6 +680,8 @@ static int hand_over(online_model_t *q)
             "export: a delta this time", q->name);
         full = false;
     }
+    if (full && j->has_sync) /* a DNN's MLP as the cut recorded it, not the snapshot's */
+        online__sync_dense_to_extras(q, &j->x);
     if (full)
         e->overflow = true; /* every key */
     size_t n = e->overflow ? (size_t)store_count(s) : e->count;

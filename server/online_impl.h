@@ -194,9 +194,13 @@ struct sync_state;
  * (keys and vals allocated, the caller frees them with sync_state_free).  0;
  * -EAGAIN not now (a message half applied or being published, the stream not
  * read to its end yet: the next tick tries again); -ENOTSUP never for this
- * model (no accumulators, or a DNN whose MLP it cannot place), why says so;
- * -ENOMEM. */
+ * model (no accumulators), why says so; -ENOMEM.  A DNN's MLP and its 1-bit
+ * Adam state go into st's MLP section (online_sync_dense.c). */
 int online__sync_cut(online_model_t *q, struct sync_state *st, char *why, size_t why_len);
+/* A full export (writer lock held, with the cut): the MLP arrays of x (the
+ * export's copy of the model's extras) overwritten with the trainer's MLP,
+ * the one the cut recorded; nothing when the MLP does not learn here. */
+void online__sync_dense_to_extras(online_model_t *q, store_extras_t *x);
 /* After a cut that returned 0 (writer lock still held): every key a peer's
  * message wrote since the previous cut, given to mark(ctx, key); returns
  * true instead when there were more than the set holds (the export must
@@ -206,9 +210,11 @@ int online__sync_cut(online_model_t *q, struct sync_state *st, char *why, size_t
 bool online__sync_peer_pending(const online_model_t *q);
 bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t key), void *ctx);
 /* A restart (the trainer, writer lock, after restore_state): when the active
- * version is the export q->sync_resume was read from, puts its residual into
- * the accumulators and the peers' positions into the applier.  Frees it. */
-void online__sync_resume(online_model_t *q);
+ * version (m) is the export q->sync_resume was read from, puts its residual
+ * into the accumulators, the peers' positions into the applier and, for a
+ * DNN, its MLP and 1-bit Adam state into the trainer (m then serves that
+ * MLP).  Frees it. */
+void online__sync_resume(online_model_t *q, model_t *m);
 /* At a start, before the repository loads (online.c): when the newest
  * version of q's repository is an online export above version root (the
  * lineage's, trainer.state's), reads its SYNC_STATE into q->sync_resume; a

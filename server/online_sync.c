@@ -128,7 +128,8 @@
  *
  * EXPORTS (online_sync_export.c).  With --model-repo and --online-export-ms
  * each export also records the exchange's position (SYNC_STATE: per peer
- * the last sequence applied, this replica's last sequence, its residual),
+ * the last sequence applied, this replica's last sequence, its residual;
+ * a DNN's MLP and its 1-bit Adam state, online_sync_dense.c),
  * taken under the writer lock with the values; S.pub_lock, held from a
  * message's encode to its acknowledgement, keeps the cut off a message in
  * flight.  A restart from the export learns the log after it only, skips

@@ -30,7 +30,8 @@
  *
  * The consumer (online_sync_apply.c) hands a DENSE message here: it is
  * refused (tlserve_sync_dnn_refused_total, WARN with the reason) when made
- * on another version than the active one, when the model here is not a DNN
+ * on another lineage (its base_version, the lineage's first version, is
+ * not q->sync_base), when the model here is not a DNN
  * learning its MLP, or when train_dnn_sync_apply_mlp refuses it (another
  * length n, another model, this replica's own, a value or a result not
  * finite); else it is added to the trainer's MLP
@@ -49,18 +50,39 @@
  * (moments, frozen variance, pending delta, error vector) carries on.  A
  * version of another snapshot: that state starts afresh.
  *
- * RESTART (online_sync.c: RESTART, the same arithmetic).  The trainer
- * starts from the served snapshot's MLP and learns its sample log again:
- * its pending delta gets R, its own steps since the version began; its
- * peers hold P, the sum of its DENSE messages in the stream.  Those read
- * before the consumer caught up are subtracted from the pending delta
+ * RESTART (online_sync.c: RESTART, the same arithmetic).  x, the
+ * trainer's MLP, is always the snapshot's plus every message applied
+ * (peers') or sent (own) plus the pending delta; the error vector is what
+ * was learned and is not in x yet.  Without an export the trainer starts
+ * from the served snapshot's MLP and learns its sample log again: its
+ * pending delta gets R, its own steps since the version began; its peers
+ * hold P, the sum of its DENSE messages in the stream.  Those read before
+ * the consumer caught up are subtracted from the pending delta
  * (train_dnn_sync_subtract_own), so it sends R - P and the peers end with
  * R; the peers' messages in the stream are applied to it as they are read,
- * so it ends with what they hold.
+ * so it ends with what they hold.  From an export (online_sync_export.c)
+ * the same from the cut: x, the moments, counts, pending delta and error
+ * vector put back (online__sync_dense_resume: SYNC_STATE's MLP section),
+ * the log after the export's position learned, the messages up to the
+ * recorded positions skipped (peers') or left alone (own: the state is
+ * after them), later own ones subtracted.  Nothing is applied or
+ * subtracted while the replay is pending (hold): the resume would
+ * overwrite it.
+ *
+ * EXPORTS.  The cut (online__sync_dense_cut, under the writer lock) copies
+ * x and the 1-bit Adam state; a turn holds S.pub_lock from its encode
+ * (which moves the pending delta and error vector into the message) to
+ * JetStream's acknowledgement, so a cut sees either the message stored
+ * (its sequence at most own_last) or its delta still pending.  A peer's
+ * DENSE message applied moves that peer's position (applied_note), as a
+ * row message does; messages carry the lineage's first version
+ * (q->sync_base), which the replica's own exports going live do not move.
  *
  * THREAD SAFETY: the train_dnn_sync_t and the trainer's MLP under the
- * model's writer lock (trainer steps, turns, applies); buf is the
- * publisher's; counters are relaxed atomics.
+ * model's writer lock (trainer steps, turns, applies, cuts, the resume);
+ * buf is the publisher's, under S.pub_lock from encode to acknowledgement
+ * (taken before the writer lock; the cut only try-locks it); counters are
+ * relaxed atomics.
  */
 #define _GNU_SOURCE
 #include "online_sync_impl.h"
@@ -169,6 +191,9 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
         return;
     long len = 0;
     uint64_t seq = 0;
+    /* EXPORTS: from the encode (the pending delta and the error vector
+     * move into the message) to the stream's acknowledgement, no cut. */
+    pthread_mutex_lock(&S.pub_lock);
     pthread_mutex_lock(&ms->writer);
     server_model_t *sm = server_model_acquire_named(G.srv, q->name);
     bool mine = sm && q->t && model_store(sm->model) == q->attached &&
@@ -178,7 +203,7 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
     bool quiet = !stepped || final; /* what is owed goes out exact */
     if (mine && (stepped || (quiet && train_dnn_sync_owes(d->s)))) {
         seq = atomic_load(&S.next_seq);
-        train_dnn_sync_set_header(d->s, seq, q->att_version);
+        train_dnn_sync_set_header(d->s, seq, q->sync_base); /* the lineage's, as the rows' */
         len = quiet ? train_dnn_sync_flush_mlp(q->t, d->buf, d->cap)
                     : train_dnn_sync_publish_mlp(q->t, d->buf, d->cap);
         d->steps_sent = steps;
@@ -203,18 +228,46 @@ void online__sync_dense_turn(online_model_t *q, struct online_sync_model *s, ser
      * each with the next sequence number (train_dnn_sync_publish). */
     for (size_t off = 0; len > 0 && off < (size_t)len;) {
         size_t one = update_msg_span(d->buf + off, (size_t)len - off);
-        if (!one) {
+        if (!one) { /* cannot happen: the parts were encoded here */
             LOG(LL_ERROR, "online: model '%s': MLP message at byte %zu of %ld does not parse",
                 q->name, off, len);
-            return;
+            atomic_store(&S.unsent, true); /* its delta left the pending one */
+            break;
         }
-        if (online__sync_publish(d->buf + off, one, q->name, seq) != 0)
-            return; /* shutting down */
+        if (online__sync_publish(d->buf + off, one, q->name, seq) != 0) {
+            atomic_store(&S.unsent, true); /* shutting down: no cut is consistent any more */
+            break;
+        }
         atomic_store(&S.next_seq, ++seq);
         COUNT(dnn_sent);
         atomic_fetch_add_explicit(&S.dnn_bytes, (uint64_t)one, memory_order_relaxed);
         off += one;
     }
+    pthread_mutex_unlock(&S.pub_lock);
+}
+
+/* Takes the writer lock and pins the active version of model with no
+ * overlay (a fold due goes first, as for the trainer) and no restart's
+ * replay pending (its resume puts the export's MLP and positions in
+ * place first): the version (NULL: none live, or stopping; the lock is held
+ * either way). */
+static server_model_t *hold(online_model_t *q, server_slot_t *ms, const char *model)
+{
+    pthread_mutex_lock(&ms->writer);
+    server_model_t *sm = server_model_acquire_named(G.srv, model);
+    while (sm && (model_overlays(sm->model, NULL) > 0 || q->replay_pending) &&
+           !atomic_load(&S.stop)) {
+        server_model_release(sm);
+        pthread_mutex_unlock(&ms->writer);
+        sync__nap_ms(2);
+        pthread_mutex_lock(&ms->writer);
+        sm = server_model_acquire_named(G.srv, model);
+    }
+    if (sm && atomic_load(&S.stop)) {
+        server_model_release(sm);
+        sm = NULL;
+    }
+    return sm;
 }
 
 void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
@@ -225,34 +278,32 @@ void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t le
     server_slot_t *ms = server_slot_named(G.srv, model);
     if (!q || !ms)
         return;
-    pthread_mutex_lock(&ms->writer);
-    server_model_t *sm = server_model_acquire_named(G.srv, model);
-    while (sm && model_overlays(sm->model, NULL) > 0 && !atomic_load(&S.stop)) {
-        server_model_release(sm);
-        pthread_mutex_unlock(&ms->writer);
-        sync__nap_ms(2);
-        pthread_mutex_lock(&ms->writer);
-        sm = server_model_acquire_named(G.srv, model);
-    }
+    server_model_t *sm = hold(q, ms, model);
     why[0] = 0;
-    if (sm && model_meta(sm->model)->version == m->base_version) {
+    bool skipped = false;
+    if (sm) {
         pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
         int rc = online__attach(q, sm, q->next_pos);
         pthread_mutex_unlock(&q->lock);
         struct online_sync_model *s = atomic_load(&q->sync);
         update_error_t err = {.code = UPDATE_OK};
-        if (rc == 0 && s && s->dense &&
-            (rc = train_dnn_sync_subtract_own(s->dense->s, buf, len, &err)) != 0)
+        if (rc != 0 || !q->t || !s || !s->dense || q->sync_base != m->base_version) {
+            skipped = true; /* another lineage's (or no MLP learning here): nothing owed */
+        } else if (m->seq <= s->own_skip) {
+            skipped = true; /* EXPORTS: the export's state is after it */
+            COUNT(resumed);
+        } else if ((rc = train_dnn_sync_subtract_own(s->dense->s, buf, len, &err)) != 0) {
             snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : strerror(-rc));
-        else if (rc == 0 && s && s->dense)
+        } else {
             s->dense->own_subtracted = true;
+        }
     }
     server_model_release(sm);
     pthread_mutex_unlock(&ms->writer);
     if (why[0])
         LOG(LL_WARN, "online: model '%s': own MLP update %" PRIu64 " of an earlier run not "
             "subtracted: %s", model, m->seq, why);
-    else
+    else if (sm && !skipped)
         COUNT(own);
 }
 
@@ -275,20 +326,10 @@ void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t 
         refused(m, model, q ? "no version of it is live" : why);
         return;
     }
-    pthread_mutex_lock(&ms->writer);
-    server_model_t *sm = server_model_acquire_named(G.srv, model);
-    while (sm && model_overlays(sm->model, NULL) > 0 && !atomic_load(&S.stop)) {
-        server_model_release(sm); /* a fold is due: it goes first, as for the trainer */
-        pthread_mutex_unlock(&ms->writer);
-        sync__nap_ms(2);
-        pthread_mutex_lock(&ms->writer);
-        sm = server_model_acquire_named(G.srv, model);
-    }
+    server_model_t *sm = hold(q, ms, model);
+    bool skipped = false;
     if (!sm) {
         snprintf(why, sizeof why, "no version of it is live");
-    } else if (model_meta(sm->model)->version != m->base_version) {
-        snprintf(why, sizeof why, "made on version %" PRIu64 ", version %" PRIu64 " is active "
-                 "here", m->base_version, model_meta(sm->model)->version);
     } else {
         pthread_mutex_lock(&q->lock); /* attach may write trainer.state and trim the log */
         int rc = online__attach(q, sm, q->next_pos);
@@ -297,10 +338,18 @@ void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t 
         update_error_t err = {.code = UPDATE_OK};
         if (rc != 0 || !q->t || !s || !s->dense) {
             snprintf(why, sizeof why, "its MLP does not learn here (not a DNN, or no trainer)");
+        } else if (q->sync_base != m->base_version) {
+            snprintf(why, sizeof why, "made on version %" PRIu64 ", version %" PRIu64 " is "
+                     "active here (its lineage from %" PRIu64 ")", m->base_version,
+                     model_meta(sm->model)->version, q->sync_base);
+        } else if (m->seq <= online__sync_applied_seq(s, m->producer)) {
+            skipped = true; /* EXPORTS: the active export holds it */
+            why[0] = 0;
         } else if ((rc = train_dnn_sync_apply_mlp(q->t, buf, len, &err)) != 0) {
             snprintf(why, sizeof why, "%s", err.msg[0] ? err.msg : strerror(-rc));
         } else {
             s->dense->applied++;
+            online__sync_applied_note(s, m->producer, m->seq); /* an export's position */
             why[0] = 0;
         }
     }
@@ -308,6 +357,101 @@ void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t 
     pthread_mutex_unlock(&ms->writer);
     if (why[0])
         refused(m, model, why);
+    else if (skipped)
+        COUNT(resumed);
     else
         COUNT(dnn_applied);
+}
+
+/* ---- EXPORTS (online_sync_export.c): the MLP's part of the cut and the resume ---- */
+
+int online__sync_dense_cut(online_model_t *q, struct online_sync_model *s, sync_state_t *st,
+                           char *why, size_t why_len)
+{
+    struct online_sync_dense *d = s->dense;
+    if (!d || !q->t || !train_dnn_sync_net(q->t))
+        return 0; /* no MLP learning here: nothing but rows */
+    uint32_t n = train_dnn_sync_count(d->s);
+    st->dense = malloc((size_t)n * SYNC_DENSE_ARRAYS * sizeof *st->dense);
+    if (!st->dense) {
+        snprintf(why, why_len, "no memory for the MLP's %u parameters and its 1-bit Adam "
+                 "state", n);
+        return -ENOMEM;
+    }
+    st->dense_n = n;
+    train_dnn_sync_saved_t sv = {.n = n, .m = sync_state_dense(st, SYNC_DENSE_M),
+                                 .v = sync_state_dense(st, SYNC_DENSE_V),
+                                 .pending = sync_state_dense(st, SYNC_DENSE_PENDING),
+                                 .error = sync_state_dense(st, SYNC_DENSE_ERROR)};
+    if (train_dnn_sync_get_params(q->t, sync_state_dense(st, SYNC_DENSE_X), n) != 0 ||
+        train_dnn_sync_save(d->s, &sv) != 0) { /* cannot happen: attach checked n */
+        snprintf(why, why_len, "the MLP's %u parameters are not its trainer's", n);
+        return -ENOTSUP;
+    }
+    st->dense_warmup = sv.warmup_steps;
+    st->dense_steps = sv.steps;
+    st->dense_b1_pow = sv.b1_pow;
+    st->dense_b2_pow = sv.b2_pow;
+    return 0;
+}
+
+int online__sync_dense_resume(online_model_t *q, struct online_sync_model *s, model_t *m,
+                              const sync_state_t *st, char *why, size_t why_len)
+{
+    struct online_sync_dense *d = s->dense;
+    if (!st->dense_n && !d)
+        return 0;
+    if (!d || !q->t || !train_dnn_sync_net(q->t) || st->dense_n != train_dnn_sync_count(d->s)) {
+        snprintf(why, why_len, "it holds an MLP of %u parameters, the trainer here syncs %u",
+                 st->dense_n, d ? train_dnn_sync_count(d->s) : 0);
+        return -EINVAL;
+    }
+    train_dnn_sync_saved_t sv = {.n = st->dense_n, .warmup_steps = st->dense_warmup,
+                                 .steps = st->dense_steps, .b1_pow = st->dense_b1_pow,
+                                 .b2_pow = st->dense_b2_pow,
+                                 .m = sync_state_dense(st, SYNC_DENSE_M),
+                                 .v = sync_state_dense(st, SYNC_DENSE_V),
+                                 .pending = sync_state_dense(st, SYNC_DENSE_PENDING),
+                                 .error = sync_state_dense(st, SYNC_DENSE_ERROR)};
+    if (train_dnn_sync_restore(d->s, &sv) != 0 ||
+        train_dnn_sync_set_params(q->t, sync_state_dense(st, SYNC_DENSE_X), st->dense_n) != 0) {
+        snprintf(why, why_len, "its 1-bit Adam state or MLP does not fit the trainer");
+        train_dnn_sync_reset(d->s); /* as a restart without exports would start it */
+        return -EINVAL;
+    }
+    if (st->dense_warmup != (uint32_t)G.srv->cfg.sync_dnn_warmup)
+        LOG(LL_WARN, "online: model '%s': the export's MLP warm-up of %u steps goes on (not "
+            "--sync-dnn-warmup %d) until a new version starts its 1-bit Adam afresh", q->name,
+            st->dense_warmup, G.srv->cfg.sync_dnn_warmup);
+    d->steps_sent = st->dense_steps; /* its turns were taken up to the cut */
+    d->own_subtracted = false;
+    d->applied = 0;
+    int rc = model_dnn_install_mlp(m, train_dnn_sync_net(q->t));
+    if (rc != 0)
+        LOG(LL_WARN, "online: model '%s': the export's MLP is not served until the next turn "
+            "(%s)", q->name, strerror(-rc));
+    else
+        COUNT(dnn_installs);
+    atomic_store_explicit(&d->warm, train_dnn_sync_frozen(d->s), memory_order_relaxed);
+    return 0;
+}
+
+void online__sync_dense_to_extras(online_model_t *q, store_extras_t *x)
+{
+    const dnn_net_t *net = q->t ? train_dnn_sync_net(q->t) : NULL;
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!net || !s || !s->dense)
+        return; /* the MLP does not learn here: the snapshot's is the one served */
+    char wname[STORE_DENSE_NAME_MAX], bname[STORE_DENSE_NAME_MAX];
+    for (uint32_t l = 0; l < net->n_layers; l++) {
+        model_dnn_layer_names(l, wname, bname);
+        uint64_t wn = (uint64_t)net->width[l] * net->width[l + 1], bn = net->width[l + 1];
+        for (uint32_t i = 0; i < x->n_dense; i++) {
+            store_dense_t *a = &x->dense[i];
+            if (strcmp(a->name, wname) == 0 && a->count == wn)
+                memcpy(a->data, net->W[l], wn * sizeof *a->data);
+            else if (strcmp(a->name, bname) == 0 && a->count == bn)
+                memcpy(a->data, net->b[l], bn * sizeof *a->data);
+        }
+    }
 }

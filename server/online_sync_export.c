@@ -21,6 +21,21 @@
  *             base_version: the trainer's own exports going live do not
  *             start a lineage (q->sync_base), so a peer (on its own
  *             exports, numbered in its own repository) still applies them.
+ *   a DNN's MLP (online_sync_dense.c: DENSE messages, 1-bit Adam) is not
+ *             in the accumulators: its part is the trainer's MLP x and its
+ *             1-bit Adam state (moments, variance, warm-up and step counts,
+ *             the pending delta and the error vector: what was learned here
+ *             and not sent, its residual).  DENSE messages take their
+ *             sequence from the one counter of the rows', and the consumer
+ *             notes a peer's DENSE message applied as it notes a row one, so
+ *             the positions above cover both.  x is the trainer's copy, not
+ *             the one served (that is installed at the turns, so it lags):
+ *             the trainer's is the one the positions describe.  A full
+ *             export writes that x as its MLP arrays too.  The restart puts
+ *             x and the state back (x served at once), learns the log from P
+ *             into them, and subtracts its own DENSE messages after own_last
+ *             from the pending delta: x = snapshot + peers' messages + own
+ *             messages + pending holds after it as before the kill.
  *
  * THE CUT (online__sync_cut, from the hand-over under the model's writer
  * lock, the instant the values and TRAIN_STATE are copied).  The writer
@@ -28,9 +43,10 @@
  * accumulators' swap; two things run outside it and are excluded:
  *   - a message the consumer applies spans several holds (APPLY_BATCH
  *     keys each): s->applying is set through it, and a cut then waits;
- *   - the publisher encodes the retired accumulator outside the lock, and
- *     an encode subtracts the message's keys from the residual before the
- *     stream has stored it.  It holds S.pub_lock from the encode to the
+ *   - the publisher encodes the retired accumulator outside the lock (and
+ *     a DNN's MLP under it), and an encode takes the message's values out
+ *     of the residual (the pending delta) before the stream has stored it.
+ *     It holds S.pub_lock from the encode to the
  *     acknowledgement (next_seq moved), and the cut try-locks it: so every
  *     own message up to own_last = next_seq - 1 is stored and out of the
  *     residual, and every later one is encoded from the residual copied.
@@ -55,10 +71,11 @@
  * partitioned mode an export going live moves neither trainer.state nor
  * the log's trim, see FALLBACK), its SYNC_STATE is read before the
  * repository loads; the trainer attaches to the export, restores the
- * optimizer state (restore_state), then the resume puts the residual and
- * the positions in place under the writer lock, and the log from P is
- * learned.  The consumer applies nothing of that model until the replay is
- * done (online_sync_apply.c waits while replay_pending), then skips a
+ * optimizer state (restore_state), then the resume puts the residual, the
+ * positions and a DNN's MLP and 1-bit Adam in place under the writer lock,
+ * and the log from P is learned.  The consumer applies nothing of that
+ * model until the replay is done (online_sync_apply.c, online_sync_dense.c
+ * wait while replay_pending), then skips a
  * peer's message at or below its position and an own message at or below
  * own_last (tlserve_sync_resume_skipped_total), and subtracts own later
  * ones as it does at any restart.
@@ -70,9 +87,6 @@
  * operator), so the repository loads that first version, trainer.state
  * (still naming it) replays the whole log and the consumer reads every
  * message from the stream's start: the restart without exports.
- *
- * NOT COVERED: a DNN's MLP (its DENSE messages and 1-bit Adam are not in
- * the accumulators): such a model is not exported in this mode (WARN).
  *
  * THREAD SAFETY: the cut, the peer marks and the resume run under the
  * model's writer lock (the cut also try-locks S.pub_lock); the start's
@@ -179,11 +193,6 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
                  "accumulators): an export could not place their updates");
         return -ENOTSUP;
     }
-    if (atomic_load(&s->dense)) {
-        snprintf(why, why_len, "a DNN, whose MLP is exchanged as DENSE messages (1-bit Adam) "
-                 "that an export does not place yet; it learns and syncs on");
-        return -ENOTSUP;
-    }
     if (!atomic_load(&S.caught_up)) {
         snprintf(why, why_len, "the update stream has not been read to its end since the start "
                  "(NATS unreachable, or a long stream; tlserve_sync_caught_up)");
@@ -226,6 +235,9 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
     st->own_last = atomic_load(&S.next_seq) - 1;
     st->npeers = s->napplied;
     memcpy(st->peers, s->applied, s->napplied * sizeof *st->peers);
+    rc = online__sync_dense_cut(q, s, st, why, why_len); /* a DNN's MLP, the same instant */
+    if (rc != 0)
+        sync_state_free(st);
 out:
     pthread_mutex_unlock(&S.pub_lock);
     return rc;
@@ -253,7 +265,7 @@ bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t k
 
 /* ---- the restart -------------------------------------------------------------------- */
 
-void online__sync_resume(online_model_t *q)
+void online__sync_resume(online_model_t *q, model_t *m)
 {
     sync_state_t *st = q->sync_resume;
     if (!st)
@@ -289,6 +301,15 @@ void online__sync_resume(online_model_t *q)
         s->napplied = st->npeers;
         memcpy(s->applied, st->peers, st->npeers * sizeof *s->applied);
         s->own_skip = st->own_last;
+        char why[200];
+        if (online__sync_dense_resume(q, s, m, st, why, sizeof why) != 0)
+            LOG(LL_WARN, "online: model '%s': the MLP of export %" PRIu64 " is not resumed: %s; "
+                "it learns on from the served one (this replica will differ from its peers)",
+                q->name, st->version, why);
+        else if (st->dense_n)
+            LOG(LL_INFO, "online: model '%s': resumes its MLP of %u parameters and its 1-bit "
+                "Adam after %" PRIu64 " local steps from export %" PRIu64, q->name, st->dense_n,
+                st->dense_steps, st->version);
         LOG(LL_INFO, "online: model '%s': resumes the update exchange of export %" PRIu64
             " (lineage of version %" PRIu64 "): %" PRIu64 " residual keys back in its "
             "accumulators, its own messages after sequence %" PRIu64 " subtracted, %u peers "

@@ -186,6 +186,17 @@ void online__sync_dense_apply(const update_msg_t *m, const uint8_t *buf, size_t 
 void online__sync_dense_own(const update_msg_t *m, const uint8_t *buf, size_t len,
                             const char *model);
 void online__sync_dense_free(struct online_sync_dense *d);
+/* An export's cut (writer lock held): the trainer's MLP and its 1-bit Adam
+ * state into st's MLP section (allocated: sync_state_free); nothing when
+ * the MLP does not learn here.  0, -ENOMEM with why. */
+int online__sync_dense_cut(online_model_t *q, struct online_sync_model *s, sync_state_t *st,
+                           char *why, size_t why_len);
+/* A restart from an export (writer lock held, the trainer attached to m):
+ * st's MLP and 1-bit Adam state back into the trainer, its MLP installed
+ * for m's scorers.  0 (also: no MLP on either side), or -EINVAL with why
+ * (another MLP size, a state that does not fit: the 1-bit Adam afresh). */
+int online__sync_dense_resume(online_model_t *q, struct online_sync_model *s, model_t *m,
+                              const sync_state_t *st, char *why, size_t why_len);
 /* 1 once d's 1-bit Adam froze its variance (as of its last turn), else 0. */
 int online__sync_dense_warm(const struct online_sync_dense *d);
 

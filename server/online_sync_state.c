@@ -18,14 +18,37 @@
  *             base_version (own exports do not change it)
  *   producer  this replica's id; own_last its last published sequence
  *   peers     per peer producer, its last update applied into the values
+ *             (a row message or a DENSE one: they share the sequence)
  *   residual  what the accumulators held, learned here and not yet sent (a
  *             key may come twice, once per accumulator: the values add)
  *   XXH3_64   of every byte before it
  *
+ * A DNN whose MLP learns under 1-bit Adam (online_sync_dense.c) writes
+ * "TLSYNCS2": the same fields, 32 more header bytes, and its MLP section
+ * between the residual and the checksum:
+ *
+ *   56        60       64      72       80       88
+ *   +---------+--------+-------+--------+--------+
+ *   | dense_n | warmup | steps | b1_pow | b2_pow |   (u32, u32, u64, f64, f64)
+ *   +---------+--------+-------+--------+--------+
+ *   ... residual | 5 x dense_n f32: x | m | v | pending | error | XXH3_64
+ *
+ *   x         the trainer's MLP at the cut (its own steps below the log
+ *             position, every message applied up to the peers' positions)
+ *   m, v      1-bit Adam's moments; warmup, steps, b1_pow, b2_pow its
+ *             warm-up length, local steps and bias-correction powers
+ *   pending   the local delta not yet published, error the sender's error
+ *             vector: together what was learned here and not yet sent
+ *
+ * One state has one encoding: "TLSYNCS1" without an MLP, "TLSYNCS2" with
+ * one (dense_n >= 1; a TLSYNCS2 of none is refused).
+ *
  * The parse checks the magic, every count against its bound and the exact
  * size, the checksum, k even in 2..SYNC_STATE_K_MAX, the peers' ids distinct
  * and not the producer's (0 may be one: the consumer follows any id), sequences in order (own_last and a peer's last below
- * UINT64_MAX) and every value finite; a refusal says which.
+ * UINT64_MAX), every value finite; for the MLP: dense_n in
+ * 1..SYNC_STATE_DENSE_MAX, warmup >= 1, the powers in [0, 1] (both 1
+ * before the first step), v >= 0; a refusal says which.
  *
  * THREAD SAFETY: none held; the caller owns the struct.
  */
@@ -47,18 +70,56 @@
 #include <xxhash.h>
 
 #define MAGIC "TLSYNCS1"
+#define MAGIC_DENSE "TLSYNCS2"
 #define HEAD_BYTES 56u
+#define HEAD_DENSE_BYTES 88u
 #define PEER_BYTES 16u
+
+static size_t head_bytes(const sync_state_t *st)
+{
+    return st->dense_n ? HEAD_DENSE_BYTES : HEAD_BYTES;
+}
 
 size_t sync_state_size(const sync_state_t *st)
 {
-    return HEAD_BYTES + (size_t)st->npeers * PEER_BYTES +
-           (size_t)st->nkeys * (8 + 4 * (size_t)st->k) + 8;
+    return head_bytes(st) + (size_t)st->npeers * PEER_BYTES +
+           (size_t)st->nkeys * (8 + 4 * (size_t)st->k) +
+           (size_t)st->dense_n * SYNC_DENSE_ARRAYS * 4 + 8;
+}
+
+static void put_f32(uint8_t *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_le32(p, u);
+}
+
+static float get_f32(const uint8_t *p)
+{
+    uint32_t u = get_le32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void put_f64(uint8_t *p, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    put_le64(p, u);
+}
+
+static double get_f64(const uint8_t *p)
+{
+    uint64_t u = get_le64(p);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
 }
 
 void sync_state_encode(const sync_state_t *st, uint8_t *buf)
 {
-    memcpy(buf, MAGIC, 8);
+    memcpy(buf, st->dense_n ? MAGIC_DENSE : MAGIC, 8);
     put_le64(buf + 8, st->version);
     put_le64(buf + 16, st->base);
     put_le64(buf + 24, st->producer);
@@ -66,7 +127,14 @@ void sync_state_encode(const sync_state_t *st, uint8_t *buf)
     put_le32(buf + 40, st->k);
     put_le32(buf + 44, st->npeers);
     put_le64(buf + 48, st->nkeys);
-    uint8_t *p = buf + HEAD_BYTES;
+    if (st->dense_n) {
+        put_le32(buf + 56, st->dense_n);
+        put_le32(buf + 60, st->dense_warmup);
+        put_le64(buf + 64, st->dense_steps);
+        put_f64(buf + 72, st->dense_b1_pow);
+        put_f64(buf + 80, st->dense_b2_pow);
+    }
+    uint8_t *p = buf + head_bytes(st);
     for (uint32_t i = 0; i < st->npeers; i++, p += PEER_BYTES) {
         put_le64(p, st->peers[i].id);
         put_le64(p + 8, st->peers[i].last_seq);
@@ -74,12 +142,11 @@ void sync_state_encode(const sync_state_t *st, uint8_t *buf)
     for (uint64_t i = 0; i < st->nkeys; i++) {
         put_le64(p, st->keys[i]);
         p += 8;
-        for (uint32_t j = 0; j < st->k; j++, p += 4) {
-            uint32_t u;
-            memcpy(&u, &st->vals[i * st->k + j], 4);
-            put_le32(p, u);
-        }
+        for (uint32_t j = 0; j < st->k; j++, p += 4)
+            put_f32(p, st->vals[i * st->k + j]);
     }
+    for (size_t i = 0; i < (size_t)st->dense_n * SYNC_DENSE_ARRAYS; i++, p += 4)
+        put_f32(p, st->dense[i]);
     put_le64(p, XXH3_64bits(buf, (size_t)(p - buf)));
 }
 
@@ -89,17 +156,43 @@ void sync_state_free(sync_state_t *st)
         return;
     free(st->keys);
     free(st->vals);
+    free(st->dense);
     st->keys = NULL;
     st->vals = NULL;
+    st->dense = NULL;
     st->nkeys = 0;
     st->npeers = 0;
+    st->dense_n = 0;
+}
+
+static const char *const dense_names[SYNC_DENSE_ARRAYS] = {"x", "m", "v", "pending", "error"};
+
+/* The MLP section's header fields (st->dense_n >= 1): 0, or -EINVAL with why. */
+static int dense_head_check(const sync_state_t *st, char *why, size_t why_len)
+{
+    if (st->dense_n > SYNC_STATE_DENSE_MAX) {
+        snprintf(why, why_len, "an MLP of %u parameters at offset 56: at most %u", st->dense_n,
+                 SYNC_STATE_DENSE_MAX);
+        return -EINVAL;
+    }
+    bool pows = st->dense_b1_pow >= 0 && st->dense_b1_pow <= 1 && st->dense_b2_pow >= 0 &&
+                st->dense_b2_pow <= 1; /* false for a NaN too */
+    if (!pows || st->dense_warmup == 0 ||
+        (st->dense_steps == 0 && (st->dense_b1_pow != 1 || st->dense_b2_pow != 1))) {
+        snprintf(why, why_len, "the MLP's 1-bit Adam at offset 60: warm-up %u, %" PRIu64
+                 " steps, powers %g and %g: not a state it reaches", st->dense_warmup,
+                 st->dense_steps, st->dense_b1_pow, st->dense_b2_pow);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
-    if (len < HEAD_BYTES + 8 || memcmp(buf, MAGIC, 8) != 0) {
-        snprintf(why, why_len, "%zu bytes without the " MAGIC " header", len);
+    bool dense = len >= HEAD_DENSE_BYTES + 8 && memcmp(buf, MAGIC_DENSE, 8) == 0;
+    if (!dense && (len < HEAD_BYTES + 8 || memcmp(buf, MAGIC, 8) != 0)) {
+        snprintf(why, why_len, "%zu bytes without the " MAGIC " or " MAGIC_DENSE " header", len);
         return -EINVAL;
     }
     uint64_t sum = get_le64(buf + len - 8);
@@ -110,6 +203,20 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     sync_state_t st = {.version = get_le64(buf + 8), .base = get_le64(buf + 16),
                        .producer = get_le64(buf + 24), .own_last = get_le64(buf + 32),
                        .k = get_le32(buf + 40), .npeers = get_le32(buf + 44), .nkeys = get_le64(buf + 48)};
+    if (dense) {
+        st.dense_n = get_le32(buf + 56);
+        st.dense_warmup = get_le32(buf + 60);
+        st.dense_steps = get_le64(buf + 64);
+        st.dense_b1_pow = get_f64(buf + 72);
+        st.dense_b2_pow = get_f64(buf + 80);
+        if (st.dense_n == 0) {
+            snprintf(why, why_len, MAGIC_DENSE " with an MLP of 0 parameters at offset 56 (a "
+                     "state without one is " MAGIC ")");
+            return -EINVAL;
+        }
+        if (dense_head_check(&st, why, why_len) != 0)
+            return -EINVAL;
+    }
     if (st.k < 2 || st.k > SYNC_STATE_K_MAX || st.k % 2) {
         snprintf(why, why_len, "k %u at offset 40: not an even count of 2..%u values a key",
                  st.k, SYNC_STATE_K_MAX);
@@ -128,7 +235,8 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     size_t want = sync_state_size(&st); /* bounded above: no overflow */
     if (len != want) {
         snprintf(why, why_len, "%zu bytes where its counts (%u peers, %" PRIu64 " keys of %u "
-                 "values) make %zu", len, st.npeers, st.nkeys, st.k, want);
+                 "values, an MLP of %u) make %zu", len, st.npeers, st.nkeys, st.k, st.dense_n,
+                 want);
         return -EINVAL;
     }
     if (st.version == 0 || st.base == 0 || st.base > st.version || st.producer == 0 ||
@@ -138,7 +246,7 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
                  st.producer, st.own_last);
         return -EINVAL;
     }
-    const uint8_t *p = buf + HEAD_BYTES;
+    const uint8_t *p = buf + head_bytes(&st);
     for (uint32_t i = 0; i < st.npeers; i++, p += PEER_BYTES) {
         st.peers[i] = (sync_state_peer_t){get_le64(p), get_le64(p + 8)};
         bool dup = st.peers[i].id == st.producer || st.peers[i].last_seq == 0 ||
@@ -155,19 +263,20 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     if (st.nkeys) {
         st.keys = malloc((size_t)st.nkeys * sizeof *st.keys);
         st.vals = malloc((size_t)st.nkeys * st.k * sizeof *st.vals);
-        if (!st.keys || !st.vals) {
-            sync_state_free(&st);
-            snprintf(why, why_len, "no memory for %" PRIu64 " residual keys", st.nkeys);
-            return -ENOMEM;
-        }
+    }
+    if (st.dense_n)
+        st.dense = malloc((size_t)st.dense_n * SYNC_DENSE_ARRAYS * sizeof *st.dense);
+    if ((st.nkeys && (!st.keys || !st.vals)) || (st.dense_n && !st.dense)) {
+        sync_state_free(&st);
+        snprintf(why, why_len, "no memory for %" PRIu64 " residual keys and an MLP of %u",
+                 st.nkeys, st.dense_n);
+        return -ENOMEM;
     }
     for (uint64_t i = 0; i < st.nkeys; i++) {
         st.keys[i] = get_le64(p);
         p += 8;
         for (uint32_t j = 0; j < st.k; j++, p += 4) {
-            uint32_t u = get_le32(p);
-            float f;
-            memcpy(&f, &u, 4);
+            float f = get_f32(p);
             if (!isfinite(f)) {
                 snprintf(why, why_len, "residual key %" PRIu64 " (offset %zu): value %u is not "
                          "finite", st.keys[i], (size_t)(p - buf), j);
@@ -175,6 +284,20 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
                 return -EINVAL;
             }
             st.vals[i * st.k + j] = f;
+        }
+    }
+    for (uint32_t a = 0; a < (st.dense_n ? SYNC_DENSE_ARRAYS : 0); a++) {
+        float *arr = sync_state_dense(&st, (enum sync_state_dense_array)a);
+        for (uint32_t i = 0; i < st.dense_n; i++, p += 4) {
+            float f = get_f32(p);
+            if (!isfinite(f) || (a == SYNC_DENSE_V && f < 0)) {
+                snprintf(why, why_len, "the MLP's %s[%u] (offset %zu): %g is not %s",
+                         dense_names[a], i, (size_t)(p - buf), (double)f,
+                         isfinite(f) ? "a variance (below 0)" : "finite");
+                sync_state_free(&st);
+                return -EINVAL;
+            }
+            arr[i] = f;
         }
     }
     *out = st;
@@ -204,7 +327,7 @@ int sync_state_read(const char *path, sync_state_t *out, char *why, size_t why_l
     }
     struct stat sb;
     sync_state_t bound = {.k = SYNC_STATE_K_MAX, .npeers = SYNC_STATE_PEERS_MAX,
-                          .nkeys = SYNC_STATE_KEYS_MAX};
+                          .nkeys = SYNC_STATE_KEYS_MAX, .dense_n = SYNC_STATE_DENSE_MAX};
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         snprintf(why, why_len, "fstat: %s", strerror(e));

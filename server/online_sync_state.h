@@ -16,6 +16,18 @@
 #define SYNC_STATE_PEERS_MAX 256u       /* the consumer's producer table (PRODUCERS_MAX) */
 #define SYNC_STATE_K_MAX 2048u          /* values per key (UPDATE_MAX_K) */
 #define SYNC_STATE_KEYS_MAX (1u << 27)  /* residual keys: two accumulators of 2^26 */
+#define SYNC_STATE_DENSE_MAX (1u << 28) /* a DNN's MLP parameters (UPDATE_MAX_COUNT) */
+
+/* The DNN's MLP section (dense_n > 0): five arrays of dense_n floats end to
+ * end in sync_state_t.dense, in this order. */
+enum sync_state_dense_array {
+    SYNC_DENSE_X,       /* the trainer's MLP at the cut */
+    SYNC_DENSE_M,       /* 1-bit Adam's momentum */
+    SYNC_DENSE_V,       /* its variance (bias-corrected once frozen) */
+    SYNC_DENSE_PENDING, /* the local delta not yet published */
+    SYNC_DENSE_ERROR,   /* the sender's error vector: published less than learned */
+    SYNC_DENSE_ARRAYS
+};
 
 typedef struct sync_state_peer {
     uint64_t id;       /* a peer's producer id (never ours; 0 if the stream had it) */
@@ -33,7 +45,19 @@ typedef struct sync_state {
     uint64_t nkeys;    /* residual entries (a key may appear twice: the two accumulators) */
     uint64_t *keys;    /* nkeys (heap: sync_state_free) */
     float *vals;       /* nkeys * k */
+    /* a DNN's MLP under 1-bit Adam (model/train_sync.h: DENSE); dense_n 0: none */
+    uint32_t dense_n;       /* parameters (the trainer's padded MLP array) */
+    uint32_t dense_warmup;  /* local steps before the variance froze (or freezes) */
+    uint64_t dense_steps;   /* local steps taken */
+    double dense_b1_pow, dense_b2_pow; /* beta^t of the bias correction, in [0, 1] */
+    float *dense;           /* SYNC_DENSE_ARRAYS * dense_n (heap: sync_state_free) */
 } sync_state_t;
+
+/* The array a of st's MLP section (dense_n floats). */
+static inline float *sync_state_dense(const sync_state_t *st, enum sync_state_dense_array a)
+{
+    return st->dense + (size_t)a * st->dense_n;
+}
 
 /* The file's size for st's counts. */
 size_t sync_state_size(const sync_state_t *st);
@@ -41,7 +65,7 @@ size_t sync_state_size(const sync_state_t *st);
 /* Encodes st into buf (sync_state_size(st) bytes). */
 void sync_state_encode(const sync_state_t *st, uint8_t *buf);
 
-/* Parses the untrusted bytes buf[0..len) into *out (keys and vals
+/* Parses the untrusted bytes buf[0..len) into *out (keys, vals and dense
  * allocated: sync_state_free).  0, or -EINVAL / -ENOMEM with why naming
  * what was wrong and where; *out then holds nothing to free. */
 int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *why, size_t why_len);

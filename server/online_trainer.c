@@ -624,14 +624,14 @@ static size_t learn_batch(online_model_t *q, size_t *tail, size_t avail)
                     q->replay_end - q->replay_from, src ? ", trainer.state not written" : "");
             }
             restore_state(q, sm); /* EXPORT STATE: the exports' optimizer state first */
-            online__sync_resume(q); /* EXPORT, partitioned: the exchange where it stood */
+            online__sync_resume(q, sm->model); /* EXPORT, partitioned: where it stood */
             replay(q);
         }
         else
             LOG(LL_WARN, "online: model '%s': version %" PRIu64 " is active, not %" PRIu64
                 " that the sample log was learned into: not replayed", q->name, q->att_version,
                 q->replay_version);
-        online__sync_resume(q); /* not resumed above: freed */
+        online__sync_resume(q, sm->model); /* not resumed above: freed */
         q->replay_pending = false;
         q->replay_any = false;
     }

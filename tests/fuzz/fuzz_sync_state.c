@@ -7,7 +7,9 @@
  * the checksum).  A parse must refuse them with a sentence, or give counts
  * within their bounds, distinct peers that are not the producer,
  * finite values, and encode back to exactly the input bytes (nothing
- * accepted is ignored).  Anything else abort()s.
+ * accepted is ignored); a DNN's MLP section (TLSYNCS2) of 1..DENSE_MAX
+ * parameters, every one finite, no variance below 0, a warm-up >= 1 and
+ * powers in [0, 1].  Anything else abort()s.
  *
  *   ./fuzz_sync_state ../tests/fuzz/corpus/sync_state
  *
@@ -28,7 +30,7 @@ static void check(const uint8_t *data, size_t size)
     char why[300] = "";
     int rc = sync_state_parse(data, size, &st, why, sizeof why);
     if (rc != 0) {
-        if (!why[0] || st.keys || st.vals || st.nkeys)
+        if (!why[0] || st.keys || st.vals || st.nkeys || st.dense || st.dense_n)
             abort(); /* a refusal says why and hands nothing back */
         return;
     }
@@ -45,6 +47,17 @@ static void check(const uint8_t *data, size_t size)
     }
     for (uint64_t i = 0; i < st.nkeys * st.k; i++)
         if (!isfinite(st.vals[i]))
+            abort();
+    if (st.dense_n > SYNC_STATE_DENSE_MAX || (st.dense_n && !st.dense) ||
+        (st.dense_n && (st.dense_warmup == 0 || !(st.dense_b1_pow >= 0) ||
+                        !(st.dense_b1_pow <= 1) || !(st.dense_b2_pow >= 0) ||
+                        !(st.dense_b2_pow <= 1))))
+        abort();
+    for (uint64_t i = 0; i < (uint64_t)st.dense_n * SYNC_DENSE_ARRAYS; i++)
+        if (!isfinite(st.dense[i]))
+            abort();
+    for (uint32_t i = 0; i < st.dense_n; i++)
+        if (sync_state_dense(&st, SYNC_DENSE_V)[i] < 0)
             abort();
     if (sync_state_size(&st) != size)
         abort();

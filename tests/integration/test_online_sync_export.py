@@ -27,8 +27,14 @@ after several exports, and started again on the same repository, sample log and 
 - test_fm_restart_resumes_from_export, test_ffm_restart_resumes_from_export: an FM and an FFM
   model (the rows' (dx, dG) exchange): the same restart from an export, the same agreement
   within 1e-5.
-- test_dnn_not_exported: a DNN's MLP is not in the accumulators: no exports of it in this mode,
-  a WARN once that says why.
+- test_dnn_restart_resumes_from_export: a DNN, whose MLP is exchanged as DENSE messages (1-bit
+  Adam): the export's SYNC_STATE also holds the trainer's MLP and its 1-bit Adam state (moments,
+  frozen variance, step counts, pending delta, error vector); the restart restores them, learns
+  only the sample log after the export's position (exactly those samples), skips what the
+  export holds and agrees with a within 1e-5; a full export's MLP arrays are the learned MLP.
+  Each piece disabled in turn (the MLP not restored; only the MLP, not its 1-bit Adam state;
+  own DENSE messages up to the recorded sequence subtracted again; peers' DENSE messages up to
+  their positions applied again) never agrees within 1e-5 (60 s; measured once each).
 - test_peer_message_first: b's model first seen in a's update message (the consumer creates it
   and attaches its trainer, maybe before the trainer thread set up its exports): b's exports
   still name version 1 as their parent and are written; SIGTERM exits 0.  Without the fix every
@@ -43,6 +49,7 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_sync_e
 
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -266,12 +273,14 @@ class PartitionedExports(unittest.TestCase):
         """FFM's rows (1 + fields x k floats) the same way."""
         self.rows_restart("ffm")
 
-    def rows_restart(self, kind):
+    def rows_restart(self, kind, extra=()):
+        """Two replicas of kind exporting, b killed -9 mid-training and restarted from its
+        last export; both agree within 1e-5 once settled.  Returns (a, b, b2)."""
         model = os.path.join(self.tmp, kind, "1")
         fmt.gen(model, kind, fmt.KINDS[kind])
         stream = "F%d" % random.randrange(1 << 30)
-        a = self.replica("a", stream, model=model, mname=kind)
-        b = self.replica("b", stream, model=model, mname=kind)
+        a = self.replica("a", stream, model=model, mname=kind, extra=extra)
+        b = self.replica("b", stream, model=model, mname=kind, extra=extra)
 
         def send(s, ks, pause=0.0):
             with s.client() as c:
@@ -297,7 +306,7 @@ class PartitionedExports(unittest.TestCase):
         os.kill(b.proc.pid, signal.SIGKILL)
         b.proc.wait()
         sender.join()
-        b2 = self.replica("b", stream, model=model, mname=kind)
+        b2 = self.replica("b", stream, model=model, mname=kind, extra=extra)
         self.wait("b2's replay", lambda: "learned again from the sample log" in b2.output(), b2)
         send(b2, range(60, 65))
         self.wait("a learned", lambda: learned(a) >= 3 * 15 + 60, a)
@@ -310,22 +319,43 @@ class PartitionedExports(unittest.TestCase):
         self.assertGreater(b2.metric("tlserve_sync_resume_skipped_total"), 0)
         replayed = b2.metric('tlserve_online_replayed_total{model="%s"}' % kind)
         self.assertLess(replayed, 3 * 15 + 30)
+        return a, b, b2
 
-    def test_dnn_not_exported(self):
-        """A DNN's MLP is not in the accumulators: no exports of it in this mode, said once."""
-        model = os.path.join(self.tmp, "dnn", "1")
-        fmt.gen(model, "dnn", fmt.KINDS["dnn"])
-        stream = "D%d" % random.randrange(1 << 30)
-        a = self.replica("a", stream, model=model, mname="dnn")
-        with a.client() as c:
-            for k in range(6):
-                shared, samples = fmt.frame(k)
-                self.assertEqual(c.train("dnn", shared, samples), len(samples))
-        self.wait("the refusal", lambda: "model 'dnn': no exports in the partitioned bus mode: "
-                  "a DNN" in a.output(), a)
-        time.sleep(0.5)  # several export ticks
-        self.assertEqual(a.metric('tlserve_online_exports_total{model="dnn"}'), 0)
-        self.assertEqual(a.output().count("no exports in the partitioned bus mode"), 1)
+    def test_dnn_restart_resumes_from_export(self):
+        """A DNN: its rows as FM's, and its MLP (DENSE messages, 1-bit Adam, past its warm-up
+        of 10 local steps before the kill) exported in SYNC_STATE's MLP section: b2 restores
+        the trainer's MLP and its 1-bit Adam state from the export, learns only its sample log
+        after the export's position, skips the messages the export holds, and agrees with a
+        within 1e-5 (as the others).  Every other export is full (--online-full-every 2): its
+        MLP arrays are the learned MLP, not the snapshot's."""
+        dnn = ("--sync-dnn-warmup", "10", "--sync-dnn-lr", "0.01", "--online-full-every", "2")
+        a, b, b2 = self.rows_restart("dnn", dnn)
+        out = b2.output()
+        self.assertRegex(out, r"model 'dnn': resumes its MLP of [1-9]\d* parameters and its "
+                         r"1-bit Adam after [1-9]\d* local steps from export \d+")
+        self.assertNotIn("no exports in the partitioned bus mode", out)
+        # the replay: from the export's position P > 0 to the log's end (b's 25 frames), only
+        pos = re.search(r"covering the sample log below (\d+): replayed from there", out)
+        self.assertIsNotNone(pos, out[-3000:])
+        p = int(pos.group(1))
+        self.assertGreater(p, 0)
+        self.assertRegex(out, r"%d samples of positions %d\.\.25 learned again" % (
+            3 * (25 - p), p))
+        self.assertEqual(b2.metric('tlserve_online_replayed_total{model="dnn"}'), 3 * (25 - p))
+        for s in (a, b2):
+            self.assertGreater(s.metric("tlserve_sync_dnn_applied_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_dnn_refused_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_refused_version_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_gap_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_dnn_warmup_over"), 1)
+        # a full export of b, loaded alone, serves an MLP other than the snapshot's
+        fulls = re.findall(r"model 'dnn': online updates exported as version (\d+) \(full, "
+                           r"lineage", b.output())
+        self.assertTrue(fulls, b.output()[-3000:])
+        snap = Server(os.path.join(self.tmp, "dnn", "1"), "--gate-sample", "0")
+        full = Server(os.path.join(self.tmp, "repo_b", "dnn", fulls[-1]), "--gate-sample", "0")
+        self.servers += [snap, full]
+        self.assertNotEqual(harness.digest(full, "dnn")["mlp"], harness.digest(snap, "dnn")["mlp"])
 
     def test_peer_message_first(self):
         """b's model is first seen in a peer's message: the consumer creates it (and its

@@ -20,6 +20,12 @@
  *     receiver bit for bit where the same turns sent whole leave another,
  *     through the warm-up and the 1-bit turns, and a part of a vector of
  *     another length is refused;
+ *   - save and restore (a partitioned export's SYNC_STATE): a sync restored
+ *     from another's saved state, mid warm-up and after the freeze, then
+ *     steps and publishes bit for bit as the one saved (the same message
+ *     bytes, the same parameters); a state that cannot be is refused
+ *     whole (another n, v below 0, a NaN, a power past 1, warm-up 0); a
+ *     reset afterwards goes back to the configured warm-up length;
  *   - two real DNN trainers (train_dnn_sync_attach), rows exchanged at once
  *     through the ROWS hook and the MLP every interval with 1-bit Adam,
  *     score every sample alike after the last exchange; the attach and
@@ -409,6 +415,107 @@ static void row_to_peer(void *ctx, uint64_t id, const float *d, uint32_t n)
     assert_int_equal(train_rows_sync_apply(the_pair->t[1 - from], id, d), 0);
 }
 
+/* Saved into arrays of n each; the caller frees sv->m (one block). */
+static train_dnn_sync_saved_t saved_of(const train_dnn_sync_t *s, uint32_t n)
+{
+    float *block = calloc(4 * (size_t)n, sizeof(float));
+    assert_non_null(block);
+    train_dnn_sync_saved_t sv = {.n = n, .m = block, .v = block + n, .pending = block + 2 * n,
+                                 .error = block + 3 * n};
+    assert_int_equal(train_dnn_sync_save(s, &sv), 0);
+    return sv;
+}
+
+static void test_save_restore(void **state)
+{
+    (void)state;
+    const uint32_t n = 300;
+    float *xa = calloc(n, sizeof(float)), *xb = calloc(n, sizeof(float)),
+          *g = calloc(n, sizeof(float));
+    size_t cap = 0;
+    uint8_t *ba = NULL, *bb = NULL;
+    assert_non_null(xa);
+    assert_non_null(xb);
+    assert_non_null(g);
+    for (int cut = 0; cut < 2; cut++) { /* mid warm-up, then after the freeze */
+        train_dnn_sync_t *a = make(n, 1, 6, "m");
+        if (!ba) {
+            cap = train_dnn_sync_bound(a);
+            ba = malloc(cap);
+            bb = malloc(cap);
+            assert_non_null(ba);
+            assert_non_null(bb);
+        }
+        memset(xa, 0, n * sizeof(float));
+        for (int t = 0; t < (cut ? 11 : 3); t++) { /* steps and 1-bit turns: an error vector */
+            gradient(g, xa, n);
+            assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+            if (t % 2)
+                assert_true(train_dnn_sync_publish(a, xa, ba, cap) > 0);
+        }
+        gradient(g, xa, n);
+        assert_int_equal(train_dnn_sync_step(a, xa, g), 0); /* a pending delta at the save */
+        train_dnn_sync_saved_t sv = saved_of(a, n);
+        /* another warm-up length configured: the saved one wins */
+        train_dnn_sync_t *b = make(n, 1, cut ? 100 : 2, "m");
+        assert_int_equal(train_dnn_sync_restore(b, &sv), 0);
+        memcpy(xb, xa, n * sizeof(float));
+        assert_int_equal(train_dnn_sync_steps(b), train_dnn_sync_steps(a));
+        assert_int_equal(train_dnn_sync_frozen(b), train_dnn_sync_frozen(a));
+        for (int t = 0; t < 8; t++) { /* through the freeze when cut is 0 */
+            gradient(g, xa, n);
+            assert_int_equal(train_dnn_sync_step(a, xa, g), 0);
+            assert_int_equal(train_dnn_sync_step(b, xb, g), 0);
+            train_dnn_sync_set_header(a, 5 + t, 1);
+            train_dnn_sync_set_header(b, 5 + t, 1);
+            long la = train_dnn_sync_publish(a, xa, ba, cap);
+            long lb = train_dnn_sync_publish(b, xb, bb, cap);
+            assert_true(la > 0);
+            assert_int_equal(la, lb);
+            assert_memory_equal(ba, bb, (size_t)la);
+            assert_memory_equal(xa, xb, n * sizeof(float));
+        }
+        assert_memory_equal(train_dnn_sync_residual(a), train_dnn_sync_residual(b),
+                            n * sizeof(float));
+        /* refusals: nothing changed */
+        train_dnn_sync_saved_t bad = sv;
+        bad.n = n - 1;
+        assert_int_equal(train_dnn_sync_restore(b, &bad), -EINVAL);
+        bad = sv;
+        bad.warmup_steps = 0;
+        assert_int_equal(train_dnn_sync_restore(b, &bad), -EINVAL);
+        bad = sv;
+        bad.b2_pow = 1.5;
+        assert_int_equal(train_dnn_sync_restore(b, &bad), -EINVAL);
+        float keep = sv.v[7];
+        sv.v[7] = -1e-3f;
+        assert_int_equal(train_dnn_sync_restore(b, &sv), -EINVAL);
+        sv.v[7] = keep;
+        sv.error[3] = NAN;
+        assert_int_equal(train_dnn_sync_restore(b, &sv), -EINVAL);
+        train_dnn_sync_saved_t now = saved_of(b, n), wrong = {.n = n + 1};
+        assert_int_equal(train_dnn_sync_save(b, &wrong), -EINVAL);
+        assert_int_equal(now.steps, train_dnn_sync_steps(a)); /* the refusals left b as it was */
+        free(now.m);
+        /* a reset (another snapshot) goes back to the configured warm-up: 100 after the
+         * freeze's cut (7 steps: not frozen), 2 mid warm-up (frozen) */
+        train_dnn_sync_reset(b);
+        for (int t = 0; t < 7; t++) {
+            gradient(g, xb, n);
+            assert_int_equal(train_dnn_sync_step(b, xb, g), 0);
+        }
+        assert_int_equal(train_dnn_sync_frozen(b), !cut);
+        free(sv.m);
+        train_dnn_sync_destroy(a);
+        train_dnn_sync_destroy(b);
+    }
+    free(ba);
+    free(bb);
+    free(xa);
+    free(xb);
+    free(g);
+}
+
 static void test_dnn_trainers_agree(void **state)
 {
     (void)state;
@@ -587,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_flush_sends_what_is_owed),
         cmocka_unit_test(test_variance_floor),
         cmocka_unit_test(test_parts),
+        cmocka_unit_test(test_save_restore),
         cmocka_unit_test(test_dnn_trainers_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
