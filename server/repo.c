@@ -304,7 +304,12 @@ void repo__load_ended(const loader_status_t *st, void *arg)
         }
     }
     repo__wake(); /* also after a success: a version that appeared meanwhile is picked at once */
+    /* Once the watcher is stopping it flushes no more (a load loader_stop
+     * lets finish can still be refused by the gate): write the marks here. */
+    bool flush_now = R.stopping && r->marks_dirty;
     pthread_mutex_unlock(&R.lock);
+    if (flush_now)
+        repo__marks_flush();
 }
 
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
@@ -735,6 +740,7 @@ void repo_stop(void)
     if (!running)
         return;
     pthread_join(R.thread, NULL);
+    repo__marks_flush(); /* a refusal the watcher had not written yet */
     pthread_mutex_lock(&R.lock);
     R.running = false;
     close_fds_locked();
