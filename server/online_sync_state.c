@@ -267,9 +267,9 @@ int sync_state_parse(const uint8_t *buf, size_t len, sync_state_t *out, char *wh
     if (st.dense_n)
         st.dense = malloc((size_t)st.dense_n * SYNC_DENSE_ARRAYS * sizeof *st.dense);
     if ((st.nkeys && (!st.keys || !st.vals)) || (st.dense_n && !st.dense)) {
-        sync_state_free(&st);
         snprintf(why, why_len, "no memory for %" PRIu64 " residual keys and an MLP of %u",
-                 st.nkeys, st.dense_n);
+                 st.nkeys, st.dense_n); /* before the free zeroes the counts */
+        sync_state_free(&st);
         return -ENOMEM;
     }
     for (uint64_t i = 0; i < st.nkeys; i++) {
