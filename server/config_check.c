@@ -232,6 +232,11 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
         fprintf(stderr, "tlserve: --model-name '%s' needs --model-repo\n", cfg->model_name);
         return -1;
     }
+    if (cfg->repo_marks_dir[0] && !cfg->model_repo[0]) {
+        fprintf(stderr, "tlserve: --repo-marks-dir '%s' needs --model-repo (it keeps the "
+                        "repository's pins, rollbacks and refusals)\n", cfg->repo_marks_dir);
+        return -1;
+    }
     if (cfg->model_root[0] && cfg->model_repo[0]) {
         char real[sizeof cfg->model_repo];
         if (under_root(cfg, "model-repo", cfg->model_repo, real, sizeof real) != 0)

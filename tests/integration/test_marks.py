@@ -141,6 +141,10 @@ class Marks(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
         self.assertNotEqual(r.returncode, 0, r.stdout)
         self.assertIn("--repo-marks-dir %s cannot hold" % afile, r.stdout)
+        r = subprocess.run([TLSERVE, "--repo-marks-dir", afile, "--model", self.full[1]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("--repo-marks-dir '%s' needs --model-repo" % afile, r.stdout)
         mdir = os.path.join(self.tmp, "marks")  # made when missing
         srv = self.serve("--model-repo", self.repo, "--repo-marks-dir", mdir, token=TOKEN)
         self.wait_active(srv, 1)
