@@ -538,10 +538,9 @@ out:
     pthread_mutex_unlock(&R.lock);
 }
 
-/* Adds a model directory named name to the served models (R.lock held):
- * 0, -EEXIST when served already, -ENOSPC past SERVER_MODELS_MAX. */
-/* Adds model name (R.lock held), with the marks its file kept
- * (repo_persist.c): 0, -EEXIST, -ENOSPC, or -EINVAL with why when the
+/* Adds a model directory named name to the served models (R.lock held),
+ * with the marks its file kept (repo_persist.c): 0, -EEXIST when served
+ * already, -ENOSPC past SERVER_MODELS_MAX, or -EINVAL with why when the
  * marks file is damaged (the model is not added). */
 static int add_model(const char *name, char *why, size_t why_len)
 {
