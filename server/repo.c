@@ -243,7 +243,7 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
             snprintf(r->refused[i].error, sizeof r->refused[i].error, "%s", error);
             r->refused_sig[i] = sig;
             r->refused[i].by_admin = false;
-            r->refused[i].by_gate = false;
+            r->refused[i].by_gate = r->refused[i].by_lineage = false;
             r->marks_dirty = true; /* it may have been a kept one */
             return;
         }
@@ -266,7 +266,7 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
             (r->n_refused - at) * sizeof r->refused_sig[0]);
     r->refused[at].version = version;
     r->refused[at].by_admin = false;
-    r->refused[at].by_gate = false;
+    r->refused[at].by_gate = r->refused[at].by_lineage = false;
     snprintf(r->refused[at].error, sizeof r->refused[at].error, "%s", error);
     r->refused_sig[at] = sig;
     r->n_refused++;
@@ -282,12 +282,20 @@ void repo__load_ended(const loader_status_t *st, void *arg)
     bool pin_load = r->pin_loading && st->version == r->pinned;
     if (st->version == r->pinned)
         r->pin_loading = false;
+    uint64_t lineage_refused = r->lineage_refused;
+    if (r->lineage_refused == st->version)
+        r->lineage_refused = 0;
     if (st->state == LOADER_FAILED && !st->shutdown) {
         repo__add_refusal(r, st->version, r->loading_sig, st->error);
-        if (st->gate_refused) { /* kept across a restart: its traffic is gone then */
+        /* Kept across a restart: the gate's traffic is gone then, and a
+         * restart has no active version to check the lineage against. */
+        bool by_lineage = lineage_refused == st->version;
+        if (st->gate_refused || by_lineage) {
             for (unsigned i = 0; i < r->n_refused; i++)
-                if (r->refused[i].version == st->version)
-                    r->refused[i].by_gate = true;
+                if (r->refused[i].version == st->version) {
+                    r->refused[i].by_gate = st->gate_refused;
+                    r->refused[i].by_lineage = !st->gate_refused;
+                }
             r->marks_dirty = true;
         }
         R.metrics.refused++;
@@ -315,11 +323,19 @@ void repo__load_ended(const loader_status_t *st, void *arg)
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                store_error_t *err)
 {
-    const struct repo_model *r = arg;
+    struct repo_model *r = arg;
     pthread_mutex_lock(&R.lock);
     bool explicit_load = r->pinned == st->version; /* the admin's activation (or its pin) */
     pthread_mutex_unlock(&R.lock);
-    return repo__open_chain(srv, r->model_dir, st->version, explicit_load, out, err);
+    bool lineage_refused = false;
+    int rc = repo__open_chain(srv, r->model_dir, st->version, explicit_load, &lineage_refused, out,
+                              err);
+    if (lineage_refused) { /* repo__load_ended keeps this refusal in the marks */
+        pthread_mutex_lock(&R.lock);
+        r->lineage_refused = st->version;
+        pthread_mutex_unlock(&R.lock);
+    }
+    return rc;
 }
 
 /* The active version of model and its manifest's model name (0 when none). */
@@ -492,7 +508,7 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
             if (versions[j] == r->refused[i].version)
                 at = j;
         if (!r->refused[i].by_admin && (at < 0 || prefix[at] != r->refused_sig[i])) {
-            if (r->refused[i].by_gate)
+            if (r->refused[i].by_gate || r->refused[i].by_lineage)
                 r->marks_dirty = true;
             LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: it will be tried again if picked",
                 r->model, r->refused[i].version, at < 0 ? "is gone" : "or a lower one changed");
@@ -630,7 +646,7 @@ static void *repo_main(void *arg)
         pthread_mutex_unlock(&R.lock);
         for (unsigned i = 0; i < n_models; i++)
             scan(&R.models[i], &versions, &prefix, &cap);
-        repo__marks_flush(); /* the gate's refusals, a restored pin dropped */
+        repo__marks_flush(); /* the gate's and lineage refusals, a restored pin dropped */
         struct pollfd p[2] = {{.fd = R.wake[0], .events = POLLIN}, {.fd = R.ino, .events = POLLIN}};
         int rc = poll(p, R.ino >= 0 ? 2 : 1, REPO_RESCAN_MS);
         if (rc <= 0)

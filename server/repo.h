@@ -25,7 +25,7 @@
  *   Two admin overrides (below): a PIN (repo_activate) suspends the policy
  *   until repo_unpin, and a ROLLED-BACK version is refused until activated.
  *   The pin, the rolled-back versions and the refusals a restart could not
- *   make again (the admin's, the gate's) are kept in the model's marks file
+ *   make again (the admin's, the gate's, the lineage check's) are kept in the model's marks file
  *   and read back when a restart lists the model (repo_marks.h).
  *   A version the policy picks that is still kept loaded as a standby
  *   (model_registry.c) is made active by a pointer swap, not loaded.
@@ -97,6 +97,7 @@ typedef struct repo_refusal {
     uint64_t version;
     bool by_admin;    /* refused by the admin (repo_refuse): kept until activated */
     bool by_gate;     /* refused by the validation gate (kept across a restart, repo_marks.h) */
+    bool by_lineage;  /* refused for its lineage (repo_chain.c: LINEAGE; kept the same way) */
     char error[2048]; /* the loader's sentence: the version's path, the store's code and message */
 } repo_refusal_t;
 

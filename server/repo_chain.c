@@ -233,11 +233,11 @@ static int check_lineage(server_t *srv, const char *model, const char *model_dir
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
                       store_error_t *err)
 {
-    return repo__open_chain(srv, model_dir, version, false, out, err);
+    return repo__open_chain(srv, model_dir, version, false, NULL, out, err);
 }
 
 int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
-                     server_model_t **out, store_error_t *err)
+                     bool *lineage_refused, server_model_t **out, store_error_t *err)
 {
     const char *slash = strrchr(model_dir, '/');
     const char *model = slash ? slash + 1 : model_dir;
@@ -259,8 +259,11 @@ int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, boo
         rc = open_own_full(srv, model, model_dir, chain->versions[0], out, err);
     if (rc != -ENOENT)
         goto out; /* applied as an overlay, or refused */
-    if (!explicit_load && (rc = check_lineage(srv, model, model_dir, chain, err)) != 0)
+    if (!explicit_load && (rc = check_lineage(srv, model, model_dir, chain, err)) != 0) {
+        if (lineage_refused)
+            *lineage_refused = true;
         goto out;
+    }
     store_meta_t meta;
     snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[0]);
     if (chain->n == 1) {

@@ -38,6 +38,7 @@ struct repo_model {
     uint64_t pinned;                          /* version pinned by the admin (0: latest policy) */
     bool pin_restored;  /* pinned from the marks file: the next scan loads it (repo_persist.c) */
     bool pin_loading;   /* that load is queued or running: a failure unpins */
+    uint64_t lineage_refused; /* the version repo__open last refused for its lineage */
     bool marks_dirty;   /* the marks changed since the marks file was written */
     bool marks_failed;  /* the last write of the marks file failed (said once) */
     unsigned n_rolled_back;
@@ -84,10 +85,11 @@ void repo__load_ended(const loader_status_t *st, void *arg);
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                store_error_t *err);
 /* repo_open_version, and with explicit_load false refusing a delta that does
- * not extend the active version's line (repo_chain.c: LINEAGE); the
- * watcher's loads check it, the admin's activations do not. */
+ * not extend the active version's line (repo_chain.c: LINEAGE; then
+ * *lineage_refused, when given, is set); the watcher's loads check it, the
+ * admin's activations do not. */
 int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
-                     server_model_t **out, store_error_t *err);
+                     bool *lineage_refused, server_model_t **out, store_error_t *err);
 /* Drops version from r's rolled-back list (no-op when absent).  R.lock held. */
 void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
 /* Adds version to r's rolled-back list (R.lock held or single-threaded):

@@ -51,7 +51,8 @@ size_t repo_marks_format(const repo_marks_t *m, const char *model, char *buf, si
         if (f->by_admin)
             PUT("refused %" PRIu64 " admin%s%s\n", f->version, sep, reason);
         else
-            PUT("refused %" PRIu64 " gate %016" PRIx64 "%s%s\n", f->version, f->sig, sep, reason);
+            PUT("refused %" PRIu64 " %s %016" PRIx64 "%s%s\n", f->version,
+                f->by_lineage ? "lineage" : "gate", f->sig, sep, reason);
         lines++;
     }
     PUT("end %u\n", lines);
@@ -111,13 +112,17 @@ static int parse_refusal(const char *s, const char *end, struct repo_marked_refu
     if (parse_version(&s, end, &f->version) != 0 || s == end)
         return fail(why, why_len, line, "refused: a version (1 .. 2^63) and a kind expected");
     s++;
+    bool lineage = false;
     if (take_word(&s, end, "admin")) {
         f->by_admin = true;
+        f->by_lineage = false;
         f->sig = 0;
-    } else if (take_word(&s, end, "gate")) {
+    } else if (take_word(&s, end, "gate") || (lineage = take_word(&s, end, "lineage"))) {
         f->by_admin = false;
+        f->by_lineage = lineage;
         if (end - s < 16)
-            return fail(why, why_len, line, "refused by the gate: 16 hex digits expected");
+            return fail(why, why_len, line, "refused by the %s: 16 hex digits expected",
+                        lineage ? "lineage" : "gate");
         uint64_t sig = 0;
         for (int k = 0; k < 16; k++, s++) {
             char c = *s;
@@ -125,15 +130,16 @@ static int parse_refusal(const char *s, const char *end, struct repo_marked_refu
                          : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
                                                 : 16;
             if (d == 16)
-                return fail(why, why_len, line, "refused by the gate: 16 hex digits expected");
+                return fail(why, why_len, line, "refused by the %s: 16 hex digits expected",
+                            lineage ? "lineage" : "gate");
             sig = sig << 4 | d;
         }
         if (s < end && *s++ != ' ')
-            return fail(why, why_len, line, "refused by the gate: a space after the signature "
-                        "expected");
+            return fail(why, why_len, line, "refused by the %s: a space after the signature "
+                        "expected", lineage ? "lineage" : "gate");
         f->sig = sig;
     } else {
-        return fail(why, why_len, line, "refused: the kind must be admin or gate");
+        return fail(why, why_len, line, "refused: the kind must be admin, gate or lineage");
     }
     size_t n = (size_t)(end - s);
     if (n == 0 && s[-1] == ' ')

@@ -1,9 +1,11 @@
 /*
  * repo_marks.h — the file that keeps a model's policy marks across a
  * restart: the admin's pin, the rolled-back versions, and the refusals a
- * restart could not make again by itself (the admin's, and the validation
+ * restart could not make again by itself (the admin's; the validation
  * gate's: its shadow scoring compares live traffic, which a restarted
- * server has not seen yet, so a version it refused would pass).  A
+ * server has not seen yet, so a version it refused would pass; and the
+ * lineage check's, repo_chain.c: a restart has no active version to check
+ * a delta against, so it would serve a delta of another line).  A
  * refusal for bad files is not kept: the restart's load finds it again.
  * Pure: formatting and parsing only (repo_persist.c reads and writes it).
  *
@@ -13,12 +15,13 @@
  *   rolled_back <version>                       ascending, at most REPO_ROLLED_BACK_MAX
  *   refused <version> admin <reason>            ascending with the gate's,
  *   refused <version> gate <sig> <reason>       at most REPO_REFUSED_MAX
+ *   refused <version> lineage <sig> <reason>
  *   end <count of the marks above>
  * The marks come in this order (pinned, rolled_back, refused); a reason,
  * when there is one, follows its kind (or signature) after one space.
  * Versions are decimal, 1 .. 2^63; sig is 16 hex digits (the prefix
- * signature of repo.c: SIGNATURES, so the refusal is forgotten when the
- * files change); a reason is printable text without '\n', at most
+ * signature of repo.c: SIGNATURES, so the gate's or the lineage's refusal
+ * is forgotten when the files change); a reason is printable text without '\n', at most
  * REPO_MARKS_REASON_MAX bytes.
  */
 #ifndef TL_SERVER_REPO_MARKS_H
@@ -40,8 +43,9 @@ typedef struct repo_marks {
     unsigned n_refused;
     struct repo_marked_refusal {
         uint64_t version;
-        bool by_admin; /* else the gate's */
-        uint64_t sig;  /* the gate's: prefix signature at refusal */
+        bool by_admin;   /* else the gate's or the lineage's */
+        bool by_lineage; /* the lineage check's (repo_chain.c), not the gate's */
+        uint64_t sig;    /* the gate's or the lineage's: prefix signature at refusal */
         char reason[REPO_MARKS_REASON_MAX + 1];
     } refused[REPO_REFUSED_MAX];
 } repo_marks_t;

@@ -1,7 +1,7 @@
 /*
  * repo_persist.c — the marks of each model served from the repository
- * (repo_marks.h: pin, rolled-back versions, the admin's and the gate's
- * refusals) written to a file whenever they change, and read back when the
+ * (repo_marks.h: pin, rolled-back versions, the admin's, the gate's and
+ * the lineage check's refusals) written to a file whenever they change, and read back when the
  * model is first listed, so that a restarted server keeps a bad version off
  * the service and serves the version it was pinned to.
  *
@@ -11,9 +11,9 @@
  * model with no marks has no file.
  *
  * WHEN: the admin's calls (repo_admin.c) flush before they answer, so an
- * answered rollback, pin or refusal is on disk; the gate's refusals and
- * the marks the watcher changes (a restored pin that cannot be served) are
- * flushed by the watcher after its scans.  A write is a temporary file,
+ * answered rollback, pin or refusal is on disk; the gate's and the lineage
+ * check's refusals and the marks the watcher changes (a restored pin that
+ * cannot be served) are flushed by the watcher after its scans.  A write is a temporary file,
  * fsync and rename (file_replace.c): a reader sees the old marks or the
  * new ones whole.
  *
@@ -115,7 +115,8 @@ int repo__marks_restore(struct repo_model *r, char *why, size_t why_len)
         repo_refusal_t *f = &r->refused[i];
         f->version = m->refused[i].version;
         f->by_admin = m->refused[i].by_admin;
-        f->by_gate = !m->refused[i].by_admin;
+        f->by_lineage = !m->refused[i].by_admin && m->refused[i].by_lineage;
+        f->by_gate = !m->refused[i].by_admin && !m->refused[i].by_lineage;
         snprintf(f->error, sizeof f->error, "%s", m->refused[i].reason);
         r->refused_sig[i] = m->refused[i].sig;
     }
@@ -132,7 +133,8 @@ out:
 }
 
 /* Copies r's marks (R.lock held): the pin, the rolled-back versions, and
- * the refusals a restart could not make again (the admin's, the gate's). */
+ * the refusals a restart could not make again (the admin's, the gate's,
+ * the lineage check's). */
 static void marks_of(const struct repo_model *r, repo_marks_t *m)
 {
     memset(m, 0, sizeof *m);
@@ -141,11 +143,12 @@ static void marks_of(const struct repo_model *r, repo_marks_t *m)
     memcpy(m->rolled_back, r->rolled_back, r->n_rolled_back * sizeof r->rolled_back[0]);
     for (unsigned i = 0; i < r->n_refused; i++) {
         const repo_refusal_t *f = &r->refused[i];
-        if (!f->by_admin && !f->by_gate)
+        if (!f->by_admin && !f->by_gate && !f->by_lineage)
             continue;
         struct repo_marked_refusal *t = &m->refused[m->n_refused++];
         t->version = f->version;
         t->by_admin = f->by_admin;
+        t->by_lineage = !f->by_admin && f->by_lineage;
         t->sig = f->by_admin ? 0 : r->refused_sig[i];
         snprintf(t->reason, sizeof t->reason, "%s", f->error);
     }

@@ -112,6 +112,32 @@ class Marks(unittest.TestCase):
         self.assertIn("pinned to version 1 before the restart, which is no longer", srv.output())
         self.assertEqual(srv.metric("tlserve_repo_marks_write_errors_total"), 0)
 
+    def test_lineage_refusal_survives_a_restart(self):
+        # 4, a delta of 2 while the full 3 serves, is refused for its lineage (repo_chain.c).
+        # A restart has nothing active to check it against: without the refusal kept it
+        # would serve 4 (1 + 2 + 4), dropping what 3 holds, where the server before served 3.
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(srv, 1)
+        self.add_delta(1, 2)
+        self.wait_active(srv, 2)
+        stage = os.path.join(self.tmp, "stage_full_3")
+        shutil.copytree(self.full[3], stage)
+        os.rename(stage, os.path.join(self.mdir, "3"))
+        self.wait_active(srv, 3)
+        self.add_delta(2, 4)
+        self.wait_for(srv, lambda m: any(r["version"] == 4 for r in m["repository"]["refused"]),
+                      "version 4 refused")
+        with open(os.path.join(self.mdir, ".tlserve-marks")) as f:
+            self.assertIn("refused 4 lineage ", f.read())
+
+        srv = self.restart(srv)
+        self.wait_active(srv, 3)
+        _, vs = self.versions(srv)
+        self.assertEqual(vs[4]["state"], "refused")
+        self.assertIn("delta version 4 extends version 2, which is neither the active version 3",
+                      vs[4]["reason"])
+
     def test_damaged_marks_stop_the_start(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         marks = os.path.join(self.mdir, ".tlserve-marks")

@@ -440,6 +440,8 @@ static void test_marks_kept(void **state)
     repo__add_refusal(r, 9, 0xabcdef, "cannot load version 9: CORRUPT"); /* not kept */
     repo__add_refusal(r, 8, 0x1234, "version 8 refused by the gate: PSI 0.4");
     r->refused[1].by_gate = true; /* 7 admin, 8 gate, 9 files */
+    repo__add_refusal(r, 11, 0x5678, "delta version 11 extends version 6, which is neither ...");
+    r->refused[3].by_lineage = true; /* and 11 lineage */
     r->pinned = 4;
     r->marks_dirty = true;
     pthread_mutex_unlock(&R.lock);
@@ -454,14 +456,19 @@ static void test_marks_kept(void **state)
     assert_true(r->pin_restored);
     assert_int_equal(r->n_rolled_back, 1);
     assert_int_equal(r->rolled_back[0], 5);
-    assert_int_equal(r->n_refused, 2);
+    assert_int_equal(r->n_refused, 3);
     assert_int_equal(r->refused[0].version, 7);
     assert_true(r->refused[0].by_admin);
     assert_string_equal(r->refused[0].error, "refused by admin: off in the A/B");
     assert_int_equal(r->refused[1].version, 8);
     assert_true(r->refused[1].by_gate);
+    assert_false(r->refused[1].by_lineage);
     assert_int_equal(r->refused_sig[1], 0x1234);
-    assert_true(is_refused(r, 5) && is_refused(r, 7) && is_refused(r, 8));
+    assert_int_equal(r->refused[2].version, 11);
+    assert_true(r->refused[2].by_lineage);
+    assert_false(r->refused[2].by_gate || r->refused[2].by_admin);
+    assert_int_equal(r->refused_sig[2], 0x5678);
+    assert_true(is_refused(r, 5) && is_refused(r, 7) && is_refused(r, 8) && is_refused(r, 11));
     assert_false(is_refused(r, 9));
 
     /* Activating and unpinning clears them: no marks, no file. */
