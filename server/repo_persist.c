@@ -62,7 +62,8 @@ int repo__marks_restore(struct repo_model *r, char *why, size_t why_len)
     char dir[1100], name[80], path[1200];
     marks_place(r, dir, sizeof dir, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO there must not block the start (and R.lock). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT)
             return 0;
@@ -70,6 +71,13 @@ int repo__marks_restore(struct repo_model *r, char *why, size_t why_len)
         snprintf(why, why_len, "cannot read the marks of %s in %s: %s; make it readable (or "
                  "remove it to forget its pins, rollbacks and refusals)", r->model, path,
                  strerror(e));
+        return -EINVAL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(why, why_len, "the marks of %s in %s: not a regular file; remove it (the model "
+                 "then forgets its pins, rollbacks and refusals)", r->model, path);
+        close(fd);
         return -EINVAL;
     }
     repo_marks_t *m = malloc(sizeof *m);

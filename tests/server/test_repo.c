@@ -500,6 +500,29 @@ static void test_marks_kept(void **state)
     R.n_models = 0;
 }
 
+/* A marks file that is not a regular file (a FIFO left in the model's
+ * directory) refuses the model naming it, rather than blocking the start
+ * (and R.lock) in open() forever: SIGALRM fails the test if it blocks. */
+static void test_marks_not_a_file(void **state)
+{
+    (void)state;
+    char why[2400], dir[1100], path[1200];
+    snprintf(R.dir, sizeof R.dir, "%s/marks_fifo", base);
+    snprintf(dir, sizeof dir, "%s/ctr", R.dir);
+    snprintf(path, sizeof path, "%s/.tlserve-marks", dir);
+    test_mkdir_p(dir);
+    R.marks_dir[0] = '\0';
+    R.n_models = 0;
+    assert_int_equal(mkfifo(path, 0644), 0);
+    alarm(10);
+    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    alarm(0);
+    assert_non_null(strstr(why, path));
+    assert_non_null(strstr(why, "not a regular file"));
+    assert_int_equal(R.n_models, 0);
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(base, sizeof base, "%s/test_repo_%d", tmpdir(), (int)getpid());
@@ -514,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_standby_and_rollback),
         cmocka_unit_test(test_rolled_back),
         cmocka_unit_test(test_marks_kept),
+        cmocka_unit_test(test_marks_not_a_file),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rm_rf(base);
