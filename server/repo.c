@@ -324,13 +324,14 @@ int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model
                store_error_t *err)
 {
     struct repo_model *r = arg;
+    repo_open_opts_t o = {.explicit_load = false};
     pthread_mutex_lock(&R.lock);
-    bool explicit_load = r->pinned == st->version; /* the admin's activation (or its pin) */
+    o.explicit_load = r->pinned == st->version; /* the admin's activation (or its pin) */
+    o.n_rolled_back = r->n_rolled_back;
+    memcpy(o.rolled_back, r->rolled_back, r->n_rolled_back * sizeof r->rolled_back[0]);
     pthread_mutex_unlock(&R.lock);
-    bool lineage_refused = false;
-    int rc = repo__open_chain(srv, r->model_dir, st->version, explicit_load, &lineage_refused, out,
-                              err);
-    if (lineage_refused) { /* repo__load_ended keeps this refusal in the marks */
+    int rc = repo__open_chain(srv, r->model_dir, st->version, &o, out, err);
+    if (o.lineage_refused) { /* repo__load_ended keeps this refusal in the marks */
         pthread_mutex_lock(&R.lock);
         r->lineage_refused = st->version;
         pthread_mutex_unlock(&R.lock);

@@ -15,9 +15,12 @@
  * nor one of A's links is refused (check_lineage): it was made from
  * another line of versions (a producer on a stale base, or one building on
  * a version rolled back or refused), and serving it would silently drop
- * what A holds beyond that parent.  An explicit activation of it (the
- * admin's) loads it anyway; a server with nothing active (a start) has no
- * line to keep; a served A no longer in the repository cannot be checked.
+ * what A holds beyond that parent.  A delta whose chain runs through a
+ * rolled-back version is refused too (check_rolled_back_links), even when
+ * the chain runs through A and at a start: it would bring back what the
+ * rollback took off.  An explicit activation of it (the admin's) loads it
+ * anyway; a server with nothing active (a start) has no line to keep; a
+ * served A no longer in the repository cannot be checked.
  *
  * The online trainer's own exports of the active version (online.h:
  * online_export_is_own) are neither: their values are in the active
@@ -233,11 +236,28 @@ static int check_lineage(server_t *srv, const char *model, const char *model_dir
 int repo_open_version(server_t *srv, const char *model_dir, uint64_t version, server_model_t **out,
                       store_error_t *err)
 {
-    return repo__open_chain(srv, model_dir, version, false, NULL, out, err);
+    return repo__open_chain(srv, model_dir, version, NULL, out, err);
 }
 
-int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
-                     bool *lineage_refused, server_model_t **out, store_error_t *err)
+/* LINEAGE (above): 0 when no link of chain below its last is a rolled-back
+ * version, else the refusal in err. */
+static int check_rolled_back_links(const store_chain_t *chain, const repo_open_opts_t *o,
+                                   store_error_t *err)
+{
+    for (uint32_t i = 0; i + 1 < chain->n; i++)
+        for (unsigned k = 0; k < o->n_rolled_back && k < REPO_ROLLED_BACK_MAX; k++)
+            if (chain->versions[i] == o->rolled_back[k])
+                return store_error_set(err, STORE_E_MISMATCH,
+                                       "delta version %" PRIu64 " is built on version %" PRIu64
+                                       ", which was rolled back: serving it would bring back "
+                                       "what the rollback took off; activate it explicitly to "
+                                       "serve it anyway",
+                                       chain->versions[chain->n - 1], chain->versions[i]);
+    return 0;
+}
+
+int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, repo_open_opts_t *o,
+                     server_model_t **out, store_error_t *err)
 {
     const char *slash = strrchr(model_dir, '/');
     const char *model = slash ? slash + 1 : model_dir;
@@ -254,14 +274,17 @@ int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, boo
     rc = store_version_chain(model_dir, version, chain, err);
     if (rc != 0)
         goto out;
+    if (o && !o->explicit_load && (rc = check_rolled_back_links(chain, o, err)) != 0) {
+        o->lineage_refused = true;
+        goto out;
+    }
     rc = open_over_active(srv, model, model_dir, chain, out, err);
     if (rc == -ENOENT && chain->n == 1)
         rc = open_own_full(srv, model, model_dir, chain->versions[0], out, err);
     if (rc != -ENOENT)
         goto out; /* applied as an overlay, or refused */
-    if (!explicit_load && (rc = check_lineage(srv, model, model_dir, chain, err)) != 0) {
-        if (lineage_refused)
-            *lineage_refused = true;
+    if (o && !o->explicit_load && (rc = check_lineage(srv, model, model_dir, chain, err)) != 0) {
+        o->lineage_refused = true;
         goto out;
     }
     store_meta_t meta;

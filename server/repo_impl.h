@@ -84,12 +84,19 @@ void repo__load_ended(const loader_status_t *st, void *arg);
  * struct repo_model; model_dir is immutable, read without the lock). */
 int repo__open(server_t *srv, const loader_status_t *st, void *arg, server_model_t **out,
                store_error_t *err);
-/* repo_open_version, and with explicit_load false refusing a delta that does
- * not extend the active version's line (repo_chain.c: LINEAGE; then
- * *lineage_refused, when given, is set); the watcher's loads check it, the
- * admin's activations do not. */
-int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, bool explicit_load,
-                     bool *lineage_refused, server_model_t **out, store_error_t *err);
+/* How the watcher opens a version (repo__open_chain). */
+typedef struct repo_open_opts {
+    bool explicit_load;   /* the admin's activation (or its pin): LINEAGE not checked */
+    unsigned n_rolled_back;
+    uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* the model's, copied under R.lock */
+    bool lineage_refused; /* out: refused by LINEAGE */
+} repo_open_opts_t;
+/* repo_open_version, and with o (not explicit) refusing a delta that does
+ * not extend the active version's line or is built on a rolled-back
+ * version (repo_chain.c: LINEAGE; then o->lineage_refused is set); the
+ * watcher's loads check it, the admin's activations do not. */
+int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, repo_open_opts_t *o,
+                     server_model_t **out, store_error_t *err);
 /* Drops version from r's rolled-back list (no-op when absent).  R.lock held. */
 void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
 /* Adds version to r's rolled-back list (R.lock held or single-threaded):

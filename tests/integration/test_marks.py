@@ -62,7 +62,8 @@ class Marks(unittest.TestCase):
         st, out = self.post(srv, "/v1/models/%s:rollback" % NAME)
         self.assertEqual(st, 200, out)
         self.assertTrue(os.path.exists(marks))  # on disk once answered
-        self.add_delta(2, 3)
+        shutil.copytree(self.full[3], os.path.join(self.tmp, "stage3"))  # full: not built on 2
+        os.rename(os.path.join(self.tmp, "stage3"), os.path.join(self.mdir, "3"))
         self.wait_active(srv, 3)
         st, out = self.post(srv, "/v1/models/%s:refuse" % NAME,
                             b'{"version": 3, "reason": "ctr off in the A/B"}')

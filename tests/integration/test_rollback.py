@@ -349,6 +349,32 @@ class Rollback(unittest.TestCase):
                       "version 5 refused")
         self.assertEqual(self.active(srv), 4)
 
+    def test_delta_over_a_rolled_back_version_is_refused(self):
+        # 3 rolled back (2 serves); the producer's next delta 4 extends 3.  Its chain runs
+        # through the active 2, but serving it would bring 3's changes back: the watcher
+        # refuses it, naming the rolled-back link; an explicit activation serves it.
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(srv, 1)
+        self.add_delta(1, 2)
+        self.wait_active(srv, 2)
+        self.add_delta(2, 3)
+        self.wait_active(srv, 3)
+        r = self.tlctl(srv, "rollback", NAME)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.active(srv), 2)
+        self.add_delta(3, 4)
+        self.wait_for(srv, lambda m: any(r["version"] == 4 for r in m["repository"]["refused"]),
+                      "version 4 refused")
+        self.assertEqual(self.active(srv), 2)
+        _, vs = self.versions(srv)
+        self.assertEqual(vs[4]["state"], "refused")
+        self.assertIn("delta version 4 is built on version 3, which was rolled back",
+                      vs[4]["reason"])
+        r = self.tlctl(srv, "activate", NAME, "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_active(srv, 4)
+
     def test_no_standby_without_keep(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo, "--keep-versions", "0", token=TOKEN)
