@@ -201,9 +201,13 @@ static int check_lineage(server_t *srv, const char *model, const char *model_dir
     server_model_release(act);
     uint64_t parent = chain->versions[chain->n - 2];
     uint64_t parent_created = chain->created_unix[chain->n - 2];
-    if (strcmp(am.model_name, model) != 0 ||
-        (parent == am.version && parent_created == am.created_unix))
+    if (strcmp(am.model_name, model) != 0)
         return 0;
+    /* Through the active version itself: a rebuild only because its stack
+     * of overlays was full. */
+    for (uint32_t i = 0; i + 1 < chain->n; i++)
+        if (chain->versions[i] == am.version && chain->created_unix[i] == am.created_unix)
+            return 0;
     store_chain_t *ac = malloc(sizeof *ac);
     store_error_t aerr;
     if (!ac || store_version_chain(model_dir, am.version, ac, &aerr) != 0 ||
