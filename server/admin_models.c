@@ -64,6 +64,16 @@ static uint64_t active_of(server_t *srv, const char *name)
     return v;
 }
 
+/* j with "marks_kept" (repo_marks_kept) when the repository serves name:
+ * false tells the caller that a restart would not keep what it just did. */
+static json_t *with_marks(json_t *j, const char *name)
+{
+    int kept = repo_marks_kept(name);
+    if (j && kept >= 0)
+        json_object_set_new(j, "marks_kept", json_boolean(kept));
+    return j;
+}
+
 /* 1 when a load of name (admin or watcher) is queued or running, with its
  * version in *version (0 when unknown). */
 static int load_under_way(const char *name, uint64_t *version)
@@ -114,8 +124,10 @@ void admin__on_rollback(server_t *srv, struct evhttp_request *req, const char *n
     LOG(LL_INFO, "admin: %s rolled back from version %" PRIu64 " to %" PRIu64 " (%" PRIu64 " us)",
         name, from, to, swap_us);
     admin__reply_json(req, 200,
-                      json_pack("{s:s, s:I, s:I, s:I}", "model", name, "version", (json_int_t)to,
-                                "rolled_back", (json_int_t)from, "swap_us", (json_int_t)swap_us));
+                      with_marks(json_pack("{s:s, s:I, s:I, s:I}", "model", name, "version",
+                                           (json_int_t)to, "rolled_back", (json_int_t)from,
+                                           "swap_us", (json_int_t)swap_us),
+                                 name));
 }
 
 /* {"version": N, "reason": "..."} of :refuse: 0 with *v and why (printable
@@ -196,9 +208,10 @@ void admin__on_refuse(server_t *srv, struct evhttp_request *req, const char *nam
     LOG(LL_INFO, "admin: %s version %" PRIu64 " refused%s%s%s", name, version,
         to ? " (rolled back to its kept version)" : "", why[0] ? ": " : "", why);
     admin__reply_json(req, 200,
-                      json_pack("{s:s, s:I, s:b, s:I}", "model", name, "version",
-                                (json_int_t)version, "refused", 1, "rolled_back_to",
-                                (json_int_t)to));
+                      with_marks(json_pack("{s:s, s:I, s:b, s:I}", "model", name, "version",
+                                           (json_int_t)version, "refused", 1, "rolled_back_to",
+                                           (json_int_t)to),
+                                 name));
 }
 
 /* {"version": N} -> 1 with *v, {"version": "latest"} -> 0; -1 after a 400. */
@@ -251,7 +264,8 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
     if (which == 0) {
         if (in_repo)
             repo_unpin(name);
-        admin__reply_json(req, 200, json_pack("{s:s, s:b}", "model", name, "pinned", 0));
+        admin__reply_json(req, 200,
+                          with_marks(json_pack("{s:s, s:b}", "model", name, "pinned", 0), name));
         return;
     }
     if (!in_repo) {
@@ -273,16 +287,20 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
     if (rc == 0) {
         LOG(LL_INFO, "admin: %s version %" PRIu64 " active and pinned", name, version);
         admin__reply_json(req, 200,
-                          json_pack("{s:s, s:I, s:b}", "model", name, "version",
-                                    (json_int_t)version, "pinned", 1));
+                          with_marks(json_pack("{s:s, s:I, s:b}", "model", name, "version",
+                                               (json_int_t)version, "pinned", 1),
+                                     name));
     } else if (rc == 1) {
         char status[128];
         snprintf(status, sizeof status, "/v1/models/%s:load", name);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Location", status);
         admin__reply_json(req, 202,
-                          json_pack("{s:s, s:I, s:I, s:s, s:s, s:b}", "model", name, "version",
-                                    (json_int_t)version, "load", (json_int_t)st.id, "state",
-                                    loader_state_name(st.state), "status", status, "pinned", 1));
+                          with_marks(json_pack("{s:s, s:I, s:I, s:s, s:s, s:b}", "model", name,
+                                               "version", (json_int_t)version, "load",
+                                               (json_int_t)st.id, "state",
+                                               loader_state_name(st.state), "status", status,
+                                               "pinned", 1),
+                                     name));
     } else if (rc == -ENOENT) {
         admin__reply_error(req, 404,
                            "version %" PRIu64 " of model '%s' is not in the repository %s", version,
@@ -409,6 +427,7 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
                   "keep_versions", srv->cfg.keep_versions, "repository", in_repo, "versions", list);
     if (pinned)
         json_object_set_new(body, "pinned_version", json_integer((json_int_t)pinned));
+    body = with_marks(body, name);
     if (guard)
         json_object_set_new(body, "guard", guard);
     admin__reply_json(req, 200, body);

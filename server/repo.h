@@ -147,6 +147,12 @@ void repo_get_metrics(repo_metrics_t *out);
  *   served from the repository (else -ENODEV/-ENOENT).  Every call takes
  *   the watcher's lock briefly; none waits for a load. */
 
+/* 1 when the marks of model (pin, rollbacks, refusals: repo_marks.h) are on
+ * disk as they are in memory, 0 when the last write of its marks file
+ * failed (a restart would not keep them), -1 when the repository does not
+ * serve model.  The admin's answers carry it as "marks_kept". */
+int repo_marks_kept(const char *model);
+
 /* Records that a rollback replaced version from by version to: from is
  * refused with "rollback by admin"; a pin on from moves to to.  0, or
  * -ENOENT when the repository does not serve model. */

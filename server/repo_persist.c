@@ -192,6 +192,15 @@ static int marks_write(const struct repo_model *r, const repo_marks_t *m, char *
     return rc;
 }
 
+int repo_marks_kept(const char *model)
+{
+    pthread_mutex_lock(&R.lock);
+    const struct repo_model *r = repo__find(model);
+    int kept = !r ? -1 : !r->marks_failed && !r->marks_dirty;
+    pthread_mutex_unlock(&R.lock);
+    return kept;
+}
+
 void repo__marks_flush(void)
 {
     static char *buf; /* under io_lock */

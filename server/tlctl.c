@@ -345,6 +345,15 @@ static int valid_model(const char *s)
     return 1;
 }
 
+/* A warning on stderr when the server says it could not keep the model's
+ * marks on disk (the answer's "marks_kept": false). */
+static void warn_marks(const json_t *j, const char *model)
+{
+    if (json_is_false(json_object_get(j, "marks_kept")))
+        fprintf(stderr, "tlctl: warning: the server could not write the marks of %s (its log "
+                        "says why): this holds until it restarts, not after\n", model);
+}
+
 static int cmd_activate(const char *model, const char *version)
 {
     char payload[128], path[256];
@@ -377,6 +386,7 @@ static int cmd_activate(const char *model, const char *version)
     else
         printf("model %s: version %s active%s\n", model, version,
                json_is_true(json_object_get(j, "pinned")) ? ", pinned" : "");
+    warn_marks(j, model);
     json_decref(j);
     return 0;
 }
@@ -394,6 +404,7 @@ static int cmd_rollback(const char *model)
     else
         printf("model %s: rolled back from version %lld to version %lld (swap %lld us)\n", model,
                jint(j, "rolled_back"), jint(j, "version"), jint(j, "swap_us"));
+    warn_marks(j, model);
     json_decref(j);
     return 0;
 }
@@ -428,6 +439,7 @@ static int cmd_refuse(const char *model, const char *version, const char *why)
                jint(j, "rolled_back_to"));
     else
         printf("model %s: version %llu refused\n", model, v);
+    warn_marks(j, model);
     json_decref(j);
     return 0;
 }

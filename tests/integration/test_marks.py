@@ -180,10 +180,28 @@ class Marks(unittest.TestCase):
         self.wait_active(srv, 2)
         st, out = self.post(srv, "/v1/models/%s:rollback" % NAME)
         self.assertEqual(st, 200, out)
+        self.assertTrue(json.loads(out)["marks_kept"])
         self.assertTrue(os.path.exists(os.path.join(mdir, NAME + ".marks")))
         self.assertFalse(os.path.exists(os.path.join(self.mdir, ".tlserve-marks")))
         srv = self.restart(srv, "--repo-marks-dir", mdir)
         self.wait_active(srv, 1)
+
+        # Marks that cannot be written (a directory where the file goes): the answer says
+        # so, tlctl warns, the metric counts; the mark itself holds in memory.
+        os.remove(os.path.join(mdir, NAME + ".marks"))
+        os.mkdir(os.path.join(mdir, NAME + ".marks"))
+        tlctl = os.path.join(harness.BUILD, "server", "tlctl")
+        r = subprocess.run([tlctl, "--admin", "127.0.0.1:%d" % srv.admin_port, "activate", NAME,
+                            "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=30, env=dict(os.environ, TLSERVE_ADMIN_TOKEN=TOKEN))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("could not write the marks of %s" % NAME, r.stderr)
+        self.wait_active(srv, 2)
+        st, _, body = srv.get("/v1/models/%s/versions" % NAME)
+        self.assertFalse(json.loads(body)["marks_kept"])
+        self.assertTrue(json.loads(body)["pinned"])
+        self.assertGreater(srv.metric("tlserve_repo_marks_write_errors_total"), 0)
+        self.assertIn("cannot keep the marks of %s" % NAME, srv.output())
 
 
 @unittest.skipUnless(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, tg.GATE_SNAP)),
