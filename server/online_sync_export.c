@@ -88,6 +88,13 @@
  * (still naming it) replays the whole log and the consumer reads every
  * message from the stream's start: the restart without exports.
  *
+ * ITS COST.  The cut copies under the writer lock: up to the accumulators'
+ * 2 x --sync-max-keys residual entries, the peers' keys (at most half of
+ * PEER_KEYS_SLOTS) and a DNN's 5 x n MLP floats; the trainer and the
+ * consumer wait through it (PREDICT does not).  online__sync_cut_note
+ * records each cut's hold and what it copied (tlserve_sync_cut_*, and the
+ * export's log line), so the cost is watched at the scale it runs at.
+ *
  * THREAD SAFETY: the cut, the peer marks and the resume run under the
  * model's writer lock (the cut also try-locks S.pub_lock); the start's
  * check runs before any thread of the model.
@@ -256,11 +263,29 @@ bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t k
             mark(ctx, s->peer_keys[i]);
     if (s->peer_count)
         memset(s->peer_keys, 0, PEER_KEYS_SLOTS * sizeof *s->peer_keys);
+    s->cut_peer_keys = s->peer_count + s->peer_zero;
     s->peer_count = 0;
     s->peer_zero = false;
     s->peer_all = !s->peer_keys; /* no memory: always every key */
     atomic_store_explicit(&s->peer_pending, false, memory_order_relaxed);
     return all;
+}
+
+void online__sync_cut_note(online_model_t *q, const sync_state_t *st, uint64_t ns)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!s)
+        return;
+    atomic_store_explicit(&s->cut_ns, ns, memory_order_relaxed);
+    if (ns > atomic_load_explicit(&s->cut_max_ns, memory_order_relaxed))
+        atomic_store_explicit(&s->cut_max_ns, ns, memory_order_relaxed); /* one writer: the lock */
+    atomic_fetch_add_explicit(&s->cut_sum_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->cuts, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_keys, st->nkeys, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_peers, s->cut_peer_keys, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_floats,
+                          st->nkeys * st->k + (uint64_t)st->dense_n * SYNC_DENSE_ARRAYS,
+                          memory_order_relaxed);
 }
 
 /* ---- the restart -------------------------------------------------------------------- */

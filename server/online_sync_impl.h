@@ -65,6 +65,11 @@ struct online_sync_model {
     uint32_t peer_count;  /* keys in peer_keys: written by peers' messages since the last cut */
     _Atomic bool peer_pending; /* peer_count > 0 or peer_zero or peer_all: read without the lock */
     bool peer_zero, peer_all; /* key 0 written; the set overflowed (the export takes every key) */
+    uint32_t cut_peer_keys; /* writer lock: peers' keys the last cut handed to the dirty set */
+    /* the cuts' cost (online__sync_cut_note under the writer lock; the metrics read them) */
+    _Atomic uint64_t cut_ns, cut_max_ns, cut_sum_ns, cuts; /* last, longest, sum, how many */
+    _Atomic uint64_t cut_keys, cut_peers, cut_floats; /* last cut: residual entries, peers'
+                                                         keys, MLP floats copied */
 };
 
 #define PEER_KEYS_BITS 20
