@@ -91,9 +91,15 @@
  * ITS COST.  The cut copies under the writer lock: up to the accumulators'
  * 2 x --sync-max-keys residual entries, the peers' keys (at most half of
  * PEER_KEYS_SLOTS) and a DNN's 5 x n MLP floats; the trainer and the
- * consumer wait through it (PREDICT does not).  online__sync_cut_note
- * records each cut's hold and what it copied (tlserve_sync_cut_*, and the
- * export's log line), so the cost is watched at the scale it runs at.
+ * consumer wait through it (PREDICT does not).  So the residual is two
+ * memcpy of the accumulators' dense arrays (update_acc_copy) into buffers
+ * the export job keeps from one cut to the next (st->keys_cap; the export
+ * thread is done with them before the next hand-over): fresh ones cost a
+ * page fault every 4 KiB under the lock, tens of ms at 10^6 keys.  The
+ * price is memory: as much as the largest residual copied, at most the
+ * accumulators' own.  online__sync_cut_note records each cut's hold and
+ * what it copied (tlserve_sync_cut_*, and the export's log line); the
+ * figures are docs/performance.md's (server/bench/sync_cut_cost.py).
  *
  * THREAD SAFETY: the cut, the peer marks and the resume run under the
  * model's writer lock (the cut also try-locks S.pub_lock); the start's
@@ -176,22 +182,6 @@ uint64_t online__sync_applied_seq(const struct online_sync_model *s, uint64_t pr
 
 /* ---- the cut ---------------------------------------------------------------------- */
 
-struct fill {
-    sync_state_t *st;
-    uint64_t cap;
-};
-
-static int take(void *ctx, uint64_t key, const float *vals)
-{
-    struct fill *f = ctx;
-    if (f->st->nkeys == f->cap)
-        return 1; /* cannot happen: counted under the same locks */
-    f->st->keys[f->st->nkeys] = key;
-    memcpy(f->st->vals + f->st->nkeys * f->st->k, vals, f->st->k * sizeof *vals);
-    f->st->nkeys++;
-    return 0;
-}
-
 int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_len)
 {
     struct online_sync_model *s = atomic_load(&q->sync);
@@ -215,13 +205,17 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
                  "encoding and the stream's acknowledgement (a publish retrying?)");
         return -EAGAIN;
     }
-    sync_state_free(st);
+    free(st->dense); /* the last cut's residual buffers serve again (see ITS COST) */
+    st->dense = NULL;
+    st->dense_n = 0;
+    st->nkeys = 0;
     uint64_t n = 0;
     for (int i = 0; i < 2; i++)
         if (s->base[i] == q->sync_base)
             n += update_acc_count(s->acc[i]);
     int rc = 0;
-    if (n) {
+    if (n > st->keys_cap || st->k != s->k) {
+        sync_state_free(st);
         st->keys = malloc(n * sizeof *st->keys);
         st->vals = malloc(n * s->k * sizeof *st->vals);
         if (!st->keys || !st->vals) {
@@ -231,12 +225,13 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
             rc = -ENOMEM;
             goto out;
         }
+        st->keys_cap = n;
     }
     st->k = s->k;
-    struct fill f = {st, n};
     for (int i = 0; i < 2; i++)
         if (s->base[i] == q->sync_base)
-            (void)update_acc_foreach(s->acc[i], take, &f);
+            st->nkeys += update_acc_copy(s->acc[i], st->keys + st->nkeys,
+                                         st->vals + st->nkeys * st->k);
     st->base = q->sync_base;
     st->producer = S.producer;
     st->own_last = atomic_load(&S.next_seq) - 1;
