@@ -214,10 +214,12 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
         if (s->base[i] == q->sync_base)
             n += update_acc_count(s->acc[i]);
     int rc = 0;
-    if (n > st->keys_cap || st->k != s->k) {
+    if (n > st->keys_cap || st->k != s->k) { /* grown by half: a residual grows by steps */
+        uint64_t cap = n + n / 2, most = 2 * (uint64_t)s->max_keys;
+        cap = cap > most && n <= most ? most : cap;
         sync_state_free(st);
-        st->keys = malloc(n * sizeof *st->keys);
-        st->vals = malloc(n * s->k * sizeof *st->vals);
+        st->keys = malloc(cap * sizeof *st->keys);
+        st->vals = malloc(cap * s->k * sizeof *st->vals);
         if (!st->keys || !st->vals) {
             sync_state_free(st);
             snprintf(why, why_len, "no memory for the %" PRIu64 " residual keys of the "
@@ -225,7 +227,7 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
             rc = -ENOMEM;
             goto out;
         }
-        st->keys_cap = n;
+        st->keys_cap = cap;
     }
     st->k = s->k;
     for (int i = 0; i < 2; i++)
