@@ -17,7 +17,9 @@ each (about R distinct keys), then for SECONDS:
   - a third PREDICTs one item of FIELDS keys on A every 5 ms and times each answer.
 Reads per run: A's samples learned per second over the window (the trainer saturated: its queue
 never empty), PREDICT p50/p99, and from A's log each export's cut (its writer lock hold, the
-residual keys copied) and the whole hand-over's hold.  Prints a markdown table (the cuts at the full residual: 90% of the run's largest or more).
+residual keys copied) and the whole hand-over's hold.  Prints a markdown table over the cuts
+at the full residual (90% of the run's largest or more): one that grew the buffers is left out
+once the residual grew further (it shows in the per-run line on stderr).
 
 Run: BUILD=build python3 server/bench/sync_cut_cost.py
 Env: RESIDUALS=100000,1000000  EXPORT_MS=1500  SECONDS=15  FIELDS=40  BUILD=build
@@ -127,7 +129,8 @@ class Replica:
             [os.path.join(BUILD, "server", "tlserve"), "--model-repo", repo,
              "--port", str(self.port), "--admin-port", str(self.admin), "--workers", "1",
              "--gate-sample", "0", "--guard-window-ms", "0", "--load-sched-idle=false",
-             "--online", "--online-nice", "0", "--sample-log-dir", os.path.join(work, "log_" + name),
+             "--online", "--online-nice", "0",
+             "--sample-log-dir", os.path.join(work, "log_" + name),
              "--bus-servers", cluster.urls, "--bus-stream", stream, "--bus-subject-prefix",
              stream.lower(), "--bus-node", name, "--bus-mode", "partitioned"] + args,
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
