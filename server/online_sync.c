@@ -283,6 +283,7 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s->touched.gen);
     free(s->buf);
     free(s->peer_keys);
+    free(s->peer_slots);
     online__sync_dense_free(s->dense);
     free(s);
 }

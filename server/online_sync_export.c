@@ -62,8 +62,10 @@
  * PEERS' KEYS.  The dirty set of online_export.c is the trainer's; a key
  * only a peer's message wrote must be exported too, so the consumer marks
  * it here (peer_keys, PEER_KEYS_SLOTS open-addressed, under the writer
- * lock) and the cut hands them to the dirty set; past half the slots the
- * export takes every key of the store (as an overflowed dirty set does).
+ * lock; peer_slots lists the slots filled, so that the cut visits and
+ * clears those, not 8 MB) and the cut hands them to the dirty set; past
+ * half the slots the export takes every key of the store (as an
+ * overflowed dirty set does).
  *
  * THE RESTART (online__sync_state_check at start, online__sync_resume in
  * the trainer's replay): when the newest version of the repository is an
@@ -126,8 +128,14 @@ void online__sync_peer_keys_init(struct online_sync_model *s)
     if (s->peer_keys || s->peer_all || c->online_export_ms <= 0 || !c->model_repo[0])
         return;
     s->peer_keys = calloc(PEER_KEYS_SLOTS, sizeof *s->peer_keys);
-    if (!s->peer_keys)
+    s->peer_slots = malloc(PEER_KEYS_SLOTS / 2 * sizeof *s->peer_slots);
+    if (!s->peer_keys || !s->peer_slots) {
+        free(s->peer_keys);
+        free(s->peer_slots);
+        s->peer_keys = NULL;
+        s->peer_slots = NULL;
         s->peer_all = true; /* no memory: every export takes every key */
+    }
 }
 
 bool online__sync_peer_pending(const online_model_t *q)
@@ -157,7 +165,7 @@ void online__sync_peer_mark(struct online_sync_model *s, uint64_t key)
         return;
     }
     s->peer_keys[i] = key;
-    s->peer_count++;
+    s->peer_slots[s->peer_count++] = i;
 }
 
 void online__sync_applied_note(struct online_sync_model *s, uint64_t producer, uint64_t seq)
@@ -215,7 +223,7 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
             n += update_acc_count(s->acc[i]);
     int rc = 0;
     if (n > st->keys_cap || st->k != s->k) { /* grown by half: a residual grows by steps */
-        uint64_t cap = n + n / 2, most = 2 * (uint64_t)s->max_keys;
+        uint64_t cap = n + n / 2 + 1, most = 2 * (uint64_t)s->max_keys; /* 1: never malloc(0) */
         cap = cap > most && n <= most ? most : cap;
         sync_state_free(st);
         st->keys = malloc(cap * sizeof *st->keys);
@@ -255,11 +263,12 @@ bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t k
     bool all = s->peer_all;
     if (!all && s->peer_zero)
         mark(ctx, 0);
-    for (uint32_t i = 0; !all && s->peer_count && i < PEER_KEYS_SLOTS; i++)
-        if (s->peer_keys[i])
+    for (uint32_t j = 0; j < s->peer_count; j++) { /* the slots filled: not all 2^20 */
+        uint32_t i = s->peer_slots[j];
+        if (!all)
             mark(ctx, s->peer_keys[i]);
-    if (s->peer_count)
-        memset(s->peer_keys, 0, PEER_KEYS_SLOTS * sizeof *s->peer_keys);
+        s->peer_keys[i] = 0;
+    }
     s->cut_peer_keys = s->peer_count + s->peer_zero;
     s->peer_count = 0;
     s->peer_zero = false;
