@@ -183,6 +183,15 @@ int update_acc_foreach(const update_acc_t *a, int (*fn)(void *ctx, uint64_t key,
     return 0;
 }
 
+uint32_t update_acc_copy(const update_acc_t *a, uint64_t *keys, float *vals)
+{
+    if (a->n) {
+        memcpy(keys, a->keys, (size_t)a->n * sizeof *keys);
+        memcpy(vals, a->vals, (size_t)a->n * a->k * sizeof *vals);
+    }
+    return a->n;
+}
+
 /* Remove key (held): backward-shift the probe run over its slot, then move
  * the last dense entry into its hole. */
 static void remove_key(update_acc_t *a, uint64_t key)

@@ -333,11 +333,17 @@ static void *export_main(void *arg)
             atomic_fetch_add_explicit(&q->export_keys, e->job.n, memory_order_relaxed);
             atomic_store_explicit(&q->export_version, version, memory_order_relaxed);
             atomic_store_explicit(&q->export_pos, e->job.pos, memory_order_relaxed);
+            char cut[160] = ""; /* partitioned: the exchange's cut, part of that hold */
+            if (e->job.has_sync)
+                snprintf(cut, sizeof cut, "; the update exchange's cut %.4f s of it, copying %"
+                         PRIu64 " residual keys and %u MLP parameters", (double)e->job.cut_ns *
+                         1e-9, e->job.sync.nkeys, e->job.sync.dense_n);
             LOG(LL_INFO, "online: model '%s': online updates exported as version %" PRIu64
                 " (%s of %" PRIu64 ", %zu keys%s, sample log below position %" PRIu64
-                ") in %.3f s (the trainer's writer lock held %.3f s to gather them)", q->name,
+                ") in %.3f s (the trainer's writer lock held %.3f s to gather them%s)", q->name,
                 version, e->job.full ? "full, lineage" : "delta", e->job.parent, e->job.n,
-                e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9);
+                e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9,
+                cut);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);
@@ -642,6 +648,7 @@ static int hand_over(online_model_t *q)
     j->has_sync = false;
     if (online__sync_mode(&G.srv->cfg)) { /* the exchange's position, with the values */
         char why[240];
+        uint64_t cut0 = online__now_ns();
         int rc = online__sync_cut(q, &j->sync, why, sizeof why);
         if (rc == -ENOTSUP) {
             e->refused = true;
@@ -669,6 +676,8 @@ static int hand_over(online_model_t *q)
         j->has_sync = true;
         if (online__sync_cut_keys(q, mark_key, e)) /* keys only peers' messages wrote */
             e->overflow = true;
+        j->cut_ns = online__now_ns() - cut0;
+        online__sync_cut_note(q, &j->sync, j->cut_ns);
     }
     const store_t *s = model_store(sm->model);
     uint32_t K = store_value_floats(s);

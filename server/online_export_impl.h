@@ -41,6 +41,7 @@ struct export_job {
     /* partitioned bus mode: the exchange's position at the hand-over (online_sync_export.c) */
     sync_state_t sync;
     bool has_sync;
+    uint64_t cut_ns;       /* of held_ns, the cut's (online__sync_cut and its peers' keys) */
 };
 
 struct online_export {

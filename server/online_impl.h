@@ -209,6 +209,10 @@ void online__sync_dense_to_extras(online_model_t *q, store_extras_t *x);
  * that an export is due, read without the lock). */
 bool online__sync_peer_pending(const online_model_t *q);
 bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t key), void *ctx);
+/* After online__sync_cut_keys (writer lock still held): ns, the time the
+ * cut and its keys held the writer lock, and what it copied (st: the cut's
+ * SYNC_STATE) into the cut metrics (tlserve_sync_cut_*).  Never blocks. */
+void online__sync_cut_note(online_model_t *q, const struct sync_state *st, uint64_t ns);
 /* A restart (the trainer, writer lock, after restore_state): when the active
  * version (m) is the export q->sync_resume was read from, puts its residual
  * into the accumulators, the peers' positions into the applier and, for a

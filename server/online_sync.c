@@ -167,6 +167,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,7 @@ static cold void model_free_sync(struct online_sync_model *s)
     free(s->touched.gen);
     free(s->buf);
     free(s->peer_keys);
+    free(s->peer_slots);
     online__sync_dense_free(s->dense);
     free(s);
 }
@@ -626,6 +628,47 @@ size_t online__sync_metrics(char *buf, size_t len)
         n = snprintf(buf + off, len - off, "tlserve_sync_dnn_warmup_over{model=\"%s\"} %d\n",
                      q->name, online__sync_dense_warm(s->dense));
         off += n < 0 ? 0 : (size_t)n >= len - off ? len - off - 1 : (size_t)n;
+    }
+    static const struct {
+        const char *name, *type, *help;
+        size_t field; /* offsetof into struct online_sync_model */
+        bool ns;      /* nanoseconds, printed as seconds */
+    } cut[] = {
+#define CUT_FAM(n, t, h, f, ns) {n, t, h, offsetof(struct online_sync_model, f), ns}
+        CUT_FAM("tlserve_sync_cut_seconds", "gauge", "the writer lock held by the last export's "
+                "cut of the update exchange (residual, peers' keys, a DNN's MLP)", cut_ns, true),
+        CUT_FAM("tlserve_sync_cut_max_seconds", "gauge", "the longest cut since the start",
+                cut_max_ns, true),
+        CUT_FAM("tlserve_sync_cut_seconds_total", "counter", "the cuts' writer lock holds, summed",
+                cut_sum_ns, true),
+        CUT_FAM("tlserve_sync_cuts_total", "counter", "cuts taken (one an export)", cuts, false),
+        CUT_FAM("tlserve_sync_cut_keys", "gauge", "residual entries the last cut copied (a key "
+                "in both accumulators counts twice)", cut_keys, false),
+        CUT_FAM("tlserve_sync_cut_peer_keys", "gauge", "keys only peers' messages wrote that "
+                "the last cut handed to the export", cut_peers, false),
+        CUT_FAM("tlserve_sync_cut_floats", "gauge", "floats the last cut copied (the residual's "
+                "and a DNN's MLP state)", cut_floats, false),
+#undef CUT_FAM
+    };
+    for (size_t fi = 0; fi < sizeof cut / sizeof *cut && off < len; fi++) {
+        n = snprintf(buf + off, len - off, "# HELP %s %s\n# TYPE %s %s\n", cut[fi].name,
+                     cut[fi].help, cut[fi].name, cut[fi].type);
+        off += n < 0 ? 0 : (size_t)n >= len - off ? len - off - 1 : (size_t)n;
+        for (uint32_t i = 0; i < nm && off < len; i++) {
+            online_model_t *q = atomic_load(&G.models[i]);
+            struct online_sync_model *s = q ? atomic_load(&q->sync) : NULL;
+            if (!s)
+                continue;
+            uint64_t v = atomic_load_explicit(
+                (const _Atomic uint64_t *)((const char *)s + cut[fi].field), memory_order_relaxed);
+            if (cut[fi].ns)
+                n = snprintf(buf + off, len - off, "%s{model=\"%s\"} %.6f\n", cut[fi].name,
+                             q->name, (double)v * 1e-9);
+            else
+                n = snprintf(buf + off, len - off, "%s{model=\"%s\"} %" PRIu64 "\n",
+                             cut[fi].name, q->name, v);
+            off += n < 0 ? 0 : (size_t)n >= len - off ? len - off - 1 : (size_t)n;
+        }
     }
 #define SYNC_X_TEXT(f, name, help)                                                                 \
     if (off < len) {                                                                               \

@@ -62,8 +62,10 @@
  * PEERS' KEYS.  The dirty set of online_export.c is the trainer's; a key
  * only a peer's message wrote must be exported too, so the consumer marks
  * it here (peer_keys, PEER_KEYS_SLOTS open-addressed, under the writer
- * lock) and the cut hands them to the dirty set; past half the slots the
- * export takes every key of the store (as an overflowed dirty set does).
+ * lock; peer_slots lists the slots filled, so that the cut visits and
+ * clears those, not 8 MB) and the cut hands them to the dirty set; past
+ * half the slots the export takes every key of the store (as an
+ * overflowed dirty set does).
  *
  * THE RESTART (online__sync_state_check at start, online__sync_resume in
  * the trainer's replay): when the newest version of the repository is an
@@ -87,6 +89,19 @@
  * operator), so the repository loads that first version, trainer.state
  * (still naming it) replays the whole log and the consumer reads every
  * message from the stream's start: the restart without exports.
+ *
+ * ITS COST.  The cut copies under the writer lock: up to the accumulators'
+ * 2 x --sync-max-keys residual entries, the peers' keys (at most half of
+ * PEER_KEYS_SLOTS) and a DNN's 5 x n MLP floats; the trainer and the
+ * consumer wait through it (PREDICT does not).  So the residual is two
+ * memcpy of the accumulators' dense arrays (update_acc_copy) into buffers
+ * the export job keeps from one cut to the next (st->keys_cap; the export
+ * thread is done with them before the next hand-over): fresh ones cost a
+ * page fault every 4 KiB under the lock, tens of ms at 10^6 keys.  The
+ * price is memory: as much as the largest residual copied, at most the
+ * accumulators' own.  online__sync_cut_note records each cut's hold and
+ * what it copied (tlserve_sync_cut_*, and the export's log line); the
+ * figures are docs/performance.md's (server/bench/sync_cut_cost.py).
  *
  * THREAD SAFETY: the cut, the peer marks and the resume run under the
  * model's writer lock (the cut also try-locks S.pub_lock); the start's
@@ -113,8 +128,14 @@ void online__sync_peer_keys_init(struct online_sync_model *s)
     if (s->peer_keys || s->peer_all || c->online_export_ms <= 0 || !c->model_repo[0])
         return;
     s->peer_keys = calloc(PEER_KEYS_SLOTS, sizeof *s->peer_keys);
-    if (!s->peer_keys)
+    s->peer_slots = malloc(PEER_KEYS_SLOTS / 2 * sizeof *s->peer_slots);
+    if (!s->peer_keys || !s->peer_slots) {
+        free(s->peer_keys);
+        free(s->peer_slots);
+        s->peer_keys = NULL;
+        s->peer_slots = NULL;
         s->peer_all = true; /* no memory: every export takes every key */
+    }
 }
 
 bool online__sync_peer_pending(const online_model_t *q)
@@ -144,7 +165,7 @@ void online__sync_peer_mark(struct online_sync_model *s, uint64_t key)
         return;
     }
     s->peer_keys[i] = key;
-    s->peer_count++;
+    s->peer_slots[s->peer_count++] = i;
 }
 
 void online__sync_applied_note(struct online_sync_model *s, uint64_t producer, uint64_t seq)
@@ -169,22 +190,6 @@ uint64_t online__sync_applied_seq(const struct online_sync_model *s, uint64_t pr
 
 /* ---- the cut ---------------------------------------------------------------------- */
 
-struct fill {
-    sync_state_t *st;
-    uint64_t cap;
-};
-
-static int take(void *ctx, uint64_t key, const float *vals)
-{
-    struct fill *f = ctx;
-    if (f->st->nkeys == f->cap)
-        return 1; /* cannot happen: counted under the same locks */
-    f->st->keys[f->st->nkeys] = key;
-    memcpy(f->st->vals + f->st->nkeys * f->st->k, vals, f->st->k * sizeof *vals);
-    f->st->nkeys++;
-    return 0;
-}
-
 int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_len)
 {
     struct online_sync_model *s = atomic_load(&q->sync);
@@ -208,15 +213,21 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
                  "encoding and the stream's acknowledgement (a publish retrying?)");
         return -EAGAIN;
     }
-    sync_state_free(st);
+    free(st->dense); /* the last cut's residual buffers serve again (see ITS COST) */
+    st->dense = NULL;
+    st->dense_n = 0;
+    st->nkeys = 0;
     uint64_t n = 0;
     for (int i = 0; i < 2; i++)
         if (s->base[i] == q->sync_base)
             n += update_acc_count(s->acc[i]);
     int rc = 0;
-    if (n) {
-        st->keys = malloc(n * sizeof *st->keys);
-        st->vals = malloc(n * s->k * sizeof *st->vals);
+    if (n > st->keys_cap || st->k != s->k) { /* grown by half: a residual grows by steps */
+        uint64_t cap = n + n / 2 + 1, most = 2 * (uint64_t)s->max_keys; /* 1: never malloc(0) */
+        cap = cap > most && n <= most ? most : cap;
+        sync_state_free(st);
+        st->keys = malloc(cap * sizeof *st->keys);
+        st->vals = malloc(cap * s->k * sizeof *st->vals);
         if (!st->keys || !st->vals) {
             sync_state_free(st);
             snprintf(why, why_len, "no memory for the %" PRIu64 " residual keys of the "
@@ -224,12 +235,13 @@ int online__sync_cut(online_model_t *q, sync_state_t *st, char *why, size_t why_
             rc = -ENOMEM;
             goto out;
         }
+        st->keys_cap = cap;
     }
     st->k = s->k;
-    struct fill f = {st, n};
     for (int i = 0; i < 2; i++)
         if (s->base[i] == q->sync_base)
-            (void)update_acc_foreach(s->acc[i], take, &f);
+            st->nkeys += update_acc_copy(s->acc[i], st->keys + st->nkeys,
+                                         st->vals + st->nkeys * st->k);
     st->base = q->sync_base;
     st->producer = S.producer;
     st->own_last = atomic_load(&S.next_seq) - 1;
@@ -251,16 +263,35 @@ bool online__sync_cut_keys(online_model_t *q, void (*mark)(void *ctx, uint64_t k
     bool all = s->peer_all;
     if (!all && s->peer_zero)
         mark(ctx, 0);
-    for (uint32_t i = 0; !all && s->peer_count && i < PEER_KEYS_SLOTS; i++)
-        if (s->peer_keys[i])
+    for (uint32_t j = 0; j < s->peer_count; j++) { /* the slots filled: not all 2^20 */
+        uint32_t i = s->peer_slots[j];
+        if (!all)
             mark(ctx, s->peer_keys[i]);
-    if (s->peer_count)
-        memset(s->peer_keys, 0, PEER_KEYS_SLOTS * sizeof *s->peer_keys);
+        s->peer_keys[i] = 0;
+    }
+    s->cut_peer_keys = s->peer_count + s->peer_zero;
     s->peer_count = 0;
     s->peer_zero = false;
     s->peer_all = !s->peer_keys; /* no memory: always every key */
     atomic_store_explicit(&s->peer_pending, false, memory_order_relaxed);
     return all;
+}
+
+void online__sync_cut_note(online_model_t *q, const sync_state_t *st, uint64_t ns)
+{
+    struct online_sync_model *s = atomic_load(&q->sync);
+    if (!s)
+        return;
+    atomic_store_explicit(&s->cut_ns, ns, memory_order_relaxed);
+    if (ns > atomic_load_explicit(&s->cut_max_ns, memory_order_relaxed))
+        atomic_store_explicit(&s->cut_max_ns, ns, memory_order_relaxed); /* one writer: the lock */
+    atomic_fetch_add_explicit(&s->cut_sum_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->cuts, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_keys, st->nkeys, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_peers, s->cut_peer_keys, memory_order_relaxed);
+    atomic_store_explicit(&s->cut_floats,
+                          st->nkeys * st->k + (uint64_t)st->dense_n * SYNC_DENSE_ARRAYS,
+                          memory_order_relaxed);
 }
 
 /* ---- the restart -------------------------------------------------------------------- */

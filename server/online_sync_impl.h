@@ -62,9 +62,16 @@ struct online_sync_model {
     sync_state_peer_t applied[PRODUCERS_MAX]; /* per peer, its last message applied here */
     uint64_t own_skip;    /* a restart: own messages up to it are in the export's residual */
     uint64_t *peer_keys;  /* PEER_KEYS_SLOTS (0 = empty; key 0 is peer_zero), NULL: exports off */
+    uint32_t *peer_slots; /* PEER_KEYS_SLOTS / 2: the slots of peer_keys filled, in order (the
+                             cut visits and clears those only) */
     uint32_t peer_count;  /* keys in peer_keys: written by peers' messages since the last cut */
     _Atomic bool peer_pending; /* peer_count > 0 or peer_zero or peer_all: read without the lock */
     bool peer_zero, peer_all; /* key 0 written; the set overflowed (the export takes every key) */
+    uint32_t cut_peer_keys; /* writer lock: peers' keys the last cut handed to the dirty set */
+    /* the cuts' cost (online__sync_cut_note under the writer lock; the metrics read them) */
+    _Atomic uint64_t cut_ns, cut_max_ns, cut_sum_ns, cuts; /* last, longest, sum, how many */
+    _Atomic uint64_t cut_keys, cut_peers, cut_floats; /* last cut: residual entries, peers'
+                                                         keys, MLP floats copied */
 };
 
 #define PEER_KEYS_BITS 20

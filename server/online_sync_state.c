@@ -161,6 +161,7 @@ void sync_state_free(sync_state_t *st)
     st->vals = NULL;
     st->dense = NULL;
     st->nkeys = 0;
+    st->keys_cap = 0;
     st->npeers = 0;
     st->dense_n = 0;
 }

@@ -45,6 +45,7 @@ typedef struct sync_state {
     uint64_t nkeys;    /* residual entries (a key may appear twice: the two accumulators) */
     uint64_t *keys;    /* nkeys (heap: sync_state_free) */
     float *vals;       /* nkeys * k */
+    uint64_t keys_cap; /* entries keys and vals have room for (an export's cut reuses them) */
     /* a DNN's MLP under 1-bit Adam (model/train_sync.h: DENSE); dense_n 0: none */
     uint32_t dense_n;       /* parameters (the trainer's padded MLP array) */
     uint32_t dense_warmup;  /* local steps before the variance froze (or freezes) */

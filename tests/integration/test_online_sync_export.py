@@ -371,6 +371,12 @@ class PartitionedExports(unittest.TestCase):
         self.wait("b learned", lambda: self.learned(b) >= 40, b)
         self.wait("an export of b", lambda: self.exports(b) >= 1, b)
         self.assertNotIn("another producer's", b.output())
+        cut = 'tlserve_sync_cut%s{model="%s"}'  # each export's cut: its hold is measured
+        self.assertGreaterEqual(b.metric(cut % ("s_total", M)), 1)
+        self.assertGreater(b.metric(cut % ("_seconds_total", M)), 0)
+        self.assertGreater(b.metric(cut % ("_max_seconds", M)), 0)
+        self.assertRegex(b.output(), r"the update exchange's cut 0\.\d{4} s of it, copying \d+ "
+                         r"residual keys")
         b.proc.send_signal(signal.SIGTERM)
         self.assertEqual(b.proc.wait(timeout=20), 0, b.output()[-3000:])
 

@@ -187,6 +187,11 @@ static void test_exact_all_bit_for_bit(void **state)
         assert_int_equal(update_acc_add(acc, rnd() % 2000 + (rnd() & 1 ? 0 : UINT64_MAX - 2000), inc), 0);
     }
     update_acc_foreach(acc, snap_put, &before);
+    static uint64_t ckeys[4096];
+    static float cvals[4096][KC];
+    assert_int_equal(update_acc_copy(acc, ckeys, &cvals[0][0]), before.n); /* the same snapshot */
+    assert_memory_equal(ckeys, before.keys, before.n * sizeof *ckeys);
+    assert_memory_equal(cvals, before.vals, before.n * sizeof *cvals);
     update_encode_opts_t o = {.flags = UPDATE_F_EXACT, .select_count = UINT32_MAX};
     size_t cap = update_acc_encode_bound(acc, &o);
     uint8_t *buf = malloc(cap);
