@@ -198,7 +198,8 @@ class Rollback(unittest.TestCase):
         # Activate the kept 1: a pointer swap, answered when done.
         r = self.tlctl(srv, "--json", "activate", NAME, "1")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(json.loads(r.stdout), {"model": NAME, "version": 1, "pinned": True})
+        self.assertEqual(json.loads(r.stdout),
+                         {"model": NAME, "version": 1, "pinned": True, "marks_kept": True})
         self.assertEqual(self.active(srv), 1)
         # A new version 4 is not served while pinned...
         self.place_full(4)
