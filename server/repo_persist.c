@@ -1,9 +1,10 @@
 /*
  * repo_persist.c — the marks of each model served from the repository
  * (repo_marks.h: pin, rolled-back versions, the admin's, the gate's and
- * the lineage check's refusals) written to a file whenever they change, and read back when the
- * model is first listed, so that a restarted server keeps a bad version off
- * the service and serves the version it was pinned to.
+ * the lineage check's refusals) written to a file whenever they change,
+ * and read back when the model is first listed, so that a restarted
+ * server keeps a bad version off the service and serves the version it
+ * was pinned to.
  *
  * WHERE: <model dir>/.tlserve-marks (beside the versions; dot names are not
  * versions), or <--repo-marks-dir>/<model>.marks when the repository is
@@ -11,18 +12,19 @@
  * model with no marks has no file.
  *
  * WHEN: the admin's calls (repo_admin.c) flush before they answer, so an
- * answered rollback, pin or refusal is on disk; the gate's and the lineage
- * check's refusals and the marks the watcher changes (a restored pin that
- * cannot be served) are flushed by the watcher after its scans.  A write is a temporary file,
- * fsync and rename (file_replace.c): a reader sees the old marks or the
- * new ones whole.
+ * answered rollback, pin or refusal is on disk (repo_marks_kept says
+ * whether it is); the gate's and the lineage check's refusals and the
+ * marks the watcher changes (a restored pin that cannot be served) are
+ * flushed by the watcher after its scans, and once more when it stops.  A
+ * write is a temporary file, fsync and rename (file_replace.c): a reader
+ * sees the old marks or the new ones whole.
  *
  * A RESTORED PIN is loaded by the first scan (repo.c); when that version is
- * gone or does not load, the pin is dropped with a WARN and the latest
- * policy serves: a restart must not leave the model without a version.
- * A marks file that does not parse stops the start (repo_start) naming the
- * file and line: serving the newest version instead could serve one the
- * operator rolled back.
+ * gone, refused or does not load, the pin is dropped with a WARN and the
+ * latest policy serves: a restart must not leave the model without a
+ * version.  A marks file that does not parse stops the start (repo_start)
+ * naming the file and line: serving the newest version instead could serve
+ * one the operator rolled back.
  *
  * THREAD SAFETY: io_lock serializes the writes and is taken before R.lock,
  * which is held only to copy a model's marks.
