@@ -295,6 +295,7 @@ void repo__load_ended(const loader_status_t *st, void *arg)
                 if (r->refused[i].version == st->version) {
                     r->refused[i].by_gate = st->gate_refused;
                     r->refused[i].by_lineage = !st->gate_refused;
+                    r->refused_sig[i] = 0; /* its chain's, signed by the next scan */
                 }
             r->marks_dirty = true;
         }
@@ -404,6 +405,28 @@ cold static void first_non_version(const char *model_dir, char *out, size_t len)
     closedir(d);
 }
 
+/* KEPT REFUSALS (the gate's, the lineage check's: repo_marks.h) are signed
+ * by their own chain, not by every lower version as a load's refusal is:
+ * they outlive a restart, and deleting an old version that is not a link
+ * of theirs (retention) must not forget them, or the restarted gate, with
+ * no traffic, would pass what it refused.  The signature mixes the version
+ * signature of every link, 1 when the chain does not resolve.  Blocks
+ * (reads the chain's manifests); never 0. */
+static uint64_t chain_sig(const char *model_dir, uint64_t version)
+{
+    store_chain_t *c = malloc(sizeof *c);
+    store_error_t err;
+    if (!c || store_version_chain(model_dir, version, c, &err) != 0) {
+        free(c);
+        return 1;
+    }
+    uint64_t h = 0x636861696e;
+    for (uint32_t i = 0; i < c->n; i++)
+        h = repo__mix(h, repo__version_sig(model_dir, c->versions[i]));
+    free(c);
+    return h | 2;
+}
+
 /* The first scan after a restart of a model pinned in its marks file
  * (repo_persist.c): serves the pinned version, or unpins when it is gone.
  * R.lock held. */
@@ -487,6 +510,17 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
     }
     uint64_t listing = repo__mix(h, (uint64_t)n) | 2; /* never 0 or 1 */
 
+    /* The kept refusals' chain signatures (KEPT REFUSALS), read without the lock. */
+    uint64_t kept_v[REPO_REFUSED_MAX], kept_sig[REPO_REFUSED_MAX];
+    unsigned nk = 0;
+    pthread_mutex_lock(&R.lock);
+    for (unsigned i = 0; i < r->n_refused; i++)
+        if (r->refused[i].by_gate || r->refused[i].by_lineage)
+            kept_v[nk++] = r->refused[i].version;
+    pthread_mutex_unlock(&R.lock);
+    for (unsigned k = 0; k < nk; k++)
+        kept_sig[k] = chain_sig(r->model_dir, kept_v[k]);
+
     char active_name[64];
     uint64_t active = active_version(R.srv, r->model, active_name, sizeof active_name);
     char skipped[NAME_MAX + 1]; /* with no version: a name the user may have meant as one */
@@ -502,13 +536,30 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
         r->said_none = false;
     }
     r->latest = n > 0 ? versions[n - 1] : 0;
-    /* Forget refusals whose version or lower ones changed. */
+    /* Forget refusals whose version or lower ones changed (a kept one: its
+     * own chain). */
     for (unsigned i = 0; i < r->n_refused;) {
         long at = -1;
         for (long j = 0; j < n; j++)
             if (versions[j] == r->refused[i].version)
                 at = j;
-        if (!r->refused[i].by_admin && (at < 0 || prefix[at] != r->refused_sig[i])) {
+        bool changed = at < 0 || prefix[at] != r->refused_sig[i];
+        if (r->refused[i].by_gate || r->refused[i].by_lineage) {
+            long k = -1;
+            for (unsigned q = 0; q < nk; q++)
+                if (kept_v[q] == r->refused[i].version)
+                    k = q;
+            if (k < 0) { /* refused since the signatures were read: the next scan */
+                changed = false;
+            } else if (r->refused_sig[i] == 0) { /* just refused: its chain as it is now */
+                r->refused_sig[i] = kept_sig[k];
+                r->marks_dirty = true;
+                changed = at < 0;
+            } else {
+                changed = at < 0 || kept_sig[k] != r->refused_sig[i];
+            }
+        }
+        if (!r->refused[i].by_admin && changed) {
             if (r->refused[i].by_gate || r->refused[i].by_lineage)
                 r->marks_dirty = true;
             LOG(LL_INFO, "repo: %s version %" PRIu64 " %s: it will be tried again if picked",

@@ -19,9 +19,10 @@
  *   end <count of the marks above>
  * The marks come in this order (pinned, rolled_back, refused); a reason,
  * when there is one, follows its kind (or signature) after one space.
- * Versions are decimal, 1 .. 2^63; sig is 16 hex digits (the prefix
- * signature of repo.c: SIGNATURES, so the gate's or the lineage's refusal
- * is forgotten when the files change); a reason is printable text without '\n', at most
+ * Versions are decimal, 1 .. 2^63; sig is 16 hex digits (the signature
+ * of the version's own chain, repo.c: KEPT REFUSALS, so the refusal is
+ * forgotten when those files change; 0 until the watcher's next scan signs
+ * it); a reason is printable text without '\n', at most
  * REPO_MARKS_REASON_MAX bytes.
  */
 #ifndef TL_SERVER_REPO_MARKS_H

@@ -209,13 +209,16 @@ class Marks(unittest.TestCase):
 class GateMarks(unittest.TestCase):
     def test_gate_refusal_survives_a_restart(self):
         # A version the shadow scoring refused (x10 weights) stays refused after a restart,
-        # whose gate has no traffic to compare with and would pass it (sanity only).
+        # whose gate has no traffic to compare with and would pass it (sanity only), also
+        # when an older version that is not a link of its chain was deleted meanwhile
+        # (retention): a kept refusal is signed by its own chain.
         tmp = self.enterContext(tg.tempfile.TemporaryDirectory(prefix="tl_marks_gate_"))
         repo = os.path.join(tmp, "repo")
         v1 = os.path.join(repo, "gm", "1")
         harness.gen_model(v1, tg.KEYS, "gm", 1, shards=4)
-        stage = os.path.join(tmp, "stage2")
-        tg.gate_snap(v1, stage, 2, 10)
+        tg.gate_snap(v1, os.path.join(repo, "gm", "2"), 2, 1)  # the same weights, version 2
+        stage = os.path.join(tmp, "stage3")
+        tg.gate_snap(v1, stage, 3, 10)
         srv = harness.Server(None, "--model-repo", repo, "--workers", "1", token=TOKEN)
         self.addCleanup(srv.stop, timeout=60.0)
         traffic = tg.Traffic(srv)
@@ -224,9 +227,9 @@ class GateMarks(unittest.TestCase):
         while traffic.ok < 300:  # the gate's sample fills
             self.assertEqual(traffic.failed, [])
             threading.Event().wait(0.01)
-        os.rename(stage, os.path.join(repo, "gm", "2"))
+        os.rename(stage, os.path.join(repo, "gm", "3"))
         for _ in range(600):
-            if "repo: version 2 of gm refused" in srv.output():
+            if "repo: version 3 of gm refused" in srv.output():
                 break
             threading.Event().wait(0.05)
         self.assertIn("refused by the gate: shadow scoring", srv.output())
@@ -234,22 +237,23 @@ class GateMarks(unittest.TestCase):
         self.assertEqual(traffic.failed, [])
         srv.stop()
         with open(os.path.join(repo, "gm", ".tlserve-marks")) as f:
-            self.assertIn("refused 2 gate ", f.read())
+            self.assertIn("refused 3 gate ", f.read())
+        shutil.rmtree(v1)  # retention: 1 is no link of 3's chain
 
         srv = harness.Server(None, "--model-repo", repo, "--workers", "1", token=TOKEN)
         self.addCleanup(srv.stop, timeout=60.0)
         st, _, body = srv.get("/v1/models/gm/versions")
         self.assertEqual(st, 200, body)
         vs = {v["version"]: v for v in json.loads(body)["versions"]}
-        self.assertEqual(vs[1]["state"], "active")
-        self.assertEqual(vs[2]["state"], "refused")
-        self.assertIn("refused by the gate: shadow scoring", vs[2]["reason"])
+        self.assertEqual(vs[2]["state"], "active")
+        self.assertEqual(vs[3]["state"], "refused")
+        self.assertIn("refused by the gate: shadow scoring", vs[3]["reason"])
         with srv.client() as c:
             shared, items = tg.Traffic(srv).request()
-            self.assertEqual(c.predict("gm", shared, items).version, 1)
+            self.assertEqual(c.predict("gm", shared, items).version, 2)
 
-        # Activated by the admin (pinned), 2 meets the gate again and is refused again; the
-        # restart then unpins it (the version served meanwhile is not known) and serves 1.
+        # Activated by the admin (pinned), 3 meets the gate again and is refused again; the
+        # restart then unpins it (the version served meanwhile is not known) and serves 2.
         traffic = tg.Traffic(srv)
         traffic.start()
         self.addCleanup(traffic.stop)
@@ -257,25 +261,24 @@ class GateMarks(unittest.TestCase):
             self.assertEqual(traffic.failed, [])
             threading.Event().wait(0.01)
         st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
-                                   b'{"version": 2}', {"Authorization": "Bearer " + TOKEN})
+                                   b'{"version": 3}', {"Authorization": "Bearer " + TOKEN})
         self.assertEqual(st, 202, body)
         for _ in range(600):
-            if srv.output().count("repo: version 2 of gm refused") >= 1:
+            if srv.output().count("repo: version 3 of gm refused") >= 1:
                 break
             threading.Event().wait(0.05)
         traffic.stop()
         self.assertEqual(traffic.failed, [])
         body = json.loads(srv.get("/v1/models/gm/versions")[2])
-        self.assertEqual((body["pinned"], body["pinned_version"]), (True, 2))
+        self.assertEqual((body["pinned"], body["pinned_version"]), (True, 3))
         srv.stop()
         srv = harness.Server(None, "--model-repo", repo, "--workers", "1", token=TOKEN)
         self.addCleanup(srv.stop, timeout=60.0)
-        self.assertIn("pinned to version 2 before the restart, which is refused in", srv.output())
+        self.assertIn("pinned to version 3 before the restart, which is refused in", srv.output())
         body = json.loads(srv.get("/v1/models/gm/versions")[2])
         self.assertFalse(body["pinned"])
         self.assertEqual({v["version"]: v["state"] for v in body["versions"]},
-                         {1: "active", 2: "refused"})
-
+                         {2: "active", 3: "refused"})
 
 if __name__ == "__main__":
     unittest.main()
