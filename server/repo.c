@@ -19,7 +19,9 @@
  *   be links of its chain.  A refusal is forgotten, and the version tried
  *   again, when that hash changes: the version was replaced, a file of it
  *   rewritten, or a missing parent appeared.  Adding a higher version does
- *   not retry a refused lower one.  The listing's signature (all versions)
+ *   not retry a refused lower one.  A refusal kept across restarts (the
+ *   gate's, the lineage check's) is signed by its own chain instead (KEPT
+ *   REFUSALS, below).  The listing's signature (all versions)
  *   decides whether the repository "changed": only then does the watcher
  *   pick again, so an admin load stays active until the next change.
  *
@@ -30,8 +32,9 @@
  *   the periodic rescan alone finds versions, within REPO_RESCAN_MS.
  *
  * COST
- *   A scan stats every file of every version of every model, and lists the
- *   repository for new models.  Loads of several models are queued to the
+ *   A scan stats every file of every version of every model, reads the
+ *   manifests of the kept refusals' chains, and lists the repository for
+ *   new models (repo_models.c).  Loads of several models are queued to the
  *   one loader thread and run one after the other.
  *
  * THREAD SAFETY
@@ -132,69 +135,6 @@ uint64_t repo_pick_version(const uint64_t *versions, size_t n,
         if (!refused || !refused(arg, versions[i]))
             return versions[i];
     return 0;
-}
-
-static int valid_model_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= 64 || s[0] == '.')
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '.' || s[i] == '-'))
-            return 0;
-    return 1;
-}
-
-static int cmp_name(const void *a, const void *b)
-{
-    return strcmp((const char *)a, (const char *)b);
-}
-
-int repo_list_models(const server_config_t *cfg, char (*models)[64], unsigned cap, char *why,
-                     size_t why_len)
-{
-    if (cfg->model_name[0]) {
-        snprintf(models[0], 64, "%s", cfg->model_name);
-        return 1;
-    }
-    DIR *d = opendir(cfg->model_repo);
-    if (!d) {
-        snprintf(why, why_len, "cannot read the model repository '%s': %s", cfg->model_repo,
-                 strerror(errno));
-        return -1;
-    }
-    unsigned n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!valid_model_name(e->d_name) || store_version_is_temp(e->d_name))
-            continue;
-        struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (n < cap)
-            snprintf(models[n], 64, "%s", e->d_name);
-        n++;
-    }
-    closedir(d);
-    if (n == 0) {
-        snprintf(why, why_len,
-                 "the model repository '%s' holds no model directory (<repo>/<model>/<version>/); "
-                 "name the model to wait for with --model-name",
-                 cfg->model_repo);
-        return -1;
-    }
-    if (n > cap) {
-        snprintf(why, why_len,
-                 "the model repository '%s' holds %u models, more than the %u one server serves: "
-                 "name the one to serve with --model-name, or split the repository",
-                 cfg->model_repo, n, cap);
-        return -1;
-    }
-    /* Sorted: the first model (GET /v1/models' "repository") does not
-     * depend on the directory's order. */
-    qsort(models, n, sizeof models[0], cmp_name);
-    return (int)n;
 }
 
 /* ---- the watcher ---------------------------------------------------------------- */
@@ -606,76 +546,6 @@ out:
     pthread_mutex_unlock(&R.lock);
 }
 
-/* Adds a model directory named name to the served models (R.lock held),
- * with the marks its file kept (repo_persist.c): 0, -EEXIST when served
- * already, -ENOSPC past SERVER_MODELS_MAX, or -EINVAL with why when the
- * marks file is damaged (the model is not added). */
-static int add_model(const char *name, char *why, size_t why_len)
-{
-    for (unsigned i = 0; i < R.n_models; i++)
-        if (strcmp(R.models[i].model, name) == 0)
-            return -EEXIST;
-    if (R.n_models == SERVER_MODELS_MAX)
-        return -ENOSPC;
-    struct repo_model *r = &R.models[R.n_models];
-    memset(r, 0, sizeof *r);
-    snprintf(r->model, sizeof r->model, "%s", name);
-    snprintf(r->model_dir, sizeof r->model_dir, "%s/%s", R.dir, name);
-    r->pending = true;
-    int rc = repo__marks_restore(r, why, why_len); /* a small file, read under the lock */
-    if (rc != 0)
-        return rc;
-    R.n_models++; /* last: a reader of n_models under the lock sees it whole */
-    return 0;
-}
-
-/* Picks up model directories that appeared in the repository since the
- * start (not with --model-name).  Lists without the lock. */
-static void find_new_models(void)
-{
-    if (R.fixed)
-        return;
-    server_config_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    snprintf(cfg.model_repo, sizeof cfg.model_repo, "%s", R.dir);
-    char (*names)[64] = malloc(SERVER_MODELS_MAX * sizeof *names);
-    char why[2400];
-    if (!names)
-        return;
-    int n = repo_list_models(&cfg, names, SERVER_MODELS_MAX, why, sizeof why);
-    pthread_mutex_lock(&R.lock);
-    if (n < 0 && strstr(why, "more than")) {
-        static bool said; /* the watcher thread only */
-        if (!said)
-            LOG(LL_WARN, "repo: %s; the new ones are not served", why);
-        said = true;
-    }
-    for (int i = 0; i < n; i++) {
-        char bad[2400];
-        int rc = add_model(names[i], bad, sizeof bad);
-        if (rc == -EINVAL) {
-            /* Said once per name (the watcher thread only): it is retried every scan. */
-            static char said_bad[SERVER_MODELS_MAX][64];
-            bool said = false;
-            for (unsigned k = 0; k < SERVER_MODELS_MAX && said_bad[k][0] && !said; k++)
-                said = strcmp(said_bad[k], names[i]) == 0;
-            for (unsigned k = 0; k < SERVER_MODELS_MAX && !said; k++)
-                if (!said_bad[k][0]) {
-                    snprintf(said_bad[k], sizeof said_bad[k], "%s", names[i]);
-                    break;
-                }
-            if (!said)
-                LOG(LL_WARN, "repo: new model %s not served: %s", names[i], bad);
-        } else if (rc == 0)
-            LOG(LL_INFO, "repo: new model %s in %s: served (latest version)", names[i], R.dir);
-        else if (rc == -ENOSPC)
-            LOG(LL_WARN, "repo: new model %s in %s not served: %d models already", names[i],
-                R.dir, SERVER_MODELS_MAX);
-    }
-    pthread_mutex_unlock(&R.lock);
-    free(names);
-}
-
 static void *repo_main(void *arg)
 {
     (void)arg;
@@ -692,7 +562,7 @@ static void *repo_main(void *arg)
             break;
         if (R.ino >= 0)
             inotify_add_watch(R.ino, R.dir, REPO_WATCH_MASK);
-        find_new_models();
+        repo__find_new_models();
         pthread_mutex_lock(&R.lock);
         unsigned n_models = R.n_models; /* slots below it never change name or dir */
         pthread_mutex_unlock(&R.lock);
@@ -765,7 +635,7 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
     char why[2400];
     int rc = R.marks_dir[0] ? marks_dir_usable(R.marks_dir, why, sizeof why) : 0;
     for (unsigned i = 0; i < n && rc == 0; i++)
-        if ((rc = add_model(models[i], why, sizeof why)) == -EEXIST)
+        if ((rc = repo__add_model(models[i], why, sizeof why)) == -EEXIST)
             rc = 0;
     pthread_mutex_unlock(&R.lock);
     if (rc != 0) {

@@ -103,6 +103,15 @@ void repo__forget_rolled_back(struct repo_model *r, uint64_t version);
  * 1 when the lowest had to be forgotten, else 0. */
 int repo__add_rolled_back(struct repo_model *r, uint64_t version);
 
+/* repo_models.c: adds a model directory named name to the served models
+ * (R.lock held), with the marks its file kept (repo_persist.c): 0,
+ * -EEXIST when served already, -ENOSPC past SERVER_MODELS_MAX, or -EINVAL
+ * with why when the marks file is damaged (the model is not added). */
+int repo__add_model(const char *name, char *why, size_t why_len);
+/* repo_models.c: picks up model directories that appeared since the start
+ * (not with --model-name); the watcher thread, without R.lock. */
+void repo__find_new_models(void);
+
 /* Records the refusal of version in r with its prefix signature sig (a
  * load's, forgotten when the files change; by_admin false), kept ascending,
  * the lowest forgotten when full.  R.lock held. */

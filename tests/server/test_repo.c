@@ -15,7 +15,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include "server/repo.c" /* static helpers: is_refused, add_model; repo__add_refusal */
+#include "server/repo.c" /* static helpers: is_refused; repo__add_refusal */
 #include "server/repo_admin.c"
 #include "server/repo_chain.c"
 #include "store/delta.h"
@@ -126,9 +126,9 @@ static void test_models_state(void **state)
     char why[2400];
     snprintf(R.dir, sizeof R.dir, "%s/pick", base);
     R.n_models = 0;
-    assert_int_equal(add_model("alpha", why, sizeof why), 0);
-    assert_int_equal(add_model("beta", why, sizeof why), 0);
-    assert_int_equal(add_model("alpha", why, sizeof why), -EEXIST);
+    assert_int_equal(repo__add_model("alpha", why, sizeof why), 0);
+    assert_int_equal(repo__add_model("beta", why, sizeof why), 0);
+    assert_int_equal(repo__add_model("alpha", why, sizeof why), -EEXIST);
     assert_null(repo__find("alpha")); /* not running */
     R.running = true;
     struct repo_model *a = repo__find("alpha"), *b = repo__find("beta");
@@ -175,9 +175,9 @@ static void test_models_state(void **state)
     for (unsigned i = 2; i < SERVER_MODELS_MAX; i++) {
         char n[16];
         snprintf(n, sizeof n, "m%u", i);
-        assert_int_equal(add_model(n, why, sizeof why), 0);
+        assert_int_equal(repo__add_model(n, why, sizeof why), 0);
     }
-    assert_int_equal(add_model("one-too-many", why, sizeof why), -ENOSPC);
+    assert_int_equal(repo__add_model("one-too-many", why, sizeof why), -ENOSPC);
     assert_int_equal(repo_models(names, SERVER_MODELS_MAX), SERVER_MODELS_MAX);
     R.running = false;
     assert_int_equal(repo_get_status(NULL, rs), -ENOENT);
@@ -429,7 +429,7 @@ static void test_marks_kept(void **state)
     test_mkdir_p(dir);
     R.marks_dir[0] = '\0';
     R.n_models = 0;
-    assert_int_equal(add_model("ctr", why, sizeof why), 0);
+    assert_int_equal(repo__add_model("ctr", why, sizeof why), 0);
     R.running = true;
     struct repo_model *r = repo__find("ctr");
     assert_non_null(r);
@@ -450,7 +450,7 @@ static void test_marks_kept(void **state)
     assert_false(r->marks_failed);
 
     R.n_models = 0; /* the restart: the model listed again */
-    assert_int_equal(add_model("ctr", why, sizeof why), 0);
+    assert_int_equal(repo__add_model("ctr", why, sizeof why), 0);
     r = repo__find("ctr");
     assert_int_equal(r->pinned, 4);
     assert_true(r->pin_restored);
@@ -485,7 +485,7 @@ static void test_marks_kept(void **state)
     fputs("tlserve-marks 1 ctr\nrolled_back 5\nrolled_back 3\nend 2\n", f);
     fclose(f);
     R.n_models = 0;
-    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    assert_int_equal(repo__add_model("ctr", why, sizeof why), -EINVAL);
     assert_non_null(strstr(why, path));
     assert_non_null(strstr(why, "line 3: rolled-back versions not ascending"));
     assert_int_equal(R.n_models, 0);
@@ -493,7 +493,7 @@ static void test_marks_kept(void **state)
     assert_non_null(f);
     fputs("tlserve-marks 1 ctr\npinned 4\n", f); /* cut short */
     fclose(f);
-    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    assert_int_equal(repo__add_model("ctr", why, sizeof why), -EINVAL);
     assert_non_null(strstr(why, "no end line"));
     unlink(path);
     R.running = false;
@@ -515,7 +515,7 @@ static void test_marks_not_a_file(void **state)
     R.n_models = 0;
     assert_int_equal(mkfifo(path, 0644), 0);
     alarm(10);
-    assert_int_equal(add_model("ctr", why, sizeof why), -EINVAL);
+    assert_int_equal(repo__add_model("ctr", why, sizeof why), -EINVAL);
     alarm(0);
     assert_non_null(strstr(why, path));
     assert_non_null(strstr(why, "not a regular file"));
