@@ -1,6 +1,7 @@
 /*
  * online_export_impl.h — the export's private types, shared by
- * online_export.c (the dirty set, the hand-over, the export thread) and
+ * online_export.c (the export thread), online_export_handover.c (the
+ * dirty set, the hand-over) and
  * online_export_full.c (FULL EXPORTS: the full version and the chain's
  * length).  See online_export.c's design comment.
  */
@@ -13,6 +14,12 @@
 #include "store/delta.h"
 
 enum { EXP_IDLE, EXP_PENDING, EXP_BUSY, EXP_FAILED };
+
+#define DIRTY_BITS 21
+#define DIRTY_SLOTS (1u << DIRTY_BITS)
+#define DIRTY_KEYS (DIRTY_SLOTS / 2) /* keys tracked between two exports */
+#define DIRTY_EARLY (DIRTY_KEYS / 2) /* past it an export is due at once */
+#define CUT_WAIT_WARN_MS 60000 /* partitioned mode: an export kept waiting this long is said */
 
 struct export_job {
     uint64_t *keys; /* n keys, */
@@ -86,5 +93,12 @@ int online__export_write_full(struct export_job *j, const char *dir, uint64_t ve
 
 /* After the export of version went live (e->commit held): the chain's length. */
 void online__export_note_links(struct online_export *e, bool full, uint64_t version);
+
+/* online_export_handover.c: empties the dirty set (trainer thread). */
+void online__export_dirty_clear(struct online_export *e);
+/* online_export_handover.c: builds the job from the dirty set and hands it
+ * to the export thread: 1 handed over, 0 not now (the thread busy, a
+ * version change pending, nothing dirty).  Trainer thread. */
+int online__export_hand_over(online_model_t *q);
 
 #endif
