@@ -2,7 +2,9 @@
  * online_export.c — the online updates of a model exported as delta
  * versions, and now and then a full one, into its repository (online.h:
  * EXPORTS), so that a restart, a replica or an operator finds them there,
- * and the sample log can be trimmed behind them.
+ * and the sample log can be trimmed behind them.  The trainer's side (the
+ * dirty set, the hand-over) is online_export_handover.c; the full version
+ * online_export_full.c.
  *
  *   trainer thread                                export thread (one per model)
  *   step ─ mark(keys) ─> dirty set (bounded)
