@@ -114,12 +114,6 @@ int codec__rd_end(struct rd *r)
                        r->off);
 }
 
-static bool name_char(uint8_t c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '.' || c == '-';
-}
-
 int codec__rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1])
 {
     int rc = codec__rd_need(r, 1, "name_len");
@@ -134,7 +128,7 @@ int codec__rd_name(struct rd *r, char name[CODEC_MAX_NAME + 1])
         return rc;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = r->p[r->off + i];
-        if (unlikely(!name_char(c)))
+        if (unlikely(!codec_name_char(c)))
             return codec__fail(r->err, CODEC_E_BAD_NAME, r->off + i,
                                "%s: model name byte 0x%02x at offset %zu is not [A-Za-z0-9_.-]",
                                r->msg, c, r->off + i);
@@ -370,7 +364,7 @@ int codec__name_check(const char *name, const char *msg, codec_error_t *err)
         return codec__fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
                            "%s: model name must be 1..64 bytes", msg);
     for (size_t i = 0; i < n; i++)
-        if (!name_char((uint8_t)name[i]))
+        if (!codec_name_char((uint8_t)name[i]))
             return codec__fail(err, CODEC_E_BAD_NAME, CODEC_NO_OFFSET,
                                "%s: model name byte %zu (0x%02x) is not [A-Za-z0-9_.-]", msg, i,
                                (uint8_t)name[i]);

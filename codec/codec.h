@@ -50,6 +50,14 @@ extern "C" {
 #define CODEC_MAX_NAME 64u                  /* model name bytes, [A-Za-z0-9_.-] */
 #define CODEC_MAX_ERROR_MSG 1024u           /* ERROR message bytes */
 #define CODEC_MAX_PING 64u                  /* PING/PONG payload bytes */
+
+/* 1 when c may be in a model name ([A-Za-z0-9_.-]): the wire's names, the
+ * repository's model directories, the admin API's and tlctl's arguments. */
+static inline int codec_name_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == '-';
+}
 #define CODEC_MAX_VARINT 10u                /* bytes of one varint */
 
 #define CODEC_BLOCK_VALUES 0x01u     /* block_flags bit 0: f32 values follow */

@@ -78,6 +78,7 @@
  *   out of descriptors), counted in tlserve_accept_errors_total.
  */
 #include "admin_impl.h"
+#include "codec/codec.h"
 #include "gate.h"
 #include "guard.h"
 #include "log.h"
@@ -258,9 +259,7 @@ static int valid_name(const char *s, size_t n)
     if (n == 0 || n >= sizeof((store_meta_t *)0)->model_name)
         return 0;
     for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
+        if (!codec_name_char((unsigned char)s[i]))
             return 0;
     }
     return 1;

@@ -428,8 +428,7 @@ static int check_model_name(const char *v, char *why, size_t why_len)
         return -1;
     }
     for (const char *c = v; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '_' || *c == '.' || *c == '-')) {
+        if (!codec_name_char((unsigned char)*c)) {
             snprintf(why, why_len, "'%s' has a character outside [A-Za-z0-9_.-] at byte %zu", v,
                      (size_t)(c - v));
             return -1;

@@ -13,6 +13,7 @@
 #include "repo.h"
 #include "repo_impl.h"
 
+#include "codec/codec.h"
 #include "log.h"
 #include "store/delta.h"
 
@@ -30,8 +31,7 @@ static int valid_model_name(const char *s)
     if (n == 0 || n >= 64 || s[0] == '.')
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '.' || s[i] == '-'))
+        if (!codec_name_char((unsigned char)s[i]))
             return 0;
     return 1;
 }

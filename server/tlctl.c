@@ -16,6 +16,8 @@
  * body that is not JSON is reported as such.
  */
 #define _GNU_SOURCE
+#include "codec/codec.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
@@ -339,8 +341,7 @@ static int valid_model(const char *s)
     if (n == 0 || n > 63)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '.' || s[i] == '-'))
+        if (!codec_name_char((unsigned char)s[i]))
             return 0;
     return 1;
 }
