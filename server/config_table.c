@@ -76,7 +76,8 @@ const cfg_entry_t server__cfg_table[] = {
     {"repo-marks-dir", CFG_STRING, 0, 0, "",
      "where each model's pin, rolled-back versions and refusals are kept across restarts "
      "(<dir>/<model>.marks; empty: <model-repo>/<model>/.tlserve-marks); set it when the "
-     "repository is read-only, shared by several servers or synchronized with deletion",
+     "repository is read-only, shared by several servers (one writer a directory: it is "
+     "locked) or synchronized with deletion",
      F(repo_marks_dir), NULL, "a directory path", NULL, false},
     {"keep-versions", CFG_INT, 0, SERVER_KEEP_VERSIONS_MAX, "1",
      "swapped-out versions kept loaded for an instant rollback (each costs its memory)",

@@ -642,8 +642,12 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
         LOG(LL_ERROR, "repo: %s", why);
         return rc;
     }
-    if (pipe2(R.wake, O_NONBLOCK | O_CLOEXEC) != 0)
-        return -errno;
+    repo__marks_lock();
+    if (pipe2(R.wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        rc = -errno;
+        repo__marks_unlock();
+        return rc;
+    }
     R.ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (R.ino < 0)
         LOG(LL_WARN, "repo: no inotify (%s): new versions are found by the rescan every %d ms",
@@ -658,6 +662,7 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
         R.running = false;
         close_fds_locked();
         pthread_mutex_unlock(&R.lock);
+        repo__marks_unlock();
         return rc;
     }
     for (unsigned i = 0; i < n; i++)
@@ -682,6 +687,7 @@ void repo_stop(void)
     R.running = false;
     close_fds_locked();
     pthread_mutex_unlock(&R.lock);
+    repo__marks_unlock(); /* after the last write */
 }
 
 unsigned repo_models(char (*names)[64], unsigned cap)

@@ -122,6 +122,17 @@ void repo__add_refusal(struct repo_model *r, uint64_t version, uint64_t sig, con
  * r: 0 (also when there is none), or -EINVAL with why naming the file, the
  * line and the fix.  R.lock held or single-threaded; reads a small file. */
 int repo__marks_restore(struct repo_model *r, char *why, size_t why_len);
+/* The lock of the place the marks are kept (--repo-marks-dir, else the
+ * repository): a file .tlserve-marks.lock there, flock'd from the start
+ * until repo_stop, holding the pid.  When another process holds it, a
+ * WARN says so and this server writes no marks until it gets the lock
+ * (each write tries again).  A place where the file cannot be made (a
+ * read-only repository) is not locked: no marks are written there either.
+ * repo__marks_unlock closes it (idempotent).  Both take io_lock: not with
+ * R.lock held. */
+void repo__marks_lock(void);
+void repo__marks_unlock(void);
+
 /* Writes the marks file of every model whose marks changed (marks_dirty),
  * or removes it when it would hold nothing.  Called without R.lock (takes
  * it to copy the marks); writes are serialized, so the file ends with the

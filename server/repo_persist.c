@@ -26,6 +26,15 @@
  * naming the file and line: serving the newest version instead could serve
  * one the operator rolled back.
  *
+ * ONE WRITER A PLACE: two servers writing one model's marks would each
+ * overwrite the other's rollbacks and pins, so repo_start locks the place
+ * (repo__marks_lock: flock on .tlserve-marks.lock in --repo-marks-dir, else
+ * in the repository).  A second server there (replicas sharing one
+ * repository) still starts and reads the marks, but writes none while the
+ * first holds the lock: a WARN tells it to take a --repo-marks-dir of its
+ * own, and its admin answers say "marks_kept": false.  The kernel drops
+ * the lock when the holder dies, however it dies; the next write takes it.
+ *
  * THREAD SAFETY: io_lock serializes the writes and is taken before R.lock,
  * which is held only to copy a model's marks.
  */
@@ -41,8 +50,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define MARKS_LOCK_NAME ".tlserve-marks.lock"
 
 static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -165,10 +177,60 @@ static void marks_of(const struct repo_model *r, repo_marks_t *m)
 }
 
 /* Writes (or, empty, removes) the marks of r: 0 or -errno with what failed. */
+/* Under io_lock: the lock file's fd, -1 when not held; whether another
+ * process was found holding it (writes then wait for it). */
+static int lock_fd = -1;
+static bool lock_busy;
+
+/* Takes the place's lock if it is free: 0, or -EBUSY (another process
+ * holds it; *holder its pid, as the file says).  io_lock held. */
+static int take_lock_locked(char *path, size_t path_len, char *holder, size_t holder_len)
+{
+    const char *dir = R.marks_dir[0] ? R.marks_dir : R.dir;
+    snprintf(path, path_len, "%s/%s", dir, MARKS_LOCK_NAME);
+    if (lock_fd >= 0)
+        return 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0) {
+        LOG(LL_DEBUG, "repo: no marks lock %s (%s): marks are not written there either", path,
+            strerror(errno));
+        return 0;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        ssize_t n = pread(fd, holder, holder_len - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        if (!holder[0])
+            snprintf(holder, holder_len, "unknown");
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return -EBUSY;
+        LOG(LL_WARN, "repo: cannot lock %s (%s): the marks are written unlocked", path, strerror(e));
+        return 0;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        LOG(LL_DEBUG, "repo: cannot write the pid into %s: %s", path, strerror(errno));
+    lock_fd = fd;
+    if (lock_busy)
+        LOG(LL_INFO, "repo: took the marks lock %s: this server keeps its marks again", path);
+    lock_busy = false;
+    return 0;
+}
+
 static int marks_write(const struct repo_model *r, const repo_marks_t *m, char *buf,
                        const char **what)
 {
     char dir[1100], name[80];
+    if (lock_busy) { /* until the other process lets the place go */
+        char path[1100], holder[32];
+        if (take_lock_locked(path, sizeof path, holder, sizeof holder) == -EBUSY) {
+            *what = "write there while another process holds its lock";
+            return -EBUSY;
+        }
+    }
     marks_place(r, dir, sizeof dir, name, sizeof name);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
@@ -246,5 +308,29 @@ void repo__marks_flush(void)
         }
         pthread_mutex_unlock(&R.lock);
     }
+    pthread_mutex_unlock(&io_lock);
+}
+
+void repo__marks_lock(void)
+{
+    char path[1100], holder[32];
+    pthread_mutex_lock(&io_lock);
+    if (take_lock_locked(path, sizeof path, holder, sizeof holder) == -EBUSY) {
+        LOG(LL_WARN, "repo: another process (pid %s) keeps its models' marks in %s (it holds "
+            "%s): this server reads them but writes none while that one runs, so its rollbacks, "
+            "pins and refusals would not survive its restart (\"marks_kept\": false); give it "
+            "a --repo-marks-dir of its own", holder, R.marks_dir[0] ? R.marks_dir : R.dir, path);
+        lock_busy = true;
+    }
+    pthread_mutex_unlock(&io_lock);
+}
+
+void repo__marks_unlock(void)
+{
+    pthread_mutex_lock(&io_lock);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    lock_fd = -1;
+    lock_busy = false;
     pthread_mutex_unlock(&io_lock);
 }

@@ -2,7 +2,8 @@
 admin's refusal, a pin and the validation gate's refusal, made on a running server, still hold
 when a new tlserve starts on the same repository, which would otherwise serve the newest
 version.  A marks file that does not parse stops the start naming the file and the line;
---repo-marks-dir keeps the files outside the repository and must be a directory.
+--repo-marks-dir keeps the files outside the repository and must be a directory; one server
+writes the marks of a place (a lock file there).
 """
 
 import json
@@ -158,6 +159,48 @@ class Marks(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
         self.assertNotEqual(r.returncode, 0, r.stdout)
         self.assertIn("no end line", r.stdout)
+
+    def test_one_writer_a_marks_place(self):
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        marks = os.path.join(self.mdir, ".tlserve-marks")
+        srv = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(srv, 1)
+        lock = os.path.join(self.repo, ".tlserve-marks.lock")
+        with open(lock) as f:
+            self.assertEqual(f.read().strip(), str(srv.proc.pid))
+        self.add_delta(1, 2)
+        self.wait_active(srv, 2)
+
+        # A second server on the same repository (replicas sharing it) starts and serves,
+        # but writes no marks while the first holds the place: its rollback would otherwise
+        # overwrite the first's marks.  The WARN names the holder and the way out.
+        other = self.serve("--model-repo", self.repo, token=TOKEN)
+        self.wait_active(other, 2)
+        self.assertIn("another process (pid %d) keeps its models' marks in %s"
+                      % (srv.proc.pid, self.repo), other.output())
+        self.assertIn("--repo-marks-dir of its own", other.output())
+        st, out = self.post(other, "/v1/models/%s:activate" % NAME, b'{"version": 1}')
+        self.assertEqual(st, 202, out)  # a load: 1 is not kept loaded
+        self.assertFalse(json.loads(out)["marks_kept"])
+        self.wait_active(other, 1)
+        self.assertFalse(os.path.exists(marks))  # the first server's (no marks) untouched
+        self.assertGreater(other.metric("tlserve_repo_marks_write_errors_total"), 0)
+        self.wait_active(srv, 2)  # and the first one serves on
+
+        # kill -9 drops the lock with the process: the second server's next write takes it.
+        srv.proc.kill()
+        srv.proc.wait()
+        st, out = self.post(other, "/v1/models/%s:refuse" % NAME,
+                            b'{"version": 2, "reason": "bad ctr"}')
+        self.assertEqual(st, 200, out)
+        self.assertTrue(json.loads(out)["marks_kept"])
+        with open(marks) as f:
+            kept = f.read()
+        self.assertIn("pinned 1", kept)
+        self.assertIn("bad ctr", kept)  # with the pin made while locked out
+        with open(lock) as f:
+            self.assertEqual(f.read().strip(), str(other.proc.pid))
+        self.assertIn("took the marks lock %s" % lock, other.output())
 
     def test_marks_dir(self):
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
