@@ -1,7 +1,7 @@
 /*
  * update_acc.c — the producer side of sparse updates: an accumulator of
- * per-key additive statistics and the top-k, 1-bit encoder that drains it
- * (update_codec.h has the contract and the message layout).
+ * per-key additive statistics and the top-k encoder (1 or 4 bits a value)
+ * that drains it (update_codec.h has the contract and the message layout).
  *
  * Layout: the keys held sit densely in keys[0..n) and vals[0..n*K); an
  * open-addressing index (linear probing, power-of-two slots, load <= 3/4)
@@ -286,8 +286,8 @@ static void sort_by_key(update_acc_t *a, uint32_t n)
 static uint32_t selected(const update_acc_t *a, const update_encode_opts_t *o)
 {
     const uint32_t onesided = UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF;
-    if (!o || (o->flags & ~(UPDATE_F_EXACT | onesided)) ||
-        ((o->flags & UPDATE_F_EXACT) && (o->flags & onesided)) || (o->flags & onesided) == onesided ||
+    if (!o || (o->flags & ~(UPDATE_F_EXACT | UPDATE_F_LOG4 | onesided)) ||
+        ((o->flags & UPDATE_F_EXACT) && (o->flags & (onesided | UPDATE_F_LOG4))) || (o->flags & onesided) == onesided ||
         ((o->flags & UPDATE_F_NONNEG_HALF) && (a->k & 1)))
         return UINT32_MAX;
     if (o->select_count == UINT32_MAX)
@@ -358,21 +358,26 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
             memset(v, 0, sizeof(float) * k);
         }
     } else {
+        const bool log4 = o->flags & UPDATE_F_LOG4; /* a nibble a value, else a bit */
         size_t nchunks = (sel + (size_t)a->chunk - 1) / a->chunk;
+        size_t vbytes = log4 ? ((size_t)k * sel + 1) / 2 : ((size_t)k * sel + 7) / 8;
         uint8_t *bits = buf + off + 4 * nchunks * k;
-        memset(bits, 0, ((size_t)k * sel + 7) / 8);
+        memset(bits, 0, vbytes);
         for (uint32_t j = 0; j < k; j++) {
             for (uint32_t i = 0; i < sel; i++)
                 a->col[i] = a->vals[(size_t)a->sel[i].idx * k + j];
-            if (update__onesided(o->flags, k, j))
-                update__quantize_nonneg(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits,
-                                        (uint64_t)j * sel);
+            uint8_t *scales = buf + off + 4 * nchunks * j;
+            bool onesided = update__onesided(o->flags, k, j);
+            if (log4)
+                update__quantize_log4(a->col, sel, a->chunk, scales, bits, (uint64_t)j * sel, onesided);
+            else if (onesided)
+                update__quantize_nonneg(a->col, sel, a->chunk, scales, bits, (uint64_t)j * sel);
             else
-                update__quantize(a->col, sel, a->chunk, buf + off + 4 * nchunks * j, bits, (uint64_t)j * sel);
+                update__quantize(a->col, sel, a->chunk, scales, bits, (uint64_t)j * sel);
             for (uint32_t i = 0; i < sel; i++)
                 a->vals[(size_t)a->sel[i].idx * k + j] = a->col[i];
         }
-        off += 4 * nchunks * k + ((size_t)k * sel + 7) / 8;
+        off += 4 * nchunks * k + vbytes;
     }
 
     /* 4. keys whose residual is exactly 0 leave; removal moves entries, so

@@ -68,6 +68,8 @@ static uint64_t payload_bytes(uint64_t count, uint64_t k, uint64_t chunk, uint32
 {
     if (flags & UPDATE_F_EXACT)
         return 4 * k * count;
+    if (flags & UPDATE_F_LOG4)
+        return 4 * k * chunks_of(count, chunk) + (k * count + 1) / 2;
     return 4 * k * chunks_of(count, chunk) + (k * count + 7) / 8;
 }
 
@@ -169,6 +171,38 @@ void update__quantize_nonneg(float *v, uint32_t n, uint32_t chunk, uint8_t *scal
     }
 }
 
+void update__quantize_log4(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *nibbles,
+                           uint64_t nib0, bool onesided)
+{
+    for (uint32_t c0 = 0, ci = 0; c0 < n; c0 += chunk, ci++) {
+        uint32_t c1 = n - c0 < chunk ? n : c0 + chunk;
+        float s = 0;
+        for (uint32_t i = c0; i < c1; i++) {
+            float a = onesided ? v[i] : fabsf(v[i]);
+            s = a > s ? a : s;
+        }
+        memcpy(scales_out + 4 * (size_t)ci, &s, 4);
+        for (uint32_t i = c0; i < c1; i++) {
+            float a = onesided ? (v[i] > 0 ? v[i] : 0) : fabsf(v[i]);
+            unsigned e = 0;
+            while (e < UPDATE_LOG4_ZERO && ldexpf(s, -(int)e) > a)
+                e++; /* the first level not above a (7: none, a is under the least) */
+            if (!onesided) { /* the nearer of it and the level above */
+                float lo = e == UPDATE_LOG4_ZERO ? 0.0f : ldexpf(s, -(int)e);
+                float hi = e == 0 ? lo : ldexpf(s, -(int)e + 1);
+                if (hi - a < a - lo)
+                    e--;
+            }
+            unsigned nib = e | (!onesided && signbit(v[i]) && v[i] != 0.0f ? 8u : 0u);
+            if (e == UPDATE_LOG4_ZERO)
+                nib = UPDATE_LOG4_ZERO;
+            uint64_t b = nib0 + i;
+            nibbles[b >> 1] |= (uint8_t)(nib << ((b & 1) * 4));
+            v[i] -= update__log4_value(s, nib);
+        }
+    }
+}
+
 /* ------------------------------------------------------------- decoding */
 
 __attribute__((cold, format(printf, 4, 5))) static int fail(update_error_t *err, update_errc_t code,
@@ -263,6 +297,10 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART without DENSE (flags 0x%x)", m->flags);
     if ((m->flags & UPDATE_F_PART) && ver == UPDATE_FORMAT_VERSION_V1)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART in a format version 1 message");
+    if ((m->flags & UPDATE_F_LOG4) && (m->flags & (UPDATE_F_EXACT | UPDATE_F_DENSE)))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 with EXACT or DENSE (flags 0x%x)", m->flags);
+    if ((m->flags & UPDATE_F_LOG4) && ver == UPDATE_FORMAT_VERSION_V1)
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 in a format version 1 message");
     uint64_t pay = payload_bytes(m->count, m->k, m->chunk, m->flags);
     uint64_t part = (m->flags & UPDATE_F_PART) ? UPDATE_PART_BYTES : 0;
     uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? part : m->count;
@@ -341,7 +379,22 @@ int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_
                             "scale %llu is %g: must be finite and >= 0", (unsigned long long)i, (double)s);
         }
         uint64_t nbits = (uint64_t)m.k * m.count;
-        if (nbits & 7) {
+        const uint8_t *nibs = m.payload + 4 * ns;
+        for (uint32_t j = 0; (m.flags & UPDATE_F_LOG4) && j < m.k; j++) {
+            if (!update__onesided(m.flags, m.k, j))
+                continue;
+            for (uint64_t i = (uint64_t)j * m.count; i < (uint64_t)(j + 1) * m.count; i++)
+                if ((nibs[i >> 1] >> ((i & 1) * 4)) & 8u)
+                    return fail(err, UPDATE_E_VALUE, (size_t)(nibs + (i >> 1) - buf),
+                                "value of key %llu, column %u is negative: the column is one-sided",
+                                (unsigned long long)(i - (uint64_t)j * m.count), j);
+        }
+        if ((m.flags & UPDATE_F_LOG4) && (nbits & 1)) {
+            const uint8_t *last = m.end - 1;
+            if (*last >> 4)
+                return fail(err, UPDATE_E_PADDING, (size_t)(last - buf), "padding nibble 0x%x not zero",
+                            *last >> 4);
+        } else if (!(m.flags & UPDATE_F_LOG4) && (nbits & 7)) {
             const uint8_t *last = m.end - 1;
             if (*last >> (nbits & 7))
                 return fail(err, UPDATE_E_PADDING, (size_t)(last - buf), "sign padding bits 0x%02x not zero",
@@ -370,6 +423,12 @@ int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key,
         }
         if (m->flags & UPDATE_F_EXACT) {
             memcpy(vals, m->payload + 4 * (uint64_t)i * m->k, 4 * (size_t)m->k);
+        } else if (m->flags & UPDATE_F_LOG4) {
+            for (uint32_t j = 0; j < m->k; j++) {
+                float s = getf(m->payload + 4 * (j * nchunks + i / m->chunk));
+                uint64_t b = (uint64_t)j * m->count + i;
+                vals[j] = update__log4_value(s, (bits[b >> 1] >> ((b & 1) * 4)) & 15u);
+            }
         } else {
             for (uint32_t j = 0; j < m->k; j++) {
                 float s = getf(m->payload + 4 * (j * nchunks + i / m->chunk));

@@ -8,7 +8,8 @@
  *   floats: its dx and Adagrad's dG per coordinate, K = 2R, train_sync.h)
  *   into an accumulator.  Every interval the producer encodes one message: the top-k
  *   keys by magnitude, each of their K values sent as one sign bit plus a
- *   per-chunk scale.  What is not sent (unselected keys, the quantization
+ *   per-chunk scale, or (UPDATE_F_LOG4) a sign and a power of two under the
+ *   chunk's largest.  What is not sent (unselected keys, the quantization
  *   error of the selected ones) stays in the accumulator as a residual for
  *   later intervals: nothing is dropped, only delayed.  Because the values
  *   are additive, receivers add them in any order.
@@ -39,10 +40,17 @@
  *             +scale (with NONNEG_LAST, column K-1, with NONNEG_HALF,
  *             columns K/2..K-1: set = +scale, clear = 0); the padding
  *             bits of the last byte are zero
+ *       4-bit (UPDATE_F_LOG4): scales as for 1 bit, each the chunk's
+ *             largest |value|; then a nibble per value, nibble (j*count +
+ *             i) in byte (j*count + i) / 2, the low nibble first: bit 3
+ *             set when the value is negative (never in a one-sided
+ *             column), bits 0-2 e: the value is +-scale x 2^-e for e in
+ *             0..6, and 0 for e = 7; a padding nibble is zero
  *       exact (UPDATE_F_EXACT): values f32[count][K], each finite
  *   end u64 XXH3_64bits of every byte before it
  *
- * Message size: 48 + name + keys + 4*K*ceil(count/C) + ceil(K*count/8) + 8.
+ * Message size: 48 + name + keys + 4*K*ceil(count/C) + ceil(K*count/8) + 8
+ * (ceil(K*count/2) for the nibbles of LOG4).
  * Keys are 64-bit hashed ids, so a gap between sent keys is about
  * 2^64/count and its varint takes ~7 bytes at 100k keys: keys, not values,
  * dominate.  For K = 2, C = 256 and 100k keys a key costs ~7.3 B in 1 bit
@@ -100,8 +108,20 @@
  * format version 2. */
 #define UPDATE_F_PART 0x10u
 #define UPDATE_PART_BYTES 8u /* total, offset */
+/* Sparse, not EXACT: 4 bits a value instead of 1 (the layout above), a
+ * sign and a power of two under the chunk's largest |value|.  One bit
+ * sends every value of a chunk as +-its mean, so a key far above the mean
+ * of the keys beside it (by id, not by size) gets a fraction of its update
+ * and waits for the rest as a residual, turn after turn: on partitioned LR
+ * replicas the gap to an exact exchange came from that error, not from
+ * which keys were chosen (loadgen/sync_bench.py, docs/performance.md).
+ * Two-sided columns go to the nearest of scale x 2^-e (e = 0..6) and 0; a
+ * one-sided column (NONNEG_LAST, NONNEG_HALF) to the largest of them not
+ * above the value, so its residual stays >= 0.  Format version 2. */
+#define UPDATE_F_LOG4 0x20u
+#define UPDATE_LOG4_ZERO 7u /* e of a 0 */
 #define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF | \
-                      UPDATE_F_PART)
+                      UPDATE_F_PART | UPDATE_F_LOG4)
 
 typedef enum update_errc {
     UPDATE_OK = 0,

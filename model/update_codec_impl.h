@@ -8,6 +8,8 @@
 
 #include "model/update_codec.h"
 
+#include <math.h>
+
 /* Upper bound of a message's bytes (keys counted at 10 varint bytes). */
 size_t update__msg_bound(uint32_t count, uint32_t k, uint32_t chunk, uint32_t flags, size_t name_len);
 /* Write the 48-byte header and the name; returns the offset after the name.
@@ -28,6 +30,20 @@ void update__quantize(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out,
 void update__quantize_nonneg(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *bits,
                              uint64_t bit0);
 
+/* UPDATE_F_LOG4's quantization of v[0..n) in chunks of `chunk`: scales
+ * (f32 LE, each chunk's largest |v|, or largest v when onesided) to
+ * scales_out, value i's nibble at nibble (nib0 + i) of nibbles (pre-zeroed),
+ * and v[i] replaced by its quantization error. */
+void update__quantize_log4(float *v, uint32_t n, uint32_t chunk, uint8_t *scales_out, uint8_t *nibbles,
+                           uint64_t nib0, bool onesided);
+/* The value of a LOG4 nibble under scale s. */
+static inline float update__log4_value(float s, unsigned nib)
+{
+    unsigned e = nib & 7u;
+    float mag = e == UPDATE_LOG4_ZERO ? 0.0f : ldexpf(s, -(int)e);
+    return (nib & 8u) ? -mag : mag;
+}
+
 /* Whether column j of k is quantized one-sided (NONNEG_LAST, NONNEG_HALF). */
 static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
 {
@@ -37,7 +53,7 @@ static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
 /* The format version a message of flags and k is written as. */
 static inline unsigned update__version_for(uint32_t flags, uint32_t k)
 {
-    return (flags & (UPDATE_F_NONNEG_HALF | UPDATE_F_PART)) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION
+    return (flags & (UPDATE_F_NONNEG_HALF | UPDATE_F_PART | UPDATE_F_LOG4)) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION
                                                                                  : UPDATE_FORMAT_VERSION_V1;
 }
 

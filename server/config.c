@@ -106,6 +106,8 @@ static int set_value(server_config_t *cfg, const cfg_entry_t *e, const char *v, 
                      (long long)e->min, (long long)e->max);
             return -1;
         }
+        if (e->check && e->check(v, why, why_len) != 0)
+            return -1;
         *(int *)field = (int)x;
         return 0;
     }

@@ -53,6 +53,7 @@ static int check_model_name(const char *v, char *why, size_t why_len);
 static int check_eval_file(const char *v, char *why, size_t why_len);
 static int check_optimizer(const char *v, char *why, size_t why_len);
 static int check_bus_mode(const char *v, char *why, size_t why_len);
+static int check_sync_bits(const char *v, char *why, size_t why_len);
 static int check_train_files(const char *v, char *why, size_t why_len);
 static int check_train_format(const char *v, char *why, size_t why_len);
 
@@ -290,13 +291,18 @@ const cfg_entry_t server__cfg_table[] = {
      "full: a new key's update stays local (tlserve_sync_overflow_total) and the message goes "
      "out at once",
      F(sync_max_keys), NULL, NULL, NULL, false},
-    {"sync-topk", CFG_DOUBLE, 0.001, 1, "0.05",
+    {"sync-topk", CFG_DOUBLE, 0.001, 1, "0.04",
      "partitioned replicas: fraction of the held keys (largest updates first) a message carries; "
      "the rest wait as residuals",
      F(sync_topk), NULL, NULL, NULL, false},
+    {"sync-bits", CFG_INT, 1, 4, "4",
+     "partitioned replicas: bits a value of a compressed update takes: 4 (a sign and a power of "
+     "two under its chunk's largest value) or 1 (a sign and the chunk's mean: 4x fewer value "
+     "bytes, a larger error carried to later turns)",
+     F(sync_bits), check_sync_bits, "1 or 4", NULL, false},
     {"sync-exact", CFG_BOOL, 0, 1, "false",
      "partitioned replicas: send every turn exact (f32 values, every held key), nothing kept as "
-     "a residual: the uncompressed exchange 1-bit top-k is measured against "
+     "a residual: the uncompressed exchange the compressed top-k is measured against "
      "(tlserve_sync_bytes_total beside tlserve_sync_fp32_bytes_total)",
      F(sync_exact), NULL, NULL, NULL, false},
     {"sync-dnn-warmup", CFG_INT, 1, 1 << 30, "1000",
@@ -370,6 +376,14 @@ static int check_bus_mode(const char *v, char *why, size_t why_len)
     if (strcmp(v, "replay") == 0 || strcmp(v, "partitioned") == 0)
         return 0;
     snprintf(why, why_len, "'%s' is not a bus mode (allowed: replay, partitioned)", v);
+    return -1;
+}
+
+static int check_sync_bits(const char *v, char *why, size_t why_len)
+{
+    if (strcmp(v, "1") == 0 || strcmp(v, "4") == 0)
+        return 0;
+    snprintf(why, why_len, "'%s' is not a value width (allowed: 1, 4)", v);
     return -1;
 }
 

@@ -19,8 +19,12 @@
  *   publisher thread, every --sync-interval-ms (at once when acc[cur] is
  *     full): under the writer lock swaps cur (the trainer now feeds the
  *     other accumulator); outside it encodes the retired one into messages
- *     (top --sync-topk of its keys by magnitude, z's column as sign + chunk
- *     scale, n's column as NONNEG_LAST bits) and publishes each on
+ *     (top --sync-topk of its keys by magnitude; with --sync-bits 4, the
+ *     default, each value a sign and a power of two under its chunk's
+ *     largest (update_codec.h: UPDATE_F_LOG4), n's column rounded down so
+ *     that it stays >= 0; with --sync-bits 1, z's column as sign + chunk
+ *     mean, n's column as NONNEG_LAST bits, the messages builds before
+ *     --sync-bits read) and publishes each on
  *     <prefix>.<model>.updates with message id <node>/sync/<seq>; what a
  *     message does not carry stays in that accumulator as the residual and
  *     goes out on a later turn
@@ -415,7 +419,8 @@ static void publish_model(online_model_t *q, bool final)
     uint32_t want = exact ? held : (uint32_t)ceil(G.srv->cfg.sync_topk * held);
     while (want > 0 && may_send()) {
         uint32_t n = want < s->per_msg ? want : s->per_msg;
-        uint32_t onebit = s->rows ? UPDATE_F_NONNEG_HALF : UPDATE_F_NONNEG_LAST;
+        uint32_t onebit = (s->rows ? UPDATE_F_NONNEG_HALF : UPDATE_F_NONNEG_LAST) |
+                          (G.srv->cfg.sync_bits == 4 ? UPDATE_F_LOG4 : 0);
         update_encode_opts_t o = {.flags = exact ? UPDATE_F_EXACT : onebit,
                                   .select_count = n, .base_version = s->base[r]};
         pthread_mutex_lock(&S.pub_lock); /* EXPORTS: no cut between encode and store */

@@ -119,6 +119,7 @@ typedef struct server_config {
     int sync_interval_ms;      /* partitioned: publish accumulated updates this often */
     int sync_max_keys;         /* partitioned: keys an update accumulator holds */
     double sync_topk;          /* partitioned: fraction of held keys sent per message */
+    int sync_bits;             /* partitioned: 1 or 4 bits a value (UPDATE_F_LOG4) */
     bool sync_exact;           /* partitioned: every turn exact (f32, every key), no residuals */
     int sync_dnn_warmup;       /* partitioned DNN: local MLP steps before 1-bit Adam freezes v */
     int sync_dnn_chunk;        /* partitioned DNN: MLP values per 1-bit scale */

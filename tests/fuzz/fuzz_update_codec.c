@@ -11,14 +11,16 @@
  * strictly ascending (offset..offset+count-1 when dense: 0 unless a part,
  * whose range lies inside its vector), each value finite and, in
  * 1-bit mode, +-scale of a finite scale >= 0 (with NONNEG_LAST the last
- * column 0 or +scale, with NONNEG_HALF the last K/2 columns); a dense one also decodes into
- * a vector.  Anything else abort()s.
+ * column 0 or +scale, with NONNEG_HALF the last K/2 columns; with LOG4
+ * +-scale x 2^-e or 0, those columns never negative); a dense one also
+ * decodes into a vector.  Anything else abort()s.
  *
  *   cmake -DTL_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ ..
  *   ./fuzz_update_codec -max_len=4096 ../tests/fuzz/corpus/update_codec
  *
  * The seeds in corpus/update_codec/ are small messages (1 bit and exact,
- * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2, a dense part) and broken ones
+ * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2, a dense part, LOG4 with
+ * each one-sided flag and with a padding nibble) and broken ones
  * (order, scale, padding).
  * Without TL_FUZZ this target replays them under ctest.
  */

@@ -27,9 +27,10 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
   turn sends the keys stepped since the last one, which is what that counter counts); the
   bytes published are within the varint bounds of those keys (hashed keys take ~9 B as gaps,
   so here the exact exchange costs a little MORE than the fp32 figure; libffm ids less).  The
-  same frames spread over 40 turns through the 1-bit exchange (default --sync-topk): the
-  fp32-equivalent bytes over LIVE_FACTOR x the bytes when the last sample is learned, over
-  DRAINED_FACTOR x once the residuals went out.
+  same frames spread over 40 turns through the compressed exchange, the default (4-bit
+  values, top 0.04) and 1-bit values (top 0.05): the fp32-equivalent bytes over LIVE_FACTOR x
+  the bytes when the last sample is learned, over DRAINED_FACTOR x once the residuals went
+  out.
 - A message that is not an update, on the updates subject, is counted
   (tlserve_sync_refused_bad_total) and skipped; PREDICT keeps working.
 - A hand-made producer's sequence 1 then 3: the gap is counted (tlserve_sync_gap_total), the
@@ -240,19 +241,22 @@ class Partitioned(unittest.TestCase):
             self.assertGreaterEqual(nbytes, sent * (48 + 3 + 8) + keys * (1 + 8))
             fp32_exact += fp32
             bytes_exact += nbytes
-        # the same frames spread over many turns, through the 1-bit exchange
-        stream = self.stream + "C"
-        c = self.replica("c", "--sync-topk", "0.05", stream=stream)  # the default
-        d = self.replica("d", "--sync-topk", "0.05", stream=stream)
-        live = self.stream_spread(c, d, frames, 40)
-        fp32_1bit = sum(s.metric("tlserve_sync_fp32_bytes_total") for s in (c, d))
-        bytes_1bit = sum(s.metric("tlserve_sync_bytes_total") for s in (c, d))
-        print("\nsync exact: bytes %d, fp32-equivalent %d; 1-bit: bytes %d, fp32-equivalent %d "
-              "(%.2fx; at the stream's end %.2fx)" % (bytes_exact, fp32_exact, bytes_1bit,
-                                                     fp32_1bit, fp32_1bit / max(bytes_1bit, 1),
-                                                     live[0] / max(live[1], 1)), file=sys.stderr)
-        self.assertGreater(live[0], LIVE_FACTOR * live[1])
-        self.assertGreater(fp32_1bit, DRAINED_FACTOR * bytes_1bit)
+        # the same frames spread over many turns, through the compressed exchange: the
+        # defaults (4-bit values, top 0.04), then 1-bit values (top 0.05)
+        for tag, args in (("C", ("--sync-bits", "4", "--sync-topk", "0.04")),
+                          ("D", ("--sync-bits", "1", "--sync-topk", "0.05"))):
+            stream = self.stream + tag
+            c = self.replica("c" + tag, *args, stream=stream)
+            d = self.replica("d" + tag, *args, stream=stream)
+            live = self.stream_spread(c, d, frames, 40)
+            fp32_c = sum(s.metric("tlserve_sync_fp32_bytes_total") for s in (c, d))
+            bytes_c = sum(s.metric("tlserve_sync_bytes_total") for s in (c, d))
+            print("\nsync exact: bytes %d, fp32-equivalent %d; %s: bytes %d, fp32-equivalent %d "
+                  "(%.2fx; at the stream's end %.2fx)"
+                  % (bytes_exact, fp32_exact, " ".join(args), bytes_c, fp32_c,
+                     fp32_c / max(bytes_c, 1), live[0] / max(live[1], 1)), file=sys.stderr)
+            self.assertGreater(live[0], LIVE_FACTOR * live[1])
+            self.assertGreater(fp32_c, DRAINED_FACTOR * bytes_c)
 
     def probe(self, producer, seq, base, model, key=model_key(3, SEED), dz=0.01, dn=0.01,
               subject=None):

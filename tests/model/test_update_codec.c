@@ -848,6 +848,141 @@ static void test_nonneg_half(void **state)
     assert_int_equal(update_msg_decode(lr, n, &m, NULL), 0);
 }
 
+/* LOG4: a chunk's values go out as +-scale x 2^-e (scale its largest |v|)
+ * or 0: the nearest level for a two-sided column, the largest not above
+ * for a one-sided one (whose residual stays >= 0); sent + residual = added
+ * over many turns, with NONNEG_LAST and with NONNEG_HALF; refusals name
+ * the field. */
+struct log4_seen {
+    double sent[64][6];
+    bool neg_half;
+    int k;
+};
+
+static int log4_put(void *ctx, uint64_t key, const float *v)
+{
+    struct log4_seen *h = ctx;
+    for (int j = 0; j < h->k; j++)
+        h->sent[key][j] += v[j];
+    for (int j = h->k / 2; j < h->k; j++)
+        h->neg_half |= v[j] < 0;
+    return 0;
+}
+
+static void test_log4(void **state)
+{
+    (void)state;
+    /* one message, by hand: chunk of 4 keys, K = 2 (dz, dn) */
+    update_acc_t *acc = make_acc(2, 16, 4);
+    float in[4][2] = {{8.0f, 4.0f}, {-3.1f, 1.9f}, {0.2f, 0.01f}, {-0.06f, 0.0f}};
+    for (uint64_t key = 0; key < 4; key++)
+        assert_int_equal(update_acc_add(acc, key + 1, in[key]), 0);
+    static uint8_t buf[8192];
+    update_encode_opts_t o = {.flags = UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST, .select_count = UINT32_MAX};
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
+    update_msg_t m;
+    update_error_t err;
+    if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(m.flags, UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST);
+    static struct log4_seen h;
+    memset(&h, 0, sizeof h);
+    h.k = 2;
+    assert_int_equal(update_msg_foreach(&m, log4_put, &h), 0);
+    /* dz, scale 8 (levels 8, 4, ..., 0.125 and 0): -3.1 -> -4 (nearer than -2), 0.2 -> 0.25
+     * (nearer than 0.125), -0.06 -> 0 (nearer than 0.125) */
+    assert_float_equal(h.sent[1][0], 8.0, 0);
+    assert_float_equal(h.sent[2][0], -4.0, 0);
+    assert_float_equal(h.sent[3][0], 0.25, 0);
+    assert_float_equal(h.sent[4][0], 0.0, 0);
+    /* dn, one-sided, scale 4: 1.9 -> 1 (the largest level not above), 0.01 -> 0 (under 4/64) */
+    assert_float_equal(h.sent[1][1], 4.0, 0);
+    assert_float_equal(h.sent[2][1], 1.0, 0);
+    assert_float_equal(h.sent[3][1], 0.0, 0);
+    const float *r = update_acc_get(acc, 2);
+    assert_non_null(r);
+    assert_float_equal(r[0], -3.1f + 4.0f, 1e-6);
+    assert_float_equal(r[1], 0.9f, 1e-6);
+
+    /* many turns, K = 6 with NONNEG_HALF: nothing lost, one-sided never negative */
+    update_acc_destroy(acc);
+    acc = make_acc(6, 64, 8);
+    memset(&h, 0, sizeof h);
+    h.k = 6;
+    static double added[64][6];
+    memset(added, 0, sizeof added);
+    rng_state = 9;
+    for (int turn = 0; turn < 200; turn++) {
+        for (int i = 0; i < 20; i++) {
+            uint64_t key = (uint64_t)(unif() * 64) % 64;
+            float inc[6];
+            for (int j = 0; j < 3; j++)
+                inc[j] = (float)(unif() * 2 - 1) * (unif() < 0.1 ? 1.0f : 0.01f);
+            for (int j = 3; j < 6; j++)
+                inc[j] = (float)(unif() < 0.1 ? unif() : unif() * 1e-4);
+            assert_int_equal(update_acc_add(acc, key, inc), 0);
+            for (int j = 0; j < 6; j++)
+                added[key][j] += inc[j];
+        }
+        update_encode_opts_t t = {.flags = UPDATE_F_LOG4 | UPDATE_F_NONNEG_HALF, .select_fraction = 0.5f};
+        len = update_acc_encode(acc, &t, buf, sizeof buf);
+        assert_true(len > 0);
+        if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(update_msg_foreach(&m, log4_put, &h), 0);
+        for (uint64_t key = 0; key < 64; key++) {
+            const float *q = update_acc_get(acc, key);
+            for (int j = 3; q && j < 6; j++)
+                assert_true(q[j] >= 0.0f);
+        }
+    }
+    assert_false(h.neg_half);
+    for (uint64_t key = 0; key < 64; key++) {
+        const float *q = update_acc_get(acc, key);
+        for (int j = 0; j < 6; j++)
+            assert_true(fabs(h.sent[key][j] + (q ? q[j] : 0) - added[key][j]) < 1e-4);
+    }
+
+    /* refusals: with EXACT (encode), in a version 1 message, a one-sided value negative, a
+     * padding nibble set, with DENSE */
+    update_encode_opts_t bad = {.flags = UPDATE_F_LOG4 | UPDATE_F_EXACT, .select_count = 1};
+    assert_int_equal(update_acc_encode(acc, &bad, buf, sizeof buf), -EINVAL);
+    update_acc_destroy(acc);
+    acc = make_acc(2, 16, 4);
+    for (uint64_t key = 0; key < 3; key++) /* 3 keys x 2 columns: 6 nibbles, 3 bytes */
+        assert_int_equal(update_acc_add(acc, key + 1, in[key]), 0);
+    len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    static uint8_t bad_buf[8192];
+    const size_t nibs = (size_t)len - 8 - 3; /* the nibbles end at the checksum */
+    memcpy(bad_buf, buf, (size_t)len);
+    bad_buf[4] = 1;
+    reseal(bad_buf, (size_t)len);
+    expect(bad_buf, (size_t)len, UPDATE_E_FLAGS, 6);
+    memcpy(bad_buf, buf, (size_t)len); /* the dn column starts at nibble 3: byte 1's high nibble */
+    bad_buf[nibs + 1] |= 0x80;
+    reseal(bad_buf, (size_t)len);
+    expect(bad_buf, (size_t)len, UPDATE_E_VALUE, nibs + 1);
+    memcpy(bad_buf, buf, (size_t)len);
+    bad_buf[6] |= UPDATE_F_DENSE;
+    reseal(bad_buf, (size_t)len);
+    expect(bad_buf, (size_t)len, UPDATE_E_FLAGS, 6);
+    update_acc_destroy(acc);
+    acc = make_acc(1, 16, 4); /* K = 1, 3 keys: 3 nibbles, the 4th padding */
+    for (uint64_t key = 0; key < 3; key++)
+        assert_int_equal(update_acc_add(acc, key + 1, in[key]), 0);
+    update_encode_opts_t one = {.flags = UPDATE_F_LOG4, .select_count = UINT32_MAX};
+    len = update_acc_encode(acc, &one, buf, sizeof buf);
+    assert_true(len > 0);
+    memcpy(bad_buf, buf, (size_t)len);
+    bad_buf[len - 9] |= 0x10;
+    reseal(bad_buf, (size_t)len);
+    expect(bad_buf, (size_t)len, UPDATE_E_PADDING, (size_t)len - 9);
+    update_acc_destroy(acc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -875,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_dense_parts),
         cmocka_unit_test(test_onebit_adam_quadratic),
         cmocka_unit_test(test_nonneg_half),
+        cmocka_unit_test(test_log4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
