@@ -191,9 +191,11 @@ static int take_lock_locked(char *path, size_t path_len, char *holder, size_t ho
     if (lock_fd >= 0)
         return 0;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (fd < 0) {
-        LOG(LL_DEBUG, "repo: no marks lock %s (%s): marks are not written there either", path,
-            strerror(errno));
+    if (fd < 0) { /* a read-only place: its marks cannot be written either */
+        int e = errno;
+        LOG(e == EROFS || e == EACCES || e == EPERM ? LL_DEBUG : LL_WARN,
+            "repo: cannot open the marks lock %s (%s): the marks are written unlocked", path,
+            strerror(e));
         return 0;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
