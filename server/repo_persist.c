@@ -176,7 +176,6 @@ static void marks_of(const struct repo_model *r, repo_marks_t *m)
     }
 }
 
-/* Writes (or, empty, removes) the marks of r: 0 or -errno with what failed. */
 /* Under io_lock: the lock file's fd, -1 when not held; whether another
  * process was found holding it (writes then wait for it). */
 static int lock_fd = -1;
@@ -222,6 +221,7 @@ static int take_lock_locked(char *path, size_t path_len, char *holder, size_t ho
     return 0;
 }
 
+/* Writes (or, empty, removes) the marks of r: 0 or -errno with what failed. */
 static int marks_write(const struct repo_model *r, const repo_marks_t *m, char *buf,
                        const char **what)
 {
