@@ -53,8 +53,8 @@ static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
 /* The format version a message of flags and k is written as. */
 static inline unsigned update__version_for(uint32_t flags, uint32_t k)
 {
-    return (flags & (UPDATE_F_NONNEG_HALF | UPDATE_F_PART | UPDATE_F_LOG4)) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION
-                                                                                 : UPDATE_FORMAT_VERSION_V1;
+    const uint32_t v2_flags = UPDATE_F_NONNEG_HALF | UPDATE_F_PART | UPDATE_F_LOG4;
+    return (flags & v2_flags) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION : UPDATE_FORMAT_VERSION_V1;
 }
 
 #endif

@@ -161,8 +161,11 @@ void server__cfg_print_help(FILE *f)
         char flag[64], range[64];
         snprintf(flag, sizeof flag, "--%s", e->name);
         switch (e->type) {
-        case CFG_INT:
-            snprintf(range, sizeof range, "%lld..%lld", (long long)e->min, (long long)e->max);
+        case CFG_INT: /* a check may narrow the range: it names what it allows */
+            if (e->allowed)
+                snprintf(range, sizeof range, "%s", e->allowed);
+            else
+                snprintf(range, sizeof range, "%lld..%lld", (long long)e->min, (long long)e->max);
             break;
         case CFG_BOOL:
             snprintf(range, sizeof range, "true|false");

@@ -42,7 +42,7 @@ typedef struct cfg_entry {
     size_t offset;       /* of the field in server_config_t */
     size_t size;         /* CFG_STRING: size of the char array */
     cfg_check_fn check;  /* CFG_STRING: extra validation, or NULL */
-    const char *allowed; /* CFG_STRING: allowed values for --help, or NULL */
+    const char *allowed; /* allowed values for --help (CFG_STRING; CFG_INT with a check), or NULL */
     const char *env;     /* environment variable that sets it, or NULL */
     bool secret;         /* warn when given as a flag (visible in /proc/PID/cmdline) */
 } cfg_entry_t;
