@@ -761,44 +761,51 @@ static void test_onebit_adam_quadratic(void **state)
  * version 2 while an LR message (NONNEG_LAST, K = 2) still says 1, and
  * the flag is refused in a version 1 message, with an odd K, with EXACT or
  * with NONNEG_LAST. */
-struct half_sum {
+/* What the decoded messages sent, per key (< 64) and column (k <= 6),
+ * and whether a value of the last k/2 columns was ever negative. */
+struct sent_sum {
     double sent[64][6];
     bool neg_half;
+    int k;
 };
 
-static int half_put(void *ctx, uint64_t key, const float *v)
+static int sum_put(void *ctx, uint64_t key, const float *v)
 {
-    struct half_sum *h = ctx;
-    for (int j = 0; j < 6; j++)
+    struct sent_sum *h = ctx;
+    for (int j = 0; j < h->k; j++)
         h->sent[key][j] += v[j];
-    for (int j = 3; j < 6; j++)
+    for (int j = h->k / 2; j < h->k; j++)
         h->neg_half |= v[j] < 0;
     return 0;
 }
 
-static void test_nonneg_half(void **state)
+/* 200 turns of an accumulator of K = 6 (64 keys, the last 3 columns
+ * one-sided: squared gradients, mostly tiny, sometimes large), 20 random
+ * adds a turn, then half its keys encoded with flags and decoded: each
+ * message version 2 with exactly flags, no one-sided value sent or held
+ * below 0, and at the end sent + residual = added.  big_moves: the moves
+ * are sometimes 1, not always 0.01. */
+static void conserve_turns(update_acc_t *acc, uint32_t flags, bool big_moves)
 {
-    (void)state;
-    update_acc_t *acc = make_acc(6, 64, 8);
-    static struct half_sum h;
+    static struct sent_sum h;
     memset(&h, 0, sizeof h);
+    h.k = 6;
     static double added[64][6];
     memset(added, 0, sizeof added);
     static uint8_t buf[8192];
-    rng_state = 5;
     for (int turn = 0; turn < 200; turn++) {
         for (int i = 0; i < 20; i++) {
             uint64_t key = (uint64_t)(unif() * 64) % 64;
             float inc[6];
             for (int j = 0; j < 3; j++)
-                inc[j] = (float)(unif() * 2 - 1) * 0.01f;
+                inc[j] = (float)(unif() * 2 - 1) * (big_moves && unif() < 0.1 ? 1.0f : 0.01f);
             for (int j = 3; j < 6; j++) /* g^2: mostly tiny, sometimes large */
                 inc[j] = (float)(unif() < 0.1 ? unif() : unif() * 1e-4);
             assert_int_equal(update_acc_add(acc, key, inc), 0);
             for (int j = 0; j < 6; j++)
                 added[key][j] += inc[j];
         }
-        update_encode_opts_t o = {.flags = UPDATE_F_NONNEG_HALF, .select_fraction = 0.5f};
+        update_encode_opts_t o = {.flags = flags, .select_fraction = 0.5f};
         long len = update_acc_encode(acc, &o, buf, sizeof buf);
         assert_true(len > 0);
         assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
@@ -806,8 +813,8 @@ static void test_nonneg_half(void **state)
         update_error_t err;
         if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
             fail_msg("%s", err.msg);
-        assert_int_equal(m.flags, UPDATE_F_NONNEG_HALF);
-        assert_int_equal(update_msg_foreach(&m, half_put, &h), 0);
+        assert_int_equal(m.flags, flags);
+        assert_int_equal(update_msg_foreach(&m, sum_put, &h), 0);
         for (uint64_t key = 0; key < 64; key++) {
             const float *r = update_acc_get(acc, key);
             for (int j = 3; r && j < 6; j++)
@@ -820,6 +827,15 @@ static void test_nonneg_half(void **state)
         for (int j = 0; j < 6; j++)
             assert_true(fabs(h.sent[key][j] + (r ? r[j] : 0) - added[key][j]) < 1e-4);
     }
+}
+
+static void test_nonneg_half(void **state)
+{
+    (void)state;
+    update_acc_t *acc = make_acc(6, 64, 8);
+    static uint8_t buf[8192];
+    rng_state = 5;
+    conserve_turns(acc, UPDATE_F_NONNEG_HALF, false);
 
     /* refusals: version 1 with the flag; odd K; with EXACT or NONNEG_LAST */
     update_encode_opts_t o = {.flags = UPDATE_F_NONNEG_HALF, .select_count = UINT32_MAX};
@@ -853,22 +869,6 @@ static void test_nonneg_half(void **state)
  * for a one-sided one (whose residual stays >= 0); sent + residual = added
  * over many turns, with NONNEG_LAST and with NONNEG_HALF; refusals name
  * the field. */
-struct log4_seen {
-    double sent[64][6];
-    bool neg_half;
-    int k;
-};
-
-static int log4_put(void *ctx, uint64_t key, const float *v)
-{
-    struct log4_seen *h = ctx;
-    for (int j = 0; j < h->k; j++)
-        h->sent[key][j] += v[j];
-    for (int j = h->k / 2; j < h->k; j++)
-        h->neg_half |= v[j] < 0;
-    return 0;
-}
-
 static void test_log4(void **state)
 {
     (void)state;
@@ -887,10 +887,10 @@ static void test_log4(void **state)
     if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
         fail_msg("%s", err.msg);
     assert_int_equal(m.flags, UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST);
-    static struct log4_seen h;
+    static struct sent_sum h;
     memset(&h, 0, sizeof h);
     h.k = 2;
-    assert_int_equal(update_msg_foreach(&m, log4_put, &h), 0);
+    assert_int_equal(update_msg_foreach(&m, sum_put, &h), 0);
     /* dz, scale 8 (levels 8, 4, ..., 0.125 and 0): -3.1 -> -4 (nearer than -2), 0.2 -> 0.25
      * (nearer than 0.125), -0.06 -> 0 (nearer than 0.125) */
     assert_float_equal(h.sent[1][0], 8.0, 0);
@@ -909,41 +909,8 @@ static void test_log4(void **state)
     /* many turns, K = 6 with NONNEG_HALF: nothing lost, one-sided never negative */
     update_acc_destroy(acc);
     acc = make_acc(6, 64, 8);
-    memset(&h, 0, sizeof h);
-    h.k = 6;
-    static double added[64][6];
-    memset(added, 0, sizeof added);
     rng_state = 9;
-    for (int turn = 0; turn < 200; turn++) {
-        for (int i = 0; i < 20; i++) {
-            uint64_t key = (uint64_t)(unif() * 64) % 64;
-            float inc[6];
-            for (int j = 0; j < 3; j++)
-                inc[j] = (float)(unif() * 2 - 1) * (unif() < 0.1 ? 1.0f : 0.01f);
-            for (int j = 3; j < 6; j++)
-                inc[j] = (float)(unif() < 0.1 ? unif() : unif() * 1e-4);
-            assert_int_equal(update_acc_add(acc, key, inc), 0);
-            for (int j = 0; j < 6; j++)
-                added[key][j] += inc[j];
-        }
-        update_encode_opts_t t = {.flags = UPDATE_F_LOG4 | UPDATE_F_NONNEG_HALF, .select_fraction = 0.5f};
-        len = update_acc_encode(acc, &t, buf, sizeof buf);
-        assert_true(len > 0);
-        if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
-            fail_msg("%s", err.msg);
-        assert_int_equal(update_msg_foreach(&m, log4_put, &h), 0);
-        for (uint64_t key = 0; key < 64; key++) {
-            const float *q = update_acc_get(acc, key);
-            for (int j = 3; q && j < 6; j++)
-                assert_true(q[j] >= 0.0f);
-        }
-    }
-    assert_false(h.neg_half);
-    for (uint64_t key = 0; key < 64; key++) {
-        const float *q = update_acc_get(acc, key);
-        for (int j = 0; j < 6; j++)
-            assert_true(fabs(h.sent[key][j] + (q ? q[j] : 0) - added[key][j]) < 1e-4);
-    }
+    conserve_turns(acc, UPDATE_F_LOG4 | UPDATE_F_NONNEG_HALF, true);
 
     /* refusals: with EXACT (encode), in a version 1 message, a one-sided value negative, a
      * padding nibble set, with DENSE */
