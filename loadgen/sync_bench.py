@@ -24,8 +24,16 @@ Prints one table and writes RESULTS/summary.md, with the two derived figures per
 (fp32-equivalent / bytes of the 1-bit run; also the exact run's bytes / the 1-bit run's) and
 progressive logloss 1-bit minus exact.
 
+LOCKSTEP (TURN=N > 0): instead of turns by wall time, the bench sends N samples (all replicas
+together, as above), waits until every replica learned its part, asks each for a turn (POST
+/v1/sync:turn) and waits until every message of the turn was applied by every other replica
+before it sends the next N.  Every replica then learns the same samples against the same peer
+updates in every run: the logloss figures repeat to float rounding (the order in which one
+replica applies its peers' messages), where turns by wall time move them run to run by the
+timing of the turns.  RATE and INTERVAL_MS are then unused.
+
 Env: DATA=the largest criteo libffm file in ../shared/data  ROWS=0 (cap, 0: all)  RATE=50
-     INTERVAL_MS=200  REPLICAS=2,4  TOPKS="" (more --sync-topk values, each a row)
+     INTERVAL_MS=200  TURN=0  REPLICAS=2,4  TOPKS="" (more --sync-topk values, each a row)
      SERVER_ARGS="" (more tlserve options for every replica)  BUILD=build
      RESULTS=results/<date>_sync
 Prints the summary (markdown) on stdout; everything goes to RESULTS.
@@ -61,6 +69,8 @@ DATA = env("DATA") or largest_criteo()
 ROWS = int(env("ROWS", "0"))
 RATE = float(env("RATE", "50"))
 INTERVAL_MS = int(env("INTERVAL_MS", "200"))
+TURN = int(env("TURN", "0"))  # > 0: lockstep turns of this many samples (all replicas)
+TOKEN = "sync-bench"
 REPLICAS = [int(r) for r in env("REPLICAS", "2,4").split(",") if r]
 TOPKS = [t for t in env("TOPKS", "").split(",") if t]
 SERVER_ARGS = env("SERVER_ARGS", "").split()
@@ -110,7 +120,8 @@ class Replica:
              "--gate-sample", "0", "--guard-window-ms", "0", "--online",
              "--sample-log-dir", os.path.join(work, "log_" + name), "--bus-servers", cluster.urls,
              "--bus-stream", stream, "--bus-subject-prefix", stream.lower(), "--bus-node", name,
-             "--bus-mode", "partitioned", "--sync-interval-ms", str(INTERVAL_MS)]
+             "--bus-mode", "partitioned", "--admin-token", TOKEN,
+             "--sync-interval-ms", str(3600000 if TURN else INTERVAL_MS)]
             + mode_args + SERVER_ARGS, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         PROCS.append(self.p)
 
@@ -162,6 +173,50 @@ def settle(reps, shares, timeout=120):
     return False
 
 
+def wait_for(pred, what, timeout=120):
+    deadline = time.time() + timeout
+    while not pred():
+        if time.time() > deadline:
+            sys.exit("lockstep: %s did not happen in %d s" % (what, timeout))
+        time.sleep(0.002)
+
+
+def lockstep_turn(reps):
+    """One turn at every replica; returns once every message of it was applied by all others."""
+    before = [metric(r.admin, "tlserve_sync_turns_total") for r in reps]
+    for r in reps:
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/sync:turn" % r.admin, data=b"",
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        urllib.request.urlopen(req, timeout=10).read()
+    wait_for(lambda: all(metric(r.admin, "tlserve_sync_turns_total") > b
+                         for r, b in zip(reps, before)), "a turn")
+    sent = [metric(r.admin, "tlserve_sync_sent_total") for r in reps]
+    wait_for(lambda: all(metric(r.admin, "tlserve_sync_applied_total") == sum(sent) - own
+                         for r, own in zip(reps, sent)), "the turn's messages applied")
+
+
+def stream_lockstep(reps, clients, train):
+    r, learned = len(reps), [0] * len(reps)
+    for start in range(0, len(train), TURN):
+        for i in range(start, min(start + TURN, len(train))):
+            y, ids = train[i]
+            if clients[i % r].train("ctr", [], [(y, ids)]) != 1:
+                sys.exit("a TRAIN frame was not accepted")
+            learned[i % r] += 1
+        wait_for(lambda: all(metric(rep.admin, 'tlserve_online_samples_total{model="ctr"}') >= n
+                             for rep, n in zip(reps, learned)), "the turn's samples learned")
+        lockstep_turn(reps)
+
+
+def drain_lockstep(reps):
+    """Quiet turns (sent exact) until no replica holds a residual."""
+    for _ in range(5):
+        if all(metric(rep.admin, "tlserve_sync_residual_keys") == 0 for rep in reps):
+            return True
+        lockstep_turn(reps)
+    return False
+
+
 def logloss(pairs):
     s = 0.0
     for y, p in pairs:
@@ -179,7 +234,9 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
     time.sleep(0.5)  # each consumer reads the (empty) stream once before its publisher sends
     clients = [tlserve.Client("127.0.0.1", rep.port, timeout=30) for rep in reps]
     t0 = time.time()
-    for i, (y, ids) in enumerate(train):
+    if TURN:
+        stream_lockstep(reps, clients, train)
+    for i, (y, ids) in enumerate([] if TURN else train):
         wait = t0 + i / RATE - time.time()
         if wait > 0:
             time.sleep(wait)
@@ -191,7 +248,7 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
     live_fp32 = sum(metric(0, "tlserve_sync_fp32_bytes_total", t) for t in texts)
     live_residual = [metric(0, "tlserve_sync_residual_keys", t) for t in texts]
     shares = [len(range(i, len(train), r)) for i in range(r)]
-    settled = settle(reps, shares)
+    settled = drain_lockstep(reps) if TURN else settle(reps, shares)
     if not settled:
         say("R=%d %s: the replicas did not settle in 120 s (figures read anyway)" % (r, mode))
     time.sleep(1.2)  # the trainer publishes its logloss at most every second
@@ -250,8 +307,9 @@ def main():
         model = os.path.join(work, "m")
         subprocess.run([os.path.join(BUILD, "model", "tlsynth"), "model", "--keys", "0",
                         "--name", "ctr", "--out", model], check=True, stdout=subprocess.DEVNULL)
-        say("%s: %d rows trained, %d held out; %g samples/s, turns every %d ms" % (
-            DATA, len(train), len(test), RATE, INTERVAL_MS))
+        say("%s: %d rows trained, %d held out; %s" % (
+            DATA, len(train), len(test), "lockstep turns of %d samples" % TURN if TURN else
+            "%g samples/s, turns every %d ms" % (RATE, INTERVAL_MS)))
         for r in REPLICAS:
             for mode, args in modes:
                 results.append(run(model, work, cluster, r, mode, args, train, test))
@@ -265,13 +323,14 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     name = os.path.basename(os.path.dirname(DATA)) + "/" + os.path.basename(DATA)
+    pace = ("in lockstep turns of %d samples (%d turns)" % (TURN, -(-len(train) // TURN))
+            if TURN else "%g samples/s in total (%.0f s, about %d turns of %d ms)" % (
+                RATE, len(train) / RATE, len(train) / RATE * 1000 / INTERVAL_MS, INTERVAL_MS))
     L = ["# Partitioned replicas — %s" % STAMP, "",
          "%s: the first %d rows streamed in file order as TRAIN frames of one sample, sample i "
-         "to replica i mod R, %g samples/s in total (%.0f s, about %d turns of %d ms); the last "
-         "%d rows held out for the test logloss.  LR-FTRL (defaults) from an empty model; a "
-         "3-node NATS JetStream cluster on loopback." % (
-             name, len(train), RATE, len(train) / RATE, len(train) / RATE * 1000 / INTERVAL_MS,
-             INTERVAL_MS, len(test)), "",
+         "to replica i mod R, %s; the last %d rows held out for the test logloss.  LR-FTRL "
+         "(defaults) from an empty model; a 3-node NATS JetStream cluster on loopback." % (
+             name, len(train), pace, len(test)), "",
          "Bytes and fp32-equivalent bytes are the sums over the replicas, after the drain "
          "(every residual sent: quiet turns go out exact); \"at the stream's end\" is the "
          "same ratio read when the last sample was acknowledged, residuals still held.", "",

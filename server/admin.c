@@ -31,6 +31,9 @@
  *                                 weights, bit for bit (admin_digest.c)
  *   /v1/models' "repository" also shows the "pinned" version (0: none) and
  *   the "rolled_back" ones.
+ *   POST /v1/sync:turn            token; partitioned replicas publish their
+ *                                 accumulated updates now (online_sync_turn):
+ *                                 202, or 409 without --bus-mode partitioned
  *   HEAD is accepted wherever GET is.  Other paths 404, other methods 405
  *   (with Allow), bodies over 64 KiB 413 (evhttp refuses them while reading).
  *   No handler waits for a load: health, readiness, metrics and the model
@@ -82,6 +85,7 @@
 #include "gate.h"
 #include "guard.h"
 #include "log.h"
+#include "online.h"
 #include "repo.h"
 #include "server.h"
 
@@ -358,6 +362,20 @@ static void method_not_allowed(struct evhttp_request *req, const char *allow)
     admin__reply_error(req, 405, "method not allowed; use %s", allow);
 }
 
+/* POST /v1/sync:turn: a turn of the update exchange now (a test or a bench
+ * that steps replicas in lockstep; an operator before a planned stop). */
+static void on_sync_turn(struct evhttp_request *req)
+{
+    if (admin__check_auth(req) != 0)
+        return;
+    if (online_sync_turn() != 0) {
+        admin__reply_error(req, 409, "this server exchanges no updates (--online with "
+                           "--bus-servers and --bus-mode partitioned)");
+        return;
+    }
+    admin__reply_json(req, 202, json_pack("{s:s}", "turn", "queued"));
+}
+
 /* Routes the calls on one model: {name}:load, {name}:rollback,
  * {name}:activate, {name}/versions and {name}/digest (rest is the path after
  * "/v1/models/"); 1 when it answered, 0 when rest is none of them.  A
@@ -421,6 +439,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         is_get(m) ? on_metrics(req) : method_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/v1/models/") == 0) {
         is_get(m) ? on_models(req) : method_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/v1/sync:turn") == 0) {
+        m == EVHTTP_REQ_POST ? on_sync_turn(req) : method_not_allowed(req, "POST");
     } else if (strncmp(path, models_prefix, sizeof models_prefix - 1) == 0 &&
                model_call(req, m, path + sizeof models_prefix - 1)) {
         /* answered: :load, :rollback, :activate, /versions, /digest */

@@ -149,6 +149,13 @@ int online_export_producer_stream(const char *producer, uint64_t *seq);
  * on it does not hold its files' values); else 0.  Any thread. */
 int online_store_trained(const char *model, const void *store);
 
+/* Partitioned replicas (--bus-mode partitioned): the publisher's next round
+ * (within 10 ms, once the consumer has caught up) publishes the accumulated
+ * updates now instead of at the interval's end; the interval restarts there.
+ * tlserve_sync_turns_total counts the turns.  0, or -ENOTSUP when this
+ * server exchanges no updates.  Any thread. */
+int online_sync_turn(void);
+
 /* The tlserve_online_* families (Prometheus text) into buf; the length
  * written (truncated output is cut at a line). */
 size_t online_metrics_format(char *buf, size_t len);

@@ -474,12 +474,23 @@ static void *publisher_main(void *arg)
             struct online_sync_model *s = q ? atomic_load(&q->sync) : NULL;
             urgent = s && atomic_load_explicit(&s->urgent, memory_order_relaxed);
         }
+        urgent = urgent || atomic_load(&S.turn_asked);
         if ((!urgent && sync__now_ms() < due) || !atomic_load(&S.caught_up))
             continue;
         due = sync__now_ms() + interval;
+        atomic_store(&S.turn_asked, false); /* asked before this turn: this turn answers it */
         publish_all(false);
+        COUNT(turns);
     }
     return NULL;
+}
+
+int online_sync_turn(void)
+{
+    if (!G.srv || !online__sync_mode(&G.srv->cfg) || atomic_load(&S.stopped))
+        return -ENOTSUP;
+    atomic_store(&S.turn_asked, true);
+    return 0;
 }
 
 /* ---- start, stop, metrics ---------------------------------------------------- */

@@ -85,6 +85,8 @@ struct producer {
 };
 
 #define SYNC_COUNTERS(X)                                                                           \
+    X(turns, "tlserve_sync_turns_total",                                                         \
+      "turns taken: the interval's, a crowded accumulator's, or asked for by POST /v1/sync:turn")   \
     X(sent, "tlserve_sync_sent_total", "update messages published")                                \
     X(sent_keys, "tlserve_sync_sent_keys_total", "keys the published messages carried")            \
     X(bytes, "tlserve_sync_bytes_total", "bytes of the published update messages")                \
@@ -142,6 +144,7 @@ struct online__sync_state {
     _Atomic bool ready;         /* the consumer saw bus_ready succeed (the stream exists) */
     _Atomic bool caught_up;     /* the consumer has read the stream to its end once (implies
                                    ready): the publisher sends only from then on */
+    _Atomic bool turn_asked;    /* POST /v1/sync:turn: the publisher's next round turns */
     uint64_t final_until;       /* stopping: the last turn may send until then (ms) */
     /* the consumer's */
     struct producer prod[PRODUCERS_MAX];

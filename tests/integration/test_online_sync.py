@@ -31,6 +31,9 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
   values, top 0.04) and 1-bit values (top 0.05): the fp32-equivalent bytes over LIVE_FACTOR x
   the bytes when the last sample is learned, over DRAINED_FACTOR x once the residuals went
   out.
+- A turn asked for (POST /v1/sync:turn, token): with an interval of an hour no turn runs until
+  asked; then one turn at the asking replica, and its peer applies its message.  Without the
+  token 401; on a server that exchanges no updates 409; GET 405.
 - A message that is not an update, on the updates subject, is counted
   (tlserve_sync_refused_bad_total) and skipped; PREDICT keeps working.
 - A hand-made producer's sequence 1 then 3: the gap is counted (tlserve_sync_gap_total), the
@@ -41,6 +44,7 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
 Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_online_sync.py
 """
 
+import json
 import os
 import random
 import shutil
@@ -104,13 +108,13 @@ class Partitioned(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(problems, [])
 
-    def replica(self, name, *mode, stream=None):
+    def replica(self, name, *mode, stream=None, token=None):
         stream = stream or self.stream
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
                    "--bus-servers", _cluster.urls, "--bus-stream", stream, "--bus-node", name,
                    "--bus-subject-prefix", stream.lower(), "--bus-mode", "partitioned",
                    "--sync-interval-ms", str(INTERVAL_MS), *(mode or ("--sync-topk", "0.25")),
-                   "--gate-sample", "0", "--guard-window-ms", "0")
+                   "--gate-sample", "0", "--guard-window-ms", "0", token=token)
         self.servers.append(s)
         return s
 
@@ -257,6 +261,38 @@ class Partitioned(unittest.TestCase):
                      fp32_c / max(bytes_c, 1), live[0] / max(live[1], 1)), file=sys.stderr)
             self.assertGreater(live[0], LIVE_FACTOR * live[1])
             self.assertGreater(fp32_c, DRAINED_FACTOR * bytes_c)
+
+    def test_turn_asked_for(self):
+        hour = ("--sync-interval-ms", "3600000", "--sync-topk", "0.25")
+        a = self.replica("a", *hour, token="tok")
+        b = self.replica("b", *hour, token="tok")
+        self.send(a, [frame(k) for k in range(10)])
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 20)
+        time.sleep(0.3)
+        for s in (a, b):  # the interval is an hour: nothing went out yet
+            self.assertEqual(s.metric("tlserve_sync_turns_total"), 0)
+            self.assertEqual(s.metric("tlserve_sync_applied_total"), 0)
+
+        def post(s, token="tok", method="POST"):
+            return harness.http(s.admin_port, "/v1/sync:turn", method, b"" if method == "POST"
+                                else None, {"Authorization": "Bearer " + token})
+
+        st, _, body = post(a, token="wrong")
+        self.assertEqual(st, 401, body)
+        st, _, body = post(a, method="GET")
+        self.assertEqual(st, 405, body)
+        self.assertEqual(a.metric("tlserve_sync_turns_total"), 0)
+        st, _, body = post(a)
+        self.assertEqual((st, json.loads(body)), (202, {"turn": "queued"}), body)
+        self.wait_metric(a, "tlserve_sync_turns_total", 1)
+        self.wait_metric(b, "tlserve_sync_applied_total", a.metric("tlserve_sync_sent_total"))
+        self.assertEqual(b.metric("tlserve_sync_turns_total"), 0)  # only the asked one turned
+        self.assertEqual(a.metric("tlserve_sync_turns_total"), 1)
+        self.assertGreater(a.metric("tlserve_sync_sent_total"), 0)
+        plain = self.plain("--admin-token", "tok")
+        st, _, body = post(plain)
+        self.assertEqual(st, 409, body)
+        self.assertIn(b"--bus-mode partitioned", body)
 
     def probe(self, producer, seq, base, model, key=model_key(3, SEED), dz=0.01, dn=0.01,
               subject=None):
