@@ -24,10 +24,11 @@ Prints one table and writes RESULTS/summary.md, with the two derived figures per
 (fp32-equivalent / bytes of the 1-bit run; also the exact run's bytes / the 1-bit run's) and
 progressive logloss 1-bit minus exact.
 
-LOCKSTEP (TURN=N > 0): instead of turns by wall time, the bench sends N samples (all replicas
-together, as above), waits until every replica learned its part, asks each for a turn (POST
-/v1/sync:turn) and waits until every message of the turn was applied by every other replica
-before it sends the next N.  Every replica then learns the same samples against the same peer
+LOCKSTEP (TURN=N > 0): instead of turns by wall time, each replica turns once every N samples
+(all replicas' together, as above), the replicas' turns staggered as independent timers fall:
+the bench sends N / R samples, waits until every replica learned its part, asks the next
+replica in turn for a turn (POST /v1/sync:turn) and waits until every message of that turn was
+applied by every other replica before it sends the next N / R.  Every replica then learns the same samples against the same peer
 updates in every run: the logloss figures repeat to float rounding (the order in which one
 replica applies its peers' messages), where turns by wall time move them run to run by the
 timing of the turns.  RATE and INTERVAL_MS are then unused.
@@ -181,31 +182,36 @@ def wait_for(pred, what, timeout=120):
         time.sleep(0.002)
 
 
-def lockstep_turn(reps):
-    """One turn at every replica; returns once every message of it was applied by all others."""
-    before = [metric(r.admin, "tlserve_sync_turns_total") for r in reps]
-    for r in reps:
+def lockstep_turn(reps, turning=None):
+    """One turn at each replica of `turning` (default: all); returns once every message of it
+    was applied by all others."""
+    turning = reps if turning is None else turning
+    before = [metric(r.admin, "tlserve_sync_turns_total") for r in turning]
+    for r in turning:
         req = urllib.request.Request("http://127.0.0.1:%d/v1/sync:turn" % r.admin, data=b"",
                                      headers={"Authorization": "Bearer " + TOKEN})
         urllib.request.urlopen(req, timeout=10).read()
     wait_for(lambda: all(metric(r.admin, "tlserve_sync_turns_total") > b
-                         for r, b in zip(reps, before)), "a turn")
+                         for r, b in zip(turning, before)), "a turn")
     sent = [metric(r.admin, "tlserve_sync_sent_total") for r in reps]
     wait_for(lambda: all(metric(r.admin, "tlserve_sync_applied_total") == sum(sent) - own
                          for r, own in zip(reps, sent)), "the turn's messages applied")
 
 
 def stream_lockstep(reps, clients, train):
+    """TURN samples a replica's turn; the replicas' turns staggered evenly (after every TURN / R
+    samples, the next replica in turn), as independent timers would fall."""
     r, learned = len(reps), [0] * len(reps)
-    for start in range(0, len(train), TURN):
-        for i in range(start, min(start + TURN, len(train))):
+    step = max(TURN // r, 1)
+    for k, start in enumerate(range(0, len(train), step)):
+        for i in range(start, min(start + step, len(train))):
             y, ids = train[i]
             if clients[i % r].train("ctr", [], [(y, ids)]) != 1:
                 sys.exit("a TRAIN frame was not accepted")
             learned[i % r] += 1
         wait_for(lambda: all(metric(rep.admin, 'tlserve_online_samples_total{model="ctr"}') >= n
                              for rep, n in zip(reps, learned)), "the turn's samples learned")
-        lockstep_turn(reps)
+        lockstep_turn(reps, [reps[k % r]])
 
 
 def drain_lockstep(reps):
@@ -308,7 +314,7 @@ def main():
         subprocess.run([os.path.join(BUILD, "model", "tlsynth"), "model", "--keys", "0",
                         "--name", "ctr", "--out", model], check=True, stdout=subprocess.DEVNULL)
         say("%s: %d rows trained, %d held out; %s" % (
-            DATA, len(train), len(test), "lockstep turns of %d samples" % TURN if TURN else
+            DATA, len(train), len(test), "lockstep, a turn every %d samples" % TURN if TURN else
             "%g samples/s, turns every %d ms" % (RATE, INTERVAL_MS)))
         for r in REPLICAS:
             for mode, args in modes:
@@ -323,7 +329,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     name = os.path.basename(os.path.dirname(DATA)) + "/" + os.path.basename(DATA)
-    pace = ("in lockstep turns of %d samples (%d turns)" % (TURN, -(-len(train) // TURN))
+    pace = ("in lockstep, a replica's turn every %d samples, staggered" % TURN
             if TURN else "%g samples/s in total (%.0f s, about %d turns of %d ms)" % (
                 RATE, len(train) / RATE, len(train) / RATE * 1000 / INTERVAL_MS, INTERVAL_MS))
     L = ["# Partitioned replicas — %s" % STAMP, "",
