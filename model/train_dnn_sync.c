@@ -1,8 +1,9 @@
 /*
  * train_dnn_sync.c — the DNN's MLP shared by partitioned replicas with
  * 1-bit Adam (Tang et al. 2021): the MLP is dense, every sample moves every
- * parameter, so its exchange is a whole vector per interval, and 1 bit per
- * value (update_codec.h's DENSE messages) is what makes it affordable.
+ * parameter, so its exchange is a whole vector per interval, and a few
+ * bits per value (4, or 1 as the paper; update_codec.h's DENSE messages) is
+ * what makes it affordable.
  *
  * VARIANT.  1-bit Adam, not 0/1 Adam (Lu et al. 2022).  0/1 Adam freezes
  * the variance adaptively and skips rounds by a schedule that every worker
@@ -26,8 +27,18 @@
  *            positive's gradient, and unclipped such a step sent the MLP
  *            to NaN within a thousand samples.
  *   publish: warm-up: send pending as exact f32.  After: send
- *            q = sign/scale(pending + e) and keep e = pending + e - q
- *            (the sender's error feedback, update_dense_encode); then
+ *            q = quantize(pending + e) and keep e = pending + e - q
+ *            (the sender's error feedback, update_dense_encode), q in
+ *            value_bits: 4 (a sign and a power of two under the chunk's
+ *            largest, UPDATE_F_LOG4) or 1 (a sign and the chunk's mean).
+ *            One bit moves a value by at most its chunk's mean a message:
+ *            a weight that every step pushes the same way (an output
+ *            weight on a stream of rare positives) is sent at a fraction
+ *            of its pace, and since x holds only what was sent, its
+ *            gradient keeps asking for the same step until e winds up
+ *            and lands late and at once (ipinyou, 4 replicas: the MLP ran
+ *            off; docs/performance.md).  With 4 bits the chunk's largest
+ *            goes out at its size.  Then
  *            x += e_old - e_new, so that x holds exactly what peers will
  *            add: every replica's x is x0 + the sum of all sent messages
  *            plus only its own pending steps.
@@ -77,6 +88,7 @@ struct train_dnn_sync {
     uint32_t warmup_steps;  /* local steps before v freezes (a restored state's own) */
     uint32_t warmup_cfg;    /* the configured one: a reset goes back to it */
     uint64_t steps;         /* local steps taken */
+    uint32_t quantized_flags; /* after the warm-up: 0 (1 bit) or UPDATE_F_LOG4 */
     float lr, beta1, beta2, eps;
     float ratio_max;        /* (1-b1)/sqrt(1-b2): plain Adam's largest |m/sqrt(v)| */
     double b1_pow, b2_pow;  /* beta^t for the bias correction */
@@ -100,6 +112,8 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
     *out = NULL;
     if (!cfg->n || cfg->n > UPDATE_MAX_COUNT || !cfg->warmup_steps || !cfg->chunk || cfg->chunk > 65535 || !cfg->producer || !cfg->model)
         return -EINVAL;
+    if (cfg->value_bits != 0 && cfg->value_bits != 1 && cfg->value_bits != 4)
+        return -EINVAL;
     size_t name_len = strlen(cfg->model);
     if (!name_len || name_len > UPDATE_NAME_MAX)
         return -EINVAL;
@@ -112,6 +126,7 @@ int train_dnn_sync_create(train_dnn_sync_t **out, const train_dnn_sync_config_t 
     s->n = cfg->n;
     s->warmup_steps = cfg->warmup_steps;
     s->warmup_cfg = cfg->warmup_steps;
+    s->quantized_flags = cfg->value_bits == 4 ? UPDATE_F_LOG4 : 0;
     s->lr = cfg->lr;
     s->beta1 = cfg->beta1;
     s->beta2 = cfg->beta2;
@@ -293,7 +308,7 @@ int train_dnn_sync_step(train_dnn_sync_t *s, float *x, const float *g)
 long train_dnn_sync_publish(train_dnn_sync_t *s, float *x, uint8_t *buf, size_t cap)
 {
     bool onebit = train_dnn_sync_frozen(s);
-    uint32_t flags = onebit ? 0 : UPDATE_F_EXACT;
+    uint32_t flags = onebit ? s->quantized_flags : UPDATE_F_EXACT;
     if (cap < train_dnn_sync_bound(s)) /* every part fits: none is half sent */
         return -ENOBUFS;
     const float *err = update_dense_error(s->enc);

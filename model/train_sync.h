@@ -102,6 +102,9 @@ typedef struct train_dnn_sync_config {
     uint32_t n;                 /* the MLP's parameters (floats), 1..UPDATE_MAX_COUNT */
     uint32_t chunk;             /* values per 1-bit scale, 1..65535 */
     uint32_t warmup_steps;      /* local Adam steps before the variance freezes, >= 1 */
+    uint32_t value_bits;        /* after the warm-up a value goes as 1 bit (sign and the
+                                   chunk's mean; 0 means 1) or 4 (UPDATE_F_LOG4: sign and a
+                                   power of two under the chunk's largest) */
     float lr, beta1, beta2, eps; /* Adam's */
     uint64_t producer;          /* this replica's id on the bus (nonzero) */
     const char *model;          /* the model name messages carry */

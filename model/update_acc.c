@@ -19,12 +19,17 @@
  * uses backward-shift deletion (no tombstones, so probes stay short however
  * many keys come and go) and the last dense entry moves into the hole.
  *
- * Selection: magnitude = sum_j |v_j| / mean_j (mean_j over the keys held),
- * so each column counts relative to its own typical size: FTRL's n is a sum
- * of squared gradients, far larger than z's typical entry, and plain |v|
- * would pick keys by n alone although z is what moves the weight.  The top k
- * come from a quickselect (O(n)), then are sorted by key for the delta
- * varints (radix, O(k)).
+ * Selection: magnitude = sum_j w_j |v_j| / mean_j (mean_j over the keys
+ * held), so each column counts relative to its own typical size (FTRL's n
+ * is a sum of squared gradients, far larger than z's typical entry).  The
+ * one-sided columns of a compressed message (NONNEG_LAST, NONNEG_HALF: n,
+ * Adagrad's G, the optimizers' step-size sums) get w_j = 1/1024, so they
+ * only order keys whose other columns tie: the keys go out by what moves
+ * the weights (z, the gradient sums), and each key's step-size sums go out
+ * with it.  Counting them fully picks keys whose n grew more than their z
+ * (loadgen/sync_bench.py, docs/performance.md).  The top k come from a
+ * quickselect (O(n)), then are sorted by key for the delta varints (radix,
+ * O(k)).
  *
  * THREAD SAFETY
  *   One thread (the trainer) owns an accumulator; nothing locks.
@@ -36,6 +41,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A one-sided column's weight in the selection magnitude: ties only. */
+#define ONESIDED_WEIGHT (1.0 / 1024)
 
 struct mag_idx {
     float mag;    /* selection magnitude */
@@ -322,8 +330,9 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
         for (uint32_t i = 0; i < a->n; i++)
             for (uint32_t j = 0; j < k; j++)
                 a->colmean[j] += fabsf(a->vals[(size_t)i * k + j]);
-        for (uint32_t j = 0; j < k; j++) /* 1 / mean_j, 0 for an all-zero column */
-            a->colmean[j] = a->colmean[j] > 0 ? (double)a->n / a->colmean[j] : 0;
+        for (uint32_t j = 0; j < k; j++) /* w_j / mean_j, 0 for an all-zero column */
+            a->colmean[j] = a->colmean[j] > 0 ? (double)a->n / a->colmean[j] *
+                            (update__onesided(o->flags, k, j) ? ONESIDED_WEIGHT : 1.0) : 0;
         for (uint32_t i = 0; i < a->n; i++) {
             double m = 0;
             for (uint32_t j = 0; j < k; j++)

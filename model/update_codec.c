@@ -297,8 +297,8 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART without DENSE (flags 0x%x)", m->flags);
     if ((m->flags & UPDATE_F_PART) && ver == UPDATE_FORMAT_VERSION_V1)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag PART in a format version 1 message");
-    if ((m->flags & UPDATE_F_LOG4) && (m->flags & (UPDATE_F_EXACT | UPDATE_F_DENSE)))
-        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 with EXACT or DENSE (flags 0x%x)", m->flags);
+    if ((m->flags & UPDATE_F_LOG4) && (m->flags & UPDATE_F_EXACT))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 with EXACT (flags 0x%x)", m->flags);
     if ((m->flags & UPDATE_F_LOG4) && ver == UPDATE_FORMAT_VERSION_V1)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 in a format version 1 message");
     uint64_t pay = payload_bytes(m->count, m->k, m->chunk, m->flags);
@@ -529,7 +529,8 @@ size_t update_dense_bound(const update_dense_t *d, uint32_t flags)
 size_t update_dense_part_bound(const update_dense_t *d, uint32_t count, uint32_t flags)
 {
     size_t part = count < d->n ? UPDATE_PART_BYTES : 0;
-    return update__msg_bound(count, 1, d->chunk, (flags & UPDATE_F_EXACT) | UPDATE_F_DENSE, d->name_len) + part;
+    return update__msg_bound(count, 1, d->chunk, (flags & (UPDATE_F_EXACT | UPDATE_F_LOG4)) | UPDATE_F_DENSE,
+                             d->name_len) + part;
 }
 
 const float *update_dense_error(const update_dense_t *d) { return d->err; }
@@ -554,7 +555,7 @@ long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint
 long update_dense_encode_part(update_dense_t *d, const float *v, uint32_t offset, uint32_t count,
                               uint32_t flags, uint64_t base_version, uint8_t *buf, size_t cap)
 {
-    if (flags & ~UPDATE_F_EXACT)
+    if ((flags & ~(UPDATE_F_EXACT | UPDATE_F_LOG4)) || (flags & UPDATE_F_EXACT && flags & UPDATE_F_LOG4))
         return -EINVAL;
     if (count == 0 || offset > d->n || count > d->n - offset)
         return -EINVAL;
@@ -583,10 +584,14 @@ long update_dense_encode_part(update_dense_t *d, const float *v, uint32_t offset
             work[i] = vp[i] + err[i];
         uint64_t nchunks = chunks_of(count, d->chunk);
         uint8_t *bits = buf + off + 4 * nchunks;
-        memset(bits, 0, (count + 7) / 8);
-        update__quantize(work, count, d->chunk, buf + off, bits, 0);
+        size_t vbytes = flags & UPDATE_F_LOG4 ? ((size_t)count + 1) / 2 : ((size_t)count + 7) / 8;
+        memset(bits, 0, vbytes);
+        if (flags & UPDATE_F_LOG4)
+            update__quantize_log4(work, count, d->chunk, buf + off, bits, 0, false);
+        else
+            update__quantize(work, count, d->chunk, buf + off, bits, 0);
         memcpy(err, work, 4 * (size_t)count);
-        off += 4 * nchunks + (count + 7) / 8;
+        off += 4 * nchunks + vbytes;
     }
     d->next_seq++;
     return (long)update__finish(buf, name_end, off);

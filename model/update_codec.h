@@ -108,7 +108,7 @@
  * format version 2. */
 #define UPDATE_F_PART 0x10u
 #define UPDATE_PART_BYTES 8u /* total, offset */
-/* Sparse, not EXACT: 4 bits a value instead of 1 (the layout above), a
+/* Not EXACT: 4 bits a value instead of 1 (the layout above), a
  * sign and a power of two under the chunk's largest |value|.  One bit
  * sends every value of a chunk as +-its mean, so a key far above the mean
  * of the keys beside it (by id, not by size) gets a fraction of its update
@@ -117,7 +117,10 @@
  * which keys were chosen (loadgen/sync_bench.py, docs/performance.md).
  * Two-sided columns go to the nearest of scale x 2^-e (e = 0..6) and 0; a
  * one-sided column (NONNEG_LAST, NONNEG_HALF) to the largest of them not
- * above the value, so its residual stays >= 0.  Format version 2. */
+ * above the value, so its residual stays >= 0.  DENSE too (the DNN's MLP
+ * after the warm-up): one bit moves a value by at most its chunk's mean a
+ * message, so a weight every step pushes the same way winds its residual
+ * up.  Format version 2. */
 #define UPDATE_F_LOG4 0x20u
 #define UPDATE_LOG4_ZERO 7u /* e of a 0 */
 #define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF | \
@@ -231,9 +234,9 @@ void update_dense_destroy(update_dense_t *d);
 size_t update_dense_bound(const update_dense_t *d, uint32_t flags);  /* exact message size */
 /* The size of a message carrying count of the n values (a part when count < n). */
 size_t update_dense_part_bound(const update_dense_t *d, uint32_t count, uint32_t flags);
-/* Encode v (n floats).  1 bit (flags 0): q = quantize(v + error), error =
- * (v + error) - q, q sent.  UPDATE_F_EXACT: v sent as is, the error vector
- * untouched.  Returns the length, -ENOBUFS, or -EINVAL (non-finite v). */
+/* Encode v (n floats).  1 bit (flags 0) or 4 bits (UPDATE_F_LOG4): q =
+ * quantize(v + error), error = (v + error) - q, q sent.  UPDATE_F_EXACT: v
+ * sent as is, the error vector untouched.  Returns the length, -ENOBUFS, or -EINVAL (non-finite v). */
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version,
                          uint8_t *buf, size_t cap);
 /* Encode v[offset, offset + count) of the n floats as one message, a part

@@ -298,7 +298,7 @@ const cfg_entry_t server__cfg_table[] = {
     {"sync-bits", CFG_INT, 1, 4, "4",
      "partitioned replicas: bits a value of a compressed update takes: 4 (a sign and a power of "
      "two under its chunk's largest value) or 1 (a sign and the chunk's mean: 4x fewer value "
-     "bytes, a larger error carried to later turns)",
+     "bytes, a larger error carried to later turns); rows and, after its warm-up, a DNN's MLP",
      F(sync_bits), check_sync_bits, "1 or 4", NULL, false},
     {"sync-exact", CFG_BOOL, 0, 1, "false",
      "partitioned replicas: send every turn exact (f32 values, every held key), nothing kept as "

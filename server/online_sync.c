@@ -556,9 +556,10 @@ int online__sync_start(char *why, size_t why_len)
     }
     S.running = true;
     LOG(LL_INFO, "online: partitioned replicas over stream %s on %s: node %s (producer %016"
-        PRIx64 "), updates on %s.<model>.updates every %d ms, %s %g of the keys in 1 bit",
+        PRIx64 "), updates on %s.<model>.updates every %d ms, %s %g of the keys, %d bits a value",
         c->bus_stream, c->bus_servers, S.node, S.producer, S.prefix, c->sync_interval_ms,
-        c->sync_exact ? "every key exact (--sync-exact), not the top" : "top", c->sync_topk);
+        c->sync_exact ? "every key exact (--sync-exact), not the top" : "top", c->sync_topk,
+        c->sync_exact ? 32 : c->sync_bits);
     return 0;
 }
 
@@ -631,7 +632,7 @@ size_t online__sync_metrics(char *buf, size_t len)
                      "to its end (publishing and exports' cuts run from then on)\n"
                      "# TYPE tlserve_sync_caught_up gauge\ntlserve_sync_caught_up %d\n"
                      "# HELP tlserve_sync_dnn_warmup_over 1 once the DNN MLP's 1-bit Adam "
-                     "froze its variance and sends 1 bit a value (exact f32 before)\n"
+                     "froze its variance and sends --sync-bits a value (exact f32 before)\n"
                      "# TYPE tlserve_sync_dnn_warmup_over gauge\n",
                      bus_connected(S.bus) ? 1 : 0, residual, atomic_load(&S.ready) ? 1 : 0,
                      atomic_load(&S.caught_up) ? 1 : 0);

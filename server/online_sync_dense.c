@@ -8,7 +8,8 @@
  *
  *   1. train_dnn_sync_publish_mlp: the interval's delta as one DENSE
  *      message (exact f32 during the first --sync-dnn-warmup local steps,
- *      then 1 bit a value with the sender's error feedback), or, for an
+ *      then --sync-bits (4 or 1) a value with the sender's error
+ *      feedback), or, for an
  *      MLP whose message would pass the bus's MSG_MAX_BYTES, as parts of
  *      it (update_codec.h: UPDATE_F_PART), each a whole message over a
  *      range of the parameters; each takes its sequence from this
@@ -137,6 +138,7 @@ void online__sync_dense_attach(online_model_t *q, struct online_sync_model *s, c
     if (!s->dense) {
         train_dnn_sync_config_t sc = {.n = (uint32_t)n, .chunk = (uint32_t)c->sync_dnn_chunk,
                                       .warmup_steps = (uint32_t)c->sync_dnn_warmup,
+                                      .value_bits = (uint32_t)c->sync_bits,
                                       .lr = (float)c->sync_dnn_lr, .beta1 = 0.9f,
                                       .beta2 = 0.999f, .eps = 1e-8f, .producer = S.producer,
                                       .model = q->name, .max_msg_bytes = MSG_MAX_BYTES};

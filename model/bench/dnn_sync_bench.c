@@ -5,7 +5,7 @@
  *
  *   dnn_sync_bench --train FILE --test FILE [--format libffm|libsvm]
  *                  [--replicas 2,4] [--interval 50] [--epochs 3]
- *                  [--warmup 200] [--chunk 256]
+ *                  [--warmup 200] [--chunk 256] [--bits 4|1]
  *
  * Sample i of the training file belongs to replica i mod R.  Each interval
  * every replica trains on its next --interval samples of its partition
@@ -77,7 +77,7 @@ struct result {
 
 /* One run: R replicas, the MLP exchanged exact (warmup UINT32_MAX) or 1-bit. */
 static int run(const train_options_t *o, const struct data *tr, const struct data *te, int R, uint32_t interval,
-               int epochs, uint32_t warmup, uint32_t chunk, struct result *res)
+               int epochs, uint32_t warmup, uint32_t chunk, uint32_t bits, struct result *res)
 {
     struct cluster c = {.R = R};
     char why[256];
@@ -90,7 +90,8 @@ static int run(const train_options_t *o, const struct data *tr, const struct dat
             fprintf(stderr, "dnn_sync_bench: cannot create the trainer: %s\n", why);
             break;
         }
-        train_dnn_sync_config_t sc = {.n = 0, .chunk = chunk, .warmup_steps = warmup, .lr = (float)o->dnn.lr_dense,
+        train_dnn_sync_config_t sc = {.n = 0, .chunk = chunk, .warmup_steps = warmup, .value_bits = bits,
+                                      .lr = (float)o->dnn.lr_dense,
                                       .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .producer = (uint64_t)r + 1,
                                       .model = "dnn"};
         sc.n = (uint32_t)train_dnn_mlp_floats(c.t[r]);
@@ -178,18 +179,18 @@ static void usage(void)
 {
     fprintf(stderr, "usage: dnn_sync_bench --train FILE --test FILE [--format libffm|libsvm]\n"
                     "                      [--replicas 2,4] [--interval 50] [--epochs 3]\n"
-                    "                      [--warmup 200] [--chunk 256]\n");
+                    "                      [--warmup 200] [--chunk 256] [--bits 4|1]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *train_path = NULL, *test_path = NULL, *replicas = "2,4";
     reader_format_t fmt = READER_LIBFFM;
-    long interval = 50, epochs = 3, warmup = 200, chunk = 256;
+    long interval = 50, epochs = 3, warmup = 200, chunk = 256, bits = 4;
     static const struct option opts[] = {
         {"train", 1, 0, 't'}, {"test", 1, 0, 'T'},   {"format", 1, 0, 'f'}, {"replicas", 1, 0, 'r'},
         {"interval", 1, 0, 'i'}, {"epochs", 1, 0, 'e'}, {"warmup", 1, 0, 'w'}, {"chunk", 1, 0, 'c'},
-        {0, 0, 0, 0}};
+        {"bits", 1, 0, 'b'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -206,10 +207,12 @@ int main(int argc, char **argv)
         case 'e': epochs = atol(optarg); break;
         case 'w': warmup = atol(optarg); break;
         case 'c': chunk = atol(optarg); break;
+        case 'b': bits = atol(optarg); break;
         default: usage(); return 2;
         }
     }
-    if (!train_path || !test_path || interval < 1 || epochs < 1 || warmup < 1 || chunk < 1 || chunk > 65535) {
+    if (!train_path || !test_path || interval < 1 || epochs < 1 || warmup < 1 || chunk < 1 || chunk > 65535 ||
+        (bits != 1 && bits != 4)) {
         usage();
         return 2;
     }
@@ -222,8 +225,8 @@ int main(int argc, char **argv)
     uint32_t *nf = train_options_fields(&o);
     *nf = (tr.max_field > te.max_field ? tr.max_field : te.max_field) + 1;
     printf("dnn_sync_bench: %llu train / %llu test samples, interval %ld samples per replica, %ld epochs, "
-           "1-bit warm-up %ld local steps, chunk %ld\n",
-           (unsigned long long)tr.samples, (unsigned long long)te.samples, interval, epochs, warmup, chunk);
+           "warm-up %ld local steps, then %ld bits a value, chunk %ld\n",
+           (unsigned long long)tr.samples, (unsigned long long)te.samples, interval, epochs, warmup, bits, chunk);
     for (const char *p = replicas; *p;) {
         char *end;
         long R = strtol(p, &end, 10);
@@ -232,13 +235,14 @@ int main(int argc, char **argv)
             return 2;
         }
         struct result exact, onebit;
-        if (run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, UINT32_MAX, (uint32_t)chunk, &exact) != 0 ||
-            run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, (uint32_t)warmup, (uint32_t)chunk, &onebit) != 0)
+        if (run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, UINT32_MAX, (uint32_t)chunk, 1, &exact) != 0 ||
+            run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, (uint32_t)warmup, (uint32_t)chunk, (uint32_t)bits,
+                &onebit) != 0)
             return 1;
         print("fp32", (int)R, &exact);
-        print("1-bit", (int)R, &onebit);
-        printf("R=%ld bytes fp32/1-bit %.1fx, mean test logloss 1-bit - fp32 %+.5f\n", R,
-               (double)exact.bytes / (double)onebit.bytes, onebit.mean_logloss - exact.mean_logloss);
+        print(bits == 4 ? "4-bit" : "1-bit", (int)R, &onebit);
+        printf("R=%ld bytes fp32/%ld-bit %.1fx, mean test logloss %ld-bit - fp32 %+.5f\n", R, bits,
+               (double)exact.bytes / (double)onebit.bytes, bits, onebit.mean_logloss - exact.mean_logloss);
         p = *end == ',' ? end + 1 : end;
     }
     bench_data_free(&tr);

@@ -16,7 +16,7 @@
  *
  *   ./fuzz_dnn_sync_apply -max_len=1024 ../tests/fuzz/corpus/dnn_sync_apply
  *
- * Seeds in corpus/dnn_sync_apply/: exact and 1-bit messages of producer 9
+ * Seeds in corpus/dnn_sync_apply/: exact, 1-bit and 4-bit messages of producer 9
  * that apply, and ones of another length, model and of producer 7 (this
  * replica), a truncated one and one with a NaN value, a part that applies,
  * one past the vector's end and one of a vector of another length

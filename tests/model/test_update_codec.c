@@ -529,14 +529,15 @@ static void test_refuse_padding(void **state)
 
 #define DN 300
 
-static void test_dense_error_feedback(void **state)
+/* 40 vectors through an encoder of flags (0: 1 bit, or LOG4): what was
+ * decoded plus the error left equals what went in. */
+static update_dense_t *dense_conserve(uint32_t flags)
 {
-    (void)state;
     update_dense_t *d = NULL;
     assert_int_equal(update_dense_create(&d, DN, 32, 9, 1, "mlp"), 0);
-    size_t cap = update_dense_bound(d, 0);
-    uint8_t *buf = malloc(update_dense_bound(d, UPDATE_F_EXACT));
-    static double truth[DN], got[DN], mass[DN];
+    size_t cap = update_dense_bound(d, flags);
+    uint8_t *buf = malloc(cap);
+    double truth[DN] = {0}, got[DN] = {0}, mass[DN] = {0};
     float v[DN], out[DN];
     rng_state = 11;
     for (int t = 0; t < 40; t++) {
@@ -545,11 +546,12 @@ static void test_dense_error_feedback(void **state)
             truth[i] += v[i];
             mass[i] += fabsf(v[i]);
         }
-        long len = update_dense_encode(d, v, 0, 3, buf, cap);
+        long len = update_dense_encode(d, v, flags, 3, buf, cap);
         assert_int_equal(len, (long)cap);
         update_msg_t m;
         assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
         assert_int_equal(m.seq, (uint64_t)t + 1);
+        assert_int_equal(m.flags, flags | UPDATE_F_DENSE);
         assert_int_equal(update_msg_dense(&m, out, DN), 0);
         for (int i = 0; i < DN; i++) {
             got[i] += out[i];
@@ -559,6 +561,60 @@ static void test_dense_error_feedback(void **state)
     const float *e = update_dense_error(d);
     for (int i = 0; i < DN; i++)
         assert_true(fabs(got[i] + e[i] - truth[i]) <= 1e-5 * mass[i]);
+    free(buf);
+    return d;
+}
+
+/* LOG4 dense: conserving as 1 bit is; a value far above its chunk's others
+ * goes out at its own size (its chunk's scale), where 1 bit sends it at the
+ * chunk's mean and keeps the rest as error, message after message. */
+static void test_dense_log4(void **state)
+{
+    (void)state;
+    update_dense_destroy(dense_conserve(UPDATE_F_LOG4));
+    for (int bits = 1; bits <= 4; bits += 3) {
+        uint32_t flags = bits == 4 ? UPDATE_F_LOG4 : 0;
+        update_dense_t *d = NULL;
+        assert_int_equal(update_dense_create(&d, 64, 32, 9, 1, "mlp"), 0);
+        size_t cap = update_dense_bound(d, flags);
+        assert_int_equal(cap, update_dense_bound(d, 0) + (bits == 4 ? 24 : 0)); /* 32 vs 8 bytes */
+        uint8_t buf[512];
+        float v[64], out[64];
+        for (int i = 0; i < 64; i++)
+            v[i] = i == 5 ? 100.0f : (i % 2 ? 1.0f : -1.0f);
+        long len = update_dense_encode(d, v, flags, 3, buf, sizeof buf);
+        assert_int_equal(len, (long)cap);
+        update_msg_t m;
+        assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+        assert_int_equal(update_msg_dense(&m, out, 64), 0);
+        if (bits == 4) {
+            assert_float_equal(out[5], 100.0f, 0);  /* the chunk's largest: its scale */
+            assert_float_equal(out[7], 100.0f / 64, 0); /* 1 is nearest 2^-6 of it */
+            assert_float_equal(out[40], -1.0f, 0);  /* the second chunk's own scale */
+        } else {
+            assert_true(out[5] < 5.0f);             /* +- the chunk's mean, (100 + 31) / 32 */
+            assert_true(update_dense_error(d)[5] > 95.0f);
+        }
+        update_dense_destroy(d);
+    }
+    update_dense_t *d = NULL;
+    assert_int_equal(update_dense_create(&d, 8, 4, 9, 1, "mlp"), 0);
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t buf[256];
+    assert_int_equal(update_dense_encode(d, v, UPDATE_F_LOG4 | UPDATE_F_EXACT, 3, buf, sizeof buf), -EINVAL);
+    update_dense_destroy(d);
+}
+
+static void test_dense_error_feedback(void **state)
+{
+    (void)state;
+    update_dense_t *d = dense_conserve(0);
+    uint8_t *buf = malloc(update_dense_bound(d, UPDATE_F_EXACT));
+    size_t cap = update_dense_bound(d, 0);
+    float v[DN], out[DN];
+    for (int i = 0; i < DN; i++)
+        v[i] = (float)((unif() - 0.3) * (i % 7 + 1));
+    const float *e = update_dense_error(d);
     /* exact: bit for bit, the error untouched */
     float e0 = e[0];
     long len = update_dense_encode(d, v, UPDATE_F_EXACT, 3, buf, update_dense_bound(d, UPDATE_F_EXACT));
@@ -678,7 +734,8 @@ static double loss(const struct quad *q, const float *x)
     return f;
 }
 
-static double adam(const struct quad *q, bool onebit)
+/* qflags: the compressed messages' flags (0: 1 bit, UPDATE_F_LOG4: 4 bits) */
+static double adam(const struct quad *q, bool onebit, uint32_t qflags)
 {
     const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     float x[AD] = {0}, m[AW][AD] = {{0}}, v[AD] = {0}, g[AD], mean[AD], out[AD];
@@ -700,7 +757,7 @@ static double adam(const struct quad *q, bool onebit)
                     m[w][i] = b1 * m[w][i] + (1 - b1) * g[i];
                 send = m[w];
             }
-            long len = update_dense_encode(enc[w], send, compressed ? 0 : UPDATE_F_EXACT, 0, buf, cap);
+            long len = update_dense_encode(enc[w], send, compressed ? qflags : UPDATE_F_EXACT, 0, buf, cap);
             assert_true(len > 0);
             update_msg_t msg;
             assert_int_equal(update_msg_decode(buf, (size_t)len, &msg, NULL), 0);
@@ -746,12 +803,14 @@ static void test_onebit_adam_quadratic(void **state)
     }
     float zero[AD] = {0};
     double f0 = loss(&q, zero);
-    double plain = adam(&q, false), onebit = adam(&q, true);
-    print_message("quadratic: f(x0) %.4g, plain Adam %.3g, 1-bit Adam %.3g\n", f0, plain, onebit);
+    double plain = adam(&q, false, 0), onebit = adam(&q, true, 0), log4 = adam(&q, true, UPDATE_F_LOG4);
+    print_message("quadratic: f(x0) %.4g, plain Adam %.3g, 1-bit Adam %.3g, 4-bit %.3g\n", f0, plain,
+                  onebit, log4);
     /* compression leaves a floor that shrinks with the learning rate (about 30x for each 10x
      * step of the schedule); after the last step it is ~1.5e-6 of f(x0) */
     assert_true(plain < 1e-6 * f0);
     assert_true(fabs(onebit - plain) < 1e-5 * f0);
+    assert_true(fabs(log4 - plain) < 1e-5 * f0);
 }
 
 /* NONNEG_HALF: the rows' (dx, dG) messages.  K = 6 (three coordinates):
@@ -913,7 +972,7 @@ static void test_log4(void **state)
     conserve_turns(acc, UPDATE_F_LOG4 | UPDATE_F_NONNEG_HALF, true);
 
     /* refusals: with EXACT (encode), in a version 1 message, a one-sided value negative, a
-     * padding nibble set, with DENSE */
+     * padding nibble set, with EXACT (decode) */
     update_encode_opts_t bad = {.flags = UPDATE_F_LOG4 | UPDATE_F_EXACT, .select_count = 1};
     assert_int_equal(update_acc_encode(acc, &bad, buf, sizeof buf), -EINVAL);
     update_acc_destroy(acc);
@@ -933,7 +992,7 @@ static void test_log4(void **state)
     reseal(bad_buf, (size_t)len);
     expect(bad_buf, (size_t)len, UPDATE_E_VALUE, nibs + 1);
     memcpy(bad_buf, buf, (size_t)len);
-    bad_buf[6] |= UPDATE_F_DENSE;
+    bad_buf[6] |= UPDATE_F_EXACT;
     reseal(bad_buf, (size_t)len);
     expect(bad_buf, (size_t)len, UPDATE_E_FLAGS, 6);
     update_acc_destroy(acc);
@@ -973,6 +1032,7 @@ int main(void)
         cmocka_unit_test(test_refuse_scale),
         cmocka_unit_test(test_refuse_value),
         cmocka_unit_test(test_refuse_padding),
+        cmocka_unit_test(test_dense_log4),
         cmocka_unit_test(test_dense_error_feedback),
         cmocka_unit_test(test_dense_parts),
         cmocka_unit_test(test_onebit_adam_quadratic),
