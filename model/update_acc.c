@@ -21,12 +21,14 @@
  *
  * Selection: magnitude = sum_j w_j |v_j| / mean_j (mean_j over the keys
  * held), so each column counts relative to its own typical size (FTRL's n
- * is a sum of squared gradients, far larger than z's typical entry).  The
- * one-sided columns of a compressed message (NONNEG_LAST, NONNEG_HALF: n,
+ * is a sum of squared gradients, far larger than z's typical entry).  In a
+ * LOG4 message the one-sided columns (NONNEG_LAST, NONNEG_HALF: n,
  * Adagrad's G, the optimizers' step-size sums) get w_j = 1/1024, so they
  * only order keys whose other columns tie: the keys go out by what moves
- * the weights (z, the gradient sums), and each key's step-size sums go out
- * with it.  Counting them fully picks keys whose n grew more than their z
+ * the weights (z, the gradient sums), and each key's sums go out with it,
+ * within 2x of their size.  In 1 bit (w_j = 1) the sums go out as 0 or
+ * their chunk's mean and their residuals must compete for a place, or they
+ * pile up: there the same weighting made 4 replicas worse
  * (loadgen/sync_bench.py, docs/performance.md).  The top k come from a
  * quickselect (O(n)), then are sorted by key for the delta varints (radix,
  * O(k)).
@@ -42,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A one-sided column's weight in the selection magnitude: ties only. */
+/* A one-sided column's weight in a LOG4 message's selection: ties only. */
 #define ONESIDED_WEIGHT (1.0 / 1024)
 
 struct mag_idx {
@@ -332,7 +334,8 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
                 a->colmean[j] += fabsf(a->vals[(size_t)i * k + j]);
         for (uint32_t j = 0; j < k; j++) /* w_j / mean_j, 0 for an all-zero column */
             a->colmean[j] = a->colmean[j] > 0 ? (double)a->n / a->colmean[j] *
-                            (update__onesided(o->flags, k, j) ? ONESIDED_WEIGHT : 1.0) : 0;
+                            ((o->flags & UPDATE_F_LOG4) && update__onesided(o->flags, k, j)
+                                 ? ONESIDED_WEIGHT : 1.0) : 0;
         for (uint32_t i = 0; i < a->n; i++) {
             double m = 0;
             for (uint32_t j = 0; j < k; j++)
