@@ -7,7 +7,7 @@ The issue's targets for --bus-mode partitioned with 2 and 4 replicas: bytes on t
 
 Starts a real 3-node NATS JetStream cluster (tests/integration/natscluster.py, stopped at the
 end), makes an LR model with no keys (tlsynth model --keys 0: the trainer inserts), then for R in
-REPLICAS and for each mode (the 1-bit top-k exchange as configured by default, each --sync-topk
+REPLICAS and for each mode (the compressed top-k exchange as configured by default, each --sync-topk
 in TOPKS, and --sync-exact: every turn every key f32, the uncompressed exchange) starts R tlserve
 replicas (--online --bus-mode partitioned, a stream of their own, --sync-interval-ms
 INTERVAL_MS, a sample log each) and streams the criteo file's first 90% in file order as TRAIN
@@ -21,8 +21,8 @@ intervals, and reads per replica:
   - tlserve_online_logloss: its progressive logloss (each of its samples scored before learned);
   - a test logloss: PREDICT of the file's last 10% (never trained) on this replica.
 Prints one table and writes RESULTS/summary.md, with the two derived figures per R: bytes ratio
-(fp32-equivalent / bytes of the 1-bit run; also the exact run's bytes / the 1-bit run's) and
-progressive logloss 1-bit minus exact.
+(fp32-equivalent / bytes of the compressed run; also the exact run's bytes / the compressed
+run's) and progressive logloss compressed minus exact.
 
 LOCKSTEP (TURN=N > 0): instead of turns by wall time, each replica turns once every N samples
 (all replicas' together, as above), the replicas' turns staggered as independent timers fall:
@@ -305,7 +305,7 @@ def main():
     train, test = rows[:cut], rows[cut:]
     work = tempfile.mkdtemp(prefix="tl_syncb_")
     cluster = None
-    modes = [("1bit", [])] + [("topk=" + t, ["--sync-topk", t]) for t in TOPKS] + \
+    modes = [("default", [])] + [("topk=" + t, ["--sync-topk", t]) for t in TOPKS] + \
             [("exact", ["--sync-exact"])]
     results = []
     try:
