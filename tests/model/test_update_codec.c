@@ -248,6 +248,40 @@ static void test_topk_largest(void **state)
     update_acc_destroy(acc);
 }
 
+/* The key one message of select_count 1 and flags carries, out of
+ * (key, dz, dn) triples (K = 2, dn one-sided). */
+static uint64_t first_chosen(const float (*v)[2], size_t n, uint32_t flags)
+{
+    update_acc_t *acc = make_acc(2, 16, 4);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(update_acc_add(acc, i + 1, v[i]), 0);
+    update_encode_opts_t o = {.flags = flags, .select_count = 1};
+    uint8_t buf[512];
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    static struct snap got;
+    got.n = 0;
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    update_msg_foreach(&m, snap_put, &got);
+    assert_int_equal(got.n, 1);
+    update_acc_destroy(acc);
+    return got.keys[0];
+}
+
+/* A 4-bit message chooses keys by their moves (dz), the one-sided sums (dn)
+ * only breaking ties; a 1-bit one counts both columns, each against its
+ * mean.  Key 1 moved most; key 2's dn grew most. */
+static void test_select_by_moves(void **state)
+{
+    (void)state;
+    const float v[3][2] = {{1.0f, 0.01f}, {-0.1f, 10.0f}, {0.5f, 0.1f}};
+    assert_int_equal(first_chosen(v, 3, UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST), 1);
+    assert_int_equal(first_chosen(v, 3, UPDATE_F_NONNEG_LAST), 2);
+    const float tie[2][2] = {{0.5f, 1.0f}, {-0.5f, 5.0f}}; /* equal moves: the larger dn */
+    assert_int_equal(first_chosen(tie, 2, UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST), 2);
+}
+
 /* ------------------------------------------------------- header, limits */
 
 static void test_header_round_trip(void **state)
@@ -1016,6 +1050,7 @@ int main(void)
         cmocka_unit_test(test_conservation_exact),
         cmocka_unit_test(test_exact_all_bit_for_bit),
         cmocka_unit_test(test_topk_largest),
+        cmocka_unit_test(test_select_by_moves),
         cmocka_unit_test(test_header_round_trip),
         cmocka_unit_test(test_full_then_flush),
         cmocka_unit_test(test_zero_keys),
