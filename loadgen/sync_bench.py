@@ -215,11 +215,17 @@ def stream_lockstep(reps, clients, train):
 
 
 def drain_lockstep(reps):
-    """Quiet turns (sent exact) until no replica holds a residual."""
-    for _ in range(5):
-        if all(metric(rep.admin, "tlserve_sync_residual_keys") == 0 for rep in reps):
-            return True
+    """Turns at every replica until none holds a residual after two turns in a row: the first
+    sends what each learned since its last turn, and a replica's two accumulators take turns
+    (tlserve_sync_residual_keys is the one just sent), so a quiet turn (sent exact) empties
+    one of them and the next the other."""
+    clean = 0
+    for _ in range(8):
         lockstep_turn(reps)
+        clean = clean + 1 if all(metric(rep.admin, "tlserve_sync_residual_keys") == 0
+                                 for rep in reps) else 0
+        if clean == 2:
+            return True
     return False
 
 
