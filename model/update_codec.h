@@ -112,9 +112,9 @@
  * sign and a power of two under the chunk's largest |value|.  One bit
  * sends every value of a chunk as +-its mean, so a key far above the mean
  * of the keys beside it (by id, not by size) gets a fraction of its update
- * and waits for the rest as a residual, turn after turn: on partitioned LR
- * replicas the gap to an exact exchange came from that error, not from
- * which keys were chosen (loadgen/sync_bench.py, docs/performance.md).
+ * and waits for the rest as a residual, turn after turn: on 4 partitioned
+ * LR replicas 1 bit left about 4x the logloss gap to an exact exchange that
+ * 4 bits leave (loadgen/sync_bench.py, docs/performance.md).
  * Two-sided columns go to the nearest of scale x 2^-e (e = 0..6) and 0; a
  * one-sided column (NONNEG_LAST, NONNEG_HALF) to the largest of them not
  * above the value, so its residual stays >= 0.  DENSE too (the DNN's MLP
@@ -236,7 +236,8 @@ size_t update_dense_bound(const update_dense_t *d, uint32_t flags);  /* exact me
 size_t update_dense_part_bound(const update_dense_t *d, uint32_t count, uint32_t flags);
 /* Encode v (n floats).  1 bit (flags 0) or 4 bits (UPDATE_F_LOG4): q =
  * quantize(v + error), error = (v + error) - q, q sent.  UPDATE_F_EXACT: v
- * sent as is, the error vector untouched.  Returns the length, -ENOBUFS, or -EINVAL (non-finite v). */
+ * sent as is, the error vector untouched.  Returns the length, -ENOBUFS,
+ * or -EINVAL (non-finite v, other flags). */
 long update_dense_encode(update_dense_t *d, const float *v, uint32_t flags, uint64_t base_version,
                          uint8_t *buf, size_t cap);
 /* Encode v[offset, offset + count) of the n floats as one message, a part

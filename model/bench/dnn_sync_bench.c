@@ -14,8 +14,8 @@
  * message.  The rows (embeddings, wide part, bias) are exchanged exactly
  * and at once in both runs (train_rows_sync_hook into each peer's
  * train_rows_sync_apply), so the runs differ only in the MLP's exchange.
- * fp32: every message exact (an endless warm-up); 1 bit: exact for
- * --warmup local steps, then 1 bit per value with error feedback.
+ * fp32: every message exact (an endless warm-up); compressed: exact for
+ * --warmup local steps, then --bits (4 or 1) per value with error feedback.
  *
  * Prints, per R and run: MLP bytes published (all replicas), and each
  * replica's test logloss and AUC; then the byte ratio and the logloss
@@ -75,7 +75,7 @@ struct result {
     double logloss[MAX_REPLICAS], auc[MAX_REPLICAS], mean_logloss;
 };
 
-/* One run: R replicas, the MLP exchanged exact (warmup UINT32_MAX) or 1-bit. */
+/* One run: R replicas, the MLP exchanged exact (warmup UINT32_MAX) or in `bits` bits. */
 static int run(const train_options_t *o, const struct data *tr, const struct data *te, int R, uint32_t interval,
                int epochs, uint32_t warmup, uint32_t chunk, uint32_t bits, struct result *res)
 {
@@ -234,15 +234,16 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        struct result exact, onebit;
+        struct result exact, compressed;
         if (run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, UINT32_MAX, (uint32_t)chunk, 1, &exact) != 0 ||
             run(&o, &tr, &te, (int)R, (uint32_t)interval, (int)epochs, (uint32_t)warmup, (uint32_t)chunk, (uint32_t)bits,
-                &onebit) != 0)
+                &compressed) != 0)
             return 1;
         print("fp32", (int)R, &exact);
-        print(bits == 4 ? "4-bit" : "1-bit", (int)R, &onebit);
+        print(bits == 4 ? "4-bit" : "1-bit", (int)R, &compressed);
         printf("R=%ld bytes fp32/%ld-bit %.1fx, mean test logloss %ld-bit - fp32 %+.5f\n", R, bits,
-               (double)exact.bytes / (double)onebit.bytes, bits, onebit.mean_logloss - exact.mean_logloss);
+               (double)exact.bytes / (double)compressed.bytes, bits,
+               compressed.mean_logloss - exact.mean_logloss);
         p = *end == ',' ? end + 1 : end;
     }
     bench_data_free(&tr);
