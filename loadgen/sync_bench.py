@@ -28,10 +28,11 @@ LOCKSTEP (TURN=N > 0): instead of turns by wall time, each replica turns once ev
 (all replicas' together, as above), the replicas' turns staggered as independent timers fall:
 the bench sends N / R samples, waits until every replica learned its part, asks the next
 replica in turn for a turn (POST /v1/sync:turn) and waits until every message of that turn was
-applied by every other replica before it sends the next N / R.  Every replica then learns the same samples against the same peer
-updates in every run: the logloss figures repeat to float rounding (the order in which one
-replica applies its peers' messages), where turns by wall time move them run to run by the
-timing of the turns.  RATE and INTERVAL_MS are then unused.
+applied by every other replica before it sends the next N / R; at the end, turns at every
+replica until no residual is left.  Every replica then learns the same samples against the
+same peer updates in every run: the logloss figures repeat to float rounding (the order in
+which one replica applies its peers' messages), where turns by wall time move them run to run
+by the timing of the turns.  RATE and INTERVAL_MS are then unused.
 
 Env: DATA=the largest criteo libffm file in ../shared/data  ROWS=0 (cap, 0: all)  RATE=50
      INTERVAL_MS=200  TURN=0  REPLICAS=2,4  TOPKS="" (more --sync-topk values, each a row)

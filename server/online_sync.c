@@ -622,8 +622,9 @@ size_t online__sync_metrics(char *buf, size_t len)
     int n = snprintf(buf, len,
                      "# HELP tlserve_bus_connected 1 while the NATS connection is up\n"
                      "# TYPE tlserve_bus_connected gauge\ntlserve_bus_connected %d\n"
-                     "# HELP tlserve_sync_residual_keys Keys waiting as residuals in the accumulator "
-                     "the last turn sent (all models; a model's two accumulators take turns)\n# TYPE tlserve_sync_residual_keys gauge\n"
+                     "# HELP tlserve_sync_residual_keys Keys waiting as residuals in the "
+                     "accumulator the last turn sent (all models; a model's two accumulators "
+                     "take turns)\n# TYPE tlserve_sync_residual_keys gauge\n"
                      "tlserve_sync_residual_keys %" PRIu64 "\n"
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
