@@ -175,6 +175,22 @@ static int snap_put(void *ctx, uint64_t key, const float *vals)
     return 0;
 }
 
+/* One message of acc's top select_count keys with flags, decoded into a
+ * snapshot (static: valid until the next call). */
+static const struct snap *encode_snap(update_acc_t *acc, uint32_t flags, uint32_t select_count)
+{
+    static struct snap got;
+    static uint8_t buf[8192];
+    update_encode_opts_t o = {.flags = flags, .select_count = select_count};
+    long len = update_acc_encode(acc, &o, buf, sizeof buf);
+    assert_true(len > 0);
+    got.n = 0;
+    update_msg_t m;
+    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
+    assert_int_equal(update_msg_foreach(&m, snap_put, &got), 0);
+    return &got;
+}
+
 static void test_exact_all_bit_for_bit(void **state)
 {
     (void)state;
@@ -228,19 +244,11 @@ static void test_topk_largest(void **state)
         float inc[2] = {(i & 1 ? -1.0f : 1.0f) * (float)((i * 37) % 101), 1000.0f};
         assert_int_equal(update_acc_add(acc, key, inc), 0);
     }
-    update_encode_opts_t o = {.flags = UPDATE_F_EXACT, .select_count = 10};
-    uint8_t buf[4096];
-    long len = update_acc_encode(acc, &o, buf, sizeof buf);
-    assert_true(len > 0);
-    static struct snap got;
-    got.n = 0;
-    update_msg_t m;
-    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
-    update_msg_foreach(&m, snap_put, &got);
-    assert_int_equal(got.n, 10);
+    const struct snap *got = encode_snap(acc, UPDATE_F_EXACT, 10);
+    assert_int_equal(got->n, 10);
     for (uint32_t i = 0; i < 10; i++) {
-        assert_int_equal(got.keys[i], (uint64_t)(91 + i) << 40);
-        assert_float_equal(fabsf(got.vals[i][0]), (float)(91 + i), 0);
+        assert_int_equal(got->keys[i], (uint64_t)(91 + i) << 40);
+        assert_float_equal(fabsf(got->vals[i][0]), (float)(91 + i), 0);
     }
     assert_int_equal(update_acc_count(acc), 90);
     assert_null(update_acc_get(acc, (uint64_t)95 << 40));
@@ -255,18 +263,10 @@ static uint64_t first_chosen(const float (*v)[2], size_t n, uint32_t flags)
     update_acc_t *acc = make_acc(2, 16, 4);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(update_acc_add(acc, i + 1, v[i]), 0);
-    update_encode_opts_t o = {.flags = flags, .select_count = 1};
-    uint8_t buf[512];
-    long len = update_acc_encode(acc, &o, buf, sizeof buf);
-    assert_true(len > 0);
-    static struct snap got;
-    got.n = 0;
-    update_msg_t m;
-    assert_int_equal(update_msg_decode(buf, (size_t)len, &m, NULL), 0);
-    update_msg_foreach(&m, snap_put, &got);
-    assert_int_equal(got.n, 1);
+    const struct snap *got = encode_snap(acc, flags, 1);
+    assert_int_equal(got->n, 1);
     update_acc_destroy(acc);
-    return got.keys[0];
+    return got->keys[0];
 }
 
 /* A 4-bit message chooses keys by their moves (dz), the one-sided sums (dn)
