@@ -872,6 +872,21 @@ static int sum_put(void *ctx, uint64_t key, const float *v)
     return 0;
 }
 
+/* Encodes acc with o into buf and decodes it into *m: a format version 2
+ * message with exactly o's flags, or the test fails.  Its length. */
+static long encode_v2(update_acc_t *acc, const update_encode_opts_t *o, uint8_t *buf, size_t cap,
+                      update_msg_t *m)
+{
+    long len = update_acc_encode(acc, o, buf, cap);
+    assert_true(len > 0);
+    assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
+    update_error_t err;
+    if (update_msg_decode(buf, (size_t)len, m, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(m->flags, o->flags);
+    return len;
+}
+
 /* 200 turns of an accumulator of K = 6 (64 keys, the last 3 columns
  * one-sided: squared gradients, mostly tiny, sometimes large), 20 random
  * adds a turn, then half its keys encoded with flags and decoded: each
@@ -899,14 +914,8 @@ static void conserve_turns(update_acc_t *acc, uint32_t flags, bool big_moves)
                 added[key][j] += inc[j];
         }
         update_encode_opts_t o = {.flags = flags, .select_fraction = 0.5f};
-        long len = update_acc_encode(acc, &o, buf, sizeof buf);
-        assert_true(len > 0);
-        assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
         update_msg_t m;
-        update_error_t err;
-        if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
-            fail_msg("%s", err.msg);
-        assert_int_equal(m.flags, flags);
+        encode_v2(acc, &o, buf, sizeof buf, &m);
         assert_int_equal(update_msg_foreach(&m, sum_put, &h), 0);
         for (uint64_t key = 0; key < 64; key++) {
             const float *r = update_acc_get(acc, key);
@@ -972,14 +981,8 @@ static void test_log4(void **state)
         assert_int_equal(update_acc_add(acc, key + 1, in[key]), 0);
     static uint8_t buf[8192];
     update_encode_opts_t o = {.flags = UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST, .select_count = UINT32_MAX};
-    long len = update_acc_encode(acc, &o, buf, sizeof buf);
-    assert_true(len > 0);
-    assert_int_equal(buf[4] | buf[5] << 8, UPDATE_FORMAT_VERSION);
     update_msg_t m;
-    update_error_t err;
-    if (update_msg_decode(buf, (size_t)len, &m, &err) != 0)
-        fail_msg("%s", err.msg);
-    assert_int_equal(m.flags, UPDATE_F_LOG4 | UPDATE_F_NONNEG_LAST);
+    long len = encode_v2(acc, &o, buf, sizeof buf, &m);
     static struct sent_sum h;
     memset(&h, 0, sizeof h);
     h.k = 2;
