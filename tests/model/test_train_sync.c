@@ -26,6 +26,7 @@
 #include "model/train_sync.h"
 #include "model/update_codec.h"
 #include "store/store.h"
+#include "test_rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -37,14 +38,6 @@
 #define NS 3000   /* samples */
 #define NF 6      /* features a sample */
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static train_t *ftrl(void)
 {

@@ -32,6 +32,7 @@
 #include "model/train_sync.h"
 #include "model/update_codec.h"
 #include "store/store.h"
+#include "test_rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -48,14 +49,6 @@
 #define REL 1e-5
 #define REL_1BIT 1e-4
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t id_of(uint64_t i) { return i == 0 ? MODEL_BIAS_ID : ((i % 3) << 56) | i; }
 
