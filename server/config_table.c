@@ -291,7 +291,7 @@ const cfg_entry_t server__cfg_table[] = {
      "full: a new key's update stays local (tlserve_sync_overflow_total) and the message goes "
      "out at once",
      F(sync_max_keys), NULL, NULL, NULL, false},
-    {"sync-topk", CFG_DOUBLE, 0.001, 1, "0.04",
+    {"sync-topk", CFG_DOUBLE, 0.001, 1, "0.02",
      "partitioned replicas: fraction of the held keys (largest updates first) a message carries; "
      "the rest wait as residuals",
      F(sync_topk), NULL, NULL, NULL, false},

@@ -18,8 +18,9 @@
  *     into acc[cur]
  *   publisher thread, every --sync-interval-ms (at once when acc[cur] is
  *     full): under the writer lock swaps cur (the trainer now feeds the
- *     other accumulator); outside it encodes the retired one into messages
- *     (top --sync-topk of its keys by magnitude; with --sync-bits 4, the
+ *     other accumulator) and merges the residual the last turn left there
+ *     into the retired one (merge_residual); outside it encodes the retired
+ *     one into messages (top --sync-topk of its keys by magnitude; with --sync-bits 4, the
  *     default, each value a sign and a power of two under its chunk's
  *     largest (update_codec.h: UPDATE_F_LOG4), n's column rounded down so
  *     that it stays >= 0; with --sync-bits 1, z's column as sign + chunk
@@ -390,8 +391,41 @@ int online__sync_publish(const uint8_t *buf, size_t len, const char *model, uint
     return -ECANCELED;
 }
 
-/* One turn of q: swap its accumulators and send the retired one's top keys
- * (all of them, exact, when final, quiet or crowded). */
+static int merge_key(void *ctx, uint64_t key, const float *vals)
+{
+    return update_acc_add(ctx, key, vals) != 0;
+}
+
+/* Under the writer lock, at a turn (cur already swapped): the residual the
+ * last turn left in acc[cur] joins the retired acc[r], so that the selection
+ * sees each key's whole pending sum (with two accumulators taking turns, a
+ * key's residual waited in the idle one while its new steps went to the
+ * other: the top-k chose by half sums).  The smaller goes into the larger
+ * (the pointers are swapped when that is acc[r]), so the lock is held for
+ * min(held, residual) adds; skipped, the old way, when the two might not fit
+ * one accumulator or belong to different lineages. */
+static void merge_residual(struct online_sync_model *s, int r)
+{
+    update_acc_t *res = s->acc[s->cur], *ret = s->acc[r];
+    uint32_t nres = update_acc_count(res), nret = update_acc_count(ret);
+    if (nres == 0 || s->base[s->cur] != s->base[r] || (uint64_t)nres + nret > s->max_keys)
+        return;
+    uint64_t t0 = online__now_ns();
+    update_acc_t *from = nres <= nret ? res : ret, *into = from == res ? ret : res;
+    if (update_acc_foreach(from, merge_key, into) != 0) /* cannot happen: it fits */
+        LOG(LL_ERROR, "online: a residual merge failed: keys counted twice until an exact turn");
+    update_acc_clear(from);
+    s->acc[r] = into; /* the retired one holds the sum, the trainer's is empty */
+    s->acc[s->cur] = from;
+    uint64_t ns = online__now_ns() - t0;
+    atomic_store_explicit(&s->merge_ns, ns, memory_order_relaxed);
+    if (ns > atomic_load_explicit(&s->merge_max_ns, memory_order_relaxed))
+        atomic_store_explicit(&s->merge_max_ns, ns, memory_order_relaxed); /* one writer */
+}
+
+/* One turn of q: swap its accumulators, merge the residual into the retired
+ * one and send its top keys (all of them, exact, when final, quiet or
+ * crowded). */
 static void publish_model(online_model_t *q, bool final)
 {
     struct online_sync_model *s = atomic_load(&q->sync);
@@ -410,6 +444,7 @@ static void publish_model(online_model_t *q, bool final)
         s->base[s->cur] = q->sync_base;
         s->adds[s->cur] = 0;
     }
+    merge_residual(s, r);
     pthread_mutex_unlock(&ms->writer);
     atomic_fetch_add_explicit(&S.fp32_bytes, fp32, memory_order_relaxed);
 
@@ -622,9 +657,9 @@ size_t online__sync_metrics(char *buf, size_t len)
     int n = snprintf(buf, len,
                      "# HELP tlserve_bus_connected 1 while the NATS connection is up\n"
                      "# TYPE tlserve_bus_connected gauge\ntlserve_bus_connected %d\n"
-                     "# HELP tlserve_sync_residual_keys Keys waiting as residuals in the "
-                     "accumulator the last turn sent (all models; a model's two accumulators "
-                     "take turns)\n# TYPE tlserve_sync_residual_keys gauge\n"
+                     "# HELP tlserve_sync_residual_keys Keys waiting as residuals after the "
+                     "last turn (all models; a residual that did not fit beside the turn's "
+                     "keys waits in the other accumulator, not counted)\n# TYPE tlserve_sync_residual_keys gauge\n"
                      "tlserve_sync_residual_keys %" PRIu64 "\n"
                      "# HELP tlserve_bus_ready 1 once the stream was checked or created (the "
                      "update exchange runs)\n# TYPE tlserve_bus_ready gauge\n"
@@ -666,6 +701,10 @@ size_t online__sync_metrics(char *buf, size_t len)
                 "the last cut handed to the export", cut_peers, false),
         CUT_FAM("tlserve_sync_cut_floats", "gauge", "floats the last cut copied (the residual's "
                 "and a DNN's MLP state)", cut_floats, false),
+        CUT_FAM("tlserve_sync_merge_seconds", "gauge", "the writer lock held by the last turn's "
+                "merge of the residual into the accumulator it sends", merge_ns, true),
+        CUT_FAM("tlserve_sync_merge_max_seconds", "gauge", "the longest merge since the start",
+                merge_max_ns, true),
 #undef CUT_FAM
     };
     for (size_t fi = 0; fi < sizeof cut / sizeof *cut && off < len; fi++) {

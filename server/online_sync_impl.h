@@ -72,6 +72,8 @@ struct online_sync_model {
     _Atomic uint64_t cut_ns, cut_max_ns, cut_sum_ns, cuts; /* last, longest, sum, how many */
     _Atomic uint64_t cut_keys, cut_peers, cut_floats; /* last cut: residual entries, peers'
                                                          keys, MLP floats copied */
+    _Atomic uint64_t merge_ns, merge_max_ns; /* a turn's merge of the residual (publish_model),
+                                                the last and the longest, under the writer lock */
 };
 
 #define PEER_KEYS_BITS 20

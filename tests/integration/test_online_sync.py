@@ -28,7 +28,7 @@ compressed update message (top-k, 1 bit, residuals kept) and applies the other's
   bytes published are within the varint bounds of those keys (hashed keys take ~9 B as gaps,
   so here the exact exchange costs a little MORE than the fp32 figure; libffm ids less).  The
   same frames spread over 40 turns through the compressed exchange, the default (4-bit
-  values, top 0.04) and 1-bit values (top 0.05): the fp32-equivalent bytes over LIVE_FACTOR x
+  values, top 0.02) and 1-bit values (top 0.05): the fp32-equivalent bytes over LIVE_FACTOR x
   the bytes when the last sample is learned, over DRAINED_FACTOR x once the residuals went
   out.
 - A turn asked for (POST /v1/sync:turn, token): with an interval of an hour no turn runs until
@@ -246,8 +246,8 @@ class Partitioned(unittest.TestCase):
             fp32_exact += fp32
             bytes_exact += nbytes
         # the same frames spread over many turns, through the compressed exchange: the
-        # defaults (4-bit values, top 0.04), then 1-bit values (top 0.05)
-        for tag, args in (("C", ("--sync-bits", "4", "--sync-topk", "0.04")),
+        # defaults (4-bit values, top 0.02), then 1-bit values (top 0.05)
+        for tag, args in (("C", ("--sync-bits", "4", "--sync-topk", "0.02")),
                           ("D", ("--sync-bits", "1", "--sync-topk", "0.05"))):
             stream = self.stream + tag
             c = self.replica("c" + tag, *args, stream=stream)
