@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define VERSION_MAX (UINT64_C(1) << 63)
+#define VERSION_MAX ((uint64_t)INT64_MAX) /* a manifest's version: 1 .. 2^63-1 */
 
 size_t repo_marks_format(const repo_marks_t *m, const char *model, char *buf, size_t cap)
 {
@@ -71,7 +71,7 @@ static int fail(char *why, size_t why_len, unsigned line, const char *fmt, ...)
     return -EINVAL;
 }
 
-/* Parses a decimal version at *p (1 .. 2^63, no sign, no leading zero)
+/* Parses a decimal version at *p (1 .. 2^63-1, no sign, no leading zero)
  * followed by a space or the end of the line: 0 with *v, *p past it. */
 static int parse_version(const char **p, const char *end, uint64_t *v)
 {
@@ -110,7 +110,7 @@ static int parse_refusal(const char *s, const char *end, struct repo_marked_refu
                          char *why, size_t why_len, unsigned line)
 {
     if (parse_version(&s, end, &f->version) != 0 || s == end)
-        return fail(why, why_len, line, "refused: a version (1 .. 2^63) and a kind expected");
+        return fail(why, why_len, line, "refused: a version (1 .. 2^63-1) and a kind expected");
     s++;
     bool lineage = false;
     if (take_word(&s, end, "admin")) {
@@ -208,11 +208,11 @@ int repo_marks_parse(const char *buf, size_t len, const char *model, repo_marks_
             if (m->pinned)
                 return fail(why, why_len, line, "a second pinned version");
             if (parse_version(&s, end, &v) != 0 || s != end)
-                return fail(why, why_len, line, "pinned: one version (1 .. 2^63) expected");
+                return fail(why, why_len, line, "pinned: one version (1 .. 2^63-1) expected");
             m->pinned = v;
         } else if (kind == 2) {
             if (parse_version(&s, end, &v) != 0 || s != end)
-                return fail(why, why_len, line, "rolled_back: one version (1 .. 2^63) expected");
+                return fail(why, why_len, line, "rolled_back: one version (1 .. 2^63-1) expected");
             if (m->n_rolled_back == REPO_ROLLED_BACK_MAX)
                 return fail(why, why_len, line, "more than %d rolled-back versions",
                             REPO_ROLLED_BACK_MAX);

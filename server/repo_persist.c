@@ -142,8 +142,8 @@ int repo__marks_restore(struct repo_model *r, char *why, size_t why_len)
         snprintf(f->error, sizeof f->error, "%s", m->refused[i].reason);
         r->refused_sig[i] = m->refused[i].sig;
     }
-    if (m->pinned || m->n_rolled_back || m->n_refused)
-        LOG(LL_INFO, "repo: %s keeps its marks from %s: %s%" PRIu64 ", %u rolled back, %u "
+    if (m->pinned || m->n_rolled_back || m->n_refused) /* %.0: 0 prints nothing */
+        LOG(LL_INFO, "repo: %s keeps its marks from %s: %s%.0" PRIu64 ", %u rolled back, %u "
             "refused", r->model, path, m->pinned ? "pinned to version " : "not pinned",
             m->pinned, m->n_rolled_back, m->n_refused);
     rc = 0;

@@ -248,7 +248,7 @@ int store_version_chain(const char *model_dir, uint64_t version, store_chain_t *
 int store_version_is_temp(const char *name);
 
 /* Parses a version directory name: decimal digits only, no leading zero,
- * > 0, fits 64 bits.  Returns 1 and sets *version, or 0 (not a version:
+ * 1 .. 2^63-1 (a manifest's range).  Returns 1 and sets *version, or 0 (not a version:
  * temporaries, dot names, anything else). */
 int store_version_parse(const char *name, uint64_t *version);
 

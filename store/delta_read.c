@@ -270,6 +270,8 @@ int store_version_parse(const char *name, uint64_t *version)
             return 0;
         v = v * 10 + dgt;
     }
+    if (v > (uint64_t)INT64_MAX) /* a manifest's version is at most 2^63-1 (manifest.h) */
+        return 0;
     if (version)
         *version = v;
     return 1;

@@ -359,6 +359,12 @@ template <class ShardAt> bool check_fields(const Head &h, ShardAt shard_at, Why 
                    h.model_kind, (int)fbm::ModelKind_MAX);
     if (h.version == 0)
         return say(w, "manifest: version is 0, expected > 0");
+    if (h.version > (uint64_t)INT64_MAX || h.parent_version > (uint64_t)INT64_MAX)
+        return say(w, "manifest: %s is %" PRIu64 ", expected at most 2^63-1 (the admin API's "
+                      "JSON and the repository's marks carry a version as a signed 64-bit "
+                      "integer)",
+                   h.version > (uint64_t)INT64_MAX ? "version" : "parent_version",
+                   h.version > (uint64_t)INT64_MAX ? h.version : h.parent_version);
     if (h.value_floats < 1 || h.value_floats > STORE_MAX_VALUE_FLOATS)
         return say(w, "manifest: value_floats is %" PRIu32 ", expected 1..%d", h.value_floats,
                    STORE_MAX_VALUE_FLOATS);

@@ -88,8 +88,10 @@ static void test_chain(void **state)
     assert_true(store_version_is_temp(".tmp-40-123"));
     assert_false(store_version_is_temp("40"));
     uint64_t v = 0;
-    assert_true(store_version_parse("18446744073709551615", &v));
-    assert_true(v == UINT64_MAX);
+    assert_true(store_version_parse("9223372036854775807", &v)); /* 2^63-1, a manifest's most */
+    assert_true(v == (uint64_t)INT64_MAX);
+    assert_false(store_version_parse("9223372036854775808", &v));
+    assert_false(store_version_parse("18446744073709551615", &v));
     assert_false(store_version_parse("18446744073709551616", &v));
     assert_false(store_version_parse("0", &v));
     assert_false(store_version_parse("", &v));

@@ -72,6 +72,8 @@ static void test_bad_version(void **state)
     struct fixture *f = fixture_new(4, 4, STORE_DTYPE_F32);
     f->r.version = 0;
     expect_raw_bad(&f->r, "version is 0");
+    f->r.version = (uint64_t)INT64_MAX + 1; /* JSON and the marks carry a signed 64-bit one */
+    expect_raw_bad(&f->r, "version is 9223372036854775808, expected at most 2^63-1");
     free(f);
 }
 
