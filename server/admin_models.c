@@ -392,7 +392,7 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
         for (unsigned i = 0; i < rs->n_rolled_back; i++) {
             row_t *r = row_of(rows, &n, rs->rolled_back[i]);
             r->state = "rolled_back";
-            r->reason = "rollback by admin";
+            r->reason = "rolled back by the admin API or the guard (the log says which)";
         }
     }
     for (size_t i = 0; i < nk; i++)

@@ -112,7 +112,7 @@ typedef struct repo_status {
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */
     uint64_t pinned;         /* version pinned by the admin (0: the latest policy) */
     unsigned n_rolled_back;
-    uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; "rollback by admin" */
+    uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; by the admin API or the guard */
 } repo_status_t;
 
 /* A copy of the state of model (NULL: the first model served) into *out
@@ -154,7 +154,7 @@ void repo_get_metrics(repo_metrics_t *out);
 int repo_marks_kept(const char *model);
 
 /* Records that a rollback replaced version from by version to: from is
- * refused with "rollback by admin"; a pin on from moves to to.  0, or
+ * refused (listed "rolled_back"); a pin on from moves to to.  0, or
  * -ENOENT when the repository does not serve model. */
 int repo_rolled_back(const char *model, uint64_t from, uint64_t to);
 

@@ -5,7 +5,7 @@ A repository <tmp>/repo/rm/ holds a full version 1; version 2 appears as a delta
 serves 2 with 1 kept loaded as standby (--keep-versions 1, the default).  While a client scores
 in a loop (no failed request allowed), `tlctl rollback rm` makes 1 active: the first answer
 naming version 1 comes within 1 s of the call, and its scores equal version 1's offline scores.
-Version 2 is then listed "rolled_back" (reason "rollback by admin") and the watcher does not
+Version 2 is then listed "rolled_back" (reason "rolled back by the admin API or the guard (the log says which)") and the watcher does not
 re-activate it, even when the listing changes (a corrupt version 3 appears and is refused).
 `tlctl activate rm 2` loads 2 in the background and pins it; activating the kept 1 is a pointer
 swap; a new version 4 is ignored while pinned and served after `activate rm latest`.  A second
@@ -171,7 +171,7 @@ class Rollback(unittest.TestCase):
         j, vs = self.versions(srv)
         self.assertEqual(vs[1]["state"], "active")
         self.assertEqual(vs[2]["state"], "rolled_back")
-        self.assertEqual(vs[2]["reason"], "rollback by admin")
+        self.assertEqual(vs[2]["reason"], "rolled back by the admin API or the guard (the log says which)")
         # The watcher does not bring 2 back, even when the listing changes.
         self.add_delta(2, 3, corrupt=True)
         self.wait_for(srv, lambda m: any(x["version"] == 3 for x in m["repository"]["refused"]),
