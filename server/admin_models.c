@@ -449,10 +449,8 @@ static json_t *num(double v)
 json_t *admin__guard_json(const char *name)
 {
     guard_status_t st;
-    guard_get_status(&st);
+    guard_get_status(name, &st);
     if (!st.enabled)
-        return NULL;
-    if (st.state != GUARD_IDLE && strcmp(st.model, name) != 0)
         return NULL;
     json_t *g = json_pack("{s:s}", "state", guard_state_name(st.state));
     if (st.state == GUARD_IDLE)

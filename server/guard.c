@@ -1,12 +1,14 @@
 /*
  * guard.c — the post-swap guard (guard.h): one thread that, every
- * GUARD_TICK_MS, sums the workers' tallies of the active version, and while
- * a freshly loaded version is watched judges it against the version it
- * replaced; out of bounds, it rolls back by itself.
+ * GUARD_TICK_MS, sums the workers' tallies of each model's active version,
+ * and while a model's freshly loaded version is watched judges it against
+ * the version it replaced; out of bounds, it rolls back by itself.  Each
+ * model has a watch of its own (W below): a load of one model never ends or
+ * hides the watch of another.
  *
  * BASELINES
  *   The previous version's counts "over the last window before the swap"
- *   come from a ring of the active version's running totals, one entry at
+ *   come from a ring, per model, of its active version's running totals, one entry at
  *   most every window / (GUARD_RING / 2) (and at least GUARD_TICK_MS apart):
  *
  *     ring: [t0 gen5 totals] [t1 gen5 totals] ... [tn gen5 totals]
@@ -29,7 +31,7 @@
  *   still pending after PENDING_MS (the swap never happened) is dropped.
  *
  * THREAD SAFETY
- *   G.lock guards everything in G; it is a leaf (see guard.h).  The
+ *   G.lock guards everything in G and its watches; it is a leaf (see guard.h).  The
  *   rollback runs on the guard thread without it, so between the check and
  *   the rollback an admin may swap first: server_model_rollback then rolls
  *   back whatever is active, and the log names the versions it reports.
@@ -55,26 +57,57 @@ typedef struct ring_entry {
     guard_counts_t totals;
 } ring_entry_t;
 
+/* One model's ring of totals and its watch. */
+typedef struct watch {
+    char model[64];          /* the model's name; "" : not in use */
+    ring_entry_t ring[GUARD_RING];
+    unsigned ring_head, ring_len;
+    bool pending;            /* armed, not yet seen active */
+    uint64_t armed_ms;
+    uint64_t gen;            /* the watched version's generation */
+    uint64_t until_ms;       /* WATCHING: when the window ends */
+    guard_counts_t base;     /* the previous version's window before the swap */
+    guard_counts_t start;    /* the watched version's totals when it was first seen */
+    guard_status_t st;       /* what guard_get_status copies */
+} watch_t;
+
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;    /* signalled by guard_stop */
     pthread_t thread;
     bool running;           /* the thread was started (guard_start to guard_stop) */
     bool stop;
+    bool enabled;           /* --guard-window-ms > 0 */
     server_t *srv;
     guard_limits_t lim;
     uint64_t window_ms;
-    ring_entry_t ring[GUARD_RING];
-    unsigned ring_head, ring_len;
-    /* the watch */
-    bool pending;           /* armed, not yet seen active */
-    uint64_t armed_ms;
-    uint64_t gen;           /* the watched version's generation */
-    uint64_t until_ms;      /* WATCHING: when the window ends */
-    guard_counts_t base;    /* the previous version's window before the swap */
-    guard_counts_t start;   /* the watched version's totals when it was first seen */
-    guard_status_t st;      /* what guard_get_status copies */
-} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    watch_t w[SERVER_MODELS_MAX];
+    int last;               /* the watch armed or judged last, -1: none */
+    guard_decision_t last_decision; /* the latest evaluation of any model (metrics) */
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last = -1};
+
+/* The watch of model name, made when create and a place is free; NULL
+ * otherwise.  G.lock held. */
+static watch_t *watch_of(const char *name, bool create)
+{
+    watch_t *free_w = NULL;
+    for (int i = 0; i < SERVER_MODELS_MAX; i++) {
+        if (strcmp(G.w[i].model, name) == 0 && name[0])
+            return &G.w[i];
+        if (!free_w && !G.w[i].model[0])
+            free_w = &G.w[i];
+    }
+    if (!create || !free_w || !name[0])
+        return NULL;
+    memset(free_w, 0, sizeof *free_w);
+    snprintf(free_w->model, sizeof free_w->model, "%s", name);
+    snprintf(free_w->st.model, sizeof free_w->st.model, "%s", name);
+    free_w->st.enabled = true;
+    free_w->st.state = GUARD_IDLE;
+    free_w->st.last.mean = free_w->st.last.base_mean = free_w->st.last.base_error_rate =
+        free_w->st.last.ratio = NAN;
+    return free_w;
+}
 
 static uint64_t now_ms(void)
 {
@@ -197,16 +230,13 @@ static guard_counts_t minus(const guard_counts_t *a, const guard_counts_t *b)
     return d;
 }
 
-/* The generation, name and version of the active version of model name (the
- * first model when name is empty); 0: none. */
-static uint64_t active_of(server_t *srv, char *name, size_t len, uint64_t *version)
+/* The generation and version of the active version of model name; 0: none. */
+static uint64_t active_of(server_t *srv, const char *name, uint64_t *version)
 {
-    server_model_t *sm = name[0] ? server_model_acquire_named(srv, name) : server_model_acquire(srv);
+    server_model_t *sm = server_model_acquire_named(srv, name);
     if (!sm)
         return 0;
-    const store_meta_t *meta = model_meta(sm->model);
-    snprintf(name, len, "%s", meta->model_name);
-    *version = meta->version;
+    *version = model_meta(sm->model)->version;
     uint64_t gen = sm->gen;
     server_model_release(sm);
     return gen;
@@ -218,40 +248,39 @@ void guard_arm(server_t *srv, const server_model_t *next)
 {
     if (srv->cfg.guard_window_ms <= 0)
         return;
-    char name[64];
+    const store_meta_t *meta = model_meta(next->model);
     uint64_t version = 0;
-    snprintf(name, sizeof name, "%s", model_meta(next->model)->model_name);
-    uint64_t gen = active_of(srv, name, sizeof name, &version);
+    uint64_t gen = active_of(srv, meta->model_name, &version);
     guard_counts_t now = gen ? totals_of(srv, gen) : (guard_counts_t){0};
     uint64_t t = now_ms();
-    const store_meta_t *meta = model_meta(next->model);
 
     pthread_mutex_lock(&G.lock);
-    if (!G.running) {
+    watch_t *w = G.running ? watch_of(meta->model_name, true) : NULL;
+    if (!w) { /* not running, or no place (cannot happen: one a model the server holds) */
         pthread_mutex_unlock(&G.lock);
         return;
     }
     guard_counts_t from = {0};
-    for (unsigned k = 0; k < G.ring_len; k++) { /* oldest first */
-        const ring_entry_t *e = &G.ring[(G.ring_head + GUARD_RING - G.ring_len + k) % GUARD_RING];
+    for (unsigned k = 0; k < w->ring_len; k++) { /* oldest first */
+        const ring_entry_t *e = &w->ring[(w->ring_head + GUARD_RING - w->ring_len + k) % GUARD_RING];
         if (e->gen == gen && e->t_ms + G.window_ms >= t) {
             from = e->totals;
             break;
         }
     }
-    G.base = gen ? minus(&now, &from) : (guard_counts_t){0};
-    G.pending = true;
-    G.armed_ms = t;
-    G.gen = next->gen;
-    memset(&G.st.counts, 0, sizeof G.st.counts);
-    memset(&G.st.last, 0, sizeof G.st.last);
-    G.st.last.mean = G.st.last.base_mean = G.st.last.base_error_rate = G.st.last.ratio = NAN;
-    snprintf(G.st.model, sizeof G.st.model, "%s", meta->model_name);
-    G.st.version = meta->version;
-    G.st.rolled_back_to = 0;
-    G.st.remaining_ms = G.window_ms;
-    G.st.state = GUARD_WATCHING;
-    guard_counts_t base = G.base;
+    w->base = gen ? minus(&now, &from) : (guard_counts_t){0};
+    w->pending = true;
+    w->armed_ms = t;
+    w->gen = next->gen;
+    memset(&w->st.counts, 0, sizeof w->st.counts);
+    memset(&w->st.last, 0, sizeof w->st.last);
+    w->st.last.mean = w->st.last.base_mean = w->st.last.base_error_rate = w->st.last.ratio = NAN;
+    w->st.version = meta->version;
+    w->st.rolled_back_to = 0;
+    w->st.remaining_ms = G.window_ms;
+    w->st.state = GUARD_WATCHING;
+    G.last = (int)(w - G.w);
+    guard_counts_t base = w->base;
     uint64_t window = G.window_ms;
     pthread_mutex_unlock(&G.lock);
     LOG(LL_INFO,
@@ -264,7 +293,8 @@ void guard_arm(server_t *srv, const server_model_t *next)
 
 /* ---- the thread ---------------------------------------------------------------------- */
 
-/* Out of bounds: roll back (no lock held), then record the outcome. */
+/* Out of bounds: roll back (no lock held), then record the outcome in
+ * model's watch. */
 static void roll_back(server_t *srv, const char *model, uint64_t version,
                       const guard_decision_t *d)
 {
@@ -273,18 +303,22 @@ static void roll_back(server_t *srv, const char *model, uint64_t version,
     if (rc == 0)
         repo_rolled_back(model, from, to); /* -ENOENT without a repository: nothing to record */
     pthread_mutex_lock(&G.lock);
-    G.st.last = *d;
-    if (rc == 0) {
-        G.st.state = GUARD_ROLLED_BACK;
-        G.st.rolled_back_to = to;
-        G.st.rollbacks++;
-    } else if (rc == -ESRCH) {
-        G.st.state = GUARD_STUCK;
-        G.st.stuck++;
-    } else {
-        G.st.state = GUARD_ENDED; /* the active model is no longer model */
+    watch_t *w = watch_of(model, false);
+    if (w) {
+        w->st.last = *d;
+        if (rc == 0) {
+            w->st.state = GUARD_ROLLED_BACK;
+            w->st.rolled_back_to = to;
+            w->st.rollbacks++;
+        } else if (rc == -ESRCH) {
+            w->st.state = GUARD_STUCK;
+            w->st.stuck++;
+        } else {
+            w->st.state = GUARD_ENDED; /* the active model is no longer model */
+        }
+        w->st.remaining_ms = 0;
+        G.last = (int)(w - G.w);
     }
-    G.st.remaining_ms = 0;
     pthread_mutex_unlock(&G.lock);
     if (rc == 0)
         LOG(LL_WARN, "guard: rolled %s back from version %llu to %llu: %s", model,
@@ -299,67 +333,67 @@ static void roll_back(server_t *srv, const char *model, uint64_t version,
             (unsigned long long)version, d->why);
 }
 
-static void tick(server_t *srv)
+/* One model at a tick: its ring of totals, and its watch judged. */
+static void tick_model(server_t *srv, const char *name)
 {
-    char name[64];
     uint64_t version = 0;
-    pthread_mutex_lock(&G.lock);
-    snprintf(name, sizeof name, "%s", G.st.model); /* the watched model ("": the first) */
-    pthread_mutex_unlock(&G.lock);
-    uint64_t gen = active_of(srv, name, sizeof name, &version);
+    uint64_t gen = active_of(srv, name, &version);
     guard_counts_t tot = gen ? totals_of(srv, gen) : (guard_counts_t){0};
     uint64_t t = now_ms();
     bool act = false, passed = false;
     guard_decision_t d = {0};
-    char model[64] = "";
     uint64_t wversion = 0;
 
     pthread_mutex_lock(&G.lock);
+    watch_t *w = watch_of(name, true);
+    if (!w)
+        goto out;
     /* The ring of the active version's totals, for the next baseline. */
     uint64_t every = G.window_ms / (GUARD_RING / 2);
     if (every < GUARD_TICK_MS)
         every = GUARD_TICK_MS;
     const ring_entry_t *last =
-        G.ring_len ? &G.ring[(G.ring_head + GUARD_RING - 1) % GUARD_RING] : NULL;
+        w->ring_len ? &w->ring[(w->ring_head + GUARD_RING - 1) % GUARD_RING] : NULL;
     if (gen && (!last || last->gen != gen || last->t_ms + every <= t)) {
-        G.ring[G.ring_head] = (ring_entry_t){t, gen, tot};
-        G.ring_head = (G.ring_head + 1) % GUARD_RING;
-        if (G.ring_len < GUARD_RING)
-            G.ring_len++;
+        w->ring[w->ring_head] = (ring_entry_t){t, gen, tot};
+        w->ring_head = (w->ring_head + 1) % GUARD_RING;
+        if (w->ring_len < GUARD_RING)
+            w->ring_len++;
     }
-    if (G.st.state != GUARD_WATCHING)
+    if (w->st.state != GUARD_WATCHING)
         goto out;
-    if (G.pending) {
-        if (gen == G.gen) {
-            G.pending = false;
-            G.start = tot;
-            G.until_ms = t + G.window_ms;
-        } else if (t - G.armed_ms > PENDING_MS) {
-            G.st.state = GUARD_ENDED;
-            G.st.remaining_ms = 0;
+    if (w->pending) {
+        if (gen == w->gen) {
+            w->pending = false;
+            w->start = tot;
+            w->until_ms = t + G.window_ms;
+        } else if (t - w->armed_ms > PENDING_MS) {
+            w->st.state = GUARD_ENDED;
+            w->st.remaining_ms = 0;
         }
         goto out;
     }
-    if (gen != G.gen) { /* swapped by someone else: no verdict */
-        G.st.state = GUARD_ENDED;
-        G.st.remaining_ms = 0;
+    if (gen != w->gen) { /* swapped by someone else: no verdict */
+        w->st.state = GUARD_ENDED;
+        w->st.remaining_ms = 0;
         LOG(LL_INFO, "guard: %s version %llu is no longer active (now version %llu): watch ended",
-            G.st.model, (unsigned long long)G.st.version, (unsigned long long)version);
+            w->model, (unsigned long long)w->st.version, (unsigned long long)version);
         goto out;
     }
-    G.st.counts = minus(&tot, &G.start);
-    guard_decide(&G.lim, &G.base, &G.st.counts, &d);
-    G.st.last = d;
-    G.st.remaining_ms = G.until_ms > t ? G.until_ms - t : 0;
+    w->st.counts = minus(&tot, &w->start);
+    guard_decide(&G.lim, &w->base, &w->st.counts, &d);
+    w->st.last = d;
+    G.last_decision = d;
+    G.last = (int)(w - G.w);
+    w->st.remaining_ms = w->until_ms > t ? w->until_ms - t : 0;
     if (d.call != GUARD_OK) {
         act = true;
-        snprintf(model, sizeof model, "%s", G.st.model);
-        wversion = G.st.version;
-    } else if (t >= G.until_ms) {
+        wversion = w->st.version;
+    } else if (t >= w->until_ms) {
         passed = true;
-        G.st.state = GUARD_PASSED;
-        G.st.passed++;
-        G.st.remaining_ms = 0;
+        w->st.state = GUARD_PASSED;
+        w->st.passed++;
+        w->st.remaining_ms = 0;
     }
 out:
     pthread_mutex_unlock(&G.lock);
@@ -367,7 +401,15 @@ out:
         LOG(LL_INFO, "guard: %s version %llu passed its window: %s", name,
             (unsigned long long)version, d.why);
     if (act)
-        roll_back(srv, model, wversion, &d);
+        roll_back(srv, name, wversion, &d);
+}
+
+static void tick(server_t *srv)
+{
+    char names[SERVER_MODELS_MAX][64];
+    size_t n = server_model_names(srv, names, SERVER_MODELS_MAX);
+    for (size_t i = 0; i < n; i++)
+        tick_model(srv, names[i]);
 }
 
 static void *guard_main(void *arg)
@@ -395,8 +437,8 @@ static void *guard_main(void *arg)
 cold int guard_start(server_t *srv)
 {
     pthread_mutex_lock(&G.lock);
-    G.st.enabled = srv->cfg.guard_window_ms > 0;
-    if (!G.st.enabled || G.running) {
+    G.enabled = srv->cfg.guard_window_ms > 0;
+    if (!G.enabled || G.running) {
         pthread_mutex_unlock(&G.lock);
         return 0;
     }
@@ -427,10 +469,19 @@ cold void guard_stop(void)
     pthread_mutex_unlock(&G.lock);
 }
 
-void guard_get_status(guard_status_t *out)
+void guard_get_status(const char *model, guard_status_t *out)
 {
     pthread_mutex_lock(&G.lock);
-    *out = G.st;
+    const watch_t *w = model ? watch_of(model, false) : G.last >= 0 ? &G.w[G.last] : NULL;
+    if (w) {
+        *out = w->st;
+    } else {
+        memset(out, 0, sizeof *out);
+        out->state = GUARD_IDLE;
+        snprintf(out->model, sizeof out->model, "%s", model ? model : "");
+        out->last.mean = out->last.base_mean = out->last.base_error_rate = out->last.ratio = NAN;
+    }
+    out->enabled = G.enabled;
     pthread_mutex_unlock(&G.lock);
 }
 
@@ -442,8 +493,19 @@ static double gauge(double v)
 
 size_t guard_metrics_format(char *buf, size_t len)
 {
-    guard_status_t st;
-    guard_get_status(&st);
+    guard_status_t st = {0}; /* the counters summed over the models */
+    int watching = 0;
+    pthread_mutex_lock(&G.lock);
+    for (int i = 0; i < SERVER_MODELS_MAX; i++) {
+        st.rollbacks += G.w[i].st.rollbacks;
+        st.stuck += G.w[i].st.stuck;
+        st.passed += G.w[i].st.passed;
+        watching += G.w[i].model[0] && G.w[i].st.state == GUARD_WATCHING;
+    }
+    st.last = G.last_decision;
+    if (G.last < 0)
+        st.last.ratio = st.last.error_rate = NAN;
+    pthread_mutex_unlock(&G.lock);
     int n = snprintf(buf, len,
                      "# HELP tlserve_guard_rollbacks_total Rollbacks done by the post-swap guard\n"
                      "# TYPE tlserve_guard_rollbacks_total counter\n"
@@ -455,11 +517,12 @@ size_t guard_metrics_format(char *buf, size_t len)
                      "# HELP tlserve_guard_passed_total Guard windows that ended in bounds\n"
                      "# TYPE tlserve_guard_passed_total counter\n"
                      "tlserve_guard_passed_total %llu\n"
-                     "# HELP tlserve_guard_watching 1 while the guard watches a new version\n"
+                     "# HELP tlserve_guard_watching Models whose new version the guard is "
+                     "watching\n"
                      "# TYPE tlserve_guard_watching gauge\n"
                      "tlserve_guard_watching %d\n"
                      "# HELP tlserve_guard_last_mean_ratio Mean prediction ratio (new/old or "
-                     "old/new) at the guard's latest evaluation (0: unknown)\n"
+                     "old/new) at the guard's latest evaluation, of any model (0: unknown)\n"
                      "# TYPE tlserve_guard_last_mean_ratio gauge\n"
                      "tlserve_guard_last_mean_ratio %.6f\n"
                      "# HELP tlserve_guard_last_error_rate Error rate of the watched version at "
@@ -467,7 +530,7 @@ size_t guard_metrics_format(char *buf, size_t len)
                      "# TYPE tlserve_guard_last_error_rate gauge\n"
                      "tlserve_guard_last_error_rate %.6f\n",
                      (unsigned long long)st.rollbacks, (unsigned long long)st.stuck,
-                     (unsigned long long)st.passed, st.state == GUARD_WATCHING ? 1 : 0,
+                     (unsigned long long)st.passed, watching,
                      gauge(st.last.ratio), gauge(st.last.error_rate));
     if (n < 0)
         return 0;

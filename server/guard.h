@@ -1,7 +1,8 @@
 /*
  * guard.h — the post-swap guard (internal to server/): after a load makes a
- * new version live, watch its error rate and mean prediction for
- * --guard-window-ms and roll back by itself when they leave their bounds.
+ * new version of a model live, watch its error rate and mean prediction for
+ * --guard-window-ms and roll back by itself when they leave their bounds;
+ * each model is watched on its own.
  *
  *   workers (data plane)               loader thread          guard thread
  *   --------------------               -------------          ------------
@@ -172,19 +173,21 @@ typedef enum guard_state {
 typedef struct guard_status {
     bool enabled;            /* --guard-window-ms > 0 */
     guard_state_t state;
-    char model[64];          /* the version watched or judged last */
+    char model[64];          /* the model */
     uint64_t version;
     uint64_t rolled_back_to; /* ROLLED_BACK: the version now active */
     uint64_t remaining_ms;   /* WATCHING: until the window ends */
     guard_counts_t counts;   /* the version's counts since it went live */
     guard_decision_t last;   /* the latest evaluation */
-    uint64_t rollbacks;      /* rollbacks done by the guard since start */
-    uint64_t stuck;          /* out-of-bounds verdicts with nothing to roll back to */
-    uint64_t passed;         /* windows ended in bounds */
+    uint64_t rollbacks;      /* the model's rollbacks done by the guard since start */
+    uint64_t stuck;          /* its out-of-bounds verdicts with nothing to roll back to */
+    uint64_t passed;         /* its windows ended in bounds */
 } guard_status_t;
 
-/* Copies the state into *out.  Takes the guard's lock for the copy only. */
-void guard_get_status(guard_status_t *out);
+/* Copies model's state into *out (IDLE when the guard has not seen it; NULL:
+ * the model armed or judged last).  Takes the guard's lock for the copy
+ * only. */
+void guard_get_status(const char *model, guard_status_t *out);
 
 /* "idle", "watching", "passed", "rolled_back", "stuck" or "ended". */
 const char *guard_state_name(guard_state_t st);

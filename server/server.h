@@ -207,7 +207,7 @@ static inline uint64_t server_lat_bucket_low(unsigned i)
 /* Per worker and version generation: what the post-swap guard judges a
  * version by (guard.h: guard_account writes, guard.c sums).  gen 0: unused
  * or being recycled. */
-#define SERVER_TALLY_SLOTS 4
+#define SERVER_TALLY_SLOTS 34 /* every model's active version and a new one, + 2 */
 
 typedef struct server_tally {
     _Atomic uint64_t gen;       /* server_model_t.gen counted here */
@@ -244,6 +244,8 @@ typedef struct server_model {
 /* Models served at once: one slot each, claimed by name at the model's first
  * swap and never given back (names are few and long-lived). */
 #define SERVER_MODELS_MAX 16
+_Static_assert(SERVER_TALLY_SLOTS >= 2 * SERVER_MODELS_MAX, "a tally slot for each model's "
+               "active version and one new version");
 
 typedef struct server_slot {
     _Atomic(server_model_t *) active; /* NULL until a version of this model is live */

@@ -4,7 +4,8 @@
  * bound, the workers' tallies (non-finite scores fail, slots recycled by
  * generation, summed over workers), and the thread end to end on real
  * model handles: a far-off version rolled back to the kept one, a good
- * version passing, nothing to roll back to raising the stuck counter.
+ * version passing, nothing to roll back to raising the stuck counter, and
+ * two models' new versions watched at once, each judged on its own.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,8 +189,8 @@ static void configure(const char *const *flags)
     assert_int_equal(server_config_load(&srv.cfg, argc, argv), 0);
 }
 
-/* An LR model "ctr" of the given version: a bias and one key. */
-static server_model_t *make_model(uint64_t version, float bias)
+/* An LR model of the given name and version: a bias and one key. */
+static server_model_t *make_named(const char *name, uint64_t version, float bias)
 {
     store_options_t opt = {.value_floats = 1, .shards = 1, .expected_keys = 4};
     store_t *s;
@@ -199,7 +200,7 @@ static server_model_t *make_model(uint64_t version, float bias)
     v[0] = 0.5f;
     assert_int_equal(store_upsert(s, 1, v), 1);
     store_meta_t meta = {.model_kind = STORE_MODEL_LR, .version = version};
-    snprintf(meta.model_name, sizeof meta.model_name, "ctr");
+    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
     model_t *m;
     assert_int_equal(model_from_store(s, &meta, &m), 0);
     server_model_t *sm;
@@ -207,18 +208,30 @@ static server_model_t *make_model(uint64_t version, float bias)
     return sm;
 }
 
-/* n requests of 10 items, each scoring `score`, on the active version. */
-static void serve(int n, float score)
+static server_model_t *make_model(uint64_t version, float bias)
+{
+    return make_named("ctr", version, bias);
+}
+
+/* n requests of 10 items, each scoring `score`, on model name's active
+ * version ("": the first model's). */
+static void serve_named(const char *name, int n, float score)
 {
     float scores[10];
     for (int i = 0; i < 10; i++)
         scores[i] = score;
     for (int i = 0; i < n; i++) {
-        server_model_t *sm = server_model_acquire(&srv);
+        server_model_t *sm = name[0] ? server_model_acquire_named(&srv, name)
+                                     : server_model_acquire(&srv);
         assert_non_null(sm);
         guard_account(&srv.metrics[i % srv.nworkers], sm->gen, scores, 10, false);
         server_model_release(sm);
     }
+}
+
+static void serve(int n, float score)
+{
+    serve_named("", n, score);
 }
 
 static uint64_t active_version(void)
@@ -235,7 +248,7 @@ static guard_status_t wait_verdict(void)
 {
     guard_status_t st;
     for (int i = 0; i < 500; i++) {
-        guard_get_status(&st);
+        guard_get_status(NULL, &st);
         if (st.state != GUARD_WATCHING)
             return st;
         usleep(10000);
@@ -255,8 +268,8 @@ static void run(const char *keep, float mean2, bool nan)
     srv.nworkers = 2;
     srv.metrics = metrics_new(2);
     atomic_store(&srv.models[0].active, NULL);
-    memset(&G.st, 0, sizeof G.st);
-    G.ring_len = G.ring_head = 0;
+    memset(G.w, 0, sizeof G.w);
+    G.last = -1;
     rolled_back_calls = 0;
     server_model_retire(server_model_swap(&srv, make_model(1, 0)));
     assert_int_equal(guard_start(&srv), 0);
@@ -267,7 +280,7 @@ static void run(const char *keep, float mean2, bool nan)
     guard_arm(&srv, next);
     server_model_retire(server_model_swap(&srv, next));
     guard_status_t st;
-    guard_get_status(&st);
+    guard_get_status(NULL, &st);
     assert_int_equal(st.state, GUARD_WATCHING);
     assert_int_equal(st.version, 2);
     usleep(2 * GUARD_TICK_MS * 1000); /* seen active: the watch starts */
@@ -351,6 +364,76 @@ static void thread_stuck_without_standby(void **state)
     stop_all();
 }
 
+/* Waits (at most 5 s) until model name's watch leaves WATCHING. */
+static guard_status_t wait_verdict_of(const char *name)
+{
+    guard_status_t st;
+    for (int i = 0; i < 500; i++) {
+        guard_get_status(name, &st);
+        if (st.state != GUARD_WATCHING)
+            return st;
+        usleep(10000);
+    }
+    fail_msg("the guard gave no verdict on %s in 5 s", name);
+    return st;
+}
+
+/* Two models, each with a new version watched at once: the load of "b"
+ * neither ends nor hides the watch of "ctr", whose far-off version is
+ * still rolled back, while b's passes its own window. */
+static void thread_watches_each_model(void **state)
+{
+    (void)state;
+    const char *flags[] = {"--keep-versions", "1", "--guard-window-ms", "400",
+                           "--guard-min-requests", "20", NULL};
+    configure(flags);
+    srv.nworkers = 2;
+    srv.metrics = metrics_new(2);
+    memset(G.w, 0, sizeof G.w);
+    G.last = -1;
+    rolled_back_calls = 0;
+    server_model_retire(server_model_swap(&srv, make_named("ctr", 1, 0)));
+    server_model_retire(server_model_swap(&srv, make_named("b", 1, 0)));
+    assert_int_equal(guard_start(&srv), 0);
+    for (int r = 0; r < 2; r++) { /* the rings hold both models' version 1 */
+        serve_named("ctr", 50, 0.2f);
+        serve_named("b", 50, 0.4f);
+        usleep(3 * GUARD_TICK_MS * 1000);
+    }
+    server_model_t *next = make_named("ctr", 2, 0);
+    guard_arm(&srv, next);
+    server_model_retire(server_model_swap(&srv, next));
+    usleep(2 * GUARD_TICK_MS * 1000);
+    next = make_named("b", 2, 0);
+    guard_arm(&srv, next);
+    server_model_retire(server_model_swap(&srv, next));
+    usleep(2 * GUARD_TICK_MS * 1000);
+    guard_status_t st;
+    guard_get_status("ctr", &st);
+    assert_int_equal(st.state, GUARD_WATCHING); /* b's load did not end it */
+    assert_int_equal(st.version, 2);
+    serve_named("b", 30, 0.41f);
+    serve_named("ctr", 30, 0.9f);
+    st = wait_verdict_of("ctr");
+    assert_int_equal(st.state, GUARD_ROLLED_BACK);
+    assert_true(fabs(st.last.base_mean - 0.2) < 1e-6); /* ctr's own baseline, not b's */
+    assert_int_equal(rolled_back_from, 2);
+    st = wait_verdict_of("b");
+    assert_int_equal(st.state, GUARD_PASSED);
+    assert_true(fabs(st.last.base_mean - 0.4) < 1e-6);
+    assert_int_equal(rolled_back_calls, 1);
+    char buf[2048];
+    guard_metrics_format(buf, sizeof buf);
+    assert_non_null(strstr(buf, "tlserve_guard_rollbacks_total 1\n"));
+    assert_non_null(strstr(buf, "tlserve_guard_passed_total 1\n"));
+    guard_stop();
+    for (int i = 0; i < 2; i++)
+        server_model_retire(atomic_exchange(&srv.models[i].active, NULL));
+    server_model_drop_standby(&srv);
+    free(srv.metrics);
+    srv.metrics = NULL;
+}
+
 static void config_refuses_bad_values(void **state)
 {
     (void)state;
@@ -379,6 +462,7 @@ int main(void)
         cmocka_unit_test(decide_without_baseline),
         cmocka_unit_test(tally_counts_and_nan),
         cmocka_unit_test(tally_recycles_oldest),
+        cmocka_unit_test(thread_watches_each_model),
         cmocka_unit_test(config_refuses_bad_values),
         cmocka_unit_test(thread_rolls_back_far_mean),
         cmocka_unit_test(thread_rolls_back_nan),
