@@ -15,7 +15,8 @@
  * nor one of A's links is refused (check_lineage): it was made from
  * another line of versions (a producer on a stale base, or one building on
  * a version rolled back or refused), and serving it would silently drop
- * what A holds beyond that parent.  A delta whose chain runs through a
+ * what A holds beyond that parent.  A chain whose full version is newer
+ * than A starts a new line, as that full version alone would.  A delta whose chain runs through a
  * rolled-back version is refused too (check_rolled_back_links), even when
  * the chain runs through A and at a start: it would bring back what the
  * rollback took off.  An explicit activation of it (the admin's) loads it
@@ -208,6 +209,10 @@ static int check_lineage(server_t *srv, const char *model, const char *model_dir
     for (uint32_t i = 0; i + 1 < chain->n; i++)
         if (chain->versions[i] == am.version && chain->created_unix[i] == am.created_unix)
             return 0;
+    /* On a full version newer than the active one: a new line, as that full
+     * version alone is (a full version and a delta on it appearing together). */
+    if (chain->versions[0] > am.version)
+        return 0;
     store_chain_t *ac = malloc(sizeof *ac);
     store_error_t aerr;
     if (!ac || store_version_chain(model_dir, am.version, ac, &aerr) != 0 ||

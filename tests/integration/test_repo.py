@@ -333,6 +333,28 @@ class ModelRepo(unittest.TestCase):
         self.add_delta(1, 2)
         self.wait_for(srv, lambda m: m["models"][0]["version"] == 2, "version 2 after return")
 
+    def test_full_version_and_its_delta_appearing_together(self):
+        # 2 (full) and 3 (a delta of 2) renamed in back to back while 1 serves: 3 is served
+        # as 2 + 3, a new line, not refused as a delta off the active version's line
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        want3 = self.scores_of_full(3)
+        srv = self.serve("--model-repo", self.repo)
+        self.assertEqual(models(srv)["models"][0]["version"], 1)
+        stage = os.path.join(self.tmp, "stage_full_2")
+        shutil.copytree(self.full[2], stage)
+        os.makedirs(os.path.join(self.tmp, "stage"), exist_ok=True)
+        stage3 = os.path.join(self.tmp, "stage", "3")
+        tlsnap("diff", self.full[2], self.full[3], stage3)
+        os.rename(stage, os.path.join(self.mdir, "2"))
+        os.rename(stage3, os.path.join(self.mdir, "3"))
+        m = self.wait_for(srv, lambda m: m["models"][0]["version"] == 3, "version 3 active")
+        self.assertEqual(m["repository"]["refused"], [])
+        shared, items = request()
+        with srv.client() as c:
+            r = c.predict(NAME, shared, items)
+        self.assertEqual(r.version, 3)
+        self.assertEqual(list(r.scores), want3)
+
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
         # version is servable names the directory it skipped and the rule
