@@ -220,6 +220,11 @@ const cfg_entry_t server__cfg_table[] = {
      "online learning: samples per second a model learns before TRAIN gets OVERLOADED "
      "(0: no cap)",
      F(online_max_samples_per_s), NULL, NULL, NULL, false},
+    {"online-max-feature-value", CFG_DOUBLE, 1, 1e30, "1e6",
+     "online learning: the largest |feature value| a sample is learned with; a TRAIN holding "
+     "one beyond it is refused (BAD_VALUE), a joined or replayed sample skipped and counted "
+     "(a step on a huge value can make a weight infinite, which stops training)",
+     F(online_max_feature_value), NULL, NULL, NULL, false},
     {"online-nice", CFG_INT, 0, 19, "19",
      "online learning: the trainer threads' nice value; above 0 the workers go first when a "
      "core is contended, so training costs serving less (0: equal)",

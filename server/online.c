@@ -407,6 +407,29 @@ static void tokens_spend_locked(online_model_t *q, uint32_t n)
         q->tokens = -cap;
 }
 
+static int block_beyond(const codec_block_t *b, double bound, uint64_t *id, float *value)
+{
+    if (!b->values)
+        return 0; /* all 1.0 */
+    for (uint32_t i = 0; i < b->n; i++)
+        if (fabsf(b->values[i]) > bound) {
+            *id = b->ids[i];
+            *value = b->values[i];
+            return 1;
+        }
+    return 0;
+}
+
+int online__value_beyond(const codec_train_t *req, double bound, uint64_t *id, float *value)
+{
+    if (block_beyond(&req->shared, bound, id, value))
+        return 1;
+    for (uint32_t s = 0; s < req->samples; s++)
+        if (block_beyond(&req->sample[s], bound, id, value))
+            return 1;
+    return 0;
+}
+
 /* online_submit's body; client false: a refusal is not counted (the
  * --train-file feeder waits and retries: online__submit_file), mark the
  * sample log record's (NULL: none). */
@@ -424,6 +447,15 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     online_model_t *q = online__model_get(req->name, why, why_len);
     if (!q)
         return ONLINE_NOMEM;
+    uint64_t bad_id;
+    float bad_v;
+    if (online__value_beyond(req, srv->cfg.online_max_feature_value, &bad_id, &bad_v)) {
+        snprintf(why, why_len, "TRAIN: feature %" PRIu64 " has value %g, beyond +-%g "
+                 "(--online-max-feature-value): a step on it could make a weight infinite",
+                 bad_id, (double)bad_v, srv->cfg.online_max_feature_value);
+        atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed);
+        return ONLINE_BAD_VALUE;
+    }
     size_t sz = rec_size(len + (mark ? SAMPLE_LOG_MARK_BYTES : 0));
     if (sz > q->cap / 2) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "

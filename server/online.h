@@ -85,6 +85,7 @@ enum {
     ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */
     ONLINE_NOMEM = 7,     /* the model's trainer could not start */
     ONLINE_LOG = 8,       /* the sample log refused the append (why says so) */
+    ONLINE_BAD_VALUE = 9, /* a feature value outside +-(--online-max-feature-value) */
 };
 
 /* Queues a decoded TRAIN (req, for its name and counts; payload and flags

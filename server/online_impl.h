@@ -100,6 +100,7 @@ typedef struct online_model {
     _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
     _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow, boosts;
     _Atomic uint64_t bus_skipped; /* stream messages skipped at a start: in the active export */
+    _Atomic uint64_t bad_values; /* TRAINs refused, queued frames skipped: online__value_beyond */
     _Atomic uint64_t halted; /* 1: a step would have made a non-finite weight; until a new version */
     _Atomic uint64_t logloss_bits, win_logloss_bits, win_auc_bits, win_calib_bits;
     _Atomic uint64_t fresh_p50_us, fresh_p99_us;
@@ -236,6 +237,12 @@ int online__state_read(const char *dir, uint64_t *version, uint64_t *created, ui
 int online__state_write(const char *dir, uint64_t version, uint64_t created, uint64_t from);
 
 uint64_t online__now_ns(void);
+
+/* Whether req holds a feature value beyond +-bound (its shared block or a
+ * sample's): 1 with the first such id and value, else 0.  A step on a huge
+ * value can make a weight infinite, which halts the model's training (the
+ * alarm): such a sample is refused at the door or skipped, never learned. */
+int online__value_beyond(const codec_train_t *req, double bound, uint64_t *id, float *value);
 
 /* ---- --train-file (online_file.c) ---------------------------------------------
  *

@@ -54,6 +54,10 @@ size_t online_metrics_format(char *buf, size_t len)
         FAM("tlserve_online_refused_total", "counter",
             "TRAIN or FEEDBACK answered OVERLOADED (reason: queue_full, rate)", refused_full,
             SPECIAL),
+        FAM("tlserve_online_bad_values_total", "counter",
+            "TRAIN frames refused (BAD_VALUE) and queued frames not learned (a FEEDBACK's "
+            "joined sample, a replayed record) for a feature value beyond "
+            "--online-max-feature-value", bad_values, U64),
         FAM("tlserve_online_log_failed_total", "counter",
             "appends to the sample log that failed (the frame was refused)", log_failed, U64),
         FAM("tlserve_online_log_slow_total", "counter",

@@ -412,6 +412,17 @@ static void learn_req(online_model_t *q, const codec_train_t *req, uint64_t arri
         atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
         return;
     }
+    uint64_t bad_id;
+    float bad_v;
+    if (online__value_beyond(req, G.srv->cfg.online_max_feature_value, &bad_id, &bad_v)) {
+        /* a FEEDBACK's joined sample or a replayed record: TRAIN refuses them at the door */
+        uint64_t n = atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed) + 1;
+        if (n <= 10 || n % 1000 == 0)
+            LOG(LL_WARN, "online: model '%s': a queued sample not learned (%" PRIu64 " so far): "
+                "feature %" PRIu64 " has value %g, beyond +-%g (--online-max-feature-value)",
+                q->name, n, bad_id, (double)bad_v, G.srv->cfg.online_max_feature_value);
+        return;
+    }
     int rc = train_update(q->t, &shared, req->sample, req->samples, req->labels, req->weights,
                           q->p);
     online__export_mark(q, req); /* EXPORT: its keys are dirty */

@@ -96,6 +96,7 @@ typedef struct server_config {
     double online_alpha, online_beta, online_l1, online_l2; /* < 0: the optimizer's default */
     int online_queue_bytes;    /* per model: TRAIN payloads queued before OVERLOADED */
     int online_max_samples_per_s; /* per model, 0 = no cap */
+    double online_max_feature_value; /* |a feature value| a sample learns with at most */
     int online_nice;              /* the trainer threads' nice value, 0..19 */
     int online_boost_ms;          /* a sample queued this long: the trainer at online_boost_nice */
     int online_boost_nice;        /* the trainer's nice while boosted (0..19) */

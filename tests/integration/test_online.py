@@ -5,7 +5,9 @@ acknowledged with the samples they carry, and the PREDICT of that sample rises u
 above where it started (the weights are written into the served store: no reload); the
 progressive figures in /metrics count what was learned; a client scoring throughout never
 fails.  What a client can get wrong or overdo is refused with a sentence: a TRAIN for a model
-that is not served (UNKNOWN_MODEL), a label that is not 0 or 1 (BAD_VALUE), a model whose kind
+that is not served (UNKNOWN_MODEL), a label that is not 0 or 1 or a feature value beyond
+--online-max-feature-value (BAD_VALUE; a FEEDBACK's joined sample holding one is skipped and
+counted: a step on it could stop training), a model whose kind
 does not learn online (one stored as fp16: UNKNOWN_TYPE naming the kind; FM, FFM and DNN
 models learn: test_online_fm.py), more samples/s than --online-max-samples-per-s and a queue that is full
 (OVERLOADED); without --online a TRAIN is UNKNOWN_TYPE.  A new version loaded through the admin API makes the trainer start over from
@@ -209,13 +211,14 @@ class Online(ServerCase):
         self.assertEqual(s.metric('tlserve_online_version{model="ctr"}'), 2)
 
     def test_an_exploding_weight_stops_training_and_is_never_served(self):
-        s = self.serve(self.model, "--online")
+        # the bound on feature values at its most, so that a huge one reaches the trainer
+        s = self.serve(self.model, "--online", "--online-max-feature-value", "1e30")
         shared, item = sample(8)
-        huge = tlserve.make_block(item, [3e38] * len(item))
+        huge = tlserve.make_block(item, [9e29] * len(item))
         with s.client() as c:
             self.assertEqual(c.train("ctr", shared, [(1.0, item)]), 1)
-            # label 0 after the positive: g = 1, g x = 3e38, and FTRL's n = (g x)^2 overflows
-            self.assertEqual(c.train("ctr", shared, [(0.0, huge)]), 1)  # valid on the wire
+            # label 0 after the positive: g = 1, g x = 9e29, and FTRL's n = (g x)^2 overflows
+            self.assertEqual(c.train("ctr", shared, [(0.0, huge)]), 1)  # within the bound
             self.wait_metric(s, 'tlserve_online_halted{model="ctr"}', 1)
             for _ in range(3):
                 c.train("ctr", shared, [(1.0, item)])
@@ -223,6 +226,25 @@ class Online(ServerCase):
             scores = c.predict("ctr", shared, [item, huge.ids]).scores
             self.assertTrue(all(0 <= x <= 1 for x in scores), scores)  # finite, served
         self.assertIn("training stopped", s.output())
+
+    def test_a_huge_feature_value_is_refused_not_learned(self):
+        """A value beyond --online-max-feature-value (1e6) is BAD_VALUE for a TRAIN, and a
+        FEEDBACK's joined sample holding one is skipped and counted: training goes on."""
+        s = self.serve(self.model, "--online", "--impression-window-ms", "60000")
+        shared, item = sample(8)
+        huge = tlserve.make_block(item, [3e38] * len(item))
+        with s.client() as c:
+            with self.assertRaises(ServerError) as e:
+                c.train("ctr", shared, [(1.0, item), (0.0, huge)])
+            self.assertEqual(e.exception.name, "BAD_VALUE")
+            self.assertIn("beyond +-1e+06 (--online-max-feature-value)", str(e.exception))
+            c.predict("ctr", shared, [huge], impression_id=91)
+            self.assertEqual(c.feedback("ctr", [(91, 0, 1.0)]).accepted, 1)
+            self.wait_metric(s, 'tlserve_online_bad_values_total{model="ctr"}', 2)
+            self.assertEqual(c.train("ctr", shared, [(1.0, item)]), 1)
+            self.wait_metric(s, 'tlserve_online_samples_total{model="ctr"}', 1)
+        self.assertEqual(s.metric('tlserve_online_halted{model="ctr"}'), 0)
+        self.assertIn("a queued sample not learned", s.output())
 
     def test_feedback_joins_impressions_and_negatives_follow(self):
         s = self.serve(self.model, "--online", "--impression-window-ms", "700")
