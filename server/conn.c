@@ -524,7 +524,9 @@ static int send_online_refusal(worker_t *w, conn_t *c, uint64_t id, int online_r
         return send_error(w, c, id, CODEC_E_UNKNOWN_TYPE, "%s: %s", what, why);
     case ONLINE_BAD_VALUE:
         return send_error(w, c, id, CODEC_E_BAD_VALUE, "%s", why);
-    default: /* FULL, RATE, TOO_BIG, NOMEM, LOG (the sample log failed: not acknowledged) */
+    case ONLINE_TOO_BIG: /* never taken: not OVERLOADED, which says retry */
+        return send_error(w, c, id, CODEC_E_TOO_MANY_ITEMS, "%s", why);
+    default: /* FULL, RATE, NOMEM, LOG (the sample log failed: not acknowledged) */
         return send_error(w, c, id, CODEC_E_OVERLOADED, "%s", why);
     }
 }

@@ -459,12 +459,20 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     size_t sz = rec_size(len + (mark ? SAMPLE_LOG_MARK_BYTES : 0));
     if (sz > q->cap / 2) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
-                 "(--online-queue-bytes %zu)", len, q->cap);
+                 "(--online-queue-bytes %zu), so never taken: split it", len, q->cap);
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         return ONLINE_TOO_BIG;
     }
     int cap = srv->cfg.online_max_samples_per_s;
+    if (cap > 0 && req->samples > (uint32_t)cap) { /* more than a second's burst: never */
+        snprintf(why, why_len, "TRAIN of %u samples: model '%s' learns at most %d samples/s "
+                 "(--online-max-samples-per-s), so never takes it at once: split it",
+                 req->samples, req->name, cap);
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
+        return ONLINE_TOO_BIG;
+    }
     uint64_t t = online__now_ns(), pos = 0;
     pthread_mutex_lock(&q->lock);
     if (!tokens_enough_locked(q, req->samples, t))

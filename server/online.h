@@ -82,7 +82,8 @@ enum {
     ONLINE_KIND = 3,      /* the model does not learn online (its kind, fp16 rows) */
     ONLINE_FULL = 4,      /* the queue has no room (OVERLOADED) */
     ONLINE_RATE = 5,      /* over --online-max-samples-per-s (OVERLOADED) */
-    ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold */
+    ONLINE_TOO_BIG = 6,   /* the frame is larger than the queue could ever hold, or has more
+                             samples than a second of --online-max-samples-per-s */
     ONLINE_NOMEM = 7,     /* the model's trainer could not start */
     ONLINE_LOG = 8,       /* the sample log refused the append (why says so) */
     ONLINE_BAD_VALUE = 9, /* a feature value outside +-(--online-max-feature-value) */

@@ -152,6 +152,10 @@ class Online(ServerCase):
             self.assertIsNotNone(overloaded)
             self.assertEqual(overloaded.name, "OVERLOADED")
             self.assertIn("50 samples/s", overloaded.message)
+            with self.assertRaises(ServerError) as e:  # more than a second's 50: never taken
+                c.train("ctr", shared, [(1.0, item)] * 51)
+            self.assertEqual(e.exception.name, "TOO_MANY_ITEMS")
+            self.assertIn("split it", e.exception.message)
             c.predict("ctr", shared, [item])  # the connection and PREDICT still work
         self.assertGreaterEqual(
             s.metric('tlserve_online_refused_total{model="ctr",reason="rate"}'), 1)
@@ -164,8 +168,9 @@ class Online(ServerCase):
         with s.client() as c:
             with self.assertRaises(ServerError) as e:
                 c.train("ctr", shared, big)
-            self.assertEqual(e.exception.name, "OVERLOADED")
+            self.assertEqual(e.exception.name, "TOO_MANY_ITEMS")  # never taken: not a retry
             self.assertIn("--online-queue-bytes", e.exception.message)
+            self.assertIn("split it", e.exception.message)
 
     def test_kind_and_off(self):
         dnn = os.path.join(self.tmp, "dnn", "1")
