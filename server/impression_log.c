@@ -609,7 +609,7 @@ const char *impression_log_fb_str(impression_log_fb_t st)
     case IMPRESSION_FB_DUPLICATE:
         return "item already has feedback";
     case IMPRESSION_FB_BAD_VALUE:
-        return "label not in [0, 1] or weight not in (0, 1e6]";
+        return "label not in [0, 1] or weight not in [0, 1e6]";
     case IMPRESSION_FB_NOT_TAKEN:
         return "the trainer could not take the sample (its queue is full)";
     case IMPRESSION_FB_COUNT_:
@@ -629,7 +629,7 @@ impression_log_fb_t impression_log_feedback(impression_log_t *log, uint64_t impr
     struct entry *e = NULL;
 
     pthread_mutex_lock(&s->lock);
-    if (unlikely(!(label >= 0.0f && label <= 1.0f) || !(weight > 0.0f && weight <= MAX_WEIGHT))) {
+    if (unlikely(!(label >= 0.0f && label <= 1.0f) || !(weight >= 0.0f && weight <= MAX_WEIGHT))) {
         st = IMPRESSION_FB_BAD_VALUE;
         s->fb_bad_value++;
         goto out;
@@ -657,7 +657,7 @@ impression_log_fb_t impression_log_feedback(impression_log_t *log, uint64_t impr
             goto out;
         }
         st = IMPRESSION_FB_OK;
-        if (emit) {
+        if (emit && weight > 0) { /* weight 0: the item is marked, nothing is learned */
             impression_sample_t smp = {
                 .impression_id = e->id,
                 .version = e->version,

@@ -124,7 +124,7 @@ typedef enum impression_log_fb {
     IMPRESSION_FB_ITEM_OUT_OF_RANGE,  /* item >= the impression's item count */
     IMPRESSION_FB_WRONG_MODEL,        /* logged for another model id */
     IMPRESSION_FB_DUPLICATE,          /* this item already had its feedback */
-    IMPRESSION_FB_BAD_VALUE,          /* label not in [0, 1] or weight not in (0, 1e6], or NaN */
+    IMPRESSION_FB_BAD_VALUE,          /* label not in [0, 1] or weight not in [0, 1e6], or NaN */
     IMPRESSION_FB_NOT_TAKEN,          /* emit could not take the sample: the item stays unlabeled */
     IMPRESSION_FB_COUNT_
 } impression_log_fb_t;
@@ -133,8 +133,9 @@ typedef enum impression_log_fb {
 const char *impression_log_fb_str(impression_log_fb_t st);
 
 /* Joins a FEEDBACK to its impression: on OK calls emit(sample, ctx) once,
- * with src FEEDBACK, the given label and weight, and marks the item so that
- * it gets no second feedback and no negative.  Checked in this order: bad
+ * with src FEEDBACK, the given label and weight (not for weight 0: nothing
+ * to learn), and marks the item so that it gets no second feedback and no
+ * negative.  Checked in this order: bad
  * value, unknown impression (also one older than window_ms at now_ms that
  * expire has not popped yet), wrong model, item out of range, duplicate.
  * Does not allocate; takes one stripe lock once (emit runs under it). */

@@ -652,10 +652,6 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
     for (uint32_t i = 0; i < req->events; i++) {
         const codec_feedback_event_t *e = &req->event[i];
         uint8_t reason = 0;
-        if (e->weight == 0) { /* nothing to learn: accepted, not joined */
-            ack->accepted++;
-            continue;
-        }
         switch (impression_log_feedback(G.imp, e->impression_id, model_id, e->item, e->label,
                                         e->weight, now, push_joined, &j)) {
         case IMPRESSION_FB_OK: ack->accepted++; continue;

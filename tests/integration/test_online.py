@@ -275,6 +275,9 @@ class Online(ServerCase):
             with self.assertRaises(ServerError) as e:
                 c.feedback("nope", [(77, 0, 1.0)])
             self.assertEqual(e.exception.name, "UNKNOWN_MODEL")
+            zero = c.feedback("ctr", [(999, 0, 1.0, 0.0)])  # weight 0 is checked all the same
+            self.assertEqual([(r.event, r.reason) for r in zero.refused],
+                             [(0, Refusal.UNKNOWN_IMPRESSION)])
         self.assertEqual(s.metric("tlserve_impression_log_puts_total"), 1)
 
     def test_feedback_refusals(self):

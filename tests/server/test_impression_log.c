@@ -223,7 +223,8 @@ static void statuses(void **state)
         {1, 7, 0, NAN, 1, 0, IMPRESSION_FB_BAD_VALUE},
         {1, 7, 0, 1.5f, 1, 0, IMPRESSION_FB_BAD_VALUE},
         {1, 7, 0, -0.1f, 1, 0, IMPRESSION_FB_BAD_VALUE},
-        {1, 7, 0, 1, 0, 0, IMPRESSION_FB_BAD_VALUE},
+        {1, 7, 0, 1, 0, 0, IMPRESSION_FB_OK},        /* weight 0: marked, nothing emitted */
+        {1, 7, 0, 0, 1, 0, IMPRESSION_FB_DUPLICATE}, /* it had its feedback */
         {1, 7, 0, 1, -1, 0, IMPRESSION_FB_BAD_VALUE},
         {1, 7, 0, 1, INFINITY, 0, IMPRESSION_FB_BAD_VALUE},
         {1, 7, 0, 1, NAN, 0, IMPRESSION_FB_BAD_VALUE},
@@ -240,20 +241,20 @@ static void statuses(void **state)
             fail_msg("case %zu: got %s, want %s", i, impression_log_fb_str(got),
                      impression_log_fb_str(cases[i].want));
     }
-    assert_int_equal(k->n, 1); /* only the OK emitted */
+    assert_int_equal(k->n, 1); /* only the OK of weight 1 emitted */
     impression_log_expired_t x = impression_log_expire(log, 101, sink_emit, k);
     assert_int_equal(x.entries, 1);
-    assert_int_equal(x.negatives, 3);
+    assert_int_equal(x.negatives, 2); /* items 1 and 2: 0 and 3 had feedback */
     assert_int_equal(impression_log_feedback(log, 1, 7, 0, 1, 1, 101, sink_emit, k),
                      IMPRESSION_FB_UNKNOWN_IMPRESSION); /* popped */
     impression_log_stats_t st;
     impression_log_stats(log, &st);
-    assert_int_equal(st.fb_ok, 1);
+    assert_int_equal(st.fb_ok, 2); /* the weight 0 and the weight 1 */
     assert_int_equal(st.fb_unknown, 3);
     assert_int_equal(st.fb_wrong_model, 1);
     assert_int_equal(st.fb_out_of_range, 2);
-    assert_int_equal(st.fb_bad_value, 8);
-    assert_int_equal(st.fb_duplicate, 1);
+    assert_int_equal(st.fb_bad_value, 7);
+    assert_int_equal(st.fb_duplicate, 2);
     for (int s = 0; s <= IMPRESSION_FB_COUNT_; s++)
         assert_non_null(impression_log_fb_str((impression_log_fb_t)s));
     impression_log_destroy(log);
