@@ -92,8 +92,7 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
         size_t eol = i;
         while (eol < len && buf[eol] != '\n')
             eol++;
-        if (eol == len && !complete)
-            break; /* cut by the head's end */
+        bool cut = eol == len && !complete; /* by the head's end: judged on what it holds */
         bool tab = criteo && memchr(buf + i, '\t', eol - i) != NULL;
         if (criteo && memchr(buf + i, ',', eol - i)) {
             *out = READER_CRITEO;
@@ -111,6 +110,8 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
             int colons = 0;
             while (q < eol && !blank(buf[q]))
                 colons += buf[q++] == ':';
+            if (cut && q == eol)
+                break; /* the first feature itself runs past the head: cannot tell */
             if (colons == 1 || colons == 2) {
                 *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
                 return 0;
@@ -124,6 +125,8 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
             *bad_len = q - p > 40 ? 40 : (int)(q - p);
             return -EINVAL;
         }
+        if (cut)
+            break;
         if (tab) { /* a label and empty tab columns */
             *out = READER_CRITEO;
             return 0;

@@ -119,7 +119,8 @@ void reader_close(reader_t *r);
 int reader_format_parse(const char *name, reader_format_t *out);
 
 /* The format of the text buf[0..len) (a file's head; complete: the whole
- * file is in it, else a last line cut short is not looked at), told from
+ * file is in it, else a last line cut short is looked at only up to its
+ * first feature, when that ends inside the head), told from
  * the first line with more than a label: its first feature with one colon
  * is libsvm, with two libffm; with criteo allowed, a comma in the line, or
  * a tab and a first feature without colons (or only tabs after the label),

@@ -187,6 +187,19 @@ class OnlineFile(ServerCase):
         self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 50)
         self.assertIn("--train-file %s (libsvm) done: 50 samples" % path, a.output())
 
+    def test_libffm_told_from_a_first_line_longer_than_the_head(self):
+        # the first line (10,000 features, ~110 KB) runs past the 64 KiB the format is told
+        # from: its first feature, whole inside the head, still tells libffm
+        path = os.path.join(self.tmp, "long.ffm")
+        with open(path, "w") as f:
+            f.write("1 " + " ".join("%d:%d:1" % (j % 4, 1000 + j) for j in range(10000)) + "\n")
+            for label, feats in ffm_samples(20, seed=17):
+                f.write(ffm_line(label, feats))
+        a = self.serve(self.model, "--online", "--train-file", path)
+        self.wait_metric(a, 'tlserve_online_file_done_total{model="ctr"}', 1)
+        self.wait_metric(a, 'tlserve_online_samples_total{model="ctr"}', 21)
+        self.assertIn("--train-file %s (libffm) done: 21 samples" % path, a.output())
+
 
 
 FILE = 'tlserve_online_file_%s{model="ctr"}'
