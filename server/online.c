@@ -498,6 +498,9 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
             atomic_fetch_add_explicit(&q->refused_rate, 1, memory_order_relaxed);
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
+    } else if (rc == ONLINE_LOG) { /* why names the append's error */
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
     } else if (rc == ONLINE_FULL && !bus_lag) {
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);

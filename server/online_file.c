@@ -509,6 +509,10 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
         if (frc != 0 && rc == 0) {
             rc = frc;
             memcpy(why, fwhy, sizeof why);
+        } else if (frc != 0) { /* both: the frame read before the error was not learned */
+            size_t at = strlen(why);
+            snprintf(why + at, sizeof why - at, "; the lines read before it could not be "
+                     "submitted either: %.600s", fwhy);
         }
     }
     fr->n = fr->used = 0;
