@@ -235,6 +235,17 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
         fprintf(stderr, "tlserve: --model-name '%s' needs --model-repo\n", cfg->model_name);
         return -1;
     }
+    if (!cfg->online && (cfg->train_file[0] || cfg->sample_log_dir[0])) {
+        fprintf(stderr, "tlserve: %s needs --online\n",
+                cfg->train_file[0] ? "--train-file" : "--sample-log-dir (without it nothing is logged)");
+        return -1;
+    }
+    if (cfg->online && cfg->bus_servers[0] && strcmp(cfg->bus_mode, "partitioned") != 0 &&
+        !cfg->sample_log_dir[0]) {
+        fprintf(stderr, "tlserve: --bus-servers needs --sample-log-dir (the outbox a sample is "
+                        "acknowledged in before it is forwarded to the stream)\n");
+        return -1;
+    }
     if (cfg->repo_marks_dir[0] && !cfg->model_repo[0]) {
         fprintf(stderr, "tlserve: --repo-marks-dir '%s' needs --model-repo (it keeps the "
                         "repository's pins, rollbacks and refusals)\n", cfg->repo_marks_dir);

@@ -713,15 +713,7 @@ int online_start(server_t *srv, char *why, size_t why_len)
 {
     const server_config_t *c = &srv->cfg;
     G.srv = srv;
-    if (!c->online && c->train_file[0]) { /* online_file.c */
-        snprintf(why, why_len, "--train-file needs --online");
-        return -EINVAL;
-    }
-    if (!c->online && c->sample_log_dir[0]) {
-        snprintf(why, why_len, "--sample-log-dir needs --online (without it nothing is logged)");
-        return -EINVAL;
-    }
-    if (!c->online)
+    if (!c->online) /* --train-file, --sample-log-dir without it: config_check.c */
         return 0;
     train_optimizer_t opt;
     if (train_optimizer_parse(c->online_optimizer, &opt) != 0) {

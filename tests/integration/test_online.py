@@ -439,6 +439,8 @@ class Online(ServerCase):
                                 "--admin-port", str(free_port())] + list(args),
                                capture_output=True, text=True, timeout=30)
             self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            if "needs --online" in want:  # a usage error
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn(want, r.stdout + r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "logs")))
 

@@ -160,6 +160,7 @@ class OnlineFile(ServerCase):
         rc, out = self.refused("--online", "--train-file", path + ",")
         self.assertIn("the list ends with a comma", out)
         rc, out = self.refused("--train-file", path)
+        self.assertEqual(rc, 2, out)  # a usage error
         self.assertIn("--train-file needs --online", out)
         rc, out = self.refused("--online", "--train-file", path, "--train-file-model", "other")
         self.assertIn("--train-file-model 'other': the server serves model 'ctr'", out)
