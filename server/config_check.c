@@ -236,8 +236,9 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
         return -1;
     }
     if (!cfg->online && (cfg->train_file[0] || cfg->sample_log_dir[0])) {
-        fprintf(stderr, "tlserve: %s needs --online\n",
-                cfg->train_file[0] ? "--train-file" : "--sample-log-dir (without it nothing is logged)");
+        fprintf(stderr, "tlserve: %s needs --online%s\n",
+                cfg->train_file[0] ? "--train-file" : "--sample-log-dir",
+                cfg->train_file[0] ? "" : " (without it nothing is logged)");
         return -1;
     }
     if (cfg->online && cfg->bus_servers[0] && strcmp(cfg->bus_mode, "partitioned") != 0 &&
