@@ -132,8 +132,11 @@ static void apply(const update_msg_t *m, const char *model, bool count_it, bool 
     online_model_t *q = online__model_get(model, why, sizeof why);
     struct apply_ctx a = {.q = q, .ms = server_slot_named(G.srv, model), .own = own};
     if (!q || !a.ms) {
-        LOG(LL_WARN, "online: an update for model '%s' not applied: %s", model,
-            q ? "no version of it is live" : why);
+        static _Atomic uint64_t unapplied; /* logged at the first ten, then every 1000th */
+        uint64_t n = atomic_fetch_add_explicit(&unapplied, 1, memory_order_relaxed) + 1;
+        if (sync__log_due(n))
+            LOG(LL_WARN, "online: an update for model '%s' not applied (%" PRIu64 " so far): %s",
+                model, n, q ? "no version of it is live" : why);
         return;
     }
     if (!hold(&a))
