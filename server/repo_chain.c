@@ -67,6 +67,20 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+
+/* err names the version directory of a link of the chain to target when the
+ * failing file is not target's own (a bad delta-00005.tld of version 3 makes
+ * version 4 fail too: the operator looks in 3/). */
+static int name_link(int rc, store_error_t *err, uint64_t link, uint64_t target)
+{
+    if (rc == 0 || link == target || !err)
+        return rc;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "in version %" PRIu64 " (a link of %" PRIu64 "'s chain): %.430s", link,
+             target, err->msg);
+    memcpy(err->msg, msg, sizeof msg);
+    return rc;
+}
 /* The chain's deltas after the active version, as one overlay over it
  * (overlay.h): memory and time of the deltas, not of the model.  Applies when
  * the active version is a link of the chain (same model, version and
@@ -97,7 +111,8 @@ static int open_over_active(server_t *srv, const char *model, const char *model_
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         char path[1200];
         snprintf(path, sizeof path, "%s/%" PRIu64, model_dir, chain->versions[at + 1 + i]);
-        rc = store_delta_open(path, &d[i], err);
+        rc = name_link(store_delta_open(path, &d[i], err), err, chain->versions[at + 1 + i],
+                       chain->versions[chain->n - 1]);
         if (rc == 0)
             keys += store_delta_info(d[i])->upserts + store_delta_info(d[i])->deletes;
     }
@@ -305,7 +320,8 @@ int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, rep
             goto out;
         meta = *model_meta(m);
     } else {
-        rc = store_snapshot_load_ex(path, srv->cfg.load_threads, &s, &meta, &x, err);
+        rc = name_link(store_snapshot_load_ex(path, srv->cfg.load_threads, &s, &meta, &x, err),
+                       err, chain->versions[0], version);
         if (rc != 0)
             goto out;
     }
@@ -322,6 +338,7 @@ int repo__open_chain(server_t *srv, const char *model_dir, uint64_t version, rep
             rc = store_delta_open(path, &d, err);
             if (rc == 0)
                 rc = store_delta_apply(s, &meta, d, err);
+            rc = name_link(rc, err, chain->versions[i], version);
             store_delta_close(d);
             if (rc != 0)
                 goto out;

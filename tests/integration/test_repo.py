@@ -355,6 +355,21 @@ class ModelRepo(unittest.TestCase):
         self.assertEqual(r.version, 3)
         self.assertEqual(list(r.scores), want3)
 
+    def test_a_bad_link_is_named_by_its_own_version(self):
+        # 2 is corrupt, 3 a good delta on it: 3's refusal names version 2, where the bad
+        # file is, not only 3's directory
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo)
+        self.add_delta(1, 2, corrupt=True)
+        self.wait_for(srv, lambda m: any(x["version"] == 2 for x in m["repository"]["refused"]),
+                      "refusal of 2")
+        self.add_delta(2, 3)
+        m = self.wait_for(srv, lambda m: any(x["version"] == 3
+                                             for x in m["repository"]["refused"]), "refusal of 3")
+        err3 = [x["error"] for x in m["repository"]["refused"] if x["version"] == 3][0]
+        self.assertIn("in version 2 (a link of 3's chain)", err3)
+        self.assertEqual(m["models"][0]["version"], 1)
+
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
         # version is servable names the directory it skipped and the rule
