@@ -214,8 +214,9 @@ void admin__on_refuse(server_t *srv, struct evhttp_request *req, const char *nam
                                  name));
 }
 
-/* {"version": N} -> 1 with *v, {"version": "latest"} -> 0; -1 after a 400. */
-static int parse_activate(struct evhttp_request *req, uint64_t *v)
+/* {"version": N} -> 1 with *v, {"version": "latest"} -> 0; -1 after a 400.
+ * "force": true (with N) skips the validation gate of a load it starts. */
+static int parse_activate(struct evhttp_request *req, uint64_t *v, bool *force)
 {
     char body[ACTIVATE_MAX_BODY + 1];
     long len = admin__body(req, body, ACTIVATE_MAX_BODY);
@@ -224,6 +225,7 @@ static int parse_activate(struct evhttp_request *req, uint64_t *v)
     json_error_t jerr;
     json_t *j = json_loadb(body, (size_t)len, 0, &jerr);
     json_t *jv = json_is_object(j) ? json_object_get(j, "version") : NULL;
+    json_t *jf = json_is_object(j) ? json_object_get(j, "force") : NULL;
     int rc = -1;
     if (json_is_integer(jv) && json_integer_value(jv) > 0) {
         *v = (uint64_t)json_integer_value(jv);
@@ -231,10 +233,15 @@ static int parse_activate(struct evhttp_request *req, uint64_t *v)
     } else if (json_is_string(jv) && strcmp(json_string_value(jv), "latest") == 0) {
         rc = 0;
     }
+    if (jf && !json_is_boolean(jf))
+        rc = -1;
+    *force = jf && json_is_true(jf);
     json_decref(j);
     if (rc < 0)
         admin__reply_error(req, 400,
-                           "body must be {\"version\": N} (N > 0) or {\"version\": \"latest\"}");
+                           "body must be {\"version\": N} (N > 0) or {\"version\": \"latest\"}, "
+                           "and \"force\", when given, true or false (true skips the validation "
+                           "gate of the load it starts)");
     return rc;
 }
 
@@ -243,7 +250,8 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
     if (admin__check_auth(req) != 0)
         return;
     uint64_t version = 0;
-    int which = parse_activate(req, &version);
+    bool force = false;
+    int which = parse_activate(req, &version, &force);
     if (which < 0)
         return;
     uint64_t av = active_of(srv, name);
@@ -283,7 +291,7 @@ void admin__on_activate(server_t *srv, struct evhttp_request *req, const char *n
         return;
     }
     loader_status_t st;
-    int rc = repo_activate(name, version, &st);
+    int rc = repo_activate(name, version, force, &st);
     if (rc == 0) {
         LOG(LL_INFO, "admin: %s version %" PRIu64 " active and pinned", name, version);
         admin__reply_json(req, 200,

@@ -173,8 +173,9 @@ long repo_list_versions(const char *model, uint64_t *out, size_t cap);
  * has no such version; -ENODEV when the repository does not serve model;
  * -EBUSY when a load of another version is under way; the loader's
  * -EAGAIN/-ECANCELED; -ENOMEM.  Clears a rollback or refusal of version.
- * Reads the directory (stats the versions' files). */
-int repo_activate(const char *model, uint64_t version, loader_status_t *st);
+ * force: the load it queues skips the validation gate (ops overruling a
+ * refusal).  Reads the directory (stats the versions' files). */
+int repo_activate(const char *model, uint64_t version, bool force, loader_status_t *st);
 
 /* Refuses version of model for good (the admin's :refuse): refused by the
  * policy, listed with "refused by admin: why", whatever its files do, until

@@ -113,7 +113,7 @@ static int version_sig(const char *dir, uint64_t version, uint64_t *sig)
 /* Queues the load of version from its files for r (R.lock held): 0 queued
  * (*st filled), or the loader's -errno. */
 static int admin_queue_load(struct repo_model *r, const char *dir, uint64_t version, uint64_t sig,
-                      loader_status_t *st)
+                            bool force, loader_status_t *st)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%" PRIu64, dir, version);
@@ -123,7 +123,8 @@ static int admin_queue_load(struct repo_model *r, const char *dir, uint64_t vers
                         .open = repo__open,
                         .open_arg = r,
                         .done = repo__load_ended,
-                        .done_arg = r};
+                        .done_arg = r,
+                        .force = force};
     r->loading = version;
     r->loading_sig = sig;
     int rc = loader_submit_job(&job, st);
@@ -158,7 +159,7 @@ static void reload_if_trained(const char *model, uint64_t version)
     if (rc == 0 && r && r->loading)
         rc = -EBUSY;
     if (rc == 0 && r)
-        rc = admin_queue_load(r, dir, version, sig, &st);
+        rc = admin_queue_load(r, dir, version, sig, false, &st);
     pthread_mutex_unlock(&R.lock);
     if (rc == 0)
         LOG(LL_INFO, "repo: load %" PRIu64 " of %s version %" PRIu64 " queued: the online "
@@ -217,7 +218,7 @@ long repo_list_versions(const char *model, uint64_t *out, size_t cap)
     return store_version_list(dir, out, cap);
 }
 
-int repo_activate(const char *model, uint64_t version, loader_status_t *st)
+int repo_activate(const char *model, uint64_t version, bool force, loader_status_t *st)
 {
     char dir[sizeof R.models[0].model_dir];
     int ok = model_dir_of(model, dir);
@@ -266,13 +267,13 @@ int repo_activate(const char *model, uint64_t version, loader_status_t *st)
         kept = true;
         goto out;
     }
-    rc = admin_queue_load(r, dir, version, sig, st);
+    rc = admin_queue_load(r, dir, version, sig, force, st);
     if (rc == 0) {
         rc = 1;
         LOG(LL_INFO,
             "repo: load %" PRIu64 " of %s version %" PRIu64 " queued (activated by the "
-            "admin; pinned)",
-            st->id, model, version);
+            "admin; pinned%s)",
+            st->id, model, version, force ? "; forced: no validation gate" : "");
     }
 out:
     pthread_mutex_unlock(&R.lock);

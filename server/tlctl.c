@@ -54,7 +54,9 @@ static void usage(FILE *f)
             "commands:\n"
             "  status                     the active model, its standby versions, the repository\n"
             "  versions MODEL             every version of MODEL and its state\n"
-            "  activate MODEL VERSION     make VERSION active and pin it (\"latest\": unpin)\n"
+            "  activate MODEL VERSION [--force]\n"
+            "                             make VERSION active and pin it (\"latest\": unpin);\n"
+            "                             --force: a load it starts skips the validation gate\n"
             "  rollback MODEL             make the standby version active at once\n"
             "  refuse MODEL VERSION [WHY] never serve VERSION (rolled back first when active);\n"
             "                             \"tlctl activate MODEL VERSION\" lifts it\n"
@@ -355,21 +357,28 @@ static void warn_marks(const json_t *j, const char *model)
                         "says why): this holds until it restarts, not after\n", model);
 }
 
-static int cmd_activate(const char *model, const char *version)
+static int cmd_activate(const char *model, const char *version, bool force)
 {
     char payload[128], path[256];
     if (strcmp(version, "latest") == 0) {
+        if (force) {
+            fprintf(stderr, "tlctl: --force goes with a VERSION to load, not \"latest\"\n");
+            return EXIT_USAGE;
+        }
         snprintf(payload, sizeof payload, "{\"version\": \"latest\"}");
     } else {
         char *end;
         errno = 0;
         unsigned long long v = strtoull(version, &end, 10);
-        if (errno || *end || end == version || v == 0 || version[0] == '-') {
-            fprintf(stderr, "tlctl: VERSION must be a positive integer or \"latest\", not '%s'\n",
-                    version);
+        /* a version directory's name: digits, no sign, no leading zero, 1 .. 2^63-1 */
+        if (errno || *end || end == version || v == 0 || v > INT64_MAX || version[0] < '1' ||
+            version[0] > '9') {
+            fprintf(stderr, "tlctl: VERSION must be a version number (1, 2, ...: digits, no "
+                    "leading zero, at most 2^63-1) or \"latest\", not '%s'\n", version);
             return EXIT_USAGE;
         }
-        snprintf(payload, sizeof payload, "{\"version\": %llu}", v);
+        snprintf(payload, sizeof payload, "{\"version\": %llu%s}", v,
+                 force ? ", \"force\": true" : "");
     }
     snprintf(path, sizeof path, "/v1/models/%s:activate", model);
     json_t *j;
@@ -613,13 +622,32 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "digest") == 0 && na == 1)
         return cmd_digest(a[0]);
     if (strcmp(cmd, "activate") == 0 && na == 2)
-        return cmd_activate(a[0], a[1]);
+        return cmd_activate(a[0], a[1], false);
+    if (strcmp(cmd, "activate") == 0 && na == 3 && strcmp(a[2], "--force") == 0)
+        return cmd_activate(a[0], a[1], true);
     if (strcmp(cmd, "rollback") == 0 && na == 1)
         return cmd_rollback(a[0]);
     if (strcmp(cmd, "refuse") == 0 && (na == 2 || na == 3))
         return cmd_refuse(a[0], a[1], na == 3 ? a[2] : NULL);
     if (strcmp(cmd, "watch") == 0 && na <= 1)
         return cmd_watch(na ? a[0] : NULL);
+    for (int k = 0; k < na; k++)
+        if (a[k][0] == '-' && !(strcmp(cmd, "activate") == 0 && k == 2)) {
+            fprintf(stderr, "tlctl: '%s' after the command: options go before it "
+                    "(tlctl [--json] ... %s ...)\n", a[k], cmd);
+            return EXIT_USAGE;
+        }
+    static const char *const known[] = {"status", "versions", "digest", "activate",
+                                        "rollback", "refuse", "watch"};
+    bool is_known = false;
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        is_known |= strcmp(cmd, known[k]) == 0;
+    if (!cmd[0])
+        fprintf(stderr, "tlctl: no command\n");
+    else if (!is_known)
+        fprintf(stderr, "tlctl: unknown command '%s'\n", cmd);
+    else
+        fprintf(stderr, "tlctl: %s does not take %d argument%s\n", cmd, na, na == 1 ? "" : "s");
     usage(stderr);
     return EXIT_USAGE;
 }

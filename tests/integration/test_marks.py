@@ -323,5 +323,22 @@ class GateMarks(unittest.TestCase):
         self.assertEqual({v["version"]: v["state"] for v in body["versions"]},
                          {2: "active", 3: "refused"})
 
+        # Ops overrule the gate: activated with "force", 3 loads without it and serves.
+        st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
+                                   b'{"version": 3, "force": 1}',
+                                   {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 400, body)  # force is a JSON boolean
+        st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
+                                   b'{"version": 3, "force": true}',
+                                   {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 202, body)
+        for _ in range(600):
+            body = json.loads(srv.get("/v1/models/gm/versions")[2])
+            if any(v["version"] == 3 and v["state"] == "active" for v in body["versions"]):
+                break
+            threading.Event().wait(0.05)
+        self.assertEqual({v["version"]: v["state"] for v in body["versions"]}[3], "active")
+        self.assertIn("forced: no validation gate", srv.output())
+
 if __name__ == "__main__":
     unittest.main()
