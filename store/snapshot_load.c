@@ -714,8 +714,8 @@ int store_snapshot_load_ex(const char *dir, int threads, store_t **out, store_me
         /* a delta's records are changes against its parent, not a model */
         store__snap_fail(err, STORE_E_MANIFEST, MANIFEST_FILE_NAME, -1,
                          "version %" PRIu64 " is a delta of %" PRIu64
-                         ", not a full snapshot: load it through the chain "
-                         "(store_version_chain, store_delta_apply)",
+                         ", not a full snapshot: it is served through its chain (a "
+                         "repository's version: activate it; offline: tlsnap compact)",
                          m.meta.version, m.meta.parent_version);
         store__manifest_free(&m);
         rc = -1;
