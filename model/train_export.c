@@ -194,7 +194,7 @@ static int split_version_dir(const char *dir, char *model_dir, size_t len, uint6
 
 /* Resolves dir: through its repository's chain when its name is a version
  * and the chain resolves, else as a full snapshot (whose error, a delta's
- * "load it through the chain" included, is the one reported, with the
+ * "not a full snapshot" included, is the one reported, with the
  * chain's reason appended).  Reads manifests only.  0 or -errno (*err). */
 static int parent_resolve(const char *dir, struct parent_src *p, store_error_t *err)
 {
