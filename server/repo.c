@@ -219,6 +219,10 @@ void repo__load_ended(const loader_status_t *st, void *arg)
     pthread_mutex_lock(&R.lock);
     if (r->loading == st->version)
         r->loading = 0;
+    if (st->state == LOADER_DONE) { /* its chain's files as they are: the next scan signs them */
+        r->served = st->version;
+        r->served_sig = 0;
+    }
     bool pin_load = r->pin_loading && st->version == r->pinned;
     if (st->version == r->pinned)
         r->pin_loading = false;
@@ -463,6 +467,9 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
 
     char active_name[64];
     uint64_t active = active_version(R.srv, r->model, active_name, sizeof active_name);
+    /* The active version's chain, to see it rewritten in place (same number, new files). */
+    uint64_t active_chain =
+        active && strcmp(active_name, r->model) == 0 ? chain_sig(r->model_dir, active) : 0;
     char skipped[NAME_MAX + 1]; /* with no version: a name the user may have meant as one */
     if (n == 0)
         first_non_version(r->model_dir, skipped, sizeof skipped);
@@ -470,6 +477,8 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
         skipped[0] = '\0';
 
     pthread_mutex_lock(&R.lock);
+    if (r->served == active && !r->served_sig)
+        r->served_sig = active_chain; /* the first scan since its load */
     if (listing != r->listing_sig) {
         r->listing_sig = listing;
         r->pending = true;
@@ -530,8 +539,16 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
                            : "");
         r->said_none = true;
         r->pending = false;
-    } else if (active == target && strcmp(active_name, r->model) == 0) {
+    } else if (active == target && strcmp(active_name, r->model) == 0 &&
+               !(r->served == active && r->served_sig && active_chain != r->served_sig)) {
         r->pending = false;
+    } else if (active == target && strcmp(active_name, r->model) == 0) {
+        LOG(LL_WARN, "repo: %s version %" PRIu64 " was rewritten in place (its files changed "
+            "since it was loaded): loading it again", r->model, target);
+        long at = 0;
+        while (versions[at] != target)
+            at++;
+        queue_load(r, target, prefix[at]);
     } else if (server_model_activate_kept(R.srv, r->model, target, &from) == 0) {
         r->pending = false; /* kept loaded: made active by a pointer swap, no load */
         LOG(LL_INFO, "repo: %s version %" PRIu64 " active again (it was kept loaded)", r->model,

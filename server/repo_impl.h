@@ -31,6 +31,8 @@ struct repo_model {
     uint64_t latest;      /* highest version in the last listing */
     uint64_t loading;     /* version queued or loading (0: none) */
     uint64_t loading_sig; /* its prefix signature when queued */
+    uint64_t served;      /* the version the watcher's last load made active (0: none) */
+    uint64_t served_sig;  /* its chain's signature when a scan first saw it active (0: not yet) */
     unsigned n_refused;
     uint64_t refused_floor;                   /* versions <= it count as refused (forgotten ones) */
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */

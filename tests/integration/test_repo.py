@@ -28,6 +28,7 @@ from harness import TLSERVE, TLSNAP, TLSYNTH, Server, gen_model, model_key, requ
 NAME = "rm"
 KEYS = 20000
 SEEDS = {1: 42, 2: 43, 3: 44, 4: 45, 5: 46}
+REPO_SCAN_S = 2.5  # a rescan at least (REPO_RESCAN_MS 2000)
 
 
 def tlsnap(*args):
@@ -369,6 +370,30 @@ class ModelRepo(unittest.TestCase):
         err3 = [x["error"] for x in m["repository"]["refused"] if x["version"] == 3][0]
         self.assertIn("in version 2 (a link of 3's chain)", err3)
         self.assertEqual(m["models"][0]["version"], 1)
+
+    def test_active_version_rewritten_in_place_is_loaded_again(self):
+        # the directory of the active version 1 replaced by other weights under the same
+        # number: served again from its files, not left serving what it held before
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo)
+        shared, items = request()
+        with srv.client() as c:
+            before = list(c.predict(NAME, shared, items).scores)
+        time.sleep(REPO_SCAN_S)  # a scan signs the active version's files
+        other = os.path.join(self.tmp, "other1")
+        gen_model(other, KEYS, NAME, version=1, seed=SEEDS[2])
+        shutil.rmtree(os.path.join(self.mdir, "1"))
+        os.rename(other, os.path.join(self.mdir, "1"))
+        deadline = time.monotonic() + 30
+        after = before
+        while after == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+            with srv.client() as c:
+                r = c.predict(NAME, shared, items)
+            after = list(r.scores)
+        self.assertNotEqual(after, before, srv.output())
+        self.assertEqual(r.version, 1)
+        self.assertIn("version 1 was rewritten in place", srv.output())
 
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no

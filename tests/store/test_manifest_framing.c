@@ -38,8 +38,8 @@ static void test_roundtrip(void **state)
     m.meta.model_kind = STORE_MODEL_FFM;
     memset(m.meta.model_name, 'n', 63);
     m.meta.model_name[63] = '\0';
-    m.meta.version = UINT64_MAX;
-    m.meta.parent_version = UINT64_MAX - 1;
+    m.meta.version = INT64_MAX; /* versions are 1 .. 2^63-1 (manifest.h) */
+    m.meta.parent_version = INT64_MAX - 1;
     m.meta.created_unix = UINT64_MAX;
     memset(sh[1].file, 'f', 63);
     sh[1].file[63] = '\0';
