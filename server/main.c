@@ -7,7 +7,8 @@
  *     exit 0 <── free (team) <── admin_stop (loader first) <── workers_stop <── stopping ┘
  *
  * SIGNALS
- *   SIGTERM and SIGINT are taken synchronously with sigwait() here: no
+ *   SIGTERM and SIGINT (and SIGHUP, SIGUSR1/2, logged and ignored: see
+ *   stop_signals) are taken synchronously with sigwait() here: no
  *   handler runs in a random thread.  The kernel gives a process-directed
  *   signal to any thread that does not block it, and only main's sigwait()
  *   unblocks it, so every thread must block them.  Threads inherit the
@@ -109,12 +110,17 @@ cold static const char *model_dir_hint(const char *dir, const store_error_t *err
     return hint;
 }
 
-/* The signals main() takes with sigwait(). */
+/* The signals main() takes with sigwait(): SIGTERM and SIGINT drain; SIGHUP,
+ * SIGUSR1 and SIGUSR2, whose default action would kill the process at once
+ * (a closed terminal, a habitual "reload"), are logged and ignored. */
 static void stop_signals(sigset_t *set)
 {
     sigemptyset(set);
     sigaddset(set, SIGTERM);
     sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
 }
 
 /* Blocks the stop signals in the calling (the only) thread; see SIGNALS. */
@@ -254,8 +260,15 @@ int main(int argc, char **argv)
         srv->nworkers, cfg->admin_bind, cfg->admin_port);
 
     int sig = 0;
-    while (sigwait(&stop_set, &sig) != 0)
-        ;
+    for (;;) {
+        if (sigwait(&stop_set, &sig) != 0)
+            continue;
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        LOG(LL_INFO, "%s ignored: tlserve has no reload (new versions come through the "
+            "repository or the admin API); SIGTERM drains and stops",
+            sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+    }
     LOG(LL_INFO, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     atomic_store(&srv->stopping, true);
     repo_stop(); /* queues nothing more; before the loader stops */

@@ -9,6 +9,7 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_server.py
 
 import json
 import os
+import signal
 import shutil
 import socket
 import struct
@@ -357,6 +358,19 @@ class Lifecycle(unittest.TestCase):
         srv = Server(MODEL_DIR)
         with srv.client() as c:
             c.predict(MODEL, *request(items=2))
+        self.assertEqual(srv.stop(), 0)
+
+    def test_sighup_and_sigusr_are_ignored(self):
+        srv = Server(MODEL_DIR)
+        for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            srv.proc.send_signal(sig)
+        deadline = time.monotonic() + 10
+        while srv.output().count("ignored: tlserve has no reload") < 3:
+            self.assertLess(time.monotonic(), deadline, srv.output())
+            time.sleep(0.05)
+        with srv.client() as c:  # still serving
+            self.assertEqual(len(c.predict(MODEL, *request(items=2)).scores), 2)
+        self.assertIsNone(srv.proc.poll())
         self.assertEqual(srv.stop(), 0)
 
     def test_bad_config_is_refused(self):
