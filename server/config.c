@@ -195,6 +195,14 @@ static int on_key(void *user, const char *section, const char *key, const char *
         goto bad;
     }
     fc->seen[e - server__cfg_table] = true;
+    /* inih ends a value at an inline ';' only: "abc # note" would be the
+     * value, a comment silently kept in a token or a path. */
+    if (strstr(value, " #") || strstr(value, "\t#")) {
+        snprintf(fc->msg, sizeof fc->msg,
+                 "%s: the value '%.200s' holds ' #': an inline comment starts with ';' in this "
+                 "file ('#' only at the start of a line)", e->name, value);
+        goto bad;
+    }
     if (set_value(fc->cfg, e, value, why, sizeof why) != 0) {
         snprintf(fc->msg, sizeof fc->msg, "%s: %s", e->name, why);
         goto bad;

@@ -180,7 +180,7 @@ static void test_file_then_flags(void **state)
                                             "workers = 3\n"
                                             "force_epoll = yes\n"
                                             "bind = 0.0.0.0\n"
-                                            "log-level = warn\n");
+                                            "log-level = warn ; an inline comment\n");
     server_config_t c;
     /* The flag before --config still wins over the file. */
     assert_int_equal(
@@ -255,6 +255,7 @@ static void test_bad_file(void **state)
         {"[server]\nthis is not ini\n", {":2:", "not an INI line", NULL}},
         {"[server]\nport = 1\nworkers = 2\nport = 3\n", {":4:", "'port'", "second time", NULL}},
         {"[server]\nadmin_bind = ::1\nadmin-bind = ::1\n", {":3:", "admin-bind", "second", NULL}},
+        {"[server]\nadmin_token = abc # note\n", {":2:", "admin-token", "holds ' #'", NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *path = write_file("bad.ini", cases[i].text);
