@@ -255,7 +255,7 @@ int codec__rd_block(struct rd *r, codec_block_t *b, const char *what, long index
     int k = codec_varint_decode(r->p + r->off, rd_left(r), &n);
     if (unlikely(k <= 0))
         return codec__fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
-                           k ? "%s %s: varint feature count at offset %zu is over 10 bytes"
+                           k ? "%s %s: varint feature count at offset %zu is over 10 bytes or 64 bits"
                              : "%s %s: feature count at offset %zu runs past the payload end",
                            r->msg, label(lb, sizeof lb, what, index), at);
     r->off += (size_t)k;
@@ -325,7 +325,7 @@ int codec__rd_block(struct rd *r, codec_block_t *b, const char *what, long index
             k = codec_varint_decode(r->p + r->off, rd_left(r), &d);
         if (unlikely(k <= 0))
             return codec__fail(r->err, k ? CODEC_E_BAD_VARINT : CODEC_E_TRUNCATED, at,
-                               k ? "%s %s: varint delta[%u] at offset %zu is over 10 bytes"
+                               k ? "%s %s: varint delta[%u] at offset %zu is over 10 bytes or 64 bits"
                                  : "%s %s: delta[%u] at offset %zu runs past the payload end",
                                r->msg, label(lb, sizeof lb, what, index), i, at);
         r->off += (size_t)k;
