@@ -103,7 +103,7 @@ void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name)
     if (len < 0)
         return;
     json_error_t jerr;
-    json_t *j = json_loadb(body, (size_t)len, 0, &jerr);
+    json_t *j = json_loadb(body, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
     if (!j) {
         admin__reply_error(req, 400,
                            "body is not JSON (line %d, column %d: %s); expected "

@@ -139,7 +139,7 @@ static int parse_refuse(struct evhttp_request *req, uint64_t *v, char why[201])
     if (len < 0)
         return -1;
     json_error_t jerr;
-    json_t *j = json_loadb(body, (size_t)len, 0, &jerr);
+    json_t *j = json_loadb(body, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
     json_t *jv = json_is_object(j) ? json_object_get(j, "version") : NULL;
     json_t *jr = json_is_object(j) ? json_object_get(j, "reason") : NULL;
     const char *r = json_is_string(jr) ? json_string_value(jr) : "";
@@ -155,7 +155,8 @@ static int parse_refuse(struct evhttp_request *req, uint64_t *v, char why[201])
     if (!ok)
         admin__reply_error(req, 400,
                            "body must be {\"version\": N} (N > 0) with an optional \"reason\" "
-                           "(at most 200 printable ASCII characters)");
+                           "(at most 200 printable ASCII characters)%s%s",
+                           j ? "" : "; it is not JSON: ", j ? "" : jerr.text);
     return ok ? 0 : -1;
 }
 
@@ -223,7 +224,7 @@ static int parse_activate(struct evhttp_request *req, uint64_t *v, bool *force)
     if (len < 0)
         return -1;
     json_error_t jerr;
-    json_t *j = json_loadb(body, (size_t)len, 0, &jerr);
+    json_t *j = json_loadb(body, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
     json_t *jv = json_is_object(j) ? json_object_get(j, "version") : NULL;
     json_t *jf = json_is_object(j) ? json_object_get(j, "force") : NULL;
     int rc = -1;
@@ -241,7 +242,8 @@ static int parse_activate(struct evhttp_request *req, uint64_t *v, bool *force)
         admin__reply_error(req, 400,
                            "body must be {\"version\": N} (N > 0) or {\"version\": \"latest\"}, "
                            "and \"force\", when given, true or false (true skips the validation "
-                           "gate of the load it starts)");
+                           "gate of the load it starts)%s%s",
+                           j ? "" : "; it is not JSON: ", j ? "" : jerr.text);
     return rc;
 }
 

@@ -329,6 +329,11 @@ class GateMarks(unittest.TestCase):
                                    {"Authorization": "Bearer " + TOKEN})
         self.assertEqual(st, 400, body)  # force is a JSON boolean
         st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
+                                   b'{"version": 3, "version": 2}',
+                                   {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 400, body)  # which was meant is not knowable
+        self.assertIn("duplicate", body.decode() if isinstance(body, bytes) else body)
+        st, _, body = harness.http(srv.admin_port, "/v1/models/gm:activate", "POST",
                                    b'{"version": 3, "force": true}',
                                    {"Authorization": "Bearer " + TOKEN})
         self.assertEqual(st, 202, body)
