@@ -283,12 +283,17 @@ void guard_arm(server_t *srv, const server_model_t *next)
     guard_counts_t base = w->base;
     uint64_t window = G.window_ms;
     pthread_mutex_unlock(&G.lock);
-    LOG(LL_INFO,
-        "guard: watching %s version %llu for %llu ms (baseline: version %llu, %llu requests, "
-        "mean %.6f)",
-        meta->model_name, (unsigned long long)meta->version, (unsigned long long)window,
-        (unsigned long long)version, (unsigned long long)base.requests,
-        base.items ? base.sum / (double)base.items : NAN);
+    if (!gen)
+        LOG(LL_INFO, "guard: watching %s version %llu for %llu ms (no baseline: the model's "
+            "first version; its error rate is judged alone)", meta->model_name,
+            (unsigned long long)meta->version, (unsigned long long)window);
+    else
+        LOG(LL_INFO,
+            "guard: watching %s version %llu for %llu ms (baseline: version %llu, %llu requests, "
+            "mean %.6f)",
+            meta->model_name, (unsigned long long)meta->version, (unsigned long long)window,
+            (unsigned long long)version, (unsigned long long)base.requests,
+            base.items ? base.sum / (double)base.items : NAN);
 }
 
 /* ---- the thread ---------------------------------------------------------------------- */
