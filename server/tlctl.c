@@ -279,13 +279,20 @@ static int cmd_status(void)
         printf("%-20s %-10lld %-8s %-12lld %s\n", jstr(m, "name", "?"), jint(m, "version"),
                jstr(m, "kind", "?"), jint(m, "keys"), sb);
     }
-    json_t *r = json_object_get(j, "repository");
-    if (json_is_object(r)) {
+    /* Each model's repository policy ("repositories"; "repository" is the first's). */
+    json_t *rs = json_object_get(j, "repositories");
+    size_t nr = json_is_array(rs) ? json_array_size(rs) : 0;
+    for (size_t k = 0; k < (nr ? nr : 1); k++) {
+        json_t *r = nr ? json_array_get(rs, k) : json_object_get(j, "repository");
+        if (!json_is_object(r))
+            continue;
         char pin[48] = "latest policy";
         if (jint(r, "pinned"))
             snprintf(pin, sizeof pin, "pinned to version %lld", jint(r, "pinned"));
-        printf("repository %s: model %s, latest %lld, %s\n", jstr(r, "dir", "?"),
-               jstr(r, "model", "?"), jint(r, "latest"), pin);
+        json_t *readable = json_object_get(r, "readable");
+        printf("repository %s: model %s, latest %lld, %s%s\n", jstr(r, "dir", "?"),
+               jstr(r, "model", "?"), jint(r, "latest"), pin,
+               json_is_false(readable) ? "; NOT READABLE (the active version keeps serving)" : "");
     }
     json_decref(j);
     return 0;

@@ -150,6 +150,12 @@ class RepoModels(unittest.TestCase):
         self.assertEqual(m["repository"], m["repositories"][0])
         for r in m["repositories"]:
             self.assertEqual((r["latest"], r["refused"], r["pinned"]), (1, [], 0), r)
+        r = subprocess.run([os.path.join(harness.BUILD, "server", "tlctl"), "--admin",
+                            "127.0.0.1:%d" % srv.admin_port, "status"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("a", "b"):  # each model's policy, not the first's only
+            self.assertRegex(r.stdout, r"repository \S+: model %s, latest 1, latest policy" % name)
 
         # A delta of "a" goes live; "b" keeps its version and scores.
         self.add_delta("a", 1, 2)
