@@ -227,7 +227,10 @@ static void *loader_main(void *arg)
         }
         /* The gate (gate.h) before the swap: a refused version is never served. */
         gate_verdict_t gv;
-        bool gated = rc == 0 && !hk.force;
+        pthread_mutex_lock(&L.lock);
+        bool stopping = L.stopping; /* discarded below: the drain does not wait for a gate */
+        pthread_mutex_unlock(&L.lock);
+        bool gated = rc == 0 && !hk.force && !stopping;
         if (gated) {
             pthread_mutex_lock(&L.lock);
             r->state = LOADER_VALIDATING;
