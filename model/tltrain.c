@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
@@ -121,7 +122,8 @@ static void usage(FILE *f)
             "  --export DIR     write a serving snapshot into DIR (LR: one float per id,\n"
             "                   FM: 1 + k floats per id, FFM: 1 + fields x k)\n"
             "  --name NAME      model name in the snapshot (default: the model kind)\n"
-            "  --version N      snapshot version (default 1)\n"
+            "  --version N      snapshot version, 1..2^63-1 (default: DIR's name when it is a\n"
+            "                   version number, as in a repository's <model>/<N>; else 1)\n"
             "  --export-delta OUT  write what training changed since --parent as a delta\n"
             "                   version into OUT (e.g. <repo>/<model>/<N>, N = --version;\n"
             "                   must not exist):\n"
@@ -354,6 +356,10 @@ __attribute__((cold)) static int check_export_dir(const char *dir)
 {
     struct stat st;
     char path[PATH_MAX];
+    if (!dir[0]) {
+        fprintf(stderr, "tltrain: --export: the path is empty\n");
+        return 2;
+    }
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
             fprintf(stderr, "tltrain: --export %s: exists and is not a directory\n", dir);
@@ -381,7 +387,26 @@ __attribute__((cold)) static int check_export_dir(const char *dir)
                 parent);
         return 2;
     }
+    if (access(parent, W_OK | X_OK) != 0) {
+        fprintf(stderr, "tltrain: --export %s: its parent directory %s is not writable here: %s\n",
+                dir, parent, strerror(errno));
+        return 2;
+    }
     return 0;
+}
+
+/* The version an --export directory's name says (a repository's <model>/<N>),
+ * 0 when its last component is not a version name. */
+static uint64_t export_dir_version(const char *dir)
+{
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path)
+        return 0;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = '\0';
+    uint64_t v = 0;
+    return store_version_parse(basename(path), &v) ? v : 0;
 }
 
 /* --hidden "256,128" (or "" for none) into o->hidden; 0 or -1 (printed). */
@@ -554,6 +579,7 @@ int main(int argc, char **argv)
     long patience = 0;             /* --patience; 0: not given */
     int auto_stop = 1;
     unsigned long long version = 1;
+    int version_given = 0;
     int json = 0, skip_bad = 0, c;
     train_dnn_options_t dno; /* --model dnn */
     train_dnn_defaults(&dno);
@@ -623,10 +649,11 @@ int main(int argc, char **argv)
         case O_PARENT: parent_dir = optarg; break;
         case O_NAME: name = optarg; break;
         case O_VERSION:
-            if (parse_u64_arg(optarg, &version) != 0 || version == 0) {
-                fprintf(stderr, "tltrain: --version: '%s' is not a number in 1..2^64-1\n", optarg);
+            if (parse_u64_arg(optarg, &version) != 0 || version == 0 || version > INT64_MAX) {
+                fprintf(stderr, "tltrain: --version: '%s' is not a number in 1..2^63-1\n", optarg);
                 return 2;
             }
+            version_given = 1;
             break;
         case O_SKIP: skip_bad = 1; break;
         case O_JSON: json = 1; break;
@@ -677,6 +704,20 @@ int main(int argc, char **argv)
         return 2;
     if (export_dir && check_export_dir(export_dir) != 0)
         return 2;
+    if (export_dir && delta_dir && strcmp(export_dir, delta_dir) == 0) {
+        fprintf(stderr, "tltrain: --export and --export-delta name the same directory %s: a "
+                        "full version and a delta each need their own\n", export_dir);
+        return 2;
+    }
+    uint64_t named = export_dir ? export_dir_version(export_dir) : 0;
+    if (named && version_given && named != version) {
+        fprintf(stderr, "tltrain: --export %s is named version %" PRIu64 " but --version is %llu: "
+                        "a repository refuses a directory holding another version than its name\n",
+                export_dir, named, version);
+        return 2;
+    }
+    if (named && !version_given)
+        version = named; /* <model>/<N>: the snapshot says N, as a repository reads it */
     if (!delta_dir != !parent_dir) {
         fprintf(stderr, "tltrain: --export-delta and --parent go together (see --help)\n");
         return 2;

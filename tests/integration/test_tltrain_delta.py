@@ -166,6 +166,24 @@ class TltrainDelta(unittest.TestCase):
                      "--version", "9", "--export-delta", out, "--parent",
                      os.path.join(repo, "1"))
 
+    def test_export_dir_names_its_version(self):
+        # <model>/<N>: the snapshot says N (as a repository reads it) unless --version says
+        # otherwise, which is refused before training, as are an empty path and one path for
+        # both exports
+        base = ["--train", SVM, "--format", "libsvm", "--model", "lr", "--epochs", "1"]
+        repo = self.path("repo", "named")
+        os.makedirs(repo)
+        self.ok(*base, "--export", os.path.join(repo, "2"))
+        self.assertIn("version    2 (full)", self.info(os.path.join(repo, "2")))
+        out = os.path.join(repo, "3")
+        self.refused(2, out, ["named version 3 but --version is 4"], *base, "--export", out,
+                     "--version", "4")
+        r = tltrain(*base, "--export", "")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--export: the path is empty", r.stderr)
+        self.refused(2, out, ["name the same directory"], *base, "--export", out,
+                     "--export-delta", out, "--parent", os.path.join(repo, "2"))
+
     def test_dnn_refused(self):
         base = ["--train", FFM, "--format", "libffm", "--model", "dnn", "--dim", "4",
                 "--hidden", "8", "--epochs", "1"]
