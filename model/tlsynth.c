@@ -213,11 +213,16 @@ static double draw(const struct planted *m, uint64_t *s, uint32_t *r, double *li
     return *lin + *pair;
 }
 
-/* Fills m's parameters from seed and solves the bias for ctr.  Returns 0, or
- * -ENOMEM (m then partly filled; planted_free() frees it).  Blocks only on
- * the CPU (a pilot of PILOT samples). */
+#define BIAS_BOUND 1e4 /* the bias's bisection bracket */
+
+/* Fills m's parameters from seed and solves the bias for ctr.  Returns 0,
+ * -ENOMEM (m then partly filled; planted_free() frees it), or -ERANGE when
+ * no bias in +-BIAS_BOUND gives ctr (weights so wide that the pilot's mean
+ * click rate stays off it: *reached says what the nearest bias gives).
+ * Blocks only on the CPU (a pilot of PILOT samples). */
 __attribute__((cold)) static int planted_init(struct planted *m, double zipf, double sigma_w,
-                                              double sigma_v, double ctr, uint64_t seed)
+                                              double sigma_v, double ctr, uint64_t seed,
+                                              double *reached)
 {
     size_t nids = (size_t)m->fields * m->values;
     double *pilot = NULL;
@@ -263,8 +268,8 @@ __attribute__((cold)) static int planted_init(struct planted *m, double zipf, do
     m->var_pair = fmax(0.0, qp / PILOT - mp * mp);
 
     /* mean sigmoid(b + pilot) rises with b: bisect. */
-    double lo = -50, hi = 50;
-    for (int it = 0; it < 100; it++) {
+    double lo = -BIAS_BOUND, hi = BIAS_BOUND; /* wide: --sigma-w 10 over 40 fields needs -200 */
+    for (int it = 0; it < 200; it++) {
         double b = 0.5 * (lo + hi), mean = 0;
         for (uint32_t i = 0; i < PILOT; i++)
             mean += sigmoid(b + pilot[i]);
@@ -274,7 +279,12 @@ __attribute__((cold)) static int planted_init(struct planted *m, double zipf, do
             hi = b;
     }
     m->bias = 0.5 * (lo + hi);
-    rc = 0;
+    double mean = 0;
+    for (uint32_t i = 0; i < PILOT; i++)
+        mean += sigmoid(m->bias + pilot[i]);
+    *reached = mean / PILOT;
+    /* at a bound of the bracket and off by more than a tenth: not reachable */
+    rc = fabs(*reached - ctr) > 0.1 * ctr && fabs(fabs(m->bias) - BIAS_BOUND) < 1e-3 ? -ERANGE : 0;
 out:
     free(pilot);
     return rc;
@@ -496,7 +506,17 @@ static int data_main(int argc, char **argv)
     struct planted m = {.fields = (uint32_t)fields, .values = (uint32_t)values, .k = (uint32_t)k};
     struct set_stats train = {0}, test = {0};
     int status = 1;
-    if (planted_init(&m, zipf, sigma_w, sigma_v, ctr, seed) != 0) {
+    double reached = 0;
+    int prc = planted_init(&m, zipf, sigma_w, sigma_v, ctr, seed, &reached);
+    if (prc == -ERANGE) {
+        fprintf(stderr, "tlsynth: --ctr %g cannot be planted with these weights: the nearest "
+                        "bias (%.0f) gives a click rate of %.4g (--sigma-w or --sigma-v too "
+                        "wide for it: narrow them, or ask for a ctr nearer %.4g)\n",
+                ctr, m.bias, reached, reached);
+        status = 2;
+        goto out;
+    }
+    if (prc != 0) {
         fprintf(stderr, "tlsynth: out of memory for %llu parameters\n",
                 (unsigned long long)(fields * values * (1 + k)));
         goto out;

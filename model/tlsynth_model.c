@@ -450,7 +450,17 @@ int tlsynth_model_main(int argc, char **argv)
     if (store_options_check(&opt, why, sizeof why) != 0)
         store_cli_usage_error(&usage, "bad store options: %s", why[0] ? why : "(no reason given)");
 
-    /* fail before a long fill rather than after it */
+    /* fail before a long fill rather than after it: a table larger than the
+     * machine's memory would grind for hours and end in an OOM kill */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double need = (double)keys * (8.0 + (double)k * (dtype == STORE_DTYPE_F16 ? 2 : 4)) * 1.25;
+    if (pages > 0 && page > 0 && need > (double)pages * (double)page) {
+        fprintf(stderr, "tlsynth model: %" PRIu64 " keys of %" PRIu64 " %s need about %.1f GiB, "
+                "more than this machine's %.1f GiB of memory\n", keys, k,
+                dtype == STORE_DTYPE_F16 ? "f16" : "f32", need / (1 << 30),
+                (double)pages * (double)page / (1 << 30));
+        return 2;
+    }
     if (holds_snapshot(out_dir)) {
         fprintf(stderr, "tlsynth model: %s already holds a snapshot\n", out_dir);
         return 1;

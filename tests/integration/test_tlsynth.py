@@ -12,6 +12,7 @@ Run: TL_BUILD_DIR=build python3 -m unittest tests/integration/test_tlsynth.py
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,6 +148,10 @@ class TlsynthModel(unittest.TestCase):
         r = synth("--keys", "10")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--out DIR is required", r.stderr)
+        r = synth("--keys", "1T", "--out", out)  # refused before hours of filling
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("more than this machine's", r.stderr)
+        self.assertFalse(os.path.exists(parent))
 
     def test_refuses_a_dir_holding_a_snapshot_and_keeps_it(self):
         out = os.path.join(self.tmp, "snap")
@@ -195,6 +200,13 @@ class TlsynthData(unittest.TestCase):
             self.assertEqual(r2.returncode, 0, r2.stderr)
             with open(a, "rb") as fa, open(b, "rb") as fb:
                 self.assertEqual(fa.read(), fb.read())
+            # wide weights need a bias far past +-50 for a rare click: it is reached
+            r = run(TLSYNTH, "data", "--model", "lr", "--samples", "20000", "--ctr", "0.001",
+                    "--sigma-w", "10", "--out", a)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = re.search(r"rows, ctr ([0-9.]+)", r.stderr)
+            self.assertIsNotNone(got, r.stderr)
+            self.assertLess(abs(float(got.group(1)) - 0.001), 0.0006, r.stderr)
             r = run(TLSYNTH, "data", "--model", "svm", "--samples", "1", "--out", a)
             self.assertEqual(r.returncode, 2)
             self.assertIn("--model: 'svm' is not lr or fm", r.stderr)
