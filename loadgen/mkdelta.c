@@ -5,8 +5,7 @@
  * must not hold the model twice to make them.
  *
  *   mkdelta --parent DIR --out DIR --keys N [--seed S] --seq D
- *           [--upserts U] [--inserts I] [--deletes X] [--value-floats K]
- *           [--shards S] [--dtype f32|f16] [--version V] [--value-seed Z]
+ *           [--upserts U] [--inserts I] [--deletes X] [--version V] [--value-seed Z]
  *
  * THE KEYS.  tlsynth model made key i = store_synthetic_key(i, S) for
  * i < N.  The deltas of one series are numbered D = 1, 2, ... in the order
@@ -21,13 +20,11 @@
  * PRNG seeded by (key, D, Z): a different value for every delta.
  *
  * THE LAYOUT.  A delta must match its parent's name, kind, K, dtype and
- * shard count.  When the parent is a delta, they come from it (opened and
- * verified).  When it is full, the name, kind and version come from its
- * manifest (store_snapshot_read_meta) and K, shards and dtype from the flags
- * (defaults: tlsynth model's 1, 16, f32); a wrong flag gives a delta the
- * server refuses with "layout differs", never a wrong model.
+ * shard count: they come from the parent, a delta (opened and verified) or
+ * a full version (its manifest alone: store_snapshot_read_layout).
  *
- * The version defaults to the parent's + 1.  The delta is written with
+ * The version defaults to the parent's + 1 and must be above the parent's
+ * (a delta goes forward, as tlsnap diff insists).  The delta is written with
  * store_delta_begin/put/del/commit: to a temporary name, renamed in whole.
  * Exit status: 0 written, 1 failed (message on stderr), 2 usage error.
  * Prints one line: "mkdelta: DIR: version V (parent P): U upserts, I inserts,
@@ -55,10 +52,8 @@ static const char usage_text[] =
     "  --upserts U       existing keys given new values (default N/100)\n"
     "  --inserts I       new keys (default U/100)\n"
     "  --deletes X       keys removed (default U/100)\n"
-    "  --version V       the delta's version (default: the parent's + 1)\n"
-    "  --value-floats K  floats per key, when the parent is full (default 1)\n"
-    "  --shards S        shard count, when the parent is full (default 16)\n"
-    "  --dtype f32|f16   value type, when the parent is full (default f32)\n"
+    "  --version V       the delta's version, above the parent's (default: its + 1)\n"
+
     "  --value-seed Z    seed of the new values (default 7)\n";
 
 static void gen_value(uint64_t key, uint64_t seq, uint64_t zseed, uint32_t k, float *out)
@@ -76,9 +71,9 @@ static void gen_value(uint64_t key, uint64_t seq, uint64_t zseed, uint32_t k, fl
 int main(int argc, char **argv)
 {
     const store_cli_usage_t U = {"mkdelta", usage_text};
-    const char *parent = NULL, *out = NULL, *v, *dtype_s = "f32";
+    const char *parent = NULL, *out = NULL, *v;
     uint64_t keys = 0, seed = 42, seq = 0, ups = UINT64_MAX, ins = UINT64_MAX, dels = UINT64_MAX;
-    uint64_t version = 0, kf = 1, shards = 16, zseed = 7;
+    uint64_t version = 0, zseed = 7;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_text, stdout);
@@ -101,12 +96,6 @@ int main(int argc, char **argv)
             dels = store_cli_count_arg(&U, "--deletes", v, 0, UINT64_C(1) << 40);
         } else if (store_cli_flag(&U, argc, argv, &i, "--version", &v)) {
             version = store_cli_count_arg(&U, "--version", v, 1, UINT64_MAX);
-        } else if (store_cli_flag(&U, argc, argv, &i, "--value-floats", &v)) {
-            kf = store_cli_count_arg(&U, "--value-floats", v, 1, STORE_MAX_VALUE_FLOATS);
-        } else if (store_cli_flag(&U, argc, argv, &i, "--shards", &v)) {
-            shards = store_cli_count_arg(&U, "--shards", v, 1, STORE_MAX_SHARDS);
-        } else if (store_cli_flag(&U, argc, argv, &i, "--dtype", &v)) {
-            dtype_s = v;
         } else if (store_cli_flag(&U, argc, argv, &i, "--value-seed", &v)) {
             zseed = store_cli_count_arg(&U, "--value-seed", v, 0, UINT64_MAX);
         } else {
@@ -115,8 +104,6 @@ int main(int argc, char **argv)
     }
     if (!parent || !out || !keys || !seq)
         store_cli_usage_error(&U, "--parent, --out, --keys and --seq are required");
-    if (strcmp(dtype_s, "f32") != 0 && strcmp(dtype_s, "f16") != 0)
-        store_cli_usage_error(&U, "--dtype: '%s' is not f32 or f16", dtype_s);
     if (ups == UINT64_MAX)
         ups = keys / 100;
     if (ins == UINT64_MAX)
@@ -148,7 +135,7 @@ int main(int argc, char **argv)
     } else {
         uint64_t entries = 0;
         store_error_t err2 = {0};
-        if (store_snapshot_read_meta(parent, &meta, &entries, &err2) != 0) {
+        if (store_snapshot_read_layout(parent, &lay, &meta, &entries, &err2) != 0) {
             /* neither a delta nor a full version: say why each reader refused it */
             store_cli_print_error("mkdelta (as a full version)", parent, &err2);
             store_cli_print_error("mkdelta (as a delta)", parent, &err);
@@ -159,14 +146,12 @@ int main(int argc, char **argv)
                     "mkdelta: warning: %s holds %" PRIu64 " keys, fewer than --keys "
                     "minus earlier deletes: is --keys the tlsynth model's?\n",
                     parent, entries);
-        snprintf(lay.model_name, sizeof lay.model_name, "%s", meta.model_name);
-        lay.model_kind = meta.model_kind;
-        lay.value_floats = (uint32_t)kf;
-        lay.dtype = strcmp(dtype_s, "f16") == 0 ? STORE_DTYPE_F16 : STORE_DTYPE_F32;
-        lay.shards = (uint32_t)shards;
     }
     if (version == 0)
         version = meta.version + 1;
+    if (version <= meta.version)
+        store_cli_usage_error(&U, "--version %" PRIu64 " is not above the parent's %" PRIu64
+                              ": a delta goes forward", version, meta.version);
 
     double t0 = store_cli_now_sec();
     store_delta_writer_t *w = NULL;

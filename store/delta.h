@@ -70,6 +70,12 @@ typedef struct store_delta_layout {
     uint64_t hash_seed;            /* the parent's store_hash_seed (informative, see above) */
 } store_delta_layout_t;
 
+/* The layout of the full snapshot in dir, read from its MANIFEST alone (as
+ * store_snapshot_read_meta, which it extends): the one a delta of that
+ * version must have.  0, or -errno with err. */
+int store_snapshot_read_layout(const char *dir, store_delta_layout_t *lay, store_meta_t *meta,
+                               uint64_t *entries, store_error_t *err);
+
 /* The layout of a loaded store s whose meta is meta (its model name and
  * kind): the one to give store_delta_begin for a delta of that version. */
 void store_delta_layout_of(const store_t *s, const store_meta_t *meta, store_delta_layout_t *out);

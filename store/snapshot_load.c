@@ -68,6 +68,7 @@
 
 #include "snapshot_internal.h"
 
+#include "delta.h"
 #include "manifest.h"
 #include "store_internal.h"
 
@@ -763,6 +764,12 @@ int store__snapshot_load_mem(const manifest_t *m, const uint8_t *const *files, c
 int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entries,
                              store_error_t *err)
 {
+    return store_snapshot_read_layout(dir, NULL, meta, entries, err);
+}
+
+int store_snapshot_read_layout(const char *dir, store_delta_layout_t *lay, store_meta_t *meta,
+                               uint64_t *entries, store_error_t *err)
+{
     store_error_t scratch;
     if (!err)
         err = &scratch;
@@ -784,6 +791,15 @@ int store_snapshot_read_meta(const char *dir, store_meta_t *meta, uint64_t *entr
             *meta = m.meta;
         if (rc == 0 && entries)
             *entries = total;
+        if (rc == 0 && lay) {
+            memset(lay, 0, sizeof *lay);
+            snprintf(lay->model_name, sizeof lay->model_name, "%s", m.meta.model_name);
+            lay->model_kind = m.meta.model_kind;
+            lay->value_floats = m.value_floats;
+            lay->dtype = m.dtype;
+            lay->shards = m.shard_count;
+            lay->hash_seed = m.hash_seed;
+        }
         store__manifest_free(&m);
     }
     close(dirfd);

@@ -63,7 +63,7 @@ class MkDelta(unittest.TestCase):
     def test_delta_changes_the_promised_keys(self):
         d2 = os.path.join(self.tmp, MODEL, "2")
         r = mkdelta("--parent", self.v1, "--out", d2, "--keys", KEYS, "--seq", 1,
-                    "--upserts", 300, "--inserts", 20, "--deletes", 10, "--shards", 4)
+                    "--upserts", 300, "--inserts", 20, "--deletes", 10)  # 4 shards: the parent's
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("version 2 (parent 1): 300 upserts, 20 inserts, 10 deletes", r.stdout)
         base, new = records(self.v1), self.compact(self.v1, d2)
@@ -89,10 +89,10 @@ class MkDelta(unittest.TestCase):
         d2 = os.path.join(self.tmp, MODEL, "2")
         # deletes of 1000 per delta leave no room for a 10th
         r = mkdelta("--parent", self.v1, "--out", d2, "--keys", KEYS, "--seq", 10,
-                    "--deletes", 1000, "--shards", 4)
+                    "--deletes", 1000)
         self.assertEqual(r.returncode, 2, r.stderr)
         r = mkdelta("--parent", self.v1, "--out", d2, "--keys", KEYS, "--seq", 1,
-                    "--upserts", KEYS, "--deletes", 1, "--shards", 4)
+                    "--upserts", KEYS, "--deletes", 1)
         self.assertEqual(r.returncode, 2, r.stderr)
         r = mkdelta("--parent", os.path.join(self.tmp, "nothing"), "--out", d2, "--keys", KEYS,
                     "--seq", 1)
@@ -100,9 +100,16 @@ class MkDelta(unittest.TestCase):
         self.assertFalse(os.path.exists(d2))
         # an existing version is never replaced
         r = mkdelta("--parent", self.v1, "--out", self.v1, "--keys", KEYS, "--seq", 1,
-                    "--shards", 4, "--version", 5)
+                    "--version", 5)
         self.assertEqual(r.returncode, 1, r.stdout)
         self.assertEqual(len(records(self.v1)), KEYS)
+        # a delta goes forward; the layout is the parent's, never a flag's
+        r = mkdelta("--parent", self.v1, "--out", d2, "--keys", KEYS, "--seq", 1, "--version", 1)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("not above the parent's 1", r.stderr)
+        r = mkdelta("--parent", self.v1, "--out", d2, "--keys", KEYS, "--seq", 1, "--shards", 16)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse(os.path.exists(d2))
 
 
 class Intervals(unittest.TestCase):
@@ -148,7 +155,7 @@ class Intervals(unittest.TestCase):
         d2 = os.path.join(stage, "2")
         os.makedirs(stage)
         r = mkdelta("--parent", os.path.join(self.repo, MODEL, "1"), "--out", d2, "--keys", KEYS,
-                    "--seq", 1, "--upserts", 500, "--shards", 4)
+                    "--seq", 1, "--upserts", 500)
         self.assertEqual(r.returncode, 0, r.stderr)
         srv = Server(None, "--model-repo", self.repo, "--keep-versions", "1")
         try:
