@@ -293,6 +293,47 @@ out:
  * weights uniform in +-sqrt(3 / fan_in) (unit variance through each layer),
  * biases zero.  The arrays are malloc'd: the caller frees x->dense[*].data.
  * 0, or -1 with a message. */
+/* Whether a version of this kind, K, dtype, params and dense arrays is one
+ * tlserve serves (model_from_store_ex on a one-key store): 0, or -1 with the
+ * reason printed as a warning.  Such a snapshot is still written (a store
+ * layout for the storage benchmarks), but nobody is left to find out at
+ * load time. */
+static int check_servable(const store_options_t *opt, const store_meta_t *meta,
+                          const store_extras_t *x)
+{
+    store_options_t o = *opt;
+    o.shards = 1;
+    o.expected_keys = 1;
+    store_t *probe = NULL;
+    if (store_create(&o, &probe) != 0)
+        return 0; /* no memory for a probe: the write's own checks still run */
+    store_extras_t copy = *x; /* the model takes its arrays: give it copies */
+    int rc = 0;
+    for (uint32_t l = 0; l < copy.n_dense && rc == 0; l++) {
+        float *d = malloc(copy.dense[l].count * sizeof *d);
+        if (!d) {
+            copy.n_dense = l;
+            rc = 1;
+            break;
+        }
+        memcpy(d, x->dense[l].data, copy.dense[l].count * sizeof *d);
+        copy.dense[l].data = d;
+    }
+    model_t *m = NULL;
+    store_error_t err = {0};
+    if (rc == 0 && model_from_store_ex(probe, meta, &copy, &m, &err) == 0) {
+        model_destroy(m); /* the probe store and the copies with it */
+        return 0;
+    }
+    if (rc == 0)
+        fprintf(stderr, "tlsynth model: warning: tlserve will not serve this snapshot (a store "
+                "for the storage benchmarks only): %s\n", err.msg);
+    for (uint32_t l = 0; l < copy.n_dense; l++)
+        free((void *)copy.dense[l].data);
+    store_destroy(probe);
+    return rc == 0 ? -1 : 0;
+}
+
 static int make_mlp(const uint32_t *w, uint32_t n, uint64_t seed, store_extras_t *x)
 {
     uint64_t rng = seed ^ UINT64_C(0x6d6c70); /* "mlp" */
@@ -470,6 +511,11 @@ int tlsynth_model_main(int argc, char **argv)
     store_t *s = NULL;
     struct store_cli_made_dirs made = {0};
     char hb[32], hb2[32];
+    store_meta_t meta = {.model_kind = kind, .version = version};
+    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
+    if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
+        goto out;
+    (void)check_servable(&opt, &meta, &extras); /* said before the fill, not after */
 
     printf("tlsynth model: model %s v%" PRIu64 " (%s), %" PRIu64 " keys x %" PRIu64 " %s, %" PRIu64
            " shards, %" PRIu64 " threads, seed %" PRIu64 "\n",
@@ -495,10 +541,6 @@ int tlsynth_model_main(int argc, char **argv)
            keys ? (double)st.table_bytes / (double)keys : 0.0, st.subtables, st.stashed);
     fflush(stdout);
 
-    store_meta_t meta = {.model_kind = kind, .version = version};
-    snprintf(meta.model_name, sizeof meta.model_name, "%s", name);
-    if (make_mlp(mlp, mlp_n, seed, &extras) != 0)
-        goto out;
     rc = store_cli_mkdir_parents(out_dir, &made);
     if (rc != 0) {
         fprintf(stderr, "tlsynth model: cannot create the parent directories of %s: %s\n",

@@ -91,6 +91,9 @@ class TlsynthModel(unittest.TestCase):
                 out = os.path.join(self.tmp, "m", name, "1")  # parents are created
                 r = synth("--out", out, *args)
                 self.assertEqual(r.returncode, 0, r.stderr)
+                # an LR of 3 floats a key is a storage layout only: said up front
+                self.assertEqual("tlserve will not serve this snapshot" in r.stderr,
+                                 name == "lr_f16", r.stderr)
                 self.assertRegex(r.stdout, r"total +%d keys" % count)
                 self.assertEqual(records_digest(out), (count, digest))
                 r = run(TLSNAP, "info", "--brief", out)
