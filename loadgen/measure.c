@@ -34,7 +34,7 @@
 
 /* A connected non-blocking TCP socket with TCP_NODELAY, or -errno.
  * Blocks up to timeout_ms. */
-__attribute__((cold)) static int connect_one(const tlgen_run_t *run, int timeout_ms)
+__attribute__((cold)) int tlgen_connect(const tlgen_run_t *run, int timeout_ms)
 {
     int fd = socket(run->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -158,7 +158,7 @@ int tlgen_measure(tlgen_run_t *run, tlgen_stats_t *all)
     }
     int rc = 0;
     for (unsigned i = 0; i < o->connections; i++) {
-        fds[i] = connect_one(run, o->timeout_ms);
+        fds[i] = tlgen_connect(run, o->timeout_ms);
         if (fds[i] < 0) {
             rc = fds[i];
             fprintf(stderr, "tlgen: cannot connect to %s:%d: %s\n", o->host, o->port,

@@ -274,6 +274,8 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
            "exact": sum(metric(0, "tlserve_sync_exact_total", t) for t in texts),
            "keys": sum(metric(0, "tlserve_sync_sent_keys_total", t) for t in texts),
            "prog": [metric(0, 'tlserve_online_logloss{model="ctr"}', t) for t in texts],
+           "merge_max": max(metric(0, 'tlserve_sync_merge_max_seconds{model="ctr"}', t)
+                            for t in texts),
            "bad": sum(metric(0, "tlserve_sync_gap_total", t) + metric(
                0, "tlserve_sync_refused_version_total", t) + metric(
                0, "tlserve_sync_overflow_total", t) for t in texts)}
@@ -291,11 +293,11 @@ def run(model, work, cluster, r, mode, mode_args, train, test):
         rep.stop()
     say("R=%d %s: bytes %d, fp32-equivalent %d (%.2fx; at the stream's end %.2fx, residual keys "
         "then %s), %d messages (%d exact, %d keys), progressive logloss %s, test logloss %s, "
-        "streamed in %.1f s" % (
+        "streamed in %.1f s; a turn's residual merge held the writer lock %.2f ms at most" % (
             r, mode, row["bytes"], row["fp32"], row["fp32"] / max(row["bytes"], 1),
             live_fp32 / max(live_bytes, 1), " ".join("%d" % x for x in live_residual), row["sent"],
             row["exact"], row["keys"], " ".join("%.5f" % x for x in row["prog"]),
-            " ".join("%.5f" % x for x in tests), streamed))
+            " ".join("%.5f" % x for x in tests), streamed, row["merge_max"] * 1e3))
     return row
 
 

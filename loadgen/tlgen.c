@@ -67,7 +67,8 @@ static const char usage[] =
     "  --key-space N     ids are tlsynth model's key(i), i < N (default 10000000)\n"
     "  --zipf S          Zipf exponent S > 0 over the key space (default: uniform)\n"
     "  --seed N          the model's tlsynth model --seed (default 42)\n"
-    "  --pool N          distinct pre-encoded requests cycled (default 64)\n"
+    "  --pool N          distinct pre-encoded requests cycled, 1..2^20 and at most\n"
+    "                    1 GiB of them (default 64)\n"
     "  --timeout-ms MS   a request without response this long after its due time is a\n"
     "                    timeout (default 10000)\n"
     "  --json            print one JSON object as the last line\n"
@@ -320,6 +321,22 @@ __attribute__((cold)) static int resolve_addr(const tlgen_opts_t *o, tlgen_run_t
     return 0;
 }
 
+/* 0 when the directory file would be written into exists and takes a new
+ * file, else -1 (said): checked before the run, not after it. */
+__attribute__((cold)) static int check_writable_dir(const char *file)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", file);
+    char *slash = strrchr(buf, '/');
+    const char *dir = slash ? (slash == buf ? "/" : (*slash = '\0', buf)) : ".";
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "tlgen: --spectrum %s: cannot write into %s: %s\n", file, dir,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Creates directory `path` and its missing parents (mkdir -p).  Returns 0 or
  * -errno (-ENOTDIR when a component is a file). */
 __attribute__((cold)) static int mkdir_p(const char *path)
@@ -375,19 +392,33 @@ int main(int argc, char **argv)
     parse_args(argc, argv, o);
     signal(SIGPIPE, SIG_IGN);
 
+    /* what can fail at once goes before the pool's build (seconds, a GiB) */
     workload_t wl;
+    memset(&wl, 0, sizeof wl);
+    tlgen_run_t run = {.o = o, .wl = &wl};
+    int rc = 0, e;
+    if (resolve_addr(o, &run) != 0) {
+        free(o);
+        return 1;
+    }
+    int probe = tlgen_connect(&run, o->timeout_ms);
+    if (probe < 0) {
+        fprintf(stderr, "tlgen: cannot connect to %s:%d: %s\n", o->host, o->port,
+                strerror(-probe));
+        free(o);
+        return 1;
+    }
+    close(probe);
+    if (o->spectrum && check_writable_dir(o->spectrum) != 0) {
+        free(o);
+        return 1;
+    }
     char why[256];
-    int e = workload_build(&wl, &o->wl, why, sizeof why);
+    e = workload_build(&wl, &o->wl, why, sizeof why);
     if (e != 0) {
         fprintf(stderr, "tlgen: %s\n", why);
         free(o);
         return e == -EINVAL ? 2 : 1;
-    }
-    tlgen_run_t run = {.o = o, .wl = &wl};
-    int rc = 0;
-    if (resolve_addr(o, &run) != 0) {
-        rc = 1;
-        goto out;
     }
     if (o->spectrum_dir && (e = mkdir_p(o->spectrum_dir)) != 0) {
         fprintf(stderr, "tlgen: cannot create %s: %s\n", o->spectrum_dir, strerror(-e));

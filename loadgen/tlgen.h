@@ -119,6 +119,11 @@ uint64_t tlgen_now_ns(void);
  * (message printed).  Blocks for the whole run (warm-up + duration + drain). */
 int tlgen_measure(tlgen_run_t *run, tlgen_stats_t *all);
 
+/* One connection to run->addr (TCP_NODELAY, non-blocking), waiting at most
+ * timeout_ms: the fd, or -errno.  main probes the server with it before it
+ * builds the request pool, so a dead port fails at once. */
+int tlgen_connect(const tlgen_run_t *run, int timeout_ms);
+
 /* Writes h (hist_write_spectrum) to o->spectrum when set, and to
  * o->spectrum_dir/spectrum-<o->rate>rps.hgrm when set (the directory
  * exists).  Returns 0 or the first -errno (message printed). */

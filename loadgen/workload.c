@@ -105,6 +105,10 @@ static void fill_block(codec_block_t *b, uint64_t *ids, uint32_t n, const worklo
     b->n = codec_sort_unique(ids, NULL, n);
 }
 
+/* The pool's bytes at most: --pool 3000 of standard requests would be 1 GB,
+ * and 2^20 of them an OOM kill before the first request is sent. */
+#define POOL_MAX_BYTES ((uint64_t)1 << 30)
+
 __attribute__((cold)) int workload_build(workload_t *w, const workload_opts_t *o, char *why,
                                          size_t why_len)
 {
@@ -148,6 +152,14 @@ __attribute__((cold)) int workload_build(workload_t *w, const workload_opts_t *o
         if (e != CODEC_NEED_MORE) {
             snprintf(why, why_len, "the codec refuses the request: %s: %s", codec_errc_name(e),
                      err.msg);
+            rc = -EINVAL;
+            goto out;
+        }
+        if (r == 0 && (uint64_t)len * o->pool > POOL_MAX_BYTES) {
+            snprintf(why, why_len, "--pool %u of %zu-byte requests is %.1f GiB, over the pool's "
+                     "%llu GiB: use a smaller --pool", o->pool, len,
+                     (double)len * o->pool / (1 << 30),
+                     (unsigned long long)(POOL_MAX_BYTES >> 30));
             rc = -EINVAL;
             goto out;
         }

@@ -367,6 +367,14 @@ class Usage(unittest.TestCase):
                            timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn("cannot connect", r.stderr)
+        # before the pool is built: a pool of 3,000 standard requests takes seconds and a GB
+        t0 = time.monotonic()
+        r = subprocess.run([TLGEN, "--port", str(free_port()), "--model", "m", "--rate", "10",
+                            "--duration", "1", "--pool", "3000"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("cannot connect", r.stderr)
+        self.assertLess(time.monotonic() - t0, 3.0)
 
 
 if __name__ == "__main__":
