@@ -230,4 +230,12 @@ for o in "--version -1" "--version 18446744073709551616" "--seed -1" "--dim 4294
   [ "$rc" = 2 ] && grep -q -- "${o%% *}: .* is not a number in" "$tmp/err.err" &&
     ok "$o: exit 2" || bad "$o: exit $rc: $(tail -1 "$tmp/err.err")"
 done
+# an option of another kind would be ignored without a word: refused before training
+for o in "lr --k 8" "lr --dim 8" "fm --hidden 8" "dnn --norm" "lr --fields 3"; do
+  # shellcheck disable=SC2086
+  rc=$(run err --train "$tmp/small.ffm" --model $o)
+  [ "$rc" = 2 ] && grep -q -- "does not apply to --model ${o%% *}" "$tmp/err.err" &&
+    ! grep -q "epoch" "$tmp/err.out" && ok "--model $o: exit 2" ||
+    bad "--model $o: exit $rc: $(tail -1 "$tmp/err.err")"
+done
 exit $fail
