@@ -506,6 +506,11 @@ int tlsynth_model_main(int argc, char **argv)
         fprintf(stderr, "tlsynth model: %s already holds a snapshot\n", out_dir);
         return 1;
     }
+    struct stat ost;
+    if (stat(out_dir, &ost) == 0 && !S_ISDIR(ost.st_mode)) {
+        fprintf(stderr, "tlsynth model: %s exists and is not a directory\n", out_dir);
+        return 1;
+    }
 
     int ret = 1;
     store_t *s = NULL;

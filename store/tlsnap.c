@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -464,6 +465,41 @@ out:
 
 /* ---- rewrite -------------------------------------------------------------- */
 
+/* OUT checked before the loads (seconds to minutes): 0, or -1 (said) when it
+ * already holds a snapshot, is not a directory, or its name is a version
+ * number other than version (0: not known yet): a repository refuses a
+ * directory holding another version than its name. */
+static int check_out(const char *prog, const char *out, uint64_t version)
+{
+    struct stat st;
+    char path[4096];
+    if (stat(out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "%s: %s exists and is not a directory\n", prog, out);
+            return -1;
+        }
+        snprintf(path, sizeof path, "%s/MANIFEST", out);
+        if (lstat(path, &st) == 0) {
+            fprintf(stderr, "%s: %s already holds a snapshot (a MANIFEST): give a new "
+                    "directory\n", prog, out);
+            return -1;
+        }
+    }
+    snprintf(path, sizeof path, "%s", out);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = '\0';
+    const char *slash = strrchr(path, '/');
+    uint64_t named = 0;
+    if (version && store_version_parse(slash ? slash + 1 : path, &named) && named != version) {
+        fprintf(stderr, "%s: %s is named version %" PRIu64 " but holds version %" PRIu64 ": a "
+                "repository refuses a directory holding another version than its name\n", prog,
+                out, named, version);
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_rewrite(int argc, char **argv)
 {
     const store_cli_usage_t U = {"tlsnap rewrite", usage_rewrite};
@@ -488,6 +524,10 @@ static int cmd_rewrite(int argc, char **argv)
     }
     if (src == NULL || dst == NULL)
         store_cli_usage_error(&U, "SRC and DST are required");
+    store_meta_t smeta;
+    if (check_out(U.prog, dst, store_snapshot_read_meta(src, &smeta, NULL, NULL) == 0
+                                   ? smeta.version : 0) != 0)
+        return 1;
 
     store_t *s = NULL;
     store_meta_t meta;
@@ -608,6 +648,8 @@ static int cmd_diff(int argc, char **argv)
                 U.prog, p[1], mb.version, p[0], ma.version);
         goto out;
     }
+    if (check_out(U.prog, p[2], err.code == STORE_OK ? mb.version : 0) != 0)
+        goto out;
     if (store_snapshot_load_ex(p[0], (int)threads, &a, &ma, &xa, &err) != 0) {
         store_cli_print_error(U.prog, p[0], &err);
         goto out;
@@ -660,6 +702,8 @@ static int cmd_compact(int argc, char **argv)
     memset(&x, 0, sizeof x);
     store_error_t err = {0};
     int ret = 1;
+    if (check_out(U.prog, p[n - 1], 0) != 0)
+        goto out;
     if (store_snapshot_load_ex(p[0], (int)threads, &s, &meta, &x, &err) != 0) {
         store_cli_print_error(U.prog, p[0], &err);
         goto out;
@@ -684,6 +728,8 @@ static int cmd_compact(int argc, char **argv)
                " entries\n",
                p[i], meta.version, ups, dels, store_count(s));
     }
+    if (check_out(U.prog, p[n - 1], meta.version) != 0)
+        goto out;
     if (store_cli_mkdir_parents(p[n - 1], NULL) != 0) {
         fprintf(stderr, "%s: %s: cannot create its parent directories\n", U.prog, p[n - 1]);
         goto out;

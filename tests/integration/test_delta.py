@@ -123,7 +123,11 @@ class TlsnapDelta(unittest.TestCase):
         synth(b, 4000, 2)
         self.ok("diff", a, b, self.path("2"))
         # OUT exists
-        self.refused("already exists", "diff", a, b, self.path("2"))
+        self.refused("already holds a snapshot", "diff", a, b, self.path("2"))  # before the loads
+        self.refused("already holds a snapshot", "compact", a, self.path("2"), self.path("2"))
+        # a repository's <model>/<N> holding another version than N
+        self.refused("is named version 7 but holds version 2", "diff", a, b, self.path("7"))
+        self.assertFalse(os.path.exists(self.path("7")))
         # OLD and NEW swapped, or one version twice: no delta that would undo NEW
         self.refused("not newer than OLD", "diff", b, a, os.path.join(self.tmp, "SW"))
         self.refused("(OLD and NEW swapped?)", "diff", a, a, os.path.join(self.tmp, "SW"))
