@@ -207,10 +207,15 @@ class Proc:
                 self.proc.kill()
                 self.proc.wait()
                 rc = None
+        out = self.output()
         if not self.log.closed:
             self.log.close()
         if rc is None and check:
             raise AssertionError("%s did not exit %gs after SIGTERM" % (self.name, timeout))
+        # an ASan/UBSan/LeakSanitizer report fails the test whoever stops the process (a
+        # tearDown that drops the exit status included)
+        if "Sanitizer" in out or "runtime error:" in out:
+            raise AssertionError("%s printed a sanitizer report:\n%s" % (self.name, out[-4000:]))
         return rc
 
 

@@ -28,7 +28,7 @@
 # Runs in about 15 s (RelWithDebInfo; with TL_SANITIZE=1 the quality part runs small and
 # checks no bound, see below); the data lives in a mktemp -d removed
 # on exit.
-set -u
+set -u -o pipefail # a tool's exit status survives the | tail that reads its last line
 synth=${1:?usage: test_planted.sh TLSYNTH TLTRAIN}
 train=${2:?usage: test_planted.sh TLSYNTH TLTRAIN}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_planted.XXXXXX") || exit 1

@@ -8,7 +8,7 @@
 # message naming what was wrong.
 #
 #   test_predict.sh TLSYNTH TLTRAIN
-set -u
+set -u -o pipefail # a tool's exit status survives the | tail that reads its last line
 synth=${1:?usage: test_predict.sh TLSYNTH TLTRAIN}
 train=${2:?usage: test_predict.sh TLSYNTH TLTRAIN}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_predict.XXXXXX") || exit 1
@@ -25,9 +25,11 @@ for kind in lr fm ffm dnn; do
   [ "$kind" = dnn ] && extra="--dim 4 --hidden 8"
   # shellcheck disable=SC2086
   want=$("$train" --train "$tmp/tr.ffm" --test "$tmp/te.ffm" --format libffm --model "$kind" \
-    $extra --export "$tmp/$kind" --json 2>/dev/null | tail -n 1)
+    $extra --export "$tmp/$kind" --json 2>"$tmp/$kind.train.err" | tail -n 1) ||
+    bad "$kind: tltrain exited $?: $(tail -2 "$tmp/$kind.train.err")"
   got=$("$train" predict --model-dir "$tmp/$kind" --data "$tmp/te.ffm" --format libffm \
-    --out "$tmp/$kind.scores" --json 2>/dev/null | tail -n 1)
+    --out "$tmp/$kind.scores" --json 2>"$tmp/$kind.predict.err" | tail -n 1) ||
+    bad "$kind: tltrain predict exited $?: $(tail -2 "$tmp/$kind.predict.err")"
   # the trainer's line is {"logloss":..,"auc":..,"calibration":..,"epochs":..}; predict has
   # "samples" first and no epochs
   want=$(sed 's/,"epochs":[0-9]*}$/}/' <<<"$want")
@@ -63,7 +65,7 @@ grep '^1 ' "$tmp/te.ffm" | head -n 20 >"$tmp/pos.ffm"
 : >"$tmp/empty.ffm"
 for f in pos empty; do
   line=$("$train" predict --model-dir "$tmp/lr" --data "$tmp/$f.ffm" --format libffm --json \
-    2>/dev/null | tail -n 1)
+    2>"$tmp/$f.err" | tail -n 1) || bad "predict $f: exited $?: $(tail -2 "$tmp/$f.err")"
   if python3 -c 'import json, sys
 def no(c): raise ValueError(c)
 d = json.loads(sys.argv[1], parse_constant=no)

@@ -6,7 +6,7 @@
 # trains on one thread and still trains; a bad thread count is a usage error (exit 2).
 #
 #   test_threads.sh TLSYNTH TLTRAIN
-set -u
+set -u -o pipefail # a tool's exit status survives the | tail that reads its last line
 synth=${1:?usage: test_threads.sh TLSYNTH TLTRAIN}
 train=${2:?usage: test_threads.sh TLSYNTH TLTRAIN}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_threads.XXXXXX") || exit 1
@@ -26,9 +26,10 @@ BOUND=0.003
 ll() { sed -n 's/.*"logloss":\([0-9.eE+-]*\).*/\1/p'; }
 for kind in lr fm ffm; do
   one=$("$train" --train "$tmp/tr.ffm" --test "$tmp/te.ffm" --format libffm --model "$kind" \
-    --json 2>/dev/null | tail -n 1 | ll)
+    --json 2>"$tmp/one.err" | tail -n 1 | ll) || bad "$kind: tltrain exited non-zero: $(tail -2 "$tmp/one.err")"
   out=$("$train" --train "$tmp/tr.ffm" --test "$tmp/te.ffm" --format libffm --model "$kind" \
-    --threads 2 --export "$tmp/$kind" --json 2>/dev/null)
+    --threads 2 --export "$tmp/$kind" --json 2>"$tmp/two.err") ||
+    bad "$kind --threads 2: tltrain exited $?: $(tail -2 "$tmp/two.err")"
   two=$(echo "$out" | tail -n 1 | ll)
   if [ -n "$one" ] && [ -n "$two" ] && awk -v a="$one" -v b="$two" -v d="$BOUND" \
       'BEGIN { exit !(b <= a + d && b < 0.6) }'; then
@@ -42,7 +43,7 @@ for kind in lr fm ffm; do
     || bad "$kind: $rows of $epochs epochs trained 40000 rows"
   want=$(echo "$out" | tail -n 1 | sed 's/,"epochs":[0-9]*//')
   got=$("$train" predict --model-dir "$tmp/$kind" --data "$tmp/te.ffm" --format libffm \
-    --json 2>/dev/null | tail -n 1)
+    --json 2>"$tmp/predict.err" | tail -n 1) || bad "$kind: predict exited non-zero: $(tail -2 "$tmp/predict.err")"
   [ -n "$want" ] && [ "${got#\{\"samples\":10000,}" = "${want#\{}" ] \
     && ok "$kind: the threaded export scores as the trainer evaluated" \
     || bad "$kind: trainer $want, predict $got"
