@@ -22,6 +22,8 @@ PACKAGES=(
   python3-pip                         # `pip install ./codec/python` (the Python client) and its test
   gnuplot-nox                         # loadgen/plot.sh: latency-vs-throughput and spectrum plots
   procps                              # ps/pgrep for scripts
+  curl                                # the README's admin API examples
+  python3-venv                        # the README's Python client install in a venv
   nats-server                         # online learning bus: 3-node JetStream cluster in tests (deploy/nats-cluster.sh)
   libnats-dev                         # nats.c JetStream client (server/bus.c)
 )

@@ -15,6 +15,7 @@
 # Processes are checked by /proc/PID/comm before a signal: a stale pid file never kills a
 # stranger. Meant to run as root on a fresh CI machine; needs nats-server and python3.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin" # Debian puts nats-server there; a user's PATH lacks it
 
 die() { echo "nats-cluster: $*" >&2; exit 1; }
 [ $# -ge 2 ] || die "usage: $0 start|stop|status|kill|restart|urls DIR [BASE_PORT|N]"

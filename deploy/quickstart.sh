@@ -51,6 +51,7 @@ done
 MODEL_TMP=$(mktemp -d "$ROOT/$BUILD/quickstart.XXXXXX")
 cleanup() { rm -rf -- "$MODEL_TMP"; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # bash runs no EXIT trap when a signal kills it: exit instead
 MODEL=$MODEL_TMP/ctr_lr/1
 
 step "generate a synthetic LR model: $KEYS keys (tlsynth model)"
@@ -100,6 +101,7 @@ step "serve the model: tlserve on 127.0.0.1, scores through the client library"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 ADMIN_PORT=$(free_port)
+while [ "$ADMIN_PORT" = "$PORT" ]; do ADMIN_PORT=$(free_port); done
 "$BUILD/server/tlserve" --model "$MODEL" --port "$PORT" --admin-port "$ADMIN_PORT" \
   >"$MODEL_TMP/tlserve.log" 2>&1 &
 SERVER_PID=$!
@@ -142,8 +144,15 @@ for line in text.splitlines():
             print("  %-60s %8s" % (name, value))
 PY
 kill "$SERVER_PID"
-wait "$SERVER_PID" && echo "tlserve stopped (SIGTERM, exit 0)"
+rc=0
+wait "$SERVER_PID" || rc=$?
 SERVER_PID=
+if [ "$rc" != 0 ]; then
+  echo "quickstart: tlserve exited $rc on SIGTERM (0 expected); its log:" >&2
+  cat "$MODEL_TMP/tlserve.log" >&2 || true
+  exit 1
+fi
+echo "tlserve stopped (SIGTERM, exit 0)"
 
 if [ "${QS_BENCH:-1}" != 0 ]; then
   step "benchmark suite, short version (QUICK=1 loadgen/bench.sh, on $BUILD/)"

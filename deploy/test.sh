@@ -15,6 +15,7 @@
 #   TL_CTEST_JOBS=2      ctest parallelism
 #   TL_FUZZ_JOBS=N       fuzz targets run at once (default: nproc; each uses one core)
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin" # nats-server and redis-server live there; a user's PATH lacks it
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 ROOT=$(pwd)
