@@ -68,6 +68,7 @@ fuzz_one() {
   corpus=$ROOT/tests/fuzz/corpus/${name#fuzz_}
   art=$ROOT/build-fuzz/artifacts/$name
   log=$art/fuzz.log
+  rm -rf -- "$art" # this run's artifacts only: a failure lists what it wrote, not older runs'
   mkdir -p "$art" || return 1
   work=$(mktemp -d "${TMPDIR:-/tmp}/tl-$name.XXXXXX") || return 1
   if [ -d "$corpus" ]; then
