@@ -10,6 +10,17 @@
  *
  * Request ids count up from 1 per connection.
  *
+ * DEADLINES: a blocking call (predict, train, feedback, ping) takes one
+ * deadline, now + timeout_ms, for its send and its whole wait: frames for
+ * other ids arriving meanwhile do not restart it.  A send cut short by its
+ * deadline leaves part of a frame on the wire, so the connection is marked
+ * broken and every later call returns -EPIPE (reconnect).  The sends
+ * without a timeout (tlclient_send_*) wait at most SEND_WAIT_MS.
+ *
+ * An ERROR frame with request id 0 is the server's word on the whole
+ * connection (a framing error, OVERLOADED at accept, SHUTTING_DOWN) before
+ * it closes it: a waiting call returns its code and message.
+ *
  * THREAD SAFETY: one thread per client at a time (tlclient.h).
  */
 #include "tlclient.h"
@@ -27,9 +38,11 @@
 #include <unistd.h>
 
 #define RESPONSE_MAX_PAYLOAD (1u << 20) /* results and errors are small */
+#define SEND_WAIT_MS 60000              /* a send without a timeout of its own */
 
 struct tlclient {
     int fd;
+    int broken; /* a frame was cut short on the wire: every call is -EPIPE */
     uint64_t next_id;
     uint8_t *out;
     size_t out_cap;
@@ -130,26 +143,44 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* Sets err (may be NULL) to a local error: what the client found wrong. */
+static int local_err(codec_error_t *err, int rc, const char *fmt, const char *what)
+{
+    if (err) {
+        err->code = CODEC_E_INTERNAL;
+        err->offset = CODEC_NO_OFFSET;
+        snprintf(err->msg, sizeof err->msg, fmt, what);
+    }
+    return rc;
+}
+
 static int write_all(tlclient_t *c, const uint8_t *p, size_t len, int64_t deadline)
 {
-    while (len > 0) {
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c->fd, POLLOUT, deadline);
-            if (rc)
-                return rc;
-        } else if (n < 0 && errno != EINTR) {
-            return -errno;
+    if (c->broken)
+        return -EPIPE;
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t n = send(c->fd, p + sent, len - sent, MSG_NOSIGNAL);
+        int rc = 0;
+        if (n > 0)
+            sent += (size_t)n;
+        else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            rc = wait_fd(c->fd, POLLOUT, deadline);
+        else if (n < 0 && errno != EINTR)
+            rc = -errno;
+        if (rc) {
+            if (sent > 0)
+                c->broken = 1; /* the server would read the next frame after half of this */
+            return rc;
         }
     }
     return 0;
 }
 
-/* Encodes one request of any type into c->out (grown to fit) and sends it. */
-static int send_msg(tlclient_t *c, codec_msg_t *m, uint64_t *request_id, codec_error_t *err)
+/* Encodes one request of any type into c->out (grown to fit) and sends it
+ * by deadline. */
+static int send_msg(tlclient_t *c, codec_msg_t *m, uint64_t *request_id, int64_t deadline,
+                    codec_error_t *err)
 {
     m->hdr.request_id = c->next_id++;
     size_t len = 0;
@@ -161,33 +192,43 @@ static int send_msg(tlclient_t *c, codec_msg_t *m, uint64_t *request_id, codec_e
     }
     if (rc != CODEC_OK)
         return rc;
+    if (err) { /* the sizing call above left NEED_MORE in it */
+        err->code = CODEC_OK;
+        err->offset = CODEC_NO_OFFSET;
+        err->msg[0] = '\0';
+    }
     if (request_id)
         *request_id = m->hdr.request_id;
-    return write_all(c, c->out, len, now_ms() + 60000);
+    rc = write_all(c, c->out, len, deadline);
+    if (rc == -ETIMEDOUT)
+        local_err(err, rc, "%s", c->broken ? "send timed out part-way through the frame: the "
+                  "connection is broken, reconnect" : "send timed out (the server reads nothing)");
+    return rc;
 }
 
 int tlclient_send_predict(tlclient_t *c, const codec_predict_t *req, uint64_t *request_id,
                           codec_error_t *err)
 {
     codec_msg_t m = {.hdr.type = CODEC_PREDICT, .u.predict = *req};
-    return send_msg(c, &m, request_id, err);
+    return send_msg(c, &m, request_id, now_ms() + SEND_WAIT_MS, err);
 }
 
 int tlclient_send_train(tlclient_t *c, const codec_train_t *req, uint64_t *request_id,
                         codec_error_t *err)
 {
     codec_msg_t m = {.hdr.type = CODEC_TRAIN, .u.train = *req};
-    return send_msg(c, &m, request_id, err);
+    return send_msg(c, &m, request_id, now_ms() + SEND_WAIT_MS, err);
 }
 
 int tlclient_send_feedback(tlclient_t *c, const codec_feedback_t *fb, uint64_t *request_id,
                            codec_error_t *err)
 {
     codec_msg_t m = {.hdr.type = CODEC_FEEDBACK, .u.feedback = *fb};
-    return send_msg(c, &m, request_id, err);
+    return send_msg(c, &m, request_id, now_ms() + SEND_WAIT_MS, err);
 }
 
-int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t *err)
+/* tlclient_recv by an absolute deadline. */
+static int recv_until(tlclient_t *c, codec_msg_t *msg, int64_t deadline, codec_error_t *err)
 {
     /* drop the frame handed out last time */
     if (c->in_skip) {
@@ -195,7 +236,6 @@ int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t
         c->in_len -= c->in_skip;
         c->in_skip = 0;
     }
-    int64_t deadline = now_ms() + timeout_ms;
     for (;;) {
         codec_arena_reset(&c->arena);
         int rc = codec_decode_frame(c->in, c->in_len, &c->arena, msg, err);
@@ -222,30 +262,49 @@ int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t
     }
 }
 
+int tlclient_recv(tlclient_t *c, codec_msg_t *msg, int timeout_ms, codec_error_t *err)
+{
+    return recv_until(c, msg, now_ms() + timeout_ms, err);
+}
+
+/* The server's ERROR frame in *msg, code rc, into err. */
+static void server_err(codec_error_t *err, const codec_msg_t *msg, int rc)
+{
+    if (!err)
+        return;
+    size_t n = msg->u.error.msg_len < sizeof err->msg - 1 ? msg->u.error.msg_len
+                                                          : sizeof err->msg - 1;
+    err->code = (uint16_t)rc;
+    err->offset = CODEC_NO_OFFSET;
+    memcpy(err->msg, msg->u.error.msg, n);
+    err->msg[n] = '\0';
+}
+
 /* Waits for the answer to request id: 0 with *msg of type `want`, the
  * server's ERROR code (its message copied into *err), or -errno / -EPROTO.
  * Frames for other ids (answers to earlier pipelined requests) are skipped. */
 static int await_answer(tlclient_t *c, uint64_t id, uint8_t want, codec_msg_t *msg,
-                        int timeout_ms, codec_error_t *err)
+                        int64_t deadline, codec_error_t *err)
 {
     for (;;) {
-        int rc = tlclient_recv(c, msg, timeout_ms, err);
+        int rc = recv_until(c, msg, deadline, err);
+        if (rc == -ETIMEDOUT)
+            return local_err(err, rc, "%s", "no answer by the deadline");
         if (rc < 0)
             return rc;
+        if (rc > 0 && msg->hdr.request_id == 0) { /* about the connection, before a close */
+            server_err(err, msg, rc);
+            return rc;
+        }
         if (msg->hdr.request_id != id)
             continue;
         if (rc > 0) {
-            if (err) {
-                size_t n = msg->u.error.msg_len < sizeof err->msg - 1 ? msg->u.error.msg_len
-                                                                      : sizeof err->msg - 1;
-                err->code = (uint16_t)rc;
-                err->offset = CODEC_NO_OFFSET;
-                memcpy(err->msg, msg->u.error.msg, n);
-                err->msg[n] = '\0';
-            }
+            server_err(err, msg, rc);
             return rc;
         }
-        return msg->hdr.type == want ? 0 : -EPROTO;
+        if (msg->hdr.type != want)
+            return local_err(err, -EPROTO, "%s", "the answer is of another type than the request's");
+        return 0;
     }
 }
 
@@ -253,14 +312,16 @@ int tlclient_predict(tlclient_t *c, const codec_predict_t *req, float *scores, u
                      int timeout_ms, codec_error_t *err)
 {
     uint64_t id;
-    int rc = tlclient_send_predict(c, req, &id, err);
+    int64_t deadline = now_ms() + timeout_ms;
+    codec_msg_t m = {.hdr.type = CODEC_PREDICT, .u.predict = *req};
+    int rc = send_msg(c, &m, &id, deadline, err);
     if (rc != 0)
         return rc;
     codec_msg_t msg;
-    if ((rc = await_answer(c, id, CODEC_PREDICT_RESULT, &msg, timeout_ms, err)) != 0)
+    if ((rc = await_answer(c, id, CODEC_PREDICT_RESULT, &msg, deadline, err)) != 0)
         return rc;
     if (msg.u.result.items != req->items)
-        return -EPROTO;
+        return local_err(err, -EPROTO, "%s", "the answer has another item count than the request");
     memcpy(scores, msg.u.result.scores, (size_t)req->items * sizeof *scores);
     if (version)
         *version = msg.u.result.version;
@@ -271,14 +332,16 @@ int tlclient_train(tlclient_t *c, const codec_train_t *req, uint32_t *accepted, 
                    codec_error_t *err)
 {
     uint64_t id;
-    int rc = tlclient_send_train(c, req, &id, err);
+    int64_t deadline = now_ms() + timeout_ms;
+    codec_msg_t m = {.hdr.type = CODEC_TRAIN, .u.train = *req};
+    int rc = send_msg(c, &m, &id, deadline, err);
     if (rc != 0)
         return rc;
     codec_msg_t msg;
-    if ((rc = await_answer(c, id, CODEC_TRAIN_ACK, &msg, timeout_ms, err)) != 0)
+    if ((rc = await_answer(c, id, CODEC_TRAIN_ACK, &msg, deadline, err)) != 0)
         return rc;
     if (msg.u.ack.accepted > req->samples)
-        return -EPROTO;
+        return local_err(err, -EPROTO, "%s", "the answer accepts more samples than were sent");
     if (accepted)
         *accepted = msg.u.ack.accepted;
     return 0;
@@ -288,15 +351,17 @@ int tlclient_feedback(tlclient_t *c, const codec_feedback_t *fb, codec_feedback_
                       codec_refused_t *refusals, uint32_t cap, int timeout_ms, codec_error_t *err)
 {
     uint64_t id;
-    int rc = tlclient_send_feedback(c, fb, &id, err);
+    int64_t deadline = now_ms() + timeout_ms;
+    codec_msg_t m = {.hdr.type = CODEC_FEEDBACK, .u.feedback = *fb};
+    int rc = send_msg(c, &m, &id, deadline, err);
     if (rc != 0)
         return rc;
     codec_msg_t msg;
-    if ((rc = await_answer(c, id, CODEC_FEEDBACK_ACK, &msg, timeout_ms, err)) != 0)
+    if ((rc = await_answer(c, id, CODEC_FEEDBACK_ACK, &msg, deadline, err)) != 0)
         return rc;
     const codec_feedback_ack_t *got = &msg.u.feedback_ack;
     if (got->accepted + got->refused != fb->events)
-        return -EPROTO;
+        return local_err(err, -EPROTO, "%s", "the answer counts other events than were sent");
     uint32_t n = got->refused < cap ? got->refused : cap;
     if (n)
         memcpy(refusals, got->refusal, n * sizeof *refusals);
@@ -313,10 +378,13 @@ int tlclient_ping(tlclient_t *c, int timeout_ms)
     size_t len;
     if (codec_encode_ping(frame, sizeof frame, CODEC_PING, id, &p, &len, NULL) != CODEC_OK)
         return -EINVAL;
-    int rc = write_all(c, frame, len, now_ms() + timeout_ms);
+    int64_t deadline = now_ms() + timeout_ms;
+    int rc = write_all(c, frame, len, deadline);
     codec_msg_t msg;
     while (rc == 0) {
-        rc = tlclient_recv(c, &msg, timeout_ms, NULL);
+        rc = recv_until(c, &msg, deadline, NULL);
+        if (rc > 0 && msg.hdr.request_id == 0)
+            return rc; /* the server's word on the connection */
         if (rc == 0 && msg.hdr.request_id == id)
             return msg.hdr.type == CODEC_PONG ? 0 : -EPROTO;
     }

@@ -19,11 +19,18 @@
  *
  * RETURNS: 0 on success; a negative -errno for transport problems
  * (-ETIMEDOUT, -ECONNRESET, -EPIPE, -ECONNREFUSED, -EPROTO for a frame that
- * does not decode); a positive codec_errc_t when the server answered with an
- * ERROR frame (its message is in err->msg).
+ * does not decode or an answer that does not fit its request; err->msg says
+ * which); a positive codec_errc_t when the server answered with an ERROR
+ * frame (its message is in err->msg), also one with request id 0, the
+ * server's word on the whole connection before it closes it (OVERLOADED at
+ * accept, a framing error).  A send cut short by its deadline leaves half a
+ * frame on the wire: the connection is broken and every later call is -EPIPE
+ * (close it and connect again).
  *
  * THREAD SAFETY: a tlclient_t belongs to one thread at a time.  Blocking:
- * every call that talks to the server blocks up to its timeout.
+ * every call that talks to the server blocks up to its timeout, one deadline
+ * for the send and the whole wait (frames for other requests do not extend
+ * it); tlclient_send_* wait at most 60 s for the socket to take the frame.
  */
 #ifndef TL_CODEC_TLCLIENT_H
 #define TL_CODEC_TLCLIENT_H

@@ -6,6 +6,13 @@
  * comes back as its code with the message, and an ack that does not cover
  * the events is -EPROTO.  The peer is a thread that decodes each frame with
  * the codec and answers from what it decoded.
+ *
+ * Deadlines, against peers that misbehave: one that never reads (a send cut
+ * short by the call's deadline returns -ETIMEDOUT within it, and the
+ * connection, holding half a frame, is -EPIPE from then on); one that sends
+ * frames for other ids every 50 ms (they do not restart the deadline); one
+ * that answers an ERROR with id 0 and closes (its code and message come
+ * back, not -ECONNRESET).
  */
 #include "codec_test_util.h"
 
@@ -13,7 +20,9 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codec/tlclient.h"
@@ -186,10 +195,126 @@ static void test_online_calls(void **state)
     free_predict(&req);
 }
 
+/* ---- deadlines against misbehaving peers ---- */
+
+enum bad_mode { NEVER_READS, OTHER_IDS, ERROR_ID0 };
+
+struct bad_peer {
+    int lfd;
+    enum bad_mode mode;
+};
+
+static void *bad_peer_main(void *arg)
+{
+    struct bad_peer *p = arg;
+    int fd = accept(p->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    uint8_t out[256];
+    size_t len = 0;
+    if (p->mode == NEVER_READS) {
+        usleep(1500 * 1000); /* holds the connection, reads nothing */
+    } else if (p->mode == OTHER_IDS) {
+        codec_ping_t pg = {(const uint8_t *)"x", 1};
+        for (int i = 0; i < 30; i++) { /* 1.5 s of PONGs for request 999 */
+            if (codec_encode_ping(out, sizeof out, CODEC_PONG, 999, &pg, &len, NULL) == CODEC_OK)
+                (void)!write(fd, out, len);
+            usleep(50 * 1000);
+        }
+    } else {
+        codec_errmsg_t em = {CODEC_E_OVERLOADED, 7, "no room"};
+        if (codec_encode_errmsg(out, sizeof out, 0, &em, &len, NULL) == CODEC_OK)
+            (void)!write(fd, out, len);
+    }
+    close(fd);
+    return NULL;
+}
+
+static int64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A client connected to a bad peer of mode m (joined by the caller). */
+static tlclient_t *bad_client(struct bad_peer *p, enum bad_mode m, pthread_t *th)
+{
+    p->mode = m;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(p->lfd >= 0);
+    int small = 4096; /* a small receive window: the client's send fills it soon */
+    assert_int_equal(setsockopt(p->lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(p->lfd, 1), 0);
+    assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&sa, &sl), 0);
+    assert_int_equal(pthread_create(th, NULL, bad_peer_main, p), 0);
+    tlclient_t *c;
+    assert_int_equal(tlclient_connect("127.0.0.1", ntohs(sa.sin_port), 5000, &c), 0);
+    return c;
+}
+
+static void test_deadlines(void **state)
+{
+    (void)state;
+    struct bad_peer p;
+    pthread_t th;
+    codec_error_t e;
+    float scores[4096];
+
+    /* a peer that never reads: ~9 MB of spread ids cannot all be sent */
+    tlclient_t *c = bad_client(&p, NEVER_READS, &th);
+    codec_predict_t big = make_predict(4096, 0, 240, false);
+    uint64_t x = 88172645463325252ull;
+    for (uint32_t i = 0; i < big.items; i++) { /* ids spread over 64 bits: ~9 bytes each */
+        uint64_t *ids = (uint64_t *)big.item[i].ids, id = 0;
+        for (uint32_t j = 0; j < big.item[i].n; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            id += (x >> 9) + 1;
+            ids[j] = id;
+        }
+    }
+    int64_t t0 = ms_now();
+    assert_int_equal(tlclient_predict(c, &big, scores, NULL, 300, &e), -ETIMEDOUT);
+    assert_true(ms_now() - t0 < 1000);
+    assert_non_null(strstr(e.msg, "connection is broken"));
+    assert_int_equal(tlclient_ping(c, 300), -EPIPE); /* half a frame went out: never again */
+    tlclient_close(c);
+    pthread_join(th, NULL);
+    close(p.lfd);
+
+    /* frames for other ids every 50 ms do not restart a 300 ms deadline */
+    c = bad_client(&p, OTHER_IDS, &th);
+    t0 = ms_now();
+    assert_int_equal(tlclient_ping(c, 300), -ETIMEDOUT);
+    assert_true(ms_now() - t0 < 800);
+    codec_predict_t req = make_predict(3, 4, 2, false);
+    t0 = ms_now();
+    assert_int_equal(tlclient_predict(c, &req, scores, NULL, 300, &e), -ETIMEDOUT);
+    assert_true(ms_now() - t0 < 800);
+    tlclient_close(c);
+    pthread_join(th, NULL);
+    close(p.lfd);
+
+    /* the server's word on the connection, then its close */
+    c = bad_client(&p, ERROR_ID0, &th);
+    assert_int_equal(tlclient_predict(c, &req, scores, NULL, 2000, &e), CODEC_E_OVERLOADED);
+    assert_string_equal(e.msg, "no room");
+    tlclient_close(c);
+    pthread_join(th, NULL);
+    close(p.lfd);
+    free_predict(&req);
+    free_predict(&big);
+}
+
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* the bad peers write on after the client closed */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_online_calls),
+        cmocka_unit_test(test_deadlines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
