@@ -11,6 +11,7 @@ These tests need no server.
 import socket
 import struct
 import threading
+import time
 import unittest
 
 from tlwire_testutil import w, E, WireErrorMixin
@@ -269,6 +270,56 @@ class TestClient(WireErrorMixin, unittest.TestCase):
             self.assertRaises(w.ConnectionClosed, c.ping)
         finally:
             lsock.close()
+
+    def test_a_call_timeout_bounds_its_send(self):
+        # the client's default is to wait for ever; the call's own 0.5 s bounds its send too
+        lsock = socket.create_server(("127.0.0.1", 0))   # accepts nothing, reads nothing
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=None)
+            step = (1 << 63) // 250  # ids far apart: ~9 bytes each, ~9 MB, more than buffers
+            big = [[1 + step * j + i for j in range(250)] for i in range(4096)]
+            t0 = time.monotonic()
+            with self.assertRaises(w.Timeout):
+                c.predict("ctr", [], big, timeout=2.0)
+            self.assertLess(time.monotonic() - t0, 5.0)
+            self.assertIsNone(c.sock, "a half-written frame closes the connection")
+            self.assertRaises(w.ConnectionClosed, c.ping, timeout=1)  # not a BrokenPipeError
+        finally:
+            lsock.close()
+
+    def test_server_word_before_close_and_dead_connections(self):
+        # an ERROR with id 0 (OVERLOADED at accept) then a close: raised as the server's
+        # error, not "connection closed"; then every call is ConnectionClosed
+        lsock = socket.create_server(("127.0.0.1", 0))
+        def refuse():
+            conn, _ = lsock.accept()
+            conn.sendall(w.encode_frame(w.MsgType.ERROR, 0,
+                                        w.encode_error(E.OVERLOADED, "no room; retry later")))
+            conn.close()
+        t = threading.Thread(target=refuse, daemon=True)
+        t.start()
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=5)
+            t.join(5)
+            time.sleep(0.1)
+            with self.assertRaises(w.UnavailableError) as e:
+                c.predict("ctr", [], [[1]])
+            self.assertIn("no room", str(e.exception))
+            self.assertRaises(w.ConnectionClosed, c.predict, "ctr", [], [[1]])
+            self.assertRaises(w.ConnectionClosed, c.ping)
+        finally:
+            lsock.close()
+        free = socket.socket()
+        free.bind(("127.0.0.1", 0))
+        dead = free.getsockname()[1]
+        free.close()
+        with self.assertRaises(w.ConnectionClosed):  # a refused connect is a TlserveError
+            w.Client("127.0.0.1", dead, timeout=2)
+        self.assertRaises(ValueError, w.Client, "127.0.0.1", dead, timeout=0)
+
+    def test_feature_id_of_a_number_is_refused(self):
+        self.assertRaises(TypeError, w.feature_id, 0, 42)  # not 42 zero bytes
+        self.assertEqual(w.feature_id(0, "42"), w.feature_id(0, b"42"))
 
     def test_predict_many(self):
         srv = FakeServer(batch=2)

@@ -11,19 +11,23 @@
 Pipelining.  A request goes out as one frame with a request id (allocated from 1 upwards
 unless given); answers may come back in any order, matched by id.  A frame for another id that
 arrives while waiting is kept and handed out by a later wait for that id, so any number of
-requests may be in flight.  The server bounds what one connection may have in flight: past it,
-requests are answered OVERLOADED (UnavailableError); predict_many keeps a window below it.
+requests may be in flight.  The server bounds what one connection may have unanswered
+(--max-inflight): past it, it stops reading that connection until its answers are read, so a
+client that only writes stalls; predict_many reads as it sends, with at most `window` (at
+most 1024) requests in flight.
 
 Timeouts.  `timeout` (seconds, None = wait for ever) is the connect timeout and the default
 deadline of each call; a call's own `timeout=` overrides it.  A receive that runs out of time
 raises Timeout and loses nothing: bytes read so far stay buffered and the request stays in
-flight, so a later wait for the same id still gets the answer.  A send that runs out of time
-closes the connection (a half-written frame cannot be taken back).
+flight, so a later wait for the same id still gets the answer.  A call's timeout bounds its
+send and its wait together; a send that runs out of time closes the connection (a
+half-written frame cannot be taken back).
 
 Errors.  An ERROR frame answering a request raises ServerError (an instance of its code's
-family too: MalformedError, ModelNotFoundError, UnavailableError, ...).  An ERROR with id 0 and
-a framing code means the server is about to close the connection; it is raised at once from
-any wait.  EOF raises ConnectionClosed.
+family too: MalformedError, ModelNotFoundError, UnavailableError, ...).  An ERROR with id 0 is
+the server's word on the whole connection before it closes it (a framing error, OVERLOADED at
+accept, SHUTTING_DOWN); it is raised at once from any wait, also when it was read before an
+EOF.  EOF, a reset or a refused connect raise ConnectionClosed, and the client is closed.
 
 THREAD SAFETY: none.  One Client belongs to one thread at a time; use one per thread (the
 server is built for many connections), or guard one with a lock.
@@ -35,7 +39,7 @@ import socket
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .errors import (FRAMING_ERRORS, ConnectionClosed, ServerError, Timeout, TlserveError,
+from .errors import (ConnectionClosed, ServerError, Timeout, TlserveError,
                      WireError, ErrorCode)
 from .wire import (HEADER_SIZE, U64_MASK, Frame, MsgType, PredictResult, decode_error,
                    decode_pong, decode_predict_result, decode_train_ack, encode_frame,
@@ -58,9 +62,17 @@ class Client:
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  timeout: Optional[float] = 10.0):
-        """Connect to host:port (blocks up to `timeout` seconds; raises OSError on failure)."""
-        self.sock: Optional[socket.socket] = socket.create_connection((host, port),
-                                                                      timeout=timeout)
+        """Connect to host:port (blocks up to `timeout` seconds, None or > 0; raises
+        ConnectionClosed when it cannot connect)."""
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be None or > 0 seconds, got %r" % (timeout,))
+        try:
+            self.sock: Optional[socket.socket] = socket.create_connection((host, port),
+                                                                          timeout=timeout)
+        except socket.timeout as e:
+            raise Timeout("connect to %s:%d timed out" % (host, port)) from e
+        except OSError as e:
+            raise ConnectionClosed("cannot connect to %s:%d: %s" % (host, port, e)) from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self._next_id = 1
@@ -100,6 +112,11 @@ class Client:
         t = self.timeout if timeout is _KEEP else timeout
         return None if t is None else time.monotonic() + t
 
+    @staticmethod
+    def _left(deadline: Optional[float]) -> Optional[float]:
+        """The seconds left to deadline (a timeout argument), None for no deadline."""
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     # -- sending ----------------------------------------------------------------------------
     def next_id(self) -> int:
         """Allocate a request id (1, 2, ... wrapping past 2^64 - 1 to 1; 0 is never given)."""
@@ -107,22 +124,28 @@ class Client:
         self._next_id = (self._next_id + 1) & U64_MASK or 1
         return rid
 
-    def send_raw(self, data: bytes) -> None:
-        """Send bytes as they are (tests use it to send bad frames)."""
+    def send_raw(self, data: bytes, timeout=_KEEP) -> None:
+        """Send bytes as they are (tests use it to send bad frames), within `timeout`."""
+        self._send(data, self._deadline(timeout))
+
+    def _send(self, data: bytes, deadline: Optional[float]) -> None:
         sock = self._socket()
-        sock.settimeout(self.timeout)
+        sock.settimeout(None if deadline is None else max(0.001, deadline - time.monotonic()))
         try:
             sock.sendall(data)
         except socket.timeout as e:
             self.close()
             raise Timeout("send timed out; the connection is closed") from e
+        except OSError as e:  # reset, broken pipe: the server closed it
+            self.close()
+            raise ConnectionClosed("send failed, the connection is closed: %s" % e) from e
 
     def send_frame(self, msg_type: int, payload: bytes = b"", request_id: Optional[int] = None,
-                   flags: int = 0) -> int:
-        """Send one frame; returns its request id."""
+                   flags: int = 0, timeout=_KEEP) -> int:
+        """Send one frame within `timeout`; returns its request id."""
         if request_id is None:
             request_id = self.next_id()
-        self.send_raw(encode_frame(msg_type, request_id, payload, flags))
+        self._send(encode_frame(msg_type, request_id, payload, flags), self._deadline(timeout))
         return request_id
 
     def send_predict(self, model: str, shared, items: Sequence, version: int = 0,
@@ -172,13 +195,26 @@ class Client:
             except (socket.timeout, BlockingIOError):
                 raise Timeout("no answer in time (%d of %d bytes of a frame read)"
                               % (len(self._rbuf), n)) from None
-            except ConnectionResetError as e:
+            except OSError as e:
+                got = len(self._rbuf)
+                self._closed_by_server()
                 raise ConnectionClosed("connection reset after %d of %d bytes: %s"
-                                       % (len(self._rbuf), n, e)) from e
+                                       % (got, n, e)) from e
             if not chunk:
-                raise ConnectionClosed("connection closed after %d of %d bytes"
-                                       % (len(self._rbuf), n))
+                got = len(self._rbuf)
+                self._closed_by_server()
+                raise ConnectionClosed("connection closed after %d of %d bytes" % (got, n))
             self._rbuf += chunk
+
+    def _closed_by_server(self) -> None:
+        """The server closed the connection: a word it left for the whole connection (an
+        ERROR with id 0) is raised, else the client is closed and the caller says EOF."""
+        word = self._pending.get(0)
+        self.close()
+        for f in word or ():
+            if f.type == MsgType.ERROR:
+                e = decode_error(f.payload)
+                raise ServerError(e.code, e.message, 0)
 
     def recv_frame(self, timeout=_KEEP) -> Frame:
         """Read the next frame off the connection (frames kept by wait_for are not looked at).
@@ -218,9 +254,8 @@ class Client:
                 self.send_frame(MsgType.PONG, f.payload, f.request_id)
                 continue
             if f.type == MsgType.ERROR and f.request_id == 0:
-                e = decode_error(f.payload)
-                if e.code in FRAMING_ERRORS:
-                    raise ServerError(e.code, e.message, 0)
+                e = decode_error(f.payload)  # the server closes the connection after it
+                raise ServerError(e.code, e.message, 0)
             self._pending.setdefault(f.request_id, []).append(f)
 
     @staticmethod
@@ -259,9 +294,11 @@ class Client:
         """Score items for one request and wait for the answer (send_predict, then
         recv_predict_result).  Returns PredictResult(version, scores).  impression_id != 0:
         the server logs the request under that id for feedback() (see send_predict)."""
-        rid = self.send_predict(model, shared, items, version, request_id,
-                                impression_id=impression_id)
-        res = self.recv_predict_result(rid, timeout)
+        deadline = self._deadline(timeout)  # one deadline for the send and the wait
+        payload = encode_predict(model, shared, items, version, impression_id=impression_id)
+        rid = self.send_frame(MsgType.PREDICT, payload, request_id, predict_flags(impression_id),
+                              timeout=self._left(deadline))
+        res = self.recv_predict_result(rid, self._left(deadline))
         if len(res.scores) != len(items):
             raise WireError(ErrorCode.INTERNAL, "%d scores for %d items"
                             % (len(res.scores), len(items)))
@@ -273,11 +310,15 @@ class Client:
         """Score many requests, pipelined: up to `window` in flight on this one connection.
 
         requests: (shared, items) pairs.  Returns one PredictResult per request, in order.
+        Keep `window` at most the server's --max-inflight (128 by default): past it the server
+        stops reading the connection until answers are read, and the batch stalls until its
+        timeout.
         `timeout` is the deadline of the whole batch.  If a request fails, the ones still in
         flight are drained and the first failure is raised, unless return_exceptions=True, in
         which case its TlserveError takes its place in the list."""
-        if window < 1:
-            raise ValueError("window must be at least 1")
+        if not 1 <= window <= 1024:
+            raise ValueError("window must be 1..1024 (and at most the server's --max-inflight, "
+                             "128 by default, or it stops reading the connection)")
         deadline = self._deadline(timeout)
         reqs = list(requests)
         out: List = [None] * len(reqs)
@@ -314,8 +355,10 @@ class Client:
               timeout=_KEEP, *, weights: Optional[Sequence[float]] = None) -> int:
         """Send labelled samples (optionally weighted) to the model's online trainer and wait
         for the TRAIN_ACK; returns how many samples the server accepted."""
-        rid = self.send_train(model, shared, samples, request_id, weights=weights)
-        f = self.wait_for(rid, timeout)
+        deadline = self._deadline(timeout)
+        rid = self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples, weights=weights),
+                              request_id, train_flags(weights), timeout=self._left(deadline))
+        f = self.wait_for(rid, self._left(deadline))
         self._expect(f, MsgType.TRAIN_ACK)
         return decode_train_ack(f.payload)
 
@@ -323,8 +366,10 @@ class Client:
                  timeout=_KEEP) -> FeedbackAck:
         """Send labels for logged impressions and wait for the FEEDBACK_ACK (send_feedback,
         then recv_feedback_ack).  The ack's accepted + len(refused) equals len(events)."""
-        rid = self.send_feedback(model, events, request_id)
-        ack = self.recv_feedback_ack(rid, timeout)
+        deadline = self._deadline(timeout)
+        rid = self.send_frame(MsgType.FEEDBACK, encode_feedback(model, events), request_id,
+                              timeout=self._left(deadline))
+        ack = self.recv_feedback_ack(rid, self._left(deadline))
         if ack.accepted + len(ack.refused) != len(events):
             raise WireError(ErrorCode.INTERNAL, "ack covers %d events of %d"
                             % (ack.accepted + len(ack.refused), len(events)))
@@ -333,7 +378,9 @@ class Client:
     def ping(self, payload: bytes = b"", request_id: Optional[int] = None,
              timeout=_KEEP) -> bytes:
         """Round-trip a PING; returns the payload the server echoed."""
-        rid = self.send_ping(payload, request_id)
-        f = self.wait_for(rid, timeout)
+        deadline = self._deadline(timeout)
+        rid = self.send_frame(MsgType.PING, encode_ping(payload), request_id,
+                              timeout=self._left(deadline))
+        f = self.wait_for(rid, self._left(deadline))
         self._expect(f, MsgType.PONG)
         return decode_pong(f.payload)

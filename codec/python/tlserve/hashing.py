@@ -276,6 +276,10 @@ def feature_id(field: int, raw) -> int:
         raise ValueError("field must be 0..255, got %r" % (field,))
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
+    elif not isinstance(raw, (bytes, bytearray, memoryview)):
+        # bytes(42) would be 42 zero bytes: an int is not a raw value, hash its text
+        raise TypeError("raw must be bytes or str, not %s (for a number, feature_id(field, "
+                        "str(n)))" % type(raw).__name__)
     return (field << 56) | (xxh3_64(raw, field) & HASH_MASK)
 
 
