@@ -243,18 +243,24 @@ static uint64_t active_version(void)
     return v;
 }
 
-/* Waits (at most 5 s) until the guard leaves WATCHING; its status. */
-static guard_status_t wait_verdict(void)
+/* Waits (at most 5 s) until model name's watch (NULL: the one armed or
+ * judged last) leaves WATCHING; its status. */
+static guard_status_t wait_verdict_of(const char *name)
 {
     guard_status_t st;
     for (int i = 0; i < 500; i++) {
-        guard_get_status(NULL, &st);
+        guard_get_status(name, &st);
         if (st.state != GUARD_WATCHING)
             return st;
         usleep(10000);
     }
-    fail_msg("the guard gave no verdict in 5 s");
+    fail_msg("the guard gave no verdict on %s in 5 s", name ? name : "the last model");
     return st;
+}
+
+static guard_status_t wait_verdict(void)
+{
+    return wait_verdict_of(NULL);
 }
 
 /* Starts a server with keep (standby versions) serving version 1 (mean
@@ -362,20 +368,6 @@ static void thread_stuck_without_standby(void **state)
     guard_metrics_format(buf, sizeof buf);
     assert_non_null(strstr(buf, "tlserve_guard_stuck_total 1\n"));
     stop_all();
-}
-
-/* Waits (at most 5 s) until model name's watch leaves WATCHING. */
-static guard_status_t wait_verdict_of(const char *name)
-{
-    guard_status_t st;
-    for (int i = 0; i < 500; i++) {
-        guard_get_status(name, &st);
-        if (st.state != GUARD_WATCHING)
-            return st;
-        usleep(10000);
-    }
-    fail_msg("the guard gave no verdict on %s in 5 s", name);
-    return st;
 }
 
 /* Two models, each with a new version watched at once: the load of "b"
