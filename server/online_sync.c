@@ -391,9 +391,18 @@ int online__sync_publish(const uint8_t *buf, size_t len, const char *model, uint
     return -ECANCELED;
 }
 
+/* One residual key into the accumulator a turn sends.  A key whose merged
+ * sum would not be finite is dropped and counted, as an increment that would
+ * make it so is (accumulate); none is left out for want of room: the merge
+ * runs only when both fit one accumulator. */
 static int merge_key(void *ctx, uint64_t key, const float *vals)
 {
-    return update_acc_add(ctx, key, vals) != 0;
+    int rc = update_acc_add(ctx, key, vals);
+    if (rc == -ENOSPC)
+        COUNT(overflow);
+    else if (rc != 0)
+        COUNT(range);
+    return 0;
 }
 
 /* Under the writer lock, at a turn (cur already swapped): the residual the
@@ -412,8 +421,7 @@ static void merge_residual(struct online_sync_model *s, int r)
         return;
     uint64_t t0 = online__now_ns();
     update_acc_t *from = nres <= nret ? res : ret, *into = from == res ? ret : res;
-    if (update_acc_foreach(from, merge_key, into) != 0) /* cannot happen: it fits */
-        LOG(LL_ERROR, "online: a residual merge failed: keys counted twice until an exact turn");
+    (void)update_acc_foreach(from, merge_key, into);
     update_acc_clear(from);
     s->acc[r] = into; /* the retired one holds the sum, the trainer's is empty */
     s->acc[s->cur] = from;
