@@ -260,6 +260,18 @@ class TestClient(WireErrorMixin, unittest.TestCase):
         finally:
             srv.close()
 
+    def test_a_round_trip_gives_up_its_late_answer(self):
+        srv = FakeServer(batch=2)       # answers only once two requests are in
+        try:
+            with w.Client("127.0.0.1", srv.port, timeout=5) as c:
+                self.assertRaises(w.Timeout, c.predict, "ctr", [], [[1]], timeout=0.2)
+                b = c.send_predict("ctr", [], [[1], [2]])  # both answers come now, b first
+                self.assertEqual(len(c.recv_predict_result(b).scores), 2)
+                c.ping(timeout=2)  # reads the abandoned answer on its way to the PONG
+                self.assertEqual(c.in_flight(), 0, "the abandoned answer is not kept")
+        finally:
+            srv.close()
+
     def test_send_timeout_closes(self):
         lsock = socket.create_server(("127.0.0.1", 0))   # accepts nothing, reads nothing
         try:

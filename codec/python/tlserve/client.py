@@ -19,8 +19,9 @@ most 1024) requests in flight.
 Timeouts.  `timeout` (seconds, None = wait for ever) is the connect timeout and the default
 deadline of each call; a call's own `timeout=` overrides it.  A receive that runs out of time
 raises Timeout and loses nothing: bytes read so far stay buffered and the request stays in
-flight, so a later wait for the same id still gets the answer.  A call's timeout bounds its
-send and its wait together; a send that runs out of time closes the connection (a
+flight, so a later wait for the same id still gets the answer (a round trip, predict() and
+the like, whose caller never sees the id, drops that answer when it comes).  A call's timeout
+bounds its send and its wait together; a send that runs out of time closes the connection (a
 half-written frame cannot be taken back).
 
 Errors.  An ERROR frame answering a request raises ServerError (an instance of its code's
@@ -77,6 +78,7 @@ class Client:
         self.timeout = timeout
         self._next_id = 1
         self._pending: Dict[int, List[Frame]] = {}   # frames read while waiting for another id
+        self._abandoned: set = set()                 # ids a round trip gave up on (Timeout)
         self._rbuf = bytearray()                     # the part of the next frame read so far
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -86,6 +88,7 @@ class Client:
             self.sock.close()
             self.sock = None
         self._pending.clear()
+        self._abandoned.clear()
         self._rbuf.clear()
 
     def __enter__(self) -> "Client":
@@ -256,6 +259,9 @@ class Client:
             if f.type == MsgType.ERROR and f.request_id == 0:
                 e = decode_error(f.payload)  # the server closes the connection after it
                 raise ServerError(e.code, e.message, 0)
+            if f.request_id in self._abandoned:  # its caller is gone: nobody will wait for it
+                self._abandoned.discard(f.request_id)
+                continue
             self._pending.setdefault(f.request_id, []).append(f)
 
     @staticmethod
@@ -263,6 +269,15 @@ class Client:
         if f.type == MsgType.ERROR:
             e = decode_error(f.payload)
             raise ServerError(e.code, e.message, f.request_id)
+
+    def _round_trip_wait(self, rid: int, deadline: Optional[float]) -> Frame:
+        """wait_for of a round trip (predict, train, feedback, ping): its caller never sees
+        the request id, so on Timeout the answer is dropped when it arrives, not kept."""
+        try:
+            return self.wait_for(rid, self._left(deadline))
+        except Timeout:
+            self._abandoned.add(rid)
+            raise
 
     def _expect(self, f: Frame, msg_type: int) -> None:
         self._raise_if_error(f)
@@ -298,7 +313,9 @@ class Client:
         payload = encode_predict(model, shared, items, version, impression_id=impression_id)
         rid = self.send_frame(MsgType.PREDICT, payload, request_id, predict_flags(impression_id),
                               timeout=self._left(deadline))
-        res = self.recv_predict_result(rid, self._left(deadline))
+        f = self._round_trip_wait(rid, deadline)
+        self._expect(f, MsgType.PREDICT_RESULT)
+        res = decode_predict_result(f.payload)
         if len(res.scores) != len(items):
             raise WireError(ErrorCode.INTERNAL, "%d scores for %d items"
                             % (len(res.scores), len(items)))
@@ -358,7 +375,7 @@ class Client:
         deadline = self._deadline(timeout)
         rid = self.send_frame(MsgType.TRAIN, encode_train(model, shared, samples, weights=weights),
                               request_id, train_flags(weights), timeout=self._left(deadline))
-        f = self.wait_for(rid, self._left(deadline))
+        f = self._round_trip_wait(rid, deadline)
         self._expect(f, MsgType.TRAIN_ACK)
         return decode_train_ack(f.payload)
 
@@ -369,7 +386,9 @@ class Client:
         deadline = self._deadline(timeout)
         rid = self.send_frame(MsgType.FEEDBACK, encode_feedback(model, events), request_id,
                               timeout=self._left(deadline))
-        ack = self.recv_feedback_ack(rid, self._left(deadline))
+        f = self._round_trip_wait(rid, deadline)
+        self._expect(f, MsgType.FEEDBACK_ACK)
+        ack = decode_feedback_ack(f.payload)
         if ack.accepted + len(ack.refused) != len(events):
             raise WireError(ErrorCode.INTERNAL, "ack covers %d events of %d"
                             % (ack.accepted + len(ack.refused), len(events)))
@@ -381,6 +400,6 @@ class Client:
         deadline = self._deadline(timeout)
         rid = self.send_frame(MsgType.PING, encode_ping(payload), request_id,
                               timeout=self._left(deadline))
-        f = self.wait_for(rid, self._left(deadline))
+        f = self._round_trip_wait(rid, deadline)
         self._expect(f, MsgType.PONG)
         return decode_pong(f.payload)
