@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 int tltrain_predict_main(int argc, char **argv);
@@ -63,7 +64,8 @@ static void usage(FILE *f)
             "  --data FILE      samples to score (their labels are only used by --json)\n"
             "  --format F       libsvm, libffm or criteo\n"
             "  --out FILE       where the scores go (default: stdout)\n"
-            "  --skip-bad       skip (and count) malformed lines instead of stopping\n"
+            "  --skip-bad       skip (and count) malformed lines instead of stopping; each\n"
+            "                   gets the score nan, so the scores stay one per sample line\n"
             "  --json           last stdout line: {\"samples\":..,\"logloss\":..,\"auc\":..,"
             "\"calibration\":..}\n");
 }
@@ -121,6 +123,7 @@ int tltrain_predict_main(int argc, char **argv)
     reader_t *r = NULL;
     metrics_t *met = NULL;
     FILE *out = stdout;
+    char tmp_path[4096] = ""; /* --out's temporary name while it is written */
     store_error_t err;
     char why[512];
     if (model_load(dir, 0, &m, &err) != 0) {
@@ -136,15 +139,23 @@ int tltrain_predict_main(int argc, char **argv)
         fprintf(stderr, "tltrain predict: out of memory\n");
         goto out;
     }
-    if (out_path && !(out = fopen(out_path, "w"))) {
-        fprintf(stderr, "tltrain predict: %s: %s\n", out_path, strerror(errno));
-        out = stdout;
-        goto out;
+    /* --out is written under a temporary name and renamed at the end: a run
+     * that fails leaves no partial file that looks like a result */
+    if (out_path) {
+        snprintf(tmp_path, sizeof tmp_path, "%s.tmp-%ld", out_path, (long)getpid());
+        if (!(out = fopen(tmp_path, "w"))) {
+            fprintf(stderr, "tltrain predict: %s: %s\n", out_path, strerror(errno));
+            out = stdout;
+            tmp_path[0] = '\0';
+            goto out;
+        }
     }
     reader_sample_t s;
     int got;
-    uint64_t n = 0;
+    uint64_t n = 0, nan_lines = 0;
     while ((got = reader_next(r, &s)) == 1) {
+        for (; nan_lines < reader_skipped(r); nan_lines++)
+            fputs("nan\n", out); /* --skip-bad: a malformed line's place */
         codec_block_t shared = {s.ids, s.values, s.n}, item = {NULL, NULL, 0};
         float p;
         int e = model_score(m, &shared, &item, 1, &p, sc);
@@ -171,6 +182,8 @@ int tltrain_predict_main(int argc, char **argv)
         fprintf(stderr, "tltrain predict: %s\n", reader_error(r));
         goto out;
     }
+    for (; nan_lines < reader_skipped(r); nan_lines++)
+        fputs("nan\n", out);
     if (fflush(out) != 0 || ferror(out)) {
         fprintf(stderr, "tltrain predict: writing %s: %s\n", out_path ? out_path : "stdout",
                 strerror(errno));
@@ -195,6 +208,12 @@ out:
         fprintf(stderr, "tltrain predict: closing %s: %s\n", out_path, strerror(errno));
         rc = 1;
     }
+    if (tmp_path[0] && rc == 0 && rename(tmp_path, out_path) != 0) {
+        fprintf(stderr, "tltrain predict: %s: %s\n", out_path, strerror(errno));
+        rc = 1;
+    }
+    if (tmp_path[0] && rc != 0)
+        (void)unlink(tmp_path);
     metrics_destroy(met);
     reader_close(r);
     model_scratch_destroy(sc);

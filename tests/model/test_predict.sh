@@ -60,6 +60,17 @@ printf '1 0:1:1\nthis is not libffm\n' >"$tmp/badline.ffm"
 [ $rc -eq 1 ] && grep -q "badline.ffm" "$tmp/err" && grep -q "2" "$tmp/err" &&
   ok "malformed line: exit 1, file and line named ($(head -c 120 "$tmp/err"))" ||
   bad "malformed line: exit $rc: $(cat "$tmp/err")"
+# a failed run leaves no --out file; with --skip-bad the scores stay one a sample line (nan)
+"$train" predict --model-dir "$tmp/lr" --data "$tmp/badline.ffm" --format libffm \
+  --out "$tmp/bad.scores" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && [ ! -e "$tmp/bad.scores" ] && [ -z "$(ls "$tmp" | grep 'bad.scores.tmp')" ] &&
+  ok "a failed run leaves no --out file" || bad "a failed run: exit $rc, $(ls "$tmp" | grep bad.scores)"
+printf '1 0:1:1\nthis is not libffm\n0 0:2:1\n' >"$tmp/mid.ffm"
+"$train" predict --model-dir "$tmp/lr" --data "$tmp/mid.ffm" --format libffm --skip-bad \
+  --out "$tmp/mid.scores" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$tmp/mid.scores")" = 3 ] && [ "$(sed -n 2p "$tmp/mid.scores")" = nan ] &&
+  ok "--skip-bad: 3 lines, nan in the bad line's place" ||
+  bad "--skip-bad: exit $rc: $(tr '\n' ' ' <"$tmp/mid.scores" 2>/dev/null) $(cat "$tmp/err")"
 # --json is JSON: a metric without a value (AUC of one class, anything of no sample) is null
 grep '^1 ' "$tmp/te.ffm" | head -n 20 >"$tmp/pos.ffm"
 : >"$tmp/empty.ffm"
