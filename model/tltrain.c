@@ -311,6 +311,9 @@ static int evaluate(reader_t *r, train_t *t, metrics_result_t *res)
         metrics_destroy(m);
         return 1;
     }
+    if (reader_skipped(r)) /* --skip-bad: the figures leave these lines out; say so */
+        fprintf(stderr, "tltrain: %s: %llu malformed lines skipped by --skip-bad, not scored\n",
+                reader_name(r), (unsigned long long)reader_skipped(r));
     metrics_compute(m, res);
     metrics_destroy(m);
     return 0;
