@@ -23,6 +23,7 @@
 #include "reader.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -139,16 +140,19 @@ int tltrain_predict_main(int argc, char **argv)
         fprintf(stderr, "tltrain predict: out of memory\n");
         goto out;
     }
-    /* --out is written under a temporary name and renamed at the end: a run
-     * that fails leaves no partial file that looks like a result */
-    if (out_path) {
+    /* A regular --out (or a new one) is written under a temporary name and
+     * renamed at the end: a run that fails leaves no partial file that looks
+     * like a result.  Anything else (/dev/null, a FIFO) is written in place:
+     * a rename would replace the device with a file. */
+    struct stat ost;
+    bool in_place = out_path && stat(out_path, &ost) == 0 && !S_ISREG(ost.st_mode);
+    if (out_path && !in_place)
         snprintf(tmp_path, sizeof tmp_path, "%s.tmp-%ld", out_path, (long)getpid());
-        if (!(out = fopen(tmp_path, "w"))) {
-            fprintf(stderr, "tltrain predict: %s: %s\n", out_path, strerror(errno));
-            out = stdout;
-            tmp_path[0] = '\0';
-            goto out;
-        }
+    if (out_path && !(out = fopen(in_place ? out_path : tmp_path, "w"))) {
+        fprintf(stderr, "tltrain predict: %s: %s\n", out_path, strerror(errno));
+        out = stdout;
+        tmp_path[0] = '\0';
+        goto out;
     }
     reader_sample_t s;
     int got;

@@ -71,6 +71,17 @@ printf '1 0:1:1\nthis is not libffm\n0 0:2:1\n' >"$tmp/mid.ffm"
 [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/mid.scores")" = 3 ] && [ "$(sed -n 2p "$tmp/mid.scores")" = nan ] &&
   ok "--skip-bad: 3 lines, nan in the bad line's place" ||
   bad "--skip-bad: exit $rc: $(tr '\n' ' ' <"$tmp/mid.scores" 2>/dev/null) $(cat "$tmp/err")"
+# a --out that is not a regular file (a FIFO here; /dev/null alike) is written in place, not
+# replaced by a renamed file
+mkfifo "$tmp/scores.fifo"
+cat "$tmp/scores.fifo" >"$tmp/from.fifo" &
+reader=$!
+"$train" predict --model-dir "$tmp/lr" --data "$tmp/mid.ffm" --format libffm --skip-bad \
+  --out "$tmp/scores.fifo" >/dev/null 2>"$tmp/err"; rc=$?
+wait $reader
+[ $rc -eq 0 ] && [ -p "$tmp/scores.fifo" ] && [ "$(wc -l <"$tmp/from.fifo")" = 3 ] &&
+  ok "--out a FIFO: written through it, still a FIFO" ||
+  bad "--out a FIFO: exit $rc, $(ls -l "$tmp/scores.fifo"): $(cat "$tmp/err")"
 # --json is JSON: a metric without a value (AUC of one class, anything of no sample) is null
 grep '^1 ' "$tmp/te.ffm" | head -n 20 >"$tmp/pos.ffm"
 : >"$tmp/empty.ffm"
