@@ -461,15 +461,19 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
     for (unsigned i = 0; i < r->n_refused; i++)
         if (r->refused[i].by_gate || r->refused[i].by_lineage)
             kept_v[nk++] = r->refused[i].version;
+    /* a rewrite changes the listing: sign the active chain then, or when not signed yet */
+    bool sign_active = listing != r->listing_sig || !r->served_sig;
     pthread_mutex_unlock(&R.lock);
     for (unsigned k = 0; k < nk; k++)
         kept_sig[k] = chain_sig(r->model_dir, kept_v[k]);
 
     char active_name[64];
     uint64_t active = active_version(R.srv, r->model, active_name, sizeof active_name);
-    /* The active version's chain, to see it rewritten in place (same number, new files). */
-    uint64_t active_chain =
-        active && strcmp(active_name, r->model) == 0 ? chain_sig(r->model_dir, active) : 0;
+    /* The active version's chain, to see it rewritten in place (same number, new files);
+     * 0: not read this scan. */
+    uint64_t active_chain = sign_active && active && strcmp(active_name, r->model) == 0
+                                ? chain_sig(r->model_dir, active)
+                                : 0;
     char skipped[NAME_MAX + 1]; /* with no version: a name the user may have meant as one */
     if (n == 0)
         first_non_version(r->model_dir, skipped, sizeof skipped);
@@ -540,7 +544,8 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
         r->said_none = true;
         r->pending = false;
     } else if (active == target && strcmp(active_name, r->model) == 0 &&
-               !(r->served == active && r->served_sig && active_chain != r->served_sig)) {
+               !(r->served == active && r->served_sig && active_chain &&
+                 active_chain != r->served_sig)) {
         r->pending = false;
     } else if (active == target && strcmp(active_name, r->model) == 0) {
         LOG(LL_WARN, "repo: %s version %" PRIu64 " was rewritten in place (its files changed "
