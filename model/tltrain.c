@@ -541,41 +541,41 @@ static void apply_params(const struct cli_params *c, const train_dnn_options_t *
  * to: given for another kind they would be ignored without a word. */
 #define K_(kind) (1u << (kind))
 static const struct {
-    int opt;
-    const char *name;
+    const char *name; /* the long option, as in longopts */
     unsigned kinds;
 } KIND_OPTS[] = {
-    {'b', "beta", K_(STORE_MODEL_LR) | K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
-    {'1', "l1", K_(STORE_MODEL_LR) | K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
-    {'v', "l2-v", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
-    {'k', "k", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
-    {'n', "norm / --no-norm", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
-    {'i', "init-stdev", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
-    {'s', "seed", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
-    {'f', "fields", K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
-    {'d', "dim", K_(STORE_MODEL_DNN)},
-    {'h', "hidden", K_(STORE_MODEL_DNN)},
-    {'w', "wide / --no-wide", K_(STORE_MODEL_DNN)},
-    {'r', "lr-dense", K_(STORE_MODEL_DNN)},
+    {"beta", K_(STORE_MODEL_LR) | K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"l1", K_(STORE_MODEL_LR) | K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"l2-v", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"k", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"norm", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"no-norm", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM)},
+    {"init-stdev", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
+    {"seed", K_(STORE_MODEL_FM) | K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
+    {"fields", K_(STORE_MODEL_FFM) | K_(STORE_MODEL_DNN)},
+    {"dim", K_(STORE_MODEL_DNN)},
+    {"hidden", K_(STORE_MODEL_DNN)},
+    {"wide", K_(STORE_MODEL_DNN)},
+    {"no-wide", K_(STORE_MODEL_DNN)},
+    {"lr-dense", K_(STORE_MODEL_DNN)},
 };
 #undef K_
 
-/* Adds KIND_OPTS letter ch to the set given (a string of at most cap - 1). */
-static void given_add(char *given, size_t cap, char ch)
-{
-    size_t n = strlen(given);
-    if (!strchr(given, ch) && n + 1 < cap) {
-        given[n] = ch;
-        given[n + 1] = '\0';
-    }
-}
-
-/* 0, or 2 (said) when an option of given (KIND_OPTS letters) does not apply
- * to kind. */
-static int check_kind_opts(const char *given, store_model_kind_t kind, const char *model)
+/* The bit of long option name in KIND_OPTS, 0 when it is not one of them. */
+static unsigned kind_opt_bit(const char *name)
 {
     for (size_t i = 0; i < sizeof KIND_OPTS / sizeof *KIND_OPTS; i++)
-        if (strchr(given, KIND_OPTS[i].opt) && !(KIND_OPTS[i].kinds & (1u << kind))) {
+        if (strcmp(KIND_OPTS[i].name, name) == 0)
+            return 1u << i;
+    return 0;
+}
+
+/* 0, or 2 (said) when an option of given (KIND_OPTS bits) does not apply to
+ * kind. */
+static int check_kind_opts(unsigned given, store_model_kind_t kind, const char *model)
+{
+    for (size_t i = 0; i < sizeof KIND_OPTS / sizeof *KIND_OPTS; i++)
+        if ((given & (1u << i)) && !(KIND_OPTS[i].kinds & (1u << kind))) {
             fprintf(stderr, "tltrain: --%s does not apply to --model %s (see --help)\n",
                     KIND_OPTS[i].name, model);
             return 2;
@@ -634,24 +634,15 @@ int main(int argc, char **argv)
     train_dnn_defaults(&dno);
     int fields_given = 0; /* --fields (ffm, dnn; kept in dno.fields) */
     int norm = -1;        /* --norm 1, --no-norm 0, else -1: the kind's default */
-    char given[32] = "";  /* KIND_OPTS letters of the options given */
+    unsigned given = 0; /* KIND_OPTS bits of the options given */
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
         char *e;
         unsigned long long u;
-        switch (c) {
-        case O_BETA: case O_L1: case O_L2V: case O_INIT: case O_K: case O_SEED: case O_DIM:
-        case O_FIELDS: case O_HIDDEN: case O_WIDE: case O_NO_WIDE: case O_NORM: case O_NO_NORM:
-        case O_LR_DENSE:
-            given_add(given, sizeof given,
-                      c == O_BETA ? 'b' : c == O_L1 ? '1' : c == O_L2V ? 'v' : c == O_INIT ? 'i'
-                      : c == O_K ? 'k' : c == O_SEED ? 's' : c == O_DIM ? 'd' : c == O_FIELDS ? 'f'
-                      : c == O_HIDDEN ? 'h' : c == O_WIDE || c == O_NO_WIDE ? 'w'
-                      : c == O_NORM || c == O_NO_NORM ? 'n' : 'r');
-            break;
-        default:
-            break;
-        }
+        if (li >= 0)
+            given |= kind_opt_bit(longopts[li].name);
+        li = -1;
         switch (c) {
         case O_TRAIN: train_path = optarg; break;
         case O_TEST: test_path = optarg; break;
