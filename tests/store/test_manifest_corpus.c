@@ -1,8 +1,12 @@
 /*
  * test_manifest_corpus.c — the MANIFEST codec's fuzz seed corpus, built from
- * the same fixtures as the codec tests.  Skipped unless TL_MANIFEST_CORPUS
- * is set; with TL_MANIFEST_CORPUS=<dir> it (re)writes the fuzz seed corpus
- * (tests/fuzz/corpus/manifest) into <dir>:
+ * the same fixtures as the codec tests.  Every file is decoded here: a
+ * "valid-*" one must decode, a "bad-*" one must be refused (-EBADMSG).
+ * Then, by default, each is compared byte for byte with the committed
+ * corpus (TL_MANIFEST_CORPUS_CHECK, set by ctest to
+ * tests/fuzz/corpus/manifest), so a codec change that leaves the corpus
+ * stale fails here; with TL_MANIFEST_CORPUS=<dir> the files are (re)written
+ * into <dir> instead:
  *   TL_MANIFEST_CORPUS=tests/fuzz/corpus/manifest ./test_manifest_corpus
  *
  * Helpers: manifest_fixture.h.
@@ -10,13 +14,50 @@
 
 #include "manifest_fixture.h"
 
+#include <errno.h>
+
 /* ---- fuzz seed corpus ----------------------------------------------------- */
 
-static void put(const char *dir, const char *name, const uint8_t *buf, size_t len)
+static int files_seen;
+
+/* The committed file's bytes equal buf[0..len): fails naming the file. */
+static void compare(const char *dir, const char *name, const uint8_t *buf, size_t len)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        fail_msg("%s is not in the committed corpus (regenerate it: see the top of this file)", path);
+    uint8_t have[4096];
+    size_t n = fread(have, 1, sizeof have, fp);
+    fclose(fp);
+    if (n != len || memcmp(have, buf, len) != 0)
+        fail_msg("%s differs from what the fixtures make now (%zu bytes against %zu): "
+                 "regenerate the corpus", path, n, len);
+}
+
+/* Checks one corpus file's verdict, then writes it into TL_MANIFEST_CORPUS or
+ * compares it with the committed one. */
+static void put(const char *dir, const char *name, const uint8_t *buf, size_t len)
+{
     assert_true(len < 4096);
+    manifest_t d;
+    char why[256] = "";
+    int rc = store__manifest_decode(buf, len, &d, why, sizeof why);
+    if (rc == 0)
+        store__manifest_free(&d);
+    if (strncmp(name, "valid-", 6) == 0 && rc != 0)
+        fail_msg("corpus file %s does not decode: %s", name, why);
+    if (strncmp(name, "bad-", 4) == 0 && rc != -EBADMSG)
+        fail_msg("corpus file %s decodes (rc %d): a bad seed must be refused", name, rc);
+    files_seen++;
+    const char *out = getenv("TL_MANIFEST_CORPUS");
+    if (!out || !*out) {
+        compare(dir, name, buf, len);
+        return;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out, name);
     FILE *fp = fopen(path, "wb");
     if (!fp)
         fail_msg("cannot write %s", path);
@@ -33,13 +74,14 @@ static void put_raw(const char *dir, const char *name, const manifest_raw_t *r)
     free(buf);
 }
 
-/* Writes tests/fuzz/corpus/manifest when TL_MANIFEST_CORPUS names a dir. */
+/* Checks the seed corpus against the committed one, or writes it
+ * (TL_MANIFEST_CORPUS). */
 static void test_seed_corpus(void **state)
 {
     (void)state;
-    const char *dir = getenv("TL_MANIFEST_CORPUS");
+    const char *dir = getenv("TL_MANIFEST_CORPUS_CHECK");
     if (!dir || !*dir)
-        skip();
+        fail_msg("TL_MANIFEST_CORPUS_CHECK names no directory (ctest sets it to tests/fuzz/corpus/manifest)");
     struct fixture *f;
     uint8_t *buf;
     size_t len;
@@ -111,6 +153,7 @@ static void test_seed_corpus(void **state)
     encode_ok(&m, &buf, &len);
     put(dir, "valid-delta-4shard", buf, len);
     free(buf);
+    assert_int_equal(files_seen, 19); /* every file of the committed corpus was made */
 }
 
 int main(void)
