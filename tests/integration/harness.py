@@ -40,11 +40,48 @@ PHI = 0x9E3779B97F4A7C15
 M64 = (1 << 64) - 1
 
 
+# deploy/test.sh (and so CI) sets TL_TESTS_STRICT=1: it installs and builds everything, so a test
+# that would skip for a missing program or package fails there instead of passing in silence; so
+# does one missing a shared data set, unless the data sets are absent altogether (a clone without
+# ../shared beside it). Skips for what a host legitimately lacks (a sanitizer build's RSS,
+# CAP_SYS_NICE) stay skips: they call unittest's skipTest directly.
+STRICT = os.environ.get("TL_TESTS_STRICT") == "1"
+SHARED_DATA = os.environ.get("TL_SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
+
+
+def missing(why, data=False):
+    """A dependency of the calling test is absent (data: a shared data set): skip the test, or
+    fail it under TL_TESTS_STRICT=1."""
+    if STRICT and not (data and not os.path.isdir(SHARED_DATA)):
+        raise AssertionError("%s (TL_TESTS_STRICT=1: deploy/test.sh installs and builds every "
+                             "dependency, so a test does not skip for one)" % why)
+    raise unittest.SkipTest(why)
+
+
+def needs(ok, why, data=False):
+    """A class or test decorator: the decorated runs when ok, else missing(why, data) at its
+    start."""
+    def deco(obj):
+        if ok:
+            return obj
+        if isinstance(obj, type):
+            def set_up_class(cls):
+                missing(why, data)
+            obj.setUpClass = classmethod(set_up_class)
+            return obj
+
+        def wrapper(*args, **kwargs):
+            missing(why, data)
+        wrapper.__name__ = obj.__name__
+        return wrapper
+    return deco
+
+
 def require(*exes):
-    """Skips the calling module or class unless every executable exists."""
+    """missing() unless every executable exists (for a module's or class's setUp)."""
     for exe in exes:
         if not os.path.exists(exe):
-            raise unittest.SkipTest("%s is not built" % exe)
+            missing("%s is not built" % exe)
 
 
 def free_port():

@@ -54,8 +54,8 @@ class Server(harness.Server):
                     timeout=60.0)
 
 
-@unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
-                     f"needs {TLSERVE} and {TLSYNTH} (set TL_BUILD_DIR)")
+@harness.needs(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
+               f"needs {TLSERVE} and {TLSYNTH} (set TL_BUILD_DIR)")
 class AdminTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

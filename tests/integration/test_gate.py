@@ -87,8 +87,8 @@ class Traffic(threading.Thread):
         return version in self.versions
 
 
-@unittest.skipUnless(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, GATE_SNAP)),
-                     f"needs {TLSERVE}, {TLSYNTH} and {GATE_SNAP} (set TL_BUILD_DIR)")
+@harness.needs(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, GATE_SNAP)),
+               f"needs {TLSERVE}, {TLSYNTH} and {GATE_SNAP} (set TL_BUILD_DIR)")
 class Gate(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -57,7 +57,7 @@ def eval_metric(srv, role, version):
     return srv.metric('tlserve_gate_eval_logloss{role="%s",version="%d"}' % (role, version))
 
 
-@unittest.skipUnless(os.path.exists(TRAIN), "needs %s" % TRAIN)
+@harness.needs(os.path.exists(TRAIN), "needs %s" % TRAIN, data=True)
 class GateEval(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

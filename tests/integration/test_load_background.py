@@ -146,8 +146,8 @@ def wait_state(port, name, want, timeout=60.0):
     raise AssertionError(f"load of {name} not in {want} after {timeout}s: {st}")
 
 
-@unittest.skipUnless(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
-                     f"needs {TLSERVE} and {TLSYNTH} (set TL_BUILD_DIR)")
+@harness.needs(os.access(TLSERVE, os.X_OK) and os.access(TLSYNTH, os.X_OK),
+               f"needs {TLSERVE} and {TLSYNTH} (set TL_BUILD_DIR)")
 class LoadBackground(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

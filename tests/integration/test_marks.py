@@ -247,8 +247,8 @@ class Marks(unittest.TestCase):
         self.assertIn("cannot keep the marks of %s" % NAME, srv.output())
 
 
-@unittest.skipUnless(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, tg.GATE_SNAP)),
-                     "needs tlserve, tlsynth and gate_snap (set TL_BUILD_DIR)")
+@harness.needs(all(os.access(p, os.X_OK) for p in (TLSERVE, TLSYNTH, tg.GATE_SNAP)),
+               "needs tlserve, tlsynth and gate_snap (set TL_BUILD_DIR)")
 class GateMarks(unittest.TestCase):
     def test_gate_refusal_survives_a_restart(self):
         # A version the shadow scoring refused (x10 weights) stays refused after a restart,

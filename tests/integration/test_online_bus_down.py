@@ -34,6 +34,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import natscluster  # noqa: E402
+import harness  # noqa: E402
 from harness import (TLSERVE, TLSYNTH, Server, gen_model, replica_frame,  # noqa: E402
                      replica_sample, require)
 from tlserve.errors import ErrorCode, UnavailableError  # noqa: E402
@@ -44,7 +45,7 @@ SEED = 43
 def setUpModule():
     require(TLSERVE, TLSYNTH)
     if not shutil.which("nats-server"):
-        raise unittest.SkipTest("nats-server is not installed: run deploy/install-deps.sh")
+        harness.missing("nats-server is not installed: run deploy/install-deps.sh")
 
 
 class BusDown(unittest.TestCase):

@@ -311,7 +311,7 @@ class OnlineExport(ServerCase):
         if os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
             if not setpriv:
-                self.skipTest("root, and no setpriv to drop to nobody")
+                harness.missing("root, and no setpriv to drop to nobody")
             prefix = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
             for root, dirs, files in os.walk(self.tmp):
                 for n in dirs + files:

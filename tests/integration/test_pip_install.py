@@ -63,7 +63,7 @@ class TestPipInstall(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not pip_available():
-            raise unittest.SkipTest("pip is not installed for %s" % sys.executable)
+            harness.missing("pip is not installed for %s" % sys.executable)
         require(TLSERVE, TLSYNTH)
         cls.tmp = tempfile.mkdtemp(prefix="tl_pip_")
         cls.models, model_dir = temp_model("tl_pip_model_", 5000, MODEL)
@@ -176,7 +176,7 @@ class TestBuildBackend(unittest.TestCase):
         try:
             import tomllib
         except ImportError:
-            self.skipTest("no tomllib to compare with")
+            harness.missing("no tomllib to compare with")
         with open(os.path.join(SRC, "pyproject.toml"), encoding="utf-8") as f:
             text = f.read()
         self.assertEqual(self.backend._parse_project(text), tomllib.loads(text)["project"])

@@ -57,7 +57,7 @@ def start(argv, name):
 def setUpModule():
     global TMP, TL_PORT, AD_PORT, LOAD_OUT
     if not REDIS_SERVER:
-        raise unittest.SkipTest("redis-server is not installed")
+        harness.missing("redis-server is not installed")
     require(TLSERVE, TLSYNTH, REDIS_LOAD, REDIS_ADAPTER)
     TMP, model_dir = temp_model("tl-redis-peer-", KEYS, MODEL)
     try:

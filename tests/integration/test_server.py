@@ -97,7 +97,7 @@ class Predict(unittest.TestCase):
 
     def test_scores_equal_in_process_model(self):
         if not os.path.exists(SCORE_CHECK):
-            self.skipTest("score_check is not built")
+            harness.missing("score_check is not built")
         r = subprocess.run([SCORE_CHECK, "--port", str(self.srv.port), "--model-dir", MODEL_DIR,
                             "--requests", "20"], capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -141,7 +141,7 @@ class PredictLookupThreads(Predict):
 
     def test_large_requests_are_split(self):
         if not os.path.exists(SCORE_CHECK):
-            self.skipTest("score_check is not built")
+            harness.missing("score_check is not built")
         before = self.srv.metric("tlserve_lookup_splits_total")
         r = subprocess.run([SCORE_CHECK, "--port", str(self.srv.port), "--model-dir", MODEL_DIR,
                             "--requests", "5"], capture_output=True, text=True, timeout=120)

@@ -28,6 +28,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import (BUILD, REPO, SEED, TLSERVE, TLSYNTH, Server, free_port,  # noqa: E402
                      require, temp_model)
 
@@ -287,7 +288,7 @@ class Sweep(unittest.TestCase):
             self.assertFalse(p["pass"])
             self.assertIn("p99", p["fail_reason"])
 
-    @unittest.skipIf(shutil.which("gnuplot") is None, "gnuplot is not installed")
+    @harness.needs(shutil.which("gnuplot") is not None, "gnuplot is not installed")
     def test_plot(self):
         prefix = os.path.join(TMP, "plots", "sweep")
         spectra = [os.path.join(self.spectra, "spectrum-%drps.hgrm" % x) for x in SWEEP_RATES]

@@ -19,6 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import BUILD, REPO, TLSNAP, TLSYNTH, require, snapshot_records  # noqa: E402
 
 TLTRAIN = os.path.join(BUILD, "model", "tltrain")
@@ -42,7 +43,7 @@ class TltrainDelta(unittest.TestCase):
     def setUpClass(cls):
         require(TLTRAIN, TLSNAP, TLSYNTH)
         if not os.path.exists(SVM) or not os.path.exists(FFM):
-            raise unittest.SkipTest("no test data at %s" % DATA)
+            harness.missing("no test data at %s" % DATA, data=True)
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="tl_tltrain_delta_")
