@@ -60,9 +60,12 @@
  *
  * NEGATIVES
  *   An entry that leaves the ring (expired or evicted) emits, when
- *   emit_negatives is set, one sample with label 0 and negative_weight for
- *   each item whose bit is clear; evicted entries get exactly the treatment
- *   of expired ones, through cfg.evict_emit on the putting thread.
+ *   emit_negatives is set, a sample with label 0 and negative_weight for
+ *   each item whose bit is clear, all of them in one call (in calls of
+ *   IMPRESSION_NEGATIVES_MAX past that) with the shared block once: the
+ *   sink makes one TRAIN record of them, one log append per impression,
+ *   not one per item.  Evicted entries get exactly the treatment of expired
+ *   ones, through cfg.evict_emit on the putting thread.
  *
  * THREAD SAFETY
  *   Everything in a stripe is protected by its lock.  put and feedback take
@@ -150,7 +153,7 @@ struct impression_log {
     uint64_t window_ms;
     bool emit_negatives;
     float negative_weight;
-    impression_log_emit_fn evict_emit;
+    impression_log_negatives_fn evict_emit;
     void *evict_ctx;
     uint8_t *arena_map; /* one mapping for all arenas */
     size_t arena_map_len;
@@ -312,8 +315,10 @@ static uint32_t write_block(struct entry *e, uint32_t off, const codec_block_t *
     return off + (uint32_t)block_bytes(b);
 }
 
+/* Hands the entry's unlabeled items to emit, IMPRESSION_NEGATIVES_MAX at a
+ * time.  Returns how many it took. */
 static uint64_t emit_negatives(const impression_log_t *log, struct stripe *s, struct entry *e,
-                               impression_src_t src, impression_log_emit_fn emit, void *ctx)
+                               impression_src_t src, impression_log_negatives_fn emit, void *ctx)
 {
     if (!log->emit_negatives || e->n_labeled == e->n_items)
         return 0;
@@ -321,28 +326,34 @@ static uint64_t emit_negatives(const impression_log_t *log, struct stripe *s, st
         s->negatives_dropped += e->n_items - e->n_labeled;
         return 0;
     }
-    impression_sample_t smp = {
+    uint32_t item[IMPRESSION_NEGATIVES_MAX];
+    codec_block_t block[IMPRESSION_NEGATIVES_MAX];
+    impression_negatives_t b = {
         .impression_id = e->id,
         .version = e->version,
         .impression_ms = e->t_ms,
         .model_id = e->model_id,
         .n_items = e->n_items,
-        .label = 0.0f,
         .weight = log->negative_weight,
         .src = src,
         .shared = shared_of(e),
+        .item = item,
+        .block = block,
     };
     const uint64_t *bits = bitmap_of(e);
     uint64_t n = 0;
     for (uint32_t i = 0; i < e->n_items; i++) {
-        if (bits[i / 64] >> (i % 64) & 1)
-            continue;
-        smp.item = i;
-        smp.block = item_of(e, i);
-        if (emit(&smp, ctx) == 0)
-            n++;
-        else
-            s->negatives_dropped++;
+        if (!(bits[i / 64] >> (i % 64) & 1)) {
+            item[b.n] = i;
+            block[b.n++] = item_of(e, i);
+        }
+        if (b.n == IMPRESSION_NEGATIVES_MAX || (i + 1 == e->n_items && b.n > 0)) {
+            uint32_t took = emit(&b, ctx);
+            took = took < b.n ? took : b.n;
+            n += took;
+            s->negatives_dropped += b.n - took;
+            b.n = 0;
+        }
     }
     s->negatives_emitted += n;
     return n;
@@ -351,7 +362,7 @@ static uint64_t emit_negatives(const impression_log_t *log, struct stripe *s, st
 /* Pops the oldest entry of s (count > 0), emitting its negatives.  Returns
  * how many it emitted. */
 static uint64_t pop_oldest(const impression_log_t *log, struct stripe *s, impression_src_t src,
-                           impression_log_emit_fn emit, void *ctx)
+                           impression_log_negatives_fn emit, void *ctx)
 {
     struct entry *e = (struct entry *)(s->arena + s->head);
     int64_t slot = index_find(s, e->id, (uint32_t)hash_id(log, e->id));
@@ -687,7 +698,7 @@ out:
 }
 
 impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t now_ms,
-                                               impression_log_emit_fn emit, void *ctx)
+                                               impression_log_negatives_fn emit, void *ctx)
 {
     impression_log_expired_t r = {0, 0};
     for (uint32_t i = 0; i < log->nstripes; i++) {

@@ -9,7 +9,8 @@
  *     impression_log_put(id, blocks)         impression_log_expire(now, emit)
  *       copies the blocks; a full stripe       entries older than window_ms
  *       evicts its oldest (-> negatives          -> a negative per item with
- *       through cfg.evict_emit)                     no feedback
+ *       through cfg.evict_emit)                     no feedback, an impression's
+ *                                                   together (one shared block)
  *   FEEDBACK (maybe another connection):
  *     impression_log_feedback(id, item, label, weight, emit)
  *       OK: emit(sample) once, the item marked
@@ -65,6 +66,32 @@ typedef struct impression_sample {
     codec_block_t block;  /* the item's block, as put */
 } impression_sample_t;
 
+/* An impression's negatives, a view into the log (valid during the emit call
+ * only): one shared block and n items, each label 0 with weight
+ * cfg.negative_weight.  An impression's unlabeled items come in one call,
+ * or in calls of IMPRESSION_NEGATIVES_MAX items when it has more: a sink
+ * learns them as one TRAIN record with the shared block once, not one
+ * record (and one log append) per item. */
+#define IMPRESSION_NEGATIVES_MAX 256u
+typedef struct impression_negatives {
+    uint64_t impression_id;
+    uint64_t version;       /* the model version that scored the impression */
+    uint64_t impression_ms; /* when it was logged */
+    uint32_t model_id;
+    uint32_t n_items;       /* items of the impression */
+    float weight;           /* cfg.negative_weight */
+    impression_src_t src;   /* EXPIRED or EVICTED */
+    codec_block_t shared;   /* the user/context block, as put */
+    uint32_t n;             /* 1..IMPRESSION_NEGATIVES_MAX negatives in this call */
+    const uint32_t *item;   /* [n] their item indices, ascending */
+    const codec_block_t *block; /* [n] their item blocks, as put */
+} impression_negatives_t;
+
+/* Called with an impression's negatives while the stripe is locked, under an
+ * emit function's rules: returns how many of the n it took (0..n; the rest
+ * are counted as dropped). */
+typedef uint32_t (*impression_log_negatives_fn)(const impression_negatives_t *b, void *ctx);
+
 /* Called with a sample while the stripe is locked: copy, do not call the
  * log.  Returns 0 when it took the sample, non-zero when it could not (a
  * full trainer queue): a feedback is then not marked (IMPRESSION_FB_NOT_TAKEN,
@@ -81,7 +108,7 @@ typedef struct impression_log_config {
     /* The sink for the negatives of entries evicted early by a put (called on
      * the putting worker's thread, stripe locked, same rules as any emit).
      * NULL: those negatives are counted in negatives_dropped instead. */
-    impression_log_emit_fn evict_emit;
+    impression_log_negatives_fn evict_emit;
     void *evict_ctx;
 } impression_log_config_t;
 
@@ -153,12 +180,13 @@ typedef struct impression_log_expired {
 
 /* Pops every entry older than window_ms at now_ms (now_ms - logged >
  * window_ms) and, when cfg.emit_negatives, emits a negative (label 0, weight
- * cfg.negative_weight, src EXPIRED) for each of its items without feedback.
+ * cfg.negative_weight, src EXPIRED) for each of its items without feedback,
+ * an impression's together (impression_negatives_t).
  * now_ms = UINT64_MAX pops everything (a flush at shutdown).  emit may be
  * NULL (the negatives are then counted as dropped).  Takes each stripe's lock
  * in turn; the work is proportional to what it pops. */
 impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t now_ms,
-                                               impression_log_emit_fn emit, void *ctx);
+                                               impression_log_negatives_fn emit, void *ctx);
 
 /* ---- metrics ---------------------------------------------------------------- */
 

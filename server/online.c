@@ -537,73 +537,107 @@ static bool one_key_ok;
 
 static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free) == 0; }
 
-/* Queues one sample (from inside an impression-log emit): 0, ONLINE_RATE
- * when a client's sample (capped) finds the samples/s cap reached, or
- * ONLINE_FULL when the queue or the log could not take it. */
-static int push_sample(online_model_t *q, const impression_sample_t *s, bool capped)
+/* Queues one TRAIN record of samples (from inside an impression-log emit):
+ * 0, ONLINE_RATE when a client's samples (capped) find the samples/s cap
+ * reached, ONLINE_TOO_BIG when the record could not be encoded or is over
+ * half the queue (a caller may split it), or ONLINE_FULL when the queue or
+ * the log could not take it. */
+static int push_train(online_model_t *q, codec_train_t *t, bool capped)
 {
-    float label = s->label >= 0.5f ? 1.0f : 0.0f, weight = s->weight;
-    codec_train_t one = {.samples = 1, .shared = s->shared, .labels = &label,
-                         .weights = weight == 1.0f ? NULL : &weight};
-    codec_block_t item = s->block;
-    one.sample = &item;
-    snprintf(one.name, sizeof one.name, "%s", q->name);
+    snprintf(t->name, sizeof t->name, "%s", q->name);
     size_t len = 0;
-    if (codec_encode_train(NULL, 0, 0, &one, &len, NULL) != CODEC_NEED_MORE)
-        return -1;
+    if (codec_encode_train(NULL, 0, 0, t, &len, NULL) != CODEC_NEED_MORE)
+        return ONLINE_TOO_BIG;
     if (len > one_cap) {
         uint8_t *b = realloc(one_buf, len);
         if (!b)
-            return -1;
+            return ONLINE_FULL;
         one_buf = b;
         one_cap = len;
         pthread_once(&one_once, one_key_make);
         if (one_key_ok)
             (void)pthread_setspecific(one_key, b);
     }
-    if (codec_encode_train(one_buf, one_cap, 0, &one, &len, NULL) != CODEC_OK)
-        return -1;
+    if (codec_encode_train(one_buf, one_cap, 0, t, &len, NULL) != CODEC_OK)
+        return ONLINE_TOO_BIG;
     uint16_t flags;
     memcpy(&flags, one_buf + 6, 2);
     uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
     size_t sz = rec_size(plen);
-    uint64_t pos, t = online__now_ns();
+    if (sz > q->cap / 2)
+        return ONLINE_TOO_BIG;
+    uint64_t pos, now = online__now_ns();
     char why[256];
     int rc = ONLINE_FULL;
     pthread_mutex_lock(&q->lock);
-    if (capped && !tokens_enough_locked(q, 1, t)) {
+    if (capped && !tokens_enough_locked(q, t->samples, now)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
         if (!online__bus_lagging(q, NULL, 0) &&
-            log_locked(q, &one, NULL, &pos, why, sizeof why) == 0)
+            log_locked(q, t, NULL, &pos, why, sizeof why) == 0)
             rc = 0;
     } else {
-        size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
-        if (at != SIZE_MAX && log_locked(q, &one, NULL, &pos, why, sizeof why) == 0) {
-            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, NULL, pos, t);
+        size_t at = room_locked(q, sz);
+        if (at != SIZE_MAX && log_locked(q, t, NULL, &pos, why, sizeof why) == 0) {
+            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, NULL, pos, now);
             rc = 0;
         }
     }
     if (rc == 0)
-        tokens_spend_locked(q, 1);
+        tokens_spend_locked(q, t->samples);
     pthread_mutex_unlock(&q->lock);
     return rc;
 }
 
-/* Negatives of expired or evicted impressions: to their model's queue. */
-static int push_negative(const impression_sample_t *s, void *ctx)
+/* One joined sample (a FEEDBACK's event) as its own record. */
+static int push_sample(online_model_t *q, const impression_sample_t *s, bool capped)
+{
+    float label = s->label >= 0.5f ? 1.0f : 0.0f, weight = s->weight;
+    codec_block_t item = s->block;
+    codec_train_t one = {.samples = 1, .shared = s->shared, .labels = &label,
+                         .weights = weight == 1.0f ? NULL : &weight, .sample = &item};
+    int rc = push_train(q, &one, capped);
+    return rc == ONLINE_TOO_BIG ? ONLINE_FULL : rc;
+}
+
+/* Items [from, from + n) of an impression's negatives as one record, split
+ * in halves while a record of them is too big for the queue or a frame:
+ * how many went in. */
+static uint32_t push_negative_range(online_model_t *q, const impression_negatives_t *b,
+                                    uint32_t from, uint32_t n)
+{
+    static float zeros[IMPRESSION_NEGATIVES_MAX]; /* the labels: never written */
+    float weights[IMPRESSION_NEGATIVES_MAX];
+    for (uint32_t i = 0; b->weight != 1.0f && i < n; i++)
+        weights[i] = b->weight;
+    codec_train_t t = {.samples = n, .shared = b->shared, .labels = zeros,
+                       .weights = b->weight == 1.0f ? NULL : weights,
+                       .sample = (codec_block_t *)(uintptr_t)(b->block + from)};
+    int rc = push_train(q, &t, false);
+    if (rc == 0)
+        return n;
+    if (rc != ONLINE_TOO_BIG || n == 1)
+        return 0;
+    uint32_t took = push_negative_range(q, b, from, n / 2);
+    return took < n / 2 ? took : took + push_negative_range(q, b, from + n / 2, n - n / 2);
+}
+
+/* Negatives of expired or evicted impressions: to their model's queue, an
+ * impression's as one record (the shared block once).  How many it took. */
+static uint32_t push_negatives(const impression_negatives_t *b, void *ctx)
 {
     (void)ctx;
     server_t *srv = G.srv;
-    if (s->model_id >= atomic_load_explicit(&srv->nmodels, memory_order_acquire))
-        return -1;
-    char why[200];
-    online_model_t *q = online__model_get(srv->models[s->model_id].name, why, sizeof why);
-    if (!q || push_sample(q, s, false) != 0) {
-        atomic_fetch_add_explicit(&G.neg_dropped, 1, memory_order_relaxed);
-        return -1;
+    uint32_t took = 0;
+    if (b->model_id < atomic_load_explicit(&srv->nmodels, memory_order_acquire)) {
+        char why[200];
+        online_model_t *q = online__model_get(srv->models[b->model_id].name, why, sizeof why);
+        if (q)
+            took = push_negative_range(q, b, 0, b->n);
     }
-    return 0;
+    if (took < b->n)
+        atomic_fetch_add_explicit(&G.neg_dropped, b->n - took, memory_order_relaxed);
+    return took;
 }
 
 struct joined {
@@ -700,7 +734,7 @@ static void *expiry_main(void *arg)
         }
         pthread_cond_timedwait(&G.expiry_cond, &G.lock, &ts);
         pthread_mutex_unlock(&G.lock);
-        impression_log_expire(G.imp, now_ms(), push_negative, NULL);
+        impression_log_expire(G.imp, now_ms(), push_negatives, NULL);
         pthread_mutex_lock(&G.lock);
     }
     pthread_mutex_unlock(&G.lock);
@@ -747,7 +781,7 @@ int online_start(server_t *srv, char *why, size_t why_len)
     ic.max_bytes = (uint64_t)c->impression_log_mib << 20;
     ic.window_ms = (uint64_t)c->impression_window_ms;
     ic.emit_negatives = c->impression_negatives;
-    ic.evict_emit = push_negative;
+    ic.evict_emit = push_negatives;
     if ((rc = impression_log_create(&ic, &G.imp)) != 0) {
         snprintf(why, why_len, "the impression log (--impression-log-mib %d) could not be made: %s",
                  c->impression_log_mib, strerror(-rc));

@@ -64,7 +64,20 @@ static void sorted_random(uint64_t *ids, size_t n)
 }
 
 /* What a trainer's emit does at least: read the blocks it copies. */
-static int count_emit(const impression_sample_t *s, void *ctx)
+static uint32_t count_emit(const impression_negatives_t *b, void *ctx)
+{
+    (void)ctx;
+    uint64_t x = b->shared.n ? b->shared.ids[b->shared.n - 1] : 0, ids = b->shared.n;
+    for (uint32_t i = 0; i < b->n; i++) {
+        x ^= b->block[i].n ? b->block[i].ids[b->block[i].n - 1] : 0;
+        ids += b->block[i].n;
+    }
+    atomic_fetch_add_explicit(&sink_samples, b->n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sink_ids, ids + (x & 0), memory_order_relaxed);
+    return b->n;
+}
+
+static int count_feedback(const impression_sample_t *s, void *ctx)
 {
     (void)ctx;
     uint64_t x = s->shared.n ? s->shared.ids[s->shared.n - 1] : 0;
@@ -168,7 +181,7 @@ int main(int argc, char **argv)
         uint64_t id = base + ((i & 1) ? n / 2 : n) - 1 - i / 2;
         for (uint32_t item = 0; item < 50; item++, fb++)
             ok += impression_log_feedback(log_, id, 1, (uint32_t)(id * 31 + item * 4) % ITEMS, 1.0f,
-                                          1.0f, 0, count_emit, NULL) == IMPRESSION_FB_OK;
+                                          1.0f, 0, count_feedback, NULL) == IMPRESSION_FB_OK;
     }
     double s = now_s() - t0;
     printf("feedback: %.0f joins/s (%" PRIu64 " calls, %" PRIu64 " OK, emit reads the blocks)\n",

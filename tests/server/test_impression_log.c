@@ -60,6 +60,38 @@ static int sink_emit(const impression_sample_t *s, void *ctx)
     return 0;
 }
 
+/* An impression's negatives handed to a per-sample sink f, one item at a
+ * time (the shape the round-trip checks read): how many f took. */
+static uint32_t each_negative(const impression_negatives_t *b, impression_log_emit_fn f, void *ctx)
+{
+    assert_true(b->n >= 1 && b->n <= IMPRESSION_NEGATIVES_MAX);
+    impression_sample_t smp = {.impression_id = b->impression_id, .version = b->version,
+                               .impression_ms = b->impression_ms, .model_id = b->model_id,
+                               .n_items = b->n_items, .label = 0.0f, .weight = b->weight,
+                               .src = b->src, .shared = b->shared};
+    uint32_t took = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (i > 0)
+            assert_true(b->item[i] > b->item[i - 1]);
+        smp.item = b->item[i];
+        smp.block = b->block[i];
+        took += f(&smp, ctx) == 0;
+    }
+    return took;
+}
+
+static int sink_emit_count(const impression_sample_t *s, void *ctx)
+{
+    (void)s;
+    ++*(int *)ctx;
+    return 0;
+}
+
+static uint32_t sink_negatives(const impression_negatives_t *b, void *ctx)
+{
+    return each_negative(b, sink_emit, ctx);
+}
+
 static void assert_block_eq(const codec_block_t *want, const uint64_t *ids, const float *vals,
                             bool has_vals, uint32_t n)
 {
@@ -84,7 +116,7 @@ static impression_log_t *make_log(uint64_t max_bytes, uint32_t stripes, uint64_t
     c.max_bytes = max_bytes;
     c.stripes = stripes;
     c.window_ms = window;
-    c.evict_emit = evict_sink ? sink_emit : NULL;
+    c.evict_emit = evict_sink ? sink_negatives : NULL;
     c.evict_ctx = evict_sink;
     c.max_entries = max_bytes / 64; /* bytes, not the entry count, bound these logs */
     impression_log_t *log = NULL;
@@ -164,9 +196,9 @@ static void round_trip(void **state)
     assert_true(k->r[1].s.label == 0.0f && k->r[1].s.weight == 0.5f);
 
     /* at 2000, 77 is exactly window old: kept; at 2001 it goes, 78 stays */
-    impression_log_expired_t x = impression_log_expire(log, 2000, sink_emit, k);
+    impression_log_expired_t x = impression_log_expire(log, 2000, sink_negatives, k);
     assert_int_equal(x.entries, 0);
-    x = impression_log_expire(log, 2001, sink_emit, k);
+    x = impression_log_expire(log, 2001, sink_negatives, k);
     assert_int_equal(x.entries, 1);
     assert_int_equal(x.negatives, 2);
     assert_int_equal(k->n, 4);
@@ -184,7 +216,7 @@ static void round_trip(void **state)
     assert_int_equal(impression_log_feedback(log, 78, 5, 0, 1.0f, 1.0f, 2001, sink_emit, k),
                      IMPRESSION_FB_OK);
     assert_rec(&k->r[4], &SHARED_NOVALS, &ITEMS[1]);
-    x = impression_log_expire(log, UINT64_MAX, sink_emit, k); /* flush: nothing unlabeled */
+    x = impression_log_expire(log, UINT64_MAX, sink_negatives, k); /* flush: nothing unlabeled */
     assert_int_equal(x.entries, 1);
     assert_int_equal(x.negatives, 0);
     assert_int_equal(k->n, 5);
@@ -242,7 +274,7 @@ static void statuses(void **state)
                      impression_log_fb_str(cases[i].want));
     }
     assert_int_equal(k->n, 1); /* only the OK of weight 1 emitted */
-    impression_log_expired_t x = impression_log_expire(log, 101, sink_emit, k);
+    impression_log_expired_t x = impression_log_expire(log, 101, sink_negatives, k);
     assert_int_equal(x.entries, 1);
     assert_int_equal(x.negatives, 2); /* items 1 and 2: 0 and 3 had feedback */
     assert_int_equal(impression_log_feedback(log, 1, 7, 0, 1, 1, 101, sink_emit, k),
@@ -268,6 +300,11 @@ static int refuse_emit(const impression_sample_t *s, void *ctx)
     return 1;
 }
 
+static uint32_t refuse_negatives(const impression_negatives_t *b, void *ctx)
+{
+    return each_negative(b, refuse_emit, ctx);
+}
+
 /* A sink that cannot take a sample (the trainer's queue is full): the
  * feedback is NOT_TAKEN and the item stays unlabeled, so the same feedback
  * joins later; expiry's refused negatives count as dropped. */
@@ -284,7 +321,7 @@ static void sink_refuses(void **state)
     assert_int_equal(impression_log_feedback(log, 1, 7, 2, 1, 1, 0, sink_emit, k),
                      IMPRESSION_FB_OK);
     assert_int_equal(k->n, 1);
-    impression_log_expired_t x = impression_log_expire(log, 200, refuse_emit, &refused);
+    impression_log_expired_t x = impression_log_expire(log, 200, refuse_negatives, &refused);
     assert_int_equal(x.entries, 1);
     assert_int_equal(x.negatives, 0);
     assert_int_equal(refused, 4); /* items 0, 1, 3 offered */
@@ -422,12 +459,12 @@ static void window_expiry(void **state)
     impression_log_t *log = make_log(1 << 20, 8, 50, NULL);
     for (uint64_t i = 0; i < 100; i++) /* logged at 0, 10, 20, ..., 990 */
         assert_int_equal(impression_log_put(log, i, 1, 1, i * 10, &SHARED, ITEMS, 2), 0);
-    impression_log_expired_t x = impression_log_expire(log, 50, sink_emit, k);
+    impression_log_expired_t x = impression_log_expire(log, 50, sink_negatives, k);
     assert_int_equal(x.entries, 0);
-    x = impression_log_expire(log, 51, sink_emit, k); /* 0 is 51 old */
+    x = impression_log_expire(log, 51, sink_negatives, k); /* 0 is 51 old */
     assert_int_equal(x.entries, 1);
     assert_int_equal(x.negatives, 2);
-    x = impression_log_expire(log, 551, sink_emit, k); /* 10..500 */
+    x = impression_log_expire(log, 551, sink_negatives, k); /* 10..500 */
     assert_int_equal(x.entries, 50);
     assert_int_equal(impression_log_feedback(log, 50, 1, 0, 1, 1, 551, sink_emit, k),
                      IMPRESSION_FB_UNKNOWN_IMPRESSION);
@@ -435,7 +472,7 @@ static void window_expiry(void **state)
                      IMPRESSION_FB_OK);
     /* negatives off: nothing emitted, nothing dropped */
     log->emit_negatives = false;
-    x = impression_log_expire(log, UINT64_MAX, sink_emit, k);
+    x = impression_log_expire(log, UINT64_MAX, sink_negatives, k);
     assert_int_equal(x.entries, 49);
     assert_int_equal(x.negatives, 0);
     impression_log_stats_t st;
@@ -500,6 +537,11 @@ static int t_emit(const impression_sample_t *s, void *ctx)
     return 0;
 }
 
+static uint32_t t_negatives(const impression_negatives_t *b, void *ctx)
+{
+    return each_negative(b, t_emit, ctx);
+}
+
 /* Feedback on item j of thread th's impression p, times times; t_ok[th][p][j]
  * has one writer: th itself for j = p % 4, th's feeder for the other. */
 static void t_feed(uint32_t th, uint32_t p, uint32_t j, int times)
@@ -547,7 +589,7 @@ static void *t_expirer(void *arg)
 {
     (void)arg;
     while (!atomic_load(&t_done)) {
-        impression_log_expire(t_log, atomic_load(&t_clock), t_emit, NULL);
+        impression_log_expire(t_log, atomic_load(&t_clock), t_negatives, NULL);
         sched_yield();
     }
     return NULL;
@@ -561,7 +603,7 @@ static void threads_exactly_once(void **state)
     c.stripes = 64;
     c.max_entries = 64 * 200;
     c.window_ms = 10; /* the clock ticks every 64 puts of a thread */
-    c.evict_emit = t_emit;
+    c.evict_emit = t_negatives;
     assert_int_equal(impression_log_create(&c, &t_log), 0);
     pthread_t w[T_THREADS], ex;
     assert_int_equal(pthread_create(&ex, NULL, t_expirer, NULL), 0);
@@ -571,7 +613,7 @@ static void threads_exactly_once(void **state)
         pthread_join(w[t], NULL);
     atomic_store(&t_done, 1);
     pthread_join(ex, NULL);
-    impression_log_expire(t_log, UINT64_MAX, t_emit, NULL);
+    impression_log_expire(t_log, UINT64_MAX, t_negatives, NULL);
 
     assert_int_equal(atomic_load(&t_bad), 0);
     assert_int_equal(atomic_load(&t_put_fail), 0);
@@ -743,6 +785,11 @@ static int r_emit(const impression_sample_t *s, void *ctx)
     return 0;
 }
 
+static uint32_t r_negatives(const impression_negatives_t *b, void *ctx)
+{
+    return each_negative(b, r_emit, ctx);
+}
+
 static void random_ops(void **state)
 {
     (void)state;
@@ -751,7 +798,7 @@ static void random_ops(void **state)
     c.stripes = 4;
     c.max_entries = 4 * 40;
     c.window_ms = 30;
-    c.evict_emit = r_emit;
+    c.evict_emit = r_negatives;
     impression_log_t *log = NULL;
     assert_int_equal(impression_log_create(&c, &log), 0);
     uint64_t rnd = 12345, now = 0, next_id = 0, put_ok = 0, too_big = 0;
@@ -801,12 +848,12 @@ static void random_ops(void **state)
                 assert_true(st == IMPRESSION_FB_UNKNOWN_IMPRESSION ||
                             st == IMPRESSION_FB_DUPLICATE);
         } else {
-            impression_log_expire(log, now, r_emit, NULL);
+            impression_log_expire(log, now, r_negatives, NULL);
         }
         for (uint32_t i = 0; i < log->nstripes; i++)
             check_stripe(log, &log->stripes[i]);
     }
-    impression_log_expire(log, UINT64_MAX, r_emit, NULL);
+    impression_log_expire(log, UINT64_MAX, r_negatives, NULL);
     assert_int_equal(r_bad, 0);
     uint64_t ok = 0, neg = 0;
     for (uint64_t id = 0; id < next_id; id++)
@@ -830,6 +877,77 @@ static void random_ops(void **state)
     impression_log_destroy(log);
 }
 
+/* What batch_sink saw: each call's n, first item and shared block. */
+typedef struct batches {
+    int calls;
+    uint32_t n[8], first[8], take;
+    const uint64_t *shared_ids[8];
+} batches_t;
+
+static uint32_t batch_sink(const impression_negatives_t *b, void *ctx)
+{
+    batches_t *k = ctx;
+    assert_true(k->calls < 8);
+    k->n[k->calls] = b->n;
+    k->first[k->calls] = b->item[0];
+    k->shared_ids[k->calls++] = b->shared.ids;
+    assert_int_equal(b->src, IMPRESSION_SRC_EXPIRED);
+    assert_true(b->weight == 0.25f);
+    return b->n < k->take ? b->n : k->take;
+}
+
+/* An impression's negatives come in one call with the shared block once (in
+ * calls of IMPRESSION_NEGATIVES_MAX past that), labeled items left out, and
+ * a sink that takes part of a call has the rest counted as dropped. */
+static void negatives_batched(void **state)
+{
+    (void)state;
+    enum { N = IMPRESSION_NEGATIVES_MAX + 44 };
+    static uint64_t ids[N];
+    static codec_block_t items[N];
+    for (uint32_t i = 0; i < N; i++) {
+        ids[i] = 1000 + i;
+        items[i] = (codec_block_t){&ids[i], NULL, 1};
+    }
+    impression_log_config_t c = impression_log_config_default();
+    c.max_bytes = 1 << 20;
+    c.stripes = 1;
+    c.window_ms = 10;
+    c.negative_weight = 0.25f;
+    impression_log_t *log = NULL;
+    assert_int_equal(impression_log_create(&c, &log), 0);
+    assert_int_equal(impression_log_put(log, 1, 0, 1, 0, &SHARED, items, N), 0);
+    assert_int_equal(impression_log_put(log, 2, 0, 1, 0, &SHARED, ITEMS, 4), 0);
+    int took = 0;
+    assert_int_equal(impression_log_feedback(log, 1, 0, 0, 1, 1, 0, sink_emit_count, &took),
+                     IMPRESSION_FB_OK);
+    assert_int_equal(impression_log_feedback(log, 2, 0, 1, 1, 1, 0, sink_emit_count, &took),
+                     IMPRESSION_FB_OK);
+    batches_t k = {.take = UINT32_MAX};
+    impression_log_expired_t x = impression_log_expire(log, 11, batch_sink, &k);
+    assert_int_equal(x.entries, 2);
+    assert_int_equal(x.negatives, N - 1 + 3);
+    assert_int_equal(k.calls, 3);
+    assert_int_equal(k.n[0], IMPRESSION_NEGATIVES_MAX); /* items 1..256 */
+    assert_int_equal(k.first[0], 1);
+    assert_int_equal(k.n[1], N - 1 - IMPRESSION_NEGATIVES_MAX);
+    assert_int_equal(k.first[1], IMPRESSION_NEGATIVES_MAX + 1);
+    assert_int_equal(k.n[2], 3); /* impression 2: items 0, 2, 3 */
+    assert_int_equal(k.first[2], 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k.shared_ids[i][0], SH_IDS[0]);
+    /* a sink that takes 2 of each call: the rest dropped */
+    assert_int_equal(impression_log_put(log, 3, 0, 1, 20, &SHARED, ITEMS, 4), 0);
+    batches_t k2 = {.take = 2};
+    x = impression_log_expire(log, 31, batch_sink, &k2);
+    assert_int_equal(x.negatives, 2);
+    impression_log_stats_t st;
+    impression_log_stats(log, &st);
+    assert_int_equal(st.negatives_emitted, N - 1 + 3 + 2);
+    assert_int_equal(st.negatives_dropped, 2);
+    impression_log_destroy(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -843,6 +961,7 @@ int main(void)
         cmocka_unit_test(threads_exactly_once),
         cmocka_unit_test(hostile_ids),
         cmocka_unit_test(random_ops),
+        cmocka_unit_test(negatives_batched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
