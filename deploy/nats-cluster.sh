@@ -13,7 +13,9 @@
 # nN.conf, nN.log, nN.pid (written by nats-server itself) and the JetStream stores nN/.
 # The base port is remembered in DIR/base_port so the other commands need only DIR.
 # Processes are checked by /proc/PID/comm before a signal: a stale pid file never kills a
-# stranger. Meant to run as root on a fresh CI machine; needs nats-server and python3.
+# stranger. With NATS_CLUSTER_OWNER=PID in start's environment, a watchdog stops the nodes once
+# that process is gone, however it ended: a test killed by ctest's timeout (SIGKILL, no exit
+# handler runs) leaves no node behind (the nodes are daemons, not its children). Meant to run as root on a fresh CI machine; needs nats-server and python3.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin" # Debian puts nats-server there; a user's PATH lacks it
 
@@ -134,6 +136,13 @@ case "$cmd" in
     done
     wait_leader
     for n in 1 2 3; do wait_healthy "$n"; done
+    owner=${NATS_CLUSTER_OWNER:-}
+    if [ -n "$owner" ]; then
+      [[ "$owner" =~ ^[0-9]+$ ]] || { "$0" stop "$dir"; die "NATS_CLUSTER_OWNER must be a pid, not '$owner'"; }
+      # detached, every descriptor closed: a caller reading this script's output sees its end
+      nohup setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done
+                            exec bash "$0" stop "$2"' "$0" "$owner" "$dir" </dev/null >/dev/null 2>&1 &
+    fi
     ;;
   stop)
     [ -d "$dir" ] || exit 0

@@ -1,6 +1,7 @@
 """A real 3-node NATS JetStream cluster for a test module: deploy/nats-cluster.sh in a temporary
-directory on free loopback ports, stopped by stop() (tearDownModule), at exit, and on SIGTERM
-(a ctest timeout), so that nothing is left running.
+directory on free loopback ports, stopped by stop() (tearDownModule), at exit, on SIGTERM, and by
+the script's watchdog once this process is gone however it ended (a ctest timeout's SIGKILL), so
+that nothing is left running.
 
     c = natscluster.start("tlbus-")   # raises when nats-server is missing or does not start
     c.urls, c.base                     # client URLs; ports base.. (clients), base+200.. (HTTP)
@@ -39,8 +40,9 @@ class Cluster:
 
     def run(self, *args, check=True):
         """nats-cluster.sh CMD DIR ARGS...: the CompletedProcess (raises on failure with check)."""
+        env = dict(os.environ, NATS_CLUSTER_OWNER=str(os.getpid()))
         return subprocess.run(["bash", SCRIPT, args[0], self.dir] + [str(a) for a in args[1:]],
-                              capture_output=True, text=True, timeout=120, check=check)
+                              capture_output=True, text=True, timeout=120, check=check, env=env)
 
     def stop(self):
         if self.dir:
