@@ -264,23 +264,31 @@ class Server(Proc):
     once `wait` answers 200 on the admin port (else it stops the server and raises)."""
 
     def __init__(self, model_dir, *extra, token=None, wait="/readyz", timeout=30.0):
-        self.port = free_port()
-        self.admin_port = free_port()
-        while self.admin_port == self.port:
+        # free_port's answer can be taken before tlserve binds it (a test running beside this
+        # one): a start that failed for a port in use is tried again on new ports
+        for attempt in range(4):
+            self.port = free_port()
             self.admin_port = free_port()
-        argv = [TLSERVE]
-        if model_dir:
-            argv += ["--model", model_dir]
-        argv += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
-        if token:
-            argv += ["--admin-token", token]
-        super().__init__(argv + list(extra), "tlserve")
-        if wait:
+            while self.admin_port == self.port:
+                self.admin_port = free_port()
+            argv = [TLSERVE]
+            if model_dir:
+                argv += ["--model", model_dir]
+            argv += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
+            if token:
+                argv += ["--admin-token", token]
+            super().__init__(argv + list(extra), "tlserve")
+            if not wait:
+                return
             try:
                 self.wait_up(wait, timeout)
+                return
             except BaseException:
+                out = self.output()
                 self.stop()
-                raise
+                if attempt == 3 or self.proc.returncode is None or not re.search(
+                        r"cannot listen on [^\n]*(address in use|Address already in use)", out):
+                    raise
 
     def wait_up(self, path="/readyz", timeout=30.0):
         """Waits until `path` on the admin port answers 200; raises if tlserve exits first."""
