@@ -351,14 +351,24 @@ long update_acc_encode(update_acc_t *a, const update_encode_opts_t *o, uint8_t *
     }
     sort_by_key(a, sel);
 
-    /* 2. header and keys (first key, then gaps) */
-    size_t name_end = update__write_header(buf, o->flags, a->producer, a->next_seq, o->base_version, sel, k,
+    /* 2. header and keys: varints (first key, then gaps) or their Rice
+     *    code, whichever is shorter (update_keys.c) */
+    unsigned rice = update__rice_param(a->sel, sizeof *a->sel, sel);
+    uint32_t flags = o->flags;
+    if (sel > 0 && update__keys_rice_bytes(a->sel, sizeof *a->sel, sel, rice) <
+                       update__keys_varint_bytes(a->sel, sizeof *a->sel, sel))
+        flags |= UPDATE_F_RICE;
+    size_t name_end = update__write_header(buf, flags, a->producer, a->next_seq, o->base_version, sel, k,
                                            a->chunk, a->model, a->name_len);
     size_t off = name_end;
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < sel; i++) {
-        off += update__put_varint(buf + off, a->sel[i].key - prev);
-        prev = a->sel[i].key;
+    if (flags & UPDATE_F_RICE) {
+        off += update__put_keys_rice(buf + off, a->sel, sizeof *a->sel, sel, rice);
+    } else {
+        uint64_t prev = 0;
+        for (uint32_t i = 0; i < sel; i++) {
+            off += update__put_varint(buf + off, a->sel[i].key - prev);
+            prev = a->sel[i].key;
+        }
     }
 
     /* 3. values; what they carry leaves the residuals */

@@ -223,25 +223,6 @@ __attribute__((cold, format(printf, 4, 5))) static int fail(update_error_t *err,
     return -EBADMSG;
 }
 
-/* Read a LEB128 varint from [*p, end): 0, or -1 (runs past end or 64 bits). */
-static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (unsigned shift = 0; shift < 70; shift += 7) {
-        if (*p >= end)
-            return -1;
-        uint8_t b = *(*p)++;
-        if (shift == 63 && b > 1)
-            return -1;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_error_t *err)
 {
     if (len < 4)
@@ -301,9 +282,15 @@ static int check_header(const uint8_t *buf, size_t len, update_msg_t *m, update_
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 with EXACT (flags 0x%x)", m->flags);
     if ((m->flags & UPDATE_F_LOG4) && ver == UPDATE_FORMAT_VERSION_V1)
         return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag LOG4 in a format version 1 message");
+    if ((m->flags & UPDATE_F_RICE) && (m->flags & UPDATE_F_DENSE))
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag RICE with DENSE (flags 0x%x)", m->flags);
+    if ((m->flags & UPDATE_F_RICE) && ver == UPDATE_FORMAT_VERSION_V1)
+        return fail(err, UPDATE_E_FLAGS, H_FLAGS, "flag RICE in a format version 1 message");
     uint64_t pay = payload_bytes(m->count, m->k, m->chunk, m->flags);
     uint64_t part = (m->flags & UPDATE_F_PART) ? UPDATE_PART_BYTES : 0;
-    uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? part : m->count;
+    uint64_t keys_min = (m->flags & UPDATE_F_DENSE) ? part
+                        : !(m->flags & UPDATE_F_RICE) ? m->count
+                        : m->count ? 9 + ((uint64_t)m->count - 1 + 7) / 8 : 0; /* a bit a gap */
     uint64_t keys_max = (m->flags & UPDATE_F_DENSE) ? part : 10ull * m->count;
     if (body < pay + keys_min || body > pay + keys_max)
         return fail(err, UPDATE_E_LENGTH, H_BODY,
@@ -344,23 +331,14 @@ int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_
     if (rc)
         return rc;
     if (m.keys) {
-        const uint8_t *p = m.keys;
-        uint64_t prev = 0;
-        for (uint32_t i = 0; i < m.count; i++) {
-            size_t off = (size_t)(p - buf);
-            uint64_t gap;
-            if (get_varint(&p, m.payload, &gap))
-                return fail(err, UPDATE_E_KEYS, off, "key %u: varint runs past the key section or 64 bits", i);
-            if (i > 0 && gap == 0)
-                return fail(err, UPDATE_E_ORDER, off, "key %u equals key %u (keys must be strictly ascending)",
-                            i, i - 1);
-            if (gap > UINT64_MAX - prev)
-                return fail(err, UPDATE_E_ORDER, off, "key %u: gap %llu passes 2^64", i, (unsigned long long)gap);
-            prev += gap;
-        }
-        if (p != m.payload)
-            return fail(err, UPDATE_E_LENGTH, (size_t)(p - buf),
-                        "%zu bytes left between the last key and the payload", (size_t)(m.payload - p));
+        update_key_reader_t kr;
+        update__keys_begin(&kr, m.keys, m.payload, m.flags & UPDATE_F_RICE);
+        uint64_t key;
+        for (uint32_t i = 0; i < m.count; i++)
+            if (update__keys_next(&kr, &key) != 0)
+                return fail(err, kr.code, (size_t)(kr.bad_at - buf), "key %u: %s", i, kr.why);
+        if (update__keys_end(&kr) != 0)
+            return fail(err, kr.code, (size_t)(kr.bad_at - buf), "after key %u: %s", m.count, kr.why);
     }
     if (m.flags & UPDATE_F_EXACT) {
         for (uint64_t i = 0; i < (uint64_t)m.count * m.k; i++) {
@@ -408,16 +386,16 @@ int update_msg_decode(const uint8_t *buf, size_t len, update_msg_t *msg, update_
 int update_msg_foreach(const update_msg_t *m, int (*fn)(void *ctx, uint64_t key, const float *vals), void *ctx)
 {
     float vals[UPDATE_MAX_K];
-    const uint8_t *p = m->keys;
+    update_key_reader_t kr;
+    if (m->keys)
+        update__keys_begin(&kr, m->keys, m->payload, m->flags & UPDATE_F_RICE);
     uint64_t key = 0;
     uint64_t nchunks = chunks_of(m->count, m->chunk);
     const uint8_t *bits = m->payload + 4 * (uint64_t)m->k * nchunks;
     for (uint32_t i = 0; i < m->count; i++) {
-        if (p) {
-            uint64_t gap = 0;
-            if (get_varint(&p, m->payload, &gap))
+        if (m->keys) {
+            if (update__keys_next(&kr, &key) != 0)
                 return -EBADMSG; /* not a decoded message */
-            key += gap;
         } else {
             key = (uint64_t)m->dense_offset + i;
         }

@@ -32,7 +32,8 @@
  *   44  u16 model name length (1..UPDATE_NAME_MAX)   46 u16 zero
  *   48  model name bytes (printable ASCII, no NUL)
  *       keys: count LEB128 varints, the first key then the gaps to the
- *             next (strictly ascending: every gap >= 1); absent if DENSE
+ *             next (strictly ascending: every gap >= 1); with
+ *             UPDATE_F_RICE the same gaps in a Rice code; absent if DENSE
  *       part (DENSE with UPDATE_F_PART only): u32 total, u32 offset
  *       1-bit: scales f32[K][ceil(count/C)] (column j, chunk c), each
  *             finite and >= 0; then sign bits, bit (j*count + i) set when
@@ -52,9 +53,8 @@
  * Message size: 48 + name + keys + 4*K*ceil(count/C) + ceil(K*count/8) + 8
  * (ceil(K*count/2) for the nibbles of LOG4).
  * Keys are 64-bit hashed ids, so a gap between sent keys is about
- * 2^64/count and its varint takes ~7 bytes at 100k keys: keys, not values,
- * dominate.  For K = 2, C = 256 and 100k keys a key costs ~7.3 B in 1 bit
- * against ~15 B exact (update_codec_bench).
+ * 2^64/count and its varint takes ~7 bytes at 100k keys (its Rice code
+ * ~6.1): keys, not values, dominate.
 
  * THREAD SAFETY
  *   An update_acc_t / update_dense_t belongs to one thread (the trainer);
@@ -123,8 +123,14 @@
  * up.  Format version 2. */
 #define UPDATE_F_LOG4 0x20u
 #define UPDATE_LOG4_ZERO 7u /* e of a 0 */
+/* Sparse: the keys in a Golomb-Rice code, not varints (model/update_keys.c:
+ * u8 r, the first key as a u64, then each gap - 1 as (gap - 1) >> r in
+ * unary and its low r bits; about log2(mean gap) + 1.5 bits a key, 6.1
+ * bytes at 100k keys against 7.0).  The encoder sets it when that is the
+ * shorter coding.  Not with DENSE.  Format version 2. */
+#define UPDATE_F_RICE 0x40u
 #define UPDATE_F_ALL (UPDATE_F_EXACT | UPDATE_F_DENSE | UPDATE_F_NONNEG_LAST | UPDATE_F_NONNEG_HALF | \
-                      UPDATE_F_PART | UPDATE_F_LOG4)
+                      UPDATE_F_PART | UPDATE_F_LOG4 | UPDATE_F_RICE)
 
 typedef enum update_errc {
     UPDATE_OK = 0,
@@ -136,7 +142,7 @@ typedef enum update_errc {
     UPDATE_E_LENGTH,   /* body length disagrees with count, K and chunk */
     UPDATE_E_CHECKSUM, /* XXH3 mismatch */
     UPDATE_E_NAME,     /* model name not printable ASCII */
-    UPDATE_E_KEYS,     /* a varint runs past its section or past 64 bits */
+    UPDATE_E_KEYS,     /* a varint or Rice code runs past its section or past 64 bits */
     UPDATE_E_ORDER,    /* keys not strictly ascending */
     UPDATE_E_SCALE,    /* a scale NaN, infinite or negative */
     UPDATE_E_VALUE,    /* an exact value NaN or infinite */

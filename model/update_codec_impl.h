@@ -19,6 +19,33 @@ size_t update__write_header(uint8_t *buf, uint32_t flags, uint64_t producer, uin
 /* Fill the body length (len - name_end) and append the checksum; returns the total length. */
 size_t update__finish(uint8_t *buf, size_t name_end, size_t len);
 size_t update__put_varint(uint8_t *p, uint64_t v);
+
+/* The key section (update_keys.c): keys are read from keys + i x stride
+ * (the first u64 of each element), n of them, strictly ascending. */
+size_t update__keys_varint_bytes(const void *keys, size_t stride, uint32_t n);
+unsigned update__rice_param(const void *keys, size_t stride, uint32_t n);
+size_t update__keys_rice_bytes(const void *keys, size_t stride, uint32_t n, unsigned r);
+/* Writes the Rice section (update__keys_rice_bytes of it); returns its bytes. */
+size_t update__put_keys_rice(uint8_t *p, const void *keys, size_t stride, uint32_t n, unsigned r);
+
+/* Walks a key section [section, end), varint or Rice, checking each key:
+ * begin, then next once per key (0, or -1 with code, why and bad_at set),
+ * then end (0, or -1: bytes left over, or non-zero padding). */
+typedef struct update_key_reader {
+    const uint8_t *p, *end;  /* varint: the next byte; Rice: the byte of bit `at` */
+    bool rice;
+    unsigned r;              /* Rice parameter */
+    const uint8_t *bits;     /* Rice: the bit stream after r and the first key */
+    uint64_t nbits, at;
+    uint64_t prev;           /* the last key read */
+    uint32_t i;              /* keys read */
+    update_errc_t code;      /* on failure */
+    const char *why;
+    const uint8_t *bad_at;
+} update_key_reader_t;
+void update__keys_begin(update_key_reader_t *kr, const uint8_t *section, const uint8_t *end, bool rice);
+int update__keys_next(update_key_reader_t *kr, uint64_t *key);
+int update__keys_end(update_key_reader_t *kr);
 int update__name_check(const char *name, size_t *len_out);
 /* 1-bit quantization of v[0..n) in chunks of `chunk`: scales (f32 LE) to
  * scales_out, sign bit of v[i] at bit (bit0 + i) of bits (pre-zeroed), and
@@ -53,7 +80,7 @@ static inline bool update__onesided(uint32_t flags, uint32_t k, uint32_t j)
 /* The format version a message of flags and k is written as. */
 static inline unsigned update__version_for(uint32_t flags, uint32_t k)
 {
-    const uint32_t v2_flags = UPDATE_F_NONNEG_HALF | UPDATE_F_PART | UPDATE_F_LOG4;
+    const uint32_t v2_flags = UPDATE_F_NONNEG_HALF | UPDATE_F_PART | UPDATE_F_LOG4 | UPDATE_F_RICE;
     return (flags & v2_flags) || k > UPDATE_V1_MAX_K ? UPDATE_FORMAT_VERSION : UPDATE_FORMAT_VERSION_V1;
 }
 

@@ -20,8 +20,8 @@
  *
  * The seeds in corpus/update_codec/ are small messages (1 bit and exact,
  * sparse and dense, 0 keys, NONNEG_LAST, NONNEG_HALF in version 2, a dense part, LOG4 with
- * each one-sided flag and with a padding nibble, LOG4 dense whole and a part) and broken ones
- * (order, scale, padding).
+ * each one-sided flag and with a padding nibble, LOG4 dense whole and a part, Rice-coded keys
+ * in 1 bit and LOG4) and broken ones (order, scale, padding).
  * Without TL_FUZZ this target replays them under ctest.
  */
 #include <math.h>
