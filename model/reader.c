@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -48,6 +49,7 @@ struct reader {
     size_t cap, start, end;
     uint64_t src_off;      /* bytes of the source read into buf, from its start */
     int eof;               /* the source has nothing more */
+    int unterminated;      /* the last line cut ended at EOF without a newline */
     uint64_t line;         /* number of the last line cut */
     uint64_t skipped;
     uint64_t *ids;         /* current sample's features */
@@ -191,6 +193,43 @@ int reader_open(const char *path, const reader_options_t *opt, reader_t **out, c
     return 0;
 }
 
+int reader_open_regular(const char *path, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    int e = fd < 0 ? errno : fstat(fd, &st) != 0 ? errno : 0;
+    if (e == 0 && !S_ISREG(st.st_mode)) {
+        if (err_len)
+            snprintf(err, err_len, "%s is not a regular file", path);
+        close(fd);
+        return -EINVAL;
+    }
+    if (e == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        e = errno;
+    if (e != 0) {
+        if (err_len)
+            snprintf(err, err_len, "%s: %s", path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+int reader_open_fd(int fd, const char *name, const reader_options_t *opt, reader_t **out,
+                   char *err, size_t err_len)
+{
+    reader_t *r;
+    int rc = reader_init(&r, name, opt, err, err_len);
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    r->fd = fd;
+    *out = r;
+    return 0;
+}
+
 int reader_open_mem(const void *data, size_t len, const char *name, const reader_options_t *opt,
                     reader_t **out, char *err, size_t err_len)
 {
@@ -224,6 +263,7 @@ int reader_rewind(reader_t *r)
     r->start = r->end = 0;
     r->src_off = 0;
     r->eof = 0;
+    r->unterminated = 0;
     r->line = 0;
     r->skipped = 0;
     r->sep = 0;
@@ -284,6 +324,7 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
     r->start = r->end = 0;
     r->src_off = offset;
     r->eof = 0;
+    r->unterminated = 0;
     r->line = line;
     r->sep = sep;
     r->failed = 0;
@@ -295,6 +336,8 @@ uint64_t reader_offset(const reader_t *r) { return r->src_off - (r->end - r->sta
 
 const char *reader_error(const reader_t *r) { return r->err; }
 const char *reader_name(const reader_t *r) { return r->name; }
+bool reader_line_unterminated(const reader_t *r) { return r->unterminated != 0; }
+
 uint64_t reader_line(const reader_t *r) { return r->line; }
 uint64_t reader_skipped(const reader_t *r) { return r->skipped; }
 
@@ -360,6 +403,7 @@ static int next_line(reader_t *r, char **lp, size_t *ll)
         char *s = r->buf + r->start;
         size_t avail = r->end - r->start;
         char *nl = avail ? memchr(s, '\n', avail) : NULL;
+        r->unterminated = 0;
         if (nl) {
             r->start += (size_t)(nl - s) + 1;
             if (discarding)
@@ -386,6 +430,7 @@ static int next_line(reader_t *r, char **lp, size_t *ll)
                 return 0;
             r->start = r->end;
             r->line++;
+            r->unterminated = 1;
             if (avail > r->opt.max_line)
                 return -E2BIG;
             uint64_t line_off = r->src_off - avail;

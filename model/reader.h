@@ -81,6 +81,17 @@ typedef struct reader_sample {
 int reader_open(const char *path, const reader_options_t *opt, reader_t **out, char *err,
                 size_t err_len);
 
+/* Opens path for reading if it is a regular file, without blocking on a
+ * FIFO (a server re-reading a path it checked at start must not hang when
+ * the path was replaced): the descriptor, or -errno with a sentence in err
+ * (-EINVAL: not a regular file). */
+int reader_open_regular(const char *path, char *err, size_t err_len);
+
+/* Same over an open descriptor, which the reader then owns (closed by
+ * reader_close, or at once on failure); name is used in messages. */
+int reader_open_fd(int fd, const char *name, const reader_options_t *opt, reader_t **out,
+                   char *err, size_t err_len);
+
 /* Same over a memory buffer the caller keeps alive while the reader lives;
  * name is used in messages. */
 int reader_open_mem(const void *data, size_t len, const char *name, const reader_options_t *opt,
@@ -112,6 +123,9 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line);
 const char *reader_error(const reader_t *r); /* "" when none */
 const char *reader_name(const reader_t *r);  /* the path (or name) it was opened with */
 uint64_t reader_line(const reader_t *r);     /* 1-based number of the last line read */
+/* The last line read (or refused) ended at the end of the source without a
+ * newline: a writer may still be writing it. */
+bool reader_line_unterminated(const reader_t *r);
 uint64_t reader_skipped(const reader_t *r);  /* malformed lines skipped (skip_bad) */
 void reader_close(reader_t *r);
 

@@ -218,26 +218,37 @@ static int read_rows(reader_t *r, gate_eval_t *e, uint32_t max_rows, gate_eval_e
     return 0;
 }
 
-/* Both loaders: sniffed bytes -> format -> reader -> rows. */
-static int load(const char *path, const void *data, size_t len, const char *name, const char *head,
+/* Both loaders: sniffed bytes -> format -> reader -> rows.  fd: the file's
+ * descriptor, at its start (the reader takes it), or -1 for data. */
+static int load(int fd, const void *data, size_t len, const char *name, const char *head,
                 size_t head_len, uint32_t max_rows, gate_eval_t **out, gate_eval_error_t *err)
 {
     *out = NULL;
+    int rc = 0;
+    gate_eval_t *e = NULL;
     if (max_rows == 0 || max_rows > UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW)
-        return set_error(err, GATE_EVAL_TOO_BIG, 0, -EINVAL, "%s: max_rows %u is outside 1..%u",
-                         name, max_rows, UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW);
-    gate_eval_t *e = calloc(1, sizeof *e);
-    if (!e)
-        return set_error(err, GATE_EVAL_NOMEM, 0, -ENOMEM, "%s: out of memory", name);
+        rc = set_error(err, GATE_EVAL_TOO_BIG, 0, -EINVAL, "%s: max_rows %u is outside 1..%u",
+                       name, max_rows, UINT32_MAX / GATE_EVAL_FEATURES_PER_ROW);
+    else if (!(e = calloc(1, sizeof *e)))
+        rc = set_error(err, GATE_EVAL_NOMEM, 0, -ENOMEM, "%s: out of memory", name);
+    if (rc != 0) {
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
     snprintf(e->name, sizeof e->name, "%s", name);
     reader_t *r = NULL;
     char why[512];
-    int rc = sniff(head, head_len, e->name, &e->format, err);
-    if (rc != 0)
+    rc = sniff(head, head_len, e->name, &e->format, err);
+    if (rc != 0) {
+        if (fd >= 0)
+            close(fd);
         goto out;
+    }
     reader_options_t ro = {.format = e->format};
-    rc = path ? reader_open(path, &ro, &r, why, sizeof why)
-              : reader_open_mem(data, len, e->name, &ro, &r, why, sizeof why);
+    rc = fd >= 0 ? reader_open_fd(fd, e->name, &ro, &r, why, sizeof why)
+                 : reader_open_mem(data, len, e->name, &ro, &r, why, sizeof why);
+    fd = -1; /* the reader's now, or closed */
     if (rc != 0) {
         rc = set_error(err, rc == -ENOMEM ? GATE_EVAL_NOMEM : GATE_EVAL_IO, 0, rc, "%s", why);
         goto out;
@@ -256,7 +267,7 @@ int gate_eval_load_mem(const void *data, size_t len, const char *name, uint32_t 
                        gate_eval_t **out, gate_eval_error_t *err)
 {
     memset(err, 0, sizeof *err);
-    return load(NULL, data, len, name, data, len < SNIFF_BYTES ? len : SNIFF_BYTES, max_rows, out,
+    return load(-1, data, len, name, data, len < SNIFF_BYTES ? len : SNIFF_BYTES, max_rows, out,
                 err);
 }
 
@@ -268,15 +279,10 @@ int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out, gate_
     if (!head)
         return set_error(err, GATE_EVAL_NOMEM, 0, -ENOMEM, "%s: out of memory", path);
     int rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        rc = -errno;
-        set_error(err, GATE_EVAL_IO, 0, rc, "%s: cannot open: %s", path, strerror(-rc));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = set_error(err, GATE_EVAL_IO, 0, -EINVAL, "%s: not a regular file", path);
+    char why[512];
+    int fd = reader_open_regular(path, why, sizeof why); /* a FIFO must not block the loader */
+    if (fd < 0) {
+        rc = set_error(err, GATE_EVAL_IO, 0, fd, "%s", why);
         goto out;
     }
     size_t n = 0;
@@ -293,7 +299,13 @@ int gate_eval_load(const char *path, uint32_t max_rows, gate_eval_t **out, gate_
             break;
         n += (size_t)got;
     }
-    rc = load(path, NULL, 0, path, head, n, max_rows, out, err);
+    if (lseek(fd, 0, SEEK_SET) != 0) {
+        rc = -errno;
+        set_error(err, GATE_EVAL_IO, 0, rc, "%s: cannot read: %s", path, strerror(-rc));
+        goto out;
+    }
+    rc = load(fd, NULL, 0, path, head, n, max_rows, out, err);
+    fd = -1; /* load's */
 out:
     if (fd >= 0)
         close(fd);

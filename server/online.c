@@ -453,7 +453,8 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         snprintf(why, why_len, "TRAIN: feature %" PRIu64 " has value %g, beyond +-%g "
                  "(--online-max-feature-value): a step on it could make a weight infinite",
                  bad_id, (double)bad_v, srv->cfg.online_max_feature_value);
-        atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed);
+        if (client) /* the feeder narrows a refused frame down to its line and counts it */
+            atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed);
         return ONLINE_BAD_VALUE;
     }
     size_t sz = rec_size(len + (mark ? SAMPLE_LOG_MARK_BYTES : 0));

@@ -254,12 +254,9 @@ static int sniff(const char *buf, size_t len, bool complete, const char *name, r
 static int sniff_file(const char *path, reader_format_t *out, char *why, size_t why_len)
 {
     static char head[SNIFF_BYTES]; /* the feeder's only */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(why, why_len, "%s: %s", path, strerror(e));
-        return -e;
-    }
+    int fd = reader_open_regular(path, why, why_len); /* no FIFO swapped in since the start */
+    if (fd < 0)
+        return fd;
     size_t got = 0;
     while (got < sizeof head) {
         ssize_t r = read(fd, head + got, sizeof head - got);
@@ -364,11 +361,18 @@ static int submit_range(struct frame *fr, struct progress *pg, uint32_t first, u
                 return -ECANCELED;
             continue;
         case ONLINE_TOO_BIG:
+        case ONLINE_BAD_VALUE: /* halves: the lines before the bad one are learned, it is named */
             if (count > 1) {
                 uint32_t half = count / 2;
                 rc = submit_range(fr, pg, first, half, path, why, why_len);
                 return rc ? rc
                           : submit_range(fr, pg, first + half, count - half, path, why, why_len);
+            }
+            if (rc == ONLINE_BAD_VALUE) {
+                char qwhy[200];
+                online_model_t *q = online__model_get(F.model, qwhy, sizeof qwhy);
+                if (q)
+                    atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed);
             }
             /* fall through */
         default:
@@ -438,11 +442,13 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
     reader_t *r = NULL;
     int rc = F.sniff ? sniff_file(path, &fmt, why, sizeof why) : 0;
     reader_options_t ro = {.format = fmt};
-    if (rc == 0)
-        rc = reader_open(path, &ro, &r, why, sizeof why);
-    if (rc == 0 && (pg->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        rc = -errno;
-        snprintf(why, sizeof why, "%s: %s", path, strerror(-rc));
+    if (rc == 0 && (pg->fd = reader_open_regular(path, why, sizeof why)) < 0)
+        rc = pg->fd;
+    if (rc == 0) { /* the reader reads its own descriptor of the same open file */
+        int rfd = fcntl(pg->fd, F_DUPFD_CLOEXEC, 0);
+        rc = rfd < 0 ? -errno : reader_open_fd(rfd, path, &ro, &r, why, sizeof why);
+        if (rfd < 0)
+            snprintf(why, sizeof why, "%s: %s", path, strerror(-rc));
     }
     if (rc == 0)
         rc = resume(r, pg, path, &line, why, sizeof why);
@@ -459,8 +465,13 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
     fr->n = fr->used = 0;
     reader_sample_t s;
     int got;
+    bool unfinished = false; /* the last line has no newline yet: not learned */
     while ((got = reader_next(r, &s)) == 1) {
         line = reader_line(r);
+        if (reader_line_unterminated(r)) {
+            unfinished = true;
+            break;
+        }
         if (stopping()) {
             rc = -ECANCELED;
             break;
@@ -499,10 +510,19 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
         fr->n++;
         fr->used += n;
     }
-    if (got < 0 && rc == 0) {
+    if (got < 0 && rc == 0 && reader_line_unterminated(r)) {
+        line = reader_line(r);
+        unfinished = true;
+    } else if (got < 0 && rc == 0) {
         snprintf(why, sizeof why, "%s", reader_error(r));
         rc = got;
     }
+    if (unfinished) /* a writer may be mid-line: a restart reads it again, whole by then */
+        LOG(LL_WARN,
+            "online: --train-file %s:%" PRIu64 ": the last line has no newline: not learned "
+            "(a writer may still be writing it; a restart resumes before it, so end the "
+            "file with a newline to have it learned)",
+            path, line);
     if (rc != -ECANCELED) { /* the samples before an error are learned */
         char fwhy[1400];
         int frc = flush(fr, pg, path, fwhy, sizeof fwhy);

@@ -15,6 +15,7 @@ Run: TL_BUILD_DIR=build python3 -B -m unittest tests/integration/test_online_fil
 
 import os
 import random
+import shutil
 import subprocess
 import time
 import unittest
@@ -435,6 +436,67 @@ class OnlineFileRestart(ServerCase):
         self.assertIn("--train-file %s: the file's head changed since %d samples of its first "
                       "%d bytes were learned: read from the start as new data"
                       % (path, len(old), os.path.getsize(path)), b.output())
+
+    def test_half_written_last_line_waits_for_its_newline(self):
+        """A last line with no newline is not learned (a writer may be mid-line): once the
+        writer finishes it, a restart learns it whole, once, and the lines after it."""
+        old, new = ffm_samples(200, seed=35), ffm_samples(30, seed=36)
+        whole_line = ffm_line(*new[0])
+        path = os.path.join(self.tmp, "tail.ffm")
+        with open(path, "w") as f:
+            f.writelines(ffm_line(*x) for x in old)
+            f.write(whole_line[:len(whole_line) // 2])  # cut mid-line, no newline
+        flags = ("--online", "--sample-log-dir", os.path.join(self.tmp, "slog"),
+                 "--train-file", path)
+        a = self.serve(self.model, *flags)
+        self.learn_all(a, len(old))
+        self.assertIn("--train-file %s:%d: the last line has no newline: not learned"
+                      % (path, len(old) + 1), a.output())
+        a.stop(check=True)
+        with open(path, "a") as f:  # the writer finishes the line, and writes more
+            f.write(whole_line[len(whole_line) // 2:])
+            f.writelines(ffm_line(*x) for x in new[1:])
+        b = self.serve(self.model, *flags)
+        got = self.learn_all(b, len(old) + len(new))
+        self.assertEqual(b.metric(FILE % "samples_total"), len(new))
+        whole = self.write("whole.ffm", old + new)
+        ref = self.serve(self.model, "--online", "--train-file", whole)
+        self.assertEqual(got, self.learn_all(ref, len(old) + len(new)))
+
+    def test_a_value_over_the_bound_is_named_at_its_line(self):
+        """A line refused by --online-max-feature-value stops the file at that line, every
+        line before it learned (the feeder narrows its frame down)."""
+        samples = ffm_samples(400, seed=37)
+        path = os.path.join(self.tmp, "big_value.ffm")
+        with open(path, "w") as f:
+            f.writelines(ffm_line(*x) for x in samples[:300])
+            f.write("1 0:1:1e7\n")
+            f.writelines(ffm_line(*x) for x in samples[300:])
+        s = self.serve(self.model, "--online", "--train-file", path)
+        self.wait_metric(s, FILE % "failed_total", 1)
+        self.wait_metric(s, LEARNED, 300)
+        time.sleep(0.2)
+        self.assertEqual(s.metric(LEARNED), 300)
+        self.assertEqual(s.metric('tlserve_online_bad_values_total{model="ctr"}'), 1)
+        self.assertIn("--train-file %s stopped: %s:301: TRAIN: feature %d has value 1e+07"
+                      % (path, path, 2), s.output())
+
+    def test_a_fifo_swapped_in_does_not_hang_the_shutdown(self):
+        """The file checked at start is replaced by a FIFO before the feeder opens it (it waits
+        for a model): the feeder refuses it and SIGTERM stops the server promptly."""
+        repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(repo, "ctr"))
+        path = self.write("swap.ffm", ffm_samples(50, seed=39))
+        s = self.serve(None, "--model-repo", repo, "--online", "--train-file", path,
+                       "--train-file-model", "ctr", wait="/healthz")
+        os.unlink(path)
+        os.mkfifo(path)
+        shutil.copytree(self.model, os.path.join(repo, "ctr", "1"))
+        self.wait_metric(s, FILE % "failed_total", 1)
+        self.assertIn("%s is not a regular file" % path, s.output())
+        t0 = time.monotonic()
+        self.assertEqual(s.stop(timeout=10, check=True), 0)
+        self.assertLess(time.monotonic() - t0, 10)
 
 
 if __name__ == "__main__":
