@@ -56,6 +56,9 @@ struct reader {
     float *values;
     uint32_t feat_cap;
     char sep;              /* criteo: '\t' or ',' (0 = not yet known) */
+    int criteo_cols;       /* criteo: 40 or 41, the first data line's (0 = not yet known) */
+    int criteo_started;    /* criteo: the first non-blank line was seen */
+    uint64_t header_line;  /* criteo: the line taken as a header (0: none) */
     int failed;            /* sticky error */
     char err[512];
 };
@@ -267,49 +270,61 @@ int reader_rewind(reader_t *r)
     r->line = 0;
     r->skipped = 0;
     r->sep = 0;
+    r->criteo_cols = 0;
+    r->criteo_started = 0;
+    r->header_line = 0;
     r->failed = 0;
     r->err[0] = '\0';
     return 0;
 }
 
 static int next_line(reader_t *r, char **lp, size_t *ll);
-static char criteo_sep(const char *p, const char *e);
+static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s);
 
-/* The separator a criteo read from the source's start would hold on
- * reaching byte offset: its first non-blank line's, when that line starts
- * before offset; 0 (not yet known) otherwise.  Reads from the start. */
-static int criteo_sep_before(reader_t *r, uint64_t offset, char *sep)
+/* What a criteo read from the source's start holds on reaching byte offset
+ * (its separator, column count, header line): the lines before offset are
+ * parsed again until the first data line, so a resumed read parses the
+ * lines after offset as the whole read did.  Reads from the start; leaves
+ * the state in r (reader_seek keeps it). */
+static int criteo_state_before(reader_t *r, uint64_t offset)
 {
     int rc = reader_rewind(r);
-    *sep = 0;
-    while (rc == 0) {
-        uint64_t at = reader_offset(r);
+    while (rc == 0 && !r->criteo_cols) {
         char *lp;
         size_t ll;
-        if (at >= offset)
+        if (reader_offset(r) >= offset)
             break;
         rc = next_line(r, &lp, &ll);
-        if (rc == 1 && ll > 0) {
-            *sep = criteo_sep(lp, lp + ll);
+        if (rc == 1) {
+            reader_sample_t s;
+            (void)parse_criteo(r, lp, lp + ll, &s); /* a bad line: the read stopped or skipped it */
+            rc = 0;
+        } else if (rc == -E2BIG) { /* too long to have been read */
+            rc = 0;
+        } else if (rc == 0) {
             break;
         }
-        if (rc == 1 || rc == -E2BIG) /* blank, or too long to have been read */
-            rc = 0;
-        else if (rc == 0)
-            break;
     }
+    r->failed = 0;
+    r->err[0] = '\0';
     return rc < 0 ? rc : 0;
 }
 
 int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
 {
     char sep = 0;
+    int cols = 0, started = 0;
+    uint64_t header = 0;
     if (r->opt.format == READER_CRITEO && offset > 0) {
         uint64_t skipped = r->skipped; /* the rewind zeroes it */
-        int rc = criteo_sep_before(r, offset, &sep);
+        int rc = criteo_state_before(r, offset);
         r->skipped = skipped;
         if (rc != 0)
             return rc;
+        sep = r->sep;
+        cols = r->criteo_cols;
+        started = r->criteo_started;
+        header = r->header_line;
     }
     if (r->fd >= 0) {
         if (offset > (uint64_t)INT64_MAX)
@@ -327,6 +342,9 @@ int reader_seek(reader_t *r, uint64_t offset, uint64_t line)
     r->unterminated = 0;
     r->line = line;
     r->sep = sep;
+    r->criteo_cols = cols;
+    r->criteo_started = started;
+    r->header_line = header;
     r->failed = 0;
     r->err[0] = '\0';
     return 0;
@@ -340,6 +358,7 @@ bool reader_line_unterminated(const reader_t *r) { return r->unterminated != 0; 
 
 uint64_t reader_line(const reader_t *r) { return r->line; }
 uint64_t reader_skipped(const reader_t *r) { return r->skipped; }
+uint64_t reader_header_line(const reader_t *r) { return r->header_line; }
 
 /* ---- line cutting --------------------------------------------------------- */
 
@@ -752,18 +771,34 @@ static int split_csv_quoted(char *p, char *e, const char **col, const char **cen
     }
 }
 
-/* Criteo TSV/CSV.  Returns 1 sample, 0 blank or header line, or -errno. */
+/* Whether columns c0+1..c0+13 (I1-I13) of a 40- or 41-column line are
+ * integers or empty: a data line's are, a header's names are not. */
+static int criteo_ints(const char *const *col, const char *const *cend, int ncol)
+{
+    if (ncol != 40 && ncol != 41)
+        return 0;
+    for (int f = 0; f < CRITEO_INT; f++) {
+        int64_t v;
+        const char *vb = col[ncol - 40 + 1 + f], *ve = cend[ncol - 40 + 1 + f];
+        if (vb != ve && parse_i64(vb, ve, &v) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Criteo TSV/CSV.  Returns 1 sample, 0 blank or header line, or -errno.
+ * The first non-blank line is a header when it does not start with a
+ * number and its I1-I13 columns are not all integers or empty (so a data
+ * line with a bad label is refused, not dropped as a header); the first
+ * data line fixes the separator (a header's, when it has 40 or 41 columns)
+ * and the column count (40, or 41 with an Id first) for the file. */
 static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s)
 {
     char b[48], cn[16];
     if (p == e)
         return 0;
-    if (!r->sep) { /* first non-blank line: separator, maybe a header */
+    if (!r->sep)
         r->sep = criteo_sep(p, e);
-        const char *h = *p == '"' ? p + 1 : p; /* a quoted CSV's first field */
-        if (h == e || ((unsigned)(*h - '0') > 9 && *h != '-' && *h != '+'))
-            return 0; /* header */
-    }
     const char *col[42];
     const char *cend[42];
     int ncol = 0;
@@ -788,8 +823,27 @@ static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s)
             q = x + 1;
         }
     }
+    if (!r->criteo_started) {
+        r->criteo_started = 1;
+        const char *h = *p == '"' ? p + 1 : p; /* a quoted CSV's first field */
+        bool numeric = h < e && ((unsigned)(*h - '0') <= 9 || *h == '-' || *h == '+');
+        if (!numeric && !criteo_ints(col, cend, ncol)) {
+            r->header_line = r->line;
+            if (ncol != 40 && ncol != 41)
+                r->sep = 0; /* its separator says nothing: the next line's decides */
+            return 0;
+        }
+    }
     if (ncol != 40 && ncol != 41) {
         set_err(r, "expected 40 columns (label, I1-I13, C1-C26) or 41 (Id first), got %d", ncol);
+        return -EINVAL;
+    }
+    if (!r->criteo_cols) {
+        r->criteo_cols = ncol;
+    } else if (ncol != r->criteo_cols) {
+        set_err(r, "%d columns, where the file's first data line has %d (%s): a stray or "
+                "missing separator", ncol, r->criteo_cols,
+                r->criteo_cols == 41 ? "Id, label, I1-I13, C1-C26" : "label, I1-I13, C1-C26");
         return -EINVAL;
     }
     int c0 = ncol - 40; /* label column */

@@ -24,9 +24,12 @@
  * transform), else stays v; its decimal text is what is hashed.  Categorical
  * values are hashed as spelled.  Empty (missing) columns give no feature;
  * every Criteo feature has value 1.  A line has 40 columns (label first) or
- * 41 (an Id column first, as in the Kaggle CSV); the separator is a tab when
- * the first line holds one, else a comma; a first line that does not start
- * with a digit (after an opening quote) is a header and is skipped.  A CSV
+ * 41 (an Id column first, as in the Kaggle CSV), as many as the file's first
+ * data line (a stray separator is an error, not an Id); the separator is a
+ * tab when the first line holds one, else a comma; a first line that does
+ * not start with a digit (after an opening quote) and whose I1..I13 are not
+ * all integers or empty is a header and is skipped (reader_header_line; a
+ * header of another column count leaves the separator to the next line).  A CSV
  * field may be in double quotes as RFC 4180 writes it (commas inside, "" for
  * a quote): the quotes are not part of the value, so a quoted file gives
  * the ids of the same file unquoted.
@@ -127,6 +130,7 @@ uint64_t reader_line(const reader_t *r);     /* 1-based number of the last line 
  * newline: a writer may still be writing it. */
 bool reader_line_unterminated(const reader_t *r);
 uint64_t reader_skipped(const reader_t *r);  /* malformed lines skipped (skip_bad) */
+uint64_t reader_header_line(const reader_t *r); /* criteo: the line read as a header, 0 if none */
 void reader_close(reader_t *r);
 
 /* "libsvm" / "libffm" / "criteo" -> format; returns 0 or -EINVAL. */

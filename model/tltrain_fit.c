@@ -276,6 +276,9 @@ static int one_epoch(const tltrain_fit_t *f, reader_t *r, train_t *t, const char
         return no_samples(r == f->train ? "--train" : "the part of --train kept for training,",
                           f->train_path, r);
     double wall = now_sec() - t0;
+    if (ep == 1 && reader_header_line(r)) /* criteo: a first line taken as a header, said once */
+        fprintf(stderr, "tltrain: %s:%llu read as a header, not a sample\n", reader_name(r),
+                (unsigned long long)reader_header_line(r));
     printf("%s %ld: train rows %llu progressive logloss %.6f", label, ep, (unsigned long long)rows,
            loss);
     if (reader_skipped(r))

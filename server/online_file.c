@@ -536,6 +536,7 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
         }
     }
     fr->n = fr->used = 0;
+    uint64_t header = reader_header_line(r);
     reader_close(r);
     close(pg->fd);
     pg->fd = -1;
@@ -544,10 +545,13 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
     double secs = (double)(online__now_ns() - t0) * 1e-9;
     if (rc == 0) {
         atomic_fetch_add_explicit(&F.done, 1, memory_order_relaxed);
+        char hdr[64] = "";
+        if (header)
+            snprintf(hdr, sizeof hdr, " (line %" PRIu64 " read as a header)", header);
         LOG(LL_INFO,
             "online: --train-file %s (%s) done: %" PRIu64 " samples into model '%s' in "
-            "%.2f s",
-            path, format_name(fmt), n, F.model, secs);
+            "%.2f s%s",
+            path, format_name(fmt), n, F.model, secs, hdr);
     } else if (rc == -ECANCELED) {
         LOG(LL_WARN,
             "online: --train-file %s: stopped by the shutdown after line %" PRIu64 ": %" PRIu64

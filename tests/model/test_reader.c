@@ -409,6 +409,39 @@ static void test_criteo_csv_quoted(void **state)
                  "after it");
 }
 
+/* A criteo file's column count is its first data line's: a later line with
+ * a stray separator (41 columns in a 40-column file) is refused, not read
+ * with an Id column; a first line that splits as data (integer I1-I13) with
+ * a bad label is refused, not dropped as a header; a header whose separator
+ * is not the data's leaves the data's to its next line; an unterminated
+ * last line is flagged. */
+static void test_criteo_columns_and_header(void **state)
+{
+    (void)state;
+    char row[512] = "1", row41[600];
+    for (int i = 0; i < 39; i++)
+        strcat(row, "\t7");
+    snprintf(row41, sizeof row41, "%s\t", row); /* a trailing tab: 41 columns */
+    char text[2048];
+    snprintf(text, sizeof text, "%s\n%s\n", row, row41);
+    expect_error(text, READER_CRITEO, -EINVAL,
+                 "t.tsv:2: 41 columns, where the file's first data line has 40 (label, I1-I13, "
+                 "C1-C26): a stray or missing separator");
+    snprintf(text, sizeof text, "%s\n%s\n", row + 1, row); /* "\t7\t7...": an empty label */
+    expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:1: bad label '' (want 0 or 1)");
+    snprintf(text, sizeof text, "abc\n%s\n%s", row, row);
+    reader_t *r = open_mem(text, "t", READER_CRITEO, 0, 0);
+    reader_sample_t s;
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(s.label == 1.0f && s.n == 39);
+    assert_int_equal(reader_header_line(r), 1);
+    assert_false(reader_line_unterminated(r));
+    assert_int_equal(reader_next(r, &s), 1);
+    assert_true(reader_line_unterminated(r)); /* the last line has no newline */
+    assert_int_equal(reader_next(r, &s), 0);
+    reader_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_criteo_errors),   cmocka_unit_test(test_utf8_bom),
         cmocka_unit_test(test_criteo_seek_keeps_separator),
         cmocka_unit_test(test_criteo_csv_quoted),
+        cmocka_unit_test(test_criteo_columns_and_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
