@@ -78,6 +78,7 @@
  */
 #define _GNU_SOURCE
 #include "online_impl.h"
+#include "online_file_format.h"
 
 #include "log.h"
 #include "model/model.h"
@@ -99,7 +100,6 @@
 #define FRAME_FEATURES (1u << 18) /* per frame, before deduplication: 3 MiB of ids and values */
 #define WAIT_MS 5                 /* backpressure: the queue drains, the bucket refills */
 #define MODEL_WAIT_MS 50          /* until the model is active */
-#define SNIFF_BYTES 65536u        /* the format is told from the lines within these bytes */
 
 _Static_assert(FRAME_FEATURES <= CODEC_MAX_REQUEST_FEATURES, "a frame's features fit a TRAIN");
 _Static_assert(ONLINE_FILE_FRAME_SAMPLES <= CODEC_MAX_ITEMS, "a frame's samples fit a TRAIN");
@@ -228,52 +228,6 @@ out:
     free(keys);
     free(got);
     free(found);
-}
-
-/* ---- the format ----------------------------------------------------------------- */
-
-/* The format of the file's head buf[0..len) (model/reader.h's sniff, criteo
- * allowed): 0, or -EINVAL with the line in why. */
-static int sniff(const char *buf, size_t len, bool complete, const char *name, reader_format_t *out,
-                 char *why, size_t why_len)
-{
-    uint64_t line;
-    const char *bad;
-    int shown;
-    if (reader_sniff_format(buf, len, complete, true, out, &line, &bad, &shown) == 0)
-        return 0;
-    snprintf(why, why_len,
-             "%s:%" PRIu64 ": cannot tell the format: the first feature "
-             "'%.*s' is neither idx:val (libsvm) nor field:idx:val (libffm), and the "
-             "line is not criteo's tab or comma columns (--train-file-format)",
-             name, line, shown, bad);
-    return -EINVAL;
-}
-
-/* The file's format by sniff: 0, or -errno with why. */
-static int sniff_file(const char *path, reader_format_t *out, char *why, size_t why_len)
-{
-    static char head[SNIFF_BYTES]; /* the feeder's only */
-    int fd = reader_open_regular(path, why, why_len); /* no FIFO swapped in since the start */
-    if (fd < 0)
-        return fd;
-    size_t got = 0;
-    while (got < sizeof head) {
-        ssize_t r = read(fd, head + got, sizeof head - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            snprintf(why, why_len, "%s: %s", path, strerror(e));
-            return -e;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    return sniff(head, got, got < sizeof head, path, out, why, why_len);
 }
 
 /* ---- submitting ------------------------------------------------------------------ */
@@ -440,7 +394,7 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
     uint64_t t0 = online__now_ns(), s0 = atomic_load(&F.samples), line = 0;
     reader_format_t fmt = F.format;
     reader_t *r = NULL;
-    int rc = F.sniff ? sniff_file(path, &fmt, why, sizeof why) : 0;
+    int rc = F.sniff ? online__file_sniff(path, &fmt, why, sizeof why) : 0;
     reader_options_t ro = {.format = fmt};
     if (rc == 0 && (pg->fd = reader_open_regular(path, why, sizeof why)) < 0)
         rc = pg->fd;
@@ -466,6 +420,7 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
     reader_sample_t s;
     int got;
     bool unfinished = false; /* the last line has no newline yet: not learned */
+    uint64_t dup_lines = 0, dup_first = 0; /* lines that repeat a feature id */
     while ((got = reader_next(r, &s)) == 1) {
         line = reader_line(r);
         if (reader_line_unterminated(r)) {
@@ -495,6 +450,8 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
             for (uint32_t i = 0; i < s.n; i++)
                 v[i] = 1.0f;
         uint32_t n = codec_sort_unique(ids, v, s.n);
+        if (n < s.n && dup_lines++ == 0)
+            dup_first = line;
         if (n > CODEC_MAX_BLOCK_FEATURES) {
             snprintf(why, sizeof why,
                      "%s:%" PRIu64 ": %u distinct features, more than a TRAIN "
@@ -517,6 +474,12 @@ static void feed_file(struct frame *fr, struct progress *pg, const char *path)
         snprintf(why, sizeof why, "%s", reader_error(r));
         rc = got;
     }
+    if (dup_lines)
+        LOG(LL_WARN,
+            "online: --train-file %s: %" PRIu64 " lines repeat a feature (the first: line %" PRIu64
+            "): each kept one value of it, the largest, as the wire does, where tltrain learns "
+            "every copy",
+            path, dup_lines, dup_first);
     if (unfinished) /* a writer may be mid-line: a restart reads it again, whole by then */
         LOG(LL_WARN,
             "online: --train-file %s:%" PRIu64 ": the last line has no newline: not learned "
