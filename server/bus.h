@@ -150,6 +150,9 @@ int bus_publish_batch(bus_t *bus, bus_item_t *items, int n, bus_error_t *err);
 
 /* ---- state and counters: any thread, no lock ---- */
 
+/* The most bytes a message may hold: nats-server's default max_payload. */
+#define BUS_MAX_DATA (1u << 20)
+
 #define BUS_COUNTERS(X)                                                                        \
     X(published, "messages handed to JetStream (sync and batched)")                          \
     X(acked, "messages JetStream acknowledged as stored")                                     \

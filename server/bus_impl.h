@@ -11,7 +11,6 @@
 #include <stdatomic.h>
 
 #define BUS_MAX_BATCH 65536
-#define BUS_MAX_DATA (1u << 20)   /* nats-server's default max_payload */
 
 struct batch {
     pthread_mutex_t mu;

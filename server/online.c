@@ -25,6 +25,8 @@
 #define _GNU_SOURCE
 #include "online_impl.h"
 
+#include "bus.h"
+
 #include "log.h"
 #include "model/model.h"
 #include "online_sync_state.h"
@@ -307,9 +309,11 @@ int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, u
                     uint64_t pos)
 {
     size_t sz = rec_size(len);
+    if (sz > q->cap / 2)
+        return -E2BIG;
     int rc = -1;
     pthread_mutex_lock(&q->lock);
-    size_t at = sz <= q->cap / 2 ? room_locked(q, sz) : SIZE_MAX;
+    size_t at = room_locked(q, sz);
     if (at != SIZE_MAX) {
         put_locked(q, at, flags, payload, len, NULL, pos, online__now_ns());
         rc = 0;
@@ -457,6 +461,14 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
             atomic_fetch_add_explicit(&q->bad_values, 1, memory_order_relaxed);
         return ONLINE_BAD_VALUE;
     }
+    if (online__bus_on() && CODEC_HEADER_SIZE + (uint64_t)len > BUS_MAX_DATA) {
+        snprintf(why, why_len, "TRAIN of %u bytes: larger than a bus message may be (%u bytes "
+                 "with its header, nats-server's max_payload), so never forwarded: split it",
+                 len, BUS_MAX_DATA);
+        if (client)
+            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        return ONLINE_TOO_BIG;
+    }
     size_t sz = rec_size(len + (mark ? SAMPLE_LOG_MARK_BYTES : 0));
     if (sz > q->cap / 2) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than half the trainer's queue "
@@ -565,7 +577,7 @@ static int push_train(online_model_t *q, codec_train_t *t, bool capped)
     memcpy(&flags, one_buf + 6, 2);
     uint32_t plen = (uint32_t)(len - CODEC_HEADER_SIZE);
     size_t sz = rec_size(plen);
-    if (sz > q->cap / 2)
+    if (sz > q->cap / 2 || (online__bus_on() && len > BUS_MAX_DATA)) /* never taken, never sent */
         return ONLINE_TOO_BIG;
     uint64_t pos, now = online__now_ns();
     char why[256];

@@ -54,6 +54,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +76,7 @@ static struct {
     char node[160];
     uint64_t start_seq;
     _Atomic uint64_t read_seq; /* the last stream sequence the consumer handed on (or skipped) */
-    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model, lag_refused;
+    _Atomic uint64_t forwarded, consumed, bad, gaps, unknown_model, lag_refused, too_big, unsendable;
 } B;
 
 bool online__bus_on(void) { return B.bus != NULL; }
@@ -142,6 +143,109 @@ struct fwd {
     codec_arena_t arena;
 };
 
+/* n more of q's records reached the stream: the position moves past them. */
+static void forwarded(online_model_t *q, uint64_t n)
+{
+    uint64_t fwd = atomic_load(&q->fwd_pos) + n;
+    atomic_store(&q->fwd_pos, fwd);
+    outbox_write(q->slog_dir, fwd);
+    if (fwd / 16384 != (fwd - n) / 16384) { /* now and then: forwarded segments go */
+        pthread_mutex_lock(&q->lock);
+        (void)sample_log_trim(q->slog, fwd);
+        pthread_mutex_unlock(&q->lock);
+    }
+    atomic_fetch_add_explicit(&B.forwarded, n, memory_order_relaxed);
+}
+
+static void forward_failed(online_model_t *q, int acked, int n, const char *msg)
+{
+    /* a cluster coming back answers "no responders" at once, again and again: one line
+     * per 5 s, with the count */
+    static uint64_t logged_ns, quiet;
+    uint64_t now = online__now_ns();
+    if (now - logged_ns >= 5000000000ull) {
+        LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); "
+            "the batch is sent again (%" PRIu64 " more failed batches not logged)", q->name,
+            acked < 0 ? 0 : acked, n, msg, quiet);
+        logged_ns = now;
+        quiet = 0;
+    } else {
+        quiet++;
+    }
+}
+
+/* The record at pos, t, is larger than a bus message (the outbox of a build
+ * that did not refuse such a TRAIN at submit): it goes as parts of its
+ * samples, each a TRAIN under the limit, message ids "<node>/<model>/<pos>.<k>"
+ * (a retry is stored once).  A single sample over the limit cannot go: an
+ * ERROR, counted, and the rest goes on.  1 (the record forwarded), or -1 (a
+ * retry waits). */
+static int forward_parts(online_model_t *q, struct fwd *f, const codec_train_t *t, uint64_t pos)
+{
+    uint32_t stack_from[64], stack_count[64]; /* sample ranges still to place */
+    int parts = 0, top = 0;
+    uint64_t lost = 0;
+    stack_from[top] = 0, stack_count[top++] = t->samples;
+    size_t used = 0, offs[FORWARD_BATCH];
+    while (top > 0) {
+        top--;
+        uint32_t a = stack_from[top], c = stack_count[top];
+        codec_train_t part = *t;
+        part.samples = c;
+        part.labels = t->labels + a;
+        part.weights = t->weights ? t->weights + a : NULL;
+        part.sample = t->sample + a;
+        size_t len = 0;
+        if (codec_encode_train(NULL, 0, 0, &part, &len, NULL) != CODEC_NEED_MORE)
+            len = SIZE_MAX;
+        if (len > BUS_MAX_DATA && c > 1 && top + 2 <= 64) {
+            stack_from[top] = a + c / 2, stack_count[top++] = c - c / 2; /* the second half after */
+            stack_from[top] = a, stack_count[top++] = c / 2;
+            continue;
+        }
+        if (len > BUS_MAX_DATA || parts == FORWARD_BATCH) {
+            lost += c;
+            continue;
+        }
+        if (used + len > f->cap) {
+            size_t want = (used + len) * 2;
+            uint8_t *b = realloc(f->buf, want);
+            if (!b)
+                return -1;
+            f->buf = b;
+            f->cap = want;
+        }
+        if (codec_encode_train(f->buf + used, f->cap - used, pos, &part, &len, NULL) != CODEC_OK) {
+            lost += c;
+            continue;
+        }
+        snprintf(f->ids[parts], sizeof f->ids[parts], "%s/%s/%" PRIu64 ".%d", B.node, q->name,
+                 pos, parts);
+        f->items[parts] = (bus_item_t){.subject = f->subject, .len = len, .msg_id = f->ids[parts]};
+        offs[parts++] = used;
+        used += len;
+    }
+    for (int i = 0; i < parts; i++)
+        f->items[i].data = f->buf + offs[i];
+    bus_error_t berr;
+    int acked = parts ? bus_publish_batch(B.bus, f->items, parts, &berr) : 0;
+    if (acked != parts) {
+        forward_failed(q, acked, parts, berr.msg);
+        return -1;
+    }
+    if (lost) {
+        atomic_fetch_add_explicit(&B.unsendable, lost, memory_order_relaxed);
+        LOG(LL_ERROR, "online: forwarding model '%s': record %" PRIu64 " of the outbox holds "
+            "%" PRIu64 " samples that do not fit a bus message (%u bytes) even alone: not "
+            "forwarded, so not learned by any replica (tlserve_bus_outbox_unsendable_total)",
+            q->name, pos, lost, BUS_MAX_DATA);
+    }
+    LOG(LL_WARN, "online: forwarding model '%s': record %" PRIu64 " of the outbox (%u samples) "
+        "was larger than a bus message: forwarded as %d parts", q->name, pos, t->samples, parts);
+    forwarded(q, 1);
+    return 1;
+}
+
 /* Forwards what q's log holds past its forwarded position: the records
  * forwarded (0 when none), or -1 when the batch failed and waits for a retry. */
 static int forward_model(online_model_t *q, struct fwd *f)
@@ -172,6 +276,13 @@ static int forward_model(online_model_t *q, struct fwd *f)
         size_t len = 0;
         if (codec_encode_train(NULL, 0, 0, &rec.train, &len, NULL) != CODEC_NEED_MORE)
             break;
+        if (len > BUS_MAX_DATA) { /* a record from before the limit was checked at submit */
+            if (n == 0) {
+                sample_log_reader_close(r);
+                return forward_parts(q, f, &rec.train, pos);
+            }
+            break; /* the batch before it first */
+        }
         if (used + len > f->cap) {
             size_t want = (used + len) * 2;
             uint8_t *b = realloc(f->buf, want);
@@ -197,30 +308,10 @@ static int forward_model(online_model_t *q, struct fwd *f)
     bus_error_t berr;
     int acked = bus_publish_batch(B.bus, f->items, n, &berr);
     if (acked != n) {
-        /* a cluster coming back answers "no responders" at once, again and again: one line
-         * per 5 s, with the count */
-        static uint64_t logged_ns, quiet;
-        uint64_t now = online__now_ns();
-        if (now - logged_ns >= 5000000000ull) {
-            LOG(LL_WARN, "online: forwarding model '%s': %d of %d records acknowledged (%s); "
-                "the batch is sent again (%" PRIu64 " more failed batches not logged)", q->name,
-                acked < 0 ? 0 : acked, n, berr.msg, quiet);
-            logged_ns = now;
-            quiet = 0;
-        } else {
-            quiet++;
-        }
+        forward_failed(q, acked, n, berr.msg);
         return -1;
     }
-    uint64_t fwd = atomic_load(&q->fwd_pos) + (uint64_t)n;
-    atomic_store(&q->fwd_pos, fwd);
-    outbox_write(q->slog_dir, fwd);
-    if (fwd / 16384 != (fwd - (uint64_t)n) / 16384) { /* now and then: forwarded segments go */
-        pthread_mutex_lock(&q->lock);
-        (void)sample_log_trim(q->slog, fwd);
-        pthread_mutex_unlock(&q->lock);
-    }
-    atomic_fetch_add_explicit(&B.forwarded, (uint64_t)n, memory_order_relaxed);
+    forwarded(q, (uint64_t)n);
     return n;
 }
 
@@ -372,10 +463,62 @@ static void wait_for_slots(void)
     }
 }
 
+/* A stream message the consumer skips: an ERROR, the first ten each, then at
+ * most one line in 5 s (a flood of them says so with its count). */
+static void consumer_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void consumer_warn(const char *fmt, ...)
+{
+    static uint64_t logged_ns, quiet, lines;
+    uint64_t now = online__now_ns();
+    if (++lines > 10 && now - logged_ns < 5000000000ull) {
+        quiet++;
+        return;
+    }
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    LOG(LL_ERROR, "online: %s (%" PRIu64 " more not logged)", msg, quiet);
+    logged_ns = now;
+    quiet = 0;
+}
+
+/* Why a stream message's TRAIN payload cannot be learned as model's (it does
+ * not decode: the checks a client's frame passes; or it names another model
+ * than its subject), or NULL. */
+static const char *check_train(codec_arena_t *arena, const uint8_t *payload, uint32_t len,
+                               uint16_t flags, const char *model)
+{
+    static char why[300];
+    size_t need = codec_arena_bound(len);
+    if (need > arena->cap) {
+        void *b = realloc(arena->base, need);
+        if (!b)
+            return "no memory to check it";
+        arena->base = b;
+        arena->cap = need;
+    }
+    codec_arena_reset(arena);
+    codec_train_t t;
+    codec_error_t err;
+    if (codec_decode_train(payload, len, flags, arena, &t, &err) != CODEC_OK) {
+        snprintf(why, sizeof why, "its TRAIN does not decode: %s", err.msg);
+        return why;
+    }
+    if (strcmp(t.name, model) != 0) {
+        snprintf(why, sizeof why, "its TRAIN names model '%.128s', its subject '%.64s'", t.name,
+                 model);
+        return why;
+    }
+    return NULL;
+}
+
 static void *consumer_main(void *arg)
 {
     (void)arg;
     bus_error_t err;
+    codec_arena_t arena = {0};
     wait_for_slots();
     bus_reader_t *r = reader_open(B.start_seq);
     size_t plen = strlen(G.srv->cfg.bus_subject_prefix);
@@ -423,11 +566,19 @@ static void *consumer_main(void *arg)
                                 : NULL;
         codec_header_t h;
         codec_error_t cerr;
+        const char *bad = NULL;
         if (!model || m.len < CODEC_HEADER_SIZE ||
             codec_parse_header(m.data, m.len, &h, &cerr) != CODEC_OK || h.type != CODEC_TRAIN ||
-            h.payload_len != m.len - CODEC_HEADER_SIZE) {
+            h.payload_len != m.len - CODEC_HEADER_SIZE)
+            bad = "not a TRAIN frame (header)";
+        else
+            bad = check_train(&arena, (const uint8_t *)m.data + CODEC_HEADER_SIZE, h.payload_len,
+                              h.flags, model);
+        if (bad) {
             atomic_fetch_add_explicit(&B.bad, 1, memory_order_relaxed);
             atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
+            consumer_warn("stream message %" PRIu64 " on %.200s is not learned: %s "
+                          "(tlserve_bus_bad_total)", m.seq, m.subject, bad);
             continue;
         }
         char why[200];
@@ -443,14 +594,23 @@ static void *consumer_main(void *arg)
             continue;
         }
         while (!atomic_load(&B.stop) &&
-               online__enqueue(q, h.flags, (const uint8_t *)m.data + CODEC_HEADER_SIZE,
-                               h.payload_len, m.seq) != 0) {
+               (rc = online__enqueue(q, h.flags, (const uint8_t *)m.data + CODEC_HEADER_SIZE,
+                                     h.payload_len, m.seq)) == -1) {
             struct timespec nap = {0, 1000000}; /* the queue is full: wait for the trainer */
             nanosleep(&nap, NULL);
+        }
+        if (rc == -E2BIG) { /* a peer with a larger queue took it: this one never can */
+            atomic_fetch_add_explicit(&B.too_big, 1, memory_order_relaxed);
+            consumer_warn("stream message %" PRIu64 " (a TRAIN of %u bytes for model '%s') "
+                          "is larger than half of this replica's --online-queue-bytes %zu, so "
+                          "it is not learned here (tlserve_bus_too_big_total): give every "
+                          "replica the same --online-queue-bytes",
+                          m.seq, h.payload_len, q->name, q->cap);
         }
         atomic_store_explicit(&B.read_seq, m.seq, memory_order_relaxed);
     }
     bus_reader_close(r);
+    free(arena.base);
     return NULL;
 }
 
@@ -557,8 +717,16 @@ size_t online__bus_metrics(char *buf, size_t len)
         "# TYPE tlserve_bus_forwarded_total counter\ntlserve_bus_forwarded_total %" PRIu64 "\n"
         "# HELP tlserve_bus_consumed_total Stream messages read\n"
         "# TYPE tlserve_bus_consumed_total counter\ntlserve_bus_consumed_total %" PRIu64 "\n"
-        "# HELP tlserve_bus_bad_total Stream messages that did not parse as a TRAIN frame\n"
+        "# HELP tlserve_bus_bad_total Stream messages not learned: not a TRAIN frame that "
+        "decodes, or one naming another model than its subject\n"
         "# TYPE tlserve_bus_bad_total counter\ntlserve_bus_bad_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_too_big_total Stream messages not learned: larger than half of "
+        "this replica's --online-queue-bytes\n"
+        "# TYPE tlserve_bus_too_big_total counter\ntlserve_bus_too_big_total %" PRIu64 "\n"
+        "# HELP tlserve_bus_outbox_unsendable_total Outbox samples that could not be forwarded: "
+        "one sample larger than a bus message (ERROR logged)\n"
+        "# TYPE tlserve_bus_outbox_unsendable_total counter\n"
+        "tlserve_bus_outbox_unsendable_total %" PRIu64 "\n"
         "# HELP tlserve_bus_unknown_model_total Stream messages for a model not served here\n"
         "# TYPE tlserve_bus_unknown_model_total counter\ntlserve_bus_unknown_model_total %" PRIu64
         "\n# HELP tlserve_bus_gap_total Stream sequences missing when read (not learned)\n"
@@ -569,7 +737,8 @@ size_t online__bus_metrics(char *buf, size_t len)
         "again)\n# TYPE tlserve_bus_publish_failed_total counter\n"
         "tlserve_bus_publish_failed_total %" PRIu64 "\n",
         bus_connected(B.bus) ? 1 : 0, atomic_load(&B.forwarded), atomic_load(&B.consumed),
-        atomic_load(&B.bad), atomic_load(&B.unknown_model), atomic_load(&B.gaps), st.reconnects,
+        atomic_load(&B.bad), atomic_load(&B.too_big), atomic_load(&B.unsendable),
+        atomic_load(&B.unknown_model), atomic_load(&B.gaps), st.reconnects,
         st.failed);
     if (n < 0 || (size_t)n >= len)
         return n < 0 ? 0 : len - 1;

@@ -135,7 +135,8 @@ extern struct online_state {
 online_model_t *online__model_get(const char *name, char *why, size_t why_len);
 
 /* Queues one TRAIN payload with its position (the stream's sequence), without
- * the sample log: 0, or -1 when the queue has no room now. */
+ * the sample log: 0, -1 when the queue has no room now, or -E2BIG when it
+ * never will (over half of --online-queue-bytes). */
 int online__enqueue(online_model_t *q, uint16_t flags, const uint8_t *payload, uint32_t len,
                     uint64_t pos);
 

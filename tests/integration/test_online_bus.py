@@ -28,6 +28,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import tlserve  # noqa: E402
+from tlserve.wire import MsgType  # noqa: E402
 import natscluster  # noqa: E402
 from harness import (BUILD, TLSERVE, TLSYNTH, Server, gen_model, replica_frame,  # noqa: E402
                      replica_sample, require)
@@ -73,11 +75,11 @@ class Replicas(unittest.TestCase):
             s.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def replica(self, name):
+    def replica(self, name, *extra):
         s = Server(self.model, "--online", "--sample-log-dir", os.path.join(self.tmp, name),
                    "--bus-servers", _cluster.urls, "--bus-stream", self.stream, "--bus-node", name,
                    "--bus-subject-prefix", self.stream.lower(),
-                   "--gate-sample", "0", "--guard-window-ms", "0")
+                   "--gate-sample", "0", "--guard-window-ms", "0", *extra)
         self.servers.append(s)
         return s
 
@@ -162,11 +164,56 @@ class Replicas(unittest.TestCase):
             r = subprocess.run([PROBE, "raw", _cluster.urls, self.stream, prefix + ".>", subject, text],
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
+        # whole TRAIN frames that do not decode (a label of 0.5) or name another model than
+        # their subject: not learned either, counted and logged
+        shared, items = frame(2)
+        for name, label in (("ctr", 0.5), ("other", 1.0)):
+            payload = tlserve.wire.encode_train(name, shared, [(label, items[0][1])], check=False)
+            data = tlserve.wire.encode_frame(MsgType.TRAIN, 0, payload)
+            r = subprocess.run([PROBE, "rawhex", _cluster.urls, self.stream, prefix + ".>",
+                                prefix + ".ctr", data.hex()],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
         self.send(a, [frame(1)])
         self.assertEqual(self.wait_learned(a, 4), 4)
-        self.assertEqual(a.metric("tlserve_bus_bad_total"), 2)  # neither parses as TRAIN
+        self.assertEqual(a.metric("tlserve_bus_bad_total"), 4)
+        self.assertIn("its TRAIN does not decode", a.output())
         with a.client() as c:  # PREDICT never noticed
             c.predict("ctr", *sample(0)[:1], [sample(0)[1]])
+
+    def test_a_train_larger_than_a_bus_message_is_refused(self):
+        """A TRAIN that could never be forwarded (over nats-server's 1 MiB max_payload) is
+        refused at once, not acknowledged into an outbox it would wedge."""
+        a = self.replica("a")
+        shared, _ = sample(0)
+        rnd = random.Random(3)
+        big = [(float(k % 2), (sorted(rnd.sample(range(1, 1 << 62), 200)), None))
+               for k in range(700)]  # 700 x 200 random ids, 8-9 varint bytes each: 1.2 MB
+        with a.client() as c:
+            with self.assertRaises(tlserve.ServerError) as e:
+                c.train("ctr", shared, big)
+            self.assertEqual(e.exception.name, "TOO_MANY_ITEMS")
+            self.assertIn("larger than a bus message may be", e.exception.message)
+        self.send(a, [frame(k) for k in range(5)])
+        self.assertEqual(self.wait_learned(a, 10), 10)
+        self.assertEqual(a.metric('tlserve_bus_outbox_lag{model="ctr"}'), 0)
+
+    def test_a_message_too_big_for_a_smaller_queue_is_skipped(self):
+        """A replica whose queue is too small for a peer's TRAIN skips that one message, says
+        so and counts it, and goes on learning: it never stalls on it."""
+        a, b = self.replica("a"), self.replica("b", "--online-queue-bytes", "65536")
+        shared, _ = sample(0)
+        rnd = random.Random(4)
+        big = [(0.0, (sorted(rnd.sample(range(1, 1 << 62), 50)), None))
+               for k in range(100)]  # 100 x 50 random ids: 44 kB, over half of b's queue
+        with a.client() as c:
+            self.assertEqual(c.train("ctr", shared, big), 100)
+        self.send(a, [frame(k) for k in range(10)])
+        self.assertEqual(self.wait_learned(a, 120), 120)
+        self.assertEqual(self.wait_learned(b, 20), 20)
+        self.assertEqual(b.metric("tlserve_bus_too_big_total"), 1)
+        self.assertIn("larger than half of this replica's --online-queue-bytes 65536",
+                      b.output())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
  *   bus_probe mismatch SERVERS STREAM              bus_open with replicas 1 and another max
  *       age on the existing stream must fail with -EEXIST; prints the sentence.
  *   bus_probe dedup SERVERS STREAM                 the same id twice: one sequence, stored once.
- *   bus_probe raw SERVERS STREAM BINDS SUBJECT TEXT publish TEXT's bytes on SUBJECT of the
+ *   bus_probe raw|rawhex SERVERS STREAM BINDS SUBJECT TEXT publish TEXT's bytes (rawhex: TEXT
+ *                                   is hex) on SUBJECT of the
  *       stream that binds BINDS (replicas 3): a stranger's message for test_online_bus.py.
  *
  * Exit 0 when every check holds, 1 with a line on stderr naming the first that did not.
@@ -208,12 +209,27 @@ int main(int argc, char **argv)
         FAIL("usage: bus_probe publish|read|mismatch|dedup SERVERS STREAM ...");
     const char *cmd = argv[1], *servers = argv[2], *stream = argv[3];
     snprintf(SUBJ, sizeof SUBJ, "tl.s.%.64s", stream);
-    if (strcmp(cmd, "raw") == 0 && argc == 7) {
+    if ((strcmp(cmd, "raw") == 0 || strcmp(cmd, "rawhex") == 0) && argc == 7) {
         snprintf(SUBJ, sizeof SUBJ, "%.95s", argv[4]);
         bus_t *bus = open_bus(servers, stream, 3, 0);
         bus_ack_t ack;
         bus_error_t err;
-        if (bus_publish(bus, argv[5], argv[6], strlen(argv[6]), NULL, &ack, &err) < 0)
+        const char *data = argv[6];
+        size_t len = strlen(data);
+        static char bytes[1 << 20];
+        if (strcmp(cmd, "rawhex") == 0) { /* TEXT is the bytes in hex */
+            if (len % 2 || len / 2 > sizeof bytes)
+                FAIL("rawhex: an even number of hex digits, at most %zu bytes", sizeof bytes);
+            for (size_t i = 0; i < len / 2; i++) {
+                unsigned v;
+                if (sscanf(data + 2 * i, "%2x", &v) != 1)
+                    FAIL("rawhex: not hex at %zu", 2 * i);
+                bytes[i] = (char)v;
+            }
+            data = bytes;
+            len /= 2;
+        }
+        if (bus_publish(bus, argv[5], data, len, NULL, &ack, &err) < 0)
             FAIL("raw publish: %s", err.msg);
         printf("ok raw seq %" PRIu64 "\n", ack.seq);
         bus_close(bus);
