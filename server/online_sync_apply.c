@@ -243,18 +243,36 @@ static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_
 {
     struct producer *p = producer_find(m->producer);
     if (!p) {
-        if (S.nprod == PRODUCERS_MAX || m->seq != 1) {
-            if (S.nprod < PRODUCERS_MAX)
-                S.prod[S.nprod++] = (struct producer){.id = m->producer, .refused = true};
+        struct producer *slot = S.nprod < PRODUCERS_MAX ? &S.prod[S.nprod] : NULL;
+        for (int i = 0; !slot && m->seq == 1 && i < S.nprod; i++)
+            if (S.prod[i].refused) /* a refused producer holds no state: its slot is reused */
+                slot = &S.prod[i];
+        if (!slot || m->seq != 1) {
+            if (slot) {
+                *slot = (struct producer){.id = m->producer, .refused = true};
+                S.nprod += slot == &S.prod[S.nprod];
+            }
             if (!reread) {
                 COUNT(unknown);
-                LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %" PRIu64
-                    " (stream %" PRIu64 "): %s; its updates are refused", m->producer, m->seq, sseq,
-                    m->seq != 1 ? "its earlier ones are not in the stream" : "too many producers");
+                static uint64_t logged_ns, lines, quiet;
+                uint64_t now = online__now_ns();
+                if (++lines <= 10 || now - logged_ns >= 5000000000ull) {
+                    LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %"
+                        PRIu64 " (stream %" PRIu64 "): %s; its updates are refused (%" PRIu64
+                        " more refusals not logged)", m->producer, m->seq, sseq,
+                        !slot ? "the producer table is full (every replica that ever published "
+                                "takes a slot: keep --bus-node stable across restarts)"
+                              : "its earlier ones are not in the stream", quiet);
+                    logged_ns = now;
+                    quiet = 0;
+                } else {
+                    quiet++;
+                }
             }
             return TRACK_SKIP;
         }
-        p = &S.prod[S.nprod++];
+        S.nprod += slot == &S.prod[S.nprod];
+        p = slot;
         *p = (struct producer){.id = m->producer, .next = 1};
     }
     if (p->refused) {
