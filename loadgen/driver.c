@@ -284,8 +284,9 @@ static void issue(thr_t *t, uint64_t due, uint64_t now)
     while (seq - t->tail > t->mask) { /* ring full: the oldest has waited > timeout anyway */
         slot_t *old = &t->slots[t->tail & t->mask];
         if (old->live) {
-            if (old->counted) {
+            if (old->counted) { /* a timeout is in the tail: at least this late */
                 st->timeouts++;
+                hist_record(&st->corrected, now - old->due_ns);
                 IV_ERR(t, old->due_ns);
             }
             resolve(t, old);
@@ -459,8 +460,9 @@ static void expire(thr_t *t, uint64_t now, bool force)
         if (sl->live) {
             if (!force && now - sl->due_ns < t->timeout_ns)
                 break;
-            if (sl->counted) {
+            if (sl->counted) { /* a timeout is in the tail: at least this late */
                 t->st->timeouts++;
+                hist_record(&t->st->corrected, now - sl->due_ns);
                 IV_ERR(t, sl->due_ns);
             }
             resolve(t, sl);

@@ -125,7 +125,7 @@ void report_print(FILE *f, const tlgen_report_t *r)
             r->wl->items, r->wl->avg_features, r->wl->avg_len, r->wl->n,
             o->wl.zipf > 0 ? "Zipf" : "uniform", (unsigned long long)o->wl.key_space);
     fprintf(f, "\nlatency (us)     corrected      from send    uncorrected\n");
-    fprintf(f, "                (from due)  (from actual)  (closed loop)\n");
+    fprintf(f, "                (from due)  (from actual) (answer gaps)\n");
     for (size_t i = 0; i < sizeof pcts / sizeof pcts[0]; i++)
         row(f, pcts[i].label, hist_percentile(&s->corrected, pcts[i].pct),
             hist_percentile(&s->from_send, pcts[i].pct),

@@ -18,9 +18,13 @@
 
 typedef struct sched {
     double next_ns; /* due time of the next request (absolute, CLOCK_MONOTONIC ns) */
-    double gap_ns;  /* constant: T / R seconds in ns; Poisson: the mean gap */
+    double gap_ns;  /* Poisson: the mean gap, T / R seconds in ns */
     bool poisson;   /* exponential gaps instead of constant ones */
     uint64_t rng;   /* Poisson: splitmix64 state */
+    /* constant: request k is due at start_ns + (k*T + t) * 1e9 / R, rounded once */
+    uint64_t start_ns, k;
+    double rate;
+    unsigned thread, threads;
 } sched_t;
 
 /* Sets up thread `thread` of `threads` at total `rate` requests/s from

@@ -70,7 +70,8 @@ static const char usage[] =
     "  --pool N          distinct pre-encoded requests cycled, 1..2^20 and at most\n"
     "                    1 GiB of them (default 64)\n"
     "  --timeout-ms MS   a request without response this long after its due time is a\n"
-    "                    timeout (default 10000)\n"
+    "                    timeout, counted in the corrected latencies at the time it was\n"
+    "                    given up (a lower bound); 1..60000 (default 10000)\n"
     "  --json            print one JSON object as the last line\n"
     "  --spectrum FILE   write the corrected percentile spectrum (HdrHistogram text format)\n"
     "  --spectrum-dir D  write one spectrum per rate run, D/spectrum-<rate>rps.hgrm\n"
@@ -100,11 +101,12 @@ static const char usage[] =
     "  --search-from A     the first probe (default 100)\n"
     "  --search-to B       the highest probe (default 1000000)\n"
     "\n"
-    "Latencies: corrected = response - due time; from send = response - actual send;\n"
-    "uncorrected = response - max(actual send, previous response on the connection), what a\n"
-    "closed-loop client would have recorded.  The run is invalid when the sender fell behind\n"
-    "its schedule (mean lag over 1 ms, or under 98% of due requests sent), or when not one\n"
-    "request succeeded (the latencies would be of error answers).\n"
+    "Latencies: corrected = response (or timeout) - due time; from send = response - actual\n"
+    "send; uncorrected = response - max(actual send, previous response on the connection):\n"
+    "what a closed-loop client would record only with one request in flight per connection,\n"
+    "answered in order (pipelined, it is the gap between answers).  The run is invalid when\n"
+    "the sender fell behind its schedule (mean lag over 1 ms, or under 98% of due requests\n"
+    "sent), or when not one request succeeded (the latencies would be of error answers).\n"
     "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.  A sweep exits 3 when\n"
     "any of its runs was invalid; a search exits 3 when no probe passed.\n";
 
@@ -234,7 +236,7 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
         else if (!strcmp(f, "--pool"))
             o->wl.pool = (unsigned)arg_int(f, v, 1, 1 << 20);
         else if (!strcmp(f, "--timeout-ms"))
-            o->timeout_ms = (int)arg_int(f, v, 1, 3600000);
+            o->timeout_ms = (int)arg_int(f, v, 1, 60000); /* the histograms end at 60 s */
         else if (!strcmp(f, "--spectrum"))
             o->spectrum = v;
         else if (!strcmp(f, "--spectrum-dir"))
@@ -295,8 +297,10 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
         die_usage("--interval-ms and --interval-out go together%s%s", "", "");
     if (o->interval_ms > 0 && o->mode != TLGEN_SINGLE)
         die_usage("--interval-ms is for one run (--rate), not a sweep or a search%s%s", "", "");
-    if (o->interval_ms > 0 && o->duration_s * 1e3 / o->interval_ms > 10000000.0)
-        die_usage("--interval-ms: more than 10,000,000 intervals in --duration%s%s", "", "");
+    /* an interval is 8 KB a thread and once more merged: 100,000 hold 800 MB a thread */
+    if (o->interval_ms > 0 && o->duration_s * 1e3 / o->interval_ms > 100000.0)
+        die_usage("--interval-ms: more than 100,000 intervals in --duration (8 KB each a "
+                  "thread)%s%s", "", "");
     if (o->threads > o->connections)
         die_usage("--threads is more than --connections: every thread needs a connection%s%s", "",
                   "");
@@ -323,14 +327,14 @@ __attribute__((cold)) static int resolve_addr(const tlgen_opts_t *o, tlgen_run_t
 
 /* 0 when the directory file would be written into exists and takes a new
  * file, else -1 (said): checked before the run, not after it. */
-__attribute__((cold)) static int check_writable_dir(const char *file)
+__attribute__((cold)) static int check_writable_dir(const char *flag, const char *file)
 {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", file);
     char *slash = strrchr(buf, '/');
     const char *dir = slash ? (slash == buf ? "/" : (*slash = '\0', buf)) : ".";
     if (access(dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "tlgen: --spectrum %s: cannot write into %s: %s\n", file, dir,
+        fprintf(stderr, "tlgen: %s %s: cannot write into %s: %s\n", flag, file, dir,
                 strerror(errno));
         return -1;
     }
@@ -409,7 +413,8 @@ int main(int argc, char **argv)
         return 1;
     }
     close(probe);
-    if (o->spectrum && check_writable_dir(o->spectrum) != 0) {
+    if ((o->spectrum && check_writable_dir("--spectrum", o->spectrum) != 0) ||
+        (o->interval_out && check_writable_dir("--interval-out", o->interval_out) != 0)) {
         free(o);
         return 1;
     }

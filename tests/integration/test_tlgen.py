@@ -110,6 +110,31 @@ class OpenLoop(unittest.TestCase):
         self.assertIn("corrected", out)
         self.assertIn("uncorrected", out)
 
+    def test_timeouts_count_in_the_tail(self):
+        """Requests given up after --timeout-ms during a 1 s stall are in the corrected
+        percentiles (at the time they were given up), not left out of them."""
+        t0 = time.monotonic()
+        proc = start_tlgen(self.srv.port, "--rate", "500", "--duration", "5", "--connections",
+                           "2", "--timeout-ms", "300", "--json", *SMALL)
+        stopped = False
+        try:
+            time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
+            self.srv.proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+        finally:
+            if stopped:
+                self.srv.proc.send_signal(signal.SIGCONT)
+        rc, out, r = finish(proc)
+        self.assertGreater(r["errors_by_code"]["timeout"], 100, out)  # ~0.7 s of 500/s given up
+        self.assertGreaterEqual(r["p99_us"], 300_000, out)
+        self.assertGreaterEqual(r["max_us"], 300_000, out)
+
+    def test_constant_rate_schedules_exactly_rate_times_duration(self):
+        proc = start_tlgen(self.srv.port, "--rate", "3", "--duration", "1", "--json", *SMALL)
+        rc, out, r = finish(proc)
+        self.assertEqual(r["scheduled"], 3, out)
+
     def test_steady_run_is_valid_and_fast(self):
         spectrum = os.path.join(TMP, "spectrum.txt")
         proc = start_tlgen(self.srv.port, "--rate", "1000", "--duration", "4", "--warmup", "1",
