@@ -584,7 +584,8 @@ static int parse_float(const char *p, const char *e, float *out)
     memcpy(tmp, p, n);
     tmp[n] = '\0';
     if (memchr(tmp, '\0', n) || !((unsigned)(tmp[0] - '0') <= 9 || tmp[0] == '-' ||
-                                    tmp[0] == '+' || tmp[0] == '.'))
+                                    tmp[0] == '+' || tmp[0] == '.') ||
+        strpbrk(tmp, "xXpP")) /* decimal only: strtod would take 0x10 as 16 */
         return -1;
     char *q;
     double v = strtod(tmp, &q);

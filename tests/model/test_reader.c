@@ -98,6 +98,10 @@ static void test_sparse_errors(void **state)
     expect_error("1 1:x\n", READER_LIBSVM, -EINVAL, "t.svm:1: feature 1: value 'x' is not a finite number");
     expect_error("1 1:inf\n", READER_LIBSVM, -EINVAL,
                  "t.svm:1: feature 1: value 'inf' is not a finite number");
+    expect_error("1 1:0x10\n", READER_LIBSVM, -EINVAL,
+                 "t.svm:1: feature 1: value '0x10' is not a finite number");
+    expect_error("0x1 1:1\n", READER_LIBSVM, -EINVAL,
+                 "t.svm:1: bad label '0x1' (want 0, 1, -1 or +1)");
     expect_error("1 1:1e39\n", READER_LIBSVM, -EINVAL,
                  "t.svm:1: feature 1: value '1e39' is not a finite number");
     expect_error("1 1:\n", READER_LIBSVM, -EINVAL, "t.svm:1: feature 1: value '' is not a finite number");
