@@ -116,7 +116,7 @@ void report_print(FILE *f, const tlgen_report_t *r)
     const tlgen_stats_t *s = r->st;
     double dur = o->duration_s;
     fprintf(f,
-            "tlgen: %s:%d model %s, %.0f req/s %s for %.1f s (warm-up %.1f s discarded), "
+            "tlgen: %s:%d model %s, %g req/s %s for %.1f s (warm-up %.1f s discarded), "
             "%u connections, %u threads\n",
             o->host, o->port, o->wl.model, o->rate, o->poisson ? "Poisson" : "constant", dur,
             o->warmup_s, o->connections, o->threads);

@@ -185,8 +185,15 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
     double sweep_from = -1, sweep_to = -1;
     long long sweep_steps = 0;
     bool search_range = false;
+    const char *seen[64]; /* the options given so far: a second one is refused, not taken */
+    int nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        for (int j = 0; j < nseen && strncmp(f, "--", 2) == 0; j++)
+            if (!strcmp(seen[j], f))
+                die_usage("%s is given twice%s", f, "");
+        if (nseen < 64)
+            seen[nseen++] = f;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             fputs(usage, stdout);
             exit(0);
@@ -200,7 +207,7 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
             continue;
         }
         if (i + 1 >= argc)
-            die_usage("%s needs a value%s", f, "");
+            die_usage("%s needs a value, or is not an option (--help)%s", f, "");
         const char *v = argv[++i];
         if (!strcmp(f, "--host"))
             o->host = v;

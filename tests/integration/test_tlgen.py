@@ -350,9 +350,13 @@ class Usage(unittest.TestCase):
                     ["--sweep-from", "10", "--sweep-to", "100"],     # no --sweep-steps
                     ["--sweep", "10,20", "--spectrum", "f"],         # one file for many runs
                     ["--search-p99-us", "100", "--search-from", "50", "--search-to", "10"],
-                    ["--search-from", "10", "--rate", "10"]):        # range without a search
+                    ["--search-from", "10", "--rate", "10"],         # range without a search
+                    ["--rate", "10", "--rate", "20"],                # given twice
+                    ["--rate", "10", "--timeout-ms", "60001"],       # past the histograms' 60 s
+                    ["--rate", "10", "--bogus"]):                    # not an option
             r = subprocess.run(base + bad, capture_output=True, text=True)
             self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("tlgen: ", r.stderr, bad)
 
     def test_model_name_too_long_is_refused_not_cut(self):
         # 65 bytes: cut to the wire's 64 it would ask the server for another model
