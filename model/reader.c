@@ -98,8 +98,14 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
         while (eol < len && buf[eol] != '\n')
             eol++;
         bool cut = eol == len && !complete; /* by the head's end: judged on what it holds */
-        bool tab = criteo && memchr(buf + i, '\t', eol - i) != NULL;
-        if (criteo && memchr(buf + i, ',', eol - i)) {
+        /* criteo's columns: 40 or 41 split by tabs (or, with no tab, commas); a line with
+         * fewer is not criteo's (a libsvm label and a stray tab, a decimal comma) */
+        size_t tabs = 0, commas = 0;
+        for (size_t k = i; criteo && k < eol; k++) {
+            tabs += buf[k] == '\t';
+            commas += buf[k] == ',';
+        }
+        if (criteo && (tabs ? tabs : commas) >= 39) {
             *out = READER_CRITEO;
             return 0;
         }
@@ -121,10 +127,6 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
                 *out = colons == 1 ? READER_LIBSVM : READER_LIBFFM;
                 return 0;
             }
-            if (colons == 0 && tab) {
-                *out = READER_CRITEO;
-                return 0;
-            }
             *bad_line = line;
             *bad = buf + p;
             *bad_len = q - p > 40 ? 40 : (int)(q - p);
@@ -132,10 +134,6 @@ int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,
         }
         if (cut)
             break;
-        if (tab) { /* a label and empty tab columns */
-            *out = READER_CRITEO;
-            return 0;
-        }
         i = eol + 1;
     }
     return 0;

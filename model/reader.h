@@ -139,10 +139,11 @@ int reader_format_parse(const char *name, reader_format_t *out);
 /* The format of the text buf[0..len) (a file's head; complete: the whole
  * file is in it, else a last line cut short is looked at only up to its
  * first feature, when that ends inside the head), told from
- * the first line with more than a label: its first feature with one colon
- * is libsvm, with two libffm; with criteo allowed, a comma in the line, or
- * a tab and a first feature without colons (or only tabs after the label),
- * is criteo.  Only labels, or nothing: libsvm (reads them alike).  Returns
+ * the first line with more than a label: with criteo allowed, a line of 40
+ * or more columns (39 tabs, or with no tab 39 commas) is criteo; else its
+ * first feature with one colon is libsvm, with two libffm (a line with a
+ * stray tab or a decimal comma is not taken for criteo's).  Only labels,
+ * or nothing: libsvm (reads them alike).  Returns
  * 0, or -EINVAL when that first feature tells nothing: *bad_line (1-based)
  * and the feature's bytes in *bad, *bad_len (at most 40). */
 int reader_sniff_format(const char *buf, size_t len, bool complete, bool criteo,

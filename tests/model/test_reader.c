@@ -446,6 +446,36 @@ static void test_criteo_columns_and_header(void **state)
     reader_close(r);
 }
 
+/* Telling a head's format: criteo only for a line of 40+ columns, so a
+ * libsvm file whose first line is a label and a stray tab, or whose value
+ * has a decimal comma, is not taken for criteo. */
+static reader_format_t sniffed(const char *text, int want_rc)
+{
+    reader_format_t f = READER_LIBFFM;
+    uint64_t line = 0;
+    const char *bad = NULL;
+    int shown = 0;
+    assert_int_equal(reader_sniff_format(text, strlen(text), true, true, &f, &line, &bad, &shown),
+                     want_rc);
+    return f;
+}
+
+static void test_sniff_format(void **state)
+{
+    (void)state;
+    char row[512] = "1", csv[512] = "0";
+    for (int i = 0; i < 39; i++) {
+        strcat(row, "\t7");
+        strcat(csv, ",a");
+    }
+    assert_int_equal(sniffed(row, 0), READER_CRITEO);
+    assert_int_equal(sniffed(csv, 0), READER_CRITEO);
+    assert_int_equal(sniffed("1\t\n1 3:1 5:2\n", 0), READER_LIBSVM);
+    assert_int_equal(sniffed("1 5:0,5 7:1\n", 0), READER_LIBSVM); /* the reader names the value */
+    assert_int_equal(sniffed("0 1:2:1\n", 0), READER_LIBFFM);
+    sniffed("1 a,b,c\n", -EINVAL); /* three columns: neither criteo's nor a feature */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -457,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_criteo_seek_keeps_separator),
         cmocka_unit_test(test_criteo_csv_quoted),
         cmocka_unit_test(test_criteo_columns_and_header),
+        cmocka_unit_test(test_sniff_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
