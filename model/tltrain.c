@@ -851,7 +851,7 @@ int main(int argc, char **argv)
     }
     if (reader_open(train_path, &ro, &rtrain, err, sizeof err) != 0 ||
         (test_path && reader_open(test_path, &ro, &rtest, err, sizeof err) != 0)) {
-        fprintf(stderr, "tltrain: %s\n", err);
+        fprintf(stderr, "tltrain: %s: %s\n", rtrain ? "--test" : "--train", err);
         goto out;
     }
     if (rtest) {
