@@ -150,8 +150,12 @@ int bus_publish_batch(bus_t *bus, bus_item_t *items, int n, bus_error_t *err);
 
 /* ---- state and counters: any thread, no lock ---- */
 
-/* The most bytes a message may hold: nats-server's default max_payload. */
-#define BUS_MAX_DATA (1u << 20)
+/* The most bytes a message's data may hold: nats-server's default
+ * max_payload (1 MiB) counts the headers the bus adds too (Nats-Msg-Id, at
+ * most 128 bytes, and Nats-Expected-Stream, at most 64, with their framing:
+ * under 256 bytes), so 512 bytes of it are theirs. */
+#define BUS_MAX_PAYLOAD (1u << 20)
+#define BUS_MAX_DATA (BUS_MAX_PAYLOAD - 512u)
 
 #define BUS_COUNTERS(X)                                                                        \
     X(published, "messages handed to JetStream (sync and batched)")                          \

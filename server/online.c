@@ -463,8 +463,8 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
     }
     if (online__bus_on() && CODEC_HEADER_SIZE + (uint64_t)len > BUS_MAX_DATA) {
         snprintf(why, why_len, "TRAIN of %u bytes: larger than a bus message may be (%u bytes "
-                 "with its header, nats-server's max_payload), so never forwarded: split it",
-                 len, BUS_MAX_DATA);
+                 "with its frame header: nats-server's max_payload less the message headers), so "
+                 "never forwarded: split it", len, BUS_MAX_DATA);
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
         return ONLINE_TOO_BIG;
@@ -614,10 +614,12 @@ static int push_sample(online_model_t *q, const impression_sample_t *s, bool cap
 }
 
 /* Items [from, from + n) of an impression's negatives as one record, split
- * in halves while a record of them is too big for the queue or a frame:
- * how many went in. */
+ * in halves while a record of them is too big for the queue or a bus
+ * message (an item too big even alone is dropped, the others go on): how
+ * many went in.  *stop: the queue or the log could not take one, so
+ * nothing more is tried. */
 static uint32_t push_negative_range(online_model_t *q, const impression_negatives_t *b,
-                                    uint32_t from, uint32_t n)
+                                    uint32_t from, uint32_t n, bool *stop)
 {
     static float zeros[IMPRESSION_NEGATIVES_MAX]; /* the labels: never written */
     float weights[IMPRESSION_NEGATIVES_MAX];
@@ -629,10 +631,14 @@ static uint32_t push_negative_range(online_model_t *q, const impression_negative
     int rc = push_train(q, &t, false);
     if (rc == 0)
         return n;
-    if (rc != ONLINE_TOO_BIG || n == 1)
+    if (rc != ONLINE_TOO_BIG) {
+        *stop = true;
         return 0;
-    uint32_t took = push_negative_range(q, b, from, n / 2);
-    return took < n / 2 ? took : took + push_negative_range(q, b, from + n / 2, n - n / 2);
+    }
+    if (n == 1)
+        return 0;
+    uint32_t took = push_negative_range(q, b, from, n / 2, stop);
+    return *stop ? took : took + push_negative_range(q, b, from + n / 2, n - n / 2, stop);
 }
 
 /* Negatives of expired or evicted impressions: to their model's queue, an
@@ -645,8 +651,9 @@ static uint32_t push_negatives(const impression_negatives_t *b, void *ctx)
     if (b->model_id < atomic_load_explicit(&srv->nmodels, memory_order_acquire)) {
         char why[200];
         online_model_t *q = online__model_get(srv->models[b->model_id].name, why, sizeof why);
+        bool stop = false;
         if (q)
-            took = push_negative_range(q, b, 0, b->n);
+            took = push_negative_range(q, b, 0, b->n, &stop);
     }
     if (took < b->n)
         atomic_fetch_add_explicit(&G.neg_dropped, b->n - took, memory_order_relaxed);

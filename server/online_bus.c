@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,6 +144,25 @@ struct fwd {
     codec_arena_t arena;
 };
 
+/* The message id of q's record at pos (part >= 0: its part-th part):
+ * "<node>/<model>/<pos>[.<part>]", or, when that passes the 128 bytes an id
+ * may take (a long --bus-node and model name), "h<XXH3 of node/model>/<pos>
+ * [.<part>]": the same for every retry and restart, so the stream's dedup
+ * still stores a record once. */
+static void msg_id(char *out, size_t cap, const online_model_t *q, uint64_t pos, int part)
+{
+    char tail[32] = "";
+    if (part >= 0)
+        snprintf(tail, sizeof tail, ".%d", part);
+    int n = snprintf(out, cap, "%s/%s/%" PRIu64 "%s", B.node, q->name, pos, tail);
+    if (n > 0 && n <= 128)
+        return;
+    char who[400];
+    snprintf(who, sizeof who, "%s/%s", B.node, q->name);
+    snprintf(out, cap, "h%016" PRIx64 "/%" PRIu64 "%s", (uint64_t)XXH3_64bits(who, strlen(who)),
+             pos, tail);
+}
+
 /* n more of q's records reached the stream: the position moves past them. */
 static void forwarded(online_model_t *q, uint64_t n)
 {
@@ -174,16 +194,30 @@ static void forward_failed(online_model_t *q, int acked, int n, const char *msg)
     }
 }
 
+/* Publishes the parts gathered in f (parts of them): 0, or -1 (logged). */
+static int publish_parts(online_model_t *q, struct fwd *f, int parts, const size_t *offs)
+{
+    for (int i = 0; i < parts; i++)
+        f->items[i].data = f->buf + offs[i];
+    bus_error_t berr;
+    int acked = parts ? bus_publish_batch(B.bus, f->items, parts, &berr) : 0;
+    if (acked != parts) {
+        forward_failed(q, acked, parts, berr.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* The record at pos, t, is larger than a bus message (the outbox of a build
  * that did not refuse such a TRAIN at submit): it goes as parts of its
- * samples, each a TRAIN under the limit, message ids "<node>/<model>/<pos>.<k>"
- * (a retry is stored once).  A single sample over the limit cannot go: an
- * ERROR, counted, and the rest goes on.  1 (the record forwarded), or -1 (a
- * retry waits). */
+ * samples, each a TRAIN under the limit, in batches of FORWARD_BATCH, with
+ * message ids of their own (msg_id: a retry of the record stores each part
+ * once).  A single sample over the limit cannot go: an ERROR, counted, and
+ * the rest goes on.  1 (the record forwarded), or -1 (a retry waits). */
 static int forward_parts(online_model_t *q, struct fwd *f, const codec_train_t *t, uint64_t pos)
 {
     uint32_t stack_from[64], stack_count[64]; /* sample ranges still to place */
-    int parts = 0, top = 0;
+    int parts = 0, top = 0, total = 0;
     uint64_t lost = 0;
     stack_from[top] = 0, stack_count[top++] = t->samples;
     size_t used = 0, offs[FORWARD_BATCH];
@@ -203,9 +237,15 @@ static int forward_parts(online_model_t *q, struct fwd *f, const codec_train_t *
             stack_from[top] = a, stack_count[top++] = c / 2;
             continue;
         }
-        if (len > BUS_MAX_DATA || parts == FORWARD_BATCH) {
+        if (len > BUS_MAX_DATA) {
             lost += c;
             continue;
+        }
+        if (parts == FORWARD_BATCH) { /* a batch full of parts: it goes, then the rest */
+            if (publish_parts(q, f, parts, offs) != 0)
+                return -1;
+            parts = 0;
+            used = 0;
         }
         if (used + len > f->cap) {
             size_t want = (used + len) * 2;
@@ -219,20 +259,13 @@ static int forward_parts(online_model_t *q, struct fwd *f, const codec_train_t *
             lost += c;
             continue;
         }
-        snprintf(f->ids[parts], sizeof f->ids[parts], "%s/%s/%" PRIu64 ".%d", B.node, q->name,
-                 pos, parts);
+        msg_id(f->ids[parts], sizeof f->ids[parts], q, pos, total++);
         f->items[parts] = (bus_item_t){.subject = f->subject, .len = len, .msg_id = f->ids[parts]};
         offs[parts++] = used;
         used += len;
     }
-    for (int i = 0; i < parts; i++)
-        f->items[i].data = f->buf + offs[i];
-    bus_error_t berr;
-    int acked = parts ? bus_publish_batch(B.bus, f->items, parts, &berr) : 0;
-    if (acked != parts) {
-        forward_failed(q, acked, parts, berr.msg);
+    if (publish_parts(q, f, parts, offs) != 0)
         return -1;
-    }
     if (lost) {
         atomic_fetch_add_explicit(&B.unsendable, lost, memory_order_relaxed);
         LOG(LL_ERROR, "online: forwarding model '%s': record %" PRIu64 " of the outbox holds "
@@ -241,7 +274,7 @@ static int forward_parts(online_model_t *q, struct fwd *f, const codec_train_t *
             q->name, pos, lost, BUS_MAX_DATA);
     }
     LOG(LL_WARN, "online: forwarding model '%s': record %" PRIu64 " of the outbox (%u samples) "
-        "was larger than a bus message: forwarded as %d parts", q->name, pos, t->samples, parts);
+        "was larger than a bus message: forwarded as %d parts", q->name, pos, t->samples, total);
     forwarded(q, 1);
     return 1;
 }
@@ -295,7 +328,7 @@ static int forward_model(online_model_t *q, struct fwd *f)
             CODEC_OK)
             break;
         offs[n] = used;
-        snprintf(f->ids[n], sizeof f->ids[n], "%s/%s/%" PRIu64, B.node, q->name, pos);
+        msg_id(f->ids[n], sizeof f->ids[n], q, pos, -1);
         f->items[n] = (bus_item_t){.subject = f->subject, .len = len, .msg_id = f->ids[n]};
         used += len;
         n++;

@@ -260,9 +260,10 @@ static int track(const update_msg_t *m, uint64_t sseq, bool reread, bool giving_
                     LOG(LL_WARN, "online: producer %016" PRIx64 " first seen at its sequence %"
                         PRIu64 " (stream %" PRIu64 "): %s; its updates are refused (%" PRIu64
                         " more refusals not logged)", m->producer, m->seq, sseq,
-                        !slot ? "the producer table is full (every replica that ever published "
-                                "takes a slot: keep --bus-node stable across restarts)"
-                              : "its earlier ones are not in the stream", quiet);
+                        m->seq != 1 ? "its earlier ones are not in the stream"
+                                    : "the producer table is full (every replica that ever "
+                                      "published takes a slot: keep --bus-node stable across "
+                                      "restarts)", quiet);
                     logged_ns = now;
                     quiet = 0;
                 } else {

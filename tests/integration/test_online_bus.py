@@ -181,6 +181,14 @@ class Replicas(unittest.TestCase):
         with a.client() as c:  # PREDICT never noticed
             c.predict("ctr", *sample(0)[:1], [sample(0)[1]])
 
+    def test_a_long_node_name_still_forwards(self):
+        """A --bus-node of 127 bytes makes "<node>/<model>/<position>" longer than the 128
+        bytes a message id may take: the id is hashed, the outbox still goes out."""
+        a = self.replica("n" * 127)
+        self.send(a, [frame(k) for k in range(5)])
+        self.assertEqual(self.wait_learned(a, 10), 10)
+        self.assertEqual(a.metric('tlserve_bus_outbox_lag{model="ctr"}'), 0)
+
     def test_a_train_larger_than_a_bus_message_is_refused(self):
         """A TRAIN that could never be forwarded (over nats-server's 1 MiB max_payload) is
         refused at once, not acknowledged into an outbox it would wedge."""
