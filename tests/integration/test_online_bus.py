@@ -202,6 +202,23 @@ class Replicas(unittest.TestCase):
                 c.train("ctr", shared, big)
             self.assertEqual(e.exception.name, "TOO_MANY_ITEMS")
             self.assertIn("larger than a bus message may be", e.exception.message)
+        # just under 1 MiB: nats-server counts the message headers in its max_payload too, so
+        # this one would never be published either
+        first = [(1.0, (sorted(rnd.sample(range(1 << 61, 1 << 62), 60000)), None))
+                 for _ in range(2)]
+        ids = sorted(rnd.sample(range(1 << 61, 1 << 62), 60000))
+        while True:
+            near = first + [(0.0, (ids, None))]
+            payload = tlserve.wire.encode_train("ctr", shared, near)
+            size = len(tlserve.wire.encode_frame(MsgType.TRAIN, 1, payload))
+            if size <= (1 << 20) - 100:
+                break
+            ids = ids[:-max(1, (size - ((1 << 20) - 200)) // 9)]
+        self.assertGreater(size, (1 << 20) - 400)
+        with a.client() as c:
+            with self.assertRaises(tlserve.ServerError) as e:
+                c.train("ctr", shared, near)
+            self.assertEqual(e.exception.name, "TOO_MANY_ITEMS")
         self.send(a, [frame(k) for k in range(5)])
         self.assertEqual(self.wait_learned(a, 10), 10)
         self.assertEqual(a.metric('tlserve_bus_outbox_lag{model="ctr"}'), 0)
