@@ -128,7 +128,7 @@ extern struct online_state {
     pthread_t expiry;
     bool expiry_running, expiry_stop;
     pthread_cond_t expiry_cond;
-    _Atomic uint64_t imp_refused, neg_dropped;
+    _Atomic uint64_t imp_refused;
 } online__G;
 
 /* The model's queue and trainer, made on first use: NULL with why. */
