@@ -27,7 +27,10 @@
  *   entry never straddles the end: when it does not fit after tail it goes
  *   to offset 0 and the bytes from tail to the end are skipped (wrap_end).
  *   The index's slot count also bounds entries per stripe (max_entries /
- *   stripes): a put past it evicts the oldest too.
+ *   stripes): a put past it evicts the oldest too.  Expiry (the trainer's
+ *   thread, every 100 ms) also evicts a stripe down to 7/8 of its bytes and
+ *   entries, so that in steady state the negatives of evicted impressions
+ *   are made there, not by a put on a worker serving a PREDICT.
  *
  * ENTRY (8-byte aligned, size a multiple of 8, at most UINT32_MAX)
  *
@@ -700,7 +703,7 @@ out:
 impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t now_ms,
                                                impression_log_negatives_fn emit, void *ctx)
 {
-    impression_log_expired_t r = {0, 0};
+    impression_log_expired_t r = {0, 0, 0};
     for (uint32_t i = 0; i < log->nstripes; i++) {
         struct stripe *s = &log->stripes[i];
         pthread_mutex_lock(&s->lock);
@@ -710,6 +713,14 @@ impression_log_expired_t impression_log_expire(impression_log_t *log, uint64_t n
                 break; /* the head is the oldest: the rest are younger */
             r.negatives += pop_oldest(log, s, IMPRESSION_SRC_EXPIRED, emit, ctx);
             r.entries++;
+        }
+        /* the high-water mark: past 7/8 of its bytes or entries a stripe is evicted down
+         * here, so that a put (a worker serving a PREDICT) seldom has to */
+        while (s->count > 0 && (s->bytes > s->cap - s->cap / 8 ||
+                                s->count > s->max_entries - s->max_entries / 8)) {
+            r.negatives += pop_oldest(log, s, IMPRESSION_SRC_EVICTED, emit, ctx);
+            r.entries++;
+            r.early++;
         }
         pthread_mutex_unlock(&s->lock);
     }

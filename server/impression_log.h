@@ -176,12 +176,15 @@ impression_log_fb_t impression_log_feedback(impression_log_t *log, uint64_t impr
 typedef struct impression_log_expired {
     uint64_t entries;   /* impressions popped */
     uint64_t negatives; /* negatives emitted for them */
+    uint64_t early;     /* of entries, evicted early by the high-water mark (counted in evicted) */
 } impression_log_expired_t;
 
 /* Pops every entry older than window_ms at now_ms (now_ms - logged >
  * window_ms) and, when cfg.emit_negatives, emits a negative (label 0, weight
  * cfg.negative_weight, src EXPIRED) for each of its items without feedback,
  * an impression's together (impression_negatives_t).
+ * Then evicts each stripe down to 7/8 of its bytes and entries, oldest
+ * first (src EVICTED): puts, on the workers, then seldom evict.
  * now_ms = UINT64_MAX pops everything (a flush at shutdown).  emit may be
  * NULL (the negatives are then counted as dropped).  Takes each stripe's lock
  * in turn; the work is proportional to what it pops. */

@@ -948,6 +948,45 @@ static void negatives_batched(void **state)
     impression_log_destroy(log);
 }
 
+/* Expiry evicts a stripe down to 7/8 of its bytes (the high-water mark), so
+ * that the puts after it find room without evicting on their own. */
+static void high_water_mark(void **state)
+{
+    (void)state;
+    impression_log_config_t c = impression_log_config_default();
+    c.max_bytes = 64 << 10;
+    c.stripes = 1;
+    c.max_entries = 4096;
+    c.window_ms = 1000000;
+    sink_t *puts_sink = new_sink();
+    c.evict_emit = sink_negatives;
+    c.evict_ctx = puts_sink;
+    impression_log_t *log = NULL;
+    assert_int_equal(impression_log_create(&c, &log), 0);
+    impression_log_stats_t st;
+    uint64_t id = 1;
+    do { /* fill past 7/8 without a put evicting */
+        assert_int_equal(impression_log_put(log, id++, 0, 1, 0, &SHARED, ITEMS, 4), 0);
+        impression_log_stats(log, &st);
+    } while (st.bytes <= st.max_bytes - st.max_bytes / 8);
+    assert_int_equal(st.evicted, 0);
+    sink_t *k = new_sink();
+    impression_log_expired_t x = impression_log_expire(log, 1, sink_negatives, k);
+    assert_true(x.early > 0);
+    assert_int_equal(x.entries, x.early); /* nothing was past the window */
+    assert_int_equal(x.negatives, 4 * x.early);
+    assert_int_equal((uint64_t)k->n, 4 * x.early);
+    impression_log_stats(log, &st);
+    assert_true(st.bytes <= st.max_bytes - st.max_bytes / 8);
+    assert_int_equal(st.evicted, x.early);
+    for (uint64_t i = 0; i < x.early; i++) /* room for as many again: no put evicts */
+        assert_int_equal(impression_log_put(log, id++, 0, 1, 0, &SHARED, ITEMS, 4), 0);
+    assert_int_equal(puts_sink->n, 0);
+    impression_log_destroy(log);
+    free(k);
+    free(puts_sink);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -962,6 +1001,7 @@ int main(void)
         cmocka_unit_test(hostile_ids),
         cmocka_unit_test(random_ops),
         cmocka_unit_test(negatives_batched),
+        cmocka_unit_test(high_water_mark),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
