@@ -183,15 +183,7 @@ int reader_open(const char *path, const reader_options_t *opt, reader_t **out, c
             snprintf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
-    reader_t *r;
-    int rc = reader_init(&r, path, opt, err, err_len);
-    if (rc != 0) {
-        close(fd);
-        return rc;
-    }
-    r->fd = fd;
-    *out = r;
-    return 0;
+    return reader_open_fd(fd, path, opt, out, err, err_len);
 }
 
 int reader_open_regular(const char *path, char *err, size_t err_len)

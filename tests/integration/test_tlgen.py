@@ -76,20 +76,25 @@ class OpenLoop(unittest.TestCase):
     def tearDownClass(cls):
         cls.srv.stop()
 
-    def test_stall_shows_in_corrected_not_in_uncorrected(self):
+    def stalled_run(self, stop_at, resume_at, *args):
+        """tlgen with args while the server is frozen (SIGSTOP) from stop_at to resume_at
+        seconds after tlgen's start: finish()'s result."""
         t0 = time.monotonic()
-        proc = start_tlgen(self.srv.port, "--rate", "1000", "--duration", "10",
-                           "--connections", "4", "--json", *SMALL)
+        proc = start_tlgen(self.srv.port, *args)
         stopped = False
         try:
-            time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+            time.sleep(max(0.0, stop_at - (time.monotonic() - t0)))
             self.srv.proc.send_signal(signal.SIGSTOP)
             stopped = True
-            time.sleep(max(0.0, 4.0 - (time.monotonic() - t0)))
+            time.sleep(max(0.0, resume_at - (time.monotonic() - t0)))
         finally:
             if stopped:
                 self.srv.proc.send_signal(signal.SIGCONT)
-        rc, out, r = finish(proc)
+        return finish(proc)
+
+    def test_stall_shows_in_corrected_not_in_uncorrected(self):
+        rc, out, r = self.stalled_run(3.0, 4.0, "--rate", "1000", "--duration", "10",
+                                      "--connections", "4", "--json", *SMALL)
         msg = out
         # the sender kept its schedule through the stall: that is what open loop means
         self.assertTrue(r["valid"], msg)
@@ -113,19 +118,9 @@ class OpenLoop(unittest.TestCase):
     def test_timeouts_count_in_the_tail(self):
         """Requests given up after --timeout-ms during a 1 s stall are in the corrected
         percentiles (at the time they were given up), not left out of them."""
-        t0 = time.monotonic()
-        proc = start_tlgen(self.srv.port, "--rate", "500", "--duration", "5", "--connections",
-                           "2", "--timeout-ms", "300", "--json", *SMALL)
-        stopped = False
-        try:
-            time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
-            self.srv.proc.send_signal(signal.SIGSTOP)
-            stopped = True
-            time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
-        finally:
-            if stopped:
-                self.srv.proc.send_signal(signal.SIGCONT)
-        rc, out, r = finish(proc)
+        rc, out, r = self.stalled_run(2.0, 3.0, "--rate", "500", "--duration", "5",
+                                      "--connections", "2", "--timeout-ms", "300", "--json",
+                                      *SMALL)
         self.assertGreater(r["errors_by_code"]["timeout"], 100, out)  # ~0.7 s of 500/s given up
         self.assertGreaterEqual(r["p99_us"], 300_000, out)
         self.assertGreaterEqual(r["max_us"], 300_000, out)
