@@ -471,7 +471,7 @@ static void expire(thr_t *t, uint64_t now, bool force)
     }
 }
 
-int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned nconns,
+int driver_run(tlgen_run_t *run, unsigned thread, const int *fds, unsigned nconns,
                tlgen_stats_t *st)
 {
     const tlgen_opts_t *o = run->o;
@@ -517,6 +517,12 @@ int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned
     bool sending = true;
     for (;;) {
         uint64_t now = tlgen_now_ns();
+        if (sending && atomic_load_explicit(&tlgen_interrupted, memory_order_relaxed)) {
+            uint64_t cut = atomic_load(&run->cut_ns);
+            while (cut < now && !atomic_compare_exchange_weak(&run->cut_ns, &cut, now))
+                ;
+            sending = false; /* what is out drains; nothing due later is counted */
+        }
         if (sending && now > run->end_ns + GIVE_UP_NS) { /* hopelessly behind: stop, say so */
             for (uint64_t due; (due = sched_next(&t.sched)) < run->end_ns;)
                 if (due >= run->measure_ns) {

@@ -70,7 +70,7 @@ out:
 }
 
 typedef struct job {
-    const tlgen_run_t *run;
+    tlgen_run_t *run;
     unsigned thread;
     int *fds;
     unsigned nconns;
@@ -105,6 +105,7 @@ static int run_threads(tlgen_run_t *run, int *fds, tlgen_stats_t *all)
     run->start_ns = tlgen_now_ns() + 20000000ull;
     run->measure_ns = run->start_ns + (uint64_t)(o->warmup_s * 1e9);
     run->end_ns = run->measure_ns + (uint64_t)(o->duration_s * 1e9);
+    atomic_store(&run->cut_ns, 0);
     for (unsigned t = 0; t < o->threads; t++) {
         job_t *j = &jobs[t];
         j->run = run;
@@ -151,6 +152,8 @@ out:
 int tlgen_measure(tlgen_run_t *run, tlgen_stats_t *all)
 {
     const tlgen_opts_t *o = run->o;
+    if (atomic_load(&tlgen_interrupted))
+        return -EINTR; /* nothing sent: no run */
     int *fds = calloc(o->connections, sizeof *fds);
     if (!fds) {
         fputs("tlgen: out of memory\n", stderr);

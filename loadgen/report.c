@@ -59,16 +59,39 @@ static double us(uint64_t ns)
     return (double)ns / 1000.0;
 }
 
+/* count per second over dur (0 over an empty window: an interrupt before it began) */
+static double per_s(uint64_t count, double dur)
+{
+    return dur > 0 ? (double)count / dur : 0;
+}
+
+double report_measured_s(const tlgen_run_t *run)
+{
+    uint64_t cut = atomic_load(&run->cut_ns);
+    if (!cut || cut >= run->end_ns)
+        return run->o->duration_s;
+    return cut > run->measure_ns ? (double)(cut - run->measure_ns) / 1e9 : 0;
+}
+
 void report_judge(tlgen_report_t *r)
 {
     const tlgen_stats_t *s = r->st;
     r->valid = true;
     r->why[0] = '\0';
     size_t n = 0;
+    if (r->measured_s < r->o->duration_s) {
+        r->valid = false;
+        n += (size_t)snprintf(r->why, sizeof r->why,
+                              "interrupted after %.1f of %.1f measured seconds", r->measured_s,
+                              r->o->duration_s);
+    }
     double mean_lag = hist_mean(&s->lag);
     if (s->sent > 0 && mean_lag > MAX_MEAN_LAG_NS) {
         r->valid = false;
-        n += (size_t)snprintf(r->why + n, sizeof r->why - n,
+        if (n > 0 && n < sizeof r->why)
+            n += (size_t)snprintf(r->why + n, sizeof r->why - n, "; ");
+        if (n < sizeof r->why)
+            n += (size_t)snprintf(r->why + n, sizeof r->why - n,
                               "the sender fell behind the schedule by %.0f us on average (max "
                               "%.0f us)",
                               mean_lag / 1000.0, us(s->lag.max));
@@ -114,7 +137,7 @@ void report_print(FILE *f, const tlgen_report_t *r)
 {
     const tlgen_opts_t *o = r->o;
     const tlgen_stats_t *s = r->st;
-    double dur = o->duration_s;
+    double dur = r->measured_s;
     fprintf(f,
             "tlgen: %s:%d model %s, %g req/s %s for %.1f s (warm-up %.1f s discarded), "
             "%u connections, %u threads\n",
@@ -139,9 +162,9 @@ void report_print(FILE *f, const tlgen_report_t *r)
     fprintf(f,
             "\nrate: offered %.1f/s, achieved (sent) %.1f/s (%.1f%% of due), completed ok "
             "%.1f/s\n",
-            o->rate, (double)s->sent / dur,
+            o->rate, per_s(s->sent, dur),
             s->scheduled ? 100.0 * (double)s->sent / (double)s->scheduled : 0.0,
-            (double)s->ok / dur);
+            per_s(s->ok, dur));
     fprintf(f, "requests: %llu due, %llu sent, %llu ok\n", (unsigned long long)s->scheduled,
             (unsigned long long)s->sent, (unsigned long long)s->ok);
     fprintf(f, "sender lag (us): mean %.1f, p99 %.1f, max %.1f\n", hist_mean(&s->lag) / 1000.0,
@@ -217,7 +240,7 @@ void report_json_members(FILE *f, const tlgen_report_t *r)
 {
     const tlgen_opts_t *o = r->o;
     const tlgen_stats_t *s = r->st;
-    double dur = o->duration_s;
+    double dur = r->measured_s;
     fprintf(f, "\"host\":");
     json_str(f, o->host);
     fprintf(f, ",\"port\":%d,\"model\":", o->port);
@@ -228,7 +251,7 @@ void report_json_members(FILE *f, const tlgen_report_t *r)
             o->poisson ? "poisson" : "constant", dur, o->warmup_s, o->connections, o->threads,
             r->wl->items);
     fprintf(f, ",\"offered_rps\":%.3f,\"achieved_rps\":%.3f,\"completed_rps\":%.3f", o->rate,
-            (double)s->sent / dur, (double)s->ok / dur);
+            per_s(s->sent, dur), per_s(s->ok, dur));
     fprintf(f, ",\"scheduled\":%llu,\"sent\":%llu,\"ok\":%llu", (unsigned long long)s->scheduled,
             (unsigned long long)s->sent, (unsigned long long)s->ok);
     json_hist(f, "", &s->corrected);
@@ -276,7 +299,7 @@ void report_row(FILE *f, const tlgen_report_t *r, const char *pass)
     const tlgen_stats_t *s = r->st;
     const hist_t *h = &s->corrected;
     fprintf(f, "%10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %8llu %5s", r->o->rate,
-            (double)s->sent / r->o->duration_s, us(hist_percentile(h, 50.0)),
+            per_s(s->sent, r->measured_s), us(hist_percentile(h, 50.0)),
             us(hist_percentile(h, 90.0)), us(hist_percentile(h, 99.0)),
             us(hist_percentile(h, 99.9)), us(h->total ? h->max : 0),
             (unsigned long long)report_errors(s), r->valid ? "yes" : "NO");

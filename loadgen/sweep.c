@@ -42,9 +42,13 @@
  * (report_json_members) collected in a memory stream while the runs go,
  * and printed as one line at the end:
  *
- *   sweep:   {"sweep":[{run},{run},...]}
+ *   sweep:   {"interrupted":false,"sweep":[{run},{run},...]}
  *   search:  {"max_rps":R,"p99_us_at_max":P|null,"bound_p99_us":B,
- *             "first_fail_rps":F|null,"probes":[{run,"pass":..,"fail_reason":..},...]}
+ *             "first_fail_rps":F|null,"interrupted":false,
+ *             "probes":[{run,"pass":..,"fail_reason":..},...]}
+ *   An interrupt (SIGINT, SIGTERM) ends the sequence after the run it cut
+ *   short (which is printed, invalid); "interrupted" is then true and a
+ *   search names no max rate (R 0, P and F null).
  *
  * THREAD SAFETY: main thread only; each run's drivers are joined before the
  * next starts.
@@ -139,7 +143,8 @@ static int one_rate(multi_t *m, double rate, double bound_us, probe_t *p)
     int rc = tlgen_measure(m->run, &st);
     if (rc != 0)
         goto out;
-    tlgen_report_t r = {.o = m->ro, .wl = m->run->wl, .st = &st};
+    tlgen_report_t r = {.o = m->ro, .wl = m->run->wl, .st = &st,
+                        .measured_s = report_measured_s(m->run)};
     report_judge(&r);
     char why[128] = "";
     bool search = bound_us >= 0;
@@ -199,6 +204,8 @@ static int search(multi_t *m, probe_t *best, double *first_fail)
     for (;;) {
         if ((rc = one_rate(m, rate, o->search_p99_us, &p)) != 0)
             return rc;
+        if (atomic_load(&tlgen_interrupted))
+            return -EINTR; /* the interrupted probe's figures are not a verdict */
         if (p.pass) {
             *best = p;
             *first_fail = 0; /* only a failure above the best pass bounds the bisection */
@@ -226,6 +233,8 @@ static int search(multi_t *m, probe_t *best, double *first_fail)
             break; /* rounding left no rate in between */
         if ((rc = one_rate(m, mid, o->search_p99_us, &p)) != 0)
             return rc;
+        if (atomic_load(&tlgen_interrupted))
+            return -EINTR;
         if (p.pass)
             *best = p;
         else
@@ -265,13 +274,22 @@ int sweep_main(tlgen_run_t *run)
         printf("\nlatency (us, corrected: from the due time)\n");
         report_row_header(stdout, false);
         fflush(stdout);
-        for (unsigned k = 0; k < o->nsweep && e == 0; k++)
+        for (unsigned k = 0; k < o->nsweep && e == 0 && !atomic_load(&tlgen_interrupted); k++)
             e = one_rate(&m, o->sweep_rates[k], -1, NULL);
+    }
+    if (e == 0 && atomic_load(&tlgen_interrupted))
+        e = -EINTR;
+    if (e == -EINTR) { /* a cut-short probe is no verdict: no max rate */
+        best = (probe_t){0};
+        first_fail = 0;
     }
     fflush(m.notes);
     if (m.notes_len > 0)
         printf("\n%s", m.notes_buf);
-    if (e != 0)
+    if (e == -EINTR)
+        printf("\n%s interrupted after %u runs%s\n", searching ? "search" : "sweep", m.runs,
+               searching ? ": no max rate (the last probe was cut short)" : "");
+    else if (e != 0)
         printf("\n%s stopped after %u runs: a run could not be set up\n",
                searching ? "search" : "sweep", m.runs);
     if (searching && e == 0) {
@@ -300,9 +318,11 @@ int sweep_main(tlgen_run_t *run)
                 printf("%.3f", first_fail);
             else
                 printf("null");
-            printf(",\"probes\":[%s]}\n", m.json_buf);
+            printf(",\"interrupted\":%s,\"probes\":[%s]}\n", e == -EINTR ? "true" : "false",
+                   m.json_buf);
         } else {
-            printf("{\"sweep\":[%s]}\n", m.json_buf);
+            printf("{\"interrupted\":%s,\"sweep\":[%s]}\n", e == -EINTR ? "true" : "false",
+                   m.json_buf);
         }
     }
     fflush(stdout);

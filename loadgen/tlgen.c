@@ -24,6 +24,9 @@
  *
  * EXIT: 0 valid run, 3 run finished but invalid, 1 setup failure, 2 usage.
  * A sweep exits 3 when any run was invalid; a search when no probe passed.
+ * SIGINT or SIGTERM stops the sending: what is out drains, the report covers
+ * the seconds measured (invalid, "interrupted"), and the exit is 128 + the
+ * signal; a second one kills tlgen at once (no report).
  *
  * THREAD SAFETY: the main thread sets up, starts the drivers, joins them and
  * reports; drivers share only read-only state.
@@ -36,6 +39,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netdb.h>
+#include <unistd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +88,7 @@ static const char usage[] =
     "\n"
     "Sweep (one run per rate, in the order given, each with its own warm-up and duration on\n"
     "fresh connections; one table row per rate; with --json the last line is\n"
-    "{\"sweep\":[one single-run object per rate]}):\n"
+    "{\"interrupted\":false,\"sweep\":[one single-run object per rate]}):\n"
     "  --sweep R1,R2,... the offered rates (at most 256)\n"
     "  --sweep-from A --sweep-to B --sweep-steps N\n"
     "                    N rates from A to B in geometric steps (N >= 2; rounded to whole\n"
@@ -108,7 +112,10 @@ static const char usage[] =
     "the sender fell behind its schedule (mean lag over 1 ms, or under 98% of due requests\n"
     "sent), or when not one request succeeded (the latencies would be of error answers).\n"
     "Exit status: 0 valid, 3 invalid, 1 setup error, 2 usage error.  A sweep exits 3 when\n"
-    "any of its runs was invalid; a search exits 3 when no probe passed.\n";
+    "any of its runs was invalid; a search exits 3 when no probe passed.\n"
+    "Ctrl-C (SIGINT) or SIGTERM stops sending: what is out drains, the run is reported over\n"
+    "the seconds it measured (invalid: interrupted), a sweep or search stops after it, and the\n"
+    "exit status is 128 + the signal.  A second one quits at once, without a report.\n";
 
 __attribute__((cold, noreturn)) static void die_usage(const char *fmt, const char *a, const char *b)
 {
@@ -377,6 +384,33 @@ __attribute__((cold)) static int mkdir_p(const char *path)
 
 /* Writes the per-interval statistics to o->interval_out.  0 or -errno
  * (message printed). */
+_Atomic int tlgen_interrupted;
+
+static void on_interrupt(int sig)
+{
+    static const char msg[] = "\ntlgen: interrupted: draining what is out, then the report "
+                              "(again to quit at once, without it)\n";
+    atomic_store(&tlgen_interrupted, sig);
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+}
+
+/* SIGINT and SIGTERM set tlgen_interrupted once; the second one is fatal. */
+static void catch_interrupts(void)
+{
+    struct sigaction sa = {.sa_handler = on_interrupt, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* rc, or 128 + the signal when one interrupted the run */
+static int exit_status(int rc)
+{
+    int sig = atomic_load(&tlgen_interrupted);
+    return sig ? 128 + sig : rc;
+}
+
 static int save_intervals(const tlgen_opts_t *o, const ivals_t *iv, uint64_t origin_ns)
 {
     FILE *f = fopen(o->interval_out, "w");
@@ -402,6 +436,7 @@ int main(int argc, char **argv)
     }
     parse_args(argc, argv, o);
     signal(SIGPIPE, SIG_IGN);
+    catch_interrupts();
 
     /* what can fail at once goes before the pool's build (seconds, a GiB) */
     workload_t wl;
@@ -450,12 +485,14 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    if (tlgen_measure(&run, &all) != 0) {
+    if ((e = tlgen_measure(&run, &all)) != 0) {
+        if (e == -EINTR)
+            fputs("tlgen: interrupted before the run began: nothing measured\n", stderr);
         tlgen_stats_free(&all);
         rc = 1;
         goto out;
     }
-    tlgen_report_t r = {.o = o, .wl = &wl, .st = &all};
+    tlgen_report_t r = {.o = o, .wl = &wl, .st = &all, .measured_s = report_measured_s(&run)};
     report_judge(&r);
     report_print(stdout, &r);
     if (tlgen_save_spectrum(o, &all.corrected) != 0)
@@ -471,5 +508,5 @@ int main(int argc, char **argv)
 out:
     workload_free(&wl);
     free(o);
-    return rc;
+    return exit_status(rc);
 }

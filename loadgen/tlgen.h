@@ -27,6 +27,7 @@
 #include "interval.h"
 #include "workload.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -88,7 +89,7 @@ typedef struct tlgen_stats {
     ivals_t *iv;                     /* per-interval statistics, or NULL (owned) */
 } tlgen_stats_t;
 
-/* What every driver thread reads (read-only during the run). */
+/* What every driver thread reads (read-only during the run but cut_ns). */
 typedef struct tlgen_run {
     const tlgen_opts_t *o;
     const workload_t *wl;
@@ -97,7 +98,14 @@ typedef struct tlgen_run {
     uint64_t start_ns;   /* first due time (CLOCK_MONOTONIC) */
     uint64_t measure_ns; /* start_ns + warm-up */
     uint64_t end_ns;     /* measure_ns + duration: nothing is due from here */
+    _Atomic uint64_t cut_ns; /* 0, or when an interrupt stopped the sending (the
+                              * latest thread's: every request sent was due before) */
 } tlgen_run_t;
+
+/* SIGINT or SIGTERM (its number; 0 before one came): the drivers stop sending,
+ * drain what is out, and the run is reported over the seconds it measured
+ * (invalid, "interrupted"); a sweep or search stops after that run. */
+extern _Atomic int tlgen_interrupted;
 
 void tlgen_stats_init(tlgen_stats_t *s);
 void tlgen_stats_free(tlgen_stats_t *s);
@@ -143,7 +151,7 @@ int sweep_main(tlgen_run_t *run);
  * end_ns plus the drain of outstanding requests (at most timeout_ms).
  * Fills *st (initialized by the caller).  Returns 0 or -errno when its
  * event loop cannot be set up.  Blocks for the whole run. */
-int driver_run(const tlgen_run_t *run, unsigned thread, const int *fds, unsigned nconns,
+int driver_run(tlgen_run_t *run, unsigned thread, const int *fds, unsigned nconns,
                tlgen_stats_t *st);
 
 /* ---- report.c ---- */
@@ -153,11 +161,15 @@ typedef struct tlgen_report {
     const tlgen_opts_t *o;
     const workload_t *wl;
     const tlgen_stats_t *st; /* merged over threads */
+    double measured_s;       /* the duration, or less when interrupted (report_measured_s) */
     bool valid;              /* the sender kept up with the schedule */
     char why[512];           /* when not valid: the reasons, "; "-separated */
 } tlgen_report_t;
 
-/* Decides r->valid and r->why from r->st. */
+/* The seconds of run's measured window that were sent: o->duration_s, or
+ * up to the interrupt (0 when it came before the window began). */
+double report_measured_s(const tlgen_run_t *run);
+/* Decides r->valid and r->why from r->st and r->measured_s. */
 void report_judge(tlgen_report_t *r);
 /* The human table. */
 void report_print(FILE *f, const tlgen_report_t *r);

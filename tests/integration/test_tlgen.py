@@ -125,6 +125,38 @@ class OpenLoop(unittest.TestCase):
         self.assertGreaterEqual(r["p99_us"], 300_000, out)
         self.assertGreaterEqual(r["max_us"], 300_000, out)
 
+    def test_interrupt_reports_what_was_measured(self):
+        """Ctrl-C (SIGINT) mid-run: the report covers the seconds measured, marked invalid,
+        the requests out are answered, and the exit status is 128 + SIGINT."""
+        proc = start_tlgen(self.srv.port, "--rate", "500", "--duration", "30", "--json",
+                           "--connections", "2", *SMALL)
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        rc, out, r = finish(proc, timeout=20)
+        self.assertEqual(rc, 128 + signal.SIGINT, out)
+        self.assertFalse(r["valid"], out)
+        self.assertIn("interrupted after", r["invalid_reason"], out)
+        self.assertGreater(r["duration_s"], 1.0, out)
+        self.assertLess(r["duration_s"], 10.0, out)
+        # every request due before the cut was sent and answered; the rate is over the cut
+        self.assertGreater(r["ok"], 0, out)
+        self.assertEqual(r["ok"], r["scheduled"], out)
+        self.assertEqual(r["errors"], 0, out)
+        self.assertAlmostEqual(r["achieved_rps"], 500, delta=50)
+        self.assertIn("valid: NO: interrupted", out)
+
+    def test_interrupt_ends_a_sweep_after_its_run(self):
+        proc = start_tlgen(self.srv.port, "--sweep", "100,200,300", "--duration", "4",
+                           "--json", *SMALL)
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGTERM)
+        rc, out, r = finish(proc, timeout=20)
+        self.assertEqual(rc, 128 + signal.SIGTERM, out)
+        self.assertTrue(r["interrupted"], out)
+        self.assertEqual(len(r["sweep"]), 1, out)  # the cut run; the others never ran
+        self.assertFalse(r["sweep"][0]["valid"], out)
+        self.assertIn("sweep interrupted after 1 runs", out)
+
     def test_constant_rate_schedules_exactly_rate_times_duration(self):
         proc = start_tlgen(self.srv.port, "--rate", "3", "--duration", "1", "--json", *SMALL)
         rc, out, r = finish(proc)
