@@ -294,6 +294,14 @@ __attribute__((cold)) static void parse_args(int argc, char **argv, tlgen_opts_t
             o->sweep_rates[k] = x >= 10.0 ? round(x) : x; /* tables read better in whole req/s */
         }
     }
+    for (unsigned k = 1; k < o->nsweep; k++) /* a rate names its run's spectrum file and row */
+        for (unsigned j = 0; j < k; j++)
+            if (o->sweep_rates[j] == o->sweep_rates[k]) {
+                char rate[32];
+                snprintf(rate, sizeof rate, "%.10g", o->sweep_rates[k]);
+                die_usage("the sweep has rate %s twice%s: each rate runs once", rate,
+                          ranged ? " (after rounding to whole req/s: fewer --sweep-steps)" : "");
+            }
     int modes = (o->rate >= 0) + (o->nsweep > 0) + (o->search_p99_us >= 0);
     if (modes != 1)
         die_usage("give exactly one of --rate, --sweep (or --sweep-from/to/steps) and "

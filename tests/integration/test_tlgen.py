@@ -380,6 +380,8 @@ class Usage(unittest.TestCase):
                     ["--search-from", "10", "--rate", "10"],         # range without a search
                     ["--rate", "10", "--rate", "20"],                # given twice
                     ["--rate", "10", "--timeout-ms", "60001"],       # past the histograms' 60 s
+                    ["--sweep", "100,200,100"],                      # a rate twice
+                    ["--sweep-from", "10", "--sweep-to", "12", "--sweep-steps", "8"],  # rounded
                     ["--rate", "10", "--bogus"]):                    # not an option
             r = subprocess.run(base + bad, capture_output=True, text=True)
             self.assertEqual(r.returncode, 2, bad)
