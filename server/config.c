@@ -22,7 +22,10 @@
  *   and unparseable addresses are all refused: a typo in a config must not
  *   silently leave a default in force.  For the same reason --config must
  *   name a regular file (a directory reads as an empty file), and a file
- *   that sets one setting twice is refused.
+ *   that sets one setting twice is refused.  inih cuts a line at its
+ *   buffer (INI_MAX_LINE) and reads the rest as a line of its own, and
+ *   stops a value at a NUL byte; read_line hands it whole lines and
+ *   refuses one that would not fit or holds a NUL.
  *
  * THREAD SAFETY
  *   Runs on the main thread before any other thread starts; it also sets
@@ -238,6 +241,45 @@ static FILE *open_config(const char *path)
     return f;
 }
 
+/* The file's lines for ini_parse_stream, whole or not at all. */
+typedef struct line_reader {
+    FILE *f;
+    char *buf;       /* getline's */
+    size_t cap;
+    int lineno;      /* lines read */
+    int bad_line;    /* the first line too long for inih or holding a NUL; 0: none */
+    size_t bad_len;  /* its length, the line end included */
+    bool bad_nul;    /* it held a NUL byte (else it was too long) */
+    int max_len;     /* what inih takes, the line end included */
+} line_reader_t;
+
+/* inih's fgets-like reader: the next line into str (num bytes), or NULL at
+ * the end.  A line that does not fit or holds a NUL is recorded and read
+ * as an empty line, so that inih parses nothing of it. */
+static char *read_line(char *str, int num, void *stream)
+{
+    line_reader_t *r = stream;
+    ssize_t n = getline(&r->buf, &r->cap, r->f);
+    if (n < 0)
+        return NULL;
+    r->lineno++;
+    size_t len = (size_t)n;
+    bool nul = memchr(r->buf, '\0', len) != NULL;
+    if (nul || len + 1 > (size_t)num) {
+        if (!r->bad_line) {
+            r->bad_line = r->lineno;
+            r->bad_len = len;
+            r->bad_nul = nul;
+            r->max_len = num - 1;
+        }
+        str[0] = '\n';
+        str[1] = '\0';
+        return str;
+    }
+    memcpy(str, r->buf, len + 1);
+    return str;
+}
+
 static int load_file(server_config_t *cfg, const char *path)
 {
     file_ctx_t fc = {.cfg = cfg, .seen = calloc(server__cfg_ntable, sizeof(bool))};
@@ -250,11 +292,24 @@ static int load_file(server_config_t *cfg, const char *path)
         free(fc.seen);
         return -1;
     }
-    int line = ini_parse_file(f, on_key, &fc);
+    line_reader_t lr = {.f = f};
+    int line = ini_parse_stream(read_line, &lr, on_key, &fc);
     fclose(f);
+    free(lr.buf);
     free(fc.seen);
     if (line == -2) {
         fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
+        return -1;
+    }
+    if (lr.bad_line && (line <= 0 || lr.bad_line < line)) {
+        if (lr.bad_nul)
+            fprintf(stderr, "tlserve: %s:%d: the line holds a NUL byte (a config is text)\n", path,
+                    lr.bad_line);
+        else
+            fprintf(stderr,
+                    "tlserve: %s:%d: the line is %zu bytes, over the %d a config line may have "
+                    "(its end included; a long admin token goes in admin_token_file)\n",
+                    path, lr.bad_line, lr.bad_len, lr.max_len);
         return -1;
     }
     if (line > 0) {

@@ -267,6 +267,25 @@ static void test_bad_file(void **state)
                          cases[i].want[k]);
         unlink(path);
     }
+
+    /* inih would cut a line at its 200-byte buffer and read the rest as a
+     * line of its own: the token cut short, and "workers = 1" set by a line
+     * nobody wrote.  Refused whole; a line of 199 bytes (its end included)
+     * still reads. */
+    char text[512];
+    snprintf(text, sizeof text, "[server]\nadmin_token = %0185d workers = 1\nport = 9\n", 0);
+    const char *path = write_file("long.ini", text);
+    expect_error(load(&c, "--config", path, NULL), ":2:", "212 bytes", "over the 199",
+                 "admin_token_file", NULL);
+    char comment[199];
+    memset(comment, 'c', sizeof comment - 1);
+    comment[0] = ';';
+    comment[sizeof comment - 1] = '\0'; /* 198 bytes and the '\n': 199 */
+    snprintf(text, sizeof text, "[server]\n%s\nworkers = 3\n", comment);
+    path = write_file("long.ini", text);
+    assert_int_equal(load(&c, "--config", path, NULL), 0);
+    assert_int_equal(c.workers, 3);
+    unlink(path);
 }
 
 /* A --config that is not a regular file is refused, not read as empty. */
