@@ -394,6 +394,8 @@ class ModelRepo(unittest.TestCase):
         self.assertNotEqual(after, before, srv.output())
         self.assertEqual(r.version, 1)
         self.assertIn("version 1 was rewritten in place", srv.output())
+        # the weights it replaced are gone, not kept for a rollback: the log says so
+        self.assertIn("replaced the active version 1 (the same number)", srv.output())
 
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
