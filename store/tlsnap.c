@@ -24,10 +24,12 @@
  * API: tlsnap lives here) to list K, dtype and the shard files; it reads no
  * shard file.
  *
- * verify loads with store_snapshot_load() (which checks every checksum,
- * count and key), then re-reads every entry: it iterates each shard and looks
- * the keys up again in batches, comparing values bit for bit, so that the
- * read path and the iteration path of the table agree.
+ * verify loads with store_snapshot_load_ex() (which checks every checksum,
+ * count and key), checks that tlserve could serve it (model_from_store_ex:
+ * the kind's params against K and the dense arrays, as a load does), then
+ * re-reads every entry: it iterates each shard and looks the keys up again
+ * in batches, comparing values bit for bit, so that the read path and the
+ * iteration path of the table agree.
  *
  * rewrite loads SRC with store_snapshot_load_ex (params and dense arrays
  * included) and writes the same model, meta and extras with
@@ -39,6 +41,7 @@
  * THREAD SAFETY: a command-line program; verify's threads only read.
  * Exit status: 0 ok, 1 failure, 2 usage.
  */
+#include "model/model.h"
 #include "store/cli.h"
 #include "store/delta.h"
 #include "store/manifest.h"
@@ -427,6 +430,7 @@ static int cmd_verify(int argc, char **argv)
 
     uint32_t nthreads = threads ? (uint32_t)threads : store_cli_cpu_count(MAX_THREADS);
     store_t *s = NULL;
+    model_t *m = NULL;
     store_meta_t meta;
     store_error_t err = {0};
     char hb[32];
@@ -435,8 +439,16 @@ static int cmd_verify(int argc, char **argv)
         return verify_delta(dir);
 
     double t0 = store_cli_now_sec();
-    if (store_snapshot_load(dir, (int)threads, &s, &meta, &err) != 0) {
+    store_extras_t x;
+    if (store_snapshot_load_ex(dir, (int)threads, &s, &meta, &x, &err) != 0) {
         store_cli_print_error(U.prog, dir, &err);
+        goto out;
+    }
+    /* What a load into tlserve checks beyond the files: the kind's params
+     * against K and the dense arrays.  m owns s and x from here. */
+    if (model_from_store_ex(s, &meta, &x, &m, &err) != 0) {
+        store_cli_print_error(U.prog, dir, &err);
+        store_extras_free(&x);
         goto out;
     }
     double dt = store_cli_now_sec() - t0;
@@ -447,7 +459,7 @@ static int cmd_verify(int argc, char **argv)
            meta.model_name, meta.version, store_model_kind_name(meta.model_kind),
            store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s));
     printf("  load   %" PRIu64 " entries in %.3f s  (%.2f M entries/s, %u threads), "
-           "checksums ok\n",
+           "checksums ok, servable\n",
            n, dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, nthreads);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
            store_cli_human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
@@ -458,7 +470,9 @@ static int cmd_verify(int argc, char **argv)
     printf("OK\n");
     ret = 0;
 out:
-    if (s)
+    if (m)
+        model_destroy(m);
+    else if (s)
         store_destroy(s);
     return ret;
 }

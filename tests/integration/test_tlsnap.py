@@ -119,6 +119,27 @@ class TlsnapRewrite(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown option", r.stderr)
 
+    def test_verify_checks_what_a_load_checks(self):
+        """verify passes the DNN (its params fit K and its dense arrays) and refuses what
+        tlserve would not serve: an FFM without its params, a DNN whose MLP is not its
+        params' shape."""
+        r = run("verify", self.src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("servable", r.stdout)
+        ffm = os.path.join(self.tmp, "ffm")
+        self.assertEqual(synth("--keys", "100", "--out", ffm, "--kind", "ffm",
+                               "--value-floats", "9").returncode, 0)
+        r = run("verify", ffm)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("not servable", r.stderr)
+        self.assertIn("fields", r.stderr)
+        dnn = os.path.join(self.tmp, "dnn")
+        bad = DNN[:-1] + ["28,16,8,1"]  # the first layer's input is fields x dim = 24
+        self.assertEqual(synth("--keys", "100", "--out", dnn, *bad).returncode, 0)
+        r = run("verify", dnn)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("mlp.0.weight", r.stderr)
+
     def test_gen_names_its_successor(self):
         dst = os.path.join(self.tmp, "gen")
         r = run("gen", "--keys", "100", "--out", dst)
