@@ -329,6 +329,55 @@ class TestClient(WireErrorMixin, unittest.TestCase):
             w.Client("127.0.0.1", dead, timeout=2)
         self.assertRaises(ValueError, w.Client, "127.0.0.1", dead, timeout=0)
 
+    def test_arguments_that_cannot_be_encoded_are_named(self):
+        # refused before anything is sent, naming the argument: no bare struct.error,
+        # OverflowError or a comparison TypeError from sorting
+        lsock = socket.create_server(("127.0.0.1", 0))   # accepts, never answers
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=1)
+            with self.assertRaisesRegex(TypeError, "feature id 'abc'"):
+                c.send_predict("ctr", ["abc", 1], [[1]])
+            with self.assertRaisesRegex(TypeError, "feature id 1.5"):
+                c.send_predict("ctr", [], [[1.5]])
+            with self.assertRaisesRegex(TypeError, "feature id True"):
+                c.send_predict("ctr", [True], [[1]])
+            with self.assertRaisesRegex(ValueError, "version -1"):
+                c.send_predict("ctr", [], [[1]], version=-1)
+            with self.assertRaisesRegex(ValueError, "impression_id"):
+                c.send_predict("ctr", [], [[1]], impression_id=1 << 64)
+            with self.assertRaises(w.MalformedError) as e:  # finite, but no float32 holds it
+                c.send_predict("ctr", ([1], [1e300]), [[1]])
+            self.assertIn("float32", str(e.exception))
+            with self.assertRaisesRegex(TypeError, "impression_id 1.5"):
+                c.send_feedback("ctr", [(1.5, 0, 1.0)])
+            self.assertRaises(ValueError, c.settimeout, 0)
+            self.assertRaises(ValueError, c.predict, "ctr", [], [[1]], timeout=-5)
+            self.assertIsNotNone(c.sock, "nothing was sent: the connection is still good")
+            c.close()
+        finally:
+            lsock.close()
+
+    def test_a_framing_error_closes_the_client(self):
+        # a peer that is not tlserve: after the FramingError the stream is out of step, so
+        # the client closes itself instead of reading the rest as a frame
+        lsock = socket.create_server(("127.0.0.1", 0))
+        def http():
+            conn, _ = lsock.accept()
+            conn.recv(100)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            time.sleep(2)
+            conn.close()
+        t = threading.Thread(target=http, daemon=True)
+        t.start()
+        try:
+            c = w.Client("127.0.0.1", lsock.getsockname()[1], timeout=1)
+            self.assertRaises(w.FramingError, c.ping)
+            self.assertIsNone(c.sock)
+            self.assertRaises(w.ConnectionClosed, c.ping)
+        finally:
+            t.join(5)
+            lsock.close()
+
     def test_feature_id_of_a_number_is_refused(self):
         self.assertRaises(TypeError, w.feature_id, 0, 42)  # not 42 zero bytes
         self.assertEqual(w.feature_id(0, "42"), w.feature_id(0, b"42"))

@@ -54,6 +54,13 @@ DEFAULT_PORT = 7070     # tlserve --port's default
 _KEEP = object()        # "no timeout given": use the client's default
 
 
+def _check_timeout(timeout) -> None:
+    """A timeout argument: None (wait for ever) or a number of seconds > 0."""
+    if timeout is not None and (type(timeout) is bool or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise ValueError("timeout must be None or > 0 seconds, got %r" % (timeout,))
+
+
 class Client:
     """A connection to one tlserve.  See the module docstring for pipelining and timeouts.
 
@@ -65,8 +72,7 @@ class Client:
                  timeout: Optional[float] = 10.0):
         """Connect to host:port (blocks up to `timeout` seconds, None or > 0; raises
         ConnectionClosed when it cannot connect)."""
-        if timeout is not None and not timeout > 0:
-            raise ValueError("timeout must be None or > 0 seconds, got %r" % (timeout,))
+        _check_timeout(timeout)
         try:
             self.sock: Optional[socket.socket] = socket.create_connection((host, port),
                                                                           timeout=timeout)
@@ -98,7 +104,8 @@ class Client:
         self.close()
 
     def settimeout(self, timeout: Optional[float]) -> None:
-        """Set the default deadline of each call (seconds; None = wait for ever)."""
+        """Set the default deadline of each call (seconds, None or > 0; None = wait for ever)."""
+        _check_timeout(timeout)
         self.timeout = timeout
         self._socket().settimeout(timeout)
 
@@ -113,6 +120,7 @@ class Client:
 
     def _deadline(self, timeout) -> Optional[float]:
         t = self.timeout if timeout is _KEEP else timeout
+        _check_timeout(t)
         return None if t is None else time.monotonic() + t
 
     @staticmethod
@@ -221,13 +229,14 @@ class Client:
 
     def recv_frame(self, timeout=_KEEP) -> Frame:
         """Read the next frame off the connection (frames kept by wait_for are not looked at).
-        Raises Timeout, ConnectionClosed, or FramingError if the server's header is bad."""
+        Raises Timeout, ConnectionClosed, or FramingError if the server's header is bad (the
+        client is then closed: reconnect)."""
         deadline = self._deadline(timeout)
         self._fill(HEADER_SIZE, deadline)
         try:
             h = parse_header(self._rbuf)
         except WireError:
-            self._rbuf.clear()
+            self.close()  # the stream is out of step: nothing after it can be read as frames
             raise
         self._fill(HEADER_SIZE + h.payload_len, deadline)
         payload = bytes(self._rbuf[HEADER_SIZE:])

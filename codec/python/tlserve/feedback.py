@@ -74,6 +74,8 @@ class FeedbackAck(NamedTuple):
 
 
 def _check_event(i, e) -> None:
+    wire.check_u64(e.impression_id, "event %d impression_id" % i)
+    wire.check_u64(e.item, "event %d item" % i)
     if not 0 < e.impression_id <= wire.U64_MASK:
         raise WireError(ErrorCode.BAD_VALUE, "event %d impression_id %r is not 1..2^64-1"
                         % (i, e.impression_id))

@@ -77,6 +77,7 @@ MAX_WEIGHT = 1e6              # TRAIN and FEEDBACK weights: finite, in [0, 1e6]
 
 U64_MASK = (1 << 64) - 1
 _M64 = U64_MASK
+_F32_MAX = 3.4028234663852886e38  # the largest finite float32
 
 _NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
@@ -255,9 +256,31 @@ class Block(NamedTuple):
     values: Optional[list] = None
 
 
+def check_u64(x, what: str) -> None:
+    """An id, version or count of the wire: an int (not a bool) in 0..2^64-1, else TypeError
+    or ValueError naming `what` (raised before anything is encoded)."""
+    if type(x) is bool or not isinstance(x, int):
+        raise TypeError("%s %r is not an int" % (what, x))
+    if not 0 <= x <= _M64:
+        raise ValueError("%s %d is outside 0..2^64-1" % (what, x))
+
+
+def _check_value(v) -> None:
+    """A feature value: a finite number that a float32 holds (else struct would raise)."""
+    if type(v) is bool or not isinstance(v, (int, float)):
+        raise TypeError("feature value %r is not a number" % (v,))
+    if not math.isfinite(v):
+        raise WireError(ErrorCode.BAD_VALUE, "value %r is not finite" % (v,))
+    if abs(v) > _F32_MAX:
+        raise WireError(ErrorCode.BAD_VALUE, "value %r is outside float32's range" % (v,))
+
+
 def make_block(ids: Iterable[int], values: Optional[Iterable[float]] = None) -> Block:
-    """Sort (ids, values) by id.  Duplicate ids raise WireError(UNSORTED_FEATURES)."""
+    """Sort (ids, values) by id.  Duplicate ids raise WireError(UNSORTED_FEATURES); an id that
+    is not an int in 0..2^64-1 raises TypeError or ValueError."""
     ids = list(ids)
+    for fid in ids:
+        check_u64(fid, "feature id")
     if values is None:
         ids.sort()
         vals = None
@@ -300,8 +323,7 @@ def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True,
     deltas = []
     for i, fid in enumerate(ids):
         if check:
-            if not 0 <= fid <= _M64:
-                raise ValueError("feature id out of range: %r" % (fid,))
+            check_u64(fid, "feature id")
             if i and fid <= prev:
                 raise WireError(ErrorCode.UNSORTED_FEATURES,
                                 "feature ids not strictly increasing at index %d" % i)
@@ -321,8 +343,7 @@ def encode_block(block, out: Optional[bytearray] = None, *, check: bool = True,
             raise ValueError("%d ids but %d values" % (n, len(values)))
         if check:
             for v in values:
-                if not math.isfinite(v):
-                    raise WireError(ErrorCode.BAD_VALUE, "value %r is not finite" % (v,))
+                _check_value(v)
         out += struct.pack("<%df" % n, *values)
     return out
 
@@ -546,6 +567,9 @@ def encode_predict(model, shared, items: Sequence, version: int = 0, *,
     predict_flags(impression_id).  check=False skips the limit checks (but see encode_block)
     so tests can send bad requests."""
     out = bytearray()
+    if check:
+        check_u64(version, "version")
+        check_u64(impression_id, "impression_id")
     if impression_id:
         out += _U64.pack(impression_id)
     _encode_name(model, out, check)
