@@ -241,6 +241,18 @@ int server__cfg_validate(server_config_t *cfg, const cfg_entry_t *secret_flag)
                 cfg->train_file[0] ? "" : " (without it nothing is logged)");
         return -1;
     }
+    if (!cfg->online && cfg->bus_servers[0]) {
+        fprintf(stderr, "tlserve: --bus-servers needs --online (the bus carries online "
+                        "learning's samples and updates; without it no bus is used)\n");
+        return -1;
+    }
+    if (cfg->online && cfg->online_boost_ms > 0 && cfg->online_boost_nice > cfg->online_nice) {
+        fprintf(stderr,
+                "tlserve: --online-boost-nice %d is above --online-nice %d: a boost would "
+                "lower the starved trainer's priority (give 0..%d, or --online-boost-ms 0)\n",
+                cfg->online_boost_nice, cfg->online_nice, cfg->online_nice);
+        return -1;
+    }
     if (cfg->online && cfg->bus_servers[0] && strcmp(cfg->bus_mode, "partitioned") != 0 &&
         !cfg->sample_log_dir[0]) {
         fprintf(stderr, "tlserve: --bus-servers needs --sample-log-dir (the outbox a sample is "

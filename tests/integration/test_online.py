@@ -425,7 +425,8 @@ class Online(ServerCase):
 
     def test_a_sample_log_dir_that_cannot_be_one_is_refused_at_start(self):
         """--sample-log-dir naming a file, or under one, or given without --online, stops the
-        start with the flag and the reason (not a server that refuses every TRAIN later)."""
+        start with the flag and the reason (not a server that refuses every TRAIN later); so
+        do --bus-servers without --online and a boost nice above --online-nice."""
         a_file = os.path.join(self.tmp, "a_file")
         with open(a_file, "w") as f:
             f.write("x")
@@ -434,12 +435,15 @@ class Online(ServerCase):
                            (("--online", "--sample-log-dir", os.path.join(a_file, "logs")),
                             "--sample-log-dir %s/logs: cannot make it" % a_file),
                            (("--sample-log-dir", os.path.join(self.tmp, "logs")),
-                            "--sample-log-dir needs --online")):
+                            "--sample-log-dir needs --online"),
+                           (("--bus-servers", "nats://127.0.0.1:1"), "--bus-servers needs --online"),
+                           (("--online", "--online-nice", "0", "--online-boost-nice", "19"),
+                            "--online-boost-nice 19 is above --online-nice 0")):
             r = subprocess.run([TLSERVE, "--model", self.model, "--port", str(free_port()),
                                 "--admin-port", str(free_port())] + list(args),
                                capture_output=True, text=True, timeout=30)
             self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
-            if "needs --online" in want:  # a usage error
+            if "needs --online" in want or "is above" in want:  # a usage error
                 self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn(want, r.stdout + r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "logs")))
