@@ -78,8 +78,9 @@ int tlclient_connect(const char *host, int port, int timeout_ms, tlclient_t **ou
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(host, portstr, &hints, &ai) != 0)
-        return -EHOSTUNREACH;
+    int gai = getaddrinfo(host, portstr, &hints, &ai);
+    if (gai != 0) /* no errno says "no such name": ENXIO, which tlclient.h names */
+        return gai == EAI_SYSTEM ? -errno : gai == EAI_MEMORY ? -ENOMEM : -ENXIO;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         freeaddrinfo(ai);

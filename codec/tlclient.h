@@ -44,7 +44,8 @@ extern "C" {
 typedef struct tlclient tlclient_t;
 
 /* Connects to host:port (IPv4 dotted or a name).  timeout_ms bounds the
- * connect.  Returns 0 and sets *out (free with tlclient_close) or -errno. */
+ * connect.  Returns 0 and sets *out (free with tlclient_close) or -errno;
+ * -ENXIO when host does not resolve to an IPv4 address. */
 int tlclient_connect(const char *host, int port, int timeout_ms, tlclient_t **out);
 void tlclient_close(tlclient_t *c);
 

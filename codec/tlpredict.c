@@ -124,7 +124,11 @@ int main(int argc, char **argv)
     tlclient_t *c;
     int rc = tlclient_connect(host, (int)port, (int)timeout_ms, &c);
     if (rc != 0) {
-        fprintf(stderr, "tlpredict: cannot connect to %s:%lld: %s\n", host, port, strerror(-rc));
+        if (rc == -ENXIO)
+            fprintf(stderr, "tlpredict: cannot resolve '%s' to an IPv4 address\n", host);
+        else
+            fprintf(stderr, "tlpredict: cannot connect to %s:%lld: %s\n", host, port,
+                    strerror(-rc));
         return 1;
     }
     uint64_t *ids = malloc((size_t)(shared + items * per_item) * sizeof *ids);

@@ -839,7 +839,8 @@ static int parse_criteo(reader_t *r, char *p, char *e, reader_sample_t *s)
     }
     int c0 = ncol - 40; /* label column */
     if (parse_label(col[c0], cend[c0], &s->label) != 0) {
-        set_err(r, "bad label '%s' (want 0 or 1)", show(col[c0], cend[c0], b));
+        set_err(r, "bad label '%s' (want 1 for a click, 0 or -1 for none)",
+                show(col[c0], cend[c0], b));
         return -EINVAL;
     }
     uint32_t n = 0;

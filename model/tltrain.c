@@ -795,6 +795,11 @@ int main(int argc, char **argv)
             return 2;
         }
         optimizer = NULL; /* the dnn's default: Adam for the MLP, Adagrad for the embeddings */
+    } else if (optimizer && ops->kind == STORE_MODEL_DNN) {
+        fprintf(stderr, "tltrain: --optimizer %s: a dnn trains its MLP with Adam and its "
+                        "embeddings and wide weights with Adagrad, its only mode (give adam, "
+                        "or no --optimizer)\n", optimizer);
+        return 2;
     }
     if (!name)
         name = model;

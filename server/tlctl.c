@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -545,6 +546,15 @@ static int read_token_file(const char *f)
     FILE *fp = fopen(f, "r");
     if (!fp) {
         fprintf(stderr, "tlctl: cannot read the token file %s: %s\n", f, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    int sr = fstat(fileno(fp), &st);
+    if (sr != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "tlctl: the token file %s is %s\n", f,
+                sr == 0 && S_ISDIR(st.st_mode) ? "a directory, not a file"
+                                               : "not a regular file");
+        fclose(fp);
         return -1;
     }
     size_t n = fread(O.token, 1, sizeof O.token - 1, fp);

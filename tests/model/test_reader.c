@@ -288,7 +288,7 @@ static void test_criteo_errors(void **state)
     snprintf(text, sizeof text, "%s\n%s", line, bad);
     expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:2: column I3: 'x3' is not an integer");
     snprintf(text, sizeof text, "%s\n2%s", line, line + 1);
-    expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:2: bad label '2' (want 0 or 1)");
+    expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:2: bad label '2' (want 1 for a click, 0 or -1 for none)");
 }
 
 /* A UTF-8 byte-order mark opening the source is dropped (Windows editors and
@@ -432,7 +432,7 @@ static void test_criteo_columns_and_header(void **state)
                  "t.tsv:2: 41 columns, where the file's first data line has 40 (label, I1-I13, "
                  "C1-C26): a stray or missing separator");
     snprintf(text, sizeof text, "%s\n%s\n", row + 1, row); /* "\t7\t7...": an empty label */
-    expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:1: bad label '' (want 0 or 1)");
+    expect_error(text, READER_CRITEO, -EINVAL, "t.tsv:1: bad label '' (want 1 for a click, 0 or -1 for none)");
     snprintf(text, sizeof text, "abc\n%s\n%s", row, row);
     reader_t *r = open_mem(text, "t", READER_CRITEO, 0, 0);
     reader_sample_t s;
