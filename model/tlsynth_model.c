@@ -84,7 +84,7 @@ static const char usage_text[] =
     "  --shards S        shard count, a power of two 1..256 (default 16)\n"
     "  --name NAME       model name, [A-Za-z0-9_.-], < 64 chars (default synthetic)\n"
     "  --kind KIND       lr|fm|ffm|dnn (default lr)\n"
-    "  --version V       model version, > 0 (default 1)\n"
+    "  --version V       model version, 1..2^63-1 (default 1)\n"
     "  --seed X          generator seed (default 42)\n"
     "  --threads T       writer threads (default: min(cores, shards))\n"
     "  --param KEY=VAL   a model hyper-parameter in the MANIFEST (repeatable), e.g.\n"
@@ -427,7 +427,7 @@ int tlsynth_model_main(int argc, char **argv)
             else
                 store_cli_usage_error(&usage, "--kind: '%s' is not one of lr, fm, ffm, dnn", v);
         } else if (store_cli_flag(&usage, argc, argv, &i, "--version", &v)) {
-            version = store_cli_count_arg(&usage, "--version", v, 1, UINT64_MAX);
+            version = store_cli_count_arg(&usage, "--version", v, 1, INT64_MAX);
         } else if (store_cli_flag(&usage, argc, argv, &i, "--seed", &v)) {
             seed = store_cli_count_arg(&usage, "--seed", v, 0, UINT64_MAX);
         } else if (store_cli_flag(&usage, argc, argv, &i, "--threads", &v)) {

@@ -143,6 +143,11 @@ out:
 
 void server__cfg_print_help(FILE *f)
 {
+    int w = (int)strlen("setting"); /* the flag column: as wide as the longest flag */
+    for (size_t i = 0; i < server__cfg_ntable; i++) {
+        int n = 2 + (int)strlen(server__cfg_table[i].name);
+        w = n > w ? n : w;
+    }
     fprintf(f,
             "usage: tlserve [--config FILE] [--name value | --name=value ...]\n"
             "\n"
@@ -151,11 +156,11 @@ void server__cfg_print_help(FILE *f)
             "Settings apply in order: defaults, then the INI file given by --config (keys in a\n"
             "[server] section, same names as the flags, '_' or '-'), then flags.\n"
             "\n"
-            "  %-18s %-12s %-24s %s\n",
-            "setting", "default", "allowed", "meaning");
-    fprintf(f, "  %-18s %-12s %-24s %s\n", "--config", "", "a file path",
+            "  %-*s %-12s %-24s %s\n",
+            w, "setting", "default", "allowed", "meaning");
+    fprintf(f, "  %-*s %-12s %-24s %s\n", w, "--config", "", "a file path",
             "INI file read before the flags");
-    fprintf(f, "  %-18s %-12s %-24s %s\n", "--help", "", "", "print this and exit");
+    fprintf(f, "  %-*s %-12s %-24s %s\n", w, "--help", "", "", "print this and exit");
     for (size_t i = 0; i < server__cfg_ntable; i++) {
         const cfg_entry_t *e = &server__cfg_table[i];
         char flag[64], range[64];
@@ -177,7 +182,7 @@ void server__cfg_print_help(FILE *f)
             snprintf(range, sizeof range, "%g..%g (real)", e->min, e->max);
             break;
         }
-        fprintf(f, "  %-18s %-12s %-24s %s%s%s%s\n", flag, e->def[0] ? e->def : "\"\"", range,
+        fprintf(f, "  %-*s %-12s %-24s %s%s%s%s\n", w, flag, e->def[0] ? e->def : "\"\"", range,
                 e->help, e->env ? " (env " : "", e->env ? e->env : "", e->env ? ")" : "");
     }
 }
