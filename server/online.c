@@ -434,9 +434,25 @@ int online__value_beyond(const codec_train_t *req, double bound, uint64_t *id, f
     return 0;
 }
 
+/* The first few and then every 1000th of a count: a WARN's rate limit. */
+static bool warn_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
+
+/* Counts a sample-log append that failed (TRAIN or FEEDBACK answered
+ * OVERLOADED with why) and says so in the log, rate-limited: a full disk
+ * must not show only in the clients' errors. */
+static void log_failed(online_model_t *q, const char *why)
+{
+    uint64_t n = atomic_fetch_add_explicit(&q->refused_log, 1, memory_order_relaxed) + 1;
+    if (warn_due(n))
+        LOG(LL_WARN, "online: model '%s': %s; TRAIN and FEEDBACK are answered OVERLOADED until "
+            "it takes appends again (refusal %" PRIu64 ", tlserve_online_refused_total"
+            "{reason=\"log_failed\"})", q->name, why, n);
+}
+
 /* online_submit's body; client false: a refusal is not counted (the
- * --train-file feeder waits and retries: online__submit_file), mark the
- * sample log record's (NULL: none). */
+ * --train-file feeder waits and retries: online__submit_file) but a failed
+ * sample-log append (log_failed: the log must say so), mark the sample log
+ * record's (NULL: none). */
 static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len, bool client, const uint8_t *mark)
 {
@@ -512,8 +528,7 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
     } else if (rc == ONLINE_LOG) { /* why names the append's error */
-        if (client)
-            atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
+        log_failed(q, why);
     } else if (rc == ONLINE_FULL && !bus_lag) {
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
@@ -553,8 +568,9 @@ static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free)
 /* Queues one TRAIN record of samples (from inside an impression-log emit):
  * 0, ONLINE_RATE when a client's samples (capped) find the samples/s cap
  * reached, ONLINE_TOO_BIG when the record could not be encoded or is over
- * half the queue (a caller may split it), or ONLINE_FULL when the queue or
- * the log could not take it. */
+ * half the queue (a caller may split it), ONLINE_LOG when the sample log's
+ * append failed (counted and warned), or ONLINE_FULL when the queue (or the
+ * bus's outbox) had no room. */
 static int push_train(online_model_t *q, codec_train_t *t, bool capped)
 {
     snprintf(t->name, sizeof t->name, "%s", q->name);
@@ -586,19 +602,21 @@ static int push_train(online_model_t *q, codec_train_t *t, bool capped)
     if (capped && !tokens_enough_locked(q, t->samples, now)) {
         rc = ONLINE_RATE;
     } else if (online__bus_on()) { /* the outbox: the stream brings it to the queue */
-        if (!online__bus_lagging(q, NULL, 0) &&
-            log_locked(q, t, NULL, &pos, why, sizeof why) == 0)
-            rc = 0;
+        if (!online__bus_lagging(q, NULL, 0))
+            rc = log_locked(q, t, NULL, &pos, why, sizeof why) == 0 ? 0 : ONLINE_LOG;
     } else {
         size_t at = room_locked(q, sz);
-        if (at != SIZE_MAX && log_locked(q, t, NULL, &pos, why, sizeof why) == 0) {
-            put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, NULL, pos, now);
-            rc = 0;
+        if (at != SIZE_MAX) {
+            rc = log_locked(q, t, NULL, &pos, why, sizeof why) == 0 ? 0 : ONLINE_LOG;
+            if (rc == 0)
+                put_locked(q, at, flags, one_buf + CODEC_HEADER_SIZE, plen, NULL, pos, now);
         }
     }
     if (rc == 0)
         tokens_spend_locked(q, t->samples);
     pthread_mutex_unlock(&q->lock);
+    if (rc == ONLINE_LOG)
+        log_failed(q, why);
     return rc;
 }
 
@@ -642,7 +660,10 @@ static uint32_t push_negative_range(online_model_t *q, const impression_negative
 }
 
 /* Negatives of expired or evicted impressions: to their model's queue, an
- * impression's as one record (the shared block once).  How many it took. */
+ * impression's as one record (the shared block once).  How many it took.
+ * The rest are lost: what nobody clicked then goes unlearned while clicks
+ * (FEEDBACK, retried by their clients) still are, so the model leans
+ * positive; a rate-limited WARN says so, not only a counter. */
 static uint32_t push_negatives(const impression_negatives_t *b, void *ctx)
 {
     (void)ctx;
@@ -654,6 +675,17 @@ static uint32_t push_negatives(const impression_negatives_t *b, void *ctx)
         bool stop = false;
         if (q)
             took = push_negative_range(q, b, 0, b->n, &stop);
+        uint64_t n;
+        if (q && took < b->n &&
+            warn_due(n = atomic_fetch_add_explicit(&q->negatives_lost, 1, memory_order_relaxed) + 1))
+            LOG(LL_WARN, "online: model '%s': %u of an impression's %u negatives not learned "
+                "(%s; %" PRIu64 " impressions with some lost so far; "
+                "tlserve_impression_log_negatives_dropped_total counts them): unclicked items "
+                "go unlearned, so the model leans toward clicks until the trainer keeps up",
+                q->name, b->n - took, b->n,
+                stop ? "the trainer's queue is full or its sample log failed"
+                     : "an item too big for a record",
+                n);
     }
     return took; /* the log counts the rest in negatives_dropped */
 }
@@ -723,12 +755,18 @@ int online_feedback(server_t *srv, const codec_feedback_t *req, codec_feedback_a
                          srv->cfg.online_max_samples_per_s, i, ack->accepted);
                 return ONLINE_RATE;
             }
+            if (j.rc == ONLINE_LOG) { /* counted and warned by push_train */
+                snprintf(why, why_len, "FEEDBACK: the sample log of model '%s' could not take "
+                         "event %u (its append failed: the server's log says why); the %u "
+                         "events before it were accepted: a retry gets DUPLICATE for them",
+                         req->name, i, ack->accepted);
+                return ONLINE_FULL;
+            }
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
             snprintf(why, why_len, "FEEDBACK: the trainer of model '%s' could not take event %u "
-                     "(its %zu-byte queue is full, its sample log failed, or its outbox waits for "
-                     "the bus); the %u events "
-                     "before it were accepted: a retry gets DUPLICATE for them", req->name, i,
-                     q->cap, ack->accepted);
+                     "(its %zu-byte queue is full, or its outbox waits for the bus); the %u "
+                     "events before it were accepted: a retry gets DUPLICATE for them",
+                     req->name, i, q->cap, ack->accepted);
             return ONLINE_FULL;
         }
         refusals[ack->refused++] = (codec_refused_t){i, reason};

@@ -98,6 +98,8 @@ typedef struct online_model {
     double logloss_sum;
     /* published */
     _Atomic uint64_t frames, samples, positives, refused_rate, refused_full, dropped, resets;
+    _Atomic uint64_t refused_log;   /* TRAIN or FEEDBACK refused: the sample log's append failed */
+    _Atomic uint64_t negatives_lost; /* impressions some of whose negatives found no room (WARNs) */
     _Atomic uint64_t replayed, queue_bytes, last_version, log_failed, log_slow, boosts;
     _Atomic uint64_t bus_skipped; /* stream messages skipped at a start: in the active export */
     _Atomic uint64_t bad_values; /* TRAINs refused, queued frames skipped: online__value_beyond */

@@ -7,6 +7,7 @@
 #include "online_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,7 +53,8 @@ size_t online_metrics_format(char *buf, size_t len)
         FAM("tlserve_online_positives_total", "counter", "samples learned with label 1",
             positives, U64),
         FAM("tlserve_online_refused_total", "counter",
-            "TRAIN or FEEDBACK answered OVERLOADED (reason: queue_full, rate)", refused_full,
+            "TRAIN or FEEDBACK answered OVERLOADED (reason: queue_full, rate, log_failed: the "
+            "sample log's append failed, e.g. a full disk)", refused_full,
             SPECIAL),
         FAM("tlserve_online_bad_values_total", "counter",
             "TRAIN frames refused (BAD_VALUE) and queued frames not learned (a FEEDBACK's "
@@ -95,10 +97,12 @@ size_t online_metrics_format(char *buf, size_t len)
             logloss_bits, F64),
         FAM("tlserve_online_window_logloss", "gauge", "progressive logloss, last 8192 samples",
             win_logloss_bits, F64),
-        FAM("tlserve_online_window_auc", "gauge", "progressive AUC, last 8192 samples",
+        FAM("tlserve_online_window_auc", "gauge",
+            "progressive AUC, last 8192 samples (NaN until they hold both labels)",
             win_auc_bits, F64),
         FAM("tlserve_online_window_calibration", "gauge",
-            "mean prediction over mean label, last 8192 samples", win_calib_bits, F64),
+            "mean prediction over mean label, last 8192 samples (NaN while they hold no "
+            "positive)", win_calib_bits, F64),
         FAM("tlserve_online_freshness_seconds", "gauge",
             "arrival at the worker to weights written (the next PREDICT reads them), last 8192 "
             "samples", fresh_p50_us, SPECIAL),
@@ -116,12 +120,18 @@ size_t online_metrics_format(char *buf, size_t len)
             if (fam[fi].how == U64) {
                 PUT("%s{model=\"%s\"} %" PRIu64 "\n", fam[fi].name, q->name, v);
             } else if (fam[fi].how == F64) {
-                PUT("%s{model=\"%s\"} %.6f\n", fam[fi].name, q->name, bitsd(v));
+                double d = bitsd(v); /* NaN (Prometheus's spelling) until it is defined */
+                if (isnan(d))
+                    PUT("%s{model=\"%s\"} NaN\n", fam[fi].name, q->name);
+                else
+                    PUT("%s{model=\"%s\"} %.9g\n", fam[fi].name, q->name, d);
             } else if (f == &q->refused_full) {
                 PUT("%s{model=\"%s\",reason=\"queue_full\"} %" PRIu64 "\n"
-                    "%s{model=\"%s\",reason=\"rate\"} %" PRIu64 "\n",
+                    "%s{model=\"%s\",reason=\"rate\"} %" PRIu64 "\n"
+                    "%s{model=\"%s\",reason=\"log_failed\"} %" PRIu64 "\n",
                     fam[fi].name, q->name, v, fam[fi].name, q->name,
-                    atomic_load_explicit(&q->refused_rate, memory_order_relaxed));
+                    atomic_load_explicit(&q->refused_rate, memory_order_relaxed), fam[fi].name,
+                    q->name, atomic_load_explicit(&q->refused_log, memory_order_relaxed));
             } else {
                 PUT("%s{model=\"%s\",quantile=\"0.5\"} %.6f\n%s{model=\"%s\",quantile=\"0.99\"} "
                     "%.6f\n",

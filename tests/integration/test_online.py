@@ -365,6 +365,65 @@ class Online(ServerCase):
             time.sleep(0.05)
         self.assertEqual(trainer_nice(), 19)  # caught up: serving first again
 
+    def test_a_full_disk_is_named_counted_and_logged(self):
+        """The sample log on a 256 KiB tmpfs fills: TRAIN gets OVERLOADED naming the append's
+        error, FEEDBACK names the sample log (not a full queue), the refusals are counted as
+        reason="log_failed" and the server's log says so (a WARN, not only the clients'
+        errors), and so does the loss of the unclicked items' negatives; PREDICT keeps
+        working; once the disk has room again training goes on."""
+        if os.geteuid() != 0:
+            self.skipTest("mounting a tmpfs needs root")
+        mnt = os.path.join(self.tmp, "mnt")
+        os.mkdir(mnt)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tlserve-test", mnt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here: " + r.stderr.strip())
+        self.addCleanup(subprocess.run, ["umount", "-l", mnt], capture_output=True)
+        s = self.serve(self.model, "--online", "--sample-log-dir", os.path.join(mnt, "logs"),
+                       "--sample-log-segment-kib", "64", "--impression-window-ms", "300")
+        scorer = Scorer(s.port)
+        scorer.start()
+        full = None
+        with s.client() as c:
+            for j in range(5000):
+                shared, item = sample(j % 50)
+                try:
+                    c.train("ctr", shared, [(1.0, item), (0.0, item)])
+                except ServerError as e:
+                    full = e
+                    break
+            self.assertIsNotNone(full, "5,000 frames fit in 256 KiB?")
+            self.assertEqual(full.name, "OVERLOADED", full.message)
+            self.assertIn("No space left on device", full.message)
+            shared, _ = sample(1)
+            items = [sample(10 + k)[1] for k in range(4)]
+            c.predict("ctr", shared, items, impression_id=42)
+            with self.assertRaises(ServerError) as e:
+                c.feedback("ctr", [(42, 0, 1.0)])
+            self.assertEqual(e.exception.name, "OVERLOADED")
+            self.assertIn("the sample log of model 'ctr' could not take event 0",
+                          e.exception.message)
+            # the impression's window passes: its unclicked items find no room either
+            deadline = time.time() + 10
+            while "negatives not learned" not in s.output() and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertIn("negatives not learned (the trainer's queue is full or its sample log "
+                          "failed", s.output())
+            self.assertGreaterEqual(
+                s.metric('tlserve_online_refused_total{model="ctr",reason="log_failed"}'), 2)
+            self.assertEqual(
+                s.metric('tlserve_online_refused_total{model="ctr",reason="queue_full"}'), 0)
+            self.assertIn("No space left on device; TRAIN and FEEDBACK are answered OVERLOADED",
+                          s.output())
+            subprocess.run(["mount", "-o", "remount,size=4m", mnt], check=True)
+            shared, item = sample(3)
+            self.assertEqual(c.train("ctr", shared, [(1.0, item)]), 1)  # room again: learned
+        scorer.stopping = True
+        scorer.join(10)
+        self.assertEqual(scorer.failures, [])
+        self.assertGreater(scorer.answers, 0)
+
     def test_a_log_without_trainer_state_is_learned(self):
         """A crash before the trainer's first sample leaves logged, acknowledged frames and no
         trainer.state (made here by removing it): the restart learns the whole log into the
