@@ -131,9 +131,11 @@ static online_model_t *model_create_locked(const char *name, char *why, size_t w
             return NULL;
         }
         if (torn)
-            LOG(LL_WARN, "online: sample log %s: %" PRIu64 " bytes at its end cut away (a "
-                "record a crash tore, never acknowledged; or, after a power cut, what was "
-                "written after the last flush: --sample-log-sync-ms)", q->slog_dir, torn);
+            LOG(LL_WARN, "online: sample log %s: %" PRIu64 " bytes at its end cut away: a "
+                "last record that fails its checksum or is cut short (a record a crash tore, "
+                "never acknowledged; after a power cut, what was written after the last flush: "
+                "--sample-log-sync-ms; or a last record damaged on disk, then lost)",
+                q->slog_dir, torn);
         q->next_pos = sample_log_next_pos(q->slog); /* older records: replayed or not */
         uint64_t v, cr, from;
         rc = online__state_read(q->slog_dir, &v, &cr, &from);
