@@ -483,6 +483,14 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
     pthread_mutex_lock(&R.lock);
     if (r->served == active && !r->served_sig)
         r->served_sig = active_chain; /* the first scan since its load */
+    if (active_chain) {
+        r->active_sig = active_chain;
+        r->active_sig_of = active;
+    }
+    /* Its files changed since it was loaded: as read this scan, or by an
+     * earlier one whose pick was another version (which may fail). */
+    bool rewritten = r->served == active && r->served_sig && r->active_sig_of == active &&
+                     r->active_sig != r->served_sig;
     if (listing != r->listing_sig) {
         r->listing_sig = listing;
         r->pending = true;
@@ -543,9 +551,7 @@ static void scan(struct repo_model *r, uint64_t **versions_p, uint64_t **prefix_
                            : "");
         r->said_none = true;
         r->pending = false;
-    } else if (active == target && strcmp(active_name, r->model) == 0 &&
-               !(r->served == active && r->served_sig && active_chain &&
-                 active_chain != r->served_sig)) {
+    } else if (active == target && strcmp(active_name, r->model) == 0 && !rewritten) {
         r->pending = false;
     } else if (active == target && strcmp(active_name, r->model) == 0) {
         LOG(LL_WARN, "repo: %s version %" PRIu64 " was rewritten in place (its files changed "

@@ -33,6 +33,9 @@ struct repo_model {
     uint64_t loading_sig; /* its prefix signature when queued */
     uint64_t served;      /* the version the watcher's last load made active (0: none) */
     uint64_t served_sig;  /* its chain's signature when a scan first saw it active (0: not yet) */
+    uint64_t active_sig;    /* the active version's chain signature as a scan last read it */
+    uint64_t active_sig_of; /* the version it was read for (0: none): a rewrite seen while
+                             * another version was picked is acted on once that one is done */
     unsigned n_refused;
     uint64_t refused_floor;                   /* versions <= it count as refused (forgotten ones) */
     repo_refusal_t refused[REPO_REFUSED_MAX]; /* ascending by version */

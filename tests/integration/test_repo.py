@@ -397,6 +397,37 @@ class ModelRepo(unittest.TestCase):
         # the weights it replaced are gone, not kept for a rollback: the log says so
         self.assertIn("replaced the active version 1 (the same number)", srv.output())
 
+    def test_rewrite_seen_while_a_bad_version_appears_is_not_lost(self):
+        # the active version 1 rewritten in place in the same scan as a bad version 3 appears
+        # (its MANIFEST says 2): the scan picks 3, which is refused; the rewrite it saw is
+        # still acted on, not forgotten because the listing no longer changes
+        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
+        srv = self.serve("--model-repo", self.repo)
+        shared, items = request()
+        with srv.client() as c:
+            before = list(c.predict(NAME, shared, items).scores)
+        time.sleep(REPO_SCAN_S)  # a scan signs the active version's files
+        other = os.path.join(self.tmp, "other1")
+        gen_model(other, KEYS, NAME, version=1, seed=SEEDS[2])
+        bad = os.path.join(self.tmp, "bad3")
+        shutil.copytree(self.full[2], bad)
+        shutil.rmtree(os.path.join(self.mdir, "1"))
+        os.rename(other, os.path.join(self.mdir, "1"))
+        os.rename(bad, os.path.join(self.mdir, "3"))
+        self.wait_for(srv, lambda m: any(r["version"] == 3
+                                         for r in m["repository"]["refused"]),
+                      "version 3 refused", 30)
+        deadline = time.monotonic() + 30
+        after = before
+        while after == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+            with srv.client() as c:
+                r = c.predict(NAME, shared, items)
+            after = list(r.scores)
+        self.assertNotEqual(after, before, srv.output())
+        self.assertEqual(r.version, 1)
+        self.assertIn("version 1 was rewritten in place", srv.output())
+
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
         # version is servable names the directory it skipped and the rule
