@@ -15,7 +15,9 @@
  *   strictly under it (the root itself, '..' escapes and symlinks out are refused; the
  *   resolved path is the one loaded), 409 when the manifest cannot be
  *   read or names another model than the URL (snapshots are write-once
- *   directories, so the manifest read here is the one the loader loads).
+ *   directories, so the manifest read here is the one the loader loads),
+ *   or when the repository's model is pinned to another version (the pin
+ *   is what the watcher and a restart serve: activate moves it).
  *   The body may say "force": true to skip the validation gate (gate.h) for
  *   this load; without it a version the gate refuses ends the load FAILED
  *   (409 for ?wait=1) with the gate's reason and figures.
@@ -43,6 +45,7 @@
  */
 #include "admin_impl.h"
 #include "log.h"
+#include "repo.h"
 #include "server.h"
 
 #include <errno.h>
@@ -164,6 +167,21 @@ void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name)
     if (strcmp(meta.model_name, name) != 0) {
         admin__reply_error(req, 409, "snapshot %s holds model '%s', not '%s' named in the URL", dir,
                            meta.model_name, name);
+        return;
+    }
+
+    /* A pinned model serves its pin (repo.h): a load of another version would
+     * serve something the pin, the watcher and a restart all disagree with. */
+    repo_status_t rs;
+    if (srv->cfg.model_repo[0] && repo_get_status(name, &rs) == 0 && rs.pinned &&
+        rs.pinned != meta.version) {
+        LOG(LL_WARN, "admin: load %s version %" PRIu64 " from %s refused: pinned to version %" PRIu64,
+            name, meta.version, dir, rs.pinned);
+        admin__reply_error(req, 409,
+                           "model '%s' is pinned to version %" PRIu64 ": a load of version %" PRIu64
+                           " would not match the pin; activate it instead (tlctl activate %s %" PRIu64
+                           " moves the pin; tlctl activate %s latest unpins)",
+                           name, rs.pinned, meta.version, name, meta.version, name);
         return;
     }
 

@@ -209,6 +209,14 @@ class Rollback(unittest.TestCase):
         self.assertEqual(vs[4]["state"], "retired")
         self.assertEqual(vs[2]["state"], "standby")
         self.assertEqual(j["pinned_version"], 1)
+        # ...nor by an admin load behind the pin's back (a restart would serve the pin)
+        st, _, body = harness.http(srv.admin_port, "/v1/models/%s:load?wait=1" % NAME, "POST",
+                                   json.dumps({"path": os.path.join(self.mdir, "4"),
+                                               "force": True}).encode(),
+                                   {"Authorization": "Bearer " + TOKEN})
+        self.assertEqual(st, 409, body)
+        self.assertIn("pinned to version 1", body.decode() if isinstance(body, bytes) else body)
+        self.assertEqual(self.active(srv), 1)
         # ...and is once unpinned.
         r = self.tlctl(srv, "activate", NAME, "latest")
         self.assertEqual(r.returncode, 0, r.stderr)
