@@ -200,6 +200,7 @@ static void on_metrics(struct evhttp_request *req)
     admin__metrics(A.srv, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
+    admin__count_reply(200);
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
 }

@@ -25,6 +25,11 @@ void admin__reply(struct evhttp_request *req, int code, const char *ctype, const
 void admin__reply_text(struct evhttp_request *req, int code, const char *text);
 void admin__reply_json(struct evhttp_request *req, int code, json_t *j);
 
+/* Counts an answer of status code (admin__reply* do; a reply sent otherwise
+ * calls it), and renders the counts as tlserve_admin_responses_total. */
+void admin__count_reply(int code);
+void admin__replies_metrics(struct evbuffer *b);
+
 /* {"name","version","kind","keys"}: one version, as GET /v1/models lists it
  * and a ?wait=1 load answers it; a served model's. */
 json_t *admin__version_json(const char *name, uint64_t version, const char *kind, uint64_t keys);

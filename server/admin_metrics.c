@@ -315,6 +315,7 @@ void admin__metrics(server_t *srv, struct evbuffer *b)
                     store_team_sleeps(srv->team));
     metrics_model(b, srv);
     metrics_loads(b);
+    admin__replies_metrics(b);
     metrics_jemalloc(b);
     metrics_process(b);
 }

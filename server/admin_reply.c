@@ -18,6 +18,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The codes the admin plane answers, each counted (the last: any other). */
+static const int counted_codes[] = {200, 202, 400, 401, 403, 404, 405, 409, 413, 500, 503, 0};
+#define NCOUNTED (sizeof counted_codes / sizeof counted_codes[0])
+static uint64_t answered[NCOUNTED]; /* the admin thread's only: it also renders /metrics */
+
+void admin__count_reply(int code)
+{
+    size_t i = 0;
+    while (counted_codes[i] && counted_codes[i] != code)
+        i++;
+    answered[i]++;
+}
+
+void admin__replies_metrics(struct evbuffer *b)
+{
+    evbuffer_add_printf(b, "# HELP tlserve_admin_responses_total Admin plane answers by HTTP "
+                           "status (401: no or a wrong token; 409: a refused state change, "
+                           "such as a rollback with nothing to roll back to)\n"
+                           "# TYPE tlserve_admin_responses_total counter\n");
+    for (size_t i = 0; i < NCOUNTED; i++) {
+        char code[8];
+        snprintf(code, sizeof code, counted_codes[i] ? "%d" : "other", counted_codes[i]);
+        evbuffer_add_printf(b, "tlserve_admin_responses_total{code=\"%s\"} %llu\n", code,
+                            (unsigned long long)answered[i]);
+    }
+}
+
 static const char *reason(int code)
 {
     switch (code) {
@@ -55,6 +82,7 @@ void admin__reply(struct evhttp_request *req, int code, const char *ctype, const
     if (b && body)
         evbuffer_add(b, body, len);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+    admin__count_reply(code);
     evhttp_send_reply(req, code, reason(code), b);
     if (b)
         evbuffer_free(b);
@@ -79,6 +107,7 @@ void admin__reply_json(struct evhttp_request *req, int code, json_t *j)
         evbuffer_add(b, "\n", 1);
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    admin__count_reply(code);
     evhttp_send_reply(req, code, reason(code), b);
     if (b)
         evbuffer_free(b);

@@ -236,6 +236,9 @@ class AdminTest(unittest.TestCase):
         m = parse_metrics(srv.get("/metrics")[2].decode())
         self.assertEqual(m['tlserve_model_loads_total{result="ok"}'], 0)
         self.assertEqual(m['tlserve_model_loads_total{result="failed"}'], 0)
+        # every refusal counted by its status, the token's first
+        self.assertEqual(m['tlserve_admin_responses_total{code="401"}'], len(refused))
+        self.assertEqual(m['tlserve_admin_responses_total{code="403"}'], len(refused))
 
         # Inside, waited for (200), and through a symlink that stays inside, queued (202).
         status, _, body = srv.load("demo", json.dumps({"path": self.v2}).encode(), TOKEN)
