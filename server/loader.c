@@ -237,10 +237,10 @@ static void *loader_main(void *arg)
             pthread_mutex_unlock(&L.lock);
         }
         bool refused = gated && gate_check(srv, sm, &gv) != 0;
-        /* The active version's number again (its directory rewritten in place, or
-         * an admin load of another build under it): it replaces the active one,
-         * and the replaced weights cannot be kept beside it (versions are found
-         * by number), so say so. */
+        /* The active version's number again (an admin load of another build under
+         * it; the repository's reloads say why themselves): it replaces the active
+         * one, and the replaced weights cannot be kept beside it (versions are
+         * found by number), so say so. */
         uint64_t same_number = 0;
         if (rc == 0 && !refused) {
             server_model_t *act = server_model_acquire_named(srv, model_meta(sm->model)->model_name);
@@ -287,17 +287,17 @@ static void *loader_main(void *arg)
         loader_status_t copy = *r;
         pthread_mutex_unlock(&L.lock);
 
-        if (copy.state == LOADER_DONE && same_number)
-            LOG(LL_WARN,
-                "load %llu: %s version %llu from %s replaced the active version %llu (the same "
-                "number) after %.3f s; the replaced weights are not kept for a rollback (give a "
-                "new build a new version number)",
-                (unsigned long long)id, copy.model, (unsigned long long)copy.version, dir,
-                (unsigned long long)same_number, (double)(copy.finished_ns - t0) * 1e-9);
-        else if (copy.state == LOADER_DONE)
+        if (copy.state == LOADER_DONE)
             LOG(LL_INFO, "load %llu: %s version %llu active after %.3f s", (unsigned long long)id,
                 copy.model, (unsigned long long)copy.version,
                 (double)(copy.finished_ns - t0) * 1e-9);
+        if (copy.state == LOADER_DONE && same_number && !hk.open) /* the repository says its own */
+            LOG(LL_WARN,
+                "load %llu: %s version %llu from %s replaced the active version %llu (the same "
+                "number): the replaced weights are not kept for a rollback (give a new build a "
+                "new version number)",
+                (unsigned long long)id, copy.model, (unsigned long long)copy.version, dir,
+                (unsigned long long)same_number);
         else if (copy.shutdown)
             LOG(LL_INFO, "load %llu: %s", (unsigned long long)id, copy.error);
         else

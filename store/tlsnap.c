@@ -444,13 +444,6 @@ static int cmd_verify(int argc, char **argv)
         store_cli_print_error(U.prog, dir, &err);
         goto out;
     }
-    /* What a load into tlserve checks beyond the files: the kind's params
-     * against K and the dense arrays.  m owns s and x from here. */
-    if (model_from_store_ex(s, &meta, &x, &m, &err) != 0) {
-        store_cli_print_error(U.prog, dir, &err);
-        store_extras_free(&x);
-        goto out;
-    }
     double dt = store_cli_now_sec() - t0;
     uint64_t n = store_count(s);
     store_stats_t st;
@@ -459,14 +452,24 @@ static int cmd_verify(int argc, char **argv)
            meta.model_name, meta.version, store_model_kind_name(meta.model_kind),
            store_value_floats(s), dtype_name(store_dtype(s)), store_shards(s));
     printf("  load   %" PRIu64 " entries in %.3f s  (%.2f M entries/s, %u threads), "
-           "checksums ok, servable\n",
+           "checksums ok\n",
            n, dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, nthreads);
     printf("  table  %s  (%.2f B/key, %" PRIu64 " sub-tables, %" PRIu64 " stashed)\n",
            store_cli_human_bytes(st.table_bytes, hb, sizeof hb), n ? (double)st.table_bytes / (double)n : 0.0,
            st.subtables, st.stashed);
     fflush(stdout);
-    if (lookup && lookup_check(s, nthreads, n) != 0)
+    if (lookup && lookup_check(s, nthreads, n) != 0) {
+        store_extras_free(&x);
         goto out;
+    }
+    /* What a load into tlserve checks beyond the files: the kind's params
+     * against K and the dense arrays.  m owns s and x from here. */
+    if (model_from_store_ex(s, &meta, &x, &m, &err) != 0) {
+        printf("  model  NOT servable by tlserve: %s\n", err.msg);
+        store_extras_free(&x);
+        goto out;
+    }
+    printf("  model  servable by tlserve (%s)\n", store_model_kind_name(meta.model_kind));
     printf("OK\n");
     ret = 0;
 out:

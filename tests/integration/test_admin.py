@@ -118,6 +118,19 @@ class AdminTest(unittest.TestCase):
         self.assertEqual(a.get("/v1/models/nope/digest")[0], 404)
         self.assertEqual(http(a.admin_port, "/v1/models/demo/digest", "POST", b"")[0], 405)
 
+    def test_a_load_under_the_active_number_says_what_it_replaced(self):
+        # another build numbered 1 replaces the active 1; the replaced weights cannot be kept
+        # beside it (versions are found by number): served, and the log says so
+        other = os.path.join(self.tmp.name, "demo_rebuilt", "1")
+        gen_model(other, 1000, "demo", version=1, seed=9)
+        srv = self.start(self.v1)
+        before = json.loads(srv.get("/v1/models/demo/digest")[2])
+        after = self.load_and_digest(srv, other)
+        self.assertEqual(after["version"], 1)
+        self.assertNotEqual(after["digest"], before["digest"])
+        self.assertIn("replaced the active version 1 (the same number): the replaced weights "
+                      "are not kept for a rollback", srv.output())
+
     def load_and_digest(self, srv, model_dir):
         status, _, body = srv.load("demo", json.dumps({"path": model_dir}).encode(), TOKEN)
         self.assertEqual(status, 200, body)

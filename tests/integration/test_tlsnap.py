@@ -131,14 +131,15 @@ class TlsnapRewrite(unittest.TestCase):
                                "--value-floats", "9").returncode, 0)
         r = run("verify", ffm)
         self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("not servable", r.stderr)
-        self.assertIn("fields", r.stderr)
+        self.assertIn("checksums ok", r.stdout)  # the files are whole: it is the model
+        self.assertIn("NOT servable", r.stdout)
+        self.assertIn("fields", r.stdout)
         dnn = os.path.join(self.tmp, "dnn")
         bad = DNN[:-1] + ["28,16,8,1"]  # the first layer's input is fields x dim = 24
         self.assertEqual(synth("--keys", "100", "--out", dnn, *bad).returncode, 0)
         r = run("verify", dnn)
         self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("mlp.0.weight", r.stderr)
+        self.assertIn("mlp.0.weight", r.stdout)
 
     def test_gen_names_its_successor(self):
         dst = os.path.join(self.tmp, "gen")

@@ -102,6 +102,11 @@ class TlsynthModel(unittest.TestCase):
                        if line.split() and line.split()[0] in PINNED]
                 self.assertEqual(got, info)
                 r = run(TLSNAP, "verify", out)
+                if name == "lr_f16":  # whole files, but not a model tlserve serves: verify says so
+                    self.assertEqual(r.returncode, 1, r.stdout)
+                    self.assertIn("all found and equal", r.stdout)
+                    self.assertIn("NOT servable by tlserve", r.stdout)
+                    continue
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertTrue(r.stdout.rstrip().endswith("OK"), r.stdout)
 
