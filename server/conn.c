@@ -39,7 +39,8 @@
  *
  * A PEER THAT HAS GONE: frames that were received before the peer closed
  * (or half-closed: either ends the conversation, as in Redis and memcached)
- * are not answered once that is known.  The kernel knows before we read the
+ * are not answered once that is known; answers already queued are still
+ * sent (a half-closed peer reads them; to a closed one the send fails).  The kernel knows before we read the
  * end of the stream, so while a connection has answers queued and unsent
  * (a pipelining peer, or one that closed), every CONN_PEER_CHECK-th frame
  * asks it (worker_peer_gone: one getsockopt per that many answers, none for
@@ -676,7 +677,8 @@ int conn_feed(worker_t *w, conn_t *c, const uint8_t *data, size_t len)
             break;
         }
         if (unlikely(c->queued && c->queued % CONN_PEER_CHECK == 0) && worker_peer_gone(c->fd)) {
-            c->closing = c->dead = true; /* the rest would be answered for nobody */
+            c->closing = true; /* the rest would be answered for nobody; what is queued still
+                                * goes out (a half-closed peer reads it) */
             rc = -EPIPE;
             break;
         }

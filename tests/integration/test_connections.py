@@ -360,6 +360,46 @@ class Connections:
                 sock.close()
             self.assertEqual(srv.stop(), 0)
 
+    def test_a_half_closed_peer_gets_what_was_scored(self):
+        # As above, but the client only shuts its sending side (nc -N, a batch then SHUT_WR):
+        # the frames after the server learns of it are not scored, and the answers it had
+        # queued by then still reach the client, in order, in both drivers
+        srv = self.server()
+        sock = None
+        try:
+            req = tlserve.encode_predict(MODEL, [model_key(0)], [[model_key(1)]])
+            stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
+                              for rid in range(1, 1001))
+            with srv.client() as c:
+                c.predict(MODEL, [model_key(0)], [[model_key(1)]])
+            before = srv.metric("tlserve_predict_total")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            sock.connect(("127.0.0.1", srv.port))
+            srv.proc.send_signal(signal.SIGSTOP)
+            self.assertTrue(wait_for(lambda: stopped(srv.proc.pid), 5, step=0.001))
+            sock.settimeout(10)
+            sock.sendall(stream)
+            sock.shutdown(socket.SHUT_WR)
+            time.sleep(0.3)
+            srv.proc.send_signal(signal.SIGCONT)
+            buf, ids = b"", []
+            while True:
+                h, payload, buf = read_frame(sock, buf)
+                if h is None:
+                    break
+                self.assertEqual(h.type, MsgType.PREDICT_RESULT)
+                ids.append(h.request_id)
+            scored = srv.metric("tlserve_predict_total") - before
+            self.assertGreaterEqual(len(ids), 16)
+            self.assertEqual(ids, list(range(1, len(ids) + 1)))
+            self.assertEqual(len(ids), scored, "scored answers not delivered")
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
+            if sock:
+                sock.close()
+            self.assertEqual(srv.stop(), 0)
+
     def test_a_clean_stop_logs_no_accept_failure(self):
         # The drain shuts the listening sockets down; the accept that ends with it is not an
         # accept failure (no warning, no count).
