@@ -139,7 +139,12 @@ static int admin_queue_load(struct repo_model *r, const char *dir, uint64_t vers
  * Such a version is loaded again from the repository (a new store; the
  * swap replaces the one on the shared base, and the trainer starts over on
  * it: online.h, online_store_trained).  Until then the trainer waits and
- * the version serves the updates.  Takes R.lock; never waits for the load. */
+ * the version serves the updates.  The load skips the gate: it would judge
+ * the version's files against its trained copy (the same number, other
+ * weights: a mean shift the trainer made), refuse the very version the
+ * rollback chose, and keep that refusal across a restart; the files passed
+ * the gate when they first went live.  Takes R.lock; never waits for the
+ * load. */
 static void reload_if_trained(const char *model, uint64_t version)
 {
     if (!R.srv)
@@ -159,12 +164,12 @@ static void reload_if_trained(const char *model, uint64_t version)
     if (rc == 0 && r && r->loading)
         rc = -EBUSY;
     if (rc == 0 && r)
-        rc = admin_queue_load(r, dir, version, sig, false, &st);
+        rc = admin_queue_load(r, dir, version, sig, true, &st);
     pthread_mutex_unlock(&R.lock);
     if (rc == 0)
         LOG(LL_INFO, "repo: load %" PRIu64 " of %s version %" PRIu64 " queued: the online "
-            "trainer wrote the store it was kept on; reloaded from its files", st.id, model,
-            version);
+            "trainer wrote the store it was kept on; reloaded from its files (no gate: they "
+            "passed it when they first went live)", st.id, model, version);
     else
         LOG(LL_ERROR, "repo: %s version %" PRIu64 " serves the online trainer's updates (it was "
             "kept on the store the trainer writes) and cannot be reloaded now: %s; "

@@ -215,7 +215,12 @@ class OnlineExport(ServerCase):
     first_pos = 0  # the sample log's first position (sample_log.h)
 
     def test_rollback_drops_the_online_updates(self):
-        s = self.online(token=TOKEN)
+        # A gate that refuses any move of the mean: the exports pass it (they serve what the
+        # trainer already serves), and the rollback's reload of the version's own files must
+        # not be judged against its trained copy (it would be refused, kept so across a
+        # restart, and the trainer would wait for it for ever)
+        s = self.online(200, "--gate-sample", "1000", "--gate-max-mean-shift", "0.000001",
+                        token=TOKEN)
         with s.client() as c:
             self.train(s, c, 50)
             self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
@@ -248,6 +253,8 @@ class OnlineExport(ServerCase):
             self.assertEqual(c.predict(M, PROBES[0][0], [PROBES[0][1]]).version, back)
             rolled = self.scores(c)
             self.assertNotEqual(rolled, live, "the rollback kept the online updates")
+            self.assertNotIn(back, [r["version"] for r in
+                                    json.loads(s.get("/v1/models")[2])["repository"]["refused"]])
             # learning goes on from the version rolled back to
             self.train(s, c, 10, first=100)
             self.wait_metric(s, 'tlserve_online_resets_total{model="%s"}' % M, 2)
