@@ -172,16 +172,15 @@ void admin__on_load(server_t *srv, struct evhttp_request *req, const char *name)
 
     /* A pinned model serves its pin (repo.h): a load of another version would
      * serve something the pin, the watcher and a restart all disagree with. */
-    repo_status_t rs;
-    if (srv->cfg.model_repo[0] && repo_get_status(name, &rs) == 0 && rs.pinned &&
-        rs.pinned != meta.version) {
+    uint64_t pinned = srv->cfg.model_repo[0] ? repo_pinned(name) : 0;
+    if (pinned && pinned != meta.version) {
         LOG(LL_WARN, "admin: load %s version %" PRIu64 " from %s refused: pinned to version %" PRIu64,
-            name, meta.version, dir, rs.pinned);
+            name, meta.version, dir, pinned);
         admin__reply_error(req, 409,
                            "model '%s' is pinned to version %" PRIu64 ": a load of version %" PRIu64
                            " would not match the pin; activate it instead (tlctl activate %s %" PRIu64
                            " moves the pin; tlctl activate %s latest unpins)",
-                           name, rs.pinned, meta.version, name, meta.version, name);
+                           name, pinned, meta.version, name, meta.version, name);
         return;
     }
 

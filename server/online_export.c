@@ -114,6 +114,7 @@
 #include "log.h"
 #include "model/model.h"
 #include "model/overlay.h"
+#include "repo.h"
 #include "store/delta.h"
 
 #include <dirent.h>
@@ -147,16 +148,28 @@ size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t 
 /* ---- the export thread ------------------------------------------------------------ */
 
 /* The highest version in dir: 0 when none, or -errno. */
-static int64_t highest_version(const char *dir)
+/* The highest version in the model's directory, and into *wait the highest
+ * one above head that another producer wrote and the repository's policy
+ * has not refused (0: none): the export waits for that one to go live and
+ * then deltas on it.  One the policy refused (a corrupt version, one the
+ * gate refused, one rolled back) never goes live: waiting for it would
+ * stop every export for good.  The highest or -errno. */
+static int64_t highest_version(const char *dir, const char *model, uint64_t head, uint64_t *wait)
 {
     DIR *d = opendir(dir);
     if (!d)
         return -errno;
-    uint64_t top = 0, v;
+    uint64_t top = 0, v, pos;
+    *wait = 0;
     struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (!store_version_is_temp(de->d_name) && store_version_parse(de->d_name, &v) && v > top)
-            top = v;
+    while ((de = readdir(d)) != NULL) {
+        if (store_version_is_temp(de->d_name) || !store_version_parse(de->d_name, &v))
+            continue;
+        top = v > top ? v : top;
+        if (v > head && v > *wait && !online__export_own_pos(model, v, &pos, true) &&
+            !repo_refuses(model, v))
+            *wait = v;
+    }
     closedir(d);
     return top > INT64_MAX ? -EOVERFLOW : (int64_t)top;
 }
@@ -188,16 +201,16 @@ static int write_job(struct online_export *e, uint64_t *version, char *why, size
         rc = -ESTALE;
         goto out;
     }
-    int64_t top = highest_version(e->model_dir);
+    uint64_t wait = 0;
+    int64_t top = highest_version(e->model_dir, e->q->name, e->head, &wait);
     if (top < 0) {
         rc = (int)top;
         snprintf(why, why_len, "cannot list %s: %s", e->model_dir, strerror(-rc));
         goto out;
     }
-    uint64_t own_top;
-    if ((uint64_t)top > e->head && !online__export_own_pos(e->q->name, (uint64_t)top, &own_top, true)) {
-        snprintf(why, why_len, "version %" PRId64 " appeared above %" PRIu64 " (another "
-                 "producer's): waiting for it to go live", top, e->head);
+    if (wait) {
+        snprintf(why, why_len, "version %" PRIu64 " appeared above %" PRIu64 " (another "
+                 "producer's): waiting for it to go live (or be refused)", wait, e->head);
         rc = -EAGAIN;
         goto out;
     }

@@ -728,6 +728,24 @@ unsigned repo_models(char (*names)[64], unsigned cap)
     return n;
 }
 
+uint64_t repo_pinned(const char *model)
+{
+    pthread_mutex_lock(&R.lock);
+    const struct repo_model *r = repo__find(model);
+    uint64_t pinned = r ? r->pinned : 0;
+    pthread_mutex_unlock(&R.lock);
+    return pinned;
+}
+
+bool repo_refuses(const char *model, uint64_t version)
+{
+    pthread_mutex_lock(&R.lock);
+    struct repo_model *r = repo__find(model);
+    bool refused = r && is_refused(r, version);
+    pthread_mutex_unlock(&R.lock);
+    return refused;
+}
+
 int repo_get_status(const char *model, repo_status_t *out)
 {
     pthread_mutex_lock(&R.lock);

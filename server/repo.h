@@ -115,6 +115,13 @@ typedef struct repo_status {
     uint64_t rolled_back[REPO_ROLLED_BACK_MAX]; /* ascending; by the admin API or the guard */
 } repo_status_t;
 
+/* The version model is pinned to (0: none, or the watcher does not serve
+ * it), and whether the policy refuses version (refused by a load or the
+ * gate, rolled back, or forgotten below the refusals kept).  Take the
+ * watcher's lock for a moment. */
+uint64_t repo_pinned(const char *model);
+bool repo_refuses(const char *model, uint64_t version);
+
 /* A copy of the state of model (NULL: the first model served) into *out
  * (about 140 KiB: allocate it): 0, or -ENOENT with out->enabled false when
  * the watcher does not run or does not serve model.  Takes the watcher's

@@ -272,6 +272,32 @@ class OnlineExport(ServerCase):
             self.assertEqual(self.wait_version(c, back), back)
             self.assertEqual(rolled, self.scores(c))
 
+    def test_a_refused_version_of_another_producer_does_not_stop_the_exports(self):
+        # a corrupt full version 9 renamed in above the exports: the exporter waits for
+        # another producer's version to go live, but this one is refused and never will;
+        # the next export goes above it (10, a delta of the version serving), not never
+        s = self.online(1000)
+        with s.client() as c:
+            self.train(s, c, 20)
+            self.wait_metric(s, 'tlserve_online_exports_total{model="%s"}' % M, 1)
+            self.wait_version(c, 2)
+            stage = os.path.join(self.tmp, "stage9")
+            gen_model(stage, 20000, M, version=9, seed=SEED)
+            shard = sorted(f for f in os.listdir(stage) if f.startswith("shard-"))[0]
+            with open(os.path.join(stage, shard), "r+b") as f:
+                f.seek(5000)
+                b = f.read(1)
+                f.seek(5000)
+                f.write(bytes([b[0] ^ 0xff]))
+            os.rename(stage, os.path.join(self.repo, M, "9"))
+            deadline = time.monotonic() + 30
+            while "version 9 of %s refused" % M not in s.output():
+                self.assertLess(time.monotonic(), deadline, s.output())
+                time.sleep(0.05)
+            self.train(s, c, 20, first=20)
+            self.assertEqual(self.wait_version(c, 10, timeout=30), 10)
+        self.assertIn("exported as version 10 (delta of 2", s.output())
+
     def test_a_failed_export_is_retried(self):
         s = self.online()
         # a regular file where the export makes its temporary directory: mkdir fails
