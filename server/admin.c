@@ -337,6 +337,13 @@ static void on_load_ended(const loader_status_t *st, void *arg)
     event_active(A.done_ev, EV_READ, 0); /* thread-safe: the base is notifiable */
 }
 
+struct event_base *admin__base(void) { return A.base; }
+
+void admin__hold(struct evhttp_request *req)
+{
+    evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
+}
+
 void admin__wait_for_load(struct evhttp_request *req, uint64_t load)
 {
     /* Answered by drain_ended: the load cannot have ended before the
@@ -346,7 +353,7 @@ void admin__wait_for_load(struct evhttp_request *req, uint64_t load)
         abort();
     *w = (waiter_t){req, load, A.waiters};
     A.waiters = w;
-    evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
+    admin__hold(req);
 }
 
 
@@ -554,7 +561,7 @@ static void on_stop_ev(evutil_socket_t fd, short what, void *arg)
         return;
     }
     A.stop_handled = true;
-    int answered = drain_ended();
+    int answered = drain_ended() + admin__digest_stop();
     while (A.waiters) {
         waiter_t *w = A.waiters;
         A.waiters = w->next;

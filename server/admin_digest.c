@@ -29,20 +29,27 @@
  * It walks under the model's writer lock (server_slot_t.writer): the online
  * trainer and a delta's fold wait for it, so the figure is of one state of
  * the model; requests never wait (they do not take the lock).  The walk
- * runs on the admin thread at the store's iteration speed (millions of
- * entries a second, slower per overlay), so other admin calls wait that
- * long on a large model: an operator's check, not something to poll.  404
- * when name has no active version.
+ * runs on a thread of its own, not the admin thread: getting the lock can
+ * wait seconds for the trainer, a fold or an export's handover, and the walk
+ * takes as long again on a large model (millions of entries a second, slower
+ * per overlay), while /healthz, /metrics and the rest must answer at once.
+ * The admin thread answers when the walk is done.  One digest at a time (it
+ * is an operator's check, not something to poll): another asked meanwhile
+ * gets 503.  404 when name has no active version.
  */
 #include "admin_impl.h"
+#include "log.h"
 #include "model/dnn.h"
 #include "model/model.h"
 #include "model/overlay.h"
 #include "store/synthetic.h"
 
+#include <event2/event.h>
+#include <event2/http.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -137,52 +144,128 @@ static uint64_t served_mlp_mix(const model_t *m)
     return h;
 }
 
-void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *name)
+/* One digest in flight: walked on its thread, answered on the admin thread. */
+typedef struct digest_job {
+    server_t *srv;
+    struct evhttp_request *req;
+    struct event *done_ev; /* activated by the walk's thread when it is done */
+    pthread_t thread;
+    char name[64];
+    bool found; /* the model had an active version */
+    uint64_t version, keys, dense_floats, digest, mlp, installs, micros;
+    uint32_t floats;
+} digest_job_t;
+
+static digest_job_t *running; /* admin thread only */
+
+static void *digest_main(void *arg)
 {
-    server_slot_t *slot = server_slot_named(srv, name);
-    if (!slot) {
-        admin__reply_error(req, 404, "model '%s' has no active version", name);
-        return;
-    }
+    digest_job_t *job = arg;
+    server_slot_t *slot = server_slot_named(job->srv, job->name);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_mutex_lock(&slot->writer);
-    server_model_t *sm = server_model_acquire_named(srv, name);
-    if (!sm) {
-        pthread_mutex_unlock(&slot->writer);
-        admin__reply_error(req, 404, "model '%s' has no active version", name);
-        return;
+    server_model_t *sm = server_model_acquire_named(job->srv, job->name);
+    if (sm) {
+        const model_t *m = sm->model;
+        const store_t *s = model_store(m);
+        float row[STORE_MAX_VALUE_FLOATS];
+        digest_t d = {.floats = store_value_floats(s), .base = s, .row = row};
+        d.nov = model_overlays(m, d.ov);
+        for (uint32_t sh = 0; sh < store_shards(s); sh++)
+            (void)store_foreach(s, sh, visit_base, &d);
+        for (d.cur = 0; d.cur < d.nov; d.cur++)
+            (void)model_overlay_foreach(d.ov[d.cur], visit_overlay, &d);
+        job->found = true;
+        job->version = model_meta(m)->version;
+        job->keys = d.keys;
+        job->floats = d.floats;
+        job->digest = d.sum + dense_mix(model_extras(m), &job->dense_floats);
+        job->mlp = served_mlp_mix(m);
+        job->installs = model_dnn_mlp_installs(m);
     }
-    const model_t *m = sm->model;
-    uint64_t version = model_meta(m)->version;
-    const store_t *s = model_store(m);
-    float row[STORE_MAX_VALUE_FLOATS];
-    digest_t d = {.floats = store_value_floats(s), .base = s, .row = row};
-    d.nov = model_overlays(m, d.ov);
-    for (uint32_t sh = 0; sh < store_shards(s); sh++)
-        (void)store_foreach(s, sh, visit_base, &d);
-    for (d.cur = 0; d.cur < d.nov; d.cur++)
-        (void)model_overlay_foreach(d.ov[d.cur], visit_overlay, &d);
-    uint64_t dense_floats;
-    uint64_t digest = d.sum + dense_mix(model_extras(m), &dense_floats);
-    uint64_t mlp = served_mlp_mix(m), installs = model_dnn_mlp_installs(m);
     server_model_release(sm);
     pthread_mutex_unlock(&slot->writer);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    job->micros = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    event_active(job->done_ev, EV_READ, 0); /* the admin base is notifiable (evthread) */
+    return NULL;
+}
 
-    char hex[17], mlp_hex[17];
-    snprintf(hex, sizeof hex, "%016" PRIx64, digest);
-    snprintf(mlp_hex, sizeof mlp_hex, "%016" PRIx64, mlp);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:I}", "model", name,
-                          "version", (json_int_t)version, "keys", (json_int_t)d.keys,
-                          "value_floats", (json_int_t)d.floats, "dense_floats",
-                          (json_int_t)dense_floats, "digest", hex, "mlp", mlp_hex,
-                          "mlp_installs", (json_int_t)installs, "micros",
-                          (json_int_t)((t1.tv_sec - t0.tv_sec) * 1000000 +
-                                       (t1.tv_nsec - t0.tv_nsec) / 1000));
-    if (!j) {
-        admin__reply_error(req, 500, "no memory for the answer");
+static void job_free(digest_job_t *job)
+{
+    event_free(job->done_ev);
+    free(job);
+    running = NULL;
+}
+
+/* Admin thread: the walk is done; answer. */
+static void on_digest_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    digest_job_t *job = arg;
+    pthread_join(job->thread, NULL);
+    if (!job->found) {
+        admin__reply_error(job->req, 404, "model '%s' has no active version", job->name);
+        job_free(job);
         return;
     }
-    admin__reply_json(req, 200, j);
+    char hex[17], mlp_hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, job->digest);
+    snprintf(mlp_hex, sizeof mlp_hex, "%016" PRIx64, job->mlp);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:I}", "model", job->name,
+                          "version", (json_int_t)job->version, "keys", (json_int_t)job->keys,
+                          "value_floats", (json_int_t)job->floats, "dense_floats",
+                          (json_int_t)job->dense_floats, "digest", hex, "mlp", mlp_hex,
+                          "mlp_installs", (json_int_t)job->installs, "micros",
+                          (json_int_t)job->micros);
+    if (j)
+        admin__reply_json(job->req, 200, j);
+    else
+        admin__reply_error(job->req, 500, "no memory for the answer");
+    job_free(job);
+}
+
+void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *name)
+{
+    if (!server_slot_named(srv, name)) {
+        admin__reply_error(req, 404, "model '%s' has no active version", name);
+        return;
+    }
+    if (running) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+        admin__reply_error(req, 503, "a digest of model '%s' is being computed (one at a time: "
+                           "it walks every weight); retry when it is done", running->name);
+        return;
+    }
+    digest_job_t *job = calloc(1, sizeof *job);
+    if (!job) {
+        admin__reply_error(req, 503, "no memory for the digest");
+        return;
+    }
+    job->srv = srv;
+    job->req = req;
+    snprintf(job->name, sizeof job->name, "%s", name);
+    job->done_ev = event_new(admin__base(), -1, 0, on_digest_done, job);
+    int rc = job->done_ev ? pthread_create(&job->thread, NULL, digest_main, job) : ENOMEM;
+    if (rc != 0) {
+        if (job->done_ev)
+            event_free(job->done_ev);
+        free(job);
+        admin__reply_error(req, 503, "cannot start the digest's thread: %s", strerror(rc));
+        return;
+    }
+    running = job;
+    admin__hold(req); /* answered by on_digest_done, however long the walk takes */
+}
+
+int admin__digest_stop(void)
+{
+    if (!running)
+        return 0;
+    digest_job_t *job = running;
+    pthread_join(job->thread, NULL); /* a walk ends: the trainer releases the lock often */
+    admin__reply_error(job->req, 503, "the server is shutting down");
+    job_free(job);
+    return 1;
 }

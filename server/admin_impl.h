@@ -65,6 +65,14 @@ void admin__on_versions(server_t *srv, struct evhttp_request *req, const char *n
 /* GET /v1/models/{name}/digest (admin_digest.c): the active version's
  * weights fingerprinted under the model's writer lock.  name is validated. */
 void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *name);
+/* At shutdown (admin thread): waits for a digest's walk and answers it 503;
+ * 1 when there was one, else 0. */
+int admin__digest_stop(void);
+
+/* The admin thread's event base (for events other threads activate), and
+ * the long timeout of a request answered later (a waited load, a digest). */
+struct event_base *admin__base(void);
+void admin__hold(struct evhttp_request *req);
 
 /* Keeps req open until the load with that id ends, then answers it (200
  * with the version's JSON, 409 with the load's error, 503 on shutdown).
