@@ -137,6 +137,13 @@ int online_export_is_own(const char *model, uint64_t version, const char *produc
  * watcher would pick them again).  Any thread but the trainer's. */
 size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t cap);
 
+/* The repository's word on whether its policy refuses model's version (a
+ * corrupt one, one the gate refused, one rolled back): the exporter does
+ * not wait for such a version of another producer to go live.  The
+ * repository sets it when it starts (repo_refuses); NULL: none refused. */
+typedef bool online_refused_fn(const char *model, uint64_t version);
+void online_export_set_refused(online_refused_fn *fn);
+
 /* Parses an export's producer "tlserve-online log=P id=X": 1 with *pos = P,
  * else 0 (another producer).  Pure. */
 int online_export_producer_pos(const char *producer, uint64_t *pos);

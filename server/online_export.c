@@ -114,7 +114,6 @@
 #include "log.h"
 #include "model/model.h"
 #include "model/overlay.h"
-#include "repo.h"
 #include "store/delta.h"
 
 #include <dirent.h>
@@ -148,6 +147,10 @@ size_t online_export_drop(const char *model, uint64_t to, uint64_t *out, size_t 
 /* ---- the export thread ------------------------------------------------------------ */
 
 /* The highest version in dir: 0 when none, or -errno. */
+static online_refused_fn *_Atomic refused_fn; /* the repository's policy (online.h) */
+
+void online_export_set_refused(online_refused_fn *fn) { atomic_store(&refused_fn, fn); }
+
 /* The highest version in the model's directory, and into *wait the highest
  * one above head that another producer wrote and the repository's policy
  * has not refused (0: none): the export waits for that one to go live and
@@ -160,6 +163,7 @@ static int64_t highest_version(const char *dir, const char *model, uint64_t head
     if (!d)
         return -errno;
     uint64_t top = 0, v, pos;
+    online_refused_fn *refused = atomic_load(&refused_fn);
     *wait = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
@@ -167,7 +171,7 @@ static int64_t highest_version(const char *dir, const char *model, uint64_t head
             continue;
         top = v > top ? v : top;
         if (v > head && v > *wait && !online__export_own_pos(model, v, &pos, true) &&
-            !repo_refuses(model, v))
+            !(refused && refused(model, v)))
             *wait = v;
     }
     closedir(d);

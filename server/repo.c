@@ -48,6 +48,7 @@
 #include "repo_impl.h"
 
 #include "log.h"
+#include "online.h"
 #include "store/delta.h"
 
 #include <dirent.h>
@@ -653,6 +654,7 @@ int repo_start(server_t *srv, const char (*models)[64], unsigned n)
 {
     if (n == 0 || n > SERVER_MODELS_MAX)
         return -EINVAL;
+    online_export_set_refused(repo_refuses); /* the exporter waits for no refused version */
     pthread_mutex_lock(&R.lock);
     R.srv = srv;
     snprintf(R.dir, sizeof R.dir, "%s", srv->cfg.model_repo);
