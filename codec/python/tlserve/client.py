@@ -125,8 +125,9 @@ class Client:
 
     @staticmethod
     def _left(deadline: Optional[float]) -> Optional[float]:
-        """The seconds left to deadline (a timeout argument), None for no deadline."""
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
+        """The seconds left to deadline (a timeout argument), None for no deadline; a deadline
+        already past leaves a nanosecond (a timeout must be > 0), so the call times out."""
+        return None if deadline is None else max(1e-9, deadline - time.monotonic())
 
     # -- sending ----------------------------------------------------------------------------
     def next_id(self) -> int:
