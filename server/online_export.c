@@ -286,6 +286,9 @@ static void *export_main(void *arg)
                 version, e->job.full ? "full, lineage" : "delta", e->job.parent, e->job.n,
                 e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9,
                 cut);
+            online__export_job_trim(&e->job); /* a full export's buffers: the whole model */
+            atomic_store_explicit(&q->export_buf_bytes, online__export_job_bytes(&e->job),
+                                  memory_order_relaxed);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);

@@ -133,6 +133,34 @@ static int job_reserve(struct export_job *j, size_t n, uint32_t K)
     return 0;
 }
 
+/* Keys a job keeps room for between exports; past it, its buffers go back
+ * after a full export (the next ones are deltas) or one that held under a
+ * quarter of them. */
+#define JOB_KEEP_KEYS (1u << 16)
+
+uint64_t online__export_job_bytes(const struct export_job *j)
+{
+    return (uint64_t)j->cap * (sizeof *j->keys + (uint64_t)j->K * sizeof *j->vals + 1) +
+           (uint64_t)j->scap * sizeof *j->skeys + (uint64_t)j->sfloats * sizeof *j->srows;
+}
+
+void online__export_job_trim(struct export_job *j)
+{
+    if (j->cap <= JOB_KEEP_KEYS || (!j->full && j->cap / 4 <= j->n))
+        return;
+    free(j->keys);
+    free(j->vals);
+    free(j->found);
+    free(j->skeys);
+    free(j->srows);
+    j->keys = NULL;
+    j->vals = NULL;
+    j->found = NULL;
+    j->skeys = NULL;
+    j->srows = NULL;
+    j->cap = j->scap = j->sfloats = 0;
+}
+
 /* The trainer's state rows of the job's keys into skeys / srows (the
  * writer lock held: they agree with the values).  Without memory, none. */
 static void gather_state(online_model_t *q, struct export_job *j)
@@ -290,6 +318,7 @@ int online__export_hand_over(online_model_t *q)
         j->n = w;
     }
     gather_state(q, j); /* the same lock, the same instant as the values */
+    atomic_store_explicit(&q->export_buf_bytes, online__export_job_bytes(j), memory_order_relaxed);
     j->nfm = q->fmarks ? q->nfmarks : 0; /* and the files' progress in them */
     if (j->nfm)
         memcpy(j->fm, q->fmarks, j->nfm * sizeof *j->fm);

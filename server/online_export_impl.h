@@ -100,5 +100,12 @@ void online__export_dirty_clear(struct online_export *e);
  * to the export thread: 1 handed over, 0 not now (the thread busy, a
  * version change pending, nothing dirty).  Trainer thread. */
 int online__export_hand_over(online_model_t *q);
+/* After a written export (the export thread, the job its own): buffers sized
+ * for far more keys than it held, a full export's (the whole model), are
+ * freed, not kept for the life of the process; the next hand-over sizes
+ * them again. */
+void online__export_job_trim(struct export_job *j);
+/* The bytes its buffers hold (tlserve_online_export_buffer_bytes). */
+uint64_t online__export_job_bytes(const struct export_job *j);
 
 #endif

@@ -109,6 +109,7 @@ typedef struct online_model {
     /* the export (online_export.c): its state, the trainer's and its thread's */
     struct online_export *exp; /* NULL: no export (--online-export-ms 0 or no --model-repo) */
     _Atomic uint64_t exports, full_exports, export_failures, export_keys, export_version, export_pos;
+    _Atomic uint64_t export_buf_bytes; /* the export job's buffers (keys, values, state rows) */
     _Atomic(const void *) trained_store; /* the store the trainer writes (online_store_trained) */
     /* --train-file: the latest mark of each file among the records learned
      * (online_file_marks.c); the trainer's, read by its export's hand-over */

@@ -86,6 +86,9 @@ size_t online_metrics_format(char *buf, size_t len)
             export_keys, U64),
         FAM("tlserve_online_export_version", "gauge", "the version the last export wrote",
             export_version, U64),
+        FAM("tlserve_online_export_buffer_bytes", "gauge",
+            "memory the export holds between exports (a full export's copy of every row is "
+            "given back after its write)", export_buf_bytes, U64),
         FAM("tlserve_online_export_position", "gauge",
             "the position the last export covers (sample-log records below it; with the bus, "
             "stream sequences below it)", export_pos,

@@ -374,6 +374,20 @@ class OnlineExport(ServerCase):
         self.assertTrue(alive, out)
         self.assertEqual(p.returncode, 0, out)
 
+    def test_a_full_exports_copy_is_given_back(self):
+        # a full export copies every row (200k keys, ~5 MB with their state rows) for its
+        # write; the exports after it are small deltas and must not keep that copy for good
+        repo = os.path.join(self.tmp, "big")
+        gen_model(os.path.join(repo, M, "1"), 200_000, M, seed=SEED)
+        a = self.online(150, "--online-full-every", "2", repo=repo)
+        with a.client() as c:
+            for r in range(4):
+                self.train(a, c, 10, first=10 * r)
+                self.wait_metric(a, 'tlserve_online_exports_total{model="%s"}' % M, r + 1)
+        self.assertGreaterEqual(a.metric('tlserve_online_full_exports_total{model="%s"}' % M), 1)
+        self.assertRegex(a.output(), r"exported as version \d+ \(full, lineage of \d+, 200\d{3} keys")
+        self.assertLess(a.metric('tlserve_online_export_buffer_bytes{model="%s"}' % M), 1 << 20)
+
     def test_every_third_export_is_full_and_a_restart_starts_from_it(self):
         a = self.online(150, "--online-full-every", "3")
         name = 'tlserve_online_exports_total{model="%s"}' % M
