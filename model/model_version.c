@@ -76,6 +76,12 @@ int model_same_base(const model_t *a, const model_t *b)
     return a && b && a->base == b->base;
 }
 
+int model_same_weights(const model_t *a, const model_t *b)
+{
+    return model_same_base(a, b) && a->n_overlays == b->n_overlays &&
+           memcmp(a->overlays, b->overlays, a->n_overlays * sizeof a->overlays[0]) == 0;
+}
+
 uint32_t model_base_sharers(const model_t *m)
 {
     return atomic_load_explicit(&m->base->sharers, memory_order_acquire);

@@ -126,6 +126,10 @@ int model_apply_deltas(const model_t *parent, store_delta_t *const *d, uint32_t 
 
 uint32_t model_overlays(const model_t *m, model_overlay_t **ov); /* count; ov may be NULL */
 int model_same_base(const model_t *a, const model_t *b);
+/* 1 when a and b serve the same weights by construction: one base seen
+ * through the same overlays (a version relabelled, e.g. an online export
+ * of the live store), so a score of one is the other's. */
+int model_same_weights(const model_t *a, const model_t *b);
 uint32_t model_base_sharers(const model_t *m); /* versions alive on m's base */
 
 /* Step 1 of the fold: the undo overlay (base values of every key of m's

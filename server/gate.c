@@ -654,10 +654,14 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
     const store_meta_t *cm = model_meta(cand);
     server_model_t *act = server_model_acquire_named(srv, cm->model_name);
     const model_t *am = act ? act->model : NULL;
+    /* The active version's own weights under a new label (an online export
+     * of the live store): every check would compare them with themselves,
+     * and the sanity pass alone walks the whole model. */
+    bool relabel = am && model_same_weights(cand, am);
     int rc = check_shape(srv, cand, am, v);
-    if (rc == 0)
+    if (rc == 0 && !relabel)
         rc = check_values(srv, cand, am, v);
-    if (rc == 0 && am && srv->cfg.gate_sample > 0) {
+    if (rc == 0 && !relabel && am && srv->cfg.gate_sample > 0) {
         rc = shadow(cand, am, srv->cfg.gate_items_per_request, v);
         if (rc == -ENOMEM)
             snprintf(v->msg, sizeof v->msg, "out of memory for the shadow scoring");
@@ -683,7 +687,7 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
             rc = -EPERM;
         }
     }
-    if (rc == 0)
+    if (rc == 0 && !relabel)
         rc = check_eval(srv, cand, am, v);
     v->seconds = now_s() - t0;
     v->cpu_seconds = thread_cpu_s() - c0;
@@ -701,7 +705,8 @@ int gate_check(server_t *srv, server_model_t *candidate, gate_verdict_t *v)
                  "mean_shift %.4f, psi %.4f, n_sampled %u%s%s",
                  (unsigned long long)v->values_checked, v->mean_active, v->mean_candidate,
                  v->mean_shift, v->psi, v->n_sampled,
-                 v->shadow ? "" : " (no shadow scoring: no active version or empty sample)",
+                 relabel ? " (the active version's weights relabelled: nothing new to check)"
+                 : v->shadow ? "" : " (no shadow scoring: no active version or empty sample)",
                  eval);
     }
     LOG(v->pass ? LL_INFO : LL_WARN, "gate: %s version %llu %s; %.3f s (this thread's CPU %.3f s)",
