@@ -34,7 +34,9 @@
  * shape: the same request always gives the same floats, which is what lets
  * an export score bit for bit as the trainer predicted (train_dnn.c scores
  * through this very function with the sample as the shared block and one
- * empty item).
+ * empty item).  Across shapes it is not: an item scored among n others goes
+ * through an sgemm of n rows, whose blocking rounds its sums differently, so
+ * its score can move by an ulp or two with the request's item count.
  *
  * THREAD SAFETY: model_dnn_scores() reads the net and writes only the caller's
  * work and scores: any number of threads at once, one work space each.
