@@ -80,7 +80,7 @@ int tlclient_connect(const char *host, int port, int timeout_ms, tlclient_t **ou
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
     int gai = getaddrinfo(host, portstr, &hints, &ai);
     if (gai != 0) /* no errno says "no such name": ENXIO, which tlclient.h names */
-        return gai == EAI_SYSTEM ? -errno : gai == EAI_MEMORY ? -ENOMEM : -ENXIO;
+        return gai == EAI_SYSTEM ? (errno ? -errno : -EIO) : gai == EAI_MEMORY ? -ENOMEM : -ENXIO;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         freeaddrinfo(ai);

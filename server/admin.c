@@ -274,11 +274,7 @@ static int valid_name(const char *s, size_t n)
 /* Answers a ?wait=1 request for the ended load st as a synchronous load. */
 static void answer_waiter(struct evhttp_request *req, const loader_status_t *st)
 {
-    if (atomic_load(&A.stopping))
-        A.answered_stopping = true; /* on_stop_ev lets this reply flush */
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req); /* NULL: client left */
-    if (evcon) /* back to the normal idle timeout for what follows on this connection */
-        evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
+    admin__unhold(req);
     if (st->state == LOADER_DONE)
         admin__reply_json(req, 200, admin__version_json(st->model, st->version, st->kind, st->keys));
     else
@@ -343,6 +339,17 @@ void admin__hold(struct evhttp_request *req)
 {
     evhttp_connection_set_timeout(evhttp_request_get_connection(req), ADMIN_WAIT_TIMEOUT_S);
 }
+
+void admin__unhold(struct evhttp_request *req)
+{
+    if (atomic_load(&A.stopping))
+        A.answered_stopping = true; /* on_stop_ev lets this reply flush */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req); /* NULL: client left */
+    if (evcon) /* back to the normal idle timeout for what follows on this connection */
+        evhttp_connection_set_timeout(evcon, ADMIN_TIMEOUT_S);
+}
+
+bool admin__stop_begun(void) { return A.stop_handled; }
 
 void admin__wait_for_load(struct evhttp_request *req, uint64_t load)
 {

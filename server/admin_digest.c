@@ -205,6 +205,7 @@ static void on_digest_done(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     digest_job_t *job = arg;
     pthread_join(job->thread, NULL);
+    admin__unhold(job->req);
     if (!job->found) {
         admin__reply_error(job->req, 404, "model '%s' has no active version", job->name);
         job_free(job);
@@ -230,6 +231,10 @@ void admin__on_digest(server_t *srv, struct evhttp_request *req, const char *nam
 {
     if (!server_slot_named(srv, name)) {
         admin__reply_error(req, 404, "model '%s' has no active version", name);
+        return;
+    }
+    if (admin__stop_begun()) { /* the stop joined the last walk: none may start now */
+        admin__reply_error(req, 503, "the server is shutting down");
         return;
     }
     if (running) {
@@ -265,6 +270,7 @@ int admin__digest_stop(void)
         return 0;
     digest_job_t *job = running;
     pthread_join(job->thread, NULL); /* a walk ends: the trainer releases the lock often */
+    admin__unhold(job->req);
     admin__reply_error(job->req, 503, "the server is shutting down");
     job_free(job);
     return 1;

@@ -73,6 +73,12 @@ int admin__digest_stop(void);
  * the long timeout of a request answered later (a waited load, a digest). */
 struct event_base *admin__base(void);
 void admin__hold(struct evhttp_request *req);
+/* Before the later answer of a held request: the normal timeout again
+ * (and, during the stop, the answer's flush). */
+void admin__unhold(struct evhttp_request *req);
+/* The stop has answered what was held: nothing new may be held after it
+ * (it would not be answered, nor its thread joined). */
+bool admin__stop_begun(void);
 
 /* Keeps req open until the load with that id ends, then answers it (200
  * with the version's JSON, 409 with the load's error, 503 on shutdown).

@@ -251,6 +251,7 @@ typedef struct line_reader {
     size_t bad_len;  /* its length, the line end included */
     bool bad_nul;    /* it held a NUL byte (else it was too long) */
     int max_len;     /* what inih takes, the line end included */
+    int read_errno;  /* a read failed (not the end of the file): the rest is unread */
 } line_reader_t;
 
 /* inih's fgets-like reader: the next line into str (num bytes), or NULL at
@@ -259,9 +260,13 @@ typedef struct line_reader {
 static char *read_line(char *str, int num, void *stream)
 {
     line_reader_t *r = stream;
+    errno = 0;
     ssize_t n = getline(&r->buf, &r->cap, r->f);
-    if (n < 0)
+    if (n < 0) {
+        if (ferror(r->f) || errno == ENOMEM)
+            r->read_errno = errno ? errno : EIO;
         return NULL;
+    }
     r->lineno++;
     size_t len = (size_t)n;
     bool nul = memchr(r->buf, '\0', len) != NULL;
@@ -299,6 +304,11 @@ static int load_file(server_config_t *cfg, const char *path)
     free(fc.seen);
     if (line == -2) {
         fprintf(stderr, "tlserve: --config: out of memory reading '%s'\n", path);
+        return -1;
+    }
+    if (lr.read_errno) {
+        fprintf(stderr, "tlserve: --config: cannot read '%s' after line %d: %s\n", path,
+                lr.lineno, strerror(lr.read_errno));
         return -1;
     }
     if (lr.bad_line && (line <= 0 || lr.bad_line < line)) {

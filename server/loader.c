@@ -287,18 +287,18 @@ static void *loader_main(void *arg)
         loader_status_t copy = *r;
         pthread_mutex_unlock(&L.lock);
 
-        if (copy.state == LOADER_DONE)
+        if (copy.state == LOADER_DONE) {
             LOG(LL_INFO, "load %llu: %s version %llu active after %.3f s", (unsigned long long)id,
                 copy.model, (unsigned long long)copy.version,
                 (double)(copy.finished_ns - t0) * 1e-9);
-        if (copy.state == LOADER_DONE && same_number && !hk.open) /* the repository says its own */
-            LOG(LL_WARN,
-                "load %llu: %s version %llu from %s replaced the active version %llu (the same "
-                "number): the replaced weights are not kept for a rollback (give a new build a "
-                "new version number)",
-                (unsigned long long)id, copy.model, (unsigned long long)copy.version, dir,
-                (unsigned long long)same_number);
-        else if (copy.shutdown)
+            if (same_number && !hk.open) /* the repository's reloads say why themselves */
+                LOG(LL_WARN,
+                    "load %llu: %s version %llu from %s replaced the active version %llu (the "
+                    "same number): the replaced weights are not kept for a rollback (give a new "
+                    "build a new version number)",
+                    (unsigned long long)id, copy.model, (unsigned long long)copy.version, dir,
+                    (unsigned long long)same_number);
+        } else if (copy.shutdown)
             LOG(LL_INFO, "load %llu: %s", (unsigned long long)id, copy.error);
         else
             LOG(LL_WARN, "load %llu: %s (the current version keeps serving)",

@@ -439,9 +439,10 @@ int online__value_beyond(const codec_train_t *req, double bound, uint64_t *id, f
 /* The first few and then every 1000th of a count: a WARN's rate limit. */
 static bool warn_due(uint64_t count) { return count <= 10 || count % 1000 == 0; }
 
-/* Counts a sample-log append that failed (TRAIN or FEEDBACK answered
- * OVERLOADED with why) and says so in the log, rate-limited: a full disk
- * must not show only in the clients' errors. */
+/* Counts a sample-log append that failed a client (TRAIN or FEEDBACK
+ * answered OVERLOADED with why) and says so in the log, rate-limited: a
+ * full disk must not show only in the clients' errors.  (The feeder of
+ * --train-file and the negatives of expired impressions say their own.) */
 static void log_failed(online_model_t *q, const char *why)
 {
     uint64_t n = atomic_fetch_add_explicit(&q->refused_log, 1, memory_order_relaxed) + 1;
@@ -452,9 +453,8 @@ static void log_failed(online_model_t *q, const char *why)
 }
 
 /* online_submit's body; client false: a refusal is not counted (the
- * --train-file feeder waits and retries: online__submit_file) but a failed
- * sample-log append (log_failed: the log must say so), mark the sample log
- * record's (NULL: none). */
+ * --train-file feeder waits and retries: online__submit_file), mark the
+ * sample log record's (NULL: none). */
 static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const uint8_t *payload,
                   uint32_t len, char *why, size_t why_len, bool client, const uint8_t *mark)
 {
@@ -530,7 +530,8 @@ static int submit(server_t *srv, const codec_train_t *req, uint16_t flags, const
         snprintf(why, why_len, "TRAIN: model '%s' learns at most %d samples/s "
                  "(--online-max-samples-per-s)", req->name, cap);
     } else if (rc == ONLINE_LOG) { /* why names the append's error */
-        log_failed(q, why);
+        if (client)
+            log_failed(q, why);
     } else if (rc == ONLINE_FULL && !bus_lag) {
         if (client)
             atomic_fetch_add_explicit(&q->refused_full, 1, memory_order_relaxed);
@@ -571,8 +572,8 @@ static void one_key_make(void) { one_key_ok = pthread_key_create(&one_key, free)
  * 0, ONLINE_RATE when a client's samples (capped) find the samples/s cap
  * reached, ONLINE_TOO_BIG when the record could not be encoded or is over
  * half the queue (a caller may split it), ONLINE_LOG when the sample log's
- * append failed (counted and warned), or ONLINE_FULL when the queue (or the
- * bus's outbox) had no room. */
+ * append failed (a client's, capped: counted and warned), or ONLINE_FULL
+ * when the queue (or the bus's outbox) had no room. */
 static int push_train(online_model_t *q, codec_train_t *t, bool capped)
 {
     snprintf(t->name, sizeof t->name, "%s", q->name);
@@ -617,7 +618,7 @@ static int push_train(online_model_t *q, codec_train_t *t, bool capped)
     if (rc == 0)
         tokens_spend_locked(q, t->samples);
     pthread_mutex_unlock(&q->lock);
-    if (rc == ONLINE_LOG)
+    if (rc == ONLINE_LOG && capped) /* a FEEDBACK's sample; negatives are warned by the caller */
         log_failed(q, why);
     return rc;
 }

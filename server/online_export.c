@@ -269,6 +269,10 @@ static void *export_main(void *arg)
         int rc = write_job(e, &version, why, sizeof why);
         double s = (double)(online__now_ns() - t0) * 1e-9;
         if (rc == 0) {
+            /* before the counters: a reader that saw the export counted sees its memory */
+            online__export_job_trim(&e->job); /* a full export's buffers: the whole model */
+            atomic_store_explicit(&q->export_buf_bytes, online__export_job_bytes(&e->job),
+                                  memory_order_relaxed);
             atomic_fetch_add_explicit(&q->exports, 1, memory_order_relaxed);
             if (e->job.full)
                 atomic_fetch_add_explicit(&q->full_exports, 1, memory_order_relaxed);
@@ -286,9 +290,6 @@ static void *export_main(void *arg)
                 version, e->job.full ? "full, lineage" : "delta", e->job.parent, e->job.n,
                 e->job.all ? ": every key" : "", e->job.pos, s, (double)e->job.held_ns * 1e-9,
                 cut);
-            online__export_job_trim(&e->job); /* a full export's buffers: the whole model */
-            atomic_store_explicit(&q->export_buf_bytes, online__export_job_bytes(&e->job),
-                                  memory_order_relaxed);
         } else if (rc == -ESTALE) {
             LOG(LL_INFO, "online: model '%s': an export of version %" PRIu64 "'s updates "
                 "dropped: %s", q->name, e->job.parent, why);

@@ -353,6 +353,10 @@ class TestClient(WireErrorMixin, unittest.TestCase):
             self.assertRaises(ValueError, c.settimeout, 0)
             self.assertRaises(ValueError, c.predict, "ctr", [], [[1]], timeout=-5)
             self.assertIsNotNone(c.sock, "nothing was sent: the connection is still good")
+            # a deadline that passes while sending is a Timeout, not a ValueError of the
+            # timeout check (the silent peer answers nothing)
+            self.assertRaises(w.Timeout, c.predict_many, "ctr", [([], [[1]])] * 3,
+                              timeout=1e-6)
             c.close()
         finally:
             lsock.close()

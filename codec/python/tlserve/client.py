@@ -259,8 +259,7 @@ class Client:
             return f
         deadline = self._deadline(timeout)
         while True:
-            f = self.recv_frame(None if deadline is None else
-                                max(0.0, deadline - time.monotonic()))
+            f = self.recv_frame(self._left(deadline))
             if f.request_id == request_id:
                 return f
             if f.type == MsgType.PING:
@@ -366,7 +365,7 @@ class Client:
             if not sent:
                 continue
             i, rid = sent.pop(0)
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = self._left(deadline)
             try:
                 out[i] = self.recv_predict_result(rid, left)
             except ServerError as e:
