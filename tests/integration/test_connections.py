@@ -320,34 +320,40 @@ class Connections:
             self.assertEqual(srv.stop(), 0)
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def test_a_closed_peer_is_not_scored_for(self):
-        # The server is stopped (SIGSTOP) while a client sends 1000 small requests (~50 KB,
-        # which the server's socket buffer takes whole) and closes, so that all of them and the
-        # close wait in the kernel; once it runs again it must not score them for nobody.  It
-        # learns of the close at its first check, after 16 unsent answers.  (Frames that
-        # arrive before the close cannot be known to be abandoned; with the default
-        # --max-inflight at most 128 of them are answered before the worker stops reading.)
-        srv = self.server()
-        sock = None
+    def send_while_stopped(self, srv, end):
+        """Connects, stops the server (SIGSTOP), sends 1000 small requests (~50 KB, which the
+        server's socket buffer takes whole), ends the sending (end(sock): a close or a
+        shutdown) and lets the server run again, so that all of them and the end wait in the
+        kernel.  Returns (the socket, PREDICTs scored before)."""
+        req = tlserve.encode_predict(MODEL, [model_key(0)], [[model_key(1)]])
+        stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
+                          for rid in range(1, 1001))
+        self.assertLess(len(stream), 64 << 10)
+        with srv.client() as c:  # warm: the worker has scored with this model
+            c.predict(MODEL, [model_key(0)], [[model_key(1)]])
+        before = srv.metric("tlserve_predict_total")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        sock.connect(("127.0.0.1", srv.port))
+        srv.proc.send_signal(signal.SIGSTOP)
         try:
-            req = tlserve.encode_predict(MODEL, [model_key(0)], [[model_key(1)]])
-            stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
-                              for rid in range(1, 1001))
-            self.assertLess(len(stream), 64 << 10)
-            with srv.client() as c:  # warm: the worker has scored with this model
-                c.predict(MODEL, [model_key(0)], [[model_key(1)]])
-            before = srv.metric("tlserve_predict_total")
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-            sock.connect(("127.0.0.1", srv.port))
-            srv.proc.send_signal(signal.SIGSTOP)
             self.assertTrue(wait_for(lambda: stopped(srv.proc.pid), 5, step=0.001))
             sock.settimeout(10)
             sock.sendall(stream)
-            sock.close()
-            sock = None
+            end(sock)
             time.sleep(0.3)
+        finally:
             srv.proc.send_signal(signal.SIGCONT)
+        return sock, before
+
+    def test_a_closed_peer_is_not_scored_for(self):
+        # Once it runs again the server must not score the requests for nobody.  It learns
+        # of the close at its first check, after 16 unsent answers.  (Frames that arrive
+        # before the close cannot be known to be abandoned; with the default --max-inflight
+        # at most 128 of them are answered before the worker stops reading.)
+        srv = self.server()
+        try:
+            sock, before = self.send_while_stopped(srv, lambda s: s.close())
             self.assertTrue(wait_for(lambda: srv.metric("tlserve_connections") == 0, 10))
             scored = srv.metric("tlserve_predict_total") - before
             self.assertLessEqual(scored, 16, "%d of 1000 scored for nobody" % scored)
@@ -355,9 +361,6 @@ class Connections:
                 res = c.predict_many(MODEL, [([model_key(0)], [[model_key(1)]])] * 300, window=200)
                 self.assertEqual(len(list(res)), 300)
         finally:
-            srv.proc.send_signal(signal.SIGCONT)
-            if sock:
-                sock.close()
             self.assertEqual(srv.stop(), 0)
 
     def test_a_half_closed_peer_gets_what_was_scored(self):
@@ -367,22 +370,7 @@ class Connections:
         srv = self.server()
         sock = None
         try:
-            req = tlserve.encode_predict(MODEL, [model_key(0)], [[model_key(1)]])
-            stream = b"".join(tlserve.encode_frame(MsgType.PREDICT, rid, req)
-                              for rid in range(1, 1001))
-            with srv.client() as c:
-                c.predict(MODEL, [model_key(0)], [[model_key(1)]])
-            before = srv.metric("tlserve_predict_total")
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-            sock.connect(("127.0.0.1", srv.port))
-            srv.proc.send_signal(signal.SIGSTOP)
-            self.assertTrue(wait_for(lambda: stopped(srv.proc.pid), 5, step=0.001))
-            sock.settimeout(10)
-            sock.sendall(stream)
-            sock.shutdown(socket.SHUT_WR)
-            time.sleep(0.3)
-            srv.proc.send_signal(signal.SIGCONT)
+            sock, before = self.send_while_stopped(srv, lambda s: s.shutdown(socket.SHUT_WR))
             buf, ids = b"", []
             while True:
                 h, payload, buf = read_frame(sock, buf)
@@ -395,7 +383,6 @@ class Connections:
             self.assertEqual(ids, list(range(1, len(ids) + 1)))
             self.assertEqual(len(ids), scored, "scored answers not delivered")
         finally:
-            srv.proc.send_signal(signal.SIGCONT)
             if sock:
                 sock.close()
             self.assertEqual(srv.stop(), 0)

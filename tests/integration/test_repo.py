@@ -371,9 +371,10 @@ class ModelRepo(unittest.TestCase):
         self.assertIn("in version 2 (a link of 3's chain)", err3)
         self.assertEqual(m["models"][0]["version"], 1)
 
-    def test_active_version_rewritten_in_place_is_loaded_again(self):
-        # the directory of the active version 1 replaced by other weights under the same
-        # number: served again from its files, not left serving what it held before
+    def rewrite_active_version_1(self, also=None):
+        """Serves version 1, then replaces its directory by other weights under the same
+        number (with also() run just before the rename, in the same scan); waits until the
+        answers change and checks they name version 1 and the log says why."""
         shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
         srv = self.serve("--model-repo", self.repo)
         shared, items = request()
@@ -383,6 +384,8 @@ class ModelRepo(unittest.TestCase):
         other = os.path.join(self.tmp, "other1")
         gen_model(other, KEYS, NAME, version=1, seed=SEEDS[2])
         shutil.rmtree(os.path.join(self.mdir, "1"))
+        if also:
+            also()
         os.rename(other, os.path.join(self.mdir, "1"))
         deadline = time.monotonic() + 30
         after = before
@@ -394,37 +397,22 @@ class ModelRepo(unittest.TestCase):
         self.assertNotEqual(after, before, srv.output())
         self.assertEqual(r.version, 1)
         self.assertIn("version 1 was rewritten in place", srv.output())
+        return srv
+
+    def test_active_version_rewritten_in_place_is_loaded_again(self):
+        # served again from its files, not left serving what it held before
+        self.rewrite_active_version_1()
 
     def test_rewrite_seen_while_a_bad_version_appears_is_not_lost(self):
-        # the active version 1 rewritten in place in the same scan as a bad version 3 appears
-        # (its MANIFEST says 2): the scan picks 3, which is refused; the rewrite it saw is
-        # still acted on, not forgotten because the listing no longer changes
-        shutil.copytree(self.full[1], os.path.join(self.mdir, "1"))
-        srv = self.serve("--model-repo", self.repo)
-        shared, items = request()
-        with srv.client() as c:
-            before = list(c.predict(NAME, shared, items).scores)
-        time.sleep(REPO_SCAN_S)  # a scan signs the active version's files
-        other = os.path.join(self.tmp, "other1")
-        gen_model(other, KEYS, NAME, version=1, seed=SEEDS[2])
+        # a bad version 3 (its MANIFEST says 2) appears in the same scan as the rewrite: the
+        # scan picks 3, which is refused; the rewrite it saw is still acted on, not forgotten
+        # because the listing no longer changes
         bad = os.path.join(self.tmp, "bad3")
         shutil.copytree(self.full[2], bad)
-        shutil.rmtree(os.path.join(self.mdir, "1"))
-        os.rename(other, os.path.join(self.mdir, "1"))
-        os.rename(bad, os.path.join(self.mdir, "3"))
-        self.wait_for(srv, lambda m: any(r["version"] == 3
-                                         for r in m["repository"]["refused"]),
-                      "version 3 refused", 30)
-        deadline = time.monotonic() + 30
-        after = before
-        while after == before and time.monotonic() < deadline:
-            time.sleep(0.1)
-            with srv.client() as c:
-                r = c.predict(NAME, shared, items)
-            after = list(r.scores)
-        self.assertNotEqual(after, before, srv.output())
-        self.assertEqual(r.version, 1)
-        self.assertIn("version 1 was rewritten in place", srv.output())
+        srv = self.rewrite_active_version_1(
+            also=lambda: os.rename(bad, os.path.join(self.mdir, "3")))
+        self.assertTrue(any(r["version"] == 3 for r in models(srv)["repository"]["refused"]),
+                        srv.output())
 
     def test_misnamed_version_is_named_in_the_warning(self):
         # "001" is not version 1 (no leading zeros): with nothing else, the warning that no
