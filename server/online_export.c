@@ -528,16 +528,32 @@ static void wait_idle(struct online_export *e)
     pthread_mutex_unlock(&e->lock);
 }
 
+/* How long the shutdown's export is tried again while the hand-over says
+ * "not now" (a version going live or a fold due, the exchange's cut
+ * waiting for a turn's messages) or a write fails. */
+#define STOP_EXPORT_WAIT_MS 5000
+
 void online__export_stop(online_model_t *q)
 {
     struct online_export *e = q->exp;
     if (!e)
         return;
     wait_idle(e);
-    if (online__export_hand_over(q))
-        wait_idle(e);
+    uint64_t until = online__now_ns() / 1000000 + STOP_EXPORT_WAIT_MS;
+    bool failed;
+    for (;;) {
+        if (online__export_hand_over(q))
+            wait_idle(e);
+        pthread_mutex_lock(&e->lock);
+        failed = e->state == EXP_FAILED;
+        pthread_mutex_unlock(&e->lock);
+        bool owed = !e->refused && (failed || e->count > 0 || e->overflow);
+        if (!owed || online__now_ns() / 1000000 >= until)
+            break;
+        struct timespec nap = {0, 20 * 1000000};
+        nanosleep(&nap, NULL);
+    }
     pthread_mutex_lock(&e->lock);
-    bool failed = e->state == EXP_FAILED;
     e->stop = true;
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);

@@ -239,7 +239,7 @@ class PartitionedExports(unittest.TestCase):
         self.assertLess(far, moved / 3)
         self.send(b2, range(190, 200))  # learned, maybe not yet exported: the shutdown does
         b2.proc.send_signal(signal.SIGTERM)  # the last turns, then the last export (its cut)
-        self.assertEqual(b2.proc.wait(timeout=20), 0)
+        self.assertEqual(b2.proc.wait(timeout=20), 0, b2.output())
         out = b2.output()
         self.assertNotIn("not exported at shutdown", out)
         self.assertRegex(out, r"exported as version \d+ \(delta of \d+, \d+ keys, sample log below "
