@@ -568,11 +568,7 @@ void online__export_stop(online_model_t *q)
     pthread_mutex_destroy(&e->commit);
     pthread_cond_destroy(&e->cond);
     close(e->repo_lock);
-    free(e->job.keys);
-    free(e->job.vals);
-    free(e->job.found);
-    free(e->job.skeys);
-    free(e->job.srows);
+    online__export_job_free_rows(&e->job);
     free(e->job.dense);
     sync_state_free(&e->job.sync);
     free(e->slots);

@@ -146,8 +146,12 @@ uint64_t online__export_job_bytes(const struct export_job *j)
 
 void online__export_job_trim(struct export_job *j)
 {
-    if (j->cap <= JOB_KEEP_KEYS || (!j->full && j->cap / 4 <= j->n))
-        return;
+    if (j->cap > JOB_KEEP_KEYS && (j->full || j->cap / 4 > j->n))
+        online__export_job_free_rows(j);
+}
+
+void online__export_job_free_rows(struct export_job *j)
+{
     free(j->keys);
     free(j->vals);
     free(j->found);

@@ -105,6 +105,8 @@ int online__export_hand_over(online_model_t *q);
  * freed, not kept for the life of the process; the next hand-over sizes
  * them again. */
 void online__export_job_trim(struct export_job *j);
+/* Frees the job's key, value and state-row buffers (NULL, sizes 0). */
+void online__export_job_free_rows(struct export_job *j);
 /* The bytes its buffers hold (tlserve_online_export_buffer_bytes). */
 uint64_t online__export_job_bytes(const struct export_job *j);
 
